@@ -1,0 +1,3 @@
+"""gpuops: inspect, tune and benchmark GPU inference hosts that run SGLang, over SSH."""
+
+__version__ = "0.1.0"
