@@ -1,0 +1,81 @@
+"""The `gpuops` command line: argument parsing only.
+
+Each subcommand lives in its own module under ``gpuops.commands`` and is imported only when it is
+invoked, so ``gpuops --help`` and ``gpuops inspect`` do not pay for fabric, jinja2, matplotlib, ...
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# name -> (module:attribute of the click command, one-line help shown by `gpuops --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("gpuops.commands.inspect:inspect", "Facts and capability gates of every host."),
+    "apply": ("gpuops.commands.apply:apply", "Run a role: plan, diff, change, restart, verify."),
+    "rollback": ("gpuops.commands.apply:rollback", "Undo the most recent (or a named) apply run."),
+    "history": ("gpuops.commands.apply:history", "List apply runs from the hosts' journals."),
+    "bench": ("gpuops.commands.bench:bench", "Benchmark on the host and bring the results home."),
+    "results": ("gpuops.commands.bench:results", "List, show and compare stored results."),
+    "report": ("gpuops.commands.bench:report", "Write an HTML report with plots of results."),
+    "tune": ("gpuops.commands.tune:tune", "Sweep configurations safely and rank them."),
+    "lab": ("gpuops.commands.lab:lab", "Throwaway simulated GPU hosts on loopback to rehearse on."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target[0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Show the short help without importing every command module.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, short) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpuops")
+def cli() -> None:
+    """gpuops: inspect, tune and benchmark GPU inference hosts that serve models with SGLang.
+
+    Hosts come from an Ansible-compatible inventory (-i); with none, the local machine.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: user errors become one line on stderr and exit status 2."""
+    from gpuops.errors import GpuopsError
+
+    try:
+        cli.main(args=argv, prog_name="gpuops", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("gpuops: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except GpuopsError as exc:
+        click.echo(f"gpuops: error: {exc}", err=True)
+        sys.exit(exc.exit_status)
+    except KeyboardInterrupt:
+        click.echo("gpuops: interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    else:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
