@@ -1,0 +1,53 @@
+"""Stdlib-only helpers that run on hosts with the host's own python (3.8+).
+
+A helper is shipped on stdin, never installed: ``python_command()`` is the command to run and
+``python_stdin(name, payload)`` the bytes to send. The runner splits stdin at a separator line, runs
+the helper's source as ``__main__`` with ``GPUOPS_PAYLOAD`` (the JSON payload, bytes) in its globals.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from importlib import resources
+from typing import Any
+
+PAYLOAD_SEPARATOR = b"\n#--gpuops-payload--\n"
+
+_RUNNER = (
+    "import sys;d=sys.stdin.buffer.read();s,_,p=d.partition(%r);"
+    "g={'__name__':'__main__','__file__':'<gpuops-helper>','GPUOPS_PAYLOAD':p};"
+    "exec(compile(s,'<gpuops-helper>','exec'),g)" % PAYLOAD_SEPARATOR
+)
+
+
+def source(name: str) -> str:
+    """The text of the helper ``gpuops/remote/<name>.py``."""
+    return resources.files(__package__).joinpath(f"{name}.py").read_text(encoding="utf-8")
+
+
+def python_command(python: str | None = None) -> str:
+    """The shell command that runs a helper shipped on stdin with the given (or the host's) python."""
+    runner = shlex.quote(_RUNNER)
+    if python:
+        return f"exec {shlex.quote(python)} -c {runner}"
+    return (
+        "p=$(command -v python3 || command -v python) || "
+        "{ echo 'gpuops: no python3 on this host' >&2; exit 127; }; "
+        f'exec "$p" -c {runner}'
+    )
+
+
+def python_stdin(name_or_source: str, payload: Any = None, *, is_source: bool = False) -> bytes:
+    """stdin for ``python_command``: the helper's source, the separator, the JSON payload."""
+    text = name_or_source if is_source else source(name_or_source)
+    return text.encode("utf-8") + PAYLOAD_SEPARATOR + json.dumps(payload if payload is not None else {}).encode()
+
+
+def become_command(command: str, user: str = "root") -> str:
+    """Wrap a command for sudo; the password (if any) must be the first line of stdin.
+
+    ``-S`` reads the password from stdin and ``-p ''`` keeps the prompt out of the output, so the
+    password never appears on a command line, in a process listing or in our logs.
+    """
+    return f"sudo -S -p '' -u {shlex.quote(user)} -- /bin/sh -c {shlex.quote(command)}"

@@ -1,0 +1,138 @@
+"""Pack every probe a command needs into ONE remote script; split its framed output locally.
+
+A probe is a pair, as in pyinfra's facts: the shell text to run on the host and a pure
+``parse(ProbeOutput) -> value``. Running nine probes as nine SSH channels costs seconds on
+loopback; packed into one exec it costs one round trip.
+
+Framing: each probe's stdout and stderr are printed between marker lines that carry a random
+nonce, so nothing a probe prints (a file's content, a hostile process name) can forge a frame.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from gpuops.transport.base import Connection
+
+T = TypeVar("T")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    stdout: str
+    stderr: str
+    exit_status: int
+
+
+@dataclass(frozen=True)
+class Probe(Generic[T]):
+    name: str  # unique key, e.g. "gpu.query"
+    script: str  # POSIX sh; may use "$GPUOPS_PY" (set by the preamble)
+    parse: Callable[[ProbeOutput], T]  # pure
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """A probe whose output never came back (the script died before it) or whose parser failed."""
+
+    name: str
+    reason: str
+    known: bool = False
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+def _check_names(probes: Iterable[Probe[Any]]) -> None:
+    seen: set[str] = set()
+    for probe in probes:
+        if not _NAME_RE.match(probe.name):
+            raise ValueError(f"probe name {probe.name!r} must be letters, digits and ._:-")
+        if probe.name in seen:
+            raise ValueError(f"probe {probe.name!r} given twice")
+        seen.add(probe.name)
+
+
+def build_gather_script(probes: Iterable[Probe[Any]], nonce: str, preamble: str = "") -> str:
+    """One POSIX sh script that runs every probe and frames its stdout, stderr and exit status.
+
+    Each probe runs in a subshell with stdin from /dev/null: the script itself arrives on stdin
+    (``sh -s``), and a probe that reads stdin must not eat the rest of it.
+    """
+    probes = list(probes)
+    _check_names(probes)
+    mark = f"@@gpuops:{nonce}"
+    parts = [
+        "# gpuops gather: generated, one exec per host",
+        "LC_ALL=C; export LC_ALL",
+        'gpuops_tmp=$(mktemp -d 2>/dev/null || { d="${TMPDIR:-/tmp}/gpuops.$$"; mkdir -m 700 "$d" && echo "$d"; })',
+        "trap 'rm -rf \"$gpuops_tmp\"' EXIT",
+        preamble,
+    ]
+    for probe in probes:
+        parts.append(
+            f"printf '\\n{mark} begin {probe.name}\\n'\n"
+            f"(\n{probe.script}\n) </dev/null 2>\"$gpuops_tmp/err\"\n"
+            f"gpuops_rc=$?\n"
+            f"printf '\\n{mark} stderr {probe.name} %d\\n' \"$gpuops_rc\"\n"
+            f"cat \"$gpuops_tmp/err\" 2>/dev/null\n"
+            f"printf '\\n{mark} end {probe.name}\\n'"
+        )
+    parts.append("exit 0")
+    return "\n".join(parts) + "\n"
+
+
+def split_gather_output(stdout: str, nonce: str) -> dict[str, ProbeOutput]:
+    """The framed output of ``build_gather_script``, back into one ``ProbeOutput`` per probe."""
+    mark = re.escape(f"@@gpuops:{nonce}")
+    frame = re.compile(
+        rf"\n{mark} begin (?P<name>[^\n]+)\n(?P<out>.*?)\n{mark} stderr (?P=name) (?P<rc>-?\d+)\n"
+        rf"(?P<err>.*?)\n{mark} end (?P=name)\n",
+        re.DOTALL,
+    )
+    outputs: dict[str, ProbeOutput] = {}
+    for match in frame.finditer(stdout):
+        outputs[match.group("name")] = ProbeOutput(
+            stdout=match.group("out"), stderr=match.group("err"), exit_status=int(match.group("rc"))
+        )
+    return outputs
+
+
+def parse_outputs(probes: Iterable[Probe[Any]], outputs: Mapping[str, ProbeOutput], why_missing: str = "") -> dict[str, Any]:
+    """Apply each probe's parser; a missing frame or a parser bug becomes a ``ProbeFailure``."""
+    values: dict[str, Any] = {}
+    for probe in probes:
+        output = outputs.get(probe.name)
+        if output is None:
+            values[probe.name] = ProbeFailure(probe.name, why_missing or "the probe's output never came back")
+            continue
+        try:
+            values[probe.name] = probe.parse(output)
+        except Exception as exc:  # a parser must not take the whole host down
+            values[probe.name] = ProbeFailure(probe.name, f"cannot parse output: {type(exc).__name__}: {exc}")
+    return values
+
+
+GATHER_COMMAND = "exec /bin/sh -s"
+
+
+def gather(conn: Connection, probes: Iterable[Probe[Any]], preamble: str = "", timeout: float | None = None) -> dict[str, Any]:
+    """Run every probe on the host in ONE exec and return ``{probe name: parsed value}``."""
+    probes = list(probes)
+    nonce = new_nonce()
+    script = build_gather_script(probes, nonce, preamble)
+    result = conn.run(GATHER_COMMAND, stdin=script.encode(), timeout=timeout)
+    outputs = split_gather_output(result.stdout_text(), nonce)
+    why = ""
+    if len(outputs) < len(probes):
+        tail = result.stderr_text().strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
+        why = f"the gather script stopped early: {tail[0]}"
+    return parse_outputs(probes, outputs, why)

@@ -1,0 +1,52 @@
+"""What every transport gives: run a command with bytes on stdin, get bytes back.
+
+Everything gpuops does on a host is one `run` per phase: the program to run travels on stdin, so no
+file is ever copied and no second round trip is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one remote (or local) command."""
+
+    stdout: bytes
+    stderr: bytes
+    exit_status: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", errors="replace")
+
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How to reach hosts; the same for every host of one command."""
+
+    accept_new_host_keys: bool = False  # record unknown keys (never replace a changed one)
+    connect_timeout: float = 10.0
+    command_timeout: float | None = None  # None: no limit (benchmarks, restarts wait themselves)
+    known_hosts_files: tuple[str, ...] = field(default_factory=tuple)  # extra files, besides ~/.ssh/known_hosts
+
+
+class Connection(Protocol):
+    """The one thing that talks to a host."""
+
+    host: Host
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult: ...
+
+    def close(self) -> None: ...

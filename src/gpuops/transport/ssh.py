@@ -1,0 +1,213 @@
+"""SSH through Fabric (on paramiko), with host keys verified and never silently accepted.
+
+Fabric resolves the host through ~/.ssh/config (HostName, Port, User, IdentityFile, ProxyJump) and
+handles agent and key-file authentication. Fabric itself auto-accepts unknown host keys, so this
+module replaces that policy: keys are checked against ~/.ssh/known_hosts, the config's
+UserKnownHostsFile, and any extra file given (`gpuops_known_hosts`, `--known-hosts`). A changed key
+always fails the host; an unknown key fails it unless `accept_new_host_keys` asks to record it.
+
+Commands run on one paramiko channel each: the program goes in on stdin from a thread while stdout
+and stderr are drained, so large scripts and large outputs never deadlock on the SSH window.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuops.errors import TransportError
+from gpuops.transport.base import ConnectOptions, ExecResult
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+def known_hosts_files(host: Host, options: ConnectOptions, ssh_config: dict[str, Any]) -> list[Path]:
+    """Every known_hosts file that vouches for this host, in the order keys are looked up."""
+    names: list[str] = [USER_KNOWN_HOSTS]
+    configured = ssh_config.get("userknownhostsfile")
+    if configured:
+        names.extend(str(configured).split())
+    extra = host.vars.get("gpuops_known_hosts") if host.vars else None
+    if extra:
+        names.append(str(extra))
+    names.extend(options.known_hosts_files)
+    seen: list[Path] = []
+    for name in names:
+        path = Path(os.path.expanduser(name))
+        if path not in seen:
+            seen.append(path)
+    return seen
+
+
+def _known_hosts_name(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class SSHConnection:
+    def __init__(self, host: Host, options: ConnectOptions) -> None:
+        self.host = host
+        self.options = options
+        self._conn = self._open()
+
+    # -- connecting -------------------------------------------------------------------------
+
+    def _open(self) -> Any:
+        import paramiko
+        from fabric import Config
+        from fabric import Connection as FabricConnection
+
+        host = self.host
+        connect_kwargs: dict[str, Any] = {"allow_agent": True}
+        if host.key_file:
+            connect_kwargs["key_filename"] = [host.key_file]
+        try:
+            conn = FabricConnection(
+                host.address or host.name,
+                user=host.user,
+                port=host.port,
+                config=Config(),
+                connect_timeout=int(self.options.connect_timeout),
+                connect_kwargs=connect_kwargs,
+            )
+        except Exception as exc:  # fabric parses ~/.ssh/config here
+            raise TransportError(host.name, f"cannot read ssh configuration: {exc}") from exc
+
+        client = conn.client
+        files = known_hosts_files(host, self.options, dict(conn.ssh_config))
+        for path in files:
+            if path.is_file():
+                try:
+                    client.get_host_keys().load(str(path))
+                except (OSError, paramiko.SSHException, ValueError) as exc:
+                    raise TransportError(host.name, f"cannot read known_hosts file {path}: {exc}") from exc
+        record_to = files[-1] if len(files) > 1 else files[0]
+        client.set_missing_host_key_policy(
+            _RecordNewKey(record_to) if self.options.accept_new_host_keys else _RejectUnknownKey(files)
+        )
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            where = _known_hosts_name(conn.host, conn.port)
+            raise TransportError(
+                host.name,
+                f"host key for {where} has CHANGED (got {exc.key.get_name()} "
+                f"{exc.key.fingerprint}); refusing to connect. If the change is expected, remove the "
+                f"old key (ssh-keygen -R '{where}') and connect again.",
+            ) from exc
+        except _UnknownHostKey as exc:
+            raise TransportError(host.name, str(exc)) from exc
+        except paramiko.AuthenticationException as exc:
+            raise TransportError(
+                host.name, f"authentication failed for {conn.user}@{conn.host}:{conn.port}: {exc}"
+            ) from exc
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            raise TransportError(host.name, f"connection refused by {conn.host}:{conn.port}") from exc
+        except socket.gaierror as exc:
+            raise TransportError(host.name, f"cannot resolve host name {conn.host!r}: {exc.strerror}") from exc
+        except (socket.timeout, TimeoutError) as exc:
+            raise TransportError(
+                host.name,
+                f"timed out connecting to {conn.host}:{conn.port} after {self.options.connect_timeout:.0f} s",
+            ) from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port} failed: {exc}") from exc
+        return conn
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
+        timeout = timeout if timeout is not None else self.options.command_timeout
+        transport = self._conn.transport
+        try:
+            channel = transport.open_session(timeout=self.options.connect_timeout)
+            channel.settimeout(timeout)
+            channel.exec_command(command)
+        except Exception as exc:
+            raise TransportError(self.host.name, f"cannot start remote command: {exc}") from exc
+
+        def feed() -> None:
+            try:
+                if stdin:
+                    channel.sendall(stdin)
+                channel.shutdown_write()
+            except (OSError, EOFError):
+                pass  # the remote side closed its stdin early; its exit status says why
+
+        stderr_chunks: list[bytes] = []
+
+        def drain_stderr() -> None:
+            try:
+                while True:
+                    chunk = channel.recv_stderr(65536)
+                    if not chunk:
+                        return
+                    stderr_chunks.append(chunk)
+            except (OSError, EOFError):
+                return
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        errs = threading.Thread(target=drain_stderr, daemon=True)
+        feeder.start()
+        errs.start()
+        stdout_chunks: list[bytes] = []
+        try:
+            while True:
+                chunk = channel.recv(65536)
+                if not chunk:
+                    break
+                stdout_chunks.append(chunk)
+            errs.join(timeout)
+            status = channel.recv_exit_status()
+        except (socket.timeout, TimeoutError) as exc:
+            channel.close()
+            raise TransportError(self.host.name, f"remote command timed out after {timeout:.0f} s") from exc
+        except (OSError, EOFError) as exc:
+            raise TransportError(self.host.name, f"connection lost: {exc}") from exc
+        finally:
+            feeder.join(1)
+        if status == -1:
+            raise TransportError(self.host.name, "connection lost before the remote command finished")
+        return ExecResult(b"".join(stdout_chunks), b"".join(stderr_chunks), status)
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except Exception:
+            pass
+
+
+class _UnknownHostKey(Exception):
+    pass
+
+
+class _RejectUnknownKey:
+    """Like paramiko's RejectPolicy, with a message that tells the user what to do."""
+
+    def __init__(self, files: list[Path]) -> None:
+        self.files = files
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        where = ", ".join(str(f) for f in self.files)
+        raise _UnknownHostKey(
+            f"host key for {hostname} is unknown ({key.get_name()} {key.fingerprint}; not in {where}). "
+            f"Verify it and add it (ssh-keyscan), or pass --accept-new-host-keys to record it."
+        )
+
+
+class _RecordNewKey:
+    """Record an unknown key (like OpenSSH's StrictHostKeyChecking=accept-new); changed keys still fail."""
+
+    def __init__(self, record_to: Path) -> None:
+        self.record_to = record_to
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.record_to.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.record_to, "a", encoding="ascii") as fh:
+            fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
