@@ -1,0 +1,675 @@
+"""A stand-in for an SGLang server: the same HTTP API, simulated figures, standard library only.
+
+Run like the real thing (the lab's ``sglang_python`` wrapper does exactly this):
+
+    python3 standin_server.py -m sglang.launch_server --model-path /models/Kimi-K2.5 --tp 8 --port 30000 ...
+
+Every SGLang flag it gets is kept verbatim and reported by ``/get_server_info`` under SGLang's
+field names (``--tp`` -> ``tp_size``, ``--enable-flashinfer-allreduce-fusion`` ->
+``enable_flashinfer_allreduce_fusion``, ...), together with its ``NCCL_*``/``SGLANG_*``
+environment and ``"simulated": true``. Nothing here runs a model: the text is filler, the token
+counts are exact, and the timing is either an exact rate or the speed model below.
+
+Controls (environment):
+  GPUOPS_STANDIN_TOKENS_PER_S      exact decode rate per request (tokens/s); no speed model
+  GPUOPS_STANDIN_TTFT_MS           fixed time to first token (default: modelled from prompt length)
+  GPUOPS_STANDIN_STARTUP_S         seconds before /health answers 200 (the port is open at once)
+  GPUOPS_STANDIN_CRASH_IF          KEY=VALUE[,KEY=VALUE...]: when an env var or a flag matches, log a
+                                   realistic error and exit 1 at start-up (after STARTUP_S)
+  GPUOPS_STANDIN_FAIL_AFTER_TOKENS N: every generation fails with an error chunk after N tokens
+  GPUOPS_STANDIN_ACCEPT_LENGTH     speculative decoding: average accepted tokens per verify cycle
+  GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
+                                   (default 0.015; 0 keeps an exact rate exact under load)
+
+Speed model (used when no exact rate is given; every figure is simulated and says so).
+It stands for the field report's host: 8x RTX PRO 6000 Blackwell on PCIe only, a Kimi-K2.5-like
+MoE model, where a decode step is dominated by 122 small NCCL all-reduces:
+  * one-token decode step = 4.2 ms compute + 8.0 ms all-reduce  -> 82 tok/s at batch 1, tp 8
+    (all-reduce time scales with (tp-1)/7; tp 1 has none)
+  * speculative decoding (``--speculative-algorithm``): a cycle is ``num_steps`` x 1.0 ms of
+    drafting plus one verify pass of 5.0 ms compute + 25.0 ms all-reduce (the report's ~30 ms,
+    ~25 ms of it in all-reduces), and yields the accept length: 1 + p + p^2 + ... (num_steps
+    terms, p = 0.6; 2.18 for 3 steps, capped by ``num_draft_tokens``). EAGLE-3 with 3 steps:
+    2.18 tokens / 33 ms = 66 tok/s, slower than plain decode, as in the report.
+  * FlashInfer allreduce+RMSNorm fusion, when enabled by its flag
+    (``--enable-flashinfer-allreduce-fusion`` or an explicit ``--flashinfer-allreduce-fusion-backend``
+    other than auto/none): all-reduce time x 0.55 (plain decode 82 -> 116 tok/s; EAGLE-3 66 -> 100).
+  * NCCL_PROTO=LL: all-reduce x 0.9; NCCL_PROTO=Simple: x 1.1; NCCL_P2P_DISABLE=1: x 1.3.
+  * each additional running request makes every step 1.5% slower (mild batching cost).
+  * time to first token = 40 ms + 0.08 ms per prompt token.
+
+Pacing: a request's token i is due at ``t_first + sum of step times`` on the monotonic clock, and
+the writer sleeps until each deadline, so sleep overshoot never accumulates into the rate. With
+speculative decoding a chunk carries the tokens of one verify cycle (2 or 3 for an accept length
+of 2.18), sent at the deadline of its last token, like a real EAGLE server.
+"""
+
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+STANDIN_VERSION = "0.5.8"
+
+# Speed model constants (documented above).
+STEP_COMPUTE_MS = 4.2
+STEP_ALLREDUCE_MS = 8.0
+VERIFY_COMPUTE_MS = 5.0
+VERIFY_ALLREDUCE_MS = 25.0
+DRAFT_STEP_MS = 1.0
+DRAFT_ACCEPT_P = 0.6
+FUSION_ALLREDUCE_FACTOR = 0.55
+TTFT_BASE_MS = 40.0
+TTFT_PER_PROMPT_TOKEN_MS = 0.08
+DEFAULT_CONCURRENCY_SLOWDOWN = 0.015
+
+# Flags whose SGLang field name is not the flag spelled with underscores.
+FLAG_ALIASES = {
+    "tp": "tp_size",
+    "tensor_parallel_size": "tp_size",
+    "dp": "dp_size",
+    "data_parallel_size": "dp_size",
+    "pp": "pp_size",
+    "pipeline_parallel_size": "pp_size",
+    "ep": "ep_size",
+    "expert_parallel_size": "ep_size",
+    "model": "model_path",
+}
+
+# A few SGLang defaults, so clients see the fields they look for even when no flag set them.
+SERVER_ARG_DEFAULTS = {
+    "model_path": None,
+    "host": "127.0.0.1",
+    "port": 30000,
+    "tp_size": 1,
+    "dp_size": 1,
+    "enable_flashinfer_allreduce_fusion": False,
+    "speculative_algorithm": None,
+    "speculative_num_steps": None,
+    "speculative_eagle_topk": None,
+    "speculative_num_draft_tokens": None,
+    "disable_cuda_graph": False,
+    "trust_remote_code": False,
+}
+
+ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_VISIBLE_DEVICES", "GPUOPS_STANDIN_")
+
+FILLER_WORDS = (
+    " the", " model", " is", " a", " simulated", " stand", "-in", " and", " these", " tokens",
+    " are", " filler", ",", " counted", " exactly", ".",
+)
+
+
+def log(message):
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stdout.write("[%s] %s\n" % (stamp, message))
+    sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- arguments
+
+def _coerce(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text in ("true", "True"):
+        return True
+    if text in ("false", "False"):
+        return False
+    return text
+
+
+def parse_flags(argv):
+    """SGLang-style flags -> {field_name: value}. Unknown flags are kept, not rejected."""
+    args = list(argv)
+    if len(args) >= 2 and args[0] == "-m":
+        args = args[2:]  # "-m sglang.launch_server": we are that module
+    fields = {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not word.startswith("--"):
+            raise SystemExit("standin_server: unexpected argument %r" % word)
+        name, _, inline = word[2:].partition("=")
+        field = name.replace("-", "_")
+        field = FLAG_ALIASES.get(field, field)
+        values = []
+        if inline:
+            values.append(inline)
+        i += 1
+        while not inline and i < len(args) and not args[i].startswith("--"):
+            values.append(args[i])
+            i += 1
+        if not values:
+            fields[field] = True
+        elif len(values) == 1:
+            fields[field] = _coerce(values[0])
+        else:
+            fields[field] = [_coerce(v) for v in values]
+    return fields
+
+
+def build_server_args(argv):
+    fields = dict(SERVER_ARG_DEFAULTS)
+    fields.update(parse_flags(argv))
+    if not fields.get("model_path"):
+        raise SystemExit("launch_server: error: the following arguments are required: --model-path")
+    return fields
+
+
+def reported_env(environ):
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+# --------------------------------------------------------------------------- crash rules
+
+def parse_crash_rules(text):
+    rules = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit("standin_server: GPUOPS_STANDIN_CRASH_IF item %r is not KEY=VALUE" % item)
+        rules.append((key.strip(), value.strip()))
+    return rules
+
+
+def _same(actual, wanted):
+    if isinstance(actual, bool):
+        return str(actual).lower() == wanted.lower()
+    return str(actual) == wanted
+
+
+def matching_crash_rule(rules, server_args, environ):
+    for key, wanted in rules:
+        if key in environ and _same(environ[key], wanted):
+            return key, wanted
+        field = FLAG_ALIASES.get(key.lstrip("-").replace("-", "_"), key.lstrip("-").replace("-", "_"))
+        if field in server_args and server_args[field] is not None and _same(server_args[field], wanted):
+            return key, wanted
+    return None
+
+
+def crash_message(key, value):
+    """A log tail in the manner of a real failure for that setting (wording is our own)."""
+    if key.startswith("NCCL_"):
+        return (
+            "Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "sglang/srt/model_executor/cuda_graph_runner.py", in capture\n'
+            "RuntimeError: Capture cuda graph failed: NCCL error: invalid usage "
+            "(run with NCCL_DEBUG=WARN for details), NCCL version 2.27.5\n"
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+            "Last error: %s=%s is not supported for this collective during CUDA graph capture\n"
+            "Possible solutions: unset %s, or disable CUDA graph by --disable-cuda-graph "
+            "(large performance loss)" % (key, value, key)
+        )
+    return (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        "RuntimeError: simulated start-up failure because %s=%s" % (key, value)
+    )
+
+
+# --------------------------------------------------------------------------- speed model
+
+def _env_float(environ, name):
+    text = environ.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise SystemExit("standin_server: %s=%r is not a number" % (name, text))
+
+
+def fusion_enabled(server_args):
+    if server_args.get("enable_flashinfer_allreduce_fusion") is True:
+        return True
+    backend = server_args.get("flashinfer_allreduce_fusion_backend")
+    return isinstance(backend, str) and backend.lower() not in ("auto", "none", "disabled", "")
+
+
+class SpeedModel(object):
+    """Per-request token rate and chunking, from the exact-rate control or the model above."""
+
+    def __init__(self, server_args, environ):
+        self.exact_rate = _env_float(environ, "GPUOPS_STANDIN_TOKENS_PER_S")
+        if self.exact_rate is not None and self.exact_rate <= 0:
+            raise SystemExit("standin_server: GPUOPS_STANDIN_TOKENS_PER_S must be > 0")
+        self.fixed_ttft_ms = _env_float(environ, "GPUOPS_STANDIN_TTFT_MS")
+        slowdown = _env_float(environ, "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN")
+        self.slowdown = DEFAULT_CONCURRENCY_SLOWDOWN if slowdown is None else slowdown
+        self.speculative = bool(server_args.get("speculative_algorithm"))
+        steps = server_args.get("speculative_num_steps")
+        self.num_steps = int(steps) if isinstance(steps, (int, float)) and steps > 0 else 3
+        draft = server_args.get("speculative_num_draft_tokens")
+        self.num_draft_tokens = int(draft) if isinstance(draft, (int, float)) and draft > 0 else self.num_steps + 1
+        override = _env_float(environ, "GPUOPS_STANDIN_ACCEPT_LENGTH")
+        if self.speculative:
+            modelled = sum(DRAFT_ACCEPT_P ** k for k in range(self.num_steps + 1))
+            self.accept_length = override if override else min(modelled, float(self.num_draft_tokens))
+        else:
+            self.accept_length = 1.0
+        tp = server_args.get("tp_size")
+        tp = int(tp) if isinstance(tp, (int, float)) and tp >= 1 else 1
+        factor = (tp - 1) / 7.0
+        if fusion_enabled(server_args):
+            factor *= FUSION_ALLREDUCE_FACTOR
+        proto = environ.get("NCCL_PROTO", "")
+        if proto == "LL":
+            factor *= 0.9
+        elif proto == "Simple":
+            factor *= 1.1
+        if environ.get("NCCL_P2P_DISABLE") == "1":
+            factor *= 1.3
+        self.fusion = fusion_enabled(server_args)
+        if self.speculative:
+            cycle_ms = self.num_steps * DRAFT_STEP_MS + VERIFY_COMPUTE_MS + VERIFY_ALLREDUCE_MS * factor
+        else:
+            cycle_ms = STEP_COMPUTE_MS + STEP_ALLREDUCE_MS * factor
+        self.modelled_rate = self.accept_length / (cycle_ms / 1000.0)
+
+    def base_rate(self):
+        return self.exact_rate if self.exact_rate is not None else self.modelled_rate
+
+    def rate(self, running):
+        """Tokens/s of one request while ``running`` requests decode together."""
+        return self.base_rate() / (1.0 + self.slowdown * max(0, running - 1))
+
+    def ttft_s(self, prompt_tokens):
+        if self.fixed_ttft_ms is not None:
+            return self.fixed_ttft_ms / 1000.0
+        return (TTFT_BASE_MS + TTFT_PER_PROMPT_TOKEN_MS * prompt_tokens) / 1000.0
+
+    def chunk_sizes(self, total):
+        """Tokens per streamed chunk: the first token alone, then one verify cycle per chunk."""
+        if total <= 0:
+            return []
+        sizes = [1]
+        done, cycle = 1, 0
+        while done < total:
+            cycle += 1
+            size = int(math.floor(cycle * self.accept_length + 1e-9)) - int(
+                math.floor((cycle - 1) * self.accept_length + 1e-9))
+            size = max(1, min(size, total - done))
+            sizes.append(size)
+            done += size
+        return sizes
+
+
+# --------------------------------------------------------------------------- server state
+
+class StandinState(object):
+    def __init__(self, server_args, environ, version):
+        self.server_args = server_args
+        self.env = reported_env(environ)
+        self.version = version
+        self.speed = SpeedModel(server_args, environ)
+        self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
+        fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
+        self.fail_after_tokens = None if fail is None else int(fail)
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.running = 0
+
+    def ready(self):
+        return time.monotonic() - self.started >= self.startup_s
+
+    def enter(self):
+        with self.lock:
+            self.running += 1
+
+    def leave(self):
+        with self.lock:
+            self.running -= 1
+
+    def current_running(self):
+        with self.lock:
+            return self.running
+
+    def server_info(self):
+        info = dict(self.server_args)  # real SGLang flattens its args at the top level
+        info["server_args"] = dict(self.server_args)
+        info["env"] = dict(self.env)
+        info["version"] = self.version
+        info["simulated"] = True
+        state = {"simulated": True, "decode_tokens_per_s_batch1": round(self.speed.base_rate(), 3)}
+        if self.speed.speculative:
+            # The configured average, not a running tally: a tally would be skewed by the short
+            # last chunk of every request, and tests compare this figure with the bench's.
+            state["avg_spec_accept_length"] = round(self.speed.accept_length, 4)
+        info["internal_states"] = [state]
+        return info
+
+
+def count_prompt_tokens(prompt):
+    """Simulated tokenizer: whitespace words (token ids when given)."""
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(x, int) for x in prompt):
+            return len(prompt)
+        return sum(count_prompt_tokens(p) for p in prompt)
+    if isinstance(prompt, str):
+        return max(1, len(prompt.split()))
+    return 1
+
+
+def filler_text(start, count):
+    return "".join(FILLER_WORDS[(start + i) % len(FILLER_WORDS)] for i in range(count))
+
+
+class GenerationFailed(Exception):
+    pass
+
+
+def generate_chunks(state, prompt_tokens, max_new_tokens):
+    """Yield (tokens_so_far, chunk_tokens) on the pacing schedule; raises GenerationFailed."""
+    speed = state.speed
+    t_arrival = time.monotonic()
+    state.enter()
+    try:
+        deadline = t_arrival + speed.ttft_s(prompt_tokens)
+        done = 0
+        for index, size in enumerate(speed.chunk_sizes(max_new_tokens)):
+            if index > 0:
+                deadline += size / speed.rate(state.current_running())
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if state.fail_after_tokens is not None and done + size > state.fail_after_tokens:
+                raise GenerationFailed(
+                    "simulated failure after %d tokens (GPUOPS_STANDIN_FAIL_AFTER_TOKENS)" % done)
+            done += size
+            yield done, size
+    finally:
+        state.leave()
+
+
+# --------------------------------------------------------------------------- HTTP
+
+class StandinHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "sglang-standin"
+
+    def log_message(self, fmt, *args):  # keep the log readable: one line per request, no noise
+        pass
+
+    @property
+    def state(self):
+        return self.server.standin_state
+
+    # ---- helpers
+    def _send_json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status, message):
+        self._send_json(status, {"error": {"message": message, "code": status}, "object": "error"})
+
+    def _read_json(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            raise ValueError("request body is not JSON")
+        if not isinstance(body, dict):
+            raise ValueError("request body must be a JSON object")
+        return body
+
+    def _start_stream(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, payload):
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.wfile.write(("data: %s\n\n" % data).encode())
+        self.wfile.flush()
+
+    # ---- routes
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/health_generate"):
+            if self.state.ready():
+                self._send_json(200, {})
+            else:
+                self._error(503, "server is starting")
+        elif path == "/get_model_info":
+            self._send_json(200, {
+                "model_path": self.state.server_args.get("model_path"),
+                "tokenizer_path": self.state.server_args.get("tokenizer_path")
+                or self.state.server_args.get("model_path"),
+                "is_generation": True,
+                "simulated": True,
+            })
+        elif path == "/get_server_info":
+            self._send_json(200, self.state.server_info())
+        elif path == "/v1/models":
+            model = self.state.server_args.get("served_model_name") or self.state.server_args.get("model_path")
+            self._send_json(200, {"object": "list", "data": [
+                {"id": model, "object": "model", "owned_by": "sglang", "root": model}]})
+        else:
+            self._error(404, "no route %s" % path)
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        try:
+            body = self._read_json()
+        except ValueError as exc:
+            self._error(400, str(exc))
+            return
+        if not self.state.ready():
+            self._error(503, "server is starting")
+            return
+        try:
+            if path == "/generate":
+                self._native_generate(body)
+            elif path == "/v1/completions":
+                self._openai(body, chat=False)
+            elif path == "/v1/chat/completions":
+                self._openai(body, chat=True)
+            else:
+                self._error(404, "no route %s" % path)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away (Ctrl-C on the bench side): nothing to tell it
+
+    def _native_generate(self, body):
+        prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
+        sampling = body.get("sampling_params") or {}
+        try:
+            max_new = int(sampling.get("max_new_tokens", 128))
+        except (TypeError, ValueError):
+            self._error(400, "sampling_params.max_new_tokens must be an integer")
+            return
+        if max_new < 0:
+            self._error(400, "sampling_params.max_new_tokens must be >= 0")
+            return
+        prompt_tokens = count_prompt_tokens(prompt)
+        rid = body.get("rid") or uuid.uuid4().hex
+        stream = bool(body.get("stream"))
+
+        def meta(done, finished, chunks):
+            info = {"id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": done,
+                    "cached_tokens": 0, "finish_reason": None}
+            if finished:
+                info["finish_reason"] = {"type": "length", "length": done}
+            if self.state.speed.speculative:
+                info["spec_verify_ct"] = max(0, chunks - 1)  # verify cycles of this request
+            return info
+
+        if not stream:
+            done = chunks = 0
+            try:
+                for done, _ in generate_chunks(self.state, prompt_tokens, max_new):
+                    chunks += 1
+            except GenerationFailed as exc:
+                self._error(500, str(exc))
+                return
+            self._send_json(200, {"text": filler_text(0, done), "meta_info": meta(done, True, chunks)})
+            return
+        self._start_stream()
+        chunks = 0
+        try:
+            for done, _ in generate_chunks(self.state, prompt_tokens, max_new):
+                chunks += 1
+                self._event({"text": filler_text(0, done),
+                             "meta_info": meta(done, done >= max_new, chunks)})
+        except GenerationFailed as exc:
+            self._event({"error": {"message": str(exc)}})
+        self._event("[DONE]")
+
+    def _openai(self, body, chat):
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                self._error(400, "messages must be a non-empty list")
+                return
+            prompt_tokens = sum(count_prompt_tokens(m.get("content", "")) for m in messages
+                                if isinstance(m, dict)) + 4 * len(messages)
+        else:
+            prompt_tokens = count_prompt_tokens(body.get("prompt", ""))
+        limit = body.get("max_completion_tokens") if chat else None
+        if limit is None:
+            limit = body.get("max_tokens", 16 if not chat else 128)
+        try:
+            max_new = int(limit)
+        except (TypeError, ValueError):
+            self._error(400, "max_tokens must be an integer")
+            return
+        model = body.get("model") or self.state.server_args.get("model_path")
+        cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+
+        def usage(done):
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": done,
+                    "total_tokens": prompt_tokens + done}
+
+        def choice(text, finish, streaming):
+            if chat:
+                key = "delta" if streaming else "message"
+                return {"index": 0, key: {"role": "assistant", "content": text}, "finish_reason": finish}
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+        if not body.get("stream"):
+            done = 0
+            try:
+                for done, _ in generate_chunks(self.state, prompt_tokens, max_new):
+                    pass
+            except GenerationFailed as exc:
+                self._error(500, str(exc))
+                return
+            self._send_json(200, {"id": cid, "object": kind, "created": created, "model": model,
+                                  "choices": [choice(filler_text(0, done), "length", False)],
+                                  "usage": usage(done)})
+            return
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self._start_stream()
+        done = 0
+        try:
+            for done, size in generate_chunks(self.state, prompt_tokens, max_new):
+                finish = "length" if done >= max_new else None
+                chunk = {"id": cid, "object": kind + ".chunk" if chat else kind, "created": created,
+                         "model": model, "choices": [choice(filler_text(done - size, size), finish, True)]}
+                if finish:
+                    chunk["usage"] = usage(done)  # the last content chunk always carries usage
+                self._event(chunk)
+        except GenerationFailed as exc:
+            self._event({"object": "error", "message": str(exc), "type": "InternalServerError",
+                         "code": 500, "error": {"message": str(exc), "code": 500}})
+            self._event("[DONE]")
+            return
+        if include_usage:
+            self._event({"id": cid, "object": kind + ".chunk" if chat else kind, "created": created,
+                         "model": model, "choices": [], "usage": usage(done)})
+        self._event("[DONE]")
+
+
+class StandinHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+# --------------------------------------------------------------------------- main
+
+def installed_sglang_version():
+    override = os.environ.get("GPUOPS_STANDIN_VERSION")
+    if override:
+        return override
+    try:  # the lab puts the real release on PYTHONPATH; read its metadata without importing it
+        from importlib import metadata
+        return metadata.version("sglang")
+    except Exception:
+        return STANDIN_VERSION
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    server_args = build_server_args(argv)
+    environ = dict(os.environ)
+    rules = parse_crash_rules(environ.get("GPUOPS_STANDIN_CRASH_IF"))
+    version = installed_sglang_version()
+    state = StandinState(server_args, environ, version)
+    log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(server_args.items())))
+    log("sglang stand-in %s (simulated figures, no GPU work); env: %s" % (
+        version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
+    bad = matching_crash_rule(rules, server_args, environ)
+    if bad is not None:
+        time.sleep(state.startup_s)
+        log(crash_message(*bad))
+        log("Received sigquit from a child process. It usually means the child failed.")
+        return 1
+    host = str(server_args.get("host") or "127.0.0.1")
+    port = int(server_args.get("port") or 30000)
+    try:
+        httpd = StandinHTTPServer((host, port), StandinHandler)
+    except OSError as exc:
+        log("ERROR: cannot listen on %s:%d: %s" % (host, port, exc))
+        return 1
+    httpd.standin_state = state
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    serving = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1})
+    serving.daemon = True
+    serving.start()
+    log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
+    log("simulated decode rate %.1f tok/s per request at batch 1 (%s)%s" % (
+        state.speed.base_rate(), "exact" if state.speed.exact_rate is not None else "speed model",
+        "; speculative accept length %.2f" % state.speed.accept_length if state.speed.speculative else ""))
+    if state.startup_s:
+        while not stop.wait(0.05) and not state.ready():
+            pass
+    if not stop.is_set():
+        log("The server is fired up and ready to roll!")
+    while not stop.wait(0.5):
+        pass
+    log("Received SIGTERM; shutting down")
+    httpd.shutdown()
+    httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The stand-in SGLang server: API shapes, pacing, controls, start-up crash and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuops.bench.standin_process import STANDIN_PATH, start_standin
+
+sys.path.insert(0, str(STANDIN_PATH.parent))
+import standin_server as standin  # noqa: E402  (the file is a script; import it for its pure parts)
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def post(url: str, body: dict) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def sse_events(raw: bytes) -> list:
+    events = []
+    for block in raw.decode().split("\n\n"):
+        if block.startswith("data: "):
+            data = block[len("data: "):]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+# ---------------------------------------------------------------- pure parts
+
+def test_flags_use_sglang_field_names_and_keep_unknown_flags():
+    fields = standin.parse_flags([
+        "-m", "sglang.launch_server", "--model-path", "/m", "--tp", "8",
+        "--enable-flashinfer-allreduce-fusion", "--cuda-graph-bs", "1", "2", "4",
+        "--mem-fraction-static=0.85", "--speculative-algorithm", "EAGLE3",
+    ])
+    assert fields == {
+        "model_path": "/m", "tp_size": 8, "enable_flashinfer_allreduce_fusion": True,
+        "cuda_graph_bs": [1, 2, 4], "mem_fraction_static": 0.85, "speculative_algorithm": "EAGLE3",
+    }
+
+
+def test_missing_model_path_is_refused_like_sglang():
+    with pytest.raises(SystemExit, match="--model-path"):
+        standin.build_server_args(["--tp", "8"])
+
+
+def test_speed_model_matches_the_field_report_story():
+    base = standin.SpeedModel(standin.build_server_args(["--model-path", "m", "--tp", "8"]), {})
+    assert base.base_rate() == pytest.approx(82.0, abs=0.1)
+    spec_flags = ["--model-path", "m", "--tp", "8", "--speculative-algorithm", "EAGLE3",
+                  "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4"]
+    spec = standin.SpeedModel(standin.build_server_args(spec_flags), {})
+    fused = standin.SpeedModel(
+        standin.build_server_args(spec_flags + ["--enable-flashinfer-allreduce-fusion"]), {})
+    assert spec.accept_length == pytest.approx(2.176)
+    assert spec.base_rate() < base.base_rate()  # EAGLE-3 loses to plain decode before the fix
+    assert fused.base_rate() > 1.3 * spec.base_rate()  # fusion: a visible, plausible gain
+    backend = standin.SpeedModel(standin.build_server_args(
+        spec_flags + ["--flashinfer-allreduce-fusion-backend", "trtllm"]), {})
+    assert backend.base_rate() == pytest.approx(fused.base_rate())
+    auto = standin.SpeedModel(standin.build_server_args(
+        spec_flags + ["--flashinfer-allreduce-fusion-backend", "auto"]), {})
+    assert auto.base_rate() == pytest.approx(spec.base_rate())
+    tp1 = standin.SpeedModel(standin.build_server_args(["--model-path", "m"]), {})
+    assert tp1.base_rate() == pytest.approx(1000 / standin.STEP_COMPUTE_MS)
+
+
+def test_exact_rate_and_concurrency_slowdown():
+    model = standin.SpeedModel({"tp_size": 8}, {"GPUOPS_STANDIN_TOKENS_PER_S": "500"})
+    assert model.rate(1) == 500
+    assert model.rate(11) == pytest.approx(500 / 1.15)
+    flat = standin.SpeedModel({}, {"GPUOPS_STANDIN_TOKENS_PER_S": "500",
+                                   "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN": "0"})
+    assert flat.rate(64) == 500
+
+
+def test_chunk_sizes_group_tokens_by_verify_cycle():
+    spec = standin.SpeedModel({"speculative_algorithm": "EAGLE3"}, {"GPUOPS_STANDIN_ACCEPT_LENGTH": "2.5"})
+    sizes = spec.chunk_sizes(11)
+    assert sizes[0] == 1 and sum(sizes) == 11 and set(sizes[1:]) <= {2, 3}
+    plain = standin.SpeedModel({}, {})
+    assert plain.chunk_sizes(5) == [1, 1, 1, 1, 1]
+    assert plain.chunk_sizes(0) == []
+
+
+def test_crash_rules_match_env_or_flags():
+    rules = standin.parse_crash_rules("NCCL_ALGO=Tree, enable_flashinfer_allreduce_fusion=true")
+    args = {"enable_flashinfer_allreduce_fusion": False, "tp_size": 8}
+    assert standin.matching_crash_rule(rules, args, {"NCCL_ALGO": "Ring"}) is None
+    assert standin.matching_crash_rule(rules, args, {"NCCL_ALGO": "Tree"}) == ("NCCL_ALGO", "Tree")
+    args["enable_flashinfer_allreduce_fusion"] = True
+    assert standin.matching_crash_rule(rules, args, {}) == ("enable_flashinfer_allreduce_fusion", "true")
+    assert standin.matching_crash_rule(standin.parse_crash_rules("--tp=8"), args, {}) == ("--tp", "8")
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        standin.parse_crash_rules("NCCL_ALGO")
+
+
+# ---------------------------------------------------------------- the running server
+
+@pytest.fixture()
+def spec_server(tmp_path: Path):
+    flags = ["--model-path", "/models/Kimi-K2.5", "--tp", "8", "--speculative-algorithm", "EAGLE3",
+             "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4", "--trust-remote-code"]
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "400", "GPUOPS_STANDIN_TTFT_MS": "20",
+           "NCCL_P2P_LEVEL": "SYS", "SGLANG_ENABLE_X": "1", "HOME_SECRET": "x"}
+    with start_standin(tmp_path, flags, env) as server:
+        yield server
+
+
+def test_info_endpoints(spec_server):
+    info = get_json(spec_server.url + "/get_server_info")
+    assert info["simulated"] is True
+    assert info["server_args"]["tp_size"] == 8 and info["tp_size"] == 8
+    assert info["server_args"]["speculative_algorithm"] == "EAGLE3"
+    assert info["server_args"]["trust_remote_code"] is True
+    assert info["env"]["NCCL_P2P_LEVEL"] == "SYS" and info["env"]["SGLANG_ENABLE_X"] == "1"
+    assert "HOME_SECRET" not in info["env"]
+    assert info["internal_states"][0]["avg_spec_accept_length"] == pytest.approx(2.176)
+    assert info["version"]
+    model = get_json(spec_server.url + "/get_model_info")
+    assert model == {"model_path": "/models/Kimi-K2.5", "tokenizer_path": "/models/Kimi-K2.5",
+                     "is_generation": True, "simulated": True}
+    assert get_json(spec_server.url + "/v1/models")["data"][0]["id"] == "/models/Kimi-K2.5"
+    assert get_json(spec_server.url + "/health") == {}
+    assert get_json(spec_server.url + "/health_generate") == {}
+
+
+def test_native_generate_streaming_carries_cumulative_counts(spec_server):
+    status, raw = post(spec_server.url + "/generate",
+                       {"text": "one two three", "sampling_params": {"max_new_tokens": 9}, "stream": True})
+    assert status == 200
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts[0] == 1 and counts[-1] == 9 and counts == sorted(counts)
+    assert max(b - a for a, b in zip(counts, counts[1:])) >= 2  # speculative: several tokens a chunk
+    assert all(c["meta_info"]["prompt_tokens"] == 3 for c in chunks)
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 9}
+    assert chunks[0]["meta_info"]["finish_reason"] is None
+    assert chunks[-1]["text"].startswith(chunks[-2]["text"])  # cumulative text
+
+
+def test_native_generate_non_streaming(spec_server):
+    status, raw = post(spec_server.url + "/generate",
+                       {"input_ids": [1, 2, 3, 4, 5], "sampling_params": {"max_new_tokens": 6}})
+    body = json.loads(raw)
+    assert status == 200
+    assert body["meta_info"]["completion_tokens"] == 6 and body["meta_info"]["prompt_tokens"] == 5
+    assert body["text"]
+
+
+def test_openai_completions_and_chat(spec_server):
+    status, raw = post(spec_server.url + "/v1/completions", {"prompt": "a b", "max_tokens": 7})
+    body = json.loads(raw)
+    assert status == 200 and body["usage"] == {"prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9}
+    assert body["choices"][0]["finish_reason"] == "length"
+    status, raw = post(spec_server.url + "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True,
+                        "stream_options": {"include_usage": True}})
+    events = sse_events(raw)
+    assert status == 200 and events[-1] == "[DONE]"
+    usage_chunk = events[-2]
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 8
+    text = "".join(e["choices"][0]["delta"]["content"] for e in events[:-2])
+    assert len(text.split()) >= 7
+    status, raw = post(spec_server.url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "stream": True})
+    events = sse_events(raw)
+    assert events[-2]["usage"]["completion_tokens"] == 3  # usage at the end even unasked
+
+
+def test_bad_requests_get_clear_errors(spec_server):
+    status, raw = post(spec_server.url + "/v1/chat/completions", {"messages": []})
+    assert status == 400 and b"messages" in raw
+    status, raw = post(spec_server.url + "/generate", {"sampling_params": {"max_new_tokens": "lots"}})
+    assert status == 400
+    status, _ = post(spec_server.url + "/nope", {})
+    assert status == 404
+
+
+def test_fail_after_tokens_errors_mid_stream(tmp_path):
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "1000", "GPUOPS_STANDIN_TTFT_MS": "1",
+           "GPUOPS_STANDIN_FAIL_AFTER_TOKENS": "3"}
+    with start_standin(tmp_path, env=env) as server:
+        _, raw = post(server.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 10},
+                                                 "stream": True})
+        events = sse_events(raw)
+        assert [e["meta_info"]["completion_tokens"] for e in events[:3]] == [1, 2, 3]
+        assert "after 3 tokens" in events[3]["error"]["message"]
+        status, raw = post(server.url + "/v1/completions", {"prompt": "x", "max_tokens": 10})
+        assert status == 500 and b"simulated failure" in raw
+
+
+def test_startup_delay_then_healthy(tmp_path):
+    server = start_standin(tmp_path, env={"GPUOPS_STANDIN_STARTUP_S": "0.6"}, wait_healthy=False)
+    try:
+        deadline = time.monotonic() + 10
+        codes = []
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(server.url + "/health", timeout=1) as reply:
+                    codes.append(reply.status)
+                    break
+            except urllib.error.HTTPError as exc:
+                codes.append(exc.code)
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        assert 503 in codes and codes[-1] == 200
+        assert "fired up and ready to roll" in server.log()
+    finally:
+        server.stop()
+
+
+def test_crash_if_logs_a_realistic_error_and_exits_1(tmp_path):
+    server = start_standin(tmp_path, env={"GPUOPS_STANDIN_CRASH_IF": "NCCL_ALGO=Tree", "NCCL_ALGO": "Tree"},
+                           wait_healthy=False)
+    assert server.process.wait(20) == 1
+    log = server.log()
+    assert "Capture cuda graph failed" in log and "NCCL_ALGO=Tree" in log
+
+
+def test_sigterm_exits_cleanly(tmp_path):
+    server = start_standin(tmp_path)
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(10) == 0
+    assert "shutting down" in server.log()
+
+
+@pytest.mark.skipif(shutil.which("python3.8") is None and not Path("/root/.pyenv/versions/3.8.18").exists(),
+                    reason="no python3.8 here to check the stdlib-only, py3.8 promise")
+def test_runs_under_python38(tmp_path):
+    py38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
+    if not Path(py38).exists():
+        py38 = shutil.which("python3.8") or py38
+    done = subprocess.run([py38, "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())",
+                           str(STANDIN_PATH)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    with start_standin(tmp_path, python=py38, env={"GPUOPS_STANDIN_TOKENS_PER_S": "2000",
+                                                   "GPUOPS_STANDIN_TTFT_MS": "1"}) as server:
+        status, raw = post(server.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}})
+        assert status == 200 and json.loads(raw)["meta_info"]["completion_tokens"] == 4
