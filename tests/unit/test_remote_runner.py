@@ -1,0 +1,43 @@
+"""Helpers shipped on stdin: payloads arrive as data, never as shell text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuops import remote
+from gpuops.inventory import Host
+from gpuops.transport.local import LocalConnection
+
+ECHO_HELPER = "import json, sys\nprint(json.dumps(json.loads(GPUOPS_PAYLOAD)))\n"
+
+
+def _local() -> LocalConnection:
+    return LocalConnection(Host(name="localhost", address=None, port=None, user=None, key_file=None,
+                                connection="local", groups=(), vars={}))
+
+
+def test_hostile_payload_is_inert(tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    payload = {"a": f"$(touch {target})", "b": f"`touch {target}`", "c": "'; touch " + str(target) + "; '"}
+    result = _local().run(remote.python_command(), remote.python_stdin(ECHO_HELPER, payload, is_source=True))
+    assert result.exit_status == 0, result.stderr
+    assert json.loads(result.stdout) == payload
+    assert not target.exists()
+
+
+def test_named_python_is_quoted(tmp_path: Path) -> None:
+    result = _local().run(remote.python_command("python3; touch /nonexistent-dir/x"), b"")
+    assert result.exit_status != 0  # no such interpreter, and nothing after ';' ran as a command
+
+
+def test_payload_separator_inside_payload_is_harmless() -> None:
+    payload = {"text": remote.PAYLOAD_SEPARATOR.decode()}
+    result = _local().run(remote.python_command(), remote.python_stdin(ECHO_HELPER, payload, is_source=True))
+    assert json.loads(result.stdout) == payload
+
+
+def test_become_command_keeps_the_password_off_the_command_line() -> None:
+    cmd = remote.become_command("echo $(id -u)")
+    assert cmd.startswith("sudo -S -p ''")
+    assert "'echo $(id -u)'" in cmd
