@@ -1,0 +1,99 @@
+"""``-e/--extra-vars``, read the way ansible-playbook reads them.
+
+Each value is one of:
+  ``key=value key2='two words'``   Ansible's k=v form; values stay strings (as in Ansible)
+  ``{"key": 1}`` / ``[...]``       inline YAML or JSON (typed values); must be a mapping
+  ``@vars.yml``                    a YAML or JSON file holding a mapping
+Later values override earlier ones, key by key (top level only, like Ansible's default).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from gpuops.errors import GpuopsError
+
+
+class ExtraVarsError(GpuopsError):
+    """An -e value that cannot be read: names the value or the file."""
+
+
+def parse_extra_vars(values: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for value in values:
+        merged.update(parse_one(value))
+    return merged
+
+
+def parse_one(value: str) -> dict[str, Any]:
+    text = value.strip()
+    if not text:
+        return {}
+    if text.startswith("@"):
+        return _from_file(text[1:])
+    if text[0] in "{[":
+        return _mapping(_yaml(text, f"-e {_short(value)}"), f"-e {_short(value)}")
+    return _key_values(text, value)
+
+
+def _from_file(path: str) -> dict[str, Any]:
+    if not path:
+        raise ExtraVarsError("-e @: a file name must follow '@'")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise ExtraVarsError(f"-e @{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ExtraVarsError(f"-e @{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ExtraVarsError(f"-e @{path}: cannot read: {exc.strerror}") from None
+    data = _yaml(text, path)
+    if data is None:
+        return {}
+    return _mapping(data, path)
+
+
+def _yaml(text: str, where: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        position = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ExtraVarsError(f"{where}{position}: malformed YAML/JSON: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ExtraVarsError(f"{where}: malformed YAML/JSON: {' '.join(str(exc).split())}") from None
+
+
+def _mapping(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ExtraVarsError(f"{where}: extra vars must be a mapping of names to values, not a {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            raise ExtraVarsError(f"{where}: variable name {key!r} is not a string")
+    return dict(data)
+
+
+def _key_values(text: str, original: str) -> dict[str, Any]:
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ExtraVarsError(f"-e {_short(original)}: {exc}") from None
+    out: dict[str, Any] = {}
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise ExtraVarsError(
+                f"-e {_short(original)}: expected key=value, a YAML/JSON mapping or @file, got {token!r}"
+            )
+        if not key.isidentifier():
+            raise ExtraVarsError(f"-e {_short(original)}: {key!r} is not a valid variable name")
+        out[key] = value
+    return out
+
+
+def _short(value: str) -> str:
+    return repr(value if len(value) <= 60 else value[:57] + "...")

@@ -1,0 +1,74 @@
+"""``group_vars/`` and ``host_vars/`` beside the inventory, read the way Ansible reads them.
+
+For a name N the candidates are ``N``, ``N.yml``, ``N.yaml``, ``N.json`` and a directory ``N/``
+whose files (recursively, sorted, hidden ones skipped) are merged in order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpuops.errors import InventoryError
+from gpuops.inventory.yamlfile import load_yaml_file, plain
+
+VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
+
+
+class VarsDirectory:
+    """The group_vars/ (or host_vars/) directories of an inventory, read lazily, once per name."""
+
+    def __init__(self, directories: list[str]) -> None:
+        self._directories = [d for d in directories if os.path.isdir(d)]
+        self._cache: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, name: str) -> dict[str, Any]:
+        if name not in self._cache:
+            merged: dict[str, Any] = {}
+            for directory in self._directories:
+                for path in _files_for(directory, name):
+                    merged.update(load_vars_file(path))
+            self._cache[name] = merged
+        return self._cache[name]
+
+
+def _files_for(directory: str, name: str) -> list[str]:
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        return []  # a name that cannot be a file there (also keeps lookups inside the directory)
+    found: list[str] = []
+    for extension in VARS_EXTENSIONS:
+        candidate = os.path.join(directory, name + extension)
+        if os.path.isfile(candidate):
+            found.append(candidate)
+        elif extension == "" and os.path.isdir(candidate):
+            found.extend(_files_under(candidate))
+    return found
+
+
+def _files_under(directory: str) -> list[str]:
+    found: list[str] = []
+    for entry in sorted(os.listdir(directory)):
+        if entry.startswith("."):
+            continue
+        path = os.path.join(directory, entry)
+        if os.path.isdir(path):
+            found.extend(_files_under(path))
+        elif os.path.splitext(entry)[1] in VARS_EXTENSIONS:
+            found.append(path)
+    return found
+
+
+def load_vars_file(path: str) -> dict[str, Any]:
+    data = load_yaml_file(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InventoryError(f"{path}: variables file must be a mapping of names to values, not {_kind(data)}")
+    for key in data:
+        if not isinstance(key, str):
+            raise InventoryError(f"{path}: variable name {key!r} is not a string")
+    return plain(data)
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string"}.get(type(value), type(value).__name__)
