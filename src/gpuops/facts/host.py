@@ -1,0 +1,111 @@
+"""All facts of one host: the probes to gather (built from the Host) and the typed result.
+
+    probes = probes_for(host)                     # + any other probes of the same exec (gate scan)
+    values = gather(conn, probes, preamble=preamble(host))
+    facts = host_facts(values)                    # pure
+    facts_json(facts)                             # the documented schema (docs/inspect-json.md)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuops.facts.gpu import GpuQuery, SmiBanner, banner_probe, query_probe
+from gpuops.facts.python_select import preamble
+from gpuops.facts.server import ServerFacts, server_probe
+from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
+from gpuops.facts.topology import Interconnect, P2PMatrix, TopologyMatrix, p2p_probe, summarize, topo_probe
+from gpuops.gather import Probe, ProbeFailure
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+
+__all__ = ["HostFacts", "host_facts", "preamble", "probes_for"]
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    gpu: GpuQuery
+    banner: SmiBanner
+    interconnect: Interconnect
+    system: HostSystem
+    packages: PythonPackages
+    server: ServerFacts
+    warnings: tuple[str, ...]
+
+    @property
+    def compute_capability(self) -> str | None:
+        """The compute capability gates are judged against: the lowest of the host's GPUs."""
+        caps = [g.compute_capability for g in self.gpu.gpus if g.compute_capability]
+        return min(caps, key=lambda c: tuple(int(p) for p in c.split("."))) if caps else None
+
+    @property
+    def torch_cuda(self) -> str | None:
+        torch = self.packages.packages.get("torch") if self.packages.known else None
+        return torch.cuda if torch else None
+
+
+def probes_for(host: Host) -> list[Probe[Any]]:
+    """Every fact probe for this host; run them after ``preamble(host)`` in the same exec."""
+    state_dir = (host.vars or {}).get("gpuops_state_dir")
+    return [
+        query_probe(),
+        banner_probe(),
+        topo_probe(),
+        p2p_probe(),
+        host_system_probe(),
+        python_packages_probe(),
+        server_probe(str(state_dir) if state_dir else None),
+    ]
+
+
+def _value(values: Mapping[str, Any], name: str, expected: type, unknown: Any) -> Any:
+    value = values.get(name)
+    if isinstance(value, expected):
+        return value
+    reason = value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
+    return unknown(reason)
+
+
+def host_facts(values: Mapping[str, Any]) -> HostFacts:
+    """The typed facts from the parsed probe values (a failed probe becomes an unknown with reason)."""
+    gpu = _value(values, "gpu.query", GpuQuery, lambda r: GpuQuery(known=False, reason=r))
+    banner = _value(values, "gpu.banner", SmiBanner, lambda r: SmiBanner(known=False, reason=r))
+    topo = _value(values, "gpu.topo", TopologyMatrix, lambda r: TopologyMatrix(known=False, reason=r))
+    p2p = _value(values, "gpu.p2p", P2PMatrix, lambda r: P2PMatrix(known=False, reason=r))
+    system = _value(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
+    packages = _value(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
+    server = _value(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
+    interconnect = summarize(topo, p2p)
+    return HostFacts(
+        gpu=gpu,
+        banner=banner,
+        interconnect=interconnect,
+        system=system,
+        packages=packages,
+        server=server,
+        warnings=tuple(_warnings(gpu, interconnect, packages, server)),
+    )
+
+
+def _warnings(gpu: GpuQuery, interconnect: Interconnect, packages: PythonPackages, server: ServerFacts) -> list[str]:
+    warnings = list(interconnect.warnings)
+    names = sorted({g.name for g in gpu.gpus})
+    if len(names) > 1:
+        warnings.append(f"mixed GPU models on one host ({', '.join(names)}): tensor parallelism runs at the slowest GPU's pace")
+    sms = sorted({g.sm for g in gpu.gpus if g.sm})
+    if len(sms) > 1:
+        warnings.append(f"mixed compute capabilities ({', '.join(sms)}): gates are judged for the lowest")
+    settings = server.settings
+    if settings and gpu.known and settings.tp_size > len(gpu.gpus):
+        warnings.append(f"the server asks for --tp {settings.tp_size} but the host has {len(gpu.gpus)} GPUs")
+    if settings and interconnect.p2p_all_pairs is False and settings.tp_size > 1 and not settings.disable_custom_all_reduce:
+        warnings.append(
+            f"the server runs TP {settings.tp_size} without --disable-custom-all-reduce on a host where "
+            "not every GPU pair can do peer-to-peer: SGLang's custom all-reduce will be disabled or fail"
+        )
+    if server.running and server.healthy is False:
+        warnings.append(f"the SGLang server (pid {server.pid}) does not answer {server.health_url} with 200")
+    return warnings

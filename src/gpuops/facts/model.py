@@ -1,0 +1,71 @@
+"""The served model, from its Hugging Face ``config.json`` (pure).
+
+Gates are often keyed on ``architectures[0]`` (SGLang auto-enables the allreduce fusion only for
+some MoE architectures) and benchmarks size their all-reduce messages from ``hidden_size``.
+Multimodal configs (Kimi-K2.5, Qwen-VL...) keep the language model's sizes in a sub-config.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+_TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    known: bool
+    path: str
+    reason: str | None = None
+    config_path: str | None = None
+    architecture: str | None = None  # architectures[0]
+    architectures: tuple[str, ...] = ()
+    model_type: str | None = None
+    hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    num_attention_heads: int | None = None
+    num_experts: int | None = None
+    torch_dtype: str | None = None
+
+
+def _find(config: dict[str, Any], key: str) -> Any:
+    if key in config:
+        return config[key]
+    for sub in _TEXT_CONFIG_KEYS:
+        inner = config.get(sub)
+        if isinstance(inner, dict) and key in inner:
+            return inner[key]
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def model_from_config(path: str, config_path: str | None, config: bytes | None, error: str | None = None) -> ModelFacts:
+    if config is None:
+        return ModelFacts(known=False, path=path, reason=error or "the model's config.json was not read")
+    try:
+        data = json.loads(config.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return ModelFacts(known=False, path=path, config_path=config_path, reason=f"config.json is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return ModelFacts(known=False, path=path, config_path=config_path, reason="config.json is not a JSON object")
+    architectures = tuple(a for a in (data.get("architectures") or []) if isinstance(a, str))
+    experts = _find(data, "n_routed_experts") or _find(data, "num_experts") or _find(data, "num_local_experts")
+    dtype = _find(data, "torch_dtype") or _find(data, "dtype")
+    return ModelFacts(
+        known=True,
+        path=path,
+        config_path=config_path,
+        architecture=architectures[0] if architectures else None,
+        architectures=architectures,
+        model_type=data.get("model_type") if isinstance(data.get("model_type"), str) else None,
+        hidden_size=_int(_find(data, "hidden_size")),
+        num_hidden_layers=_int(_find(data, "num_hidden_layers")),
+        num_attention_heads=_int(_find(data, "num_attention_heads")),
+        num_experts=_int(experts),
+        torch_dtype=dtype if isinstance(dtype, str) else None,
+    )

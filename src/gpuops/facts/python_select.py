@@ -1,0 +1,173 @@
+"""The gather preamble: find the host's SGLang server (by port) and choose the python to probe with.
+
+Every probe that needs python (the package probe, the gate scanner) must see the packages the
+*running server* sees, so the interpreter is chosen in this order, in sh, on the host:
+
+1. the running server's interpreter: its argv[0] when that is an absolute path (a venv's
+   ``bin/python`` keeps the venv; ``/proc/PID/exe`` would resolve to the base interpreter and
+   lose it), else ``/proc/PID/exe``; the server's ``PYTHONPATH`` is exported along with it;
+2. the host var ``sglang_python`` (may be a wrapper script: used only if it behaves as python 3.8+);
+3. the host var ``gpuops_python``, then ``python3``, then ``python`` on PATH.
+
+It exports ``GPUOPS_PY`` (empty when there is none), ``GPUOPS_PY_REASON``, ``GPUOPS_SERVER_PID``
+(empty when no server listens on the wanted port), ``GPUOPS_SERVER_PORT`` (the wanted port) and
+``GPUOPS_SERVER_OTHERS`` ("pid:port ..." of SGLang servers on other ports).
+
+Several servers may share one /proc (two servers on one box; in the lab, many simulated hosts on
+one machine), so a server is matched by its ``--port`` against the host var ``sglang_port``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+
+DEFAULT_SGLANG_PORT = 30000
+
+# sh functions shared by the preamble and the server probe. Names are prefixed so they cannot
+# collide with anything another probe defines.
+_FUNCTIONS = r"""
+gpuops_argv() { tr '\000' '\n' < "/proc/$1/cmdline" 2>/dev/null; }
+gpuops_flag() {  # gpuops_flag PID --name: the value of --name (or --name=value) in PID's argv
+  gpuops_argv "$1" | awk -v f="$2" 'n{print;exit} $0==f{n=1;next} index($0,f"=")==1{print substr($0,length(f)+2);exit}'
+}
+gpuops_is_server() {  # argv on stdin, one word a line: does it launch an SGLang server?
+  awk 'BEGIN{r=1} {if ((p=="-m" && $0=="sglang.launch_server") || (s && $0=="serve") || $0 ~ /sglang\/launch_server\.py$/) r=0; s=($0 ~ /(^|\/)sglang$/); p=$0} END{exit r}'
+}
+gpuops_py_ok() {  # does "$1" run as python >= 3.8?
+  [ -n "$1" ] || return 1
+  [ "$("$1" -c 'import sys; print("gpuops-py-ok" if sys.version_info >= (3, 8) else "too-old")' 2>/dev/null </dev/null)" = "gpuops-py-ok" ]
+}
+"""
+
+_FIND_SERVER = r"""
+GPUOPS_SERVER_PID=
+GPUOPS_SERVER_OTHERS=
+gpuops_matches=
+for gpuops_f in $(grep -lsa -e sglang /proc/[0-9]*/cmdline 2>/dev/null); do
+  gpuops_pid=${gpuops_f#/proc/}; gpuops_pid=${gpuops_pid%/cmdline}
+  [ "$gpuops_pid" = "$$" ] && continue
+  gpuops_argv "$gpuops_pid" | gpuops_is_server || continue
+  gpuops_port=$(gpuops_flag "$gpuops_pid" --port)
+  if [ "${gpuops_port:-30000}" = "$GPUOPS_SERVER_PORT" ]; then
+    gpuops_matches="$gpuops_matches $gpuops_pid"
+  else
+    GPUOPS_SERVER_OTHERS="$GPUOPS_SERVER_OTHERS $gpuops_pid:${gpuops_port:-30000}"
+  fi
+done
+# A wrapper script and the python it started, or forked workers, can all carry the same argv:
+# prefer python processes, and among those the one whose parent is not itself a match.
+gpuops_pys=
+for gpuops_pid in $gpuops_matches; do
+  case "$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)" in
+    */python*|*/pypy*) gpuops_pys="$gpuops_pys $gpuops_pid" ;;
+  esac
+done
+[ -n "$gpuops_pys" ] || gpuops_pys=$gpuops_matches
+for gpuops_pid in $gpuops_pys; do
+  gpuops_ppid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$gpuops_pid/status" 2>/dev/null)
+  case " $gpuops_pys " in *" $gpuops_ppid "*) continue ;; esac
+  GPUOPS_SERVER_PID=$gpuops_pid
+  break
+done
+if [ -z "$GPUOPS_SERVER_PID" ]; then
+  for gpuops_pid in $gpuops_pys; do GPUOPS_SERVER_PID=$gpuops_pid; break; done
+fi
+export GPUOPS_SERVER_PID GPUOPS_SERVER_PORT GPUOPS_SERVER_OTHERS
+"""
+
+_CHOOSE_PYTHON = r"""
+GPUOPS_PY=
+GPUOPS_PY_REASON=
+gpuops_why=
+if [ -n "$GPUOPS_SERVER_PID" ]; then
+  gpuops_a0=$(gpuops_argv "$GPUOPS_SERVER_PID" | head -n 1)
+  gpuops_exe=$(readlink "/proc/$GPUOPS_SERVER_PID/exe" 2>/dev/null)
+  case "$gpuops_a0" in
+    /*) if gpuops_py_ok "$gpuops_a0"; then GPUOPS_PY=$gpuops_a0; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, argv[0])"; fi ;;
+  esac
+  if [ -z "$GPUOPS_PY" ] && [ -n "$gpuops_exe" ] && gpuops_py_ok "$gpuops_exe"; then
+    GPUOPS_PY=$gpuops_exe; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, /proc/PID/exe)"
+  fi
+  if [ -n "$GPUOPS_PY" ]; then
+    gpuops_pp=$(tr '\000' '\n' < "/proc/$GPUOPS_SERVER_PID/environ" 2>/dev/null | sed -n 's/^PYTHONPATH=//p' | head -n 1)
+    if [ -n "$gpuops_pp" ]; then PYTHONPATH=$gpuops_pp; export PYTHONPATH; fi
+  else
+    gpuops_why="the server's interpreter (pid $GPUOPS_SERVER_PID) is not usable; "
+  fi
+fi
+if [ -z "$GPUOPS_PY" ] && [ -n "$gpuops_sglang_python" ]; then
+  if gpuops_py_ok "$gpuops_sglang_python"; then
+    GPUOPS_PY=$gpuops_sglang_python; GPUOPS_PY_REASON="${gpuops_why}host var sglang_python"
+  else
+    gpuops_why="${gpuops_why}sglang_python $gpuops_sglang_python is not a python >= 3.8; "
+  fi
+fi
+if [ -z "$GPUOPS_PY" ] && [ -n "$gpuops_helper_python" ]; then
+  if gpuops_py_ok "$gpuops_helper_python"; then
+    GPUOPS_PY=$gpuops_helper_python; GPUOPS_PY_REASON="${gpuops_why}host var gpuops_python"
+  else
+    gpuops_why="${gpuops_why}gpuops_python $gpuops_helper_python is not a python >= 3.8; "
+  fi
+fi
+if [ -z "$GPUOPS_PY" ]; then
+  for gpuops_c in python3 python; do
+    gpuops_p=$(command -v "$gpuops_c" 2>/dev/null) || continue
+    if gpuops_py_ok "$gpuops_p"; then GPUOPS_PY=$gpuops_p; GPUOPS_PY_REASON="${gpuops_why}$gpuops_c on PATH"; break; fi
+    gpuops_why="${gpuops_why}$gpuops_p is not a python >= 3.8; "
+  done
+fi
+[ -n "$GPUOPS_PY" ] || GPUOPS_PY_REASON="${gpuops_why}no python >= 3.8 found (server, sglang_python, python3, python)"
+export GPUOPS_PY GPUOPS_PY_REASON
+"""
+
+
+def sglang_port(vars: Mapping[str, Any]) -> int:
+    """The port the host's SGLang server listens on (host var ``sglang_port``, default 30000)."""
+    raw = vars.get("sglang_port", DEFAULT_SGLANG_PORT)
+    try:
+        port = int(str(raw).strip())
+    except ValueError:
+        port = -1
+    if isinstance(raw, bool) or not 0 < port < 65536:
+        raise GpuopsError(f"sglang_port must be a port number (1-65535), got {raw!r}")
+    return port
+
+
+def _optional_text(vars: Mapping[str, Any], name: str) -> str:
+    value = vars.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float)) or "\n" in str(value) or "\x00" in str(value):
+        raise GpuopsError(f"{name} must be a single path, got {value!r}")
+    return str(value)
+
+
+def preamble_for_vars(vars: Mapping[str, Any]) -> str:
+    """The preamble for a host's vars; every value is passed to sh quoted."""
+    port = sglang_port(vars)
+    return "\n".join(
+        [
+            "# gpuops: find the SGLang server and choose the python to probe with",
+            f"GPUOPS_SERVER_PORT={port}",
+            f"gpuops_sglang_python={shlex.quote(_optional_text(vars, 'sglang_python'))}",
+            f"gpuops_helper_python={shlex.quote(_optional_text(vars, 'gpuops_python'))}",
+            _FUNCTIONS.strip(),
+            _FIND_SERVER.strip(),
+            _CHOOSE_PYTHON.strip(),
+        ]
+    )
+
+
+def preamble(host: Host) -> str:
+    """sh text that sets and exports GPUOPS_PY, GPUOPS_PY_REASON and GPUOPS_SERVER_* for a host."""
+    try:
+        return preamble_for_vars(host.vars or {})
+    except GpuopsError as exc:
+        raise GpuopsError(f"{host.name}: {exc}") from None

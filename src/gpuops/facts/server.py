@@ -1,0 +1,270 @@
+"""The SGLang server as it runs: process, flags, environment in effect, health, manager, model.
+
+The preamble (``python_select``) has already found the server's pid by port. This probe reads
+what /proc says about it and ships it home as ``key=value`` lines; anything a process controls
+(argv, environment, cgroup, the model's config.json) travels base64-encoded, so no value can break
+the framing. The environment is filtered on the host to NCCL_/SGLANG_/CUDA_-style names, so other
+variables (tokens, passwords) never leave the host, and credential-looking names are redacted too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.facts.model import ModelFacts, model_from_config
+from gpuops.facts.server_args import REDACTED, ServerSettings, is_secret_name, settings_from_argv
+from gpuops.gather import Probe, ProbeOutput
+
+ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSHMEM_")
+HEALTH_TIMEOUT_S = 3
+CONFIG_LIMIT_BYTES = 1 << 20
+
+_ENV_GREP = "^(" + "|".join(p.rstrip("_") + "_" for p in ENV_PREFIXES) + ")"
+
+# Runs after the preamble: $GPUOPS_SERVER_PID (maybe empty), $GPUOPS_SERVER_PORT, $GPUOPS_PY.
+SERVER_SCRIPT = r"""
+gpuops_b64() { base64 2>/dev/null | tr -d '\n'; }
+echo "want_port=$GPUOPS_SERVER_PORT"
+echo "others=$GPUOPS_SERVER_OTHERS"
+gpuops_pid=$GPUOPS_SERVER_PID
+gpuops_host=127.0.0.1
+if [ -n "$gpuops_pid" ]; then
+  echo "pid=$gpuops_pid"
+  echo "ppid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$gpuops_pid/status" 2>/dev/null)"
+  echo "exe=$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)"
+  echo "argv_b64=$(cat "/proc/$gpuops_pid/cmdline" 2>/dev/null | gpuops_b64)"
+  echo "cgroup_b64=$(cat "/proc/$gpuops_pid/cgroup" 2>/dev/null | gpuops_b64)"
+  if gpuops_env=$(tr '\000' '\n' < "/proc/$gpuops_pid/environ" 2>/dev/null); then
+    echo "env_b64=$(printf '%s\n' "$gpuops_env" | grep -E '@ENV_GREP@' | gpuops_b64)"
+  else
+    echo "env_error=cannot read /proc/$gpuops_pid/environ (the server runs as another user; inspect as that user or root)"
+    gpuops_env=
+  fi
+  if [ -n "$gpuops_state_dir" ] && [ -r "$gpuops_state_dir/sglang.pid" ]; then
+    echo "pidfile_pid=$(tr -dc '0-9' < "$gpuops_state_dir/sglang.pid" 2>/dev/null)"
+  fi
+  gpuops_h=$(gpuops_flag "$gpuops_pid" --host)
+  case "$gpuops_h" in ""|0.0.0.0|::|"[::]") ;; *:*) gpuops_host="[$gpuops_h]" ;; *) gpuops_host=$gpuops_h ;; esac
+  # The model's config.json: a local dir, the same path inside the server's container, or the HF cache.
+  gpuops_mp=$(gpuops_flag "$gpuops_pid" --model-path)
+  [ -n "$gpuops_mp" ] || gpuops_mp=$(gpuops_flag "$gpuops_pid" --model)
+  if [ -n "$gpuops_mp" ]; then
+    gpuops_cfg=
+    for gpuops_c in "$gpuops_mp/config.json" "/proc/$gpuops_pid/root$gpuops_mp/config.json"; do
+      if [ -f "$gpuops_c" ] && [ -r "$gpuops_c" ]; then gpuops_cfg=$gpuops_c; break; fi
+    done
+    if [ -z "$gpuops_cfg" ]; then
+      case "$gpuops_mp" in
+        /*|.*) ;;
+        */*)
+          gpuops_hh=$(printf '%s\n' "$gpuops_env" | sed -n 's/^HF_HOME=//p' | head -n 1)
+          gpuops_hc=$(printf '%s\n' "$gpuops_env" | sed -n 's/^HF_HUB_CACHE=//p' | head -n 1)
+          gpuops_home=$(printf '%s\n' "$gpuops_env" | sed -n 's/^HOME=//p' | head -n 1)
+          [ -n "$gpuops_hc" ] || gpuops_hc="${gpuops_hh:-${gpuops_home:-$HOME}/.cache/huggingface}/hub"
+          gpuops_repo=$(printf '%s' "$gpuops_mp" | sed 's|/|--|g')
+          for gpuops_c in "$gpuops_hc/models--$gpuops_repo"/snapshots/*/config.json; do
+            if [ -r "$gpuops_c" ]; then gpuops_cfg=$gpuops_c; break; fi
+          done
+          ;;
+      esac
+    fi
+    if [ -n "$gpuops_cfg" ]; then
+      echo "config_path=$gpuops_cfg"
+      echo "config_b64=$(head -c @CONFIG_LIMIT@ "$gpuops_cfg" | gpuops_b64)"
+    else
+      echo "config_error=no readable config.json for the model path"
+    fi
+  fi
+fi
+gpuops_url="http://$gpuops_host:$GPUOPS_SERVER_PORT/health"
+echo "health_url=$gpuops_url"
+if [ -n "$GPUOPS_PY" ]; then
+  "$GPUOPS_PY" -c '
+import sys, urllib.request, urllib.error
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+try:
+    print("health=%d" % opener.open(sys.argv[1], timeout=float(sys.argv[2])).status)
+except urllib.error.HTTPError as e:
+    print("health=%d" % e.code)
+except Exception as e:
+    print("health_error=%s" % ((str(getattr(e, "reason", e)) or type(e).__name__).splitlines() or ["?"])[0])
+' "$gpuops_url" @HEALTH_TIMEOUT@
+elif command -v curl >/dev/null 2>&1; then
+  gpuops_code=$(curl -s -o /dev/null --noproxy '*' -m @HEALTH_TIMEOUT@ -w '%{http_code}' "$gpuops_url" 2>/dev/null)
+  case "$gpuops_code" in ""|000) echo "health_error=no answer" ;; *) echo "health=$gpuops_code" ;; esac
+else
+  echo "health_error=no python or curl on the host to ask /health with"
+fi
+"""
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    known: bool
+    reason: str | None = None
+    running: bool = False
+    pid: int | None = None
+    ppid: int | None = None
+    want_port: int | None = None
+    others: tuple[tuple[int, int], ...] = ()  # (pid, port) of SGLang servers on other ports
+    argv: tuple[str, ...] = ()  # redacted
+    settings: ServerSettings | None = None
+    env: dict[str, str] | None = None
+    env_reason: str | None = None
+    health_url: str | None = None
+    health_status: int | None = None
+    healthy: bool | None = None
+    health_error: str | None = None
+    manager: str | None = None  # "systemd" | "docker" | "process" | "gpuops-process"
+    unit: str | None = None  # systemd unit, or container id
+    python: str | None = None  # the server's interpreter
+    model: ModelFacts | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _lines(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and key not in values:
+            values[key] = value
+    return values
+
+
+def _b64(value: str | None) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        return base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def parse_env(raw: bytes) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.startswith(ENV_PREFIXES):
+            env[key] = REDACTED if is_secret_name(key) else value
+    return env
+
+
+def classify_manager(cgroup: str, pid: int | None, pidfile_pid: int | None) -> tuple[str, str | None]:
+    """How the server is run: from gpuops' own pid file, else its cgroup path.
+
+    ``0::/system.slice/sglang.service`` is a systemd unit; ``docker-<id>.scope`` or ``/docker/<id>``
+    a container; anything else (a login session, a shell) a plain process.
+    """
+    if pid is not None and pidfile_pid == pid:
+        return "process", "gpuops process manager (sglang.pid)"
+    paths = [line.split(":", 2)[-1] for line in cgroup.splitlines() if line.count(":") >= 2]
+    for path in paths:
+        match = re.search(r"(?:docker|libpod|containerd|cri-containerd|crio)[-/]([0-9a-f]{12,64})", path)
+        if match or "/kubepods" in path:
+            runtime = "kubernetes" if "/kubepods" in path else "docker"
+            return runtime, match.group(1)[:12] if match else None
+    for path in paths:
+        units = [part for part in path.split("/") if part.endswith(".service")]
+        if units and not units[-1].startswith("user@"):
+            return "systemd", units[-1]
+    return "process", None
+
+
+def parse_server(out: ProbeOutput) -> ServerFacts:
+    if out.exit_status != 0 and not out.stdout.strip():
+        last = (out.stderr.strip().splitlines() or [f"exit status {out.exit_status}"])[-1]
+        return ServerFacts(known=False, reason=f"the server probe failed: {last[:200]}")
+    v = _lines(out.stdout)
+    want_port = int(v["want_port"]) if v.get("want_port", "").isdigit() else None
+    others = tuple(
+        (int(pid), int(port))
+        for pid, _, port in (item.partition(":") for item in v.get("others", "").split())
+        if pid.isdigit() and port.isdigit()
+    )
+    health_status = int(v["health"]) if v.get("health", "").isdigit() else None
+    healthy = health_status == 200 if health_status is not None else False
+    common = dict(
+        known=True,
+        want_port=want_port,
+        others=others,
+        health_url=v.get("health_url"),
+        health_status=health_status,
+        healthy=healthy,
+        health_error=v.get("health_error"),
+    )
+    if not v.get("pid", "").isdigit():
+        notes = ()
+        if others:
+            listing = ", ".join(f"pid {p} on port {port}" for p, port in others)
+            notes = (f"no SGLang server on port {want_port}; found {listing} (set the host var sglang_port)",)
+        return ServerFacts(running=False, notes=notes, **common)  # type: ignore[arg-type]
+
+    pid = int(v["pid"])
+    argv_raw = _b64(v.get("argv_b64")) or b""
+    argv = [w.decode("utf-8", errors="replace") for w in argv_raw.split(b"\0") if w]
+    settings = settings_from_argv(argv)
+    env_raw = _b64(v.get("env_b64"))
+    env = parse_env(env_raw) if env_raw is not None and "env_error" not in v else None
+    cgroup = (_b64(v.get("cgroup_b64")) or b"").decode("utf-8", errors="replace")
+    pidfile_pid = int(v["pidfile_pid"]) if v.get("pidfile_pid", "").isdigit() else None
+    manager, unit = classify_manager(cgroup, pid, pidfile_pid)
+    model = None
+    if settings.model_path:
+        config = _b64(v.get("config_b64"))
+        model = model_from_config(settings.model_path, v.get("config_path"), config, v.get("config_error"))
+    return ServerFacts(
+        running=True,
+        pid=pid,
+        ppid=int(v["ppid"]) if v.get("ppid", "").isdigit() else None,
+        argv=tuple(_redact_argv(argv)),
+        settings=settings,
+        env=env,
+        env_reason=v.get("env_error") if env is None else None,
+        manager=manager,
+        unit=unit,
+        python=(argv[0] if argv and argv[0].startswith("/") else v.get("exe")) or None,
+        model=model,
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def _redact_argv(argv: list[str]) -> list[str]:
+    redacted: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next and not word.startswith("--"):
+            redacted.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, _ = word.partition("=")
+        if word.startswith("--") and is_secret_name(name):
+            if eq:
+                redacted.append(f"{name}={REDACTED}")
+            else:
+                redacted.append(word)
+                hide_next = True
+            continue
+        redacted.append(word)
+    return redacted
+
+
+def server_script(state_dir: str | None) -> str:
+    import shlex
+
+    script = (
+        SERVER_SCRIPT.replace("@ENV_GREP@", _ENV_GREP)
+        .replace("@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT_S))
+        .replace("@CONFIG_LIMIT@", str(CONFIG_LIMIT_BYTES))
+        .strip()
+    )
+    return f"gpuops_state_dir={shlex.quote(state_dir or '')}\n{script}"
+
+
+def server_probe(state_dir: str | None = None) -> Probe[ServerFacts]:
+    return Probe("server", server_script(state_dir), parse_server)
+

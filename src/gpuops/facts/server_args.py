@@ -1,0 +1,153 @@
+"""An SGLang server's command line, parsed into its flags (pure).
+
+All flags are kept (``args``, keyed by the flag name with dashes as underscores, as SGLang's
+``ServerArgs`` names them), and the ones gpuops reasons about get typed fields. Values of flags that
+look like credentials (``--api-key``, ``--hf-token``...) are redacted here, before anything could
+print or journal them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PORT = 30000
+REDACTED = "<redacted>"
+_SECRET_RE = re.compile(r"(api_?key|token|secret|passw(or)?d|credential)", re.IGNORECASE)
+_NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?([eE]-?\d+)?$")
+
+# typed field -> flag names that set it (aliases SGLang accepts), first found wins
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "model_path": ("model_path", "model"),
+    "tp_size": ("tp_size", "tp", "tensor_parallel_size"),
+    "dp_size": ("dp_size", "dp", "data_parallel_size"),
+    "ep_size": ("ep_size", "ep", "expert_parallel_size"),
+    "pp_size": ("pp_size", "pp", "pipeline_parallel_size"),
+}
+
+
+def is_secret_name(name: str) -> bool:
+    """``--api-key``, ``api_key``, ``HF_TOKEN``, ``SGLANG_ADMIN_PASSWORD``: values never shown."""
+    return bool(_SECRET_RE.search(name.replace("-", "_")))
+
+
+def launch_args(argv: list[str]) -> list[str] | None:
+    """The words after ``-m sglang.launch_server`` / ``sglang serve`` / ``.../launch_server.py``."""
+    for i, word in enumerate(argv):
+        if word == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
+            return argv[i + 1:]
+        if word == "serve" and i > 0 and re.search(r"(^|/)sglang$", argv[i - 1]):
+            return argv[i + 1:]
+        if re.search(r"sglang/launch_server\.py$", word):
+            return argv[i + 1:]
+    return None
+
+
+def parse_flags(words: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``--tp 8 --trust-remote-code --cuda-graph-bs 1 2 4`` -> {"tp": "8", "trust_remote_code": True,
+    "cuda_graph_bs": ["1", "2", "4"]}, plus any words before the first flag (positionals)."""
+    flags: dict[str, Any] = {}
+    positional: list[str] = []
+    current: str | None = None
+    values: list[str] = []
+
+    def close() -> None:
+        if current is not None:
+            flags[current] = True if not values else values[0] if len(values) == 1 else list(values)
+
+    for word in words:
+        if word.startswith("--") and len(word) > 2:
+            close()
+            name, eq, value = word[2:].partition("=")
+            current = name.replace("-", "_")
+            values = [value] if eq else []
+            if eq:
+                close()
+                current = None
+        elif current is None:
+            positional.append(word)
+        else:
+            values.append(word)
+    close()
+    return flags, positional
+
+
+def redact(flags: dict[str, Any]) -> dict[str, Any]:
+    return {k: (REDACTED if is_secret_name(k) and v is not True else v) for k, v in flags.items()}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The typed view of a server's flags; ``args`` keeps every flag as given."""
+
+    args: dict[str, Any]
+    positional: tuple[str, ...] = ()
+    model_path: str | None = None
+    port: int = DEFAULT_PORT
+    host: str | None = None
+    tp_size: int = 1
+    dp_size: int = 1
+    ep_size: int = 1
+    pp_size: int = 1
+    speculative: dict[str, Any] | None = None  # algorithm, draft_model_path, num_steps, eagle_topk, num_draft_tokens
+    fusion_flags: dict[str, Any] = field(default_factory=dict)  # every flag naming a fusion
+    enable_flashinfer_allreduce_fusion: bool = False
+    disable_custom_all_reduce: bool = False
+    attention_backend: str | None = None
+    quantization: str | None = None
+    trust_remote_code: bool = False
+
+
+def settings_from_argv(argv: list[str]) -> ServerSettings:
+    words = launch_args(argv)
+    flags, positional = parse_flags(words if words is not None else [])
+    flags = redact(flags)
+
+    def first(names: tuple[str, ...]) -> Any:
+        return next((flags[n] for n in names if n in flags), None)
+
+    spec_algorithm = flags.get("speculative_algorithm")
+    speculative = None
+    if spec_algorithm not in (None, True) and str(spec_algorithm).upper() != "NONE":
+        speculative = {
+            "algorithm": spec_algorithm,
+            "draft_model_path": flags.get("speculative_draft_model_path"),
+            "num_steps": _int(flags.get("speculative_num_steps")),
+            "eagle_topk": _int(flags.get("speculative_eagle_topk")),
+            "num_draft_tokens": _int(flags.get("speculative_num_draft_tokens")),
+        }
+    model = first(_ALIASES["model_path"])
+    if model is None and positional:
+        model = positional[0]  # `sglang serve MODEL`
+    return ServerSettings(
+        args=flags,
+        positional=tuple(positional),
+        model_path=model if isinstance(model, str) else None,
+        port=_int(flags.get("port")) or DEFAULT_PORT,
+        host=flags.get("host") if isinstance(flags.get("host"), str) else None,
+        tp_size=_int(first(_ALIASES["tp_size"])) or 1,
+        dp_size=_int(first(_ALIASES["dp_size"])) or 1,
+        ep_size=_int(first(_ALIASES["ep_size"])) or 1,
+        pp_size=_int(first(_ALIASES["pp_size"])) or 1,
+        speculative=speculative,
+        fusion_flags={k: v for k, v in flags.items() if "fusion" in k or "fuse" in k},
+        enable_flashinfer_allreduce_fusion=_bool(flags.get("enable_flashinfer_allreduce_fusion", False)),
+        disable_custom_all_reduce=_bool(flags.get("disable_custom_all_reduce", False)),
+        attention_backend=flags.get("attention_backend") if isinstance(flags.get("attention_backend"), str) else None,
+        quantization=flags.get("quantization") if isinstance(flags.get("quantization"), str) else None,
+        trust_remote_code=_bool(flags.get("trust_remote_code", False)),
+    )

@@ -1,0 +1,145 @@
+"""Runs ON THE HOST with the chosen python ($GPUOPS_PY): stdlib only, Python 3.8+.
+
+Reports the interpreter and the versions and install paths of the packages SGLang's performance
+depends on, from package metadata and files read as text. It never imports torch, sglang or
+flashinfer: importing torch takes seconds and initialises CUDA, and a broken install must still be
+reported, not crash the probe. Prints one JSON object on stdout.
+"""
+
+import glob
+import json
+import os
+import platform
+import re
+import sys
+
+# distribution name -> top-level import name (to find where it is installed without importing it)
+PACKAGES = (
+    ("sglang", "sglang"),
+    ("flashinfer-python", "flashinfer"),
+    ("sgl-kernel", "sgl_kernel"),
+    ("torch", "torch"),
+    ("nvidia-nccl-cu13", None),
+    ("nvidia-nccl-cu12", None),
+)
+
+NCCL_HEADERS = ("/usr/include/nccl.h", "/usr/local/cuda/include/nccl.h", "/usr/local/include/nccl.h")
+NCCL_LIB_GLOBS = (
+    "/usr/lib/x86_64-linux-gnu/libnccl.so.*",
+    "/usr/lib/aarch64-linux-gnu/libnccl.so.*",
+    "/usr/lib64/libnccl.so.*",
+    "/usr/local/cuda/lib64/libnccl.so.*",
+    "/usr/local/lib/libnccl.so.*",
+)
+
+
+def read_text(path, limit=1 << 20):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read(limit)
+    except OSError:
+        return None
+
+
+def package_dir(import_name):
+    """Where a top-level package lives, found the way `import` would, without running it."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(import_name)
+    except Exception:
+        return None
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    if locations:
+        return locations[0]
+    return os.path.dirname(spec.origin) if spec.origin else None
+
+
+def version_from_file(directory, import_name):
+    # A source checkout or an unpacked tree may lack metadata; SGLang keeps `__version__` in version.py.
+    for name in ("version.py", "_version.py", "__init__.py"):
+        text = read_text(os.path.join(directory, name))
+        if text:
+            match = re.search(r"^__version__\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+            if match:
+                return match.group(1)
+    return None
+
+
+def distribution_info(dist_name, import_name):
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8
+        metadata = None
+    version = None
+    source = None
+    location = None
+    if metadata is not None:
+        try:
+            dist = metadata.distribution(dist_name)
+            version = dist.version
+            source = "metadata"
+            location = str(dist.locate_file(""))
+        except Exception:
+            pass
+    path = package_dir(import_name) if import_name else None
+    if version is None and path:
+        version = version_from_file(path, import_name)
+        source = "version.py" if version else None
+    if version is None and path is None:
+        return None
+    return {"version": version, "path": path, "location": location, "source": source}
+
+
+def torch_cuda(torch_dir):
+    """torch.version.cuda, read from torch/version.py as text (never import torch)."""
+    text = read_text(os.path.join(torch_dir, "version.py")) if torch_dir else None
+    if not text:
+        return None
+    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*(?:['\"]([^'\"]*)['\"]|None)", text, re.M)
+    return match.group(1) if match and match.group(1) else None
+
+
+def nccl_info(packages):
+    for dist_name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        info = packages.get(dist_name)
+        if info and info.get("version"):
+            return {"version": info["version"], "source": dist_name, "path": info.get("location")}
+    for header in NCCL_HEADERS:
+        text = read_text(header)
+        if text:
+            parts = [re.search(r"#define\s+NCCL_%s\s+(\d+)" % key, text) for key in ("MAJOR", "MINOR", "PATCH")]
+            if all(parts):
+                return {"version": ".".join(p.group(1) for p in parts), "source": "header", "path": header}
+    for pattern in NCCL_LIB_GLOBS:
+        for path in sorted(glob.glob(pattern)):
+            match = re.search(r"libnccl\.so\.(\d+\.\d+\.\d+)$", path)
+            if match:
+                return {"version": match.group(1), "source": "library", "path": path}
+    return None
+
+
+def main():
+    packages = {}
+    for dist_name, import_name in PACKAGES:
+        packages[dist_name] = distribution_info(dist_name, import_name)
+    torch = packages.get("torch")
+    if torch is not None:
+        torch["cuda"] = torch_cuda(torch.get("path"))
+    result = {
+        "python": {
+            "executable": sys.executable,
+            "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
+            "implementation": platform.python_implementation(),
+            "prefix": sys.prefix,
+        },
+        "packages": packages,
+        "nccl": nccl_info(packages),
+    }
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

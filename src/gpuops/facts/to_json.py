@@ -1,0 +1,128 @@
+"""HostFacts -> the stable JSON shape documented in docs/inspect-json.md (pure).
+
+The shape is a contract with scripts and with other parts of gpuops (gates, bench): keys are only
+ever added, never renamed or removed. Keep this file and the document in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from gpuops.facts.host import HostFacts
+from gpuops.facts.model import ModelFacts
+from gpuops.facts.server import ServerFacts
+from gpuops.facts.software import PackageInfo
+
+SCHEMA_VERSION = 1
+
+# JSON key -> distribution name
+_PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"), ("torch", "torch"))
+
+
+def _package(info: PackageInfo | None, with_cuda: bool = False) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    out: dict[str, Any] = {"version": info.version, "path": info.path, "source": info.source}
+    if with_cuda:
+        out["cuda"] = info.cuda
+    return out
+
+
+def _model(model: ModelFacts | None) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    data = asdict(model)
+    data["architectures"] = list(model.architectures)
+    return data
+
+
+def server_json(server: ServerFacts) -> dict[str, Any]:
+    settings = server.settings
+    return {
+        "known": server.known,
+        "reason": server.reason,
+        "running": server.running,
+        "pid": server.pid,
+        "port": settings.port if settings else server.want_port,
+        "want_port": server.want_port,
+        "args": dict(settings.args) if settings else None,
+        "argv": list(server.argv) if server.running else None,
+        "model_path": settings.model_path if settings else None,
+        "tp_size": settings.tp_size if settings else None,
+        "dp_size": settings.dp_size if settings else None,
+        "ep_size": settings.ep_size if settings else None,
+        "pp_size": settings.pp_size if settings else None,
+        "speculative": settings.speculative if settings else None,
+        "fusion_flags": dict(settings.fusion_flags) if settings else None,
+        "enable_flashinfer_allreduce_fusion": settings.enable_flashinfer_allreduce_fusion if settings else None,
+        "disable_custom_all_reduce": settings.disable_custom_all_reduce if settings else None,
+        "attention_backend": settings.attention_backend if settings else None,
+        "quantization": settings.quantization if settings else None,
+        "env": dict(server.env) if server.env is not None else None,
+        "env_reason": server.env_reason,
+        "healthy": server.healthy,
+        "health_status": server.health_status,
+        "health_error": server.health_error,
+        "health_url": server.health_url,
+        "manager": server.manager,
+        "unit": server.unit,
+        "python": server.python,
+        "others": [{"pid": pid, "port": port} for pid, port in server.others],
+        "notes": list(server.notes),
+    }
+
+
+def facts_json(facts: HostFacts) -> dict[str, Any]:
+    gpus = [asdict(g) for g in facts.gpu.gpus]
+    first = facts.gpu.gpus[0] if facts.gpu.gpus else None
+    lowest = next((g for g in facts.gpu.gpus if g.compute_capability == facts.compute_capability), first)
+    ic = facts.interconnect
+    system = facts.system
+    pk = facts.packages
+    software: dict[str, Any] = {
+        "known": pk.known,
+        "reason": pk.reason,
+        "os": system.os,
+        "kernel": system.kernel,
+        "machine": system.machine,
+        "python": {
+            "executable": pk.python_executable or system.chosen_python,
+            "version": pk.python_version,
+            "chosen_because": system.chosen_python_reason,
+        },
+        "host_python3": {"path": system.python3, "version": system.python3_version},
+    }
+    for key, dist in _PACKAGE_KEYS:
+        software[key] = _package(pk.packages.get(dist), with_cuda=key == "torch")
+    software["nccl"] = _package(pk.nccl)
+    return {
+        "schema": SCHEMA_VERSION,
+        "gpu_status": {"known": facts.gpu.known, "reason": facts.gpu.reason},
+        "gpu_count": len(facts.gpu.gpus),
+        "gpus": gpus,
+        "compute_capability": facts.compute_capability,
+        "sm": lowest.sm if lowest else None,
+        "arch": lowest.arch if lowest else None,
+        "driver_version": facts.banner.driver_version or (first.driver_version if first else None),
+        "cuda_driver_version": facts.banner.cuda_driver_version,
+        "cuda_driver_reason": None if facts.banner.cuda_driver_version else (facts.banner.reason or "not reported"),
+        "interconnect": {
+            "known": ic.known,
+            "reason": ic.reason,
+            "nvlink": ic.nvlink,
+            "link_counts": dict(ic.link_counts),
+            "matrix": ic.matrix,
+            "numa": {g: asdict(a) for g, a in ic.numa.items()},
+            "p2p_known": ic.p2p_known,
+            "p2p_reason": ic.p2p_reason,
+            "p2p_all_pairs": ic.p2p_all_pairs,
+            "p2p_matrix": ic.p2p_matrix,
+            "p2p_failed_pairs": [list(p) for p in ic.p2p_failed_pairs],
+            "warnings": list(ic.warnings),
+        },
+        "software": software,
+        "server": server_json(facts.server),
+        "model": _model(facts.server.model),
+        "warnings": list(facts.warnings),
+    }
