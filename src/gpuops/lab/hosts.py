@@ -1,0 +1,475 @@
+"""Throwaway simulated GPU hosts: real OpenSSH sshd on loopback, a replaying nvidia-smi, the real
+SGLang source of a chosen release and a stand-in SGLang server. One implementation for users
+(``gpuops lab``) and for the test suite (``tests/conftest.py``).
+
+Layout of a lab directory (every path the lab writes is under it)::
+
+    lab.json  .gpuops-lab           the lab's record (hosts, ports, pids) and its marker
+    client_key(.pub) authorized_keys the one client key every host accepts
+    known_hosts ssh_config inventory.yml
+    lib/nvidia_smi.py lib/standin_server.py
+    h01/ ssh_host_ed25519_key(.pub) sshd_config sshd.pid sshd.log gpu.json
+         bin/nvidia-smi bin/python-sglang  site/  state/  home/
+
+``python
+with start_lab(tmp, [LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8")]) as lab:
+    subprocess.run(["ssh", "-F", str(lab.ssh_config), "h01", "nvidia-smi", "-L"])
+``
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import shutil
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from gpuops.errors import GpuopsError
+from gpuops.lab import launch_files, processes, sshd
+from gpuops.lab.gpu_description import GpuDescription, load_description, with_port
+
+LAB_RECORD = "lab.json"
+LAB_MARKER = ".gpuops-lab"
+STANDIN = Path(__file__).parent / "standin_server.py"
+REPLAYER = Path(__file__).parent / "nvidia_smi.py"
+DEFAULT_SGLANG = "0.5.8"
+DEFAULT_GPU = "rtx-pro-6000-x8"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_UNSAFE_PATH = re.compile(r'["%\\\x00-\x1f\x7f]')
+_SERVER_HEALTH_TIMEOUT_S = 60.0
+_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """``count`` hosts alike. ``sglang=None``: no SGLang installed; ``gpu="none"``: no nvidia-smi."""
+
+    gpu: str = DEFAULT_GPU
+    sglang: str | None = DEFAULT_SGLANG
+    server: bool = True
+    count: int = 1
+    names: tuple[str, ...] = ()
+    server_env: Mapping[str, str] = field(default_factory=dict)
+    server_args: tuple[str, ...] | None = None
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LabHost:
+    name: str
+    dir: Path
+    port: int
+    sshd_pid: int
+    gpu: str
+    sglang: str | None
+    server_port: int | None
+    groups: tuple[str, ...] = ()
+
+    @property
+    def state_dir(self) -> Path:
+        return self.dir / "state"
+
+    @property
+    def site_dir(self) -> Path:
+        return self.dir / "site"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.dir / "bin"
+
+    @property
+    def home(self) -> Path:
+        return self.dir / "home"
+
+
+@dataclass
+class Lab:
+    """A running lab. A context manager: leaving the ``with`` block stops every process of it."""
+
+    root: Path
+    hosts: list[LabHost]
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.root / "inventory.yml"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.root / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.root / "ssh_config"
+
+    @property
+    def client_key(self) -> Path:
+        return self.root / "client_key"
+
+    def host(self, name: str) -> LabHost:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def ssh_command(self, host: str, *remote: str) -> list[str]:
+        """argv for plain OpenSSH to run ``remote`` on ``host`` (words joined by the remote shell)."""
+        return ["ssh", "-F", str(self.ssh_config), host, *remote]
+
+    def stop(self, remove: bool = False) -> None:
+        stop_lab(self.root, remove=remove)
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True)
+class _Planned:
+    name: str
+    spec: LabSpec
+    description: GpuDescription | None
+    sglang_site: Path | None
+
+
+def start_lab(
+    root: Path | str,
+    specs: Sequence[LabSpec],
+    add: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Lab:
+    """Start the hosts of ``specs`` in the lab directory ``root`` (``add``: next to existing ones)."""
+    root = Path(root).expanduser().absolute()
+    say = progress or (lambda _msg: None)
+    _check_root(root)
+    sshd.require_openssh()
+    existing = load_lab(root) if (root / LAB_RECORD).exists() else None
+    if existing is not None and not add:
+        raise GpuopsError(f"lab: {root} already holds a lab; `gpuops lab down --dir {root}` first")
+    if existing is None and root.exists() and any(root.iterdir()):
+        raise GpuopsError(f"lab: {root} exists and is not an empty directory or a lab")
+    planned = _plan(specs, existing.hosts if existing else [], say)
+    if any(p.spec.server for p in planned) and not STANDIN.is_file():
+        raise GpuopsError(f"lab: the stand-in SGLang server {STANDIN} is missing (use server=False)")
+    sshd.ensure_privsep_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / LAB_MARKER).write_text("A gpuops lab: `gpuops lab down` stops it and removes this directory.\n")
+    lab = existing or Lab(root=root, hosts=[])
+    try:
+        if existing is None:
+            _prepare_lab_files(root)
+        python = _host_python()
+        say(f"starting {len(planned)} sshd host(s)")
+        with ThreadPoolExecutor(max_workers=min(_WORKERS, len(planned))) as pool:
+            started = list(pool.map(lambda p: _start_host(root, p, python), planned))
+        lab.hosts.extend(started)
+        _write_lab_files(lab, python)
+        servers = [(h, p) for h, p in zip(started, planned) if p.spec.server]
+        if servers:
+            say(f"starting {len(servers)} stand-in SGLang server(s)")
+            with ThreadPoolExecutor(max_workers=min(_WORKERS, len(servers))) as pool:
+                list(pool.map(lambda hp: _start_server(root, hp[0]), servers))
+    except BaseException:
+        _stop_started(root, lab)
+        raise
+    return lab
+
+
+def _stop_started(root: Path, lab: Lab) -> None:
+    # A failed start leaves nothing running; the files stay for a look (and `lab down`).
+    try:
+        if lab.hosts:
+            _write_record(lab)
+        stop_lab(root, remove=False)
+    except Exception:  # the original error is the one worth reporting
+        processes.sweep(root)
+
+
+def _check_root(root: Path) -> None:
+    if _UNSAFE_PATH.search(str(root)):
+        raise GpuopsError(f"lab: {root}: the lab directory path must not contain quotes, %, \\ or control characters")
+    if (root / LAB_RECORD).exists() is False and (root / LAB_MARKER).exists():
+        raise GpuopsError(f"lab: {root} holds a stopped or broken lab; `gpuops lab down --dir {root}` first")
+
+
+def _plan(specs: Sequence[LabSpec], existing: Sequence[LabHost], say) -> list[_Planned]:
+    from gpuops.lab.sglang_cache import sglang_site
+
+    taken = {h.name for h in existing}
+    number = max([int(h.name[1:]) for h in existing if re.match(r"^h\d+$", h.name)] + [0])
+    descriptions: dict[str, GpuDescription | None] = {}
+    sites: dict[str, Path] = {}
+    planned = []
+    for spec in specs:
+        if spec.count < 1 or (spec.names and len(spec.names) != spec.count):
+            raise GpuopsError(f"lab: a host spec needs count >= 1 and one name per host ({spec})")
+        if spec.gpu not in descriptions:
+            descriptions[spec.gpu] = load_description(spec.gpu)
+        if spec.sglang is not None and spec.sglang not in sites:
+            say(f"SGLang {spec.sglang}: fetching the release (cached after the first time)")
+            sites[spec.sglang] = sglang_site(spec.sglang)
+        for i in range(spec.count):
+            if spec.names:
+                name = spec.names[i]
+            else:
+                number += 1
+                name = f"h{number:02d}"
+            if not _SAFE_NAME.match(name) or name in taken:
+                raise GpuopsError(f"lab: host name {name!r} is invalid or already used")
+            taken.add(name)
+            planned.append(
+                _Planned(name, spec, descriptions[spec.gpu], sites.get(spec.sglang) if spec.sglang else None)
+            )
+    return planned
+
+
+def _host_python() -> str:
+    # The hosts' own python3 (as a login over SSH would find it), not gpuops' virtualenv.
+    found = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    return found or shutil.which("python3") or "python3"
+
+
+def _prepare_lab_files(root: Path) -> None:
+    sshd.generate_key(root / "client_key", "gpuops-lab-client")
+    shutil.copyfile(root / "client_key.pub", root / "authorized_keys")
+    lib = root / "lib"
+    lib.mkdir(exist_ok=True)
+    shutil.copyfile(REPLAYER, lib / "nvidia_smi.py")
+    if STANDIN.is_file():
+        shutil.copyfile(STANDIN, lib / "standin_server.py")
+
+
+def session_env(root: Path, host_dir: Path, name: str, has_gpu: bool) -> dict[str, str]:
+    """The environment of every SSH session (and server) on a lab host: what makes it that host."""
+    env = {
+        "PATH": f"{host_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(host_dir / "home"),
+        "PYTHONPATH": str(host_dir / "site"),
+        "LANG": "C.UTF-8",
+        "GPUOPS_LAB_HOST": name,
+        processes.LAB_DIR_VAR: str(root),
+    }
+    if has_gpu:
+        env["GPUOPS_LAB_GPU"] = str(host_dir / "gpu.json")
+    return env
+
+
+def _write_executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
+    from gpuops.lab.site import build_site
+
+    host_dir = root / plan.name
+    for sub in ("bin", "state", "home"):
+        (host_dir / sub).mkdir(parents=True, exist_ok=True)
+    sshd.generate_key(host_dir / "ssh_host_ed25519_key", f"gpuops-lab-{plan.name}")
+    description = plan.description
+    quoted_python = launch_files.single_quoted(python)
+    if description is not None:
+        (host_dir / "gpu.json").write_text(json.dumps(description.replay, indent=1))
+        _write_executable(
+            host_dir / "bin" / "nvidia-smi",
+            "#!/bin/sh\n# gpuops lab: a replaying nvidia-smi (simulated GPU, see gpu.json)\n"
+            f"GPUOPS_LAB_GPU={launch_files.single_quoted(str(host_dir / 'gpu.json'))}; export GPUOPS_LAB_GPU\n"
+            f"exec {quoted_python} {launch_files.single_quoted(str(root / 'lib' / 'nvidia_smi.py'))} \"$@\"\n",
+        )
+    _write_executable(
+        host_dir / "bin" / "python-sglang",
+        "#!/bin/sh\n"
+        "# gpuops lab: the python that runs SGLang on this host. `-m sglang.launch_server FLAGS` runs\n"
+        "# the stand-in server, so the process command line still shows sglang.launch_server and FLAGS.\n"
+        'if [ "$1" = "-m" ] && [ "$2" = "sglang.launch_server" ]; then\n'
+        f"  exec {quoted_python} {launch_files.single_quoted(str(root / 'lib' / 'standin_server.py'))} \"$@\"\n"
+        "fi\n"
+        f'exec {quoted_python} "$@"\n',
+    )
+    packages = dict(description.packages) if description else {}
+    build_site(host_dir / "site", plan.sglang_site, packages)
+    has_server = plan.spec.server_args is not None or (description is not None and description.server is not None)
+    if plan.spec.server and not has_server:
+        raise GpuopsError(f"lab: {plan.name}: no server to run (gpu {plan.spec.gpu!r} has none; give server_args)")
+    server_port = _write_server_files(host_dir, plan) if has_server else None
+    env = session_env(root, host_dir, plan.name, description is not None)
+    config = host_dir / "sshd_config"
+
+    def write_config(port: int) -> None:
+        config.write_text(
+            sshd.sshd_config_text(
+                port=port,
+                host_key=host_dir / "ssh_host_ed25519_key",
+                pid_file=host_dir / "sshd.pid",
+                authorized_keys=root / "authorized_keys",
+                session_env=env,
+            )
+        )
+
+    # sshd's per-connection children inherit its environment: the marker lets `lab down` find them.
+    sshd_env = {**os.environ, processes.LAB_DIR_VAR: str(root)}
+    started = sshd.start_with_free_port(
+        write_config, config, host_dir / "sshd.log", host_dir / "sshd.pid", sshd_env
+    )
+    return LabHost(
+        name=plan.name,
+        dir=host_dir,
+        port=started.port,
+        sshd_pid=started.pid,
+        gpu=plan.spec.gpu,
+        sglang=plan.spec.sglang,
+        server_port=server_port,
+        groups=tuple(plan.spec.groups),
+    )
+
+
+def _write_server_files(host_dir: Path, plan: _Planned) -> int:
+    description = plan.description
+    server = description.server if description else None
+    args = list(plan.spec.server_args) if plan.spec.server_args is not None else list(server.args if server else [])
+    env = {**(server.env if server else {}), **plan.spec.server_env}
+    port = sshd.free_port()
+    state = host_dir / "state"
+    (state / launch_files.ENV_FILE).write_text(launch_files.env_file_text(env))
+    _write_executable(
+        state / launch_files.LAUNCH_SCRIPT,
+        launch_files.launch_script_text(
+            str(host_dir / "bin" / "python-sglang"), with_port(args, port), str(state / launch_files.ENV_FILE)
+        ),
+    )
+    (state / "server.json").write_text(json.dumps({"args": with_port(args, port), "env": env, "port": port}))
+    return port
+
+
+def _start_server(root: Path, host: LabHost) -> None:
+    from gpuops.remote import process_manager
+
+    description_exists = (host.dir / "gpu.json").exists()
+    env = session_env(root, host.dir, host.name, description_exists)
+    result = process_manager.start(
+        str(host.state_dir), port=host.server_port, health_timeout=_SERVER_HEALTH_TIMEOUT_S, env=env
+    )
+    if not result.get("ok"):
+        tail = " | ".join(result.get("log_tail", [])[-3:])
+        raise GpuopsError(f"lab: {host.name}: the stand-in server did not start: {result.get('error')} {tail}")
+
+
+def _write_lab_files(lab: Lab, python: str) -> None:
+    from gpuops.lab import lab_files
+
+    root = lab.root
+    (root / "known_hosts").write_text(
+        "".join(sshd.host_key_line(h.port, h.dir / "ssh_host_ed25519_key.pub") + "\n" for h in lab.hosts)
+    )
+    (root / "ssh_config").write_text(lab_files.ssh_config_text(root, lab.hosts, getpass.getuser()))
+    (root / "inventory.yml").write_text(lab_files.inventory_text(root, lab.hosts, getpass.getuser(), python))
+    _write_record(lab)
+
+
+def _write_record(lab: Lab) -> None:
+    record = {
+        "version": 1,
+        "root": str(lab.root),
+        "hosts": [
+            {**asdict(h), "dir": str(h.dir), "groups": list(h.groups)} for h in lab.hosts
+        ],
+    }
+    tmp = lab.root / (LAB_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, lab.root / LAB_RECORD)
+
+
+def load_lab(root: Path | str) -> Lab:
+    root = Path(root).expanduser().absolute()
+    path = root / LAB_RECORD
+    try:
+        record = json.loads(path.read_text())
+        hosts = [
+            LabHost(**{**h, "dir": Path(h["dir"]), "groups": tuple(h.get("groups", ()))})
+            for h in record["hosts"]
+        ]
+    except FileNotFoundError:
+        raise GpuopsError(f"lab: no lab at {root} (no {LAB_RECORD}); start one with `gpuops lab up`") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GpuopsError(f"lab: {path}: unreadable lab record ({exc})") from None
+    return Lab(root=root, hosts=hosts)
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    port: int
+    sshd_alive: bool
+    server_port: int | None
+    server_running: bool
+    server_healthy: bool | None
+    server_pid: int | None
+    gpu: str
+    sglang: str | None
+
+
+def lab_status(lab: Lab) -> list[HostStatus]:
+    from gpuops.remote import process_manager
+
+    def one(host: LabHost) -> HostStatus:
+        sshd_ok = _is_our_sshd(host.sshd_pid, host.dir)
+        server = process_manager.status(str(host.state_dir), host.server_port)
+        return HostStatus(
+            name=host.name,
+            port=host.port,
+            sshd_alive=sshd_ok,
+            server_port=host.server_port,
+            server_running=bool(server["running"]),
+            server_healthy=server["healthy"],
+            server_pid=server["pid"],
+            gpu=host.gpu,
+            sglang=host.sglang,
+        )
+
+    if not lab.hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=min(_WORKERS, len(lab.hosts))) as pool:
+        return list(pool.map(one, lab.hosts))
+
+
+def _is_our_sshd(pid: int | None, host_dir: Path) -> bool:
+    # The pid file may outlive sshd and the pid be reused: the config path must be on its cmdline.
+    return bool(pid) and processes.alive(pid) and str(host_dir / "sshd_config") in processes.cmdline(pid)
+
+
+def stop_lab(root: Path | str, remove: bool = False, grace: float = 5.0) -> list[int]:
+    """Stop every server and sshd of the lab at ``root``, then anything else it left running.
+
+    Returns the pids the final sweep had to kill. ``remove`` deletes the directory afterwards
+    (only a directory marked as a lab).
+    """
+    from gpuops.remote import process_manager
+
+    root = Path(root).expanduser().absolute()
+    if not root.exists():
+        raise GpuopsError(f"lab: no lab at {root}")
+    if not (root / LAB_MARKER).exists():
+        raise GpuopsError(f"lab: {root} is not a gpuops lab directory (no {LAB_MARKER}); not touching it")
+    host_dirs = sorted(p.parent for p in root.glob("*/sshd_config"))
+
+    def stop_host(host_dir: Path) -> None:
+        if (host_dir / "state").is_dir():
+            process_manager.stop(str(host_dir / "state"), grace)
+        pid = processes.read_pid(host_dir / "sshd.pid")
+        if pid and _is_our_sshd(pid, host_dir):
+            processes.terminate(pid, grace=2.0)
+
+    if host_dirs:
+        with ThreadPoolExecutor(max_workers=min(_WORKERS, len(host_dirs))) as pool:
+            list(pool.map(stop_host, host_dirs))
+    leftovers = processes.sweep(root)
+    if remove:
+        shutil.rmtree(root)
+    return leftovers

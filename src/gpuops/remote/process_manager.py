@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Run an SGLang server as a plain detached process: start, stop, restart, status.
+
+Stdlib only, Python 3.8+, one self-contained file: gpuops ships it to hosts (on stdin) for the
+``process`` service manager, and the lab imports it. It works on a host's state directory:
+
+    sglang-launch.sh   the launch script (``exec <python> -m sglang.launch_server ...``), given
+    sglang.pid         written here, atomically (temp file + rename)
+    sglang.log         the server's stdout+stderr, appended, one marker line per start
+
+    python3 process_manager.py start|stop|restart|status --state-dir D [--port P]
+                               [--grace S] [--health-timeout S]
+
+Every action prints one JSON object: ``{"running", "pid", "healthy", ...}``; ``healthy`` is null
+unless ``--port`` is given (then ``GET http://127.0.0.1:P/health`` must answer 200). Exit status:
+0 when the action did what was asked, 1 when it did not (a server that died during start-up or
+never became healthy; the log's last lines come back in ``log_tail``).
+
+When shipped on stdin by gpuops' helper runner, ``gpuops_payload()`` is injected and returns
+``{"action": ..., "state_dir": ..., "port": ..., "grace": ..., "health_timeout": ...}``.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PID_FILE = "sglang.pid"
+LOG_FILE = "sglang.log"
+LAUNCH_SCRIPT = "sglang-launch.sh"
+# What a server's command line contains at some point of its exec chain (sh -> wrapper -> python).
+SERVER_MARKERS = (b"sglang.launch_server", LAUNCH_SCRIPT.encode())
+DEFAULT_GRACE_S = 10.0
+DEFAULT_HEALTH_TIMEOUT_S = 60.0
+_POLL_S = 0.05
+_LOG_TAIL_LINES = 20
+
+
+def start(state_dir, port=None, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=None):
+    """Start the server detached unless it already runs; with ``port``, wait until healthy.
+
+    ``env`` replaces the environment the server inherits (default: this process's).
+    """
+    state_dir = os.path.abspath(state_dir)
+    current = status(state_dir, port)
+    if current["running"]:
+        current["started"] = False
+        current["ok"] = True
+        return current
+    launch = os.path.join(state_dir, LAUNCH_SCRIPT)
+    if not os.path.isfile(launch):
+        return _result(False, None, None, ok=False, started=False, error="%s: no such file" % launch)
+    log_path = os.path.join(state_dir, LOG_FILE)
+    with open(log_path, "ab") as log:
+        marker = "=== gpuops process_manager: start %s ===\n" % time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        log.write(marker.encode())
+        log.flush()
+        # A new session: the server outlives the SSH session that started it and gets no SIGHUP;
+        # being its process-group leader lets stop() signal everything it spawned at once.
+        child = subprocess.Popen(
+            ["/bin/sh", launch],
+            cwd=state_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
+    _write_pid_file(state_dir, child.pid)
+    if port is None or not health_timeout:
+        time.sleep(_POLL_S)  # lets a launch script that fails at once show it
+        alive = _alive(child.pid)
+        return _result(alive, child.pid, None, ok=alive, started=True, log=log_path)
+    deadline = time.monotonic() + health_timeout
+    while time.monotonic() < deadline:
+        if not _alive(child.pid):
+            return _result(False, child.pid, False, ok=False, started=True, log=log_path,
+                           error="the server exited during start-up")
+        if _healthy(port):
+            return _result(True, child.pid, True, ok=True, started=True)
+        time.sleep(_POLL_S * 2)
+    return _result(True, child.pid, False, ok=False, started=True, log=log_path,
+                   error="not healthy after %.0f s" % health_timeout)
+
+
+def stop(state_dir, grace=DEFAULT_GRACE_S):
+    """SIGTERM the server's process group, SIGKILL it after ``grace`` seconds; remove the pid file."""
+    state_dir = os.path.abspath(state_dir)
+    pid = _read_pid(state_dir)
+    if pid is None or not _is_server(pid):
+        _remove_pid_file(state_dir)
+        return _result(False, pid, None, ok=True, stopped=False)
+    signalled = "SIGTERM"
+    _signal_group(pid, signal.SIGTERM)
+    if not _wait_gone(pid, grace):
+        signalled = "SIGKILL"
+        _signal_group(pid, signal.SIGKILL)
+        _wait_gone(pid, 5.0)
+    gone = not _alive(pid)
+    if gone:
+        _remove_pid_file(state_dir)
+    return _result(not gone, pid, None, ok=gone, stopped=gone, signal=signalled)
+
+
+def restart(state_dir, port=None, grace=DEFAULT_GRACE_S, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=None):
+    stopped = stop(state_dir, grace)
+    if not stopped["ok"]:
+        return stopped
+    return start(state_dir, port, health_timeout, env)
+
+
+def status(state_dir, port=None):
+    """``running``: the pid in the pid file is alive and still a server (not a reused pid)."""
+    pid = _read_pid(os.path.abspath(state_dir))
+    running = pid is not None and _is_server(pid)
+    healthy = None if port is None else (running and _healthy(port))
+    return _result(running, pid if running else None, healthy, ok=True)
+
+
+def _result(running, pid, healthy, **extra):
+    out = {"running": running, "pid": pid, "healthy": healthy}
+    log = extra.pop("log", None)
+    if log is not None and not extra.get("ok", True):
+        out["log_tail"] = _tail(log)
+    out.update(extra)
+    return out
+
+
+def _write_pid_file(state_dir, pid):
+    path = os.path.join(state_dir, PID_FILE)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write("%d\n" % pid)
+    os.replace(tmp, path)
+
+
+def _read_pid(state_dir):
+    try:
+        with open(os.path.join(state_dir, PID_FILE)) as handle:
+            pid = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 1 else None
+
+
+def _remove_pid_file(state_dir):
+    try:
+        os.unlink(os.path.join(state_dir, PID_FILE))
+    except FileNotFoundError:
+        pass
+
+
+def _alive(pid):
+    _reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _proc_state(pid) != "Z"
+
+
+def _reap(pid):
+    # When this process started the server itself (the lab imports us), a dead server stays a
+    # zombie of ours until waited for; elsewhere it is not our child and this does nothing.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    except OSError:
+        pass
+
+
+def _proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            data = handle.read()
+        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3].decode()
+    except (OSError, ValueError):
+        return None
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return handle.read().replace(b"\0", b" ")
+    except OSError:
+        pass
+    try:  # no /proc (not Linux)
+        return subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True).stdout
+    except OSError:
+        return b""
+
+
+def _is_server(pid):
+    # A pid file can outlive its process and the pid be reused by something else: check both.
+    return _alive(pid) and any(marker in _cmdline(pid) for marker in SERVER_MARKERS)
+
+
+def _signal_group(pid, sig):
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(_POLL_S)
+    return not _alive(pid)
+
+
+def _healthy(port):
+    # No proxies: an operator's http_proxy must not swallow a loopback health check.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open("http://127.0.0.1:%d/health" % int(port), timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _tail(path):
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16384))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return lines[-_LOG_TAIL_LINES:]
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(prog="process_manager.py", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=("start", "stop", "restart", "status"))
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S)
+    parser.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT_S)
+    return vars(parser.parse_args(argv))
+
+
+def run_action(options):
+    action = options["action"]
+    state_dir = options["state_dir"]
+    port = options.get("port")
+    grace = float(options.get("grace", DEFAULT_GRACE_S))
+    health_timeout = float(options.get("health_timeout", DEFAULT_HEALTH_TIMEOUT_S))
+    if action == "start":
+        return start(state_dir, port, health_timeout)
+    if action == "stop":
+        return stop(state_dir, grace)
+    if action == "restart":
+        return restart(state_dir, port, grace, health_timeout)
+    if action == "status":
+        return status(state_dir, port)
+    return {"running": None, "pid": None, "healthy": None, "ok": False, "error": "unknown action %r" % action}
+
+
+def main():
+    payload = globals().get("gpuops_payload")
+    options = payload() if callable(payload) else _parse_args(sys.argv[1:])
+    if "state_dir" not in options:
+        options["state_dir"] = options.get("state-dir", "")
+    result = run_action(options)
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    return 0 if result.get("ok", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
