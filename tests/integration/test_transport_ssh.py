@@ -1,0 +1,126 @@
+"""The SSH transport against real OpenSSH sshd on loopback (lab hosts).
+
+Host keys are verified, never silently accepted; one host's failure stays that host's; programs
+and their outputs of any size travel through one channel without deadlock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from pathlib import Path
+
+import pytest
+
+from gpuops.inventory import Host, load_inventory
+from gpuops.transport import ConnectOptions, connect, run_on_hosts
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    from gpuops.lab import LabSpec, start_lab
+
+    with start_lab(tmp_path_factory.mktemp("lab"), [LabSpec(gpu="h200-x1", sglang=None, server=False, count=2)]) as lab:
+        yield lab
+
+
+@pytest.fixture(autouse=True)
+def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME of our own: the user's real ~/.ssh is never read or written by these tests."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return home
+
+
+def _hosts(lab) -> list[Host]:
+    return load_inventory(str(lab.inventory_path)).select(None)
+
+
+def _without_lab_known_hosts(host: Host) -> Host:
+    vars_ = {k: v for k, v in host.vars.items() if k != "gpuops_known_hosts"}
+    return dataclasses.replace(host, vars=vars_)
+
+
+def test_big_program_in_big_output_out_in_one_exec(lab) -> None:
+    host = _hosts(lab)[0]
+    conn = connect(host, ConnectOptions())
+    try:
+        program = b"#" * 1_000_000 + b"\nhead -c 3000000 /dev/zero | tr '\\0' x; echo; echo err >&2; exit 4\n"
+        result = conn.run("sh -s", stdin=program, timeout=60)
+    finally:
+        conn.close()
+    assert result.exit_status == 4
+    assert result.stdout == b"x" * 3_000_000 + b"\n"
+    assert result.stderr == b"err\n"
+
+
+def test_unknown_host_key_is_refused_and_names_the_host(lab) -> None:
+    host = _without_lab_known_hosts(_hosts(lab)[0])
+    outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok
+    assert "host key" in outcome.error and "unknown" in outcome.error
+    assert host.name in str(outcome) or "127.0.0.1" in outcome.error
+
+
+def test_accept_new_records_the_key_then_verifies_it(lab, empty_home: Path) -> None:
+    host = _without_lab_known_hosts(_hosts(lab)[0])
+    conn = connect(host, ConnectOptions(accept_new_host_keys=True))
+    assert conn.run("echo hi").stdout == b"hi\n"
+    conn.close()
+    recorded = (empty_home / ".ssh" / "known_hosts").read_text()
+    assert f"[127.0.0.1]:{host.port} ssh-ed25519 " in recorded
+    # Now known: a plain connection (no accept-new) works.
+    conn = connect(host, ConnectOptions())
+    assert conn.run("echo again").stdout == b"again\n"
+    conn.close()
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(lab, empty_home: Path, tmp_path: Path) -> None:
+    host = _without_lab_known_hosts(_hosts(lab)[0])
+    other = _hosts(lab)[1]
+    # Claim that host 1's address:port has host 2's key (what a man in the middle would look like).
+    other_key = next(line for line in Path(lab.known_hosts).read_text().splitlines() if f":{other.port}]" in line)
+    forged = f"[127.0.0.1]:{host.port} " + other_key.split(" ", 1)[1] + "\n"
+    known = empty_home / ".ssh" / "known_hosts"
+    known.write_text(forged)
+    for accept_new in (False, True):
+        outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions(accept_new_host_keys=accept_new)).run("true"))[host.name]
+        assert not outcome.ok
+        assert "host key" in outcome.error and "CHANGED" in outcome.error
+    assert known.read_text() == forged  # never replaced
+
+
+def test_refused_and_slow_hosts_fail_alone(lab) -> None:
+    good = _hosts(lab)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    refused = dataclasses.replace(good[0], name="refused", port=dead_port)
+
+    def work(h: Host) -> bytes:
+        conn = connect(h, ConnectOptions(command_timeout=3))
+        try:
+            if h.name == good[1].name:
+                return conn.run("sleep 30").stdout  # the slow host
+            return conn.run("hostname >/dev/null; echo ok").stdout
+        finally:
+            conn.close()
+
+    outcomes = run_on_hosts([good[0], refused, good[1]], work, forks=4)
+    assert outcomes[good[0].name].ok and outcomes[good[0].name].value == b"ok\n"
+    assert not outcomes["refused"].ok and "connection refused" in outcomes["refused"].error
+    assert not outcomes[good[1].name].ok and "timed out" in outcomes[good[1].name].error
+
+
+def test_wrong_key_file_is_an_auth_failure(lab, tmp_path: Path) -> None:
+    import subprocess
+
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    host = dataclasses.replace(_hosts(lab)[0], key_file=str(key))
+    outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and "authentication failed" in outcome.error
