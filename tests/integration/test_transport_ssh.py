@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory):
-    from gpuops.lab import LabSpec, start_lab
+    from gpuops.lab.hosts import LabSpec, start_lab
 
     with start_lab(tmp_path_factory.mktemp("lab"), [LabSpec(gpu="h200-x1", sglang=None, server=False, count=2)]) as lab:
         yield lab
@@ -83,7 +83,7 @@ def test_changed_host_key_is_refused_even_with_accept_new(lab, empty_home: Path,
     host = _without_lab_known_hosts(_hosts(lab)[0])
     other = _hosts(lab)[1]
     # Claim that host 1's address:port has host 2's key (what a man in the middle would look like).
-    other_key = next(line for line in Path(lab.known_hosts).read_text().splitlines() if f":{other.port}]" in line)
+    other_key = next(line for line in Path(lab.known_hosts).read_text().splitlines() if f"]:{other.port} " in line)
     forged = f"[127.0.0.1]:{host.port} " + other_key.split(" ", 1)[1] + "\n"
     known = empty_home / ".ssh" / "known_hosts"
     known.write_text(forged)
