@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -166,16 +167,18 @@ def start_lab(
         if existing is None:
             _prepare_lab_files(root)
         python = _host_python()
-        say(f"starting {len(planned)} sshd host(s)")
+        say(f"starting {len(planned)} host(s)")
+        # Each worker starts a host's sshd and launches its server without waiting; the servers
+        # boot while the other hosts are set up, then all are awaited together.
         with ThreadPoolExecutor(max_workers=min(_WORKERS, len(planned))) as pool:
             started = list(pool.map(lambda p: _start_host(root, p, python), planned))
         lab.hosts.extend(started)
         _write_lab_files(lab, python)
-        servers = [(h, p) for h, p in zip(started, planned) if p.spec.server]
+        servers = [h for h, p in zip(started, planned) if p.spec.server]
         if servers:
-            say(f"starting {len(servers)} stand-in SGLang server(s)")
+            say(f"waiting for {len(servers)} stand-in SGLang server(s) to become healthy")
             with ThreadPoolExecutor(max_workers=min(_WORKERS, len(servers))) as pool:
-                list(pool.map(lambda hp: _start_server(root, hp[0]), servers))
+                list(pool.map(_await_server, servers))
     except BaseException:
         _stop_started(root, lab)
         raise
@@ -200,7 +203,7 @@ def _check_root(root: Path) -> None:
 
 
 def _plan(specs: Sequence[LabSpec], existing: Sequence[LabHost], say) -> list[_Planned]:
-    from gpuops.lab.sglang_cache import sglang_site
+    from gpuops.lab.sglang_cache import cache_root, sglang_site
 
     taken = {h.name for h in existing}
     number = max([int(h.name[1:]) for h in existing if re.match(r"^h\d+$", h.name)] + [0])
@@ -213,7 +216,8 @@ def _plan(specs: Sequence[LabSpec], existing: Sequence[LabHost], say) -> list[_P
         if spec.gpu not in descriptions:
             descriptions[spec.gpu] = load_description(spec.gpu)
         if spec.sglang is not None and spec.sglang not in sites:
-            say(f"SGLang {spec.sglang}: fetching the release (cached after the first time)")
+            if not (cache_root() / spec.sglang / "site" / "sglang" / "__init__.py").is_file():
+                say(f"SGLang {spec.sglang}: downloading the release (once; it is cached)")
             sites[spec.sglang] = sglang_site(spec.sglang)
         for i in range(spec.count):
             if spec.names:
@@ -318,7 +322,7 @@ def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
     started = sshd.start_with_free_port(
         write_config, config, host_dir / "sshd.log", host_dir / "sshd.pid", sshd_env
     )
-    return LabHost(
+    host = LabHost(
         name=plan.name,
         dir=host_dir,
         port=started.port,
@@ -328,6 +332,9 @@ def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
         server_port=server_port,
         groups=tuple(plan.spec.groups),
     )
+    if plan.spec.server:
+        _launch_server(root, host)
+    return host
 
 
 def _write_server_files(host_dir: Path, plan: _Planned) -> int:
@@ -348,17 +355,34 @@ def _write_server_files(host_dir: Path, plan: _Planned) -> int:
     return port
 
 
-def _start_server(root: Path, host: LabHost) -> None:
+def _launch_server(root: Path, host: LabHost) -> None:
     from gpuops.remote import process_manager
 
-    description_exists = (host.dir / "gpu.json").exists()
-    env = session_env(root, host.dir, host.name, description_exists)
-    result = process_manager.start(
-        str(host.state_dir), port=host.server_port, health_timeout=_SERVER_HEALTH_TIMEOUT_S, env=env
-    )
+    env = session_env(root, host.dir, host.name, (host.dir / "gpu.json").exists())
+    result = process_manager.start(str(host.state_dir), port=host.server_port, health_timeout=0, env=env)
     if not result.get("ok"):
-        tail = " | ".join(result.get("log_tail", [])[-3:])
-        raise GpuopsError(f"lab: {host.name}: the stand-in server did not start: {result.get('error')} {tail}")
+        raise _server_error(host, result)
+
+
+def _await_server(host: LabHost) -> None:
+    from gpuops.remote import process_manager
+
+    deadline = time.monotonic() + _SERVER_HEALTH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = process_manager.status(str(host.state_dir), host.server_port)
+        if not state["running"]:
+            raise _server_error(host, {"error": "the server exited during start-up",
+                                       "log_tail": process_manager._tail(str(host.state_dir / "sglang.log"))})
+        if state["healthy"]:
+            return
+        time.sleep(0.05)
+    raise _server_error(host, {"error": f"not healthy after {_SERVER_HEALTH_TIMEOUT_S:.0f} s"})
+
+
+def _server_error(host: LabHost, result: Mapping[str, Any]) -> GpuopsError:
+    tail = " | ".join(line for line in result.get("log_tail", [])[-3:] if line.strip())
+    return GpuopsError(f"lab: {host.name}: the stand-in server did not start: {result.get('error')}"
+                       + (f" ({tail})" if tail else ""))
 
 
 def _write_lab_files(lab: Lab, python: str) -> None:
@@ -467,7 +491,8 @@ def stop_lab(root: Path | str, remove: bool = False, grace: float = 5.0) -> list
             processes.terminate(pid, grace=2.0)
 
     if host_dirs:
-        with ThreadPoolExecutor(max_workers=min(_WORKERS, len(host_dirs))) as pool:
+        # Stopping is waiting on processes to exit, not work: one thread per host.
+        with ThreadPoolExecutor(max_workers=min(64, len(host_dirs))) as pool:
             list(pool.map(stop_host, host_dirs))
     leftovers = processes.sweep(root)
     if remove:

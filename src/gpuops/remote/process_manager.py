@@ -16,8 +16,9 @@ unless ``--port`` is given (then ``GET http://127.0.0.1:P/health`` must answer 2
 0 when the action did what was asked, 1 when it did not (a server that died during start-up or
 never became healthy; the log's last lines come back in ``log_tail``).
 
-When shipped on stdin by gpuops' helper runner, ``gpuops_payload()`` is injected and returns
-``{"action": ..., "state_dir": ..., "port": ..., "grace": ..., "health_timeout": ...}``.
+When shipped on stdin by gpuops' helper runner (``gpuops.remote.python_command``), the runner puts
+the JSON payload in ``GPUOPS_PAYLOAD``: ``{"action": ..., "state_dir": ..., "port": ...,
+"grace": ..., "health_timeout": ...}`` takes the place of the command line.
 """
 
 import argparse
@@ -73,7 +74,10 @@ def start(state_dir, port=None, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=Non
             env=env,
         )
     _write_pid_file(state_dir, child.pid)
-    if port is None or not health_timeout:
+    if port is not None and not health_timeout:
+        # The caller waits for health itself (the lab launches many servers, then awaits them).
+        return _result(True, child.pid, None, ok=True, started=True)
+    if port is None:
         time.sleep(_POLL_S)  # lets a launch script that fails at once show it
         alive = _alive(child.pid)
         return _result(alive, child.pid, None, ok=alive, started=True, log=log_path)
@@ -272,10 +276,14 @@ def run_action(options):
 
 
 def main():
-    payload = globals().get("gpuops_payload")
-    options = payload() if callable(payload) else _parse_args(sys.argv[1:])
-    if "state_dir" not in options:
-        options["state_dir"] = options.get("state-dir", "")
+    payload = globals().get("GPUOPS_PAYLOAD")
+    if payload is not None:
+        options = json.loads(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
+        if not isinstance(options, dict) or "action" not in options or "state_dir" not in options:
+            sys.stdout.write(json.dumps({"ok": False, "error": "payload needs action and state_dir"}) + "\n")
+            return 2
+    else:
+        options = _parse_args(sys.argv[1:])
     result = run_action(options)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     return 0 if result.get("ok", True) else 1

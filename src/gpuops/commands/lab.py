@@ -1,0 +1,185 @@
+"""``gpuops lab up|status|down|clone``: throwaway simulated GPU hosts on loopback to rehearse on.
+
+JSON schema (``--json``, for ``up``, ``status`` and ``clone``)::
+
+    {"lab": DIR, "inventory": FILE, "ssh_config": FILE, "known_hosts": FILE,
+     "seconds": FLOAT (up/clone only),
+     "hosts": [{"name", "address": "127.0.0.1", "port", "gpu", "sglang", "sshd_alive",
+                "server_port", "server_running", "server_healthy", "server_pid"}]}
+
+``down --json``: ``{"lab": DIR, "hosts": N, "swept_pids": [...], "removed": true}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+DIR_HELP = "Lab directory (default: $GPUOPS_LAB_DIR or .lab in the current directory)."
+
+
+def _lab_dir(value: str | None) -> Path:
+    return Path(value or os.environ.get("GPUOPS_LAB_DIR") or ".lab").expanduser().absolute()
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the current directory when inside it."""
+    try:
+        rel = path.relative_to(Path.cwd())
+    except ValueError:
+        return str(path)
+    return str(rel) if str(rel) != "." else "."
+
+
+dir_option = click.option("--dir", "lab_dir", metavar="DIR", help=DIR_HELP)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+
+
+@click.group()
+def lab() -> None:
+    """Throwaway simulated GPU hosts: real OpenSSH sshd on 127.0.0.1, a replaying nvidia-smi, the
+    real source of an SGLang release and a stand-in SGLang server per host.
+
+    Rehearse any gpuops command on them with `-i .lab/inventory.yml`; `gpuops lab down` removes
+    everything. Nothing is written to your ~/.ssh.
+    """
+
+
+@lab.command()
+@click.option("--hosts", "count", type=click.IntRange(1, 256), default=1, show_default=True, help="Number of hosts.")
+@click.option("--gpu", default="rtx-pro-6000-x8", show_default=True, metavar="NAME|FILE",
+              help="rtx-pro-6000-x8, h200-x1, h100-x8, none, or a GPU description YAML file.")
+@click.option("--sglang", "sglang_version", default="0.5.8", show_default=True, metavar="VERSION",
+              help="SGLang release whose real source each host gets (downloaded once, cached).")
+@click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang servers.")
+@click.option("--add", is_flag=True, help="Add the hosts to the running lab in DIR.")
+@dir_option
+@json_option
+def up(count: int, gpu: str, sglang_version: str, no_server: bool, add: bool, lab_dir: str | None, as_json: bool) -> None:
+    """Start N simulated GPU hosts and write their inventory."""
+    from gpuops.lab.hosts import LabSpec, start_lab
+
+    root = _lab_dir(lab_dir)
+    started = time.monotonic()
+    spec = LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server, count=count)
+    progress = None if as_json else (lambda msg: click.echo(f"lab: {msg}", err=True))
+    lab_obj = start_lab(root, [spec], add=add, progress=progress)
+    _report(lab_obj, as_json, seconds=time.monotonic() - started, verb="up")
+
+
+@lab.command()
+@dir_option
+@json_option
+def status(lab_dir: str | None, as_json: bool) -> None:
+    """Each host: its port, whether sshd runs, whether its server runs and is healthy."""
+    from gpuops.lab.hosts import load_lab
+
+    _report(load_lab(_lab_dir(lab_dir)), as_json)
+
+
+@lab.command()
+@dir_option
+@json_option
+def down(lab_dir: str | None, as_json: bool) -> None:
+    """Stop every sshd and server of the lab and remove its directory."""
+    from gpuops.lab.hosts import LAB_RECORD, load_lab, stop_lab
+
+    root = _lab_dir(lab_dir)
+    count = len(load_lab(root).hosts) if (root / LAB_RECORD).exists() else 0
+    swept = stop_lab(root, remove=True)
+    if as_json:
+        click.echo(json.dumps({"lab": str(root), "hosts": count, "swept_pids": swept, "removed": True}))
+        return
+    extra = f" (and {len(swept)} stray process(es))" if swept else ""
+    click.echo(f"lab down: stopped {count} host(s){extra}, removed {_shown(root)}")
+
+
+@lab.command()
+@click.argument("host")
+@click.option("-i", "--inventory", metavar="FILE", help="Inventory holding HOST.")
+@click.option("--name", metavar="NAME", help="Name of the lab host (default: HOST-lab).")
+@click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang server.")
+@dir_option
+@json_option
+def clone(host: str, inventory: str | None, name: str | None, no_server: bool, lab_dir: str | None, as_json: bool) -> None:
+    """A lab host copied from a real one: same GPUs, SGLang release and server flags.
+
+    Reads HOST's facts (`gpuops inspect`'s gather, one SSH exec), writes a GPU description into
+    the lab and starts a host from it (added to the running lab in DIR, if there is one).
+    """
+    from gpuops.lab.clone import clone_host
+
+    root = _lab_dir(lab_dir)
+    started = time.monotonic()
+    progress = None if as_json else (lambda msg: click.echo(f"lab: {msg}", err=True))
+    lab_obj = clone_host(root, inventory, host, name=name, server=not no_server, progress=progress)
+    _report(lab_obj, as_json, seconds=time.monotonic() - started, verb="clone")
+
+
+def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | None = None) -> None:
+    from gpuops.lab.hosts import lab_status
+
+    statuses = lab_status(lab_obj)
+    document = {
+        "lab": str(lab_obj.root),
+        "inventory": str(lab_obj.inventory_path),
+        "ssh_config": str(lab_obj.ssh_config),
+        "known_hosts": str(lab_obj.known_hosts),
+        "hosts": [{**asdict(s), "address": "127.0.0.1"} for s in statuses],
+    }
+    if seconds is not None:
+        document["seconds"] = round(seconds, 3)
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+        return
+    if verb is not None:
+        click.echo(f"lab {verb}: {len(statuses)} host(s) in {_shown(lab_obj.root)} ({seconds:.1f} s)")
+    _render_table(statuses)
+    if verb is not None and statuses:
+        inv = _shown(lab_obj.inventory_path)
+        click.echo("")
+        click.echo("Next:")
+        click.echo(f"  gpuops inspect host -i {inv}")
+        click.echo(f"  ssh -F {_shown(lab_obj.ssh_config)} {statuses[0].name} nvidia-smi")
+        click.echo(f"  gpuops apply fusion-sm120 --check -i {inv}")
+        click.echo(f"  gpuops lab status{_dir_flag(lab_obj.root)}      gpuops lab down{_dir_flag(lab_obj.root)}")
+
+
+def _dir_flag(root: Path) -> str:
+    default = _lab_dir(None)
+    return "" if root == default else f" --dir {_shown(root)}"
+
+
+def _server_text(s) -> str:
+    if s.server_port is None:
+        return "-"
+    if not s.server_running:
+        return f":{s.server_port} stopped"
+    return f":{s.server_port} " + ("healthy" if s.server_healthy else "unhealthy")
+
+
+def _render_table(statuses) -> None:
+    headers = ["host", "ssh", "sshd", "gpu", "sglang", "server"]
+    rows = [
+        [s.name, f"127.0.0.1:{s.port}", "up" if s.sshd_alive else "DOWN", s.gpu, s.sglang or "-", _server_text(s)]
+        for s in statuses
+    ]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*headers)
+        for row in rows:
+            style = None if row[2] == "up" and "healthy" in row[5] and "un" not in row[5] else "yellow"
+            table.add_row(*row, style=style)
+        Console().print(table)
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    for line in [headers, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
