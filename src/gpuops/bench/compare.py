@@ -1,0 +1,133 @@
+"""Side-by-side comparison of stored results (pure): key figures, deltas, configuration differences.
+
+The first result is the baseline; every other column shows its value and the change against it
+(in percent). The configuration part says whether the runs measured the same configuration
+(fingerprint) and, when not, which flags, environment variables, SGLang version or patched gates
+differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gpuops.bench.fingerprint import config_differences
+from gpuops.errors import GpuopsError
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    better: str  # "higher" | "lower"
+    values: tuple[float | None, ...]
+
+    def deltas_pct(self) -> tuple[float | None, ...]:
+        base = self.values[0]
+        out: list[float | None] = [None]
+        for value in self.values[1:]:
+            out.append(None if base in (None, 0) or value is None else (value - base) / base * 100.0)
+        return tuple(out)
+
+    def improved(self) -> tuple[bool | None, ...]:
+        marks: list[bool | None] = [None]
+        for delta in self.deltas_pct()[1:]:
+            marks.append(None if delta is None or abs(delta) < 1e-9 else (delta > 0) == (self.better == "higher"))
+        return tuple(marks)
+
+
+@dataclass
+class Comparison:
+    ids: list[str]
+    hosts: list[str]
+    suites: list[str]
+    fingerprints: list[str | None]
+    metrics: list[Metric] = field(default_factory=list)
+    config_diffs: list[dict[str, Any]] = field(default_factory=list)  # one per non-baseline result
+
+    @property
+    def same_configuration(self) -> bool:
+        return len(set(self.fingerprints)) == 1
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ids": self.ids, "hosts": self.hosts, "suites": self.suites, "fingerprints": self.fingerprints,
+            "same_configuration": self.same_configuration,
+            "metrics": [{"name": m.name, "unit": m.unit, "better": m.better, "values": list(m.values),
+                         "delta_pct": list(m.deltas_pct())} for m in self.metrics],
+            "configuration_differences": self.config_diffs,
+        }
+
+
+def _get(mapping: Mapping[str, Any] | None, *path: str) -> float | None:
+    value: Any = mapping
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _figures(result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | None]:
+    """(name, unit, better) -> value for one result."""
+    summary = result.get("summary") or {}
+    out: dict[tuple[str, str, str], float | None] = {}
+    suite = result.get("suite")
+    if suite in ("decode", "serving"):
+        out[("output tokens/s (per stream)", "tok/s", "higher")] = _get(summary, "output_tokens_per_s")
+        out[("TTFT p50", "ms", "lower")] = _get(summary, "ttft_ms", "p50")
+        for q in ("p50", "p90", "p99"):
+            out[(f"ITL {q}", "ms", "lower")] = _get(summary, "itl_ms", q)
+        out[("accept length", "tokens", "higher")] = _get(summary, "accept_length")
+    if suite == "serving":
+        for level in result.get("levels") or []:
+            c = level.get("concurrency")
+            out[(f"c={c} total output tokens/s", "tok/s", "higher")] = _get(level, "total_output_tokens_per_s")
+            out[(f"c={c} requests/s", "req/s", "higher")] = _get(level, "request_throughput")
+            out[(f"c={c} TTFT p50", "ms", "lower")] = _get(level, "ttft_ms", "p50")
+            out[(f"c={c} ITL p50", "ms", "lower")] = _get(level, "itl_ms", "p50")
+    if suite == "allreduce":
+        for variant in summary.get("variants") or []:
+            for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: int(kv[0])):
+                out[(f"{variant['label']} x{tokens} tokens latency", "us", "lower")] = float(latency)
+        out[("best variant step cost", "ms", "lower")] = _get(summary, "step_cost_ms")
+    return out
+
+
+def compare_results(results: Sequence[Mapping[str, Any]]) -> Comparison:
+    if len(results) < 2:
+        raise GpuopsError("results compare: give at least two result ids")
+    figures = [_figures(r) for r in results]
+    names: list[tuple[str, str, str]] = []
+    for fig in figures:
+        for key in fig:
+            if key not in names:
+                names.append(key)
+    metrics = [Metric(n, u, b, tuple(f.get((n, u, b)) for f in figures)) for n, u, b in names]
+    metrics = [m for m in metrics if any(v is not None for v in m.values)]
+    base_config = results[0].get("configuration") or {}
+    diffs = [{"id": r.get("id"), "against": results[0].get("id"),
+              "differences": config_differences(base_config, r.get("configuration") or {})}
+             for r in results[1:]]
+    return Comparison(
+        ids=[str(r.get("id")) for r in results],
+        hosts=[str(r.get("host")) for r in results],
+        suites=[str(r.get("suite")) for r in results],
+        fingerprints=[r.get("fingerprint") for r in results],
+        metrics=metrics,
+        config_diffs=diffs,
+    )
+
+
+def format_value(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def format_delta(delta: float | None) -> str:
+    return "" if delta is None else f"{delta:+.1f}%"

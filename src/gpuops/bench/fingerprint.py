@@ -1,0 +1,79 @@
+"""The configuration fingerprint of a result: what was measured, as a stable hash (pure).
+
+Two results with the same fingerprint ran the same configuration: the same server flags (less the
+ones that only say where it listens), the same tuning environment, the same SGLang version and the
+same patched gates. The hash is over canonical JSON, so key order never changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Mapping
+
+# Flags that say where or how the server is reached, not how fast it runs.
+VOLATILE_SERVER_ARGS = frozenset({
+    "host", "port", "random_seed", "api_key", "admin_api_key", "log_level", "log_level_http",
+    "log_requests", "log_requests_level", "enable_metrics", "bucket_time_to_first_token",
+    "file_storage_path", "decrypted_config_file", "decrypted_draft_config_file", "nccl_port",
+    "dist_init_addr", "served_model_name",
+})
+# Environment our own stand-in uses to simulate; never part of a real configuration.
+_SIMULATION_ENV_PREFIX = "GPUOPS_STANDIN_"
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def tuning_env(env: Mapping[str, Any] | None) -> dict[str, str]:
+    """The environment that can change performance, without secrets or simulator controls."""
+    out: dict[str, str] = {}
+    for key, value in sorted((env or {}).items()):
+        if key.startswith(_SIMULATION_ENV_PREFIX) or any(w in key.upper() for w in SECRET_WORDS):
+            continue
+        out[str(key)] = str(value)
+    return out
+
+
+def stable_server_args(server_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in sorted((server_args or {}).items()) if k not in VOLATILE_SERVER_ARGS}
+
+
+def configuration(
+    server_args: Mapping[str, Any] | None,
+    env: Mapping[str, Any] | None,
+    sglang_version: str | None,
+    patched_gates: Iterable[str] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The inputs of the fingerprint, kept in the result so a diff can say what differs."""
+    config = {
+        "server_args": stable_server_args(server_args),
+        "env": tuning_env(env),
+        "sglang_version": sglang_version,
+        "patched_gates": sorted(set(patched_gates)),
+    }
+    if extra:
+        config["extra"] = dict(sorted(extra.items()))
+    return config
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each difference between two configurations: section, key, value in a, value in b."""
+    diffs: list[dict[str, Any]] = []
+    for section in ("server_args", "env", "extra"):
+        left, right = a.get(section) or {}, b.get(section) or {}
+        for key in sorted(set(left) | set(right)):
+            if left.get(key) != right.get(key):
+                diffs.append({"section": section, "key": key, "a": left.get(key), "b": right.get(key)})
+    if a.get("sglang_version") != b.get("sglang_version"):
+        diffs.append({"section": "sglang", "key": "version", "a": a.get("sglang_version"),
+                      "b": b.get("sglang_version")})
+    left_gates, right_gates = set(a.get("patched_gates") or []), set(b.get("patched_gates") or [])
+    for gate in sorted(left_gates ^ right_gates):
+        diffs.append({"section": "gates", "key": gate, "a": "patched" if gate in left_gates else "-",
+                      "b": "patched" if gate in right_gates else "-"})
+    return diffs

@@ -1,0 +1,70 @@
+"""Read the framed output of the remote bench client (pure).
+
+Every record is one line ``GPUOPS-BENCH <run_id> <kind> <json>``; anything else on stdout (a tool's
+chatter, a torch warning) is ignored, and a line cut short by an interrupt is dropped, so a partial
+run still yields every record that made it home whole.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FRAME = "GPUOPS-BENCH"
+
+
+@dataclass
+class RemoteRun:
+    """The records of one host's bench run, grouped by kind, in arrival order."""
+
+    run_id: str
+    start: dict[str, Any] | None = None
+    host: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    server_after: dict[str, Any] | None = None
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    allreduce: list[dict[str, Any]] = field(default_factory=list)
+    tool: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None
+
+    @property
+    def partial(self) -> bool:
+        return self.end is None or bool(self.end.get("partial"))
+
+
+def parse_frames(stdout: str, run_id: str) -> RemoteRun:
+    run = RemoteRun(run_id=run_id)
+    prefix = f"{FRAME} {run_id} "
+    for line in stdout.splitlines():
+        if not line.startswith(prefix):
+            continue
+        kind, _, text = line[len(prefix):].partition(" ")
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue  # a line cut by an interrupt
+        if not isinstance(record, dict):
+            continue
+        if kind in ("start", "host", "server", "server_after", "end"):
+            setattr(run, kind, record)
+        elif kind == "sample":
+            run.samples.append(record)
+        elif kind == "level":
+            run.levels.append(record)
+        elif kind == "allreduce":
+            run.allreduce.append(record)
+        elif kind == "tool":
+            run.tool.append(record)
+        elif kind == "note":
+            run.notes.append(str(record.get("message", "")))
+        elif kind == "error":
+            run.errors.append(record)
+    return run

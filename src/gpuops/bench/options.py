@@ -1,0 +1,236 @@
+"""What a bench run asks for, and the payload the remote client gets (pure).
+
+``BenchOptions`` holds the suite options as typed values; ``build_payload`` turns them, with what is
+known about one host, into the JSON the remote client (``gpuops/remote/bench_client.py``) runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gpuops.errors import GpuopsError
+
+SUITES = ("decode", "serving", "allreduce")
+APIS = ("native", "completions", "chat")
+DEFAULT_CONCURRENCY = (1, 4, 16, 64)
+DEFAULT_ALLREDUCE_TOKENS = (1, 4, 8, 16, 64)
+DEFAULT_HIDDEN_SIZE = 7168  # Kimi-K2.5 / DeepSeek-V3, the field report's model family
+DEFAULT_ALLREDUCES_PER_STEP = 122  # field report: 122 all-reduces ~ 25 ms per verify pass on 8x PCIe
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class AllreduceOptions:
+    world_size: int | None = None            # None: the host's GPU count (gloo: 2)
+    hidden_size: int | None = None           # None: the served model's config, else 7168
+    tokens: tuple[int, ...] = DEFAULT_ALLREDUCE_TOKENS
+    dtype: str = "bfloat16"
+    env_variants: tuple[tuple[tuple[str, str], ...], ...] = ((),)
+    cuda_graph: bool = False
+    backend: str = "nccl"
+    iters: int = 50
+    warmup: int = 10
+    trials: int = 5
+    allreduces_per_step: int = DEFAULT_ALLREDUCES_PER_STEP
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    suite: str
+    api: str = "native"
+    input_len: int = 256
+    output_len: int = 256
+    num_requests: int = 5               # decode: measured requests, one at a time
+    warmup: int = 2                     # requests sent first and not counted
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    requests_per_level: int | None = None  # serving: None -> max(4, 2 x concurrency)
+    seed: int = 0
+    request_timeout_s: float = 600.0
+    tool: str | None = None             # "sglang": run sglang.bench_serving / bench_one_batch_server
+    tool_args: tuple[str, ...] = ()
+    allreduce: AllreduceOptions = field(default_factory=AllreduceOptions)
+
+    def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise GpuopsError(f"bench: unknown suite {self.suite!r} (one of {', '.join(SUITES)})")
+        if self.api not in APIS:
+            raise GpuopsError(f"bench: unknown --api {self.api!r} (one of {', '.join(APIS)})")
+        for name in ("input_len", "output_len", "num_requests"):
+            if getattr(self, name) < 1:
+                raise GpuopsError(f"bench: --{name.replace('_', '-')} must be at least 1")
+        if self.output_len < 2:
+            raise GpuopsError("bench: --output-len must be at least 2 (a decode rate needs two tokens)")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise GpuopsError("bench: --concurrency needs positive integers, e.g. 1,4,16")
+        if self.tool not in (None, "sglang"):
+            raise GpuopsError(f"bench: unknown --tool {self.tool!r} (only 'sglang')")
+        if self.tool and self.suite == "allreduce":
+            raise GpuopsError("bench: --tool sglang runs the decode or serving suite, not allreduce")
+
+    def as_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["concurrency"] = list(self.concurrency)
+        record["tool_args"] = list(self.tool_args)
+        ar = record.pop("allreduce")
+        if self.suite == "allreduce":
+            ar["tokens"] = list(self.allreduce.tokens)
+            ar["env_variants"] = [dict(v) for v in self.allreduce.env_variants]
+            record["allreduce"] = ar
+        return record
+
+
+# --------------------------------------------------------------------------- parsing CLI values
+
+def parse_int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise GpuopsError(f"bench: {what} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise GpuopsError(f"bench: {what} must be positive integers, got {text!r}")
+    return values
+
+
+def expand_env_variants(specs: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """``["NCCL_ALGO=Ring,Tree", "NCCL_PROTO=LL,Simple"]`` -> the cross product, 4 variants."""
+    axes: list[list[tuple[str, str]]] = []
+    seen: set[str] = set()
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip()
+        if not sep or not _ENV_NAME.match(key):
+            raise GpuopsError(f"bench: --env {spec!r} is not KEY=VALUE[,VALUE...]")
+        if key in seen:
+            raise GpuopsError(f"bench: --env {key} given twice; list its values once, comma-separated")
+        seen.add(key)
+        options = [v.strip() for v in values.split(",")]
+        if any(not v or "\n" in v or "\0" in v for v in options):
+            raise GpuopsError(f"bench: --env {spec!r} has an empty or unprintable value")
+        axes.append([(key, v) for v in options])
+    if not axes:
+        return ((),)
+    return tuple(tuple(combo) for combo in itertools.product(*axes))
+
+
+def parse_tool_args(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise GpuopsError(f"bench: --tool-args {text!r}: {exc}") from None
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in _DTYPES:
+        raise GpuopsError(f"bench: --dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+    return dtype
+
+
+# --------------------------------------------------------------------------- payload
+
+def server_url(port: int, address: str = "127.0.0.1") -> str:
+    return f"http://{address}:{int(port)}"
+
+
+def host_port(host_vars: Mapping[str, Any], override: int | None) -> int:
+    if override is not None:
+        return int(override)
+    value = host_vars.get("sglang_port", 30000)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise GpuopsError(f"bench: host var sglang_port={value!r} is not a port number") from None
+
+
+def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
+    """(module, output flag, one argv tail per run) for ``--tool sglang``; user args win."""
+    user = list(options.tool_args)
+
+    def has(flag: str) -> bool:
+        return any(a == flag or a.startswith(flag + "=") for a in user)
+
+    if options.suite == "decode":
+        base = [] if has("--model") or has("--model-path") else ["--model", "None"]
+        for flag, value in (("--batch-size", "1"), ("--input-len", str(options.input_len)),
+                            ("--output-len", str(options.output_len)), ("--seed", str(options.seed))):
+            if not has(flag):
+                base += [flag, value]
+        return "sglang.bench_one_batch_server", "--result-filename", [base + user]
+    runs = []
+    for concurrency in options.concurrency:
+        args: list[str] = []
+        count = options.requests_per_level or max(4, 2 * concurrency)
+        for flag, value in (("--backend", "sglang"), ("--dataset-name", "random"),
+                            ("--random-input-len", str(options.input_len)),
+                            ("--random-output-len", str(options.output_len)),
+                            ("--num-prompts", str(count)), ("--seed", str(options.seed)),
+                            ("--max-concurrency", str(concurrency))):
+            if not has(flag):
+                args += [flag, value]
+        runs.append(args + user + (["--disable-tqdm"] if not has("--disable-tqdm") else []))
+    return "sglang.bench_serving", "--output-file", runs
+
+
+def build_payload(
+    options: BenchOptions,
+    run_id: str,
+    url: str,
+    host_vars: Mapping[str, Any],
+    worker_source: str | None = None,
+) -> dict[str, Any]:
+    """The JSON the remote client runs for one host."""
+    state_dir = host_vars.get("gpuops_state_dir")
+    payload: dict[str, Any] = {
+        "run_id": run_id,
+        "suite": options.suite,
+        "url": url,
+        "api": options.api,
+        "input_len": options.input_len,
+        "output_len": options.output_len,
+        "num_requests": options.num_requests,
+        "warmup": options.warmup,
+        "concurrency": list(options.concurrency),
+        "requests_per_level": options.requests_per_level,
+        "seed": options.seed,
+        "request_timeout": options.request_timeout_s,
+        "pid_file": f"/tmp/gpuops-bench-{run_id}.pid",
+        "server_pid_file": f"{state_dir}/sglang.pid" if state_dir else None,
+        "state_dir": str(state_dir) if state_dir else None,
+        "host_facts": True,
+    }
+    python = str(host_vars.get("sglang_python") or "python3")
+    if options.tool:
+        module, output_flag, runs = tool_runs(options)
+        payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}
+    if options.suite == "allreduce":
+        ar = options.allreduce
+        if worker_source is None:
+            raise GpuopsError("bench: the allreduce suite needs its worker source")
+        payload["allreduce"] = {
+            "worker_source": worker_source,
+            "python": python,
+            "world_size": ar.world_size,
+            "hidden_size": ar.hidden_size,
+            "tokens": list(ar.tokens),
+            "dtype": ar.dtype,
+            "variants": [dict(v) for v in ar.env_variants],
+            "cuda_graph": ar.cuda_graph,
+            "backend": ar.backend,
+            "iters": ar.iters,
+            "warmup": ar.warmup,
+            "trials": ar.trials,
+            "allreduces_per_step": ar.allreduces_per_step,
+        }
+    return payload
+
+
+def stop_command(run_id: str) -> str:
+    """Shell text that asks a running client to stop and report what it measured (SIGINT)."""
+    pid_file = shlex.quote(f"/tmp/gpuops-bench-{run_id}.pid")
+    return f'p=$(cat {pid_file} 2>/dev/null) && kill -INT "$p" 2>/dev/null; true'

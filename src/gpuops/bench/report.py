@@ -1,0 +1,257 @@
+"""A self-contained HTML report of stored results (plots as base64 PNGs) and a Markdown summary.
+
+matplotlib is imported here only, with the Agg backend, so nothing else pays for it.
+Plots: output tokens/s per configuration, latency distributions (per-token ITL of decode runs,
+TTFT/ITL against concurrency for serving runs), all-reduce latency against message size per NCCL
+variant.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gpuops.bench.compare import compare_results, format_delta, format_value
+from gpuops.errors import GpuopsError
+from gpuops.remote.bench_client import sample_figures
+
+
+def _label(result: Mapping[str, Any]) -> str:
+    return f"{result.get('host')} {str(result.get('id'))[:6]}"
+
+
+def _config_line(result: Mapping[str, Any]) -> str:
+    config = result.get("configuration") or {}
+    args = config.get("server_args") or {}
+    bits = []
+    for key in ("tp_size", "speculative_algorithm", "enable_flashinfer_allreduce_fusion",
+                "flashinfer_allreduce_fusion_backend"):
+        if args.get(key) not in (None, False):
+            bits.append(f"{key}={args[key]}")
+    env = config.get("env") or {}
+    bits += [f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_")]
+    if config.get("patched_gates"):
+        bits.append(f"patched: {', '.join(config['patched_gates'])}")
+    if config.get("sglang_version"):
+        bits.append(f"sglang {config['sglang_version']}")
+    return "; ".join(bits) or "-"
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _token_rate_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results
+            if r.get("suite") in ("decode", "serving")]
+    rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rows)), 3.6))
+    labels = [_label(r) for r, _ in rows]
+    values = [v for _, v in rows]
+    bars = ax.bar(range(len(rows)), values, color="#4477aa")
+    for bar, value in zip(bars, values):
+        ax.annotate(f"{value:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("output tokens/s (one stream)")
+    ax.set_title("Decode rate per configuration")
+    return _png(fig)
+
+
+def _itl_distribution_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    series = []
+    for result in results:
+        if result.get("suite") != "decode":
+            continue
+        itls = []
+        for sample in result.get("samples") or []:
+            if sample.get("ok") and sample.get("chunks"):
+                itls.extend(x * 1000.0 for x in sample_figures(sample)["itls_s"])
+        if itls:
+            series.append((_label(result), itls))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(series)), 3.6))
+    ax.boxplot([s for _, s in series], showfliers=True)
+    ax.set_xticks(range(1, len(series) + 1))
+    ax.set_xticklabels([n for n, _ in series], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("inter-token latency (ms per token)")
+    ax.set_title("Inter-token latency distribution (decode)")
+    return _png(fig)
+
+
+def _serving_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    serving = [r for r in results if r.get("suite") == "serving" and r.get("levels")]
+    if not serving:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for result in serving:
+        levels = sorted(result["levels"], key=lambda lv: lv.get("concurrency") or 0)
+        xs = [lv.get("concurrency") for lv in levels]
+        left.plot(xs, [lv.get("total_output_tokens_per_s") for lv in levels], marker="o", label=_label(result))
+        right.plot(xs, [(lv.get("itl_ms") or {}).get("p50") for lv in levels], marker="o", label=_label(result))
+    for ax, title, ylabel in ((left, "Throughput vs concurrency", "total output tokens/s"),
+                              (right, "ITL p50 vs concurrency", "ms per token")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _allreduce_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in results if r.get("suite") == "allreduce" and r.get("allreduce")]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for result in runs:
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for row in result["allreduce"]:
+            if row.get("ok"):
+                label = " ".join(f"{k}={v}" for k, v in sorted((row.get("variant") or {}).items())) or "default"
+                lines.setdefault(label, []).append((row["bytes"], row["latency_us"]))
+        for label, points in lines.items():
+            points.sort()
+            name = label if len(runs) == 1 else f"{_label(result)} {label}"
+            ax.plot([p[0] / 1024 for p in points], [p[1] for p in points], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (KiB)")
+    ax.set_ylabel("latency per all-reduce (us)")
+    ax.set_title("All-reduce latency vs message size")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def build_plots(results: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    plots = {}
+    for name, maker in (("tokens_per_s", _token_rate_plot), ("itl_distribution", _itl_distribution_plot),
+                        ("serving", _serving_plot), ("allreduce_latency", _allreduce_plot)):
+        png = maker(results)
+        if png:
+            plots[name] = png
+    return plots
+
+
+def _results_table(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    headers = ["id", "host", "suite", "created", "tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms",
+               "accept", "fingerprint", "configuration"]
+    rows = []
+    for r in results:
+        s = r.get("summary") or {}
+        ttft = s.get("ttft_ms") if isinstance(s.get("ttft_ms"), dict) else {}
+        itl = s.get("itl_ms") if isinstance(s.get("itl_ms"), dict) else {}
+        rows.append([str(r.get("id")), str(r.get("host")), str(r.get("suite")) + (" (partial)" if r.get("partial") else ""),
+                     str(r.get("created")), format_value(s.get("output_tokens_per_s")),
+                     format_value((ttft or {}).get("p50")), format_value((itl or {}).get("p50")),
+                     format_value((itl or {}).get("p99")), format_value(s.get("accept_length")),
+                     str(r.get("fingerprint"))[:10], _config_line(r)])
+    return headers, rows
+
+
+def _comparison_rows(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]] | None:
+    if len(results) < 2:
+        return None
+    comparison = compare_results(results)
+    headers = ["metric"] + [f"{h} {i[:6]}" for h, i in zip(comparison.hosts, comparison.ids)]
+    rows = []
+    for metric in comparison.metrics:
+        cells = [f"{metric.name} ({metric.unit})"]
+        for value, delta in zip(metric.values, metric.deltas_pct()):
+            cells.append(f"{format_value(value)} {format_delta(delta)}".strip())
+        rows.append(cells)
+    return headers, rows
+
+
+def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[str], html_name: str) -> str:
+    headers, rows = _results_table(results)
+    lines = ["# gpuops benchmark report", "",
+             f"{len(results)} result(s); plots in [{html_name}]({html_name}).", ""]
+    if any((r.get("server") or {}).get("simulated") for r in results):
+        lines += ["> Some results come from a simulated server (the gpuops stand-in): their figures are "
+                  "simulated, not measurements of a GPU.", ""]
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    comparison = _comparison_rows(results)
+    if comparison:
+        c_headers, c_rows = comparison
+        lines += ["", "## Comparison (first result is the baseline)", "",
+                  "| " + " | ".join(c_headers) + " |", "|" + "---|" * len(c_headers)]
+        lines += ["| " + " | ".join(row) + " |" for row in c_rows]
+    lines += ["", "Plots: " + (", ".join(plot_names) or "none"), ""]
+    return "\n".join(lines)
+
+
+def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]) -> str:
+    esc = html.escape
+    headers, rows = _results_table(results)
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpuops benchmark report</title>",
+             "<style>body{font-family:sans-serif;margin:2em;}table{border-collapse:collapse;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#eee}"
+             ".sim{color:#a60}</style></head><body>",
+             "<h1>gpuops benchmark report</h1>"]
+    if any((r.get("server") or {}).get("simulated") for r in results):
+        parts.append("<p class='sim'>Some results come from a simulated server (the gpuops stand-in): "
+                     "their figures are simulated.</p>")
+    parts.append("<h2>Results</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+    parts.append("</table>")
+    comparison = _comparison_rows(results)
+    if comparison:
+        c_headers, c_rows = comparison
+        parts.append("<h2>Comparison</h2><p>The first result is the baseline.</p><table><tr>"
+                     + "".join(f"<th>{esc(h)}</th>" for h in c_headers) + "</tr>")
+        for row in c_rows:
+            parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+        parts.append("</table>")
+    titles = {"tokens_per_s": "Output tokens/s per configuration", "itl_distribution": "Latency distributions",
+              "serving": "Serving sweep", "allreduce_latency": "All-reduce latency vs size per NCCL variant"}
+    for name, png in plots.items():
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(f"<h2>{esc(titles.get(name, name))}</h2>"
+                     f"<img id='plot-{esc(name)}' alt='{esc(name)}' src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(results: Sequence[Mapping[str, Any]], html_path: Path) -> tuple[Path, Path]:
+    """Write the HTML report and a Markdown summary next to it (same name, .md)."""
+    if not results:
+        raise GpuopsError("report: no results to report")
+    try:
+        plots = build_plots(results)
+    except ImportError:
+        raise GpuopsError("report: matplotlib is not installed (pip install 'gpuops[plot]')") from None
+    html_path = Path(html_path)
+    md_path = html_path.with_suffix(".md")
+    try:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(render_html(results, plots), encoding="utf-8")
+        md_path.write_text(render_markdown(results, list(plots), html_path.name), encoding="utf-8")
+    except OSError as exc:
+        raise GpuopsError(f"report: cannot write {html_path}: {exc.strerror}") from None
+    return html_path, md_path

@@ -1,0 +1,240 @@
+"""One host's bench run -> one result document (pure).
+
+The document carries everything needed to trust it later: the host facts snapshot, the server's
+flags and environment, the SGLang version and patched gates (the configuration and its
+fingerprint), the suite options, the raw samples and the summary.
+
+Schema ``gpuops.bench.result/1`` (top-level keys): ``schema``, ``id``, ``run_id``, ``host``,
+``suite``, ``created`` (ISO-8601 UTC), ``ok``, ``partial``, ``errors``, ``options``, ``server``
+(``url``, ``server_args``, ``env``, ``version``, ``model_path``, ``simulated``), ``host_facts``,
+``configuration`` (the fingerprint's inputs), ``fingerprint``, ``summary``, ``levels`` (serving),
+``allreduce`` (rows), ``samples`` (raw).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from gpuops.bench.fingerprint import configuration, fingerprint, tuning_env
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.options import BenchOptions
+from gpuops.bench.sglang_tool import one_batch_summary, serving_level, serving_samples
+from gpuops.remote.bench_client import summarize_samples
+
+SCHEMA = "gpuops.bench.result/1"
+# Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
+_INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "env", "server_args", "status",
+                            "max_total_num_tokens", "max_req_input_len", "memory_usage"})
+
+
+@dataclass(frozen=True)
+class RunContext:
+    host: str
+    options: BenchOptions
+    url: str
+    started: float  # epoch seconds, for the id and `created`
+    remote: bool = True
+
+
+def result_id(host: str, run_id: str) -> str:
+    return hashlib.sha256(f"{run_id}/{host}".encode()).hexdigest()[:10]
+
+
+def server_record(run: RemoteRun) -> dict[str, Any]:
+    snapshot = run.server or {}
+    info = snapshot.get("server_info") or {}
+    args = info.get("server_args")
+    if not isinstance(args, dict):
+        args = {k: v for k, v in info.items() if k not in _INFO_NOT_ARGS}
+    env: dict[str, Any] = {}
+    env.update(snapshot.get("process_env") or {})
+    env.update(info.get("env") or {})
+    model = (snapshot.get("model_info") or {}).get("model_path") or args.get("model_path")
+    record = {
+        "url": snapshot.get("url"),
+        "server_args": args,
+        "env": env,
+        "version": info.get("version"),
+        "model_path": model,
+        "simulated": bool(info.get("simulated")),
+        "internal_states": info.get("internal_states"),
+    }
+    for key in ("server_info_error", "model_info_error", "pid", "process_cmdline"):
+        if snapshot.get(key) is not None:
+            record[key] = snapshot[key]
+    return record
+
+
+def accept_length(run: RemoteRun) -> float | None:
+    for source in (run.server_after or {}, (run.server or {}).get("server_info") or {}):
+        for state in source.get("internal_states") or []:
+            if isinstance(state, dict) and isinstance(state.get("avg_spec_accept_length"), (int, float)):
+                return float(state["avg_spec_accept_length"])
+    return None
+
+
+def variant_label(variant: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
+
+
+def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any]:
+    variants: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        label = variant_label(row.get("variant") or {})
+        entry = variants.setdefault(label, {"label": label, "variant": row.get("variant") or {}, "ok": True,
+                                            "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
+        if row.get("ok"):
+            key = str(row["tokens"])
+            entry["latency_us"][key] = row["latency_us"]
+            entry["busbw_gbps"][key] = row["busbw_gbps"]
+            entry["step_cost_ms"][key] = row["step_cost_ms"]
+        else:
+            entry["ok"] = False
+            entry["error"] = row.get("error")
+    for err in errors:
+        if "variant" in err:
+            label = variant_label(err.get("variant") or {})
+            entry = variants.setdefault(label, {"label": label, "variant": err.get("variant") or {},
+                                                "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
+            entry["ok"] = False
+            entry.setdefault("error", err.get("message"))
+    ranked = [v for v in variants.values() if v["ok"] and v["latency_us"]]
+    smallest = None
+    if ranked:
+        smallest = min(int(k) for v in ranked for k in v["latency_us"])
+        ranked = [v for v in ranked if str(smallest) in v["latency_us"]]
+        ranked.sort(key=lambda v: v["latency_us"][str(smallest)])
+    first = rows[0] if rows else {}
+    return {
+        "variants": list(variants.values()),
+        "best_variant": ranked[0]["label"] if ranked else None,
+        "ranked_at_tokens": smallest,
+        "world_size": first.get("world_size"),
+        "hidden_size": first.get("hidden_size"),
+        "backend": first.get("backend"),
+        "cuda_graph": first.get("cuda_graph"),
+        "allreduces_per_step": first.get("allreduces_per_step"),
+        "step_cost_ms": ranked[0]["step_cost_ms"].get(str(smallest)) if ranked else None,
+    }
+
+
+def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    if not levels:
+        return {"levels": 0}
+    ordered = sorted(levels, key=lambda lv: lv.get("concurrency") or 0)
+    lowest = ordered[0]
+    peak = max(levels, key=lambda lv: lv.get("total_output_tokens_per_s") or 0)
+    return {
+        "levels": len(levels),
+        "output_tokens_per_s": lowest.get("output_tokens_per_s"),
+        "ttft_ms": lowest.get("ttft_ms"),
+        "itl_ms": lowest.get("itl_ms"),
+        "peak_total_output_tokens_per_s": peak.get("total_output_tokens_per_s"),
+        "peak_concurrency": peak.get("concurrency"),
+        "completed": sum(lv.get("completed") or 0 for lv in levels),
+        "failed": sum(lv.get("failed") or 0 for lv in levels),
+    }
+
+
+def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = None) -> dict[str, Any]:
+    options = ctx.options
+    server = server_record(run)
+    host_facts = dict(run.host) if run.host else None
+    patched = list((host_facts or {}).pop("patched_sources", []) or [])
+    errors = [e.get("message", str(e)) for e in run.errors]
+    if transport_error:
+        errors.append(transport_error)
+    levels: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = list(run.samples)
+    if options.tool:
+        if options.suite == "decode":
+            summary = one_batch_summary(run.tool[-1]) if run.tool else {}
+        else:
+            levels = [serving_level(r) for r in run.tool]
+            samples = [s for r in run.tool for s in serving_samples(r)]
+            summary = serving_summary(levels)
+    elif options.suite == "decode":
+        summary = summarize_samples(run.samples)
+    elif options.suite == "serving":
+        levels = list(run.levels)
+        summary = serving_summary(levels)
+    else:
+        rows = list(run.allreduce)
+        summary = allreduce_summary(rows, run.errors)
+    if options.suite != "allreduce":
+        spec = accept_length(run)
+        if spec is not None and summary.get("accept_length") is None:
+            summary["accept_length"] = spec
+        if not summary.get("completed") and not errors:
+            errors.append("no request completed")
+    elif not any(r.get("ok") for r in rows) and not errors:
+        errors.append("no all-reduce measurement came back")
+    extra = None
+    if options.suite == "allreduce":
+        extra = {"allreduce_world_size": summary.get("world_size"), "allreduce_backend": summary.get("backend")}
+    config = configuration(server["server_args"] if options.suite != "allreduce" else {},
+                           server["env"] if options.suite != "allreduce" else {},
+                           server["version"], patched, extra)
+    rid = result_id(ctx.host, run.run_id)
+    return {
+        "schema": SCHEMA,
+        "id": rid,
+        "run_id": run.run_id,
+        "host": ctx.host,
+        "suite": options.suite,
+        "tool": options.tool,
+        "api": options.api,
+        "remote": ctx.remote,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ctx.started)),
+        "ok": not errors and not run.partial,
+        "partial": run.partial,
+        "errors": errors,
+        "notes": run.notes,
+        "options": options.as_record(),
+        "server": {**server, "env": tuning_env(server["env"])},
+        "host_facts": host_facts,
+        "configuration": config,
+        "fingerprint": fingerprint(config),
+        "summary": summary,
+        "levels": levels,
+        "allreduce": rows,
+        "samples": samples,
+    }
+
+
+def headline(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-host line of ``gpuops bench --json`` and of the tables."""
+    summary = result.get("summary") or {}
+    ttft = summary.get("ttft_ms") or {}
+    itl = summary.get("itl_ms") or {}
+    line = {
+        "ok": bool(result.get("ok")),
+        "suite": result.get("suite"),
+        "partial": bool(result.get("partial")),
+        "output_tokens_per_s": summary.get("output_tokens_per_s"),
+        "ttft_ms": ttft.get("p50") if isinstance(ttft, dict) else ttft,
+        "itl_ms": {"p50": itl.get("p50"), "p90": itl.get("p90"), "p99": itl.get("p99")} if isinstance(itl, dict) else {},
+        "accept_length": summary.get("accept_length"),
+        "result_id": result.get("id"),
+        "fingerprint": result.get("fingerprint"),
+        "simulated": bool((result.get("server") or {}).get("simulated")),
+        "error": "; ".join(result.get("errors") or []) or None,
+    }
+    if result.get("suite") == "serving":
+        line["levels"] = [{"concurrency": lv.get("concurrency"),
+                           "request_throughput": lv.get("request_throughput"),
+                           "total_output_tokens_per_s": lv.get("total_output_tokens_per_s"),
+                           "output_tokens_per_s": lv.get("output_tokens_per_s"),
+                           "ttft_ms_p50": (lv.get("ttft_ms") or {}).get("p50"),
+                           "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50")} for lv in result.get("levels") or []]
+    if result.get("suite") == "allreduce":
+        line["best_variant"] = summary.get("best_variant")
+        line["step_cost_ms"] = summary.get("step_cost_ms")
+        line["variants"] = [{"label": v["label"], "ok": v.get("ok"), "latency_us": v.get("latency_us"),
+                             "busbw_gbps": v.get("busbw_gbps"), "error": v.get("error")}
+                            for v in summary.get("variants") or []]
+    return line

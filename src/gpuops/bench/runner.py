@@ -1,0 +1,157 @@
+"""Run a bench on hosts (the I/O edge): one exec per host, hosts in parallel, results saved home.
+
+The client runs next to the server (``gpuops/remote/bench_client.py`` shipped on stdin); its framed
+output comes back when it ends. Ctrl-C here asks every host's client to stop (SIGINT through its
+pid file, on a second short exec); each client then reports what it measured and exits, so the
+partial results are still parsed and saved.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from gpuops.bench.frames import parse_frames
+from gpuops.bench.options import BenchOptions, build_payload, host_port, server_url, stop_command
+from gpuops.bench.results import RunContext, build_result
+from gpuops.bench.store import ResultsStore
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions
+
+STOP_GRACE_S = 60.0
+
+
+@dataclass
+class HostBench:
+    """What one host's bench produced: a saved result, or why there is none."""
+
+    host: str
+    result: dict | None = None
+    file: Path | None = None
+    error: str | None = None
+    status: str = "waiting"  # waiting | running | done | failed | stopping
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """A host and how its client is reached: the URL the client uses, the python that runs it."""
+
+    host: Host
+    url: str
+    python: str | None  # None: the host's python3
+
+
+def targets_for(hosts: Sequence[Host], port: int | None, url: str | None, remote: bool) -> list[BenchTarget]:
+    if not remote:
+        return [BenchTarget(h, url or server_url(host_port(h.vars, port)), sys.executable) for h in hosts]
+    return [BenchTarget(h, server_url(host_port(h.vars, port)),
+                        str(h.vars["gpuops_python"]) if h.vars.get("gpuops_python") else None) for h in hosts]
+
+
+def run_bench(
+    targets: Sequence[BenchTarget],
+    options: BenchOptions,
+    store: ResultsStore,
+    connect_options: ConnectOptions,
+    remote: bool = True,
+    on_change: Callable[[dict[str, HostBench]], None] | None = None,
+) -> dict[str, HostBench]:
+    from gpuops.remote import python_command, python_stdin, source
+
+    run_id = uuid.uuid4().hex[:12]
+    started = time.time()
+    worker_source = source("allreduce_bench") if options.suite == "allreduce" else None
+    states = {t.host.name: HostBench(t.host.name) for t in targets}
+    lock = threading.Lock()
+
+    def changed() -> None:
+        if on_change is not None:
+            with lock:
+                on_change(dict(states))
+
+    def one(target: BenchTarget) -> None:
+        state = states[target.host.name]
+        from gpuops.transport import connect
+
+        try:
+            payload = build_payload(options, run_id, target.url, target.host.vars, worker_source)
+            state.status = "running"
+            changed()
+            conn = connect(target.host, connect_options)
+            try:
+                done = conn.run(python_command(target.python), python_stdin("bench_client", payload))
+            finally:
+                conn.close()
+            run = parse_frames(done.stdout_text(), run_id)
+            if run.start is None:
+                tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
+                raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
+            result = build_result(RunContext(target.host.name, options, target.url, started, remote), run)
+            measured = result["samples"] or result["levels"] or result["allreduce"]
+            if measured or result["summary"].get("completed"):
+                state.file = store.save(result)
+            state.result = result
+            state.error = "; ".join(result["errors"]) or None
+            state.status = "done" if result["ok"] else "failed"
+        except GpuopsError as exc:
+            message = str(exc)
+            prefix = f"{target.host.name}: "
+            state.error = message[len(prefix):] if message.startswith(prefix) else message
+            state.status = "failed"
+        except Exception as exc:  # a bug must fail its host only, named
+            state.error = f"internal error: {type(exc).__name__}: {exc}"
+            state.status = "failed"
+        changed()
+
+    threads = [threading.Thread(target=one, args=(t,), name=f"bench-{t.host.name}", daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            for thread in threads:
+                thread.join(0.2)
+    except KeyboardInterrupt:
+        for state in states.values():
+            if state.status == "running":
+                state.status = "stopping"
+        changed()
+        _stop_clients([t for t in targets if states[t.host.name].status == "stopping"], run_id, connect_options)
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting, report what is home
+        for state in states.values():
+            if state.status == "stopping":
+                state.status = "failed"
+                state.error = state.error or "interrupted before the host sent its results"
+    return states
+
+
+def _stop_clients(targets: Sequence[BenchTarget], run_id: str, connect_options: ConnectOptions) -> None:
+    from gpuops.transport import connect
+
+    def stop(target: BenchTarget) -> None:
+        try:
+            conn = connect(target.host, connect_options)
+            try:
+                conn.run(stop_command(run_id), timeout=20)
+            finally:
+                conn.close()
+        except Exception:
+            pass  # the host is gone; its run thread reports the failure
+
+    stoppers = [threading.Thread(target=stop, args=(t,), daemon=True) for t in targets]
+    for thread in stoppers:
+        thread.start()
+    for thread in stoppers:
+        thread.join(25)

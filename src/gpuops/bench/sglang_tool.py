@@ -1,0 +1,96 @@
+"""SGLang's own benchmark output, read into gpuops' result schema (pure).
+
+``sglang.bench_serving --output-file F`` appends one JSON line per run with fields such as
+``max_concurrency``, ``request_throughput``, ``output_throughput``, ``median_ttft_ms``,
+``p99_itl_ms``, ``median_tpot_ms``, ``accept_length`` (and, with ``--output-details``, per-request
+``ttfts``/``itls``/``output_lens``). ``sglang.bench_one_batch_server --result-filename F`` appends
+``batch_size``, ``latency`` (s), ``last_ttft`` (s), ``last_gen_throughput`` (tok/s), ``acc_length``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gpuops.errors import GpuopsError
+
+
+def _num(record: Mapping[str, Any], key: str) -> float | None:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _per_token_rate(tpot_ms: float | None) -> float | None:
+    return 1000.0 / tpot_ms if tpot_ms else None
+
+
+def serving_level(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One bench_serving JSONL line -> one serving level of our schema."""
+    if "output_throughput" not in record or "completed" not in record:
+        raise GpuopsError("sglang.bench_serving output line lacks output_throughput/completed")
+    level: dict[str, Any] = {
+        "concurrency": record.get("max_concurrency"),
+        "requests": record.get("completed"),
+        "completed": record.get("completed"),
+        "failed": 0,
+        "duration_s": _num(record, "duration"),
+        "request_throughput": _num(record, "request_throughput"),
+        "total_output_tokens_per_s": _num(record, "output_throughput"),
+        # per-stream decode rate: SGLang's time per output token, inverted
+        "output_tokens_per_s": _per_token_rate(_num(record, "mean_tpot_ms")),
+        "output_tokens": record.get("total_output_tokens"),
+        "input_tokens": record.get("total_input_tokens"),
+        "ttft_ms": {"mean": _num(record, "mean_ttft_ms"), "p50": _num(record, "median_ttft_ms"),
+                    "p90": None, "p99": _num(record, "p99_ttft_ms")},
+        "itl_ms": {"mean": _num(record, "mean_itl_ms"), "p50": _num(record, "median_itl_ms"),
+                   "p90": None, "p95": _num(record, "p95_itl_ms"), "p99": _num(record, "p99_itl_ms")},
+        "e2e_latency_ms": {"p50": _num(record, "median_e2e_latency_ms"),
+                           "p90": _num(record, "p90_e2e_latency_ms"),
+                           "p99": _num(record, "p99_e2e_latency_ms")},
+        "tpot_ms": {"mean": _num(record, "mean_tpot_ms"), "p50": _num(record, "median_tpot_ms"),
+                    "p99": _num(record, "p99_tpot_ms")},
+        "accept_length": _num(record, "accept_length"),
+        "source": "sglang.bench_serving",
+    }
+    if level["concurrency"] is None:
+        level["concurrency"] = record.get("request_rate")
+    return level
+
+
+def serving_samples(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per-request raw figures when bench_serving ran with --output-details."""
+    ttfts = record.get("ttfts") or []
+    itls = record.get("itls") or []
+    lens = record.get("output_lens") or []
+    samples = []
+    for i, ttft in enumerate(ttfts):
+        samples.append({
+            "index": i, "concurrency": record.get("max_concurrency"),
+            "ttft_s": ttft, "itls_s": itls[i] if i < len(itls) else None,
+            "completion_tokens": lens[i] if i < len(lens) else None,
+        })
+    return samples
+
+
+def one_batch_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One bench_one_batch_server JSONL line -> a decode summary of our schema."""
+    if "last_gen_throughput" not in record or "latency" not in record:
+        raise GpuopsError("sglang.bench_one_batch_server output line lacks last_gen_throughput/latency")
+    rate = _num(record, "last_gen_throughput")
+    ttft = _num(record, "last_ttft")
+    return {
+        "batch_size": record.get("batch_size"),
+        "requests": record.get("batch_size"),
+        "completed": record.get("batch_size"),
+        "failed": 0,
+        "output_tokens_per_s": rate,
+        "ttft_ms": {"mean": None, "p50": ttft * 1000.0 if ttft is not None else None, "p90": None, "p99": None},
+        # the tool reports no token-level timings; a steady decode's ITL is the inverse rate
+        "itl_ms": {"mean": 1000.0 / rate if rate else None, "p50": 1000.0 / rate if rate else None,
+                   "p90": None, "p99": None},
+        "e2e_latency_ms": {"p50": (_num(record, "latency") or 0) * 1000.0, "p90": None, "p99": None},
+        "total_output_tokens_per_s": _num(record, "output_throughput"),
+        "accept_length": _num(record, "acc_length"),
+        "input_len": record.get("input_len"),
+        "output_len": record.get("output_len"),
+        "source": "sglang.bench_one_batch_server",
+    }

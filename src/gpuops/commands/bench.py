@@ -1,0 +1,357 @@
+"""`gpuops bench`, `gpuops results list|show|compare`, `gpuops report` (thin: parse, call, render).
+
+``gpuops bench --json`` prints::
+
+    {"schema": 1, "suite": ..., "results_dir": ...,
+     "hosts": {NAME: {"ok", "suite", "partial", "output_tokens_per_s", "ttft_ms" (p50),
+                      "itl_ms": {"p50", "p90", "p99"}, "accept_length", "result_id", "result_file",
+                      "fingerprint", "simulated", "error",
+                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce)}}}
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+EXIT_SOME_HOST_FAILED = 1
+DEFAULT_RESULTS_DIR = "results"
+
+
+def _results_dir_option(fn: Any) -> Any:
+    return click.option("--results-dir", type=click.Path(file_okay=False), default=DEFAULT_RESULTS_DIR,
+                        show_default=True, help="Where results are stored (one JSON file per host and run).")(fn)
+
+
+@click.command("bench")
+@click.option("--remote", is_flag=True, help="Run on the inventory's hosts next to their server (else locally against --url).")
+@click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file or directory (with --remote).")
+@click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern.")
+@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce"]), required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in `gpuops bench --help` source).")
+@_results_dir_option
+@click.option("--url", help="Server URL for a local run (default http://127.0.0.1:PORT).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Server port (default: host var sglang_port, else 30000).")
+@click.option("--api", type=click.Choice(["native", "completions", "chat"]), default="native", show_default=True,
+              help="native: /generate; completions: /v1/completions; chat: /v1/chat/completions.")
+@click.option("--input-len", type=click.IntRange(1, 10_000_000), default=256, show_default=True)
+@click.option("--output-len", type=click.IntRange(2, 10_000_000), default=256, show_default=True)
+@click.option("--num-requests", type=click.IntRange(1, 100_000), default=5, show_default=True,
+              help="decode: measured requests, one at a time.")
+@click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True, help="Uncounted warm-up requests.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--concurrency", default="1,4,16,64", show_default=True, help="serving: concurrency levels.")
+@click.option("--requests-per-level", type=click.IntRange(1, 1_000_000), help="serving: requests per level (default max(4, 2 x level)).")
+@click.option("--request-timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True)
+@click.option("--tool", type=click.Choice(["sglang"]), help="Run SGLang's own bench_serving / bench_one_batch_server instead.")
+@click.option("--tool-args", help="Extra arguments for the SGLang tool, one shell-quoted string.")
+@click.option("--world-size", type=click.IntRange(1, 1024), help="allreduce: ranks (default: the host's GPU count).")
+@click.option("--hidden-size", type=click.IntRange(1, 1_000_000), help="allreduce: hidden size (default: the served model's, else 7168).")
+@click.option("--tokens", default="1,4,8,16,64", show_default=True, help="allreduce: tokens per message.")
+@click.option("--dtype", default="bfloat16", show_default=True, help="allreduce: bfloat16, float16 or float32.")
+@click.option("--env", "env_specs", multiple=True, metavar="KEY=V1[,V2]",
+              help="allreduce: NCCL variant axis (repeatable; the cross product is run).")
+@click.option("--cuda-graph", is_flag=True, help="allreduce: capture the all-reduces in a CUDA graph.")
+@click.option("--backend", type=click.Choice(["nccl", "gloo"]), default="nccl", show_default=True,
+              help="allreduce: gloo runs on CPUs.")
+@click.option("--iters", type=click.IntRange(1, 100_000), default=50, show_default=True, help="allreduce: calls per trial.")
+@click.option("--trials", type=click.IntRange(1, 1000), default=5, show_default=True, help="allreduce: trials (median kept).")
+@click.option("--allreduces-per-step", type=click.IntRange(1, 100_000), default=122, show_default=True,
+              help="allreduce: all-reduces in one forward pass (for the per-step cost).")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails).")
+@click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
+def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
+          url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
+          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
+          tool: str | None, tool_args: str | None, world_size: int | None, hidden_size: int | None, tokens: str,
+          dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
+          allreduces_per_step: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
+    """Benchmark on the host, next to its SGLang server, and bring the results home.
+
+    \b
+    gpuops bench --remote -i inv.yml --suite decode
+    gpuops bench --remote --suite serving --concurrency 1,4,16
+    gpuops bench --remote --suite allreduce --env NCCL_ALGO=Ring,Tree --env NCCL_PROTO=LL,LL128,Simple
+    gpuops bench --suite decode --url http://127.0.0.1:30000      (here, against a local server)
+    """
+    from gpuops.bench import options as opt
+    from gpuops.bench.runner import run_bench, targets_for
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+    from gpuops.inventory import load_inventory, local_inventory
+    from gpuops.transport import ConnectOptions
+
+    if url and remote:
+        raise GpuopsError("bench: --url is for a local run; with --remote the client uses the host's loopback")
+    if not remote and (inventory or limit):
+        raise GpuopsError("bench: -i/-l select hosts for --remote; add --remote")
+    options = opt.BenchOptions(
+        suite=suite, api=api, input_len=input_len, output_len=output_len, num_requests=num_requests,
+        warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"),
+        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
+        tool_args=opt.parse_tool_args(tool_args),
+        allreduce=opt.AllreduceOptions(
+            world_size=world_size, hidden_size=hidden_size, tokens=opt.parse_int_list(tokens, "--tokens"),
+            dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
+            backend=backend, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
+    )
+    if url:
+        _check_url(url)
+    hosts = load_inventory(inventory).select(limit) if remote else local_inventory().select(None)
+    targets = targets_for(hosts, port, url, remote)
+    connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts))
+    store = ResultsStore(results_dir)
+    progress = None if as_json else _Progress(suite)
+    try:
+        states = run_bench(targets, options, store, connect_options, remote=remote,
+                           on_change=progress.update if progress else None)
+    finally:
+        if progress:
+            progress.close()
+    document = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
+    from gpuops.bench.results import headline
+
+    for name, state in states.items():
+        line = headline(state.result) if state.result else {"ok": False, "suite": suite, "result_id": None}
+        line["result_file"] = str(state.file) if state.file else None
+        if state.file is None:
+            line["result_id"] = None
+        line["error"] = state.error
+        line["ok"] = bool(line.get("ok")) and state.error is None
+        document["hosts"][name] = line
+    if as_json:
+        from gpuops.output import print_json
+
+        print_json(document)
+    else:
+        _render_bench(document)
+    sys.exit(0 if all(h["ok"] for h in document["hosts"].values()) else EXIT_SOME_HOST_FAILED)
+
+
+def _check_url(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    from gpuops.errors import GpuopsError
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise GpuopsError(f"bench: --url {url!r} is not http://HOST:PORT")
+
+
+class _Progress:
+    """A live line per host on a terminal (stderr); silent elsewhere."""
+
+    def __init__(self, suite: str) -> None:
+        from gpuops.output import is_tty
+
+        self.live = None
+        self.suite = suite
+        if is_tty(sys.stderr):
+            from rich.live import Live
+
+            from gpuops.output import make_console
+
+            self.live = Live(console=make_console(sys.stderr), refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def update(self, states: dict[str, Any]) -> None:
+        if self.live is None:
+            return
+        from gpuops.output import rich_table
+
+        rows = [[name, state.status, state.error or ""] for name, state in states.items()]
+        self.live.update(rich_table(["host", f"{self.suite}", "note"], rows,
+                                    title="benchmarking (Ctrl-C stops and keeps what was measured)"))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def _fmt(value: Any) -> str:
+    from gpuops.bench.compare import format_value
+
+    return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
+
+
+def _render_bench(document: dict[str, Any]) -> None:
+    from gpuops.output import format_table, is_tty, make_console, rich_table
+
+    hosts = document["hosts"]
+    suite = document["suite"]
+    if suite == "allreduce":
+        headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
+        rows = []
+        for name, line in hosts.items():
+            for v in line.get("variants") or []:
+                lat = " ".join(f"{k}:{_fmt(x)}" for k, x in (v.get("latency_us") or {}).items())
+                bw = " ".join(f"{k}:{_fmt(x)}" for k, x in (v.get("busbw_gbps") or {}).items())
+                rows.append([name, v["label"], "yes" if v.get("ok") else "NO", lat, bw, v.get("error") or ""])
+            if not line.get("variants"):
+                rows.append([name, "-", "NO", "", "", line.get("error") or ""])
+    else:
+        headers = ["host", "ok", "tok/s", "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "result", "error"]
+        rows = []
+        for name, line in hosts.items():
+            itl = line.get("itl_ms") or {}
+            ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
+            rows.append([name + (" (simulated)" if line.get("simulated") else ""), ok,
+                         _fmt(line.get("output_tokens_per_s")), _fmt(line.get("ttft_ms")), _fmt(itl.get("p50")),
+                         _fmt(itl.get("p90")), _fmt(itl.get("p99")), _fmt(line.get("accept_length")),
+                         line.get("result_id") or "-", line.get("error") or ""])
+        if suite == "serving":
+            level_rows = [[name, lv["concurrency"], _fmt(lv.get("request_throughput")),
+                           _fmt(lv.get("total_output_tokens_per_s")), _fmt(lv.get("output_tokens_per_s")),
+                           _fmt(lv.get("ttft_ms_p50")), _fmt(lv.get("itl_ms_p50"))]
+                          for name, line in hosts.items() for lv in line.get("levels") or []]
+    console = make_console()
+    if is_tty():
+        console.print(rich_table(headers, rows, title=f"bench {suite}"))
+        if suite == "serving" and level_rows:
+            console.print(rich_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
+                                      "TTFT p50 ms", "ITL p50 ms"], level_rows, title="serving sweep"))
+    else:
+        click.echo(format_table(headers, rows))
+        if suite == "serving" and level_rows:
+            click.echo()
+            click.echo(format_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
+                                     "TTFT p50 ms", "ITL p50 ms"], level_rows))
+    saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
+    if saved:
+        click.echo(f"results: {', '.join(saved)}")
+
+
+# --------------------------------------------------------------------------- results
+
+@click.group("results")
+def results() -> None:
+    """List, show and compare stored benchmark results."""
+
+
+@results.command("list")
+@_results_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def results_list(results_dir: str, as_json: bool) -> None:
+    """Every stored result, oldest first."""
+    from gpuops.bench.store import ResultsStore
+    from gpuops.output import format_table, print_json
+
+    entries = ResultsStore(results_dir).entries()
+    if as_json:
+        print_json({"schema": 1, "results": [e.as_dict() for e in entries]})
+        return
+    if not entries:
+        click.echo(f"no results in {results_dir}")
+        return
+    rows = [[e.id, e.created, e.host, e.suite + (f" ({e.tool})" if e.tool else ""),
+             "yes" if e.ok else ("partial" if e.partial else "NO"), _fmt(e.output_tokens_per_s),
+             _fmt(e.ttft_ms_p50), _fmt(e.itl_ms_p50), (e.fingerprint or "")[:10], e.sglang_version or "-"]
+            for e in entries]
+    click.echo(format_table(["id", "created", "host", "suite", "ok", "tok/s", "TTFT p50", "ITL p50",
+                             "config", "sglang"], rows))
+
+
+@results.command("show")
+@click.argument("result_id")
+@_results_dir_option
+@click.option("--json", "as_json", is_flag=True, help="The whole stored document.")
+def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
+    """One result: configuration, summary and where its raw samples are."""
+    from gpuops.bench.store import ResultsStore
+    from gpuops.output import print_json
+
+    result = ResultsStore(results_dir).load(result_id)
+    if as_json:
+        print_json(result)
+        return
+    server = result.get("server") or {}
+    config = result.get("configuration") or {}
+    summary = result.get("summary") or {}
+    click.echo(f"result {result['id']}  host {result.get('host')}  suite {result.get('suite')}  "
+               f"created {result.get('created')}  {'ok' if result.get('ok') else 'NOT ok'}"
+               f"{'  (partial)' if result.get('partial') else ''}{'  (simulated server)' if server.get('simulated') else ''}")
+    click.echo(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
+    click.echo(f"config  fingerprint {result.get('fingerprint')}")
+    for key, value in (config.get("server_args") or {}).items():
+        if value not in (None, False):
+            click.echo(f"  --{key.replace('_', '-')} {value}")
+    for key, value in (config.get("env") or {}).items():
+        click.echo(f"  {key}={value}")
+    for gate in config.get("patched_gates") or []:
+        click.echo(f"  patched: {gate}")
+    click.echo("summary")
+    for key, value in summary.items():
+        if key == "variants":
+            for v in value:
+                click.echo(f"  {v['label']}: " + (", ".join(f"{k} tok {_fmt(x)} us" for k, x in v["latency_us"].items())
+                                                  if v.get("ok") else f"FAILED {v.get('error')}"))
+        elif isinstance(value, dict):
+            click.echo(f"  {key}: " + ", ".join(f"{k} {_fmt(x)}" for k, x in value.items()))
+        else:
+            click.echo(f"  {key}: {_fmt(value)}")
+    for level in result.get("levels") or []:
+        click.echo(f"  c={level.get('concurrency')}: {_fmt(level.get('total_output_tokens_per_s'))} tok/s total, "
+                   f"{_fmt(level.get('request_throughput'))} req/s, TTFT p50 {_fmt((level.get('ttft_ms') or {}).get('p50'))} ms, "
+                   f"ITL p50 {_fmt((level.get('itl_ms') or {}).get('p50'))} ms")
+    for error in result.get("errors") or []:
+        click.echo(f"error: {error}")
+    click.echo(f"raw samples: {len(result.get('samples') or [])} (gpuops results show {result['id']} --json)")
+
+
+@results.command("compare")
+@click.argument("result_ids", nargs=-1, required=True)
+@_results_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool) -> None:
+    """Key figures side by side (deltas against the first) and how the configurations differ."""
+    from gpuops.bench.compare import compare_results, format_delta, format_value
+    from gpuops.bench.store import ResultsStore
+    from gpuops.output import format_table, print_json
+
+    store = ResultsStore(results_dir)
+    comparison = compare_results([store.load(i) for i in result_ids])
+    if as_json:
+        print_json({"schema": 1, **comparison.as_json()})
+        return
+    headers = ["metric"] + [f"{h} {i}" for h, i in zip(comparison.hosts, comparison.ids)]
+    rows = []
+    for metric in comparison.metrics:
+        cells = [f"{metric.name} ({metric.unit})"]
+        for value, delta, better in zip(metric.values, metric.deltas_pct(), metric.improved()):
+            mark = "" if better is None else (" better" if better else " worse")
+            cells.append(f"{format_value(value)} {format_delta(delta)}{mark}".strip())
+        rows.append(cells)
+    click.echo(format_table(headers, rows))
+    click.echo()
+    if comparison.same_configuration:
+        click.echo(f"same configuration (fingerprint {comparison.fingerprints[0]})")
+        return
+    for diff in comparison.config_diffs:
+        if not diff["differences"]:
+            click.echo(f"{diff['id']}: same configuration as {diff['against']}")
+            continue
+        click.echo(f"{diff['id']} differs from {diff['against']}:")
+        for d in diff["differences"]:
+            click.echo(f"  {d['section']} {d['key']}: {d['a']!r} -> {d['b']!r}")
+
+
+@click.command("report")
+@click.argument("result_ids", nargs=-1)
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default="report.html", show_default=True,
+              help="The HTML file; a Markdown summary is written next to it (.md).")
+@_results_dir_option
+def report(result_ids: tuple[str, ...], output: str, results_dir: str) -> None:
+    """Write a self-contained HTML report (plots embedded) of the given results (default: all)."""
+    from gpuops.bench.report import write_report
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+
+    store = ResultsStore(results_dir)
+    ids = list(result_ids) or [e.id for e in store.entries()]
+    if not ids:
+        raise GpuopsError(f"report: no results in {results_dir}")
+    html_path, md_path = write_report([store.load(i) for i in ids], Path(output))
+    click.echo(f"wrote {html_path} and {md_path} ({len(ids)} results)")

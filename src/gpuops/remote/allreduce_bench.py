@@ -1,0 +1,167 @@
+"""All-reduce microbenchmark, one rank per process under torchrun (host's torch; Python 3.8+).
+
+    python -m torch.distributed.run --standalone --nproc-per-node N allreduce_bench.py CONFIG.json
+
+It times ``all_reduce`` at the message sizes a decode or verify step really sends: hidden size x
+tokens in flight x dtype (7168 x {1, 4, 8, 16, 64} x bf16 for a Kimi/DeepSeek-like model). The
+NCCL variant (NCCL_ALGO, NCCL_PROTO, ...) is the process environment, set by the caller, because
+NCCL reads it once at communicator creation.
+
+With ``cuda_graph`` the all-reduces are captured into a CUDA graph and replayed, as SGLang does for
+decode; that is also where some NCCL settings fail (the field report's NCCL_ALGO=Tree), and such a
+failure is reported as a measurement error, not a crash of the whole run.
+
+Rank 0 prints one framed line per size (``GPUOPS-BENCH <run_id> allreduce <json>``); the latency
+of a trial is the slowest rank's, since a collective is only done when every rank is.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+FRAME = "GPUOPS-BENCH"
+
+
+def emit(run_id, record):
+    sys.stdout.write("%s %s allreduce %s\n" % (FRAME, run_id, json.dumps(record, separators=(",", ":"))))
+    sys.stdout.flush()
+
+
+def pick_dtype(name, backend, device):
+    dtype = getattr(torch, name)
+    if backend == "gloo":
+        probe = torch.zeros(4, dtype=dtype, device=device)
+        try:
+            dist.all_reduce(probe)
+        except RuntimeError:
+            # Older gloo builds lack bf16 sums; keep the byte count with another 2-byte type.
+            return torch.float16 if dtype.itemsize == 2 else torch.float32, True
+    return dtype, False
+
+
+class Timer(object):
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def time(self, fn, iters):
+        """Seconds per call of ``fn`` over ``iters`` calls."""
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            fn(iters)
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1000.0 / iters
+        t0 = time.perf_counter()
+        fn(iters)
+        return (time.perf_counter() - t0) / iters
+
+
+def eager_runner(tensor):
+    def run(iters):
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+    return run
+
+
+def graph_runner(tensor, iters):
+    """Capture ``iters`` all-reduces in one CUDA graph; each replay runs them all."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            dist.all_reduce(tensor)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+    torch.cuda.synchronize()
+
+    def run(replays):
+        for _ in range(max(1, replays // iters)):
+            graph.replay()
+    return run
+
+
+def slowest_rank(seconds, device):
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value.item())
+
+
+def main():
+    with open(sys.argv[1]) as handle:
+        config = json.load(handle)
+    run_id = config.get("run_id", "local")
+    backend = config.get("backend") or ("nccl" if torch.cuda.is_available() else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend=backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dtype, substituted = pick_dtype(config.get("dtype", "bfloat16"), backend, device)
+    use_graph = bool(config.get("cuda_graph")) and device.type == "cuda"
+    hidden = int(config.get("hidden_size", 7168))
+    iters = int(config.get("iters", 50))
+    warmup = int(config.get("warmup", 10))
+    trials = int(config.get("trials", 5))
+    per_step = int(config.get("allreduces_per_step", 122))
+    timer = Timer(device)
+    for tokens in config.get("tokens", [1, 4, 8, 16, 64]):
+        tokens = int(tokens)
+        numel = hidden * tokens
+        record = {
+            "variant": config.get("variant") or {}, "tokens": tokens, "hidden_size": hidden,
+            "dtype": str(dtype).replace("torch.", ""), "bytes": numel * dtype.itemsize,
+            "world_size": world, "backend": backend, "cuda_graph": use_graph, "iters": iters,
+            "allreduces_per_step": per_step,
+        }
+        if substituted:
+            record["note"] = "this gloo build cannot sum %s; timed %s of the same size" % (
+                config.get("dtype"), record["dtype"])
+        try:
+            tensor = torch.zeros(numel, dtype=dtype, device=device)  # zeros: sums never overflow
+            runner = graph_runner(tensor, iters) if use_graph else eager_runner(tensor)
+            eager_runner(tensor)(warmup) if not use_graph else runner(iters)
+            timer.sync()
+            samples = []
+            for _ in range(trials):
+                dist.barrier()
+                samples.append(slowest_rank(timer.time(runner, iters), device))
+            seconds = statistics.median(samples)
+            record.update({
+                "ok": True,
+                "latency_us": seconds * 1e6,
+                "latency_us_min": min(samples) * 1e6,
+                "latency_us_trials": [s * 1e6 for s in samples],
+                "algbw_gbps": record["bytes"] / seconds / 1e9,
+                "busbw_gbps": 2.0 * (world - 1) / world * record["bytes"] / seconds / 1e9,
+                "step_cost_ms": seconds * per_step * 1e3,
+            })
+        except Exception as exc:  # e.g. NCCL refusing a setting inside graph capture
+            record.update({"ok": False, "error": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:300])})
+        if rank == 0:
+            emit(run_id, record)
+        if not record["ok"]:
+            break  # a failed collective leaves the communicator unusable for further sizes
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

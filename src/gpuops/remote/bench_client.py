@@ -1,0 +1,769 @@
+"""Benchmark client that runs ON the host, next to the SGLang server (stdlib only, Python 3.8+).
+
+Shipped on stdin by ``gpuops bench`` with a JSON payload (see ``gpuops.bench.payload``); it talks to
+the server over loopback so the network between the operator and the host is never measured.
+
+Output is framed, one line per record, so that a run cut short (Ctrl-C on the operator's side sends
+SIGINT to this process through its pid file) still leaves every finished measurement parseable:
+
+    GPUOPS-BENCH <run_id> <kind> <json>
+
+kinds: ``start``, ``server`` (its /get_server_info and /get_model_info), ``host`` (a light facts
+snapshot), ``sample`` (one measured request), ``level`` (a serving concurrency level finished),
+``allreduce`` (one all-reduce measurement), ``tool`` (a line of sglang.bench_* JSONL output),
+``note``, ``error``, ``end`` (with ``"partial": true`` when interrupted).
+
+Measurement rules: warm-up requests are not counted; token counts come from the server's own
+``meta_info``/``usage``; with speculative decoding a chunk may carry several tokens, so inter-token
+latency is the chunk gap divided by the tokens it carried, once per token.
+"""
+
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+FRAME = "GPUOPS-BENCH"
+ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASHINFER_", "SGL_")
+PROMPT_WORDS = ("alpha", "river", "stone", "cloud", "maple", "signal", "copper", "orbit", "lantern",
+                "meadow", "falcon", "harbor", "cipher", "ember", "glacier", "violet")
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Emitter(object):
+    """Writes frames; one lock so threads never interleave half lines."""
+
+    def __init__(self, run_id, stream=None):
+        self.run_id = run_id
+        self.stream = stream or sys.stdout
+        self.lock = threading.Lock()
+
+    def emit(self, kind, record):
+        line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
+        with self.lock:
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (BrokenPipeError, OSError):
+                pass  # the operator went away; the pid file's owner will not read more
+
+
+# --------------------------------------------------------------------------- HTTP
+
+class ServerError(Exception):
+    pass
+
+
+def split_url(url):
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "") or not parts.hostname:
+        raise ServerError("unsupported server URL %r (http://HOST:PORT)" % url)
+    return parts.hostname, parts.port or 80, parts.path.rstrip("/")
+
+
+def http_json(url, path, body=None, timeout=30.0):
+    host, port, base = split_url(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request("POST" if data is not None else "GET", base + path, body=data, headers=headers)
+        reply = conn.getresponse()
+        raw = reply.read()
+        if reply.status != 200:
+            raise ServerError("%s%s answered HTTP %d: %s" % (url, path, reply.status, raw[:200].decode("utf-8", "replace")))
+        return json.loads(raw.decode("utf-8")) if raw else {}
+    except (OSError, socket.timeout) as exc:
+        raise ServerError("cannot reach the server at %s%s: %s" % (url, path, exc))
+    except ValueError:
+        raise ServerError("%s%s did not answer JSON" % (url, path))
+    finally:
+        conn.close()
+
+
+def make_prompt_ids(seed, length):
+    rng = random.Random(seed)
+    return [rng.randint(1000, 20000) for _ in range(length)]
+
+
+def make_prompt_text(seed, length):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(PROMPT_WORDS) for _ in range(length))
+
+
+def build_request(api, model, seed, input_len, output_len, stream=True):
+    """(path, body) for one generation of exactly output_len tokens (ignore_eos)."""
+    if api == "native":
+        return "/generate", {
+            "input_ids": make_prompt_ids(seed, input_len),
+            "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
+            "stream": stream,
+        }
+    common = {"model": model, "max_tokens": output_len, "temperature": 0.0, "ignore_eos": True,
+              "stream": stream, "seed": seed}
+    if stream:
+        common["stream_options"] = {"include_usage": True}
+    if api == "completions":
+        common["prompt"] = make_prompt_text(seed, input_len)
+        return "/v1/completions", common
+    if api == "chat":
+        common["messages"] = [{"role": "user", "content": make_prompt_text(seed, input_len)}]
+        return "/v1/chat/completions", common
+    raise ServerError("unknown api %r (native, completions, chat)" % api)
+
+
+def _chunk_has_content(api, event):
+    if api == "native":
+        return True
+    for choice in event.get("choices") or []:
+        if api == "chat":
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content"):
+                return True
+        elif choice.get("text"):
+            return True
+    return False
+
+
+def stream_request(url, api, path, body, timeout=600.0, stop=None):
+    """Send one streaming request; return a sample with arrival times and cumulative token counts.
+
+    ``chunks`` is a list of [seconds since send, cumulative completion tokens or None]: native
+    chunks carry the server's cumulative count; OpenAI chunks do not, and get their counts from the
+    final ``usage`` spread evenly (noted in the sample) since that is all the server says.
+    """
+    host, port, base = split_url(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    sample = {"ok": False, "error": None, "chunks": [], "prompt_tokens": None, "completion_tokens": None}
+    try:
+        data = json.dumps(body).encode()
+        t_send = time.perf_counter()
+        conn.request("POST", base + path, body=data, headers={"Content-Type": "application/json",
+                                                              "Accept": "text/event-stream"})
+        reply = conn.getresponse()
+        if reply.status != 200:
+            raw = reply.read()
+            sample["error"] = "HTTP %d: %s" % (reply.status, raw[:300].decode("utf-8", "replace"))
+            return sample
+        chunks = sample["chunks"]
+        usage = None
+        while True:
+            if stop is not None and stop.is_set():
+                sample["error"] = "interrupted"
+                return sample
+            line = reply.readline()
+            if not line:
+                break
+            now = time.perf_counter()
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                break
+            try:
+                event = json.loads(payload.decode("utf-8"))
+            except ValueError:
+                sample["error"] = "unparseable stream chunk: %r" % payload[:120]
+                return sample
+            if event.get("error") or event.get("object") == "error":
+                err = event.get("error") or event
+                sample["error"] = "server error mid-stream: %s" % (
+                    err.get("message") if isinstance(err, dict) else err)
+                return sample
+            if api == "native":
+                meta = event.get("meta_info") or {}
+                count = meta.get("completion_tokens")
+                if sample["prompt_tokens"] is None:
+                    sample["prompt_tokens"] = meta.get("prompt_tokens")
+                if count is not None and (not chunks or count > chunks[-1][1]):
+                    chunks.append([now - t_send, int(count)])
+                if count is not None:
+                    sample["completion_tokens"] = int(count)
+            else:
+                if event.get("usage"):
+                    usage = event["usage"]
+                if _chunk_has_content(api, event):
+                    chunks.append([now - t_send, None])
+        if api != "native":
+            if not usage:
+                sample["error"] = "the server sent no usage; token counts unknown"
+                return sample
+            sample["prompt_tokens"] = usage.get("prompt_tokens")
+            sample["completion_tokens"] = int(usage.get("completion_tokens") or 0)
+            spread_counts(chunks, sample["completion_tokens"])
+            sample["counts_from"] = "usage spread over chunks"
+        sample["e2e_s"] = time.perf_counter() - t_send
+        if not chunks:
+            sample["error"] = "the stream carried no tokens"
+            return sample
+        sample["ok"] = True
+        return sample
+    except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        sample["error"] = "connection to %s failed: %s" % (url, exc)
+        return sample
+    finally:
+        conn.close()
+
+
+def spread_counts(chunks, total):
+    """Give chunks without counts cumulative counts that end at ``total`` (first chunk: 1 token)."""
+    n = len(chunks)
+    if n == 0:
+        return
+    if n == 1:
+        chunks[0][1] = total
+        return
+    rest = max(0, total - 1)
+    for i, chunk in enumerate(chunks):
+        chunk[1] = 1 + int(round(rest * i / float(n - 1))) if i else 1
+
+
+def sample_figures(sample):
+    """TTFT, decode rate and per-token ITLs of one successful sample (seconds, tokens/s)."""
+    chunks = sample["chunks"]
+    t_first, n_first = chunks[0]
+    t_last, n_last = chunks[-1]
+    itls = []
+    for (t0, c0), (t1, c1) in zip(chunks, chunks[1:]):
+        tokens = c1 - c0
+        if tokens > 0:
+            itls.extend([(t1 - t0) / tokens] * tokens)
+    decode_tokens = n_last - n_first
+    decode_s = t_last - t_first
+    return {
+        "ttft_s": t_first,
+        "decode_tokens": decode_tokens,
+        "decode_s": decode_s,
+        "tokens_per_s": (decode_tokens / decode_s) if decode_s > 0 else None,
+        "itls_s": itls,
+    }
+
+
+# --------------------------------------------------------------------------- server & host facts
+
+def server_snapshot(url, pid_file=None):
+    info = {"url": url}
+    try:
+        info["server_info"] = http_json(url, "/get_server_info", timeout=10)
+    except ServerError as exc:
+        info["server_info_error"] = str(exc)
+    try:
+        info["model_info"] = http_json(url, "/get_model_info", timeout=10)
+    except ServerError as exc:
+        info["model_info_error"] = str(exc)
+    pid = read_pid(pid_file) if pid_file else None
+    if pid is None:
+        pid = find_server_pid(url)
+    if pid is not None:
+        info["pid"] = pid
+        info["process_env"] = process_env(pid)
+        info["process_cmdline"] = process_cmdline(pid)
+    return info
+
+
+def read_pid(path):
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def find_server_pid(url):
+    """The pid of the process that runs sglang.launch_server on the URL's port, if visible."""
+    try:
+        _, port, _ = split_url(url)
+    except ServerError:
+        return None
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        words = process_cmdline(int(entry)) or []
+        if "sglang.launch_server" in words and ("--port" not in words or
+                                                  str(port) in words[words.index("--port") + 1:words.index("--port") + 2]):
+            return int(entry)
+    return None
+
+
+def process_cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return [w.decode("utf-8", "replace") for w in handle.read().split(b"\0") if w]
+    except OSError:
+        return None
+
+
+def process_env(pid):
+    """The server's tuning-relevant environment (only known prefixes: never secrets)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and key.startswith(ENV_PREFIXES):
+            env[key] = value
+    return env
+
+
+def sha256_file(path):
+    import hashlib
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def patched_sources(state_dir):
+    """SGLang source files that a gpuops apply run changed and that still hold its version.
+
+    Read from the host's apply journal (``<state_dir>/journal.jsonl``): a run that finished and
+    was not rolled back, whose change to a ``sglang/...py`` file is still in place (same sha256).
+    Entries are ``role:path`` so that a result says which gate patch it ran with.
+    """
+    if not state_dir:
+        return []
+    runs = {}
+    try:
+        with open(os.path.join(state_dir, "journal.jsonl")) as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                run = runs.setdefault(record.get("run_id"), {"events": [], "changes": [], "role": None})
+                run["events"].append(record.get("event"))
+                if record.get("event") == "started":
+                    run["changes"] = record.get("changes") or []
+                    run["role"] = record.get("role")
+    except OSError:
+        return []
+    found = set()
+    for run in runs.values():
+        if "finished" not in run["events"] or "rolled_back" in run["events"]:
+            continue
+        for change in run["changes"]:
+            path = change.get("path") or ""
+            if "/sglang/" not in path or not path.endswith(".py"):
+                continue
+            if change.get("after_sha256") and sha256_file(path) == change["after_sha256"]:
+                rel = path[path.rindex("/sglang/") + 1:]
+                found.add("%s:%s" % (run["role"] or "apply", rel))
+    return sorted(found)
+
+
+def host_snapshot():
+    facts = {"hostname": socket.gethostname(), "python": sys.version.split()[0]}
+    try:
+        facts["kernel"] = os.uname().release
+    except AttributeError:
+        pass
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,driver_version,pci.bus_id",
+             "--format=csv,noheader"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+        if done.returncode == 0:
+            gpus = []
+            for line in done.stdout.decode("utf-8", "replace").splitlines():
+                fields = [f.strip() for f in line.split(",")]
+                if len(fields) >= 6:
+                    gpus.append({"index": fields[0], "name": fields[1], "compute_cap": fields[2],
+                                 "memory_total": fields[3], "driver_version": fields[4], "pci_bus_id": fields[5]})
+            facts["gpus"] = gpus
+        else:
+            facts["gpus_error"] = done.stderr.decode("utf-8", "replace").strip()[-200:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        facts["gpus_error"] = str(exc)
+    return facts
+
+
+# --------------------------------------------------------------------------- statistics
+
+def percentile(values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def summarize_samples(samples, duration_s=None):
+    good = [s for s in samples if s.get("ok")]
+    figures = [sample_figures(s) for s in good]
+    decode_tokens = sum(f["decode_tokens"] for f in figures)
+    decode_s = sum(f["decode_s"] for f in figures)
+    ttfts = [f["ttft_s"] * 1000.0 for f in figures]
+    itls = [x * 1000.0 for f in figures for x in f["itls_s"]]
+    e2e = [s["e2e_s"] * 1000.0 for s in good if s.get("e2e_s") is not None]
+    summary = {
+        "requests": len(samples),
+        "completed": len(good),
+        "failed": len(samples) - len(good),
+        "output_tokens": sum(s.get("completion_tokens") or 0 for s in good),
+        "input_tokens": sum(s.get("prompt_tokens") or 0 for s in good),
+        # decode rate of one stream: tokens after the first over the time after the first
+        "output_tokens_per_s": (decode_tokens / decode_s) if decode_s > 0 else None,
+        "ttft_ms": {"mean": (sum(ttfts) / len(ttfts)) if ttfts else None, "p50": percentile(ttfts, 50),
+                    "p90": percentile(ttfts, 90), "p99": percentile(ttfts, 99)},
+        "itl_ms": {"mean": (sum(itls) / len(itls)) if itls else None, "p50": percentile(itls, 50),
+                   "p90": percentile(itls, 90), "p99": percentile(itls, 99)},
+        "e2e_latency_ms": {"p50": percentile(e2e, 50), "p90": percentile(e2e, 90), "p99": percentile(e2e, 99)},
+    }
+    if duration_s:
+        summary["duration_s"] = duration_s
+        summary["request_throughput"] = len(good) / duration_s
+        summary["total_output_tokens_per_s"] = summary["output_tokens"] / duration_s
+    errors = [s.get("error") for s in samples if not s.get("ok")]
+    if errors:
+        summary["first_error"] = errors[0]
+    return summary
+
+
+def compact_sample(sample, index, extra=None):
+    out = {"index": index, "ok": sample.get("ok"), "error": sample.get("error"),
+           "prompt_tokens": sample.get("prompt_tokens"), "completion_tokens": sample.get("completion_tokens"),
+           "e2e_s": sample.get("e2e_s"), "chunks": [[round(t, 6), c] for t, c in sample.get("chunks", [])]}
+    if sample.get("counts_from"):
+        out["counts_from"] = sample["counts_from"]
+    if extra:
+        out.update(extra)
+    return out
+
+
+# --------------------------------------------------------------------------- suites
+
+def model_name(snapshot):
+    model = (snapshot.get("model_info") or {}).get("model_path")
+    if not model:
+        args = (snapshot.get("server_info") or {}).get("server_args") or snapshot.get("server_info") or {}
+        model = args.get("served_model_name") or args.get("model_path") or "default"
+    return model
+
+
+def run_warmup(payload, model, emitter, stop):
+    for i in range(int(payload.get("warmup", 2))):
+        path, body = build_request(payload["api"], model, 10000 + i, min(32, int(payload["input_len"])),
+                                   min(16, int(payload["output_len"])))
+        sample = stream_request(payload["url"], payload["api"], path, body,
+                                timeout=float(payload.get("request_timeout", 600)), stop=stop)
+        if not sample["ok"]:
+            raise ServerError("warm-up request failed: %s" % sample["error"])
+
+
+def suite_decode(payload, model, emitter, stop):
+    run_warmup(payload, model, emitter, stop)
+    samples = []
+    for i in range(int(payload.get("num_requests", 5))):
+        if stop.is_set():
+            break
+        path, body = build_request(payload["api"], model, int(payload.get("seed", 0)) + i,
+                                   int(payload["input_len"]), int(payload["output_len"]))
+        sample = stream_request(payload["url"], payload["api"], path, body,
+                                timeout=float(payload.get("request_timeout", 600)), stop=stop)
+        if sample.get("error") == "interrupted":
+            break
+        samples.append(sample)
+        emitter.emit("sample", compact_sample(sample, i))
+        if not sample["ok"] and payload.get("stop_on_error", True):
+            break
+    return samples
+
+
+def suite_serving(payload, model, emitter, stop):
+    run_warmup(payload, model, emitter, stop)
+    levels = [int(c) for c in payload.get("concurrency", [1, 4, 16, 64])]
+    for level_index, concurrency in enumerate(levels):
+        if stop.is_set():
+            break
+        count = int(payload.get("requests_per_level") or max(4, 2 * concurrency))
+        queue = list(range(count))
+        queue_lock = threading.Lock()
+        samples = []
+
+        def worker():
+            while not stop.is_set():
+                with queue_lock:
+                    if not queue:
+                        return
+                    i = queue.pop(0)
+                seed = int(payload.get("seed", 0)) + 1000 * level_index + i
+                path, body = build_request(payload["api"], model, seed, int(payload["input_len"]),
+                                           int(payload["output_len"]))
+                sample = stream_request(payload["url"], payload["api"], path, body,
+                                        timeout=float(payload.get("request_timeout", 600)), stop=stop)
+                if sample.get("error") == "interrupted":
+                    return
+                with queue_lock:
+                    samples.append(sample)
+                emitter.emit("sample", compact_sample(sample, i, {"concurrency": concurrency}))
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(min(concurrency, count))]
+        for thread in threads:
+            thread.daemon = True
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
+        duration = time.perf_counter() - started
+        summary = summarize_samples(samples, duration)
+        summary["concurrency"] = concurrency
+        summary["partial"] = stop.is_set()
+        emitter.emit("level", summary)
+
+
+def suite_tool(payload, emitter, stop):
+    """Run SGLang's own benchmark module with the server's python; relay its JSONL lines.
+
+    One run per argv tail in ``tool.runs`` (bench_serving: one per concurrency level); each run
+    appends its result line to the output file, which is read back once per run.
+    """
+    tool = payload["tool"]
+    out_dir = tempfile.mkdtemp(prefix="gpuops-bench-tool-")
+    for run_index, tail_args in enumerate(tool.get("runs") or [[]]):
+        if stop.is_set():
+            break
+        out_file = os.path.join(out_dir, "result-%d.jsonl" % run_index)
+        argv = [tool.get("python") or "python3", "-m", tool["module"], "--base-url", payload["url"]]
+        argv += [str(a) for a in tail_args]
+        argv += [tool.get("output_flag", "--output-file"), out_file]
+        emitter.emit("note", {"message": "running %s %s" % (tool["module"], " ".join(argv[5:]))})
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise ServerError("cannot run %s: %s" % (argv[0], exc))
+        tail = []
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                tail.append(raw.decode("utf-8", "replace").rstrip())
+                del tail[:-40]
+                if stop.is_set() and proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        lines = []
+        if os.path.exists(out_file):
+            with open(out_file) as handle:
+                lines = [line for line in handle.read().splitlines() if line.strip()]
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                emitter.emit("note", {"message": "unparseable tool output line: %s" % line[:200]})
+                continue
+            if isinstance(record, dict):
+                record.pop("server_info", None)  # already sent as the server record
+                record["_run_index"] = run_index
+            emitter.emit("tool", record)
+        if (proc.returncode != 0 or not lines) and not stop.is_set():
+            raise ServerError("%s exited %s: %s" % (tool["module"], proc.returncode, " | ".join(tail[-5:])))
+
+
+def gpu_count():
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return len([l for l in done.stdout.decode("utf-8", "replace").splitlines() if l.startswith("GPU ")]) or None
+
+
+def served_hidden_size(url):
+    """hidden_size from the served model's config.json (text_config for multimodal wrappers)."""
+    try:
+        model_path = http_json(url, "/get_model_info", timeout=5).get("model_path")
+    except ServerError:
+        return None, "server not reachable"
+    if not model_path:
+        return None, "the server named no model path"
+    try:
+        with open(os.path.join(model_path, "config.json")) as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return None, "cannot read %s/config.json (%s)" % (model_path, exc.__class__.__name__)
+    for holder in (config, config.get("text_config") or {}, config.get("language_config") or {}):
+        if isinstance(holder, dict) and isinstance(holder.get("hidden_size"), int):
+            return holder["hidden_size"], "%s/config.json" % model_path
+    return None, "no hidden_size in %s/config.json" % model_path
+
+
+def suite_allreduce(payload, emitter, stop):
+    """Run the torch.distributed worker once per NCCL variant with torchrun; relay its frames."""
+    spec = payload["allreduce"]
+    work_dir = tempfile.mkdtemp(prefix="gpuops-allreduce-")
+    script = os.path.join(work_dir, "allreduce_bench.py")
+    with open(script, "w") as handle:
+        handle.write(spec["worker_source"])
+    python = spec.get("python") or "python3"
+    if not spec.get("world_size"):
+        found = gpu_count() if spec.get("backend") != "gloo" else None
+        spec["world_size"] = found or (2 if spec.get("backend") == "gloo" else 1)
+        emitter.emit("note", {"message": "world size %d (%s)" % (
+            spec["world_size"], "nvidia-smi -L" if found else "default")})
+    if not spec.get("hidden_size"):
+        hidden, source = served_hidden_size(payload.get("url") or "")
+        spec["hidden_size"] = hidden or 7168
+        emitter.emit("note", {"message": "hidden size %d (%s)" % (
+            spec["hidden_size"], source if hidden else "default; " + source)})
+    for variant_index, variant in enumerate(spec.get("variants") or [{}]):
+        if stop.is_set():
+            break
+        config = dict(spec)
+        config.pop("worker_source", None)
+        config["variant"] = variant
+        config["run_id"] = emitter.run_id
+        config_path = os.path.join(work_dir, "config-%d.json" % variant_index)
+        with open(config_path, "w") as handle:
+            json.dump(config, handle)
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in variant.items()})
+        env.setdefault("OMP_NUM_THREADS", "1")
+        argv = [python, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(int(spec.get("world_size", 1))), script, config_path]
+        emitter.emit("note", {"message": "variant %s" % (variant or "default")})
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        errors = []
+
+        def drain_stderr():
+            for raw in iter(proc.stderr.readline, b""):
+                errors.append(raw.decode("utf-8", "replace").rstrip())
+                del errors[:-30]
+
+        reader = threading.Thread(target=drain_stderr)
+        reader.daemon = True
+        reader.start()
+        seen = 0
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace").strip()
+                prefix = FRAME + " " + emitter.run_id + " allreduce "
+                if line.startswith(prefix):
+                    seen += 1
+                    record = json.loads(line[len(prefix):])
+                    emitter.emit("allreduce", record)
+                if stop.is_set():
+                    os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        reader.join(2)
+        if proc.returncode != 0 and not stop.is_set():
+            interesting = [e for e in errors if "Error" in e or "error" in e] or errors
+            emitter.emit("error", {"variant": variant, "message": "torchrun exited %d: %s" % (
+                proc.returncode, (interesting[-1] if interesting else "no output"))})
+        elif seen == 0 and not stop.is_set():
+            emitter.emit("error", {"variant": variant, "message": "no measurement came back"})
+
+
+# --------------------------------------------------------------------------- main
+
+def run(payload, emitter):
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, on_signal)
+        except (ValueError, OSError):
+            pass  # not the main thread (in-process tests): no signal handling
+    pid_file = payload.get("pid_file")
+    if pid_file:
+        with open(pid_file, "w") as handle:
+            handle.write("%d\n" % os.getpid())
+    status = 0
+    try:
+        emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time()})
+        if payload.get("host_facts", True):
+            facts = host_snapshot()
+            facts["patched_sources"] = patched_sources(payload.get("state_dir"))
+            emitter.emit("host", facts)
+        suite = payload["suite"]
+        if suite in ("decode", "serving") or payload.get("tool"):
+            snapshot = server_snapshot(payload["url"], payload.get("server_pid_file"))
+            emitter.emit("server", snapshot)
+            if "server_info_error" in snapshot and "model_info_error" in snapshot:
+                raise ServerError(snapshot["server_info_error"])
+        if payload.get("tool"):
+            suite_tool(payload, emitter, stop)
+        elif suite == "decode":
+            suite_decode(payload, model_name(snapshot), emitter, stop)
+        elif suite == "serving":
+            suite_serving(payload, model_name(snapshot), emitter, stop)
+        elif suite == "allreduce":
+            suite_allreduce(payload, emitter, stop)
+        else:
+            raise ServerError("unknown suite %r" % suite)
+        if suite in ("decode", "serving") and not payload.get("tool"):
+            # after the run: the server's accept length reflects what was just measured
+            try:
+                info = http_json(payload["url"], "/get_server_info", timeout=10)
+                emitter.emit("server_after", {"internal_states": info.get("internal_states")})
+            except ServerError:
+                pass
+    except ServerError as exc:
+        emitter.emit("error", {"message": str(exc)})
+        status = 3
+    finally:
+        emitter.emit("end", {"partial": stop.is_set(), "time": time.time()})
+        if pid_file:
+            try:
+                os.unlink(pid_file)
+            except OSError:
+                pass
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass
+    return status
+
+
+def load_payload():
+    raw = globals().get("GPUOPS_PAYLOAD")
+    if raw is None:
+        if len(sys.argv) < 2:
+            sys.stderr.write("usage: bench_client.py PAYLOAD.json\n")
+            sys.exit(2)
+        with open(sys.argv[1], "rb") as handle:
+            raw = handle.read()
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8")
+    return json.loads(raw)
+
+
+if __name__ == "__main__":
+    _payload = load_payload()
+    sys.exit(run(_payload, Emitter(_payload["run_id"])))
