@@ -1,0 +1,46 @@
+"""The JSON the host-side helper gets: the plan as bytes and hashes, plus how to verify it."""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import socket
+from typing import Any
+
+from gpuops.plan.model import Plan
+
+
+def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry (containers): still journal something useful
+        user = "unknown"
+    return {"role": plan.role, "user": user, "client": socket.gethostname(), "vars_sha256": vars_sha256}
+
+
+def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: str,
+                  audit_sh: str | None, fault: str | None = None) -> dict[str, Any]:
+    return {
+        "mode": "apply",
+        "run_id": run_id,
+        "state_dir": plan.state_dir,
+        "meta": run_meta(plan, vars_sha256),
+        "changes": [
+            {
+                "path": change.path,
+                "after_b64": base64.b64encode(change.after.encode("utf-8")).decode(),
+                "before_sha256": change.before_sha256,
+                "after_sha256": change.after_sha256,
+                "mode": change.mode,
+            }
+            for change in plan.changes
+        ],
+        "compile": [{"python": c.python, "paths": list(c.paths)} for c in plan.compile_checks],
+        "handlers": [{"name": h.name, "daemon_reload": h.daemon_reload} for h in plan.handlers],
+        "service": plan.service.to_json() if plan.service else None,
+        "audit": {"sh": audit_sh} if (plan.audit and audit_sh) else None,
+        "audit_verdict_by_client": True,
+        "process_manager": process_manager,
+        "on_disconnect": "rollback",
+        "fault": fault,
+    }

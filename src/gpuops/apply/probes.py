@@ -1,0 +1,102 @@
+"""What apply gathers, in the same single exec as any other probe: files, journal, the python.
+
+The file probe sends contents back (base64, capped) so that diffs and idempotence are computed
+locally; the sha256 it reports is what the helper later checks before it overwrites anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from typing import Any
+
+from gpuops.gather import Probe, ProbeOutput
+from gpuops.plan.model import FileState
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+_FILES_CODE = r"""
+import base64, hashlib, json, os, stat, sys
+out = {"python": os.environ.get("GPUOPS_PY", ""), "files": {}}
+for path in sys.argv[2:]:
+    entry = {"exists": False}
+    try:
+        st = os.lstat(path)
+    except OSError:
+        out["files"][path] = entry
+        continue
+    entry["exists"] = True
+    entry["mode"] = "%04o" % (st.st_mode & 0o7777)
+    entry["uid"], entry["gid"] = st.st_uid, st.st_gid
+    if not stat.S_ISREG(st.st_mode):
+        entry["problem"] = "not a regular file"
+    elif st.st_size > int(sys.argv[1]):
+        entry["problem"] = "larger than %s bytes" % sys.argv[1]
+    else:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
+            entry["b64"] = base64.b64encode(data).decode()
+        except OSError as exc:
+            entry["problem"] = str(exc)
+    out["files"][path] = entry
+print(json.dumps(out))
+"""
+
+
+def _python_expr() -> str:
+    # $GPUOPS_PY comes from the gather preamble; any python3 reads files as well.
+    return '"${GPUOPS_PY:-python3}"'
+
+
+def files_probe(paths: list[str] | tuple[str, ...]) -> Probe[dict[str, Any]]:
+    words = " ".join(shlex.quote(p) for p in paths)
+    script = f"{_python_expr()} -c {shlex.quote(_FILES_CODE)} {MAX_FILE_BYTES} {words}"
+    return Probe(name="apply.files", script=script, parse=parse_files)
+
+
+def parse_files(output: ProbeOutput) -> dict[str, Any]:
+    if output.exit_status != 0:
+        raise ValueError(output.stderr.strip()[-300:] or f"exit status {output.exit_status}")
+    raw = json.loads(output.stdout)
+    files: dict[str, FileState] = {}
+    problems: dict[str, str] = {}
+    for path, entry in raw["files"].items():
+        if not entry.get("exists"):
+            files[path] = FileState(path=path, exists=False)
+            continue
+        content = None
+        if "b64" in entry:
+            try:
+                content = base64.b64decode(entry["b64"]).decode("utf-8")
+            except UnicodeDecodeError:
+                problems[path] = "not UTF-8 text"
+        else:
+            problems[path] = entry.get("problem", "unreadable")
+        files[path] = FileState(
+            path=path, exists=True, sha256=entry.get("sha256"), mode=entry.get("mode"),
+            uid=entry.get("uid"), gid=entry.get("gid"), content=content,
+        )
+    return {"python": raw.get("python") or "", "files": files, "problems": problems}
+
+
+def journal_probe(state_dir: str) -> Probe[list[dict[str, Any]]]:
+    path = shlex.quote(state_dir.rstrip("/") + "/journal.jsonl")
+    return Probe(name="apply.journal", script=f"cat {path} 2>/dev/null; exit 0", parse=parse_journal)
+
+
+def parse_journal(output: ProbeOutput) -> list[dict[str, Any]]:
+    records = []
+    for line in output.stdout.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -1,0 +1,74 @@
+"""Human output for apply/rollback/history: per-host changes, diffs, warnings, an Ansible-like recap."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import click
+
+from gpuops.apply.runner import HostReport
+
+
+def _style(text: str, color: str, enabled: bool) -> str:
+    return click.style(text, fg=color) if enabled else text
+
+
+def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, show_diff: bool,
+                   echo: Callable[[str], None], color: bool) -> None:
+    mode = " (check mode: nothing changed)" if check else ""
+    echo(f"ROLE [{role}]{mode}")
+    for name, report in reports.items():
+        echo("")
+        head = {True: "ok", False: "FAILED"}[report.ok]
+        echo(_style(f"{name}: {head} ({report.status})", "green" if report.ok else "red", color))
+        for change in report.changes:
+            verb = "would change" if check else "changed"
+            echo(_style(f"  {verb} {change['path']} ({change['action']}, {change['kind']})", "yellow", color))
+            if show_diff and change.get("diff"):
+                for line in change["diff"].rstrip("\n").splitlines():
+                    tint = "green" if line.startswith("+") else "red" if line.startswith("-") else None
+                    echo("    " + (click.style(line, fg=tint) if (color and tint) else line))
+        for handler in report.handlers:
+            if check:
+                echo(f"  would run handler: {handler}")
+            elif report.ok and report.status == "finished":
+                pid = f" (pid {report.pid})" if report.pid else ""
+                echo(f"  ran handler: {handler}{pid}, server healthy")
+        for warning in report.warnings:
+            echo(_style(f"  warning: {warning}", "magenta", color))
+        for note in report.notes:
+            echo(f"  note: {note}")
+        if report.error:
+            echo(_style(f"  error: {report.error}", "red", color))
+        if report.restored and not report.ok:
+            echo(f"  restored: {', '.join(report.restored)}")
+    render_recap(reports, echo, color)
+
+
+def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None], color: bool) -> None:
+    echo("")
+    echo("RECAP")
+    width = max((len(n) for n in reports), default=4)
+    for name, report in reports.items():
+        failed = 0 if report.ok else 1
+        line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed}"
+        if report.run_id:
+            line += f" run={report.run_id}"
+        echo(_style(line, "green" if report.ok else "red", color))
+
+
+def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    for name, runs in runs_by_host.items():
+        echo(f"{name}:")
+        if isinstance(runs, str):
+            echo(f"  error: {runs}")
+            continue
+        if not runs:
+            echo("  (no runs)")
+        for run in runs:
+            what = run.get("role") or "?"
+            if run.get("kind") == "rollback":
+                what = f"rollback of {run.get('target')}"
+            error = f"  ({run['error']})" if run.get("error") else ""
+            echo(f"  {run['run_id']}  {run.get('time') or '':20}  {what:16} changed={run['changed']}  "
+                 f"{run['outcome']}  by {run.get('user') or '?'}{error}")

@@ -1,0 +1,48 @@
+"""Judging the gate re-audit that the helper ran on the host after patching (the gates part's judge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuops.plan.model import AuditCheck
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str
+
+
+def compute_capability_of(target_sm: str) -> str:
+    """"sm120" -> "12.0", "sm90" -> "9.0", "sm103" -> "10.3"."""
+    digits = "".join(ch for ch in target_sm if ch.isdigit())
+    if len(digits) < 2:
+        raise ValueError(f"cannot read a compute capability from {target_sm!r}")
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def _status(feature: Any) -> str | None:
+    if isinstance(feature, dict):
+        return feature.get("status") or feature.get("state")
+    return getattr(feature, "status", None) or getattr(feature, "state", None)
+
+
+def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck) -> Verdict:
+    """The fusion feature must come out ``open`` for the target compute capability."""
+    if not audit_output:
+        return Verdict(False, "the gate re-audit produced no output")
+    from gpuops.gates.evaluate import judge
+    from gpuops.gates.probe import gate_scan_probe
+    from gpuops.gather import ProbeOutput
+
+    probe = gate_scan_probe(with_sources=False)
+    scan = probe.parse(ProbeOutput(audit_output.get("stdout", ""), audit_output.get("stderr", ""),
+                                   int(audit_output.get("exit_status", 0))))
+    report = judge(scan, compute_capability_of(check.target_sm), None, None)
+    features = getattr(report, "features", None) or {}
+    feature = features.get(check.feature)
+    status = _status(feature)
+    if status == "open":
+        return Verdict(True, f"{check.feature} is open for {check.target_sm}")
+    return Verdict(False, f"the gate re-audit shows {check.feature} {status or 'missing'} for {check.target_sm}, not open")

@@ -1,0 +1,119 @@
+"""`gpuops apply ROLE`, `gpuops rollback`, `gpuops history`: thin click commands over gpuops.apply."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+EXIT_HOST_FAILED = 1
+BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
+
+
+def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file, directory or host list (default: $GPUOPS_INVENTORY, else this machine)."),
+        click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: roles/README.md)."),
+        click.option("--forks", type=click.IntRange(1, 256), default=16, show_default=True, help="Hosts worked on at once."),
+        click.option("--become", is_flag=True, help="Run the host-side steps with sudo (password: prompt or $GPUOPS_BECOME_PASS)."),
+        click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
+        click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
+             check: bool = False, diff: bool = False, become_wanted: bool = False) -> Any:
+    from gpuops.apply.runner import ApplyOptions
+    from gpuops.transport import ConnectOptions
+
+    password = None
+    if become:
+        password = os.environ.get(BECOME_PASS_ENV)
+        if password is None and sys.stdin.isatty():
+            password = click.prompt("BECOME password", hide_input=True, default="", show_default=False)
+    return ApplyOptions(
+        connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts)),
+        check=check, diff=diff, become=become, become_password=password, forks=forks,
+    )
+
+
+def _hosts(inventory: str | None, limit: str | None) -> list[Any]:
+    from gpuops.inventory import load_inventory
+
+    return load_inventory(inventory).select(limit)
+
+
+@click.command("apply")
+@click.argument("role")
+@_common
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS", help="key=value, YAML/JSON, or @file (repeatable; wins over everything).")
+@click.option("--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
+@click.option("--diff", is_flag=True, help="Show a unified diff of every file change.")
+def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
+          accept_new_host_keys: bool, known_hosts: tuple[str, ...], extra_vars: tuple[str, ...],
+          check: bool, diff: bool) -> None:
+    """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
+    from gpuops.apply.render import render_reports
+    from gpuops.apply.runner import apply_role
+    from gpuops.extravars import parse_extra_vars
+
+    extra = parse_extra_vars(list(extra_vars))
+    hosts = _hosts(inventory, limit)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff)
+    run_id, reports = apply_role(hosts, role, extra, options)
+    if as_json:
+        click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
+                               "hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
+    else:
+        render_reports(reports, role, check, diff, click.echo, color=sys.stdout.isatty())
+    if not all(r.ok for r in reports.values()):
+        sys.exit(EXIT_HOST_FAILED)
+
+
+@click.command("rollback")
+@_common
+@click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
+def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
+             accept_new_host_keys: bool, known_hosts: tuple[str, ...], run_id: str | None) -> None:
+    """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
+    from gpuops.apply.render import render_reports
+    from gpuops.apply.runner import rollback_hosts
+
+    hosts = _hosts(inventory, limit)
+    options = _options(forks, become, accept_new_host_keys, known_hosts)
+    reports = rollback_hosts(hosts, run_id, options)
+    if as_json:
+        click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
+    else:
+        render_reports(reports, "rollback", False, False, click.echo, color=sys.stdout.isatty())
+    if not all(r.ok for r in reports.values()):
+        sys.exit(EXIT_HOST_FAILED)
+
+
+@click.command("history")
+@_common
+def history(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
+            accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
+    """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
+    from gpuops.apply.render import render_history
+    from gpuops.apply.runner import history_hosts
+
+    hosts = _hosts(inventory, limit)
+    options = _options(forks, False, accept_new_host_keys, known_hosts)
+    outcomes = history_hosts(hosts, options)
+    runs = {name: (o.value if o.ok else (o.error or "failed")) for name, o in outcomes.items()}
+    if as_json:
+        click.echo(json.dumps({"hosts": {n: ({"runs": v} if isinstance(v, list) else {"error": v})
+                                         for n, v in runs.items()}}, indent=2))
+    else:
+        render_history(runs, click.echo)
+    if not all(o.ok for o in outcomes.values()):
+        sys.exit(EXIT_HOST_FAILED)

@@ -1,0 +1,183 @@
+"""The task modules gpuops understands. Each is a pure planner: (task, facts, vars) -> changes.
+
+A module never touches a host: it reads the gathered ``HostFacts`` and records ``Change`` values,
+notes and warnings on the ``PlanState``. In discovery mode (no facts yet) it only records which
+files it will need, so that one gather can fetch them all.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import TYPE_CHECKING, Any, Callable
+
+from gpuops.errors import GpuopsError
+from gpuops.nccl import check_nccl_env, nccl_warnings
+from gpuops.plan.diff import unified_diff
+from gpuops.plan.envfile import check_entries, render_env_file
+from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState
+from gpuops.plan.redact import MASK, redact_text
+
+if TYPE_CHECKING:
+    from gpuops.plan.planner import PlanState
+    from gpuops.plan.roles import Task
+    from gpuops.plan.templating import VarScope
+
+_MODE = re.compile(r"^0?[0-7]{3,4}$")
+
+
+def normalize_mode(value: Any, where: str) -> str | None:
+    """YAML reads ``mode: 0644`` as the int 420 and ``"0644"`` as text; both mean octal 644."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = format(value, "04o")  # PyYAML already read 0644 as octal (420)
+    else:
+        text = str(value)
+    if not _MODE.match(text):
+        raise GpuopsError(f"{where}: mode {value!r} is not an octal file mode like '0644'")
+    return "0" + text[-3:] if len(text) == 3 else text.zfill(4)
+
+
+def _absolute(path: Any, where: str) -> str:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise GpuopsError(f"{where}: destination {path!r} must be an absolute path")
+    normal = posixpath.normpath(path)
+    if normal != path.rstrip("/") or "\n" in path:
+        raise GpuopsError(f"{where}: destination {path!r} must be a plain absolute path (no .., //)")
+    return path
+
+
+def _current(state: "PlanState", path: str, where: str) -> FileState:
+    assert state.facts is not None
+    current = state.facts.files.get(path)
+    if current is None:
+        raise GpuopsError(f"{where}: internal: {path} was not gathered from {state.facts.host}")
+    if current.exists and current.content is None:
+        raise GpuopsError(f"{state.facts.host}: {path} is not a UTF-8 text file gpuops can manage")
+    return current
+
+
+def record_file(state: "PlanState", task: "Task", kind: str, path: str, after: str, mode: str | None) -> bool:
+    """Compare the wanted content with the gathered file; record a Change if they differ."""
+    current = _current(state, path, task.where)
+    before = current.content if current.exists else None
+    if current.exists and before == after and (mode is None or mode == current.mode):
+        return False
+    action = "create" if not current.exists else ("update" if before != after else "mode")
+    diff = unified_diff(path, before, after) if action != "mode" else f"mode {current.mode} -> {mode}\n"
+    state.add_change(Change(
+        kind=kind, path=path, action=action, before=before, after=after,
+        diff=redact_text(diff, state.secrets), mode=mode, task=task.where, notify=task.notify,
+    ))
+    return True
+
+
+def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    dest = _absolute(args["dest"], task.where)
+    mode = normalize_mode(args.get("mode"), task.where)
+    if state.discovery:
+        state.paths.add(dest)
+        return {"changed": False, "dest": dest}
+    content = state.templar.render_file(str(args["src"]), scope, task.where)
+    return {"changed": record_file(state, task, "template", dest, content, mode), "dest": dest}
+
+
+def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    dest = _absolute(args["dest"], task.where)
+    where = f"{state.host}: {task.where}"
+    entries = check_entries(args["entries"], where)
+    check_nccl_env(entries, where)
+    style = args.get("style", "sh")
+    if style not in ("sh", "docker"):
+        raise GpuopsError(f"{task.where}: env style must be sh or docker, not {style!r}")
+    launch = scope.get("sglang_launch_args") if "sglang_launch_args" in scope else []
+    for warning in nccl_warnings(entries, [str(a) for a in launch] if isinstance(launch, list) else []):
+        state.warn(warning)
+    if state.discovery:
+        state.paths.add(dest)
+        return {"changed": False, "dest": dest}
+    header = str(args.get("header") or "Managed by gpuops: edits here are replaced on the next apply.")
+    content = render_env_file(entries, header, style)
+    mode = normalize_mode(args.get("mode", "0600"), task.where)
+    return {"changed": record_file(state, task, "env", dest, content, mode), "dest": dest}
+
+
+def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    path = _absolute(args["path"], task.where)
+    if state.discovery:
+        state.paths.add(path)
+        return {"changed": False}
+    line = str(args["line"])
+    if "\n" in line:
+        raise GpuopsError(f"{task.where}: line must be one line")
+    current = _current(state, path, task.where)
+    if not current.exists and not args.get("create", False):
+        raise GpuopsError(f"{state.host}: {task.where}: {path} does not exist (set create: true)")
+    lines = (current.content or "").splitlines()
+    pattern = args.get("regexp")
+    hits = [i for i, text in enumerate(lines) if pattern and re.search(str(pattern), text)]
+    if hits:
+        lines[hits[-1]] = line
+    elif line not in lines:
+        lines.append(line)
+    after = "\n".join(lines) + "\n"
+    mode = normalize_mode(args.get("mode"), task.where)
+    return {"changed": record_file(state, task, "lineinfile", path, after, mode)}
+
+
+def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    target_sm = str(args.get("target_sm", "sm120"))
+    python = str(args.get("python", "python3"))
+    feature = str(args.get("feature", "flashinfer_allreduce_fusion"))
+    state.needs_gate_scan = True
+    if state.discovery:
+        return {"changed": False, "launch_flags": [], "notes": [], "files": []}
+    from gpuops.plan.gate_patch import patch_changes
+
+    patch = patch_changes(state.facts, target_sm, state.host)
+    changed_paths = []
+    for path, before, after in patch.files:
+        if before == after:
+            continue
+        state.add_change(Change(
+            kind="patch", path=path, action="update", before=before, after=after,
+            diff=unified_diff(path, before, after), mode=None, task=task.where, notify=task.notify,
+        ))
+        changed_paths.append(path)
+    for note in patch.notes:
+        state.note(note)
+    if changed_paths:
+        state.compile_checks.append(CompileCheck(python=python, paths=tuple(changed_paths)))
+        state.audit = AuditCheck(feature=feature, target_sm=target_sm, python=python)
+    return {"changed": bool(changed_paths), "launch_flags": list(patch.launch_flags),
+            "notes": list(patch.notes), "files": changed_paths}
+
+
+def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    that = args["that"]
+    for expression in that if isinstance(that, list) else [that]:
+        if not state.templar.evaluate(str(expression), scope, task.where):
+            message = args.get("msg")
+            text = state.templar.render_value(message, scope, task.where) if message else f"assertion failed: {expression}"
+            raise GpuopsError(f"{state.host}: {task.where}: {redact_text(str(text), state.secrets)}")
+    return {"changed": False}
+
+
+def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    text = state.templar.render_value(args["msg"], scope, task.where)
+    raise GpuopsError(f"{state.host}: {task.where}: {redact_text(str(text), state.secrets)}")
+
+
+Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
+
+PLANNERS: dict[str, Planner] = {
+    "template": plan_template,
+    "env": plan_env,
+    "lineinfile": plan_lineinfile,
+    "gate_patch": plan_gate_patch,
+    "assert": plan_assert,
+    "fail": plan_fail,
+}
+
+__all__ = ["PLANNERS", "normalize_mode", "record_file", "MASK"]

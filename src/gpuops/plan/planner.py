@@ -1,0 +1,210 @@
+"""plan_role: (facts, role, vars) -> Plan. Pure: no host is touched, no file outside the roles read.
+
+Variable precedence, lowest first (as in Ansible): role defaults (dependencies' below the role's
+own) < inventory group/host vars < registered results < include_role/task ``vars`` < ``-e``.
+Planning runs twice per host: once in discovery mode (no facts; finds the files to gather and
+catches bad input before any I/O), then with the gathered facts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpuops.errors import GpuopsError
+from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, HostFacts, Plan, ServiceSpec
+from gpuops.plan.modules import PLANNERS
+from gpuops.plan.redact import redact_vars, secret_values
+from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
+from gpuops.plan.templating import Layer, Templar, VarScope
+
+_MAX_INCLUDE_DEPTH = 8
+
+
+@dataclass
+class PlanState:
+    """What a planning pass accumulates; private to one ``plan_role`` call."""
+
+    host: str
+    templar: Templar
+    roles: Mapping[str, Role]
+    facts: HostFacts | None
+    secrets: list[str]
+    changes: list[Change] = field(default_factory=list)
+    notified: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    compile_checks: list[CompileCheck] = field(default_factory=list)
+    audit: AuditCheck | None = None
+    registered: dict[str, Any] = field(default_factory=dict)
+    role_scopes: dict[str, VarScope] = field(default_factory=dict)
+    paths: set[str] = field(default_factory=set)
+    needs_gate_scan: bool = False
+    tasks_ok: int = 0
+
+    @property
+    def discovery(self) -> bool:
+        return self.facts is None
+
+    def add_change(self, change: Change) -> None:
+        if any(c.path == change.path for c in self.changes):
+            raise GpuopsError(f"{self.host}: {change.task}: {change.path} is changed by two tasks of one run")
+        self.changes.append(change)
+        for name in change.notify:
+            if name not in self.notified:
+                self.notified.append(name)
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the first (fact-free) pass found out: the files and scans the gather must fetch."""
+
+    paths: tuple[str, ...]
+    needs_gate_scan: bool
+    state_dir: str
+    python: str
+    warnings: tuple[str, ...]
+
+
+def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
+                inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+                registered: dict[str, Any]) -> VarScope:
+    # Included roles' defaults first, so the main role's own defaults win over theirs.
+    order = [name for name in roles if name != main] + [main]
+    layers = [Layer(roles[name].defaults, True, str(roles[name].path / "defaults.yml")) for name in order]
+    layers.append(Layer(dict(inventory_vars), False, "inventory"))
+    layers.append(Layer(registered, False, "registered results"))
+    layers.append(Layer(dict(extra_vars), False, "--extra-vars"))
+    return VarScope(templar, layers)
+
+
+def _below_extra(scope: VarScope, layer: Layer) -> VarScope:
+    """Task and include vars sit just below ``-e`` (which always wins)."""
+    return VarScope(scope.templar, scope.layers[:-1] + (layer, scope.layers[-1]))
+
+
+def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None:
+    if task.vars:
+        scope = _below_extra(scope, Layer(task.vars, True, f"{task.where} vars"))
+    if task.when is not None:
+        try:
+            condition = state.templar.evaluate(str(task.when), scope, f"{task.where} (when)")
+        except GpuopsError:
+            if not state.discovery:
+                raise
+            condition = True  # discovery gathers a superset; the real pass decides
+        if not condition:
+            return
+    state.tasks_ok += 1
+    if task.module == "include_role":
+        _run_role(state.roles[task.args["name"]], scope, state, depth + 1)
+        return
+    args = {key: state.templar.render_value(value, scope, f"{task.where} ({key})") for key, value in task.args.items()}
+    result = PLANNERS[task.module](task, args, state, scope)
+    if task.register:
+        state.registered[task.register] = result
+
+
+def _run_role(role: Role, scope: VarScope, state: PlanState, depth: int = 0) -> None:
+    if depth > _MAX_INCLUDE_DEPTH:
+        raise RoleError(f"{role.path}: roles include each other more than {_MAX_INCLUDE_DEPTH} deep")
+    for dependency in role.dependencies:
+        _run_role(state.roles[dependency], scope, state, depth + 1)
+    state.role_scopes[role.name] = scope
+    for task in role.tasks:
+        _run_task(task, scope, state, depth)
+
+
+def _service_spec(task: Task, scope: VarScope, state: PlanState) -> ServiceSpec:
+    args = {k: state.templar.render_value(v, scope, f"{task.where} ({k})") for k, v in task.args.items()}
+    manager = str(args["manager"])
+    if manager not in ("process", "systemd", "docker"):
+        raise GpuopsError(f"{state.host}: {task.where}: sglang_manager must be process, systemd or docker, not {manager!r}")
+    try:
+        port = int(args["port"])
+        timeout = float(args.get("health_timeout", 600))
+        grace = float(args.get("grace", 30))
+    except (TypeError, ValueError) as exc:
+        raise GpuopsError(f"{state.host}: {task.where}: port, health_timeout and grace must be numbers ({exc})") from None
+    return ServiceSpec(
+        manager=manager, name=str(args["name"]), state_dir=str(args["state_dir"]), port=port,
+        health_timeout=timeout, grace=grace,
+        docker_run_script=str(args["docker_run_script"]) if args.get("docker_run_script") else None,
+    )
+
+
+def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
+    defined: dict[str, tuple[Task, VarScope]] = {}
+    for role_name, scope in state.role_scopes.items():
+        for handler in state.roles[role_name].handlers:
+            defined.setdefault(handler.name, (handler, scope))
+    runs: list[HandlerRun] = []
+    for name in state.notified:
+        if name not in defined:
+            task = next(c.task for c in state.changes if name in c.notify)
+            raise RoleError(f"{task}: notifies {name!r} but no role in this run defines that handler")
+    reload_needed = any(c.path.endswith((".service", ".socket")) for c in state.changes)
+    service: ServiceSpec | None = None
+    for name, (handler, scope) in defined.items():
+        spec = _service_spec(handler, scope, state)
+        service = service or spec
+        if name in state.notified:
+            runs.append(HandlerRun(name=name, service=spec, daemon_reload=reload_needed and spec.manager == "systemd"))
+    return runs, service
+
+
+def _layers_and_state(role_name: str, facts: HostFacts | None, host: str,
+                      inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+                      roles_path: list[Path] | None) -> tuple[PlanState, VarScope, Mapping[str, Role]]:
+    roles = load_role_tree(role_name, roles_path)
+    dirs = [role.templates_dir for role in roles.values()] + shared_templates_dirs()
+    templar = Templar([d for d in dirs if d.is_dir()])
+    secrets = secret_values({**dict(inventory_vars), **dict(extra_vars)})
+    state = PlanState(host=host, templar=templar, roles=roles, facts=facts, secrets=secrets)
+    scope = _base_scope(templar, roles, role_name, inventory_vars, extra_vars, state.registered)
+    return state, scope, roles
+
+
+def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+             roles_path: list[Path] | None = None) -> Discovery:
+    """The fact-free pass: which files to gather, whether to scan gates; refuses bad input early."""
+    state, scope, roles = _layers_and_state(role_name, None, host, inventory_vars, extra_vars, roles_path)
+    _run_role(roles[role_name], scope, state)
+    state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
+    python = str(scope.get("gpuops_python")) if "gpuops_python" in scope else "python3"
+    return Discovery(tuple(sorted(state.paths)), state.needs_gate_scan, state_dir, python, tuple(state.warnings))
+
+
+def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any],
+              extra_vars: Mapping[str, Any], roles_path: list[Path] | None = None) -> Plan:
+    """The changes a role would make on a host whose state is ``facts``."""
+    state, scope, roles = _layers_and_state(role_name, facts, facts.host, inventory_vars, extra_vars, roles_path)
+    _run_role(roles[role_name], scope, state)
+    handlers, service = _handlers(state)
+    state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
+    return Plan(
+        host=facts.host, role=role_name, changes=tuple(state.changes), handlers=tuple(handlers),
+        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit,
+        warnings=tuple(state.warnings), notes=tuple(state.notes), tasks_ok=state.tasks_ok,
+        state_dir=state_dir,
+    )
+
+
+def vars_digest(inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any]) -> str:
+    """A hash of the variables a run used (journaled instead of the values, which may be secret)."""
+    blob = json.dumps({"inventory": inventory_vars, "extra": extra_vars}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+__all__ = ["plan_role", "discover", "Discovery", "vars_digest", "redact_vars"]

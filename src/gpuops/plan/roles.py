@@ -1,0 +1,211 @@
+"""Roles on disk: ``roles/<name>/{tasks,defaults,handlers}.yml``, ``meta/main.yml``, ``templates/``.
+
+Loading checks the vocabulary up front (unknown module, unknown key, bad type), so a typo in a role
+is one error naming the file and the task, before anything touches a host.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpuops.errors import GpuopsError
+
+TASK_KEYS = {"name", "when", "notify", "vars", "register"}
+
+# module -> (required args, optional args)
+MODULES: dict[str, tuple[set[str], set[str]]] = {
+    "template": ({"src", "dest"}, {"mode"}),
+    "env": ({"dest", "entries"}, {"mode", "style", "header"}),
+    "lineinfile": ({"path", "line"}, {"regexp", "mode", "create"}),
+    "gate_patch": (set(), {"target_sm", "python", "feature"}),
+    "service": ({"manager", "name", "state_dir", "port"}, {"health_timeout", "grace", "docker_run_script", "daemon_reload"}),
+    "assert": ({"that"}, {"msg"}),
+    "fail": ({"msg"}, set()),
+    "include_role": ({"name"}, set()),
+}
+HANDLER_MODULES = {"service"}
+
+
+class RoleError(GpuopsError):
+    """A role file that gpuops cannot use: names the file, the task and the problem."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    module: str
+    args: Mapping[str, Any]
+    where: str                         # "roles/x/tasks.yml, task 2 (name)"
+    when: str | None = None
+    notify: tuple[str, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict)
+    register: str | None = None
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    path: Path
+    defaults: Mapping[str, Any]
+    tasks: tuple[Task, ...]
+    handlers: tuple[Task, ...]
+    dependencies: tuple[str, ...]
+
+    @property
+    def templates_dir(self) -> Path:
+        return self.path / "templates"
+
+
+def default_roles_path() -> list[Path]:
+    """``$GPUOPS_ROLES_PATH`` (colon list), ``./roles``, then the roles that ship with gpuops."""
+    paths = [Path(p) for p in os.environ.get("GPUOPS_ROLES_PATH", "").split(os.pathsep) if p]
+    paths.append(Path.cwd() / "roles")
+    paths.append(project_root() / "roles")
+    return paths
+
+
+def project_root() -> Path:
+    # src/gpuops/plan/roles.py -> the checkout (roles/ and templates/ live at its top)
+    return Path(__file__).resolve().parents[3]
+
+
+def shared_templates_dirs() -> list[Path]:
+    return [Path.cwd() / "templates", project_root() / "templates"]
+
+
+def _read_yaml(path: Path, expected: type, empty: Any) -> Any:
+    import yaml
+
+    if not path.exists():
+        return empty
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise RoleError(f"{path}:{line} not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return empty
+    if not isinstance(data, expected):
+        raise RoleError(f"{path}: expected a {expected.__name__} at the top, got {type(data).__name__}")
+    return data
+
+
+def _parse_task(raw: Any, path: Path, index: int, handler: bool) -> Task:
+    where = f"{path}, {'handler' if handler else 'task'} {index + 1}"
+    if not isinstance(raw, dict):
+        raise RoleError(f"{where}: a task must be a mapping")
+    if "name" in raw:
+        where += f" ({raw['name']})"
+    modules = [key for key in raw if key not in TASK_KEYS]
+    unknown = [key for key in modules if key not in MODULES]
+    if unknown:
+        raise RoleError(
+            f"{where}: unknown module or key {unknown[0]!r} (modules: {', '.join(sorted(MODULES))}; "
+            f"task keys: {', '.join(sorted(TASK_KEYS))})"
+        )
+    if len(modules) != 1:
+        raise RoleError(f"{where}: a task needs exactly one module, found {modules or 'none'}")
+    module = modules[0]
+    if handler and module not in HANDLER_MODULES:
+        raise RoleError(f"{where}: handlers may only use {', '.join(sorted(HANDLER_MODULES))}, not {module}")
+    args = raw[module]
+    if module == "include_role" and isinstance(args, str):
+        args = {"name": args}
+    if module == "fail" and isinstance(args, str):
+        args = {"msg": args}
+    if module == "assert" and isinstance(args, (str, list)):
+        args = {"that": args}
+    if not isinstance(args, dict):
+        raise RoleError(f"{where}: the arguments of {module} must be a mapping")
+    required, optional = MODULES[module]
+    bad = sorted(set(args) - required - optional)
+    if bad:
+        raise RoleError(f"{where}: unknown key {bad[0]!r} for {module} (allowed: {', '.join(sorted(required | optional))})")
+    missing = sorted(required - set(args))
+    if missing:
+        raise RoleError(f"{where}: {module} needs {', '.join(missing)}")
+    notify = raw.get("notify", ())
+    if isinstance(notify, str):
+        notify = (notify,)
+    if not isinstance(notify, (list, tuple)) or not all(isinstance(n, str) for n in notify):
+        raise RoleError(f"{where}: notify must be a handler name or a list of them")
+    task_vars = raw.get("vars") or {}
+    if not isinstance(task_vars, dict):
+        raise RoleError(f"{where}: vars must be a mapping")
+    when = raw.get("when")
+    if isinstance(when, list):
+        when = " and ".join(f"({w})" for w in when)
+    if when is not None and not isinstance(when, (str, bool)):
+        raise RoleError(f"{where}: when must be an expression")
+    register = raw.get("register")
+    if register is not None and not (isinstance(register, str) and register.isidentifier()):
+        raise RoleError(f"{where}: register must be a variable name")
+    return Task(
+        name=str(raw.get("name") or module), module=module, args=args, where=where,
+        when=None if when is None else str(when), notify=tuple(notify), vars=task_vars, register=register,
+    )
+
+
+def load_role(name: str, search: list[Path] | None = None) -> Role:
+    if not name or "/" in name or name.startswith("."):
+        raise RoleError(f"bad role name {name!r}")
+    search = search if search is not None else default_roles_path()
+    for base in search:
+        path = base / name
+        if path.is_dir():
+            break
+    else:
+        available = sorted({p.name for base in search if base.is_dir() for p in base.iterdir() if p.is_dir()})
+        raise RoleError(f"role {name} not found in {', '.join(str(s) for s in search)} (available: {', '.join(available) or 'none'})")
+    tasks_file = path / "tasks.yml"
+    if not tasks_file.exists() and (path / "tasks" / "main.yml").exists():
+        tasks_file = path / "tasks" / "main.yml"
+    if not tasks_file.exists():
+        raise RoleError(f"{path}: a role needs tasks.yml")
+    defaults_file = path / "defaults.yml"
+    if not defaults_file.exists():
+        defaults_file = path / "defaults" / "main.yml"
+    handlers_file = path / "handlers.yml"
+    if not handlers_file.exists():
+        handlers_file = path / "handlers" / "main.yml"
+    meta = _read_yaml(path / "meta" / "main.yml", dict, {})
+    deps = meta.get("dependencies", []) or []
+    if not isinstance(deps, list):
+        raise RoleError(f"{path / 'meta' / 'main.yml'}: dependencies must be a list")
+    dep_names = tuple(d if isinstance(d, str) else (d.get("role") if isinstance(d, dict) else None) for d in deps)
+    if any(not isinstance(d, str) for d in dep_names):
+        raise RoleError(f"{path / 'meta' / 'main.yml'}: each dependency is a role name or {{role: NAME}}")
+    tasks = _read_yaml(tasks_file, list, [])
+    handlers = _read_yaml(handlers_file, list, [])
+    return Role(
+        name=name,
+        path=path,
+        defaults=_read_yaml(defaults_file, dict, {}),
+        tasks=tuple(_parse_task(t, tasks_file, i, False) for i, t in enumerate(tasks)),
+        handlers=tuple(_parse_task(t, handlers_file, i, True) for i, t in enumerate(handlers)),
+        dependencies=dep_names,  # type: ignore[arg-type]
+    )
+
+
+def load_role_tree(name: str, search: list[Path] | None = None) -> dict[str, Role]:
+    """The role and every role it depends on or includes (include_role names must be literal)."""
+    roles: dict[str, Role] = {}
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        if current in roles:
+            continue
+        role = load_role(current, search)
+        roles[current] = role
+        pending.extend(role.dependencies)
+        for task in role.tasks:
+            if task.module == "include_role":
+                included = task.args["name"]
+                if not isinstance(included, str) or "{{" in included:
+                    raise RoleError(f"{task.where}: include_role name must be a literal role name")
+                pending.append(included)
+    return roles
