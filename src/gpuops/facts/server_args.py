@@ -14,7 +14,8 @@ from typing import Any
 
 DEFAULT_PORT = 30000
 REDACTED = "<redacted>"
-_SECRET_RE = re.compile(r"(api_?key|token|secret|passw(or)?d|credential)", re.IGNORECASE)
+# "token" only as a whole word: "--hf-token" is a secret, "--max-total-tokens" is a count.
+_SECRET_RE = re.compile(r"(api_?key|(^|_)token($|_)|secret|passw(or)?d|credential)", re.IGNORECASE)
 _NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?([eE]-?\d+)?$")
 
 # typed field -> flag names that set it (aliases SGLang accepts), first found wins

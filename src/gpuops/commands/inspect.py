@@ -1,0 +1,169 @@
+"""`gpuops inspect host|gates`: facts and capability gates of every host (thin: parse, call, render).
+
+Heavy imports (rich, the transport, fabric) happen inside the commands, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+EXIT_SOME_HOST_FAILED = 1
+
+
+def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file, directory or host list (default: $GPUOPS_INVENTORY, else this machine)."),
+        click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern (name, group, glob, a:b, !x)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: docs/inspect-json.md)."),
+        click.option("--forks", type=click.IntRange(1, 256), default=16, show_default=True, help="Hosts inspected at once."),
+        click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
+        click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+        click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True, help="Seconds allowed per host."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _run(inventory: str | None, limit: str | None, forks: int, accept_new_host_keys: bool,
+         known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    from gpuops.facts.collect import inspect_hosts
+    from gpuops.inventory import load_inventory
+    from gpuops.transport import ConnectOptions
+
+    hosts = load_inventory(inventory).select(limit)
+    options = ConnectOptions(
+        accept_new_host_keys=accept_new_host_keys,
+        connect_timeout=min(10.0, timeout),
+        command_timeout=timeout,
+        known_hosts_files=tuple(known_hosts),
+    )
+    outcomes = inspect_hosts(hosts, options, forks=forks, with_gates=True, with_sources=with_sources, timeout=timeout)
+    return hosts, outcomes
+
+
+def _exit_status(outcomes: dict[str, Any]) -> int:
+    return 0 if all(o.ok for o in outcomes.values()) else EXIT_SOME_HOST_FAILED
+
+
+def _host_title(host: Any) -> str:
+    if host.connection == "local":
+        return f"{host.name} (local)"
+    where = host.address or host.name
+    return f"{host.name} ({where}:{host.port})" if host.port else f"{host.name} ({where})"
+
+
+@click.group("inspect")
+def inspect() -> None:
+    """Facts and capability gates of every host (one SSH exec per host, hosts in parallel)."""
+
+
+@inspect.command("host")
+@_host_options
+def host(inventory: str | None, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
+         known_hosts: tuple[str, ...], timeout: float) -> None:
+    """GPUs, interconnect, software, the running SGLang server and its blocked features."""
+    from gpuops.facts.collect import host_json
+
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    if as_json:
+        from gpuops.output import print_json
+
+        print_json({"schema": 1, "hosts": {name: host_json(outcome) for name, outcome in outcomes.items()}})
+    else:
+        _render_hosts(hosts, outcomes)
+    sys.exit(_exit_status(outcomes))
+
+
+def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
+    from gpuops.facts.collect import host_json
+    from gpuops.facts.render import render_host_facts
+    from gpuops.output import make_console
+
+    console = make_console()
+    for index, host_ in enumerate(hosts):
+        outcome = outcomes[host_.name]
+        if index:
+            console.print()
+        if not outcome.ok:
+            console.print(f"== {_host_title(host_)}: FAILED: {outcome.error}", style="bold red", markup=False, highlight=False)
+            continue
+        console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
+        _render_gates(console, outcome.value, detail=False)
+        render_host_facts(console, host_json(outcome)["facts"])
+    failed = [name for name, o in outcomes.items() if not o.ok]
+    console.print()
+    console.print(
+        f"{len(outcomes) - len(failed)} of {len(outcomes)} hosts answered" + (f"; failed: {', '.join(failed)}" if failed else ""),
+        style="red" if failed else None, markup=False, highlight=False,
+    )
+
+
+def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | None = None, show_all: bool = False) -> None:
+    if inspection.gate_report is None:
+        console.print(f"gates: unknown ({inspection.gates_error or 'not scanned'})", style="yellow", markup=False, highlight=False)
+        return
+    from gpuops.gates import report as gate_report
+
+    if detail:
+        gate_report.render_gate_detail(inspection.gate_report, console, feature=feature, show_all=show_all)
+    else:
+        gate_report.render_gate_summary(inspection.gate_report, console)
+
+
+@inspect.command("gates")
+@click.option("--feature", metavar="NAME", help="Only the gates of this feature.")
+@click.option("--all", "show_all", is_flag=True, help="Every capability gate the scan found, not only the catalogued ones.")
+@_host_options
+def gates(feature: str | None, show_all: bool, inventory: str | None, limit: str | None, as_json: bool, forks: int,
+          accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float) -> None:
+    """Where the installed SGLang switches performance features off for this hardware (file:line)."""
+    from gpuops.facts.collect import gate_json
+
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    if as_json:
+        from gpuops.output import print_json
+
+        document: dict[str, Any] = {"schema": 1, "hosts": {}}
+        for name, outcome in outcomes.items():
+            if not outcome.ok:
+                document["hosts"][name] = {"ok": False, "error": outcome.error, "gates": [], "features": {}}
+                continue
+            facts = outcome.value.facts
+            gate_list, features = gate_json(outcome.value)
+            if feature:
+                gate_list = [g for g in gate_list if _feature_of(g) == feature]
+                features = {k: v for k, v in features.items() if k == feature}
+            elif not show_all:
+                gate_list = [g for g in gate_list if _feature_of(g)]
+            document["hosts"][name] = {
+                "ok": True, "error": None, "compute_capability": facts.compute_capability,
+                "sm": next((g.sm for g in facts.gpu.gpus if g.compute_capability == facts.compute_capability), None),
+                "gates": gate_list, "features": features, "gates_error": outcome.value.gates_error,
+            }
+        print_json(document)
+    else:
+        from gpuops.output import make_console
+
+        console = make_console()
+        for index, host_ in enumerate(hosts):
+            outcome = outcomes[host_.name]
+            if index:
+                console.print()
+            if not outcome.ok:
+                console.print(f"== {_host_title(host_)}: FAILED: {outcome.error}", style="bold red", markup=False, highlight=False)
+                continue
+            cc = outcome.value.facts.compute_capability
+            console.print(f"== {_host_title(host_)}: compute capability {cc or 'unknown'}", style="bold", markup=False, highlight=False)
+            _render_gates(console, outcome.value, detail=True, feature=feature, show_all=show_all)
+    sys.exit(_exit_status(outcomes))
+
+
+def _feature_of(gate: Any) -> str | None:
+    if isinstance(gate, dict):
+        return gate.get("feature")
+    return getattr(gate, "feature", None)

@@ -1,0 +1,106 @@
+"""Gather facts (and the gate scan) from many hosts: one exec per host, hosts in parallel.
+
+This is the I/O edge of `gpuops inspect`: connect, run ONE gather script holding every fact probe
+and the gate scanner, parse, judge the gates locally. One host failing never stops the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuops.facts.host import HostFacts, host_facts, preamble, probes_for
+from gpuops.facts.to_json import facts_json
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions, HostOutcome
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class HostInspection:
+    facts: HostFacts
+    gate_report: Any = None  # gpuops.gates.evaluate.GateReport, when the gate scan ran
+    gates_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # values of any extra probes, by name
+
+
+def _gate_probe(with_sources: bool) -> tuple[Any, str | None]:
+    try:
+        from gpuops.gates.probe import gate_scan_probe
+    except ImportError as exc:
+        return None, f"the gate scanner is not available in this gpuops ({exc})"
+    return gate_scan_probe(with_sources=with_sources), None
+
+
+def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
+    reason = getattr(scan, "reason", None)
+    if scan is None or (getattr(scan, "known", True) is False and reason):
+        return None, f"gate scan failed: {reason or 'no result'}"
+    try:
+        from gpuops.gates.evaluate import judge
+    except ImportError as exc:
+        return None, f"gate evaluation is not available in this gpuops ({exc})"
+    server = facts_json(facts)["server"]
+    cuda = facts.torch_cuda or facts.banner.cuda_driver_version
+    return judge(scan, facts.compute_capability, cuda, server), None
+
+
+def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
+                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Any] = ()) -> HostInspection:
+    """Everything `gpuops inspect` knows about one host, from ONE remote exec."""
+    from gpuops.gather import gather
+    from gpuops.transport import connect
+
+    probes: list[Any] = probes_for(host) + list(extra_probes)
+    gate_probe, gates_error = _gate_probe(with_sources) if with_gates else (None, None)
+    if gate_probe is not None:
+        probes.append(gate_probe)
+    script_preamble = preamble(host)
+    conn = connect(host, options)
+    try:
+        values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
+    finally:
+        conn.close()
+    facts = host_facts(values)
+    report = None
+    if gate_probe is not None:
+        report, gates_error = _judge(facts, values.get(gate_probe.name))
+    extra = {p.name: values.get(p.name) for p in extra_probes}
+    return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra)
+
+
+def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
+                  with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, HostOutcome[HostInspection]]:
+    from gpuops.transport import run_on_hosts
+
+    return run_on_hosts(
+        hosts,
+        lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout),
+        forks=forks,
+    )
+
+
+def gate_json(inspection: HostInspection) -> tuple[list[Any], dict[str, Any]]:
+    report = inspection.gate_report
+    if report is None:
+        return [], {}
+    return list(getattr(report, "gates", []) or []), dict(getattr(report, "features", {}) or {})
+
+
+def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
+    """One host's entry of the `inspect host --json` document."""
+    if not outcome.ok or outcome.value is None:
+        return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "gates": [], "features": {}, "gates_error": None}
+    gates, features = gate_json(outcome.value)
+    return {
+        "ok": True,
+        "error": None,
+        "facts": facts_json(outcome.value.facts),
+        "gates": gates,
+        "features": features,
+        "gates_error": outcome.value.gates_error,
+    }

@@ -1,0 +1,155 @@
+"""Human report of one host's facts, from the JSON document (so both views always agree).
+
+Writes through a rich Console; tables are rich tables on a terminal and plain aligned text
+otherwise, so a piped report stays readable and greppable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuops.output import format_table, rich_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _say(console: Console, text: str, style: str | None = None) -> None:
+    console.print(text, style=style, markup=False, highlight=False)
+
+
+def _table(console: Console, headers: list[str], rows: list[list[Any]]) -> None:
+    if console.is_terminal:
+        console.print(rich_table(headers, rows))
+    else:
+        _say(console, format_table(headers, rows, indent="  "))
+
+
+def _gpu_ranges(labels: list[str]) -> str:
+    """["GPU0", "GPU1", "GPU2", "GPU5"] -> "GPU0-2,5"."""
+    numbers = sorted(int(label[3:]) for label in labels if label[3:].isdigit())
+    spans: list[str] = []
+    for n in numbers:
+        if spans and spans[-1].split("-")[-1] == str(n - 1):
+            spans[-1] = f"{spans[-1].split('-')[0]}-{n}"
+        else:
+            spans.append(str(n))
+    return "GPU" + ",".join(spans) if spans else "-"
+
+
+def gpu_lines(facts: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for g in facts["gpus"]:
+        pcie = f"Gen{g['pcie_gen']} x{g['pcie_width']}" if g.get("pcie_gen") else "?"
+        sm = g["sm"] or "?"
+        if g.get("sm_source") == "name":
+            sm += " (from name)"
+        rows.append([g["index"], g["name"], g["compute_capability"] or "?", sm, g["arch"] or "?",
+                     f"{g['memory_total_mib']} MiB" if g.get("memory_total_mib") else "?", pcie])
+    return rows
+
+
+def interconnect_line(ic: dict[str, Any]) -> str:
+    if not ic["known"]:
+        return f"unknown ({ic['reason']})"
+    links = ", ".join(f"{kind} x{count}" for kind, count in sorted(ic["link_counts"].items()))
+    nvlink = "NVLink" if ic["nvlink"] else "no NVLink"
+    if ic["p2p_all_pairs"] is None:
+        p2p = f"P2P unknown ({ic['p2p_reason']})"
+    elif ic["p2p_all_pairs"]:
+        p2p = "P2P between all GPU pairs"
+    else:
+        p2p = f"P2P NOT between all pairs ({len(ic['p2p_failed_pairs'])} pairs fail)"
+    return f"{nvlink}; {links or 'single GPU'}; {p2p}"
+
+
+def numa_line(ic: dict[str, Any]) -> str | None:
+    nodes: dict[str, list[str]] = {}
+    for gpu, affinity in ic["numa"].items():
+        nodes.setdefault(affinity["numa_node"] or "N/A", []).append(gpu)
+    if not nodes:
+        return None
+    return "; ".join(f"{_gpu_ranges(gpus)} on node {node}" for node, gpus in sorted(nodes.items()))
+
+
+def _pkg(name: str, info: dict[str, Any] | None) -> str:
+    if not info:
+        return f"{name} -"
+    text = f"{name} {info.get('version') or '?'}"
+    if info.get("cuda"):
+        text += f" (CUDA {info['cuda']})"
+    return text
+
+
+def software_lines(sw: dict[str, Any]) -> list[str]:
+    py = sw["python"]
+    host_py = sw["host_python3"]
+    lines = [
+        f"{sw['os'] or 'unknown OS'}, kernel {sw['kernel'] or '?'}, host python3 "
+        f"{host_py['version'] or '-'}",
+    ]
+    if sw["known"]:
+        lines.append(f"python {py['version']} {py['executable']} ({py['chosen_because'] or 'chosen'})")
+        nccl = sw["nccl"]
+        nccl_text = f"NCCL {nccl['version']} ({nccl['source']})" if nccl else "NCCL -"
+        lines.append(", ".join([_pkg("sglang", sw["sglang"]), _pkg("flashinfer", sw["flashinfer"]),
+                                _pkg("sgl-kernel", sw["sgl_kernel"]), _pkg("torch", sw["torch"]), nccl_text]))
+        if sw["sglang"] and sw["sglang"].get("path"):
+            lines.append(f"sglang at {sw['sglang']['path']}")
+    else:
+        lines.append(f"packages unknown: {sw['reason']}")
+    return lines
+
+
+def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[str]:
+    if not server["known"]:
+        return [f"unknown ({server['reason']})"]
+    if not server["running"]:
+        lines = [f"no SGLang server on port {server['want_port']}"
+                 + (" (but something answers /health there)" if server["healthy"] else "")]
+        return lines + list(server["notes"])
+    health = "healthy" if server["healthy"] else f"NOT healthy ({server['health_status'] or server['health_error']})"
+    managed = server["manager"] + (f" ({server['unit']})" if server["unit"] else "")
+    lines = [f"pid {server['pid']}, port {server['port']}, {health}, managed by {managed}"]
+    parallel = f"tp {server['tp_size']}" + "".join(
+        f", {k} {server[k + '_size']}" for k in ("dp", "ep", "pp") if (server.get(k + "_size") or 1) > 1)
+    spec = server["speculative"]
+    if spec:
+        parallel += (f"; speculative {spec['algorithm']} (steps {spec['num_steps']}, topk {spec['eagle_topk']}, "
+                     f"draft tokens {spec['num_draft_tokens']})")
+    fusion = ", ".join(f"{k}={v}" for k, v in (server["fusion_flags"] or {}).items()) or "none"
+    lines.append(f"{parallel}; fusion flags: {fusion}")
+    if model:
+        if model["known"]:
+            lines.append(f"model {model['path']}: {model['architecture']}, hidden {model['hidden_size']}, "
+                         f"{model['num_hidden_layers']} layers")
+        else:
+            lines.append(f"model {model['path']}: {model['reason']}")
+    if server["env"] is None:
+        lines.append(f"environment unknown: {server['env_reason']}")
+    else:
+        env = " ".join(f"{k}={v}" for k, v in sorted(server["env"].items()))
+        lines.append(f"env: {env or '(no NCCL_/SGLANG_/CUDA_ variables)'}")
+    lines.extend(server["notes"])
+    return lines
+
+
+def render_host_facts(console: Console, facts: dict[str, Any]) -> None:
+    """The facts part of one host's report (the caller prints the header and the gates)."""
+    if facts["gpu_status"]["known"]:
+        _say(console, f"GPUs ({facts['gpu_count']}): driver {facts['driver_version'] or '?'}, "
+                      f"CUDA {facts['cuda_driver_version'] or '?'}", style="bold")
+        _table(console, ["#", "name", "cc", "sm", "arch", "memory", "pcie"], gpu_lines(facts))
+    else:
+        _say(console, f"GPUs: unknown ({facts['gpu_status']['reason']})", style="yellow")
+    ic = facts["interconnect"]
+    _say(console, f"interconnect: {interconnect_line(ic)}")
+    numa = numa_line(ic)
+    if numa:
+        _say(console, f"NUMA: {numa}")
+    for i, line in enumerate(software_lines(facts["software"])):
+        _say(console, ("software: " if i == 0 else "  ") + line)
+    for i, line in enumerate(server_lines(facts["server"], facts["model"])):
+        _say(console, ("server: " if i == 0 else "  ") + line)
+    for warning in facts["warnings"]:
+        _say(console, f"warning: {warning}", style="yellow")
