@@ -25,7 +25,8 @@ INVENTORY_HEADER = """\
 #   sglang_port        the server's HTTP port;  sglang_env: its environment (NCCL_*, ...)
 #   sglang_site        the dir holding the installed `sglang/` package
 #   gpuops_lab_gpu     the GPU description the host simulates
-# Group variable gpuops_known_hosts: the lab's known_hosts (the hosts' keys are verified).
+# Group variables: gpuops_known_hosts (the lab's known_hosts: host keys are verified), become
+# (false: the lab runs as you), gpuops_health_timeout, gpuops_stop_grace (short: simulated servers).
 """
 
 
@@ -82,7 +83,13 @@ def host_vars(root: Path, host: Any, user: str, python: str) -> dict[str, Any]:
 def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str) -> dict[str, Any]:
     children: dict[str, Any] = {
         "lab": {
-            "vars": {"gpuops_known_hosts": str(root / "known_hosts")},
+            "vars": {
+                "gpuops_known_hosts": str(root / "known_hosts"),
+                # Lab hosts are run by the invoking user: no sudo, and servers that start in a blink.
+                "become": False,
+                "gpuops_health_timeout": 60,
+                "gpuops_stop_grace": 5,
+            },
             "hosts": {h.name: host_vars(root, h, user, python) for h in hosts},
         }
     }
