@@ -339,6 +339,7 @@ class Sample:
     seconds: float
     ok: bool
     detail: str = ""
+    load: float | None = None  # 1-minute load average when the run started (a busy machine shows)
 
 
 @dataclass
@@ -390,6 +391,7 @@ class Result:
             "tool": self.tool,
             "command": self.command,
             "runs_s": [round(s.seconds, 4) for s in self.samples],
+            "load_1min_at_start": [None if s.load is None else round(s.load, 2) for s in self.samples],
             "ok_runs": len(ok),
             "failed_runs": [s.detail for s in self.samples if not s.ok],
             "median_s": None if self.median is None else round(self.median, 4),
@@ -399,16 +401,29 @@ class Result:
         }
 
 
-def measure(hosts: int, contenders: Sequence[Contender], runs: int, warmup: int = 1) -> list[Result]:
+def wait_for_quiet(max_load: float | None, patience_s: float = 300.0) -> None:
+    """Wait (up to `patience_s`) until the 1-minute load average is below `max_load`."""
+    if max_load is None:
+        return
+    deadline = time.monotonic() + patience_s
+    while os.getloadavg()[0] > max_load and time.monotonic() < deadline:
+        time.sleep(2.0)
+
+
+def measure(hosts: int, contenders: Sequence[Contender], runs: int, warmup: int = 1,
+            max_load: float | None = None) -> list[Result]:
     """Interleaved runs: every contender once per round; the first `warmup` rounds are not kept."""
     results = [Result(hosts, c.name, c.command) for c in contenders]
     for round_index in range(warmup + runs):
+        wait_for_quiet(max_load)
         for contender, result in zip(contenders, results):
+            load = os.getloadavg()[0]
             sample = contender.run()
+            sample.load = load
             kept = round_index >= warmup
             log(
                 f"bench: {hosts:>3} hosts  {contender.name:<18} {'run' if kept else 'warm-up'} "
-                f"{round_index - warmup + 1 if kept else round_index + 1}: {sample.seconds:7.3f} s"
+                f"{round_index - warmup + 1 if kept else round_index + 1}: {sample.seconds:7.3f} s  (load {load:.1f})"
                 + ("" if sample.ok else f"  FAILED ({sample.detail})")
             )
             if kept:
