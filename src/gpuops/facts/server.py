@@ -160,7 +160,7 @@ def classify_manager(cgroup: str, pid: int | None, pidfile_pid: int | None) -> t
     a container; anything else (a login session, a shell) a plain process.
     """
     if pid is not None and pidfile_pid == pid:
-        return "process", "gpuops process manager (sglang.pid)"
+        return "process", "gpuops pid file"
     paths = [line.split(":", 2)[-1] for line in cgroup.splitlines() if line.count(":") >= 2]
     for path in paths:
         match = re.search(r"(?:docker|libpod|containerd|cri-containerd|crio)[-/]([0-9a-f]{12,64})", path)
