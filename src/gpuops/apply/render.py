@@ -40,6 +40,10 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
             echo(f"  note: {note}")
         if report.error:
             echo(_style(f"  error: {report.error}", "red", color))
+        if report.log_tail:
+            echo("  server log (last start):")
+            for line in report.log_tail.splitlines():
+                echo("    | " + line)
         if report.restored and not report.ok:
             echo(f"  restored: {', '.join(report.restored)}")
     render_recap(reports, echo, color)
@@ -69,6 +73,6 @@ def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None])
             what = run.get("role") or "?"
             if run.get("kind") == "rollback":
                 what = f"rollback of {run.get('target')}"
-            error = f"  ({run['error']})" if run.get("error") else ""
+            error = f"  ({str(run['error']).splitlines()[0]})" if run.get("error") else ""
             echo(f"  {run['run_id']}  {run.get('time') or '':20}  {what:16} changed={run['changed']}  "
                  f"{run['outcome']}  by {run.get('user') or '?'}{error}")

@@ -55,13 +55,31 @@ class HostReport:
     restored: list[str] = field(default_factory=list)
     tasks_ok: int = 0
     pid: int | None = None
+    log_tail: str | None = None       # the server's log after a failed start (redacted)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "status": self.status, "changed": self.changed, "changes": self.changes,
             "error": self.error, "run_id": self.run_id, "warnings": self.warnings, "notes": self.notes,
             "handlers": self.handlers, "restored": self.restored, "tasks_ok": self.tasks_ok, "pid": self.pid,
+            "log_tail": self.log_tail,
         }
+
+
+def _import_ssh_first(hosts: Sequence["Host"]) -> None:
+    # run_on_hosts preloads fabric in a thread; importing it here first avoids a concurrent
+    # import of paramiko from two threads (seen as "partially initialized module" errors).
+    if any(h.connection != "local" for h in hosts):
+        import fabric  # noqa: F401
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
 
 
 def new_run_id() -> str:
@@ -176,6 +194,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     from gpuops.apply.journal import append_home
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
+    from gpuops.plan.redact import secret_values
     from gpuops.remote import source
     from gpuops.transport import connect
 
@@ -213,7 +232,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None)
         if result.get("status") == "audited":
             result = _finish_after_audit(conn, variables, payload, plan, result, options)
-        _fold_result(report, result)
+        _fold_result(report, result, secret_values(variables))
         append_home({
             "run_id": run_id, "host": host.name, "role": role, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "user": payload["meta"]["user"], "vars_sha256": digest, "outcome": report.status,
@@ -242,8 +261,12 @@ def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payloa
     return final
 
 
-def _fold_result(report: HostReport, result: dict[str, Any]) -> None:
+def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
+    from gpuops.plan.redact import redact_text
+
     status = result.get("status", "failed")
+    if result.get("log_tail"):
+        report.log_tail = redact_text(str(result["log_tail"]), secrets)
     report.run_id = result.get("run_id")
     report.pid = result.get("pid")
     report.restored = list(result.get("restored", []))
@@ -257,7 +280,7 @@ def _fold_result(report: HostReport, result: dict[str, Any]) -> None:
         return
     report.ok = False
     report.status = status if status in ("rolled_back", "refused", "rollback_failed") else "failed"
-    report.error = result.get("error") or "unknown failure"
+    report.error = redact_text(result.get("error") or "unknown failure", secrets)
     if status == "rolled_back":
         report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.get('service', '')}".rstrip("; ")
     elif status == "rollback_failed":
@@ -269,6 +292,7 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
     discoveries = discover_all(hosts, role, extra)
     run_id = new_run_id()
+    _import_ssh_first(hosts)
 
     def one(host: "Host") -> HostReport:
         return apply_host(host, role, extra, discoveries[host.name], options, run_id)
@@ -292,13 +316,14 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
     from gpuops.transport import connect, run_on_hosts
 
     run_id = new_run_id()
+    _import_ssh_first(hosts)
 
     def one(host: "Host") -> HostReport:
         variables = dict(host.vars or {})
         state_dir = str(variables.get("gpuops_state_dir") or "/var/lib/gpuops")
         payload = {
             "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
-            "meta": {"role": "rollback", "user": os.environ.get("USER", "unknown")},
+            "meta": {"role": "rollback", "user": _user()},
             "process_manager": source("process_manager"),
         }
         conn = connect(host, options.connect)
@@ -341,4 +366,5 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
             raise GpuopsError(f"{host.name}: cannot read the journal: {records.reason}")
         return fold_runs(records)
 
+    _import_ssh_first(hosts)
     return run_on_hosts(hosts, one, forks=options.forks)

@@ -40,7 +40,11 @@ INFO_PATHS = ("/get_model_info", "/get_server_info")
 
 
 class StepFailed(Exception):
-    """A step of the run failed; the message says which and why (one line)."""
+    """A step of the run failed; the message says which and why (one line); log_tail: the server's."""
+
+    def __init__(self, message, log_tail=None):
+        Exception.__init__(self, message)
+        self.log_tail = log_tail
 
 
 # ---------------------------------------------------------------- small file utilities
@@ -236,8 +240,8 @@ class Service:
                 raise StepFailed("stopping the server (pid %s) failed" % stopped.get("pid"))
             started = pm.start(self.state_dir)
             if not started.get("ok", True):
-                raise StepFailed("starting the server failed: %s; log tail:\n%s"
-                                 % (started.get("error"), "\n".join(started.get("log_tail", []))))
+                raise StepFailed("starting the server failed: %s" % started.get("error"),
+                                 "\n".join(started.get("log_tail", [])))
         elif self.manager == "systemd":
             if daemon_reload:
                 run_checked(["systemctl", "daemon-reload"], "systemctl daemon-reload")
@@ -266,15 +270,13 @@ class Service:
             else:
                 running, _ = self.running()
                 if not running:
-                    raise StepFailed("the server exited during start-up; log tail:\n" + self.log_tail())
+                    raise StepFailed("the server exited during start-up", self.log_tail())
                 if time.monotonic() > deadline:
-                    raise StepFailed(
-                        "the server was not healthy within %ds (gpuops_health_timeout); log tail:\n%s"
-                        % (timeout, self.log_tail())
-                    )
+                    raise StepFailed("the server was not healthy within %ds (gpuops_health_timeout)" % timeout,
+                                     self.log_tail())
                 time.sleep(0.25)
 
-    def log_tail(self, lines=30):
+    def log_tail(self, lines=25):
         try:
             if self.manager == "process":
                 with open(os.path.join(self.state_dir, "sglang.log"), "rb") as handle:
@@ -282,6 +284,10 @@ class Service:
                     size = handle.tell()
                     handle.seek(max(0, size - 16384))
                     text = handle.read().decode("utf-8", "replace")
+                # Only the last start: earlier runs' lines would hide what went wrong now.
+                marker = text.rfind("=== gpuops process_manager: start")
+                if marker >= 0:
+                    text = text[marker:]
             elif self.manager == "systemd":
                 text = run_cmd(["journalctl", "-u", self.spec["name"], "-n", str(lines), "--no-pager"]).stdout
             else:
@@ -491,16 +497,16 @@ class Run:
                 problems.append("restarting the previous server: %s" % exc)
         return restored, problems, service_note
 
-    def rollback(self, manifest, why):
+    def rollback(self, manifest, why, log_tail=None):
         self.progress({"event": "rolling_back", "why": why})
         restored, problems, service_note = self.restore(manifest, why)
         if problems:
             self.event("rollback_failed", error=why, problems=problems)
             return {"ok": False, "status": "rollback_failed", "error": why, "restored": restored,
-                    "problems": problems, "run_id": self.run_id}
+                    "problems": problems, "run_id": self.run_id, "log_tail": log_tail}
         self.event("rolled_back", error=why, restored=restored, service=service_note)
         return {"ok": False, "status": "rolled_back", "error": why, "restored": restored,
-                "service": service_note, "run_id": self.run_id}
+                "service": service_note, "run_id": self.run_id, "log_tail": log_tail}
 
 
 def do_apply(payload, progress, connection_alive):
@@ -527,7 +533,7 @@ def do_apply(payload, progress, connection_alive):
             return {"ok": True, "status": "audited", "audit_output": audit_output, "run_id": run.run_id}
         return finish(run, payload, audit_output)
     except StepFailed as exc:
-        return run.rollback(manifest, str(exc))
+        return run.rollback(manifest, str(exc), exc.log_tail)
     except Exception as exc:  # a bug or an OS error: still put the host back
         return run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc))
 
@@ -560,7 +566,7 @@ def do_resume(payload, progress, connection_alive):
             raise StepFailed(payload.get("verdict_reason") or "the gate re-audit did not show the feature open")
         return finish(run, payload)
     except StepFailed as exc:
-        return run.rollback(manifest, str(exc))
+        return run.rollback(manifest, str(exc), exc.log_tail)
     except Exception as exc:
         return run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc))
 
