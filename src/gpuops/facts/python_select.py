@@ -33,12 +33,15 @@ DEFAULT_SGLANG_PORT = 30000
 # sh functions shared by the preamble and the server probe. Names are prefixed so they cannot
 # collide with anything another probe defines.
 _FUNCTIONS = r"""
-gpuops_argv() { tr '\000' '\n' < "/proc/$1/cmdline" 2>/dev/null; }
+gpuops_argv() { tr '\000' '\n' 2>/dev/null <"/proc/$1/cmdline"; }
 gpuops_flag() {  # gpuops_flag PID --name: the value of --name (or --name=value) in PID's argv
   gpuops_argv "$1" | awk -v f="$2" 'n{print;exit} $0==f{n=1;next} index($0,f"=")==1{print substr($0,length(f)+2);exit}'
 }
 gpuops_is_server() {  # argv on stdin, one word a line: does it launch an SGLang server?
   awk 'BEGIN{r=1} {if ((p=="-m" && $0=="sglang.launch_server") || (s && $0=="serve") || $0 ~ /sglang\/launch_server\.py$/) r=0; s=($0 ~ /(^|\/)sglang$/); p=$0} END{exit r}'
+}
+gpuops_py_like() {  # an executable named like a python interpreter (the server already runs on it)
+  [ -x "$1" ] && case "${1##*/}" in python|python3|python3.[0-9]|python3.[0-9][0-9]|pypy3*) true ;; *) false ;; esac
 }
 gpuops_py_ok() {  # does "$1" run as python >= 3.8?
   [ -n "$1" ] || return 1
@@ -90,13 +93,13 @@ if [ -n "$GPUOPS_SERVER_PID" ]; then
   gpuops_a0=$(gpuops_argv "$GPUOPS_SERVER_PID" | head -n 1)
   gpuops_exe=$(readlink "/proc/$GPUOPS_SERVER_PID/exe" 2>/dev/null)
   case "$gpuops_a0" in
-    /*) if gpuops_py_ok "$gpuops_a0"; then GPUOPS_PY=$gpuops_a0; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, argv[0])"; fi ;;
+    /*) if gpuops_py_like "$gpuops_a0" || gpuops_py_ok "$gpuops_a0"; then GPUOPS_PY=$gpuops_a0; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, argv[0])"; fi ;;
   esac
-  if [ -z "$GPUOPS_PY" ] && [ -n "$gpuops_exe" ] && gpuops_py_ok "$gpuops_exe"; then
+  if [ -z "$GPUOPS_PY" ] && [ -n "$gpuops_exe" ] && { gpuops_py_like "$gpuops_exe" || gpuops_py_ok "$gpuops_exe"; }; then
     GPUOPS_PY=$gpuops_exe; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, /proc/PID/exe)"
   fi
   if [ -n "$GPUOPS_PY" ]; then
-    gpuops_pp=$(tr '\000' '\n' < "/proc/$GPUOPS_SERVER_PID/environ" 2>/dev/null | sed -n 's/^PYTHONPATH=//p' | head -n 1)
+    gpuops_pp=$(tr '\000' '\n' 2>/dev/null <"/proc/$GPUOPS_SERVER_PID/environ" | sed -n 's/^PYTHONPATH=//p' | head -n 1)
     if [ -n "$gpuops_pp" ]; then PYTHONPATH=$gpuops_pp; export PYTHONPATH; fi
   else
     gpuops_why="the server's interpreter (pid $GPUOPS_SERVER_PID) is not usable; "

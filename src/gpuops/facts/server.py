@@ -38,14 +38,14 @@ if [ -n "$gpuops_pid" ]; then
   echo "exe=$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)"
   echo "argv_b64=$(cat "/proc/$gpuops_pid/cmdline" 2>/dev/null | gpuops_b64)"
   echo "cgroup_b64=$(cat "/proc/$gpuops_pid/cgroup" 2>/dev/null | gpuops_b64)"
-  if gpuops_env=$(tr '\000' '\n' < "/proc/$gpuops_pid/environ" 2>/dev/null); then
+  if gpuops_env=$(tr '\000' '\n' 2>/dev/null <"/proc/$gpuops_pid/environ"); then
     echo "env_b64=$(printf '%s\n' "$gpuops_env" | grep -E '@ENV_GREP@' | gpuops_b64)"
   else
     echo "env_error=cannot read /proc/$gpuops_pid/environ (the server runs as another user; inspect as that user or root)"
     gpuops_env=
   fi
   if [ -n "$gpuops_state_dir" ] && [ -r "$gpuops_state_dir/sglang.pid" ]; then
-    echo "pidfile_pid=$(tr -dc '0-9' < "$gpuops_state_dir/sglang.pid" 2>/dev/null)"
+    echo "pidfile_pid=$(tr -dc '0-9' 2>/dev/null <"$gpuops_state_dir/sglang.pid")"
   fi
   gpuops_h=$(gpuops_flag "$gpuops_pid" --host)
   case "$gpuops_h" in ""|0.0.0.0|::|"[::]") ;; *:*) gpuops_host="[$gpuops_h]" ;; *) gpuops_host=$gpuops_h ;; esac
@@ -82,7 +82,15 @@ if [ -n "$gpuops_pid" ]; then
 fi
 gpuops_url="http://$gpuops_host:$GPUOPS_SERVER_PORT/health"
 echo "health_url=$gpuops_url"
-if [ -n "$GPUOPS_PY" ]; then
+if command -v curl >/dev/null 2>&1; then
+  gpuops_code=$(curl -s -o /dev/null --noproxy '*' -m @HEALTH_TIMEOUT@ -w '%{http_code}' "$gpuops_url" 2>/dev/null)
+  case "$?:$gpuops_code" in
+    7:*) echo "health_error=connection refused" ;;
+    28:*) echo "health_error=no answer within @HEALTH_TIMEOUT@ s" ;;
+    *:000|*:) echo "health_error=no HTTP answer" ;;
+    *) echo "health=$gpuops_code" ;;
+  esac
+elif [ -n "$GPUOPS_PY" ]; then
   "$GPUOPS_PY" -c '
 import sys, urllib.request, urllib.error
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -93,9 +101,6 @@ except urllib.error.HTTPError as e:
 except Exception as e:
     print("health_error=%s" % ((str(getattr(e, "reason", e)) or type(e).__name__).splitlines() or ["?"])[0])
 ' "$gpuops_url" @HEALTH_TIMEOUT@
-elif command -v curl >/dev/null 2>&1; then
-  gpuops_code=$(curl -s -o /dev/null --noproxy '*' -m @HEALTH_TIMEOUT@ -w '%{http_code}' "$gpuops_url" 2>/dev/null)
-  case "$gpuops_code" in ""|000) echo "health_error=no answer" ;; *) echo "health=$gpuops_code" ;; esac
 else
   echo "health_error=no python or curl on the host to ask /health with"
 fi
