@@ -488,7 +488,7 @@ def stop_lab(root: Path | str, remove: bool = False, grace: float = 5.0) -> list
             process_manager.stop(str(host_dir / "state"), grace)
         pid = processes.read_pid(host_dir / "sshd.pid")
         if pid and _is_our_sshd(pid, host_dir):
-            processes.terminate(pid, grace=2.0)
+            processes.kill_sshd_tree(pid)
 
     if host_dirs:
         # Stopping is waiting on processes to exit, not work: one thread per host.

@@ -83,6 +83,49 @@ def _wait_gone(pid: int, seconds: float) -> bool:
     return not alive(pid)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            data = (entry / "stat").read_bytes()
+            parent = int(data[data.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_sshd_tree(pid: int) -> None:
+    """End an sshd listener and every connection and session under it, with no race.
+
+    Connection processes are the listener's children only while it lives (then they belong to
+    init), and a handshake in flight forks new ones: so freeze the listener first (SIGSTOP: no more
+    forks), collect its whole tree, and SIGKILL all of it. Sessions that double-forked away are
+    left to the environment sweep.
+    """
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        return
+    tree = descendants(pid)
+    for victim in [pid, *tree]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for victim in [pid, *tree]:
+        _wait_gone(victim, 2.0)
+
+
 def lab_processes(root: Path) -> list[int]:
     """Pids of processes whose environment says they belong to the lab at ``root``."""
     marker = f"{LAB_DIR_VAR}={root}".encode() + b"\0"
