@@ -165,6 +165,9 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
     else:
         rows = list(run.allreduce)
         summary = allreduce_summary(rows, run.errors)
+    failed = [s for s in samples if s.get("ok") is False]
+    if failed:
+        errors.append(f"{len(failed)} of {len(samples)} requests failed; first: {failed[0].get('error')}")
     if options.suite != "allreduce":
         spec = accept_length(run)
         if spec is not None and summary.get("accept_length") is None:

@@ -1,0 +1,154 @@
+"""The remote bench client: its figures, framed output, failures and a clean stop with partial results."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuops.bench.frames import parse_frames
+from gpuops.bench.options import BenchOptions, build_payload, stop_command
+from gpuops.bench.runner import run_bench, targets_for
+from gpuops.bench.standin_process import free_port, start_standin
+from gpuops.bench.store import ResultsStore
+from gpuops.inventory import local_inventory
+from gpuops.remote import bench_client as client
+from gpuops.remote import python_command, python_stdin
+from gpuops.transport import ConnectOptions
+
+
+# ---------------------------------------------------------------- pure figures
+
+def test_itl_is_per_token_when_chunks_carry_several_tokens():
+    sample = {"ok": True, "chunks": [[0.100, 1], [0.110, 3], [0.115, 4], [0.130, 7]], "completion_tokens": 7}
+    figures = client.sample_figures(sample)
+    assert figures["ttft_s"] == pytest.approx(0.100)
+    assert figures["decode_tokens"] == 6 and figures["decode_s"] == pytest.approx(0.030)
+    assert figures["tokens_per_s"] == pytest.approx(200.0)
+    assert figures["itls_s"] == pytest.approx([0.005, 0.005, 0.005, 0.005, 0.005, 0.005])
+
+
+def test_spread_counts_ends_at_the_server_total():
+    chunks = [[0.1, None], [0.2, None], [0.3, None], [0.4, None]]
+    client.spread_counts(chunks, 10)
+    assert [c[1] for c in chunks] == [1, 4, 7, 10]
+    single = [[0.1, None]]
+    client.spread_counts(single, 5)
+    assert single[0][1] == 5
+
+
+def test_percentile_interpolates_like_numpy():
+    values = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert client.percentile(values, 50) == 3.0
+    assert client.percentile(values, 90) == pytest.approx(7.6)
+    assert client.percentile([], 50) is None
+
+
+def test_summary_counts_failures_and_pools_decode_time():
+    good = {"ok": True, "chunks": [[0.05, 1], [0.15, 11]], "completion_tokens": 11, "prompt_tokens": 4, "e2e_s": 0.15}
+    good2 = {"ok": True, "chunks": [[0.05, 1], [0.35, 21]], "completion_tokens": 21, "prompt_tokens": 4, "e2e_s": 0.35}
+    bad = {"ok": False, "error": "server error mid-stream: boom", "chunks": []}
+    summary = client.summarize_samples([good, good2, bad], duration_s=1.0)
+    assert summary["completed"] == 2 and summary["failed"] == 1
+    assert summary["output_tokens_per_s"] == pytest.approx(30 / 0.4)
+    assert summary["first_error"] == "server error mid-stream: boom"
+    assert summary["request_throughput"] == 2.0 and summary["output_tokens"] == 32
+
+
+def test_frames_survive_noise_and_a_cut_last_line():
+    text = "\n".join([
+        "some tool chatter",
+        'GPUOPS-BENCH r1 start {"pid": 5}',
+        'GPUOPS-BENCH other sample {"index": 99}',
+        'GPUOPS-BENCH r1 sample {"index": 0, "ok": true}',
+        'GPUOPS-BENCH r1 sample {"index": 1, "ok"',
+    ])
+    run = parse_frames(text, "r1")
+    assert run.start == {"pid": 5}
+    assert [s["index"] for s in run.samples] == [0]
+    assert run.partial and not run.finished
+
+
+def test_prompts_are_fixed_by_seed():
+    assert client.make_prompt_ids(3, 16) == client.make_prompt_ids(3, 16)
+    assert client.make_prompt_ids(3, 16) != client.make_prompt_ids(4, 16)
+    path, body = client.build_request("native", "m", 1, 8, 32)
+    assert path == "/generate" and len(body["input_ids"]) == 8
+    assert body["sampling_params"] == {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}
+    path, body = client.build_request("chat", "m", 1, 8, 32)
+    assert path == "/v1/chat/completions" and body["stream_options"] == {"include_usage": True}
+
+
+# ---------------------------------------------------------------- against a live stand-in
+
+def local_targets(url: str):
+    return targets_for(local_inventory().select(None), None, url, remote=False)
+
+
+def test_server_down_is_a_clear_error(tmp_path: Path):
+    url = f"http://127.0.0.1:{free_port()}"
+    states = run_bench(local_targets(url), BenchOptions(suite="decode", output_len=4), ResultsStore(tmp_path),
+                       ConnectOptions(), remote=False)
+    state = states["localhost"]
+    assert state.status == "failed" and state.file is None
+    assert f"cannot reach the server at {url}" in state.error
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_error_mid_stream_is_recorded_not_hidden(tmp_path: Path):
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "1000", "GPUOPS_STANDIN_TTFT_MS": "1",
+           "GPUOPS_STANDIN_FAIL_AFTER_TOKENS": "20"}
+    with start_standin(tmp_path, env=env) as server:
+        states = run_bench(local_targets(server.url), BenchOptions(suite="decode", output_len=50, warmup=1),
+                           ResultsStore(tmp_path / "r"), ConnectOptions(), remote=False)
+    state = states["localhost"]
+    assert state.status == "failed"
+    assert "mid-stream" in state.error and "after 20 tokens" in state.error
+    # the failed request is a raw sample: the measurement shows what happened
+    assert state.result["samples"][0]["ok"] is False
+
+
+def test_serving_sweep_levels(tmp_path: Path):
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "400", "GPUOPS_STANDIN_TTFT_MS": "5",
+           "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN": "0.05"}
+    with start_standin(tmp_path, env=env) as server:
+        states = run_bench(local_targets(server.url),
+                           BenchOptions(suite="serving", output_len=40, concurrency=(1, 4), warmup=1),
+                           ResultsStore(tmp_path / "r"), ConnectOptions(), remote=False)
+    result = states["localhost"].result
+    assert states["localhost"].error is None
+    one, four = sorted(result["levels"], key=lambda lv: lv["concurrency"])
+    assert (one["concurrency"], four["concurrency"]) == (1, 4)
+    assert one["completed"] == 4 and four["completed"] == 8  # max(4, 2 x c) requests per level
+    assert one["output_tokens_per_s"] == pytest.approx(400, rel=0.03)
+    # four streams at once: each is slower (the stand-in's batching cost), together much faster
+    assert four["output_tokens_per_s"] < one["output_tokens_per_s"]
+    assert four["total_output_tokens_per_s"] > 2.5 * one["total_output_tokens_per_s"]
+    assert len([s for s in result["samples"] if s["concurrency"] == 4]) == 8
+
+
+def test_ctrl_c_stops_the_client_and_keeps_what_was_measured(tmp_path: Path):
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "200", "GPUOPS_STANDIN_TTFT_MS": "1"}
+    with start_standin(tmp_path, env=env) as server:
+        options = BenchOptions(suite="decode", output_len=40, num_requests=1000, warmup=0)
+        payload = build_payload(options, "stoptest1", server.url, {})
+        proc = subprocess.Popen(["/bin/sh", "-c", python_command(sys.executable)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdin.write(python_stdin("bench_client", payload))
+        proc.stdin.close()
+        pid_file = Path(payload["pid_file"])
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.8)  # a few 0.2 s requests complete
+        subprocess.run(["/bin/sh", "-c", stop_command("stoptest1")], check=True)
+        out = proc.stdout.read()
+        assert proc.wait(20) == 0
+    run = parse_frames(out.decode(), "stoptest1")
+    assert run.finished and run.end["partial"] is True
+    assert 1 <= len(run.samples) < 1000
+    assert all(s["ok"] for s in run.samples)
+    assert not pid_file.exists()
