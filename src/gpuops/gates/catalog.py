@@ -1,0 +1,179 @@
+"""The feature catalog (``catalog.yaml``): which gates lie on a feature's path, recognised by what
+the code does. Loading checks the file's shape; matching is pure."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gpuops.errors import GpuopsError
+
+ROLES = ("runtime", "auto_enable", "hardware")
+_MATCH_KEYS = ("context", "sets", "reads", "message", "function")
+
+
+@dataclass(frozen=True)
+class GateRule:
+    role: str
+    why: str
+    scope: str | None = None  # "runtime_files": only in files holding a runtime gate of the feature
+    context: tuple[re.Pattern[str], ...] = ()
+    sets: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    message: re.Pattern[str] | None = None
+    function: tuple[str, ...] = ()
+
+    def matches(self, gate: Mapping[str, Any]) -> bool:
+        effect = gate.get("effect") or {}
+        if self.context:
+            text = gate_context(gate)
+            if not any(p.search(text) for p in self.context):
+                return False
+        if self.sets and not set(self.sets) & set(effect.get("sets") or ()):
+            return False
+        if self.reads and not set(self.reads) & set(gate.get("reads") or ()):
+            return False
+        if self.message is not None and not self.message.search(str(effect.get("message") or "")):
+            return False
+        if self.function and str(gate.get("function", "")).split(".")[-1] not in self.function:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class FlagChoice:
+    setting: str
+    flag: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    title: str
+    keywords: tuple[re.Pattern[str], ...]
+    flags: tuple[FlagChoice, ...]
+    rules: tuple[GateRule, ...]
+    widen: tuple[str, ...]
+
+    def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
+        """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
+        for rule in self.rules:
+            if rule.scope == "runtime_files" and (runtime_files is None or str(gate.get("file")) not in runtime_files):
+                continue
+            if rule.matches(gate):
+                return rule
+        return None
+
+    def names_feature(self, text: str) -> bool:
+        return any(p.search(text) for p in self.keywords)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    features: tuple[Feature, ...]
+
+    def feature(self, name: str) -> Feature:
+        for feature in self.features:
+            if feature.name == name:
+                return feature
+        known = ", ".join(f.name for f in self.features)
+        raise GpuopsError(f"gate catalog: no feature {name!r} (known: {known})")
+
+
+def gate_context(gate: Mapping[str, Any]) -> str:
+    """What a gate is about, apart from its own condition: where it sits and what it does."""
+    effect = gate.get("effect") or {}
+    parts = [str(gate.get("function", "")), *[str(w) for w in gate.get("within") or ()],
+             str(effect.get("message") or ""), json.dumps(effect.get("returns"))]
+    return "\n".join(parts)
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """The built-in catalog, or the YAML file at ``path``; a malformed file is a ``GpuopsError``."""
+    import yaml  # deferred: only the commands that judge gates need it
+
+    if path is None:
+        name = "gpuops/gates/catalog.yaml"
+        text = resources.files("gpuops.gates").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    else:
+        name = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise GpuopsError(f"{name}: cannot read the gate catalog: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise GpuopsError(f"{name}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    return catalog_from_data(data, name)
+
+
+def catalog_from_data(data: Any, name: str = "catalog") -> Catalog:
+    if not isinstance(data, dict) or not isinstance(data.get("features"), dict):
+        raise GpuopsError(f"{name}: expected a mapping with a 'features' mapping")
+    return Catalog(tuple(_feature(fname, body, name) for fname, body in data["features"].items()))
+
+
+def _feature(fname: str, body: Any, name: str) -> Feature:
+    where = f"{name}: feature {fname!r}"
+    if not isinstance(body, dict):
+        raise GpuopsError(f"{where}: expected a mapping")
+    rules = body.get("gates")
+    if not isinstance(rules, list) or not rules:
+        raise GpuopsError(f"{where}: 'gates' must be a non-empty list of rules")
+    flags = []
+    for item in body.get("flags") or []:
+        if not isinstance(item, dict) or not item.get("setting") or not item.get("flag"):
+            raise GpuopsError(f"{where}: each flag needs 'setting' and 'flag'")
+        flags.append(FlagChoice(str(item["setting"]), str(item["flag"]), tuple(str(v) for v in item.get("values") or ())))
+    widen = tuple((body.get("patch") or {}).get("widen") or ("runtime", "auto_enable"))
+    return Feature(
+        name=str(fname),
+        title=str(body.get("title") or fname),
+        keywords=tuple(_regex(k, where) for k in body.get("keywords") or ()),
+        flags=tuple(flags),
+        rules=tuple(_rule(i, r, where) for i, r in enumerate(rules)),
+        widen=widen,
+    )
+
+
+def _rule(index: int, rule: Any, where: str) -> GateRule:
+    here = f"{where}: gate rule {index + 1}"
+    if not isinstance(rule, dict) or rule.get("role") not in ROLES:
+        raise GpuopsError(f"{here}: 'role' must be one of {', '.join(ROLES)}")
+    match = rule.get("match")
+    if not isinstance(match, dict) or not match or set(match) - set(_MATCH_KEYS):
+        raise GpuopsError(f"{here}: 'match' must use only {', '.join(_MATCH_KEYS)}")
+    scope = rule.get("scope")
+    if scope not in (None, "runtime_files"):
+        raise GpuopsError(f"{here}: 'scope' can only be runtime_files")
+    return GateRule(
+        role=str(rule["role"]),
+        why=" ".join(str(rule.get("why") or "").split()),
+        scope=scope,
+        context=tuple(_regex(p, here) for p in _strings(match.get("context"))),
+        sets=tuple(_strings(match.get("sets"))),
+        reads=tuple(_strings(match.get("reads"))),
+        message=_regex(match["message"], here) if "message" in match else None,
+        function=tuple(_strings(match.get("function"))),
+    )
+
+
+def _strings(value: Any) -> Sequence[str]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def _regex(pattern: Any, where: str) -> re.Pattern[str]:
+    try:
+        return re.compile(str(pattern), re.IGNORECASE)
+    except re.error as exc:
+        raise GpuopsError(f"{where}: bad regex {pattern!r}: {exc}") from None

@@ -1,0 +1,246 @@
+"""Judge a gate scan against a host's facts: each gate ``open``/``blocked``/``unknown``, and each
+catalog feature with the gates on its path. Pure: the scan, the facts and the catalog in, a
+``GateReport`` out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
+from gpuops.gates.logic import (
+    Evaluator,
+    Gpu,
+    PredicateBook,
+    admits,
+    cap_verdict,
+    make_gpu,
+    node_text,
+    other_clauses,
+)
+from gpuops.gates.scan import GateScan
+
+
+@dataclass(frozen=True)
+class FeatureGate:
+    """A gate recognised as lying on a feature's path."""
+
+    gate: Mapping[str, Any]
+    feature: str
+    role: str  # runtime | auto_enable | hardware | related
+    why: str
+
+
+@dataclass(frozen=True)
+class GateReport:
+    gates: list[dict[str, Any]]
+    features: dict[str, dict[str, Any]]
+    version: str | None = None
+    gpu: str | None = None
+    known: bool = True
+    reason: str | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gates": self.gates, "features": self.features}
+
+    def blocked_features(self) -> list[str]:
+        return [name for name, f in self.features.items() if f["status"] == "blocked"]
+
+
+def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
+    """The gates on ``feature``'s path (by the catalog's rules), plus the other gates of functions
+    named after the feature as ``related``."""
+    first = {id(g): feature.classify(g) for g in scan.gates}
+    runtime_files = frozenset(str(g["file"]) for g in scan.gates if (r := first[id(g)]) and r.role == "runtime")
+    found: list[FeatureGate] = []
+    for gate in scan.gates:
+        rule = feature.classify(gate, runtime_files)
+        if rule is not None:
+            found.append(FeatureGate(gate, feature.name, rule.role, rule.why))
+        elif feature.names_feature(str(gate["function"]).split(".")[-1]):
+            found.append(FeatureGate(gate, feature.name, "related",
+                                     "another GPU test in a function of this feature; not judged into its status"))
+    found.sort(key=lambda f: (str(f.gate["file"]), int(f.gate["line"])))
+    return found
+
+
+def launch_flag(feature: Feature, gates: list[FeatureGate], sources: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """The flag that turns the feature on in this release, and its value (None for a switch):
+    the first catalog flag whose setting the release's gates read or set."""
+    mentioned: set[str] = set()
+    for fg in gates:
+        effect = fg.gate.get("effect") or {}
+        mentioned |= set(fg.gate.get("reads") or ()) | set(effect.get("sets") or ())
+    for choice in feature.flags:
+        if choice.setting in mentioned:
+            if not choice.values:
+                return choice.flag, None
+            texts = "\n".join((sources or {}).get(str(fg.gate["file"]), "") for fg in gates)
+            for value in choice.values:
+                if f'"{value}"' in texts or f"'{value}'" in texts:
+                    return choice.flag, value
+            return choice.flag, choice.values[-1]
+    return None, None
+
+
+def judge(
+    scan: GateScan,
+    compute_capability: str | None,
+    cuda_version: str | None,
+    server: Mapping[str, Any] | None = None,
+    catalog: Catalog | None = None,
+) -> GateReport:
+    """Every gate of ``scan`` judged for a GPU of ``compute_capability`` ("12.0") with CUDA
+    ``cuda_version`` ("12.8"); ``server`` = {"args": {flag: value}, "architecture": str | None}
+    decides the other clauses where it can."""
+    catalog = catalog or load_catalog()
+    gpu = make_gpu(compute_capability, cuda_version)
+    gpu_name = gpu.sm if gpu else None
+    if not scan.known:
+        reason = scan.reason or "the gate scan did not run"
+        features = {f.name: {"status": "unknown", "gates": [], "flag": None, "reason": reason} for f in catalog.features}
+        return GateReport([], features, scan.version, gpu_name, known=False, reason=reason)
+    book = PredicateBook(scan)
+    by_feature = {f.name: feature_gates(scan, f) for f in catalog.features}
+    roles: dict[str, FeatureGate] = {}
+    for fgs in by_feature.values():
+        for fg in fgs:
+            roles.setdefault(str(fg.gate["id"]), fg)
+    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"]))) for g in scan.gates]
+    by_id = {g["id"]: g for g in gates}
+    features = {
+        f.name: _judge_feature(f, by_feature[f.name], by_id, scan, gpu, server)
+        for f in catalog.features
+    }
+    return GateReport(gates, features, scan.version, gpu_name, errors=[dict(e) for e in scan.errors])
+
+
+def _judge_gate(
+    gate: Mapping[str, Any],
+    book: PredicateBook,
+    gpu: Gpu | None,
+    server: Mapping[str, Any] | None,
+    fg: FeatureGate | None,
+) -> dict[str, Any]:
+    allowed = admits(gate, book)
+    verdict = cap_verdict(gate, book, gpu)
+    if gpu is None:
+        status, reason = "unknown", "the GPU's compute capability is not known"
+    elif verdict.status == "blocked":
+        status, reason = "blocked", f"admits {_names(allowed)}; this GPU is {gpu.sm}"
+    elif verdict.status == "open":
+        status, reason = "open", f"admits {gpu.sm}"
+    else:
+        status, reason = "unknown", "; ".join(verdict.unknowns) or "cannot tell"
+    clauses = []
+    for part in other_clauses(gate):
+        holds = Evaluator(book, gpu, server).eval(part) if server is not None else None
+        clauses.append({"text": node_text(part), "holds": holds})
+    return {
+        "id": gate["id"],
+        "feature": fg.feature if fg else None,
+        "role": fg.role if fg else None,
+        "file": gate["file"],
+        "line": gate["line"],
+        "function": gate["function"],
+        "kind": gate.get("kind"),
+        "admits": allowed,
+        "status": status,
+        "reason": reason,
+        "clauses": clauses,
+        "condition": gate.get("text"),
+        "excerpt": gate.get("excerpt"),
+    }
+
+
+def _names(caps: list[str]) -> str:
+    return ", ".join(caps) if caps else "no known GPU"
+
+
+def _where(gate: Mapping[str, Any]) -> str:
+    return f"{gate['file']}:{gate['line']}"
+
+
+def _judge_feature(
+    feature: Feature,
+    fgs: list[FeatureGate],
+    by_id: Mapping[str, dict[str, Any]],
+    scan: GateScan,
+    gpu: Gpu | None,
+    server: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    flag, value = launch_flag(feature, fgs, scan.sources)
+    flag_text = f"{flag} {value}" if flag and value else flag
+    ids = [str(fg.gate["id"]) for fg in fgs]
+    out: dict[str, Any] = {"status": "unknown", "gates": ids, "flag": flag_text, "reason": ""}
+    broken = [e for e in scan.errors if e.get("matches") or _mentions(e, feature)]
+    if broken:
+        files = ", ".join(f"{e['file']} ({e.get('error')})" for e in broken)
+        out["reason"] = f"cannot tell: {files} does not parse"
+        return out
+    judged = [(fg, by_id[str(fg.gate["id"])]) for fg in fgs]
+    runtime = [(fg, g) for fg, g in judged if fg.role == "runtime"]
+    auto = [(fg, g) for fg, g in judged if fg.role == "auto_enable"]
+    hardware = [(fg, g) for fg, g in judged if fg.role == "hardware"]
+    if not runtime and not auto:
+        out["reason"] = (f"no {feature.title} gate found in sglang {scan.version or '(version unknown)'}: "
+                         "a release without this feature, or a layout gpuops does not know")
+        return out
+    if gpu is None:
+        out["reason"] = "the GPU's compute capability is not known"
+        return out
+    deciding = runtime or auto
+    blocked = [g for _, g in deciding if g["status"] == "blocked"]
+    unknown = [g for _, g in deciding if g["status"] == "unknown"]
+    notes = []
+    if hardware:
+        closed = [g for _, g in hardware if g["status"] == "blocked"]
+        if closed:
+            notes.append(f"{len(closed)} MNNVL/multi-node gate(s) stay closed on {gpu.sm} (hardware)")
+    if blocked:
+        out["status"] = "blocked"
+        where = ", ".join(f"{_where(g)} ({g['function']})" for g in blocked)
+        out["reason"] = f"blocked on {gpu.sm} at {where}: admits {_names(blocked[0]['admits'])}"
+    elif unknown:
+        out["reason"] = "cannot tell: " + "; ".join(f"{_where(g)}: {g['reason']}" for g in unknown)
+    else:
+        out["status"] = "open"
+        parts = [f"the runtime checks admit {gpu.sm}" if runtime else f"the auto-enable check admits {gpu.sm}"]
+        auto_blocked = [g for _, g in auto if g["status"] == "blocked"]
+        if runtime and auto_blocked:
+            parts.append(f"not auto-enabled on {gpu.sm} ({_where(auto_blocked[0])}): launch with {flag_text}")
+        elif runtime and not auto:
+            parts.append(f"not auto-enabled in this release: launch with {flag_text}")
+        if not runtime:
+            parts.append("no runtime GPU check found")
+        if server is not None:
+            state = _server_state(feature, server)
+            if state is not None:
+                parts.append(state)
+        out["reason"] = "; ".join(parts)
+    if notes:
+        out["reason"] += "; " + "; ".join(notes)
+    return out
+
+
+def _mentions(error: Mapping[str, Any], feature: Feature) -> bool:
+    return any(p.search(str(error.get("file", ""))) for p in feature.keywords)
+
+
+def _server_state(feature: Feature, server: Mapping[str, Any]) -> str | None:
+    from gpuops.gates.logic import normalise_args
+
+    args = normalise_args(server.get("args"))
+    for choice in feature.flags:
+        key = choice.setting
+        if key in args:
+            value = args[key]
+            if value in (None, False, "", "none", "None"):
+                return f"the running server has it off ({key}={value!r})"
+            return f"the running server has it on ({key}={value!r})"
+    return None
+
+
+__all__ = ["FeatureGate", "GateReport", "GateRule", "feature_gates", "judge", "launch_flag"]

@@ -1,0 +1,378 @@
+"""Three-valued evaluation of a scanned gate condition against a GPU (and optionally a server).
+
+A condition tree (see ``gpuops/remote/gate_scan.py``) is and/or/not over:
+``cap`` atoms (a predicate, a capability comparison, a CUDA-version comparison), ``platform`` atoms
+(``is_cuda()`` is true on an NVIDIA host, ``is_hip()`` false), ``alias`` nodes (a module or local
+name that stands for a condition, expanded) and opaque ``clause`` leaves (``self.tp_size > 1``).
+Each evaluates to True, False or None (not known); ``and``/``or``/``not`` follow Kleene's logic, so
+a gate whose GPU test is False is closed whatever its other clauses say.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from gpuops.gates.predicates import PLATFORM_FALLBACK, Meaning, check, fallback_meaning, meaning_from_entry
+from gpuops.gates.scan import GateScan
+
+Tri = "bool | None"
+
+# Capabilities a gate's ``admits`` list is computed over (name, major, minor).
+CANDIDATES: tuple[tuple[str, int, int], ...] = (
+    ("sm80", 8, 0), ("sm86", 8, 6), ("sm89", 8, 9), ("sm90", 9, 0), ("sm100", 10, 0),
+    ("sm103", 10, 3), ("sm110", 11, 0), ("sm120", 12, 0), ("sm121", 12, 1),
+)
+# A CUDA runtime recent enough for every predicate: ``admits`` is about the GPU, not the toolkit.
+RECENT_CUDA = (13, 0)
+_TRUE_PLATFORMS = {"cuda", "cuda_alike"}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    major: int
+    minor: int
+    cuda: tuple[int, int] | None = None
+
+    @property
+    def sm(self) -> str:
+        return f"sm{self.major}{self.minor}"
+
+
+def parse_capability(text: str | None) -> tuple[int, int] | None:
+    """``"12.0"``, ``"12"``, ``"sm120"``, ``"SM_90"`` -> (major, minor); None when unreadable."""
+    if text is None:
+        return None
+    value = str(text).strip().lower().replace("sm_", "sm")
+    match = re.fullmatch(r"(\d+)\.(\d+)", value)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    match = re.fullmatch(r"(?:sm)?(\d{2,3})", value)
+    if match:
+        major, minor = divmod(int(match.group(1)), 10)
+        return major, minor
+    return None
+
+
+def parse_cuda(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    match = re.match(r"\s*(\d+)\.(\d+)", str(text))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def make_gpu(compute_capability: str | None, cuda_version: str | None) -> Gpu | None:
+    cc = parse_capability(compute_capability)
+    if cc is None:
+        return None
+    return Gpu(cc[0], cc[1], parse_cuda(cuda_version))
+
+
+class PredicateBook:
+    """The scan's predicate definitions, looked up as the scanner resolved them."""
+
+    def __init__(self, scan: GateScan) -> None:
+        self._by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._by_name: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for entry in scan.predicates:
+            self._by_key[(str(entry.get("file")), str(entry.get("name")))] = entry
+            self._by_name[str(entry.get("name"))].append(entry)
+        self.platform_attrs = dict(scan.platform_attrs) or dict(PLATFORM_FALLBACK)
+
+    def entry(self, name: str, file: str | None) -> Mapping[str, Any] | None:
+        if file is not None and (file, name) in self._by_key:
+            return self._by_key[(file, name)]
+        entries = self._by_name.get(name) or []
+        preferred = [e for e in entries if str(e.get("file", "")).startswith("srt/utils")]
+        return (preferred or entries or [None])[0]
+
+    def names_meaning(self, meaning_test: Callable[[Meaning], bool]) -> list[str]:
+        """Predicate names whose scanned meaning passes ``meaning_test`` (e.g. "exactly SM12x")."""
+        found = []
+        for name, entries in self._by_name.items():
+            for entry in entries:
+                meaning = meaning_from_entry(dict(entry))
+                if meaning is not None and meaning_test(meaning):
+                    found.append(name)
+                    break
+        return sorted(found)
+
+
+_CMP: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+}
+
+# Clause references that name a server setting under another name.
+_ARG_ALIASES = {
+    "is_dp_attention_enabled": "enable_dp_attention",
+    "attn_dp_enabled_of": "enable_dp_attention",
+    "model_arch": "architecture",
+    "architectures": "architecture",
+    "arch": "architecture",
+}
+
+
+def server_key(ref: str) -> str | None:
+    """``self.tp_size`` -> tp_size; ``get_exec().comm.x`` -> x; ``hf_config.architectures[0]`` ->
+    architecture; ``is_dp_attention_enabled()`` -> enable_dp_attention."""
+    last = ref.split(".")[-1]
+    last = re.sub(r"\[[^\]]*\]$", "", last)
+    last = re.sub(r"\((\.\.\.)?\)$", "", last)
+    if not re.fullmatch(r"[A-Za-z_]\w*", last):
+        return None
+    return _ARG_ALIASES.get(last, last)
+
+
+def normalise_args(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (args or {}).items():
+        out[str(key).lstrip("-").replace("-", "_")] = value
+    return out
+
+
+class Evaluator:
+    """Evaluates trees for one GPU. ``unknown_cap`` replaces every not-known capability atom (to ask
+    "could it matter?"); ``overrides`` forces nodes, by span, to a value (the patch planner's what-if)."""
+
+    def __init__(
+        self,
+        book: PredicateBook,
+        gpu: Gpu | None,
+        server: Mapping[str, Any] | None = None,
+        unknown_cap: bool | None = None,
+        overrides: Mapping[tuple[int, ...], bool] | None = None,
+    ) -> None:
+        self.book = book
+        self.gpu = gpu
+        self.args = normalise_args((server or {}).get("args")) if server else None
+        self.architecture = (server or {}).get("architecture") if server else None
+        self.unknown_cap = unknown_cap
+        self.overrides = dict(overrides or {})
+        self.unknowns: list[str] = []
+
+    def _note(self, why: str) -> None:
+        if why not in self.unknowns:
+            self.unknowns.append(why)
+
+    def eval(self, node: Mapping[str, Any], depth: int = 0) -> bool | None:
+        span = node.get("span")
+        if span is not None and tuple(span) in self.overrides:
+            return self.overrides[tuple(span)]
+        if depth > 60:
+            return None
+        op = node.get("op")
+        if op == "and":
+            values = [self.eval(a, depth + 1) for a in node["args"]]
+            if any(v is False for v in values):
+                return False
+            return True if all(v is True for v in values) else None
+        if op == "or":
+            values = [self.eval(a, depth + 1) for a in node["args"]]
+            if any(v is True for v in values):
+                return True
+            return False if all(v is False for v in values) else None
+        if op == "not":
+            value = self.eval(node["arg"], depth + 1)
+            return None if value is None else not value
+        if op == "alias":
+            return self.eval(node["expr"], depth + 1)
+        if op == "platform":
+            return node.get("name") in _TRUE_PLATFORMS
+        if op == "cap":
+            value = self.atom(node["atom"], depth)
+            if value is None and self.unknown_cap is not None:
+                return self.unknown_cap
+            return value
+        if op == "clause":
+            return self.clause(node)
+        return None
+
+    # -- capability atoms
+
+    def atom(self, atom: Mapping[str, Any], depth: int) -> bool | None:
+        kind = atom.get("kind")
+        gpu = self.gpu
+        if gpu is None:
+            self._note("the GPU's compute capability is not known")
+            return None
+        if kind == "pred":
+            return self.predicate(str(atom.get("name")), atom.get("def"), depth, atom.get("attr"))
+        if kind == "cc":
+            return self.compare_capability(atom)
+        if kind == "cuda":
+            value = atom.get("value")
+            fn = _CMP.get(str(atom.get("cmp")))
+            if gpu.cuda is None:
+                self._note("the CUDA version is not known")
+                return None
+            if not isinstance(value, list) or fn is None:
+                self._note("a CUDA version comparison gpuops cannot read")
+                return None
+            try:
+                return bool(fn(gpu.cuda, tuple(value)))
+            except TypeError:
+                return None
+        return None
+
+    def predicate(self, name: str, file: str | None, depth: int, attr: str | None = None) -> bool | None:
+        gpu = self.gpu
+        assert gpu is not None
+        entry = self.book.entry(name, file) if (file or attr is None) else self.book.entry(name, None)
+        if entry is not None and depth < 40:
+            if "majors" in entry:
+                meaning = meaning_from_entry(dict(entry))
+                if meaning is not None:
+                    return self._checked(meaning, name)
+            if "same_as" in entry:
+                return self.predicate(str(entry["same_as"]), entry.get("file"), depth + 1)
+            if "expr" in entry and isinstance(entry["expr"], dict):
+                return self.eval(entry["expr"], depth + 1)
+        meaning = fallback_meaning(name) or (fallback_meaning(attr) if attr else None)
+        if meaning is None:
+            self._note(f"what {name} means is not known")
+            return None
+        return self._checked(meaning, name)
+
+    def _checked(self, meaning: Meaning, name: str) -> bool | None:
+        gpu = self.gpu
+        assert gpu is not None
+        value = check(meaning, gpu.major, gpu.minor, gpu.cuda)
+        if value is None:
+            self._note(f"{name} also needs CUDA >= {meaning.min_cuda[0]}.{meaning.min_cuda[1]} and the CUDA version is not known"
+                       if meaning.min_cuda else f"{name}: not known")
+        return value
+
+    def compare_capability(self, atom: Mapping[str, Any]) -> bool | None:
+        gpu = self.gpu
+        assert gpu is not None
+        subject = atom.get("subject")
+        subject_value: Any = {
+            "cc": (gpu.major, gpu.minor),
+            "major": gpu.major,
+            "minor": gpu.minor,
+            "sm": gpu.major * 10 + gpu.minor,
+        }.get(str(subject))
+        fn = _CMP.get(str(atom.get("cmp")))
+        value = _tuples(atom.get("value"))
+        if subject_value is None or fn is None or value is None:
+            self._note("a compute-capability comparison against a value gpuops cannot read")
+            return None
+        try:
+            return bool(fn(subject_value, value))
+        except TypeError:
+            self._note("a compute-capability comparison gpuops cannot read")
+            return None
+
+    # -- clauses (only with a server)
+
+    def clause(self, node: Mapping[str, Any]) -> bool | None:
+        if self.args is None or "ref" not in node:
+            return None
+        key = server_key(str(node["ref"]))
+        if key is None:
+            return None
+        if key == "architecture":
+            actual = self.architecture
+            if actual is None:
+                return None
+        elif key in self.args:
+            actual = self.args[key]
+        else:
+            return None
+        cmp = node.get("cmp")
+        if cmp is None:
+            return bool(actual)
+        if "value" not in node:
+            return None
+        expected = node["value"]
+        if cmp == "is":
+            return actual is expected if expected is None else None
+        if cmp == "is not":
+            return actual is not expected if expected is None else None
+        fn = _CMP.get(str(cmp))
+        if fn is None:
+            return None
+        try:
+            return bool(fn(actual, expected))
+        except TypeError:
+            return None
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists back to the tuples the source compared against: [9, 0] -> (9, 0)."""
+    if isinstance(value, list):
+        if value and all(isinstance(v, int) for v in value) and len(value) == 2:
+            return tuple(value)
+        return [_tuples(v) for v in value]
+    return value
+
+
+def admitted(gate: Mapping[str, Any], ev: Evaluator) -> bool | None:
+    """Does the gate let execution through (its condition, or the negation for a guard)?"""
+    value = ev.eval(gate["condition"])
+    if int(gate.get("polarity", 1)) < 0:
+        return None if value is None else not value
+    return value
+
+
+def admits(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
+    """The capabilities this gate can let through, whatever its other clauses."""
+    out = []
+    for name, major, minor in CANDIDATES:
+        ev = Evaluator(book, Gpu(major, minor, RECENT_CUDA), unknown_cap=True)
+        if admitted(gate, ev) is not False:
+            out.append(name)
+    return out
+
+
+@dataclass(frozen=True)
+class CapVerdict:
+    status: str  # "open" | "blocked" | "unknown"
+    unknowns: tuple[str, ...] = ()
+
+
+def cap_verdict(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu | None) -> CapVerdict:
+    """Is this gate closed for this GPU, whatever its other (non-GPU) clauses say?"""
+    ev = Evaluator(book, gpu)
+    value = admitted(gate, ev)
+    if value is False:
+        return CapVerdict("blocked")
+    if value is True or not ev.unknowns:
+        return CapVerdict("open")
+    if_true = admitted(gate, Evaluator(book, gpu, unknown_cap=True))
+    if_false = admitted(gate, Evaluator(book, gpu, unknown_cap=False))
+    if if_true is not False and if_false is not False:
+        return CapVerdict("open")
+    if if_true is False and if_false is False:
+        return CapVerdict("blocked")
+    return CapVerdict("unknown", tuple(ev.unknowns))
+
+
+def is_pure_cap(node: Mapping[str, Any]) -> bool:
+    """Only GPU/platform tests inside (no server or model clause)."""
+    op = node.get("op")
+    if op in ("cap", "platform"):
+        return True
+    if op in ("and", "or"):
+        return all(is_pure_cap(a) for a in node["args"])
+    if op == "not":
+        return is_pure_cap(node["arg"])
+    if op == "alias":
+        return is_pure_cap(node["expr"])
+    return False
+
+
+def other_clauses(gate: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The conjuncts of the condition that are not GPU tests: model lists, tp_size, nnodes, ..."""
+    tree = gate["condition"]
+    parts = tree["args"] if tree.get("op") == "and" else [tree]
+    return [p for p in parts if not is_pure_cap(p)]
+
+
+def node_text(node: Mapping[str, Any]) -> str:
+    return str(node.get("text") or node.get("name") or "?")

@@ -1,0 +1,86 @@
+"""The gate scanner's JSON report, as a value (pure: no I/O).
+
+The scanner (``gpuops/remote/gate_scan.py``) runs on the host and prints one JSON document; this
+module turns it into a ``GateScan``. Gates stay plain dicts (their condition is a JSON tree that
+``gpuops.gates.logic`` reads) so that nothing is lost between the host's view and ours.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SUPPORTED_SCANNER = 1
+
+
+@dataclass(frozen=True)
+class GateScan:
+    known: bool
+    reason: str | None = None
+    root: str | None = None
+    version: str | None = None
+    python: str | None = None
+    gates: tuple[Mapping[str, Any], ...] = ()
+    predicates: tuple[Mapping[str, Any], ...] = ()
+    platform_attrs: Mapping[str, str] = field(default_factory=dict)
+    errors: tuple[Mapping[str, Any], ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+    files_total: int = 0
+    files_parsed: int = 0
+    elapsed_s: float | None = None
+    cpu_s: float | None = None
+
+    def gate(self, gate_id: str) -> Mapping[str, Any] | None:
+        for gate in self.gates:
+            if gate.get("id") == gate_id:
+                return gate
+        return None
+
+
+def unknown_scan(reason: str) -> GateScan:
+    return GateScan(known=False, reason=reason)
+
+
+def scan_from_dict(data: Any) -> GateScan:
+    """A ``GateScan`` from the scanner's decoded JSON; anything malformed gives ``known=False``."""
+    if not isinstance(data, dict):
+        return unknown_scan("gate scanner output is not a JSON object")
+    if data.get("scanner") != SUPPORTED_SCANNER:
+        return unknown_scan(f"gate scanner output has version {data.get('scanner')!r}, expected {SUPPORTED_SCANNER}")
+    if not data.get("ok"):
+        return GateScan(known=False, reason=str(data.get("reason") or "gate scan failed"),
+                        python=data.get("python"), elapsed_s=data.get("elapsed_s"))
+    gates = data.get("gates")
+    if not isinstance(gates, list) or not all(isinstance(g, dict) and "id" in g and "condition" in g for g in gates):
+        return unknown_scan("gate scanner output has no valid gate list")
+    return GateScan(
+        known=True,
+        root=data.get("root"),
+        version=data.get("version"),
+        python=data.get("python"),
+        gates=tuple(gates),
+        predicates=tuple(p for p in data.get("predicates") or () if isinstance(p, dict)),
+        platform_attrs=dict(data.get("platform_attrs") or {}),
+        errors=tuple(e for e in data.get("errors") or () if isinstance(e, dict)),
+        sources=dict(data.get("sources") or {}),
+        files_total=int(data.get("files_total") or 0),
+        files_parsed=int(data.get("files_parsed") or 0),
+        elapsed_s=data.get("elapsed_s"),
+        cpu_s=data.get("cpu_s"),
+    )
+
+
+def parse_scan_output(stdout: str, stderr: str = "", exit_status: int = 0) -> GateScan:
+    """The scanner's stdout (one JSON document, possibly after noise lines) as a ``GateScan``."""
+    text = stdout.strip()
+    if not text:
+        last = (stderr.strip().splitlines() or [f"exit status {exit_status}"])[-1]
+        return unknown_scan(f"gate scanner printed nothing ({last[:200]})")
+    # The JSON document is the last line; anything a sitecustomize printed before it is ignored.
+    line = text.splitlines()[-1]
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return unknown_scan("gate scanner output is not JSON")
+    return scan_from_dict(data)

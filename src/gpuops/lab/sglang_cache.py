@@ -1,0 +1,126 @@
+"""A local cache of real SGLang releases, unpacked from their PyPI wheels.
+
+Tests and the lab read real SGLang source (never a copy committed here). Each release is fetched
+once with ``pip download --no-deps`` and its wheel unpacked into ``<cache>/<version>/site/``, which
+holds ``sglang/`` and ``sglang-<version>.dist-info/`` so that a python with that dir on its
+``PYTHONPATH`` sees both the package and its version through ``importlib.metadata``.
+
+Tests run in parallel processes, so the fill is guarded by an exclusive file lock and finished by
+an atomic rename: a reader either sees a complete ``site/`` or none at all.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from gpuops.errors import GpuopsError
+
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)$")
+_DOWNLOAD_TIMEOUT_S = 600
+
+
+def cache_root() -> Path:
+    """``$GPUOPS_CACHE/sglang`` when set, else ``~/.cache/gpuops/sglang``."""
+    base = os.environ.get("GPUOPS_CACHE")
+    if base:
+        return Path(base).expanduser() / "sglang"
+    return Path.home() / ".cache" / "gpuops" / "sglang"
+
+
+def sglang_site(version: str) -> Path:
+    """The unpacked wheel of sglang==``version``: a dir with ``sglang/`` and its ``.dist-info``."""
+    if not _VERSION_RE.match(version):
+        raise GpuopsError(f"sglang cache: {version!r} is not a release version")
+    release_dir = cache_root() / version
+    site = release_dir / "site"
+    if (site / "sglang" / "__init__.py").is_file():
+        return site
+    release_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(release_dir / ".lock"):
+        # Another process may have filled it while we waited for the lock.
+        if (site / "sglang" / "__init__.py").is_file():
+            return site
+        wheel = _download_wheel(version, release_dir)
+        _unpack_atomically(wheel, site)
+    return site
+
+
+def sglang_source(version: str) -> Path:
+    """The unpacked ``sglang`` package dir (the one with ``__init__.py``) of that release."""
+    return sglang_site(version) / "sglang"
+
+
+@contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _download_wheel(version: str, release_dir: Path) -> Path:
+    download_dir = release_dir / "download"
+    existing = _find_wheel(download_dir, version)
+    if existing is not None:
+        return existing
+    download_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "-q", f"sglang=={version}", "-d", str(download_dir),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_DOWNLOAD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {exc}") from None
+    wheel = _find_wheel(download_dir, version)
+    if done.returncode != 0 or wheel is None:
+        last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+        raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {last}")
+    return wheel
+
+
+def _find_wheel(download_dir: Path, version: str) -> Path | None:
+    if not download_dir.is_dir():
+        return None
+    wheels = sorted(download_dir.glob(f"sglang-{version}-*.whl"))
+    return wheels[0] if wheels else None
+
+
+def _unpack_atomically(wheel: Path, site: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=site.parent))
+    try:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                _check_member_paths(archive, wheel)
+                archive.extractall(staging)
+        except zipfile.BadZipFile as exc:
+            wheel.unlink(missing_ok=True)  # so that the next call downloads it again
+            raise GpuopsError(f"sglang cache: {wheel}: not a readable wheel ({exc})") from None
+        if not (staging / "sglang" / "__init__.py").is_file():
+            raise GpuopsError(f"sglang cache: {wheel}: no sglang/__init__.py inside")
+        if site.exists():
+            shutil.rmtree(site)  # a half-made site from a killed run (we hold the lock)
+        os.rename(staging, site)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_member_paths(archive: zipfile.ZipFile, wheel: Path) -> None:
+    # A wheel is data from the network: refuse members that would land outside the site dir.
+    for name in archive.namelist():
+        parts = Path(name).parts
+        if name.startswith("/") or ".." in parts:
+            raise GpuopsError(f"sglang cache: {wheel}: unsafe member path {name!r}")

@@ -1,0 +1,1450 @@
+"""gpuops gate scanner: find every GPU-generation gate in an installed SGLang, without importing it.
+
+Runs on the host with the python of the host's SGLang install (stdlib only, Python 3.8+). Shipped
+on stdin (``python - '<options JSON>'``) or run as a file (``python3 gate_scan.py '<options>'``);
+prints ONE JSON document on stdout and always exits 0 (a problem is a ``"reason"``, not a crash).
+
+A *gate* is a boolean expression that tests the GPU generation: a predicate call
+(``is_sm100_supported()``), a module alias of one (``_is_sm100_supported``), a platform attribute
+(``get_platform().is_sm100``) or a device-capability comparison (``get_device_capability()[0] >= 9``),
+in an ``if``/``elif``/``while``/``assert``, a ``return``, an assignment or any other expression.
+For each the scanner reports its condition as a small tree (and/or/not over capability atoms and
+opaque clauses, with exact source spans), where it is, what it guards (raise message, returned
+value, fields it sets) and an excerpt. It also reads what the predicates mean from their
+definitions (``partial(_check_cuda_device_version, device_capability_majors=[12], ...)``, small
+``def is_x(): return ...`` bodies, platform attribute tables). Judging against a host's GPU is
+done by gpuops, not here.
+
+Speed: a large release is ~70 MB of Python. Files are filtered by plain substring search, then only
+the top-level statements (or class members) that mention a capability token are parsed; a file
+whose pieces do not parse on their own is parsed whole.
+"""
+
+import ast
+import bisect
+import itertools
+import json
+import os
+import re
+import sys
+import time
+
+SCANNER_VERSION = 1
+
+# Substrings that every capability gate (or a predicate definition) contains somewhere.
+TOKENS = ("is_sm", "blackwell", "hopper", "device_capability", "device_sm")
+PRED_NAME_RE = re.compile(r"^_?is_(sm\d+\w*|blackwell\w*|hopper\w*|ampere\w*)$")
+PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)$")
+CC_FUNCS = ("get_device_capability",)
+SM_FUNCS = ("get_device_sm",)
+CUDA_VERSION_FUNCS = ("get_cuda_version", "_get_cuda_version")
+SKIP_DIRS = ("__pycache__", "test", "tests")
+EXCERPT_MAX_LINES = 12
+TEXT_MAX = 400
+_ASSIGN_NAME_RE = re.compile(r"^([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
+_PLATFORM_TEXT_RE = re.compile(r"\bis_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)\b")
+_IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
+_COL0_RE = re.compile(r"^[^\s#)\]}]", re.M)
+_CONTINUATION_RE = re.compile(r"^(else|elif|except|finally)\b")
+
+
+# ---------------------------------------------------------------- options and package discovery
+
+def read_options(argv):
+    if len(argv) > 1 and argv[1].strip():
+        try:
+            opts = json.loads(argv[1])
+        except ValueError:
+            return None, "options are not JSON"
+        if not isinstance(opts, dict):
+            return None, "options are not a JSON object"
+        return opts, None
+    return {}, None
+
+
+def find_sglang(opts):
+    root = opts.get("root")
+    if root:
+        root = os.path.abspath(root)
+        if not os.path.isfile(os.path.join(root, "__init__.py")):
+            return None, "no sglang package at %s" % root
+        return root, None
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("sglang")  # finds without importing it
+    except Exception as exc:  # a broken sys.path entry must not crash the probe
+        return None, "cannot look for sglang: %s" % exc
+    if spec is None or not spec.submodule_search_locations:
+        return None, "sglang is not installed for %s" % sys.executable
+    for location in spec.submodule_search_locations:
+        if os.path.isfile(os.path.join(location, "__init__.py")):
+            return os.path.abspath(location), None
+    return None, "sglang at %s is not a regular package" % list(spec.submodule_search_locations)
+
+
+def find_version(root):
+    site = os.path.dirname(root)
+    try:
+        for name in sorted(os.listdir(site)):
+            low = name.lower()
+            if low.startswith("sglang-") and (low.endswith(".dist-info") or low.endswith(".egg-info")):
+                meta = os.path.join(site, name, "METADATA" if low.endswith(".dist-info") else "PKG-INFO")
+                try:
+                    with open(meta, encoding="utf-8", errors="replace") as handle:
+                        for line in handle:
+                            if line.startswith("Version:"):
+                                return line.split(":", 1)[1].strip()
+                            if not line.strip():
+                                break
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(root, "version.py"), encoding="utf-8", errors="replace") as handle:
+            match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", handle.read())
+            if match:
+                return match.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def walk_python_files(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".py") and not name.startswith("test_") and name != "conftest.py":
+                path = os.path.join(dirpath, name)
+                yield os.path.relpath(path, root).replace(os.sep, "/"), path
+
+
+# ---------------------------------------------------------------- splitting a file into pieces
+
+class Piece(object):
+    """A run of source lines parsed on its own: ``line0`` lines down, ``indent`` columns in."""
+
+    __slots__ = ("line0", "indent", "tree", "qual", "in_class")
+
+    def __init__(self, line0, indent, tree, qual, in_class):
+        self.line0 = line0
+        self.indent = indent
+        self.tree = tree
+        self.qual = qual
+        self.in_class = in_class
+
+
+def segment_starts(lines, indent, text=None):
+    """Indexes of lines that look like they begin a statement at exactly ``indent`` (a cheap guess;
+    lines inside triple-quoted strings are merged back by ``merge_string_runs``)."""
+    width = len(indent)
+    if text is not None and not width:
+        # The usual case, a whole module: let the regex engine find column-0 code lines.
+        candidates = [match.start() for match in _COL0_RE.finditer(text)]
+        if not candidates:
+            return []
+        offsets = [0] + list(itertools.accumulate(map(len, lines)))
+        indexes = [bisect.bisect_right(offsets, c) - 1 for c in candidates]
+    else:
+        indexes = [i for i, line in enumerate(lines) if line.startswith(indent)
+                   and line[width:width + 1] not in ("", " ", "\t", "\r", "\n", "#", ")", "]", "}")]
+    starts = []
+    prev_decorator = False
+    for i in indexes:
+        rest = lines[i][width:]
+        if _CONTINUATION_RE.match(rest):
+            continue
+        if prev_decorator:
+            prev_decorator = rest.startswith("@")
+            continue
+        starts.append(i)
+        prev_decorator = rest.startswith("@")
+    return starts
+
+
+class FileSource(object):
+    def __init__(self, rel, text):
+        self.rel = rel
+        self.text = text
+        self.lines = text.splitlines(True)
+        self._offsets = None
+        self._quotes = None
+        self.word_lines = []
+
+    def offset_of_line(self, index):
+        if self._offsets is None:
+            self._offsets = [0] + list(itertools.accumulate(map(len, self.lines)))
+        return self._offsets[index]
+
+    def mark_words(self, words):
+        """Remember which lines mention any of ``words`` (str.find is fast; a regex is not)."""
+        marked = set()
+        text = self.text
+        for word in words:
+            start = text.find(word)
+            while start != -1:
+                marked.add(start)
+                start = text.find(word, start + len(word))
+        self.offset_of_line(0)
+        offsets = self._offsets
+        self.word_lines = sorted({bisect.bisect_right(offsets, offset) for offset in marked})
+
+    def mentions_words(self, first_line, last_line):
+        lines = self.word_lines
+        i = bisect.bisect_left(lines, first_line)
+        return i < len(lines) and lines[i] <= last_line
+
+    def inside_triple_quote(self, index):
+        """Is line ``index`` (0-based) inside a triple-quoted string? By parity of the quotes before
+        it: a quote inside a comment can fool it, which only makes a piece larger, never wrong."""
+        if self._quotes is None:
+            self._quotes = (find_all(self.text, '"""'), find_all(self.text, "'''"))
+        end = self.offset_of_line(index)
+        return any(bisect.bisect_left(found, end) % 2 == 1 for found in self._quotes)
+
+
+def find_all(text, needle):
+    found = []
+    start = text.find(needle)
+    while start != -1:
+        found.append(start)
+        start = text.find(needle, start + len(needle))
+    return found
+
+
+def merge_string_runs(source, starts, end, base=0):
+    """(begin, end) line ranges, one a statement: a 'start' inside a string joins the one before."""
+    ranges = []
+    for begin, stop in zip(starts, starts[1:] + [end]):
+        if ranges and source.inside_triple_quote(base + begin):
+            ranges[-1][1] = stop
+        else:
+            ranges.append([begin, stop])
+    return ranges
+
+
+def has_token(text, extra_names):
+    for token in TOKENS:
+        if token in text:
+            return True
+    for name in extra_names:
+        if name in text:
+            return True
+    return False
+
+
+def split_pieces(source, extra_names, skip=()):
+    """Parse only the top-level statements (or long classes' members) that may matter.
+
+    Raises SyntaxError when a piece does not parse on its own (the caller parses the whole file).
+    ``skip``: first lines of pieces already parsed (a second pass adds only new ones).
+    """
+    lines = source.lines
+    starts = segment_starts(lines, "", source.text)
+    if not starts:
+        return []
+    pieces = []
+    for begin, end in merge_string_runs(source, starts, len(lines)):
+        chunk_lines = lines[begin:end]
+        head = chunk_lines[0]
+        chunk = "".join(chunk_lines)
+        wanted = has_token(chunk, extra_names) or (
+            _ASSIGN_NAME_RE.match(head) and len(chunk_lines) < 8 and _PLATFORM_TEXT_RE.search(chunk))
+        if not wanted:
+            continue
+        is_class = head.startswith("class ") or (head.startswith("@") and re.search(r"^class\s", chunk, re.M))
+        if is_class and len(chunk_lines) > 150:
+            members = split_class(source, begin, end, extra_names, skip)
+            if members is not None:
+                pieces.extend(members)
+                continue
+        if begin in skip:
+            continue
+        pieces.append(Piece(begin, 0, ast.parse(chunk), "", False))
+    return pieces
+
+
+def split_class(source, begin, end, extra_names, skip):
+    """A long class: parse only the members that mention a token. None: parse it whole."""
+    lines = source.lines
+    header_end = begin
+    while header_end < end and not re.match(r"^class\s", lines[header_end]):
+        header_end += 1
+    match = re.match(r"^class\s+([A-Za-z_]\w*)[^\n]*:\s*(#.*)?$", lines[header_end]) if header_end < end else None
+    if match is None:
+        return None  # a multi-line class header: not worth being clever
+    class_name = match.group(1)
+    body_start = header_end + 1
+    body = lines[body_start:end]
+    indent = None
+    for line in body:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            indent = line[: len(line) - len(line.lstrip())]
+            break
+    if not indent:
+        return None
+    width = len(indent)
+    pieces = []
+    for rb, re_ in merge_string_runs(source, segment_starts(body, indent), len(body), body_start):
+        chunk_lines = body[rb:re_]
+        absolute = body_start + rb
+        if absolute in skip or not has_token("".join(chunk_lines), extra_names):
+            continue
+        # Lines indented less than the member (inside a string or brackets) lose what they have:
+        # only the structure matters here, and spans are read from the file's own lines.
+        dedented = [line[width:] if line.startswith(indent) else line.lstrip(" \t") for line in chunk_lines]
+        pieces.append(Piece(absolute, width, ast.parse("".join(dedented)), class_name, True))
+    return pieces
+
+
+# ---------------------------------------------------------------- locating and quoting nodes
+
+class Locator(object):
+    """Turns a piece's node positions into file positions (1-based lines, character columns)."""
+
+    def __init__(self, source, piece):
+        self.source = source
+        self.line0 = piece.line0
+        self.indent = piece.indent
+
+    def _col(self, lineno, byte_col):
+        line = self.source.lines[lineno - 1] if lineno - 1 < len(self.source.lines) else ""
+        if line.isascii() if hasattr(line, "isascii") else all(ord(c) < 128 for c in line):
+            return byte_col + self.indent
+        body = line[self.indent:].encode("utf-8")
+        return len(body[:byte_col].decode("utf-8", "replace")) + self.indent
+
+    def span(self, node):
+        line = node.lineno + self.line0
+        end_line = getattr(node, "end_lineno", None)
+        end_col = getattr(node, "end_col_offset", None)
+        if end_line is None:
+            end_line, end_col_chars = line, None
+        else:
+            end_line += self.line0
+            end_col_chars = self._col(end_line, end_col)
+        return [line, self._col(line, node.col_offset), end_line, end_col_chars]
+
+    def text(self, node, limit=TEXT_MAX):
+        line, col, end_line, end_col = self.span(node)
+        lines = self.source.lines
+        if end_col is None:
+            out = lines[line - 1][col:].rstrip("\n")
+        elif line == end_line:
+            out = lines[line - 1][col:end_col]
+        else:
+            parts = [lines[line - 1][col:]] + lines[line:end_line - 1] + [lines[end_line - 1][:end_col]]
+            out = "".join(parts)
+        out = " ".join(out.split())
+        return out if len(out) <= limit else out[: limit - 3] + "..."
+
+    def excerpt(self, first_line, last_line):
+        last_line = min(last_line, first_line + EXCERPT_MAX_LINES - 1, len(self.source.lines))
+        return "".join(self.source.lines[first_line - 1:last_line]).rstrip("\n")
+
+
+# ---------------------------------------------------------------- small AST helpers
+
+def dotted(node):
+    """``get_exec().comm.x`` -> "get_exec().comm.x", ``f(view)`` -> "f(...)", ``a.b[0]`` -> "a.b[0]";
+    None when the node is not a plain reference."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else base + "." + node.attr
+    if isinstance(node, ast.Call):
+        base = dotted(node.func)
+        if base is None:
+            return None
+        return base + ("()" if not node.args and not node.keywords else "(...)")
+    if isinstance(node, ast.Subscript):
+        base = dotted(node.value)
+        index = node.slice.value if isinstance(node.slice, _INDEX) else node.slice
+        key = literal(index)
+        if base is None or key is _NO_VALUE or not isinstance(key, (int, str)):
+            return None
+        return "%s[%r]" % (base, key)
+    return None
+
+
+def last_name(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return last_name(node.func)
+    return None
+
+
+def literal(node):
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        if isinstance(node, ast.Call) and last_name(node.func) in ("frozenset", "set", "tuple", "list") and len(node.args) == 1:
+            return literal(node.args[0])
+        return _NO_VALUE
+    return jsonable(value)
+
+
+_NO_VALUE = object()
+_INDEX = getattr(ast, "Index", ())
+
+
+def jsonable(value):
+    if isinstance(value, (set, frozenset)):
+        return sorted((jsonable(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def string_of(node):
+    """The text of a message argument: constants kept, formatted parts shown as {...}."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{...}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
+        left = string_of(node.left)
+        right = string_of(node.right) if isinstance(node.op, ast.Add) else ""
+        if left is not None:
+            return left + (right or "")
+    return None
+
+
+CMP_OPS = {
+    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+    ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not",
+}
+
+
+def version_tuple(value):
+    if isinstance(value, str):
+        parts = re.findall(r"\d+", value)
+        return [int(p) for p in parts[:2]] if parts else None
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return value[:2]
+    return None
+
+
+# ---------------------------------------------------------------- per-file knowledge
+
+class FileInfo(object):
+    def __init__(self, source):
+        self.source = source
+        self.rel = source.rel
+        self.pieces = []
+        self.imports = {}          # local name -> (module, name)
+        self.aliases = {}          # name -> (value node, locator)  module-level
+        self.predicates = {}       # name -> meaning dict
+        self.helpers = set()       # functions used as partial(...) targets: predicate machinery
+        self.platform_map = {}     # attr -> predicate name
+        self.error = None
+        self.whole = False         # parsed as one piece
+
+    @property
+    def module(self):
+        parts = self.rel[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ["sglang"] + parts
+
+
+def parse_file(info, extra_names):
+    """Fill ``info.pieces`` (a second call with more names adds only the pieces not parsed yet)."""
+    if info.whole:
+        return
+    skip = {piece.line0 for piece in info.pieces}
+    try:
+        info.pieces = info.pieces + split_pieces(info.source, extra_names, skip)
+        return
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    try:
+        tree = ast.parse(info.source.text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        line = getattr(exc, "lineno", None)
+        info.error = "%s%s" % (type(exc).__name__, (" at line %s" % line) if line else "")
+        info.pieces = []
+        return
+    info.pieces = [Piece(0, 0, tree, "", False)]
+    info.whole = True
+
+
+def collect_definitions(info):
+    for piece in info.pieces:
+        locator = Locator(info.source, piece)
+        if piece.in_class:
+            continue
+        for stmt in piece.tree.body:
+            collect_module_statement(info, stmt, locator)
+
+
+def collect_module_statement(info, stmt, locator):
+    if isinstance(stmt, ast.ImportFrom):
+        module = resolve_relative(info, stmt.module, stmt.level)
+        for alias in stmt.names:
+            if alias.name != "*":
+                info.imports[alias.asname or alias.name] = (module, alias.name)
+    elif isinstance(stmt, ast.Assign):
+        names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+        if not names:
+            return
+        meaning = meaning_from_partial(stmt.value, info)
+        if meaning is not None:
+            for name in names:
+                info.predicates[name] = dict(meaning, line=stmt.lineno + locator.line0, source=locator.text(stmt.value, 200))
+            return
+        if isinstance(stmt.value, ast.Name) and PRED_NAME_RE.match(names[0]) and PRED_NAME_RE.match(stmt.value.id):
+            for name in names:
+                info.predicates[name] = {"same_as": stmt.value.id, "line": stmt.lineno + locator.line0, "source": stmt.value.id}
+            return
+        if isinstance(stmt.value, ast.Dict):
+            mapping = {}
+            for key, value in zip(stmt.value.keys, stmt.value.values):
+                if (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Constant)
+                        and isinstance(value.value, str) and PRED_NAME_RE.match(key.value)):
+                    mapping[key.value] = value.value
+            if mapping:
+                info.platform_map.update(mapping)
+            return
+        for name in names:
+            info.aliases[name] = (stmt.value, locator)
+    elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+        info.aliases[stmt.target.id] = (stmt.value, locator)
+    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        body = [s for s in stmt.body if not (isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant))]
+        returns = [s for s in body if isinstance(s, ast.Return)]
+        if len(body) <= 2 and returns and returns[-1] is body[-1] and returns[-1].value is not None:
+            if PRED_NAME_RE.match(stmt.name) or pure_capability(returns[-1].value):
+                info.predicates[stmt.name] = {
+                    "def_node": (stmt, returns[-1].value, locator),
+                    "line": stmt.lineno + locator.line0,
+                    "source": locator.text(returns[-1].value, 300),
+                }
+
+
+def resolve_relative(info, module, level):
+    if not level:
+        return module or ""
+    base = info.module
+    if not info.rel.endswith("__init__.py"):
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def meaning_from_partial(value, info):
+    """``lru_cache(...)(partial(_check, device_capability_majors=[12], cuda_version=(12, 8)))``."""
+    for node in ast.walk(value):
+        if not isinstance(node, ast.Call) or last_name(node.func) != "partial" or not node.args:
+            continue
+        majors = None
+        cuda = None
+        for kw in node.keywords:
+            val = literal(kw.value)
+            if kw.arg and "major" in kw.arg and isinstance(val, list):
+                majors = [v for v in val if isinstance(v, int)]
+            elif kw.arg and "cuda" in kw.arg:
+                cuda = version_tuple(val)
+        positional = [literal(a) for a in node.args[1:]]
+        if majors is None and positional and isinstance(positional[0], list):
+            majors = [v for v in positional[0] if isinstance(v, int)]
+            if len(positional) > 1:
+                cuda = version_tuple(positional[1])
+        if majors is not None:
+            helper = last_name(node.args[0])
+            if helper:
+                info.helpers.add(helper)
+            return {"majors": majors, "min_cuda": cuda}
+    return None
+
+
+def pure_capability(node):
+    """Is this expression about the GPU and nothing else (so its function is a predicate)?"""
+    if isinstance(node, ast.BoolOp):
+        return all(pure_capability(v) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return pure_capability(node.operand)
+    if isinstance(node, ast.Compare):
+        operands = [node.left] + list(node.comparators)
+        if not any(mentions_device(o) for o in operands):
+            return False
+        return all(mentions_device(o) or literal(o) is not _NO_VALUE or isinstance(o, ast.Name) for o in operands)
+    name = last_name(node) if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) else None
+    return bool(name and (PRED_NAME_RE.match(name) or PLATFORM_NAME_RE.match(name)))
+
+
+def mentions_device(node):
+    for sub in ast.walk(node):
+        name = last_name(sub) if isinstance(sub, (ast.Name, ast.Attribute, ast.Call)) else None
+        if name and (name in CC_FUNCS or name in SM_FUNCS):
+            return True
+        if isinstance(sub, ast.Attribute) and (dotted(sub) or "").endswith("version.cuda"):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- the condition tree
+
+class Scope(object):
+    """What names mean where a condition is read: the file, plus a function's local aliases."""
+
+    def __init__(self, scanner, info, locator, local_aliases=None, cc_vars=None):
+        self.scanner = scanner
+        self.info = info
+        self.locator = locator
+        self.local_aliases = local_aliases or {}
+        self.cc_vars = cc_vars or {}
+        self.nested = []        # boolean roots found inside opaque clauses
+        self.expanding = set()  # alias names being expanded (cycles)
+
+
+def build(node, scope, depth=0):
+    """The condition tree of ``node``: and/or/not over cap atoms, platform atoms, aliases, clauses."""
+    span = scope.locator.span(node)
+    if depth > 40:
+        return clause(node, scope, span)
+    if isinstance(node, ast.BoolOp):
+        return {"op": "and" if isinstance(node.op, ast.And) else "or",
+                "args": [build(v, scope, depth + 1) for v in node.values], "span": span,
+                "text": scope.locator.text(node)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return {"op": "not", "arg": build(node.operand, scope, depth + 1), "span": span,
+                "text": scope.locator.text(node)}
+    atom = cap_atom(node, scope)
+    if atom is not None:
+        return {"op": "cap", "atom": atom, "span": span, "text": scope.locator.text(node)}
+    platform = platform_atom(node)
+    if platform is not None:
+        return {"op": "platform", "name": platform, "span": span, "text": scope.locator.text(node)}
+    if isinstance(node, ast.Name):
+        expanded = expand_alias(node.id, scope, depth)
+        if expanded is not None:
+            return {"op": "alias", "name": node.id, "expr": expanded[0], "scope": expanded[1],
+                    "span": span, "text": node.id}
+    if isinstance(node, ast.Compare):
+        compared = compare_atoms(node, scope)
+        if compared is not None:
+            return dict(compared, span=span, text=scope.locator.text(node))
+    return clause(node, scope, span)
+
+
+def clause(node, scope, span):
+    out = {"op": "clause", "text": scope.locator.text(node), "span": span}
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        ref = dotted(node.left)
+        right = node.comparators[0]
+        value = literal(right)
+        if value is _NO_VALUE and isinstance(right, ast.Name):
+            value = scope.scanner.constant(scope.info, right.id)
+        if ref is not None:
+            out["ref"] = ref
+            out["cmp"] = CMP_OPS.get(type(node.ops[0]), "?")
+            if value is not _NO_VALUE:
+                out["value"] = value
+            else:
+                other = dotted(right)
+                if other is not None:
+                    out["value_ref"] = other
+    else:
+        ref = dotted(node)
+        if ref is not None:
+            out["ref"] = ref
+    # An atom inside a call or an arithmetic clause is a gate of its own.
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.expr):
+            scope.nested.extend(bool_roots(child, scope))
+    return out
+
+
+def cap_atom(node, scope):
+    info = scope.info
+    if isinstance(node, ast.Call):
+        name = last_name(node.func)
+        if name and (PRED_NAME_RE.match(name) or scope.scanner.is_predicate(name)) and name not in info.helpers:
+            return pred_atom(name, "call", scope)
+        return None
+    if isinstance(node, ast.Attribute):
+        attr = node.attr
+        if PRED_NAME_RE.match(attr) and not isinstance(node.ctx, ast.Store):
+            mapped = scope.scanner.platform_map.get(attr)
+            base = dotted(node.value) or ""
+            if mapped or "platform" in base.lower():
+                atom = pred_atom(mapped or attr, "platform", scope)
+                atom["attr"] = attr
+                return atom
+            return pred_atom(attr, "attr", scope)
+        return None
+    if isinstance(node, ast.Name):
+        name = node.id
+        if name in scope.local_aliases or name in info.aliases:
+            return None
+        if PRED_NAME_RE.match(name):
+            return pred_atom(name, "name", scope)
+    return None
+
+
+def pred_atom(name, form, scope):
+    return {"kind": "pred", "name": name, "form": form, "def": scope.scanner.resolve_predicate(scope.info, name)}
+
+
+def platform_atom(node):
+    if isinstance(node, ast.Call):
+        name = last_name(node.func)
+    elif isinstance(node, (ast.Name, ast.Attribute)):
+        name = last_name(node)
+    else:
+        return None
+    if name and PLATFORM_NAME_RE.match(name):
+        return name.lstrip("_")[3:]
+    return None
+
+
+def expand_alias(name, scope, depth):
+    if name in scope.expanding:
+        return None
+    if name in scope.local_aliases:
+        value, where = scope.local_aliases[name], "local"
+        inner_scope = scope
+    elif name in scope.info.aliases:
+        value, locator = scope.info.aliases[name]
+        where = "module"
+        inner_scope = Scope(scope.scanner, scope.info, locator)
+        inner_scope.expanding = scope.expanding
+    else:
+        return None
+    if not (boolish(value) and interesting(value, inner_scope)):
+        return None
+    scope.expanding.add(name)
+    try:
+        tree = build(value, inner_scope, depth + 1)
+    finally:
+        scope.expanding.discard(name)
+    if not has_atoms(tree, ("cap", "platform")):
+        return None
+    return tree, where
+
+
+def cc_subject(node, scope):
+    """What a compared expression is: the capability tuple, its major/minor, sm number, or None."""
+    if isinstance(node, ast.Call):
+        name = last_name(node.func)
+        if name in CC_FUNCS:
+            return "cc"
+        if name in SM_FUNCS:
+            return "sm"
+        if name == "to_int" and isinstance(node.func, ast.Attribute) and cc_subject(node.func.value, scope) == "cc":
+            return "sm"  # a capability object's `to_int()` is major * 10 + minor
+    if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+        if [cc_subject(e, scope) for e in node.elts] == ["major", "minor"]:
+            return "cc"
+    if isinstance(node, ast.Attribute) and node.attr in ("major", "minor") and cc_subject(node.value, scope) == "cc":
+        return node.attr
+    if isinstance(node, ast.Attribute) and node.attr in ("device_capability", "device_sm"):
+        return "cc" if node.attr == "device_capability" else "sm"
+    if isinstance(node, ast.Name) and node.id in scope.cc_vars:
+        return scope.cc_vars[node.id]
+    if isinstance(node, ast.Subscript):
+        base = cc_subject(node.value, scope)
+        index = node.slice
+        if isinstance(index, _INDEX):  # Python 3.8 wraps subscripts
+            index = index.value
+        idx = literal(index)
+        if base == "cc" and idx in (0, 1):
+            return "major" if idx == 0 else "minor"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
+        if cc_subject(node.left, scope) == "sm" and literal(node.right) == 10:
+            return "major"
+    return None
+
+
+def cuda_subject(node):
+    text = dotted(node) or ""
+    if text.endswith("version.cuda"):
+        return True
+    if isinstance(node, ast.Call):
+        if last_name(node.func) in CUDA_VERSION_FUNCS:
+            return True
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and sub.attr == "cuda" and (dotted(sub) or "").endswith("version.cuda"):
+                return True
+    return False
+
+
+def compare_atoms(node, scope):
+    operands = [node.left] + list(node.comparators)
+    atoms = []
+    for left, op, right in zip(operands, node.ops, operands[1:]):
+        opname = CMP_OPS.get(type(op))
+        if opname in ("is", "is not"):
+            return None  # `capability is not None` asks whether there is a GPU, not which one
+        subject, value, flipped = cc_subject(left, scope), right, False
+        if subject is None:
+            subject, value, flipped = cc_subject(right, scope), left, True
+        if subject is not None:
+            val = literal(value)
+            atom = {"kind": "cc", "subject": subject, "cmp": flip(opname) if flipped else opname,
+                    "value": None if val is _NO_VALUE else val}
+            atoms.append({"op": "cap", "atom": atom})
+            continue
+        if cuda_subject(left) or cuda_subject(right):
+            flipped = not cuda_subject(left)
+            val = literal(left if flipped else right)
+            atom = {"kind": "cuda", "cmp": flip(opname) if flipped else opname,
+                    "value": None if val is _NO_VALUE else version_tuple(val)}
+            atoms.append({"op": "cap", "atom": atom})
+            continue
+        return None
+    if len(atoms) == 1:
+        return atoms[0]
+    return {"op": "and", "args": atoms}
+
+
+def flip(op):
+    return {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+
+
+def has_atoms(tree, kinds):
+    op = tree.get("op")
+    if op in kinds:
+        if op == "cap" and "gen" in kinds:
+            return tree["atom"]["kind"] in ("pred", "cc")
+        return True
+    if op in ("and", "or"):
+        return any(has_atoms(a, kinds) for a in tree["args"])
+    if op == "not":
+        return has_atoms(tree["arg"], kinds)
+    if op == "alias":
+        return has_atoms(tree["expr"], kinds)
+    return False
+
+
+def is_gate_tree(tree):
+    """A gate tests the GPU generation: a predicate or a capability comparison (not just CUDA-ness)."""
+    op = tree.get("op")
+    if op == "cap":
+        return tree["atom"]["kind"] in ("pred", "cc")
+    if op in ("and", "or"):
+        return any(is_gate_tree(a) for a in tree["args"])
+    if op == "not":
+        return is_gate_tree(tree["arg"])
+    if op == "alias":
+        return is_gate_tree(tree["expr"])
+    return False
+
+
+def boolish(node):
+    return isinstance(node, (ast.BoolOp, ast.Compare, ast.Name, ast.Attribute, ast.Call)) or (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
+
+
+def interesting(node, scope):
+    """Cheap pre-check: does this expression mention anything a gate is made of?"""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            name = sub.id
+            if (name in scope.local_aliases or name in scope.info.aliases or name in scope.cc_vars
+                    or name in CC_FUNCS or name in SM_FUNCS
+                    or PRED_NAME_RE.match(name) or scope.scanner.is_predicate(name)):
+                return True
+        elif isinstance(sub, ast.Attribute):
+            if PRED_NAME_RE.match(sub.attr) or sub.attr in CC_FUNCS or sub.attr in SM_FUNCS or sub.attr in (
+                    "device_capability", "device_sm") or scope.scanner.is_predicate(sub.attr):
+                return True
+    return False
+
+
+def bool_roots(node, scope):
+    """The maximal boolean expressions under ``node`` that hold a capability test, as trees."""
+    if not interesting(node, scope):
+        return []
+    if boolish(node):
+        tree = build(node, scope)
+        if is_gate_tree(tree):
+            return [(node, tree)]
+        return []  # build() queued any gates nested in its clauses on scope.nested
+    found = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.expr):
+            found.extend(bool_roots(child, scope))
+        elif isinstance(child, ast.comprehension):
+            for part in [child.iter] + list(child.ifs):
+                found.extend(bool_roots(part, scope))
+    return found
+
+
+# ---------------------------------------------------------------- walking statements for gates
+
+EXIT_VALUES = (None, False, 0, "", (), [], {})
+
+
+def is_denying_exit(stmt):
+    if isinstance(stmt, (ast.Raise, ast.Continue)):
+        return True
+    if isinstance(stmt, ast.Return):
+        if stmt.value is None:
+            return True
+        value = literal(stmt.value)
+        return value is not _NO_VALUE and (value is None or value is False or value in ([], {}, "", 0))
+    return False
+
+
+def body_effect(body, locator):
+    effect = {}
+    sets = []
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    name = last_name(target) if isinstance(target, (ast.Name, ast.Attribute)) else None
+                    if name and name not in sets:
+                        sets.append(name)
+            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+                for key in node.value.keys:
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value not in sets:
+                        sets.append(key.value)
+    if sets:
+        effect["sets"] = sets[:20]
+    last = body[-1] if body else None
+    if isinstance(last, ast.Raise) and last.exc is not None:
+        exc = last.exc
+        effect["raises"] = last_name(exc.func if isinstance(exc, ast.Call) else exc) or "?"
+        if isinstance(exc, ast.Call) and exc.args:
+            message = string_of(exc.args[0])
+            if message is not None:
+                effect["message"] = message[:TEXT_MAX]
+    elif isinstance(last, ast.Return):
+        if last.value is None:
+            effect["returns"] = None
+        else:
+            value = literal(last.value)
+            effect["returns"] = locator.text(last.value, 120) if value is _NO_VALUE else value
+    return effect
+
+
+class FunctionContext(object):
+    def __init__(self, qual, doc, local_aliases, cc_vars):
+        self.qual = qual
+        self.doc = doc
+        self.local_aliases = local_aliases
+        self.cc_vars = cc_vars
+        self.words = [w for w in list(local_aliases) + list(cc_vars) if not any(t in w for t in TOKENS)]
+
+    def mentions(self, source, first, last):
+        text = "".join(source.lines[first - 1:last])
+        return any(w in text for w in self.words)
+
+
+def function_locals(func, scanner, info):
+    """Single-assignment names holding a capability expression, and names bound to the capability.
+
+    Only statements are walked (never every expression): assignments are statements.
+    """
+    counts = {}
+    values = {}
+    cc_vars = {}
+    source = info.source
+    for node in statements(func.body):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        else:
+            continue
+        weight = 2 if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)) else 1
+        for target in targets:
+            if isinstance(target, ast.Name):
+                counts[target.id] = counts.get(target.id, 0) + weight
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for elt in target.elts:
+                    if isinstance(elt, ast.Name):
+                        counts[elt.id] = counts.get(elt.id, 0) + weight
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        value = node.value
+        subject = None
+        if isinstance(value, ast.Call):
+            fname = last_name(value.func)
+            subject = "cc" if fname in CC_FUNCS else "sm" if fname in SM_FUNCS else None
+        if isinstance(target, ast.Name):
+            values[target.id] = (node, value)
+            if subject:
+                cc_vars[target.id] = subject
+            elif isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call) \
+                    and last_name(value.value.func) in CC_FUNCS:
+                index = value.slice
+                idx = literal(index.value if isinstance(index, _INDEX) else index)
+                if idx in (0, 1):
+                    cc_vars[target.id] = "major" if idx == 0 else "minor"
+        elif isinstance(target, ast.Tuple) and subject == "cc" and len(target.elts) == 2:
+            for elt, part in zip(target.elts, ("major", "minor")):
+                if isinstance(elt, ast.Name):
+                    cc_vars[elt.id] = part
+    local_aliases = {}
+    line0 = getattr(func, "_gpuops_line0", 0)
+    candidates = {name: pair for name, pair in values.items()
+                  if counts.get(name) == 1 and name not in cc_vars and boolish(pair[1])}
+    changed = True
+    while changed:  # an alias of an alias (`b = a and x` after `a = is_sm100_supported()`) counts too
+        changed = False
+        for name, (stmt, value) in candidates.items():
+            if name in local_aliases:
+                continue
+            first, last = stmt.lineno + line0, (stmt.end_lineno or stmt.lineno) + line0
+            if source.mentions_words(first, last) or any(
+                    isinstance(n, ast.Name) and (n.id in local_aliases or n.id in cc_vars) for n in ast.walk(value)):
+                local_aliases[name] = value
+                changed = True
+    return local_aliases, cc_vars
+
+
+def statements(body):
+    """Every statement under ``body`` (not expressions), without entering nested functions."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(block)
+
+
+def walk_no_nested(body):
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
+
+
+def docstring_line(func):
+    doc = ast.get_docstring(func, clean=True) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
+    return doc.strip().splitlines()[0][:200] if doc and doc.strip() else None
+
+
+class GateWalker(object):
+    def __init__(self, scanner, info, locator):
+        self.scanner = scanner
+        self.info = info
+        self.locator = locator
+        self.found = []
+
+    def walk_body(self, body, fn, within):
+        line0 = self.locator.line0
+        source = self.info.source
+        for stmt in body:
+            first = stmt.lineno + line0
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.decorator_list:
+                first = min(first, stmt.decorator_list[0].lineno + line0)
+            last = (getattr(stmt, "end_lineno", None) or stmt.lineno) + line0
+            if not source.mentions_words(first, last) and not (fn.words and fn.mentions(source, first, last)):
+                continue  # nothing a gate is made of is written in this statement
+            self.walk_stmt(stmt, fn, within)
+
+    def scope(self, fn):
+        return Scope(self.scanner, self.info, self.locator, fn.local_aliases, fn.cc_vars)
+
+    def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope):
+        line = tree["span"][0]
+        end = max(tree["span"][2], line)
+        stmt_line = stmt.lineno + self.locator.line0
+        excerpt_end = end + (1 if isinstance(stmt, (ast.If, ast.While)) else 0)
+        reads = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                reads.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                reads.add(sub.attr)
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and _IDENT_RE.match(sub.value):
+                reads.add(sub.value)  # e.g. global_server_args_dict["enable_x"]
+        reads = sorted(reads)
+        self.found.append({
+            "file": self.info.rel,
+            "line": line,
+            "end_line": end,
+            "stmt_line": stmt_line,
+            "function": fn.qual or "<module>",
+            "kind": kind,
+            "polarity": polarity,
+            "condition": tree,
+            "text": self.locator.text(node),
+            "within": list(within),
+            "effect": effect,
+            "reads": reads[:40],
+            "doc": fn.doc,
+            "excerpt": self.locator.excerpt(min(stmt_line, line), max(excerpt_end, line)),
+        })
+        for nested_node, nested_tree in self.drain_nested(scope):
+            self.emit(stmt, nested_node, nested_tree, fn, within, "expr", 1, {}, scope)
+
+    def drain_nested(self, scope):
+        out = []
+        while scope.nested:
+            item = scope.nested.pop(0)
+            out.append(item)
+        return out
+
+    def roots(self, node, fn):
+        scope = self.scope(fn)
+        found = bool_roots(node, scope)
+        return found, scope
+
+    def walk_stmt(self, stmt, fn, within):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if stmt.name in self.info.helpers or (not fn.qual and stmt.name in self.info.predicates):
+                return  # predicate machinery, not a gate
+            qual = (fn.qual + "." if fn.qual else "") + stmt.name
+            stmt._gpuops_line0 = self.locator.line0
+            local_aliases, cc_vars = function_locals(stmt, self.scanner, self.info)
+            for deco in stmt.decorator_list:
+                self.expr_gates(stmt, deco, fn, within)
+            inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars)
+            self.walk_body(stmt.body, inner, [])
+            return
+        if isinstance(stmt, ast.ClassDef):
+            qual = (fn.qual + "." if fn.qual else "") + stmt.name
+            self.walk_body(stmt.body, FunctionContext(qual, docstring_line(stmt), {}, {}), [])
+            return
+        if isinstance(stmt, (ast.If, ast.While)):
+            found, scope = self.roots(stmt.test, fn)
+            test_is_root = any(n is stmt.test for n, _ in found)
+            for node, tree in found:
+                if node is stmt.test:
+                    deny = bool(stmt.body) and is_denying_exit(stmt.body[-1]) and isinstance(stmt, ast.If)
+                    kind = "guard" if deny else ("if" if isinstance(stmt, ast.If) else "while")
+                    self.emit(stmt, node, tree, fn, within, kind, -1 if deny else 1,
+                              body_effect(stmt.body, self.locator), scope)
+                else:
+                    self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+            if not test_is_root:
+                for node, tree in self.drain_nested(scope):
+                    self.emit(stmt, node, tree, fn, within, "expr", 1, {}, self.scope(fn))
+            test_text = self.locator.text(stmt.test, 200)
+            self.walk_body(stmt.body, fn, within + [test_text])
+            if stmt.orelse:
+                self.walk_body(stmt.orelse, fn, within + ["not (%s)" % test_text])
+            return
+        if isinstance(stmt, ast.Assert):
+            found, scope = self.roots(stmt.test, fn)
+            for node, tree in found:
+                self.emit(stmt, node, tree, fn, within, "assert" if node is stmt.test else "expr", 1, {}, scope)
+            return
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            found, scope = self.roots(stmt.value, fn)
+            for node, tree in found:
+                self.emit(stmt, node, tree, fn, within, "return" if node is stmt.value else "expr", 1, {}, scope)
+            return
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names = [last_name(t) for t in targets if isinstance(t, (ast.Name, ast.Attribute))]
+            if not fn.qual and all(isinstance(t, ast.Name) for t in targets) and self.pure_alias(stmt.value):
+                return  # a module alias such as `_is_sm100_supported = _is_cuda and is_sm100_supported()`
+            found, scope = self.roots(stmt.value, fn)
+            for node, tree in found:
+                effect = {"sets": [n for n in names if n]} if node is stmt.value else {}
+                self.emit(stmt, node, tree, fn, within, "assign" if node is stmt.value else "expr", 1, effect, scope)
+            return
+        # Everything else: look inside its expressions, then its nested statements.
+        for field, value in ast.iter_fields(stmt):
+            if isinstance(value, ast.expr):
+                self.expr_gates(stmt, value, fn, within)
+            elif isinstance(value, list):
+                stmts = [v for v in value if isinstance(v, ast.stmt)]
+                if stmts:
+                    self.walk_body(stmts, fn, within)
+                for v in value:
+                    if isinstance(v, ast.expr):
+                        self.expr_gates(stmt, v, fn, within)
+                    elif isinstance(v, (ast.withitem,)):
+                        self.expr_gates(stmt, v.context_expr, fn, within)
+                    elif isinstance(v, ast.ExceptHandler):
+                        self.walk_body(v.body, fn, within)
+                    elif hasattr(ast, "match_case") and isinstance(v, ast.match_case):
+                        self.walk_body(v.body, fn, within)
+
+    def expr_gates(self, stmt, expr, fn, within):
+        found, scope = self.roots(expr, fn)
+        for node, tree in found:
+            self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+        for node, tree in self.drain_nested(scope):
+            self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+
+    def pure_alias(self, value):
+        scope = Scope(self.scanner, self.info, self.locator)
+        if not boolish(value) or not interesting(value, scope):
+            return False
+        tree = build(value, scope)
+        return only_atoms(tree)
+
+
+def only_atoms(tree):
+    op = tree.get("op")
+    if op in ("cap", "platform"):
+        return True
+    if op in ("and", "or"):
+        return all(only_atoms(a) for a in tree["args"])
+    if op == "not":
+        return only_atoms(tree["arg"])
+    if op == "alias":
+        return only_atoms(tree["expr"])
+    return False
+
+
+# ---------------------------------------------------------------- the whole scan
+
+class Scanner(object):
+    def __init__(self, root):
+        self.root = root
+        self.files = {}
+        self.defs = {}          # predicate name -> [rel, ...]
+        self.platform_map = {}
+        self.errors = []
+        self.texts = {}
+        self.files_total = 0
+        self._constant_cache = {}
+
+    def is_predicate(self, name):
+        return name in self.defs
+
+    def resolve_predicate(self, info, name):
+        if name in info.predicates:
+            return info.rel
+        if name in info.imports:
+            module, original = info.imports[name]
+            for rel in module_files(module):
+                other = self.files.get(rel)
+                if other is not None and original in other.predicates:
+                    return rel
+            name = original
+        candidates = self.defs.get(name, [])
+        if len(candidates) == 1:
+            return candidates[0]
+        preferred = [rel for rel in candidates if rel.startswith("srt/utils")]
+        if preferred:
+            return preferred[0]
+        return candidates[0] if candidates else None
+
+    def constant(self, info, name):
+        """A module-level literal collection (e.g. a list of model architectures) named in a clause."""
+        key = (info.rel, name)
+        if key in self._constant_cache:
+            return self._constant_cache[key]
+        value = _NO_VALUE
+        if name in info.aliases:
+            value = literal(info.aliases[name][0])
+        else:
+            pattern = re.compile(r"^%s\s*(?::[^=]*)?=" % re.escape(name))
+            lines = info.source.lines
+            starts = [s for s in segment_starts(lines, "") if s >= 0]
+            for begin, end in zip(starts, starts[1:] + [len(lines)]):
+                if pattern.match(lines[begin]):
+                    try:
+                        tree = ast.parse("".join(lines[begin:end]))
+                        stmt = tree.body[0]
+                        value = literal(stmt.value) if getattr(stmt, "value", None) is not None else _NO_VALUE
+                    except (SyntaxError, ValueError, IndexError):
+                        value = _NO_VALUE
+                    break
+        if value is not _NO_VALUE and not isinstance(value, list):
+            value = _NO_VALUE
+        self._constant_cache[key] = value
+        return value
+
+    def run(self):
+        texts = self.texts
+        for rel, path in walk_python_files(self.root):
+            self.files_total += 1
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError as exc:
+                self.errors.append({"file": rel, "error": "cannot read: %s" % exc.strerror})
+                continue
+            texts[rel] = data
+        tokens = [t.encode() for t in TOKENS]
+        selected = [rel for rel, data in texts.items() if any(t in data for t in tokens)]
+        self.load(selected, texts, ())
+        # Predicates with names no token covers (rare): a second, narrower pass.
+        extra = sorted(n for n in self.defs if not any(t in n for t in TOKENS))
+        if extra:
+            # Only in files already read: a predicate with a token-less name is used where it lives.
+            names = [n.encode() for n in extra]
+            again = [rel for rel in sorted(self.files) if any(n in texts[rel] for n in names)]
+            self.load(again, texts, extra)
+        gates = []
+        extra_words = [n for n in self.defs if not any(t in n for t in TOKENS)]
+        for rel in sorted(self.files):
+            info = self.files[rel]
+            info.source.mark_words(list(TOKENS) + extra_words + gate_alias_names(info))
+            for piece in info.pieces:
+                locator = Locator(info.source, piece)
+                walker = GateWalker(self, info, locator)
+                ctx = FunctionContext(piece.qual, None, {}, {})
+                walker.walk_body(piece.tree.body, ctx, [])
+                gates.extend(walker.found)
+        gates.sort(key=lambda g: (g["file"], g["line"], g["condition"]["span"][1]))
+        counters = {}
+        for gate in gates:
+            key = (gate["file"], gate["function"])
+            counters[key] = counters.get(key, 0) + 1
+            gate["id"] = "%s::%s#%d" % (gate["file"], gate["function"], counters[key])
+        return gates
+
+    def load(self, rels, texts, extra_names):
+        for rel in rels:
+            info = self.files.get(rel)
+            if info is None:
+                try:
+                    text = texts[rel].decode("utf-8")
+                except UnicodeDecodeError:
+                    self.errors.append({"file": rel, "error": "not UTF-8"})
+                    continue
+                info = FileInfo(FileSource(rel, text))
+            parse_file(info, extra_names)
+            if info.error:
+                self.errors.append({"file": rel, "error": info.error})
+                self.files.pop(rel, None)
+                continue
+            self.files[rel] = info
+        self.defs = {}
+        self.platform_map = {}
+        for rel in sorted(self.files):
+            info = self.files[rel]
+            # Definitions are collected again from every piece: cheap, and keeps one code path.
+            info.imports, info.aliases, info.predicates, info.helpers, info.platform_map = {}, {}, {}, set(), {}
+            collect_definitions(info)
+            for name in info.predicates:
+                self.defs.setdefault(name, []).append(rel)
+            self.platform_map.update(info.platform_map)
+
+    def predicate_table(self):
+        out = []
+        for rel in sorted(self.files):
+            info = self.files[rel]
+            for name, meaning in sorted(info.predicates.items()):
+                entry = {"name": name, "file": rel, "line": meaning.get("line"), "source": meaning.get("source")}
+                if "majors" in meaning:
+                    entry["majors"] = meaning["majors"]
+                    entry["min_cuda"] = meaning.get("min_cuda")
+                elif "same_as" in meaning:
+                    entry["same_as"] = meaning["same_as"]
+                elif "def_node" in meaning:
+                    func, value, locator = meaning["def_node"]
+                    func._gpuops_line0 = locator.line0
+                    local_aliases, cc_vars = function_locals(func, self, info)
+                    scope = Scope(self, info, locator, local_aliases, cc_vars)
+                    tree = build(value, scope)
+                    # `if not is_cuda(): return False` before the return narrows it to CUDA.
+                    entry["expr"] = tree
+                out.append(entry)
+        return out
+
+
+def gate_alias_names(info):
+    """Module aliases whose value (or the value of an alias it names) mentions a capability token."""
+    relevant = set()
+    changed = True
+    texts = {}
+    for name, (value, locator) in info.aliases.items():
+        texts[name] = locator.text(value, 100000)
+    while changed:
+        changed = False
+        for name, text in texts.items():
+            if name in relevant or any(t in name for t in TOKENS):
+                continue
+            if has_token(text, ()) or any(re.search(r"\b%s\b" % re.escape(r), text) for r in relevant):
+                relevant.add(name)
+                changed = True
+    return sorted(relevant)
+
+
+def module_files(module):
+    parts = module.split(".")
+    if not parts or parts[0] != "sglang":
+        return []
+    rel = "/".join(parts[1:])
+    if not rel:
+        return ["__init__.py"]
+    return [rel + ".py", rel + "/__init__.py"]
+
+
+def gate_context(gate):
+    effect = gate.get("effect") or {}
+    parts = [gate["function"], gate.get("doc") or "", gate["text"], " ".join(gate.get("within") or []),
+             effect.get("message") or "", json.dumps(effect.get("returns")), " ".join(effect.get("sets") or []),
+             " ".join(gate.get("reads") or [])]
+    return "\n".join(parts)
+
+
+def scan(opts):
+    started = time.time()
+    cpu_started = time.process_time()
+    result = {"scanner": SCANNER_VERSION, "python": "%d.%d.%d" % sys.version_info[:3], "ok": False}
+    root, reason = find_sglang(opts)
+    if root is None:
+        result["reason"] = reason
+        result["elapsed_s"] = round(time.time() - started, 3)
+        return result
+    result["root"] = root
+    result["version"] = find_version(root)
+    scanner = Scanner(root)
+    gates = scanner.run()
+    result["ok"] = True
+    result["files_total"] = scanner.files_total
+    result["files_parsed"] = len(scanner.files)
+    result["errors"] = scanner.errors
+    result["predicates"] = scanner.predicate_table()
+    result["platform_attrs"] = scanner.platform_map
+    result["gates"] = gates
+    patterns = []
+    for pattern in opts.get("keywords") or []:
+        try:
+            patterns.append(re.compile(pattern, re.I))
+        except re.error:
+            pass
+    for error in scanner.errors:
+        text = scanner.texts.get(error["file"], b"").decode("utf-8", "replace")
+        error["matches"] = [p.pattern for p in patterns if p.search(text)]
+    if opts.get("with_sources"):
+        wanted = sorted({g["file"] for g in gates if not patterns or any(p.search(gate_context(g)) for p in patterns)})
+        result["sources"] = {rel: scanner.files[rel].source.text for rel in wanted}
+    result["elapsed_s"] = round(time.time() - started, 3)
+    result["cpu_s"] = round(time.process_time() - cpu_started, 3)
+    return result
+
+
+def main(argv):
+    opts, problem = read_options(argv)
+    if opts is None:
+        out = {"scanner": SCANNER_VERSION, "ok": False, "reason": problem}
+    else:
+        try:
+            out = scan(opts)
+        except Exception as exc:  # report, never a traceback on the host's side
+            out = {"scanner": SCANNER_VERSION, "ok": False, "reason": "scanner failed: %s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write(json.dumps(out, sort_keys=True))
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
