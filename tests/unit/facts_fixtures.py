@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,28 @@ def p2p_matrix(status: list[list[str]]) -> str:
         lines.append(f" GPU{i}\t" + "\t".join(row) + "\t")
     lines += ["", "Legend:", "", "  X    = Self", "  OK   = Status Ok", "  CNS  = Chipset not supported", ""]
     return "\n".join(lines) + "\n"
+
+
+# The synthetic 8x RTX PRO 6000 host's server (fixtures/synthetic/.../host.yaml), as argv.
+KIMI = (
+    "python3 -m sglang.launch_server --model-path /models/Kimi-K2.5 --tp 8 --port 30000 "
+    "--trust-remote-code --speculative-algorithm EAGLE3 "
+    "--speculative-draft-model-path /models/Kimi-K2.5-eagle3 --speculative-num-steps 3 "
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+).split()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def server_output(argv: list[str], env: str | None = "NCCL_P2P_LEVEL=SYS\nNCCL_IB_DISABLE=1\nSGLANG_ADMIN_TOKEN=x\n",
+                   cgroup: str = "0::/system.slice/sglang.service\n", extra: str = "", health: str = "health=200") -> ProbeOutput:
+    argv_bytes = b"".join(word.encode() + b"\0" for word in argv)
+    lines = [
+        "want_port=30000", "others= 999:30001", "pid=4242", "ppid=1", "exe=/usr/bin/python3.12",
+        f"argv_b64={b64(argv_bytes)}", f"cgroup_b64={b64(cgroup.encode())}",
+    ]
+    lines.append(f"env_b64={b64(env.encode())}" if env is not None else "env_error=cannot read /proc/4242/environ (the server runs as another user; inspect as that user or root)")
+    lines += ["health_url=http://127.0.0.1:30000/health", health]
+    return ProbeOutput("\n".join(lines) + "\n" + extra, "", 0)

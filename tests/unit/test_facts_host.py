@@ -5,8 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from facts_fixtures import H200, RTX8, driver_error, fixture_text, not_found, ok
-from test_facts_server import KIMI, _server_output
+from facts_fixtures import H200, KIMI, RTX8, driver_error, fixture_text, not_found, ok, server_output
 
 from gpuops.facts.gpu import parse_banner, parse_query
 from gpuops.facts.host import host_facts, probes_for
@@ -43,7 +42,7 @@ def _rtx8_values() -> dict:
         "gpu.p2p": parse_p2p(ok(fixture_text(RTX8, "p2p.txt"))),
         "host.system": parse_host_system(ok(SYSTEM)),
         "software.python": parse_python_packages(ok(PACKAGES)),
-        "server": parse_server(_server_output(KIMI)),
+        "server": parse_server(server_output(KIMI)),
     }
 
 

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import base64
 import json
+
+from facts_fixtures import KIMI, b64, server_output
 
 from gpuops.facts.model import model_from_config
 from gpuops.facts.server import classify_manager, parse_server
 from gpuops.facts.server_args import REDACTED, launch_args, parse_flags, settings_from_argv
 from gpuops.gather import ProbeOutput
-
-# The synthetic 8x RTX PRO 6000 host's server (fixtures/synthetic/.../host.yaml), as argv.
-KIMI = (
-    "python3 -m sglang.launch_server --model-path /models/Kimi-K2.5 --tp 8 --port 30000 "
-    "--trust-remote-code --speculative-algorithm EAGLE3 "
-    "--speculative-draft-model-path /models/Kimi-K2.5-eagle3 --speculative-num-steps 3 "
-    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
-).split()
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
 
 def test_kimi_server_flags_and_typed_fields() -> None:
     s = settings_from_argv(KIMI)
@@ -78,24 +66,12 @@ def test_secrets_are_redacted_in_flags() -> None:
     assert "hunter2" not in json.dumps(s.args) and "s3cret" not in json.dumps(s.args)
 
 
-def _server_output(argv: list[str], env: str | None = "NCCL_P2P_LEVEL=SYS\nNCCL_IB_DISABLE=1\nSGLANG_ADMIN_TOKEN=x\n",
-                   cgroup: str = "0::/system.slice/sglang.service\n", extra: str = "", health: str = "health=200") -> ProbeOutput:
-    argv_bytes = b"".join(word.encode() + b"\0" for word in argv)
-    lines = [
-        "want_port=30000", "others= 999:30001", "pid=4242", "ppid=1", "exe=/usr/bin/python3.12",
-        f"argv_b64={_b64(argv_bytes)}", f"cgroup_b64={_b64(cgroup.encode())}",
-    ]
-    lines.append(f"env_b64={_b64(env.encode())}" if env is not None else "env_error=cannot read /proc/4242/environ (the server runs as another user; inspect as that user or root)")
-    lines += ["health_url=http://127.0.0.1:30000/health", health]
-    return ProbeOutput("\n".join(lines) + "\n" + extra, "", 0)
-
-
 def test_parse_server_systemd_with_env_and_model() -> None:
     config = json.dumps({"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
                          "text_config": {"hidden_size": 7168, "num_hidden_layers": 61, "n_routed_experts": 384}})
-    server = parse_server(_server_output(
+    server = parse_server(server_output(
         KIMI + ["--api-key", "hunter2"],
-        extra=f"config_path=/models/Kimi-K2.5/config.json\nconfig_b64={_b64(config.encode())}\n",
+        extra=f"config_path=/models/Kimi-K2.5/config.json\nconfig_b64={b64(config.encode())}\n",
     ))
     assert server.running and server.pid == 4242 and server.ppid == 1
     assert server.settings.tp_size == 8
@@ -111,14 +87,14 @@ def test_parse_server_systemd_with_env_and_model() -> None:
 
 
 def test_unreadable_environ_says_why() -> None:
-    server = parse_server(_server_output(KIMI, env=None))
+    server = parse_server(server_output(KIMI, env=None))
     assert server.env is None
     assert "another user" in server.env_reason
 
 
 def test_unhealthy_and_unreachable() -> None:
-    assert parse_server(_server_output(KIMI, health="health=503")).healthy is False
-    down = parse_server(_server_output(KIMI, health="health_error=[Errno 111] Connection refused"))
+    assert parse_server(server_output(KIMI, health="health=503")).healthy is False
+    down = parse_server(server_output(KIMI, health="health_error=[Errno 111] Connection refused"))
     assert down.healthy is False and down.health_status is None and "refused" in down.health_error
 
 

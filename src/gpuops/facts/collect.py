@@ -37,16 +37,21 @@ def _gate_probe(with_sources: bool) -> tuple[Any, str | None]:
 
 
 def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
-    reason = getattr(scan, "reason", None)
-    if scan is None or (getattr(scan, "known", True) is False and reason):
-        return None, f"gate scan failed: {reason or 'no result'}"
     try:
         from gpuops.gates.evaluate import judge
+        from gpuops.gates.scan import GateScan
     except ImportError as exc:
         return None, f"gate evaluation is not available in this gpuops ({exc})"
-    server = facts_json(facts)["server"]
+    if not isinstance(scan, GateScan):
+        # The scan's output never came back (ProbeFailure): judge it as an unknown scan, so every
+        # catalogued feature still appears, as "unknown" with the reason.
+        scan = GateScan(known=False, reason=getattr(scan, "reason", None) or "the gate scan did not run")
+    server = dict(facts_json(facts)["server"])
+    model = facts.server.model
+    server["architecture"] = model.architecture if model is not None and model.known else None
     cuda = facts.torch_cuda or facts.banner.cuda_driver_version
-    return judge(scan, facts.compute_capability, cuda, server), None
+    report = judge(scan, facts.compute_capability, cuda, server)
+    return report, None if report.known else report.reason
 
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
