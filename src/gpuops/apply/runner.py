@@ -208,14 +208,12 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             handlers=[h.name for h in plan.handlers], tasks_ok=plan.tasks_ok,
         )
         pending = _unfinished(extra_facts["journal"])
-        if pending:
-            message = (f"run {pending['run_id']} ({pending.get('role')}) did not finish on this host; "
-                       f"undo it with `gpuops rollback --run {pending['run_id']}`")
-            if options.check:
-                report.warnings.append(message)
-            else:
-                report.ok, report.status, report.error = False, "refused", message
-                return report
+        if pending and options.check:
+            # Not refused here: the helper decides (a run in progress holds the lock; a dead one
+            # left an unfinished journal entry), so the message says which it is.
+            report.warnings.append(
+                f"run {pending['run_id']} ({pending.get('role')}) is in progress or did not finish on this host; "
+                f"if it is not running, undo it with `gpuops rollback --run {pending['run_id']}`")
         if options.check:
             return report
         if os.environ.get(TEST_CORRUPT_PATCH_ENV):

@@ -663,6 +663,8 @@ def run_detached(work, payload):
             def progress(record):
                 append_line(progress_path, record)
 
+            progress({"event": "worker", "pid": os.getpid()})
+
             def connection_alive():
                 return payload.get("on_disconnect", "rollback") != "rollback" or os.getppid() == parent
 

@@ -1,0 +1,240 @@
+"""gpuops apply / rollback / history over real sshd lab hosts with the stand-in server (process manager).
+
+Every test that changes a host starts its own lab host (a few hundred ms). The fusion role, which
+needs real SGLang releases, is in test_apply_fusion.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
+
+
+def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
+    """sha256 of every file under a lab host dir (logs and pid files excluded: they move on their own)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_dir() or path.name in VOLATILE or path.is_symlink():
+            continue
+        if skip_runs and (rel.parts[:2] == ("state", "runs") or path.name in ("journal.jsonl", "lock")):
+            continue
+        out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def server_info(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=5) as response:
+        return json.loads(response.read())
+
+
+def pid_of(host) -> int:
+    return int((host.state_dir / "sglang.pid").read_text())
+
+
+def host_journal(host) -> list[dict[str, Any]]:
+    path = host.state_dir / "journal.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+
+
+def apply(run_gpuops, lab, *args: str) -> subprocess.CompletedProcess:
+    return run_gpuops("apply", *args, "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=30",
+                      "-e", "gpuops_stop_grace=5")
+
+
+@pytest.fixture
+def lab(lab_factory):
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+
+
+def test_check_mode_changes_nothing_and_shows_diffs(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir)
+    pid = pid_of(host)
+    proc = apply(run_gpuops, lab, "nccl-env", "--check", "--diff", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}')
+    assert proc.returncode == 0, proc.stderr
+    assert "+NCCL_MIN_NCHANNELS='8'" in proc.stdout
+    assert "would run handler: restart sglang" in proc.stdout
+    assert "h01 : ok=6 changed=" in proc.stdout and "failed=0" in proc.stdout
+    assert tree_hashes(host.dir) == before
+    assert not (host.state_dir / "journal.jsonl").exists() and not (host.state_dir / "runs").exists()
+    assert pid_of(host) == pid
+
+
+def test_apply_restarts_with_the_new_env_then_rerun_is_a_noop(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    extra = '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8, "NCCL_P2P_LEVEL": "PHB"}}'
+    proc = apply(run_gpuops, lab, "nccl-env", "--json", "-e", extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["ok"] and report["status"] == "finished" and report["changed"] >= 1
+    assert report["run_id"] and report["handlers"] == ["restart sglang"]
+    assert {c["path"] for c in report["changes"]} >= {str(host.state_dir / "sglang.env")}
+    assert all("after_sha256" in c and "diff" in c and "after" not in c for c in report["changes"])
+    env = server_info(host.server_port)["env"] if "env" in server_info(host.server_port) else server_info(host.server_port)
+    assert "NCCL_MIN_NCHANNELS" in json.dumps(env) and "PHB" in json.dumps(env)
+    pid = pid_of(host)
+    assert report["pid"] == pid
+
+    again = apply(run_gpuops, lab, "nccl-env", "--json", "-e", extra)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)["hosts"]["h01"]
+    assert second["changed"] == 0 and second["changes"] == [] and second["status"] == "unchanged"
+    assert pid_of(host) == pid  # not restarted
+
+    history = run_gpuops("history", "-i", str(lab.inventory_path), "--json")
+    runs = json.loads(history.stdout)["hosts"]["h01"]["runs"]
+    assert [r["outcome"] for r in runs] == ["finished", "unchanged"]
+    assert runs[0]["role"] == "nccl-env" and runs[0]["changed"] == report["changed"]
+
+
+def test_rollback_restores_every_byte(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir, skip_runs=True)
+    assert apply(run_gpuops, lab, "nccl-env", "-e", '{"nccl_env": {"NCCL_BUFFSIZE": 8388608}}').returncode == 0
+    assert tree_hashes(host.dir, skip_runs=True) != before
+    proc = run_gpuops("rollback", "-i", str(lab.inventory_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert "NCCL_BUFFSIZE" not in json.dumps(server_info(host.server_port))
+    history = json.loads(run_gpuops("history", "-i", str(lab.inventory_path), "--json").stdout)
+    kinds = [(r.get("kind"), r["outcome"]) for r in history["hosts"]["h01"]["runs"]]
+    assert kinds == [(None, "finished"), ("rollback", "finished")]
+
+
+def test_startup_crash_is_rolled_back(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir, skip_runs=True)
+    extra = '{"nccl_env": {"NCCL_ALGO": "Tree"}, "sglang_env": {"GPUOPS_STANDIN_CRASH_IF": "NCCL_ALGO=Tree"}}'
+    proc = apply(run_gpuops, lab, "nccl-env", "-e", extra)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "CUDA graph capture" in proc.stdout                  # the field warning, before the run
+    assert "the server exited during start-up" in proc.stdout
+    assert "NCCL_ALGO=Tree is not supported" in proc.stdout      # the server's own log line
+    assert "rolled back" in proc.stdout and "failed=1" in proc.stdout
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    info = server_info(host.server_port)                          # the previous config, healthy
+    assert "NCCL_ALGO" not in json.dumps(info)
+    assert [r["event"] for r in host_journal(host)] == ["started", "rolled_back"]
+    # Nothing is left unfinished: the next apply is not refused.
+    assert apply(run_gpuops, lab, "nccl-env", "--check").returncode == 0
+
+
+def test_bad_nccl_name_is_refused_before_anything(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir)
+    proc = apply(run_gpuops, lab, "nccl-env", "-e", '{"nccl_env": {"NCCL_ALGOS": "Ring"}}')
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "did you mean NCCL_ALGO?" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert tree_hashes(host.dir) == before
+
+
+def test_hostile_values_stay_inert(lab, run_gpuops, tmp_path: Path) -> None:
+    host = lab.hosts[0]
+    marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
+    hostile = f"$(touch {marker})"
+    extra = json.dumps({"sglang_env": {"SGLANG_NOTE": hostile, "SGLANG_TICKS": f"`touch {marker}`; touch {marker}"},
+                        "sglang_args": ["--model-path", "/models/x", "--served-model-name", hostile,
+                                        "--port", str(host.server_port)]})
+    proc = apply(run_gpuops, lab, "sglang-service", "-e", extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+    env_text = (host.state_dir / "sglang.env").read_text()
+    assert f"SGLANG_NOTE='{hostile}'" in env_text
+    info = json.dumps(server_info(host.server_port))
+    assert json.dumps(hostile)[1:-1] in info          # literally in the server's environment and flags
+    assert not marker.exists()
+
+
+def _start_client(lab, *extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK",)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuops.cli", "apply", "nccl-env", "-i", str(lab.inventory_path),
+         "-e", "gpuops_health_timeout=60", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def _wait_for_restart(host, client: subprocess.Popen) -> Path:
+    """The run dir of the apply whose restart is under way on the host."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline and client.poll() is None, client.communicate()
+        runs = host.state_dir / "runs"
+        for progress in runs.glob("*/progress.jsonl") if runs.exists() else ():
+            if '"handler"' in progress.read_text():
+                return progress.parent
+        time.sleep(0.05)
+
+
+def _wait_for_result(run_dir: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while not (run_dir / "result.json").exists():
+        assert time.monotonic() < deadline, (run_dir / "progress.jsonl").read_text()
+        time.sleep(0.1)
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def test_concurrent_apply_is_refused(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    # The first apply's server takes 30 s to come up: long enough for a second apply to collide.
+    first = _start_client(lab, "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}, "sglang_env": {"GPUOPS_STANDIN_STARTUP_S": "30"}}')
+    try:
+        run_dir = _wait_for_restart(host, first)
+        second = apply(run_gpuops, lab, "nccl-env", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 2}}')
+        assert second.returncode == 1
+        assert "another gpuops run holds the host lock" in second.stdout
+    finally:
+        first.send_signal(signal.SIGKILL)  # and let the host roll itself back (tested below)
+        first.wait(timeout=10)
+    assert _wait_for_result(run_dir)["status"] == "rolled_back"
+    assert "NCCL_MIN_NCHANNELS='2'" not in (host.state_dir / "sglang.env").read_text()
+
+
+def test_killed_client_leaves_the_host_as_it_was(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir, skip_runs=True)
+    client = _start_client(lab, "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}, "sglang_env": {"GPUOPS_STANDIN_STARTUP_S": "8"}}')
+    run_dir = _wait_for_restart(host, client)
+    client.send_signal(signal.SIGKILL)
+    client.wait(timeout=10)
+    result = _wait_for_result(run_dir)
+    assert result["status"] == "rolled_back" and "connection to gpuops was lost" in result["error"]
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert "NCCL_MIN_NCHANNELS" not in json.dumps(server_info(host.server_port))
+    assert [r["event"] for r in host_journal(host)] == ["started", "rolled_back"]
+
+
+def test_a_run_that_died_blocks_the_next_until_rolled_back(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir, skip_runs=True)
+    client = _start_client(lab, "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}, "sglang_env": {"GPUOPS_STANDIN_STARTUP_S": "8"}}')
+    run_dir = _wait_for_restart(host, client)
+    worker = next(json.loads(l)["pid"] for l in (run_dir / "progress.jsonl").read_text().splitlines() if '"worker"' in l)
+    os.kill(worker, signal.SIGKILL)  # the host-side worker dies mid-run (OOM killer, reboot, ...)
+    client.kill()
+    client.wait(timeout=10)
+    refused = apply(run_gpuops, lab, "nccl-env")
+    assert refused.returncode == 1
+    assert f"gpuops rollback --run {run_dir.name}" in refused.stdout
+    proc = run_gpuops("rollback", "-i", str(lab.inventory_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["ok"] and str(host.state_dir / "sglang.env") in report["restored"]
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert "NCCL_MIN_NCHANNELS" not in json.dumps(server_info(host.server_port))
+    assert apply(run_gpuops, lab, "nccl-env", "--check").returncode == 0
