@@ -89,7 +89,14 @@ _CHOOSE_PYTHON = r"""
 GPUOPS_PY=
 GPUOPS_PY_REASON=
 gpuops_why=
-if [ -n "$GPUOPS_SERVER_PID" ]; then
+gpuops_root_of() { stat -L -c '%d:%i' "$1" 2>/dev/null; }
+gpuops_own_root=$(gpuops_root_of /)
+gpuops_srv_root=
+[ -z "$GPUOPS_SERVER_PID" ] || gpuops_srv_root=$(gpuops_root_of "/proc/$GPUOPS_SERVER_PID/root/")
+if [ -n "$gpuops_srv_root" ] && [ -n "$gpuops_own_root" ] && [ "$gpuops_srv_root" != "$gpuops_own_root" ]; then
+  # A container: its interpreter path means nothing out here (and /usr/bin/python3 would be ours).
+  gpuops_why="the server (pid $GPUOPS_SERVER_PID) runs in another root (a container), its python is not reachable from here; "
+elif [ -n "$GPUOPS_SERVER_PID" ]; then
   gpuops_a0=$(gpuops_argv "$GPUOPS_SERVER_PID" | head -n 1)
   gpuops_exe=$(readlink "/proc/$GPUOPS_SERVER_PID/exe" 2>/dev/null)
   case "$gpuops_a0" in
