@@ -27,7 +27,7 @@ import shutil
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -395,6 +395,13 @@ def _write_lab_files(lab: Lab, python: str) -> None:
     (root / "ssh_config").write_text(lab_files.ssh_config_text(root, lab.hosts, getpass.getuser()))
     (root / "inventory.yml").write_text(lab_files.inventory_text(root, lab.hosts, getpass.getuser(), python))
     _write_record(lab)
+
+
+def relabel_gpu(lab: Lab, name: str, gpu: str) -> Lab:
+    """Record ``gpu`` as the description host ``name`` simulates (e.g. after moving its file)."""
+    lab.hosts = [replace(h, gpu=gpu) if h.name == name else h for h in lab.hosts]
+    _write_lab_files(lab, _host_python())
+    return lab
 
 
 def _write_record(lab: Lab) -> None:
