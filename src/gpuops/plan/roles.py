@@ -94,8 +94,16 @@ def _read_yaml(path: Path, expected: type, empty: Any) -> Any:
     return data
 
 
-def _parse_task(raw: Any, path: Path, index: int, handler: bool) -> Task:
-    where = f"{path}, {'handler' if handler else 'task'} {index + 1}"
+def _display(path: Path, base: Path) -> str:
+    """``roles/<role>/tasks.yml``: short, and still findable from the repository or the cwd."""
+    try:
+        return str(path.relative_to(base.parent))
+    except ValueError:
+        return str(path)
+
+
+def _parse_task(raw: Any, path: Path, index: int, handler: bool, shown: str = "") -> Task:
+    where = f"{shown or path}, {'handler' if handler else 'task'} {index + 1}"
     if not isinstance(raw, dict):
         raise RoleError(f"{where}: a task must be a mapping")
     if "name" in raw:
@@ -185,8 +193,8 @@ def load_role(name: str, search: list[Path] | None = None) -> Role:
         name=name,
         path=path,
         defaults=_read_yaml(defaults_file, dict, {}),
-        tasks=tuple(_parse_task(t, tasks_file, i, False) for i, t in enumerate(tasks)),
-        handlers=tuple(_parse_task(t, handlers_file, i, True) for i, t in enumerate(handlers)),
+        tasks=tuple(_parse_task(t, tasks_file, i, False, _display(tasks_file, base)) for i, t in enumerate(tasks)),
+        handlers=tuple(_parse_task(t, handlers_file, i, True, _display(handlers_file, base)) for i, t in enumerate(handlers)),
         dependencies=dep_names,  # type: ignore[arg-type]
     )
 
