@@ -193,3 +193,25 @@ def test_cli_bad_gpu_and_refusing_a_non_lab_dir(run_gpuops, tmp_path) -> None:
 def test_lab_path_with_a_quote_is_refused(tmp_path) -> None:
     with pytest.raises(GpuopsError, match="must not contain quotes"):
         start_lab(tmp_path / 'bad"dir', [LabSpec(server=False)])
+
+
+def test_missing_openssh_server_is_one_line_with_the_install_command(tmp_path, monkeypatch) -> None:
+    from gpuops.lab import sshd
+
+    monkeypatch.setattr(sshd, "SSHD", tmp_path / "no-sshd")
+    with pytest.raises(GpuopsError) as err:
+        start_lab(tmp_path / "lab", [LabSpec(server=False)])
+    assert "apt-get install -y openssh-server" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "lab").exists()
+
+
+def test_add_hosts_to_a_running_lab(tmp_path) -> None:
+    root = tmp_path / "lab"
+    with start_lab(root, [LabSpec(gpu="h200-x1", sglang=None, server=False)]) as lab:
+        bigger = start_lab(root, [LabSpec(gpu="none", sglang=None, server=False)], add=True)
+        assert [h.name for h in bigger.hosts] == ["h01", "h02"]
+        known = lab.known_hosts.read_text().splitlines()
+        assert len(known) == 2 and all(line.startswith("[127.0.0.1]:") for line in known)
+        for host in bigger.hosts:
+            done = subprocess.run(lab.ssh_command(host.name, "echo $GPUOPS_LAB_HOST"), capture_output=True, timeout=60)
+            assert done.stdout.decode().strip() == host.name
