@@ -151,26 +151,38 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_gate_scan:
+        from gpuops.facts.gpu import banner_probe, query_probe
         from gpuops.gates.probe import gate_scan_probe
 
-        probes.append(gate_scan_probe(with_sources=True))
+        # The GPUs and CUDA version judge the re-audit; the scan (with sources) feeds the patch.
+        probes += [query_probe(), banner_probe(), gate_scan_probe(with_sources=True)]
     values = gather(conn, probes, preamble=preamble_for_vars(_merged(host, extra)))
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot read the files the role manages: {files.reason}")
     journal = values["apply.journal"]
     journal = [] if isinstance(journal, ProbeFailure) else journal
-    scan, sources = None, None
+    scan, sources, gpu = None, None, {}
     if discovery.needs_gate_scan:
-        scan = values.get("gates.scan") if "gates.scan" in values else next(
-            (v for k, v in values.items() if k not in ("apply.files", "apply.journal")), None)
+        scan = values.get("gates.scan")
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
         sources = getattr(scan, "sources", None)
-        if sources is None and isinstance(scan, dict):
-            sources = scan.get("sources")
+        gpu = _gpu_summary(values)
     facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources)
-    return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
+    return facts, {"journal": journal, "python": files["python"], "problems": files["problems"], "gpu": gpu}
+
+
+def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Compute capability and CUDA version from the facts probes (None where unknown)."""
+    from gpuops.facts.host import host_facts
+
+    try:
+        facts = host_facts(values)
+    except Exception:  # facts are a help for judging, never a reason to fail the apply
+        return {}
+    return {"compute_capability": facts.compute_capability,
+            "cuda": facts.torch_cuda or getattr(facts.banner, "cuda_driver_version", None)}
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -218,6 +230,15 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return report
         if os.environ.get(TEST_CORRUPT_PATCH_ENV):
             plan = _corrupt_for_test(plan)
+        gpu = extra_facts.get("gpu") or {}
+        if plan.audit is not None and gpu.get("compute_capability"):
+            from gpuops.apply.verdict import compute_capability_of
+
+            wanted = compute_capability_of(plan.audit.target_sm)
+            if gpu["compute_capability"] != wanted:
+                report.warnings.append(
+                    f"this host's GPUs are compute capability {gpu['compute_capability']}, not {wanted} "
+                    f"({plan.audit.target_sm}): the patch only matters on {plan.audit.target_sm} GPUs")
         audit_sh = None
         if plan.audit is not None:
             from gpuops.gates.probe import gate_scan_probe
@@ -229,7 +250,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         variables = _merged(host, extra)
         result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None)
         if result.get("status") == "audited":
-            result = _finish_after_audit(conn, variables, payload, plan, result, options)
+            result = _finish_after_audit(conn, variables, payload, plan, result, options, gpu.get("cuda"))
         _fold_result(report, result, secret_values(variables))
         append_home({
             "run_id": run_id, "host": host.name, "role": role, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -244,12 +265,13 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
 
 
 def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
-                        plan: "Plan", result: dict[str, Any], options: ApplyOptions) -> dict[str, Any]:
+                        plan: "Plan", result: dict[str, Any], options: ApplyOptions,
+                        cuda: str | None = None) -> dict[str, Any]:
     from gpuops.apply.verdict import Verdict, judge_audit
 
     assert plan.audit is not None
     try:
-        verdict = judge_audit(result.get("audit_output"), plan.audit)
+        verdict = judge_audit(result.get("audit_output"), plan.audit, cuda)
     except Exception as exc:  # a judge that cannot read the scan must not leave the run open
         verdict = Verdict(False, f"the gate re-audit could not be judged: {type(exc).__name__}: {exc}")
     resume = dict(payload, mode="resume", verdict="ok" if verdict.ok else "failed", verdict_reason=verdict.reason,

@@ -28,7 +28,7 @@ def _status(feature: Any) -> str | None:
     return getattr(feature, "status", None) or getattr(feature, "state", None)
 
 
-def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck) -> Verdict:
+def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck, cuda: str | None = None) -> Verdict:
     """The fusion feature must come out ``open`` for the target compute capability."""
     if not audit_output:
         return Verdict(False, "the gate re-audit produced no output")
@@ -39,10 +39,14 @@ def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck) -> Verdi
     probe = gate_scan_probe(with_sources=False)
     scan = probe.parse(ProbeOutput(audit_output.get("stdout", ""), audit_output.get("stderr", ""),
                                    int(audit_output.get("exit_status", 0))))
-    report = judge(scan, compute_capability_of(check.target_sm), None, None)
+    if not getattr(scan, "known", True):
+        return Verdict(False, f"the gate re-audit could not scan: {getattr(scan, 'reason', 'unknown reason')}")
+    report = judge(scan, compute_capability_of(check.target_sm), cuda, None)
     features = getattr(report, "features", None) or {}
     feature = features.get(check.feature)
     status = _status(feature)
+    reason = feature.get("reason", "") if isinstance(feature, dict) else ""
     if status == "open":
         return Verdict(True, f"{check.feature} is open for {check.target_sm}")
-    return Verdict(False, f"the gate re-audit shows {check.feature} {status or 'missing'} for {check.target_sm}, not open")
+    return Verdict(False, f"the gate re-audit shows {check.feature} {status or 'missing'} for "
+                          f"{check.target_sm}, not open ({reason})")

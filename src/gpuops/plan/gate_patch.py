@@ -58,8 +58,14 @@ def patch_changes(facts: HostFacts | None, target_sm: str, host: str) -> PatchCh
     flags = _get(plan, "launch_flags", default=None)
     if flags is None:
         flag = _get(plan, "launch_flag", "flag")
-        flags = [flag] if flag else []
+        value = _get(plan, "flag_value")
+        flags = ([flag] + ([str(value)] if value is not None else [])) if flag else []
     elif isinstance(flags, str):
         flags = [flags]
     notes = [str(n) for n in (_get(plan, "notes", default=()) or ())]
+    for closed in _get(plan, "left_closed", default=()) or ():
+        text = (f"left closed: {_get(closed, 'file')}:{_get(closed, 'line')} ({_get(closed, 'function')}): "
+                f"{_get(closed, 'why')}")
+        if text not in notes:
+            notes.append(text)
     return PatchChanges(tuple(files), tuple(str(f) for f in flags), tuple(notes))

@@ -1,0 +1,118 @@
+"""gpuops apply fusion-sm120 over lab hosts with REAL SGLang releases (0.5.8, 0.5.14, 0.5.23).
+
+The gates part finds and widens the gates (``plan_fusion_patch``); these tests hold apply to its
+contract on the real files: check mode touches nothing, apply patches, compiles, re-audits and
+restarts with the fusion flag, a rerun does nothing, rollback restores every byte, and a patch
+that does not compile is rolled back before the server is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+RELEASES = ("0.5.8", "0.5.14", "0.5.23")
+VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
+
+
+def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_dir() or path.is_symlink() or path.name in VOLATILE:
+            continue
+        if skip_runs and (rel.parts[:2] == ("state", "runs") or path.name in ("journal.jsonl", "lock")):
+            continue
+        out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def server_info(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=5) as response:
+        return json.loads(response.read())
+
+
+def audit(lab) -> dict[str, Any]:
+    """A fresh gate audit of the host, through gpuops' own gather, judged for SM120."""
+    from gpuops.facts.python_select import preamble_for_vars
+    from gpuops.gates.evaluate import judge
+    from gpuops.gates.probe import gate_scan_probe
+    from gpuops.gather import gather
+    from gpuops.inventory import load_inventory
+    from gpuops.transport import ConnectOptions, connect
+
+    host = load_inventory(str(lab.inventory_path)).select(None)[0]
+    conn = connect(host, ConnectOptions())
+    try:
+        scan = gather(conn, [gate_scan_probe()], preamble=preamble_for_vars(dict(host.vars)))["gates.scan"]
+    finally:
+        conn.close()
+    return judge(scan, "12.0", "12.8", None).features["flashinfer_allreduce_fusion"]
+
+
+def apply(run_gpuops, lab, *args: str, env: dict[str, str] | None = None):
+    return run_gpuops("apply", "fusion-sm120", "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=60",
+                      "-e", "gpuops_stop_grace=5", *args, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_fusion_apply_rerun_rollback(lab_factory, run_gpuops, release: str) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=release)
+    host = lab.hosts[0]
+    assert audit(lab)["status"] == "blocked"
+    pristine = tree_hashes(host.dir, skip_runs=True)
+    everything = tree_hashes(host.dir)
+
+    check = apply(run_gpuops, lab, "--check", "--diff", "--json")
+    assert check.returncode == 0, check.stdout + check.stderr
+    planned = json.loads(check.stdout)["hosts"]["h01"]
+    patches = [c for c in planned["changes"] if c["kind"] == "patch"]
+    assert patches and all(c["path"].startswith(str(host.site_dir / "sglang")) for c in patches)
+    assert all(c["diff"].startswith("---") for c in patches)
+    assert tree_hashes(host.dir) == everything
+    assert not (host.state_dir / "runs").exists()
+
+    proc = apply(run_gpuops, lab, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["status"] == "finished" and report["changed"] >= len(patches)
+    assert any("open" in note for note in report["notes"]), report["notes"]
+    assert audit(lab)["status"] == "open"
+    launch = (host.state_dir / "sglang-launch.sh").read_text()
+    info = json.dumps(server_info(host.server_port))
+    flags = [w for w in launch.split() if "allreduce" in w and w.startswith("--")]
+    assert flags, launch
+    assert flags[0].lstrip("-").split("=")[0].replace("-", "_") in info
+    pid = int((host.state_dir / "sglang.pid").read_text())
+    assert report["pid"] == pid
+
+    again = apply(run_gpuops, lab, "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    second = json.loads(again.stdout)["hosts"]["h01"]
+    assert second["changed"] == 0 and second["status"] == "unchanged"
+    assert int((host.state_dir / "sglang.pid").read_text()) == pid
+
+    undo = run_gpuops("rollback", "-i", str(lab.inventory_path), timeout=300)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    assert tree_hashes(host.dir, skip_runs=True) == pristine
+    assert audit(lab)["status"] == "blocked"
+
+
+def test_patch_that_does_not_compile_is_rolled_back_before_the_restart(lab_factory, run_gpuops) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8")
+    host = lab.hosts[0]
+    pristine = tree_hashes(host.dir, skip_runs=True)
+    pid = int((host.state_dir / "sglang.pid").read_text())
+    proc = apply(run_gpuops, lab, env={"GPUOPS_TEST_CORRUPT_PATCH": "1"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "do not compile" in proc.stdout and "rolled back" in proc.stdout
+    assert tree_hashes(host.dir, skip_runs=True) == pristine
+    assert int((host.state_dir / "sglang.pid").read_text()) == pid   # never restarted
+    assert not list((host.site_dir / "sglang").rglob("*.pyc"))      # the compile check left no bytecode
