@@ -215,3 +215,15 @@ def test_add_hosts_to_a_running_lab(tmp_path) -> None:
         for host in bigger.hosts:
             done = subprocess.run(lab.ssh_command(host.name, "echo $GPUOPS_LAB_HOST"), capture_output=True, timeout=60)
             assert done.stdout.decode().strip() == host.name
+
+
+def test_a_server_that_crashes_at_start_fails_the_lab_and_leaves_nothing(tmp_path) -> None:
+    root = tmp_path / "lab"
+    spec = LabSpec(gpu="rtx-pro-6000-x8", count=2,
+                   server_env={"NCCL_ALGO": "Tree", "GPUOPS_STANDIN_CRASH_IF": "NCCL_ALGO=Tree"})
+    with pytest.raises(GpuopsError) as err:
+        start_lab(root, [spec])
+    message = str(err.value)
+    assert message.startswith("lab: h0") and "did not start" in message and "\n" not in message
+    assert not root.exists()
+    assert processes.lab_processes(root) == []

@@ -170,8 +170,11 @@ def start_lab(
         say(f"starting {len(planned)} host(s)")
         # Each worker starts a host's sshd and launches its server without waiting; the servers
         # boot while the other hosts are set up, then all are awaited together.
+        # Ports for every sshd and server at once: distinct within the lab by construction.
+        ports = sshd.free_ports(2 * len(planned))
+        jobs = [(p, ports[2 * i], ports[2 * i + 1]) for i, p in enumerate(planned)]
         with ThreadPoolExecutor(max_workers=min(_WORKERS, len(planned))) as pool:
-            started = list(pool.map(lambda p: _start_host(root, p, python), planned))
+            started = list(pool.map(lambda job: _start_host(root, python, *job), jobs))
         lab.hosts.extend(started)
         _write_lab_files(lab, python)
         servers = [h for h, p in zip(started, planned) if p.spec.server]
@@ -180,17 +183,17 @@ def start_lab(
             with ThreadPoolExecutor(max_workers=min(_WORKERS, len(servers))) as pool:
                 list(pool.map(_await_server, servers))
     except BaseException:
-        _stop_started(root, lab)
+        # A failed start leaves nothing running, and nothing at all when the lab was new.
+        _stop_started(root, lab, remove=existing is None)
         raise
     return lab
 
 
-def _stop_started(root: Path, lab: Lab) -> None:
-    # A failed start leaves nothing running; the files stay for a look (and `lab down`).
+def _stop_started(root: Path, lab: Lab, remove: bool) -> None:
     try:
-        if lab.hosts:
+        if lab.hosts and not remove:
             _write_record(lab)
-        stop_lab(root, remove=False)
+        stop_lab(root, remove=remove)
     except Exception:  # the original error is the one worth reporting
         processes.sweep(root)
 
@@ -270,7 +273,7 @@ def _write_executable(path: Path, text: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
+def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_port: int) -> LabHost:
     from gpuops.lab.site import build_site
 
     host_dir = root / plan.name
@@ -302,7 +305,8 @@ def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
     has_server = plan.spec.server_args is not None or (description is not None and description.server is not None)
     if plan.spec.server and not has_server:
         raise GpuopsError(f"lab: {plan.name}: no server to run (gpu {plan.spec.gpu!r} has none; give server_args)")
-    server_port = _write_server_files(host_dir, plan) if has_server else None
+    if has_server:
+        _write_server_files(host_dir, plan, server_port)
     env = session_env(root, host_dir, plan.name, description is not None)
     config = host_dir / "sshd_config"
 
@@ -320,7 +324,7 @@ def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
     # sshd's per-connection children inherit its environment: the marker lets `lab down` find them.
     sshd_env = {**os.environ, processes.LAB_DIR_VAR: str(root)}
     started = sshd.start_with_free_port(
-        write_config, config, host_dir / "sshd.log", host_dir / "sshd.pid", sshd_env
+        write_config, config, host_dir / "sshd.log", host_dir / "sshd.pid", sshd_env, first_port=sshd_port
     )
     host = LabHost(
         name=plan.name,
@@ -329,7 +333,7 @@ def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
         sshd_pid=started.pid,
         gpu=plan.spec.gpu,
         sglang=plan.spec.sglang,
-        server_port=server_port,
+        server_port=server_port if has_server else None,
         groups=tuple(plan.spec.groups),
     )
     if plan.spec.server:
@@ -337,12 +341,11 @@ def _start_host(root: Path, plan: _Planned, python: str) -> LabHost:
     return host
 
 
-def _write_server_files(host_dir: Path, plan: _Planned) -> int:
+def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
     description = plan.description
     server = description.server if description else None
     args = list(plan.spec.server_args) if plan.spec.server_args is not None else list(server.args if server else [])
     env = {**(server.env if server else {}), **plan.spec.server_env}
-    port = sshd.free_port()
     state = host_dir / "state"
     (state / launch_files.ENV_FILE).write_text(launch_files.env_file_text(env))
     _write_executable(
@@ -352,7 +355,6 @@ def _write_server_files(host_dir: Path, plan: _Planned) -> int:
         ),
     )
     (state / "server.json").write_text(json.dumps({"args": with_port(args, port), "env": env, "port": port}))
-    return port
 
 
 def _launch_server(root: Path, host: LabHost) -> None:

@@ -69,6 +69,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: all sockets are held open together, so no port repeats
+    within the batch (separate ``free_port()`` calls may hand out the same port twice)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def _quoted(value: str) -> str:
     # sshd_config takes double-quoted arguments; lab paths are checked to hold no quote or %.
     return f'"{value}"'
@@ -170,12 +185,18 @@ def _accepts(port: int) -> bool:
 
 
 def start_with_free_port(
-    write_config, config: Path, log: Path, pid_file: Path, env: Mapping[str, str] | None = None
+    write_config,
+    config: Path,
+    log: Path,
+    pid_file: Path,
+    env: Mapping[str, str] | None = None,
+    first_port: int | None = None,
 ) -> SshdProcess:
-    """Pick a free port, write the config for it (``write_config(port)``), start; retry if taken."""
+    """Write the config for a port (``write_config(port)``) and start; on a port taken meanwhile
+    by someone else, retry with another. ``first_port``: the port to try first."""
     last: PortTaken | None = None
-    for _ in range(_PORT_ATTEMPTS):
-        port = free_port()
+    for attempt in range(_PORT_ATTEMPTS):
+        port = first_port if attempt == 0 and first_port else free_port()
         write_config(port)
         try:
             return start_sshd(config, log, port, pid_file, env)
