@@ -127,3 +127,10 @@ def test_mixed_gpus_and_explicit_topology(tmp_path) -> None:
     assert csv == "0, 9.0\n1, 12.0\n"
     assert "GPU0\t X \tPIX\t" in nvidia_smi.run(["topo", "-m"], desc)[1]
     assert " GPU1\tNS\tX\t\n" in nvidia_smi.run(["topo", "-p2p", "r"], desc)[1]
+
+
+def test_version() -> None:
+    status, text = nvidia_smi.run(["--version"], replay("rtx-pro-6000-x8"))
+    assert status == 0
+    assert text.splitlines() == ["NVIDIA-SMI version  : 580.95.05", "NVML version        : 580.95",
+                                 "DRIVER version      : 580.95.05", "CUDA Version        : 13.0"]

@@ -67,7 +67,8 @@ def up(count: int, gpu: str, sglang_version: str, no_server: bool, add: bool, la
 
     root = _lab_dir(lab_dir)
     started = time.monotonic()
-    spec = LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server, count=count)
+    # A host without GPUs (`--gpu none`) has no SGLang server to run.
+    spec = LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count)
     progress = None if as_json else (lambda msg: click.echo(f"lab: {msg}", err=True))
     lab_obj = start_lab(root, [spec], add=add, progress=progress)
     _report(lab_obj, as_json, seconds=time.monotonic() - started, verb="up")

@@ -285,6 +285,12 @@ def run(argv, desc, now=None):
         if argv[1:] in (["-s"], ["--status"]):
             return 0, captured["nvlink"] if "nvlink" in captured else nvlink_status(desc)
         return EXIT_USAGE, BAD_ARGS
+    if argv in (["--version"],):
+        nvml = ".".join(desc["driver_version"].split(".")[:2])
+        return 0, (
+            "NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\n"
+            "CUDA Version        : %s\n" % (desc["driver_version"], nvml, desc["driver_version"], desc["cuda_driver_version"])
+        )
     if argv in (["-L"], ["--list-gpus"]):
         return 0, list_gpus(desc)
     if argv in (["-q"], ["--query"]):
