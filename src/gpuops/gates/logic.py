@@ -120,9 +120,10 @@ _ARG_ALIASES = {
 def server_key(ref: str) -> str | None:
     """``self.tp_size`` -> tp_size; ``get_exec().comm.x`` -> x; ``hf_config.architectures[0]`` ->
     architecture; ``is_dp_attention_enabled()`` -> enable_dp_attention."""
+    ref = re.sub(r"\((\.\.\.)?\)$", "", ref.replace("(...)", "()"))
     last = ref.split(".")[-1]
     last = re.sub(r"\[[^\]]*\]$", "", last)
-    last = re.sub(r"\((\.\.\.)?\)$", "", last)
+    last = re.sub(r"\(\)$", "", last)
     if not re.fullmatch(r"[A-Za-z_]\w*", last):
         return None
     return _ARG_ALIASES.get(last, last)
@@ -370,6 +371,8 @@ def is_pure_cap(node: Mapping[str, Any]) -> bool:
 def other_clauses(gate: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The conjuncts of the condition that are not GPU tests: model lists, tp_size, nnodes, ..."""
     tree = gate["condition"]
+    while tree.get("op") == "not":  # `not (A and x)`: the clauses are A's neighbours
+        tree = tree["arg"]
     parts = tree["args"] if tree.get("op") == "and" else [tree]
     return [p for p in parts if not is_pure_cap(p)]
 

@@ -1110,8 +1110,9 @@ class GateWalker(object):
 
     def walk_stmt(self, stmt, fn, within):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if stmt.name in self.info.helpers or (not fn.qual and stmt.name in self.info.predicates):
-                return  # predicate machinery, not a gate
+            if stmt.name in self.info.helpers or (
+                    not fn.qual and stmt.name in self.info.predicates and PRED_NAME_RE.match(stmt.name)):
+                return  # the release's predicate vocabulary (is_sm120(), ...), not a gate
             qual = (fn.qual + "." if fn.qual else "") + stmt.name
             stmt._gpuops_line0 = self.locator.line0
             local_aliases, cc_vars = function_locals(stmt, self.scanner, self.info)

@@ -1,0 +1,94 @@
+"""Human output of a gate report, through a rich Console (given by the caller; nothing is imported
+or printed at import time). The JSON view is ``GateReport.to_json()``; both read the same dicts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpuops.gates.evaluate import GateReport
+
+_STYLE = {"blocked": "bold red", "open": "green", "unknown": "yellow"}
+_HOLDS = {True: "holds", False: "does not hold", None: "not known"}
+
+
+def _say(console: Console, text: str, style: str | None = None) -> None:
+    console.print(text, style=style, markup=False, highlight=False)
+
+
+def _where(gate: dict[str, Any]) -> str:
+    return f"{gate['file']}:{gate['line']}"
+
+
+def render_gate_summary(report: GateReport, console: Console) -> None:
+    """Blocked features first, with where they are blocked (file:line), then a count of all gates."""
+    if not report.known:
+        _say(console, f"gates: unknown ({report.reason})", _STYLE["unknown"])
+        return
+    by_id = {g["id"]: g for g in report.gates}
+    order = sorted(report.features.items(), key=lambda kv: {"blocked": 0, "unknown": 1, "open": 2}.get(kv[1]["status"], 3))
+    for name, feature in order:
+        status = feature["status"]
+        _say(console, f"{status.upper():8} {name}: {feature['reason']}", _STYLE.get(status))
+        if status == "blocked":
+            for gate_id in feature["gates"]:
+                gate = by_id.get(gate_id)
+                if gate and gate["status"] == "blocked" and gate.get("role") in ("runtime", "auto_enable"):
+                    _say(console, f"         {gate.get('role')}: {_where(gate)} in {gate['function']} "
+                                  f"(admits {', '.join(gate['admits']) or 'none'})")
+        if feature.get("flag") and status != "unknown":
+            _say(console, f"         flag: {feature['flag']}")
+    counts = Counter(g["status"] for g in report.gates)
+    gpu = report.gpu or "this GPU"
+    _say(console, f"{len(report.gates)} capability gates in sglang {report.version or '?'}: "
+                  f"{counts.get('blocked', 0)} blocked, {counts.get('open', 0)} open, "
+                  f"{counts.get('unknown', 0)} unknown on {gpu} (gpuops inspect gates for detail)")
+    if report.errors:
+        files = ", ".join(e["file"] for e in report.errors[:5])
+        _say(console, f"{len(report.errors)} file(s) could not be parsed: {files}", _STYLE["unknown"])
+
+
+def render_gate_detail(report: GateReport, console: Console, feature: str | None = None, show_all: bool = False) -> None:
+    """Every catalogued feature (or just ``feature``) with each gate on its path, its clauses and
+    its source excerpt; ``show_all`` adds every other capability gate the scan found."""
+    if not report.known:
+        _say(console, f"gates: unknown ({report.reason})", _STYLE["unknown"])
+        return
+    by_id = {g["id"]: g for g in report.gates}
+    names = [feature] if feature else list(report.features)
+    for name in names:
+        info = report.features.get(name)
+        if info is None:
+            _say(console, f"no feature {name!r} in the catalog (known: {', '.join(report.features)})", _STYLE["unknown"])
+            continue
+        _say(console, f"== {name}: {info['status'].upper()}", _STYLE.get(info["status"]))
+        _say(console, f"   {info['reason']}")
+        if info.get("flag"):
+            _say(console, f"   launch flag: {info['flag']}")
+        _render_gates(console, (by_id[i] for i in info["gates"] if i in by_id))
+    if show_all:
+        others = [g for g in report.gates if not g.get("feature")]
+        _say(console, f"== other capability gates ({len(others)})")
+        _render_gates(console, others)
+
+
+def _render_gates(console: Console, gates: Iterable[dict[str, Any]]) -> None:
+    for gate in gates:
+        role = f"[{gate['role']}] " if gate.get("role") else ""
+        _say(console, f"-- {role}{_where(gate)} {gate['function']}: {gate['status']}", _STYLE.get(gate["status"]))
+        line = f"   admits: {', '.join(gate['admits']) or 'none'}"
+        if gate["status"] == "unknown":
+            line += f"; {gate['reason']}"
+        _say(console, line)
+        for clause in gate.get("clauses") or ():
+            holds = clause.get("holds")
+            mark = "" if holds is None and "holds" not in clause else f" ({_HOLDS.get(holds, 'not known')})"
+            _say(console, f"   and: {clause['text']}{mark}")
+        excerpt = gate.get("excerpt")
+        if excerpt:
+            for line in str(excerpt).splitlines():
+                _say(console, f"   | {line}")
