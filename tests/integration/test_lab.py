@@ -14,7 +14,7 @@ import yaml
 
 from gpuops.errors import GpuopsError
 from gpuops.lab import processes
-from gpuops.lab.hosts import LabSpec, lab_status, start_lab, stop_lab
+from gpuops.lab.hosts import LabSpec, lab_status, load_lab, start_lab, stop_lab
 from gpuops.lab.sglang_cache import sglang_site
 
 pytestmark = pytest.mark.integration
@@ -227,3 +227,15 @@ def test_a_server_that_crashes_at_start_fails_the_lab_and_leaves_nothing(tmp_pat
     assert message.startswith("lab: h0") and "did not start" in message and "\n" not in message
     assert not root.exists()
     assert processes.lab_processes(root) == []
+
+
+def test_a_failed_add_keeps_the_running_lab(tmp_path) -> None:
+    root = tmp_path / "lab"
+    with start_lab(root, [LabSpec(gpu="h200-x1", sglang=None, server=True)]) as lab:
+        crashing = LabSpec(server_env={"NCCL_ALGO": "Tree", "GPUOPS_STANDIN_CRASH_IF": "NCCL_ALGO=Tree"})
+        with pytest.raises(GpuopsError, match="h02: the stand-in server did not start"):
+            start_lab(root, [crashing], add=True)
+        [status] = lab_status(load_lab(root))
+        assert status.name == "h01" and status.sshd_alive and status.server_healthy
+        assert not (root / "h02").exists()
+        assert len(lab.known_hosts.read_text().splitlines()) == 1

@@ -183,19 +183,27 @@ def start_lab(
             with ThreadPoolExecutor(max_workers=min(_WORKERS, len(servers))) as pool:
                 list(pool.map(_await_server, servers))
     except BaseException:
-        # A failed start leaves nothing running, and nothing at all when the lab was new.
-        _stop_started(root, lab, remove=existing is None)
+        # A failed start leaves nothing running, and nothing at all when the lab was new; adding
+        # to a running lab, only the new hosts go (the lab keeps its record from before).
+        _stop_started(root, None if existing is None else [p.name for p in planned])
         raise
     return lab
 
 
-def _stop_started(root: Path, lab: Lab, remove: bool) -> None:
+def _stop_started(root: Path, new_hosts: list[str] | None) -> None:
     try:
-        if lab.hosts and not remove:
-            _write_record(lab)
-        stop_lab(root, remove=remove)
+        if new_hosts is None:
+            stop_lab(root, remove=True)
+            return
+        stop_lab(root, hosts=new_hosts, sweep=False)
+        existing = load_lab(root)
+        existing.hosts = [h for h in existing.hosts if h.name not in new_hosts]
+        _write_lab_files(existing, _host_python())
+        for name in new_hosts:
+            shutil.rmtree(root / name, ignore_errors=True)
     except Exception:  # the original error is the one worth reporting
-        processes.sweep(root)
+        if new_hosts is None:
+            processes.sweep(root)
 
 
 def _check_root(root: Path) -> None:
@@ -477,11 +485,18 @@ def _is_our_sshd(pid: int | None, host_dir: Path) -> bool:
     return bool(pid) and processes.alive(pid) and str(host_dir / "sshd_config") in processes.cmdline(pid)
 
 
-def stop_lab(root: Path | str, remove: bool = False, grace: float = 5.0) -> list[int]:
+def stop_lab(
+    root: Path | str,
+    remove: bool = False,
+    grace: float = 5.0,
+    hosts: Sequence[str] | None = None,
+    sweep: bool = True,
+) -> list[int]:
     """Stop every server and sshd of the lab at ``root``, then anything else it left running.
 
     Returns the pids the final sweep had to kill. ``remove`` deletes the directory afterwards
-    (only a directory marked as a lab).
+    (only a directory marked as a lab). ``hosts``: only these hosts (and no directory removal).
+    ``sweep``: kill whatever else carries the lab's marker (the whole lab's, not one host's).
     """
     from gpuops.remote import process_manager
 
@@ -491,6 +506,9 @@ def stop_lab(root: Path | str, remove: bool = False, grace: float = 5.0) -> list
     if not (root / LAB_MARKER).exists():
         raise GpuopsError(f"lab: {root} is not a gpuops lab directory (no {LAB_MARKER}); not touching it")
     host_dirs = sorted(p.parent for p in root.glob("*/sshd_config"))
+    if hosts is not None:
+        host_dirs = [d for d in host_dirs if d.name in set(hosts)]
+        remove = False
 
     def stop_host(host_dir: Path) -> None:
         if (host_dir / "state").is_dir():
@@ -503,7 +521,7 @@ def stop_lab(root: Path | str, remove: bool = False, grace: float = 5.0) -> list
         # Stopping is waiting on processes to exit, not work: one thread per host.
         with ThreadPoolExecutor(max_workers=min(64, len(host_dirs))) as pool:
             list(pool.map(stop_host, host_dirs))
-    leftovers = processes.sweep(root)
+    leftovers = processes.sweep(root) if sweep else []
     if remove:
         shutil.rmtree(root)
     return leftovers
