@@ -238,3 +238,16 @@ def test_a_run_that_died_blocks_the_next_until_rolled_back(lab, run_gpuops) -> N
     assert tree_hashes(host.dir, skip_runs=True) == before
     assert "NCCL_MIN_NCHANNELS" not in json.dumps(server_info(host.server_port))
     assert apply(run_gpuops, lab, "nccl-env", "--check").returncode == 0
+
+
+def test_several_hosts_in_parallel_and_limit(lab_factory, run_gpuops) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, count=3)
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "-l", "h01:h03", "--forks", "4",
+                      "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}', "-e", "gpuops_health_timeout=30")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recap = proc.stdout.split("RECAP", 1)[1]
+    assert "h01 : ok=6 changed=" in recap and "h03 : ok=6 changed=" in recap and "h02" not in recap
+    assert "NCCL_MIN_NCHANNELS='8'" in (lab.host("h03").state_dir / "sglang.env").read_text()
+    assert "NCCL_MIN_NCHANNELS" not in (lab.host("h02").state_dir / "sglang.env").read_text()
+    for name in ("h01", "h03"):
+        assert "NCCL_MIN_NCHANNELS" in json.dumps(server_info(lab.host(name).server_port))

@@ -76,6 +76,8 @@ def test_fusion_apply_rerun_rollback(lab_factory, run_gpuops, release: str) -> N
     patches = [c for c in planned["changes"] if c["kind"] == "patch"]
     assert patches and all(c["path"].startswith(str(host.site_dir / "sglang")) for c in patches)
     assert all(c["diff"].startswith("---") for c in patches)
+    if release == "0.5.23":  # the MNNVL gates stay closed, and the report says so
+        assert any("left closed" in n and "MNNVL" in n for n in planned["notes"]), planned["notes"]
     assert tree_hashes(host.dir) == everything
     assert not (host.state_dir / "runs").exists()
 
@@ -116,3 +118,13 @@ def test_patch_that_does_not_compile_is_rolled_back_before_the_restart(lab_facto
     assert tree_hashes(host.dir, skip_runs=True) == pristine
     assert int((host.state_dir / "sglang.pid").read_text()) == pid   # never restarted
     assert not list((host.site_dir / "sglang").rglob("*.pyc"))      # the compile check left no bytecode
+
+
+def test_release_without_an_sm120_predicate_is_refused_untouched(lab_factory, run_gpuops) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang="0.4.10")
+    host = lab.hosts[0]
+    everything = tree_hashes(host.dir)
+    proc = apply(run_gpuops, lab)
+    assert proc.returncode == 1
+    assert "refusing" in proc.stdout and "0.4.10" in proc.stdout and "failed=1" in proc.stdout
+    assert tree_hashes(host.dir) == everything

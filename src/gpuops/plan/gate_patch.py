@@ -66,6 +66,7 @@ def patch_changes(facts: HostFacts | None, target_sm: str, host: str) -> PatchCh
     for closed in _get(plan, "left_closed", default=()) or ():
         text = (f"left closed: {_get(closed, 'file')}:{_get(closed, 'line')} ({_get(closed, 'function')}): "
                 f"{_get(closed, 'why')}")
-        if text not in notes:
+        where = f"{_get(closed, 'file')}:{_get(closed, 'line')}"
+        if not any(where in note for note in notes):  # the gates part may already say so
             notes.append(text)
     return PatchChanges(tuple(files), tuple(str(f) for f in flags), tuple(notes))
