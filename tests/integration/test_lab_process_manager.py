@@ -133,3 +133,22 @@ def test_restart_gives_a_new_healthy_process_and_payload_mode(tmp_path) -> None:
 def test_missing_launch_script_is_a_clear_failure(tmp_path) -> None:
     result = process_manager.start(str(tmp_path), port=1, health_timeout=1)
     assert result["ok"] is False and "sglang-launch.sh: no such file" in result["error"]
+
+
+PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
+
+
+@pytest.mark.skipif(not Path(PY38).exists(), reason="no python3.8 here to check the py3.8 promise")
+def test_runs_under_python38(tmp_path) -> None:
+    state, port = make_state(tmp_path)
+    args = ["--state-dir", str(state), "--port", str(port)]
+
+    def run(action: str) -> dict:
+        done = subprocess.run([PY38, process_manager.__file__, action, *args, "--grace", "5"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert run("start")["healthy"] is True
+    assert run("status")["running"] is True
+    assert run("stop")["stopped"] is True
