@@ -200,3 +200,41 @@ def test_local_path_and_help_stay_light() -> None:
     assert heavy("inspect", "host", "--help") == set()
     assert heavy("inspect", "host", "--json") == set()  # local, JSON: no SSH stack, no rich
     assert heavy("inspect", "host") <= {"rich"}  # the human report may use rich, never SSH
+
+
+FUSION = "flashinfer_allreduce_fusion"
+
+
+def test_gates_judged_per_host_from_the_same_exec(mixed_report) -> None:
+    hosts = mixed_report[1]["hosts"]
+    rtx, h200 = hosts["rtx"], hosts["h200"]
+    assert rtx["gates_error"] is None and rtx["gates"]
+    # SGLang 0.5.8 gates the allreduce fusion to SM90/SM100: blocked on SM120, open on the H200 (SM90)
+    assert rtx["features"][FUSION]["status"] == "blocked"
+    assert "communicator.py" in rtx["features"][FUSION]["reason"]
+    assert h200["features"][FUSION]["status"] == "open"
+    # no SGLang installed: the scan cannot run, the feature is unknown with the reason
+    assert hosts["nogpu"]["features"][FUSION]["status"] == "unknown"
+    assert hosts["nogpu"]["gates_error"]
+
+
+def test_human_report_leads_with_blocked_features(mixed_lab, run_gpuops) -> None:
+    proc = run_gpuops("inspect", "host", "-i", str(mixed_lab.inventory_path), "-l", "rtx")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("== rtx")
+    assert lines[1].startswith("BLOCKED") and FUSION in lines[1]
+    assert "srt/layers/communicator.py:" in lines[1]
+
+
+def test_inspect_gates_for_one_feature(mixed_lab, run_gpuops) -> None:
+    proc = run_gpuops("inspect", "gates", "--json", "--feature", FUSION, "-i", str(mixed_lab.inventory_path), "-l", "rtx:h200")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    rtx = doc["hosts"]["rtx"]
+    assert (rtx["compute_capability"], rtx["sm"]) == ("12.0", "sm120")
+    assert set(rtx["features"]) == {FUSION}
+    assert rtx["gates"] and all(g["feature"] == FUSION for g in rtx["gates"])
+    assert any(g["file"].endswith("communicator.py") for g in rtx["gates"])
+    human = run_gpuops("inspect", "gates", "--feature", FUSION, "-i", str(mixed_lab.inventory_path), "-l", "rtx")
+    assert human.returncode == 0 and "BLOCKED" in human.stdout and "communicator.py" in human.stdout
