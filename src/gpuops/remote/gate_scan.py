@@ -494,9 +494,10 @@ def collect_module_statement(info, stmt, locator):
         for alias in stmt.names:
             if alias.name != "*":
                 info.imports[alias.asname or alias.name] = (module, alias.name)
-    elif isinstance(stmt, ast.Assign):
-        names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
-        if not names:
+    elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if not names or stmt.value is None:
             return
         meaning = meaning_from_partial(stmt.value, info)
         if meaning is not None:
@@ -518,8 +519,6 @@ def collect_module_statement(info, stmt, locator):
             return
         for name in names:
             info.aliases[name] = (stmt.value, locator)
-    elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-        info.aliases[stmt.target.id] = (stmt.value, locator)
     elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
         body = [s for s in stmt.body if not (isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant))]
         returns = [s for s in body if isinstance(s, ast.Return)]
