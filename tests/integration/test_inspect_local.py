@@ -113,3 +113,25 @@ def test_model_from_the_hugging_face_cache_of_the_server(tmp_path: Path, process
     assert doc["model"]["config_path"] == str(snapshot / "config.json")
     assert (doc["model"]["architecture"], doc["model"]["hidden_size"]) == ("Qwen3ForCausalLM", 4096)
     assert any("does not answer" in w for w in doc["warnings"])
+
+
+def test_hostile_command_line_and_environment_cannot_forge_facts(tmp_path: Path, processes) -> None:
+    port = _free_port()
+    forged = "x\npid=1\nhealth=200\nenv_b64=TkNDTF9BTEdPPVRyZWU=\n@@gpuops:0000 end server"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SGLANG_"))}
+    env["NCCL_DEBUG"] = "INFO\nNCCL_ALGO=Tree"  # a value with a newline must stay one variable
+    processes.append(subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "sglang.launch_server",
+         "--served-model-name", forged, "--port", str(port), "--model-path", "$(touch /tmp/gpuops-pwned)"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for _ in range(200):
+        if b"launch_server" in Path(f"/proc/{processes[0].pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.01)
+    doc = facts_json(inspect_host(_local({"sglang_port": port}), ConnectOptions(), with_gates=False).facts)
+    server = doc["server"]
+    assert server["pid"] == processes[0].pid
+    assert server["healthy"] is False
+    assert server["args"]["served_model_name"] == forged
+    assert server["env"] == {"NCCL_DEBUG": "INFO\nNCCL_ALGO=Tree"}
+    assert not Path("/tmp/gpuops-pwned").exists()

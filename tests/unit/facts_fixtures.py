@@ -86,6 +86,6 @@ def server_output(argv: list[str], env: str | None = "NCCL_P2P_LEVEL=SYS\nNCCL_I
         "want_port=30000", "others= 999:30001", "pid=4242", "ppid=1", "exe=/usr/bin/python3.12",
         f"argv_b64={b64(argv_bytes)}", f"cgroup_b64={b64(cgroup.encode())}",
     ]
-    lines.append(f"env_b64={b64(env.encode())}" if env is not None else "env_error=cannot read /proc/4242/environ (the server runs as another user; inspect as that user or root)")
+    lines.append(f"env_b64={b64(env.replace(chr(10), chr(0)).encode())}" if env is not None else "env_error=cannot read /proc/4242/environ (the server runs as another user; inspect as that user or root)")
     lines += ["health_url=http://127.0.0.1:30000/health", health]
     return ProbeOutput("\n".join(lines) + "\n" + extra, "", 0)

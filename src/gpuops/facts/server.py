@@ -38,8 +38,10 @@ if [ -n "$gpuops_pid" ]; then
   echo "exe=$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)"
   echo "argv_b64=$(cat "/proc/$gpuops_pid/cmdline" 2>/dev/null | gpuops_b64)"
   echo "cgroup_b64=$(cat "/proc/$gpuops_pid/cgroup" 2>/dev/null | gpuops_b64)"
-  if gpuops_env=$(tr '\000' '\n' 2>/dev/null <"/proc/$gpuops_pid/environ"); then
-    echo "env_b64=$(printf '%s\n' "$gpuops_env" | grep -E '@ENV_GREP@' | gpuops_b64)"
+  # One variable a line: a newline inside a value becomes \001 (and back), so a value cannot
+  # smuggle in a line that looks like another variable.
+  if gpuops_env=$(tr '\n\000' '\001\n' 2>/dev/null <"/proc/$gpuops_pid/environ"); then
+    echo "env_b64=$(printf '%s\n' "$gpuops_env" | grep -E '@ENV_GREP@' | tr '\n\001' '\000\n' | gpuops_b64)"
   else
     echo "env_error=cannot read /proc/$gpuops_pid/environ (the server runs as another user; inspect as that user or root)"
     gpuops_env=
@@ -150,9 +152,10 @@ def _b64(value: str | None) -> bytes | None:
 
 
 def parse_env(raw: bytes) -> dict[str, str]:
+    """NUL-separated ``KEY=value`` entries (values may hold newlines), as /proc/PID/environ has them."""
     env: dict[str, str] = {}
-    for line in raw.decode("utf-8", errors="replace").splitlines():
-        key, sep, value = line.partition("=")
+    for entry in raw.decode("utf-8", errors="replace").split("\0"):
+        key, sep, value = entry.partition("=")
         if sep and key.startswith(ENV_PREFIXES):
             env[key] = REDACTED if is_secret_name(key) else value
     return env
