@@ -251,3 +251,26 @@ def test_several_hosts_in_parallel_and_limit(lab_factory, run_gpuops) -> None:
     assert "NCCL_MIN_NCHANNELS" not in (lab.host("h02").state_dir / "sglang.env").read_text()
     for name in ("h01", "h03"):
         assert "NCCL_MIN_NCHANNELS" in json.dumps(server_info(lab.host(name).server_port))
+
+
+def test_become_runs_through_sudo_with_the_password_on_stdin(lab, run_gpuops) -> None:
+    host = lab.hosts[0]
+    sudo = host.bin_dir / "sudo"          # first on the lab host's PATH: a sudo that checks the password
+    sudo.write_text(
+        "#!/bin/sh\n"
+        'while [ "$1" != "--" ]; do\n'
+        '  if [ "$1" = "-S" ]; then IFS= read -r pw; [ "$pw" = hunter2-pw ] || { echo "sudo: wrong password" >&2; exit 1; }; fi\n'
+        "  shift\n"
+        "done\n"
+        'shift; exec "$@"\n'
+    )
+    sudo.chmod(0o755)
+    proc = run_gpuops("apply", "nccl-env", "--become", "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=30",
+                      "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 2}}', env={"GPUOPS_BECOME_PASS": "hunter2-pw"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "NCCL_MIN_NCHANNELS='2'" in (host.state_dir / "sglang.env").read_text()
+    assert "hunter2-pw" not in proc.stdout + proc.stderr + (host.state_dir / "journal.jsonl").read_text()
+    wrong = run_gpuops("apply", "nccl-env", "--become", "-i", str(lab.inventory_path),
+                       "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}}', env={"GPUOPS_BECOME_PASS": "nope"})
+    assert wrong.returncode == 1 and "NCCL_MIN_NCHANNELS='2'" in (host.state_dir / "sglang.env").read_text()
+    assert "nope" not in wrong.stdout + wrong.stderr

@@ -147,3 +147,40 @@ def test_no_changes_journals_unchanged(tmp_path: Path) -> None:
     assert result["status"] == "unchanged"
     assert [r["event"] for r in journal(state)] == ["unchanged"]
     assert not (state / "runs").exists()
+
+
+FAKE_SUDO = """#!/bin/sh
+# A stand-in for sudo: -S reads the password line from stdin only when FAKE_SUDO_ASKS=1 (as a
+# NOPASSWD rule would not), checks it, then runs the command after `--`.
+while [ "$1" != "--" ]; do
+  if [ "$1" = "-S" ] && [ "$FAKE_SUDO_ASKS" = 1 ]; then
+    IFS= read -r pw; [ "$pw" = "$FAKE_SUDO_PASSWORD" ] || { echo "sudo: wrong password" >&2; exit 1; }
+  fi
+  shift
+done
+shift
+exec "$@"
+"""
+
+
+def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path) -> None:
+    from gpuops.apply.runner import become_wrap
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text(FAKE_SUDO)
+    (bin_dir / "sudo").chmod(0o755)
+    state = tmp_path / "state"
+    secret = "s3cr3t 'pw' $(touch /tmp/x)"
+    for asks in ("1", "0"):  # sudo that asks for the password, and a NOPASSWD rule that does not
+        command, prefix = become_wrap(python_command(sys.executable), secret)
+        assert secret not in command
+        env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SUDO_ASKS=asks,
+                   FAKE_SUDO_PASSWORD=secret)
+        proc = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, timeout=60,
+                              input=prefix + python_stdin("apply_helper", payload(state, [], run_id=f"b{asks}")))
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert json.loads(proc.stdout.decode().splitlines()[-1])["result"]["status"] == "unchanged"
+        assert secret not in proc.stdout.decode() + proc.stderr.decode()
+    command, prefix = become_wrap("true", None)
+    assert command.startswith("sudo -n ") and prefix.count(b"\n") == 1

@@ -93,8 +93,24 @@ def _merged(host: "Host", extra: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- running the helper
 
 
+BECOME_MARK = "gpuops-become-stdin-starts-here"
+
+
+def become_wrap(command: str, password: str | None) -> tuple[str, bytes]:
+    """sudo around ``command``; the password (if any) travels as the first stdin line, never argv.
+
+    sudo reads the password line only when it needs one (NOPASSWD rules skip it), so a marker line
+    follows it and the shell skips everything up to the marker: either way the helper's stdin
+    starts exactly at its own source, and a password can never end up parsed as code.
+    """
+    skip = f'while IFS= read -r gpuops_l; do [ "$gpuops_l" = {BECOME_MARK} ] && break; done; {command}'
+    if password:
+        return f"sudo -S -p '' -- /bin/sh -c {shlex.quote(skip)}", (password + "\n" + BECOME_MARK + "\n").encode()
+    return f"sudo -n -- /bin/sh -c {shlex.quote(skip)}", (BECOME_MARK + "\n").encode()
+
+
 def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: ApplyOptions) -> tuple[str, bytes]:
-    from gpuops.remote import become_command, python_command
+    from gpuops.remote import python_command
 
     python = variables.get("gpuops_python")
     command = python_command(str(python) if python else None)
@@ -103,11 +119,27 @@ def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: 
         from gpuops.facts.python_select import preamble_for_vars
 
         command = "/bin/sh -c " + shlex.quote(preamble_for_vars(dict(variables)) + "\n" + command)
-    prefix = b""
     if options.become:
-        command = become_command(command)
-        prefix = ((options.become_password or "") + "\n").encode()
-    return command, prefix
+        return become_wrap(command, options.become_password)
+    return command, b""
+
+
+def gather_as(conn: "Connection", probes: list[Any], preamble: str, options: ApplyOptions) -> dict[str, Any]:
+    """``gpuops.gather.gather``, under sudo when --become (the state dir is root's, mode 0700)."""
+    from gpuops.gather import GATHER_COMMAND, build_gather_script, gather, new_nonce, parse_outputs, split_gather_output
+
+    if not options.become:
+        return gather(conn, probes, preamble=preamble)
+    nonce = new_nonce()
+    script = build_gather_script(probes, nonce, preamble)
+    command, prefix = become_wrap(GATHER_COMMAND, options.become_password)
+    result = conn.run(command, stdin=prefix + script.encode())
+    outputs = split_gather_output(result.stdout_text(), nonce)
+    why = ""
+    if len(outputs) < len(probes):
+        tail = (result.stderr_text().strip().splitlines() or [f"exit status {result.exit_status}"])[-1]
+        why = f"the gather script stopped early (sudo?): {tail}"
+    return parse_outputs(probes, outputs, why)
 
 
 def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
@@ -143,10 +175,11 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
     return {host.name: discover(role, host.name, dict(host.vars or {}), dict(extra)) for host in hosts}
 
 
-def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discovery: "Discovery") -> tuple[Any, dict[str, Any]]:
+def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discovery: "Discovery",
+            options: ApplyOptions) -> tuple[Any, dict[str, Any]]:
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.facts.python_select import preamble_for_vars
-    from gpuops.gather import ProbeFailure, gather
+    from gpuops.gather import ProbeFailure
     from gpuops.plan.model import HostFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
@@ -156,7 +189,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
 
         # The GPUs and CUDA version judge the re-audit; the scan (with sources) feeds the patch.
         probes += [query_probe(), banner_probe(), gate_scan_probe(with_sources=True)]
-    values = gather(conn, probes, preamble=preamble_for_vars(_merged(host, extra)))
+    values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot read the files the role manages: {files.reason}")
@@ -212,7 +245,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
 
     conn = connect(host, options.connect)
     try:
-        facts, extra_facts = _gather(conn, host, extra, discovery)
+        facts, extra_facts = _gather(conn, host, extra, discovery, options)
         plan = plan_role(role, facts, dict(host.vars or {}), dict(extra))
         report = HostReport(
             host=host.name, ok=True, status="checked", changed=plan.changed,
@@ -371,14 +404,14 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
     """Each host's journal, folded into runs (one gather exec per host)."""
     from gpuops.apply.journal import fold_runs
     from gpuops.apply.probes import journal_probe
-    from gpuops.gather import ProbeFailure, gather
+    from gpuops.gather import ProbeFailure
     from gpuops.transport import connect, run_on_hosts
 
     def one(host: "Host") -> list[dict[str, Any]]:
         state_dir = str((host.vars or {}).get("gpuops_state_dir") or "/var/lib/gpuops")
         conn = connect(host, options.connect)
         try:
-            values = gather(conn, [journal_probe(state_dir)])
+            values = gather_as(conn, [journal_probe(state_dir)], "", options)
         finally:
             conn.close()
         records = values["apply.journal"]

@@ -107,7 +107,7 @@ def history(inventory: str | None, limit: str | None, as_json: bool, forks: int,
     from gpuops.apply.runner import history_hosts
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, False, accept_new_host_keys, known_hosts)
+    options = _options(forks, become, accept_new_host_keys, known_hosts)
     outcomes = history_hosts(hosts, options)
     runs = {name: (o.value if o.ok else (o.error or "failed")) for name, o in outcomes.items()}
     if as_json:
