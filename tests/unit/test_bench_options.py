@@ -91,8 +91,9 @@ def test_payload_carries_host_vars_and_worker():
 
 
 def test_stop_command_is_quoted_and_harmless_without_a_client(tmp_path):
-    text = stop_command("abc; touch /tmp/pwned")
+    text = stop_command("abc; touch /tmp/pwned", "h1")
     assert shlex.split(text)  # well-formed
-    assert "'/tmp/gpuops-bench-abc; touch /tmp/pwned.pid'" in text
+    assert "'/tmp/gpuops-bench-abc; touch /tmp/pwned-" in text
+    assert stop_command("r", "h1") != stop_command("r", "h2")  # lab hosts share one /tmp
     done = subprocess.run(["/bin/sh", "-c", stop_command("nosuchrun")], capture_output=True)
     assert done.returncode == 0

@@ -6,6 +6,7 @@ known about one host, into the JSON the remote client (``gpuops/remote/bench_cli
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 import shlex
@@ -177,12 +178,19 @@ def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
     return "sglang.bench_serving", "--output-file", runs
 
 
+def pid_file(run_id: str, host_name: str) -> str:
+    """Where a host's client writes its pid; per host too, as lab hosts share one /tmp."""
+    token = hashlib.sha256(host_name.encode()).hexdigest()[:8]
+    return f"/tmp/gpuops-bench-{run_id}-{token}.pid"
+
+
 def build_payload(
     options: BenchOptions,
     run_id: str,
     url: str,
     host_vars: Mapping[str, Any],
     worker_source: str | None = None,
+    host_name: str = "localhost",
 ) -> dict[str, Any]:
     """The JSON the remote client runs for one host."""
     state_dir = host_vars.get("gpuops_state_dir")
@@ -199,7 +207,7 @@ def build_payload(
         "requests_per_level": options.requests_per_level,
         "seed": options.seed,
         "request_timeout": options.request_timeout_s,
-        "pid_file": f"/tmp/gpuops-bench-{run_id}.pid",
+        "pid_file": pid_file(run_id, host_name),
         "server_pid_file": f"{state_dir}/sglang.pid" if state_dir else None,
         "state_dir": str(state_dir) if state_dir else None,
         "host_facts": True,
@@ -230,7 +238,7 @@ def build_payload(
     return payload
 
 
-def stop_command(run_id: str) -> str:
+def stop_command(run_id: str, host_name: str = "localhost") -> str:
     """Shell text that asks a running client to stop and report what it measured (SIGINT)."""
-    pid_file = shlex.quote(f"/tmp/gpuops-bench-{run_id}.pid")
-    return f'p=$(cat {pid_file} 2>/dev/null) && kill -INT "$p" 2>/dev/null; true'
+    path = shlex.quote(pid_file(run_id, host_name))
+    return f'p=$(cat {path} 2>/dev/null) && kill -INT "$p" 2>/dev/null; true'

@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from gpuops.bench.frames import parse_frames
 from gpuops.bench.options import BenchOptions, build_payload, host_port, server_url, stop_command
@@ -70,6 +70,7 @@ def run_bench(
     started = time.time()
     worker_source = source("allreduce_bench") if options.suite == "allreduce" else None
     states = {t.host.name: HostBench(t.host.name) for t in targets}
+    finished = {t.host.name: threading.Event() for t in targets}
     lock = threading.Lock()
 
     def changed() -> None:
@@ -82,7 +83,8 @@ def run_bench(
         from gpuops.transport import connect
 
         try:
-            payload = build_payload(options, run_id, target.url, target.host.vars, worker_source)
+            payload = build_payload(options, run_id, target.url, target.host.vars, worker_source,
+                                    host_name=target.host.name)
             state.status = "running"
             changed()
             conn = connect(target.host, connect_options)
@@ -109,32 +111,42 @@ def run_bench(
         except Exception as exc:  # a bug must fail its host only, named
             state.error = f"internal error: {type(exc).__name__}: {exc}"
             state.status = "failed"
+        finally:
+            finished[target.host.name].set()
         changed()
 
     threads = [threading.Thread(target=one, args=(t,), name=f"bench-{t.host.name}", daemon=True) for t in targets]
     for thread in threads:
         thread.start()
+    # Wait by polling events, never Thread.join: a Ctrl-C landing inside join() can leave a still
+    # running thread marked as stopped (a CPython quirk), and its results would be lost.
     try:
-        while any(t.is_alive() for t in threads):
-            for thread in threads:
-                thread.join(0.2)
+        _wait_all(finished.values(), None)
     except KeyboardInterrupt:
         for state in states.values():
             if state.status == "running":
                 state.status = "stopping"
         changed()
         _stop_clients([t for t in targets if states[t.host.name].status == "stopping"], run_id, connect_options)
-        deadline = time.monotonic() + STOP_GRACE_S
         try:
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            _wait_all(finished.values(), STOP_GRACE_S)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting, report what is home
-        for state in states.values():
-            if state.status == "stopping":
+        for name, state in states.items():
+            if not finished[name].is_set():
                 state.status = "failed"
                 state.error = state.error or "interrupted before the host sent its results"
+            elif state.status == "stopping":  # it finished while being marked
+                state.status = "done" if state.result and state.result.get("ok") else "failed"
     return states
+
+
+def _wait_all(events: Iterable[threading.Event], timeout: float | None) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending = list(events)
+    while pending and (deadline is None or time.monotonic() < deadline):
+        time.sleep(0.1)
+        pending = [e for e in pending if not e.is_set()]
 
 
 def _stop_clients(targets: Sequence[BenchTarget], run_id: str, connect_options: ConnectOptions) -> None:
@@ -144,7 +156,7 @@ def _stop_clients(targets: Sequence[BenchTarget], run_id: str, connect_options: 
         try:
             conn = connect(target.host, connect_options)
             try:
-                conn.run(stop_command(run_id), timeout=20)
+                conn.run(stop_command(run_id, target.host.name), timeout=20)
             finally:
                 conn.close()
         except Exception:

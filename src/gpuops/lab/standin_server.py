@@ -38,7 +38,8 @@ MoE model, where a decode step is dominated by 122 small NCCL all-reduces:
   * each additional running request makes every step 1.5% slower (mild batching cost).
   * time to first token = 40 ms + 0.08 ms per prompt token.
 
-Pacing: a request's token i is due at ``t_first + sum of step times`` on the monotonic clock, and
+Pacing: a request's token i is due at ``t_first + sum of step times`` on the monotonic clock (t_first:
+when the first token actually went out), and
 the writer sleeps until each deadline, so sleep overshoot never accumulates into the rate. With
 speculative decoding a chunk carries the tokens of one verify cycle (2 or 3 for an accept length
 of 2.18), sent at the deadline of its last token, like a real EAGLE server.
@@ -388,6 +389,11 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
                     "simulated failure after %d tokens (GPUOPS_STANDIN_FAIL_AFTER_TOKENS)" % done)
             done += size
             yield done, size
+            if index == 0:
+                # Anchor the decode schedule on when the first token really went out, so that
+                # a late first token (a starved CPU) is not made up by a burst that would
+                # inflate the measured rate.
+                deadline = time.monotonic()
     finally:
         state.leave()
 

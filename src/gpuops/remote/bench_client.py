@@ -48,6 +48,7 @@ class Emitter(object):
         self.run_id = run_id
         self.stream = stream or sys.stdout
         self.lock = threading.Lock()
+        self.on_broken = None  # called once stdout is gone: nobody will read the results
 
     def emit(self, kind, record):
         line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
@@ -55,8 +56,10 @@ class Emitter(object):
             try:
                 self.stream.write(line)
                 self.stream.flush()
-            except (BrokenPipeError, OSError):
-                pass  # the operator went away; the pid file's owner will not read more
+            except (BrokenPipeError, OSError, ValueError):
+                # The operator went away (SSH closed): stop measuring for nobody.
+                if self.on_broken is not None:
+                    self.on_broken()
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -689,6 +692,7 @@ def suite_allreduce(payload, emitter, stop):
 
 def run(payload, emitter):
     stop = threading.Event()
+    emitter.on_broken = stop.set
 
     def on_signal(signum, frame):
         stop.set()

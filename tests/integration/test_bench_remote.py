@@ -1,0 +1,144 @@
+"""`gpuops bench --remote` over real sshd (the lab): results come home, compare and report them, and
+Ctrl-C stops the remote clients and keeps what they measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+# The field report's server (see shared fixtures host.yaml), without and with the fusion flag.
+BASE_ARGS = ("--model-path", "/models/Kimi-K2.5", "--tp", "8", "--trust-remote-code",
+             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/Kimi-K2.5-eagle3",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+FUSED_ARGS = BASE_ARGS + ("--enable-flashinfer-allreduce-fusion",)
+
+
+@pytest.fixture(scope="module")
+def story_lab(lab_factory):
+    from gpuops.lab.hosts import LabSpec
+
+    return lab_factory(LabSpec(names=("base",), server_args=BASE_ARGS, server_env={"GPUOPS_STANDIN_TTFT_MS": "20"}),
+                       LabSpec(names=("fused",), server_args=FUSED_ARGS, server_env={"GPUOPS_STANDIN_TTFT_MS": "20"}))
+
+
+def test_decode_results_come_home_and_compare(story_lab, run_gpuops, tmp_path: Path):
+    results = tmp_path / "results"
+    done = run_gpuops("bench", "--remote", "-i", str(story_lab.inventory_path), "--suite", "decode",
+                      "--output-len", "40", "--num-requests", "2", "--warmup", "1", "--json",
+                      "--results-dir", str(results))
+    assert done.returncode == 0, done.stderr
+    hosts = json.loads(done.stdout)["hosts"]
+    assert set(hosts) == {"base", "fused"}
+    for line in hosts.values():
+        assert line["ok"] and line["simulated"] and line["error"] is None
+        assert Path(line["result_file"]).is_file()
+    # the stand-in's speed model: EAGLE-3 2.18 tokens per 33 ms cycle, 21.75 ms with fusion
+    assert hosts["base"]["output_tokens_per_s"] == pytest.approx(65.9, rel=0.03)
+    assert hosts["fused"]["output_tokens_per_s"] == pytest.approx(100.1, rel=0.03)
+    stored = json.loads(Path(hosts["base"]["result_file"]).read_text())
+    assert stored["host_facts"]["gpus"][0]["compute_cap"] == "12.0"  # the lab's replayed nvidia-smi
+    assert stored["configuration"]["env"] == {"NCCL_IB_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}
+    assert stored["configuration"]["sglang_version"] == "0.5.8"
+    assert "--speculative-num-draft-tokens" in stored["server"]["process_cmdline"]  # host /proc, via the pid file
+
+    listed = run_gpuops("results", "list", "--json", "--results-dir", str(results))
+    assert {r["id"] for r in json.loads(listed.stdout)["results"]} == {h["result_id"] for h in hosts.values()}
+    compared = run_gpuops("results", "compare", hosts["base"]["result_id"], hosts["fused"]["result_id"],
+                          "--json", "--results-dir", str(results))
+    assert compared.returncode == 0, compared.stderr
+    comparison = json.loads(compared.stdout)
+    assert comparison["same_configuration"] is False
+    rate = next(m for m in comparison["metrics"] if m["name"].startswith("output tokens/s"))
+    assert rate["delta_pct"][1] == pytest.approx(52, abs=5)
+    keys = [(d["section"], d["key"]) for d in comparison["configuration_differences"][0]["differences"]]
+    assert keys == [("server_args", "enable_flashinfer_allreduce_fusion")]
+    human = run_gpuops("results", "compare", hosts["base"]["result_id"], hosts["fused"]["result_id"],
+                       "--results-dir", str(results))
+    assert "enable_flashinfer_allreduce_fusion: False -> True" in human.stdout
+    reported = run_gpuops("report", "-o", str(tmp_path / "r.html"), "--results-dir", str(results))
+    assert reported.returncode == 0, reported.stderr
+    assert "data:image/png;base64," in (tmp_path / "r.html").read_text()
+    assert (tmp_path / "r.md").is_file()
+
+
+def test_serving_sweep_over_ssh(story_lab, run_gpuops, tmp_path: Path):
+    done = run_gpuops("bench", "--remote", "-i", str(story_lab.inventory_path), "-l", "fused", "--suite", "serving",
+                      "--concurrency", "1,4", "--output-len", "16", "--warmup", "1", "--json",
+                      "--results-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout)["hosts"]["fused"]
+    assert [lv["concurrency"] for lv in line["levels"]] == [1, 4]
+    assert line["levels"][1]["total_output_tokens_per_s"] > 2 * line["levels"][0]["total_output_tokens_per_s"]
+
+
+def test_bad_port_var_and_unreachable_server_fail_per_host(story_lab, run_gpuops, tmp_path: Path):
+    done = run_gpuops("bench", "--remote", "-i", str(story_lab.inventory_path), "--suite", "decode",
+                      "--port", "9", "--json", "--results-dir", str(tmp_path))
+    assert done.returncode == 1
+    hosts = json.loads(done.stdout)["hosts"]
+    for line in hosts.values():
+        assert not line["ok"] and "cannot reach the server at http://127.0.0.1:9" in line["error"]
+        assert line["result_id"] is None
+    bad = run_gpuops("bench", "--remote", "-i", str(story_lab.inventory_path), "--suite", "allreduce",
+                     "--env", "NCCL_ALGO", "--results-dir", str(tmp_path))
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("gpuops: error: bench: --env")
+    assert "Traceback" not in bad.stderr
+
+
+def test_ctrl_c_keeps_partial_results(story_lab, gpuops_home: Path, tmp_path: Path):
+    from gpuops.lab.sglang_cache import cache_root
+
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    env.update({"HOME": str(gpuops_home), "GPUOPS_CACHE": str(cache_root().parent)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuops.cli", "bench", "--remote", "-i", str(story_lab.inventory_path),
+         "--suite", "decode", "--output-len", "20", "--num-requests", "1000", "--warmup", "0", "--json",
+         "--results-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    pid_files: list[Path] = []
+    while time.monotonic() < deadline and len(pid_files) < 2:
+        time.sleep(0.2)
+        pid_files = [p for p in Path("/tmp").glob("gpuops-bench-*.pid")
+                     if _pid_alive(p) and _is_child_of_sshd(p)]
+    time.sleep(1.5)  # a few requests (0.3 s each) finish on each host
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1, err  # partial: not ok, but measured
+    hosts = json.loads(out)["hosts"]
+    for name, line in hosts.items():
+        assert line.get("partial") is True, (name, line, err[-2000:], out[-3000:])
+        assert line["result_id"] and Path(line["result_file"]).is_file()
+        stored = json.loads(Path(line["result_file"]).read_text())
+        assert 1 <= len(stored["samples"]) < 1000
+        assert stored["summary"]["output_tokens_per_s"] > 0
+    for pid_file in pid_files:
+        assert not pid_file.exists()  # every remote client ended and cleaned up
+
+
+def _pid_alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().split()[0]), 0)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _is_child_of_sshd(pid_file: Path) -> bool:
+    # Other tests' local clients also write pid files in /tmp; ours run under the lab's sshd.
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
+        return b"sshd" in parent or b"sh\x00-c" in parent or b"bash" in parent
+    except (OSError, ValueError, IndexError):
+        return False
