@@ -91,6 +91,8 @@ def test_standin_server_with_model_dir_env_and_secrets(tmp_path: Path, processes
     assert doc["model"]["architecture"] == "KimiK25ForConditionalGeneration"
     assert (doc["model"]["hidden_size"], doc["model"]["num_hidden_layers"]) == (7168, 61)
     assert doc["software"]["python"]["chosen_because"].startswith("the running SGLang server's interpreter")
+    assert server["python"] == sys.executable
+    assert server["python_version"] == "%d.%d.%d" % sys.version_info[:3]
 
 
 def test_model_from_the_hugging_face_cache_of_the_server(tmp_path: Path, processes) -> None:

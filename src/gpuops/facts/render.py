@@ -105,9 +105,10 @@ def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[s
     if not server["known"]:
         return [f"unknown ({server['reason']})"]
     if not server["running"]:
-        lines = [f"no SGLang server on port {server['want_port']}"
-                 + (" (but something answers /health there)" if server["healthy"] else "")]
-        return lines + list(server["notes"])
+        lines = list(server["notes"]) or [f"no SGLang server on port {server['want_port']}"]
+        if server["healthy"]:
+            lines.append(f"but something answers {server['health_url']} (a server gpuops cannot see: another user's, a container's?)")
+        return lines
     health = "healthy" if server["healthy"] else f"NOT healthy ({server['health_status'] or server['health_error']})"
     managed = server["manager"] + (f" ({server['unit']})" if server["unit"] else "")
     lines = [f"pid {server['pid']}, port {server['port']}, {health}, managed by {managed}"]

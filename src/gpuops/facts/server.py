@@ -207,7 +207,9 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     if not v.get("pid", "").isdigit():
         notes = ()
         if others:
-            listing = ", ".join(f"pid {p} on port {port}" for p, port in others)
+            listing = ", ".join(f"pid {p} on port {port}" for p, port in others[:5])
+            if len(others) > 5:
+                listing += f" and {len(others) - 5} more"
             notes = (f"no SGLang server on port {want_port}; found {listing} (set the host var sglang_port)",)
         return ServerFacts(running=False, notes=notes, **common)  # type: ignore[arg-type]
 

@@ -73,6 +73,14 @@ def server_json(server: ServerFacts) -> dict[str, Any]:
     }
 
 
+def _server_python_version(facts: HostFacts) -> str | None:
+    """The server's python version, known when the probes ran with the server's own interpreter."""
+    reason = facts.system.chosen_python_reason or ""
+    if facts.server.running and reason.startswith("the running SGLang server's interpreter"):
+        return facts.packages.python_version
+    return None
+
+
 def facts_json(facts: HostFacts) -> dict[str, Any]:
     gpus = [asdict(g) for g in facts.gpu.gpus]
     first = facts.gpu.gpus[0] if facts.gpu.gpus else None
@@ -122,7 +130,7 @@ def facts_json(facts: HostFacts) -> dict[str, Any]:
             "warnings": list(ic.warnings),
         },
         "software": software,
-        "server": server_json(facts.server),
+        "server": {**server_json(facts.server), "python_version": _server_python_version(facts)},
         "model": _model(facts.server.model),
         "warnings": list(facts.warnings),
     }
