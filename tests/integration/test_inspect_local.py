@@ -137,3 +137,21 @@ def test_hostile_command_line_and_environment_cannot_forge_facts(tmp_path: Path,
     assert server["args"]["served_model_name"] == forged
     assert server["env"] == {"NCCL_DEBUG": "INFO\nNCCL_ALGO=Tree"}
     assert not Path("/tmp/gpuops-pwned").exists()
+
+
+def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch) -> None:
+    import gpuops.transport as transport
+    from gpuops.transport.local import LocalConnection
+
+    commands: list[str] = []
+
+    class Counting(LocalConnection):
+        def run(self, command, stdin=b"", timeout=None):
+            commands.append(command)
+            return super().run(command, stdin, timeout)
+
+    monkeypatch.setattr(transport, "connect", lambda host, options: Counting(host))
+    inspection = inspect_host(_local({"sglang_port": _free_port()}), ConnectOptions(), with_gates=True)
+    assert len(commands) == 1
+    assert inspection.facts.system.kernel  # the facts came back from that one exec
+    assert inspection.gate_report is not None or inspection.gates_error  # so did the gate scan's answer
