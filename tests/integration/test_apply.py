@@ -54,7 +54,7 @@ def host_journal(host) -> list[dict[str, Any]]:
 
 def apply(run_gpuops, lab, *args: str) -> subprocess.CompletedProcess:
     return run_gpuops("apply", *args, "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=30",
-                      "-e", "gpuops_stop_grace=5")
+                      "-e", "gpuops_stop_grace=5", env={"XDG_STATE_HOME": ""})
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_check_mode_changes_nothing_and_shows_diffs(lab, run_gpuops) -> None:
     assert pid_of(host) == pid
 
 
-def test_apply_restarts_with_the_new_env_then_rerun_is_a_noop(lab, run_gpuops) -> None:
+def test_apply_restarts_with_the_new_env_then_rerun_is_a_noop(lab, run_gpuops, gpuops_home) -> None:
     host = lab.hosts[0]
     extra = '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8, "NCCL_P2P_LEVEL": "PHB"}}'
     proc = apply(run_gpuops, lab, "nccl-env", "--json", "-e", extra)
@@ -101,6 +101,9 @@ def test_apply_restarts_with_the_new_env_then_rerun_is_a_noop(lab, run_gpuops) -
     runs = json.loads(history.stdout)["hosts"]["h01"]["runs"]
     assert [r["outcome"] for r in runs] == ["finished", "unchanged"]
     assert runs[0]["role"] == "nccl-env" and runs[0]["changed"] == report["changed"]
+    home = [json.loads(l) for l in (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text().splitlines()]
+    assert [(r["host"], r["outcome"]) for r in home] == [("h01", "finished"), ("h01", "unchanged")]
+    assert home[0]["changes"][0]["after_sha256"] and "NCCL" not in json.dumps(home)  # hashes, no contents
 
 
 def test_rollback_restores_every_byte(lab, run_gpuops) -> None:

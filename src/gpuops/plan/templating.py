@@ -157,15 +157,21 @@ class Templar:
         )
         self.env.tests["match"] = lambda value, pattern: re.match(pattern, str(value)) is not None
         self.env.tests["mapping"] = lambda value: isinstance(value, Mapping)
+        # One plan renders the same few expressions many times: parse and compile each once.
+        self._names: dict[str, frozenset[str]] = {}
+        self._expressions: dict[str, Any] = {}
+        self._strings: dict[str, Any] = {}
 
     def _context(self, source: str, scope: VarScope, where: str) -> dict[str, Any]:
         from jinja2 import meta
 
-        try:
-            ast = self.env.parse(source)
-        except self._jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"{where}: template syntax error: {exc.message} (line {exc.lineno})") from None
-        names = meta.find_undeclared_variables(ast)
+        names = self._names.get(source)
+        if names is None:
+            try:
+                ast = self.env.parse(source)
+            except self._jinja2.TemplateSyntaxError as exc:
+                raise TemplateError(f"{where}: template syntax error: {exc.message} (line {exc.lineno})") from None
+            names = self._names[source] = frozenset(meta.find_undeclared_variables(ast))
         return {name: scope.get(name) for name in names if name in scope}
 
     def _fail(self, exc: Exception, where: str) -> TemplateError:
@@ -185,7 +191,10 @@ class Templar:
             return self.evaluate(single.group("expr"), scope, where)
         context = self._context(text, scope, where)
         try:
-            return self.env.from_string(text).render(context)
+            template = self._strings.get(text)
+            if template is None:
+                template = self._strings[text] = self.env.from_string(text)
+            return template.render(context)
         except GpuopsError:
             raise
         except Exception as exc:
@@ -196,7 +205,9 @@ class Templar:
         expression = expression.strip()
         context = self._context("{{ " + expression + " }}", scope, where)
         try:
-            compiled = self.env.compile_expression(expression, undefined_to_none=False)
+            compiled = self._expressions.get(expression)
+            if compiled is None:
+                compiled = self._expressions[expression] = self.env.compile_expression(expression, undefined_to_none=False)
             value = compiled(**context)
         except GpuopsError:
             raise

@@ -776,6 +776,10 @@ def entry():
         result = main(payload)
     except StepFailed as exc:
         result = {"ok": False, "status": "refused", "error": str(exc), "run_id": payload.get("run_id")}
+    except OSError as exc:  # before any change: e.g. a state dir this user may not create
+        result = {"ok": False, "status": "refused", "run_id": payload.get("run_id"),
+                  "error": "cannot use the state dir %s: %s (set gpuops_state_dir, or --become)"
+                           % (payload.get("state_dir"), exc.strerror or exc)}
     try:
         sys.stdout.write(json.dumps({"result": result}) + "\n")
         sys.stdout.flush()
