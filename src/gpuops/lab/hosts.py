@@ -380,7 +380,7 @@ def _await_server(host: LabHost) -> None:
     deadline = time.monotonic() + _SERVER_HEALTH_TIMEOUT_S
     while time.monotonic() < deadline:
         state = process_manager.status(str(host.state_dir), host.server_port)
-        if not state["running"]:
+        if not state["running"] and not process_manager.status(str(host.state_dir))["running"]:
             raise _server_error(host, {"error": "the server exited during start-up",
                                        "log_tail": process_manager._tail(str(host.state_dir / "sglang.log"))})
         if state["healthy"]:

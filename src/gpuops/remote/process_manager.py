@@ -205,7 +205,16 @@ def _cmdline(pid):
 
 def _is_server(pid):
     # A pid file can outlive its process and the pid be reused by something else: check both.
-    return _alive(pid) and any(marker in _cmdline(pid) for marker in SERVER_MARKERS)
+    # /proc/PID/cmdline reads empty for an instant while the process is inside execve (the launch
+    # script execs the python, which execs the server): read again rather than call it gone.
+    for _ in range(50):
+        if not _alive(pid):
+            return False
+        cmdline = _cmdline(pid)
+        if cmdline.strip():
+            return any(marker in cmdline for marker in SERVER_MARKERS)
+        time.sleep(0.01)
+    return False
 
 
 def _signal_group(pid, sig):
