@@ -8,6 +8,7 @@ import json
 from facts_fixtures import H200, KIMI, RTX8, driver_error, fixture_text, not_found, ok, server_output
 
 from gpuops.facts.gpu import parse_banner, parse_query
+from gpuops.facts.gpu_probe import SmiFacts
 from gpuops.facts.host import host_facts, probes_for
 from gpuops.facts.render import render_host_facts
 from gpuops.facts.server import parse_server
@@ -36,10 +37,12 @@ SYSTEM = ("kernel=6.8.0\nmachine=x86_64\nos=\"Ubuntu 24.04.3 LTS\"\npython3=/usr
 
 def _rtx8_values() -> dict:
     return {
-        "gpu.query": parse_query(ok(fixture_text(RTX8, "query.csv"))),
-        "gpu.banner": parse_banner(ok("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n")),
-        "gpu.topo": parse_topo(ok(fixture_text(RTX8, "topo.txt"))),
-        "gpu.p2p": parse_p2p(ok(fixture_text(RTX8, "p2p.txt"))),
+        "gpu.smi": SmiFacts(
+            parse_query(ok(fixture_text(RTX8, "query.csv"))),
+            parse_banner(ok("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n")),
+            parse_topo(ok(fixture_text(RTX8, "topo.txt"))),
+            parse_p2p(ok(fixture_text(RTX8, "p2p.txt"))),
+        ),
         "host.system": parse_host_system(ok(SYSTEM)),
         "software.python": parse_python_packages(ok(PACKAGES)),
         "server": parse_server(server_output(KIMI)),
@@ -78,10 +81,8 @@ def test_rtx8_host_json_schema() -> None:
 
 def test_no_driver_host_is_unknown_everywhere_but_software() -> None:
     values = {
-        "gpu.query": parse_query(driver_error()),
-        "gpu.banner": parse_banner(driver_error()),
-        "gpu.topo": parse_topo(driver_error()),
-        "gpu.p2p": parse_p2p(driver_error()),
+        "gpu.smi": SmiFacts(parse_query(driver_error()), parse_banner(driver_error()), parse_topo(driver_error()),
+                            parse_p2p(driver_error())),
         "host.system": parse_host_system(ok(SYSTEM)),
         "software.python": ProbeFailure("software.python", "the gather script stopped early: killed"),
     }
@@ -95,8 +96,9 @@ def test_no_driver_host_is_unknown_everywhere_but_software() -> None:
 
 def test_mixed_gpus_are_judged_at_the_lowest() -> None:
     values = _rtx8_values()
-    values["gpu.query"] = parse_query(ok(
+    mixed = parse_query(ok(
         "index, uuid, name, compute_cap\n0, a, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0\n1, b, NVIDIA H100 80GB HBM3, 9.0\n"))
+    values["gpu.smi"] = SmiFacts(mixed, values["gpu.smi"].banner, values["gpu.smi"].topo, values["gpu.smi"].p2p)
     facts = host_facts(values)
     assert facts.compute_capability == "9.0"
     assert facts_json(facts)["sm"] == "sm90"
@@ -117,7 +119,7 @@ def test_human_report_plain_text() -> None:
 
 
 def test_human_report_of_a_bare_host() -> None:
-    values = {"gpu.query": parse_query(not_found()), "gpu.topo": parse_topo(not_found()), "gpu.p2p": parse_p2p(not_found()),
+    values = {"gpu.smi": SmiFacts(parse_query(not_found()), parse_banner(not_found()), parse_topo(not_found()), parse_p2p(not_found())),
               "server": parse_server(ProbeOutput("want_port=30000\nothers=\nhealth_error=refused\n", "", 0))}
     stream = io.StringIO()
     render_host_facts(make_console(stream, force_terminal=False), facts_json(host_facts(values)))
@@ -130,17 +132,15 @@ def test_probes_carry_the_host_state_dir_quoted() -> None:
     host = Host(name="h", address=None, port=None, user=None, key_file=None, connection="ssh", groups=(),
                 vars={"gpuops_state_dir": "/tmp/it's here"})
     names = [p.name for p in probes_for(host)]
-    assert names == ["gpu.query", "gpu.banner", "gpu.topo", "gpu.p2p", "host.system", "software.python", "server"]
+    assert names == ["gpu.smi", "host.system", "software.python", "server"]
     server_probe = probes_for(host)[-1]
     assert "gpuops_state_dir='/tmp/it'\"'\"'s here'" in server_probe.script
 
 
 def test_h200_real_capture_end_to_end() -> None:
     values = {
-        "gpu.query": parse_query(ok(fixture_text(H200, "query.csv"))),
-        "gpu.banner": parse_banner(ok(fixture_text(H200, "smi.txt"))),
-        "gpu.topo": parse_topo(ok(fixture_text(H200, "topo.txt"))),
-        "gpu.p2p": parse_p2p(ok(fixture_text(H200, "p2p.txt"))),
+        "gpu.smi": SmiFacts(parse_query(ok(fixture_text(H200, "query.csv"))), parse_banner(ok(fixture_text(H200, "smi.txt"))),
+                            parse_topo(ok(fixture_text(H200, "topo.txt"))), parse_p2p(ok(fixture_text(H200, "p2p.txt")))),
     }
     doc = facts_json(host_facts(values))
     assert (doc["sm"], doc["arch"], doc["gpus"][0]["memory_total_mib"]) == ("sm90", "Hopper", 143771)

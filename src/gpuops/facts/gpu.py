@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 
 from gpuops.facts.arch import identify
-from gpuops.facts.nvidia_smi import QUERY_FIELDS, failure_reason, smi_script
-from gpuops.gather import Probe, ProbeOutput
+from gpuops.facts.nvidia_smi import failure_reason
+from gpuops.gather import ProbeOutput
 
 _UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")  # "memory.total [MiB]" -> "memory.total"
 _NUMBER_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
@@ -145,10 +145,3 @@ def parse_banner(out: ProbeOutput) -> SmiBanner:
         return SmiBanner(known=False, reason=reason)
     return parse_banner_text(out.stdout)
 
-
-def query_probe() -> Probe[GpuQuery]:
-    return Probe("gpu.query", smi_script(f"--query-gpu={QUERY_FIELDS}", "--format=csv"), parse_query)
-
-
-def banner_probe() -> Probe[SmiBanner]:
-    return Probe("gpu.banner", smi_script(), parse_banner)

@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuops.facts.gpu import GpuQuery, SmiBanner, banner_probe, query_probe
+from gpuops.facts.gpu import GpuQuery, SmiBanner
+from gpuops.facts.gpu_probe import SmiFacts, smi_probe
 from gpuops.facts.python_select import preamble
 from gpuops.facts.server import ServerFacts, server_probe
 from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
-from gpuops.facts.topology import Interconnect, P2PMatrix, TopologyMatrix, p2p_probe, summarize, topo_probe
+from gpuops.facts.topology import Interconnect, P2PMatrix, TopologyMatrix, summarize
 from gpuops.gather import Probe, ProbeFailure
 
 if TYPE_CHECKING:
@@ -51,10 +52,7 @@ def probes_for(host: Host) -> list[Probe[Any]]:
     """Every fact probe for this host; run them after ``preamble(host)`` in the same exec."""
     state_dir = (host.vars or {}).get("gpuops_state_dir")
     return [
-        query_probe(),
-        banner_probe(),
-        topo_probe(),
-        p2p_probe(),
+        smi_probe(),
         host_system_probe(),
         python_packages_probe(),
         server_probe(str(state_dir) if state_dir else None),
@@ -71,10 +69,13 @@ def _value(values: Mapping[str, Any], name: str, expected: type, unknown: Any) -
 
 def host_facts(values: Mapping[str, Any]) -> HostFacts:
     """The typed facts from the parsed probe values (a failed probe becomes an unknown with reason)."""
-    gpu = _value(values, "gpu.query", GpuQuery, lambda r: GpuQuery(known=False, reason=r))
-    banner = _value(values, "gpu.banner", SmiBanner, lambda r: SmiBanner(known=False, reason=r))
-    topo = _value(values, "gpu.topo", TopologyMatrix, lambda r: TopologyMatrix(known=False, reason=r))
-    p2p = _value(values, "gpu.p2p", P2PMatrix, lambda r: P2PMatrix(known=False, reason=r))
+    smi = values.get("gpu.smi")
+    if isinstance(smi, SmiFacts):
+        gpu, banner, topo, p2p = smi.query, smi.banner, smi.topo, smi.p2p
+    else:
+        reason = smi.reason if isinstance(smi, ProbeFailure) else "probe gpu.smi did not run"
+        gpu, banner = GpuQuery(known=False, reason=reason), SmiBanner(known=False, reason=reason)
+        topo, p2p = TopologyMatrix(known=False, reason=reason), P2PMatrix(known=False, reason=reason)
     system = _value(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
     packages = _value(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
     server = _value(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))

@@ -8,7 +8,9 @@ wedged GPU. Each becomes one readable reason instead of a crash or an empty tabl
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
+from collections.abc import Mapping, Sequence
 
 from gpuops.gather import ProbeOutput
 
@@ -23,17 +25,6 @@ QUERY_FIELDS = (
 
 # ANSI escapes: real `nvidia-smi topo -m` underlines its header even when writing to a file.
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def smi_script(*args: str) -> str:
-    """sh text that runs ``nvidia-smi ARGS`` with a time limit, or explains that it is missing."""
-    command = " ".join(shlex.quote(a) for a in ("nvidia-smi", *args))
-    return (
-        "command -v nvidia-smi >/dev/null 2>&1 || "
-        f"{{ echo 'gpuops: nvidia-smi: not found on PATH' >&2; exit {NOT_FOUND_STATUS}; }}\n"
-        "if command -v timeout >/dev/null 2>&1; then "
-        f"timeout {SMI_TIMEOUT_S} {command}; else {command}; fi"
-    )
 
 
 def strip_ansi(text: str) -> str:
@@ -58,3 +49,52 @@ def failure_reason(out: ProbeOutput) -> str | None:
     if not out.stdout.strip():
         return "nvidia-smi printed nothing"
     return None
+
+
+def batch_script(commands: Mapping[str, Sequence[str]], token: str) -> str:
+    """sh text that runs several nvidia-smi commands AT ONCE and prints each one's output framed.
+
+    Each nvidia-smi call initialises NVML, which costs from a tenth of a second to seconds on a
+    big box; run side by side they cost the slowest one. Frames carry ``token`` (random per
+    build) so no output can fake one. Missing nvidia-smi: one message, exit 127, for all of them.
+    """
+    mark = f"@@gpuops-smi:{token}"
+    parts = [
+        "command -v nvidia-smi >/dev/null 2>&1 || "
+        f"{{ echo 'gpuops: nvidia-smi: not found on PATH' >&2; exit {NOT_FOUND_STATUS}; }}",
+        'gpuops_sd=$(mktemp -d 2>/dev/null) || { gpuops_sd="${TMPDIR:-/tmp}/gpuops-smi.$$"; mkdir -m 700 "$gpuops_sd" || exit 1; }',
+        "if command -v timeout >/dev/null 2>&1; then gpuops_to=\"timeout %d\"; else gpuops_to=; fi" % SMI_TIMEOUT_S,
+    ]
+    for name, args in commands.items():
+        command = " ".join(shlex.quote(a) for a in ("nvidia-smi", *args))
+        parts.append(
+            f'( $gpuops_to {command} >"$gpuops_sd/{name}.out" 2>"$gpuops_sd/{name}.err"; '
+            f'echo $? >"$gpuops_sd/{name}.rc" ) &'
+        )
+    parts.append("wait")
+    for name in commands:
+        parts.append(
+            f"printf '\\n{mark} {name} %s\\n' \"$(cat \"$gpuops_sd/{name}.rc\" 2>/dev/null || echo 1)\"; "
+            f'cat "$gpuops_sd/{name}.out" 2>/dev/null; '
+            f"printf '\\n{mark} err\\n'; "
+            f'cat "$gpuops_sd/{name}.err" 2>/dev/null'
+        )
+    parts.append('rm -rf "$gpuops_sd"')
+    return "\n".join(parts)
+
+
+def new_token() -> str:
+    return secrets.token_hex(6)
+
+
+def split_batch(out: ProbeOutput, names: Sequence[str], token: str) -> dict[str, ProbeOutput]:
+    """The framed output of ``batch_script`` back into one ProbeOutput per command."""
+    if out.exit_status == NOT_FOUND_STATUS or f"@@gpuops-smi:{token}" not in out.stdout:
+        # nvidia-smi missing (or the batch died first): every command shares that fate
+        status = out.exit_status if out.exit_status != 0 else 1
+        return {name: ProbeOutput("", out.stderr, status) for name in names}
+    mark = re.escape(f"@@gpuops-smi:{token}")
+    frame = re.compile(rf"\n{mark} (?P<name>\S+) (?P<rc>-?\d+)\n(?P<out>.*?)\n{mark} err\n(?P<err>.*?)(?=\n{mark} |\Z)", re.DOTALL)
+    found = {m.group("name"): ProbeOutput(m.group("out"), m.group("err"), int(m.group("rc"))) for m in frame.finditer(out.stdout)}
+    missing = ProbeOutput("", "gpuops: this nvidia-smi call gave no output frame", 1)
+    return {name: found.get(name, missing) for name in names}

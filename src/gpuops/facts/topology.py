@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuops.facts.nvidia_smi import failure_reason, smi_script, strip_ansi
-from gpuops.gather import Probe, ProbeOutput
+from gpuops.facts.nvidia_smi import failure_reason, strip_ansi
+from gpuops.gather import ProbeOutput
 
 # What each `topo -m` link code means, nearest first.
 LINK_KINDS: dict[str, str] = {
@@ -155,14 +155,6 @@ def parse_topo(out: ProbeOutput) -> TopologyMatrix:
 def parse_p2p(out: ProbeOutput) -> P2PMatrix:
     reason = failure_reason(out)
     return P2PMatrix(known=False, reason=reason) if reason else parse_p2p_text(out.stdout)
-
-
-def topo_probe() -> Probe[TopologyMatrix]:
-    return Probe("gpu.topo", smi_script("topo", "-m"), parse_topo)
-
-
-def p2p_probe() -> Probe[P2PMatrix]:
-    return Probe("gpu.p2p", smi_script("topo", "-p2p", "r"), parse_p2p)
 
 
 def _link_kind(code: str) -> str:
