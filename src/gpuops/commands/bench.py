@@ -311,6 +311,10 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
     from gpuops.bench.store import ResultsStore
     from gpuops.output import format_table, print_json
 
+    from gpuops.errors import GpuopsError
+
+    if len(result_ids) < 2:
+        raise GpuopsError("results compare: give at least two result ids")
     store = ResultsStore(results_dir)
     comparison = compare_results([store.load(i) for i in result_ids])
     if as_json:

@@ -537,14 +537,27 @@ def suite_serving(payload, model, emitter, stop):
         emitter.emit("level", summary)
 
 
+def in_temp_dir(prefix, work):
+    """Run ``work(dir)`` in a fresh temp dir that is removed afterwards (nothing left on the host)."""
+    import shutil
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        return work(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def suite_tool(payload, emitter, stop):
+    in_temp_dir("gpuops-bench-tool-", lambda d: _suite_tool(payload, emitter, stop, d))
+
+
+def _suite_tool(payload, emitter, stop, out_dir):
     """Run SGLang's own benchmark module with the server's python; relay its JSONL lines.
 
     One run per argv tail in ``tool.runs`` (bench_serving: one per concurrency level); each run
     appends its result line to the output file, which is read back once per run.
     """
     tool = payload["tool"]
-    out_dir = tempfile.mkdtemp(prefix="gpuops-bench-tool-")
     for run_index, tail_args in enumerate(tool.get("runs") or [[]]):
         if stop.is_set():
             break
@@ -618,9 +631,12 @@ def served_hidden_size(url):
 
 
 def suite_allreduce(payload, emitter, stop):
+    in_temp_dir("gpuops-allreduce-", lambda d: _suite_allreduce(payload, emitter, stop, d))
+
+
+def _suite_allreduce(payload, emitter, stop, work_dir):
     """Run the torch.distributed worker once per NCCL variant with torchrun; relay its frames."""
     spec = payload["allreduce"]
-    work_dir = tempfile.mkdtemp(prefix="gpuops-allreduce-")
     script = os.path.join(work_dir, "allreduce_bench.py")
     with open(script, "w") as handle:
         handle.write(spec["worker_source"])

@@ -1,0 +1,92 @@
+"""The commands as users type them: bench (local), results list/show/compare, report, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuops.bench.standin_process import start_standin
+
+
+def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
+    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def two_results(tmp_path_factory) -> tuple[Path, list[str]]:
+    """Two decode results in one results dir: a plain stand-in, then one with the fusion flag."""
+    root = tmp_path_factory.mktemp("cli")
+    ids = []
+    base = ("--model-path", "/models/Kimi-K2.5", "--tp", "8")
+    for flags in (base, base + ("--enable-flashinfer-allreduce-fusion",)):
+        with start_standin(root / "logs", flags, {"GPUOPS_STANDIN_TTFT_MS": "5", "NCCL_P2P_LEVEL": "SYS"}) as server:
+            done = gpuops("bench", "--suite", "decode", "--url", server.url, "--output-len", "24",
+                          "--num-requests", "2", "--warmup", "1", "--json", cwd=root)
+        assert done.returncode == 0, done.stderr
+        line = json.loads(done.stdout)["hosts"]["localhost"]
+        assert line["ok"] and Path(root, line["result_file"]).is_file()
+        ids.append(line["result_id"])
+    return root, ids
+
+
+def test_bench_json_schema_and_default_results_dir(two_results):
+    root, ids = two_results
+    files = sorted((root / "results").glob("*.json"))
+    assert len(files) == 2
+    stored = json.loads(files[0].read_text())
+    assert stored["schema"] == "gpuops.bench.result/1" and stored["id"] in ids
+    # speed model: 82 tok/s plain decode at tp 8, 116 with fusion
+    assert stored["summary"]["output_tokens_per_s"] == pytest.approx(82.0, rel=0.03)
+
+
+def test_results_list_show_compare(two_results):
+    root, (base, fused) = two_results
+    listed = gpuops("results", "list", "--json", cwd=root)
+    assert [r["id"] for r in json.loads(listed.stdout)["results"]] == [base, fused]
+    human = gpuops("results", "list", cwd=root)
+    assert base in human.stdout and "decode" in human.stdout
+    shown = gpuops("results", "show", base[:5], cwd=root)
+    assert shown.returncode == 0, shown.stderr
+    assert f"result {base}" in shown.stdout and "--tp-size 8" in shown.stdout and "NCCL_P2P_LEVEL=SYS" in shown.stdout
+    assert json.loads(gpuops("results", "show", base, "--json", cwd=root).stdout)["id"] == base
+    compared = gpuops("results", "compare", base, fused, cwd=root)
+    assert compared.returncode == 0, compared.stderr
+    assert "better" in compared.stdout
+    assert "server_args enable_flashinfer_allreduce_fusion: False -> True" in compared.stdout
+    data = json.loads(gpuops("results", "compare", base, fused, "--json", cwd=root).stdout)
+    rate = next(m for m in data["metrics"] if m["name"].startswith("output tokens/s"))
+    assert rate["delta_pct"][1] == pytest.approx(41.9, abs=4)  # 82 -> 116 tok/s
+
+
+def test_report_command(two_results):
+    root, ids = two_results
+    done = gpuops("report", "-o", "out/report.html", cwd=root)
+    assert done.returncode == 0, done.stderr
+    html = (root / "out" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 2 and all(i in html for i in ids)
+    assert (root / "out" / "report.md").read_text().startswith("# gpuops benchmark report")
+
+
+@pytest.mark.parametrize("args,message", [
+    (("results", "show", "nope"), "results: no result 'nope'"),
+    (("results", "compare", "nope"), "at least two"),
+    (("bench", "--suite", "decode", "--remote", "--url", "http://h:1"), "--url is for a local run"),
+    (("bench", "--suite", "decode", "--url", "ftp://h"), "is not http://HOST:PORT"),
+    (("bench", "--suite", "serving", "--concurrency", "1,a"), "--concurrency"),
+    (("bench", "--suite", "allreduce", "--env", "NCCL_ALGO"), "--env"),
+    (("bench", "--suite", "allreduce", "--dtype", "int8"), "--dtype"),
+    (("bench", "--suite", "decode", "-l", "x"), "add --remote"),
+    (("report",), "no results"),
+])
+def test_bad_input_is_one_line(tmp_path: Path, args, message):
+    done = gpuops(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout
+    assert message in done.stderr and done.stderr.startswith("gpuops: error: ")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
