@@ -44,6 +44,8 @@ DEFAULT_GPU = "rtx-pro-6000-x8"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _UNSAFE_PATH = re.compile(r'["%\\\x00-\x1f\x7f]')
 _SERVER_HEALTH_TIMEOUT_S = 60.0
+_RESERVED_NAMES = {"lib", LAB_RECORD, LAB_MARKER, "client_key", "client_key.pub", "authorized_keys",
+                   "known_hosts", "ssh_config", "inventory.yml"}
 _WORKERS = 8
 
 
@@ -157,6 +159,10 @@ def start_lab(
     if existing is None and root.exists() and any(root.iterdir()):
         raise GpuopsError(f"lab: {root} exists and is not an empty directory or a lab")
     planned = _plan(specs, existing.hosts if existing else [], say)
+    for plan in planned:
+        # Host dirs live beside the lab's own files (lib/, inventory.yml, ...): never on top of one.
+        if plan.name in _RESERVED_NAMES or (root / plan.name).exists():
+            raise GpuopsError(f"lab: host name {plan.name!r} clashes with a file of the lab in {root}")
     if any(p.spec.server for p in planned) and not STANDIN.is_file():
         raise GpuopsError(f"lab: the stand-in SGLang server {STANDIN} is missing (use server=False)")
     sshd.ensure_privsep_dir()
