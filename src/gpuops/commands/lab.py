@@ -89,10 +89,14 @@ def status(lab_dir: str | None, as_json: bool) -> None:
 @json_option
 def down(lab_dir: str | None, as_json: bool) -> None:
     """Stop every sshd and server of the lab and remove its directory."""
-    from gpuops.lab.hosts import LAB_RECORD, load_lab, stop_lab
+    from gpuops.errors import GpuopsError
+    from gpuops.lab.hosts import load_lab, stop_lab
 
     root = _lab_dir(lab_dir)
-    count = len(load_lab(root).hosts) if (root / LAB_RECORD).exists() else 0
+    try:
+        count = len(load_lab(root).hosts)
+    except GpuopsError:  # a broken or half-started lab is still taken down (by its pid files)
+        count = len(list(root.glob("*/sshd_config")))
     swept = stop_lab(root, remove=True)
     if as_json:
         click.echo(json.dumps({"lab": str(root), "hosts": count, "swept_pids": swept, "removed": True}))
