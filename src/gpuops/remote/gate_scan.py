@@ -271,11 +271,21 @@ def split_class(source, begin, end, extra_names, skip):
     header_end = begin
     while header_end < end and not re.match(r"^class\s", lines[header_end]):
         header_end += 1
-    match = re.match(r"^class\s+([A-Za-z_]\w*)[^\n]*:\s*(#.*)?$", lines[header_end]) if header_end < end else None
+    match = re.match(r"^class\s+([A-Za-z_]\w*)", lines[header_end]) if header_end < end else None
     if match is None:
-        return None  # a multi-line class header: not worth being clever
+        return None
     class_name = match.group(1)
-    body_start = header_end + 1
+    # The header may span lines (`class X(\n    Base,\n):`): it ends where its brackets close.
+    depth = 0
+    body_start = None
+    for index in range(header_end, min(end, header_end + 30)):
+        code = lines[index].split("#", 1)[0]
+        depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
+        if depth <= 0 and code.rstrip().endswith(":"):
+            body_start = index + 1
+            break
+    if body_start is None:
+        return None
     body = lines[body_start:end]
     indent = None
     for line in body:
