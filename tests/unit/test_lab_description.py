@@ -12,7 +12,7 @@ import yaml
 
 from gpuops.errors import GpuopsError
 from gpuops.lab import launch_files, lab_files, site
-from gpuops.lab.gpu_description import builtin_names, load_description, parse_description, with_port
+from gpuops.lab.gpu_description import builtin_names, load_description, with_port
 
 MINIMAL = {"gpus": 1, "gpu_name": "X", "compute_capability": "9.0", "memory_mib": 10,
            "driver_version": "1", "cuda_driver_version": "12.8"}
