@@ -184,3 +184,17 @@ def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path)
         assert secret not in proc.stdout.decode() + proc.stderr.decode()
     command, prefix = become_wrap("true", None)
     assert command.startswith("sudo -n ") and prefix.count(b"\n") == 1
+
+
+def test_rollback_of_an_older_run_whose_files_changed_again_is_refused(tmp_path: Path) -> None:
+    state, a = tmp_path / "state", tmp_path / "a"
+    a.write_bytes(b"v1\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r2"))["status"] == "finished"
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    refused = run_helper(dict(rollback, run_id="r3", target="r1"))
+    assert refused["ok"] is False and "roll back r2 first" in refused["error"]
+    assert a.read_bytes() == b"v3\n"
+    assert run_helper(dict(rollback, run_id="r4", target="r2"))["ok"]
+    assert run_helper(dict(rollback, run_id="r5", target="r1"))["ok"]
+    assert a.read_bytes() == b"v1\n"

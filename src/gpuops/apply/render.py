@@ -20,7 +20,8 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
     for name, report in reports.items():
         echo("")
         head = {True: "ok", False: "FAILED"}[report.ok]
-        echo(_style(f"{name}: {head} ({report.status})", "green" if report.ok else "red", color))
+        run = f", run {report.run_id}" if report.run_id else ""
+        echo(_style(f"{name}: {head} ({report.status}{run})", "green" if report.ok else "red", color))
         for change in report.changes:
             verb = "would change" if check else "changed"
             echo(_style(f"  {verb} {change['path']} ({change['action']}, {change['kind']})", "yellow", color))
@@ -56,8 +57,6 @@ def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None],
     for name, report in reports.items():
         failed = 0 if report.ok else 1
         line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed}"
-        if report.run_id:
-            line += f" run={report.run_id}"
         echo(_style(line, "green" if report.ok else "red", color))
 
 

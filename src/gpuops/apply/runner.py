@@ -184,11 +184,10 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_gate_scan:
-        from gpuops.facts.gpu import banner_probe, query_probe
         from gpuops.gates.probe import gate_scan_probe
 
         # The GPUs and CUDA version judge the re-audit; the scan (with sources) feeds the patch.
-        probes += [query_probe(), banner_probe(), gate_scan_probe(with_sources=True)]
+        probes += _gpu_probes(host) + [gate_scan_probe(with_sources=True)]
     values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
@@ -204,6 +203,16 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
         gpu = _gpu_summary(values)
     facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources)
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"], "gpu": gpu}
+
+
+def _gpu_probes(host: "Host") -> list[Any]:
+    """The facts part's GPU probes (and the package list, for torch's CUDA), by their pinned entry."""
+    try:
+        from gpuops.facts.host import probes_for
+
+        return [p for p in probes_for(host) if p.name.startswith("gpu.") or p.name == "software.python"]
+    except Exception:  # facts help judge the re-audit; without them it is judged for the target
+        return []
 
 
 def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:

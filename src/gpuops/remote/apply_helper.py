@@ -299,8 +299,10 @@ class Service:
 
 
 def http_ok(url):
+    # No proxies: an http_proxy in the SSH session must not swallow a loopback health check.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with opener.open(url, timeout=2) as response:
             return 200 <= response.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -583,6 +585,7 @@ def pick_rollback_target(records, wanted):
                     raise StepFailed("run %s was already rolled back" % wanted)
                 if not run.get("changes"):
                     raise StepFailed("run %s changed nothing on this host" % wanted)
+                later_conflict(runs, run, undone)
                 return run
         raise StepFailed("no run %s in the journal of this host" % wanted)
     for run in reversed(runs):
@@ -592,6 +595,22 @@ def pick_rollback_target(records, wanted):
             continue
         return run
     raise StepFailed("nothing to roll back: no run in the journal changed this host")
+
+
+def later_conflict(runs, target, undone):
+    """Refuse to undo a run whose files a later, still-standing run changed again."""
+    paths = {c.get("path") for c in target.get("changes") or []}
+    seen = False
+    for run in runs:
+        if run["run_id"] == target["run_id"]:
+            seen = True
+            continue
+        if not seen or run.get("kind") == "rollback" or run["run_id"] in undone or "rolled_back" in run["events"]:
+            continue
+        overlap = sorted(paths & {c.get("path") for c in run.get("changes") or []})
+        if overlap:
+            raise StepFailed("run %s changed %s again after %s; roll back %s first"
+                             % (run["run_id"], overlap[0], target["run_id"], run["run_id"]))
 
 
 def do_rollback(payload, progress, connection_alive):
