@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -66,7 +66,6 @@ class GpuDescription:
     server: ServerSpec | None
     compute_capability: str
     gpu_count: int
-    fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 def builtin_names() -> list[str]:
@@ -142,7 +141,6 @@ def parse_description(data: Mapping[str, Any], path: Path) -> GpuDescription:
         server=_server(data, where),
         compute_capability=gpus[0]["compute_cap"] if gpus else "",
         gpu_count=count,
-        fields={k: v for k, v in data.items() if k not in ("captured",)},
     )
 
 
