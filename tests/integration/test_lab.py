@@ -239,3 +239,15 @@ def test_a_failed_add_keeps_the_running_lab(tmp_path) -> None:
         assert status.name == "h01" and status.sshd_alive and status.server_healthy
         assert not (root / "h02").exists()
         assert len(lab.known_hosts.read_text().splitlines()) == 1
+
+
+def test_sweep_kills_only_processes_of_that_exact_lab(tmp_path) -> None:
+    mine = subprocess.Popen(["sleep", "60"], env={"GPUOPS_LAB_DIR": str(tmp_path / "lab")})
+    neighbour = subprocess.Popen(["sleep", "60"], env={"GPUOPS_LAB_DIR": str(tmp_path / "lab2")})
+    try:
+        assert processes.lab_processes(tmp_path / "lab") == [mine.pid]
+        assert processes.sweep(tmp_path / "lab") == [mine.pid]
+        assert mine.wait(timeout=10) == -9 and neighbour.poll() is None
+    finally:
+        neighbour.kill()
+        neighbour.wait()
