@@ -13,7 +13,6 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuops.facts.model import ModelFacts, model_from_config
 from gpuops.facts.server_args import REDACTED, ServerSettings, is_secret_name, settings_from_argv
