@@ -277,3 +277,21 @@ def test_become_runs_through_sudo_with_the_password_on_stdin(lab, run_gpuops) ->
                        "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}}', env={"GPUOPS_BECOME_PASS": "nope"})
     assert wrong.returncode == 1 and "NCCL_MIN_NCHANNELS='2'" in (host.state_dir / "sglang.env").read_text()
     assert "nope" not in wrong.stdout + wrong.stderr
+
+
+def test_secrets_never_reach_output_or_journals(lab, run_gpuops, gpuops_home) -> None:
+    host = lab.hosts[0]
+    token, password = "hf_live_0123456789abcdef", "p4ssw0rd-value-xyz"
+    extra = json.dumps({"sglang_env": {"HF_TOKEN": token, "SGLANG_DB_PASSWORD": password}})
+    check = apply(run_gpuops, lab, "sglang-service", "--check", "--diff", "-e", extra)
+    assert check.returncode == 0 and "HF_TOKEN='********'" in check.stdout
+    proc = apply(run_gpuops, lab, "sglang-service", "--diff", "--json", "-e", extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    env_text = (host.state_dir / "sglang.env").read_text()
+    assert f"HF_TOKEN='{token}'" in env_text                            # the host gets the value
+    assert oct((host.state_dir / "sglang.env").stat().st_mode & 0o777) == "0o600"
+    seen = check.stdout + check.stderr + proc.stdout + proc.stderr
+    seen += (host.state_dir / "journal.jsonl").read_text()
+    seen += (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text()
+    seen += run_gpuops("history", "-i", str(lab.inventory_path), "--json").stdout
+    assert token not in seen and password not in seen

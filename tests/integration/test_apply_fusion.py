@@ -128,3 +128,19 @@ def test_release_without_an_sm120_predicate_is_refused_untouched(lab_factory, ru
     assert proc.returncode == 1
     assert "refusing" in proc.stdout and "0.4.10" in proc.stdout and "failed=1" in proc.stdout
     assert tree_hashes(host.dir) == everything
+
+
+def test_failed_re_audit_restores_the_files_and_keeps_the_server(lab_factory, run_gpuops) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.14")
+    host = lab.hosts[0]
+    pristine = tree_hashes(host.dir, skip_runs=True)
+    pid = int((host.state_dir / "sglang.pid").read_text())
+    proc = apply(run_gpuops, lab, "--json", env={"GPUOPS_TEST_FAULT": "audit_verdict"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["status"] == "rolled_back" and "audit_verdict" in report["error"]
+    assert len(report["restored"]) == report["changed"]
+    assert tree_hashes(host.dir, skip_runs=True) == pristine
+    assert int((host.state_dir / "sglang.pid").read_text()) == pid
+    events = [json.loads(l)["event"] for l in (host.state_dir / "journal.jsonl").read_text().splitlines()]
+    assert events == ["started", "audited", "rolled_back"]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpuops.plan.planner import Discovery
     from gpuops.transport import ConnectOptions, Connection
 
-TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: a named fault point in the helper
+TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: before_write (helper) | audit_verdict (here)
 TEST_CORRUPT_PATCH_ENV = "GPUOPS_TEST_CORRUPT_PATCH"  # test hook: patched text that cannot compile
 
 
@@ -316,6 +316,8 @@ def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payloa
         verdict = judge_audit(result.get("audit_output"), plan.audit, cuda)
     except Exception as exc:  # a judge that cannot read the scan must not leave the run open
         verdict = Verdict(False, f"the gate re-audit could not be judged: {type(exc).__name__}: {exc}")
+    if os.environ.get(TEST_FAULT_ENV) == "audit_verdict":  # test hook: a re-audit that fails
+        verdict = Verdict(False, "injected fault at audit_verdict (test hook)")
     resume = dict(payload, mode="resume", verdict="ok" if verdict.ok else "failed", verdict_reason=verdict.reason,
                   changes=[], audit=None)
     final = run_helper(conn, variables, resume, options)
