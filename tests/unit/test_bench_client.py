@@ -152,3 +152,22 @@ def test_ctrl_c_stops_the_client_and_keeps_what_was_measured(tmp_path: Path):
     assert 1 <= len(run.samples) < 1000
     assert all(s["ok"] for s in run.samples)
     assert not pid_file.exists()
+
+
+def test_sglang_tool_without_sglang_fails_clearly(tmp_path: Path):
+    # `--tool sglang` runs `<sglang_python> -m sglang.bench_serving` on the host; a python without
+    # SGLang must fail that host with the tool's own last words, not hang or pass silently.
+    from types import MappingProxyType
+
+    from gpuops.bench.runner import BenchTarget
+    from gpuops.inventory import Host
+
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "500", "GPUOPS_STANDIN_TTFT_MS": "1"}
+    with start_standin(tmp_path, env=env) as server:
+        host = Host(name="nosglang", address=None, port=None, user=None, key_file=None, connection="local",
+                    groups=("all",), vars=MappingProxyType({"sglang_python": sys.executable}))
+        options = BenchOptions(suite="serving", tool="sglang", concurrency=(1,))
+        state = run_bench([BenchTarget(host, server.url, sys.executable)], options, ResultsStore(tmp_path / "r"),
+                          ConnectOptions(), remote=False)["nosglang"]
+    assert state.status == "failed" and state.file is None
+    assert "sglang.bench_serving exited 1" in state.error and "No module named 'sglang'" in state.error

@@ -198,7 +198,7 @@ def _render_bench(document: dict[str, Any]) -> None:
         for name, line in hosts.items():
             itl = line.get("itl_ms") or {}
             ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
-            rows.append([name + (" (simulated)" if line.get("simulated") else ""), ok,
+            rows.append([name + ("*" if line.get("simulated") else ""), ok,
                          _fmt(line.get("output_tokens_per_s")), _fmt(line.get("ttft_ms")), _fmt(itl.get("p50")),
                          _fmt(itl.get("p90")), _fmt(itl.get("p99")), _fmt(line.get("accept_length")),
                          line.get("result_id") or "-", line.get("error") or ""])
@@ -219,6 +219,8 @@ def _render_bench(document: dict[str, Any]) -> None:
             click.echo()
             click.echo(format_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
                                      "TTFT p50 ms", "ITL p50 ms"], level_rows))
+    if any(line.get("simulated") for line in hosts.values()):
+        click.echo("* simulated server (the gpuops stand-in): its figures are simulated, not a GPU's")
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:
         click.echo(f"results: {', '.join(saved)}")
