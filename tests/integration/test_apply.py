@@ -295,3 +295,25 @@ def test_secrets_never_reach_output_or_journals(lab, run_gpuops, gpuops_home) ->
     seen += (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text()
     seen += run_gpuops("history", "-i", str(lab.inventory_path), "--json").stdout
     assert token not in seen and password not in seen
+
+
+def test_failed_port_move_is_rolled_back_to_the_old_port(lab, run_gpuops) -> None:
+    import socket
+
+    import yaml
+
+    host = lab.hosts[0]
+    before = tree_hashes(host.dir, skip_runs=True)
+    args = yaml.safe_load(lab.inventory_path.read_text())["all"]["children"]["lab"]["hosts"]["h01"]["sglang_args"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        new_port = probe.getsockname()[1]
+    moved = [str(new_port) if a == str(host.server_port) else a for a in args]
+    extra = json.dumps({"sglang_args": moved, "sglang_port": new_port,
+                        "sglang_env": {"GPUOPS_STANDIN_CRASH_IF": "SGLANG_CRASH=1", "SGLANG_CRASH": "1"}})
+    proc = apply(run_gpuops, lab, "sglang-service", "--json", "-e", extra)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["status"] == "rolled_back", report
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert server_info(host.server_port)                    # healthy again, where it listened before

@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -298,6 +299,21 @@ class Service:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def previous_service(spec):
+    """The service as the restored files describe it: a run may have moved the port, and the
+    previous server must be waited for where it listens (the launch script's --port)."""
+    spec = dict(spec or {})
+    if spec.get("manager") == "process" and spec.get("state_dir"):
+        try:
+            with open(os.path.join(spec["state_dir"], "sglang-launch.sh"), "r", encoding="utf-8") as handle:
+                found = re.search(r"--port(?:=|'?\s+'?)(\d+)", handle.read())
+            if found:
+                spec["port"] = int(found.group(1))
+        except OSError:
+            pass
+    return spec
+
+
 def http_ok(url):
     # No proxies: an http_proxy in the SSH session must not swallow a loopback health check.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -485,7 +501,7 @@ class Run:
                 problems.append("%s: %s" % (path, exc))
         service_note = "server left as it was"
         if self.server_touched:
-            service = Service(manifest.get("service"), self.payload.get("process_manager", ""),
+            service = Service(previous_service(manifest.get("service")), self.payload.get("process_manager", ""),
                               self.progress, lambda: True)
             try:
                 if manifest.get("server_running_before", True):
