@@ -8,161 +8,32 @@ scanned); gpuops judges the scan and a second short exec restarts or rolls back.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
-import shlex
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from gpuops.apply.options import (
+    TEST_CORRUPT_PATCH_ENV,
+    TEST_FAULT_ENV,
+    ApplyOptions,
+    HostReport,
+    import_ssh_first,
+    new_run_id,
+)
+from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
     from gpuops.plan.model import Plan
     from gpuops.plan.planner import Discovery
-    from gpuops.transport import ConnectOptions, Connection
+    from gpuops.transport import Connection
 
-TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: before_write (helper) | audit_verdict (here)
-TEST_CORRUPT_PATCH_ENV = "GPUOPS_TEST_CORRUPT_PATCH"  # test hook: patched text that cannot compile
-
-
-@dataclass(frozen=True)
-class ApplyOptions:
-    connect: "ConnectOptions"
-    check: bool = False
-    diff: bool = False
-    become: bool = False
-    become_password: str | None = None
-    forks: int = 16
-
-
-@dataclass
-class HostReport:
-    """The outcome for one host (the JSON schema in roles/README.md)."""
-
-    host: str
-    ok: bool
-    status: str                      # checked | unchanged | finished | rolled_back | refused | failed
-    changed: int = 0
-    changes: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    run_id: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    handlers: list[str] = field(default_factory=list)
-    restored: list[str] = field(default_factory=list)
-    tasks_ok: int = 0
-    pid: int | None = None
-    log_tail: str | None = None       # the server's log after a failed start (redacted)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok, "status": self.status, "changed": self.changed, "changes": self.changes,
-            "error": self.error, "run_id": self.run_id, "warnings": self.warnings, "notes": self.notes,
-            "handlers": self.handlers, "restored": self.restored, "tasks_ok": self.tasks_ok, "pid": self.pid,
-            "log_tail": self.log_tail,
-        }
-
-
-def _import_ssh_first(hosts: Sequence["Host"]) -> None:
-    # run_on_hosts preloads fabric in a thread; importing it here first avoids a concurrent
-    # import of paramiko from two threads (seen as "partially initialized module" errors).
-    if any(h.connection != "local" for h in hosts):
-        import fabric  # noqa: F401
-
-
-def _user() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+__all__ = ["ApplyOptions", "HostReport", "apply_role", "apply_host", "become_wrap", "rollback_hosts", "history_hosts"]
 
 
 def _merged(host: "Host", extra: Mapping[str, Any]) -> dict[str, Any]:
     return {**dict(host.vars or {}), **dict(extra)}
-
-
-# ---------------------------------------------------------------- running the helper
-
-
-BECOME_MARK = "gpuops-become-stdin-starts-here"
-
-
-def become_wrap(command: str, password: str | None) -> tuple[str, bytes]:
-    """sudo around ``command``; the password (if any) travels as the first stdin line, never argv.
-
-    sudo reads the password line only when it needs one (NOPASSWD rules skip it), so a marker line
-    follows it and the shell skips everything up to the marker: either way the helper's stdin
-    starts exactly at its own source, and a password can never end up parsed as code.
-    """
-    skip = f'while IFS= read -r gpuops_l; do [ "$gpuops_l" = {BECOME_MARK} ] && break; done; {command}'
-    if password:
-        return f"sudo -S -p '' -- /bin/sh -c {shlex.quote(skip)}", (password + "\n" + BECOME_MARK + "\n").encode()
-    return f"sudo -n -- /bin/sh -c {shlex.quote(skip)}", (BECOME_MARK + "\n").encode()
-
-
-def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: ApplyOptions) -> tuple[str, bytes]:
-    from gpuops.remote import python_command
-
-    python = variables.get("gpuops_python")
-    command = python_command(str(python) if python else None)
-    if with_preamble:
-        # The re-audit must see the packages the server sees: the gather preamble picks that python.
-        from gpuops.facts.python_select import preamble_for_vars
-
-        command = "/bin/sh -c " + shlex.quote(preamble_for_vars(dict(variables)) + "\n" + command)
-    if options.become:
-        return become_wrap(command, options.become_password)
-    return command, b""
-
-
-def gather_as(conn: "Connection", probes: list[Any], preamble: str, options: ApplyOptions) -> dict[str, Any]:
-    """``gpuops.gather.gather``, under sudo when --become (the state dir is root's, mode 0700)."""
-    from gpuops.gather import GATHER_COMMAND, build_gather_script, gather, new_nonce, parse_outputs, split_gather_output
-
-    if not options.become:
-        return gather(conn, probes, preamble=preamble)
-    nonce = new_nonce()
-    script = build_gather_script(probes, nonce, preamble)
-    command, prefix = become_wrap(GATHER_COMMAND, options.become_password)
-    result = conn.run(command, stdin=prefix + script.encode())
-    outputs = split_gather_output(result.stdout_text(), nonce)
-    why = ""
-    if len(outputs) < len(probes):
-        tail = (result.stderr_text().strip().splitlines() or [f"exit status {result.exit_status}"])[-1]
-        why = f"the gather script stopped early (sudo?): {tail}"
-    return parse_outputs(probes, outputs, why)
-
-
-def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
-               options: ApplyOptions, with_preamble: bool = False) -> dict[str, Any]:
-    """Ship apply_helper + payload in ONE exec; return its final ``result`` object."""
-    from gpuops.remote import python_stdin
-
-    command, prefix = _helper_command(variables, with_preamble, options)
-    result = conn.run(command, stdin=prefix + python_stdin("apply_helper", payload), timeout=None)
-    final = None
-    for line in result.stdout_text().splitlines():
-        if line.startswith('{"result"'):
-            try:
-                final = json.loads(line)["result"]
-            except ValueError:
-                continue
-    if final is None:
-        tail = (result.stderr_text().strip().splitlines() or [f"exit status {result.exit_status}"])[-1]
-        raise GpuopsError(
-            f"{conn.host.name}: the apply helper gave no result ({tail}); if a run was started, "
-            f"`gpuops history` shows it and `gpuops rollback` undoes it"
-        )
-    return final
 
 
 # ---------------------------------------------------------------- apply
@@ -356,7 +227,7 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
     discoveries = discover_all(hosts, role, extra)
     run_id = new_run_id()
-    _import_ssh_first(hosts)
+    import_ssh_first(hosts)
 
     def one(host: "Host") -> HostReport:
         return apply_host(host, role, extra, discoveries[host.name], options, run_id)
@@ -371,64 +242,6 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
     return run_id, reports
 
 
-# ---------------------------------------------------------------- rollback and history
 
 
-def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
-    from gpuops.apply.journal import append_home
-    from gpuops.remote import source
-    from gpuops.transport import connect, run_on_hosts
-
-    run_id = new_run_id()
-    _import_ssh_first(hosts)
-
-    def one(host: "Host") -> HostReport:
-        variables = dict(host.vars or {})
-        state_dir = str(variables.get("gpuops_state_dir") or "/var/lib/gpuops")
-        payload = {
-            "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
-            "meta": {"role": "rollback", "user": _user()},
-            "process_manager": source("process_manager"),
-        }
-        conn = connect(host, options.connect)
-        try:
-            result = run_helper(conn, variables, payload, options)
-        finally:
-            conn.close()
-        ok = bool(result.get("ok"))
-        report = HostReport(host=host.name, ok=ok, status=result.get("status", "failed"), run_id=run_id,
-                            restored=list(result.get("restored", [])), changed=len(result.get("restored", [])),
-                            error=None if ok else result.get("error"))
-        if ok:
-            report.notes.append(f"undid run {result.get('target')}: {result.get('service', '')}")
-        append_home({"run_id": run_id, "host": host.name, "role": "rollback", "target": result.get("target"),
-                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": report.status,
-                     "changes": [{"path": p} for p in report.restored], "error": report.error})
-        return report
-
-    outcomes = run_on_hosts(hosts, one, forks=options.forks)
-    return {name: (o.value if o.ok and o.value is not None else HostReport(host=name, ok=False, status="failed", error=o.error))
-            for name, o in outcomes.items()}
-
-
-def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, Any]:
-    """Each host's journal, folded into runs (one gather exec per host)."""
-    from gpuops.apply.journal import fold_runs
-    from gpuops.apply.probes import journal_probe
-    from gpuops.gather import ProbeFailure
-    from gpuops.transport import connect, run_on_hosts
-
-    def one(host: "Host") -> list[dict[str, Any]]:
-        state_dir = str((host.vars or {}).get("gpuops_state_dir") or "/var/lib/gpuops")
-        conn = connect(host, options.connect)
-        try:
-            values = gather_as(conn, [journal_probe(state_dir)], "", options)
-        finally:
-            conn.close()
-        records = values["apply.journal"]
-        if isinstance(records, ProbeFailure):
-            raise GpuopsError(f"{host.name}: cannot read the journal: {records.reason}")
-        return fold_runs(records)
-
-    _import_ssh_first(hosts)
-    return run_on_hosts(hosts, one, forks=options.forks)
+from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)

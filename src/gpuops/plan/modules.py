@@ -16,7 +16,7 @@ from gpuops.nccl import check_nccl_env, nccl_warnings
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
 from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState
-from gpuops.plan.redact import MASK, redact_text
+from gpuops.plan.redact import redact_text
 
 if TYPE_CHECKING:
     from gpuops.plan.planner import PlanState
@@ -179,5 +179,3 @@ PLANNERS: dict[str, Planner] = {
     "assert": plan_assert,
     "fail": plan_fail,
 }
-
-__all__ = ["PLANNERS", "normalize_mode", "record_file", "MASK"]

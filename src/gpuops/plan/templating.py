@@ -70,7 +70,8 @@ class VarScope:
             self._resolving.append(name)
             try:
                 # A default that refers to itself (x: "{{ x + [1] }}") means "the layer below".
-                below = VarScope(self.templar, self.layers[: self.layers.index(layer)])
+                position = next(i for i, candidate in enumerate(self.layers) if candidate is layer)
+                below = VarScope(self.templar, self.layers[:position])
                 scope = _Overlay(self, name, below)
                 value = self.templar.render_value(value, scope, f"{layer.origin} (variable {name})")
             finally:

@@ -1,0 +1,75 @@
+"""Values shared by apply, rollback and history: options, the per-host report, run ids."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions
+
+TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: before_write (helper) | audit_verdict (here)
+TEST_CORRUPT_PATCH_ENV = "GPUOPS_TEST_CORRUPT_PATCH"  # test hook: patched text that cannot compile
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    connect: "ConnectOptions"
+    check: bool = False
+    diff: bool = False
+    become: bool = False
+    become_password: str | None = None
+    forks: int = 16
+
+
+@dataclass
+class HostReport:
+    """The outcome for one host (the JSON schema in roles/README.md)."""
+
+    host: str
+    ok: bool
+    status: str                      # checked | unchanged | finished | rolled_back | refused | failed
+    changed: int = 0
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    run_id: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    handlers: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    tasks_ok: int = 0
+    pid: int | None = None
+    log_tail: str | None = None       # the server's log after a failed start (redacted)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "status": self.status, "changed": self.changed, "changes": self.changes,
+            "error": self.error, "run_id": self.run_id, "warnings": self.warnings, "notes": self.notes,
+            "handlers": self.handlers, "restored": self.restored, "tasks_ok": self.tasks_ok, "pid": self.pid,
+            "log_tail": self.log_tail,
+        }
+
+
+def import_ssh_first(hosts: Sequence["Host"]) -> None:
+    # run_on_hosts preloads fabric in a thread; importing it here first avoids a concurrent
+    # import of paramiko from two threads (seen as "partially initialized module" errors).
+    if any(h.connection != "local" for h in hosts):
+        import fabric  # noqa: F401
+
+
+def current_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
