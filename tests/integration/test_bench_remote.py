@@ -142,3 +142,28 @@ def _is_child_of_sshd(pid_file: Path) -> bool:
         return b"sshd" in parent or b"sh\x00-c" in parent or b"bash" in parent
     except (OSError, ValueError, IndexError):
         return False
+
+
+def test_allreduce_over_ssh_with_gloo(lab_factory, run_gpuops, tmp_path: Path):
+    # The lab host is this machine: the torch that the unit tests use is the host's torch here.
+    # (A host with no SGLang: the lab's SGLang hosts put a stand-in torch package on PYTHONPATH.)
+    from gpuops.lab.hosts import LabSpec
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+    from test_bench_allreduce import torch_python
+
+    python = torch_python()
+    if python is None:
+        pytest.skip("no python with torch (gloo) here")
+    lab = lab_factory(LabSpec(names=("base",), sglang=None, server=False, gpu="none"))
+    done = run_gpuops("bench", "--remote", "-i", str(lab.inventory_path), "-l", "base", "--suite", "allreduce",
+                      "--backend", "gloo", "--world-size", "2", "--tokens", "1,16", "--iters", "5", "--trials", "2",
+                      "--env", "NCCL_PROTO=LL,Simple", "--python", python, "--json", "--results-dir", str(tmp_path),
+                      timeout=300)
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout)["hosts"]["base"]
+    assert {v["label"] for v in line["variants"]} == {"NCCL_PROTO=LL", "NCCL_PROTO=Simple"}
+    for variant in line["variants"]:
+        assert variant["ok"] and set(variant["latency_us"]) == {"1", "16"}
+        assert all(x > 0 for x in variant["busbw_gbps"].values())
+    assert line["step_cost_ms"] > 0

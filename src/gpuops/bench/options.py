@@ -54,6 +54,7 @@ class BenchOptions:
     request_timeout_s: float = 600.0
     tool: str | None = None             # "sglang": run sglang.bench_serving / bench_one_batch_server
     tool_args: tuple[str, ...] = ()
+    python: str | None = None           # runs torchrun / the SGLang tool; None: host var sglang_python
     allreduce: AllreduceOptions = field(default_factory=AllreduceOptions)
 
     def __post_init__(self) -> None:
@@ -212,7 +213,7 @@ def build_payload(
         "state_dir": str(state_dir) if state_dir else None,
         "host_facts": True,
     }
-    python = str(host_vars.get("sglang_python") or "python3")
+    python = options.python or str(host_vars.get("sglang_python") or "python3")
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}

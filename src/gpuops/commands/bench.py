@@ -48,6 +48,8 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--request-timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True)
 @click.option("--tool", type=click.Choice(["sglang"]), help="Run SGLang's own bench_serving / bench_one_batch_server instead.")
 @click.option("--tool-args", help="Extra arguments for the SGLang tool, one shell-quoted string.")
+@click.option("--python", "python", metavar="PATH",
+              help="Python on the host for torchrun / the SGLang tool (default: host var sglang_python, else python3).")
 @click.option("--world-size", type=click.IntRange(1, 1024), help="allreduce: ranks (default: the host's GPU count).")
 @click.option("--hidden-size", type=click.IntRange(1, 1_000_000), help="allreduce: hidden size (default: the served model's, else 7168).")
 @click.option("--tokens", default="1,4,8,16,64", show_default=True, help="allreduce: tokens per message.")
@@ -66,7 +68,7 @@ def _results_dir_option(fn: Any) -> Any:
 def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
           warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
-          tool: str | None, tool_args: str | None, world_size: int | None, hidden_size: int | None, tokens: str,
+          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None, tokens: str,
           dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
           allreduces_per_step: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
     """Benchmark on the host, next to its SGLang server, and bring the results home.
@@ -92,7 +94,7 @@ def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as
         suite=suite, api=api, input_len=input_len, output_len=output_len, num_requests=num_requests,
         warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"),
         requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
-        tool_args=opt.parse_tool_args(tool_args),
+        tool_args=opt.parse_tool_args(tool_args), python=python,
         allreduce=opt.AllreduceOptions(
             world_size=world_size, hidden_size=hidden_size, tokens=opt.parse_int_list(tokens, "--tokens"),
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
