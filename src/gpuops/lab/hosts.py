@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -529,5 +530,32 @@ def stop_lab(
             list(pool.map(stop_host, host_dirs))
     leftovers = processes.sweep(root) if sweep else []
     if remove:
-        shutil.rmtree(root)
+        _remove_dir(root)
     return leftovers
+
+
+def _remove_dir(root: Path) -> None:
+    """Remove the lab directory: at once from the user's view, its files in the background.
+
+    A lab holds tens of thousands of hard links (one SGLang tree per host); unlinking them takes
+    seconds on a busy machine. Nothing runs any more, so the tree is renamed aside (a hidden
+    sibling) and deleted by a detached ``rm -rf``; without ``rm``, here and now.
+    """
+    trash = root.with_name(f".{root.name}.removing-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(root, trash)
+    except OSError:
+        shutil.rmtree(root)
+        return
+    rm = shutil.which("rm")
+    if rm is None:
+        shutil.rmtree(trash, ignore_errors=True)
+        return
+    subprocess.Popen(
+        [rm, "-rf", "--", str(trash)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
