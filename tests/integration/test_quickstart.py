@@ -1,0 +1,40 @@
+"""README's Quickstart, end to end: `./demo` on a fresh lab host shaped like the field report's machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_walks_the_whole_job(tmp_path: Path) -> None:
+    env = dict(os.environ, GPUOPS_DEMO_DIR=str(tmp_path / "lab"), GPUOPS_SKIP_TORCH="1")
+    proc = subprocess.run([str(REPO / "demo")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    # The host is what the field report describes, and gpuops says so.
+    assert re.search(r"NVIDIA RTX PRO 6000 Blackwell Server Edition\s+12\.0\s+sm120", out)
+    assert "no NVLink" in out
+    # The fusion gate: blocked with file:line before, open after, with the release's flag on.
+    before, _, after = out.partition("apply fusion-sm120: patch the gates")
+    assert re.search(r"BLOCKED\s+flashinfer_allreduce_fusion: .*srt/layers/communicator\.py:\d+", before)
+    assert re.search(r"OPEN\s+flashinfer_allreduce_fusion", after)
+    assert "enable_flashinfer_allreduce_fusion=True" in after
+    # Check mode showed a diff that widens the gate with the release's own predicate.
+    assert "+    is_sm120_supported," in before
+    # Benchmarks before and after, compared: tokens/s figures and the configuration difference.
+    rates = [float(x) for x in re.findall(r"h01: ([\d.]+) output tok/s", out)]
+    assert len(rates) == 2 and all(r > 0 for r in rates)
+    assert "enable_flashinfer_allreduce_fusion: False -> True" in out
+    # The report exists and the second apply changed nothing.
+    assert (tmp_path / "lab-results" / "report.html").stat().st_size > 10_000
+    assert out.rstrip().endswith("demo: done")
+    assert re.search(r"h01 : ok=\d+ changed=0 failed=0", out.split("idempotent")[-1])
+    assert not (tmp_path / "lab").exists()  # lab down removed it
