@@ -48,6 +48,7 @@ def test_decode_results_come_home_and_compare(story_lab, run_gpuops, tmp_path: P
     assert stored["host_facts"]["gpus"][0]["compute_cap"] == "12.0"  # the lab's replayed nvidia-smi
     assert stored["configuration"]["env"] == {"NCCL_IB_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}
     assert stored["configuration"]["sglang_version"] == "0.5.8"
+    assert stored["host_facts"]["packages"]["flashinfer-python"] == "0.6.1"  # as the server's python sees it
     assert "--speculative-num-draft-tokens" in stored["server"]["process_cmdline"]  # host /proc, via the pid file
 
     listed = run_gpuops("results", "list", "--json", "--results-dir", str(results))

@@ -57,6 +57,16 @@ def allreduce_run(run_id: str) -> RemoteRun:
     return run
 
 
+def serving_run(run_id: str) -> RemoteRun:
+    run = decode_run(run_id, 80.0)
+    run.samples = []
+    for c, total in ((1, 60.0), (4, 220.0), (16, 700.0)):
+        run.levels.append({"concurrency": c, "completed": 2 * c, "failed": 0, "request_throughput": total / 64,
+                           "total_output_tokens_per_s": total, "output_tokens_per_s": total / c * 1.2,
+                           "ttft_ms": {"p50": 60.0 + c}, "itl_ms": {"p50": 12.0 + c / 4, "p90": 14.0, "p99": 20.0}})
+    return run
+
+
 def make(run: RemoteRun, suite: str = "decode", host: str = "gpu01") -> dict:
     options = BenchOptions(suite=suite, allreduce=AllreduceOptions())
     return build_result(RunContext(host, options, "http://127.0.0.1:30000", 1_790_000_000.0), run)
@@ -154,11 +164,11 @@ def _decode_png(data: bytes):
 
 def test_report_html_has_valid_png_plots_and_markdown(tmp_path: Path):
     results = [make(decode_run("r1", 66.0)), make(decode_run("r2", 100.0, fusion=True)),
-               make(allreduce_run("a1"), suite="allreduce")]
+               make(allreduce_run("a1"), suite="allreduce"), make(serving_run("s1"), suite="serving")]
     html_path, md_path = write_report(results, tmp_path / "out" / "report.html")
     html = html_path.read_text()
     images = dict(re.findall(r"<img id='plot-([a-z_]+)' alt='[a-z_]+' src='data:image/png;base64,([A-Za-z0-9+/=]+)'>", html))
-    assert set(images) == {"tokens_per_s", "itl_distribution", "allreduce_latency"}
+    assert set(images) == {"tokens_per_s", "itl_distribution", "allreduce_latency", "serving"}
     for data in images.values():
         png = base64.b64decode(data)
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -169,5 +179,6 @@ def test_report_html_has_valid_png_plots_and_markdown(tmp_path: Path):
     assert md_path.name == "report.md"
     assert "| id | host | suite |" in markdown and results[1]["id"] in markdown
     assert "+51.5%" in markdown  # the comparison table's delta of the decode rate
+    assert "c=16 total output tokens/s" in markdown
     with pytest.raises(GpuopsError, match="no results"):
         write_report([], tmp_path / "x.html")

@@ -214,6 +214,7 @@ def build_payload(
         "host_facts": True,
     }
     python = options.python or str(host_vars.get("sglang_python") or "python3")
+    payload["server_python"] = str(host_vars["sglang_python"]) if host_vars.get("sglang_python") else None
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}

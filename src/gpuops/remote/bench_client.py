@@ -374,8 +374,37 @@ def patched_sources(state_dir):
     return sorted(found)
 
 
-def host_snapshot():
+PACKAGES = ("sglang", "sgl-kernel", "flashinfer-python", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13",
+            "triton", "transformers")
+_PACKAGE_PROBE = (
+    "import json,sys\n"
+    "try:\n import importlib.metadata as m\n"
+    "except ImportError:\n print('{}'); sys.exit(0)\n"
+    "out={}\n"
+    "for n in sys.argv[1:]:\n"
+    " try: out[n]=m.version(n)\n"
+    " except Exception: pass\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def package_versions(python):
+    """Versions of the serving stack as the server's python sees them (metadata only, no imports)."""
+    if not python:
+        return None
+    try:
+        done = subprocess.run([python, "-c", _PACKAGE_PROBE] + list(PACKAGES), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=30)
+        return json.loads(done.stdout.decode("utf-8", "replace") or "{}") if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def host_snapshot(server_python=None):
     facts = {"hostname": socket.gethostname(), "python": sys.version.split()[0]}
+    packages = package_versions(server_python)
+    if packages is not None:
+        facts["packages"] = packages
     try:
         facts["kernel"] = os.uname().release
     except AttributeError:
@@ -727,7 +756,7 @@ def run(payload, emitter):
     try:
         emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time()})
         if payload.get("host_facts", True):
-            facts = host_snapshot()
+            facts = host_snapshot(payload.get("server_python"))
             facts["patched_sources"] = patched_sources(payload.get("state_dir"))
             emitter.emit("host", facts)
         suite = payload["suite"]
