@@ -170,27 +170,68 @@ KNOWN: Mapping[str, Rule] = {
     "NCCL_HOSTID": _any_text(),
     "NCCL_SET_THREAD_NAME": _BOOL,
     "NCCL_SET_STACK_SIZE": _BOOL,
+    "NCCL_PXN_DISABLE": _BOOL,
+    "NCCL_NVB_DISABLE": _BOOL,
+    "NCCL_NVB_PRECONNECT": _BOOL,
+    "NCCL_NET_SHARED_BUFFERS": _BOOL,
+    "NCCL_NET_SHARED_COMMS": _BOOL,
+    "NCCL_IB_PCI_RELAXED_ORDERING": _one_of(("0", "1", "2")),
+    "NCCL_IB_ADAPTIVE_ROUTING": _BOOL,
+    "NCCL_IB_SPLIT_DATA_ON_QPS": _BOOL,
+    "NCCL_IB_ECE_ENABLE": _BOOL,
+    "NCCL_IB_MERGE_NICS": _BOOL,
+    "NCCL_RAS_ENABLE": _BOOL,
+    "NCCL_CHECK_POINTERS": _BOOL,
+    "NCCL_WARN_ENABLE_DEBUG_INFO": _BOOL,
+    "NCCL_IB_SL": _int_range(0, 15),
+    "NCCL_IB_TC": _int_range(0, 255),
+    "NCCL_IB_FIFO_TC": _int_range(0, 255),
+    "NCCL_IB_AR_THRESHOLD": _int_range(0),
+    "NCCL_IB_ROCE_VERSION_NUM": _one_of(("1", "2")),
+    "NCCL_IB_ADDR_FAMILY": _one_of(("AF_INET", "AF_INET6")),
+    "NCCL_IB_ADDR_RANGE": _any_text(),
+    "NCCL_IB_GID_INDEX_SELECT": _any_text(),
+    "NCCL_MIN_P2P_NCHANNELS": _int_range(1, 64),
+    "NCCL_MAX_P2P_NCHANNELS": _int_range(1, 64),
+    "NCCL_NCHANNELS_PER_NET_PEER": _int_range(1, 64),
+    "NCCL_NVLS_NCHANNELS": _int_range(1, 64),
+    "NCCL_LL128_BUFFSIZE": _int_range(1),
+    "NCCL_LL_BUFFSIZE": _int_range(1),
+    "NCCL_SINGLE_RING_THRESHOLD": _int_range(0),
+    "NCCL_LL_THRESHOLD": _int_range(0),
+    "NCCL_COLLNET_NODE_THRESHOLD": _int_range(0),
+    "NCCL_CONF_FILE": _any_text(),
+    "NCCL_PROFILER_PLUGIN": _any_text(),
+    "NCCL_DEBUG_TIMESTAMP_FORMAT": _any_text(),
+    "NCCL_MNNVL_UUID": _any_text(),
+    "NCCL_MNNVL_CLIQUE_ID": _any_text(),
 }
 
 
-def check_nccl_variable(name: str, value: object, where: str) -> None:
-    """Refuse an unknown NCCL_* name or a value NCCL would not take; ``where`` names the source."""
+def check_nccl_variable(name: str, value: object, where: str, allow_unknown: frozenset[str] = frozenset()) -> None:
+    """Refuse an unknown NCCL_* name or a value NCCL would not take; ``where`` names the source.
+
+    ``allow_unknown``: names the operator vouches for (a newer NCCL than this list knows).
+    """
     rule = KNOWN.get(name)
+    if rule is None and name in allow_unknown:
+        return
     if rule is None:
         close = difflib.get_close_matches(name, list(KNOWN), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}?" if close else "known: " + ", ".join(sorted(KNOWN)[:12]) + ", ..."
-        raise NcclSettingError(f"{where}: unknown NCCL variable {name} ({hint})")
+        hint = f"did you mean {close[0]}?" if close else "not one of the NCCL variables gpuops knows"
+        raise NcclSettingError(
+            f"{where}: unknown NCCL variable {name} ({hint}; if it is right, list it in nccl_allow_unknown)")
     text = _as_env_text(value)
     problem = rule.check(text)
     if problem:
         raise NcclSettingError(f"{where}: {name}={text}: {problem}; valid: {rule.choices}")
 
 
-def check_nccl_env(env: Mapping[str, object], where: str) -> None:
+def check_nccl_env(env: Mapping[str, object], where: str, allow_unknown: frozenset[str] = frozenset()) -> None:
     """Check every NCCL_* variable in ``env`` and the cross-variable rules NCCL itself enforces."""
     for name, value in env.items():
         if name.startswith("NCCL_"):
-            check_nccl_variable(name, value, where)
+            check_nccl_variable(name, value, where, allow_unknown)
     low, high = env.get("NCCL_MIN_NCHANNELS"), env.get("NCCL_MAX_NCHANNELS")
     if low is not None and high is not None and int(str(low), 0) > int(str(high), 0):
         raise NcclSettingError(

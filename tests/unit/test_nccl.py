@@ -100,3 +100,11 @@ def test_other_warnings() -> None:
     assert nccl_warnings({"NCCL_PROTO": "^LL128"}) == []
     assert any("TRACE" in w for w in nccl_warnings({"NCCL_DEBUG": "TRACE"}))
     assert any("host memory" in w for w in nccl_warnings({"NCCL_P2P_DISABLE": 1}))
+
+
+def test_operator_can_vouch_for_a_name_gpuops_does_not_know() -> None:
+    with pytest.raises(NcclSettingError, match="nccl_allow_unknown"):
+        check_nccl_env({"NCCL_FUTURE_KNOB": "1"}, "x")
+    check_nccl_env({"NCCL_FUTURE_KNOB": "1"}, "x", frozenset({"NCCL_FUTURE_KNOB"}))
+    with pytest.raises(NcclSettingError):  # a known name's value is still checked
+        check_nccl_env({"NCCL_PROTO": "fast"}, "x", frozenset({"NCCL_PROTO"}))

@@ -268,3 +268,11 @@ def test_relative_destination_is_refused(tmp_path: Path) -> None:
     write_role(tmp_path, "r", "- env: {dest: 'etc/x.env', entries: {}}\n")
     with pytest.raises(GpuopsError, match="absolute path"):
         discover("r", "h01", {}, {}, roles_path=[tmp_path])
+
+
+def test_nccl_allow_unknown_lets_a_newer_variable_through() -> None:
+    extra = {"nccl_env": {"NCCL_FUTURE_KNOB": "1"}}
+    with pytest.raises(GpuopsError, match="unknown NCCL variable NCCL_FUTURE_KNOB"):
+        discover("nccl-env", "h01", BASE_VARS, extra)
+    found = discover("nccl-env", "h01", BASE_VARS, dict(extra, nccl_allow_unknown=["NCCL_FUTURE_KNOB"]))
+    assert found.paths

@@ -87,7 +87,10 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
     dest = _absolute(args["dest"], task.where)
     where = f"{state.host}: {task.where}"
     entries = check_entries(args["entries"], where)
-    check_nccl_env(entries, where)
+    allowed = scope.get("nccl_allow_unknown") if "nccl_allow_unknown" in scope else []
+    if not isinstance(allowed, (list, tuple)):
+        raise GpuopsError(f"{where}: nccl_allow_unknown must be a list of variable names")
+    check_nccl_env(entries, where, frozenset(str(a) for a in allowed))
     style = args.get("style", "sh")
     if style not in ("sh", "docker"):
         raise GpuopsError(f"{task.where}: env style must be sh or docker, not {style!r}")
