@@ -141,3 +141,14 @@ def test_sources_are_returned_for_the_fusion_files_only():
         "srt/layers/layer_boundary/residual/add_norm.py",
     }
     assert "def _resolve_backend" in scan.sources["srt/layers/flashinfer_comm_fusion.py"]
+
+
+def test_forked_workers_give_exactly_the_serial_result():
+    site = sglang_site("0.5.14")
+    serial = scan_site(site, jobs=1)
+    forked = scan_site(site, jobs=3)
+    assert forked.known and serial.known
+    assert forked.gates == serial.gates
+    assert forked.predicates == serial.predicates
+    assert forked.platform_attrs == serial.platform_attrs
+    assert forked.files_parsed == serial.files_parsed and forked.errors == serial.errors

@@ -15,10 +15,10 @@ from gpuops.gates.scan import GateScan
 
 
 def scan_site(site: str | Path | None, with_sources: bool = False, python: str = "python3",
-              root: str | Path | None = None, timeout: float = 300) -> GateScan:
+              root: str | Path | None = None, timeout: float = 300, jobs: int | None = None) -> GateScan:
     """Scan the ``sglang`` package that ``python`` finds with ``site`` on its PYTHONPATH (or the
     package dir ``root`` given explicitly)."""
-    script = gate_scan_script(scan_options(with_sources, str(root) if root else None))
+    script = gate_scan_script(scan_options(with_sources, str(root) if root else None, jobs=jobs))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["GPUOPS_PY"] = python
     if site is not None:

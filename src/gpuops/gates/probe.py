@@ -26,9 +26,11 @@ def scanner_source() -> str:
     return source("gate_scan")
 
 
-def scan_options(with_sources: bool = False, root: str | None = None, keywords: list[str] | None = None) -> dict[str, Any]:
+def scan_options(with_sources: bool = False, root: str | None = None, keywords: list[str] | None = None,
+                 jobs: int | None = None) -> dict[str, Any]:
     """The scanner's options. ``keywords``: regexes naming the files worth returning whole (and the
-    unparseable files that may matter); by default, every catalog feature's keywords."""
+    unparseable files that may matter); by default, every catalog feature's keywords. ``jobs``:
+    worker processes (default: the host's CPUs, at most 8)."""
     if keywords is None:
         from gpuops.gates.catalog import load_catalog
 
@@ -38,6 +40,8 @@ def scan_options(with_sources: bool = False, root: str | None = None, keywords: 
         opts["with_sources"] = True
     if root:
         opts["root"] = root
+    if jobs:
+        opts["jobs"] = int(jobs)
     return opts
 
 

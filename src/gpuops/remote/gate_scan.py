@@ -25,7 +25,9 @@ import bisect
 import itertools
 import json
 import os
+import pickle
 import re
+import struct
 import sys
 import time
 
@@ -1229,6 +1231,8 @@ class Scanner(object):
         self.platform_map = {}
         self.errors = []
         self.texts = {}
+        self.predicates = []
+        self.parsed_count = None
         self.files_total = 0
         self._constant_cache = {}
 
@@ -1241,8 +1245,7 @@ class Scanner(object):
         if name in info.imports:
             module, original = info.imports[name]
             for rel in module_files(module):
-                other = self.files.get(rel)
-                if other is not None and original in other.predicates:
+                if rel in self.defs.get(original, ()):
                     return rel
             name = original
         candidates = self.defs.get(name, [])
@@ -1279,27 +1282,81 @@ class Scanner(object):
         self._constant_cache[key] = value
         return value
 
-    def run(self):
-        texts = self.texts
+    def run(self, jobs=1):
+        """All gates of the package, sorted, with ids; the predicate table is in ``self.predicates``."""
+        self.read_files()
+        tokens = [t.encode() for t in TOKENS]
+        selected = [rel for rel, data in self.texts.items() if any(t in data for t in tokens)]
+        gates = None
+        if jobs > 1 and len(selected) >= 4 * jobs and hasattr(os, "fork"):
+            gates = self.run_forked(selected, jobs)
+        if gates is None:
+            self.load(selected, ())
+            self.set_tables(self.local_tables())
+            self.reload_extra()
+            gates = self.walk_all()
+            self.predicates = self.predicate_table()
+        gates.sort(key=lambda g: (g["file"], g["line"], g["condition"]["span"][1]))
+        counters = {}
+        for gate in gates:
+            key = (gate["file"], gate["function"])
+            counters[key] = counters.get(key, 0) + 1
+            gate["id"] = "%s::%s#%d" % (gate["file"], gate["function"], counters[key])
+        self.errors.sort(key=lambda e: e["file"])
+        return gates
+
+    def read_files(self):
         for rel, path in walk_python_files(self.root):
             self.files_total += 1
             try:
                 with open(path, "rb") as handle:
-                    data = handle.read()
+                    self.texts[rel] = handle.read()
             except OSError as exc:
                 self.errors.append({"file": rel, "error": "cannot read: %s" % exc.strerror})
+
+    def load(self, rels, extra_names):
+        """Parse ``rels`` (again, with more names, when already parsed) and collect their definitions."""
+        for rel in rels:
+            info = self.files.get(rel)
+            if info is None:
+                try:
+                    text = self.texts[rel].decode("utf-8")
+                except UnicodeDecodeError:
+                    self.errors.append({"file": rel, "error": "not UTF-8"})
+                    continue
+                info = FileInfo(FileSource(rel, text))
+            parse_file(info, extra_names)
+            if info.error:
+                self.errors.append({"file": rel, "error": info.error})
+                self.files.pop(rel, None)
                 continue
-            texts[rel] = data
-        tokens = [t.encode() for t in TOKENS]
-        selected = [rel for rel, data in texts.items() if any(t in data for t in tokens)]
-        self.load(selected, texts, ())
-        # Predicates with names no token covers (rare): a second, narrower pass.
+            self.files[rel] = info
+            info.imports, info.aliases, info.predicates, info.helpers, info.platform_map = {}, {}, {}, set(), {}
+            collect_definitions(info)
+
+    def local_tables(self):
+        """What other files need to know about these: predicate names and platform tables, per file."""
+        return {rel: (sorted(info.predicates), info.platform_map) for rel, info in self.files.items()}
+
+    def set_tables(self, per_file):
+        self.defs = {}
+        self.platform_map = {}
+        for rel in sorted(per_file):
+            names, platform_map = per_file[rel]
+            for name in names:
+                self.defs.setdefault(name, []).append(rel)
+            self.platform_map.update(platform_map)
+
+    def reload_extra(self):
+        """Predicates with names no token covers (rare): parse again where such a name is used,
+        only in files already read (a token-less predicate is used where it lives)."""
         extra = sorted(n for n in self.defs if not any(t in n for t in TOKENS))
         if extra:
-            # Only in files already read: a predicate with a token-less name is used where it lives.
             names = [n.encode() for n in extra]
-            again = [rel for rel in sorted(self.files) if any(n in texts[rel] for n in names)]
-            self.load(again, texts, extra)
+            again = [rel for rel in sorted(self.files) if any(n in self.texts[rel] for n in names)]
+            self.load(again, extra)
+
+    def walk_all(self):
         gates = []
         extra_words = [n for n in self.defs if not any(t in n for t in TOKENS)]
         for rel in sorted(self.files):
@@ -1311,40 +1368,80 @@ class Scanner(object):
                 ctx = FunctionContext(piece.qual, None, {}, {})
                 walker.walk_body(piece.tree.body, ctx, [])
                 gates.extend(walker.found)
-        gates.sort(key=lambda g: (g["file"], g["line"], g["condition"]["span"][1]))
-        counters = {}
-        for gate in gates:
-            key = (gate["file"], gate["function"])
-            counters[key] = counters.get(key, 0) + 1
-            gate["id"] = "%s::%s#%d" % (gate["file"], gate["function"], counters[key])
         return gates
 
-    def load(self, rels, texts, extra_names):
-        for rel in rels:
-            info = self.files.get(rel)
-            if info is None:
+    def run_forked(self, selected, jobs):
+        """The same scan over ``jobs`` forked workers (each parses and walks its share; definitions
+        are exchanged in between). None when anything goes wrong: the caller scans serially."""
+        buckets = [[] for _ in range(jobs)]
+        sizes = [0] * jobs
+        for rel in sorted(selected, key=lambda r: -len(self.texts[r])):
+            i = sizes.index(min(sizes))
+            buckets[i].append(rel)
+            sizes[i] += len(self.texts[rel])
+        children = []
+        try:
+            for bucket in buckets:
+                up_r, up_w = os.pipe()
+                down_r, down_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the worker
+                    os.close(up_r)
+                    os.close(down_w)
+                    code = 0
+                    try:
+                        self.worker(bucket, os.fdopen(up_w, "wb"), os.fdopen(down_r, "rb"))
+                    except BaseException:
+                        code = 1
+                    os._exit(code)
+                os.close(up_w)
+                os.close(down_r)
+                children.append((pid, os.fdopen(up_r, "rb"), os.fdopen(down_w, "wb")))
+            per_file = {}
+            errors = []
+            for _, up, _ in children:
+                message = receive(up)
+                per_file.update(message[0])
+                errors.extend(message[1])
+            self.set_tables(per_file)
+            for _, _, down in children:
+                send(down, per_file)
+                down.close()
+            gates, predicates, parsed = [], [], 0
+            for _, up, _ in children:
+                message = receive(up)
+                gates.extend(message[0])
+                predicates.extend(message[1])
+                errors.extend(message[2])
+                parsed += message[3]
+        except (OSError, EOFError, ValueError, pickle.PickleError):
+            return None
+        finally:
+            for pid, up, down in children:
+                for handle in (up, down):
+                    try:
+                        handle.close()
+                    except OSError:
+                        pass
                 try:
-                    text = texts[rel].decode("utf-8")
-                except UnicodeDecodeError:
-                    self.errors.append({"file": rel, "error": "not UTF-8"})
-                    continue
-                info = FileInfo(FileSource(rel, text))
-            parse_file(info, extra_names)
-            if info.error:
-                self.errors.append({"file": rel, "error": info.error})
-                self.files.pop(rel, None)
-                continue
-            self.files[rel] = info
-        self.defs = {}
-        self.platform_map = {}
-        for rel in sorted(self.files):
-            info = self.files[rel]
-            # Definitions are collected again from every piece: cheap, and keeps one code path.
-            info.imports, info.aliases, info.predicates, info.helpers, info.platform_map = {}, {}, {}, set(), {}
-            collect_definitions(info)
-            for name in info.predicates:
-                self.defs.setdefault(name, []).append(rel)
-            self.platform_map.update(info.platform_map)
+                    os.waitpid(pid, 0)
+                except OSError:
+                    pass
+        self.errors.extend(errors)
+        self.predicates = sorted(predicates, key=lambda p: (p["file"], p["name"]))
+        self.parsed_count = parsed
+        return gates
+
+    def worker(self, bucket, up, down):
+        self.errors = []
+        self.load(bucket, ())
+        send(up, (self.local_tables(), self.errors))
+        self.errors = []
+        self.set_tables(receive(down))
+        self.reload_extra()
+        gates = self.walk_all()
+        send(up, (gates, self.predicate_table(), self.errors, len(self.files)))
+        up.close()
 
     def predicate_table(self):
         out = []
@@ -1387,6 +1484,32 @@ def gate_alias_names(info):
     return sorted(relevant)
 
 
+def send(handle, obj):
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    handle.write(struct.pack("<Q", len(data)))
+    handle.write(data)
+    handle.flush()
+
+
+def receive(handle):
+    head = handle.read(8)
+    if len(head) != 8:
+        raise EOFError("a scan worker stopped")
+    size = struct.unpack("<Q", head)[0]
+    data = handle.read(size)
+    if len(data) != size:
+        raise EOFError("a scan worker stopped")
+    return pickle.loads(data)
+
+
+def default_jobs():
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
 def module_files(module):
     parts = module.split(".")
     if not parts or parts[0] != "sglang":
@@ -1417,12 +1540,16 @@ def scan(opts):
     result["root"] = root
     result["version"] = find_version(root)
     scanner = Scanner(root)
-    gates = scanner.run()
+    jobs = opts.get("jobs")
+    jobs = default_jobs() if not isinstance(jobs, int) or jobs < 1 else jobs
+    children_before = os.times()
+    gates = scanner.run(jobs)
     result["ok"] = True
+    result["jobs"] = jobs
     result["files_total"] = scanner.files_total
-    result["files_parsed"] = len(scanner.files)
+    result["files_parsed"] = scanner.parsed_count if scanner.parsed_count is not None else len(scanner.files)
     result["errors"] = scanner.errors
-    result["predicates"] = scanner.predicate_table()
+    result["predicates"] = scanner.predicates
     result["platform_attrs"] = scanner.platform_map
     result["gates"] = gates
     patterns = []
@@ -1436,9 +1563,11 @@ def scan(opts):
         error["matches"] = [p.pattern for p in patterns if p.search(text)]
     if opts.get("with_sources"):
         wanted = sorted({g["file"] for g in gates if not patterns or any(p.search(gate_context(g)) for p in patterns)})
-        result["sources"] = {rel: scanner.files[rel].source.text for rel in wanted}
+        result["sources"] = {rel: scanner.texts[rel].decode("utf-8") for rel in wanted}
+    children = os.times()
     result["elapsed_s"] = round(time.time() - started, 3)
-    result["cpu_s"] = round(time.process_time() - cpu_started, 3)
+    result["cpu_s"] = round(time.process_time() - cpu_started + (children.children_user - children_before.children_user)
+                            + (children.children_system - children_before.children_system), 3)
     return result
 
 
