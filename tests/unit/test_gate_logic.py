@@ -86,6 +86,17 @@ def test_server_clauses():
     assert server_key("hf_config.architectures[0]") == "architecture"
 
 
+def test_command_line_strings_and_defaults():
+    """A running server's argv gives strings ("--tp 8") and omits defaults."""
+    ev = Evaluator(BOOK, Gpu(9, 0, (12, 8)), {"args": {"--tp": "8", "--enable-dp-attention": True},
+                                               "defaults": {"nnodes": 1, "moe_a2a_backend": "none"}})
+    assert ev.eval(clause("self.tp_size > 1", ref="self.tp_size", cmp=">", value=1)) is True
+    assert ev.eval(clause("self.nnodes == 1", ref="self.nnodes", cmp="==", value=1)) is True
+    assert ev.eval(clause("not dp", ref="is_dp_attention_enabled()")) is True
+    assert ev.eval(clause("a2a", ref="view.moe_a2a_backend", cmp="==", value="none")) is True
+    assert ev.eval(clause("ep", ref="self.ep_size", cmp=">", value=1)) is None  # not given, no default
+
+
 def test_catalog_loads_and_rejects_bad_shapes():
     catalog = load_catalog()
     feature = catalog.feature("flashinfer_allreduce_fusion")

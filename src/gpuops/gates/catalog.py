@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -76,6 +76,7 @@ class Feature:
 @dataclass(frozen=True)
 class Catalog:
     features: tuple[Feature, ...]
+    server_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def feature(self, name: str) -> Feature:
         for feature in self.features:
@@ -116,7 +117,10 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
 def catalog_from_data(data: Any, name: str = "catalog") -> Catalog:
     if not isinstance(data, dict) or not isinstance(data.get("features"), dict):
         raise GpuopsError(f"{name}: expected a mapping with a 'features' mapping")
-    return Catalog(tuple(_feature(fname, body, name) for fname, body in data["features"].items()))
+    defaults = data.get("server_defaults") or {}
+    if not isinstance(defaults, dict):
+        raise GpuopsError(f"{name}: 'server_defaults' must be a mapping")
+    return Catalog(tuple(_feature(fname, body, name) for fname, body in data["features"].items()), dict(defaults))
 
 
 def _feature(fname: str, body: Any, name: str) -> Feature:

@@ -102,6 +102,8 @@ def judge(
         reason = scan.reason or "the gate scan did not run"
         features = {f.name: {"status": "unknown", "gates": [], "flag": None, "reason": reason} for f in catalog.features}
         return GateReport([], features, scan.version, gpu_name, known=False, reason=reason)
+    if server is not None:
+        server = {**server, "defaults": {**catalog.server_defaults, **dict(server.get("defaults") or {})}}
     book = PredicateBook(scan)
     by_feature = {f.name: feature_gates(scan, f) for f in catalog.features}
     roles: dict[str, FeatureGate] = {}
@@ -232,15 +234,16 @@ def _mentions(error: Mapping[str, Any], feature: Feature) -> bool:
 def _server_state(feature: Feature, server: Mapping[str, Any]) -> str | None:
     from gpuops.gates.logic import normalise_args
 
-    args = normalise_args(server.get("args"))
+    args = normalise_args(server.get("args"))  # what the server was given, not the defaults
     for choice in feature.flags:
         key = choice.setting
         if key in args:
             value = args[key]
-            if value in (None, False, "", "none", "None"):
+            if value in (None, False, "", "none", "None", "false", "False"):
                 return f"the running server has it off ({key}={value!r})"
             return f"the running server has it on ({key}={value!r})"
-    return None
+    flags = " or ".join(c.flag for c in feature.flags)
+    return f"the running server was not launched with {flags}" if flags else None
 
 
 __all__ = ["FeatureGate", "GateReport", "GateRule", "feature_gates", "judge", "launch_flag"]

@@ -129,11 +129,38 @@ def server_key(ref: str) -> str | None:
     return _ARG_ALIASES.get(last, last)
 
 
-def normalise_args(args: Mapping[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+# Short flag spellings SGLang accepts for the settings gates test (the command line may use either).
+_FLAG_SPELLINGS = {"tp": "tp_size", "tensor_parallel_size": "tp_size", "dp": "dp_size",
+                   "data_parallel_size": "dp_size", "ep": "ep_size", "expert_parallel_size": "ep_size",
+                   "pp": "pp_size", "pipeline_parallel_size": "pp_size"}
+
+
+def normalise_args(args: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Flag names as ServerArgs fields (``--tp`` -> tp_size), over ``defaults`` for flags not given."""
+    out: dict[str, Any] = dict(defaults or {})
     for key, value in (args or {}).items():
-        out[str(key).lstrip("-").replace("-", "_")] = value
+        name = str(key).lstrip("-").replace("-", "_")
+        out[_FLAG_SPELLINGS.get(name, name)] = value
     return out
+
+
+def _coerce(actual: Any, like: Any) -> Any:
+    """A command-line string read as the type the source compares it with ("8" vs 1 -> 8)."""
+    if not isinstance(actual, str) or isinstance(like, str):
+        return actual
+    text = actual.strip().lower()
+    if isinstance(like, bool) or like is None:
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no", "none", ""):
+            return False if isinstance(like, bool) else None
+        return actual
+    if isinstance(like, (int, float)):
+        try:
+            return type(like)(float(text)) if isinstance(like, float) else int(text)
+        except ValueError:
+            return actual
+    return actual
 
 
 class Evaluator:
@@ -150,7 +177,7 @@ class Evaluator:
     ) -> None:
         self.book = book
         self.gpu = gpu
-        self.args = normalise_args((server or {}).get("args")) if server else None
+        self.args = normalise_args((server or {}).get("args"), (server or {}).get("defaults")) if server else None
         self.architecture = (server or {}).get("architecture") if server else None
         self.unknown_cap = unknown_cap
         self.overrides = dict(overrides or {})
@@ -287,10 +314,14 @@ class Evaluator:
             return None
         cmp = node.get("cmp")
         if cmp is None:
-            return bool(actual)
+            return bool(_coerce(actual, True))
         if "value" not in node:
             return None
         expected = node["value"]
+        if isinstance(expected, list):
+            actual = _coerce(actual, expected[0] if expected else "")
+        else:
+            actual = _coerce(actual, expected)
         if cmp == "is":
             return actual is expected if expected is None else None
         if cmp == "is not":

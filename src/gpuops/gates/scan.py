@@ -21,11 +21,11 @@ class GateScan:
     root: str | None = None
     version: str | None = None
     python: str | None = None
-    gates: tuple[Mapping[str, Any], ...] = ()
-    predicates: tuple[Mapping[str, Any], ...] = ()
+    gates: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    predicates: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
     platform_attrs: Mapping[str, str] = field(default_factory=dict)
     errors: tuple[Mapping[str, Any], ...] = ()
-    sources: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict, repr=False)
     files_total: int = 0
     files_parsed: int = 0
     elapsed_s: float | None = None
