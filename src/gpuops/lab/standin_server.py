@@ -403,6 +403,7 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
 class StandinHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sglang-standin"
+    disable_nagle_algorithm = True  # one small write per token must leave at once, as with uvicorn
 
     def log_message(self, fmt, *args):  # keep the log readable: one line per request, no noise
         pass
@@ -532,10 +533,12 @@ class StandinHandler(BaseHTTPRequestHandler):
             return
         self._start_stream()
         chunks = 0
+        text = ""
         try:
-            for done, _ in generate_chunks(self.state, prompt_tokens, max_new):
+            for done, size in generate_chunks(self.state, prompt_tokens, max_new):
                 chunks += 1
-                self._event({"text": filler_text(0, done),
+                text += filler_text(done - size, size)  # cumulative, like SGLang's native stream
+                self._event({"text": text,
                              "meta_info": meta(done, done >= max_new, chunks)})
         except GenerationFailed as exc:
             self._event({"error": {"message": str(exc)}})
