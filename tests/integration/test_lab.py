@@ -157,13 +157,13 @@ def test_sixteen_hosts_come_up_answer_and_leave_nothing_behind(tmp_path) -> None
 
 
 def test_cli_up_status_down(run_gpuops, tmp_path) -> None:
-    up = run_gpuops("lab", "up", "--hosts", "2", "--gpu", "h200-x1", cwd=tmp_path)
+    up = run_gpuops("lab", "up", "--gpu", "h200-x1", "--gpu", "h100-x8", cwd=tmp_path)
     assert up.returncode == 0, up.stderr
     assert "lab up: 2 host(s) in .lab" in up.stdout
     assert "gpuops inspect host -i .lab/inventory.yml" in up.stdout
     status = run_gpuops("lab", "status", "--json", cwd=tmp_path)
     doc = json.loads(status.stdout)
-    assert [h["name"] for h in doc["hosts"]] == ["h01", "h02"]
+    assert [(h["name"], h["gpu"]) for h in doc["hosts"]] == [("h01", "h200-x1"), ("h02", "h100-x8")]
     assert all(h["sshd_alive"] and h["server_healthy"] for h in doc["hosts"])
     assert doc["inventory"] == str(tmp_path / ".lab" / "inventory.yml")
     # A second `up` in the same place refuses, naming the directory, and changes nothing.

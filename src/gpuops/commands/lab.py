@@ -52,25 +52,30 @@ def lab() -> None:
 
 
 @lab.command()
-@click.option("--hosts", "count", type=click.IntRange(1, 256), default=1, show_default=True, help="Number of hosts.")
-@click.option("--gpu", default="rtx-pro-6000-x8", show_default=True, metavar="NAME|FILE",
-              help="rtx-pro-6000-x8, h200-x1, h100-x8, none, or a GPU description YAML file.")
+@click.option("--hosts", "count", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Number of hosts (of each --gpu).")
+@click.option("--gpu", "gpus", multiple=True, default=("rtx-pro-6000-x8",), show_default=True, metavar="NAME|FILE",
+              help="rtx-pro-6000-x8, h200-x1, h100-x8, none, or a GPU description YAML file; repeat for a mixed lab.")
 @click.option("--sglang", "sglang_version", default="0.5.8", show_default=True, metavar="VERSION",
               help="SGLang release whose real source each host gets (downloaded once, cached).")
 @click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang servers.")
 @click.option("--add", is_flag=True, help="Add the hosts to the running lab in DIR.")
 @dir_option
 @json_option
-def up(count: int, gpu: str, sglang_version: str, no_server: bool, add: bool, lab_dir: str | None, as_json: bool) -> None:
+def up(count: int, gpus: tuple[str, ...], sglang_version: str, no_server: bool, add: bool, lab_dir: str | None,
+       as_json: bool) -> None:
     """Start N simulated GPU hosts and write their inventory."""
     from gpuops.lab.hosts import LabSpec, start_lab
 
     root = _lab_dir(lab_dir)
     started = time.monotonic()
     # A host without GPUs (`--gpu none`) has no SGLang server to run.
-    spec = LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count)
+    specs = [
+        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count)
+        for gpu in dict.fromkeys(gpus)
+    ]
     progress = None if as_json else (lambda msg: click.echo(f"lab: {msg}", err=True))
-    lab_obj = start_lab(root, [spec], add=add, progress=progress)
+    lab_obj = start_lab(root, specs, add=add, progress=progress)
     _report(lab_obj, as_json, seconds=time.monotonic() - started, verb="up")
 
 
