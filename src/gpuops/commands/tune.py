@@ -1,0 +1,106 @@
+"""`gpuops tune`: sweep NCCL variants on hosts, benchmark each, rank them, put the hosts back."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gpuops.commands.apply import _common, _hosts, _options
+
+EXIT_HOST_FAILED = 1
+
+
+@click.command("tune")
+@_common
+@click.option("--sweep", "sweeps", multiple=True, required=True, metavar="NCCL_NAME=V1[,V2]",
+              help="An axis of the sweep (repeatable; the cross product is tried), e.g. NCCL_PROTO=LL,LL128,Simple.")
+@click.option("--keep", type=click.Choice(["original", "best"]), default="original", show_default=True,
+              help="original: leave every host as it was; best: then apply each host's fastest variant (undoable).")
+@click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False),
+              help="Where each trial's bench result is stored.")
+@click.option("--api", type=click.Choice(["native", "completions", "chat"]), default="native", show_default=True)
+@click.option("--input-len", type=click.IntRange(1, 10_000_000), default=256, show_default=True)
+@click.option("--output-len", type=click.IntRange(2, 10_000_000), default=256, show_default=True)
+@click.option("--num-requests", type=click.IntRange(1, 100_000), default=5, show_default=True,
+              help="Measured decode requests per trial, one at a time.")
+@click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True)
+def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
+         accept_new_host_keys: bool, known_hosts: tuple[str, ...], sweeps: tuple[str, ...], keep: str,
+         results_dir: str, api: str, input_len: int, output_len: int, num_requests: int, warmup: int) -> None:
+    """Try NCCL variants on the hosts safely and rank them by decode tokens/s.
+
+    \b
+    gpuops tune -i inv.yml --sweep NCCL_ALGO=Ring,Tree --sweep NCCL_PROTO=LL,Simple
+
+    The current configuration is measured first; then each variant is applied with the nccl-env
+    role (a variant whose server does not come back healthy is rolled back by that run and marked
+    failed) and benchmarked with the decode suite. At the end every run is rolled back, newest
+    first: the hosts end byte for byte as they started (--keep best then applies the winner).
+    """
+    from gpuops.bench.options import BenchOptions
+    from gpuops.bench.store import ResultsStore
+    from gpuops.tune.runner import run_sweep
+    from gpuops.tune.sweep import plan_variants
+
+    hosts = _hosts(inventory, limit)
+    variants = plan_variants(sweeps)  # refused here, before any host is touched
+    bench_options = BenchOptions(suite="decode", api=api, input_len=input_len, output_len=output_len,
+                                 num_requests=num_requests, warmup=warmup)
+    apply_options = _options(forks, become, accept_new_host_keys, known_hosts)
+    if not as_json:
+        for variant in variants:
+            for warning in variant.warnings:
+                click.echo(f"warning: {variant.label}: {warning}", err=True)
+    outcome = run_sweep(hosts, variants, bench_options, ResultsStore(results_dir), apply_options, keep=keep,
+                        say=(lambda line: None) if as_json else (lambda line: click.echo(line, err=True)))
+    document = _document(outcome, variants)
+    if as_json:
+        from gpuops.output import print_json
+
+        print_json(document)
+    else:
+        _render(document)
+    failed = outcome.interrupted or any(not h["restored"] for h in document["hosts"].values()) \
+        or any(not any(t["ok"] for t in h["ranking"]) for h in document["hosts"].values())
+    sys.exit(EXIT_HOST_FAILED if failed else 0)
+
+
+def _document(outcome, variants) -> dict:
+    from gpuops.tune.sweep import best_variant, rank
+
+    hosts = {}
+    for name, trials in outcome.trials.items():
+        best = best_variant(trials)
+        hosts[name] = {
+            "ranking": [t.to_json() for t in rank(trials)],
+            "best": best.variant if best else None,
+            "restored": name not in outcome.restore_errors,
+            "restore_error": outcome.restore_errors.get(name),
+            "kept": outcome.kept.get(name),
+        }
+    return {"schema": 1, "variants": [{"label": v.label, "env": dict(v.env), "warnings": list(v.warnings)}
+                                      for v in variants],
+            "interrupted": outcome.interrupted, "hosts": hosts}
+
+
+def _render(document: dict) -> None:
+    for name, host in document["hosts"].items():
+        click.echo(f"== {name}")
+        width = max([len(t["variant"]) for t in host["ranking"]] + [7])
+        click.echo(f"  {'#':>2}  {'variant':<{width}}  {'tok/s':>8}  {'TTFT ms':>8}  {'ITL p50':>8}  result")
+        for i, t in enumerate(host["ranking"], 1):
+            if t["ok"]:
+                itl = (t["itl_ms"] or {}).get("p50")
+                click.echo(f"  {i:>2}  {t['variant']:<{width}}  {t['output_tokens_per_s']:>8.1f}  "
+                           f"{(t['ttft_ms'] or 0):>8.1f}  {(itl or 0):>8.2f}  {t['result_id']}")
+            else:
+                click.echo(f"   -  {t['variant']:<{width}}  {'FAILED':>8}  {t['status']}: {t['error']}")
+        if host["kept"]:
+            click.echo(f"  kept: {host['kept']}")
+        elif host["restored"]:
+            click.echo("  restored: the host runs its original configuration")
+        else:
+            click.echo(f"  NOT restored: {host['restore_error']} (see gpuops history / gpuops rollback)")
+    if document["interrupted"]:
+        click.echo("interrupted: the ranking covers the variants measured before Ctrl-C")

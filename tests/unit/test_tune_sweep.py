@@ -1,0 +1,54 @@
+"""The pure half of `gpuops tune`: variants checked before any host is touched, and the ranking."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.errors import GpuopsError
+from gpuops.tune.sweep import BASELINE, Trial, best_variant, plan_variants, rank
+
+
+def test_cross_product_in_a_stable_order() -> None:
+    variants = plan_variants(["NCCL_ALGO=Ring,Tree", "NCCL_PROTO=LL,Simple"])
+    assert [v.label for v in variants] == [
+        "NCCL_ALGO=Ring NCCL_PROTO=LL", "NCCL_ALGO=Ring NCCL_PROTO=Simple",
+        "NCCL_ALGO=Tree NCCL_PROTO=LL", "NCCL_ALGO=Tree NCCL_PROTO=Simple",
+    ]
+    assert dict(variants[3].env) == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}
+
+
+@pytest.mark.parametrize("sweep, words", [
+    (["NCCL_ALGOS=Ring"], "did you mean NCCL_ALGO?"),
+    (["NCCL_PROTO=fast"], "LL, LL128, Simple"),
+    (["NCCL_ALGO=Ring", "NCCL_ALGO=Tree"], "given twice"),
+    (["SGLANG_FOO=1"], "only NCCL_*"),
+    (["NCCL_ALGO"], "tune: --sweep"),
+    ([], "at least one --sweep"),
+])
+def test_bad_sweeps_are_refused_with_the_reason(sweep: list[str], words: str) -> None:
+    with pytest.raises(GpuopsError) as exc:
+        plan_variants(sweep)
+    assert words in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_tree_is_warned_about() -> None:
+    (variant,) = plan_variants(["NCCL_ALGO=Tree"])
+    assert any("Tree" in w for w in variant.warnings)
+
+
+def _trial(variant: str, rate: float | None, ttft: float = 10.0, status: str = "measured") -> Trial:
+    return Trial(host="h", variant=variant, env={}, status=status, output_tokens_per_s=rate, ttft_ms=ttft)
+
+
+def test_rank_fastest_first_ties_by_ttft_failures_last() -> None:
+    trials = [
+        _trial("fail-1", None, status="apply_failed"),
+        _trial(BASELINE, 80.0),
+        _trial("b", 95.0, ttft=30.0),
+        _trial("a", 95.0, ttft=20.0),
+        _trial("fail-2", None, status="bench_failed"),
+    ]
+    assert [t.variant for t in rank(trials)] == ["a", "b", BASELINE, "fail-1", "fail-2"]
+    assert best_variant(trials).variant == "a"
+    assert best_variant([_trial("x", None, status="apply_failed")]) is None
