@@ -60,11 +60,13 @@ def test_helper_reads_versions_paths_and_torch_cuda_without_importing(tmp_path: 
 
 def test_cu13_nccl_wins_and_old_style_torch_version_file(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    _dist(site, "torch", "2.11.0+cu130", "torch", {"version.py": "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"})
+    # as pip installs it from the CUDA index: metadata "2.11.0", torch.__version__ "2.11.0+cu130"
+    _dist(site, "torch", "2.11.0", "torch", {"version.py": "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"})
     _dist(site, "nvidia-nccl-cu13", "2.28.9", None)
     _dist(site, "nvidia-nccl-cu12", "2.27.5", None)
     facts = parse_python_packages(_run_helper(site))
     assert facts.packages["torch"].cuda == "13.0"
+    assert facts.packages["torch"].version == "2.11.0+cu130"
     assert facts.nccl.version == "2.28.9" and facts.nccl.source == "nvidia-nccl-cu13"
     assert facts.packages["sglang"] is None
 

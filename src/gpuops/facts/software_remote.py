@@ -128,6 +128,10 @@ def main():
     torch = packages.get("torch")
     if torch is not None:
         torch["cuda"] = torch_cuda(torch.get("path"))
+        # The wheel's metadata says "2.11.0"; torch.__version__ (in version.py) says "2.11.0+cu130".
+        full = version_from_file(torch["path"], "torch") if torch.get("path") else None
+        if full and torch.get("version") and full.startswith(torch["version"]):
+            torch["version"] = full
     result = {
         "python": {
             "executable": sys.executable,
