@@ -155,3 +155,16 @@ def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch) -> None:
     assert len(commands) == 1
     assert inspection.facts.system.kernel  # the facts came back from that one exec
     assert inspection.gate_report is not None or inspection.gates_error  # so did the gate scan's answer
+
+
+def test_a_bad_host_var_fails_that_host_only() -> None:
+    from gpuops.facts.collect import host_json, inspect_hosts
+
+    good = _local({"sglang_port": _free_port()})
+    bad = Host(name="bad", address=None, port=None, user=None, key_file=None, connection="local", groups=("all",),
+               vars={"sglang_port": "30000; reboot"})
+    outcomes = inspect_hosts([good, bad], ConnectOptions(), with_gates=False)
+    assert outcomes["localhost"].ok is True
+    assert outcomes["bad"].ok is False
+    assert outcomes["bad"].error == "sglang_port must be a port number (1-65535), got '30000; reboot'"
+    assert host_json(outcomes["bad"])["facts"] is None
