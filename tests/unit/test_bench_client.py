@@ -171,3 +171,20 @@ def test_sglang_tool_without_sglang_fails_clearly(tmp_path: Path):
                           ConnectOptions(), remote=False)["nosglang"]
     assert state.status == "failed" and state.file is None
     assert "sglang.bench_serving exited 1" in state.error and "No module named 'sglang'" in state.error
+
+
+PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python3.8")
+
+
+@pytest.mark.skipif(not PY38.exists(), reason="no python3.8 here to check the helper's 3.8 promise")
+def test_client_runs_under_python38(tmp_path: Path):
+    from gpuops.bench.runner import BenchTarget
+
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "300", "GPUOPS_STANDIN_TTFT_MS": "5"}
+    with start_standin(tmp_path, env=env) as server:
+        target = BenchTarget(local_inventory().select(None)[0], server.url, str(PY38))
+        state = run_bench([target], BenchOptions(suite="decode", output_len=30, num_requests=1, warmup=1),
+                          ResultsStore(tmp_path / "r"), ConnectOptions(), remote=False)["localhost"]
+    assert state.error is None, state.error
+    assert state.result["host_facts"]["python"].startswith("3.8.")
+    assert state.result["summary"]["output_tokens_per_s"] == pytest.approx(300, rel=0.03)
