@@ -3,6 +3,7 @@ host (the probe's sh script, $GPUOPS_PY, the package found through PYTHONPATH)."
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -354,3 +355,36 @@ def test_release_without_fusion_code_is_unknown(tmp_path):
     feature = judge(scan, "9.0", "12.4").features["flashinfer_allreduce_fusion"]
     assert feature["status"] == "unknown"
     assert "no FlashInfer allreduce + residual + RMSNorm fusion gate found" in feature["reason"]
+
+
+def _old_pythons() -> list[str]:
+    """Python 3.8 / 3.9 interpreters on this machine, if any (the scanner must run on a host's 3.8)."""
+    import glob
+    import shutil
+
+    found = [shutil.which(name) for name in ("python3.8", "python3.9")]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[89].*/bin/python3")))
+    return sorted({p for p in found if p})
+
+
+@pytest.mark.parametrize("python", _old_pythons() or [pytest.param(None, marks=pytest.mark.skip(reason="no python 3.8/3.9 here"))])
+def test_old_python_gives_the_same_scan(tmp_path, python):
+    files = {"srt/n.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported
+
+        _is_sm100 = is_sm100_supported()
+
+        def f(x):
+            if not (is_sm90_supported() or _is_sm100):
+                raise ValueError("needs SM90 or SM100")
+            cap = torch.cuda.get_device_capability()
+            return cap[0] >= 9 and x["key"][0] and torch.cuda.get_device_capability()[1] == 0
+        """}
+    site = make_site(tmp_path, files)
+    new = scan_site(site)
+    old = scan_site(site, python=python)
+    assert old.known and new.known
+    assert old.python.startswith(("3.8", "3.9"))
+    assert old.gates == new.gates and len(new.gates) == 2
+    assert old.predicates == new.predicates
