@@ -129,3 +129,11 @@ def test_model_config_variants() -> None:
     assert missing.known is False and "no readable config.json" in missing.reason
     broken = model_from_config("/m", "/m/config.json", b"{not json")
     assert broken.known is False and "not valid JSON" in broken.reason
+
+
+def test_no_base64_on_the_host_says_so() -> None:
+    out = ProbeOutput("want_port=30000\nothers=\npid=77\nb64_error=base64 (coreutils) is not installed on the host: x\n"
+                      "argv_b64=\nhealth=200\n", "", 0)
+    server = parse_server(out)
+    assert server.running and server.pid == 77 and server.settings is None and server.healthy
+    assert "base64" in server.notes[0]

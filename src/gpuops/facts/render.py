@@ -110,8 +110,10 @@ def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[s
             lines.append(f"but something answers {server['health_url']} (a server gpuops cannot see: another user's, a container's?)")
         return lines
     health = "healthy" if server["healthy"] else f"NOT healthy ({server['health_status'] or server['health_error']})"
-    managed = server["manager"] + (f" ({server['unit']})" if server["unit"] else "")
+    managed = (server["manager"] or "unknown") + (f" ({server['unit']})" if server["unit"] else "")
     lines = [f"pid {server['pid']}, port {server['port']}, {health}, managed by {managed}"]
+    if server["args"] is None:
+        return lines + list(server["notes"])
     parallel = f"tp {server['tp_size']}" + "".join(
         f", {k} {server[k + '_size']}" for k in ("dp", "ep", "pp") if (server.get(k + "_size") or 1) > 1)
     spec = server["speculative"]

@@ -33,6 +33,7 @@ gpuops_pid=$GPUOPS_SERVER_PID
 gpuops_host=127.0.0.1
 if [ -n "$gpuops_pid" ]; then
   echo "pid=$gpuops_pid"
+  command -v base64 >/dev/null 2>&1 || echo "b64_error=base64 (coreutils) is not installed on the host: the command line, environment and model config cannot be read"
   echo "ppid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$gpuops_pid/status" 2>/dev/null)"
   echo "exe=$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)"
   echo "argv_b64=$(cat "/proc/$gpuops_pid/cmdline" 2>/dev/null | gpuops_b64)"
@@ -213,6 +214,8 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         return ServerFacts(running=False, notes=notes, **common)  # type: ignore[arg-type]
 
     pid = int(v["pid"])
+    if v.get("b64_error"):
+        return ServerFacts(running=True, pid=pid, notes=(v["b64_error"],), **common)  # type: ignore[arg-type]
     argv_raw = _b64(v.get("argv_b64")) or b""
     argv = [w.decode("utf-8", errors="replace") for w in argv_raw.split(b"\0") if w]
     settings = settings_from_argv(argv)
