@@ -117,7 +117,7 @@ def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as
     from gpuops.bench.results import headline
 
     for name, state in states.items():
-        line = headline(state.result) if state.result else {"ok": False, "suite": suite, "result_id": None}
+        line = headline(state.result or {"suite": suite})
         line["result_file"] = str(state.file) if state.file else None
         if state.file is None:
             line["result_id"] = None
