@@ -364,7 +364,7 @@ def _old_pythons() -> list[str]:
 
     found = [shutil.which(name) for name in ("python3.8", "python3.9")]
     found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[89].*/bin/python3")))
-    return sorted({p for p in found if p})
+    return sorted({p for p in found if p and "/shims/" not in p})  # pyenv shims need a shell setup
 
 
 @pytest.mark.parametrize("python", _old_pythons() or [pytest.param(None, marks=pytest.mark.skip(reason="no python 3.8/3.9 here"))])
