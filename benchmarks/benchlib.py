@@ -384,30 +384,37 @@ class Result:
     def median(self) -> float | None:
         return statistics.median(self.ok_seconds) if self.ok_seconds else None
 
-    def as_json(self, floor: float | None) -> dict[str, Any]:
+    def paired_ratio(self, floor: Result | None) -> float | None:
+        """Median over rounds of (this run / the floor's run in the same round): robust to a
+        machine whose load drifts, since both runs of a round meet the same moment."""
+        if floor is None or len(floor.samples) != len(self.samples):
+            return None
+        ratios = [a.seconds / b.seconds for a, b in zip(self.samples, floor.samples) if a.ok and b.ok and b.seconds > 0]
+        return statistics.median(ratios) if ratios else None
+
+    def as_json(self, floor: Result | None) -> dict[str, Any]:
         ok = self.ok_seconds
+        floor_median = floor.median if floor is not None else None
+        paired = self.paired_ratio(floor)
         return {
             "hosts": self.hosts,
             "tool": self.tool,
             "command": self.command,
             "runs_s": [round(s.seconds, 4) for s in self.samples],
+            "runs_ok": [s.ok for s in self.samples],
             "load_1min_at_start": [None if s.load is None else round(s.load, 2) for s in self.samples],
             "ok_runs": len(ok),
             "failed_runs": [s.detail for s in self.samples if not s.ok],
             "median_s": None if self.median is None else round(self.median, 4),
             "min_s": round(min(ok), 4) if ok else None,
             "max_s": round(max(ok), 4) if ok else None,
-            "ratio_to_floor": None if (self.median is None or not floor) else round(self.median / floor, 2),
+            "ratio_to_floor": None if (self.median is None or not floor_median) else round(self.median / floor_median, 2),
+            "paired_ratio_to_floor": None if paired is None else round(paired, 2),
         }
 
 
-def wait_for_quiet(max_load: float | None, patience_s: float = 300.0) -> None:
-    """Wait (up to `patience_s`) until the 1-minute load average is below `max_load`."""
-    if max_load is None:
-        return
-    deadline = time.monotonic() + patience_s
-    while os.getloadavg()[0] > max_load and time.monotonic() < deadline:
-        time.sleep(2.0)
+def floors_by_hosts(results: Sequence[Result], floor_tool: str) -> dict[int, Result]:
+    return {r.hosts: r for r in results if r.tool == floor_tool}
 
 
 def measure(hosts: int, contenders: Sequence[Contender], runs: int, warmup: int = 1,
@@ -433,18 +440,22 @@ def measure(hosts: int, contenders: Sequence[Contender], runs: int, warmup: int 
 
 def render_table(results: Sequence[Result], floor_tool: str, target_ratio: float) -> str:
     lines = [
-        f"{'hosts':>5}  {'tool':<20} {'median s':>9} {'min s':>8} {'max s':>8} {'ok/runs':>8} {'x floor':>8}",
+        f"{'hosts':>5}  {'tool':<18} {'median s':>9} {'min s':>8} {'max s':>8} {'ok/runs':>8} {'x floor':>8} {'paired':>7}",
     ]
-    floors = {r.hosts: r.median for r in results if r.tool == floor_tool}
+    floors = floors_by_hosts(results, floor_tool)
     for result in results:
         floor = floors.get(result.hosts)
         ok = result.ok_seconds
-        ratio = f"{result.median / floor:.2f}" if (result.median and floor) else "-"
+        ratio = f"{result.median / floor.median:.2f}" if (result.median and floor and floor.median) else "-"
+        paired = result.paired_ratio(floor)
         lines.append(
-            f"{result.hosts:>5}  {result.tool:<20} "
+            f"{result.hosts:>5}  {result.tool:<18} "
             f"{_fmt(result.median):>9} {_fmt(min(ok) if ok else None):>8} {_fmt(max(ok) if ok else None):>8} "
-            f"{len(ok):>3}/{len(result.samples):<4} {ratio:>8}"
+            f"{len(ok):>3}/{len(result.samples):<4} {ratio:>8} {'-' if paired is None else f'{paired:.2f}':>7}"
         )
+    lines.append(
+        f"x floor: median / {floor_tool} median; paired: median over rounds of run / {floor_tool} run of the same round"
+    )
     lines.append(f"target: gpuops <= {target_ratio:g} x the {floor_tool} floor")
     return "\n".join(lines)
 
