@@ -155,3 +155,12 @@ def test_port_must_be_a_port() -> None:
 def test_multiline_python_var_is_refused() -> None:
     with pytest.raises(GpuopsError, match="sglang_python"):
         preamble_for_vars({"sglang_python": "/usr/bin/python3\nrm -rf /"})
+
+
+def test_a_python_older_than_38_is_not_chosen() -> None:
+    old = Path("/root/.pyenv/versions/3.7.16/bin/python3.7")
+    if not old.exists():
+        pytest.skip("no python3.7 here")
+    out = _run({"sglang_port": _port(), "sglang_python": str(old)})
+    assert out["py"] != str(old)
+    assert f"sglang_python {old} is not a python >= 3.8" in out["why"]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuops.facts.software import (
     parse_host_system,
     parse_python_packages,
@@ -28,13 +30,19 @@ def _dist(site: Path, name: str, version: str, package: str | None, files: dict[
             (site / package / rel).write_text(text)
 
 
-def _run_helper(site: Path) -> ProbeOutput:
+PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python3.8")  # hosts may be this old
+
+
+def _run_helper(site: Path, python: str = sys.executable) -> ProbeOutput:
     env = dict(os.environ, PYTHONPATH=str(site), PYTHONNOUSERSITE="1")
-    proc = subprocess.run([sys.executable, "-S", "-c", remote_source()], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([python, "-S", "-c", remote_source()], capture_output=True, text=True, env=env, timeout=60)
     return ProbeOutput(proc.stdout, proc.stderr, proc.returncode)
 
 
-def test_helper_reads_versions_paths_and_torch_cuda_without_importing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("python", [sys.executable, str(PY38)], ids=["this-python", "python3.8"])
+def test_helper_reads_versions_paths_and_torch_cuda_without_importing(tmp_path: Path, python: str) -> None:
+    if not Path(python).exists():
+        pytest.skip(f"{python} is not installed here")
     site = tmp_path / "site"
     _dist(site, "sglang", "0.5.8", "sglang")
     _dist(site, "flashinfer-python", "0.6.1", "flashinfer")
@@ -43,11 +51,11 @@ def test_helper_reads_versions_paths_and_torch_cuda_without_importing(tmp_path: 
         "version.py": "from typing import Optional\n__version__ = '2.9.1+cu128'\ncuda: Optional[str] = '12.8'\nhip = None\n",
     })
     _dist(site, "nvidia-nccl-cu12", "2.27.5", None)
-    out = _run_helper(site)
+    out = _run_helper(site, python)
     assert out.exit_status == 0, out.stderr
     facts = parse_python_packages(out)
     assert facts.known
-    assert facts.python_version == "%d.%d.%d" % sys.version_info[:3]
+    assert facts.python_executable == python or Path(facts.python_executable).resolve() == Path(python).resolve()
     sglang = facts.packages["sglang"]
     assert (sglang.version, sglang.source) == ("0.5.8", "metadata")
     assert sglang.path == str(site / "sglang")
