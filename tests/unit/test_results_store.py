@@ -182,3 +182,12 @@ def test_report_html_has_valid_png_plots_and_markdown(tmp_path: Path):
     assert "c=16 total output tokens/s" in markdown
     with pytest.raises(GpuopsError, match="no results"):
         write_report([], tmp_path / "x.html")
+
+
+def test_hostile_host_names_stay_inside_the_results_dir(tmp_path: Path):
+    store = ResultsStore(tmp_path / "results")
+    result = make(decode_run("r9", 90.0), host="../../etc/passwd; rm -rf ~")
+    path = store.save(result)
+    assert path.parent == tmp_path / "results"
+    assert "/" not in path.name and " " not in path.name and ";" not in path.name
+    assert store.load(result["id"])["host"] == "../../etc/passwd; rm -rf ~"

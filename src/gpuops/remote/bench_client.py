@@ -487,11 +487,10 @@ def compact_sample(sample, index, extra=None):
 # --------------------------------------------------------------------------- suites
 
 def model_name(snapshot):
-    model = (snapshot.get("model_info") or {}).get("model_path")
-    if not model:
-        args = (snapshot.get("server_info") or {}).get("server_args") or snapshot.get("server_info") or {}
-        model = args.get("served_model_name") or args.get("model_path") or "default"
-    return model
+    """The name OpenAI-style requests use: the served name when set, else the model path."""
+    args = (snapshot.get("server_info") or {}).get("server_args") or snapshot.get("server_info") or {}
+    return (args.get("served_model_name") or (snapshot.get("model_info") or {}).get("model_path")
+            or args.get("model_path") or "default")
 
 
 def run_warmup(payload, model, emitter, stop):
