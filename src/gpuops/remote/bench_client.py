@@ -209,7 +209,8 @@ def stream_request(url, api, path, body, timeout=600.0, stop=None):
             sample["counts_from"] = "usage spread over chunks"
         sample["e2e_s"] = time.perf_counter() - t_send
         if not chunks:
-            sample["error"] = "the stream carried no tokens"
+            sample["error"] = ("the stream carried no token counts (meta_info.completion_tokens)"
+                               if api == "native" else "the stream carried no tokens")
             return sample
         sample["ok"] = True
         return sample
