@@ -6,6 +6,8 @@ $GPUOPS_PY, the release's unpacked wheel on PYTHONPATH (found through importlib,
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuops.gates.evaluate import judge
@@ -60,6 +62,8 @@ def test_fusion_blocked_on_sm120_open_on_sm90_and_sm100(version):
         other = judge(scan, *facts).features[FUSION]
         assert other["status"] == "open", (facts, other["reason"])
         assert other["flag"] == flag
+    # `inspect host` scans without sources: the same flag.
+    assert judge(dataclasses.replace(scan, sources={}), *SM120).features[FUSION]["flag"] == flag
 
 
 @pytest.mark.parametrize("version", sorted(EXPECTED))

@@ -418,7 +418,8 @@ def _alias_for(
     value_span = alias["expr"]["span"]
     new_value = _replace_within(lines, value_span, atom_span, new_atom)
     token = re.search(r"sm\d+|blackwell|hopper", name)
-    new_name = (name[: token.start()] + target.sm + name[token.end():]) if token else f"_is_{target.sm}_supported"
+    family = (re.search(r"sm\d+", target.predicate) or re.search(r"sm\d+", target.sm)).group(0)
+    new_name = (name[: token.start()] + family + name[token.end():]) if token else f"_is_{family}_supported"
     existing = _module_assignment(module, new_name)
     if existing is not None:
         existing_text = ast.get_source_segment("".join(lines), existing.value) or ""

@@ -1361,13 +1361,20 @@ class Scanner(object):
         extra_words = [n for n in self.defs if not any(t in n for t in TOKENS)]
         for rel in sorted(self.files):
             info = self.files[rel]
-            info.source.mark_words(list(TOKENS) + extra_words + gate_alias_names(info))
-            for piece in info.pieces:
-                locator = Locator(info.source, piece)
-                walker = GateWalker(self, info, locator)
-                ctx = FunctionContext(piece.qual, None, {}, {})
-                walker.walk_body(piece.tree.body, ctx, [])
-                gates.extend(walker.found)
+            found = []
+            try:
+                info.source.mark_words(list(TOKENS) + extra_words + gate_alias_names(info))
+                for piece in info.pieces:
+                    locator = Locator(info.source, piece)
+                    walker = GateWalker(self, info, locator)
+                    ctx = FunctionContext(piece.qual, None, {}, {})
+                    walker.walk_body(piece.tree.body, ctx, [])
+                    found.extend(walker.found)
+            except (RecursionError, MemoryError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+                # One odd file must not cost the whole report: it is listed as not understood.
+                self.errors.append({"file": rel, "error": "scanner could not read it (%s)" % type(exc).__name__})
+                continue
+            gates.extend(found)
         return gates
 
     def run_forked(self, selected, jobs):
