@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuops.bench.compare import compare_results, format_delta, format_value
+from gpuops.bench.fingerprint import config_differences
 from gpuops.errors import GpuopsError
 from gpuops.remote.bench_client import sample_figures
 
@@ -40,6 +41,23 @@ def _config_line(result: Mapping[str, Any]) -> str:
     return "; ".join(bits) or "-"
 
 
+def _difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+    """What sets this configuration apart from the first one, in a few words (for plot labels)."""
+    if result is baseline:
+        return "baseline"
+    diffs = config_differences(baseline.get("configuration") or {}, result.get("configuration") or {})
+    if not diffs:
+        return "same config"
+    words = []
+    for d in diffs:
+        if d["section"] == "gates":
+            word = f"patched {d['key'].split('/')[-1]}"
+        else:
+            word = f"{d['key'].replace('enable_', '')}={d['b']}"
+        words.append(word[:44])
+    return "\n".join(words[:2]) + (" ..." if len(words) > 2 else "")
+
+
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -57,8 +75,8 @@ def _token_rate_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rows)), 3.6))
-    labels = [_label(r) for r, _ in rows]
+    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 3.8))
+    labels = [f"{_label(r)}\n{_difference_hint(rows[0][0], r)}" for r, _ in rows]
     values = [v for _, v in rows]
     bars = ax.bar(range(len(rows)), values, color="#4477aa")
     for bar, value in zip(bars, values):
