@@ -99,7 +99,7 @@ def test_apply_restarts_with_the_new_env_then_rerun_is_a_noop(lab, run_gpuops, g
 
     history = run_gpuops("history", "-i", str(lab.inventory_path), "--json")
     runs = json.loads(history.stdout)["hosts"]["h01"]["runs"]
-    assert [r["outcome"] for r in runs] == ["finished", "unchanged"]
+    assert [r["outcome"] for r in runs] == ["finished"]   # a no-op run leaves the host untouched
     assert runs[0]["role"] == "nccl-env" and runs[0]["changed"] == report["changed"]
     home = [json.loads(l) for l in (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text().splitlines()]
     assert [(r["host"], r["outcome"]) for r in home] == [("h01", "finished"), ("h01", "unchanged")]

@@ -57,23 +57,39 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
 
-        # The GPUs and CUDA version judge the re-audit; the scan (with sources) feeds the patch.
-        probes += _gpu_probes(host) + [gate_scan_probe(with_sources=True)]
+        probes.append(gate_scan_probe(with_sources=True))  # with sources: the patch planner's input
     values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot read the files the role manages: {files.reason}")
     journal = values["apply.journal"]
     journal = [] if isinstance(journal, ProbeFailure) else journal
-    scan, sources, gpu = None, None, {}
+    scan, sources = None, None
     if discovery.needs_gate_scan:
         scan = values.get("gates.scan")
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
         sources = getattr(scan, "sources", None)
-        gpu = _gpu_summary(values)
     facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources)
-    return facts, {"journal": journal, "python": files["python"], "problems": files["problems"], "gpu": gpu}
+    return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
+
+
+def _gather_gpu(conn: "Connection", host: "Host", extra: Mapping[str, Any], options: ApplyOptions) -> dict[str, Any]:
+    """The GPUs' compute capability and the CUDA version, which judge the re-audit after a patch.
+
+    A second, small gather, made only when the plan patches: a no-op run must not pay for
+    nvidia-smi and the package list (most of a gather's time on a real host).
+    """
+    from gpuops.facts.python_select import preamble_for_vars
+
+    probes = _gpu_probes(host)
+    if not probes:
+        return {}
+    try:
+        values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
+    except GpuopsError:
+        return {}
+    return _gpu_summary(values)
 
 
 def _gpu_probes(host: "Host") -> list[Any]:
@@ -116,7 +132,6 @@ def _corrupt_for_test(plan: "Plan") -> "Plan":
 
 def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
                options: ApplyOptions, run_id: str) -> HostReport:
-    from gpuops.apply.journal import append_home
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
     from gpuops.plan.redact import secret_values
@@ -141,9 +156,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 f"if it is not running, undo it with `gpuops rollback --run {pending['run_id']}`")
         if options.check:
             return report
+        digest = vars_digest(dict(host.vars or {}), dict(extra))
+        if not plan.changes and not plan.handlers and not pending:
+            # Nothing to do and no other run open on the host: like --check, the host is left
+            # untouched (no exec, no lock, no journal line there); the run is journaled at home.
+            report.status, report.run_id = "unchanged", run_id
+            _journal_home(report, role, digest)
+            return report
         if os.environ.get(TEST_CORRUPT_PATCH_ENV):
             plan = _corrupt_for_test(plan)
-        gpu = extra_facts.get("gpu") or {}
+        gpu = _gather_gpu(conn, host, extra, options) if plan.audit is not None else {}
         if plan.audit is not None and gpu.get("compute_capability"):
             from gpuops.apply.verdict import compute_capability_of
 
@@ -157,7 +179,6 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             from gpuops.gates.probe import gate_scan_probe
 
             audit_sh = gate_scan_probe(with_sources=False).script
-        digest = vars_digest(dict(host.vars or {}), dict(extra))
         payload = apply_payload(plan, run_id, digest, source("process_manager"), audit_sh,
                                 fault=os.environ.get(TEST_FAULT_ENV))
         variables = _merged(host, extra)
@@ -165,16 +186,23 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         if result.get("status") == "audited":
             result = _finish_after_audit(conn, variables, payload, plan, result, options, gpu.get("cuda"))
         _fold_result(report, result, secret_values(variables))
-        append_home({
-            "run_id": run_id, "host": host.name, "role": role, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "user": payload["meta"]["user"], "vars_sha256": digest, "outcome": report.status,
-            "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
-                        for c in report.changes],
-            "error": report.error,
-        })
+        _journal_home(report, role, digest)
         return report
     finally:
         conn.close()
+
+
+def _journal_home(report: HostReport, role: str, digest: str) -> None:
+    from gpuops.apply.journal import append_home
+    from gpuops.apply.options import current_user
+
+    append_home({
+        "run_id": report.run_id, "host": report.host, "role": role, "user": current_user(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vars_sha256": digest,
+        "outcome": report.status, "error": report.error,
+        "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
+                    for c in report.changes],
+    })
 
 
 def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
