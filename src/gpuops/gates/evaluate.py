@@ -78,7 +78,7 @@ def launch_flag(feature: Feature, gates: list[FeatureGate], sources: Mapping[str
             if not choice.values:
                 return choice.flag, None
             texts = "\n".join((sources or {}).get(str(fg.gate["file"]), "") for fg in gates)
-            if not texts:  # no sources to check against: the catalog's first choice
+            if not texts.strip():  # no sources to check against: the catalog's first choice
                 return choice.flag, choice.values[0]
             for value in choice.values:
                 if f'"{value}"' in texts or f"'{value}'" in texts:
