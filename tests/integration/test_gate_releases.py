@@ -156,3 +156,29 @@ def test_forked_workers_give_exactly_the_serial_result():
     assert forked.predicates == serial.predicates
     assert forked.platform_attrs == serial.platform_attrs
     assert forked.files_parsed == serial.files_parsed and forked.errors == serial.errors
+
+
+def test_a_fusion_file_that_does_not_parse_is_unknown_never_open(tmp_path):
+    """0.5.8 with its communicator.py (the runtime gate) broken: the auto-enable gate alone would
+    read "open" on an H200; the audit must say it cannot tell."""
+    import os
+    import shutil
+
+    def link_or_copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    site = tmp_path / "site"
+    shutil.copytree(sglang_site("0.5.8"), site, copy_function=link_or_copy)
+    broken = site / "sglang" / "srt" / "layers" / "communicator.py"
+    text = broken.read_text()
+    broken.unlink()  # never write through a link into the cache
+    broken.write_text(text.replace("def apply_flashinfer_allreduce_fusion(batch_size: int):",
+                                   "def apply_flashinfer_allreduce_fusion(batch_size: int:"))
+    scan = scan_site(site)
+    assert [e["file"] for e in scan.errors] == ["srt/layers/communicator.py"]
+    fusion = judge(scan, *SM90).features[FUSION]
+    assert fusion["status"] == "unknown"
+    assert "srt/layers/communicator.py" in fusion["reason"] and "does not parse" in fusion["reason"]
