@@ -74,7 +74,8 @@ def test_cu13_nccl_wins_and_old_style_torch_version_file(tmp_path: Path) -> None
     _dist(site, "nvidia-nccl-cu12", "2.27.5", None)
     facts = parse_python_packages(_run_helper(site))
     assert facts.packages["torch"].cuda == "13.0"
-    assert facts.packages["torch"].version == "2.11.0+cu130"
+    assert facts.packages["torch"].version == "2.11.0"  # what pip shows
+    assert facts.packages["torch"].version_full == "2.11.0+cu130"  # torch.__version__
     assert facts.nccl.version == "2.28.9" and facts.nccl.source == "nvidia-nccl-cu13"
     assert facts.packages["sglang"] is None
 

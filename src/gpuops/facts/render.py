@@ -75,7 +75,7 @@ def numa_line(ic: dict[str, Any]) -> str | None:
 def _pkg(name: str, info: dict[str, Any] | None) -> str:
     if not info:
         return f"{name} -"
-    text = f"{name} {info.get('version') or '?'}"
+    text = f"{name} {info.get('version_full') or info.get('version') or '?'}"
     if info.get("cuda"):
         text += f" (CUDA {info['cuda']})"
     return text

@@ -33,6 +33,7 @@ class PackageInfo:
     path: str | None  # the package directory (as `import` would find it)
     source: str | None  # "metadata" | "version.py" | "nvidia-nccl-cu12" | "header" | "library"
     cuda: str | None = None  # torch only: torch.version.cuda
+    version_full: str | None = None  # torch only: torch.__version__ ("2.11.0+cu130"), from version.py
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def _package(raw: Any) -> PackageInfo | None:
         path=raw.get("path") or raw.get("location"),
         source=raw.get("source"),
         cuda=raw.get("cuda"),
+        version_full=raw.get("version_full"),
     )
 
 

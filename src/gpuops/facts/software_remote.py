@@ -128,10 +128,9 @@ def main():
     torch = packages.get("torch")
     if torch is not None:
         torch["cuda"] = torch_cuda(torch.get("path"))
-        # The wheel's metadata says "2.11.0"; torch.__version__ (in version.py) says "2.11.0+cu130".
-        full = version_from_file(torch["path"], "torch") if torch.get("path") else None
-        if full and torch.get("version") and full.startswith(torch["version"]):
-            torch["version"] = full
+        # The wheel's metadata (what pip shows) may say "2.11.0" where torch.__version__ (in
+        # version.py) says "2.11.0+cu130": keep both.
+        torch["version_full"] = version_from_file(torch["path"], "torch") if torch.get("path") else None
     result = {
         "python": {
             "executable": sys.executable,

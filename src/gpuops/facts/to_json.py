@@ -26,6 +26,7 @@ def _package(info: PackageInfo | None, with_cuda: bool = False) -> dict[str, Any
     out: dict[str, Any] = {"version": info.version, "path": info.path, "source": info.source}
     if with_cuda:
         out["cuda"] = info.cuda
+        out["version_full"] = info.version_full
     return out
 
 
