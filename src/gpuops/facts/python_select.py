@@ -5,7 +5,8 @@ Every probe that needs python (the package probe, the gate scanner) must see the
 
 1. the running server's interpreter: its argv[0] when that is an absolute path (a venv's
    ``bin/python`` keeps the venv; ``/proc/PID/exe`` would resolve to the base interpreter and
-   lose it), else ``/proc/PID/exe``; the server's ``PYTHONPATH`` is exported along with it;
+   lose it), else ``/proc/PID/exe``; the server's ``PYTHONPATH`` is exported along with it.
+   Skipped when the server runs under another root (a container): its paths mean nothing here;
 2. the host var ``sglang_python`` (may be a wrapper script: used only if it behaves as python 3.8+);
 3. the host var ``gpuops_python``, then ``python3``, then ``python`` on PATH.
 
