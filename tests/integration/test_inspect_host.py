@@ -43,6 +43,7 @@ def mixed_lab(lab_factory, tmp_path_factory):
         LabSpec(gpu="h200-x1", sglang=SGLANG, names=("h200",)),
         LabSpec(gpu="none", sglang=None, server=False, names=("nogpu",)),
         LabSpec(gpu=str(gpu_file), sglang=None, server=False, names=("nodriver",)),
+        LabSpec(gpu="h100-x8", sglang=None, server=False, names=("h100",)),
     )
 
 
@@ -68,7 +69,7 @@ def _with_refused_host(inventory: Path, target: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def mixed_report(mixed_lab, tmp_path_factory):
-    """One `inspect host --json` run over all five hosts (four lab hosts and a refused port)."""
+    """One `inspect host --json` run over all six hosts (five lab hosts and a refused port)."""
     inventory = _with_refused_host(mixed_lab.inventory_path, tmp_path_factory.mktemp("inv") / "inventory.yml")
     proc = subprocess.run([sys.executable, "-m", "gpuops.cli", "inspect", "host", "--json", "-i", str(inventory)],
                           capture_output=True, text=True, timeout=300)
@@ -78,7 +79,7 @@ def mixed_report(mixed_lab, tmp_path_factory):
 def test_exit_status_one_when_a_host_fails_but_others_are_reported(mixed_report) -> None:
     proc, doc = mixed_report
     assert proc.returncode == 1, proc.stderr
-    assert set(doc["hosts"]) == {"rtx", "h200", "nogpu", "nodriver", "refused"}
+    assert set(doc["hosts"]) == {"rtx", "h200", "nogpu", "nodriver", "h100", "refused"}
     assert [name for name, h in doc["hosts"].items() if not h["ok"]] == ["refused"]
     refused = doc["hosts"]["refused"]
     assert refused["facts"] is None
@@ -125,6 +126,16 @@ def test_h200_host(mixed_report, mixed_lab) -> None:
     # the server found is this host's, not the rtx host's (both share this machine's /proc)
     assert facts["server"]["port"] == mixed_lab.host("h200").server_port
     assert facts["server"]["pid"] != mixed_report[1]["hosts"]["rtx"]["facts"]["server"]["pid"]
+
+
+def test_nvlink_h100_box(mixed_report) -> None:
+    facts = mixed_report[1]["hosts"]["h100"]["facts"]
+    assert facts["gpu_count"] == 8 and facts["sm"] == "sm90" and facts["arch"] == "Hopper"
+    ic = facts["interconnect"]
+    assert ic["nvlink"] is True
+    assert ic["link_counts"] == {"NV18": 28}  # 18 NVLinks between every pair of the 8 GPUs
+    assert ic["p2p_all_pairs"] is True and ic["p2p_failed_pairs"] == []
+    assert not any("peer-to-peer" in w for w in facts["warnings"])
 
 
 def test_host_without_nvidia_smi_or_sglang(mixed_report) -> None:
