@@ -146,3 +146,13 @@ def test_h200_real_capture_end_to_end() -> None:
     assert (doc["sm"], doc["arch"], doc["gpus"][0]["memory_total_mib"]) == ("sm90", "Hopper", 143771)
     assert doc["interconnect"]["nvlink"] is False and doc["interconnect"]["p2p_all_pairs"] is True
     assert doc["cuda_driver_version"] == "13.0"
+
+
+def test_human_report_on_a_terminal_uses_rich_tables_and_colour() -> None:
+    stream = io.StringIO()
+    values = _rtx8_values()
+    render_host_facts(make_console(stream, force_terminal=True), facts_json(host_facts(values)))
+    text = stream.getvalue()
+    assert "\x1b[" in text  # styled
+    assert "sm120" in text and "Blackwell" in text
+    assert "warning:" in text
