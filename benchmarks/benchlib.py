@@ -417,6 +417,15 @@ def floors_by_hosts(results: Sequence[Result], floor_tool: str) -> dict[int, Res
     return {r.hosts: r for r in results if r.tool == floor_tool}
 
 
+def wait_for_quiet(max_load: float | None, patience_s: float = 300.0) -> None:
+    """Wait (up to `patience_s`) until the 1-minute load average is below `max_load`."""
+    if max_load is None:
+        return
+    deadline = time.monotonic() + patience_s
+    while os.getloadavg()[0] > max_load and time.monotonic() < deadline:
+        time.sleep(2.0)
+
+
 def measure(hosts: int, contenders: Sequence[Contender], runs: int, warmup: int = 1,
             max_load: float | None = None) -> list[Result]:
     """Interleaved runs: every contender once per round; the first `warmup` rounds are not kept."""
