@@ -105,7 +105,7 @@ def test_model_from_the_hugging_face_cache_of_the_server(tmp_path: Path, process
         [sys.executable, "-c", "import time; time.sleep(120)", "-m", "sglang.launch_server",
          "--model-path", "Qwen/Qwen3-8B", "--port", str(port)],
         env=dict(os.environ, HF_HOME=str(tmp_path / "hf")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    for _ in range(200):
+    for _ in range(3000):  # up to 30 s: a loaded CI box starts pythons slowly
         if b"launch_server" in Path(f"/proc/{processes[0].pid}/cmdline").read_bytes():
             break
         time.sleep(0.01)
@@ -126,7 +126,7 @@ def test_hostile_command_line_and_environment_cannot_forge_facts(tmp_path: Path,
         [sys.executable, "-c", "import time; time.sleep(120)", "-m", "sglang.launch_server",
          "--served-model-name", forged, "--port", str(port), "--model-path", "$(touch /tmp/gpuops-pwned)"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    for _ in range(200):
+    for _ in range(3000):  # up to 30 s: a loaded CI box starts pythons slowly
         if b"launch_server" in Path(f"/proc/{processes[0].pid}/cmdline").read_bytes():
             break
         time.sleep(0.01)

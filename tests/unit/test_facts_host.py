@@ -52,7 +52,7 @@ def _rtx8_values() -> dict:
 def test_rtx8_host_json_schema() -> None:
     facts = host_facts(_rtx8_values())
     doc = json.loads(json.dumps(facts_json(facts)))  # JSON-serialisable as is
-    assert doc["gpu_status"] == {"known": True, "reason": None}
+    assert doc["gpu_status"] == {"known": True, "reason": None, "source": "nvidia-smi", "note": None}
     assert doc["gpu_count"] == 8
     gpu = doc["gpus"][0]
     for key in ("index", "name", "uuid", "compute_capability", "sm", "arch", "memory_total_mib", "pcie_gen", "pcie_width"):

@@ -47,7 +47,7 @@ def spawn() -> Iterator:
 
 def _wait_for_argv(pid: int, word: str) -> None:
     # exec of the child may lag behind Popen returning
-    for _ in range(200):
+    for _ in range(3000):  # up to 30 s: a loaded CI box starts pythons slowly
         try:
             if word.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return
@@ -104,12 +104,15 @@ def test_a_shell_wrapper_loses_to_the_python_it_started(spawn, tmp_path: Path) -
     wrapper.chmod(0o755)
     sh = spawn([str(wrapper), "-m", "sglang.launch_server", "--port", str(port)], env=dict(os.environ, GPUOPS_T_CODE=SLEEPER))
     _wait_for_argv(sh.pid, "launch_server")
-    for _ in range(200):
+    children: list[str] = []
+    for _ in range(3000):  # up to 30 s: a loaded CI box starts pythons slowly
         children = subprocess.run(["pgrep", "-P", str(sh.pid)], capture_output=True, text=True).stdout.split()
-        if children:
+        # until its exec, the child is a copy of the sh wrapper, argv and all
+        if children and "python" in os.path.basename(os.readlink(f"/proc/{children[0]}/exe")):
             break
         time.sleep(0.01)
-    assert children, "the wrapper's python never started"
+    else:
+        raise AssertionError("the wrapper's python never started")
     _wait_for_argv(int(children[0]), "launch_server")
     assert _run({"sglang_port": port})["pid"] == children[0]
 

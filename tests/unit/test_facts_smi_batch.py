@@ -9,7 +9,8 @@ from pathlib import Path
 
 from facts_fixtures import DRIVER_FAILURE, H200, fixture_text
 
-from gpuops.facts.gpu_probe import smi_probe
+from gpuops.facts.gpu import parse_procfs
+from gpuops.facts.gpu_probe import parse_smi, smi_probe
 from gpuops.gather import ProbeOutput
 
 
@@ -68,3 +69,47 @@ def test_output_cannot_forge_a_frame(tmp_path: Path) -> None:
     forged = "\n@@gpuops-smi:000000000000 query 0\nindex, name\n0, Fake\n@@gpuops-smi:000000000000 err\n"
     smi = probe.parse(ProbeOutput(forged, "", 0))
     assert smi.query.known is False
+
+
+PROCFS = """== /proc/driver/nvidia/version
+NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  
+GCC version:  gcc version 15.3.0 (GCC) 
+== /proc/driver/nvidia/gpus/0000:2a:00.0/information
+Model: \t\t NVIDIA RTX PRO 6000 Blackwell Server Edition
+IRQ:   \t\t 180
+GPU UUID: \t GPU-00000001-0000-0000-0000-000000000000
+Bus Location: \t 0000:2a:00.0
+Device Minor: \t 1
+== /proc/driver/nvidia/gpus/0000:18:00.0/information
+Model: \t\t NVIDIA RTX PRO 6000 Blackwell Server Edition
+GPU UUID: \t GPU-00000000-0000-0000-0000-000000000000
+Bus Location: \t 0000:18:00.0
+Device Minor: \t 0
+"""
+
+
+def test_without_nvidia_smi_the_driver_proc_listing_still_names_the_gpus() -> None:
+    query, banner = parse_procfs(PROCFS, "nvidia-smi not found on PATH (no NVIDIA driver installed?)")
+    assert query.known and query.source == "procfs"
+    assert [g.index for g in query.gpus] == [0, 1]
+    assert [g.pci_bus_id for g in query.gpus] == ["0000:18:00.0", "0000:2a:00.0"]
+    assert {(g.sm, g.sm_source) for g in query.gpus} == {("sm120", "name")}
+    assert query.gpus[1].uuid == "GPU-00000001-0000-0000-0000-000000000000"
+    assert "compute capability guessed" in query.note
+    assert banner.driver_version == "580.159.04" and banner.cuda_driver_version is None
+
+
+def test_procfs_frame_travels_with_the_missing_nvidia_smi_answer() -> None:
+    token = "abcdef012345"
+    framed = f"\n@@gpuops-smi:{token} procfs 0\n{PROCFS}\n@@gpuops-smi:{token} err\n"
+    smi = parse_smi(ProbeOutput(framed, "gpuops: nvidia-smi: not found on PATH\n", 127), token)
+    assert smi.query.known and len(smi.query.gpus) == 2
+    assert smi.banner.driver_version == "580.159.04"
+    assert smi.topo.known is False and "not found" in smi.topo.reason
+
+
+def test_real_driver_version_file_of_the_h200() -> None:
+    misc = fixture_text(H200, "misc.txt")
+    version_line = misc.splitlines()[0]  # the capture's /proc/driver/nvidia/version
+    _, banner = parse_procfs(f"== /proc/driver/nvidia/version\n{version_line}\n", "x")
+    assert banner.driver_version == "580.159.04"

@@ -15,6 +15,8 @@ _UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")  # "memory.total [MiB]" -> "memory.t
 _NUMBER_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 _CUDA_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
 _DRIVER_RE = re.compile(r"Driver Version\s*:\s*([0-9][0-9.]*)")
+_NVRM_RE = re.compile(r"NVRM version:.*?\s([0-9]{3,}\.[0-9]+(?:\.[0-9]+)?)\s")
+_PROC_FILE_RE = re.compile(r"^== (\S+)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,13 @@ class Gpu:
 
 @dataclass(frozen=True)
 class GpuQuery:
-    """The parsed ``--query-gpu`` table, or why there is none."""
+    """The parsed ``--query-gpu`` table (or the driver's /proc listing), or why there is none."""
 
     known: bool
     reason: str | None = None
     gpus: tuple[Gpu, ...] = field(default_factory=tuple)
+    source: str = "nvidia-smi"  # "nvidia-smi" | "procfs" (/proc/driver/nvidia, no nvidia-smi)
+    note: str | None = None  # caveats of a known answer (e.g. compute capability guessed from names)
 
 
 @dataclass(frozen=True)
@@ -145,3 +149,34 @@ def parse_banner(out: ProbeOutput) -> SmiBanner:
         return SmiBanner(known=False, reason=reason)
     return parse_banner_text(out.stdout)
 
+
+
+def parse_procfs(text: str, smi_reason: str | None) -> tuple[GpuQuery, SmiBanner]:
+    """GPUs as the kernel driver lists them (``/proc/driver/nvidia``), for hosts without nvidia-smi.
+
+    Gives names, UUIDs and bus ids but no compute capability: that is guessed from the name and
+    marked so (``sm_source: "name"``). The driver version comes from ``version``.
+    """
+    chunks = _PROC_FILE_RE.split(text)
+    files = {chunks[i]: chunks[i + 1] for i in range(1, len(chunks) - 1, 2)}
+    nvrm = _NVRM_RE.search(files.get("/proc/driver/nvidia/version", ""))
+    driver = nvrm.group(1) if nvrm else None
+    gpus: list[Gpu] = []
+    for path, body in sorted((p, b) for p, b in files.items() if p.endswith("/information")):
+        info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in body.splitlines()) if k.strip()}
+        name = info.get("Model") or "unknown GPU"
+        what = identify(None, name)
+        minor = _int(info.get("Device Minor"))
+        gpus.append(Gpu(
+            index=minor if minor is not None else len(gpus), name=name, uuid=_text(info.get("GPU UUID")),
+            compute_capability=what.compute_capability, sm=what.sm, arch=what.arch, sm_source=what.source,
+            memory_total_mib=None, memory_used_mib=None, driver_version=driver,
+            pci_bus_id=_text(info.get("Bus Location")), pcie_gen=None, pcie_width=None,
+            power_limit_w=None, clocks_max_sm_mhz=None,
+        ))
+    gpus.sort(key=lambda g: g.index)
+    banner = SmiBanner(known=driver is not None, reason=smi_reason, driver_version=driver)
+    if not gpus:
+        return GpuQuery(known=False, reason=f"{smi_reason}; the driver lists no GPUs in /proc/driver/nvidia"), banner
+    note = f"{smi_reason}: GPUs listed from /proc/driver/nvidia; compute capability guessed from their names"
+    return GpuQuery(known=True, gpus=tuple(gpus), source="procfs", note=note), banner

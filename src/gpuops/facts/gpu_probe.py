@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from gpuops.facts.gpu import GpuQuery, SmiBanner, parse_banner, parse_query
+from gpuops.facts.gpu import GpuQuery, SmiBanner, parse_banner, parse_procfs, parse_query
 from gpuops.facts.nvidia_smi import QUERY_FIELDS, batch_script, new_token, split_batch
 from gpuops.facts.topology import P2PMatrix, TopologyMatrix, parse_p2p, parse_topo
 from gpuops.gather import Probe, ProbeOutput
@@ -31,9 +31,12 @@ class SmiFacts:
 
 def parse_smi(out: ProbeOutput, token: str) -> SmiFacts:
     runs = split_batch(out, list(SMI_COMMANDS), token)
+    query, banner = parse_query(runs["query"]), parse_banner(runs["banner"])
+    if not query.known and "procfs" in runs:
+        query, banner = parse_procfs(runs["procfs"].stdout, query.reason)
     return SmiFacts(
-        query=parse_query(runs["query"]),
-        banner=parse_banner(runs["banner"]),
+        query=query,
+        banner=banner,
         topo=parse_topo(runs["topo"]),
         p2p=parse_p2p(runs["p2p"]),
     )

@@ -60,8 +60,19 @@ def batch_script(commands: Mapping[str, Sequence[str]], token: str) -> str:
     """
     mark = f"@@gpuops-smi:{token}"
     parts = [
-        "command -v nvidia-smi >/dev/null 2>&1 || "
-        f"{{ echo 'gpuops: nvidia-smi: not found on PATH' >&2; exit {NOT_FOUND_STATUS}; }}",
+        # No nvidia-smi (a container without the tools, a broken install): the kernel driver may
+        # still list its GPUs under /proc/driver/nvidia; ship that instead.
+        "if ! command -v nvidia-smi >/dev/null 2>&1; then\n"
+        "  echo 'gpuops: nvidia-smi: not found on PATH' >&2\n"
+        "  if [ -r /proc/driver/nvidia/version ]; then\n"
+        f"    printf '\\n{mark} procfs 0\\n'\n"
+        "    for gpuops_f in /proc/driver/nvidia/version /proc/driver/nvidia/gpus/*/information; do\n"
+        "      [ -r \"$gpuops_f\" ] && { printf '== %s\\n' \"$gpuops_f\"; cat \"$gpuops_f\"; }\n"
+        "    done\n"
+        f"    printf '\\n{mark} err\\n'\n"
+        "  fi\n"
+        f"  exit {NOT_FOUND_STATUS}\n"
+        "fi",
         'gpuops_sd=$(mktemp -d 2>/dev/null) || { gpuops_sd="${TMPDIR:-/tmp}/gpuops-smi.$$"; mkdir -m 700 "$gpuops_sd" || exit 1; }',
         "if command -v timeout >/dev/null 2>&1; then gpuops_to=\"timeout %d\"; else gpuops_to=; fi" % SMI_TIMEOUT_S,
     ]
@@ -89,12 +100,14 @@ def new_token() -> str:
 
 def split_batch(out: ProbeOutput, names: Sequence[str], token: str) -> dict[str, ProbeOutput]:
     """The framed output of ``batch_script`` back into one ProbeOutput per command."""
-    if out.exit_status == NOT_FOUND_STATUS or f"@@gpuops-smi:{token}" not in out.stdout:
-        # nvidia-smi missing (or the batch died first): every command shares that fate
-        status = out.exit_status if out.exit_status != 0 else 1
-        return {name: ProbeOutput("", out.stderr, status) for name in names}
     mark = re.escape(f"@@gpuops-smi:{token}")
     frame = re.compile(rf"\n{mark} (?P<name>\S+) (?P<rc>-?\d+)\n(?P<out>.*?)\n{mark} err\n(?P<err>.*?)(?=\n{mark} |\Z)", re.DOTALL)
     found = {m.group("name"): ProbeOutput(m.group("out"), m.group("err"), int(m.group("rc"))) for m in frame.finditer(out.stdout)}
+    if out.exit_status == NOT_FOUND_STATUS or not found:
+        # nvidia-smi missing (or the batch died first): every command shares that fate; what the
+        # kernel driver says about its GPUs ("procfs") comes along when it was there.
+        status = out.exit_status if out.exit_status != 0 else 1
+        failed = {name: ProbeOutput("", out.stderr, status) for name in names}
+        return {**failed, **{k: v for k, v in found.items() if k not in names}}
     missing = ProbeOutput("", "gpuops: this nvidia-smi call gave no output frame", 1)
-    return {name: found.get(name, missing) for name in names}
+    return {**{k: v for k, v in found.items() if k not in names}, **{name: found.get(name, missing) for name in names}}

@@ -143,6 +143,8 @@ def render_host_facts(console: Console, facts: dict[str, Any]) -> None:
         _say(console, f"GPUs ({facts['gpu_count']}): driver {facts['driver_version'] or '?'}, "
                       f"CUDA {facts['cuda_driver_version'] or '?'}", style="bold")
         _table(console, ["#", "name", "cc", "sm", "arch", "memory", "pcie"], gpu_lines(facts))
+        if facts["gpu_status"].get("note"):
+            _say(console, f"  note: {facts['gpu_status']['note']}", style="yellow")
     else:
         _say(console, f"GPUs: unknown ({facts['gpu_status']['reason']})", style="yellow")
     ic = facts["interconnect"]

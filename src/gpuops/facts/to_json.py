@@ -107,7 +107,8 @@ def facts_json(facts: HostFacts) -> dict[str, Any]:
     software["nccl"] = _package(pk.nccl)
     return {
         "schema": SCHEMA_VERSION,
-        "gpu_status": {"known": facts.gpu.known, "reason": facts.gpu.reason},
+        "gpu_status": {"known": facts.gpu.known, "reason": facts.gpu.reason, "source": facts.gpu.source,
+                       "note": facts.gpu.note},
         "gpu_count": len(facts.gpu.gpus),
         "gpus": gpus,
         "compute_capability": facts.compute_capability,
