@@ -412,8 +412,9 @@ def _alias_for(
     inner = [a for a in _atoms_in(alias["expr"]) if a.get("op") == "cap"]
     if len(inner) != 1:
         raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {name} does not hold exactly one GPU test")
+    _check_span_text(lines, alias["expr"], where, release)
+    _check_span_text(lines, inner[0], where, release)
     new_atom, edits = _atom_for(inner[0], module, target, book, where, release)
-    value_text = _span_text(lines, alias["expr"]["span"])
     atom_span = inner[0]["span"]
     value_span = alias["expr"]["span"]
     new_value = _replace_within(lines, value_span, atom_span, new_atom)
@@ -429,7 +430,7 @@ def _alias_for(
         return new_name, edits
     end_line = statement.end_lineno or statement.lineno
     indent = re.match(r"\s*", lines[statement.lineno - 1]).group(0)
-    insertion = f"{indent}{new_name} = {' '.join(new_value.split()) if chr(10) not in value_text else new_value}\n"
+    insertion = f"{indent}{new_name} = {new_value}\n"
     edits.append(_Edit((end_line + 1, 0), (end_line + 1, 0), insertion, f"alias:{new_name}"))
     return new_name, edits
 
