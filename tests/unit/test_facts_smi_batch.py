@@ -71,6 +71,7 @@ def test_output_cannot_forge_a_frame(tmp_path: Path) -> None:
     assert smi.query.known is False
 
 
+# The format of a real H200 host's files (seen on the device machine), for an 8x RTX PRO 6000 box.
 PROCFS = """== /proc/driver/nvidia/version
 NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  
 GCC version:  gcc version 15.3.0 (GCC) 
@@ -95,7 +96,7 @@ def test_without_nvidia_smi_the_driver_proc_listing_still_names_the_gpus() -> No
     assert [g.pci_bus_id for g in query.gpus] == ["0000:18:00.0", "0000:2a:00.0"]
     assert {(g.sm, g.sm_source) for g in query.gpus} == {("sm120", "name")}
     assert query.gpus[1].uuid == "GPU-00000001-0000-0000-0000-000000000000"
-    assert "compute capability guessed" in query.note
+    assert "compute capability guessed" in query.note and "/proc/driver/nvidia" in query.note
     assert banner.driver_version == "580.159.04" and banner.cuda_driver_version is None
 
 

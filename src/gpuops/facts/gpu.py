@@ -175,8 +175,9 @@ def parse_procfs(text: str, smi_reason: str | None) -> tuple[GpuQuery, SmiBanner
             power_limit_w=None, clocks_max_sm_mhz=None,
         ))
     gpus.sort(key=lambda g: g.index)
-    banner = SmiBanner(known=driver is not None, reason=smi_reason, driver_version=driver)
+    banner = SmiBanner(known=driver is not None, reason=f"{smi_reason}; CUDA version unknown", driver_version=driver)
     if not gpus:
         return GpuQuery(known=False, reason=f"{smi_reason}; the driver lists no GPUs in /proc/driver/nvidia"), banner
-    note = f"{smi_reason}: GPUs listed from /proc/driver/nvidia; compute capability guessed from their names"
+    note = ("nvidia-smi is not on PATH, but the loaded NVIDIA driver lists these GPUs in /proc/driver/nvidia; "
+            "compute capability guessed from their names")
     return GpuQuery(known=True, gpus=tuple(gpus), source="procfs", note=note), banner
