@@ -105,13 +105,14 @@ def test_ctrl_c_keeps_partial_results(story_lab, gpuops_home: Path, tmp_path: Pa
          "--suite", "decode", "--output-len", "20", "--num-requests", "1000", "--warmup", "0", "--json",
          "--results-dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 60
-    pid_files: list[Path] = []
-    while time.monotonic() < deadline and len(pid_files) < 2:
+    # Interrupt once every host's server has finished two more requests than before the run.
+    before = {h.name: _completed(h.server_port) for h in story_lab.hosts}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if all(_completed(h.server_port) >= before[h.name] + 2 for h in story_lab.hosts):
+            break
         time.sleep(0.2)
-        pid_files = [p for p in Path("/tmp").glob("gpuops-bench-*.pid")
-                     if _pid_alive(p) and _is_child_of_sshd(p)]
-    time.sleep(1.5)  # a few requests (0.3 s each) finish on each host
+    pid_files = [p for p in Path("/tmp").glob("gpuops-bench-*.pid") if _pid_alive(p) and _is_child_of_sshd(p)]
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 1, err  # partial: not ok, but measured
@@ -124,6 +125,13 @@ def test_ctrl_c_keeps_partial_results(story_lab, gpuops_home: Path, tmp_path: Pa
         assert stored["summary"]["output_tokens_per_s"] > 0
     for pid_file in pid_files:
         assert not pid_file.exists()  # every remote client ended and cleaned up
+
+
+def _completed(port: int) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=10) as reply:
+        return int(json.loads(reply.read())["internal_states"][0]["completed_requests"])
 
 
 def _pid_alive(pid_file: Path) -> bool:

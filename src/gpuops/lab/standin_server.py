@@ -320,6 +320,7 @@ class StandinState(object):
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.running = 0
+        self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
 
     def ready(self):
         return time.monotonic() - self.started >= self.startup_s
@@ -332,6 +333,10 @@ class StandinState(object):
         with self.lock:
             self.running -= 1
 
+    def count_completed(self):
+        with self.lock:
+            self.completed += 1
+
     def current_running(self):
         with self.lock:
             return self.running
@@ -342,7 +347,10 @@ class StandinState(object):
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True
-        state = {"simulated": True, "decode_tokens_per_s_batch1": round(self.speed.base_rate(), 3)}
+        with self.lock:
+            completed = self.completed
+        state = {"simulated": True, "decode_tokens_per_s_batch1": round(self.speed.base_rate(), 3),
+                 "completed_requests": completed}
         if self.speed.speculative:
             # The configured average, not a running tally: a tally would be skewed by the short
             # last chunk of every request, and tests compare this figure with the bench's.
@@ -388,6 +396,8 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
                 raise GenerationFailed(
                     "simulated failure after %d tokens (GPUOPS_STANDIN_FAIL_AFTER_TOKENS)" % done)
             done += size
+            if done >= max_new_tokens:
+                state.count_completed()
             yield done, size
             if index == 0:
                 # Anchor the decode schedule on when the first token really went out, so that
