@@ -167,3 +167,20 @@ def test_a_python_older_than_38_is_not_chosen() -> None:
     out = _run({"sglang_port": _port(), "sglang_python": str(old)})
     assert out["py"] != str(old)
     assert f"sglang_python {old} is not a python >= 3.8" in out["why"]
+
+
+def test_sglang_serve_forms_are_servers(spawn, tmp_path: Path) -> None:
+    port = _port()
+    script = tmp_path / "sglang"  # a console script named like SGLang's
+    script.write_text(f"#!{sys.executable}\nimport time; time.sleep(120)\n")
+    script.chmod(0o755)
+    console = spawn([str(script), "serve", "--port", str(port)])
+    _wait_for_argv(console.pid, "serve")
+    assert _run({"sglang_port": port})["pid"] == str(console.pid)
+    module = spawn([sys.executable, "-c", SLEEPER, "-m", "sglang.cli.main", "serve", "--port", str(port + 1)])
+    _wait_for_argv(module.pid, "serve")
+    assert _run({"sglang_port": port + 1})["pid"] == str(module.pid)
+    # a word "serve" after anything else is not a server
+    other = spawn([sys.executable, "-c", SLEEPER, "notsglang", "serve", "--port", str(port + 2)])
+    _wait_for_argv(other.pid, "serve")
+    assert _run({"sglang_port": port + 2})["pid"] == ""

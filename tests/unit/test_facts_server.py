@@ -50,6 +50,8 @@ def test_flag_shapes() -> None:
 def test_launch_forms() -> None:
     assert launch_args(["/venv/bin/sglang", "serve", "--model-path", "m"]) == ["--model-path", "m"]
     assert launch_args(["python3", "/src/sglang/launch_server.py", "--tp", "2"]) == ["--tp", "2"]
+    assert launch_args(["/venv/bin/python3", "/venv/bin/sglang", "serve", "--tp", "4"]) == ["--tp", "4"]
+    assert launch_args(["python3", "-m", "sglang.cli.main", "serve", "--port", "1"]) == ["--port", "1"]
     assert launch_args(["python3", "-m", "vllm.entrypoints"]) is None
     assert settings_from_argv(["python3", "server.py", "--tp", "8"]).tp_size == 1  # not an SGLang launch
 

@@ -39,7 +39,7 @@ gpuops_flag() {  # gpuops_flag PID --name: the value of --name (or --name=value)
   gpuops_argv "$1" | awk -v f="$2" 'n{print;exit} $0==f{n=1;next} index($0,f"=")==1{print substr($0,length(f)+2);exit}'
 }
 gpuops_is_server() {  # argv on stdin, one word a line: does it launch an SGLang server?
-  awk 'BEGIN{r=1} {if ((p=="-m" && $0=="sglang.launch_server") || (s && $0=="serve") || $0 ~ /sglang\/launch_server\.py$/) r=0; s=($0 ~ /(^|\/)sglang$/); p=$0} END{exit r}'
+  awk 'BEGIN{r=1} {if ((p=="-m" && $0=="sglang.launch_server") || (s && $0=="serve") || $0 ~ /sglang\/launch_server\.py$/) r=0; s=($0 ~ /(^|\/)sglang$/ || (p=="-m" && ($0=="sglang.cli.main" || $0=="sglang.cli"))); p=$0} END{exit r}'
 }
 gpuops_py_like() {  # an executable named like a python interpreter (the server already runs on it)
   [ -x "$1" ] && case "${1##*/}" in python|python3|python3.[0-9]|python3.[0-9][0-9]|pypy3*) true ;; *) false ;; esac

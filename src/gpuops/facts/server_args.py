@@ -34,11 +34,15 @@ def is_secret_name(name: str) -> bool:
 
 
 def launch_args(argv: list[str]) -> list[str] | None:
-    """The words after ``-m sglang.launch_server`` / ``sglang serve`` / ``.../launch_server.py``."""
+    """The words after ``-m sglang.launch_server``, ``sglang serve`` (the console script, or
+    ``-m sglang.cli.main serve``) or ``.../launch_server.py``."""
     for i, word in enumerate(argv):
         if word == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
             return argv[i + 1:]
-        if word == "serve" and i > 0 and re.search(r"(^|/)sglang$", argv[i - 1]):
+        if word == "serve" and i > 0 and (
+            re.search(r"(^|/)sglang$", argv[i - 1])
+            or (argv[i - 1] in ("sglang.cli.main", "sglang.cli") and i > 1 and argv[i - 2] == "-m")
+        ):
             return argv[i + 1:]
         if re.search(r"sglang/launch_server\.py$", word):
             return argv[i + 1:]
