@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -143,7 +145,11 @@ def test_ctrl_c_stops_the_client_and_keeps_what_was_measured(tmp_path: Path):
         deadline = time.monotonic() + 20
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.8)  # a few 0.2 s requests complete
+        while time.monotonic() < deadline and proc.poll() is None:  # two requests done, then stop
+            with urllib.request.urlopen(server.url + "/get_server_info", timeout=10) as reply:
+                if json.loads(reply.read())["internal_states"][0]["completed_requests"] >= 2:
+                    break
+            time.sleep(0.05)
         subprocess.run(["/bin/sh", "-c", stop_command("stoptest1")], check=True)
         out = proc.stdout.read()
         assert proc.wait(20) == 0
