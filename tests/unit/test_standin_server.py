@@ -211,7 +211,7 @@ def test_fail_after_tokens_errors_mid_stream(tmp_path):
 
 
 def test_startup_delay_then_healthy(tmp_path):
-    server = start_standin(tmp_path, env={"GPUOPS_STANDIN_STARTUP_S": "0.6"}, wait_healthy=False)
+    server = start_standin(tmp_path, env={"GPUOPS_STANDIN_STARTUP_S": "2.5"}, wait_healthy=False)
     try:
         deadline = time.monotonic() + 10
         codes = []
