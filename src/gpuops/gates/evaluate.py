@@ -146,6 +146,7 @@ def _judge_gate(
         "id": gate["id"],
         "feature": fg.feature if fg else None,
         "role": fg.role if fg else None,
+        "meaning": fg.why if fg else None,
         "file": gate["file"],
         "line": gate["line"],
         "function": gate["function"],
@@ -207,6 +208,9 @@ def _judge_feature(
         out["status"] = "blocked"
         where = ", ".join(f"{_where(g)} ({g['function']})" for g in blocked)
         out["reason"] = f"blocked on {gpu.sm} at {where}: admits {_names(blocked[0]['admits'])}"
+        state = _server_state(feature, server) if server is not None else None
+        if state and "has it on" in state:
+            out["reason"] += f"; {state}, but it never runs on {gpu.sm}"
     elif unknown:
         out["reason"] = "cannot tell: " + "; ".join(f"{_where(g)}: {g['reason']}" for g in unknown)
     else:

@@ -84,6 +84,8 @@ def _render_gates(console: Console, gates: Iterable[dict[str, Any]]) -> None:
         if gate["status"] == "unknown":
             line += f"; {gate['reason']}"
         _say(console, line)
+        if gate.get("meaning"):
+            _say(console, f"   what it is: {gate['meaning']}")
         for clause in gate.get("clauses") or ():
             holds = clause.get("holds")
             mark = "" if holds is None and "holds" not in clause else f" ({_HOLDS.get(holds, 'not known')})"
