@@ -804,6 +804,8 @@ def compare_atoms(node, scope):
             subject, value, flipped = cc_subject(right, scope), left, True
         if subject is not None:
             val = literal(value)
+            if val is _NO_VALUE and isinstance(value, ast.Name):
+                val = scope.scanner.constant(scope.info, value.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
             atom = {"kind": "cc", "subject": subject, "cmp": flip(opname) if flipped else opname,
                     "value": None if val is _NO_VALUE else val}
             atoms.append({"op": "cap", "atom": atom})
