@@ -7,6 +7,7 @@ is one error naming the file and the task, before anything touches a host.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -64,6 +65,7 @@ def default_roles_path() -> list[Path]:
     paths = [Path(p) for p in os.environ.get("GPUOPS_ROLES_PATH", "").split(os.pathsep) if p]
     paths.append(Path.cwd() / "roles")
     paths.append(project_root() / "roles")
+    paths.append(installed_data_dir() / "roles")
     return paths
 
 
@@ -72,8 +74,13 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
+def installed_data_dir() -> Path:
+    # A wheel (non-editable install) puts roles/ and templates/ here (pyproject's data-files).
+    return Path(sys.prefix) / "share" / "gpuops"
+
+
 def shared_templates_dirs() -> list[Path]:
-    return [Path.cwd() / "templates", project_root() / "templates"]
+    return [Path.cwd() / "templates", project_root() / "templates", installed_data_dir() / "templates"]
 
 
 def _read_yaml(path: Path, expected: type, empty: Any) -> Any:
