@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,12 +38,10 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     return SSHConnection(host, options)
 
 
-def _preload_ssh() -> None:
-    # paramiko + fabric take ~0.3 s to import; start that while the caller is still planning.
-    try:
-        import fabric  # noqa: F401
-    except Exception:
-        pass
+def _import_ssh_stack() -> None:
+    # Import fabric/paramiko once, in this thread, before any worker starts: concurrent first
+    # imports of paramiko from several threads can see a partially initialised module.
+    import fabric  # noqa: F401
 
 
 def run_on_hosts(
@@ -58,7 +55,7 @@ def run_on_hosts(
     line. Any other exception is a bug, but it still only fails its host, with its type named.
     """
     if any(h.connection != "local" for h in hosts):
-        threading.Thread(target=_preload_ssh, daemon=True).start()
+        _import_ssh_stack()
 
     def one(host: Host) -> HostOutcome[T]:
         try:
