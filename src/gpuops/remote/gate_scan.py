@@ -1039,16 +1039,6 @@ def statements(body):
                 stack.extend(block)
 
 
-def walk_no_nested(body):
-    stack = list(body)
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                stack.append(child)
-
-
 def docstring_line(func):
     doc = ast.get_docstring(func, clean=True) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
     return doc.strip().splitlines()[0][:200] if doc and doc.strip() else None
