@@ -45,6 +45,7 @@ speculative decoding a chunk carries the tokens of one verify cycle (2 or 3 for 
 of 2.18), sent at the deadline of its last token, like a real EAGLE server.
 """
 
+import collections
 import json
 import math
 import os
@@ -321,6 +322,7 @@ class StandinState(object):
         self.lock = threading.Lock()
         self.running = 0
         self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
+        self.recent = collections.deque(maxlen=16)  # emitted decode spans of the last generations
 
     def ready(self):
         return time.monotonic() - self.started >= self.startup_s
@@ -333,9 +335,11 @@ class StandinState(object):
         with self.lock:
             self.running -= 1
 
-    def count_completed(self):
+    def count_completed(self, decode_tokens, decode_s):
+        """A generation finished: keep what the server really did, for tests to hold a client to."""
         with self.lock:
             self.completed += 1
+            self.recent.append({"decode_tokens": decode_tokens, "decode_s": round(decode_s, 6)})
 
     def current_running(self):
         with self.lock:
@@ -349,8 +353,9 @@ class StandinState(object):
         info["simulated"] = True
         with self.lock:
             completed = self.completed
+            recent = list(self.recent)
         state = {"simulated": True, "decode_tokens_per_s_batch1": round(self.speed.base_rate(), 3),
-                 "completed_requests": completed}
+                 "completed_requests": completed, "recent_generations": recent}
         if self.speed.speculative:
             # The configured average, not a running tally: a tally would be skewed by the short
             # last chunk of every request, and tests compare this figure with the bench's.
@@ -396,14 +401,16 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
                 raise GenerationFailed(
                     "simulated failure after %d tokens (GPUOPS_STANDIN_FAIL_AFTER_TOKENS)" % done)
             done += size
-            if done >= max_new_tokens:
-                state.count_completed()
             yield done, size
+            sent = time.monotonic()  # the chunk is written: what a client can see at the earliest
             if index == 0:
                 # Anchor the decode schedule on when the first token really went out, so that
                 # a late first token (a starved CPU) is not made up by a burst that would
                 # inflate the measured rate.
-                deadline = time.monotonic()
+                deadline = sent
+                first_sent, first_size = sent, size
+            if done >= max_new_tokens:
+                state.count_completed(done - first_size, sent - first_sent)
     finally:
         state.leave()
 
