@@ -115,7 +115,7 @@ def test_error_mid_stream_is_recorded_not_hidden(tmp_path: Path):
 
 def test_serving_sweep_levels(tmp_path: Path):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": "400", "GPUOPS_STANDIN_TTFT_MS": "5",
-           "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN": "0.05"}
+           "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN": "0.2"}
     with start_standin(tmp_path, env=env) as server:
         states = run_bench(local_targets(server.url),
                            BenchOptions(suite="serving", output_len=40, concurrency=(1, 4), warmup=1),
@@ -125,10 +125,10 @@ def test_serving_sweep_levels(tmp_path: Path):
     one, four = sorted(result["levels"], key=lambda lv: lv["concurrency"])
     assert (one["concurrency"], four["concurrency"]) == (1, 4)
     assert one["completed"] == 4 and four["completed"] == 8  # max(4, 2 x c) requests per level
-    assert one["output_tokens_per_s"] == pytest.approx(400, rel=0.03)
-    # four streams at once: each is slower (the stand-in's batching cost), together much faster
+    # four streams at once: each is slower (the stand-in's batching cost: 400 -> 250 tok/s a stream),
+    # together faster (1,000 tok/s); the rate accuracy itself is test_bench_accuracy's job
     assert four["output_tokens_per_s"] < one["output_tokens_per_s"]
-    assert four["total_output_tokens_per_s"] > 2.5 * one["total_output_tokens_per_s"]
+    assert four["total_output_tokens_per_s"] > 1.5 * one["total_output_tokens_per_s"]
     assert len([s for s in result["samples"] if s["concurrency"] == 4]) == 8
 
 
