@@ -108,7 +108,10 @@ def test_sm120_eight_gpu_pcie_host(mixed_report, mixed_lab) -> None:
     assert server["running"] is True and server["healthy"] is True
     assert server["port"] == lab_host.server_port
     assert server["tp_size"] == 8
-    assert server["model_path"] == "/models/Kimi-K2.5"
+    assert server["model_path"] == str(lab_host.dir / "models" / "Kimi-K2.5")
+    model = facts["model"]  # the lab wrote the description's config.json there
+    assert model["architecture"] == "KimiK25ForConditionalGeneration"
+    assert (model["hidden_size"], model["num_hidden_layers"]) == (7168, 61)
     assert server["speculative"]["algorithm"] == "EAGLE3" and server["speculative"]["num_steps"] == 3
     assert server["args"]["trust_remote_code"] is True
     assert server["env"] == {"NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": "1"}

@@ -53,6 +53,10 @@ class ServerSpec:
     args: tuple[str, ...]
     env: Mapping[str, str]
     port: int
+    # The served model's Hugging Face config.json (architectures, hidden_size, ...): the lab writes
+    # it into the host's own models/ dir and points --model-path there, so facts, gate clauses
+    # (model architecture) and the all-reduce sizes (hidden size) see a real config file.
+    model_config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -349,7 +353,11 @@ def _server(data: Mapping[str, Any], where: str) -> ServerSpec | None:
         port = int(port)
     except (TypeError, ValueError):
         raise GpuopsError(f"{where}: server.port must be a number, not {port!r}") from None
-    return ServerSpec(args=tuple(args), env={str(k): str(v) for k, v in env.items()}, port=port)
+    model_config = raw.get("model_config")
+    if model_config is not None and not isinstance(model_config, dict):
+        raise GpuopsError(f"{where}: server.model_config must be a mapping (the model's config.json)")
+    return ServerSpec(args=tuple(args), env={str(k): str(v) for k, v in env.items()}, port=port,
+                      model_config=model_config)
 
 
 def launch_args(words: list[str]) -> list[str] | None:

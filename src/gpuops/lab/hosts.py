@@ -369,6 +369,8 @@ def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
     server = description.server if description else None
     args = list(plan.spec.server_args) if plan.spec.server_args is not None else list(server.args if server else [])
     env = {**(server.env if server else {}), **plan.spec.server_env}
+    if server is not None and server.model_config is not None and plan.spec.server_args is None:
+        args = _with_model_dir(args, host_dir / "models", server.model_config)
     state = host_dir / "state"
     role_vars = {
         "sglang_manager": "process", "sglang_python": str(host_dir / "bin" / "python-sglang"),
@@ -386,6 +388,17 @@ def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
         if change.mode:
             target.chmod(int(change.mode, 8))
     (state / "server.json").write_text(json.dumps({"args": with_port(args, port), "env": env, "port": port}))
+
+
+def _with_model_dir(args: list[str], models: Path, config: Mapping[str, Any]) -> list[str]:
+    """Write the model's config.json under the host's models/ and point --model-path at it."""
+    if "--model-path" not in args[:-1]:
+        return args
+    i = args.index("--model-path") + 1
+    model_dir = models / (Path(args[i]).name or "model")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(dict(config), indent=2) + "\n")
+    return [*args[:i], str(model_dir), *args[i + 1:]]
 
 
 def _launch_server(root: Path, host: LabHost) -> None:
