@@ -226,6 +226,8 @@ def test_startup_delay_then_healthy(tmp_path):
                 pass
             time.sleep(0.05)
         assert 503 in codes and codes[-1] == 200
+        while "fired up" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the main thread logs it on its next look at the clock
         assert "fired up and ready to roll" in server.log()
     finally:
         server.stop()
