@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpuops.facts.model import ModelFacts, model_from_config
+from gpuops.facts.software import kv_lines
 from gpuops.facts.server_args import REDACTED, ServerSettings, is_secret_name, settings_from_argv
 from gpuops.gather import Probe, ProbeOutput
 
@@ -133,15 +134,6 @@ class ServerFacts:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _lines(text: str) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key and key not in values:
-            values[key] = value
-    return values
-
-
 def _b64(value: str | None) -> bytes | None:
     if value is None:
         return None
@@ -186,7 +178,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     if out.exit_status != 0 and not out.stdout.strip():
         last = (out.stderr.strip().splitlines() or [f"exit status {out.exit_status}"])[-1]
         return ServerFacts(known=False, reason=f"the server probe failed: {last[:200]}")
-    v = _lines(out.stdout)
+    v = kv_lines(out.stdout)
     want_port = int(v["want_port"]) if v.get("want_port", "").isdigit() else None
     others = tuple(
         (int(pid), int(port))

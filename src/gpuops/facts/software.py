@@ -46,7 +46,8 @@ class PythonPackages:
     nccl: PackageInfo | None = None
 
 
-def _kv_lines(text: str) -> dict[str, str]:
+def kv_lines(text: str) -> dict[str, str]:
+    """``KEY=value`` lines (the probes' output format) as a dict; the first of a repeated key wins."""
     values: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
@@ -80,7 +81,7 @@ echo "chosen_python_reason=${GPUOPS_PY_REASON:-}"
 
 
 def parse_host_system(out: ProbeOutput) -> HostSystem:
-    v = _kv_lines(out.stdout)
+    v = kv_lines(out.stdout)
     return HostSystem(
         os=_unquote(v.get("os")),
         kernel=v.get("kernel") or None,

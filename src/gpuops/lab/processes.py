@@ -13,29 +13,18 @@ import signal
 import time
 from pathlib import Path
 
+from gpuops.remote import process_manager
+
 LAB_DIR_VAR = "GPUOPS_LAB_DIR"
 
 
 def alive(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our own dead child
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _state(pid) != "Z"
+    """The process exists and is not a zombie (reaped first when it is our own child)."""
+    return process_manager._alive(pid)
 
 
 def _state(pid: int) -> str | None:
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3].decode()
-    except (OSError, ValueError):
-        return None
+    return process_manager._proc_state(pid)
 
 
 def cmdline(pid: int) -> str:
