@@ -6,7 +6,7 @@ Heavy imports (rich, the transport, fabric) happen inside the commands, so `--he
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -79,12 +79,8 @@ def host(inventory: str | None, limit: str | None, as_json: bool, forks: int, ac
     sys.exit(_exit_status(outcomes))
 
 
-def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
-    from gpuops.facts.collect import host_json
-    from gpuops.facts.render import render_host_facts
-    from gpuops.output import make_console
-
-    console = make_console()
+def _each_answered_host(console: Any, hosts: list[Any], outcomes: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """Yield (host, outcome) for the hosts that answered; print the title line of every host."""
     for index, host_ in enumerate(hosts):
         outcome = outcomes[host_.name]
         if index:
@@ -92,6 +88,16 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
         if not outcome.ok:
             console.print(f"== {_host_title(host_)}: FAILED: {outcome.error}", style="bold red", markup=False, highlight=False)
             continue
+        yield host_, outcome
+
+
+def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
+    from gpuops.facts.collect import host_json
+    from gpuops.facts.render import render_host_facts
+    from gpuops.output import make_console
+
+    console = make_console()
+    for host_, outcome in _each_answered_host(console, hosts, outcomes):
         console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
         _render_gates(console, outcome.value, detail=False)
         render_host_facts(console, host_json(outcome)["facts"])
@@ -150,13 +156,7 @@ def gates(feature: str | None, show_all: bool, inventory: str | None, limit: str
         from gpuops.output import make_console
 
         console = make_console()
-        for index, host_ in enumerate(hosts):
-            outcome = outcomes[host_.name]
-            if index:
-                console.print()
-            if not outcome.ok:
-                console.print(f"== {_host_title(host_)}: FAILED: {outcome.error}", style="bold red", markup=False, highlight=False)
-                continue
+        for host_, outcome in _each_answered_host(console, hosts, outcomes):
             cc = outcome.value.facts.compute_capability
             console.print(f"== {_host_title(host_)}: compute capability {cc or 'unknown'}", style="bold", markup=False, highlight=False)
             _render_gates(console, outcome.value, detail=True, feature=feature, show_all=show_all)
