@@ -124,3 +124,50 @@ def test_wrong_key_file_is_an_auth_failure(lab, tmp_path: Path) -> None:
     host = dataclasses.replace(_hosts(lab)[0], key_file=str(key))
     outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
     assert not outcome.ok and "authentication failed" in outcome.error
+
+
+def test_ssh_agent_authenticates_without_a_key_file(lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            import time
+
+            time.sleep(0.05)
+        env = dict(SSH_AUTH_SOCK=str(sock))
+        subprocess.run(["ssh-add", "-q", str(lab.client_key)], check=True, env={**__import__("os").environ, **env})
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        host = dataclasses.replace(_hosts(lab)[0], key_file=None)
+        conn = connect(host, ConnectOptions())
+        assert conn.run("echo via-agent").stdout == b"via-agent\n"
+        conn.close()
+    finally:
+        agent.terminate()
+        agent.wait(5)
+
+
+def test_host_without_address_is_reached_through_ssh_config_and_proxyjump(lab, empty_home: Path) -> None:
+    """HostName, Port, User, IdentityFile and ProxyJump come from ~/.ssh/config, as with plain ssh."""
+    first, second = _hosts(lab)
+    (empty_home / ".ssh" / "config").write_text(
+        f"Host jumpbox\n  HostName 127.0.0.1\n  Port {first.port}\n  User {first.user}\n  IdentityFile {first.key_file}\n"
+        f"Host gpu-behind-jump\n  HostName 127.0.0.1\n  Port {second.port}\n  User {second.user}\n"
+        f"  IdentityFile {second.key_file}\n  ProxyJump jumpbox\n"
+        f"  UserKnownHostsFile {lab.known_hosts}\n"
+    )
+    (empty_home / ".ssh" / "known_hosts").write_text(Path(lab.known_hosts).read_text())
+    host = Host(name="gpu-behind-jump", address=None, port=None, user=None, key_file=None, connection="ssh",
+                groups=(), vars={})
+    jump_log = lab.host(first.name).dir / "sshd.log"
+    logins_before = jump_log.read_text().count("Accepted publickey")
+    conn = connect(host, ConnectOptions())
+    try:
+        assert conn.run("echo $GPUOPS_LAB_HOST").stdout == f"{second.name}\n".encode()
+    finally:
+        conn.close()
+    # The jump host saw a login of its own: the connection really went through it.
+    assert jump_log.read_text().count("Accepted publickey") == logins_before + 1
