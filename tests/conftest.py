@@ -36,6 +36,9 @@ import pytest
 
 from gpuops.errors import GpuopsError
 
+# tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 
 def _fixtures_path() -> Path:
     env = os.environ.get("GPUOPS_FIXTURES")

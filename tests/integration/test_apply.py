@@ -6,42 +6,20 @@ needs real SGLang releases, is in test_apply_fusion.py.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from labtools import server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
-
-VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
-
-
-def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
-    """sha256 of every file under a lab host dir (logs and pid files excluded: they move on their own)."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if path.is_dir() or path.name in VOLATILE or path.is_symlink():
-            continue
-        if skip_runs and (rel.parts[:2] == ("state", "runs") or path.name in ("journal.jsonl", "lock")):
-            continue
-        out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-def server_info(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=5) as response:
-        return json.loads(response.read())
-
 
 def pid_of(host) -> int:
     return int((host.state_dir / "sglang.pid").read_text())

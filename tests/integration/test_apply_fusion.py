@@ -8,37 +8,15 @@ that does not compile is rolled back before the server is touched.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
+from labtools import server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
 
 RELEASES = ("0.5.8", "0.5.14", "0.5.23")
-VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
-
-
-def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if path.is_dir() or path.is_symlink() or path.name in VOLATILE:
-            continue
-        if skip_runs and (rel.parts[:2] == ("state", "runs") or path.name in ("journal.jsonl", "lock")):
-            continue
-        out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-def server_info(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=5) as response:
-        return json.loads(response.read())
-
-
 def audit(lab) -> dict[str, Any]:
     """A fresh gate audit of the host, through gpuops' own gather, judged for SM120."""
     from gpuops.facts.python_select import preamble_for_vars

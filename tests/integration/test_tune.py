@@ -3,12 +3,11 @@ back by its own apply run, and every host byte for byte as it started at the end
 
 from __future__ import annotations
 
-import hashlib
 import json
-import urllib.request
 from pathlib import Path
 
 import pytest
+from labtools import server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -17,35 +16,14 @@ FAST = {"GPUOPS_STANDIN_TOKENS_PER_S": "2000", "GPUOPS_STANDIN_TTFT_MS": "5",
 BENCH = ["--num-requests", "2", "--warmup", "0", "--input-len", "16", "--output-len", "16"]
 
 
-# gpuops' own bookkeeping (journal, lock, backups of each run) is expected to grow; the server's
-# configuration and the SGLang tree must not change.
-BOOKKEEPING = {"journal.jsonl", "lock", "sglang.pid", "sglang.log"}
-
-
-def _tree_digest(*dirs: Path) -> dict[str, str]:
-    digest = {}
-    for root in dirs:
-        for path in sorted(root.rglob("*")):
-            rel = path.relative_to(root)
-            if not path.is_file() or path.suffix == ".pyc" or path.name in BOOKKEEPING or rel.parts[0] == "runs":
-                continue
-            digest[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return digest
-
-
-def _server_info(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=10) as resp:
-        return json.load(resp)
-
-
 def test_sweep_ranks_variants_survives_a_crashing_one_and_restores_the_host(lab_factory, run_gpuops, tmp_path: Path) -> None:
     lab = lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8", server_env=FAST)
     host = lab.hosts[0]
     # Render the launch files once with the role, so the "before" state is gpuops' own.
     first = run_gpuops("apply", "sglang-service", "-i", str(lab.inventory_path), "--json")
     assert first.returncode == 0, first.stdout + first.stderr
-    before = _tree_digest(host.state_dir, host.site_dir / "sglang")
-    assert "NCCL_ALGO" not in _server_info(host.server_port)["env"]
+    before = tree_hashes(host.dir, skip_runs=True)
+    assert "NCCL_ALGO" not in server_info(host.server_port)["env"]
 
     proc = run_gpuops("tune", "-i", str(lab.inventory_path), "--sweep", "NCCL_ALGO=Ring,Tree",
                       "--results-dir", str(tmp_path / "results"), "--json", *BENCH, timeout=300)
@@ -62,8 +40,8 @@ def test_sweep_ranks_variants_survives_a_crashing_one_and_restores_the_host(lab_
     assert proc.returncode == 0, proc.stderr
 
     # Every byte as it started, and the server healthy on its original environment.
-    assert _tree_digest(host.state_dir, host.site_dir / "sglang") == before
-    info = _server_info(host.server_port)
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    info = server_info(host.server_port)
     assert "NCCL_ALGO" not in info["env"]
     # The trials' results are in the store, each with its own configuration.
     stored = list((tmp_path / "results").glob("*.json"))
@@ -73,11 +51,11 @@ def test_sweep_ranks_variants_survives_a_crashing_one_and_restores_the_host(lab_
 def test_a_typo_in_the_sweep_changes_nothing(lab_factory, run_gpuops, tmp_path: Path) -> None:
     lab = lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8", server_env=FAST)
     host = lab.hosts[0]
-    before = _tree_digest(host.state_dir)
+    before = tree_hashes(host.dir, skip_runs=True)
     proc = run_gpuops("tune", "-i", str(lab.inventory_path), "--sweep", "NCCL_ALGOS=Ring",
                       "--results-dir", str(tmp_path / "results"))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "did you mean NCCL_ALGO?" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert _tree_digest(host.state_dir) == before
+    assert tree_hashes(host.dir, skip_runs=True) == before
     assert not (tmp_path / "results").exists()

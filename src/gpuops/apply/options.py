@@ -5,10 +5,9 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuops.inventory import Host
     from gpuops.transport import ConnectOptions
 
 TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: before_write (helper) | audit_verdict (here)
@@ -51,13 +50,6 @@ class HostReport:
             "handlers": self.handlers, "restored": self.restored, "tasks_ok": self.tasks_ok, "pid": self.pid,
             "log_tail": self.log_tail,
         }
-
-
-def import_ssh_first(hosts: Sequence["Host"]) -> None:
-    # run_on_hosts preloads fabric in a thread; importing it here first avoids a concurrent
-    # import of paramiko from two threads (seen as "partially initialized module" errors).
-    if any(h.connection != "local" for h in hosts):
-        import fabric  # noqa: F401
 
 
 def current_user() -> str:

@@ -17,7 +17,6 @@ from gpuops.apply.options import (
     TEST_FAULT_ENV,
     ApplyOptions,
     HostReport,
-    import_ssh_first,
     new_run_id,
 )
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
@@ -255,7 +254,6 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
     discoveries = discover_all(hosts, role, extra)
     run_id = new_run_id()
-    import_ssh_first(hosts)
 
     def one(host: "Host") -> HostReport:
         return apply_host(host, role, extra, discoveries[host.name], options, run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from gpuops.apply.options import ApplyOptions, HostReport, current_user, import_ssh_first, new_run_id
+from gpuops.apply.options import ApplyOptions, HostReport, current_user, new_run_id
 from gpuops.apply.remote_exec import gather_as, run_helper
 from gpuops.errors import GpuopsError
 
@@ -19,7 +19,6 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
     from gpuops.transport import connect, run_on_hosts
 
     run_id = new_run_id()
-    import_ssh_first(hosts)
 
     def one(host: "Host") -> HostReport:
         variables = dict(host.vars or {})
@@ -69,5 +68,4 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
             raise GpuopsError(f"{host.name}: cannot read the journal: {records.reason}")
         return fold_runs(records)
 
-    import_ssh_first(hosts)
     return run_on_hosts(hosts, one, forks=options.forks)

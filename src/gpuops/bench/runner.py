@@ -115,6 +115,10 @@ def run_bench(
             finished[target.host.name].set()
         changed()
 
+    if remote:
+        from gpuops.transport import prepare_ssh
+
+        prepare_ssh([t.host for t in targets])
     threads = [threading.Thread(target=one, args=(t,), name=f"bench-{t.host.name}", daemon=True) for t in targets]
     for thread in threads:
         thread.start()

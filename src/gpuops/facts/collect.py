@@ -82,11 +82,6 @@ def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 1
                   with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, HostOutcome[HostInspection]]:
     from gpuops.transport import run_on_hosts
 
-    if any(host.connection != "local" for host in hosts):
-        # Import the SSH stack once, here, before worker threads each import it: concurrent first
-        # imports of paramiko can see a partially initialised module ("cannot import name ...").
-        import fabric  # noqa: F401
-
     return run_on_hosts(
         hosts,
         lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout),

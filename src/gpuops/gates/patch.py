@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import Catalog, load_catalog
-from gpuops.gates.evaluate import FeatureGate, feature_gates, launch_flag
+from gpuops.gates.evaluate import feature_gates, launch_flag
 from gpuops.gates.logic import (
     RECENT_CUDA,
     Evaluator,
@@ -41,7 +41,6 @@ from gpuops.gates.logic import (
     is_pure_cap,
     parse_capability,
 )
-from gpuops.gates.predicates import meaning_from_entry
 from gpuops.gates.scan import GateScan
 
 FEATURE = "flashinfer_allreduce_fusion"

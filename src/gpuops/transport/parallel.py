@@ -38,10 +38,15 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     return SSHConnection(host, options)
 
 
-def _import_ssh_stack() -> None:
-    # Import fabric/paramiko once, in this thread, before any worker starts: concurrent first
-    # imports of paramiko from several threads can see a partially initialised module.
-    import fabric  # noqa: F401
+def prepare_ssh(hosts: Sequence[Host]) -> None:
+    """Import fabric/paramiko once, in the calling thread, before worker threads connect.
+
+    Concurrent first imports of paramiko from several threads can see a partially initialised
+    module ("cannot import name ... from partially initialized module"). Anything that starts its
+    own threads to connect (not through ``run_on_hosts``) calls this first. Local-only runs skip it.
+    """
+    if any(h.connection != "local" for h in hosts):
+        import fabric  # noqa: F401
 
 
 def run_on_hosts(
@@ -54,8 +59,7 @@ def run_on_hosts(
     A ``GpuopsError`` (unreachable, host key, bad input for that host) becomes that host's error
     line. Any other exception is a bug, but it still only fails its host, with its type named.
     """
-    if any(h.connection != "local" for h in hosts):
-        _import_ssh_stack()
+    prepare_ssh(hosts)
 
     def one(host: Host) -> HostOutcome[T]:
         try:
