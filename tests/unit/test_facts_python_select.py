@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
+import socket
 import subprocess
 import sys
 import time
@@ -58,7 +58,11 @@ def _wait_for_argv(pid: int, word: str) -> None:
 
 
 def _port() -> int:
-    return random.randint(40000, 60000)
+    # The OS hands out ephemeral ports in sequence, so ports from successive calls differ (random
+    # ones could repeat a fake server's port still sleeping from an earlier test).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _fake_server(spawn, port: int, env: dict | None = None) -> subprocess.Popen:
