@@ -109,8 +109,11 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
         facts = host_facts(values)
     except Exception:  # facts are a help for judging, never a reason to fail the apply
         return {}
+    interconnect = facts.interconnect
     return {"compute_capability": facts.compute_capability,
-            "cuda": facts.torch_cuda or getattr(facts.banner, "cuda_driver_version", None)}
+            "cuda": facts.torch_cuda or getattr(facts.banner, "cuda_driver_version", None),
+            "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,
+            "p2p_failed_pairs": len(interconnect.p2p_failed_pairs)}
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -173,6 +176,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 report.warnings.append(
                     f"this host's GPUs are compute capability {gpu['compute_capability']}, not {wanted} "
                     f"({plan.audit.target_sm}): the patch only matters on {plan.audit.target_sm} GPUs")
+        if plan.audit is not None and gpu.get("p2p_all_pairs") is False:
+            # FlashInfer's allreduce fusion (the non-MNNVL backends) exchanges data through CUDA IPC
+            # buffers, which need peer-to-peer access between every pair of TP ranks.
+            report.warnings.append(
+                f"peer-to-peer is not possible between {gpu.get('p2p_failed_pairs')} GPU pair(s) on this host: "
+                "the IPC-based all-reduce fusion needs P2P across the whole TP group, so with TP spanning "
+                "those pairs it may fail or fall back at run time; keep TP within a P2P group, and check "
+                "the server log and a bench after the restart")
         audit_sh = None
         if plan.audit is not None:
             from gpuops.gates.probe import gate_scan_probe
