@@ -41,10 +41,7 @@ def make_state(tmp_path: Path, env: dict[str, str] | None = None, crash: bool = 
     wrapper.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {server} -m sglang.launch_server "$@"\n')
     wrapper.chmod(0o755)
     port = sshd.free_port()
-    (state / "sglang.env").write_text(launch_files.env_file_text(env or {}))
-    (state / "sglang-launch.sh").write_text(
-        launch_files.launch_script_text(str(wrapper), ["--port", str(port)], str(state / "sglang.env"))
-    )
+    launch_files.write_launch_files(state, "h01", str(wrapper), ["--port", str(port)], env or {}, port)
     return state, port
 
 

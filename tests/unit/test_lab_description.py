@@ -74,21 +74,20 @@ def test_with_port_replaces_in_place_or_appends() -> None:
 
 def test_env_file_and_launch_script_round_trip_through_sh(tmp_path) -> None:
     hostile = "a'b \"c\" $(touch pwned) `x` ; d"
-    env_path = tmp_path / "sglang.env"
-    env_path.write_text(launch_files.env_file_text({"NCCL_ALGO": "Ring", "WEIRD": hostile}))
-    assert "NCCL_ALGO='Ring'" in env_path.read_text().splitlines()
     # A fake python that prints its environment value and its argv: both must arrive unchanged.
     fake_python = tmp_path / "fake python"
     fake_python.write_text('#!/bin/sh\nprintf "%s|" "$WEIRD" "$@"\n')
     fake_python.chmod(0o755)
+    launch_files.write_launch_files(tmp_path, "h01", str(fake_python), ["--model-path", hostile, "--port", "30001"],
+                                    {"NCCL_ALGO": "Ring", "WEIRD": hostile}, 30001)
+    assert "NCCL_ALGO='Ring'" in (tmp_path / "sglang.env").read_text().splitlines()
     script = tmp_path / "sglang-launch.sh"
-    script.write_text(launch_files.launch_script_text(str(fake_python), ["--model-path", hostile], str(env_path)))
     out = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, cwd=tmp_path).stdout
-    assert out == f"{hostile}|-m|sglang.launch_server|--model-path|{hostile}|"
+    assert out == f"{hostile}|-m|sglang.launch_server|--model-path|{hostile}|--port|30001|"
     assert not (tmp_path / "pwned").exists()
-    assert shlex.split(script.read_text().splitlines()[-1])[-1] == hostile
-    with pytest.raises(GpuopsError, match="not a valid variable name"):
-        launch_files.env_file_text({"BAD-NAME": "1"})
+    assert shlex.split(script.read_text().splitlines()[-1])[-3] == hostile
+    with pytest.raises(GpuopsError, match="BAD-NAME"):
+        launch_files.write_launch_files(tmp_path, "h01", str(fake_python), [], {"BAD-NAME": "1"}, 30001)
 
 
 def test_torch_cuda_version_and_dist_info_names() -> None:

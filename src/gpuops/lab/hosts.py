@@ -357,14 +357,6 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
 
 
 def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
-    """The host's launch configuration, rendered by the sglang-service role itself.
-
-    So a lab host starts exactly as gpuops would have set it up, and the first `apply` shows only
-    the change it is about (a patched gate, a flag), not a reformatting of the lab's own files.
-    """
-    from gpuops.plan.model import FileState, HostFacts
-    from gpuops.plan.planner import discover, plan_role
-
     description = plan.description
     server = description.server if description else None
     args = list(plan.spec.server_args) if plan.spec.server_args is not None else list(server.args if server else [])
@@ -372,21 +364,8 @@ def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
     if server is not None and server.model_config is not None and plan.spec.server_args is None:
         args = _with_model_dir(args, host_dir / "models", server.model_config)
     state = host_dir / "state"
-    role_vars = {
-        "sglang_manager": "process", "sglang_python": str(host_dir / "bin" / "python-sglang"),
-        "sglang_args": with_port(args, port), "sglang_port": port, "sglang_env": env,
-        "gpuops_state_dir": str(state),
-    }
-    paths = discover("sglang-service", plan.name, role_vars, {}).paths  # a new host: none exist yet
-    facts = HostFacts(host=plan.name, files={p: FileState(path=p, exists=False) for p in paths})
-    rendered = plan_role("sglang-service", facts, role_vars, {})
-    for change in rendered.changes:
-        target = Path(change.path)
-        if target.parent != state:
-            raise GpuopsError(f"lab: the sglang-service role wrote outside the host's state dir: {target}")
-        target.write_text(change.after)
-        if change.mode:
-            target.chmod(int(change.mode, 8))
+    launch_files.write_launch_files(state, plan.name, str(host_dir / "bin" / "python-sglang"),
+                                    with_port(args, port), env, port)
     (state / "server.json").write_text(json.dumps({"args": with_port(args, port), "env": env, "port": port}))
 
 

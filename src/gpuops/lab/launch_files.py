@@ -1,16 +1,14 @@
-"""``sglang.env`` and ``sglang-launch.sh`` in the format pinned in docs/INTERFACES.md (pure text)."""
+"""A lab host's launch configuration (``sglang.env``, ``sglang-launch.sh``), rendered by the
+sglang-service role itself, so a lab host starts exactly as gpuops would have set it up and the
+first `apply` shows only the change it is about. Also the sh quoting the lab's wrapper scripts use.
+"""
 
 from __future__ import annotations
 
-import re
-import shlex
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from gpuops.errors import GpuopsError
-
-ENV_FILE = "sglang.env"
-LAUNCH_SCRIPT = "sglang-launch.sh"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def single_quoted(value: str) -> str:
@@ -18,24 +16,22 @@ def single_quoted(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
-def env_file_text(env: Mapping[str, str]) -> str:
-    lines = ["# SGLang server environment (gpuops): one KEY='value' per line"]
-    for key, value in env.items():
-        if not _NAME.match(key):
-            raise GpuopsError(f"sglang env: {key!r} is not a valid variable name")
-        if "\n" in value or "\0" in value:
-            raise GpuopsError(f"sglang env: the value of {key} holds a newline or NUL")
-        lines.append(f"{key}={single_quoted(value)}")
-    return "\n".join(lines) + "\n"
+def write_launch_files(state: Path, host: str, python: str, args: Sequence[str], env: Mapping[str, str],
+                       port: int) -> None:
+    """Render the `process` manager's files for a new host with the sglang-service role; write them."""
+    from gpuops.plan.model import FileState, HostFacts
+    from gpuops.plan.planner import discover, plan_role
 
-
-def launch_script_text(python: str, args: Sequence[str], env_file: str) -> str:
-    words = [python, "-m", "sglang.launch_server", *args]
-    return (
-        "#!/bin/sh\n"
-        "# Launches the SGLang server (gpuops): environment from sglang.env, then the server.\n"
-        "set -a\n"
-        f". {shlex.quote(env_file)}\n"
-        "set +a\n"
-        f"exec {' '.join(shlex.quote(w) for w in words)}\n"
-    )
+    role_vars = {
+        "sglang_manager": "process", "sglang_python": python, "sglang_args": list(args),
+        "sglang_port": port, "sglang_env": dict(env), "gpuops_state_dir": str(state),
+    }
+    paths = discover("sglang-service", host, role_vars, {}).paths  # a new host: none exist yet
+    facts = HostFacts(host=host, files={p: FileState(path=p, exists=False) for p in paths})
+    for change in plan_role("sglang-service", facts, role_vars, {}).changes:
+        target = Path(change.path)
+        if target.parent != state:
+            raise GpuopsError(f"lab: the sglang-service role wrote outside the host's state dir: {target}")
+        target.write_text(change.after)
+        if change.mode:
+            target.chmod(int(change.mode, 8))
