@@ -38,21 +38,16 @@ def parse_one(value: str) -> dict[str, Any]:
 
 
 def _from_file(path: str) -> dict[str, Any]:
+    """``-e @file``: a vars file, read exactly as group_vars/host_vars files are."""
+    from gpuops.errors import InventoryError
+    from gpuops.inventory.varsfiles import load_vars_file
+
     if not path:
         raise ExtraVarsError("-e @: a file name must follow '@'")
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise ExtraVarsError(f"-e @{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise ExtraVarsError(f"-e @{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise ExtraVarsError(f"-e @{path}: cannot read: {exc.strerror}") from None
-    data = _yaml(text, path)
-    if data is None:
-        return {}
-    return _mapping(data, path)
+        return load_vars_file(path)
+    except InventoryError as exc:  # its message starts with the path
+        raise ExtraVarsError(f"-e @{exc}") from None
 
 
 def _yaml(text: str, where: str) -> Any:

@@ -78,5 +78,5 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
         parse_extra_vars([f"@{bad}"])
     notmap = tmp_path / "list.json"
     notmap.write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(GpuopsError, match=rf"{notmap}: extra vars must be a mapping"):
+    with pytest.raises(GpuopsError, match=rf"-e @{notmap}: variables file must be a mapping"):
         parse_extra_vars([f"@{notmap}"])
