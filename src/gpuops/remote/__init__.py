@@ -43,11 +43,3 @@ def python_stdin(name_or_source: str, payload: Any = None, *, is_source: bool = 
     text = name_or_source if is_source else source(name_or_source)
     return text.encode("utf-8") + PAYLOAD_SEPARATOR + json.dumps(payload if payload is not None else {}).encode()
 
-
-def become_command(command: str, user: str = "root") -> str:
-    """Wrap a command for sudo; the password (if any) must be the first line of stdin.
-
-    ``-S`` reads the password from stdin and ``-p ''`` keeps the prompt out of the output, so the
-    password never appears on a command line, in a process listing or in our logs.
-    """
-    return f"sudo -S -p '' -u {shlex.quote(user)} -- /bin/sh -c {shlex.quote(command)}"
