@@ -18,7 +18,8 @@ VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
 def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
     """sha256 of every file under a lab host dir, by relative path.
 
-    ``skip_runs`` leaves out gpuops' own bookkeeping (state/runs backups, journal, lock), which an
+    ``skip_runs`` leaves out gpuops' own bookkeeping (state/runs backups, state/calls transaction
+    folders, journal, lock, a consumed lab fault file), which an
     apply or a rollback is expected to grow; everything the server reads must still match.
     """
     out = {}
@@ -26,7 +27,8 @@ def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
         rel = path.relative_to(root)
         if path.is_dir() or path.is_symlink() or path.name in VOLATILE or path.suffix == ".pyc":
             continue
-        if skip_runs and (rel.parts[:2] == ("state", "runs") or path.name in ("journal.jsonl", "lock")):
+        if skip_runs and (rel.parts[:2] in (("state", "runs"), ("state", "calls"))
+                          or path.name in ("journal.jsonl", "lock", "lab-fault.used")):
             continue
         out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out

@@ -22,8 +22,17 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
         head = {True: "ok", False: "FAILED"}[report.ok]
         run = f", run {report.run_id}" if report.run_id else ""
         echo(_style(f"{name}: {head} ({report.status}{run})", "green" if report.ok else "red", color))
+        for line in report.recovered:
+            echo(_style(f"  recovered first: {line}", "magenta", color))
+        if check:
+            verb = "would change"
+        elif report.ok:
+            verb = "changed"
+        elif report.status == "unknown":
+            verb = "planned (outcome unknown)"
+        else:
+            verb = "planned, not applied"
         for change in report.changes:
-            verb = "would change" if check else "changed"
             echo(_style(f"  {verb} {change['path']} ({change['action']}, {change['kind']})", "yellow", color))
             if show_diff and change.get("diff"):
                 for line in change["diff"].rstrip("\n").splitlines():
@@ -56,16 +65,23 @@ def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None],
     width = max((len(n) for n in reports), default=4)
     for name, report in reports.items():
         failed = 0 if report.ok else 1
-        line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed}"
+        if report.status == "unknown":
+            line = (f"{name.ljust(width)} : ok={report.tasks_ok} unknown: the host will finish or roll back by "
+                    f"itself; run `gpuops history` failed={failed}")
+        else:
+            line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed}"
         echo(_style(line, "green" if report.ok else "red", color))
 
 
 def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None]) -> None:
-    for name, runs in runs_by_host.items():
+    for name, value in runs_by_host.items():
         echo(f"{name}:")
-        if isinstance(runs, str):
-            echo(f"  error: {runs}")
+        if isinstance(value, str):
+            echo(f"  error: {value}")
             continue
+        runs = value.get("runs", []) if isinstance(value, dict) else value
+        for note in (value.get("notes", []) if isinstance(value, dict) else []):
+            echo(f"  note: {note}")
         if not runs:
             echo("  (no runs)")
         for run in runs:

@@ -23,6 +23,11 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--become", is_flag=True, help="Run the host-side steps with sudo (password: prompt or $GPUOPS_BECOME_PASS)."),
         click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
         click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+        click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
+                     help="Seconds allowed per host, for everything done there (default: no limit). A host over "
+                          "its time is failed and rolls itself back within its lease; the others carry on."),
+        click.option("--connect-timeout", "connect_timeout", type=click.FloatRange(1, 600), default=10.0,
+                     show_default=True, metavar="SECONDS", help="Seconds allowed to connect to each host."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -30,7 +35,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
-             check: bool = False, diff: bool = False, become_wanted: bool = False) -> Any:
+             check: bool = False, diff: bool = False, become_wanted: bool = False,
+             timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False) -> Any:
     from gpuops.apply.runner import ApplyOptions
     from gpuops.transport import ConnectOptions
 
@@ -40,8 +46,10 @@ def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: 
         if password is None and sys.stdin.isatty():
             password = click.prompt("BECOME password", hide_input=True, default="", show_default=False)
     return ApplyOptions(
-        connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts)),
-        check=check, diff=diff, become=become, become_password=password, forks=forks,
+        connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
+                               connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout,
+                               command_timeout=timeout),
+        check=check, diff=diff, become=become, become_password=password, forks=forks, timeout=timeout, force=force,
     )
 
 
@@ -58,8 +66,8 @@ def _hosts(inventory: str | None, limit: str | None) -> list[Any]:
 @click.option("--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
 @click.option("--diff", is_flag=True, help="Show a unified diff of every file change.")
 def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-          accept_new_host_keys: bool, known_hosts: tuple[str, ...], extra_vars: tuple[str, ...],
-          check: bool, diff: bool) -> None:
+          accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None, connect_timeout: float,
+          extra_vars: tuple[str, ...], check: bool, diff: bool) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
@@ -67,7 +75,8 @@ def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, fo
 
     extra = parse_extra_vars(list(extra_vars))
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff,
+                       timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
     if as_json:
         click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
@@ -81,14 +90,17 @@ def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, fo
 @click.command("rollback")
 @_common
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
+@click.option("--force", is_flag=True, help="Undo even files changed since the run wrote them (the later version is kept beside the backup).")
 def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-             accept_new_host_keys: bool, known_hosts: tuple[str, ...], run_id: str | None) -> None:
+             accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None, connect_timeout: float,
+             run_id: str | None, force: bool) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, timeout=timeout,
+                       connect_timeout=connect_timeout, force=force)
     reports = rollback_hosts(hosts, run_id, options)
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
@@ -101,17 +113,19 @@ def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int
 @click.command("history")
 @_common
 def history(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-            accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
+            accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None,
+            connect_timeout: float) -> None:
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
     from gpuops.apply.render import render_history
     from gpuops.apply.runner import history_hosts
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, timeout=timeout,
+                       connect_timeout=connect_timeout)
     outcomes = history_hosts(hosts, options)
     runs = {name: (o.value if o.ok else (o.error or "failed")) for name, o in outcomes.items()}
     if as_json:
-        click.echo(json.dumps({"hosts": {n: ({"runs": v} if isinstance(v, list) else {"error": v})
+        click.echo(json.dumps({"hosts": {n: (v if isinstance(v, dict) else {"error": v})
                                          for n, v in runs.items()}}, indent=2))
     else:
         render_history(runs, click.echo)

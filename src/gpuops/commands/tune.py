@@ -26,7 +26,8 @@ EXIT_HOST_FAILED = 1
               help="Measured decode requests per trial, one at a time.")
 @click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True)
 def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-         accept_new_host_keys: bool, known_hosts: tuple[str, ...], sweeps: tuple[str, ...], keep: str,
+         accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None, connect_timeout: float,
+         sweeps: tuple[str, ...], keep: str,
          results_dir: str, api: str, input_len: int, output_len: int, num_requests: int, warmup: int) -> None:
     """Try NCCL variants on the hosts safely and rank them by decode tokens/s.
 
@@ -47,7 +48,8 @@ def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, be
     variants = plan_variants(sweeps)  # refused here, before any host is touched
     bench_options = BenchOptions(suite="decode", api=api, input_len=input_len, output_len=output_len,
                                  num_requests=num_requests, warmup=warmup)
-    apply_options = _options(forks, become, accept_new_host_keys, known_hosts)
+    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, timeout=timeout,
+                             connect_timeout=connect_timeout)
     if not as_json:
         for variant in variants:
             for warning in variant.warnings:
