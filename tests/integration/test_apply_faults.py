@@ -52,8 +52,10 @@ def fingerprint(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def client(lab, role: str, *extra: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+def client(lab, role: str, *extra: str, home: Path) -> subprocess.Popen:
+    """gpuops in its own process (so that it can be killed), with the test's HOME as run_gpuops has."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(home)
     return subprocess.Popen(
         [sys.executable, "-m", "gpuops.cli", *([role] if role in ("rollback", "history") else ["apply", role]),
          "-i", str(lab.inventory_path), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -141,11 +143,13 @@ def journal_events(host, run_id: str | None = None) -> list[tuple[str, str]]:
     return [(r["run_id"], r["event"]) for r in records if run_id is None or r["run_id"] == run_id]
 
 
-def check_server(host, forbidden: str) -> None:
-    info = json.dumps(server_info(host.server_port))
-    assert forbidden not in info, "the server runs the run's configuration"
+def server_view(host) -> dict[str, Any]:
+    """What the running server says it runs (flags, environment), and that it is alive."""
+    info = dict(server_info(host.server_port))
+    info.pop("internal_states", None)
     pid = int((host.state_dir / "sglang.pid").read_text())
     assert alive(pid)
+    return info
 
 
 @pytest.fixture(scope="module")
@@ -161,19 +165,19 @@ NCCL_CELLS = [
 
 
 @pytest.mark.parametrize("what, phase", NCCL_CELLS, ids=[f"{w}@{p}" for w, p in NCCL_CELLS])
-def test_nccl_env_fault(nccl_lab, what: str, phase: str, run_gpuops) -> None:
+def test_nccl_env_fault(nccl_lab, what: str, phase: str, run_gpuops, gpuops_home) -> None:
     host = nccl_lab.hosts[0]
     value = 10 + NCCL_CELLS.index((what, phase))
-    before = fingerprint(host.dir)
+    before, served = fingerprint(host.dir), server_view(host)
     (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
     earlier = calls(host)
-    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", value))
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", value), home=gpuops_home)
     where = paused(host, phase, proc, earlier)
     kill(what, where, proc)
     out, _ = proc.communicate(timeout=120)
     wait_host_settled(host, where)
     assert fingerprint(host.dir) == before
-    check_server(host, f'"NCCL_MIN_NCHANNELS": "{value}"')
+    assert server_view(host) == served  # the previous server: same flags, same environment
     last = journal_events(host)[-1]
     assert last[1] == "rolled_back", journal_events(host)
     if what == "worker":  # the client was still there: it must say what happened
@@ -187,14 +191,14 @@ def test_nccl_env_fault(nccl_lab, what: str, phase: str, run_gpuops) -> None:
     assert f"NCCL_MIN_NCHANNELS='{value}'" in (host.state_dir / "sglang.env").read_text()
 
 
-def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, run_gpuops) -> None:
+def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, run_gpuops, gpuops_home) -> None:
     """Nothing on the host is left to notice (relay and worker killed): `gpuops history` finishes
     the rollback first, and says so; the home journal learns the host's outcome."""
     host = nccl_lab.hosts[0]
-    before = fingerprint(host.dir)
+    before, served = fingerprint(host.dir), server_view(host)
     (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 60}))
     earlier = calls(host)
-    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", 50))
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", 50), home=gpuops_home)
     where = paused(host, "health", proc, earlier)
     kill("relay", where, proc)
     out, _ = proc.communicate(timeout=120)
@@ -205,7 +209,7 @@ def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, r
     assert history.returncode == 0, history.stdout + history.stderr
     assert "had not finished" in history.stdout and "rolled back first" in history.stdout, history.stdout
     assert fingerprint(host.dir) == before
-    check_server(host, "\"NCCL_MIN_NCHANNELS\": \"50\"")
+    assert server_view(host) == served  # the previous server: same flags, same environment
     assert "rolled_back" in history.stdout
 
 
@@ -222,22 +226,22 @@ FUSION_CELLS = [("client", "compile"), ("client", "verdict"), ("sshd", "server_s
 
 
 @pytest.mark.parametrize("what, phase", FUSION_CELLS, ids=[f"{w}@{p}" for w, p in FUSION_CELLS])
-def test_fusion_fault(fusion_lab, what: str, phase: str, run_gpuops) -> None:
+def test_fusion_fault(fusion_lab, what: str, phase: str, run_gpuops, gpuops_home) -> None:
     host = fusion_lab.hosts[0]
-    before = fingerprint(host.dir)
+    before, served = fingerprint(host.dir), server_view(host)
     (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
     earlier = calls(host)
-    proc = client(fusion_lab, "fusion-sm120", *lab_args("fusion-sm120", 1)[:6])
+    proc = client(fusion_lab, "fusion-sm120", *lab_args("fusion-sm120", 1)[:6], home=gpuops_home)
     where = paused(host, phase, proc, earlier)
     kill(what, where, proc)
     proc.communicate(timeout=120)
     wait_host_settled(host, where)
     assert fingerprint(host.dir) == before  # the gates closed again, every patched byte back
-    check_server(host, "enable_flashinfer_allreduce_fusion")
+    assert server_view(host) == served  # the previous server: same flags, same environment
     assert journal_events(host)[-1][1] == "rolled_back"
 
 
-def test_fusion_next_apply_works_after_the_faults(fusion_lab, run_gpuops) -> None:
+def test_fusion_next_apply_works_after_the_faults(fusion_lab, run_gpuops, gpuops_home) -> None:
     host = fusion_lab.hosts[0]
     before = fingerprint(host.dir)
     proc = run_gpuops("apply", "fusion-sm120", "-i", str(fusion_lab.inventory_path), "--json",
@@ -256,16 +260,16 @@ ROLLBACK_CELLS = [("client", "confirm"), ("sshd", "before_write"), ("worker", "r
 
 
 @pytest.mark.parametrize("what, phase", ROLLBACK_CELLS, ids=[f"{w}@{p}" for w, p in ROLLBACK_CELLS])
-def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops) -> None:
+def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops, gpuops_home) -> None:
     lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
     host = lab.hosts[0]
-    pristine = fingerprint(host.dir)
+    pristine, served = fingerprint(host.dir), server_view(host)
     applied = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 5))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     after_apply = fingerprint(host.dir)
     (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
     earlier = calls(host)
-    proc = client(lab, "rollback")
+    proc = client(lab, "rollback", home=gpuops_home)
     where = paused(host, phase, proc, earlier)
     kill(what, where, proc)
     proc.communicate(timeout=120)
@@ -279,5 +283,5 @@ def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops) -> None:
     if state == after_apply:
         assert again.returncode == 0, again.stdout + again.stderr
     assert fingerprint(host.dir) == pristine
-    check_server(host, "NCCL_MIN_NCHANNELS")
+    assert server_view(host) == served  # the previous server: same flags, same environment
     lab.stop(remove=True)

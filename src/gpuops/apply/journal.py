@@ -57,19 +57,19 @@ def read_home(warnings: list[str] | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]]) -> list[str]:
+def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]], address: str | None = None) -> list[str]:
     """Record at home the host's outcome of every run whose outcome this machine never learnt
     (status ``unknown``); returns the run ids reconciled."""
     latest: dict[str, str] = {}
     for record in read_home():
-        if record.get("host") == host and record.get("run_id"):
+        if record.get("host") == host and record.get("address") == address and record.get("run_id"):
             latest[str(record["run_id"])] = str(record.get("outcome"))
     done = []
     for run in host_runs:
         run_id = run.get("run_id")
         outcome = str(run.get("outcome") or "")
         if latest.get(run_id) == "unknown" and not outcome.startswith("unfinished"):
-            append_home({"run_id": run_id, "host": host, "role": run.get("role"), "outcome": outcome,
+            append_home({"run_id": run_id, "host": host, "address": address, "role": run.get("role"), "outcome": outcome,
                          "reconciled": True, "changes": run.get("changes") or [], "error": run.get("error")})
             done.append(run_id)
     return done

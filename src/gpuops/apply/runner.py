@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
+from gpuops.apply.undo import host_key
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             report.warnings.append(problem)
         from gpuops.apply.journal import fold_runs, reconcile_home
 
-        reconcile_home(host.name, fold_runs(extra_facts["journal"]))
+        reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
             # The next real run on this host rolls it back first (unless its worker is still alive
@@ -153,7 +154,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             # Nothing to do and no other run open on the host: like --check, the host is left
             # untouched (no exec, no lock, no journal line there); the run is journaled at home.
             report.status, report.run_id = "unchanged", run_id
-            _journal_home(report, role, digest, discovery.state_dir)
+            _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
         gpu = _gather_gpu(conn, host, extra, options) if plan.audit is not None else {}
         if plan.audit is not None and gpu.get("compute_capability"):
@@ -186,7 +187,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None,
                             deadline=deadline, on_audit=on_audit if plan.audit is not None else None)
         _fold_result(report, result, secret_values(variables))
-        _journal_home(report, role, digest, discovery.state_dir)
+        _journal_home(report, role, digest, discovery.state_dir, host_key(host))
         return report
     finally:
         conn.close()
@@ -204,12 +205,13 @@ def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
     return verdict.ok, verdict.reason
 
 
-def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | None = None) -> None:
+def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | None = None,
+                  address: str | None = None) -> None:
     from gpuops.apply.journal import append_home
     from gpuops.apply.options import current_user
 
     append_home({
-        "run_id": report.run_id, "host": report.host, "role": role, "user": current_user(),
+        "run_id": report.run_id, "host": report.host, "address": address, "role": role, "user": current_user(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vars_sha256": digest,
         "outcome": report.status, "error": report.error, "state_dir": state_dir,
         "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
@@ -269,4 +271,4 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
 
 
-from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)
+from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402,F811  (re-exported for callers)

@@ -24,6 +24,16 @@ def inventory_state_dir(host: "Host") -> str:
     return str((host.vars or {}).get("gpuops_state_dir") or DEFAULT_STATE_DIR)
 
 
+def host_key(host: "Host") -> str:
+    """Who a home journal record is about: the inventory name alone is not enough (two
+    inventories can both call a different machine h01)."""
+    return f"{host.user or ''}@{host.address or host.name}:{host.port or 22}"
+
+
+def _same_host(record: dict[str, Any], host: "Host") -> bool:
+    return record.get("host") == host.name and record.get("address") == host_key(host)
+
+
 def state_dirs_of(host: "Host") -> list[str]:
     """The inventory's state dir first, then every other one the home journal saw for this host."""
     from gpuops.apply.journal import read_home
@@ -31,7 +41,7 @@ def state_dirs_of(host: "Host") -> list[str]:
     dirs = [inventory_state_dir(host)]
     for record in read_home():
         state_dir = record.get("state_dir")
-        if record.get("host") == host.name and isinstance(state_dir, str) and state_dir not in dirs:
+        if _same_host(record, host) and isinstance(state_dir, str) and state_dir not in dirs:
             dirs.append(state_dir)
     return dirs
 
@@ -42,7 +52,7 @@ def _rollback_state_dir(host: "Host", target: str | None) -> str:
 
     chosen = None
     for record in read_home():
-        if record.get("host") != host.name or not isinstance(record.get("state_dir"), str):
+        if not _same_host(record, host) or not isinstance(record.get("state_dir"), str):
             continue
         if target is None or record.get("run_id") == target:
             chosen = record["state_dir"]
@@ -84,7 +94,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
                 report.notes.append(f"--force: the later version of {kept}")
         elif status == "rolled_back":
             report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
-        append_home({"run_id": run_id, "host": host.name, "role": "rollback", "target": result.get("target"),
+        append_home({"run_id": run_id, "host": host.name, "address": host_key(host), "role": "rollback", "target": result.get("target"),
                      "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": report.status,
                      "state_dir": state_dir, "changes": [{"path": p} for p in report.restored],
                      "error": report.error})
@@ -128,7 +138,7 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
                 for run in folded:
                     run["state_dir"] = state_dir
                 runs.extend(folded)
-                reconcile_home(host.name, folded)
+                reconcile_home(host.name, folded, host_key(host))
         finally:
             conn.close()
         return {"runs": runs, "notes": notes}
