@@ -128,4 +128,16 @@ def test_helper_is_stdlib_only_and_py38_syntax() -> None:
     ast.parse(source, "software_remote.py", feature_version=(3, 8))
     imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imports <= {"glob", "json", "os", "platform", "re", "sys", "importlib"}
-    assert json.dumps  # the helper prints JSON that parse_python_packages reads (tested above)
+    # With nothing installed, it still prints one JSON document naming every package it looks for.
+    out = _run_helper_empty()
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"python", "packages", "nccl"}
+    assert doc["packages"] and all(value is None for value in doc["packages"].values())
+    assert doc["python"]["executable"] == sys.executable and doc["nccl"] is None
+
+
+def _run_helper_empty() -> ProbeOutput:
+    env = dict(os.environ, PYTHONPATH=os.devnull, PYTHONNOUSERSITE="1")
+    proc = subprocess.run([sys.executable, "-S", "-c", remote_source()], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return ProbeOutput(proc.stdout, proc.stderr, proc.returncode)
