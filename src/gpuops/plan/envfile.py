@@ -1,4 +1,4 @@
-"""The launch environment file: ``KEY='value'`` lines, read by sh (sourced with ``set -a``, the
+r"""The launch environment file: ``KEY='value'`` lines, read by sh (sourced with ``set -a``, the
 process manager) and by systemd (``EnvironmentFile=``, the systemd manager) alike.
 
 Values are data: quoting makes ``$(...)``, backticks and ``;`` literal when the file is sourced,

@@ -193,9 +193,12 @@ def take_lock(state_dir):
 class Service:
     """How the server runs on this host: restart, health, log tail. Spec comes from the plan."""
 
-    def __init__(self, spec, process_manager_source, progress, connection_alive):
+    def __init__(self, spec, process_manager_source, progress, connection_alive, backends=None):
         self.spec = spec or {}
         self.manager = self.spec.get("manager", "process")
+        # systemd and docker are driven by their own modules (service_systemd.py, ...), shipped in
+        # the payload as source, like the process manager.
+        self.backend = load_backend(self.manager, backends, self.spec)
         self.state_dir = self.spec.get("state_dir")
         self.port = int(self.spec.get("port", 30000))
         self.grace = float(self.spec.get("grace", 30))
@@ -217,6 +220,8 @@ class Service:
         if self.manager == "process":
             status = self.process_manager().status(self.state_dir, self.port)
             return bool(status.get("running")), status.get("pid")
+        if self.backend is not None:
+            return backend_call(self.backend.running)
         if self.manager == "systemd":
             proc = run_cmd(["systemctl", "is-active", "--quiet", self.spec["name"]])
             return proc.returncode == 0, None
@@ -226,7 +231,9 @@ class Service:
         raise StepFailed("unknown sglang_manager %r" % self.manager)
 
     def stop(self):
-        if self.manager == "process":
+        if self.backend is not None:
+            backend_call(self.backend.stop)
+        elif self.manager == "process":
             self.process_manager().stop(self.state_dir, self.grace)
         elif self.manager == "systemd":
             run_checked(["systemctl", "stop", self.spec["name"]], "systemctl stop")
@@ -234,7 +241,9 @@ class Service:
             run_cmd(["docker", "rm", "-f", self.spec["name"]])
 
     def restart(self, daemon_reload=False):
-        if self.manager == "process":
+        if self.backend is not None:
+            backend_call(self.backend.restart, daemon_reload)
+        elif self.manager == "process":
             pm = self.process_manager()
             stopped = pm.stop(self.state_dir, self.grace)
             if not stopped.get("ok", True):
@@ -265,19 +274,29 @@ class Service:
             for path in stage:
                 if http_ok(base + path):
                     if stage is INFO_PATHS:
+                        if self.backend is not None and hasattr(self.backend, "check_owns_port"):
+                            backend_call(self.backend.check_owns_port, self.port)
                         return path
                     stage = INFO_PATHS
                     break
             else:
                 running, _ = self.running()
                 if not running:
-                    raise StepFailed("the server exited during start-up", self.log_tail())
+                    why = "the server exited during start-up"
+                    if self.backend is not None:
+                        why = backend_call(self.backend.why_not_running)
+                    raise StepFailed(why, self.log_tail())
                 if time.monotonic() > deadline:
                     raise StepFailed("the server was not healthy within %ds (gpuops_health_timeout)" % timeout,
                                      self.log_tail())
                 time.sleep(0.25)
 
     def log_tail(self, lines=25):
+        if self.backend is not None:
+            try:
+                return self.backend.log_tail(lines)
+            except Exception as exc:
+                return "(no log: %s)" % exc
         try:
             if self.manager == "process":
                 with open(os.path.join(self.state_dir, "sglang.log"), "rb") as handle:
@@ -297,6 +316,30 @@ class Service:
         except (OSError, KeyError) as exc:
             return "(no log: %s)" % exc
         return "\n".join(text.splitlines()[-lines:])
+
+
+def load_backend(manager, sources, spec):
+    """The service module for ``manager`` (from the payload's ``service_backends`` sources), or
+    None when this helper drives that manager itself (the process manager)."""
+    source = (sources or {}).get(manager)
+    if not source:
+        return None
+    module = types.ModuleType("gpuops_service_" + manager)
+    module.__dict__["__file__"] = "<gpuops-service-%s>" % manager
+    exec(compile(source, "service_%s.py" % manager, "exec"), module.__dict__)
+    return module.make_service(spec)
+
+
+def backend_call(function, *args):
+    """A backend's failure (its ServiceFailed, with the unit's or container's log) as a StepFailed."""
+    try:
+        return function(*args)
+    except StepFailed:
+        raise
+    except Exception as exc:
+        if hasattr(exc, "log_tail"):
+            raise StepFailed(str(exc), exc.log_tail)
+        raise
 
 
 def previous_service(spec):
@@ -352,7 +395,8 @@ class Run:
         self.connection_alive = connection_alive
         self.journal = os.path.join(self.state_dir, "journal.jsonl")
         self.meta = payload.get("meta", {})
-        self.service = Service(payload.get("service"), payload.get("process_manager", ""), progress, connection_alive)
+        self.service = Service(payload.get("service"), payload.get("process_manager", ""), progress, connection_alive,
+                               payload.get("service_backends"))
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
 
@@ -502,7 +546,7 @@ class Run:
         service_note = "server left as it was"
         if self.server_touched:
             service = Service(previous_service(manifest.get("service")), self.payload.get("process_manager", ""),
-                              self.progress, lambda: True)
+                              self.progress, lambda: True, self.payload.get("service_backends"))
             try:
                 if manifest.get("server_running_before", True):
                     service.restart(daemon_reload=any(h.get("daemon_reload") for h in manifest.get("handlers", [])))
@@ -635,7 +679,8 @@ def do_rollback(payload, progress, connection_alive):
     target = pick_rollback_target(records, payload.get("target"))
     manifest = load_manifest(payload["state_dir"], target["run_id"])
     run = Run(payload, progress, lambda: True)
-    run.service = Service(manifest.get("service"), payload.get("process_manager", ""), progress, lambda: True)
+    run.service = Service(manifest.get("service"), payload.get("process_manager", ""), progress, lambda: True,
+                          payload.get("service_backends"))
     unfinished = not any(e in TERMINAL_EVENTS for e in target["events"])
     changes = [{"path": entry["path"]} for entry in manifest["files"]]
     try:

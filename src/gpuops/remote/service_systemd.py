@@ -150,19 +150,24 @@ class SystemdService:
 
     def why_not_running(self):
         """One line for a server that is not up: what systemd did with it."""
-        shown = self.show(("ActiveState", "SubState", "Result", "NRestarts", "Restart", "LoadState"))
+        shown = self.show(("ActiveState", "SubState", "Result", "NRestarts", "Restart", "LoadState",
+                           "ExecMainStatus"))
         if shown.get("LoadState") not in ("loaded", None):
             return "systemd could not load %s (LoadState=%s)" % (self.name, shown.get("LoadState"))
+        status = "exit status %s, result %s" % (shown.get("ExecMainStatus"), shown.get("Result"))
         if self._baseline is not None:
             try:
                 restarts = int(shown.get("NRestarts", "0")) - self._baseline[0]
             except ValueError:
                 restarts = 0
-            if restarts > 0 or shown.get("SubState") == "auto-restart":
-                return ("the server exited and systemd restarted it (Restart=%s, %d restart(s) since gpuops "
-                        "started it): it fails at start" % (shown.get("Restart"), max(restarts, 1)))
-        return "the server exited during start-up (systemd: %s/%s, result %s)" % (
-            shown.get("ActiveState"), shown.get("SubState"), shown.get("Result"))
+            if restarts > 0:
+                return ("the server exited (%s) and systemd restarted it %d time(s) since gpuops started it "
+                        "(Restart=%s): a failed start" % (status, restarts, shown.get("Restart")))
+            if shown.get("SubState") == "auto-restart":
+                return ("the server exited (%s) and systemd is about to restart it (Restart=%s): a failed start"
+                        % (status, shown.get("Restart")))
+        return "the server exited during start-up (systemd: %s/%s, %s)" % (
+            shown.get("ActiveState"), shown.get("SubState"), status)
 
     # -- changing it
 
@@ -232,6 +237,16 @@ class SystemdService:
         pid = self.main_pid()
         return [pid] if pid else []
 
+    def check_owns_port(self, port):
+        """The process answering on ``port`` must be one of this unit's: an old server still
+        holding the port (or any other program) must not pass for the one systemd just started."""
+        pids = self.pids()
+        if port_owners(port, pids):
+            return
+        raise ServiceFailed("port %d answers, but no process of %s (pids %s) listens on it: another process "
+                            "holds the port" % (port, self.name, " ".join(str(p) for p in pids) or "none"),
+                            self.log_tail())
+
 
 def listening_inodes(port):
     """Socket inodes listening on TCP ``port`` (IPv4 and IPv6), from /proc/net/tcp{,6}."""
@@ -267,3 +282,8 @@ def port_owners(port, pids):
                 owners.append(pid)
                 break
     return owners
+
+
+def make_service(spec):
+    """Entry point for the apply helper (one name for every backend module)."""
+    return SystemdService(spec)
