@@ -10,13 +10,6 @@ from typing import Any
 from gpuops.plan.model import Plan
 
 
-def service_backends() -> dict[str, str]:
-    """Source of the modules that drive systemd / docker on the host (loaded by the helper)."""
-    from gpuops.remote import source
-
-    return {"systemd": source("service_systemd")}
-
-
 def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
     try:
         user = getpass.getuser()
@@ -48,7 +41,6 @@ def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: st
         "audit": {"sh": audit_sh} if (plan.audit and audit_sh) else None,
         "audit_verdict_by_client": True,
         "process_manager": process_manager,
-        "service_backends": service_backends(),
         "on_disconnect": "rollback",
         "fault": fault,
     }

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
 def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
     from gpuops.apply.journal import append_home
-    from gpuops.apply.payload import service_backends
     from gpuops.remote import source
     from gpuops.transport import connect, run_on_hosts
 
@@ -28,7 +27,6 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
             "meta": {"role": "rollback", "user": current_user()},
             "process_manager": source("process_manager"),
-            "service_backends": service_backends(),
         }
         conn = connect(host, options.connect)
         try:

@@ -193,12 +193,11 @@ def take_lock(state_dir):
 class Service:
     """How the server runs on this host: restart, health, log tail. Spec comes from the plan."""
 
-    def __init__(self, spec, process_manager_source, progress, connection_alive, backends=None):
+    def __init__(self, spec, process_manager_source, progress, connection_alive):
         self.spec = spec or {}
         self.manager = self.spec.get("manager", "process")
-        # systemd and docker are driven by their own modules (service_systemd.py, ...), shipped in
-        # the payload as source, like the process manager.
-        self.backend = load_backend(self.manager, backends, self.spec)
+        # systemd and docker are driven by their own host modules (service_systemd.py, ...).
+        self.backend = load_backend(self.manager, self.spec)
         self.state_dir = self.spec.get("state_dir")
         self.port = int(self.spec.get("port", 30000))
         self.grace = float(self.spec.get("grace", 30))
@@ -318,16 +317,14 @@ class Service:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def load_backend(manager, sources, spec):
-    """The service module for ``manager`` (from the payload's ``service_backends`` sources), or
+def load_backend(manager, spec):
+    """The module that drives ``manager`` on the host (bundled with this helper at send time), or
     None when this helper drives that manager itself (the process manager)."""
-    source = (sources or {}).get(manager)
-    if not source:
-        return None
-    module = types.ModuleType("gpuops_service_" + manager)
-    module.__dict__["__file__"] = "<gpuops-service-%s>" % manager
-    exec(compile(source, "service_%s.py" % manager, "exec"), module.__dict__)
-    return module.make_service(spec)
+    if manager == "systemd":
+        from gpuops.remote import service_systemd
+
+        return service_systemd.make_service(spec)
+    return None
 
 
 def backend_call(function, *args):
@@ -395,8 +392,7 @@ class Run:
         self.connection_alive = connection_alive
         self.journal = os.path.join(self.state_dir, "journal.jsonl")
         self.meta = payload.get("meta", {})
-        self.service = Service(payload.get("service"), payload.get("process_manager", ""), progress, connection_alive,
-                               payload.get("service_backends"))
+        self.service = Service(payload.get("service"), payload.get("process_manager", ""), progress, connection_alive)
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
 
@@ -546,7 +542,7 @@ class Run:
         service_note = "server left as it was"
         if self.server_touched:
             service = Service(previous_service(manifest.get("service")), self.payload.get("process_manager", ""),
-                              self.progress, lambda: True, self.payload.get("service_backends"))
+                              self.progress, lambda: True)
             try:
                 if manifest.get("server_running_before", True):
                     service.restart(daemon_reload=any(h.get("daemon_reload") for h in manifest.get("handlers", [])))
@@ -679,8 +675,7 @@ def do_rollback(payload, progress, connection_alive):
     target = pick_rollback_target(records, payload.get("target"))
     manifest = load_manifest(payload["state_dir"], target["run_id"])
     run = Run(payload, progress, lambda: True)
-    run.service = Service(manifest.get("service"), payload.get("process_manager", ""), progress, lambda: True,
-                          payload.get("service_backends"))
+    run.service = Service(manifest.get("service"), payload.get("process_manager", ""), progress, lambda: True)
     unfinished = not any(e in TERMINAL_EVENTS for e in target["events"])
     changes = [{"path": entry["path"]} for entry in manifest["files"]]
     try:
