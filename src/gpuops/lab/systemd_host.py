@@ -29,6 +29,8 @@ WRAPPER = "/usr/local/bin/python-sglang"
 STATE_DIR = "/var/lib/gpuops"
 UNIT_DIR = "/etc/systemd/system"
 HOST_NAME = "sd1"
+# The inventory's group vars (short: the stand-in starts and stops in a blink).
+GROUP_VARS = {"become": False, "gpuops_health_timeout": 60, "gpuops_stop_grace": 5}
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
             "sglang_port": server_port,
             "sglang_env": dict(server_env or {}),
         }
-        files = render_service_files(host_vars)
+        files = render_service_files({**GROUP_VARS, **host_vars})
         for path, text in files.items():
             target = booted.path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -139,8 +141,7 @@ def _write_inventory(workdir: Path, host_vars: Mapping[str, Any]) -> None:
     import yaml
 
     data = {"all": {"children": {"systemd_lab": {
-        "vars": {"gpuops_known_hosts": str(workdir / "known_hosts"), "become": False,
-                 "gpuops_health_timeout": 60, "gpuops_stop_grace": 5},
+        "vars": {"gpuops_known_hosts": str(workdir / "known_hosts"), **GROUP_VARS},
         "hosts": {HOST_NAME: dict(host_vars)},
     }}}}
     (workdir / "inventory.yml").write_text(
