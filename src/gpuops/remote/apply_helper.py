@@ -350,6 +350,8 @@ class Service:
     def __init__(self, spec, pm, progress):
         self.spec = spec or {}
         self.manager = self.spec.get("manager", "process")
+        # systemd (and later docker) are driven by their own host modules (service_systemd.py, ...).
+        self.backend = load_backend(self.manager, self.spec)
         self.state_dir = self.spec.get("state_dir")
         self.port = int(self.spec.get("port", 30000))
         self.grace = float(self.spec.get("grace", 30))
@@ -358,6 +360,8 @@ class Service:
         self.pm = pm
 
     def running(self):
+        if self.backend is not None:
+            return backend_call(self.backend.running)
         if self.manager == "process":
             status = self.pm.status(self.state_dir)
             return bool(status.get("running")), status.get("pid")
@@ -370,7 +374,9 @@ class Service:
         raise StepFailed("unknown sglang_manager %r" % self.manager)
 
     def stop(self):
-        if self.manager == "process":
+        if self.backend is not None:
+            backend_call(self.backend.stop)
+        elif self.manager == "process":
             stopped = self.pm.stop(self.state_dir, self.grace)
             if not stopped.get("ok", True):
                 raise StepFailed("stopping the server (pid %s) failed" % stopped.get("pid"))
@@ -380,7 +386,9 @@ class Service:
             run_cmd(["docker", "rm", "-f", self.spec["name"]])
 
     def start(self, daemon_reload=False):
-        if self.manager == "process":
+        if self.backend is not None:
+            backend_call(self.backend.restart, daemon_reload)  # after stop(): a start, with systemd's checks
+        elif self.manager == "process":
             started = self.pm.start(self.state_dir)
             if not started.get("ok", True):
                 why = started.get("error") or "the server exited at once (exit status unknown)"
@@ -413,7 +421,10 @@ class Service:
             lease.check("during the health wait")
             running, pid = self.running()
             if not running:
-                raise StepFailed("the server exited during start-up%s" % self.port_note(), self.log_tail())
+                why = "the server exited during start-up%s" % self.port_note()
+                if self.backend is not None:
+                    why = backend_call(self.backend.why_not_running)
+                raise StepFailed(why, self.log_tail())
             answered = None
             for path in stage:
                 if http_ok(base + path):
@@ -431,6 +442,10 @@ class Service:
             time.sleep(0.25)
 
     def check_owner(self, pid):
+        if self.backend is not None:
+            if hasattr(self.backend, "check_owns_port"):
+                backend_call(self.backend.check_owns_port, self.port)
+            return
         if self.manager != "process" or pid is None or not hasattr(self.pm, "owns_port"):
             return
         if self.pm.owns_port(pid, self.port):
@@ -441,6 +456,11 @@ class Service:
                          self.log_tail())
 
     def log_tail(self, lines=25):
+        if self.backend is not None:
+            try:
+                return self.backend.log_tail(lines)
+            except Exception as exc:
+                return "(no log: %s)" % exc
         try:
             if self.manager == "process":
                 with open(os.path.join(self.state_dir, "sglang.log"), "rb") as handle:
@@ -460,6 +480,28 @@ class Service:
         except (OSError, KeyError) as exc:
             return "(no log: %s)" % exc
         return "\n".join(text.splitlines()[-lines:])
+
+
+def load_backend(manager, spec):
+    """The module that drives ``manager`` on the host (bundled with this helper at send time), or
+    None when this helper drives that manager itself (the process manager)."""
+    if manager == "systemd":
+        from gpuops.remote import service_systemd
+
+        return service_systemd.make_service(spec)
+    return None
+
+
+def backend_call(function, *args):
+    """A backend's failure (its ServiceFailed, with the unit's or container's log) as a StepFailed."""
+    try:
+        return function(*args)
+    except StepFailed:
+        raise
+    except Exception as exc:
+        if hasattr(exc, "log_tail"):
+            raise StepFailed(str(exc), exc.log_tail)
+        raise
 
 
 def previous_service(spec):
