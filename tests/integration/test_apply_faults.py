@@ -211,6 +211,9 @@ def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, r
     assert fingerprint(host.dir) == before
     assert server_view(host) == served  # the previous server: same flags, same environment
     assert "rolled_back" in history.stdout
+    home = [json.loads(l) for l in (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text().splitlines()]
+    mine = [r for r in home if r.get("outcome") in ("unknown", "rolled_back") and r.get("host") == "h01"]
+    assert [r["outcome"] for r in mine][-2:] == ["unknown", "rolled_back"] and mine[-1].get("reconciled"), mine
 
 
 # ---------------------------------------------------------------- fusion-sm120 (two-step: audit, verdict)
@@ -284,4 +287,71 @@ def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops, gpuops_h
         assert again.returncode == 0, again.stdout + again.stderr
     assert fingerprint(host.dir) == pristine
     assert server_view(host) == served  # the previous server: same flags, same environment
+    lab.stop(remove=True)
+
+
+# ---------------------------------------------------------------- what the host checks and refuses
+
+
+def test_a_stalled_host_fails_alone_within_timeout_and_rolls_itself_back(lab_factory, run_gpuops, gpuops_home) -> None:
+    """h02's SSH session freezes (its sshd stopped) mid-run: gpuops gives h02 up (--timeout, or
+    silence for a lease), h01 commits, the command ends; h02 rolls back by itself (lease lapsed)."""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, count=2)
+    stalled = lab.host("h02")
+    before, served = fingerprint(stalled.dir), server_view(stalled)
+    (stalled.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 300}))
+    earlier = calls(stalled)
+    proc = client(lab, "nccl-env", *lab_args("nccl-env", 7), "--timeout", "30", "--json", home=gpuops_home)
+    where = paused(stalled, "health", proc, earlier)
+    sshd = parent_of(where["relay"])
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        out, err = proc.communicate(timeout=120)  # a hang fails here; the pause alone lasts 300 s
+        wait_host_settled(stalled, where)         # the lease lapsed on the host: rolled back
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+    hosts = json.loads(out)["hosts"]
+    assert proc.returncode == 1
+    assert hosts["h01"]["status"] == "finished", hosts["h01"]
+    assert hosts["h02"]["status"] == "unknown" and "rolls itself back" in hosts["h02"]["error"], hosts["h02"]
+    assert fingerprint(stalled.dir) == before
+    assert server_view(stalled) == served
+    assert journal_events(stalled)[-1][1] == "rolled_back"
+    lab.stop(remove=True)
+
+
+def test_a_port_held_by_another_process_fails_the_run_naming_it(lab_factory, run_gpuops) -> None:
+    """The pid file is gone but the old server still listens: the new server cannot bind, and the
+    answer on the port must not pass for it. The run fails naming the holder and rolls back."""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    old_pid = int((host.state_dir / "sglang.pid").read_text())
+    (host.state_dir / "sglang.pid").unlink()
+    before = fingerprint(host.dir)
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *lab_args("nccl-env", 9))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["status"] == "rolled_back", report
+    assert f"port {host.server_port}" in report["error"] and f"pid {old_pid}" in report["error"], report["error"]
+    assert fingerprint(host.dir) == before
+    assert alive(old_pid) and '"NCCL_MIN_NCHANNELS": "9"' not in json.dumps(server_info(host.server_port))
+    os.kill(old_pid, signal.SIGTERM)
+    lab.stop(remove=True)
+
+
+def test_rollback_over_ssh_refuses_a_later_hand_edit_unless_forced(lab_factory, run_gpuops) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    pristine = fingerprint(host.dir)
+    assert run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 3)).returncode == 0
+    env_file = host.state_dir / "sglang.env"
+    env_file.write_text(env_file.read_text() + "OPERATOR_NOTE='by hand'\n")
+    refused = run_gpuops("rollback", "-i", str(lab.inventory_path))
+    assert refused.returncode == 1 and str(env_file) in refused.stdout and "--force" in refused.stdout, refused.stdout
+    assert "by hand" in env_file.read_text()
+    forced = run_gpuops("rollback", "-i", str(lab.inventory_path), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "--force: the later version of" in forced.stdout
+    assert fingerprint(host.dir) == pristine
+    assert list((host.state_dir / "runs").glob("*/files/*.later"))
     lab.stop(remove=True)
