@@ -90,9 +90,12 @@ def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any
     if flags.get("private_key"):
         defaults["ansible_ssh_private_key_file"] = os.path.abspath(os.path.expanduser(flags["private_key"]))
     if flags.get("ask_become_pass"):
-        if prompt is None:
-            raise click.UsageError("-K/--ask-become-pass needs a terminal to ask on (or set $GPUOPS_BECOME_PASS)")
-        defaults["ansible_become_password"] = VaultText(prompt("BECOME password: "))
+        password = os.environ.get(BECOME_PASS_ENV)
+        if password is None and prompt is None:
+            from gpuops.errors import GpuopsError
+
+            raise GpuopsError(f"-K/--ask-become-pass needs a terminal to ask on (or set ${BECOME_PASS_ENV})")
+        defaults["ansible_become_password"] = VaultText(password if password is not None else prompt("BECOME password: "))
     return InventorySpec(tuple(sources), vault, tuple(vault_args), defaults)
 
 

@@ -19,6 +19,13 @@ def is_secret_name(name: str) -> bool:
     return any(fnmatch.fnmatch(lowered, pattern) for pattern in _SECRET_PATTERNS)
 
 
+def _from_vault(value: Any) -> bool:
+    """A value decrypted from an Ansible vault is a secret whatever its name."""
+    from gpuops.inventory.vault import VaultText
+
+    return isinstance(value, VaultText)
+
+
 def secret_values(variables: Mapping[str, Any]) -> list[str]:
     """Every string value held under a secret-looking name, at any depth (env dicts included)."""
     found: list[str] = []
@@ -30,7 +37,7 @@ def secret_values(variables: Mapping[str, Any]) -> list[str]:
         elif isinstance(value, (list, tuple)):
             for inner in value:
                 walk(name, inner)
-        elif is_secret_name(name) and value not in (None, "") and not isinstance(value, bool):
+        elif (is_secret_name(name) or _from_vault(value)) and value not in (None, "") and not isinstance(value, bool):
             text = str(value)
             if len(text) >= 4:  # masking "1" would mask every digit in a diff
                 found.append(text)
@@ -52,7 +59,7 @@ def redact_vars(variables: Mapping[str, Any]) -> dict[str, Any]:
             return {k: walk(str(k), v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [walk(name, v) for v in value]
-        if is_secret_name(name) and value not in (None, ""):
+        if (is_secret_name(name) or _from_vault(value)) and value not in (None, ""):
             return MASK
         return value
 
