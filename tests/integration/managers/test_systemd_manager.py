@@ -1,0 +1,136 @@
+"""sglang_manager: systemd, against real systemd (PID 1 of a booted Debian root, reached over SSH).
+
+One host for the module (booting costs about a second); every test leaves it as it found it:
+the unit active with the original flags and environment. What systemd really runs is read from
+systemd itself (`systemctl show`, the unit's processes), never from the files gpuops wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from labtools import server_info
+
+pytestmark = pytest.mark.integration
+
+UNIT = "/etc/systemd/system/sglang.service"
+ENV = "/var/lib/gpuops/sglang.env"
+# Read differently by sh and by systemd's EnvironmentFile= unless quoted for both.
+HOSTILE = "it's \\ a $HOME \"q\" `id` $(id); x"
+
+
+@pytest.fixture(scope="module")
+def host(systemd_host_factory):
+    return systemd_host_factory(server_env={"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"})
+
+
+def apply(run_gpuops, host, *args: str) -> subprocess.CompletedProcess:
+    return run_gpuops("apply", *args, "-i", str(host.inventory_path), "--json", "-e", "gpuops_health_timeout=30",
+                      "-e", "gpuops_stop_grace=5", env={"XDG_STATE_HOME": ""})
+
+
+def report_of(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    try:
+        return json.loads(proc.stdout)["hosts"]["sd1"]
+    except (ValueError, KeyError):
+        raise AssertionError(f"no JSON report: {proc.stdout}\n{proc.stderr}") from None
+
+
+def files(host) -> dict[str, str]:
+    return {p: hashlib.sha256(host.booted.path(p).read_bytes()).hexdigest() for p in (UNIT, ENV)}
+
+
+def served(host, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return server_info(host.server_port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def original_env(host) -> dict[str, str]:
+    return {"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"}
+
+
+def test_environment_reaches_the_server_as_written_then_rerun_restarts_nothing(host, run_gpuops) -> None:
+    before = files(host)
+    first_pid = host.systemctl_show("MainPID")["MainPID"]
+    env = {**original_env(host), "SGLANG_NOTE": HOSTILE}
+    extra = json.dumps({"sglang_env": env})
+    proc = apply(run_gpuops, host, "sglang-service", "-e", extra)
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert [c["path"] for c in report["changes"]] == [ENV]
+    shown = host.systemctl_show("MainPID", "NRestarts", "InvocationID", "ActiveState")
+    assert shown["ActiveState"] == "active" and shown["MainPID"] != first_pid
+    assert report["pid"] == int(shown["MainPID"])
+    # systemd read the env file as the bytes gpuops meant (sh's '\'' would not survive it).
+    assert served(host)["env"]["SGLANG_NOTE"] == HOSTILE
+
+    again = apply(run_gpuops, host, "sglang-service", "-e", extra)
+    second = report_of(again)
+    assert again.returncode == 0 and second["changed"] == 0 and second["status"] == "unchanged"
+    assert host.systemctl_show("MainPID", "NRestarts", "InvocationID", "ActiveState") == shown  # not restarted
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert "SGLANG_NOTE" not in served(host)["env"]
+
+
+def test_new_flags_rewrite_the_unit_reload_and_rollback_restores_it_byte_for_byte(host, run_gpuops) -> None:
+    before = files(host)
+    unit_before = host.booted.path(UNIT).read_bytes()
+    old_exec = host.systemctl_show("ExecStart")["ExecStart"]
+    args = json.dumps({"sglang_args": ["--model-path", "/models/stand-in", "--tp", "1", "--max-running-requests", "5"]})
+    proc = apply(run_gpuops, host, "sglang-service", "-e", args)
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert [c["path"] for c in report["changes"]] == [UNIT]
+    shown = host.systemctl_show("ExecStart", "NeedDaemonReload", "MainPID")
+    assert "--max-running-requests 5" in shown["ExecStart"] and shown["NeedDaemonReload"] == "no"
+    assert served(host)["max_running_requests"] == 5
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before and host.booted.path(UNIT).read_bytes() == unit_before
+    shown = host.systemctl_show("ExecStart", "NeedDaemonReload", "ActiveState")
+    assert shown["NeedDaemonReload"] == "no" and shown["ActiveState"] == "active"
+    assert shown["ExecStart"].split(" ; start_time")[0] == old_exec.split(" ; start_time")[0]
+    assert served(host).get("max_running_requests") != 5
+
+
+def test_a_server_systemd_keeps_restarting_is_a_failed_start_and_rolls_back(host, run_gpuops) -> None:
+    before = files(host)
+    proc = apply(run_gpuops, host, "nccl-env", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 13}}')
+    report = report_of(proc)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert "systemd" in report["error"] and "Restart=on-failure" in report["error"]
+    # The failure shows the unit's journal: the stand-in's own last words.
+    assert "NCCL" in (report.get("log_tail") or "") and "sglang" in (report.get("log_tail") or "").lower()
+    assert files(host) == before
+    shown = host.systemctl_show("ActiveState", "SubState", "MainPID")
+    assert (shown["ActiveState"], shown["SubState"]) == ("active", "running")
+    info = served(host)
+    assert info["env"].get("NCCL_MIN_NCHANNELS") is None and info["env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_a_unit_systemd_rejects_is_rolled_back(host, run_gpuops) -> None:
+    before = files(host)
+    # Neither an absolute path nor a bare name: systemd refuses the ExecStart= line.
+    proc = apply(run_gpuops, host, "sglang-service", "-e", "sglang_python=bin/python3")
+    report = report_of(proc)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert files(host) == before
+    shown = host.systemctl_show("ActiveState", "MainPID", "LoadState", "NeedDaemonReload")
+    assert shown["ActiveState"] == "active" and shown["LoadState"] == "loaded" and shown["NeedDaemonReload"] == "no"
+    assert "bad-setting" in report["error"] and "Neither a valid executable name" in report["log_tail"]
+    assert served(host)["env"]["NCCL_DEBUG"] == "WARN"
