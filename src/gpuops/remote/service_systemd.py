@@ -46,12 +46,13 @@ def unit_name(name):
 
 
 def parse_show(text):
-    """``systemctl show`` output (``Key=value`` lines) as a dict; values kept verbatim."""
+    """``systemctl show`` output (``Key=value`` lines) as a dict; values kept verbatim. A key
+    shown more than once (one ``EnvironmentFiles=`` line per file) keeps every value, a line each."""
     out = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
-            out[key] = value
+            out[key] = out[key] + "\n" + value if key in out else value
     return out
 
 

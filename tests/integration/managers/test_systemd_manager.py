@@ -134,3 +134,44 @@ def test_a_unit_systemd_rejects_is_rolled_back(host, run_gpuops) -> None:
     assert shown["ActiveState"] == "active" and shown["LoadState"] == "loaded" and shown["NeedDaemonReload"] == "no"
     assert "bad-setting" in report["error"] and "Neither a valid executable name" in report["log_tail"]
     assert served(host)["env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, run_gpuops) -> None:
+    # An operator's drop-in: an extra Environment= and a second EnvironmentFile= that gpuops did
+    # not write. inspect must show them, from systemd, next to what the server really got.
+    drop_in = host.booted.path("/etc/systemd/system/sglang.service.d/operator.conf")
+    drop_in.parent.mkdir(parents=True, exist_ok=True)
+    extra_env = host.booted.path("/etc/sglang-extra.env")
+    extra_env.write_text("SGLANG_FROM_EXTRA=two words\n")
+    drop_in.write_text('[Service]\nEnvironment="SGLANG_OPERATOR=on call" NCCL_IB_DISABLE=1\n'
+                       "EnvironmentFile=-/etc/sglang-extra.env\n")
+    try:
+        assert host.booted.run(["systemctl", "daemon-reload"]).returncode == 0
+        assert host.booted.run(["systemctl", "restart", host.unit]).returncode == 0
+        served(host)
+        proc = run_gpuops("inspect", "host", "-i", str(host.inventory_path), "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        server = json.loads(proc.stdout)["hosts"]["sd1"]["facts"]["server"]
+        shown = host.systemctl_show("MainPID", "NRestarts", "ExecStart", "DropInPaths", "FragmentPath", "Restart")
+        unit = server["systemd"]
+        assert server["manager"] == "systemd" and server["unit"] == "sglang.service"
+        assert unit["unit"] == "sglang.service" and (unit["active_state"], unit["sub_state"]) == ("active", "running")
+        assert unit["main_pid"] == int(shown["MainPID"]) and unit["n_restarts"] == int(shown["NRestarts"])
+        assert unit["exec_start"] == shown["ExecStart"]
+        assert unit["exec_argv"].startswith("/usr/local/bin/python-sglang -m sglang.launch_server")
+        assert unit["drop_ins"] == shown["DropInPaths"].split() == [
+            "/etc/systemd/system/sglang.service.d/operator.conf"]
+        assert unit["fragment_path"] == shown["FragmentPath"] and unit["restart"] == shown["Restart"] == "on-failure"
+        assert unit["environment"] == ["SGLANG_OPERATOR=on call", "NCCL_IB_DISABLE=1"]
+        assert unit["environment_files"] == ["/var/lib/gpuops/sglang.env", "/etc/sglang-extra.env"]
+        # ... and the process got all three sources.
+        assert {k: server["env"].get(k) for k in ("SGLANG_OPERATOR", "NCCL_IB_DISABLE", "SGLANG_FROM_EXTRA", "NCCL_DEBUG")} == {
+            "SGLANG_OPERATOR": "on call", "NCCL_IB_DISABLE": "1", "SGLANG_FROM_EXTRA": "two words", "NCCL_DEBUG": "WARN"}
+        text = run_gpuops("inspect", "host", "-i", str(host.inventory_path)).stdout
+        assert "systemd: sglang.service active/running" in text and "drop-ins /etc/systemd/system/sglang.service.d/operator.conf" in text
+    finally:
+        drop_in.unlink(missing_ok=True)
+        extra_env.unlink(missing_ok=True)
+        host.booted.run(["systemctl", "daemon-reload"])
+        host.booted.run(["systemctl", "restart", host.unit])
+        served(host)
