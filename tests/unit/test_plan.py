@@ -114,7 +114,7 @@ def test_precedence_defaults_inventory_extra() -> None:
     assert found.state_dir == "/a"                       # inventory beats the default
     found = discover("sglang-service", "h01", dict(inventory, gpuops_state_dir="/a"), {"gpuops_state_dir": "/b"})
     assert found.state_dir == "/b"                       # -e beats the inventory
-    assert found.paths == ("/b/sglang-launch.sh", "/b/sglang.env")
+    assert found.paths == ("/b/desired.json", "/b/sglang-launch.sh", "/b/sglang.env")
 
 
 def test_nccl_env_merges_over_sglang_env_and_bad_names_are_refused_early() -> None:
