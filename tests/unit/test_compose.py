@@ -128,3 +128,37 @@ def test_an_unchanged_part_keeps_its_record() -> None:
     assert with_contribution(recorded, "x", ["--f"], {}, "new") == recorded
     assert with_contribution(recorded, "x", [], {}, "new") == {}
     assert with_contribution(recorded, "y", [], {"A": "1"}, "new")["y"]["run_id"] == "new"
+
+
+# ---- nothing silently ignored (plan/varcheck.py, inspect gates --feature)
+
+
+def test_unknown_extra_variable_warns_with_the_closest_name() -> None:
+    found = discover("nccl-env", "h01", INVENTORY, {"NCCL_ALGO": "Tree"})
+    assert any("NCCL_ALGO" in w and "did you mean nccl_env?" in w and '{"nccl_env": {"NCCL_ALGO": "Tree"}}' in w
+               for w in found.warnings), found.warnings
+    found = discover("nccl-env", "h01", INVENTORY, {"nccl_envs": {"NCCL_ALGO": "Tree"}})
+    assert any("nccl_envs" in w and "did you mean nccl_env?" in w for w in found.warnings), found.warnings
+    assert not [w for w in discover("nccl-env", "h01", INVENTORY, {"nccl_env": {"NCCL_ALGO": "Ring"}}).warnings
+                if "did you mean" in w]
+
+
+def test_mapping_variable_given_as_a_string_says_so() -> None:
+    from gpuops.errors import GpuopsError
+
+    with pytest.raises(GpuopsError) as caught:
+        discover("nccl-env", "h01", INVENTORY, {"nccl_env": '{"NCCL_ALGO":"Tree"}'})
+    text = str(caught.value)
+    assert "is a mapping" in text and "string" in text and """-e '{"nccl_env": {"NCCL_ALGO": "Tree"}}'""" in text
+
+
+def test_unknown_gate_feature_exits_2_before_connecting(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # An inventory whose only host cannot be reached: a connection attempt would fail differently.
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h01: {ansible_host: 192.0.2.1, ansible_port: 1}\n")
+    proc = subprocess.run([sys.executable, "-m", "gpuops.cli", "inspect", "gates", "--feature", "flashinfer_allreduce",
+                           "-i", str(tmp_path / "inv.yml")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "did you mean flashinfer_allreduce_fusion?" in proc.stderr and proc.stdout == ""

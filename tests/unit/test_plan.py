@@ -142,7 +142,7 @@ def test_secrets_are_masked_in_diffs_but_written_to_the_host() -> None:
     env = next(c for c in plan.changes if c.path.endswith("sglang.env"))
     assert "hf_abcdefghijkl" in env.after and "sk-secret-value" in env.after
     assert "hf_abcdefghijkl" not in env.diff and "sk-secret-value" not in env.diff
-    assert "HF_TOKEN='********'" in env.diff
+    assert "HF_TOKEN='<masked:" in env.diff
     summary = str(env.summary())
     assert "hf_abcdefghijkl" not in summary
 

@@ -124,7 +124,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                options: ApplyOptions, run_id: str) -> HostReport:
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
-    from gpuops.plan.redact import secret_values
+    from gpuops.secret_policy import secret_values
     from gpuops.remote import source
     from gpuops.transport import connect
 
@@ -209,7 +209,7 @@ def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payloa
 
 
 def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
-    from gpuops.plan.redact import redact_text
+    from gpuops.secret_policy import mask_text as redact_text
 
     status = result.get("status", "failed")
     if result.get("log_tail"):

@@ -24,7 +24,7 @@ def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
     """{"args", "env" (values masked), "runs": [{role, run_id}]}, None when nothing is recorded."""
     from gpuops.errors import GpuopsError
     from gpuops.plan.compose import composed, read_desired
-    from gpuops.secrets import mask_env
+    from gpuops.secret_policy import mask_env
 
     try:
         contributions = read_desired(output.stdout.strip() or None, "desired.json")
@@ -33,7 +33,7 @@ def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
     if not contributions:
         return None
     result = composed(contributions)
-    from gpuops.secrets import mask_args
+    from gpuops.secret_policy import mask_args
 
     result["args"] = mask_args(result["args"])
     result["env"] = mask_env(result["env"])

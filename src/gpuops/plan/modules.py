@@ -16,7 +16,7 @@ from gpuops.nccl import check_nccl_env, nccl_warnings
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
 from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState
-from gpuops.plan.redact import redact_text
+from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:
     from gpuops.plan.planner import PlanState
@@ -68,7 +68,7 @@ def record_file(state: "PlanState", task: "Task", kind: str, path: str, after: s
     diff = unified_diff(path, before, after) if action != "mode" else f"mode {current.mode} -> {mode}\n"
     state.add_change(Change(
         kind=kind, path=path, action=action, before=before, after=after,
-        diff=redact_text(diff, state.secrets), mode=mode, task=task.where, notify=task.notify,
+        diff=mask_text(diff, state.secrets), mode=mode, task=task.where, notify=task.notify,
     ))
     return True
 
@@ -202,13 +202,13 @@ def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope")
         if not state.templar.evaluate(str(expression), scope, task.where):
             message = args.get("msg")
             text = state.templar.render_value(message, scope, task.where) if message else f"assertion failed: {expression}"
-            raise GpuopsError(f"{state.host}: {task.where}: {redact_text(str(text), state.secrets)}")
+            raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
     return {"changed": False}
 
 
 def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     text = state.templar.render_value(args["msg"], scope, task.where)
-    raise GpuopsError(f"{state.host}: {task.where}: {redact_text(str(text), state.secrets)}")
+    raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
 
 
 Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
