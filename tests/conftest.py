@@ -21,12 +21,19 @@
     The temp HOME that ``run_gpuops`` uses in this test (holds an empty ``.ssh/``).
 
 ``fixtures_dir``
-    ``/work/shared/fixtures``-style data: ``Path`` of the shared fixtures (``GPUOPS_FIXTURES`` overrides).
+    ``Path`` of the shared fixtures: ``shared/fixtures`` beside the checkout (``GPUOPS_FIXTURES``
+    overrides); the same lookup as tests/unit/facts_fixtures.py (``labtools.fixtures_path``).
+
+Skip policy (README, "Testing")
+    A skipped test fails the run unless its reason is on ``ALLOWED_SKIPS`` below: a green run must
+    mean every promise was checked. Every skip and its reason is printed at the end of the run,
+    allowed or not, so README's test command and CI enforce the same thing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,23 +45,12 @@ from gpuops.errors import GpuopsError
 
 # tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def _fixtures_path() -> Path:
-    env = os.environ.get("GPUOPS_FIXTURES")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent.parent / "shared" / "fixtures"
-        if candidate.is_dir():
-            return candidate
-    return Path("/work/shared/fixtures")
+from labtools import fixtures_path  # noqa: E402  (needs the path above)
 
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    return _fixtures_path()
+    return fixtures_path()
 
 
 @pytest.fixture(scope="session")
@@ -117,3 +113,53 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         )
 
     return run
+
+
+# -- skip policy ---------------------------------------------------------------------------------
+
+# (pattern of the skip reason, why this absence is acceptable). Short on purpose: anything else that
+# skips fails the run, because a skip there would hide a broken promise behind a green run.
+ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
+    (r"^no python3\.\d+ interpreter",
+     "an old Python for a compatibility check is not installed (searched PATH and pyenv)"),
+    (r"^no python with torch",
+     "torch is optional: scripts/setup-env tries to install it, the all-reduce suite needs it"),
+    (r"^no GPU", "a check that needs a real GPU, on a machine without one"),
+)
+
+_skips: list[tuple[str, str]] = []
+
+
+def skip_allowed(reason: str) -> bool:
+    return any(re.search(pattern, reason) for pattern, _ in ALLOWED_SKIPS)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return f"xfail: {report.wasxfail}"
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skips.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if exitstatus == 0 and any(not skip_allowed(reason) for _, reason in _skips):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _skips:
+        return
+    terminalreporter.section("skips (policy: tests/conftest.py ALLOWED_SKIPS)")
+    bad = 0
+    for nodeid, reason in _skips:
+        allowed = skip_allowed(reason)
+        bad += not allowed
+        terminalreporter.line(f"{'allowed' if allowed else 'NOT ALLOWED'}: {nodeid}: {reason}")
+    if bad:
+        terminalreporter.line(f"{bad} skip(s) for a reason not on the allow-list: the run fails", red=True)

@@ -1,34 +1,106 @@
-"""Helpers for tests that change lab hosts: fingerprints of a host's files and its server's view.
+"""Helpers the whole suite shares: where the fixtures are, which old Pythons are here, fingerprints
+of a host's files, and the server's view.
 
 Imported as ``labtools`` (tests/conftest.py puts this directory on ``sys.path``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import shutil
+import stat
+import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Files that move on their own (logs, pid files): never part of "the host is as it was".
 VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
 
 
-def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
-    """sha256 of every file under a lab host dir, by relative path.
+def fixtures_path() -> Path:
+    """The shared fixtures: ``$GPUOPS_FIXTURES``, else ``shared/fixtures`` beside the checkout.
 
+    CI clones the repository with ``shared/`` beside it (``../shared/fixtures`` from the repo root);
+    a git worktree nested deeper finds the nearest ``shared/fixtures`` beside one of its parents.
+    This is the one lookup every test uses (conftest's ``fixtures_dir`` and facts_fixtures.py).
+    """
+    env = os.environ.get("GPUOPS_FIXTURES")
+    if env:
+        return Path(env)
+    for parent in REPO_ROOT.parents:
+        candidate = parent / "shared" / "fixtures"
+        if candidate.is_dir():
+            return candidate
+    return REPO_ROOT.parent / "shared" / "fixtures"
+
+
+@functools.lru_cache(maxsize=None)
+def find_python(version: str) -> str | None:
+    """A working ``python<version>`` (e.g. "3.8") for compatibility checks, or None.
+
+    Searched, never hard-coded: ``python3.X`` on PATH (pyenv's shims skipped: they need a shell
+    that selected the version), then pyenv's versions under ``$PYENV_ROOT`` or ``~/.pyenv``. Each
+    candidate is run once to confirm it is that version. Absent, the test skips with
+    ``no python<version> interpreter`` (an allowed skip reason: see tests/conftest.py).
+    """
+    candidates: list[str] = []
+    on_path = shutil.which(f"python{version}")
+    if on_path and "/shims/" not in on_path:
+        candidates.append(on_path)
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    for versions_dir in sorted((pyenv_root / "versions").glob(f"{version}.*"), reverse=True):
+        candidates.append(str(versions_dir / "bin" / f"python{version}"))
+    for candidate in candidates:
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                  capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def require_python(version: str) -> str:
+    """``find_python(version)``, or skip the calling test with the allowed reason."""
+    import pytest
+
+    found = find_python(version)
+    if found is None:
+        pytest.skip(f"no python{version} interpreter (searched PATH and pyenv)")
+    return found
+
+
+def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
+    """What every entry under a lab host dir is, by relative path: kind, mode and content.
+
+    Files are ``file MODE sha256``, directories ``dir MODE``, symlinks ``link -> TARGET``: a
+    rollback that restores bytes but not modes, or leaves a created file or directory behind, or
+    follows a symlink instead of restoring it, changes this map.
     ``skip_runs`` leaves out gpuops' own bookkeeping (state/runs backups, journal, lock), which an
     apply or a rollback is expected to grow; everything the server reads must still match.
     """
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if path.is_dir() or path.is_symlink() or path.name in VOLATILE or path.suffix == ".pyc":
+        if path.name in VOLATILE or path.suffix == ".pyc" or "__pycache__" in rel.parts:
             continue
         if skip_runs and (rel.parts[:2] == ("state", "runs") or path.name in ("journal.jsonl", "lock")):
             continue
-        out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        info = path.lstat()
+        mode = oct(stat.S_IMODE(info.st_mode))
+        if stat.S_ISLNK(info.st_mode):
+            out[str(rel)] = f"link -> {os.readlink(path)}"
+        elif stat.S_ISDIR(info.st_mode):
+            out[str(rel)] = f"dir {mode}"
+        else:
+            out[str(rel)] = f"file {mode} {hashlib.sha256(path.read_bytes()).hexdigest()}"
     return out
 
 

@@ -46,7 +46,9 @@ def test_parallel_processes_share_one_unpacked_release(tmp_path):
 
 def test_a_version_that_does_not_exist_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_CACHE", str(tmp_path))
-    with pytest.raises(GpuopsError, match=r"pip download sglang==0\.0\.999 failed"):
+    # The index must have answered: offline, pip fails too, but the index offered nothing.
+    with pytest.raises(GpuopsError, match=r"pip download sglang==0\.0\.999 failed: no such release "
+                                          r"\(the package index offers \d+: 0\.\S+ \.\.\. \d+\.\S+\)"):
         sglang_cache.sglang_site("0.0.999")
     assert not (tmp_path / "sglang" / "0.0.999" / "site").exists()
 

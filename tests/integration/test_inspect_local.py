@@ -139,9 +139,15 @@ def test_hostile_command_line_and_environment_cannot_forge_facts(tmp_path: Path,
     assert not Path("/tmp/gpuops-pwned").exists()
 
 
-def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch) -> None:
+def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch, tmp_path: Path) -> None:
     import gpuops.transport as transport
+    from gpuops.lab.sglang_cache import sglang_site
     from gpuops.transport.local import LocalConnection
+
+    # The server's python sees the real SGLang 0.5.8 release, so the scan has gates to find.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{sglang_site("0.5.8")}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
 
     commands: list[str] = []
 
@@ -151,10 +157,14 @@ def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch) -> None:
             return super().run(command, stdin, timeout)
 
     monkeypatch.setattr(transport, "connect", lambda host, options: Counting(host))
-    inspection = inspect_host(_local({"sglang_port": _free_port()}), ConnectOptions(), with_gates=True)
+    inspection = inspect_host(_local({"sglang_port": _free_port(), "sglang_python": str(python)}), ConnectOptions(),
+                              with_gates=True)
     assert len(commands) == 1
     assert inspection.facts.system.kernel  # the facts came back from that one exec
-    assert inspection.gate_report is not None or inspection.gates_error  # so did the gate scan's answer
+    assert inspection.gates_error is None  # and so did the gate scan, over the installed release
+    report = inspection.gate_report
+    assert (report.version, report.known) == ("0.5.8", True)
+    assert len(report.gates) == 94  # `gpuops inspect host` counts 94 capability gates in 0.5.8 (README)
 
 
 def test_a_bad_host_var_fails_that_host_only() -> None:

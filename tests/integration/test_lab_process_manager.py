@@ -13,6 +13,7 @@ import pytest
 
 from gpuops.lab import launch_files, sshd
 from gpuops.remote import process_manager
+from labtools import require_python
 
 pytestmark = pytest.mark.integration
 
@@ -131,16 +132,13 @@ def test_missing_launch_script_is_a_clear_failure(tmp_path) -> None:
     assert result["ok"] is False and "sglang-launch.sh: no such file" in result["error"]
 
 
-PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
-
-
-@pytest.mark.skipif(not Path(PY38).exists(), reason="no python3.8 here to check the py3.8 promise")
 def test_runs_under_python38(tmp_path) -> None:
+    py38 = require_python("3.8")
     state, port = make_state(tmp_path)
     args = ["--state-dir", str(state), "--port", str(port)]
 
     def run(action: str) -> dict:
-        done = subprocess.run([PY38, process_manager.__file__, action, *args, "--grace", "5"],
+        done = subprocess.run([py38, process_manager.__file__, action, *args, "--grace", "5"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)

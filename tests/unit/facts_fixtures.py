@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpuops.gather import ProbeOutput
+from labtools import fixtures_path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+FIXTURES = fixtures_path()
 H200 = FIXTURES / "real" / "h200-x1"
 RTX8 = FIXTURES / "synthetic" / "rtx-pro-6000-server-x8"
 
@@ -23,7 +23,8 @@ DRIVER_FAILURE = (
 def fixture_text(directory: Path, name: str) -> str:
     path = directory / name
     if not path.is_file():
-        pytest.skip(f"fixture {path} is missing (the shared/ checkout beside the repo holds it)")
+        # Not a skip: CI clones with shared/ beside the repo, so a missing capture is a broken setup.
+        pytest.fail(f"fixture {path} is missing (shared/fixtures beside the checkout, or $GPUOPS_FIXTURES)")
     # newline="" keeps the bytes exactly as captured (tabs, ANSI escapes, line ends).
     with open(path, encoding="utf-8", newline="") as handle:
         return handle.read()

@@ -2,11 +2,11 @@
 
 The whole path runs: payload -> client shipped on stdin to a local python -> framed output -> result.
 
-Two truths are checked. First, the client measures the server and not itself: every request's rate is
-within 2% of what the stand-in really emitted (it records when each chunk left; /get_server_info
-``recent_generations``). Then that the stand-in held the rate it was given, so the result is within
-2% of the configured rate. On a machine so loaded that the stand-in itself could not keep its
-schedule, that second check is skipped with the figures, never silently passed.
+The truth is what the stand-in really emitted (it records when each chunk left; /get_server_info
+``recent_generations``): every request's rate and the run's summary must be within 2% of it, or the
+test fails. That truth does not depend on how busy the machine is, so a loaded machine can neither
+skip these tests nor pass them by luck. Whether the stand-in kept the rate it was given is a
+separate question about the stand-in, measured on its own (``test_standin_keeps_its_pace``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ def emitted(server: StandinProcess, count: int) -> list[dict]:
         return json.loads(reply.read())["internal_states"][0]["recent_generations"][-count:]
 
 
-def check_against_truth(result: dict, spans: list[dict], rate: float) -> None:
+def held_rate(spans: list[dict]) -> float:
+    """The decode rate the stand-in really emitted over these generations (its own clock)."""
+    return sum(s["decode_tokens"] for s in spans) / sum(s["decode_s"] for s in spans)
+
+
+def check_against_truth(result: dict, spans: list[dict]) -> None:
     samples = result["samples"]
     assert len(samples) == len(spans)
     for sample, span in zip(samples, spans):
@@ -52,10 +57,7 @@ def check_against_truth(result: dict, spans: list[dict], rate: float) -> None:
         assert figures["decode_tokens"] == span["decode_tokens"]
         server_rate = span["decode_tokens"] / span["decode_s"]
         assert figures["tokens_per_s"] == pytest.approx(server_rate, rel=0.02)  # the client's own error
-    held = sum(s["decode_tokens"] for s in spans) / sum(s["decode_s"] for s in spans)
-    if abs(held - rate) / rate > 0.02:
-        pytest.skip(f"machine too loaded: the stand-in emitted {held:.0f} tok/s, not its {rate} tok/s")
-    assert result["summary"]["output_tokens_per_s"] == pytest.approx(rate, rel=0.02)
+    assert result["summary"]["output_tokens_per_s"] == pytest.approx(held_rate(spans), rel=0.02)
 
 
 # About 0.8-1 s of decoding per request: few tokens at low rates keep the test short.
@@ -70,8 +72,8 @@ def test_measured_rate_within_2_percent(tmp_path: Path, rate: int, tokens: int):
     assert summary["completed"] == 2 and summary["output_tokens"] == 2 * tokens
     assert summary["ttft_ms"]["p50"] >= 39.0  # the server holds the first token back 40 ms
     assert result["server"]["simulated"] is True
-    check_against_truth(result, spans, rate)
-    assert summary["itl_ms"]["p50"] == pytest.approx(1000.0 / rate, rel=0.05)
+    check_against_truth(result, spans)
+    assert summary["itl_ms"]["p50"] == pytest.approx(1000.0 / held_rate(spans), rel=0.05)
 
 
 def test_speculative_chunks_give_per_token_itl(tmp_path: Path):
@@ -85,8 +87,8 @@ def test_speculative_chunks_give_per_token_itl(tmp_path: Path):
     chunks = result["samples"][0]["chunks"]
     assert {b[1] - a[1] for a, b in zip(chunks, chunks[1:])} == {2, 3}
     assert result["summary"]["accept_length"] == pytest.approx(2.5)
-    check_against_truth(result, spans, 400)
-    assert result["summary"]["itl_ms"]["p50"] == pytest.approx(2.5, rel=0.05)
+    check_against_truth(result, spans)
+    assert result["summary"]["itl_ms"]["p50"] == pytest.approx(1000.0 / held_rate(spans), rel=0.05)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -97,4 +99,19 @@ def test_openai_apis_measure_the_same_rate(tmp_path: Path, api: str):
                                                                 num_requests=2, warmup=1))
         spans = emitted(server, 2)
     assert result["summary"]["output_tokens"] == 480  # from the server's usage, not the text
-    check_against_truth(result, spans, 300)
+    check_against_truth(result, spans)
+
+
+# The stand-in's own pace, on its own: at a rate its deadline schedule keeps even on a busy machine
+# (one chunk every 20 ms), with no gpuops client involved: its record of what it emitted is read back.
+def test_standin_keeps_its_pace(tmp_path: Path):
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "50", "GPUOPS_STANDIN_TTFT_MS": "10"}
+    with start_standin(tmp_path, env=env) as server:
+        body = json.dumps({"text": "x", "sampling_params": {"max_new_tokens": 30}}).encode()
+        request = urllib.request.Request(server.url + "/generate", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            reply.read()
+        spans = emitted(server, 1)
+    assert spans[0]["decode_tokens"] == 29
+    held = held_rate(spans)
+    assert held == pytest.approx(50, rel=0.02), f"the stand-in emitted {held:.1f} tok/s, not its 50 tok/s"

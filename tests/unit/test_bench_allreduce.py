@@ -87,9 +87,10 @@ def test_world_size_one_works(tmp_path: Path, torch_py: str):
 
 
 def test_a_python_without_torch_fails_the_host_clearly(tmp_path: Path):
-    bare = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else None
-    if bare is None or _has_torch(bare):
-        pytest.skip("no torch-less python to try")
+    # A fresh venv without site packages is torch-less on any machine: never a reason to skip.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=120)
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    assert not _has_torch(bare)
     options = BenchOptions(suite="allreduce", allreduce=AllreduceOptions(backend="gloo", world_size=1, tokens=(1,)))
     target = BenchTarget(local_host(bare), "http://127.0.0.1:9", sys.executable)
     state = run_bench([target], options, ResultsStore(tmp_path), ConnectOptions(), remote=False)["cpu-host"]

@@ -3,7 +3,6 @@ host (the probe's sh script, $GPUOPS_PY, the package found through PYTHONPATH)."
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -357,18 +356,11 @@ def test_release_without_fusion_code_is_unknown(tmp_path):
     assert "no FlashInfer allreduce + residual + RMSNorm fusion gate found" in feature["reason"]
 
 
-def _old_pythons() -> list[str]:
-    """Python 3.8 / 3.9 interpreters on this machine, if any (the scanner must run on a host's 3.8)."""
-    import glob
-    import shutil
+@pytest.mark.parametrize("version", ["3.8", "3.9"])  # the scanner must run on a host's 3.8
+def test_old_python_gives_the_same_scan(tmp_path, version):
+    from labtools import require_python
 
-    found = [shutil.which(name) for name in ("python3.8", "python3.9")]
-    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[89].*/bin/python3")))
-    return sorted({p for p in found if p and "/shims/" not in p})  # pyenv shims need a shell setup
-
-
-@pytest.mark.parametrize("python", _old_pythons() or [pytest.param(None, marks=pytest.mark.skip(reason="no python 3.8/3.9 here"))])
-def test_old_python_gives_the_same_scan(tmp_path, python):
+    python = require_python(version)
     files = {"srt/n.py": """
         import torch
         from sglang.srt.utils import is_sm90_supported, is_sm100_supported

@@ -136,17 +136,17 @@ def test_version() -> None:
                                  "DRIVER version      : 580.95.05", "CUDA Version        : 13.0"]
 
 
-PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
-
-
-@pytest.mark.skipif(not Path(PY38).exists(), reason="no python3.8 here to check the py3.8 promise")
 def test_the_script_runs_under_python38(tmp_path, fixtures_dir) -> None:
     import json
     import subprocess
 
+    from labtools import require_python
+
+    py38 = require_python("3.8")
+
     desc_file = tmp_path / "gpu.json"
     desc_file.write_text(json.dumps(replay("rtx-pro-6000-x8")))
-    done = subprocess.run([PY38, nvidia_smi.__file__, "topo", "-p2p", "r"], capture_output=True, timeout=30,
+    done = subprocess.run([py38, nvidia_smi.__file__, "topo", "-p2p", "r"], capture_output=True, timeout=30,
                           env={"GPUOPS_LAB_GPU": str(desc_file), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == (fixtures_dir / "synthetic/rtx-pro-6000-server-x8/p2p.txt").read_bytes()

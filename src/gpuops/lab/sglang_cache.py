@@ -55,6 +55,20 @@ def sglang_site(version: str) -> Path:
     return site
 
 
+def _pip_reason(stderr: str) -> str:
+    """pip's own reason, with what the index offered when it answered (so "no such release" and
+    "no index reachable", which end on the same last line, read differently)."""
+    lines = stderr.strip().splitlines() or ["no wheel downloaded"]
+    for line in lines:
+        offered = re.search(r"\(from versions: ([^)]*)\)", line)
+        if offered:
+            versions = [v.strip() for v in offered.group(1).split(",") if v.strip() and v.strip() != "none"]
+            if not versions:
+                return "the package index offered no sglang release (is it reachable?)"
+            return f"no such release (the package index offers {len(versions)}: {versions[0]} ... {versions[-1]})"
+    return lines[-1]
+
+
 def sglang_source(version: str) -> Path:
     """The unpacked ``sglang`` package dir (the one with ``__init__.py``) of that release."""
     return sglang_site(version) / "sglang"
@@ -86,8 +100,7 @@ def _download_wheel(version: str, release_dir: Path) -> Path:
         raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {exc}") from None
     wheel = _find_wheel(download_dir, version)
     if done.returncode != 0 or wheel is None:
-        last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {last}")
+        raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {_pip_reason(done.stderr)}")
     return wheel
 
 

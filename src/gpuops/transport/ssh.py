@@ -32,7 +32,9 @@ def known_hosts_files(host: Host, options: ConnectOptions, ssh_config: dict[str,
     names: list[str] = [USER_KNOWN_HOSTS]
     configured = ssh_config.get("userknownhostsfile")
     if configured:
-        names.extend(str(configured).split())
+        from gpuops.transport.known_hosts_config import user_known_hosts_files
+
+        names.extend(user_known_hosts_files(str(configured), ssh_config, host.name))
     extra = host.vars.get("gpuops_known_hosts") if host.vars else None
     if extra:
         names.append(str(extra))
