@@ -6,7 +6,8 @@ fingerprint), the suite options, the raw samples and the summary.
 
 Schema ``gpuops.bench.result/1`` (top-level keys): ``schema``, ``id``, ``run_id``, ``host``,
 ``suite``, ``created`` (ISO-8601 UTC), ``ok``, ``partial``, ``errors``, ``options``, ``server``
-(``url``, ``server_args``, ``env``, ``version``, ``model_path``, ``simulated``), ``host_facts``,
+(``url``, ``server_args``, ``env``, ``version``, ``model_path``, ``simulated``, and from a stand-in
+``speed_model``: its name, version, shape, label and figures), ``host_facts``,
 ``configuration`` (the fingerprint's inputs), ``fingerprint``, ``summary``, ``levels`` (serving),
 ``allreduce`` (rows), ``samples`` (raw).
 """
@@ -21,12 +22,13 @@ from typing import Any, Mapping
 from gpuops.bench.fingerprint import configuration, fingerprint, tuning_env
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
+from gpuops.bench.simulated import model_label
 from gpuops.bench.sglang_tool import one_batch_summary, serving_level, serving_samples
 from gpuops.remote.bench_client import summarize_samples
 
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
-_INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "env", "server_args", "status",
+_INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "speed_model", "env", "server_args", "status",
                             "max_total_num_tokens", "max_req_input_len", "memory_usage"})
 
 
@@ -62,6 +64,9 @@ def server_record(run: RemoteRun) -> dict[str, Any]:
         "simulated": bool(info.get("simulated")),
         "internal_states": info.get("internal_states"),
     }
+    if record["simulated"]:
+        # Where a simulated figure comes from travels with it (the stand-in's model, shape, version).
+        record["speed_model"] = info.get("speed_model") if isinstance(info.get("speed_model"), dict) else None
     for key in ("server_info_error", "model_info_error", "pid", "process_cmdline"):
         if snapshot.get(key) is not None:
             record[key] = snapshot[key]
@@ -225,6 +230,7 @@ def headline(result: Mapping[str, Any]) -> dict[str, Any]:
         "result_id": result.get("id"),
         "fingerprint": result.get("fingerprint"),
         "simulated": bool((result.get("server") or {}).get("simulated")),
+        "speed_model": model_label(result),
         "error": "; ".join(result.get("errors") or []) or None,
     }
     if result.get("suite") == "serving":
