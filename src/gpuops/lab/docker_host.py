@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.lab.dockerd import DockerDaemon, import_root
+from gpuops.lab.hosts import STANDIN_SIBLINGS
 
 STANDIN = Path(__file__).parent / "standin_server.py"
 SITE_IN_IMAGE = "/usr/local/lib/python3.11/dist-packages"
@@ -38,16 +39,20 @@ def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | N
     """Tag of the lab's SGLang image (built once per daemon; tagged by what went into it)."""
     base = f"gpuops-lab/debian:{debian_root.parent.name}"
     import_root(daemon, debian_root, base)
-    digest = hashlib.sha256(STANDIN.read_bytes() + _PYTHON_WRAPPER.encode() + str(sglang_site).encode()).hexdigest()
+    parts = [STANDIN.read_bytes(), _PYTHON_WRAPPER.encode(), str(sglang_site).encode()]
+    digest = hashlib.sha256(b"\0".join(parts + [s.read_bytes() for s in STANDIN_SIBLINGS])).hexdigest()
     tag = f"gpuops-lab/sglang-standin:{digest[:12]}"
     if daemon.run("image", "inspect", tag, timeout=30).returncode == 0:
         return tag
     with tempfile.TemporaryDirectory(prefix="gpuops-image-") as context:
         ctx = Path(context)
         shutil.copyfile(STANDIN, ctx / "standin_server.py")
+        for sibling in STANDIN_SIBLINGS:  # the stand-in imports its speed model from its own dir
+            shutil.copyfile(sibling, ctx / sibling.name)
         (ctx / "python3").write_text(_PYTHON_WRAPPER)
         (ctx / "python3").chmod(0o755)
         lines = [f"FROM {base}", "COPY standin_server.py /opt/gpuops-lab/standin_server.py",
+                 *[f"COPY {s.name} /opt/gpuops-lab/{s.name}" for s in STANDIN_SIBLINGS],
                  "COPY python3 /usr/local/bin/python3"]
         if sglang_site is not None:
             shutil.copytree(sglang_site, ctx / "site", symlinks=False)
