@@ -101,6 +101,11 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
         console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
         _render_gates(console, outcome.value, detail=False)
         render_host_facts(console, host_json(outcome)["facts"])
+        from gpuops.facts.managed import describe
+
+        managed = describe(outcome.value.facts.managed)
+        if managed:
+            console.print(managed, markup=False, highlight=False)
     failed = [name for name, o in outcomes.items() if not o.ok]
     console.print()
     console.print(
@@ -130,6 +135,8 @@ def gates(feature: str | None, show_all: bool, inventory: str | None, limit: str
     """Where the installed SGLang switches performance features off for this hardware (file:line)."""
     from gpuops.facts.collect import gate_json
 
+    if feature:
+        _check_feature(feature)  # bad input: exit 2 before any connection
     hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
     if as_json:
         from gpuops.output import print_json
@@ -161,6 +168,19 @@ def gates(feature: str | None, show_all: bool, inventory: str | None, limit: str
             console.print(f"== {_host_title(host_)}: compute capability {cc or 'unknown'}", style="bold", markup=False, highlight=False)
             _render_gates(console, outcome.value, detail=True, feature=feature, show_all=show_all)
     sys.exit(_exit_status(outcomes))
+
+
+def _check_feature(name: str) -> None:
+    import difflib
+
+    from gpuops.errors import GpuopsError
+    from gpuops.gates.catalog import load_catalog
+
+    known = [f.name for f in load_catalog().features]
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise GpuopsError(f"--feature {name}: no such feature in the gate catalog; {hint}(known: {', '.join(known)})")
 
 
 def _feature_of(gate: Any) -> str | None:
