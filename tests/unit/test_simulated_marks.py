@@ -140,3 +140,17 @@ def test_every_report_plot_of_simulated_results_is_stamped(tmp_path: Path):
     assert "60.0 (sim)" in html and f"model {LABEL}" in html
     markdown = md_path.read_text()
     assert "> SIMULATED." in markdown and "60.0 (sim)" in markdown and "94.3 (sim) +57.2%" in markdown
+
+
+def test_tune_ranking_marks_simulated_trials(capsys):
+    from gpuops.commands.tune import _render
+
+    trial = {"variant": "NCCL_ALGO=Ring", "ok": True, "output_tokens_per_s": 82.0, "ttft_ms": 45.0,
+             "itl_ms": {"p50": 12.2}, "result_id": "abc", "simulated": True, "speed_model": LABEL}
+    real = {**trial, "variant": "baseline (as configured)", "simulated": False, "speed_model": None}
+    _render({"hosts": {"h01": {"ranking": [trial, real], "kept": None, "restored": True}}, "interrupted": False})
+    out = capsys.readouterr().out
+    ring = next(line for line in out.splitlines() if "NCCL_ALGO=Ring" in line)
+    assert re.search(r"82\.0 \(sim\)\s+45\.0 \(sim\)\s+12\.20 \(sim\)", ring), ring
+    assert "(sim)" not in next(line for line in out.splitlines() if "baseline" in line)
+    assert f"model {LABEL}" in out
