@@ -203,7 +203,7 @@ class SpeedModel(object):
         for name, raw in (spec.get("figures") or {}).items():
             own[name] = Figure(name=name, value=raw["value"], unit=str(raw.get("unit", "")),
                                basis=str(raw["basis"]), source=str(raw.get("source", "")),
-                               note=str(raw.get("note") or raw.get("quote") or ""))
+                               note=" ".join(str(raw[k]) for k in ("note", "quote", "file") if raw.get(k)))
         _derive(own, shape)
         donor = spec.get("figures_from")
         if donor:
