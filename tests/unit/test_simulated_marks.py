@@ -154,3 +154,21 @@ def test_tune_ranking_marks_simulated_trials(capsys):
     assert re.search(r"82\.0 \(sim\)\s+45\.0 \(sim\)\s+12\.20 \(sim\)", ring), ring
     assert "(sim)" not in next(line for line in out.splitlines() if "baseline" in line)
     assert f"model {LABEL}" in out
+
+
+def test_bench_tables_mark_simulated_hosts(capsys):
+    from gpuops.commands.bench import _render_bench
+
+    level = {"concurrency": 4, "request_throughput": 1.5, "total_output_tokens_per_s": 220.0,
+             "output_tokens_per_s": 55.0, "ttft_ms_p50": 64.0, "itl_ms_p50": 13.0}
+    sim = {"ok": True, "simulated": True, "speed_model": LABEL, "output_tokens_per_s": 60.0, "ttft_ms": 45.0,
+           "itl_ms": {"p50": 16.7, "p90": 18.0, "p99": 21.0}, "accept_length": 1.86, "result_id": "abc",
+           "error": None, "levels": [level], "result_file": None}
+    real = {**sim, "simulated": False, "speed_model": None}
+    _render_bench({"suite": "serving", "hosts": {"sim01": sim, "real01": real}})
+    lines = capsys.readouterr().out.splitlines()
+    sim_rows = [line for line in lines if line.startswith("sim01")]
+    real_rows = [line for line in lines if line.startswith("real01")]
+    assert len(sim_rows) == 2 and all(line.count("(sim)") >= 5 for line in sim_rows)  # summary and level rows
+    assert len(real_rows) == 2 and not any("(sim)" in line for line in real_rows)
+    assert any(f"model {LABEL}" in line for line in lines)
