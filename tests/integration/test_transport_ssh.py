@@ -171,3 +171,57 @@ def test_host_without_address_is_reached_through_ssh_config_and_proxyjump(lab, e
         conn.close()
     # The jump host saw a login of its own: the connection really went through it.
     assert jump_log.read_text().count("Accepted publickey") == logins_before + 1
+
+
+def _behind_bastion(lab, empty_home: Path, **extra_vars) -> tuple[Host, Path]:
+    """A host whose name resolves nowhere, reachable only through the first lab host's sshd."""
+    bastion, target = _hosts(lab)
+    name = "gpu-behind-bastion.invalid"
+    known = empty_home / ".ssh" / "known_hosts"
+    target_key = Path(lab.known_hosts).read_text().splitlines()
+    line = next(l for l in target_key if l.startswith(f"[127.0.0.1]:{target.port} "))
+    known.write_text(Path(lab.known_hosts).read_text() + line.replace(f"[127.0.0.1]:{target.port}", f"[{name}]:{target.port}") + "\n")
+    proxy = (f"ssh -q -i {bastion.key_file} -o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes "
+             f"-o BatchMode=yes -p {bastion.port} -W 127.0.0.1:%p {bastion.user}@127.0.0.1")
+    variables = {**dict(target.vars), "ansible_host": name,
+                 "ansible_ssh_common_args": f'-o ProxyCommand="{proxy}" -o ControlMaster=auto -o ControlPersist=60s',
+                 **extra_vars}
+    host = dataclasses.replace(target, address=name, vars=variables)
+    return host, lab.host(bastion.name).dir / "sshd.log"
+
+
+def test_proxycommand_in_ansible_ssh_common_args_goes_through_the_bastion(lab, empty_home: Path) -> None:
+    host, bastion_log = _behind_bastion(lab, empty_home)
+    hops_before = bastion_log.read_text().count("Accepted publickey")
+    conn = connect(host, ConnectOptions())
+    try:
+        assert conn.run("echo $GPUOPS_LAB_HOST").stdout == f"{_hosts(lab)[1].name}\n".encode()
+    finally:
+        conn.close()
+    # The bastion's sshd logged the hop: the connection went through it (the name resolves nowhere).
+    assert bastion_log.read_text().count("Accepted publickey") == hops_before + 1
+
+
+def test_connection_variables_gpuops_cannot_honour_fail_the_host_before_contact(lab, empty_home: Path) -> None:
+    host, bastion_log = _behind_bastion(lab, empty_home)
+    cases = {
+        "ansible_winrm_transport": ("ntlm", "ansible_winrm_transport is an Ansible connection variable gpuops does not implement"),
+        "ansible_ssh_extra_args": ("-o StrictHostKeyChecking=no", "StrictHostKeyChecking=no is refused: gpuops always verifies host keys"),
+        "ansible_ssh_args": ("-o RemoteForward=8080:127.0.0.1:80", "ssh option RemoteForward is not supported"),
+        "ansible_become_method": ("su", "ansible_become_method 'su' is not supported (gpuops becomes with sudo)"),
+        "ansible_host_key_checking": (False, "ansible_host_key_checking: false is refused"),
+    }
+    logins_before = bastion_log.read_text().count("Connection from")
+    for name, (value, expected) in cases.items():
+        broken = dataclasses.replace(host, vars={**dict(host.vars), name: value})
+        outcome = run_on_hosts([broken], lambda h: connect(h, ConnectOptions()).run("true"))[broken.name]
+        assert not outcome.ok and expected in outcome.error, (name, outcome.error)
+        assert "\n" not in outcome.error
+    assert bastion_log.read_text().count("Connection from") == logins_before  # nobody was contacted
+
+
+def test_a_failing_proxycommand_says_it_went_through_it(lab, empty_home: Path) -> None:
+    host, _ = _behind_bastion(lab, empty_home)
+    host = dataclasses.replace(host, vars={**dict(host.vars), "ansible_ssh_common_args": "-o ProxyCommand='false'"})
+    outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and "through ProxyCommand 'false'" in outcome.error, outcome.error

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from gpuops.commands.apply import _common, _hosts, _options
+from gpuops.commands.options import rollout_options
 
 EXIT_HOST_FAILED = 1
 
 
 @click.command("tune")
 @_common
+@rollout_options
 @click.option("--sweep", "sweeps", multiple=True, required=True, metavar="NCCL_NAME=V1[,V2]",
               help="An axis of the sweep (repeatable; the cross product is tried), e.g. NCCL_PROTO=LL,LL128,Simple.")
 @click.option("--keep", type=click.Choice(["original", "best"]), default="original", show_default=True,
@@ -25,8 +28,8 @@ EXIT_HOST_FAILED = 1
 @click.option("--num-requests", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Measured decode requests per trial, one at a time.")
 @click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True)
-def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-         accept_new_host_keys: bool, known_hosts: tuple[str, ...], sweeps: tuple[str, ...], keep: str,
+def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+         accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, sweeps: tuple[str, ...], keep: str,
          results_dir: str, api: str, input_len: int, output_len: int, num_requests: int, warmup: int) -> None:
     """Try NCCL variants on the hosts safely and rank them by decode tokens/s.
 
@@ -47,7 +50,7 @@ def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, be
     variants = plan_variants(sweeps)  # refused here, before any host is touched
     bench_options = BenchOptions(suite="decode", api=api, input_len=input_len, output_len=output_len,
                                  num_requests=num_requests, warmup=warmup)
-    apply_options = _options(forks, become, accept_new_host_keys, known_hosts)
+    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout)
     if not as_json:
         for variant in variants:
             for warning in variant.warnings:
