@@ -127,6 +127,7 @@ def test_measured_fusion_factors_come_from_the_two_h200_kernel_times(model):
     ("rtx-pro-6000-x8", "rtx-pro-6000-pcie-x8", "calibrated"),
     ("h100-x8", "nvlink-x8", "assumption"),
     ("h200-x1", "single-gpu", "assumption"),
+    ("rtx-pro-6000-ws-x4", "unmeasured", "assumption"),  # same GPUs, but not the 8 the report measured
 ])
 def test_each_builtin_lab_gpu_gets_a_shape(model, gpu, shape, basis):
     chosen, reason = model.shape_for(load_description(gpu).replay)
