@@ -240,9 +240,10 @@ def _render_bench(document: dict[str, Any]) -> None:
             rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
                          line.get("result_id") or "-", line.get("error") or ""])
         if suite == "serving":
-            level_rows = [[name, lv["concurrency"], _fmt(lv.get("request_throughput")),
-                           _fmt(lv.get("total_output_tokens_per_s")), _fmt(lv.get("output_tokens_per_s")),
-                           _fmt(lv.get("ttft_ms_p50")), _fmt(lv.get("itl_ms_p50"))]
+            level_rows = [[name, lv["concurrency"],
+                           *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
+                               "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s",
+                               "ttft_ms_p50", "itl_ms_p50"))]
                           for name, line in hosts.items() for lv in line.get("levels") or []]
     console = make_console()
     if is_tty():

@@ -88,15 +88,24 @@ def _document(outcome, variants) -> dict:
 
 
 def _render(document: dict) -> None:
+    from gpuops.bench.simulated import footnote, mark
+
+    models = set()
     for name, host in document["hosts"].items():
         click.echo(f"== {name}")
         width = max([len(t["variant"]) for t in host["ranking"]] + [7])
-        click.echo(f"  {'#':>2}  {'variant':<{width}}  {'tok/s':>8}  {'TTFT ms':>8}  {'ITL p50':>8}  result")
+        sim_width = 6 if any(t.get("simulated") for t in host["ranking"]) else 0
+        click.echo(f"  {'#':>2}  {'variant':<{width}}  {'tok/s':>{8 + sim_width}}  {'TTFT ms':>{8 + sim_width}}  "
+                   f"{'ITL p50':>{8 + sim_width}}  result")
         for i, t in enumerate(host["ranking"], 1):
             if t["ok"]:
                 itl = (t["itl_ms"] or {}).get("p50")
-                click.echo(f"  {i:>2}  {t['variant']:<{width}}  {t['output_tokens_per_s']:>8.1f}  "
-                           f"{(t['ttft_ms'] or 0):>8.1f}  {(itl or 0):>8.2f}  {t['result_id']}")
+                sim = bool(t.get("simulated"))
+                if sim:
+                    models.add(t.get("speed_model") or "unrecorded")
+                figures = (f"{t['output_tokens_per_s']:.1f}", f"{(t['ttft_ms'] or 0):.1f}", f"{(itl or 0):.2f}")
+                click.echo(f"  {i:>2}  {t['variant']:<{width}}  "
+                           + "  ".join(f"{mark(x, sim):>{8 + sim_width}}" for x in figures) + f"  {t['result_id']}")
             else:
                 click.echo(f"   -  {t['variant']:<{width}}  {'FAILED':>8}  {t['status']}: {t['error']}")
         if host["kept"]:
@@ -105,5 +114,7 @@ def _render(document: dict) -> None:
             click.echo("  restored: the host runs its original configuration")
         else:
             click.echo(f"  NOT restored: {host['restore_error']} (see gpuops history / gpuops rollback)")
+    if models:
+        click.echo(footnote(sorted(models)))
     if document["interrupted"]:
         click.echo("interrupted: the ranking covers the variants measured before Ctrl-C")
