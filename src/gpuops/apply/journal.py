@@ -1,6 +1,6 @@
 """The journals: one on each host (written by the helper), one at home (written here).
 
-Both are JSON lines. A run appears as events (`started`, `audited`, `finished`, `rolled_back`,
+Both are JSON lines. A run appears as events (`started`, `server_touched`, `finished`, `rolled_back`,
 `unchanged`, ...); ``fold_runs`` turns events into one summary per run. Contents and secret
 values never enter a journal: paths, hashes, a hash of the variables, the outcome.
 """

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuops.transport import ConnectOptions
+    from gpuops.transport.rollout import Rollout
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class ApplyOptions:
         import time
 
         return None if self.timeout is None else time.monotonic() + self.timeout
+    rollout: "Rollout | None" = None  # --serial / --max-fail-percentage: hosts in batches
 
 
 @dataclass

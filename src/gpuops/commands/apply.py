@@ -10,19 +10,18 @@ from typing import Any
 
 import click
 
+from gpuops.commands.options import BECOME_PASS_ENV, forks_option, host_key_options, inventory_options, rollout_options
+
 EXIT_HOST_FAILED = 1
-BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file, directory or host list (default: $GPUOPS_INVENTORY, else this machine)."),
-        click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern."),
+        inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: roles/README.md)."),
-        click.option("--forks", type=click.IntRange(1, 256), default=16, show_default=True, help="Hosts worked on at once."),
-        click.option("--become", is_flag=True, help="Run the host-side steps with sudo (password: prompt or $GPUOPS_BECOME_PASS)."),
-        click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
-        click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+        forks_option(),
+        click.option("-b", "--become", is_flag=True, help="Run the host-side steps with sudo (password: -K, ansible_become_password or $GPUOPS_BECOME_PASS)."),
+        host_key_options,
         click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
                      help="Seconds allowed per host, for everything done there (default: no limit). A host over "
                           "its time is failed and rolls itself back within its lease; the others carry on."),
@@ -35,25 +34,23 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
-             check: bool = False, diff: bool = False, become_wanted: bool = False,
+             check: bool = False, diff: bool = False, become_wanted: bool = False, rollout: Any = None,
              timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False) -> Any:
     from gpuops.apply.runner import ApplyOptions
     from gpuops.transport import ConnectOptions
 
-    password = None
-    if become:
-        password = os.environ.get(BECOME_PASS_ENV)
-        if password is None and sys.stdin.isatty():
-            password = click.prompt("BECOME password", hide_input=True, default="", show_default=False)
+    # As with Ansible's -b, no prompt here: -K asks (it becomes every host's ansible_become_password).
+    password = os.environ.get(BECOME_PASS_ENV) if become else None
     return ApplyOptions(
         connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
                                connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout,
                                command_timeout=timeout),
-        check=check, diff=diff, become=become, become_password=password, forks=forks, timeout=timeout, force=force,
+        check=check, diff=diff, become=become, become_password=password, forks=forks, rollout=rollout,
+        timeout=timeout, force=force,
     )
 
 
-def _hosts(inventory: str | None, limit: str | None) -> list[Any]:
+def _hosts(inventory: Any, limit: str | None) -> list[Any]:
     from gpuops.inventory import load_inventory
 
     return load_inventory(inventory).select(limit)
@@ -62,12 +59,13 @@ def _hosts(inventory: str | None, limit: str | None) -> list[Any]:
 @click.command("apply")
 @click.argument("role")
 @_common
+@rollout_options
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS", help="key=value, YAML/JSON, or @file (repeatable; wins over everything).")
-@click.option("--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
-@click.option("--diff", is_flag=True, help="Show a unified diff of every file change.")
-def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-          accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None, connect_timeout: float,
-          extra_vars: tuple[str, ...], check: bool, diff: bool) -> None:
+@click.option("-C", "--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
+@click.option("-D", "--diff", is_flag=True, help="Show a unified diff of every file change.")
+def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+          accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
+          check: bool, diff: bool, timeout: float | None, connect_timeout: float) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
@@ -75,7 +73,7 @@ def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, fo
 
     extra = parse_extra_vars(list(extra_vars))
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff,
+    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
     if as_json:
@@ -89,17 +87,18 @@ def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, fo
 
 @click.command("rollback")
 @_common
+@rollout_options
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
 @click.option("--force", is_flag=True, help="Undo even files changed since the run wrote them (the later version is kept beside the backup).")
-def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-             accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None, connect_timeout: float,
-             run_id: str | None, force: bool) -> None:
+def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+             accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None,
+             force: bool, timeout: float | None, connect_timeout: float) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, timeout=timeout,
+    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout, timeout=timeout,
                        connect_timeout=connect_timeout, force=force)
     reports = rollback_hosts(hosts, run_id, options)
     if as_json:
@@ -112,7 +111,7 @@ def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int
 
 @click.command("history")
 @_common
-def history(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
+def history(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
             accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None,
             connect_timeout: float) -> None:
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""

@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from gpuops.commands.options import inventory_options
+
 EXIT_SOME_HOST_FAILED = 1
 DEFAULT_RESULTS_DIR = "results"
 
@@ -28,9 +30,8 @@ def _results_dir_option(fn: Any) -> Any:
 
 @click.command("bench")
 @click.option("--remote", is_flag=True, help="Run on the inventory's hosts next to their server (else locally against --url).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file or directory (with --remote).")
-@click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern.")
-@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce"]), required=True)
+@inventory_options
+@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce", "fusion"]), required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in `gpuops bench --help` source).")
 @_results_dir_option
 @click.option("--url", help="Server URL for a local run (default http://127.0.0.1:PORT).")
@@ -52,7 +53,9 @@ def _results_dir_option(fn: Any) -> Any:
               help="Python on the host for torchrun / the SGLang tool (default: host var sglang_python, else python3).")
 @click.option("--world-size", type=click.IntRange(1, 1024), help="allreduce: ranks (default: the host's GPU count).")
 @click.option("--hidden-size", type=click.IntRange(1, 1_000_000), help="allreduce: hidden size (default: the served model's, else 7168).")
-@click.option("--tokens", default="1,4,8,16,64", show_default=True, help="allreduce: tokens per message.")
+@click.option("--tokens", help="allreduce/fusion: tokens per message (default allreduce 1,4,8,16,64; fusion 1,2,4,...,256).")
+@click.option("--variant-timeout", type=click.FloatRange(1, 86400),
+              help="allreduce/fusion: seconds before a launch counts as hung and is killed (default: from the sizes).")
 @click.option("--dtype", default="bfloat16", show_default=True, help="allreduce: bfloat16, float16 or float32.")
 @click.option("--env", "env_specs", multiple=True, metavar="KEY=V1[,V2]",
               help="allreduce: NCCL variant axis (repeatable; the cross product is run).")
@@ -65,10 +68,11 @@ def _results_dir_option(fn: Any) -> Any:
               help="allreduce: all-reduces in one forward pass (for the per-step cost).")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails).")
 @click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
+def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
           warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
-          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None, tokens: str,
+          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
+          tokens: str | None, variant_timeout: float | None,
           dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
           allreduces_per_step: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
     """Benchmark on the host, next to its SGLang server, and bring the results home.
@@ -96,7 +100,10 @@ def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as
         requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
         tool_args=opt.parse_tool_args(tool_args), python=python,
         allreduce=opt.AllreduceOptions(
-            world_size=world_size, hidden_size=hidden_size, tokens=opt.parse_int_list(tokens, "--tokens"),
+            world_size=world_size, hidden_size=hidden_size,
+            tokens=opt.parse_int_list(tokens, "--tokens") if tokens else
+            (opt.DEFAULT_FUSION_TOKENS if suite == "fusion" else opt.DEFAULT_ALLREDUCE_TOKENS),
+            timeout_s=variant_timeout,
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
             backend=backend, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
     )
@@ -204,7 +211,15 @@ def _render_bench(document: dict[str, Any]) -> None:
 
     hosts = document["hosts"]
     suite = document["suite"]
-    if suite == "allreduce":
+    level_rows: list[list[Any]] = []
+    if suite == "fusion":
+        headers = ["host", "ok", "tokens", "fused us", "unfused us", "per step fused ms", "per step unfused ms",
+                   "saving per step ms", "correct", "error"]
+        rows = [[name, "yes" if line.get("ok") else "NO", _fmt(line.get("headline_tokens")), _fmt(line.get("fused_us")),
+                 _fmt(line.get("unfused_us")), _fmt(line.get("fused_step_ms")), _fmt(line.get("unfused_step_ms")),
+                 _fmt(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
+                 line.get("error") or ""] for name, line in hosts.items()]
+    elif suite == "allreduce":
         headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
         rows = []
         for name, line in hosts.items():
@@ -225,9 +240,10 @@ def _render_bench(document: dict[str, Any]) -> None:
             rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
                          line.get("result_id") or "-", line.get("error") or ""])
         if suite == "serving":
-            level_rows = [[name, lv["concurrency"], _fmt(lv.get("request_throughput")),
-                           _fmt(lv.get("total_output_tokens_per_s")), _fmt(lv.get("output_tokens_per_s")),
-                           _fmt(lv.get("ttft_ms_p50")), _fmt(lv.get("itl_ms_p50"))]
+            level_rows = [[name, lv["concurrency"],
+                           *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
+                               "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s",
+                               "ttft_ms_p50", "itl_ms_p50"))]
                           for name, line in hosts.items() for lv in line.get("levels") or []]
     console = make_console()
     if is_tty():
