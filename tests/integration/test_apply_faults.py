@@ -234,7 +234,7 @@ def test_fusion_fault(fusion_lab, what: str, phase: str, run_gpuops, gpuops_home
     before, served = fingerprint(host.dir), server_view(host)
     (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
     earlier = calls(host)
-    proc = client(fusion_lab, "fusion-sm120", *lab_args("fusion-sm120", 1)[:6], home=gpuops_home)
+    proc = client(fusion_lab, "fusion-sm120", *lab_args("fusion-sm120", 1)[:6], "-e", "fusion_allow_without_p2p=true", home=gpuops_home)
     where = paused(host, phase, proc, earlier)
     kill(what, where, proc)
     proc.communicate(timeout=120)
@@ -248,7 +248,7 @@ def test_fusion_next_apply_works_after_the_faults(fusion_lab, run_gpuops, gpuops
     host = fusion_lab.hosts[0]
     before = fingerprint(host.dir)
     proc = run_gpuops("apply", "fusion-sm120", "-i", str(fusion_lab.inventory_path), "--json",
-                      *lab_args("fusion-sm120", 1)[:6], timeout=300)
+                      *lab_args("fusion-sm120", 1)[:6], "-e", "fusion_allow_without_p2p=true", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["hosts"]["h01"]["status"] == "finished"
     undo = run_gpuops("rollback", "-i", str(fusion_lab.inventory_path), timeout=300)
