@@ -92,7 +92,8 @@ def test_hostile_values_stay_literal() -> None:
     plan = plan_role("sglang-service", empty_facts("sglang-service", inventory, extra), inventory, extra)
     env = next(c.after for c in plan.changes if c.path.endswith("sglang.env"))
     assert "SGLANG_NOTE='$(touch /tmp/pwned)'\n" in env
-    assert "SGLANG_QUOTE='it'\\''s `id`'\n" in env
+    # A quote in the value: double quotes, read alike by sh and systemd's EnvironmentFile=.
+    assert 'SGLANG_QUOTE="it\'s \\`id\\`"\n' in env
     launch = next(c.after for c in plan.changes if c.path.endswith("sglang-launch.sh"))
     words = shlex.split([line for line in launch.splitlines() if line.startswith("exec ")][0])
     assert HOSTILE in words and "a'b; rm -rf /" in words

@@ -56,7 +56,7 @@ def test_compute_capability_of(sm: str, cc: str) -> None:
 
 def test_env_file_is_sorted_and_quoted() -> None:
     text = render_env_file({"B": "it's", "A": "$(x)"}, "header\nline two")
-    assert text == "# header\n# line two\nA='$(x)'\nB='it'\\''s'\n"
+    assert text == "# header\n# line two\nA='$(x)'\nB=\"it's\"\n"
     assert render_env_file({"A": "$(x)"}, "h", style="docker") == "# h\nA=$(x)\n"
 
 

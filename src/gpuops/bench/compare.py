@@ -3,7 +3,8 @@
 The first result is the baseline; every other column shows its value and the change against it
 (in percent). The configuration part says whether the runs measured the same configuration
 (fingerprint) and, when not, which flags, environment variables, SGLang version or patched gates
-differ.
+differ. A column from the lab's stand-in server is simulated (``simulated``: its model's label): its
+figures and every verdict against it are marked ``(sim)`` (``gpuops.bench.simulated``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gpuops.bench.fingerprint import config_differences
+from gpuops.bench.simulated import model_label
 from gpuops.errors import GpuopsError
 
 
@@ -44,6 +46,12 @@ class Comparison:
     fingerprints: list[str | None]
     metrics: list[Metric] = field(default_factory=list)
     config_diffs: list[dict[str, Any]] = field(default_factory=list)  # one per non-baseline result
+    simulated: list[str | None] = field(default_factory=list)  # per result: stand-in model label, None if measured
+
+    def column_simulated(self, index: int) -> bool:
+        """Whether column ``index``'s figure, or its difference from the baseline, involves a simulation."""
+        marks = self.simulated or [None] * len(self.ids)
+        return marks[index] is not None or (index > 0 and marks[0] is not None)
 
     @property
     def same_configuration(self) -> bool:
@@ -56,6 +64,8 @@ class Comparison:
             "metrics": [{"name": m.name, "unit": m.unit, "better": m.better, "values": list(m.values),
                          "delta_pct": list(m.deltas_pct())} for m in self.metrics],
             "configuration_differences": self.config_diffs,
+            "simulated": [label is not None for label in self.simulated],
+            "speed_models": list(self.simulated),
         }
 
 
@@ -116,6 +126,7 @@ def compare_results(results: Sequence[Mapping[str, Any]]) -> Comparison:
         fingerprints=[r.get("fingerprint") for r in results],
         metrics=metrics,
         config_diffs=diffs,
+        simulated=[model_label(r) for r in results],
     )
 
 

@@ -15,10 +15,12 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 
-SUITES = ("decode", "serving", "allreduce")
+SUITES = ("decode", "serving", "allreduce", "fusion")
+TORCHRUN_SUITES = ("allreduce", "fusion")  # one torchrun launch per variant, under a watchdog
 APIS = ("native", "completions", "chat")
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_ALLREDUCE_TOKENS = (1, 4, 8, 16, 64)
+DEFAULT_FUSION_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_HIDDEN_SIZE = 7168  # Kimi-K2.5 / DeepSeek-V3, the field report's model family
 DEFAULT_ALLREDUCES_PER_STEP = 122  # field report: 122 all-reduces ~ 25 ms per verify pass on 8x PCIe
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -38,6 +40,7 @@ class AllreduceOptions:
     warmup: int = 10
     trials: int = 5
     allreduces_per_step: int = DEFAULT_ALLREDUCES_PER_STEP
+    timeout_s: float | None = None           # per variant; None: from the sizes (see bench_client)
 
 
 @dataclass(frozen=True)
@@ -71,15 +74,17 @@ class BenchOptions:
             raise GpuopsError("bench: --concurrency needs positive integers, e.g. 1,4,16")
         if self.tool not in (None, "sglang"):
             raise GpuopsError(f"bench: unknown --tool {self.tool!r} (only 'sglang')")
-        if self.tool and self.suite == "allreduce":
-            raise GpuopsError("bench: --tool sglang runs the decode or serving suite, not allreduce")
+        if self.tool and self.suite in TORCHRUN_SUITES:
+            raise GpuopsError(f"bench: --tool sglang runs the decode or serving suite, not {self.suite}")
+        if self.suite == "fusion" and self.allreduce.backend != "nccl":
+            raise GpuopsError("bench: the fusion suite runs on NVIDIA GPUs (--backend nccl)")
 
     def as_record(self) -> dict[str, Any]:
         record = asdict(self)
         record["concurrency"] = list(self.concurrency)
         record["tool_args"] = list(self.tool_args)
         ar = record.pop("allreduce")
-        if self.suite == "allreduce":
+        if self.suite in TORCHRUN_SUITES:
             ar["tokens"] = list(self.allreduce.tokens)
             ar["env_variants"] = [dict(v) for v in self.allreduce.env_variants]
             record["allreduce"] = ar
@@ -179,10 +184,19 @@ def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
     return "sglang.bench_serving", "--output-file", runs
 
 
+def host_token(host_name: str) -> str:
+    """A short per-host tag for file names (lab hosts share one /tmp and one home)."""
+    return hashlib.sha256(host_name.encode()).hexdigest()[:8]
+
+
 def pid_file(run_id: str, host_name: str) -> str:
     """Where a host's client writes its pid; per host too, as lab hosts share one /tmp."""
-    token = hashlib.sha256(host_name.encode()).hexdigest()[:8]
-    return f"/tmp/gpuops-bench-{run_id}-{token}.pid"
+    return f"/tmp/gpuops-bench-{run_id}-{host_token(host_name)}.pid"
+
+
+def record_file(run_id: str, host_name: str, state_dir: Any = None) -> str:
+    """The host's own copy of every frame of a run (``~`` is expanded by the client)."""
+    return f"{state_dir or '~/.cache/gpuops'}/bench/{run_id}-{host_token(host_name)}.frames"
 
 
 def build_payload(
@@ -212,17 +226,21 @@ def build_payload(
         "server_pid_file": f"{state_dir}/sglang.pid" if state_dir else None,
         "state_dir": str(state_dir) if state_dir else None,
         "host_facts": True,
+        # every frame is also kept on the host, so a lost connection loses no measurement
+        "record_file": record_file(run_id, host_name, state_dir),
     }
     python = options.python or str(host_vars.get("sglang_python") or "python3")
     payload["server_python"] = str(host_vars["sglang_python"]) if host_vars.get("sglang_python") else None
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}
-    if options.suite == "allreduce":
+    if options.suite in TORCHRUN_SUITES:
         ar = options.allreduce
         if worker_source is None:
-            raise GpuopsError("bench: the allreduce suite needs its worker source")
+            raise GpuopsError(f"bench: the {options.suite} suite needs its worker source")
         payload["allreduce"] = {
+            "kind": options.suite,
+            "timeout_s": ar.timeout_s,
             "worker_source": worker_source,
             "python": python,
             "world_size": ar.world_size,

@@ -4,6 +4,10 @@ matplotlib is imported here only, with the Agg backend, so nothing else pays for
 Plots: output tokens/s per configuration, latency distributions (per-token ITL of decode runs,
 TTFT/ITL against concurrency for serving runs), all-reduce latency against message size per NCCL
 variant.
+
+Every plot drawn from a stand-in's (simulated) results carries the "SIMULATED — stand-in model
+<name>" stamp on the image itself: ``_png`` takes the results a plot shows and stamps through
+``gpuops.bench.simulated.stamp_figure``; table cells of simulated figures carry ``(sim)``.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.fingerprint import config_differences
+from gpuops.bench.simulated import footnote, is_simulated, labels_of, mark, stamp_figure
 from gpuops.errors import GpuopsError
 from gpuops.remote.bench_client import sample_figures
 
 
 def _label(result: Mapping[str, Any]) -> str:
-    return f"{result.get('host')} {str(result.get('id'))[:6]}"
+    return mark(f"{result.get('host')} {str(result.get('id'))[:6]}", is_simulated(result))
 
 
 def _config_line(result: Mapping[str, Any]) -> str:
@@ -58,7 +63,9 @@ def _difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> 
     return "\n".join(words[:2]) + (" ..." if len(words) > 2 else "")
 
 
-def _png(fig: Any) -> bytes:
+def _png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
+    """The figure as PNG bytes; ``shown``: the results it draws (a simulated one stamps it)."""
+    stamp_figure(fig, shown)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -79,20 +86,21 @@ def _token_rate_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     labels = [f"{_label(r)}\n{_difference_hint(rows[0][0], r)}" for r, _ in rows]
     values = [v for _, v in rows]
     bars = ax.bar(range(len(rows)), values, color="#4477aa")
-    for bar, value in zip(bars, values):
-        ax.annotate(f"{value:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+    for bar, value, (result, _) in zip(bars, values, rows):
+        ax.annotate(mark(f"{value:.1f}", is_simulated(result)), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("output tokens/s (one stream)")
     ax.set_title("Decode rate per configuration")
-    return _png(fig)
+    return _png(fig, [r for r, _ in rows])
 
 
 def _itl_distribution_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
 
     series = []
+    shown = []
     for result in results:
         if result.get("suite") != "decode":
             continue
@@ -102,6 +110,7 @@ def _itl_distribution_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None
                 itls.extend(x * 1000.0 for x in sample_figures(sample)["itls_s"])
         if itls:
             series.append((_label(result), itls))
+            shown.append(result)
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(series)), 3.6))
@@ -110,7 +119,7 @@ def _itl_distribution_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None
     ax.set_xticklabels([n for n, _ in series], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("inter-token latency (ms per token)")
     ax.set_title("Inter-token latency distribution (decode)")
-    return _png(fig)
+    return _png(fig, shown)
 
 
 def _serving_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
@@ -132,7 +141,7 @@ def _serving_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend(fontsize=7)
-    return _png(fig)
+    return _png(fig, serving)
 
 
 def _allreduce_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
@@ -158,7 +167,7 @@ def _allreduce_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     ax.set_ylabel("latency per all-reduce (us)")
     ax.set_title("All-reduce latency vs message size")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return _png(fig, runs)
 
 
 def build_plots(results: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
@@ -182,10 +191,11 @@ def _results_table(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], lis
         s = r.get("summary") or {}
         ttft = s.get("ttft_ms") if isinstance(s.get("ttft_ms"), dict) else {}
         itl = s.get("itl_ms") if isinstance(s.get("itl_ms"), dict) else {}
+        sim = is_simulated(r)
+        figures = (s.get("output_tokens_per_s"), (ttft or {}).get("p50"), (itl or {}).get("p50"),
+                   (itl or {}).get("p99"), s.get("accept_length"))
         rows.append([str(r.get("id")), str(r.get("host")), str(r.get("suite")) + (" (partial)" if r.get("partial") else ""),
-                     str(r.get("created")), format_value(s.get("output_tokens_per_s")),
-                     format_value((ttft or {}).get("p50")), format_value((itl or {}).get("p50")),
-                     format_value((itl or {}).get("p99")), format_value(s.get("accept_length")),
+                     str(r.get("created")), *(mark(format_value(x), sim) for x in figures),
                      str(r.get("fingerprint"))[:10], _config_line(r)])
     return headers, rows
 
@@ -194,12 +204,13 @@ def _comparison_rows(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], l
     if len(results) < 2:
         return None
     comparison = compare_results(results)
-    headers = ["metric"] + [f"{h} {i[:6]}" for h, i in zip(comparison.hosts, comparison.ids)]
+    sims = [label is not None for label in comparison.simulated]
+    headers = ["metric"] + [mark(f"{h} {i[:6]}", s) for h, i, s in zip(comparison.hosts, comparison.ids, sims)]
     rows = []
     for metric in comparison.metrics:
         cells = [f"{metric.name} ({metric.unit})"]
-        for value, delta in zip(metric.values, metric.deltas_pct()):
-            cells.append(f"{format_value(value)} {format_delta(delta)}".strip())
+        for index, (value, delta) in enumerate(zip(metric.values, metric.deltas_pct())):
+            cells.append(f"{mark(format_value(value), sims[index])} {format_delta(delta)}".strip())
         rows.append(cells)
     return headers, rows
 
@@ -208,9 +219,9 @@ def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[s
     headers, rows = _results_table(results)
     lines = ["# gpuops benchmark report", "",
              f"{len(results)} result(s); plots in [{html_name}]({html_name}).", ""]
-    if any((r.get("server") or {}).get("simulated") for r in results):
-        lines += ["> Some results come from a simulated server (the gpuops stand-in): their figures are "
-                  "simulated, not measurements of a GPU.", ""]
+    note = footnote(labels_of(results))
+    if note:
+        lines += [f"> SIMULATED. {note}.", ""]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     comparison = _comparison_rows(results)
@@ -231,9 +242,9 @@ def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]
              "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#eee}"
              ".sim{color:#a60}</style></head><body>",
              "<h1>gpuops benchmark report</h1>"]
-    if any((r.get("server") or {}).get("simulated") for r in results):
-        parts.append("<p class='sim'>Some results come from a simulated server (the gpuops stand-in): "
-                     "their figures are simulated.</p>")
+    note = footnote(labels_of(results))
+    if note:
+        parts.append(f"<p class='sim'><b>SIMULATED.</b> {esc(note)}.</p>")
     parts.append("<h2>Results</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>")
     for row in rows:
         parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")

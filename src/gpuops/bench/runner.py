@@ -68,7 +68,8 @@ def run_bench(
 
     run_id = uuid.uuid4().hex[:12]
     started = time.time()
-    worker_source = source("allreduce_bench") if options.suite == "allreduce" else None
+    worker_source = {"allreduce": "allreduce_bench", "fusion": "fusion_bench"}.get(options.suite)
+    worker_source = source(worker_source) if worker_source else None
     states = {t.host.name: HostBench(t.host.name) for t in targets}
     finished = {t.host.name: threading.Event() for t in targets}
     lock = threading.Lock()
@@ -97,7 +98,7 @@ def run_bench(
                 tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
                 raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
             result = build_result(RunContext(target.host.name, options, target.url, started, remote), run)
-            measured = result["samples"] or result["levels"] or result["allreduce"]
+            measured = result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
             if measured or result["summary"].get("completed"):
                 state.file = store.save(result)
             state.result = result

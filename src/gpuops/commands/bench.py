@@ -5,7 +5,7 @@
     {"schema": 1, "suite": ..., "results_dir": ...,
      "hosts": {NAME: {"ok", "suite", "partial", "output_tokens_per_s", "ttft_ms" (p50),
                       "itl_ms": {"p50", "p90", "p99"}, "accept_length", "result_id", "result_file",
-                      "fingerprint", "simulated", "error",
+                      "fingerprint", "simulated", "speed_model" (the stand-in model's label, else null), "error",
                       "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce)}}}
 """
 
@@ -30,7 +30,7 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--remote", is_flag=True, help="Run on the inventory's hosts next to their server (else locally against --url).")
 @click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file or directory (with --remote).")
 @click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern.")
-@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce"]), required=True)
+@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce", "fusion"]), required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in `gpuops bench --help` source).")
 @_results_dir_option
 @click.option("--url", help="Server URL for a local run (default http://127.0.0.1:PORT).")
@@ -52,7 +52,9 @@ def _results_dir_option(fn: Any) -> Any:
               help="Python on the host for torchrun / the SGLang tool (default: host var sglang_python, else python3).")
 @click.option("--world-size", type=click.IntRange(1, 1024), help="allreduce: ranks (default: the host's GPU count).")
 @click.option("--hidden-size", type=click.IntRange(1, 1_000_000), help="allreduce: hidden size (default: the served model's, else 7168).")
-@click.option("--tokens", default="1,4,8,16,64", show_default=True, help="allreduce: tokens per message.")
+@click.option("--tokens", help="allreduce/fusion: tokens per message (default allreduce 1,4,8,16,64; fusion 1,2,4,...,256).")
+@click.option("--variant-timeout", type=click.FloatRange(1, 86400),
+              help="allreduce/fusion: seconds before a launch counts as hung and is killed (default: from the sizes).")
 @click.option("--dtype", default="bfloat16", show_default=True, help="allreduce: bfloat16, float16 or float32.")
 @click.option("--env", "env_specs", multiple=True, metavar="KEY=V1[,V2]",
               help="allreduce: NCCL variant axis (repeatable; the cross product is run).")
@@ -68,7 +70,8 @@ def _results_dir_option(fn: Any) -> Any:
 def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
           warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
-          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None, tokens: str,
+          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
+          tokens: str | None, variant_timeout: float | None,
           dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
           allreduces_per_step: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
     """Benchmark on the host, next to its SGLang server, and bring the results home.
@@ -96,7 +99,10 @@ def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as
         requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
         tool_args=opt.parse_tool_args(tool_args), python=python,
         allreduce=opt.AllreduceOptions(
-            world_size=world_size, hidden_size=hidden_size, tokens=opt.parse_int_list(tokens, "--tokens"),
+            world_size=world_size, hidden_size=hidden_size,
+            tokens=opt.parse_int_list(tokens, "--tokens") if tokens else
+            (opt.DEFAULT_FUSION_TOKENS if suite == "fusion" else opt.DEFAULT_ALLREDUCE_TOKENS),
+            timeout_s=variant_timeout,
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
             backend=backend, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
     )
@@ -179,12 +185,40 @@ def _fmt(value: Any) -> str:
     return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
 
 
+# Summary keys that count requests or tokens: exact even from a stand-in, so never marked (sim).
+_EXACT_COUNTS = frozenset({"requests", "completed", "failed", "output_tokens", "input_tokens", "levels",
+                           "world_size", "hidden_size", "allreduces_per_step", "ranked_at_tokens"})
+
+
+def _fmt_sim(value: Any, simulated: bool) -> str:
+    """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
+    from gpuops.bench.simulated import mark
+
+    return mark(_fmt(value), simulated)
+
+
+def _sim_footnote(labels: list[str]) -> None:
+    from gpuops.bench.simulated import footnote
+
+    line = footnote(sorted(set(labels)))
+    if line:
+        click.echo(line)
+
+
 def _render_bench(document: dict[str, Any]) -> None:
     from gpuops.output import format_table, is_tty, make_console, rich_table
 
     hosts = document["hosts"]
     suite = document["suite"]
-    if suite == "allreduce":
+    level_rows: list[list[Any]] = []
+    if suite == "fusion":
+        headers = ["host", "ok", "tokens", "fused us", "unfused us", "per step fused ms", "per step unfused ms",
+                   "saving per step ms", "correct", "error"]
+        rows = [[name, "yes" if line.get("ok") else "NO", _fmt(line.get("headline_tokens")), _fmt(line.get("fused_us")),
+                 _fmt(line.get("unfused_us")), _fmt(line.get("fused_step_ms")), _fmt(line.get("unfused_step_ms")),
+                 _fmt(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
+                 line.get("error") or ""] for name, line in hosts.items()]
+    elif suite == "allreduce":
         headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
         rows = []
         for name, line in hosts.items():
@@ -200,9 +234,9 @@ def _render_bench(document: dict[str, Any]) -> None:
         for name, line in hosts.items():
             itl = line.get("itl_ms") or {}
             ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
-            rows.append([name + ("*" if line.get("simulated") else ""), ok,
-                         _fmt(line.get("output_tokens_per_s")), _fmt(line.get("ttft_ms")), _fmt(itl.get("p50")),
-                         _fmt(itl.get("p90")), _fmt(itl.get("p99")), _fmt(line.get("accept_length")),
+            figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
+                       itl.get("p99"), line.get("accept_length"))
+            rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
                          line.get("result_id") or "-", line.get("error") or ""])
         if suite == "serving":
             level_rows = [[name, lv["concurrency"], _fmt(lv.get("request_throughput")),
@@ -221,8 +255,7 @@ def _render_bench(document: dict[str, Any]) -> None:
             click.echo()
             click.echo(format_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
                                      "TTFT p50 ms", "ITL p50 ms"], level_rows))
-    if any(line.get("simulated") for line in hosts.values()):
-        click.echo("* simulated server (the gpuops stand-in): its figures are simulated, not a GPU's")
+    _sim_footnote([line.get("speed_model") or "unrecorded" for line in hosts.values() if line.get("simulated")])
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:
         click.echo(f"results: {', '.join(saved)}")
@@ -251,11 +284,13 @@ def results_list(results_dir: str, as_json: bool) -> None:
         click.echo(f"no results in {results_dir}")
         return
     rows = [[e.id, e.created, e.host, e.suite + (f" ({e.tool})" if e.tool else ""),
-             "yes" if e.ok else ("partial" if e.partial else "NO"), _fmt(e.output_tokens_per_s),
-             _fmt(e.ttft_ms_p50), _fmt(e.itl_ms_p50), (e.fingerprint or "")[:10], e.sglang_version or "-"]
+             "yes" if e.ok else ("partial" if e.partial else "NO"), _fmt_sim(e.output_tokens_per_s, e.simulated),
+             _fmt_sim(e.ttft_ms_p50, e.simulated), _fmt_sim(e.itl_ms_p50, e.simulated), (e.fingerprint or "")[:10],
+             e.sglang_version or "-"]
             for e in entries]
     click.echo(format_table(["id", "created", "host", "suite", "ok", "tok/s", "TTFT p50", "ITL p50",
                              "config", "sglang"], rows))
+    _sim_footnote([e.speed_model or "unrecorded" for e in entries if e.simulated])
 
 
 @results.command("show")
@@ -274,9 +309,18 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     server = result.get("server") or {}
     config = result.get("configuration") or {}
     summary = result.get("summary") or {}
+    from gpuops.bench.simulated import model_label, stamp_text
+
+    sim_label = model_label(result)
+    sim = sim_label is not None
     click.echo(f"result {result['id']}  host {result.get('host')}  suite {result.get('suite')}  "
                f"created {result.get('created')}  {'ok' if result.get('ok') else 'NOT ok'}"
-               f"{'  (partial)' if result.get('partial') else ''}{'  (simulated server)' if server.get('simulated') else ''}")
+               f"{'  (partial)' if result.get('partial') else ''}")
+    if sim:
+        model = server.get("speed_model") or {}
+        click.echo(f"{stamp_text([sim_label])}: every figure marked (sim) is the model's prediction, not a "
+                   f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
+                   f"in gpuops/lab/speed_model.json)")
     click.echo(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
     click.echo(f"config  fingerprint {result.get('fingerprint')}")
     for key, value in (config.get("server_args") or {}).items():
@@ -290,16 +334,18 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     for key, value in summary.items():
         if key == "variants":
             for v in value:
-                click.echo(f"  {v['label']}: " + (", ".join(f"{k} tok {_fmt(x)} us" for k, x in v["latency_us"].items())
+                click.echo(f"  {v['label']}: " + (", ".join(f"{k} tok {_fmt_sim(x, sim)} us" for k, x in v["latency_us"].items())
                                                   if v.get("ok") else f"FAILED {v.get('error')}"))
         elif isinstance(value, dict):
-            click.echo(f"  {key}: " + ", ".join(f"{k} {_fmt(x)}" for k, x in value.items()))
+            click.echo(f"  {key}: " + ", ".join(f"{k} {_fmt_sim(x, sim)}" for k, x in value.items()))
         else:
-            click.echo(f"  {key}: {_fmt(value)}")
+            timed = isinstance(value, (int, float)) and key not in _EXACT_COUNTS
+            click.echo(f"  {key}: {_fmt_sim(value, sim) if timed else _fmt(value)}")
     for level in result.get("levels") or []:
-        click.echo(f"  c={level.get('concurrency')}: {_fmt(level.get('total_output_tokens_per_s'))} tok/s total, "
-                   f"{_fmt(level.get('request_throughput'))} req/s, TTFT p50 {_fmt((level.get('ttft_ms') or {}).get('p50'))} ms, "
-                   f"ITL p50 {_fmt((level.get('itl_ms') or {}).get('p50'))} ms")
+        click.echo(f"  c={level.get('concurrency')}: {_fmt_sim(level.get('total_output_tokens_per_s'), sim)} tok/s total, "
+                   f"{_fmt_sim(level.get('request_throughput'), sim)} req/s, "
+                   f"TTFT p50 {_fmt_sim((level.get('ttft_ms') or {}).get('p50'), sim)} ms, "
+                   f"ITL p50 {_fmt_sim((level.get('itl_ms') or {}).get('p50'), sim)} ms")
     for error in result.get("errors") or []:
         click.echo(f"error: {error}")
     click.echo(f"raw samples: {len(result.get('samples') or [])} (gpuops results show {result['id']} --json)")
@@ -324,15 +370,19 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
     if as_json:
         print_json({"schema": 1, **comparison.as_json()})
         return
-    headers = ["metric"] + [f"{h} {i}" for h, i in zip(comparison.hosts, comparison.ids)]
+    from gpuops.bench.simulated import mark, verdict
+
+    sims = [label is not None for label in comparison.simulated]
+    headers = ["metric"] + [mark(f"{h} {i}", s) for h, i, s in zip(comparison.hosts, comparison.ids, sims)]
     rows = []
     for metric in comparison.metrics:
         cells = [f"{metric.name} ({metric.unit})"]
-        for value, delta, better in zip(metric.values, metric.deltas_pct(), metric.improved()):
-            mark = "" if better is None else (" better" if better else " worse")
-            cells.append(f"{format_value(value)} {format_delta(delta)}{mark}".strip())
+        for index, (value, delta, better) in enumerate(zip(metric.values, metric.deltas_pct(), metric.improved())):
+            word = verdict(better, comparison.column_simulated(index))
+            cells.append(" ".join(p for p in (mark(format_value(value), sims[index]), format_delta(delta), word) if p))
         rows.append(cells)
     click.echo(format_table(headers, rows))
+    _sim_footnote([label for label in comparison.simulated if label])
     click.echo()
     if comparison.same_configuration:
         click.echo(f"same configuration (fingerprint {comparison.fingerprints[0]})")

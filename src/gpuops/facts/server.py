@@ -23,6 +23,9 @@ ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSH
 HEALTH_TIMEOUT_S = 3
 CONFIG_LIMIT_BYTES = 1 << 20
 
+SYSTEMD_PROPERTIES = ("Id", "ActiveState", "SubState", "MainPID", "NRestarts", "ExecStart", "Environment",
+                      "EnvironmentFiles", "DropInPaths", "FragmentPath", "User", "WorkingDirectory", "Restart")
+
 _ENV_GREP = "^(" + "|".join(p.rstrip("_") + "_" for p in ENV_PREFIXES) + ")"
 
 # Runs after the preamble: $GPUOPS_SERVER_PID (maybe empty), $GPUOPS_SERVER_PORT, $GPUOPS_PY.
@@ -39,6 +42,11 @@ if [ -n "$gpuops_pid" ]; then
   echo "exe=$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)"
   echo "argv_b64=$(cat "/proc/$gpuops_pid/cmdline" 2>/dev/null | gpuops_b64)"
   echo "cgroup_b64=$(cat "/proc/$gpuops_pid/cgroup" 2>/dev/null | gpuops_b64)"
+  # Run by a systemd unit: what systemd itself says it runs (drop-ins, env files, restarts).
+  gpuops_unit=$(sed -n 's|^[0-9]*:[^:]*:.*/\([^/]*\.service\)$|\1|p' "/proc/$gpuops_pid/cgroup" 2>/dev/null | head -n 1)
+  if [ -n "$gpuops_unit" ] && command -v systemctl >/dev/null 2>&1; then
+    echo "systemd_b64=$(systemctl show "$gpuops_unit" --no-pager @SYSTEMD_PROPS@ 2>/dev/null | gpuops_b64)"
+  fi
   # One variable a line: a newline inside a value becomes \001 (and back), so a value cannot
   # smuggle in a line that looks like another variable.
   if gpuops_env=$(tr '\n\000' '\001\n' 2>/dev/null <"/proc/$gpuops_pid/environ"); then
@@ -132,6 +140,27 @@ class ServerFacts:
     python: str | None = None  # the server's interpreter
     model: ModelFacts | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    systemd: SystemdUnitFacts | None = None  # what systemd says, when a unit runs the server
+
+
+@dataclass(frozen=True)
+class SystemdUnitFacts:
+    """``systemctl show`` of the unit that runs the server (verbatim where systemd's text is the fact)."""
+
+    unit: str
+    active_state: str
+    sub_state: str
+    main_pid: int | None
+    n_restarts: int | None
+    exec_start: str                # as systemd shows it: { path=... ; argv[]=... ; ... }
+    exec_argv: str | None          # its argv[] part
+    environment: tuple[str, ...]   # Environment= assignments (unit and drop-ins)
+    environment_files: tuple[str, ...]
+    drop_ins: tuple[str, ...]
+    fragment_path: str
+    user: str
+    working_directory: str
+    restart: str
 
 
 def _b64(value: str | None) -> bytes | None:
@@ -216,6 +245,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     cgroup = (_b64(v.get("cgroup_b64")) or b"").decode("utf-8", errors="replace")
     pidfile_pid = int(v["pidfile_pid"]) if v.get("pidfile_pid", "").isdigit() else None
     manager, unit = classify_manager(cgroup, pid, pidfile_pid)
+    systemd = parse_systemd_show(_b64(v.get("systemd_b64")))
     model = None
     if settings.model_path:
         config = _b64(v.get("config_b64"))
@@ -232,8 +262,40 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         unit=unit,
         python=(argv[0] if argv and argv[0].startswith("/") else v.get("exe")) or None,
         model=model,
+        systemd=systemd,
         **common,  # type: ignore[arg-type]
     )
+
+
+def parse_systemd_show(raw: bytes | None) -> SystemdUnitFacts | None:
+    from gpuops.remote.service_systemd import environment_entries, exec_argv, parse_show
+
+    if not raw:
+        return None
+    shown = parse_show(raw.decode("utf-8", errors="replace"))
+    if not shown.get("Id"):
+        return None
+
+    def number(key: str) -> int | None:
+        value = shown.get(key, "")
+        return int(value) if value.isdigit() else None
+
+    env_files = tuple(re.sub(r" \(ignore_errors=\w+\)$", "", line.strip())
+                      for line in shown.get("EnvironmentFiles", "").split("\n") if line.strip())
+    return SystemdUnitFacts(
+        unit=shown["Id"], active_state=shown.get("ActiveState", ""), sub_state=shown.get("SubState", ""),
+        main_pid=number("MainPID") or None, n_restarts=number("NRestarts"),
+        exec_start=shown.get("ExecStart", ""), exec_argv=exec_argv(shown.get("ExecStart", "")),
+        environment=tuple(_redact_assignment(e) for e in environment_entries(shown.get("Environment", ""))),
+        environment_files=env_files, drop_ins=tuple(shown.get("DropInPaths", "").split()),
+        fragment_path=shown.get("FragmentPath", ""), user=shown.get("User", ""),
+        working_directory=shown.get("WorkingDirectory", ""), restart=shown.get("Restart", ""),
+    )
+
+
+def _redact_assignment(entry: str) -> str:
+    name, eq, _ = entry.partition("=")
+    return f"{name}={REDACTED}" if eq and is_secret_name(name) else entry
 
 
 def _redact_argv(argv: list[str]) -> list[str]:
@@ -264,6 +326,7 @@ def server_script(state_dir: str | None) -> str:
         SERVER_SCRIPT.replace("@ENV_GREP@", _ENV_GREP)
         .replace("@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT_S))
         .replace("@CONFIG_LIMIT@", str(CONFIG_LIMIT_BYTES))
+        .replace("@SYSTEMD_PROPS@", " ".join(f"-p {p}" for p in SYSTEMD_PROPERTIES))
         .strip()
     )
     return f"gpuops_state_dir={shlex.quote(state_dir or '')}\n{script}"

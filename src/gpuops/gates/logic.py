@@ -21,11 +21,13 @@ from gpuops.gates.scan import GateScan
 
 Tri = "bool | None"
 
-# Capabilities a gate's ``admits`` list is computed over (name, major, minor).
+# Capabilities a gate's ``admits`` list is computed over (name, major, minor), at least: every
+# architecture the release's own definitions name is added (``PredicateBook.candidates``).
 CANDIDATES: tuple[tuple[str, int, int], ...] = (
     ("sm80", 8, 0), ("sm86", 8, 6), ("sm89", 8, 9), ("sm90", 9, 0), ("sm100", 10, 0),
     ("sm103", 10, 3), ("sm110", 11, 0), ("sm120", 12, 0), ("sm121", 12, 1),
 )
+_MAJORS = range(7, 14)  # what a capability's major can plausibly be (Volta .. beyond Blackwell)
 # A CUDA runtime recent enough for every predicate: ``admits`` is about the GPU, not the toolkit.
 RECENT_CUDA = (13, 0)
 _TRUE_PLATFORMS = {"cuda", "cuda_alike"}
@@ -81,6 +83,7 @@ class PredicateBook:
             self._by_key[(str(entry.get("file")), str(entry.get("name")))] = entry
             self._by_name[str(entry.get("name"))].append(entry)
         self.platform_attrs = dict(scan.platform_attrs) or dict(PLATFORM_FALLBACK)
+        self.candidates = _candidates(scan)
 
     def entry(self, name: str, file: str | None) -> Mapping[str, Any] | None:
         if file is not None and (file, name) in self._by_key:
@@ -99,6 +102,57 @@ class PredicateBook:
                     found.append(name)
                     break
         return sorted(found)
+
+
+def _candidates(scan: GateScan) -> tuple[tuple[str, int, int], ...]:
+    """CANDIDATES plus every (major, minor) the release's gates and definitions name: ``== 107``,
+    ``(10, 3)``, ``"sm121"``, a predicate of majors [11]."""
+    found: set[tuple[int, int]] = {(a, b) for _, a, b in CANDIDATES}
+
+    def add(value: Any, subject: str | None) -> None:
+        if isinstance(value, bool):
+            return
+        if isinstance(value, list):
+            if subject == "cc" and len(value) == 2 and all(isinstance(v, int) for v in value):
+                add_cc(value[0], value[1])
+                return
+            for item in value:
+                add(item, subject)
+        elif isinstance(value, int):
+            if subject == "sm":
+                add_cc(*divmod(value, 10))
+            elif subject == "major":
+                add_cc(value, 0)
+        elif isinstance(value, str) and subject and subject.startswith("fmt:"):
+            match = re.search(r"(\d{2,3})", value)
+            if match:
+                add_cc(*divmod(int(match.group(1)), 10))
+
+    def add_cc(major: int, minor: int) -> None:
+        # (9, 4) and (9, 5) are what ROCm reports for MI300/MI350: no NVIDIA GPU is 9.x but 9.0.
+        if major in _MAJORS and 0 <= minor <= 9 and not (major == 9 and minor):
+            found.add((major, minor))
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            atom = node.get("atom")
+            if node.get("op") == "cap" and isinstance(atom, dict) and atom.get("kind") == "cc":
+                add(atom.get("value"), str(atom.get("subject")))
+            for value in node.values():
+                if isinstance(value, (dict, list)):
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for gate in scan.gates:
+        walk(gate.get("condition"))
+    for entry in scan.predicates:
+        for major in entry.get("majors") or ():
+            if isinstance(major, int):
+                add_cc(major, 0)
+        walk(entry.get("expr"))
+    return tuple((f"sm{a}{b}", a, b) for a, b in sorted(found))
 
 
 _CMP: dict[str, Callable[[Any, Any], bool]] = {
@@ -182,6 +236,7 @@ class Evaluator:
         self.unknown_cap = unknown_cap
         self.overrides = dict(overrides or {})
         self.unknowns: list[str] = []
+        self._defining: list[str] = []
 
     def _note(self, why: str) -> None:
         if why not in self.unknowns:
@@ -217,6 +272,13 @@ class Evaluator:
                 return self.unknown_cap
             return value
         if op == "clause":
+            if self._defining:
+                # Part of a predicate's definition gpuops cannot read: the predicate is not known,
+                # never an ordinary (non-GPU) clause.
+                if self.unknown_cap is not None:
+                    return self.unknown_cap
+                self._note(f"cannot read `{node_text(node)}` in the definition of {self._defining[-1]}")
+                return None
             return self.clause(node)
         return None
 
@@ -259,7 +321,11 @@ class Evaluator:
             if "same_as" in entry:
                 return self.predicate(str(entry["same_as"]), entry.get("file"), depth + 1)
             if "expr" in entry and isinstance(entry["expr"], dict):
-                return self.eval(entry["expr"], depth + 1)
+                self._defining.append(name)
+                try:
+                    return self.eval(entry["expr"], depth + 1)
+                finally:
+                    self._defining.pop()
         meaning = fallback_meaning(name) or (fallback_meaning(attr) if attr else None)
         if meaning is None:
             self._note(f"what {name} means is not known")
@@ -285,6 +351,12 @@ class Evaluator:
             "minor": gpu.minor,
             "sm": gpu.major * 10 + gpu.minor,
         }.get(str(subject))
+        if isinstance(subject, str) and subject.startswith("fmt:"):
+            # A string formatted from the capability (f"sm{major}{minor}") compared with "sm90".
+            try:
+                subject_value = subject[4:].format(major=gpu.major, minor=gpu.minor, sm=gpu.major * 10 + gpu.minor)
+            except (KeyError, IndexError, ValueError):
+                subject_value = None
         fn = _CMP.get(str(atom.get("cmp")))
         value = _tuples(atom.get("value"))
         if subject_value is None or fn is None or value is None:
@@ -353,13 +425,20 @@ def admitted(gate: Mapping[str, Any], ev: Evaluator) -> bool | None:
 
 
 def admits(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
-    """The capabilities this gate can let through, whatever its other clauses."""
+    """The capabilities this gate can let through, whatever its other clauses: those for which it
+    is not decided False. A capability an unreadable atom leaves undecided is listed too (the
+    gate's status says it is unknown), so ``[]`` means that truly no GPU passes."""
     out = []
-    for name, major, minor in CANDIDATES:
-        ev = Evaluator(book, Gpu(major, minor, RECENT_CUDA), unknown_cap=True)
-        if admitted(gate, ev) is not False:
+    for name, major, minor in book.candidates:
+        if admitted(gate, Evaluator(book, Gpu(major, minor, RECENT_CUDA))) is not False:
             out.append(name)
     return out
+
+
+def undecided(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
+    """The capabilities whose verdict an unreadable capability atom leaves open."""
+    return [name for name, major, minor in book.candidates
+            if cap_verdict(gate, book, Gpu(major, minor, RECENT_CUDA)).status == "unknown"]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ reached over its own sshd as root, with the stand-in server behind ``sglang.laun
 Inside the container::
 
     /opt/gpuops-lab/standin_server.py      the stand-in SGLang server (stdlib only)
+    /opt/gpuops-lab/speed_model.py, .json  its speed model and documented figures
     /usr/local/bin/python-sglang           `-m sglang.launch_server FLAGS` runs the stand-in
     /etc/systemd/system/sglang.service     the unit, rendered by the sglang-service role itself
     /var/lib/gpuops/sglang.env             its EnvironmentFile, rendered by the role too
@@ -22,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.lab import sshd
+from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab.nspawn import BootedRoot, boot_root
 
 STANDIN = Path(__file__).parent / "standin_server.py"
@@ -29,6 +31,8 @@ WRAPPER = "/usr/local/bin/python-sglang"
 STATE_DIR = "/var/lib/gpuops"
 UNIT_DIR = "/etc/systemd/system"
 HOST_NAME = "sd1"
+# The inventory's group vars (short: the stand-in starts and stops in a blink).
+GROUP_VARS = {"become": False, "gpuops_health_timeout": 60, "gpuops_stop_grace": 5}
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
         server_port = sshd.free_port()
         (booted.path("/opt/gpuops-lab")).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(STANDIN, booted.path("/opt/gpuops-lab/standin_server.py"))
+        for sibling in STANDIN_SIBLINGS:  # the stand-in imports its speed model from its own dir
+            shutil.copyfile(sibling, booted.path(f"/opt/gpuops-lab/{sibling.name}"))
         wrapper = booted.path(WRAPPER)
         wrapper.write_text(_wrapper_text("/usr/bin/python3"))
         wrapper.chmod(0o755)
@@ -115,7 +121,7 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
             "sglang_port": server_port,
             "sglang_env": dict(server_env or {}),
         }
-        files = render_service_files(host_vars)
+        files = render_service_files({**GROUP_VARS, **host_vars})
         for path, text in files.items():
             target = booted.path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -139,8 +145,7 @@ def _write_inventory(workdir: Path, host_vars: Mapping[str, Any]) -> None:
     import yaml
 
     data = {"all": {"children": {"systemd_lab": {
-        "vars": {"gpuops_known_hosts": str(workdir / "known_hosts"), "become": False,
-                 "gpuops_health_timeout": 60, "gpuops_stop_grace": 5},
+        "vars": {"gpuops_known_hosts": str(workdir / "known_hosts"), **GROUP_VARS},
         "hosts": {HOST_NAME: dict(host_vars)},
     }}}}
     (workdir / "inventory.yml").write_text(

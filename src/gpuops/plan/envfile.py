@@ -1,7 +1,11 @@
-"""The launch environment file: ``KEY='value'`` lines, sh-quoted (sourced with ``set -a``).
+r"""The launch environment file: ``KEY='value'`` lines, read by sh (sourced with ``set -a``, the
+process manager) and by systemd (``EnvironmentFile=``, the systemd manager) alike.
 
-Values are data: single quotes make ``$(...)``, backticks and ``;`` literal when the file is
-sourced, so a hostile variable can never run. Names are checked, because a name is not quoted.
+Values are data: quoting makes ``$(...)``, backticks and ``;`` literal when the file is sourced,
+so a hostile variable can never run. Names are checked, because a name is not quoted. The two
+readers differ: systemd does not read sh's ``'\''`` and treats a backslash inside single quotes as
+an escape (checked against systemd 252), so a value holding ``'`` or ``\`` is double-quoted with
+``\ " $ ` `` escaped, which both read as the same bytes.
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ def env_text(value: Any) -> str:
     return str(value)
 
 
-def sh_single_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
+def env_quote(text: str) -> str:
+    """Quoted so that sh and systemd's EnvironmentFile= read exactly ``text`` (no newlines here)."""
+    if "'" not in text and "\\" not in text:
+        return "'" + text + "'"
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+    return '"' + escaped + '"'
 
 
 def check_entries(entries: Mapping[str, Any], where: str) -> dict[str, str]:
@@ -51,5 +59,5 @@ def render_env_file(entries: Mapping[str, str], header: str, style: str = "sh") 
     lines = [f"# {line}" for line in header.splitlines()]
     for name in sorted(entries):
         value = entries[name]
-        lines.append(f"{name}={value}" if style == "docker" else f"{name}={sh_single_quote(value)}")
+        lines.append(f"{name}={value}" if style == "docker" else f"{name}={env_quote(value)}")
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 A helper is shipped on stdin, never installed: ``python_command()`` is the command to run and
 ``python_stdin(name, payload)`` the bytes to send. The runner splits stdin at a separator line, runs
 the helper's source as ``__main__`` with ``GPUOPS_PAYLOAD`` (the JSON payload, bytes) in its globals.
+A helper may import other host modules (``from gpuops.remote import x``): ``source()`` bundles them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 PAYLOAD_SEPARATOR = b"\n#--gpuops-payload--\n"
@@ -22,8 +24,11 @@ _RUNNER = (
 
 
 def source(name: str) -> str:
-    """The text of the helper ``gpuops/remote/<name>.py``."""
-    return resources.files(__package__).joinpath(f"{name}.py").read_text(encoding="utf-8")
+    """The text of the helper ``gpuops/remote/<name>.py``, with the host modules it imports bundled
+    in (see ``bundle.py``), ready to run as one script."""
+    from gpuops.remote.bundle import bundled_source
+
+    return bundled_source(name, Path(str(resources.files(__package__))))
 
 
 def python_command(python: str | None = None) -> str:

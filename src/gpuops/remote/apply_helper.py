@@ -196,6 +196,8 @@ class Service:
     def __init__(self, spec, process_manager_source, progress, connection_alive):
         self.spec = spec or {}
         self.manager = self.spec.get("manager", "process")
+        # systemd and docker are driven by their own host modules (service_systemd.py, ...).
+        self.backend = load_backend(self.manager, self.spec)
         self.state_dir = self.spec.get("state_dir")
         self.port = int(self.spec.get("port", 30000))
         self.grace = float(self.spec.get("grace", 30))
@@ -217,6 +219,8 @@ class Service:
         if self.manager == "process":
             status = self.process_manager().status(self.state_dir, self.port)
             return bool(status.get("running")), status.get("pid")
+        if self.backend is not None:
+            return backend_call(self.backend.running)
         if self.manager == "systemd":
             proc = run_cmd(["systemctl", "is-active", "--quiet", self.spec["name"]])
             return proc.returncode == 0, None
@@ -226,7 +230,9 @@ class Service:
         raise StepFailed("unknown sglang_manager %r" % self.manager)
 
     def stop(self):
-        if self.manager == "process":
+        if self.backend is not None:
+            backend_call(self.backend.stop)
+        elif self.manager == "process":
             self.process_manager().stop(self.state_dir, self.grace)
         elif self.manager == "systemd":
             run_checked(["systemctl", "stop", self.spec["name"]], "systemctl stop")
@@ -234,7 +240,9 @@ class Service:
             run_cmd(["docker", "rm", "-f", self.spec["name"]])
 
     def restart(self, daemon_reload=False):
-        if self.manager == "process":
+        if self.backend is not None:
+            backend_call(self.backend.restart, daemon_reload)
+        elif self.manager == "process":
             pm = self.process_manager()
             stopped = pm.stop(self.state_dir, self.grace)
             if not stopped.get("ok", True):
@@ -265,19 +273,29 @@ class Service:
             for path in stage:
                 if http_ok(base + path):
                     if stage is INFO_PATHS:
+                        if self.backend is not None and hasattr(self.backend, "check_owns_port"):
+                            backend_call(self.backend.check_owns_port, self.port)
                         return path
                     stage = INFO_PATHS
                     break
             else:
                 running, _ = self.running()
                 if not running:
-                    raise StepFailed("the server exited during start-up", self.log_tail())
+                    why = "the server exited during start-up"
+                    if self.backend is not None:
+                        why = backend_call(self.backend.why_not_running)
+                    raise StepFailed(why, self.log_tail())
                 if time.monotonic() > deadline:
                     raise StepFailed("the server was not healthy within %ds (gpuops_health_timeout)" % timeout,
                                      self.log_tail())
                 time.sleep(0.25)
 
     def log_tail(self, lines=25):
+        if self.backend is not None:
+            try:
+                return self.backend.log_tail(lines)
+            except Exception as exc:
+                return "(no log: %s)" % exc
         try:
             if self.manager == "process":
                 with open(os.path.join(self.state_dir, "sglang.log"), "rb") as handle:
@@ -297,6 +315,28 @@ class Service:
         except (OSError, KeyError) as exc:
             return "(no log: %s)" % exc
         return "\n".join(text.splitlines()[-lines:])
+
+
+def load_backend(manager, spec):
+    """The module that drives ``manager`` on the host (bundled with this helper at send time), or
+    None when this helper drives that manager itself (the process manager)."""
+    if manager == "systemd":
+        from gpuops.remote import service_systemd
+
+        return service_systemd.make_service(spec)
+    return None
+
+
+def backend_call(function, *args):
+    """A backend's failure (its ServiceFailed, with the unit's or container's log) as a StepFailed."""
+    try:
+        return function(*args)
+    except StepFailed:
+        raise
+    except Exception as exc:
+        if hasattr(exc, "log_tail"):
+            raise StepFailed(str(exc), exc.log_tail)
+        raise
 
 
 def previous_service(spec):

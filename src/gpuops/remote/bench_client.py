@@ -49,10 +49,30 @@ class Emitter(object):
         self.stream = stream or sys.stdout
         self.lock = threading.Lock()
         self.on_broken = None  # called once stdout is gone: nobody will read the results
+        self.keep = None  # the host's copy of every frame (a file), so a lost connection loses nothing
+
+    def keep_on_host(self, path):
+        """Also append every frame to ``path`` on this host; a failure to do so is only noted."""
+        try:
+            path = os.path.expanduser(path)
+            parent = os.path.dirname(path)
+            if parent and not os.path.isdir(parent):
+                os.makedirs(parent, 0o700)
+            self.keep = open(path, "a")
+            return path
+        except OSError as exc:
+            self.keep = None
+            return "not kept (%s)" % exc
 
     def emit(self, kind, record):
         line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
         with self.lock:
+            if self.keep is not None:
+                try:
+                    self.keep.write(line)
+                    self.keep.flush()
+                except (OSError, ValueError):
+                    self.keep = None
             try:
                 self.stream.write(line)
                 self.stream.flush()
@@ -663,10 +683,49 @@ def suite_allreduce(payload, emitter, stop):
     in_temp_dir("gpuops-allreduce-", lambda d: _suite_allreduce(payload, emitter, stop, d))
 
 
+def variant_timeout(spec, kind):
+    """Seconds one torchrun launch may take before it counts as hung: from the sizes asked.
+
+    Start-up (process group, NCCL communicators; FlashInfer's kernel compile for fusion) plus a
+    generous allowance per size and mode; ``timeout_s`` in the payload overrides it.
+    """
+    if spec.get("timeout_s"):
+        return float(spec["timeout_s"])
+    sizes = len(spec.get("tokens") or [1])
+    if kind == "fusion":
+        return 600.0 + 30.0 * sizes  # first call compiles FlashInfer's kernels (minutes)
+    return 90.0 + 15.0 * sizes * (2 if spec.get("cuda_graph") else 1)
+
+
+def kill_group(proc, grace=5.0):
+    """SIGTERM the torchrun process group, then SIGKILL what is left after ``grace`` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        deadline = time.time() + wait
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        if proc.poll() is not None:
+            # torchrun is gone; its ranks may linger in the group: make sure
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
+
+
 def _suite_allreduce(payload, emitter, stop, work_dir):
-    """Run the torch.distributed worker once per NCCL variant with torchrun; relay its frames."""
+    """Run the torch.distributed worker once per NCCL variant with torchrun; relay its frames.
+
+    Each launch has a watchdog: past its timeout the whole process group is killed, the variant
+    is recorded as ``timed out after N s (hung collective)`` and the next variant runs. Records
+    relayed before that are kept (they were emitted, and written to the host's record file).
+    """
     spec = payload["allreduce"]
-    script = os.path.join(work_dir, "allreduce_bench.py")
+    kind = spec.get("kind") or ("fusion" if payload.get("suite") == "fusion" else "allreduce")
+    script = os.path.join(work_dir, "%s_bench.py" % kind)
     with open(script, "w") as handle:
         handle.write(spec["worker_source"])
     python = spec.get("python") or "python3"
@@ -680,7 +739,9 @@ def _suite_allreduce(payload, emitter, stop, work_dir):
         spec["hidden_size"] = hidden or 7168
         emitter.emit("note", {"message": "hidden size %d (%s)" % (
             spec["hidden_size"], source if hidden else "default; " + source)})
-    for variant_index, variant in enumerate(spec.get("variants") or [{}]):
+    timeout = variant_timeout(spec, kind)
+    variants = spec.get("variants") or [{}]
+    for variant_index, variant in enumerate(variants):
         if stop.is_set():
             break
         config = dict(spec)
@@ -693,44 +754,105 @@ def _suite_allreduce(payload, emitter, stop, work_dir):
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in variant.items()})
         env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONUNBUFFERED"] = "1"
         argv = [python, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(int(spec.get("world_size", 1))), script, config_path]
-        emitter.emit("note", {"message": "variant %s" % (variant or "default")})
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        errors = []
-
-        def drain_stderr():
-            for raw in iter(proc.stderr.readline, b""):
-                errors.append(raw.decode("utf-8", "replace").rstrip())
-                del errors[:-30]
-
-        reader = threading.Thread(target=drain_stderr)
-        reader.daemon = True
-        reader.start()
-        seen = 0
-        try:
-            for raw in iter(proc.stdout.readline, b""):
-                line = raw.decode("utf-8", "replace").strip()
-                prefix = FRAME + " " + emitter.run_id + " allreduce "
-                if line.startswith(prefix):
-                    seen += 1
-                    record = json.loads(line[len(prefix):])
-                    emitter.emit("allreduce", record)
-                if stop.is_set():
-                    os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        reader.join(2)
-        if proc.returncode != 0 and not stop.is_set():
+        emitter.emit("note", {"message": "variant %s (%d of %d, watchdog %.0f s)" % (
+            variant or "default", variant_index + 1, len(variants), timeout)})
+        emitter.emit("progress", {"variant": variant, "index": variant_index, "total": len(variants)})
+        outcome = run_watched(argv, env, emitter, stop, timeout, kind)
+        if outcome["timed_out"]:
+            emitter.emit("error", {"variant": variant, "timed_out": True, "records": outcome["seen"],
+                                   "message": "timed out after %.0f s (hung collective)" % timeout})
+        elif outcome["returncode"] != 0 and not stop.is_set():
+            errors = outcome["stderr"]
             interesting = [e for e in errors if "Error" in e or "error" in e] or errors
             emitter.emit("error", {"variant": variant, "message": "torchrun exited %d: %s" % (
-                proc.returncode, (interesting[-1] if interesting else "no output"))})
-        elif seen == 0 and not stop.is_set():
+                outcome["returncode"], (interesting[-1] if interesting else "no output"))})
+        elif outcome["seen"] == 0 and not stop.is_set():
             emitter.emit("error", {"variant": variant, "message": "no measurement came back"})
+
+
+def run_watched(argv, env, emitter, stop, timeout, kind):
+    """One torchrun launch under a watchdog; relays its ``kind`` frames as they arrive."""
+    import queue
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    errors = []
+    lines = queue.Queue()
+
+    def drain_stderr():
+        for raw in iter(proc.stderr.readline, b""):
+            errors.append(raw.decode("utf-8", "replace").rstrip())
+            del errors[:-30]
+
+    def drain_stdout():
+        for raw in iter(proc.stdout.readline, b""):
+            lines.put(raw)
+        lines.put(None)
+
+    readers = [threading.Thread(target=drain_stderr), threading.Thread(target=drain_stdout)]
+    for reader in readers:
+        reader.daemon = True
+        reader.start()
+    prefix = FRAME + " " + emitter.run_id + " " + kind + " "
+    seen = 0
+    timed_out = False
+    deadline = time.time() + timeout
+    try:
+        while True:
+            try:
+                raw = lines.get(timeout=0.5)
+            except queue.Empty:
+                raw = b""
+            if raw is None:
+                break
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(prefix):
+                try:
+                    record = json.loads(line[len(prefix):])
+                except ValueError:
+                    record = None
+                if isinstance(record, dict):
+                    seen += 1
+                    emitter.emit(kind, record)
+            if stop.is_set():
+                kill_group(proc)
+                break
+            if time.time() > deadline:
+                timed_out = True
+                kill_group(proc)
+                break
+        # what was printed before the kill still counts
+        while True:
+            try:
+                raw = lines.get(timeout=1.0)
+            except queue.Empty:
+                break
+            if raw is None:
+                break
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(prefix):
+                try:
+                    emitter.emit(kind, json.loads(line[len(prefix):]))
+                    seen += 1
+                except ValueError:
+                    pass
+        if proc.poll() is None and not timed_out and not stop.is_set():
+            remaining = max(1.0, deadline - time.time())
+            try:
+                proc.wait(remaining)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_group(proc)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc, grace=1.0)
+        proc.wait()
+    for reader in readers:
+        reader.join(2)
+    return {"returncode": proc.returncode, "timed_out": timed_out, "seen": seen, "stderr": errors}
 
 
 # --------------------------------------------------------------------------- main
@@ -753,8 +875,10 @@ def run(payload, emitter):
         with open(pid_file, "w") as handle:
             handle.write("%d\n" % os.getpid())
     status = 0
+    kept = emitter.keep_on_host(payload["record_file"]) if payload.get("record_file") else None
     try:
-        emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time()})
+        emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time(),
+                               "record_file": kept})
         if payload.get("host_facts", True):
             facts = host_snapshot(payload.get("server_python"))
             facts["patched_sources"] = patched_sources(payload.get("state_dir"))
@@ -771,7 +895,7 @@ def run(payload, emitter):
             suite_decode(payload, model_name(snapshot), emitter, stop)
         elif suite == "serving":
             suite_serving(payload, model_name(snapshot), emitter, stop)
-        elif suite == "allreduce":
+        elif suite in ("allreduce", "fusion"):
             suite_allreduce(payload, emitter, stop)
         else:
             raise ServerError("unknown suite %r" % suite)
@@ -787,6 +911,12 @@ def run(payload, emitter):
         status = 3
     finally:
         emitter.emit("end", {"partial": stop.is_set(), "time": time.time()})
+        if emitter.keep is not None:
+            try:
+                emitter.keep.close()
+            except OSError:
+                pass
+            emitter.keep = None
         if pid_file:
             try:
                 os.unlink(pid_file)

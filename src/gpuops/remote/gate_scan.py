@@ -34,10 +34,16 @@ import time
 SCANNER_VERSION = 1
 
 # Substrings that every capability gate (or a predicate definition) contains somewhere.
-TOKENS = ("is_sm", "blackwell", "hopper", "device_capability", "device_sm")
+# Upper-case spellings too (``_IS_SM120 = is_sm120_supported()``, ``CUDA_CAPABILITY = ...``): a
+# module constant is used in lines that hold no lower-case token at all.
+TOKENS = ("is_sm", "blackwell", "hopper", "capability", "device_sm", "cuda_arch",
+          "IS_SM", "BLACKWELL", "HOPPER", "CAPABILITY", "DEVICE_SM")
 PRED_NAME_RE = re.compile(r"^_?is_(sm\d+\w*|blackwell\w*|hopper\w*|ampere\w*)$")
-PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)$")
-CC_FUNCS = ("get_device_capability",)
+PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)(_static)?$")
+# Calls whose value is the capability (an object or tuple with major/minor): torch's, SGLang's
+# wrappers of it, the JIT kernels' arch info.
+CC_FUNCS = ("get_device_capability", "get_jit_cuda_arch")
+PROPS_FUNCS = ("get_device_properties",)  # an object with .major/.minor
 SM_FUNCS = ("get_device_sm",)
 CUDA_VERSION_FUNCS = ("get_cuda_version", "_get_cuda_version")
 SKIP_DIRS = ("__pycache__", "test", "tests")
@@ -456,9 +462,13 @@ class FileInfo(object):
         self.pieces = []
         self.imports = {}          # local name -> (module, name)
         self.aliases = {}          # name -> (value node, locator)  module-level
-        self.predicates = {}       # name -> meaning dict
+        self.predicates = {}       # name -> meaning dict (a class method's has "cls")
         self.helpers = set()       # functions used as partial(...) targets: predicate machinery
         self.platform_map = {}     # attr -> predicate name
+        self.cc_vars = {}          # module-level name -> capability subject ("cc", "major", "sm", ...)
+        self.cc_funcs = {}         # module-level function -> the capability subject it returns
+        self.module_names = set()  # names bound by `import x` / `import x.y as z`
+        self.self_cc = None        # `self.X` -> subject, from the file's methods (computed when walked)
         self.error = None
         self.whole = False         # parsed as one piece
 
@@ -468,6 +478,12 @@ class FileInfo(object):
         if parts[-1] == "__init__":
             parts = parts[:-1]
         return ["sglang"] + parts
+
+    @property
+    def top(self):
+        """The file's top-level subpackage (srt, multimodal_gen, jit_kernel, ...): a name defined
+        in both means what its own subpackage says."""
+        return self.rel.split("/", 1)[0]
 
 
 def parse_file(info, extra_names):
@@ -491,25 +507,52 @@ def parse_file(info, extra_names):
     info.whole = True
 
 
+_IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([\w.]+)(?:[ \t]+as[ \t]+(\w+))?", re.M)
+
+
 def collect_definitions(info):
+    # `import x.y as z` lines hold no token, so their pieces are not parsed: read them as text.
+    for match in _IMPORT_RE.finditer(info.source.text):
+        info.module_names.add(match.group(2) or match.group(1).split(".")[0])
     for piece in info.pieces:
         locator = Locator(info.source, piece)
         if piece.in_class:
+            for stmt in piece.tree.body:
+                collect_class_member(info, stmt, locator, piece.qual)
             continue
         for stmt in piece.tree.body:
             collect_module_statement(info, stmt, locator)
 
 
-def collect_module_statement(info, stmt, locator):
+def module_scope(info, locator=None):
+    return Scope(None, info, locator)
+
+
+def collect_module_statement(info, stmt, locator, nested=False):
+    """Definitions at module level. ``nested``: inside a module-level ``if``/``try`` (only imports
+    and capability values are taken from there: a predicate or alias defined twice is ambiguous)."""
     if isinstance(stmt, ast.ImportFrom):
         module = resolve_relative(info, stmt.module, stmt.level)
         for alias in stmt.names:
             if alias.name != "*":
                 info.imports[alias.asname or alias.name] = (module, alias.name)
+    elif isinstance(stmt, ast.Import):
+        for alias in stmt.names:
+            info.module_names.add(alias.asname or alias.name.split(".")[0])
+    elif isinstance(stmt, (ast.If, ast.Try)) or (hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)):
+        blocks = [stmt.body, stmt.orelse, getattr(stmt, "finalbody", [])]
+        blocks += [h.body for h in getattr(stmt, "handlers", [])]
+        for block in blocks:
+            for inner in block:
+                collect_module_statement(info, inner, locator, nested=True)
     elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if stmt.value is None:
+            return
+        if collect_cc_assignment(info.cc_vars, targets, stmt.value, module_scope(info, locator)):
+            return
         names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if not names or stmt.value is None:
+        if not names or nested:
             return
         meaning = meaning_from_partial(stmt.value, info)
         if meaning is not None:
@@ -528,19 +571,111 @@ def collect_module_statement(info, stmt, locator):
                     mapping[key.value] = value.value
             if mapping:
                 info.platform_map.update(mapping)
-            return
+                return
         for name in names:
             info.aliases[name] = (stmt.value, locator)
-    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        body = [s for s in stmt.body if not (isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant))]
-        returns = [s for s in body if isinstance(s, ast.Return)]
-        if len(body) <= 2 and returns and returns[-1] is body[-1] and returns[-1].value is not None:
-            if PRED_NAME_RE.match(stmt.name) or pure_capability(returns[-1].value):
-                info.predicates[stmt.name] = {
-                    "def_node": (stmt, returns[-1].value, locator),
-                    "line": stmt.lineno + locator.line0,
-                    "source": locator.text(returns[-1].value, 300),
-                }
+    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not nested:
+        collect_function(info, stmt, locator, None)
+    elif isinstance(stmt, ast.ClassDef) and not nested:
+        for member in stmt.body:
+            collect_class_member(info, member, locator, stmt.name)
+
+
+def collect_class_member(info, stmt, locator, cls):
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and PRED_NAME_RE.match(stmt.name):
+        existing = info.predicates.get(stmt.name)
+        if existing is None or existing.get("cls"):
+            collect_function(info, stmt, locator, cls)
+
+
+def collect_cc_assignment(table, targets, value, scope):
+    """``X = get_device_capability()``, ``major, minor = ...``, ``X = cap[0]``, ``X = major * 10 + minor``:
+    record X's capability subject in ``table``. True when it was one."""
+    if len(targets) != 1:
+        return False
+    target = targets[0]
+    subject = cc_subject(value, scope)
+    if isinstance(target, ast.Name) and subject is not None:
+        remember_subject(table, target.id, subject)
+        return True
+    if isinstance(target, (ast.Tuple, ast.List)) and subject == "cc" and len(target.elts) == 2:
+        for elt, part in zip(target.elts, ("major", "minor")):
+            if isinstance(elt, ast.Name):
+                remember_subject(table, elt.id, part)
+        return True
+    if (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
+            and len(target.elts) == len(value.elts)):
+        found = False
+        for elt, part in zip(target.elts, value.elts):
+            sub = cc_subject(part, scope)
+            if isinstance(elt, ast.Name) and sub is not None:
+                remember_subject(table, elt.id, sub)
+                found = True
+        return found
+    return False
+
+
+def remember_subject(table, name, subject):
+    """Two different capability values under one name make it unreadable (None), not a guess."""
+    if name in table and table[name] != subject:
+        table[name] = None
+    else:
+        table[name] = subject
+
+
+def predicate_body(func):
+    """The statements of a short function that may define a predicate or a capability value:
+    docstring dropped; None when it is not short and plain (imports, assignments, early returns,
+    one final return)."""
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant))]
+    if not body or len(body) > 6 or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return None
+    for stmt in body[:-1]:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)):
+            continue
+        if (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1
+                and isinstance(stmt.body[0], ast.Return) and literal_return(stmt.body[0]) in (True, False)):
+            continue
+        return None
+    return body
+
+
+def literal_return(stmt):
+    """True/False for `return True`/`return False|None|`; None for anything else."""
+    if stmt.value is None:
+        return False
+    value = literal(stmt.value)
+    if value is True:
+        return True
+    if value is False or value is None:
+        return False
+    return None
+
+
+def collect_function(info, func, locator, cls):
+    body = predicate_body(func)
+    if body is None:
+        return
+    value = body[-1].value
+    local_cc = {}
+    scope = Scope(None, info, locator, None, local_cc)
+    for stmt in body[:-1]:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            collect_cc_assignment(local_cc, stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target], stmt.value, scope)
+    if cls is None:
+        subject = cc_subject(value, scope)
+        if subject is not None and not isinstance(value, (ast.Compare, ast.BoolOp)):
+            info.cc_funcs[func.name] = subject  # a capability value (`return major * 10 + minor`)
+            return
+    if PRED_NAME_RE.match(func.name) or pure_capability(value, local_cc):
+        entry = {
+            "def_node": (func, body, locator),
+            "line": func.lineno + locator.line0,
+            "source": locator.text(value, 300),
+        }
+        if cls is not None:
+            entry["cls"] = cls
+        info.predicates[func.name] = entry
 
 
 def resolve_relative(info, module, level):
@@ -580,23 +715,26 @@ def meaning_from_partial(value, info):
     return None
 
 
-def pure_capability(node):
+def pure_capability(node, local_cc=None):
     """Is this expression about the GPU and nothing else (so its function is a predicate)?"""
+    local_cc = local_cc or {}
     if isinstance(node, ast.BoolOp):
-        return all(pure_capability(v) for v in node.values)
+        return all(pure_capability(v, local_cc) for v in node.values)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return pure_capability(node.operand)
+        return pure_capability(node.operand, local_cc)
     if isinstance(node, ast.Compare):
         operands = [node.left] + list(node.comparators)
-        if not any(mentions_device(o) for o in operands):
+        if not any(mentions_device(o, local_cc) for o in operands):
             return False
-        return all(mentions_device(o) or literal(o) is not _NO_VALUE or isinstance(o, ast.Name) for o in operands)
+        return all(mentions_device(o, local_cc) or literal(o) is not _NO_VALUE or isinstance(o, ast.Name) for o in operands)
     name = last_name(node) if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) else None
     return bool(name and (PRED_NAME_RE.match(name) or PLATFORM_NAME_RE.match(name)))
 
 
-def mentions_device(node):
+def mentions_device(node, local_cc=None):
     for sub in ast.walk(node):
+        if local_cc and isinstance(sub, ast.Name) and local_cc.get(sub.id):
+            return True
         name = last_name(sub) if isinstance(sub, (ast.Name, ast.Attribute, ast.Call)) else None
         if name and (name in CC_FUNCS or name in SM_FUNCS):
             return True
@@ -610,14 +748,33 @@ def mentions_device(node):
 class Scope(object):
     """What names mean where a condition is read: the file, plus a function's local aliases."""
 
-    def __init__(self, scanner, info, locator, local_aliases=None, cc_vars=None):
+    def __init__(self, scanner, info, locator, local_aliases=None, cc_vars=None, fn=None):
         self.scanner = scanner
         self.info = info
         self.locator = locator
-        self.local_aliases = local_aliases or {}
-        self.cc_vars = cc_vars or {}
+        self.local_aliases = {} if local_aliases is None else local_aliases
+        self.cc_vars = {} if cc_vars is None else cc_vars
+        self.fn = fn            # the FunctionContext read in (its parameters and local names)
+        self.param_flow = False  # set while reading a comparison with a capability-like literal
         self.nested = []        # boolean roots found inside opaque clauses
         self.expanding = set()  # alias names being expanded (cycles)
+
+    def shadowed(self, name):
+        """A parameter or local of the function, which is not what the module's name means."""
+        fn = self.fn
+        return fn is not None and name in fn.shadow and name not in self.local_aliases and name not in self.cc_vars
+
+    def imported(self, name, table):
+        """What ``name``, imported from another module of the tree, is in that module's ``table``
+        ("vars" or "funcs"), or None."""
+        if self.scanner is None or name not in self.info.imports:
+            return None
+        module, original = self.info.imports[name]
+        for rel in module_files(module):
+            entry = self.scanner.cc_tables.get(rel)
+            if entry and original in entry[table]:
+                return entry[table][original]
+        return None
 
 
 def build(node, scope, depth=0):
@@ -671,8 +828,11 @@ def clause(node, scope, span):
         ref = dotted(node)
         if ref is not None:
             out["ref"] = ref
-    # An atom inside a call or an arithmetic clause is a gate of its own.
+    # An atom inside a call (its arguments, keyword arguments too) or an arithmetic clause is a
+    # gate of its own.
     for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.keyword):
+            child = child.value
         if isinstance(child, ast.expr):
             scope.nested.extend(bool_roots(child, scope))
     return out
@@ -683,7 +843,10 @@ def cap_atom(node, scope):
     if isinstance(node, ast.Call):
         name = last_name(node.func)
         if name and (PRED_NAME_RE.match(name) or scope.scanner.is_predicate(name)) and name not in info.helpers:
-            return pred_atom(name, "call", scope)
+            if isinstance(node.func, ast.Name) and scope.shadowed(name):
+                return None  # a parameter or local that happens to hold a callable
+            method = isinstance(node.func, ast.Attribute) and not is_module_ref(node.func.value, scope)
+            return pred_atom(name, "method" if method else "call", scope)
         return None
     if isinstance(node, ast.Attribute):
         attr = node.attr
@@ -698,15 +861,31 @@ def cap_atom(node, scope):
         return None
     if isinstance(node, ast.Name):
         name = node.id
-        if name in scope.local_aliases or name in info.aliases:
-            return None
+        if name in scope.local_aliases or name in info.aliases or scope.shadowed(name):
+            return None  # parameters and locals are never predicates unless their value is one
         if PRED_NAME_RE.match(name):
             return pred_atom(name, "name", scope)
     return None
 
 
+def is_module_ref(node, scope):
+    """``u`` in ``u.is_sm100_supported()`` where ``u`` is a module (``import sglang.srt.utils as u``,
+    ``from sglang.srt import utils``): a module function, not an object's method."""
+    if isinstance(node, ast.Attribute):
+        return is_module_ref(node.value, scope)
+    if not isinstance(node, ast.Name):
+        return False
+    info = scope.info
+    if node.id in info.module_names:
+        return True
+    if node.id in info.imports and scope.scanner is not None:
+        module, name = info.imports[node.id]
+        return any(rel in scope.scanner.texts for rel in module_files(module + "." + name))
+    return False
+
+
 def pred_atom(name, form, scope):
-    return {"kind": "pred", "name": name, "form": form, "def": scope.scanner.resolve_predicate(scope.info, name)}
+    return {"kind": "pred", "name": name, "form": form, "def": scope.scanner.resolve_predicate(scope.info, name, form)}
 
 
 def platform_atom(node):
@@ -717,7 +896,8 @@ def platform_atom(node):
     else:
         return None
     if name and PLATFORM_NAME_RE.match(name):
-        return name.lstrip("_")[3:]
+        bare = name.lstrip("_")[3:]
+        return bare[:-7] if bare.endswith("_static") else bare
     return None
 
 
@@ -747,24 +927,47 @@ def expand_alias(name, scope, depth):
 
 
 def cc_subject(node, scope):
-    """What a compared expression is: the capability tuple, its major/minor, sm number, or None."""
+    """What a compared expression is, as data flow from the device: "cc" (the capability tuple or
+    object), "major", "minor", "sm" (major * 10 + minor), "fmt:<template>" (a string formatted from
+    them, e.g. "fmt:sm{major}{minor}"), or None."""
     if isinstance(node, ast.Call):
         name = last_name(node.func)
-        if name in CC_FUNCS:
+        if name in CC_FUNCS or name in PROPS_FUNCS:
             return "cc"
         if name in SM_FUNCS:
             return "sm"
         if name == "to_int" and isinstance(node.func, ast.Attribute) and cc_subject(node.func.value, scope) == "cc":
             return "sm"  # a capability object's `to_int()` is major * 10 + minor
+        if isinstance(node.func, ast.Name) and not scope.shadowed(node.func.id):
+            found = scope.info.cc_funcs.get(node.func.id) or scope.imported(node.func.id, "funcs")
+            if found:
+                return found  # a small function of the tree returning a capability value
+        return None
     if isinstance(node, ast.Tuple) and len(node.elts) == 2:
         if [cc_subject(e, scope) for e in node.elts] == ["major", "minor"]:
             return "cc"
-    if isinstance(node, ast.Attribute) and node.attr in ("major", "minor") and cc_subject(node.value, scope) == "cc":
-        return node.attr
-    if isinstance(node, ast.Attribute) and node.attr in ("device_capability", "device_sm"):
-        return "cc" if node.attr == "device_capability" else "sm"
-    if isinstance(node, ast.Name) and node.id in scope.cc_vars:
-        return scope.cc_vars[node.id]
+        return None
+    if isinstance(node, ast.Attribute):
+        if node.attr in ("major", "minor"):
+            return node.attr if cc_subject(node.value, scope) == "cc" else None
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            table = self_subjects(scope)
+            if node.attr in table:
+                return table[node.attr]  # `self.x = get_device_capability()[0]`: what it was set to
+        if node.attr in ("device_capability", "device_sm"):
+            return "cc" if node.attr == "device_capability" else "sm"
+        return None
+    if isinstance(node, ast.Name):
+        name = node.id
+        if name in scope.cc_vars:
+            return scope.cc_vars[name]
+        if scope.shadowed(name):
+            if scope.param_flow and scope.scanner is not None and name in scope.fn.params:
+                return scope.scanner.param_subject(scope.info, scope.fn, name)
+            return None
+        if name in scope.info.cc_vars:
+            return scope.info.cc_vars[name]
+        return scope.imported(name, "vars")
     if isinstance(node, ast.Subscript):
         base = cc_subject(node.value, scope)
         index = node.slice
@@ -773,10 +976,116 @@ def cc_subject(node, scope):
         idx = literal(index)
         if base == "cc" and idx in (0, 1):
             return "major" if idx == 0 else "minor"
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
-        if cc_subject(node.left, scope) == "sm" and literal(node.right) == 10:
-            return "major"
+        return None
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.FloorDiv):
+            if cc_subject(node.left, scope) == "sm" and literal(node.right) == 10:
+                return "major"
+        elif isinstance(node.op, ast.Mod):
+            if cc_subject(node.left, scope) == "sm" and literal(node.right) == 10:
+                return "minor"
+        elif isinstance(node.op, ast.Add):
+            # major * 10 + minor, in either order
+            for tens, ones in ((node.left, node.right), (node.right, node.left)):
+                if (isinstance(tens, ast.BinOp) and isinstance(tens.op, ast.Mult) and cc_subject(ones, scope) == "minor"
+                        and 10 in (literal(tens.left), literal(tens.right))
+                        and "major" in (cc_subject(tens.left, scope), cc_subject(tens.right, scope))):
+                    return "sm"
+        return None
+    if isinstance(node, ast.JoinedStr):
+        template = []
+        for part in node.values:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                template.append(part.value.replace("{", "{{").replace("}", "}}"))
+            elif isinstance(part, ast.FormattedValue) and part.format_spec is None and part.conversion in (-1, None):
+                sub = cc_subject(part.value, scope)
+                if sub not in ("major", "minor", "sm"):
+                    return None
+                template.append("{%s}" % sub)
+            else:
+                return None
+        if any(isinstance(p, ast.FormattedValue) for p in node.values):
+            return "fmt:" + "".join(template)
     return None
+
+
+_SELF_SET_RE = re.compile(r"^[ \t]+self\.(\w+)\s*(?::[^=\n]*)?=(?!=)", re.M)
+
+
+def self_subjects(scope):
+    """``self.<attr>`` -> capability subject, from every ``self.<attr> = <capability value>`` in the
+    file's methods (one value per attr; two different ones make it unreadable)."""
+    info = scope.info
+    if info.self_cc is not None:
+        return info.self_cc
+    info.self_cc = {}
+    # Cheap first: attributes set where the next few lines name a capability token.
+    text = info.source.text
+    wanted = set()
+    for match in _SELF_SET_RE.finditer(text):
+        window = text[match.end():match.end() + 240]
+        if has_token(window, ()) or any(name in window for name, v in info.cc_vars.items() if v):
+            wanted.add(match.group(1))
+    if not wanted:
+        return info.self_cc
+    table = {}
+    for piece in info.pieces:
+        locator = Locator(info.source, piece)
+        for func in functions_in(piece.tree.body):
+            sets = [n for n in statements(func.body) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                    and isinstance(n.targets[0], ast.Attribute) and isinstance(n.targets[0].value, ast.Name)
+                    and n.targets[0].value.id == "self" and n.targets[0].attr in wanted]
+            if not sets:
+                continue
+            local = {}
+            inner = Scope(scope.scanner, info, locator, None, local)
+            inner.fn = FunctionContext("", None, {}, local, params_of(func))
+            collect_local_cc(func, inner, local)
+            for stmt in sets:
+                subject = cc_subject(stmt.value, inner)
+                attr = stmt.targets[0].attr
+                if subject is not None:
+                    remember_subject(table, attr, subject)
+                elif literal(stmt.value) is _NO_VALUE:
+                    table[attr] = None  # also set to something else
+    info.self_cc = {k: v for k, v in table.items() if v}
+    return info.self_cc
+
+
+def functions_in(body):
+    """Every function under these statements, nested ones and methods included."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(block)
+
+
+def collect_local_cc(func, scope, table):
+    """Local names bound to capability values (in statement order, so chains resolve)."""
+    for _ in range(2):
+        for node in statements(func.body):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, (ast.Name, ast.Tuple, ast.List)) for t in targets):
+                    collect_cc_assignment(table, targets, node.value, scope)
+    for name in [k for k, v in table.items() if v is None]:
+        del table[name]
+    return table
+
+
+def params_of(func):
+    args = func.args
+    names = [a.arg for a in getattr(args, "posonlyargs", [])] + [a.arg for a in args.args]
+    names += [a.arg for a in args.kwonlyargs]
+    for extra in (args.vararg, args.kwarg):
+        if extra is not None:
+            names.append(extra.arg)
+    return names
 
 
 def cuda_subject(node):
@@ -802,10 +1111,23 @@ def compare_atoms(node, scope):
         subject, value, flipped = cc_subject(left, scope), right, False
         if subject is None:
             subject, value, flipped = cc_subject(right, scope), left, True
+        if subject is None and scope.fn is not None and scope.fn.params:
+            # A parameter compared with what looks like a capability: a capability if every call
+            # site in the tree passes one.
+            for side, other, flag in ((left, right, False), (right, left, True)):
+                if param_shaped(side, scope) and capability_like(member_values(other, scope)):
+                    scope.param_flow = True
+                    try:
+                        subject = cc_subject(side, scope)
+                    finally:
+                        scope.param_flow = False
+                    if subject is not None:
+                        value, flipped = other, flag
+                        break
         if subject is not None:
-            val = literal(value)
-            if val is _NO_VALUE and isinstance(value, ast.Name):
-                val = scope.scanner.constant(scope.info, value.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
+            val = member_values(value, scope)
+            if flipped and opname in ("in", "not in"):
+                val = _NO_VALUE  # `x in <capability>`: not a comparison gpuops reads
             atom = {"kind": "cc", "subject": subject, "cmp": flip(opname) if flipped else opname,
                     "value": None if val is _NO_VALUE else val}
             atoms.append({"op": "cap", "atom": atom})
@@ -821,6 +1143,64 @@ def compare_atoms(node, scope):
     if len(atoms) == 1:
         return atoms[0]
     return {"op": "and", "args": atoms}
+
+
+def member_values(node, scope):
+    """The literal a capability is compared with: a constant, a module constant named, or the keys
+    of a dict (``cap in {(9, 0): ..., (10, 0): ...}``)."""
+    value = literal_collection(node)
+    if value is _NO_VALUE and isinstance(node, ast.Name) and scope.scanner is not None and not scope.shadowed(node.id):
+        value = scope.scanner.constant(scope.info, node.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
+    return value
+
+
+_CAP_NAME_RE = re.compile(r"cap|(^|_)sm($|_)|arch|major|minor|(^|_)cc($|_)|compute", re.I)
+
+
+def param_shaped(node, scope):
+    """Is this how a capability parameter is read (``p[0]``, ``p.major``, ``(p.major, p.minor)``, or
+    a parameter whose name says so)? Only then are its call sites looked up (they cost a search)."""
+    if isinstance(node, ast.Tuple):
+        return len(node.elts) == 2 and all(param_shaped(e, scope) for e in node.elts)
+    if isinstance(node, ast.Subscript):
+        index = node.slice.value if isinstance(node.slice, _INDEX) else node.slice
+        return literal(index) in (0, 1) and isinstance(node.value, ast.Name) and node.value.id in scope.fn.params
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("major", "minor") and isinstance(node.value, ast.Name) and node.value.id in scope.fn.params
+    return isinstance(node, ast.Name) and node.id in scope.fn.params and _CAP_NAME_RE.search(node.id) is not None
+
+
+def capability_like(value):
+    """Does this literal look like what a capability is compared with (9, 120, (9, 0), "sm90")?"""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return 7 <= value <= 13 or 70 <= value <= 130
+    if isinstance(value, str):
+        return re.match(r"^sm_?\d{2,3}[a-z]?$", value) is not None
+    if isinstance(value, list):
+        if len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return 7 <= value[0] <= 13 and 0 <= value[1] <= 9
+        return bool(value) and all(capability_like(v) for v in value)
+    return False
+
+
+def literal_collection(node):
+    if isinstance(node, ast.Dict):
+        keys = [literal(k) for k in node.keys if k is not None]
+        return _NO_VALUE if len(keys) != len(node.keys) or _NO_VALUE in keys else keys
+    return literal(node)
+
+
+def walk_no_nested(body):
+    """Every node under ``body`` except inside nested functions and classes."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def flip(op):
@@ -863,16 +1243,25 @@ def boolish(node):
 
 def interesting(node, scope):
     """Cheap pre-check: does this expression mention anything a gate is made of?"""
+    info = scope.info
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             name = sub.id
-            if (name in scope.local_aliases or name in scope.info.aliases or name in scope.cc_vars
-                    or name in CC_FUNCS or name in SM_FUNCS
-                    or PRED_NAME_RE.match(name) or scope.scanner.is_predicate(name)):
+            if (name in scope.local_aliases or name in info.aliases or name in scope.cc_vars
+                    or name in CC_FUNCS or name in SM_FUNCS or name in PROPS_FUNCS
+                    or PRED_NAME_RE.match(name) or scope.scanner.is_predicate(name)
+                    or info.cc_vars.get(name) or info.cc_funcs.get(name) or name in scope.scanner.flow_imports(info)):
+                return True
+            if scope.fn is not None and name in scope.fn.params and _CAP_NAME_RE.search(name):
                 return True
         elif isinstance(sub, ast.Attribute):
             if PRED_NAME_RE.match(sub.attr) or sub.attr in CC_FUNCS or sub.attr in SM_FUNCS or sub.attr in (
-                    "device_capability", "device_sm") or scope.scanner.is_predicate(sub.attr):
+                    "device_capability", "device_sm") or sub.attr in PROPS_FUNCS or scope.scanner.is_predicate(sub.attr):
+                return True
+            if sub.attr in ("major", "minor") and isinstance(sub.value, ast.Name) and scope.fn is not None \
+                    and sub.value.id in scope.fn.params:
+                return True
+            if isinstance(sub.value, ast.Name) and sub.value.id == "self" and sub.attr in self_subjects(scope):
                 return True
     return False
 
@@ -888,6 +1277,8 @@ def bool_roots(node, scope):
         return []  # build() queued any gates nested in its clauses on scope.nested
     found = []
     for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.keyword):
+            child = child.value
         if isinstance(child, ast.expr):
             found.extend(bool_roots(child, scope))
         elif isinstance(child, ast.comprehension):
@@ -949,35 +1340,42 @@ def body_effect(body, locator):
 
 
 class FunctionContext(object):
-    def __init__(self, qual, doc, local_aliases, cc_vars):
+    def __init__(self, qual, doc, local_aliases, cc_vars, params=(), assigned=(), first_is_self=False):
         self.qual = qual
         self.doc = doc
         self.local_aliases = local_aliases
         self.cc_vars = cc_vars
-        self.words = [w for w in list(local_aliases) + list(cc_vars) if not any(t in w for t in TOKENS)]
+        self.params = list(params)
+        self.first_is_self = first_is_self
+        # Names that mean something local here, never the module's predicate of that name.
+        self.shadow = set(params) | set(assigned)
+        names = list(local_aliases) + [n for n, v in cc_vars.items() if v]
+        self.words = [w for w in names if not any(t in w for t in TOKENS)]
 
     def mentions(self, source, first, last):
         text = "".join(source.lines[first - 1:last])
         return any(w in text for w in self.words)
 
 
-def function_locals(func, scanner, info):
-    """Single-assignment names holding a capability expression, and names bound to the capability.
+def function_locals(func, scanner, info, locator=None):
+    """Single-assignment names holding a capability expression, names bound to capability values,
+    and every name the function assigns.
 
     Only statements are walked (never every expression): assignments are statements.
     """
     counts = {}
     values = {}
-    cc_vars = {}
     source = info.source
     for node in statements(func.body):
         if isinstance(node, ast.Assign):
             targets = node.targets
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
             targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
         else:
             continue
-        weight = 2 if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)) else 1
+        weight = 2 if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) else 1
         for target in targets:
             if isinstance(target, ast.Name):
                 counts[target.id] = counts.get(target.id, 0) + weight
@@ -985,28 +1383,13 @@ def function_locals(func, scanner, info):
                 for elt in target.elts:
                     if isinstance(elt, ast.Name):
                         counts[elt.id] = counts.get(elt.id, 0) + weight
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-            continue
-        target = node.targets[0]
-        value = node.value
-        subject = None
-        if isinstance(value, ast.Call):
-            fname = last_name(value.func)
-            subject = "cc" if fname in CC_FUNCS else "sm" if fname in SM_FUNCS else None
-        if isinstance(target, ast.Name):
-            values[target.id] = (node, value)
-            if subject:
-                cc_vars[target.id] = subject
-            elif isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call) \
-                    and last_name(value.value.func) in CC_FUNCS:
-                index = value.slice
-                idx = literal(index.value if isinstance(index, _INDEX) else index)
-                if idx in (0, 1):
-                    cc_vars[target.id] = "major" if idx == 0 else "minor"
-        elif isinstance(target, ast.Tuple) and subject == "cc" and len(target.elts) == 2:
-            for elt, part in zip(target.elts, ("major", "minor")):
-                if isinstance(elt, ast.Name):
-                    cc_vars[elt.id] = part
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = (node, node.value)
+    cc_vars = {}
+    params = params_of(func)
+    scope = Scope(scanner, info, locator, None, cc_vars)
+    scope.fn = FunctionContext("", None, {}, cc_vars, params, counts)
+    collect_local_cc(func, scope, cc_vars)
     local_aliases = {}
     line0 = getattr(func, "_gpuops_line0", 0)
     candidates = {name: pair for name, pair in values.items()
@@ -1022,7 +1405,7 @@ def function_locals(func, scanner, info):
                     isinstance(n, ast.Name) and (n.id in local_aliases or n.id in cc_vars) for n in ast.walk(value)):
                 local_aliases[name] = value
                 changed = True
-    return local_aliases, cc_vars
+    return local_aliases, cc_vars, params, set(counts)
 
 
 def statements(body):
@@ -1064,7 +1447,7 @@ class GateWalker(object):
             self.walk_stmt(stmt, fn, within)
 
     def scope(self, fn):
-        return Scope(self.scanner, self.info, self.locator, fn.local_aliases, fn.cc_vars)
+        return Scope(self.scanner, self.info, self.locator, fn.local_aliases, fn.cc_vars, fn)
 
     def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope):
         line = tree["span"][0]
@@ -1099,6 +1482,10 @@ class GateWalker(object):
         for nested_node, nested_tree in self.drain_nested(scope):
             self.emit(stmt, nested_node, nested_tree, fn, within, "expr", 1, {}, scope)
 
+    def emit_nested(self, stmt, fn, within, scope):
+        for node, tree in self.drain_nested(scope):
+            self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+
     def drain_nested(self, scope):
         out = []
         while scope.nested:
@@ -1113,15 +1500,17 @@ class GateWalker(object):
 
     def walk_stmt(self, stmt, fn, within):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if stmt.name in self.info.helpers or (
-                    not fn.qual and stmt.name in self.info.predicates and PRED_NAME_RE.match(stmt.name)):
+            defined = self.info.predicates.get(stmt.name) or {}
+            if stmt.name in self.info.helpers or (PRED_NAME_RE.match(stmt.name) and defined and (
+                    (not fn.qual and not defined.get("cls")) or (fn.qual and defined.get("cls") == fn.qual))):
                 return  # the release's predicate vocabulary (is_sm120(), ...), not a gate
             qual = (fn.qual + "." if fn.qual else "") + stmt.name
             stmt._gpuops_line0 = self.locator.line0
-            local_aliases, cc_vars = function_locals(stmt, self.scanner, self.info)
+            local_aliases, cc_vars, params, assigned = function_locals(stmt, self.scanner, self.info, self.locator)
             for deco in stmt.decorator_list:
                 self.expr_gates(stmt, deco, fn, within)
-            inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars)
+            inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars, params, assigned,
+                                    first_is_self=bool(params) and params[0] in ("self", "cls"))
             self.walk_body(stmt.body, inner, [])
             return
         if isinstance(stmt, ast.ClassDef):
@@ -1151,11 +1540,13 @@ class GateWalker(object):
             found, scope = self.roots(stmt.test, fn)
             for node, tree in found:
                 self.emit(stmt, node, tree, fn, within, "assert" if node is stmt.test else "expr", 1, {}, scope)
+            self.emit_nested(stmt, fn, within, scope)
             return
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             found, scope = self.roots(stmt.value, fn)
             for node, tree in found:
                 self.emit(stmt, node, tree, fn, within, "return" if node is stmt.value else "expr", 1, {}, scope)
+            self.emit_nested(stmt, fn, within, scope)
             return
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -1166,6 +1557,7 @@ class GateWalker(object):
             for node, tree in found:
                 effect = {"sets": [n for n in names if n]} if node is stmt.value else {}
                 self.emit(stmt, node, tree, fn, within, "assign" if node is stmt.value else "expr", 1, effect, scope)
+            self.emit_nested(stmt, fn, within, scope)
             return
         # Everything else: look inside its expressions, then its nested statements.
         for field, value in ast.iter_fields(stmt):
@@ -1220,6 +1612,10 @@ class Scanner(object):
         self.root = root
         self.files = {}
         self.defs = {}          # predicate name -> [rel, ...]
+        self.method_defs = {}   # predicate name -> {rel, ...} where it is a class method
+        self.cc_tables = {}     # rel -> {"vars": {name: subject}, "funcs": {name: subject}}
+        self._param_cache = {}
+        self._trees = {}
         self.platform_map = {}
         self.errors = []
         self.texts = {}
@@ -1231,31 +1627,54 @@ class Scanner(object):
     def is_predicate(self, name):
         return name in self.defs
 
-    def resolve_predicate(self, info, name):
-        if name in info.predicates:
+    def resolve_predicate(self, info, name, form="call"):
+        """The file whose definition ``name`` means at this place: the module's own function, what
+        its import names, else (a method of an object: ``current_platform.is_blackwell()``,
+        ``cls.is_sm120()``) the class methods of this file, then of this subpackage."""
+        own = info.predicates.get(name)
+        method = form in ("method", "attr")
+        if own is not None and bool(own.get("cls")) == method:
             return info.rel
-        if name in info.imports:
+        if name in info.imports and not method:
             module, original = info.imports[name]
             for rel in module_files(module):
                 if rel in self.defs.get(original, ()):
                     return rel
             name = original
         candidates = self.defs.get(name, [])
-        if len(candidates) == 1:
-            return candidates[0]
-        preferred = [rel for rel in candidates if rel.startswith("srt/utils")]
-        if preferred:
-            return preferred[0]
-        return candidates[0] if candidates else None
+        if not candidates:
+            return None
+        methods = [rel for rel in candidates if rel in self.method_defs.get(name, ())]
+        functions = [rel for rel in candidates if rel not in methods]
+        ranked = (methods + functions) if method else (functions + methods)
+        for test in (lambda rel: rel == info.rel, lambda rel: rel.split("/", 1)[0] == info.top,
+                     lambda rel: rel.startswith("srt/utils"), lambda rel: True):
+            for rel in ranked:
+                if test(rel):
+                    return rel
+        return None
 
-    def constant(self, info, name):
-        """A module-level literal collection (e.g. a list of model architectures) named in a clause."""
+    def constant(self, info, name, depth=0):
+        """A module-level literal collection (a list of model architectures, a tuple of capabilities,
+        a dict's keys) named in a clause or comparison, in this module or imported from another."""
         key = (info.rel, name)
         if key in self._constant_cache:
             return self._constant_cache[key]
         value = _NO_VALUE
         if name in info.aliases:
-            value = literal(info.aliases[name][0])
+            value = literal_collection(info.aliases[name][0])
+        elif name in info.imports and depth < 3:
+            module, original = info.imports[name]
+            for rel in module_files(module):
+                other = self.files.get(rel)
+                if other is None and rel in self.texts:
+                    try:
+                        other = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                    except UnicodeDecodeError:
+                        other = None
+                if other is not None:
+                    value = self.constant(other, original, depth + 1)
+                    break
         else:
             pattern = re.compile(r"^%s\s*(?::[^=]*)?=" % re.escape(name))
             lines = info.source.lines
@@ -1265,7 +1684,7 @@ class Scanner(object):
                     try:
                         tree = ast.parse("".join(lines[begin:end]))
                         stmt = tree.body[0]
-                        value = literal(stmt.value) if getattr(stmt, "value", None) is not None else _NO_VALUE
+                        value = literal_collection(stmt.value) if getattr(stmt, "value", None) is not None else _NO_VALUE
                     except (SyntaxError, ValueError, IndexError):
                         value = _NO_VALUE
                     break
@@ -1274,16 +1693,78 @@ class Scanner(object):
         self._constant_cache[key] = value
         return value
 
+    def param_subject(self, info, fn, param):
+        """The capability subject every call site in the tree passes for ``param`` of ``fn`` (a
+        function or method of this file), or None (a call site passes something else, passes
+        nothing, or the function is used in a way not seen as a call)."""
+        name = fn.qual.split(".")[-1] if fn.qual else None
+        key = (info.rel, fn.qual, param)
+        if key in self._param_cache:
+            return self._param_cache[key]
+        self._param_cache[key] = None  # recursion guard
+        subject = None
+        if name and len(name) > 3 and param in fn.params and not name.startswith("__"):
+            subject = self._call_sites_agree(name, fn, param)
+        self._param_cache[key] = subject
+        return subject
+
+    def _call_sites_agree(self, name, fn, param):
+        needle = name.encode()
+        holders = [rel for rel in sorted(self.texts) if needle in self.texts[rel]]
+        if len(holders) > 6:
+            return None  # a common name: its call sites are not worth proving
+        position = fn.params.index(param)
+        subjects = set()
+        for rel in holders:
+            tree = self._trees.get(rel)
+            if tree is None:
+                try:
+                    tree = ast.parse(self.texts[rel].decode("utf-8"))
+                except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+                    return None
+                self._trees[rel] = tree
+            info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+            # Every reference to the name must be a call (not a callback, a registry entry, ...).
+            references = sum(1 for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == name)
+                             or (isinstance(n, ast.Attribute) and n.attr == name))
+            calls = 0
+            for func in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+                own = [n for n in walk_no_nested(func.body) if isinstance(n, ast.Call) and last_name(n.func) == name]
+                if not own:
+                    continue
+                local = {}
+                scope = Scope(self, info, None, None, local)
+                if func is not tree:
+                    scope.fn = FunctionContext("", None, {}, local, params_of(func))
+                    collect_local_cc(func, scope, local)
+                for call in own:
+                    calls += 1
+                    shift = 1 if fn.first_is_self and isinstance(call.func, ast.Attribute) else 0
+                    arg = None
+                    for kw in call.keywords:
+                        if kw.arg == param:
+                            arg = kw.value
+                    if arg is None and 0 <= position - shift < len(call.args):
+                        if any(isinstance(a, ast.Starred) for a in call.args[:position - shift + 1]):
+                            return None
+                        arg = call.args[position - shift]
+                    if arg is None:
+                        return None  # the default is used: not a capability
+                    subjects.add(cc_subject(arg, scope))
+                    if len(subjects) > 1 or None in subjects:
+                        return None
+            if calls != references:
+                return None
+        return subjects.pop() if len(subjects) == 1 else None
+
     def run(self, jobs=1):
         """All gates of the package, sorted, with ids; the predicate table is in ``self.predicates``."""
         self.read_files()
-        tokens = [t.encode() for t in TOKENS]
-        selected = [rel for rel, data in self.texts.items() if any(t in data for t in tokens)]
         gates = None
-        if jobs > 1 and len(selected) >= 4 * jobs and hasattr(os, "fork"):
-            gates = self.run_forked(selected, jobs)
+        if jobs > 1 and len(self.texts) >= 16 * jobs and hasattr(os, "fork"):
+            gates = self.run_forked(sorted(self.texts), jobs)  # each worker selects from its share
         if gates is None:
-            self.load(selected, ())
+            self.load(self.select(self.texts), ())
             self.set_tables(self.local_tables())
             self.reload_extra()
             gates = self.walk_all()
@@ -1296,6 +1777,11 @@ class Scanner(object):
             gate["id"] = "%s::%s#%d" % (gate["file"], gate["function"], counters[key])
         self.errors.sort(key=lambda e: e["file"])
         return gates
+
+    def select(self, rels):
+        """The files that hold a token (a plain substring search: fast)."""
+        tokens = [t.encode() for t in TOKENS]
+        return [rel for rel in rels if any(t in self.texts[rel] for t in tokens)]
 
     def read_files(self):
         for rel, path in walk_python_files(self.root):
@@ -1327,17 +1813,27 @@ class Scanner(object):
             collect_definitions(info)
 
     def local_tables(self):
-        """What other files need to know about these: predicate names and platform tables, per file."""
-        return {rel: (sorted(info.predicates), info.platform_map) for rel, info in self.files.items()}
+        """What other files need to know about these: predicate names (and which are class
+        methods), platform tables, capability values and functions, per file."""
+        return {rel: (sorted(info.predicates), info.platform_map,
+                      sorted(n for n, m in info.predicates.items() if m.get("cls")),
+                      ({k: v for k, v in info.cc_vars.items() if v}, {k: v for k, v in info.cc_funcs.items() if v}))
+                for rel, info in self.files.items()}
 
     def set_tables(self, per_file):
         self.defs = {}
+        self.method_defs = {}
         self.platform_map = {}
+        self.cc_tables = {}
         for rel in sorted(per_file):
-            names, platform_map = per_file[rel]
+            names, platform_map, methods, (cc_vars, cc_funcs) = per_file[rel]
             for name in names:
                 self.defs.setdefault(name, []).append(rel)
+            for name in methods:
+                self.method_defs.setdefault(name, set()).add(rel)
             self.platform_map.update(platform_map)
+            if cc_vars or cc_funcs:
+                self.cc_tables[rel] = {"vars": cc_vars, "funcs": cc_funcs}
 
     def reload_extra(self):
         """Predicates with names no token covers (rare): parse again where such a name is used,
@@ -1355,7 +1851,14 @@ class Scanner(object):
             info = self.files[rel]
             found = []
             try:
-                info.source.mark_words(list(TOKENS) + extra_words + gate_alias_names(info))
+                words = self.flow_names(info)
+                if words and not info.whole:
+                    before = len(info.pieces)
+                    parse_file(info, words)  # the pieces that use them without naming a token
+                    if len(info.pieces) != before:
+                        info.self_cc = None
+                        words = self.flow_names(info)
+                info.source.mark_words(list(TOKENS) + extra_words + words)
                 for piece in info.pieces:
                     locator = Locator(info.source, piece)
                     walker = GateWalker(self, info, locator)
@@ -1368,6 +1871,25 @@ class Scanner(object):
                 continue
             gates.extend(found)
         return gates
+
+    def flow_imports(self, info):
+        """Names this file imports that are capability values or functions in their module."""
+        found = getattr(info, "_flow_imports", None)
+        if found is None:
+            scope = Scope(self, info, None)
+            found = set(n for n in info.imports if scope.imported(n, "vars") or scope.imported(n, "funcs"))
+            info._flow_imports = found
+        return found
+
+    def flow_names(self, info):
+        """Names that carry a capability in this file without holding a token: module aliases of
+        gates, capability values and functions (its own and imported), ``self`` attributes set to one."""
+        names = set(gate_alias_names(info))
+        names.update(n for n, v in info.cc_vars.items() if v)
+        names.update(info.cc_funcs)
+        names.update(self.flow_imports(info))
+        names.update(self_subjects(Scope(self, info, None)))
+        return sorted(n for n in names if not any(t in n for t in TOKENS))
 
     def run_forked(self, selected, jobs):
         """The same scan over ``jobs`` forked workers (each parses and walks its share; definitions
@@ -1433,7 +1955,7 @@ class Scanner(object):
 
     def worker(self, bucket, up, down):
         self.errors = []
-        self.load(bucket, ())
+        self.load(self.select(bucket), ())
         send(up, (self.local_tables(), self.errors))
         self.errors = []
         self.set_tables(receive(down))
@@ -1454,15 +1976,32 @@ class Scanner(object):
                 elif "same_as" in meaning:
                     entry["same_as"] = meaning["same_as"]
                 elif "def_node" in meaning:
-                    func, value, locator = meaning["def_node"]
-                    func._gpuops_line0 = locator.line0
-                    local_aliases, cc_vars = function_locals(func, self, info)
-                    scope = Scope(self, info, locator, local_aliases, cc_vars)
-                    tree = build(value, scope)
-                    # `if not is_cuda(): return False` before the return narrows it to CUDA.
-                    entry["expr"] = tree
+                    entry["expr"] = self.definition_tree(info, *meaning["def_node"])
+                if meaning.get("cls"):
+                    entry["cls"] = meaning["cls"]
                 out.append(entry)
         return out
+
+
+    def definition_tree(self, info, func, body, locator):
+        """The condition a short predicate returns, with its early returns folded in:
+        ``if not cls.is_cuda_static(): return False`` then ``return cap[0] == 10`` is
+        ``is_cuda and cap[0] == 10``."""
+        func._gpuops_line0 = locator.line0
+        local_aliases, cc_vars, params, assigned = function_locals(func, self, info, locator)
+        fn = FunctionContext(func.name, None, local_aliases, cc_vars, params, assigned)
+        scope = Scope(self, info, locator, local_aliases, cc_vars, fn)
+        tree = build(body[-1].value, scope)
+        for stmt in reversed(body[:-1]):
+            if not isinstance(stmt, ast.If):
+                continue
+            test = build(stmt.test, scope)
+            if literal_return(stmt.body[0]):
+                tree = {"op": "or", "args": [test, tree], "span": test["span"], "text": test.get("text")}
+            else:
+                tree = {"op": "and", "args": [{"op": "not", "arg": test, "span": test["span"], "text": test.get("text")},
+                                              tree], "span": test["span"], "text": test.get("text")}
+        return tree
 
 
 def gate_alias_names(info):

@@ -27,7 +27,7 @@ import pytest
 
 def _why_no_containers(tools: tuple[str, ...]) -> str | None:
     if os.geteuid() != 0:
-        return "needs root (systemd-nspawn, overlay mounts, dockerd)"
+        return "needs root to boot containers (systemd-nspawn, overlay mounts, dockerd)"
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         return f"{', '.join(missing)} not installed (apt-get install -y debootstrap systemd-container docker.io)"

@@ -1,0 +1,152 @@
+"""Bundle a host helper with the host modules it imports, into one script for one exec.
+
+Host code is stdlib-only Python 3.8+ and is never installed on a host: it travels on stdin (or in
+a heredoc, or as a file torchrun runs) as one script. To let that code live in small modules, as
+Ansible's ``module_common.recursive_finder`` does for its modules, the bundler finds every module of
+``gpuops.remote`` that the entry module imports (directly or through another one, at module level or
+inside a function), and prepends ONE line to the entry's text that registers their sources with an
+in-memory import finder. The entry then imports them with ordinary absolute imports
+(``from gpuops.remote import fileops``), which work the same on the client (where the package is
+installed) and on the host (where the bundle serves them): one copy of each helper for both sides.
+
+The added line goes after the entry's docstring and ``from __future__`` imports (which must come
+first), so tracebacks on the host are off by exactly one line below it. An entry that imports no
+sibling module is sent unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT_PACKAGE = "gpuops.remote"
+
+# Runs on the host, first thing in the helper: serve the bundled modules (and the empty
+# ``gpuops`` / ``gpuops.remote`` packages above them) from memory, ahead of anything installed
+# there, so the host runs exactly the code this client sent.
+_BOOTSTRAP = '''
+import importlib.abc, importlib.util, sys
+class GpuopsBundleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, sources, packages):
+        self.sources, self.packages = sources, packages
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.sources or fullname in self.packages:
+            return importlib.util.spec_from_loader(fullname, self, is_package=fullname in self.packages)
+        return None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        name = module.__name__
+        if name in self.packages:
+            return
+        module.__file__ = "<gpuops-bundle:%s>" % name
+        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+sys.meta_path.insert(0, GpuopsBundleFinder(SOURCES, PACKAGES))
+'''
+
+
+class BundleError(ValueError):
+    """A host module imports something the bundle cannot carry (a client-only gpuops module)."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The entry module and, in dependency discovery order, the host modules it needs."""
+
+    entry: str
+    modules: dict[str, str]  # dotted name -> source text (the entry not included)
+
+    def script(self, entry_text: str) -> str:
+        if not self.modules:
+            return entry_text
+        packages = sorted(_parent_packages(self.modules))
+        line = "exec(compile(%r, '<gpuops-bundle>', 'exec'), {'SOURCES': %r, 'PACKAGES': %r})\n" % (
+            _BOOTSTRAP, self.modules, packages)
+        lines = entry_text.splitlines(keepends=True)
+        at = _insertion_line(entry_text)
+        return "".join(lines[:at]) + line + "".join(lines[at:])
+
+
+def module_path(name: str, search_dir: Path) -> Path | None:
+    """The file of host module ``gpuops.remote.<name>`` (or a dotted submodule), if it exists."""
+    relative = name[len(ROOT_PACKAGE) + 1:].replace(".", "/")
+    path = search_dir / f"{relative}.py"
+    return path if path.is_file() else None
+
+
+def imported_host_modules(text: str, search_dir: Path, where: str) -> list[str]:
+    """Dotted names of the ``gpuops.remote`` modules that ``text`` imports, in source order."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(text, filename=where)):
+        candidates: list[str] = []
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise BundleError(f"{where}: relative import at line {node.lineno}: host modules use "
+                                  f"absolute imports (from {ROOT_PACKAGE} import ...)")
+            base = node.module or ""
+            candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for name in candidates:
+            if name == "gpuops" or (name.startswith("gpuops.") and not _under_root(name)):
+                raise BundleError(f"{where}: imports {name} (line {node.lineno}), which does not run on "
+                                  f"hosts: host code may import only the standard library and {ROOT_PACKAGE}")
+            if _under_root(name) and name != ROOT_PACKAGE and module_path(name, search_dir):
+                if name not in found:
+                    found.append(name)
+    return found
+
+
+def find_bundle(entry: str, search_dir: Path) -> Bundle:
+    """Every host module ``entry`` (a name in ``search_dir``) needs, found recursively."""
+    entry_name = f"{ROOT_PACKAGE}.{entry}"
+    modules: dict[str, str] = {}
+    pending = [entry_name]
+    seen = {entry_name}
+    while pending:
+        name = pending.pop(0)
+        path = module_path(name, search_dir)
+        if path is None:
+            raise BundleError(f"host module {name} not found in {search_dir}")
+        text = path.read_text(encoding="utf-8")
+        if name != entry_name:
+            modules[name] = text
+        for dep in imported_host_modules(text, search_dir, str(path)):
+            if dep not in seen:
+                seen.add(dep)
+                pending.append(dep)
+    return Bundle(entry=entry_name, modules=modules)
+
+
+def bundled_source(entry: str, search_dir: Path) -> str:
+    """The entry's text with its host modules bundled in (unchanged when it imports none)."""
+    path = search_dir / f"{entry}.py"
+    return find_bundle(entry, search_dir).script(path.read_text(encoding="utf-8"))
+
+
+def _under_root(name: str) -> bool:
+    return name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + ".")
+
+
+def _parent_packages(modules: dict[str, str]) -> set[str]:
+    packages = set()
+    for name in modules:
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            packages.add(".".join(parts[:i]))
+    return packages
+
+
+def _insertion_line(text: str) -> int:
+    """Index of the first line after the module docstring and ``from __future__`` imports."""
+    body = ast.parse(text).body
+    at = 0
+    for i, node in enumerate(body):
+        is_docstring = (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                        and isinstance(node.value.value, str))
+        is_future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        if not (is_docstring or is_future):
+            break
+        at = node.end_lineno or node.lineno
+    return at

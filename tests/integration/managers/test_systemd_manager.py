@@ -1,0 +1,177 @@
+"""sglang_manager: systemd, against real systemd (PID 1 of a booted Debian root, reached over SSH).
+
+One host for the module (booting costs about a second); every test leaves it as it found it:
+the unit active with the original flags and environment. What systemd really runs is read from
+systemd itself (`systemctl show`, the unit's processes), never from the files gpuops wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from labtools import server_info
+
+pytestmark = pytest.mark.integration
+
+UNIT = "/etc/systemd/system/sglang.service"
+ENV = "/var/lib/gpuops/sglang.env"
+# Read differently by sh and by systemd's EnvironmentFile= unless quoted for both.
+HOSTILE = "it's \\ a $HOME \"q\" `id` $(id); x"
+
+
+@pytest.fixture(scope="module")
+def host(systemd_host_factory):
+    return systemd_host_factory(server_env={"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"})
+
+
+def apply(run_gpuops, host, *args: str) -> subprocess.CompletedProcess:
+    return run_gpuops("apply", *args, "-i", str(host.inventory_path), "--json", "-e", "gpuops_health_timeout=30",
+                      "-e", "gpuops_stop_grace=5", env={"XDG_STATE_HOME": ""})
+
+
+def report_of(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    try:
+        return json.loads(proc.stdout)["hosts"]["sd1"]
+    except (ValueError, KeyError):
+        raise AssertionError(f"no JSON report: {proc.stdout}\n{proc.stderr}") from None
+
+
+def files(host) -> dict[str, str]:
+    return {p: hashlib.sha256(host.booted.path(p).read_bytes()).hexdigest() for p in (UNIT, ENV)}
+
+
+def served(host, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return server_info(host.server_port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def original_env(host) -> dict[str, str]:
+    return {"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"}
+
+
+def test_environment_reaches_the_server_as_written_then_rerun_restarts_nothing(host, run_gpuops) -> None:
+    before = files(host)
+    first_pid = host.systemctl_show("MainPID")["MainPID"]
+    env = {**original_env(host), "SGLANG_NOTE": HOSTILE}
+    extra = json.dumps({"sglang_env": env})
+    proc = apply(run_gpuops, host, "sglang-service", "-e", extra)
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert [c["path"] for c in report["changes"]] == [ENV]
+    shown = host.systemctl_show("MainPID", "NRestarts", "InvocationID", "ActiveState")
+    assert shown["ActiveState"] == "active" and shown["MainPID"] != first_pid
+    assert report["pid"] == int(shown["MainPID"])
+    # systemd read the env file as the bytes gpuops meant (sh's '\'' would not survive it).
+    assert served(host)["env"]["SGLANG_NOTE"] == HOSTILE
+
+    again = apply(run_gpuops, host, "sglang-service", "-e", extra)
+    second = report_of(again)
+    assert again.returncode == 0 and second["changed"] == 0 and second["status"] == "unchanged"
+    assert host.systemctl_show("MainPID", "NRestarts", "InvocationID", "ActiveState") == shown  # not restarted
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert "SGLANG_NOTE" not in served(host)["env"]
+
+
+def test_new_flags_rewrite_the_unit_reload_and_rollback_restores_it_byte_for_byte(host, run_gpuops) -> None:
+    before = files(host)
+    unit_before = host.booted.path(UNIT).read_bytes()
+    old_exec = host.systemctl_show("ExecStart")["ExecStart"]
+    args = json.dumps({"sglang_args": ["--model-path", "/models/stand-in", "--tp", "1", "--max-running-requests", "5"]})
+    proc = apply(run_gpuops, host, "sglang-service", "-e", args)
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert [c["path"] for c in report["changes"]] == [UNIT]
+    shown = host.systemctl_show("ExecStart", "NeedDaemonReload", "MainPID")
+    assert "--max-running-requests 5" in shown["ExecStart"] and shown["NeedDaemonReload"] == "no"
+    assert served(host)["max_running_requests"] == 5
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before and host.booted.path(UNIT).read_bytes() == unit_before
+    shown = host.systemctl_show("ExecStart", "NeedDaemonReload", "ActiveState")
+    assert shown["NeedDaemonReload"] == "no" and shown["ActiveState"] == "active"
+    assert shown["ExecStart"].split(" ; start_time")[0] == old_exec.split(" ; start_time")[0]
+    assert served(host).get("max_running_requests") != 5
+
+
+def test_a_server_systemd_keeps_restarting_is_a_failed_start_and_rolls_back(host, run_gpuops) -> None:
+    before = files(host)
+    proc = apply(run_gpuops, host, "nccl-env", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 13}}')
+    report = report_of(proc)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert "systemd" in report["error"] and "Restart=on-failure" in report["error"]
+    # The failure shows the unit's journal: the stand-in's own last words.
+    assert "NCCL" in (report.get("log_tail") or "") and "sglang" in (report.get("log_tail") or "").lower()
+    assert files(host) == before
+    shown = host.systemctl_show("ActiveState", "SubState", "MainPID")
+    assert (shown["ActiveState"], shown["SubState"]) == ("active", "running")
+    info = served(host)
+    assert info["env"].get("NCCL_MIN_NCHANNELS") is None and info["env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_a_unit_systemd_rejects_is_rolled_back(host, run_gpuops) -> None:
+    before = files(host)
+    # Neither an absolute path nor a bare name: systemd refuses the ExecStart= line.
+    proc = apply(run_gpuops, host, "sglang-service", "-e", "sglang_python=bin/python3")
+    report = report_of(proc)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert files(host) == before
+    shown = host.systemctl_show("ActiveState", "MainPID", "LoadState", "NeedDaemonReload")
+    assert shown["ActiveState"] == "active" and shown["LoadState"] == "loaded" and shown["NeedDaemonReload"] == "no"
+    assert "bad-setting" in report["error"] and "Neither a valid executable name" in report["log_tail"]
+    assert served(host)["env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, run_gpuops) -> None:
+    # An operator's drop-in: an extra Environment= and a second EnvironmentFile= that gpuops did
+    # not write. inspect must show them, from systemd, next to what the server really got.
+    drop_in = host.booted.path("/etc/systemd/system/sglang.service.d/operator.conf")
+    drop_in.parent.mkdir(parents=True, exist_ok=True)
+    extra_env = host.booted.path("/etc/sglang-extra.env")
+    extra_env.write_text("SGLANG_FROM_EXTRA=two words\n")
+    drop_in.write_text('[Service]\nEnvironment="SGLANG_OPERATOR=on call" NCCL_IB_DISABLE=1\n'
+                       "EnvironmentFile=-/etc/sglang-extra.env\n")
+    try:
+        assert host.booted.run(["systemctl", "daemon-reload"]).returncode == 0
+        assert host.booted.run(["systemctl", "restart", host.unit]).returncode == 0
+        served(host)
+        proc = run_gpuops("inspect", "host", "-i", str(host.inventory_path), "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        server = json.loads(proc.stdout)["hosts"]["sd1"]["facts"]["server"]
+        shown = host.systemctl_show("MainPID", "NRestarts", "ExecStart", "DropInPaths", "FragmentPath", "Restart")
+        unit = server["systemd"]
+        assert server["manager"] == "systemd" and server["unit"] == "sglang.service"
+        assert unit["unit"] == "sglang.service" and (unit["active_state"], unit["sub_state"]) == ("active", "running")
+        assert unit["main_pid"] == int(shown["MainPID"]) and unit["n_restarts"] == int(shown["NRestarts"])
+        assert unit["exec_start"] == shown["ExecStart"]
+        assert unit["exec_argv"].startswith("/usr/local/bin/python-sglang -m sglang.launch_server")
+        assert unit["drop_ins"] == shown["DropInPaths"].split() == [
+            "/etc/systemd/system/sglang.service.d/operator.conf"]
+        assert unit["fragment_path"] == shown["FragmentPath"] and unit["restart"] == shown["Restart"] == "on-failure"
+        assert unit["environment"] == ["SGLANG_OPERATOR=on call", "NCCL_IB_DISABLE=1"]
+        assert unit["environment_files"] == ["/var/lib/gpuops/sglang.env", "/etc/sglang-extra.env"]
+        # ... and the process got all three sources.
+        assert {k: server["env"].get(k) for k in ("SGLANG_OPERATOR", "NCCL_IB_DISABLE", "SGLANG_FROM_EXTRA", "NCCL_DEBUG")} == {
+            "SGLANG_OPERATOR": "on call", "NCCL_IB_DISABLE": "1", "SGLANG_FROM_EXTRA": "two words", "NCCL_DEBUG": "WARN"}
+        text = run_gpuops("inspect", "host", "-i", str(host.inventory_path)).stdout
+        assert "systemd: sglang.service active/running" in text and "drop-ins /etc/systemd/system/sglang.service.d/operator.conf" in text
+    finally:
+        drop_in.unlink(missing_ok=True)
+        extra_env.unlink(missing_ok=True)
+        host.booted.run(["systemctl", "daemon-reload"])
+        host.booted.run(["systemctl", "restart", host.unit])
+        served(host)

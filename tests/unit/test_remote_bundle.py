@@ -1,0 +1,140 @@
+"""The host-code bundler: a helper split into modules still runs as one script, on a python that has
+no gpuops installed, and host modules stay stdlib-only Python 3.8."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpuops.remote as remote
+from gpuops.remote import PAYLOAD_SEPARATOR, python_command
+from gpuops.remote.bundle import BundleError, bundled_source, find_bundle
+
+REMOTE_DIR = Path(remote.__file__).parent
+
+# What the host's own GPU stack provides to the benchmark helpers (never installed by gpuops).
+HOST_STACK = {"torch", "flashinfer", "sgl_kernel"}
+
+
+def write(directory: Path, name: str, text: str) -> None:
+    path = directory / f"{name.replace('.', '/')}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def run_helper(script: str, payload: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` exactly as a host would (the runner of ``python_command`` reading stdin), from
+    an empty directory and with no PYTHONPATH, so only the bundle can supply its modules."""
+    stdin = script.encode() + PAYLOAD_SEPARATOR + json.dumps(payload).encode()
+    return subprocess.run(["sh", "-c", python_command(sys.executable)], input=stdin, capture_output=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+
+
+@pytest.fixture
+def helper_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "remote"
+    write(tree, "entry", '"""Entry docstring."""\nfrom __future__ import annotations\n\nimport json\n'
+                         "from gpuops.remote import fileops\n\n"
+                         "def main():\n"
+                         "    from gpuops.remote.journal import record\n"
+                         "    payload = json.loads(GPUOPS_PAYLOAD)\n"
+                         "    print(json.dumps({'sum': fileops.add(payload['a'], payload['b']), 'rec': record('x'),\n"
+                         "                      'file': fileops.__file__}))\n\n"
+                         "if __name__ == '__main__':\n    main()\n")
+    write(tree, "fileops", "from gpuops.remote import mathops\n\ndef add(a, b):\n    return mathops.plus(a, b)\n")
+    write(tree, "mathops", "def plus(a, b):\n    return a + b\n")
+    write(tree, "journal", "def record(event):\n    return {'event': event}\n")
+    write(tree, "unused", "raise SystemExit('never bundled')\n")
+    return tree
+
+
+def test_bundle_finds_every_module_the_entry_needs_and_nothing_else(helper_tree):
+    bundle = find_bundle("entry", helper_tree)
+    assert sorted(bundle.modules) == ["gpuops.remote.fileops", "gpuops.remote.journal", "gpuops.remote.mathops"]
+
+
+def test_bundled_helper_runs_where_gpuops_is_not_installed(helper_tree, tmp_path):
+    done = run_helper(bundled_source("entry", helper_tree), {"a": 2, "b": 40}, tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    out = json.loads(done.stdout)
+    assert out == {"sum": 42, "rec": {"event": "x"}, "file": "<gpuops-bundle:gpuops.remote.fileops>"}
+
+
+def test_unbundled_split_helper_fails_on_the_host_so_the_bundle_is_what_makes_it_run(helper_tree, tmp_path):
+    done = run_helper((helper_tree / "entry.py").read_text(), {"a": 1, "b": 1}, tmp_path)
+    # ModuleNotFoundError where no gpuops is installed; ImportError where the client's own is.
+    assert done.returncode != 0
+    assert b"ImportError" in done.stderr or b"ModuleNotFoundError" in done.stderr
+
+
+def test_bundle_line_goes_after_docstring_and_future_import_keeping_later_lines_one_off(helper_tree):
+    text = (helper_tree / "entry.py").read_text()
+    script = bundled_source("entry", helper_tree)
+    original, bundled = text.splitlines(), script.splitlines()
+    assert bundled[:2] == original[:2]
+    assert bundled[2].startswith("exec(compile(")
+    assert bundled[3:] == original[2:]
+
+
+def test_helper_that_imports_no_sibling_is_sent_unchanged(helper_tree):
+    assert bundled_source("mathops", helper_tree) == (helper_tree / "mathops.py").read_text()
+
+
+def test_host_module_importing_client_code_is_refused_with_the_file_and_line(helper_tree):
+    write(helper_tree, "bad", "import os\nfrom gpuops.plan import planner\n")
+    with pytest.raises(BundleError, match=r"bad\.py: imports gpuops\.plan.*line 2"):
+        find_bundle("bad", helper_tree)
+
+
+def test_relative_imports_are_refused(helper_tree):
+    write(helper_tree, "rel", "from . import mathops\n")
+    with pytest.raises(BundleError, match="relative import"):
+        find_bundle("rel", helper_tree)
+
+
+def test_bundled_helper_serves_its_own_modules_before_an_installed_gpuops(helper_tree, tmp_path):
+    """A host that happens to have some gpuops installed still runs exactly the code sent."""
+    fake = tmp_path / "site" / "gpuops" / "remote"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "mathops.py").write_text("def plus(a, b):\n    return 'stale'\n")
+    stdin = bundled_source("entry", helper_tree).encode() + PAYLOAD_SEPARATOR + b'{"a": 1, "b": 2}'
+    done = subprocess.run(["sh", "-c", python_command(sys.executable)], input=stdin, capture_output=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")},
+                          timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["sum"] == 3
+
+
+def _host_modules() -> list[Path]:
+    return sorted(p for p in REMOTE_DIR.glob("*.py") if p.name not in {"__init__.py", "bundle.py"})
+
+
+@pytest.mark.parametrize("path", _host_modules(), ids=lambda p: p.name)
+def test_every_host_module_is_python38_and_imports_only_the_standard_library(path):
+    text = path.read_text()
+    tree = ast.parse(text, filename=str(path), feature_version=(3, 8))
+    stdlib = set(sys.stdlib_module_names)
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        for name in names:
+            top = name.split(".")[0]
+            assert (top in stdlib or top == "__future__" or name.startswith("gpuops.remote")
+                    or top in HOST_STACK), f"{path.name}:{node.lineno} imports {name}"
+
+
+@pytest.mark.parametrize("path", _host_modules(), ids=lambda p: p.name)
+def test_every_shipped_helper_bundles(path):
+    """source() is what every caller ships: it must build for each helper."""
+    text = remote.source(path.stem)
+    compile(text, path.name, "exec")

@@ -1,0 +1,142 @@
+"""Figures from the stand-in say so wherever they appear: (sim) in tables and verdicts, a stamp on plots."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpuops.bench import simulated
+from gpuops.bench.report import _token_rate_plot, write_report
+from gpuops.bench.store import ResultsStore
+from gpuops.cli import cli
+from test_results_store import allreduce_run, decode_run, make  # the shared result builders
+
+LABEL = "rtx-pro-6000-pcie-x8 v2"
+
+
+def simulated_result(run_id: str, rate: float, fusion: bool = False) -> dict:
+    result = make(decode_run(run_id, rate, fusion=fusion))
+    result["server"]["speed_model"] = {"name": "gpuops-standin-speed", "version": 2, "label": LABEL,
+                                       "shape": "rtx-pro-6000-pcie-x8"}
+    return result
+
+
+def measured(result: dict, run_id: str) -> dict:
+    """The same figures as if a real server had produced them."""
+    real = copy.deepcopy(result)
+    real["server"]["simulated"] = False
+    real["server"].pop("speed_model", None)
+    real["id"] = run_id
+    return real
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> tuple[Path, list[str]]:
+    results = tmp_path / "results"
+    base, fused = simulated_result("r1", 60.0), simulated_result("r2", 94.3, fusion=True)
+    real_base, real_fused = measured(base, "realbase01"), measured(fused, "realfused1")
+    for result in (base, fused, real_base, real_fused):
+        ResultsStore(results).save(result)
+    return results, [base["id"], fused["id"], real_base["id"], real_fused["id"]]
+
+
+def run(*args: str) -> str:
+    done = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    return done.output
+
+
+def _red_pixels(png: bytes) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(io.BytesIO(png), format="png")
+    red = (pixels[:, :, 0] > 0.7) & (pixels[:, :, 1] < 0.15) & (pixels[:, :, 2] < 0.15)
+    return int(red.sum())
+
+
+def test_compare_marks_every_simulated_figure_and_verdict(store):
+    results, (base, fused, real_base, real_fused) = store
+    out = run("results", "compare", "--results-dir", str(results), base, fused)
+    rate = next(line for line in out.splitlines() if line.startswith("output tokens/s"))
+    assert re.search(r"60\.0 \(sim\)\s+94\.3 \(sim\) \+57\.2% better \(sim\)", rate), rate
+    table = out.split("\n\n")[0]
+    assert not re.search(r"(better|worse)(?! \(sim\))", table)  # never a bare verdict
+    assert all("(sim)" in cell for line in table.splitlines()[1:] for cell in re.split(r"\s{2,}", line)[1:])
+    assert f"(sim): simulated by the lab's stand-in server, model {LABEL}" in out
+    # A simulated column against a measured baseline (or the reverse) is still marked.
+    mixed = run("results", "compare", "--results-dir", str(results), real_base, fused)
+    assert "better (sim)" in mixed and re.search(r"\(tok/s\)\s+60\.0\s+94\.3 \(sim\)", mixed)
+    assert "better (sim)" in run("results", "compare", "--results-dir", str(results), base, real_fused)
+    # Two measurements: plain words, no marks.
+    real = run("results", "compare", "--results-dir", str(results), real_base, real_fused)
+    assert "(sim)" not in real and "+57.2% better" in real
+    doc = run("results", "compare", "--json", "--results-dir", str(results), base, real_fused)
+    assert '"simulated": [\n    true,\n    false\n  ]' in doc and LABEL in doc
+
+
+def test_list_and_show_mark_simulated_figures(store):
+    results, (base, fused, real_base, _) = store
+    listed = run("results", "list", "--results-dir", str(results))
+    rows = {line.split()[0]: line for line in listed.splitlines()[1:] if line.strip() and not line.startswith("(")}
+    assert "60.0 (sim)" in rows[base] and "94.3 (sim)" in rows[fused]
+    assert "(sim)" not in rows[real_base] and "60.0" in rows[real_base]
+    assert LABEL in listed.splitlines()[-1]
+    shown = run("results", "show", "--results-dir", str(results), base)
+    assert f"SIMULATED — stand-in model {LABEL}" in shown
+    assert re.search(r"output_tokens_per_s: 60\.0 \(sim\)", shown)
+    assert re.search(r"itl_ms: .*p50 [\d,.]+ \(sim\)", shown)
+    assert "completed: 3.00\n" in shown  # counts are exact, not simulated
+    assert "(sim)" not in run("results", "show", "--results-dir", str(results), real_base)
+
+
+def test_an_index_from_before_the_marks_is_rebuilt(store):
+    results, ids = store
+    with sqlite3.connect(results / "index.sqlite") as db:
+        db.execute("ALTER TABLE results DROP COLUMN speed_model")
+    entries = {e.id: e for e in ResultsStore(results).entries()}
+    assert entries[ids[0]].simulated and entries[ids[0]].speed_model == LABEL
+    assert not entries[ids[2]].simulated and entries[ids[2]].speed_model is None
+
+
+def test_the_stamp_is_drawn_on_the_image_itself():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    sim = [simulated_result("r1", 60.0), simulated_result("r2", 94.3, fusion=True)]
+    real = [measured(r, f"real{i}") for i, r in enumerate(sim)]
+    stamped, plain = _token_rate_plot(sim), _token_rate_plot(real)
+    assert stamped != plain
+    assert _red_pixels(stamped) > 500 and _red_pixels(plain) == 0  # the red banner and the diagonal mark
+
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    assert simulated.stamp_figure(fig, sim[:1])
+    texts = [t.get_text() for t in fig.findobj(lambda a: a.get_gid() == simulated.STAMP_GID)]
+    assert f"SIMULATED — stand-in model {LABEL}" in texts and texts.count("SIMULATED") == 2  # one per axes
+    assert not simulated.stamp_figure(fig, real)
+    plt.close(fig)
+
+
+def test_every_report_plot_of_simulated_results_is_stamped(tmp_path: Path):
+    results = [simulated_result("r1", 60.0), simulated_result("r2", 94.3, fusion=True),
+               make(allreduce_run("a1"), suite="allreduce")]  # a real measurement: no stamp on its plot
+    html_path, md_path = write_report(results, tmp_path / "report.html")
+    html = html_path.read_text()
+    images = dict(re.findall(r"<img id='plot-([a-z_]+)' alt='[a-z_]+' src='data:image/png;base64,([A-Za-z0-9+/=]+)'>", html))
+    assert {"tokens_per_s", "itl_distribution", "allreduce_latency"} <= set(images)
+    for name, data in images.items():
+        assert (_red_pixels(base64.b64decode(data)) > 500) == (name != "allreduce_latency"), name
+    assert "60.0 (sim)" in html and f"model {LABEL}" in html
+    markdown = md_path.read_text()
+    assert "> SIMULATED." in markdown and "60.0 (sim)" in markdown and "94.3 (sim) +57.2%" in markdown
