@@ -140,3 +140,35 @@ def test_every_report_plot_of_simulated_results_is_stamped(tmp_path: Path):
     assert "60.0 (sim)" in html and f"model {LABEL}" in html
     markdown = md_path.read_text()
     assert "> SIMULATED." in markdown and "60.0 (sim)" in markdown and "94.3 (sim) +57.2%" in markdown
+
+
+def test_tune_ranking_marks_simulated_trials(capsys):
+    from gpuops.commands.tune import _render
+
+    trial = {"variant": "NCCL_ALGO=Ring", "ok": True, "output_tokens_per_s": 82.0, "ttft_ms": 45.0,
+             "itl_ms": {"p50": 12.2}, "result_id": "abc", "simulated": True, "speed_model": LABEL}
+    real = {**trial, "variant": "baseline (as configured)", "simulated": False, "speed_model": None}
+    _render({"hosts": {"h01": {"ranking": [trial, real], "kept": None, "restored": True}}, "interrupted": False})
+    out = capsys.readouterr().out
+    ring = next(line for line in out.splitlines() if "NCCL_ALGO=Ring" in line)
+    assert re.search(r"82\.0 \(sim\)\s+45\.0 \(sim\)\s+12\.20 \(sim\)", ring), ring
+    assert "(sim)" not in next(line for line in out.splitlines() if "baseline" in line)
+    assert f"model {LABEL}" in out
+
+
+def test_bench_tables_mark_simulated_hosts(capsys):
+    from gpuops.commands.bench import _render_bench
+
+    level = {"concurrency": 4, "request_throughput": 1.5, "total_output_tokens_per_s": 220.0,
+             "output_tokens_per_s": 55.0, "ttft_ms_p50": 64.0, "itl_ms_p50": 13.0}
+    sim = {"ok": True, "simulated": True, "speed_model": LABEL, "output_tokens_per_s": 60.0, "ttft_ms": 45.0,
+           "itl_ms": {"p50": 16.7, "p90": 18.0, "p99": 21.0}, "accept_length": 1.86, "result_id": "abc",
+           "error": None, "levels": [level], "result_file": None}
+    real = {**sim, "simulated": False, "speed_model": None}
+    _render_bench({"suite": "serving", "hosts": {"sim01": sim, "real01": real}})
+    lines = capsys.readouterr().out.splitlines()
+    sim_rows = [line for line in lines if line.startswith("sim01")]
+    real_rows = [line for line in lines if line.startswith("real01")]
+    assert len(sim_rows) == 2 and all(line.count("(sim)") >= 5 for line in sim_rows)  # summary and level rows
+    assert len(real_rows) == 2 and not any("(sim)" in line for line in real_rows)
+    assert any(f"model {LABEL}" in line for line in lines)
