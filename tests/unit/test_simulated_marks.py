@@ -102,7 +102,7 @@ def test_list_and_show_mark_simulated_figures(store):
     assert re.search(r"itl_ms: .*p50 [\d,.]+ \(sim\)", shown)
     assert "completed: 3.00\n" in shown  # counts are exact, not simulated
     # Where the model's numbers come from, down to the published figures.
-    assert "model input verify_ms = 30.0 ms: published, source field-report" in shown
+    assert "model input verify_ms = 30 ms: published, source field-report" in shown
     assert "model input eagle3_num_steps = 3 draft steps: assumption, source lab" in shown
     assert "(sim)" not in run("results", "show", "--results-dir", str(results), real_base)
 
@@ -147,7 +147,7 @@ def test_every_report_plot_of_simulated_results_is_stamped(tmp_path: Path):
         assert (_red_pixels(base64.b64decode(data)) > 500) == (name != "allreduce_latency"), name
     assert "60.0 (sim)" in html and f"model {LABEL}" in html
     assert f"What stand-in model {LABEL} predicts from" in html
-    assert "<td>verify_allreduce_ms</td><td>25.0</td><td>ms</td><td>published</td><td>field-report</td>" in html
+    assert "<td>verify_allreduce_ms</td><td>25</td><td>ms</td><td>published</td><td>field-report</td>" in html
     markdown = md_path.read_text()
     assert "> SIMULATED." in markdown and "60.0 (sim)" in markdown and "94.3 (sim) +57.2%" in markdown
 
