@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.connvars import SSHSettings, ssh_settings
+from gpuops.transport.known_hosts import HostKeyRefused
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -147,6 +148,8 @@ class SSHConnection:
             ) from exc
         except _UnknownHostKey as exc:
             raise TransportError(host.name, str(exc)) from exc
+        except HostKeyRefused as exc:  # @revoked, or a host certificate that does not hold
+            raise TransportError(host.name, str(exc)) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(
                 host.name, f"authentication failed for {conn.user}@{conn.host}:{conn.port}{via}: {exc}"
@@ -167,15 +170,19 @@ class SSHConnection:
         return conn
 
     def _verify_keys(self, conn: Any, files: list[Path], accept_new: bool) -> None:
-        import paramiko
+        """Load the known_hosts files for `conn` (markers included) and refuse unknown keys."""
+        from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
 
         client = conn.client
+        known = KnownHosts()
         for path in files:
             if path.is_file():
                 try:
-                    client.get_host_keys().load(str(path))
-                except (OSError, paramiko.SSHException, ValueError) as exc:
-                    raise TransportError(self.host.name, f"cannot read known_hosts file {path}: {exc}") from exc
+                    load(path, client.get_host_keys(), known)
+                except OSError as exc:
+                    raise TransportError(self.host.name, f"cannot read known_hosts file {path}: {exc.strerror}") from exc
+        lookup = _known_hosts_name(conn.host, conn.port)
+        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known)
         record_to = files[-1] if len(files) > 1 else files[0]
         client.set_missing_host_key_policy(_RecordNewKey(record_to) if accept_new else _RejectUnknownKey(files))
 
@@ -265,6 +272,8 @@ class _RejectUnknownKey:
         self.files = files
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        if getattr(client.get_transport(), "certificate_verified", False):
+            return  # vouched for by a @cert-authority line (checked during the key exchange)
         where = ", ".join(str(f) for f in self.files)
         raise _UnknownHostKey(
             f"host key for {hostname} is unknown ({key.get_name()} {key.fingerprint}; not in {where}). "
@@ -279,6 +288,8 @@ class _RecordNewKey:
         self.record_to = record_to
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        if getattr(client.get_transport(), "certificate_verified", False):
+            return  # a CA vouches for the host: nothing to record
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.record_to.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(self.record_to, "a", encoding="ascii") as fh:
