@@ -350,3 +350,25 @@ def test_hashed_known_hosts_with_marker_lines_still_verify(lab, tmp_path: Path) 
         assert conn.run("echo ok").stdout == b"ok\n"
     finally:
         conn.close()
+
+
+def test_proxyjump_in_ansible_ssh_common_args_verifies_the_jump_hosts_key(lab, empty_home: Path) -> None:
+    bastion, target = _hosts(lab)
+    (empty_home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {bastion.key_file}\n")
+    jump = f"-J {bastion.user}@127.0.0.1:{bastion.port}"
+    host = dataclasses.replace(target, vars={**dict(target.vars), "ansible_ssh_common_args": jump})
+    bastion_log = lab.host(bastion.name).dir / "sshd.log"
+    hops_before = bastion_log.read_text().count("Accepted publickey")
+    conn = connect(host, ConnectOptions())
+    try:
+        assert conn.run("echo $GPUOPS_LAB_HOST").stdout == f"{target.name}\n".encode()
+    finally:
+        conn.close()
+    assert bastion_log.read_text().count("Accepted publickey") == hops_before + 1
+    # The jump host's key is checked like any other: unknown there, the host fails before the hop.
+    lines = [l for l in Path(lab.known_hosts).read_text().splitlines() if not l.startswith(f"[127.0.0.1]:{bastion.port} ")]
+    (empty_home / "kh").write_text("\n".join(lines) + "\n")
+    vars_ = {k: v for k, v in host.vars.items() if k != "gpuops_known_hosts"}
+    vars_["gpuops_known_hosts"] = str(empty_home / "kh")
+    outcome = run_on_hosts([dataclasses.replace(host, vars=vars_)], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and f"host key for [127.0.0.1]:{bastion.port} is unknown" in outcome.error, outcome.error

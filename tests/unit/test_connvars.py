@@ -64,3 +64,14 @@ def test_become() -> None:
                                ({"ansible_become_flags": "-i"}, "ansible_become_flags '-i' is not supported")]:
         with pytest.raises(TransportError, match=message):
             become_settings(variables, "h")
+
+
+def test_become_user_is_quoted_into_sudo_and_the_password_stays_on_stdin() -> None:
+    import shlex
+
+    from gpuops.apply.remote_exec import become_wrap
+
+    command, stdin = become_wrap("id -un", "pw; rm -rf /", user="svc; touch /tmp/x")
+    assert command.startswith("sudo -S -p '' -u 'svc; touch /tmp/x' -- /bin/sh -c ")
+    assert "pw; rm" not in command and stdin.startswith(b"pw; rm -rf /\n")
+    assert shlex.split(command)[5] == "svc; touch /tmp/x"

@@ -323,6 +323,14 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
         click.echo(f"{stamp_text([sim_label])}: every figure marked (sim) is the model's prediction, not a "
                    f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
                    f"in gpuops/lab/speed_model.json)")
+        from gpuops.bench.compare import format_value
+        from gpuops.bench.simulated import figure_basis
+
+        for figure in model.get("figures") or []:
+            value = figure.get("value")
+            shown = format_value(value) if isinstance(value, float) else str(value)
+            click.echo(f"  model input {figure.get('name')} = {shown} {figure.get('unit', '')}: "
+                       f"{figure_basis(figure)}, source {figure.get('source')}")
     click.echo(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
     click.echo(f"config  fingerprint {result.get('fingerprint')}")
     for key, value in (config.get("server_args") or {}).items():

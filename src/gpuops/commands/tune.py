@@ -50,7 +50,9 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: b
     variants = plan_variants(sweeps)  # refused here, before any host is touched
     bench_options = BenchOptions(suite="decode", api=api, input_len=input_len, output_len=output_len,
                                  num_requests=num_requests, warmup=warmup)
-    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout)
+    from gpuops.transport.rollout import rollout_for
+
+    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout))
     if not as_json:
         for variant in variants:
             for warning in variant.warnings:
