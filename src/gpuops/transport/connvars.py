@@ -86,12 +86,24 @@ def check_variables(host: Host) -> None:
         if name in variables and not truthy(variables[name], name, host.name):
             raise TransportError(host.name, f"{name}: false is refused: gpuops always verifies host keys "
                                             "(record new ones with --accept-new-host-keys)")
+    transport_name(host)
     shell = variables.get("ansible_shell_type")
     if shell not in (None, "sh"):
         raise TransportError(host.name, f"ansible_shell_type {shell!r} is not supported (gpuops runs POSIX sh)")
     executable = variables.get("ansible_shell_executable")
     if executable not in (None, "/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/bash"):
         raise TransportError(host.name, f"ansible_shell_executable {executable!r} is not supported (gpuops runs /bin/sh)")
+
+
+TRANSPORTS = ("paramiko", "openssh")
+
+
+def transport_name(host: Host) -> str:
+    """``gpuops_connection``: paramiko (the default) or openssh (the system's ssh client)."""
+    value = str((host.vars or {}).get("gpuops_connection") or "paramiko")
+    if value not in TRANSPORTS:
+        raise TransportError(host.name, f"gpuops_connection {value!r} is not one of {', '.join(TRANSPORTS)}")
+    return value
 
 
 def truthy(value: Any, name: str, host: str) -> bool:
