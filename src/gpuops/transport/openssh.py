@@ -55,7 +55,7 @@ class OpenSSHConnection:
 
         self.host = host
         self.options = options
-        settings = ssh_settings(host)  # validates the ssh args; OpenSSH reads them itself below
+        settings = ssh_settings(host, openssh=True)  # refuses what weakens host keys; OpenSSH reads the rest
         if settings.password is not None:
             raise TransportError(host.name, "ansible_password needs the paramiko connection "
                                             "(the openssh connection authenticates with keys, agents or certificates)")
