@@ -58,6 +58,7 @@ class BenchOptions:
     tool: str | None = None             # "sglang": run sglang.bench_serving / bench_one_batch_server
     tool_args: tuple[str, ...] = ()
     python: str | None = None           # runs torchrun / the SGLang tool; None: host var sglang_python
+    repeat: int = 1                     # the whole measurement N times; one merged result with intervals
     allreduce: AllreduceOptions = field(default_factory=AllreduceOptions)
 
     def __post_init__(self) -> None:
@@ -72,6 +73,8 @@ class BenchOptions:
             raise GpuopsError("bench: --output-len must be at least 2 (a decode rate needs two tokens)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise GpuopsError("bench: --concurrency needs positive integers, e.g. 1,4,16")
+        if self.repeat < 1:
+            raise GpuopsError("bench: --repeat must be at least 1")
         if self.tool not in (None, "sglang"):
             raise GpuopsError(f"bench: unknown --tool {self.tool!r} (only 'sglang')")
         if self.tool and self.suite in TORCHRUN_SUITES:

@@ -224,7 +224,7 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
                            server["env"] if not micro else {},
                            server["version"], patched, extra)
     rid = result_id(ctx.host, run.run_id)
-    return {
+    document = {
         "schema": SCHEMA,
         "id": rid,
         "run_id": run.run_id,
@@ -249,6 +249,11 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         "fusion": list(run.fusion),
         "samples": samples,
     }
+    from gpuops.bench.repeats import within_run
+    from gpuops.bench.stats import intervals_json
+
+    document["intervals"] = intervals_json(within_run(document))
+    return document
 
 
 def headline(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,8 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--concurrency", default="1,4,16,64", show_default=True, help="serving: concurrency levels.")
 @click.option("--requests-per-level", type=click.IntRange(1, 1_000_000), help="serving: requests per level (default max(4, 2 x level)).")
+@click.option("--repeat", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Run the whole measurement N times: one result with medians and 95%% bootstrap intervals.")
 @click.option("--request-timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True)
 @click.option("--tool", type=click.Choice(["sglang"]), help="Run SGLang's own bench_serving / bench_one_batch_server instead.")
 @click.option("--tool-args", help="Extra arguments for the SGLang tool, one shell-quoted string.")
@@ -69,7 +71,7 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
 def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
-          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
+          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, repeat: int, request_timeout: float,
           tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
           tokens: str | None, variant_timeout: float | None,
           dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
@@ -96,7 +98,7 @@ def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as
     options = opt.BenchOptions(
         suite=suite, api=api, input_len=input_len, output_len=output_len, num_requests=num_requests,
         warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"),
-        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
+        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool, repeat=repeat,
         tool_args=opt.parse_tool_args(tool_args), python=python,
         allreduce=opt.AllreduceOptions(
             world_size=world_size, hidden_size=hidden_size,
@@ -379,9 +381,13 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
         cells = [f"{metric.name} ({metric.unit})"]
         for index, (value, delta, better) in enumerate(zip(metric.values, metric.deltas_pct(), metric.improved())):
             word = verdict(better, comparison.column_simulated(index))
+            if index and better is None and delta is not None and abs(delta) >= 1e-9:
+                word = "within noise" if metric.interval(0) and metric.interval(index) else "no interval"
             cells.append(" ".join(p for p in (mark(format_value(value), sims[index]), format_delta(delta), word) if p))
         rows.append(cells)
     click.echo(format_table(headers, rows))
+    click.echo("a difference counts only where the 95% bootstrap intervals do not overlap, else: within noise "
+               "(--json has the intervals)")
     _sim_footnote([label for label in comparison.simulated if label])
     click.echo()
     if comparison.same_configuration:
