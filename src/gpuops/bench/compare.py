@@ -110,12 +110,16 @@ def _figures(result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | No
             out[(f"ITL {q}", "ms", "lower")] = _get(summary, "itl_ms", q)
         out[("accept length", "tokens", "higher")] = _get(summary, "accept_length")
     if suite == "serving":
+        from gpuops.bench.repeats import level_label
+
         for level in result.get("levels") or []:
-            c = level.get("concurrency")
-            out[(f"c={c} total output tokens/s", "tok/s", "higher")] = _get(level, "total_output_tokens_per_s")
-            out[(f"c={c} requests/s", "req/s", "higher")] = _get(level, "request_throughput")
-            out[(f"c={c} TTFT p50", "ms", "lower")] = _get(level, "ttft_ms", "p50")
-            out[(f"c={c} ITL p50", "ms", "lower")] = _get(level, "itl_ms", "p50")
+            c = level_label(level)
+            out[(f"{c} total output tokens/s", "tok/s", "higher")] = _get(level, "total_output_tokens_per_s")
+            out[(f"{c} requests/s", "req/s", "higher")] = _get(level, "request_throughput")
+            out[(f"{c} TTFT p50", "ms", "lower")] = _get(level, "ttft_ms", "p50")
+            out[(f"{c} ITL p50", "ms", "lower")] = _get(level, "itl_ms", "p50")
+            out[(f"{c} goodput", "req/s", "higher")] = _get(level, "goodput_request_per_s")
+        out[("peak total output tokens/s", "tok/s", "higher")] = _get(summary, "peak_total_output_tokens_per_s")
     if suite == "allreduce":
         for variant in summary.get("variants") or []:
             for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: int(kv[0])):

@@ -27,6 +27,14 @@ LEVEL_FIGURES = (
 )
 
 
+def level_label(level: Mapping[str, Any]) -> str:
+    """``c=16`` for a closed-loop level, ``rate=20`` for a request-rate level (its cap aside)."""
+    rate = level.get("request_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        return f"rate={rate:g}"
+    return f"c={level.get('concurrency')}"
+
+
 def _dig(mapping: Any, path: Sequence[str]) -> float | None:
     for key in path:
         if not isinstance(mapping, Mapping):
@@ -89,11 +97,11 @@ def across_repeats(summaries: Sequence[Mapping[str, Any]], level_sets: Sequence[
             dist[name] = ("repeats", values)
     for levels in level_sets:
         for level in levels:
-            c = level.get("concurrency")
+            label = level_label(level)
             for name, path in LEVEL_FIGURES:
                 value = _dig(level, path)
                 if value is not None:
-                    dist.setdefault(f"c={c} {name}", ("repeats", []))[1].append(value)
+                    dist.setdefault(f"{label} {name}", ("repeats", []))[1].append(value)
     return dist
 
 
@@ -110,7 +118,7 @@ def _median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
     by_c: dict[Any, list[Mapping[str, Any]]] = {}
     for levels in level_sets:
         for level in levels:
-            by_c.setdefault(level.get("concurrency"), []).append(level)
+            by_c.setdefault(level_label(level), []).append(level)
 
     def med(values: list[Any]) -> Any:
         nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -122,13 +130,14 @@ def _median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
         return values[-1] if values else None
 
     out = []
-    for c, levels in by_c.items():
+    for levels in by_c.values():
         keys = {k for lv in levels for k in lv}
         merged = {k: med([lv.get(k) for lv in levels]) for k in keys}
-        merged["concurrency"] = c
+        merged["concurrency"] = levels[0].get("concurrency")
+        merged["request_rate"] = levels[0].get("request_rate")
         merged["repeats"] = len(levels)
         out.append(merged)
-    return sorted(out, key=lambda lv: lv.get("concurrency") or 0)
+    return sorted(out, key=lambda lv: (lv.get("concurrency") or 0, lv.get("request_rate") or 0))
 
 
 def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
