@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gpuops.bench.fingerprint import configuration, fingerprint, tuning_env
+from gpuops.bench.fingerprint import configuration, fingerprint, public_server_record
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.simulated import model_label
@@ -266,7 +266,7 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         "errors": errors,
         "notes": run.notes,
         "options": options.as_record(),
-        "server": {**server, "env": tuning_env(server["env"])},
+        "server": public_server_record(server),
         "host_facts": host_facts,
         "configuration": config,
         "fingerprint": fingerprint(config),

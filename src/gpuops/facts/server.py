@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from gpuops.facts.model import ModelFacts, model_from_config
 from gpuops.facts.software import kv_lines
-from gpuops.facts.server_args import REDACTED, ServerSettings, is_secret_name, settings_from_argv
+from gpuops.facts.server_args import ServerSettings, settings_from_argv
+from gpuops.secret_policy import mask_args, mask_value
 from gpuops.gather import Probe, ProbeOutput
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSHMEM_")
@@ -178,7 +179,7 @@ def parse_env(raw: bytes) -> dict[str, str]:
     for entry in raw.decode("utf-8", errors="replace").split("\0"):
         key, sep, value = entry.partition("=")
         if sep and key.startswith(ENV_PREFIXES):
-            env[key] = REDACTED if is_secret_name(key) else value
+            env[key] = mask_value(key, value)
     return env
 
 
@@ -299,24 +300,7 @@ def _redact_assignment(entry: str) -> str:
 
 
 def _redact_argv(argv: list[str]) -> list[str]:
-    redacted: list[str] = []
-    hide_next = False
-    for word in argv:
-        if hide_next and not word.startswith("--"):
-            redacted.append(REDACTED)
-            hide_next = False
-            continue
-        hide_next = False
-        name, eq, _ = word.partition("=")
-        if word.startswith("--") and is_secret_name(name):
-            if eq:
-                redacted.append(f"{name}={REDACTED}")
-            else:
-                redacted.append(word)
-                hide_next = True
-            continue
-        redacted.append(word)
-    return redacted
+    return mask_args(argv)
 
 
 def server_script(state_dir: str | None) -> str:

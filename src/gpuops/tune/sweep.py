@@ -39,6 +39,7 @@ class Trial:
     run_id: str | None = None
     error: str | None = None
     interval: Interval | None = None  # 95% bootstrap interval of output tokens/s (see gpuops.bench.stats)
+    speed_model: str | None = None  # from a stand-in server: its model's label (the figures are simulated)
 
     @property
     def ok(self) -> bool:
@@ -50,6 +51,7 @@ class Trial:
             "output_tokens_per_s": self.output_tokens_per_s, "ttft_ms": self.ttft_ms, "itl_ms": dict(self.itl_ms),
             "result_id": self.result_id, "apply_run_id": self.run_id, "error": self.error,
             "interval": self.interval.as_json() if self.interval else None,
+            "simulated": self.speed_model is not None, "speed_model": self.speed_model,
         }
 
 
