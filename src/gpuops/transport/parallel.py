@@ -46,7 +46,7 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
 
 
 def _connect(host: Host, options: ConnectOptions) -> Connection:
-    from gpuops.transport.connvars import ssh_settings
+    from gpuops.transport.connvars import ssh_settings, transport_name
 
     if host.connection == "local":
         from gpuops.transport.local import LocalConnection
@@ -54,6 +54,10 @@ def _connect(host: Host, options: ConnectOptions) -> Connection:
         return LocalConnection(host)
     if host.connection not in ("ssh", "paramiko", "smart"):
         raise GpuopsError(f"{host.name}: unsupported ansible_connection {host.connection!r} (use ssh or local)")
+    if transport_name(host) == "openssh":
+        from gpuops.transport.openssh import OpenSSHConnection
+
+        return OpenSSHConnection(host, options)
     from gpuops.transport.ssh import SSHConnection
 
     return SSHConnection(host, options, ssh_settings(host))
