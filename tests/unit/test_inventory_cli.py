@@ -76,3 +76,17 @@ def test_ansible_python_interpreter_runs_the_helpers_unless_gpuops_python_is_set
     assert gpu01.vars["gpuops_python"] == "/opt/py/bin/python3"
     assert gpu02.vars["gpuops_python"] == "/usr/bin/python3"
     assert "gpuops_python" not in gpu03.vars
+
+
+def test_verbosity_levels_add_commands_timings_then_raw_output(tmp_path: Path) -> None:
+    (tmp_path / "local.yml").write_text(
+        f"all:\n  hosts:\n    here: {{ansible_connection: local, gpuops_state_dir: '{tmp_path / 'state'}'}}\n")
+    seen = {}
+    for flag in ("", "-v", "-vv", "-vvv"):
+        done = gpuops("history", "-i", "local.yml", *([flag] if flag else []), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        seen[flag] = done.stderr
+    assert seen[""] == ""
+    assert "here: exec " in seen["-v"] and " in 0." not in seen["-v"] and "stdout:" not in seen["-v"]
+    assert "here: connected in " in seen["-vv"] and "here: exit 0 in " in seen["-vv"] and "stdout:" not in seen["-vv"]
+    assert "here: stdout:" in seen["-vvv"]

@@ -69,3 +69,21 @@ def test_a_value_that_reports_failure_counts_as_failed() -> None:
     hosts = load_inventory("h1,h2").select(None)
     outcomes = run_on_hosts(hosts, lambda h: h.name != "h1", rollout=Rollout.parse("1", 0), failed=lambda ok: not ok)
     assert outcomes["h2"].skipped
+
+
+def test_the_inventory_may_set_the_rollout_when_the_command_line_does_not(tmp_path) -> None:
+    from gpuops.transport.rollout import rollout_for
+
+    path = tmp_path / "inv.yml"
+    path.write_text("all:\n  vars: {gpuops_serial: '1,50%', gpuops_max_fail_percentage: 0}\n  hosts: {a: , b: , c: }\n")
+    hosts = load_inventory(str(path)).select(None)
+    rollout = rollout_for(hosts, None)
+    assert rollout is not None and [len(b) for b in rollout.batches(hosts)] == [1, 1, 1]
+    assert rollout.max_fail_percentage == 0
+    given = Rollout.parse("3")
+    assert rollout_for(hosts, given) is given
+    path.write_text("all:\n  hosts: {a: {gpuops_serial: 1}, b: }\n")
+    with pytest.raises(RolloutError, match="gpuops_serial differs between the selected hosts"):
+        rollout_for(load_inventory(str(path)).select(None), None)
+    path.write_text("all:\n  hosts: {a: , b: }\n")
+    assert rollout_for(load_inventory(str(path)).select(None), None) is None

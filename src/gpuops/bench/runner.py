@@ -38,6 +38,7 @@ class HostBench:
     file: Path | None = None
     error: str | None = None
     status: str = "waiting"  # waiting | running | done | failed | stopping
+    repeat: int = 0  # which repeat is running (1-based) with --repeat
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,32 @@ def run_bench(
                                     host_name=target.host.name)
             state.status = "running"
             changed()
+            repeats: list[dict] = []
             conn = connect(target.host, connect_options)
             try:
-                done = conn.run(python_command(target.python), python_stdin("bench_client", payload))
+                for index in range(options.repeat):
+                    if state.status == "stopping" and repeats:
+                        break  # Ctrl-C: keep the repeats already home
+                    state.repeat = index + 1
+                    changed()
+                    done = conn.run(python_command(target.python), python_stdin("bench_client", payload))
+                    run = parse_frames(done.stdout_text(), run_id)
+                    if run.start is None:
+                        tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
+                        if repeats:
+                            break
+                        raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
+                    repeats.append(build_result(RunContext(target.host.name, options, target.url, started, remote), run))
+                    if run.partial:
+                        break
             finally:
                 conn.close()
-            run = parse_frames(done.stdout_text(), run_id)
-            if run.start is None:
-                tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
-                raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
-            result = build_result(RunContext(target.host.name, options, target.url, started, remote), run)
+            if options.repeat > 1:
+                from gpuops.bench.repeats import merge_repeats
+
+                result = merge_repeats(repeats)
+            else:
+                result = repeats[0]
             measured = result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
             if measured or result["summary"].get("completed"):
                 state.file = store.save(result)

@@ -71,8 +71,11 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     from gpuops.apply.runner import apply_role
     from gpuops.extravars import parse_extra_vars
 
+    from gpuops.transport.rollout import rollout_for
+
     extra = parse_extra_vars(list(extra_vars))
     hosts = _hosts(inventory, limit)
+    rollout = rollout_for(hosts, rollout)
     options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
@@ -97,9 +100,11 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
 
+    from gpuops.transport.rollout import rollout_for
+
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout, timeout=timeout,
-                       connect_timeout=connect_timeout, force=force)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
+                       timeout=timeout, connect_timeout=connect_timeout, force=force)
     reports = rollback_hosts(hosts, run_id, options)
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))

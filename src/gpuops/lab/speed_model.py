@@ -100,6 +100,7 @@ class Prediction:
     cycle_ms: float
     steps: Tuple[Step, ...]
     figures: Tuple[Figure, ...] = field(default=())
+    allreduce_count_from: str = ""
 
     @property
     def label(self) -> str:
@@ -115,6 +116,7 @@ class Prediction:
             "steps": [{"kind": s.kind, "compute_ms": round(s.compute_ms, 4), "allreduces": s.allreduces,
                        "allreduce_us": round(s.allreduce_us, 3), "total_ms": round(s.total_ms, 4)}
                       for s in self.steps],
+            "allreduce_count_from": self.allreduce_count_from,
             "figures": [f.as_record() for f in self.figures],
             "data": "gpuops/lab/speed_model.json",
         }
@@ -238,11 +240,21 @@ class SpeedModel(object):
         scale *= float((self.common_value("nccl_proto_factor") or {}).get(settings.nccl_proto, 1.0))
         if settings.p2p_disable:
             scale *= float(self.common_value("p2p_disable_factor") or 1.0)
-        used = [n for n in NEEDED if n != "fusion_allreduce_factor"]
+        used = [] if tp == 1 else ["calibrated_tp"] + ([] if settings.num_layers else ["allreduces_per_step"])
+        if settings.speculative:
+            used += ["verify_compute_ms"] + ([] if tp == 1 else ["verify_allreduce_us"]) + ["draft_ms_per_step", "accept_p"]
+        else:
+            used += ["decode_compute_ms"] + ([] if tp == 1 else ["decode_allreduce_us"])
+        if tp == 1:
+            count_from = "tp 1: SGLang runs no all-reduce"
+        elif settings.num_layers:
+            count_from = "2 x num_hidden_layers (%d) of the served model's config.json" % settings.num_layers
+        else:
+            count_from = "the shape's allreduces_per_step"
 
         def fusion(kind: str) -> float:
             # A factor measured for this step's message size wins over the shape's general one.
-            if not settings.fusion:
+            if not settings.fusion or tp == 1:
                 return 1.0
             name = "fusion_%s_factor" % kind if "fusion_%s_factor" % kind in f else "fusion_allreduce_factor"
             used.append(name)
@@ -261,7 +273,27 @@ class SpeedModel(object):
         cycle_ms = sum(s.total_ms for s in steps)
         return Prediction(model=self.name, version=self.version, shape=shape, basis=self.shape_basis(shape),
                           shape_reason=reason, tokens_per_s=accept * 1000.0 / cycle_ms, accept_length=accept,
-                          cycle_ms=cycle_ms, steps=steps, figures=tuple(f[n] for n in used))
+                          cycle_ms=cycle_ms, steps=steps, figures=_with_inputs(f, used),
+                          allreduce_count_from=count_from)
+
+
+def _with_inputs(figures: Mapping[str, Figure], names: List[str]) -> Tuple[Figure, ...]:
+    """The named figures and, after each derived one, the figures it was computed from (so a
+    prediction's record traces every number back to a published, measured or assumed one)."""
+    out = []  # type: List[Figure]
+    seen = set()
+
+    def add(name: str) -> None:
+        if name in seen or name not in figures:
+            return
+        seen.add(name)
+        out.append(figures[name])
+        for source in figures[name].inputs:
+            add(source)
+
+    for name in names:
+        add(name)
+    return tuple(out)
 
 
 def _derive(own: Dict[str, Figure], shape: str) -> None:

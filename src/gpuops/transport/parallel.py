@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,16 +34,32 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     The host's ``ansible_*`` connection variables are checked first: one gpuops cannot honour
     fails this host (TransportError) before anything is contacted.
     """
-    from gpuops.transport.connvars import become_settings, check_variables, ssh_settings
+    from gpuops.transport import verbose
+    from gpuops.transport.connvars import become_settings, check_variables
 
+    if options.connector is not None:
+        return options.connector(host)
     check_variables(host)
     become_settings(host.vars or {}, host.name)
+    if not verbose.enabled():
+        return _connect(host, options)
+    started = time.monotonic()
+    return verbose.LoggedConnection(_connect(host, options), time.monotonic() - started)  # type: ignore[return-value]
+
+
+def _connect(host: Host, options: ConnectOptions) -> Connection:
+    from gpuops.transport.connvars import ssh_settings, transport_name
+
     if host.connection == "local":
         from gpuops.transport.local import LocalConnection
 
         return LocalConnection(host)
     if host.connection not in ("ssh", "paramiko", "smart"):
         raise GpuopsError(f"{host.name}: unsupported ansible_connection {host.connection!r} (use ssh or local)")
+    if transport_name(host) == "openssh":
+        from gpuops.transport.openssh import OpenSSHConnection
+
+        return OpenSSHConnection(host, options)
     from gpuops.transport.ssh import SSHConnection
 
     return SSHConnection(host, options, ssh_settings(host))

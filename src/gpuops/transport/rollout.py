@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpuops.errors import GpuopsError
 
@@ -96,3 +96,38 @@ def _size(part: str, serial: str) -> BatchSize:
     if value < 1:
         raise RolloutError(f"--serial {serial!r}: a batch holds at least 1 host, not {part!r}")
     return BatchSize(count=int(value))
+
+
+SERIAL_VAR, MAX_FAIL_VAR = "gpuops_serial", "gpuops_max_fail_percentage"
+
+
+def rollout_for(hosts: Sequence[Any], given: Rollout | None) -> Rollout | None:
+    """The command line's rollout, else the inventory's (``gpuops_serial``, ``gpuops_max_fail_percentage``).
+
+    The inventory's values must be the same for every selected host (set them on a group that
+    holds them all): one rollout orders one set of hosts.
+    """
+    if given is not None:
+        return given
+    found: dict[str, set[str]] = {SERIAL_VAR: set(), MAX_FAIL_VAR: set()}
+    for host in hosts:
+        for name in found:
+            value = (host.vars or {}).get(name)
+            found[name].add("" if value is None else str(value))
+    for name, values in found.items():
+        if len(values) > 1:
+            shown = ", ".join(sorted(v or "(unset)" for v in values))
+            raise RolloutError(f"{name} differs between the selected hosts ({shown}); set it on a group that holds "
+                               f"them all, or give --serial/--max-fail-percentage")
+    serial = next(iter(found[SERIAL_VAR])) or None
+    max_fail_text = next(iter(found[MAX_FAIL_VAR])) or None
+    max_fail: float | None = None
+    if max_fail_text is not None:
+        try:
+            max_fail = float(max_fail_text)
+        except ValueError:
+            raise RolloutError(f"{MAX_FAIL_VAR} {max_fail_text!r} is not a percentage") from None
+    try:
+        return Rollout.parse(serial, max_fail)
+    except RolloutError as exc:
+        raise RolloutError(f"{SERIAL_VAR} (inventory): {exc}") from None

@@ -175,3 +175,29 @@ def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, r
         host.booted.run(["systemctl", "daemon-reload"])
         host.booted.run(["systemctl", "restart", host.unit])
         served(host)
+
+
+def test_user_and_working_directory_are_what_systemd_runs_and_roll_back(host, run_gpuops) -> None:
+    before = files(host)
+    proc = apply(run_gpuops, host, "sglang-service", "-e", "sglang_user=nobody", "-e", "sglang_working_directory=/tmp")
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    shown = host.systemctl_show("User", "WorkingDirectory", "MainPID")
+    assert (shown["User"], shown["WorkingDirectory"]) == ("nobody", "/tmp")
+    status = host.booted.run(["cat", f"/proc/{shown['MainPID']}/status"]).stdout
+    uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+    assert uid == host.booted.run(["id", "-u", "nobody"]).stdout.strip()
+    assert host.booted.run(["readlink", f"/proc/{shown['MainPID']}/cwd"]).stdout.strip() == "/tmp"
+    # The port check held: the server that answers is the unit's, running as nobody.
+    assert report["pid"] == int(shown["MainPID"])
+
+    # A newline would smuggle a directive into the unit: refused before anything changes.
+    refused = apply(run_gpuops, host, "sglang-service", "-e",
+                    json.dumps({"sglang_working_directory": "/tmp\nExecStartPre=/bin/false"}))
+    assert refused.returncode == 2 and "sglang_working_directory" in refused.stderr
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert host.systemctl_show("User", "WorkingDirectory") == {"User": "", "WorkingDirectory": ""}
+    served(host)
