@@ -37,6 +37,8 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     from gpuops.transport import verbose
     from gpuops.transport.connvars import become_settings, check_variables
 
+    if options.connector is not None:
+        return options.connector(host)
     check_variables(host)
     become_settings(host.vars or {}, host.name)
     if not verbose.enabled():
