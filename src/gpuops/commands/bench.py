@@ -443,6 +443,32 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
             click.echo(f"  {d['section']} {d['key']}: {d['a']!r} -> {d['b']!r}")
 
 
+@results.command("export")
+@click.argument("result_ids", nargs=-1)
+@_results_dir_option
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "prometheus"]), default="csv", show_default=True,
+              help="csv/jsonl: one row per result x level (pandas.read_csv / read_json(lines=True)); "
+                   "prometheus: text exposition format (a node_exporter textfile).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (default: stdout).")
+def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, output: str | None) -> None:
+    """Stored results (default: all) as flat rows, with the configuration flattened into columns."""
+    from gpuops.bench.export import rows, to_csv, to_jsonl, to_prometheus
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+
+    store = ResultsStore(results_dir)
+    ids = list(result_ids) or [e.id for e in store.entries()]
+    if not ids:
+        raise GpuopsError(f"results export: no results in {results_dir}")
+    table = rows(store.load(i) for i in ids)
+    text = {"csv": to_csv, "jsonl": to_jsonl, "prometheus": to_prometheus}[fmt](table)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output} ({len(table)} rows from {len(ids)} results)", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
 @click.command("report")
 @click.argument("result_ids", nargs=-1)
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default="report.html", show_default=True,
