@@ -194,7 +194,10 @@ class SystemdService:
                                 % (self.name, load.get("LoadState"), load.get("FragmentPath") or "missing"),
                                 self.log_tail())
         self._since = time.time()
-        # Before the restart: `systemctl restart` resets NRestarts, so the baseline is taken after.
+        # A unit that failed before (a bad start just rolled back, a crash loop) may have hit its
+        # start limit: systemd would refuse this restart. Clear that first; it changes nothing else.
+        self._run(["systemctl", "reset-failed", self.name])
+        # `systemctl restart` resets NRestarts, so the baseline is taken after it.
         self._checked(["systemctl", "restart", self.name], "systemctl restart %s" % self.name, tail=True)
         shown = self.show(("NRestarts", "InvocationID"))
         try:
