@@ -13,7 +13,7 @@ start, not a slow one. The journal tail of the unit since the restart explains t
 import subprocess
 import time
 
-from gpuops.remote.ports import port_owners
+from gpuops.remote.ports import port_flag, port_owners
 
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecStart",
@@ -123,6 +123,11 @@ class SystemdService:
         facts["exec_argv"] = exec_argv(shown.get("ExecStart", ""))
         facts["drop_ins"] = [p for p in shown.get("DropInPaths", "").split() if p]
         return facts
+
+    def launch_port(self):
+        """``--port`` of the ExecStart systemd runs now (None when it has none)."""
+        argv = exec_argv(self.show(("ExecStart",)).get("ExecStart", "")) or ""
+        return port_flag(argv.split())
 
     def main_pid(self):
         try:
