@@ -415,6 +415,9 @@ class Service:
         answer comes from the server gpuops started: its process (or a child) owns the socket."""
         timeout = self.health_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        if self.backend is not None:
+            # The port the server was really launched with (a rollback may have moved it back).
+            self.port = backend_call(self.backend.launch_port) or self.port
         base = "http://127.0.0.1:%d" % self.port
         stage = HEALTH_PATHS
         while True:

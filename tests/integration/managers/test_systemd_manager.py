@@ -201,3 +201,22 @@ def test_user_and_working_directory_are_what_systemd_runs_and_roll_back(host, ru
     assert files(host) == before
     assert host.systemctl_show("User", "WorkingDirectory") == {"User": "", "WorkingDirectory": ""}
     served(host)
+
+
+def test_a_run_that_moves_the_port_rolls_back_to_the_old_one(host, run_gpuops) -> None:
+    from gpuops.lab.sshd import free_port
+
+    before = files(host)
+    new_port = free_port()
+    proc = apply(run_gpuops, host, "sglang-service", "-e", f"sglang_port={new_port}")
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert server_info(new_port)["port"] == new_port
+    # The rollback must wait for the previous server where the restored unit puts it, not on
+    # the port of the run it undoes.
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert served(host)["port"] == host.server_port
+    with pytest.raises(OSError):
+        server_info(new_port)
