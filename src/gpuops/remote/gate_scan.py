@@ -800,6 +800,13 @@ def build(node, scope, depth=0):
         if expanded is not None:
             return {"op": "alias", "name": node.id, "expr": expanded[0], "scope": expanded[1],
                     "span": span, "text": node.id}
+        if (scope.fn is not None and scope.scanner is not None and node.id in scope.fn.params
+                and PRED_NAME_RE.match(node.id) and node.id not in scope.cc_vars):
+            # A bool parameter is a GPU test only when every call site passes the same one.
+            flowed = scope.scanner.param_predicate(scope.info, scope.fn, node.id)
+            if flowed is not None:
+                return {"op": "alias", "name": node.id, "expr": flowed, "scope": "parameter",
+                        "span": span, "text": node.id}
     if isinstance(node, ast.Compare):
         compared = compare_atoms(node, scope)
         if compared is not None:
@@ -889,6 +896,8 @@ def pred_atom(name, form, scope):
 
 
 def platform_atom(node):
+    if isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("cuda.is_available"):
+        return "cuda"  # torch.cuda.is_available(): true on a CUDA host
     if isinstance(node, ast.Call):
         name = last_name(node.func)
     elif isinstance(node, (ast.Name, ast.Attribute)):
@@ -938,6 +947,8 @@ def cc_subject(node, scope):
             return "sm"
         if name == "to_int" and isinstance(node.func, ast.Attribute) and cc_subject(node.func.value, scope) == "cc":
             return "sm"  # a capability object's `to_int()` is major * 10 + minor
+        if name == "int" and len(node.args) == 1 and not node.keywords:
+            return cc_subject(node.args[0], scope)
         if isinstance(node.func, ast.Name) and not scope.shadowed(node.func.id):
             found = scope.info.cc_funcs.get(node.func.id) or scope.imported(node.func.id, "funcs")
             if found:
@@ -947,6 +958,13 @@ def cc_subject(node, scope):
         if [cc_subject(e, scope) for e in node.elts] == ["major", "minor"]:
             return "cc"
         return None
+    if isinstance(node, ast.IfExp):
+        # `get_device_capability() if torch.cuda.is_available() else None`: the capability where
+        # there is a GPU (None elsewhere is what `is not None` tests).
+        # `... if dev.type == "cuda" else (0, 0)`: a literal is the no-GPU fallback.
+        sides = [cc_subject(b, scope) if literal(b) is _NO_VALUE else "none" for b in (node.body, node.orelse)]
+        kinds = set(sides) - {"none"}
+        return kinds.pop() if len(kinds) == 1 and None not in kinds else None
     if isinstance(node, ast.Attribute):
         if node.attr in ("major", "minor"):
             return node.attr if cc_subject(node.value, scope) == "cc" else None
@@ -1067,9 +1085,11 @@ def functions_in(body):
 
 def collect_local_cc(func, scope, table):
     """Local names bound to capability values (in statement order, so chains resolve)."""
+    assigns = sorted((n for n in statements(func.body) if isinstance(n, (ast.Assign, ast.AnnAssign))),
+                     key=lambda n: (n.lineno, n.col_offset))
     for _ in range(2):
-        for node in statements(func.body):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        for node in assigns:
+            if node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(isinstance(t, (ast.Name, ast.Tuple, ast.List)) for t in targets):
                     collect_cc_assignment(table, targets, node.value, scope)
@@ -1107,7 +1127,12 @@ def compare_atoms(node, scope):
     for left, op, right in zip(operands, node.ops, operands[1:]):
         opname = CMP_OPS.get(type(op))
         if opname in ("is", "is not"):
-            return None  # `capability is not None` asks whether there is a GPU, not which one
+            # `capability is not None`, `torch.version.cuda is not None`: is there a CUDA GPU (true
+            # on the hosts gpuops judges), not which one. Anything else is not ours to read.
+            if len(node.ops) == 1 and literal(right) is None and (cc_subject(left, scope) or cuda_subject(left)):
+                there = {"op": "platform", "name": "cuda"}
+                return there if opname == "is not" else {"op": "not", "arg": there}
+            return None
         subject, value, flipped = cc_subject(left, scope), right, False
         if subject is None:
             subject, value, flipped = cc_subject(right, scope), left, True
@@ -1708,7 +1733,19 @@ class Scanner(object):
         self._param_cache[key] = subject
         return subject
 
-    def _call_sites_agree(self, name, fn, param):
+    def param_predicate(self, info, fn, param):
+        """The GPU test every call site in the tree passes for the bool parameter ``param``, as a
+        condition tree (spans at the first call site), or None."""
+        name = fn.qual.split(".")[-1] if fn.qual else None
+        key = (info.rel, fn.qual, param, "predicate")
+        if key not in self._param_cache:
+            self._param_cache[key] = None
+            if name and len(name) > 3 and param in fn.params and not name.startswith("__"):
+                self._param_cache[key] = self._call_sites_agree(name, fn, param, predicate=True)
+        return self._param_cache[key]
+
+    def _call_sites_agree(self, name, fn, param, predicate=False):
+        first = None
         needle = name.encode()
         holders = [rel for rel in sorted(self.texts) if needle in self.texts[rel]]
         if len(holders) > 6:
@@ -1716,14 +1753,11 @@ class Scanner(object):
         position = fn.params.index(param)
         subjects = set()
         for rel in holders:
-            tree = self._trees.get(rel)
-            if tree is None:
-                try:
-                    tree = ast.parse(self.texts[rel].decode("utf-8"))
-                except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
-                    return None
-                self._trees[rel] = tree
-            info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+            try:
+                info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                tree = self.statements_naming(info, name)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+                return None
             # Every reference to the name must be a call (not a callback, a registry entry, ...).
             references = sum(1 for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == name)
                              or (isinstance(n, ast.Attribute) and n.attr == name))
@@ -1735,8 +1769,12 @@ class Scanner(object):
                 local = {}
                 scope = Scope(self, info, None, None, local)
                 if func is not tree:
-                    scope.fn = FunctionContext("", None, {}, local, params_of(func))
+                    params = params_of(func)
+                    # The caller's own parameter may carry it on (proven the same way, cached).
+                    scope.fn = FunctionContext(func.name, None, {}, local, params, (),
+                                               first_is_self=bool(params) and params[0] in ("self", "cls"))
                     collect_local_cc(func, scope, local)
+                    scope.param_flow = True
                 for call in own:
                     calls += 1
                     shift = 1 if fn.first_is_self and isinstance(call.func, ast.Attribute) else 0
@@ -1750,12 +1788,38 @@ class Scanner(object):
                         arg = call.args[position - shift]
                     if arg is None:
                         return None  # the default is used: not a capability
-                    subjects.add(cc_subject(arg, scope))
+                    if predicate:
+                        # The same pure GPU test at every call site (`is_blackwell=current_platform.is_blackwell()`).
+                        scope.locator = Locator(info.source, Piece(0, 0, None, "", False))
+                        tree = build(arg, scope) if interesting(arg, scope) else None
+                        if tree is None or not only_atoms(tree) or not is_gate_tree(tree):
+                            return None
+                        subjects.add(" ".join(scope.locator.text(arg).split()))
+                        first = first or tree
+                    else:
+                        subjects.add(cc_subject(arg, scope))
                     if len(subjects) > 1 or None in subjects:
                         return None
             if calls != references:
                 return None
+        if predicate:
+            return first if len(subjects) == 1 else None
         return subjects.pop() if len(subjects) == 1 else None
+
+    def statements_naming(self, info, name):
+        """A module of the top-level statements of ``info`` whose text holds ``name`` (cached): all
+        its references live there. Raises SyntaxError when one does not parse on its own."""
+        key = (info.rel, name)
+        if key not in self._trees:
+            lines = info.source.lines
+            body = []
+            starts = segment_starts(lines, "", info.source.text)
+            for begin, end in merge_string_runs(info.source, starts, len(lines)):
+                chunk = "".join(lines[begin:end])
+                if name in chunk:
+                    body.extend(ast.increment_lineno(ast.parse(chunk), begin).body)  # file lines
+            self._trees[key] = ast.Module(body=body, type_ignores=[])
+        return self._trees[key]
 
     def run(self, jobs=1):
         """All gates of the package, sorted, with ids; the predicate table is in ``self.predicates``."""
