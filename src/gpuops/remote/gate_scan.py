@@ -39,7 +39,7 @@ SCANNER_VERSION = 1
 TOKENS = ("is_sm", "blackwell", "hopper", "capability", "device_sm", "cuda_arch",
           "IS_SM", "BLACKWELL", "HOPPER", "CAPABILITY", "DEVICE_SM")
 PRED_NAME_RE = re.compile(r"^_?is_(sm\d+\w*|blackwell\w*|hopper\w*|ampere\w*)$")
-PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)(_static)?$")
+PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)(_static|_runtime)?$")
 # Calls whose value is the capability (an object or tuple with major/minor): torch's, SGLang's
 # wrappers of it, the JIT kernels' arch info.
 CC_FUNCS = ("get_device_capability", "get_jit_cuda_arch")
@@ -906,7 +906,10 @@ def platform_atom(node):
         return None
     if name and PLATFORM_NAME_RE.match(name):
         bare = name.lstrip("_")[3:]
-        return bare[:-7] if bare.endswith("_static") else bare
+        for suffix in ("_static", "_runtime"):
+            if bare.endswith(suffix):
+                return bare[: -len(suffix)]
+        return bare
     return None
 
 
@@ -915,7 +918,10 @@ def expand_alias(name, scope, depth):
         return None
     if name in scope.local_aliases:
         value, where = scope.local_aliases[name], "local"
-        inner_scope = scope
+        # Its own scope: tests nested inside the value (a call's arguments) are gates where the
+        # value is written, never again at every use of the name.
+        inner_scope = Scope(scope.scanner, scope.info, scope.locator, scope.local_aliases, scope.cc_vars, scope.fn)
+        inner_scope.expanding = scope.expanding
     elif name in scope.info.aliases:
         value, locator = scope.info.aliases[name]
         where = "module"
@@ -1317,6 +1323,27 @@ def bool_roots(node, scope):
 EXIT_VALUES = (None, False, 0, "", (), [], {})
 
 
+_NOTE_CALL_RE = re.compile(r"(log|warn|print|debug|info|error)", re.I)
+
+
+def is_guard_body(body):
+    """Does this if-body only refuse (raise, or return nothing/False after at most some logging)?
+    A body that does the work and then returns is a branch, not a guard."""
+    if not body or not is_denying_exit(body[-1]):
+        return False
+    if isinstance(body[-1], ast.Raise):
+        return True
+    for stmt in body[:-1]:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _NOTE_CALL_RE.search(dotted(stmt.value.func) or ""):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        return False
+    return True
+
+
 def is_denying_exit(stmt):
     if isinstance(stmt, (ast.Raise, ast.Continue)):
         return True
@@ -1547,7 +1574,7 @@ class GateWalker(object):
             test_is_root = any(n is stmt.test for n, _ in found)
             for node, tree in found:
                 if node is stmt.test:
-                    deny = bool(stmt.body) and is_denying_exit(stmt.body[-1]) and isinstance(stmt, ast.If)
+                    deny = isinstance(stmt, ast.If) and is_guard_body(stmt.body)
                     kind = "guard" if deny else ("if" if isinstance(stmt, ast.If) else "while")
                     self.emit(stmt, node, tree, fn, within, kind, -1 if deny else 1,
                               body_effect(stmt.body, self.locator), scope)
