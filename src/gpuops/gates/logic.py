@@ -479,8 +479,18 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
             pending.append((i, tuple(ev.unknowns)))
     if not pending:
         return [v for v in out if v is not None]
-    clauses = sorted({tuple(c["span"]) for c in _clause_nodes(gate["condition"]) if c.get("span") is not None})
-    cases = list(itertools.product((False, True), repeat=len(clauses))) if len(clauses) <= _MAX_CLAUSES else None
+    # One value per setting: `ENABLE_X` read here and `wrapper.ENABLE_X` read through an alias of
+    # another module are the same clause.
+    groups: dict[Any, list[tuple[int, ...]]] = defaultdict(list)
+    for c in _clause_nodes(gate["condition"]):
+        if c.get("span") is not None:
+            groups[_clause_key(c)].append(tuple(c["span"]))
+    clause_groups = [groups[k] for k in sorted(groups, key=repr)]
+    cases = (list(itertools.product((False, True), repeat=len(clause_groups)))
+             if len(clause_groups) <= _MAX_CLAUSES else None)
+
+    def overrides_of(case: tuple[bool, ...]) -> dict[tuple[int, ...], bool]:
+        return {span: value for spans, value in zip(clause_groups, case) for span in spans}
     others = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
     table: dict[tuple[Any, ...], list[bool | None]] = {}
 
@@ -489,7 +499,7 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
         other_cap = None if unknown_cap is None else not unknown_cap
         key = (case, other_cap)
         if key not in table:
-            overrides = dict(zip(clauses, case))
+            overrides = overrides_of(case)
             table[key] = [admitted(gate, Evaluator(book, o, unknown_cap=other_cap, overrides=overrides)) for o in others]
         return table[key]
 
@@ -500,7 +510,7 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
             return "blocked" if value is False else "open"
         decides = False
         for case in cases:
-            mine = admitted(gate, Evaluator(book, gpu, unknown_cap=unknown_cap, overrides=dict(zip(clauses, case))))
+            mine = admitted(gate, Evaluator(book, gpu, unknown_cap=unknown_cap, overrides=overrides_of(case)))
             if mine is None:
                 return None
             row = passes(case, unknown_cap)
@@ -517,6 +527,13 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
         else:
             out[i] = CapVerdict("unknown", unknowns or ("cannot tell",))
     return [v for v in out if v is not None]
+
+
+def _clause_key(node: Mapping[str, Any]) -> Any:
+    ref = node.get("ref")
+    if ref is None:
+        return ("span",) + tuple(node["span"])
+    return (str(ref).split(".")[-1], node.get("cmp"), repr(node.get("value")), repr(node.get("value_ref")))
 
 
 def _clause_nodes(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:

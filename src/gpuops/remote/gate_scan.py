@@ -467,7 +467,8 @@ class FileInfo(object):
         self.platform_map = {}     # attr -> predicate name
         self.cc_vars = {}          # module-level name -> capability subject ("cc", "major", "sm", ...)
         self.cc_funcs = {}         # module-level function -> the capability subject it returns
-        self.module_names = set()  # names bound by `import x` / `import x.y as z`
+        self.module_names = {}     # name bound by `import x` / `import x.y as z` -> module
+        self.star_imports = []     # modules of `from m import *`
         self.self_cc = None        # `self.X` -> subject, from the file's methods (computed when walked)
         self.error = None
         self.whole = False         # parsed as one piece
@@ -513,15 +514,28 @@ _IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([\w.]+)(?:[ \t]+as[ \t]+(\w+))?", 
 def collect_definitions(info):
     # `import x.y as z` lines hold no token, so their pieces are not parsed: read them as text.
     for match in _IMPORT_RE.finditer(info.source.text):
-        info.module_names.add(match.group(2) or match.group(1).split(".")[0])
+        if match.group(2):
+            info.module_names[match.group(2)] = match.group(1)
+        else:
+            info.module_names[match.group(1).split(".")[0]] = match.group(1).split(".")[0]
     for piece in info.pieces:
         locator = Locator(info.source, piece)
         if piece.in_class:
             for stmt in piece.tree.body:
                 collect_class_member(info, stmt, locator, piece.qual)
-            continue
-        for stmt in piece.tree.body:
-            collect_module_statement(info, stmt, locator)
+        else:
+            for stmt in piece.tree.body:
+                collect_module_statement(info, stmt, locator)
+    # `from x import y` inside functions (deferred imports): the same names, where the module
+    # does not bind them itself.
+    for piece in info.pieces:
+        for func in functions_in(piece.tree.body):
+            for stmt in statements(func.body):
+                if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
+                    for alias in stmt.names:
+                        name = alias.asname or alias.name
+                        if alias.name != "*" and name not in info.imports and name not in info.aliases:
+                            info.imports[name] = (stmt.module, alias.name)
 
 
 def module_scope(info, locator=None):
@@ -536,9 +550,11 @@ def collect_module_statement(info, stmt, locator, nested=False):
         for alias in stmt.names:
             if alias.name != "*":
                 info.imports[alias.asname or alias.name] = (module, alias.name)
+            elif module not in info.star_imports:
+                info.star_imports.append(module)
     elif isinstance(stmt, ast.Import):
         for alias in stmt.names:
-            info.module_names.add(alias.asname or alias.name.split(".")[0])
+            info.module_names[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or alias.name.split(".")[0]
     elif isinstance(stmt, (ast.If, ast.Try)) or (hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)):
         blocks = [stmt.body, stmt.orelse, getattr(stmt, "finalbody", [])]
         blocks += [h.body for h in getattr(stmt, "handlers", [])]
@@ -628,6 +644,11 @@ def predicate_body(func):
     docstring dropped; None when it is not short and plain (imports, assignments, early returns,
     one final return)."""
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant))]
+    last = body[-1] if body else None
+    if (isinstance(last, ast.Try) and last.handlers and not last.orelse and not last.finalbody
+            and all(h.body and isinstance(h.body[-1], ast.Return) and literal_return(h.body[-1]) is False
+                    for h in last.handlers)):
+        body = body[:-1] + last.body  # `try: return <test>` / `except ...: return False`: the test where it runs
     if not body or len(body) > 6 or not isinstance(body[-1], ast.Return) or body[-1].value is None:
         return None
     for stmt in body[:-1]:
@@ -811,6 +832,25 @@ def build(node, scope, depth=0):
         compared = compare_atoms(node, scope)
         if compared is not None:
             return dict(compared, span=span, text=scope.locator.text(node))
+    if isinstance(node, ast.Attribute) and scope.scanner is not None and depth < 20:
+        module = module_of_ref(node.value, scope)
+        if module is not None:
+            # `deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0`: another module's alias of a GPU test.
+            found = scope.scanner.module_alias(module, node.attr)
+            if found is not None:
+                value, locator, other = found
+                inner = Scope(scope.scanner, other, locator)
+                inner.expanding = scope.expanding
+                key = "%s.%s" % (module, node.attr)
+                if key not in scope.expanding and boolish(value) and interesting(value, inner):
+                    scope.expanding.add(key)
+                    try:
+                        tree = build(value, inner, depth + 1)
+                    finally:
+                        scope.expanding.discard(key)
+                    if has_atoms(tree, ("cap", "platform")):
+                        return {"op": "alias", "name": dotted(node) or node.attr, "expr": tree, "scope": "import",
+                                "span": span, "text": scope.locator.text(node)}
     return clause(node, scope, span)
 
 
@@ -873,6 +913,22 @@ def cap_atom(node, scope):
         if PRED_NAME_RE.match(name):
             return pred_atom(name, "name", scope)
     return None
+
+
+def module_of_ref(node, scope):
+    """The module a name such as ``u`` (``import sglang.srt.utils as u``) or ``deep_gemm_wrapper``
+    (``from sglang.srt.layers import deep_gemm_wrapper``) stands for, or None."""
+    if not isinstance(node, ast.Name) or scope.shadowed(node.id):
+        return None
+    info = scope.info
+    if node.id in info.imports:
+        module, name = info.imports[node.id]
+        full = module + "." + name
+        if any(rel in scope.scanner.texts for rel in module_files(full)):
+            return full
+        return None
+    module = info.module_names.get(node.id)
+    return module if module and module.startswith("sglang") else None
 
 
 def is_module_ref(node, scope):
@@ -1668,6 +1724,8 @@ class Scanner(object):
         self.cc_tables = {}     # rel -> {"vars": {name: subject}, "funcs": {name: subject}}
         self._param_cache = {}
         self._trees = {}
+        self._module_aliases = {}
+        self._light = {}
         self.platform_map = {}
         self.errors = []
         self.texts = {}
@@ -1759,6 +1817,47 @@ class Scanner(object):
             subject = self._call_sites_agree(name, fn, param)
         self._param_cache[key] = subject
         return subject
+
+    def module_alias(self, module, name, depth=0):
+        """(value node, locator, FileInfo) of ``name`` assigned at module level in ``module`` (or
+        imported there, star imports followed), or None."""
+        key = (module, name)
+        if key in self._module_aliases:
+            return self._module_aliases[key]
+        self._module_aliases[key] = None
+        found = None
+        for rel in module_files(module):
+            other = self.light_info(rel, name)
+            if other is None:
+                continue
+            if name in other.aliases:
+                value, locator = other.aliases[name]
+                found = (value, locator, other)
+            elif name in other.imports and depth < 4:
+                found = self.module_alias(other.imports[name][0], other.imports[name][1], depth + 1)
+            elif depth < 4:
+                for star in other.star_imports:
+                    found = self.module_alias(star, name, depth + 1)
+                    if found is not None:
+                        break
+            break
+        self._module_aliases[key] = found
+        return found
+
+    def light_info(self, rel, name):
+        """A module's definitions (the pieces naming ``name`` or a token), parsed on their own."""
+        if rel not in self.texts:
+            return None
+        key = (rel, name)
+        if key not in self._light:
+            try:
+                info = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                info.pieces = split_pieces(info.source, [name, "import"])
+                collect_definitions(info)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+                info = None
+            self._light[key] = info
+        return self._light[key]
 
     def param_predicate(self, info, fn, param):
         """The GPU test every call site in the tree passes for the bool parameter ``param``, as a
