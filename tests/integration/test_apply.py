@@ -48,7 +48,7 @@ def test_check_mode_changes_nothing_and_shows_diffs(lab, run_gpuops) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "+NCCL_MIN_NCHANNELS='8'" in proc.stdout
     assert "would run handler: restart sglang" in proc.stdout
-    assert "h01 : ok=6 changed=" in proc.stdout and "failed=0" in proc.stdout
+    assert "h01 : ok=7 changed=2 failed=0" in proc.stdout  # sglang.env and desired.json (its composed part)
     assert tree_hashes(host.dir) == before
     assert not (host.state_dir / "journal.jsonl").exists() and not (host.state_dir / "runs").exists()
     assert pid_of(host) == pid
@@ -227,7 +227,7 @@ def test_several_hosts_in_parallel_and_limit(lab_factory, run_gpuops) -> None:
                       "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}', "-e", "gpuops_health_timeout=30")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recap = proc.stdout.split("RECAP", 1)[1]
-    assert "h01 : ok=6 changed=" in recap and "h03 : ok=6 changed=" in recap and "h02" not in recap
+    assert "h01 : ok=7 changed=" in recap and "h03 : ok=7 changed=" in recap and "h02" not in recap
     assert "NCCL_MIN_NCHANNELS='8'" in (lab.host("h03").state_dir / "sglang.env").read_text()
     assert "NCCL_MIN_NCHANNELS" not in (lab.host("h02").state_dir / "sglang.env").read_text()
     for name in ("h01", "h03"):
@@ -262,7 +262,7 @@ def test_secrets_never_reach_output_or_journals(lab, run_gpuops, gpuops_home) ->
     token, password = "hf_live_0123456789abcdef", "p4ssw0rd-value-xyz"
     extra = json.dumps({"sglang_env": {"HF_TOKEN": token, "SGLANG_DB_PASSWORD": password}})
     check = apply(run_gpuops, lab, "sglang-service", "--check", "--diff", "-e", extra)
-    assert check.returncode == 0 and "HF_TOKEN='********'" in check.stdout
+    assert check.returncode == 0 and "HF_TOKEN='<masked:" in check.stdout
     proc = apply(run_gpuops, lab, "sglang-service", "--diff", "--json", "-e", extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     env_text = (host.state_dir / "sglang.env").read_text()

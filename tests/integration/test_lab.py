@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,13 @@ def test_cli_up_status_down(run_gpuops, tmp_path) -> None:
     assert [(h["name"], h["gpu"]) for h in doc["hosts"]] == [("h01", "h200-x1"), ("h02", "h100-x8")]
     assert all(h["sshd_alive"] and h["server_healthy"] for h in doc["hosts"])
     assert doc["inventory"] == str(tmp_path / ".lab" / "inventory.yml")
+    # Which speed model each host's stand-in simulates with: printed, and what the server itself reports.
+    assert re.search(r"h01 .* single-gpu v\d+ \(assumption\)", up.stdout)
+    assert re.search(r"h02 .* nvlink-x8 v\d+ \(assumption\)", up.stdout)
+    for host, shape in zip(doc["hosts"], ("single-gpu", "nvlink-x8")):
+        assert host["speed_model"]["shape"] == shape
+        with urllib.request.urlopen(f"http://127.0.0.1:{host['server_port']}/get_server_info", timeout=10) as reply:
+            assert json.loads(reply.read())["speed_model"]["shape"] == shape
     # A second `up` in the same place refuses, naming the directory, and changes nothing.
     again = run_gpuops("lab", "up", cwd=tmp_path)
     assert again.returncode == 2 and "already holds a lab" in again.stderr and "Traceback" not in again.stderr

@@ -33,8 +33,18 @@ def test_demo_walks_the_whole_job(tmp_path: Path) -> None:
     rates = [float(x) for x in re.findall(r"h01: ([\d.]+) output tok/s", out)]
     assert len(rates) == 2 and all(r > 0 for r in rates)
     assert "enable_flashinfer_allreduce_fusion: False -> True" in out
+    # Every figure from the stand-in says so: the lab names the model, the summaries and the compare
+    # table mark every figure and verdict, and the report's plots carry the stamp.
+    assert re.search(r"h01 .* rtx-pro-6000-pcie-x8 v\d+ \(calibrated\)", out)
+    assert len(re.findall(r"output tok/s, .*\(SIMULATED: stand-in model rtx-pro-6000-pcie-x8 v\d+\)", out)) == 2
+    table = out.split("results compare (before vs after)")[1].split("differs from")[0]
+    rate_row = next(line for line in table.splitlines() if line.startswith("output tokens/s"))
+    assert re.search(r"[\d.]+ \(sim\)\s+[\d.]+ \(sim\) \+[\d.]+% better \(sim\)", rate_row), rate_row
+    assert not re.search(r"(better|worse)(?! \(sim\))", table)
+    assert "(sim): simulated by the lab's stand-in server, model rtx-pro-6000-pcie-x8" in table
     # The report exists and the second apply changed nothing.
-    assert (tmp_path / "lab-results" / "report.html").stat().st_size > 10_000
+    report = (tmp_path / "lab-results" / "report.html").read_text()
+    assert len(report) > 10_000 and "SIMULATED." in report and "(sim)" in report
     assert out.rstrip().endswith("demo: done")
     assert re.search(r"h01 : ok=\d+ changed=0 failed=0", out.split("idempotent")[-1])
     assert not (tmp_path / "lab").exists()  # lab down removed it

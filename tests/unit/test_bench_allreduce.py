@@ -96,3 +96,74 @@ def test_a_python_without_torch_fails_the_host_clearly(tmp_path: Path):
     state = run_bench([target], options, ResultsStore(tmp_path), ConnectOptions(), remote=False)["cpu-host"]
     assert state.status == "failed"
     assert "torchrun exited" in state.error and "torch" in state.error
+
+
+# A worker shaped like allreduce_bench.py that measures its first size, then, when the variant asks
+# for it, leaves rank 1 asleep so rank 0 blocks in the next all-reduce: a hung collective.
+BLOCKING_WORKER = r'''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+
+config = json.load(open(sys.argv[1]))
+dist.init_process_group(backend="gloo")
+rank = dist.get_rank()
+with open(os.path.join(os.environ["GPUOPS_TEST_PIDS"], "%d-%d" % (rank, os.getpid())), "w"):
+    pass
+block = os.environ.get("GPUOPS_TEST_BLOCK") == "1"
+for index, tokens in enumerate(config["tokens"]):
+    if block and index == 1 and rank == 1:
+        time.sleep(3600)
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    record = {"variant": config["variant"], "tokens": tokens, "ok": True, "latency_us": 1.0,
+              "busbw_gbps": 1.0, "step_cost_ms": 0.1, "world_size": 2, "sum": float(t[0])}
+    if rank == 0:
+        sys.stdout.write("GPUOPS-BENCH %s allreduce %s\n" % (config["run_id"], json.dumps(record)))
+        sys.stdout.flush()
+dist.destroy_process_group()
+'''
+
+
+def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(tmp_path: Path, torch_py: str):
+    import io
+
+    from gpuops.bench.frames import parse_frames
+    from gpuops.bench.results import allreduce_summary
+    from gpuops.remote.bench_client import Emitter, run
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    os.environ["GPUOPS_TEST_PIDS"] = str(pids)
+    keep = tmp_path / "host" / "frames.txt"
+    payload = {"run_id": "hang1", "suite": "allreduce", "url": "http://127.0.0.1:9", "host_facts": False,
+               "record_file": str(keep),
+               "allreduce": {"worker_source": BLOCKING_WORKER, "python": torch_py, "world_size": 2,
+                             "hidden_size": 8, "tokens": [1, 4], "backend": "gloo", "timeout_s": 30,
+                             "variants": [{"GPUOPS_TEST_BLOCK": "1"}, {"GPUOPS_TEST_BLOCK": "0"}]}}
+    out = io.StringIO()
+    try:
+        run(payload, Emitter("hang1", stream=out))
+    finally:
+        del os.environ["GPUOPS_TEST_PIDS"]
+    frames = parse_frames(out.getvalue(), "hang1")
+    assert frames.end is not None and not frames.partial
+    hung = [r for r in frames.allreduce if r["variant"] == {"GPUOPS_TEST_BLOCK": "1"}]
+    assert [r["tokens"] for r in hung] == [1]  # measured before the hang: kept
+    assert [e["message"] for e in frames.errors] == ["timed out after 30 s (hung collective)"]
+    assert frames.errors[0]["variant"] == {"GPUOPS_TEST_BLOCK": "1"} and frames.errors[0]["timed_out"]
+    fine = [r for r in frames.allreduce if r["variant"] == {"GPUOPS_TEST_BLOCK": "0"}]
+    assert [(r["tokens"], r["sum"]) for r in fine] == [(1, 2.0), (4, 2.0)]
+    summary = allreduce_summary(frames.allreduce, frames.errors)
+    by_label = {v["label"]: v for v in summary["variants"]}
+    assert by_label["GPUOPS_TEST_BLOCK=1"]["timed_out"] and not by_label["GPUOPS_TEST_BLOCK=1"]["ok"]
+    assert by_label["GPUOPS_TEST_BLOCK=0"]["ok"] and summary["best_variant"] == "GPUOPS_TEST_BLOCK=0"
+    # every rank of the hung launch is gone (the whole process group was killed)
+    ranks = [int(p.name.split("-")[1]) for p in pids.iterdir()]
+    assert len(ranks) == 4
+    for pid in ranks:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # the host kept its own copy of every frame
+    kept = parse_frames(keep.read_text(), "hang1")
+    assert kept.allreduce == frames.allreduce and kept.errors == frames.errors

@@ -132,9 +132,10 @@ def test_probes_carry_the_host_state_dir_quoted() -> None:
     host = Host(name="h", address=None, port=None, user=None, key_file=None, connection="ssh", groups=(),
                 vars={"gpuops_state_dir": "/tmp/it's here"})
     names = [p.name for p in probes_for(host)]
-    assert names == ["gpu.smi", "host.system", "software.python", "server"]
-    server_probe = probes_for(host)[-1]
+    assert names == ["gpu.smi", "host.system", "software.python", "server", "gpuops.desired"]
+    server_probe = probes_for(host)[-2]
     assert "gpuops_state_dir='/tmp/it'\"'\"'s here'" in server_probe.script
+    assert "'/tmp/it'\"'\"'s here/desired.json'" in probes_for(host)[-1].script
 
 
 def test_h200_real_capture_end_to_end() -> None:

@@ -8,7 +8,8 @@ from facts_fixtures import KIMI, b64, server_output
 
 from gpuops.facts.model import model_from_config
 from gpuops.facts.server import classify_manager, parse_server
-from gpuops.facts.server_args import REDACTED, launch_args, parse_flags, settings_from_argv
+from gpuops.facts.server_args import launch_args, parse_flags, settings_from_argv
+from gpuops.secret_policy import mask
 from gpuops.gather import ProbeOutput
 
 def test_kimi_server_flags_and_typed_fields() -> None:
@@ -59,9 +60,9 @@ def test_launch_forms() -> None:
 def test_secrets_are_redacted_in_flags() -> None:
     s = settings_from_argv(["python", "-m", "sglang.launch_server", "--api-key", "hunter2", "--admin-api-key=s3cret",
                             "--hf-token", "hf_abc", "--port", "30001"])
-    assert s.args["api_key"] == REDACTED
-    assert s.args["admin_api_key"] == REDACTED
-    assert s.args["hf_token"] == REDACTED
+    assert s.args["api_key"] == mask("hunter2")
+    assert s.args["admin_api_key"] == mask("s3cret")
+    assert s.args["hf_token"] == mask("hf_abc")
     assert s.port == 30001
     counts = settings_from_argv(["python", "-m", "sglang.launch_server", "--max-total-tokens", "4096"])
     assert counts.args["max_total_tokens"] == "4096"  # a count of tokens is not a token
@@ -77,11 +78,12 @@ def test_parse_server_systemd_with_env_and_model() -> None:
     ))
     assert server.running and server.pid == 4242 and server.ppid == 1
     assert server.settings.tp_size == 8
-    assert server.env == {"NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": "1", "SGLANG_ADMIN_TOKEN": REDACTED}
+    assert server.env == {"NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": "1", "SGLANG_ADMIN_TOKEN": server.env["SGLANG_ADMIN_TOKEN"]}
+    assert server.env["SGLANG_ADMIN_TOKEN"].startswith("<masked:")
     assert (server.manager, server.unit) == ("systemd", "sglang.service")
     assert server.healthy is True and server.health_status == 200
     assert server.others == ((999, 30001),)
-    assert "hunter2" not in server.argv and REDACTED in server.argv
+    assert "hunter2" not in server.argv and mask("hunter2") in server.argv
     assert server.python == "/usr/bin/python3.12"  # argv[0] "python3" is relative: exe it is
     model = server.model
     assert (model.architecture, model.hidden_size, model.num_hidden_layers, model.num_experts) == (

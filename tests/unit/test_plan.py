@@ -115,7 +115,7 @@ def test_precedence_defaults_inventory_extra() -> None:
     assert found.state_dir == "/a"                       # inventory beats the default
     found = discover("sglang-service", "h01", dict(inventory, gpuops_state_dir="/a"), {"gpuops_state_dir": "/b"})
     assert found.state_dir == "/b"                       # -e beats the inventory
-    assert found.paths == ("/b/sglang-launch.sh", "/b/sglang.env")
+    assert found.paths == ("/b/desired.json", "/b/sglang-launch.sh", "/b/sglang.env")
 
 
 def test_nccl_env_merges_over_sglang_env_and_bad_names_are_refused_early() -> None:
@@ -143,7 +143,7 @@ def test_secrets_are_masked_in_diffs_but_written_to_the_host() -> None:
     env = next(c for c in plan.changes if c.path.endswith("sglang.env"))
     assert "hf_abcdefghijkl" in env.after and "sk-secret-value" in env.after
     assert "hf_abcdefghijkl" not in env.diff and "sk-secret-value" not in env.diff
-    assert "HF_TOKEN='********'" in env.diff
+    assert "HF_TOKEN='<masked:" in env.diff
     summary = str(env.summary())
     assert "hf_abcdefghijkl" not in summary
 

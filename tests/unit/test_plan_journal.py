@@ -11,7 +11,7 @@ from gpuops.apply.payload import apply_payload
 from gpuops.apply.verdict import compute_capability_of
 from gpuops.plan.envfile import render_env_file
 from gpuops.plan.model import Change, HandlerRun, Plan, ServiceSpec
-from gpuops.plan.redact import is_secret_name, redact_vars, secret_values
+from gpuops.secret_policy import is_secret_name, mask, mask_mapping, secret_values
 
 
 def test_fold_runs_outcomes() -> None:
@@ -67,5 +67,5 @@ def test_secret_names() -> None:
         assert not is_secret_name(name), name
     values = secret_values({"sglang_env": {"HF_TOKEN": "hf_abcdef", "X": "plain"}, "api_key": "k"})
     assert values == ["hf_abcdef"]  # one-letter values are never masked (they would mask digits everywhere)
-    assert redact_vars({"sglang_env": {"HF_TOKEN": "hf_abcdef", "X": "plain"}}) == {
-        "sglang_env": {"HF_TOKEN": "********", "X": "plain"}}
+    assert mask_mapping({"sglang_env": {"HF_TOKEN": "hf_abcdef", "X": "plain"}}) == {
+        "sglang_env": {"HF_TOKEN": mask("hf_abcdef"), "X": "plain"}}

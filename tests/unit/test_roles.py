@@ -22,9 +22,10 @@ def test_shipped_roles_load(name: str) -> None:
 def test_fusion_role_includes_the_service_role_with_its_flag() -> None:
     role = load_role("fusion-sm120")
     modules = [t.module for t in role.tasks]
-    assert modules == ["gate_patch", "include_role"]
-    assert role.tasks[0].register == "fusion" and role.tasks[0].notify == ("restart sglang",)
-    assert role.tasks[1].vars == {"sglang_extra_args": "{{ fusion.launch_flags }}"}
+    assert modules == ["assert", "gate_patch", "include_role"]  # assert: refuses sglang_manager docker
+    assert role.tasks[1].register == "fusion" and role.tasks[1].notify == ("restart sglang",)
+    assert role.tasks[2].vars == {"sglang_contribute_args": "{{ fusion.launch_flags }}"}
+    assert role.tasks[2].when == "fusion.applies"
 
 
 def test_service_role_defines_the_restart_handler() -> None:
@@ -34,9 +35,9 @@ def test_service_role_defines_the_restart_handler() -> None:
 
 
 @pytest.mark.parametrize("manager, expected", [
-    ("process", {"sglang.env", "sglang-launch.sh"}),
-    ("systemd", {"sglang.env", "sglang.service"}),
-    ("docker", {"sglang.docker.env", "sglang-docker-run.sh"}),
+    ("process", {"desired.json", "sglang.env", "sglang-launch.sh"}),
+    ("systemd", {"desired.json", "sglang.env", "sglang.service"}),
+    ("docker", {"desired.json", "sglang.docker.env", "sglang-docker-run.sh"}),
 ])
 def test_each_manager_touches_its_own_files(manager: str, expected: set[str]) -> None:
     found = discover("sglang-service", "h01", {"sglang_manager": manager, "gpuops_state_dir": "/s"}, {})

@@ -57,6 +57,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
         from gpuops.gates.probe import gate_scan_probe
 
         probes.append(gate_scan_probe(with_sources=True))  # with sources: the patch planner's input
+        probes.extend(_gpu_probes(host))  # applicability (GPU generation, P2P) is planned from these
     values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
@@ -69,30 +70,15 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
         sources = getattr(scan, "sources", None)
-    facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources)
+    gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
+    facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu)
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 
 
-def _gather_gpu(conn: "Connection", host: "Host", extra: Mapping[str, Any], options: ApplyOptions) -> dict[str, Any]:
-    """The GPUs' compute capability and the CUDA version, which judge the re-audit after a patch.
-
-    A second, small gather, made only when the plan patches: a no-op run must not pay for
-    nvidia-smi and the package list (most of a gather's time on a real host).
-    """
-    from gpuops.facts.python_select import preamble_for_vars
-
-    probes = _gpu_probes(host)
-    if not probes:
-        return {}
-    try:
-        values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
-    except GpuopsError:
-        return {}
-    return _gpu_summary(values)
-
-
 def _gpu_probes(host: "Host") -> list[Any]:
-    """The facts part's GPU probes (and the package list, for torch's CUDA), by their pinned entry."""
+    """The facts part's GPU probes (and the package list, for torch's CUDA), by their pinned entry.
+    Gathered with the gate scan only (a role that patches): a no-op nccl-env run does not pay for
+    nvidia-smi and the package list."""
     try:
         from gpuops.facts.host import probes_for
 
@@ -112,8 +98,10 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
     interconnect = facts.interconnect
     return {"compute_capability": facts.compute_capability,
             "cuda": facts.torch_cuda or getattr(facts.banner, "cuda_driver_version", None),
+            "gpu_count": len(facts.gpu.gpus) if facts.gpu.known else None,
+            "nvlink": interconnect.nvlink,
             "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,
-            "p2p_failed_pairs": len(interconnect.p2p_failed_pairs)}
+            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs]}
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -136,14 +124,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                options: ApplyOptions, run_id: str) -> HostReport:
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
-    from gpuops.plan.redact import secret_values
+    from gpuops.secret_policy import secret_values
     from gpuops.remote import source
     from gpuops.transport import connect
 
     conn = connect(host, options.connect)
     try:
         facts, extra_facts = _gather(conn, host, extra, discovery, options)
-        plan = plan_role(role, facts, dict(host.vars or {}), dict(extra))
+        plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
         report = HostReport(
             host=host.name, ok=True, status="checked", changed=plan.changed,
             changes=[c.summary() for c in plan.changes], warnings=list(plan.warnings), notes=list(plan.notes),
@@ -167,23 +155,9 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return report
         if os.environ.get(TEST_CORRUPT_PATCH_ENV):
             plan = _corrupt_for_test(plan)
-        gpu = _gather_gpu(conn, host, extra, options) if plan.audit is not None else {}
-        if plan.audit is not None and gpu.get("compute_capability"):
-            from gpuops.apply.verdict import compute_capability_of
-
-            wanted = compute_capability_of(plan.audit.target_sm)
-            if gpu["compute_capability"] != wanted:
-                report.warnings.append(
-                    f"this host's GPUs are compute capability {gpu['compute_capability']}, not {wanted} "
-                    f"({plan.audit.target_sm}): the patch only matters on {plan.audit.target_sm} GPUs")
-        if plan.audit is not None and gpu.get("p2p_all_pairs") is False:
-            # FlashInfer's allreduce fusion (the non-MNNVL backends) exchanges data through CUDA IPC
-            # buffers, which need peer-to-peer access between every pair of TP ranks.
-            report.warnings.append(
-                f"peer-to-peer is not possible between {gpu.get('p2p_failed_pairs')} GPU pair(s) on this host: "
-                "the IPC-based all-reduce fusion needs P2P across the whole TP group, so with TP spanning "
-                "those pairs it may fail or fall back at run time; keep TP within a P2P group, and check "
-                "the server log and a bench after the restart")
+        # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
+        # gathered with the gate scan (plan/applicability.py).
+        gpu = dict(facts.gpu or {})
         audit_sh = None
         if plan.audit is not None:
             from gpuops.gates.probe import gate_scan_probe
@@ -235,7 +209,7 @@ def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payloa
 
 
 def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
-    from gpuops.plan.redact import redact_text
+    from gpuops.secret_policy import mask_text as redact_text
 
     status = result.get("status", "failed")
     if result.get("log_tail"):
@@ -269,13 +243,14 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
     def one(host: "Host") -> HostReport:
         return apply_host(host, role, extra, discoveries[host.name], options, run_id)
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks)
+    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
     reports: dict[str, HostReport] = {}
     for name, outcome in outcomes.items():
         if outcome.ok and outcome.value is not None:
             reports[name] = outcome.value
         else:
-            reports[name] = HostReport(host=name, ok=False, status="failed", error=outcome.error)
+            reports[name] = HostReport(host=name, ok=False, status="skipped" if outcome.skipped else "failed",
+                                       error=outcome.error)
     return run_id, reports
 
 

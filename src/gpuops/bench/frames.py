@@ -26,6 +26,8 @@ class RemoteRun:
     samples: list[dict[str, Any]] = field(default_factory=list)
     levels: list[dict[str, Any]] = field(default_factory=list)
     allreduce: list[dict[str, Any]] = field(default_factory=list)
+    fusion: list[dict[str, Any]] = field(default_factory=list)
+    progress: dict[str, Any] | None = None
     tool: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -61,6 +63,10 @@ def parse_frames(stdout: str, run_id: str) -> RemoteRun:
             run.levels.append(record)
         elif kind == "allreduce":
             run.allreduce.append(record)
+        elif kind == "fusion":
+            run.fusion.append(record)
+        elif kind == "progress":
+            run.progress = record
         elif kind == "tool":
             run.tool.append(record)
         elif kind == "note":

@@ -15,10 +15,12 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 
-SUITES = ("decode", "serving", "allreduce")
+SUITES = ("decode", "serving", "allreduce", "fusion")
+TORCHRUN_SUITES = ("allreduce", "fusion")  # one torchrun launch per variant, under a watchdog
 APIS = ("native", "completions", "chat")
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_ALLREDUCE_TOKENS = (1, 4, 8, 16, 64)
+DEFAULT_FUSION_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_HIDDEN_SIZE = 7168  # Kimi-K2.5 / DeepSeek-V3, the field report's model family
 DEFAULT_ALLREDUCES_PER_STEP = 122  # field report: 122 all-reduces ~ 25 ms per verify pass on 8x PCIe
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -38,6 +40,7 @@ class AllreduceOptions:
     warmup: int = 10
     trials: int = 5
     allreduces_per_step: int = DEFAULT_ALLREDUCES_PER_STEP
+    timeout_s: float | None = None           # per variant; None: from the sizes (see bench_client)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,13 @@ class BenchOptions:
     tool: str | None = None             # "sglang": run sglang.bench_serving / bench_one_batch_server
     tool_args: tuple[str, ...] = ()
     python: str | None = None           # runs torchrun / the SGLang tool; None: host var sglang_python
+    repeat: int = 1                     # the whole measurement N times; one merged result with intervals
+    request_rates: tuple[float, ...] = ()  # serving: Poisson arrivals at each rate (req/s; inf: all at once)
+    max_concurrency: int | None = None  # serving with --request-rate: cap on requests in flight
+    slo: tuple[tuple[str, float], ...] = ()  # goodput: (ttft_ms|tpot_ms|e2e_ms|itl_ms, limit)
+    dataset: str = "random"             # random | sharegpt
+    dataset_path: str | None = None     # sharegpt: a ShareGPT-format JSON file here at home
+    random_range_ratio: float = 1.0     # random: lengths drawn from [len x ratio, len]
     allreduce: AllreduceOptions = field(default_factory=AllreduceOptions)
 
     def __post_init__(self) -> None:
@@ -69,17 +79,38 @@ class BenchOptions:
             raise GpuopsError("bench: --output-len must be at least 2 (a decode rate needs two tokens)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise GpuopsError("bench: --concurrency needs positive integers, e.g. 1,4,16")
+        if self.request_rates and self.suite != "serving":
+            raise GpuopsError("bench: --request-rate is for the serving suite")
+        if any(not r > 0 for r in self.request_rates):
+            raise GpuopsError("bench: --request-rate needs positive rates (requests/s, or inf)")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise GpuopsError("bench: --max-concurrency must be at least 1")
+        if not 0.0 < self.random_range_ratio <= 1.0:
+            raise GpuopsError("bench: --random-range-ratio must be in (0, 1]")
+        if self.dataset not in ("random", "sharegpt"):
+            raise GpuopsError(f"bench: unknown --dataset {self.dataset!r} (random or sharegpt)")
+        if (self.dataset == "sharegpt") != bool(self.dataset_path):
+            raise GpuopsError("bench: --dataset sharegpt needs --dataset-path FILE (and the path needs the dataset)")
+        if self.repeat < 1:
+            raise GpuopsError("bench: --repeat must be at least 1")
         if self.tool not in (None, "sglang"):
             raise GpuopsError(f"bench: unknown --tool {self.tool!r} (only 'sglang')")
-        if self.tool and self.suite == "allreduce":
-            raise GpuopsError("bench: --tool sglang runs the decode or serving suite, not allreduce")
+        if self.tool and self.dataset == "sharegpt":
+            raise GpuopsError("bench: --dataset sharegpt is for the built-in client (SGLang's tool reads "
+                              "its own --dataset-path on the host: pass it in --tool-args)")
+        if self.tool and self.suite in TORCHRUN_SUITES:
+            raise GpuopsError(f"bench: --tool sglang runs the decode or serving suite, not {self.suite}")
+        if self.suite == "fusion" and self.allreduce.backend != "nccl":
+            raise GpuopsError("bench: the fusion suite runs on NVIDIA GPUs (--backend nccl)")
 
     def as_record(self) -> dict[str, Any]:
         record = asdict(self)
         record["concurrency"] = list(self.concurrency)
         record["tool_args"] = list(self.tool_args)
+        record["request_rates"] = list(self.request_rates)
+        record["slo"] = dict(self.slo)
         ar = record.pop("allreduce")
-        if self.suite == "allreduce":
+        if self.suite in TORCHRUN_SUITES:
             ar["tokens"] = list(self.allreduce.tokens)
             ar["env_variants"] = [dict(v) for v in self.allreduce.env_variants]
             record["allreduce"] = ar
@@ -134,6 +165,100 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
+
+
+def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
+    """``ttft_ms=500,tpot_ms=50`` -> (("ttft_ms", 500.0), ("tpot_ms", 50.0))."""
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in SLO_KEYS:
+            raise GpuopsError(f"bench: --slo {text!r}: give {'/'.join(SLO_KEYS)}=MILLISECONDS, comma-separated")
+        try:
+            limit = float(value)
+        except ValueError:
+            raise GpuopsError(f"bench: --slo {key}={value!r} is not a number of milliseconds") from None
+        if not limit > 0:
+            raise GpuopsError(f"bench: --slo {key} must be positive")
+        out.append((key, limit))
+    return tuple(out)
+
+
+def parse_rates(text: str | None) -> tuple[float, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise GpuopsError(f"bench: --request-rate {text!r}: comma-separated requests/s (or inf)") from None
+
+
+def request_count(options: BenchOptions) -> int:
+    """How many distinct requests a run sends at most (the request list's length)."""
+    if options.suite == "decode":
+        return options.num_requests
+    caps = [options.max_concurrency or 8] if options.request_rates else list(options.concurrency)
+    return options.requests_per_level or max(4, 2 * max(caps))
+
+
+def requests_spec(options: BenchOptions) -> list[dict[str, Any]] | None:
+    """The per-request list the client cycles through; None for fixed lengths (the client's default).
+
+    random: input/output lengths uniform in [len x ratio, len] (SGLang's --random-range-ratio),
+    seeded. sharegpt: first human turn as the prompt, the reply's length as max tokens (4 characters
+    per token: gpuops has no tokenizer; every figure uses the server's own token counts).
+    """
+    if options.suite not in ("decode", "serving"):
+        return None
+    count = request_count(options)
+    if options.dataset == "sharegpt":
+        return load_sharegpt(str(options.dataset_path), count, options.seed, options.output_len)
+    if options.random_range_ratio >= 1.0:
+        return None
+    import random
+
+    rng = random.Random(options.seed)
+
+    def draw(length: int) -> int:
+        return rng.randint(max(int(length * options.random_range_ratio), 1), length)
+
+    return [{"input_len": draw(options.input_len), "output_len": max(2, draw(options.output_len))}
+            for _ in range(count)]
+
+
+def load_sharegpt(path: str, count: int, seed: int, max_output: int) -> list[dict[str, Any]]:
+    import json
+    import random
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise GpuopsError(f"bench: cannot read --dataset-path {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise GpuopsError(f"bench: --dataset-path {path} is not JSON: {exc}") from None
+    pairs = []
+    for entry in data if isinstance(data, list) else []:
+        turns = entry.get("conversations") or entry.get("conversation") if isinstance(entry, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        first, second = turns[0], turns[1]
+        if not (isinstance(first, dict) and isinstance(second, dict)):
+            continue
+        prompt, reply = first.get("value"), second.get("value")
+        if isinstance(prompt, str) and isinstance(reply, str) and prompt.strip() and reply.strip():
+            pairs.append({"prompt": prompt, "input_len": max(1, len(prompt) // 4),
+                          "output_len": max(2, min(max_output, len(reply) // 4))})
+    if not pairs:
+        raise GpuopsError(f"bench: --dataset-path {path} has no ShareGPT conversations "
+                          '(a list of {"conversations": [{"from": ..., "value": ...}, ...]})')
+    random.Random(seed).shuffle(pairs)
+    return [pairs[i % len(pairs)] for i in range(count)]
+
+
 # --------------------------------------------------------------------------- payload
 
 def server_url(port: int, address: str = "127.0.0.1") -> str:
@@ -165,24 +290,41 @@ def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
                 base += [flag, value]
         return "sglang.bench_one_batch_server", "--result-filename", [base + user]
     runs = []
-    for concurrency in options.concurrency:
+    levels: list[tuple[int | None, float | None]] = (
+        [(options.max_concurrency, r) for r in options.request_rates] if options.request_rates
+        else [(c, None) for c in options.concurrency])
+    for concurrency, rate in levels:
         args: list[str] = []
-        count = options.requests_per_level or max(4, 2 * concurrency)
-        for flag, value in (("--backend", "sglang"), ("--dataset-name", "random"),
-                            ("--random-input-len", str(options.input_len)),
-                            ("--random-output-len", str(options.output_len)),
-                            ("--num-prompts", str(count)), ("--seed", str(options.seed)),
-                            ("--max-concurrency", str(concurrency))):
+        count = options.requests_per_level or max(4, 2 * (concurrency or 8))
+        pairs = [("--backend", "sglang"), ("--dataset-name", "random"),
+                 ("--random-input-len", str(options.input_len)),
+                 ("--random-output-len", str(options.output_len)),
+                 ("--random-range-ratio", str(options.random_range_ratio)),
+                 ("--num-prompts", str(count)), ("--seed", str(options.seed))]
+        if concurrency:
+            pairs.append(("--max-concurrency", str(concurrency)))
+        if rate is not None:
+            pairs.append(("--request-rate", str(rate)))
+        for flag, value in pairs:
             if not has(flag):
                 args += [flag, value]
         runs.append(args + user + (["--disable-tqdm"] if not has("--disable-tqdm") else []))
     return "sglang.bench_serving", "--output-file", runs
 
 
+def host_token(host_name: str) -> str:
+    """A short per-host tag for file names (lab hosts share one /tmp and one home)."""
+    return hashlib.sha256(host_name.encode()).hexdigest()[:8]
+
+
 def pid_file(run_id: str, host_name: str) -> str:
     """Where a host's client writes its pid; per host too, as lab hosts share one /tmp."""
-    token = hashlib.sha256(host_name.encode()).hexdigest()[:8]
-    return f"/tmp/gpuops-bench-{run_id}-{token}.pid"
+    return f"/tmp/gpuops-bench-{run_id}-{host_token(host_name)}.pid"
+
+
+def record_file(run_id: str, host_name: str, state_dir: Any = None) -> str:
+    """The host's own copy of every frame of a run (``~`` is expanded by the client)."""
+    return f"{state_dir or '~/.cache/gpuops'}/bench/{run_id}-{host_token(host_name)}.frames"
 
 
 def build_payload(
@@ -206,23 +348,32 @@ def build_payload(
         "warmup": options.warmup,
         "concurrency": list(options.concurrency),
         "requests_per_level": options.requests_per_level,
+        "request_rates": list(options.request_rates) or None,
+        "max_concurrency": options.max_concurrency,
+        "slo": dict(options.slo) or None,
+        "requests_spec": requests_spec(options),
         "seed": options.seed,
         "request_timeout": options.request_timeout_s,
         "pid_file": pid_file(run_id, host_name),
         "server_pid_file": f"{state_dir}/sglang.pid" if state_dir else None,
         "state_dir": str(state_dir) if state_dir else None,
         "host_facts": True,
+        # torchrun suites also keep every frame on the host (a hung or cut run loses nothing there);
+        # not decode/serving, whose runs must leave the host as they found it (tune checks bytes)
+        "record_file": record_file(run_id, host_name, state_dir) if options.suite in TORCHRUN_SUITES else None,
     }
     python = options.python or str(host_vars.get("sglang_python") or "python3")
     payload["server_python"] = str(host_vars["sglang_python"]) if host_vars.get("sglang_python") else None
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}
-    if options.suite == "allreduce":
+    if options.suite in TORCHRUN_SUITES:
         ar = options.allreduce
         if worker_source is None:
-            raise GpuopsError("bench: the allreduce suite needs its worker source")
+            raise GpuopsError(f"bench: the {options.suite} suite needs its worker source")
         payload["allreduce"] = {
+            "kind": options.suite,
+            "timeout_s": ar.timeout_s,
             "worker_source": worker_source,
             "python": python,
             "world_size": ar.world_size,

@@ -6,7 +6,8 @@ fingerprint), the suite options, the raw samples and the summary.
 
 Schema ``gpuops.bench.result/1`` (top-level keys): ``schema``, ``id``, ``run_id``, ``host``,
 ``suite``, ``created`` (ISO-8601 UTC), ``ok``, ``partial``, ``errors``, ``options``, ``server``
-(``url``, ``server_args``, ``env``, ``version``, ``model_path``, ``simulated``), ``host_facts``,
+(``url``, ``server_args``, ``env``, ``version``, ``model_path``, ``simulated``, and from a stand-in
+``speed_model``: its name, version, shape, label and figures), ``host_facts``,
 ``configuration`` (the fingerprint's inputs), ``fingerprint``, ``summary``, ``levels`` (serving),
 ``allreduce`` (rows), ``samples`` (raw).
 """
@@ -18,15 +19,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gpuops.bench.fingerprint import configuration, fingerprint, tuning_env
+from gpuops.bench.fingerprint import configuration, fingerprint, public_server_record
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
+from gpuops.bench.simulated import model_label
 from gpuops.bench.sglang_tool import one_batch_summary, serving_level, serving_samples
 from gpuops.remote.bench_client import summarize_samples
 
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
-_INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "env", "server_args", "status",
+_INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "speed_model", "env", "server_args", "status",
                             "max_total_num_tokens", "max_req_input_len", "memory_usage"})
 
 
@@ -62,6 +64,9 @@ def server_record(run: RemoteRun) -> dict[str, Any]:
         "simulated": bool(info.get("simulated")),
         "internal_states": info.get("internal_states"),
     }
+    if record["simulated"]:
+        # Where a simulated figure comes from travels with it (the stand-in's model, shape, version).
+        record["speed_model"] = info.get("speed_model") if isinstance(info.get("speed_model"), dict) else None
     for key in ("server_info_error", "model_info_error", "pid", "process_cmdline"):
         if snapshot.get(key) is not None:
             record[key] = snapshot[key]
@@ -101,6 +106,8 @@ def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) 
                                                 "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
             entry["ok"] = False
             entry.setdefault("error", err.get("message"))
+            if err.get("timed_out"):
+                entry["timed_out"] = True
     ranked = [v for v in variants.values() if v["ok"] and v["latency_us"]]
     smallest = None
     if ranked:
@@ -121,13 +128,62 @@ def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) 
     }
 
 
+def fusion_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fused vs unfused per token count and mode; the headline is the decode case (fewest tokens,
+    CUDA graph, as SGLang replays decode) and its cost over one forward pass."""
+    measured = [r for r in rows if r.get("fused_us") is not None]
+    reasons = sorted({r["error"] for r in rows if not r.get("ok") and r.get("error")})
+    first = rows[0] if rows else {}
+    summary: dict[str, Any] = {
+        "world_size": first.get("world_size"), "hidden_size": first.get("hidden_size"),
+        "allreduces_per_step": first.get("allreduces_per_step"), "gpu": first.get("gpu"),
+        "flashinfer_version": first.get("flashinfer_version"), "tolerance": first.get("tolerance"),
+        "all_correct": bool(measured) and all(r.get("correct") for r in measured),
+        "reasons": reasons,
+        "table": [{k: r.get(k) for k in ("tokens", "cuda_graph", "fused_us", "unfused_nccl_us", "unfused_ipc_us",
+                                          "nccl_allreduce_us", "saving_us", "speedup", "saving_step_ms",
+                                          "fused_step_ms", "unfused_nccl_step_ms", "rel_err_worst_rank", "correct")}
+                  for r in measured],
+    }
+    graphed = [r for r in measured if r.get("cuda_graph")] or measured
+    if graphed:
+        head = min(graphed, key=lambda r: r["tokens"])
+        summary.update({"headline_tokens": head["tokens"], "headline_cuda_graph": head.get("cuda_graph"),
+                        "fused_us": head["fused_us"], "unfused_us": head.get("unfused_nccl_us"),
+                        "fused_step_ms": head.get("fused_step_ms"), "unfused_step_ms": head.get("unfused_nccl_step_ms"),
+                        "saving_step_ms": head.get("saving_step_ms")})
+    return summary
+
+
+def _num_prompts(args: list[str]) -> int | None:
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--num-prompts=") else (
+            args[i + 1] if arg == "--num-prompts" and i + 1 < len(args) else None)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
 def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline of a serving run is its peak throughput (and its peak goodput under the SLO
+    when one was given), not the lowest level's per-stream rate, which is kept alongside."""
     if not levels:
         return {"levels": 0}
-    ordered = sorted(levels, key=lambda lv: lv.get("concurrency") or 0)
+    ordered = sorted(levels, key=lambda lv: (lv.get("concurrency") or 0, lv.get("request_rate") or 0))
     lowest = ordered[0]
     peak = max(levels, key=lambda lv: lv.get("total_output_tokens_per_s") or 0)
+    good = [lv for lv in levels if isinstance(lv.get("goodput_request_per_s"), (int, float))]
+    best_good = max(good, key=lambda lv: lv["goodput_request_per_s"]) if good else None
     return {
+        "peak_request_throughput": peak.get("request_throughput"),
+        "peak_request_rate": peak.get("request_rate"),
+        "peak_goodput_request_per_s": best_good.get("goodput_request_per_s") if best_good else None,
+        "peak_goodput_concurrency": best_good.get("concurrency") if best_good else None,
+        "peak_goodput_total_output_tokens_per_s": best_good.get("total_output_tokens_per_s") if best_good else None,
+        "slo": (best_good or {}).get("slo"),
         "levels": len(levels),
         "output_tokens_per_s": lowest.get("output_tokens_per_s"),
         "ttft_ms": lowest.get("ttft_ms"),
@@ -135,7 +191,8 @@ def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_total_output_tokens_per_s": peak.get("total_output_tokens_per_s"),
         "peak_concurrency": peak.get("concurrency"),
         "completed": sum(lv.get("completed") or 0 for lv in levels),
-        "failed": sum(lv.get("failed") or 0 for lv in levels),
+        "failed": sum(lv.get("failed") or 0 for lv in levels) if all(
+            lv.get("failed") is not None for lv in levels) else None,
     }
 
 
@@ -154,21 +211,31 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         if options.suite == "decode":
             summary = one_batch_summary(run.tool[-1]) if run.tool else {}
         else:
-            levels = [serving_level(r) for r in run.tool]
+            from gpuops.bench.options import tool_runs
+
+            asked = [_num_prompts(args) for args in tool_runs(options)[2]]
+            levels = [serving_level(r, asked[r["_run_index"]] if isinstance(r.get("_run_index"), int)
+                                    and r["_run_index"] < len(asked) else None) for r in run.tool]
             samples = [s for r in run.tool for s in serving_samples(r)]
             summary = serving_summary(levels)
     elif options.suite == "decode":
-        summary = summarize_samples(run.samples)
+        summary = summarize_samples(run.samples, None, dict(options.slo) or None)
     elif options.suite == "serving":
         levels = list(run.levels)
         summary = serving_summary(levels)
+    elif options.suite == "fusion":
+        summary = fusion_summary(list(run.fusion))
+        errors.extend(r for r in summary["reasons"] if r not in errors)
     else:
         rows = list(run.allreduce)
         summary = allreduce_summary(rows, run.errors)
     failed = [s for s in samples if s.get("ok") is False]
     if failed:
         errors.append(f"{len(failed)} of {len(samples)} requests failed; first: {failed[0].get('error')}")
-    if options.suite != "allreduce":
+    if options.suite == "fusion":
+        if not run.fusion and not errors:
+            errors.append("no fusion measurement came back")
+    elif options.suite != "allreduce":
         spec = accept_length(run)
         if spec is not None and summary.get("accept_length") is None:
             summary["accept_length"] = spec
@@ -177,13 +244,14 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
     elif not any(r.get("ok") for r in rows) and not errors:
         errors.append("no all-reduce measurement came back")
     extra = None
-    if options.suite == "allreduce":
+    micro = options.suite in ("allreduce", "fusion")
+    if micro:
         extra = {"allreduce_world_size": summary.get("world_size"), "allreduce_backend": summary.get("backend")}
-    config = configuration(server["server_args"] if options.suite != "allreduce" else {},
-                           server["env"] if options.suite != "allreduce" else {},
+    config = configuration(server["server_args"] if not micro else {},
+                           server["env"] if not micro else {},
                            server["version"], patched, extra)
     rid = result_id(ctx.host, run.run_id)
-    return {
+    document = {
         "schema": SCHEMA,
         "id": rid,
         "run_id": run.run_id,
@@ -198,15 +266,21 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         "errors": errors,
         "notes": run.notes,
         "options": options.as_record(),
-        "server": {**server, "env": tuning_env(server["env"])},
+        "server": public_server_record(server),
         "host_facts": host_facts,
         "configuration": config,
         "fingerprint": fingerprint(config),
         "summary": summary,
         "levels": levels,
         "allreduce": rows,
+        "fusion": list(run.fusion),
         "samples": samples,
     }
+    from gpuops.bench.repeats import within_run
+    from gpuops.bench.stats import intervals_json
+
+    document["intervals"] = intervals_json(within_run(document))
+    return document
 
 
 def headline(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,15 +299,29 @@ def headline(result: Mapping[str, Any]) -> dict[str, Any]:
         "result_id": result.get("id"),
         "fingerprint": result.get("fingerprint"),
         "simulated": bool((result.get("server") or {}).get("simulated")),
+        "speed_model": model_label(result),
         "error": "; ".join(result.get("errors") or []) or None,
     }
     if result.get("suite") == "serving":
+        for key in ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
+                    "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed"):
+            line[key] = summary.get(key)
         line["levels"] = [{"concurrency": lv.get("concurrency"),
+                           "request_rate": lv.get("request_rate"),
                            "request_throughput": lv.get("request_throughput"),
                            "total_output_tokens_per_s": lv.get("total_output_tokens_per_s"),
                            "output_tokens_per_s": lv.get("output_tokens_per_s"),
                            "ttft_ms_p50": (lv.get("ttft_ms") or {}).get("p50"),
-                           "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50")} for lv in result.get("levels") or []]
+                           "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50"),
+                           "tpot_ms_p50": (lv.get("tpot_ms") or {}).get("p50"),
+                           "e2e_latency_ms_p50": (lv.get("e2e_latency_ms") or {}).get("p50"),
+                           "failed": lv.get("failed"),
+                           "goodput_request_per_s": lv.get("goodput_request_per_s")}
+                          for lv in result.get("levels") or []]
+    if result.get("suite") == "fusion":
+        for key in ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
+                    "saving_step_ms", "all_correct", "world_size", "hidden_size"):
+            line[key] = summary.get(key)
     if result.get("suite") == "allreduce":
         line["best_variant"] = summary.get("best_variant")
         line["step_cost_ms"] = summary.get("step_cost_ms")

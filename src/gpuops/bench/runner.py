@@ -38,6 +38,7 @@ class HostBench:
     file: Path | None = None
     error: str | None = None
     status: str = "waiting"  # waiting | running | done | failed | stopping
+    repeat: int = 0  # which repeat is running (1-based) with --repeat
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ def run_bench(
 
     run_id = uuid.uuid4().hex[:12]
     started = time.time()
-    worker_source = source("allreduce_bench") if options.suite == "allreduce" else None
+    worker_source = {"allreduce": "allreduce_bench", "fusion": "fusion_bench"}.get(options.suite)
+    worker_source = source(worker_source) if worker_source else None
     states = {t.host.name: HostBench(t.host.name) for t in targets}
     finished = {t.host.name: threading.Event() for t in targets}
     lock = threading.Lock()
@@ -87,17 +89,33 @@ def run_bench(
                                     host_name=target.host.name)
             state.status = "running"
             changed()
+            repeats: list[dict] = []
             conn = connect(target.host, connect_options)
             try:
-                done = conn.run(python_command(target.python), python_stdin("bench_client", payload))
+                for index in range(options.repeat):
+                    if state.status == "stopping" and repeats:
+                        break  # Ctrl-C: keep the repeats already home
+                    state.repeat = index + 1
+                    changed()
+                    done = conn.run(python_command(target.python), python_stdin("bench_client", payload))
+                    run = parse_frames(done.stdout_text(), run_id)
+                    if run.start is None:
+                        tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
+                        if repeats:
+                            break
+                        raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
+                    repeats.append(build_result(RunContext(target.host.name, options, target.url, started, remote), run))
+                    if run.partial:
+                        break
             finally:
                 conn.close()
-            run = parse_frames(done.stdout_text(), run_id)
-            if run.start is None:
-                tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
-                raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
-            result = build_result(RunContext(target.host.name, options, target.url, started, remote), run)
-            measured = result["samples"] or result["levels"] or result["allreduce"]
+            if options.repeat > 1:
+                from gpuops.bench.repeats import merge_repeats
+
+                result = merge_repeats(repeats)
+            else:
+                result = repeats[0]
+            measured = result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
             if measured or result["summary"].get("completed"):
                 state.file = store.save(result)
             state.result = result

@@ -3,7 +3,8 @@
 Layout under the results dir (default ``./results``)::
 
     <created>_<host>_<suite>_<id>.json     the full result document (the truth)
-    index.sqlite                           id, host, suite, created, ok, headline figures, file
+    index.sqlite                           id, host, suite, created, ok, headline figures, file,
+                                           simulated and the stand-in model (for the (sim) marks)
 
 The JSON files are the record; the index is derived and rebuilt from them when it is missing or
 does not know a file, so copying result files between machines just works.
@@ -21,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from gpuops.bench.simulated import is_simulated, model_label
 from gpuops.errors import GpuopsError
 
 INDEX_NAME = "index.sqlite"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _COLUMNS = ("id", "host", "suite", "tool", "created", "ok", "partial", "fingerprint", "sglang_version",
-            "output_tokens_per_s", "ttft_ms_p50", "itl_ms_p50", "file")
+            "output_tokens_per_s", "ttft_ms_p50", "itl_ms_p50", "file", "simulated", "speed_model")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class ResultEntry:
     ttft_ms_p50: float | None
     itl_ms_p50: float | None
     file: str
+    simulated: bool = False
+    speed_model: str | None = None  # the stand-in model's label when simulated
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _COLUMNS}
@@ -60,6 +64,7 @@ def _entry_from_result(result: Mapping[str, Any], file: Path) -> ResultEntry:
         sglang_version=(result.get("server") or {}).get("version"),
         output_tokens_per_s=summary.get("output_tokens_per_s"),
         ttft_ms_p50=(ttft or {}).get("p50"), itl_ms_p50=(itl or {}).get("p50"), file=file.name,
+        simulated=is_simulated(result), speed_model=model_label(result),
     )
 
 
@@ -98,7 +103,8 @@ class ResultsStore:
         with closing(self._index()) as db:
             self._sync(db)
             rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results ORDER BY created, id").fetchall()
-        return [ResultEntry(*row[:5], bool(row[5]), bool(row[6]), *row[7:]) for row in rows]
+        booleans = ("ok", "partial", "simulated")
+        return [ResultEntry(**{c: bool(v) if c in booleans else v for c, v in zip(_COLUMNS, row)}) for row in rows]
 
     def resolve(self, wanted: str) -> ResultEntry:
         """An entry by id or unique id prefix (or file name)."""
@@ -124,10 +130,16 @@ class ResultsStore:
 
     def _index(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.root / INDEX_NAME, timeout=10)
+        columns = [row[1] for row in db.execute("PRAGMA table_info(results)")]
+        if columns and tuple(columns) != _COLUMNS:
+            # An index written by an older gpuops: it is derived, so rebuild it from the files.
+            with db:
+                db.execute("DROP TABLE results")
         db.execute(
             "CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, host TEXT, suite TEXT, tool TEXT, "
             "created TEXT, ok INTEGER, partial INTEGER, fingerprint TEXT, sglang_version TEXT, "
-            "output_tokens_per_s REAL, ttft_ms_p50 REAL, itl_ms_p50 REAL, file TEXT)")
+            "output_tokens_per_s REAL, ttft_ms_p50 REAL, itl_ms_p50 REAL, file TEXT, simulated INTEGER, "
+            "speed_model TEXT)")
         return db
 
     @staticmethod

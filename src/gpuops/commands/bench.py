@@ -5,7 +5,7 @@
     {"schema": 1, "suite": ..., "results_dir": ...,
      "hosts": {NAME: {"ok", "suite", "partial", "output_tokens_per_s", "ttft_ms" (p50),
                       "itl_ms": {"p50", "p90", "p99"}, "accept_length", "result_id", "result_file",
-                      "fingerprint", "simulated", "error",
+                      "fingerprint", "simulated", "speed_model" (the stand-in model's label, else null), "error",
                       "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce)}}}
 """
 
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from gpuops.commands.options import inventory_options
 
 EXIT_SOME_HOST_FAILED = 1
 DEFAULT_RESULTS_DIR = "results"
@@ -28,9 +30,8 @@ def _results_dir_option(fn: Any) -> Any:
 
 @click.command("bench")
 @click.option("--remote", is_flag=True, help="Run on the inventory's hosts next to their server (else locally against --url).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file or directory (with --remote).")
-@click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern.")
-@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce"]), required=True)
+@inventory_options
+@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce", "fusion"]), required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in `gpuops bench --help` source).")
 @_results_dir_option
 @click.option("--url", help="Server URL for a local run (default http://127.0.0.1:PORT).")
@@ -45,6 +46,17 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--concurrency", default="1,4,16,64", show_default=True, help="serving: concurrency levels.")
 @click.option("--requests-per-level", type=click.IntRange(1, 1_000_000), help="serving: requests per level (default max(4, 2 x level)).")
+@click.option("--repeat", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Run the whole measurement N times: one result with medians and 95%% bootstrap intervals.")
+@click.option("--request-rate", "request_rate", metavar="R1[,R2]",
+              help="serving: Poisson arrivals at each rate (requests/s; inf: all at once) instead of closed-loop levels.")
+@click.option("--max-concurrency", type=click.IntRange(1, 1_000_000),
+              help="serving with --request-rate: at most this many requests in flight.")
+@click.option("--slo", metavar="ttft_ms=X,tpot_ms=Y", help="Goodput: requests/s meeting every limit (ttft_ms, tpot_ms, e2e_ms, itl_ms).")
+@click.option("--dataset", type=click.Choice(["random", "sharegpt"]), default="random", show_default=True)
+@click.option("--dataset-path", type=click.Path(dir_okay=False), help="sharegpt: a ShareGPT-format JSON file (read here).")
+@click.option("--random-range-ratio", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+              help="random: input/output lengths drawn from [len x ratio, len].")
 @click.option("--request-timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True)
 @click.option("--tool", type=click.Choice(["sglang"]), help="Run SGLang's own bench_serving / bench_one_batch_server instead.")
 @click.option("--tool-args", help="Extra arguments for the SGLang tool, one shell-quoted string.")
@@ -52,7 +64,9 @@ def _results_dir_option(fn: Any) -> Any:
               help="Python on the host for torchrun / the SGLang tool (default: host var sglang_python, else python3).")
 @click.option("--world-size", type=click.IntRange(1, 1024), help="allreduce: ranks (default: the host's GPU count).")
 @click.option("--hidden-size", type=click.IntRange(1, 1_000_000), help="allreduce: hidden size (default: the served model's, else 7168).")
-@click.option("--tokens", default="1,4,8,16,64", show_default=True, help="allreduce: tokens per message.")
+@click.option("--tokens", help="allreduce/fusion: tokens per message (default allreduce 1,4,8,16,64; fusion 1,2,4,...,256).")
+@click.option("--variant-timeout", type=click.FloatRange(1, 86400),
+              help="allreduce/fusion: seconds before a launch counts as hung and is killed (default: from the sizes).")
 @click.option("--dtype", default="bfloat16", show_default=True, help="allreduce: bfloat16, float16 or float32.")
 @click.option("--env", "env_specs", multiple=True, metavar="KEY=V1[,V2]",
               help="allreduce: NCCL variant axis (repeatable; the cross product is run).")
@@ -65,10 +79,13 @@ def _results_dir_option(fn: Any) -> Any:
               help="allreduce: all-reduces in one forward pass (for the per-step cost).")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails).")
 @click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
+def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
-          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
-          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None, tokens: str,
+          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, repeat: int,
+          request_rate: str | None, max_concurrency: int | None, slo: str | None, dataset: str,
+          dataset_path: str | None, random_range_ratio: float, request_timeout: float,
+          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
+          tokens: str | None, variant_timeout: float | None,
           dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
           allreduces_per_step: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
     """Benchmark on the host, next to its SGLang server, and bring the results home.
@@ -93,10 +110,15 @@ def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as
     options = opt.BenchOptions(
         suite=suite, api=api, input_len=input_len, output_len=output_len, num_requests=num_requests,
         warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"),
-        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
+        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool, repeat=repeat,
+        request_rates=opt.parse_rates(request_rate), max_concurrency=max_concurrency, slo=opt.parse_slo(slo),
+        dataset=dataset, dataset_path=dataset_path, random_range_ratio=random_range_ratio,
         tool_args=opt.parse_tool_args(tool_args), python=python,
         allreduce=opt.AllreduceOptions(
-            world_size=world_size, hidden_size=hidden_size, tokens=opt.parse_int_list(tokens, "--tokens"),
+            world_size=world_size, hidden_size=hidden_size,
+            tokens=opt.parse_int_list(tokens, "--tokens") if tokens else
+            (opt.DEFAULT_FUSION_TOKENS if suite == "fusion" else opt.DEFAULT_ALLREDUCE_TOKENS),
+            timeout_s=variant_timeout,
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
             backend=backend, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
     )
@@ -179,12 +201,40 @@ def _fmt(value: Any) -> str:
     return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
 
 
+# Summary keys that count requests or tokens: exact even from a stand-in, so never marked (sim).
+_EXACT_COUNTS = frozenset({"requests", "completed", "failed", "output_tokens", "input_tokens", "levels",
+                           "world_size", "hidden_size", "allreduces_per_step", "ranked_at_tokens"})
+
+
+def _fmt_sim(value: Any, simulated: bool) -> str:
+    """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
+    from gpuops.bench.simulated import mark
+
+    return mark(_fmt(value), simulated)
+
+
+def _sim_footnote(labels: list[str]) -> None:
+    from gpuops.bench.simulated import footnote
+
+    line = footnote(sorted(set(labels)))
+    if line:
+        click.echo(line)
+
+
 def _render_bench(document: dict[str, Any]) -> None:
     from gpuops.output import format_table, is_tty, make_console, rich_table
 
     hosts = document["hosts"]
     suite = document["suite"]
-    if suite == "allreduce":
+    level_rows: list[list[Any]] = []
+    if suite == "fusion":
+        headers = ["host", "ok", "tokens", "fused us", "unfused us", "per step fused ms", "per step unfused ms",
+                   "saving per step ms", "correct", "error"]
+        rows = [[name, "yes" if line.get("ok") else "NO", _fmt(line.get("headline_tokens")), _fmt(line.get("fused_us")),
+                 _fmt(line.get("unfused_us")), _fmt(line.get("fused_step_ms")), _fmt(line.get("unfused_step_ms")),
+                 _fmt(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
+                 line.get("error") or ""] for name, line in hosts.items()]
+    elif suite == "allreduce":
         headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
         rows = []
         for name, line in hosts.items():
@@ -194,35 +244,53 @@ def _render_bench(document: dict[str, Any]) -> None:
                 rows.append([name, v["label"], "yes" if v.get("ok") else "NO", lat, bw, v.get("error") or ""])
             if not line.get("variants"):
                 rows.append([name, "-", "NO", "", "", line.get("error") or ""])
+    elif suite == "serving":
+        # the headline of a serving run is its peak; the lowest level's per-stream figures follow
+        headers = ["host", "ok", "peak total tok/s", "at", "peak req/s", "peak goodput req/s", "tok/s per stream",
+                   "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "failed", "result", "error"]
+        rows = []
+        for name, line in hosts.items():
+            ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
+            sim = bool(line.get("simulated"))
+            itl = line.get("itl_ms") or {}
+            figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
+                       itl.get("p99"), line.get("accept_length"))
+            rows.append([name, ok, _fmt_sim(line.get("peak_total_output_tokens_per_s"), sim),
+                         f"c={line.get('peak_concurrency')}" if line.get("peak_concurrency") is not None else "-",
+                         _fmt_sim(line.get("peak_request_throughput"), sim),
+                         _fmt_sim(line.get("peak_goodput_request_per_s"), sim),
+                         *(_fmt_sim(x, sim) for x in figures), _fmt(line.get("failed")),
+                         line.get("result_id") or "-", line.get("error") or ""])
+        level_rows = [[name, lv["concurrency"] if lv.get("request_rate") is None else
+                       f"rate {_fmt(lv['request_rate'])} (cap {lv['concurrency'] or '-'})",
+                       *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
+                           "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s", "ttft_ms_p50",
+                           "tpot_ms_p50", "itl_ms_p50", "e2e_latency_ms_p50")),
+                       _fmt(lv.get("failed")), _fmt_sim(lv.get("goodput_request_per_s"), bool(line.get("simulated")))]
+                      for name, line in hosts.items() for lv in line.get("levels") or []]
     else:
         headers = ["host", "ok", "tok/s", "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "result", "error"]
         rows = []
         for name, line in hosts.items():
             itl = line.get("itl_ms") or {}
             ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
-            rows.append([name + ("*" if line.get("simulated") else ""), ok,
-                         _fmt(line.get("output_tokens_per_s")), _fmt(line.get("ttft_ms")), _fmt(itl.get("p50")),
-                         _fmt(itl.get("p90")), _fmt(itl.get("p99")), _fmt(line.get("accept_length")),
+            figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
+                       itl.get("p99"), line.get("accept_length"))
+            rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
                          line.get("result_id") or "-", line.get("error") or ""])
-        if suite == "serving":
-            level_rows = [[name, lv["concurrency"], _fmt(lv.get("request_throughput")),
-                           _fmt(lv.get("total_output_tokens_per_s")), _fmt(lv.get("output_tokens_per_s")),
-                           _fmt(lv.get("ttft_ms_p50")), _fmt(lv.get("itl_ms_p50"))]
-                          for name, line in hosts.items() for lv in line.get("levels") or []]
+    level_headers = ["host", "concurrency", "req/s", "total tok/s", "tok/s per stream", "TTFT p50 ms",
+                     "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "failed", "goodput req/s"]
     console = make_console()
     if is_tty():
         console.print(rich_table(headers, rows, title=f"bench {suite}"))
         if suite == "serving" and level_rows:
-            console.print(rich_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
-                                      "TTFT p50 ms", "ITL p50 ms"], level_rows, title="serving sweep"))
+            console.print(rich_table(level_headers, level_rows, title="serving sweep"))
     else:
         click.echo(format_table(headers, rows))
         if suite == "serving" and level_rows:
             click.echo()
-            click.echo(format_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
-                                     "TTFT p50 ms", "ITL p50 ms"], level_rows))
-    if any(line.get("simulated") for line in hosts.values()):
-        click.echo("* simulated server (the gpuops stand-in): its figures are simulated, not a GPU's")
+            click.echo(format_table(level_headers, level_rows))
+    _sim_footnote([line.get("speed_model") or "unrecorded" for line in hosts.values() if line.get("simulated")])
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:
         click.echo(f"results: {', '.join(saved)}")
@@ -251,11 +319,13 @@ def results_list(results_dir: str, as_json: bool) -> None:
         click.echo(f"no results in {results_dir}")
         return
     rows = [[e.id, e.created, e.host, e.suite + (f" ({e.tool})" if e.tool else ""),
-             "yes" if e.ok else ("partial" if e.partial else "NO"), _fmt(e.output_tokens_per_s),
-             _fmt(e.ttft_ms_p50), _fmt(e.itl_ms_p50), (e.fingerprint or "")[:10], e.sglang_version or "-"]
+             "yes" if e.ok else ("partial" if e.partial else "NO"), _fmt_sim(e.output_tokens_per_s, e.simulated),
+             _fmt_sim(e.ttft_ms_p50, e.simulated), _fmt_sim(e.itl_ms_p50, e.simulated), (e.fingerprint or "")[:10],
+             e.sglang_version or "-"]
             for e in entries]
     click.echo(format_table(["id", "created", "host", "suite", "ok", "tok/s", "TTFT p50", "ITL p50",
                              "config", "sglang"], rows))
+    _sim_footnote([e.speed_model or "unrecorded" for e in entries if e.simulated])
 
 
 @results.command("show")
@@ -274,9 +344,26 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     server = result.get("server") or {}
     config = result.get("configuration") or {}
     summary = result.get("summary") or {}
+    from gpuops.bench.simulated import model_label, stamp_text
+
+    sim_label = model_label(result)
+    sim = sim_label is not None
     click.echo(f"result {result['id']}  host {result.get('host')}  suite {result.get('suite')}  "
                f"created {result.get('created')}  {'ok' if result.get('ok') else 'NOT ok'}"
-               f"{'  (partial)' if result.get('partial') else ''}{'  (simulated server)' if server.get('simulated') else ''}")
+               f"{'  (partial)' if result.get('partial') else ''}")
+    if sim:
+        model = server.get("speed_model") or {}
+        click.echo(f"{stamp_text([sim_label])}: every figure marked (sim) is the model's prediction, not a "
+                   f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
+                   f"in gpuops/lab/speed_model.json)")
+        from gpuops.bench.compare import format_value
+        from gpuops.bench.simulated import figure_basis
+
+        for figure in model.get("figures") or []:
+            value = figure.get("value")
+            shown = format_value(value) if isinstance(value, float) else str(value)
+            click.echo(f"  model input {figure.get('name')} = {shown} {figure.get('unit', '')}: "
+                       f"{figure_basis(figure)}, source {figure.get('source')}")
     click.echo(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
     click.echo(f"config  fingerprint {result.get('fingerprint')}")
     for key, value in (config.get("server_args") or {}).items():
@@ -290,16 +377,18 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     for key, value in summary.items():
         if key == "variants":
             for v in value:
-                click.echo(f"  {v['label']}: " + (", ".join(f"{k} tok {_fmt(x)} us" for k, x in v["latency_us"].items())
+                click.echo(f"  {v['label']}: " + (", ".join(f"{k} tok {_fmt_sim(x, sim)} us" for k, x in v["latency_us"].items())
                                                   if v.get("ok") else f"FAILED {v.get('error')}"))
         elif isinstance(value, dict):
-            click.echo(f"  {key}: " + ", ".join(f"{k} {_fmt(x)}" for k, x in value.items()))
+            click.echo(f"  {key}: " + ", ".join(f"{k} {_fmt_sim(x, sim)}" for k, x in value.items()))
         else:
-            click.echo(f"  {key}: {_fmt(value)}")
+            timed = isinstance(value, (int, float)) and key not in _EXACT_COUNTS
+            click.echo(f"  {key}: {_fmt_sim(value, sim) if timed else _fmt(value)}")
     for level in result.get("levels") or []:
-        click.echo(f"  c={level.get('concurrency')}: {_fmt(level.get('total_output_tokens_per_s'))} tok/s total, "
-                   f"{_fmt(level.get('request_throughput'))} req/s, TTFT p50 {_fmt((level.get('ttft_ms') or {}).get('p50'))} ms, "
-                   f"ITL p50 {_fmt((level.get('itl_ms') or {}).get('p50'))} ms")
+        click.echo(f"  c={level.get('concurrency')}: {_fmt_sim(level.get('total_output_tokens_per_s'), sim)} tok/s total, "
+                   f"{_fmt_sim(level.get('request_throughput'), sim)} req/s, "
+                   f"TTFT p50 {_fmt_sim((level.get('ttft_ms') or {}).get('p50'), sim)} ms, "
+                   f"ITL p50 {_fmt_sim((level.get('itl_ms') or {}).get('p50'), sim)} ms")
     for error in result.get("errors") or []:
         click.echo(f"error: {error}")
     click.echo(f"raw samples: {len(result.get('samples') or [])} (gpuops results show {result['id']} --json)")
@@ -324,15 +413,23 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
     if as_json:
         print_json({"schema": 1, **comparison.as_json()})
         return
-    headers = ["metric"] + [f"{h} {i}" for h, i in zip(comparison.hosts, comparison.ids)]
+    from gpuops.bench.simulated import mark, verdict
+
+    sims = [label is not None for label in comparison.simulated]
+    headers = ["metric"] + [mark(f"{h} {i}", s) for h, i, s in zip(comparison.hosts, comparison.ids, sims)]
     rows = []
     for metric in comparison.metrics:
         cells = [f"{metric.name} ({metric.unit})"]
-        for value, delta, better in zip(metric.values, metric.deltas_pct(), metric.improved()):
-            mark = "" if better is None else (" better" if better else " worse")
-            cells.append(f"{format_value(value)} {format_delta(delta)}{mark}".strip())
+        for index, (value, delta, better) in enumerate(zip(metric.values, metric.deltas_pct(), metric.improved())):
+            word = verdict(better, comparison.column_simulated(index))
+            if index and better is None and delta is not None and abs(delta) >= 1e-9:
+                word = "within noise" if metric.interval(0) and metric.interval(index) else "no interval"
+            cells.append(" ".join(p for p in (mark(format_value(value), sims[index]), format_delta(delta), word) if p))
         rows.append(cells)
     click.echo(format_table(headers, rows))
+    click.echo("a difference counts only where the 95% bootstrap intervals do not overlap, else: within noise "
+               "(--json has the intervals)")
+    _sim_footnote([label for label in comparison.simulated if label])
     click.echo()
     if comparison.same_configuration:
         click.echo(f"same configuration (fingerprint {comparison.fingerprints[0]})")
@@ -344,6 +441,32 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
         click.echo(f"{diff['id']} differs from {diff['against']}:")
         for d in diff["differences"]:
             click.echo(f"  {d['section']} {d['key']}: {d['a']!r} -> {d['b']!r}")
+
+
+@results.command("export")
+@click.argument("result_ids", nargs=-1)
+@_results_dir_option
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "prometheus"]), default="csv", show_default=True,
+              help="csv/jsonl: one row per result x level (pandas.read_csv / read_json(lines=True)); "
+                   "prometheus: text exposition format (a node_exporter textfile).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (default: stdout).")
+def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, output: str | None) -> None:
+    """Stored results (default: all) as flat rows, with the configuration flattened into columns."""
+    from gpuops.bench.export import rows, to_csv, to_jsonl, to_prometheus
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+
+    store = ResultsStore(results_dir)
+    ids = list(result_ids) or [e.id for e in store.entries()]
+    if not ids:
+        raise GpuopsError(f"results export: no results in {results_dir}")
+    table = rows(store.load(i) for i in ids)
+    text = {"csv": to_csv, "jsonl": to_jsonl, "prometheus": to_prometheus}[fmt](table)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output} ({len(table)} rows from {len(ids)} results)", err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 @click.command("report")

@@ -5,7 +5,11 @@ JSON schema (``--json``, for ``up``, ``status`` and ``clone``)::
     {"lab": DIR, "inventory": FILE, "ssh_config": FILE, "known_hosts": FILE,
      "seconds": FLOAT (up/clone only),
      "hosts": [{"name", "address": "127.0.0.1", "port", "gpu", "sglang", "sshd_alive",
-                "server_port", "server_running", "server_healthy", "server_pid"}]}
+                "server_port", "server_running", "server_healthy", "server_pid",
+                "speed_model": {"label", "shape", "basis", "reason"} or null (no server)}]}
+
+``speed_model``: the stand-in speed model the host's server simulates with (gpuops/lab/speed_model.json):
+``basis`` is ``calibrated`` (on published or measured figures) or ``assumption``.
 
 ``down --json``: ``{"lab": DIR, "hosts": N, "swept_pids": [...], "removed": true}``.
 """
@@ -136,12 +140,13 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
     from gpuops.lab.hosts import lab_status
 
     statuses = lab_status(lab_obj)
+    models = _speed_models(lab_obj)
     document = {
         "lab": str(lab_obj.root),
         "inventory": str(lab_obj.inventory_path),
         "ssh_config": str(lab_obj.ssh_config),
         "known_hosts": str(lab_obj.known_hosts),
-        "hosts": [{**asdict(s), "address": "127.0.0.1"} for s in statuses],
+        "hosts": [{**asdict(s), "address": "127.0.0.1", "speed_model": models.get(s.name)} for s in statuses],
     }
     if seconds is not None:
         document["seconds"] = round(seconds, 3)
@@ -150,7 +155,11 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
         return
     if verb is not None:
         click.echo(f"lab {verb}: {len(statuses)} host(s) in {_shown(lab_obj.root)} ({seconds:.1f} s)")
-    _render_table(statuses)
+    _render_table(statuses, models)
+    if any(models.values()):
+        click.echo("speed model: what each stand-in server's SIMULATED speed comes from (calibrated: on published "
+                   "figures; assumption: no measurement of that shape); every figure's source: "
+                   "gpuops/lab/speed_model.json")
     if verb is not None and statuses:
         inv = _shown(lab_obj.inventory_path)
         click.echo("")
@@ -174,10 +183,27 @@ def _server_text(s) -> str:
     return f":{s.server_port} " + ("healthy" if s.server_healthy else "unhealthy")
 
 
-def _render_table(statuses) -> None:
-    headers = ["host", "ssh", "sshd", "gpu", "sglang", "server"]
+def _speed_models(lab_obj) -> dict:
+    """Per host with a server: which stand-in speed model (shape) its GPUs get, as the stand-in picks it."""
+    from gpuops.lab import speed_model
+
+    model = speed_model.load()
+    out = {}
+    for host in lab_obj.hosts:
+        if host.server_port is None:
+            out[host.name] = None
+            continue
+        shape, reason = model.shape_for(speed_model.read_gpu_doc(str(host.dir / "gpu.json")))
+        out[host.name] = {"label": speed_model.model_label(shape, model.version), "shape": shape,
+                          "basis": model.shape_basis(shape), "reason": reason}
+    return out
+
+
+def _render_table(statuses, models) -> None:
+    headers = ["host", "ssh", "sshd", "gpu", "sglang", "server", "speed model (simulated)"]
     rows = [
-        [s.name, f"127.0.0.1:{s.port}", "up" if s.sshd_alive else "DOWN", s.gpu, s.sglang or "-", _server_text(s)]
+        [s.name, f"127.0.0.1:{s.port}", "up" if s.sshd_alive else "DOWN", s.gpu, s.sglang or "-", _server_text(s),
+         f"{models[s.name]['label']} ({models[s.name]['basis']})" if models.get(s.name) else "-"]
         for s in statuses
     ]
     if sys.stdout.isatty():

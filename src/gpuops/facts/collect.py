@@ -49,8 +49,9 @@ def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
     server = dict(facts_json(facts)["server"])
     model = facts.server.model
     server["architecture"] = model.architecture if model is not None and model.known else None
+    server["gpu_name"] = facts.gpu.gpus[0].name if facts.gpu.known and facts.gpu.gpus else None
     cuda = facts.torch_cuda or facts.banner.cuda_driver_version
-    report = judge(scan, facts.compute_capability, cuda, server)
+    report = judge(scan, facts.compute_capability, cuda, server, interconnect={"nvlink": facts.interconnect.nvlink})
     return report, None if report.known else report.reason
 
 
@@ -99,12 +100,14 @@ def gate_json(inspection: HostInspection) -> tuple[list[Any], dict[str, Any]]:
 def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
     """One host's entry of the `inspect host --json` document."""
     if not outcome.ok or outcome.value is None:
-        return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "gates": [], "features": {}, "gates_error": None}
+        return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "managed_launch": None,
+                "gates": [], "features": {}, "gates_error": None}
     gates, features = gate_json(outcome.value)
     return {
         "ok": True,
         "error": None,
         "facts": facts_json(outcome.value.facts),
+        "managed_launch": outcome.value.facts.managed,
         "gates": gates,
         "features": features,
         "gates_error": outcome.value.gates_error,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.facts.gpu import GpuQuery, SmiBanner
 from gpuops.facts.gpu_probe import SmiFacts, smi_probe
+from gpuops.facts.managed import managed_launch_probe
 from gpuops.facts.python_select import preamble
 from gpuops.facts.server import ServerFacts, server_probe
 from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
@@ -35,6 +36,8 @@ class HostFacts:
     packages: PythonPackages
     server: ServerFacts
     warnings: tuple[str, ...]
+    # The launch parts of gpuops runs still in effect (facts/managed.py); None when there are none.
+    managed: dict[str, Any] | None = None
 
     @property
     def compute_capability(self) -> str | None:
@@ -56,6 +59,7 @@ def probes_for(host: Host) -> list[Probe[Any]]:
         host_system_probe(),
         python_packages_probe(),
         server_probe(str(state_dir) if state_dir else None),
+        managed_launch_probe(str(state_dir) if state_dir else None),
     ]
 
 
@@ -88,6 +92,7 @@ def host_facts(values: Mapping[str, Any]) -> HostFacts:
         packages=packages,
         server=server,
         warnings=tuple(_warnings(gpu, interconnect, packages, server)),
+        managed=managed if isinstance((managed := values.get("gpuops.desired")), dict) else None,
     )
 
 

@@ -16,12 +16,20 @@ from dataclasses import dataclass, field
 
 from gpuops.facts.model import ModelFacts, model_from_config
 from gpuops.facts.software import kv_lines
-from gpuops.facts.server_args import REDACTED, ServerSettings, is_secret_name, settings_from_argv
+from gpuops.facts.server_args import ServerSettings, settings_from_argv
+from gpuops.secret_policy import mask_args, mask_value
 from gpuops.gather import Probe, ProbeOutput
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSHMEM_")
 HEALTH_TIMEOUT_S = 3
 CONFIG_LIMIT_BYTES = 1 << 20
+
+DOCKER_FORMAT = ('{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Config.Image}},"image_id":{{json .Image}},'
+                 '"cmd":{{json .Config.Cmd}},"entrypoint":{{json .Config.Entrypoint}},"state":{{json .State}},'
+                 '"restart_count":{{json .RestartCount}},'
+                 '"network_mode":{{json .HostConfig.NetworkMode}},"mounts":{{json .Mounts}}}')
+SYSTEMD_PROPERTIES = ("Id", "ActiveState", "SubState", "MainPID", "NRestarts", "ExecStart", "Environment",
+                      "EnvironmentFiles", "DropInPaths", "FragmentPath", "User", "WorkingDirectory", "Restart")
 
 _ENV_GREP = "^(" + "|".join(p.rstrip("_") + "_" for p in ENV_PREFIXES) + ")"
 
@@ -39,6 +47,20 @@ if [ -n "$gpuops_pid" ]; then
   echo "exe=$(readlink "/proc/$gpuops_pid/exe" 2>/dev/null)"
   echo "argv_b64=$(cat "/proc/$gpuops_pid/cmdline" 2>/dev/null | gpuops_b64)"
   echo "cgroup_b64=$(cat "/proc/$gpuops_pid/cgroup" 2>/dev/null | gpuops_b64)"
+  # Run by a systemd unit: what systemd itself says it runs (drop-ins, env files, restarts).
+  gpuops_unit=$(sed -n 's|^[0-9]*:[^:]*:.*/\([^/]*\.service\)$|\1|p' "/proc/$gpuops_pid/cgroup" 2>/dev/null | head -n 1)
+  if [ -n "$gpuops_unit" ] && command -v systemctl >/dev/null 2>&1; then
+    echo "systemd_b64=$(systemctl show "$gpuops_unit" --no-pager @SYSTEMD_PROPS@ 2>/dev/null | gpuops_b64)"
+  fi
+  # Run in a docker container: what docker says (image, command, restarts, health); of its
+  # environment only the variable names the server facts keep, filtered here on the host.
+  gpuops_cid=$(sed -n 's|.*docker[-/]\([0-9a-f]\{64\}\).*|\1|p' "/proc/$gpuops_pid/cgroup" 2>/dev/null | head -n 1)
+  if [ -n "$gpuops_cid" ] && command -v docker >/dev/null 2>&1; then
+    echo "docker_b64=$(docker inspect --type container -f '@DOCKER_FORMAT@' "$gpuops_cid" 2>/dev/null | gpuops_b64)"
+    echo "docker_env_b64=$(docker inspect --type container -f '{{range .Config.Env}}{{println .}}{{end}}' "$gpuops_cid" 2>/dev/null | grep -E '@ENV_GREP@' | gpuops_b64)"
+    gpuops_image=$(docker inspect --type container -f '{{.Image}}' "$gpuops_cid" 2>/dev/null)
+    [ -n "$gpuops_image" ] && echo "docker_digests_b64=$(docker image inspect -f '{{json .RepoDigests}}' "$gpuops_image" 2>/dev/null | gpuops_b64)"
+  fi
   # One variable a line: a newline inside a value becomes \001 (and back), so a value cannot
   # smuggle in a line that looks like another variable.
   if gpuops_env=$(tr '\n\000' '\001\n' 2>/dev/null <"/proc/$gpuops_pid/environ"); then
@@ -132,6 +154,47 @@ class ServerFacts:
     python: str | None = None  # the server's interpreter
     model: ModelFacts | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    systemd: SystemdUnitFacts | None = None  # what systemd says, when a unit runs the server
+    docker: DockerContainerFacts | None = None  # what docker says, when a container runs it
+
+
+@dataclass(frozen=True)
+class DockerContainerFacts:
+    """``docker inspect`` of the server's container (environment filtered like the server's)."""
+
+    id: str
+    name: str
+    image: str                        # as the container was created from (name:tag)
+    image_id: str                     # sha256:... of the image it really runs
+    repo_digests: tuple[str, ...]
+    cmd: tuple[str, ...]
+    entrypoint: tuple[str, ...]
+    status: str
+    health: str | None                # the HEALTHCHECK status, when the image has one
+    restart_count: int | None
+    network_mode: str
+    mounts: tuple[str, ...]           # destinations inside the container
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SystemdUnitFacts:
+    """``systemctl show`` of the unit that runs the server (verbatim where systemd's text is the fact)."""
+
+    unit: str
+    active_state: str
+    sub_state: str
+    main_pid: int | None
+    n_restarts: int | None
+    exec_start: str                # as systemd shows it: { path=... ; argv[]=... ; ... }
+    exec_argv: str | None          # its argv[] part
+    environment: tuple[str, ...]   # Environment= assignments (unit and drop-ins)
+    environment_files: tuple[str, ...]
+    drop_ins: tuple[str, ...]
+    fragment_path: str
+    user: str
+    working_directory: str
+    restart: str
 
 
 def _b64(value: str | None) -> bytes | None:
@@ -149,7 +212,7 @@ def parse_env(raw: bytes) -> dict[str, str]:
     for entry in raw.decode("utf-8", errors="replace").split("\0"):
         key, sep, value = entry.partition("=")
         if sep and key.startswith(ENV_PREFIXES):
-            env[key] = REDACTED if is_secret_name(key) else value
+            env[key] = mask_value(key, value)
     return env
 
 
@@ -216,6 +279,9 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     cgroup = (_b64(v.get("cgroup_b64")) or b"").decode("utf-8", errors="replace")
     pidfile_pid = int(v["pidfile_pid"]) if v.get("pidfile_pid", "").isdigit() else None
     manager, unit = classify_manager(cgroup, pid, pidfile_pid)
+    systemd = parse_systemd_show(_b64(v.get("systemd_b64")))
+    docker = parse_docker_inspect(_b64(v.get("docker_b64")), _b64(v.get("docker_env_b64")),
+                                  _b64(v.get("docker_digests_b64")))
     model = None
     if settings.model_path:
         config = _b64(v.get("config_b64"))
@@ -232,29 +298,74 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         unit=unit,
         python=(argv[0] if argv and argv[0].startswith("/") else v.get("exe")) or None,
         model=model,
+        systemd=systemd,
+        docker=docker,
         **common,  # type: ignore[arg-type]
     )
 
 
+def parse_systemd_show(raw: bytes | None) -> SystemdUnitFacts | None:
+    from gpuops.remote.service_systemd import environment_entries, exec_argv, parse_show
+
+    if not raw:
+        return None
+    shown = parse_show(raw.decode("utf-8", errors="replace"))
+    if not shown.get("Id"):
+        return None
+
+    def number(key: str) -> int | None:
+        value = shown.get(key, "")
+        return int(value) if value.isdigit() else None
+
+    env_files = tuple(re.sub(r" \(ignore_errors=\w+\)$", "", line.strip())
+                      for line in shown.get("EnvironmentFiles", "").split("\n") if line.strip())
+    return SystemdUnitFacts(
+        unit=shown["Id"], active_state=shown.get("ActiveState", ""), sub_state=shown.get("SubState", ""),
+        main_pid=number("MainPID") or None, n_restarts=number("NRestarts"),
+        exec_start=shown.get("ExecStart", ""), exec_argv=exec_argv(shown.get("ExecStart", "")),
+        environment=tuple(_redact_assignment(e) for e in environment_entries(shown.get("Environment", ""))),
+        environment_files=env_files, drop_ins=tuple(shown.get("DropInPaths", "").split()),
+        fragment_path=shown.get("FragmentPath", ""), user=shown.get("User", ""),
+        working_directory=shown.get("WorkingDirectory", ""), restart=shown.get("Restart", ""),
+    )
+
+
+def parse_docker_inspect(raw: bytes | None, env_raw: bytes | None, digests_raw: bytes | None) -> DockerContainerFacts | None:
+    import json
+
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw.decode("utf-8", errors="replace"))
+        digests = json.loads(digests_raw.decode()) if digests_raw else []
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not info.get("id"):
+        return None
+    env = parse_env((env_raw or b"").replace(b"\n", b"\0"))
+    # .State.Health exists only for images with a HEALTHCHECK (a template naming it fails otherwise).
+    state = info.get("state") if isinstance(info.get("state"), dict) else {}
+    health = state.get("Health") if isinstance(state.get("Health"), dict) else None
+    return DockerContainerFacts(
+        id=str(info["id"]), name=str(info.get("name") or "").lstrip("/"), image=str(info.get("image") or ""),
+        image_id=str(info.get("image_id") or ""), repo_digests=tuple(digests or ()),
+        cmd=tuple(_redact_argv([str(w) for w in info.get("cmd") or []])),
+        entrypoint=tuple(str(w) for w in info.get("entrypoint") or []),
+        status=str(state.get("Status") or ""), health=health.get("Status") if health else None,
+        restart_count=info.get("restart_count") if isinstance(info.get("restart_count"), int) else None,
+        network_mode=str(info.get("network_mode") or ""),
+        mounts=tuple(str(m.get("Destination")) for m in info.get("mounts") or [] if isinstance(m, dict)),
+        env=env,
+    )
+
+
+def _redact_assignment(entry: str) -> str:
+    name, eq, value = entry.partition("=")
+    return f"{name}={mask_value(name, value)}" if eq else entry
+
+
 def _redact_argv(argv: list[str]) -> list[str]:
-    redacted: list[str] = []
-    hide_next = False
-    for word in argv:
-        if hide_next and not word.startswith("--"):
-            redacted.append(REDACTED)
-            hide_next = False
-            continue
-        hide_next = False
-        name, eq, _ = word.partition("=")
-        if word.startswith("--") and is_secret_name(name):
-            if eq:
-                redacted.append(f"{name}={REDACTED}")
-            else:
-                redacted.append(word)
-                hide_next = True
-            continue
-        redacted.append(word)
-    return redacted
+    return mask_args(argv)
 
 
 def server_script(state_dir: str | None) -> str:
@@ -264,6 +375,8 @@ def server_script(state_dir: str | None) -> str:
         SERVER_SCRIPT.replace("@ENV_GREP@", _ENV_GREP)
         .replace("@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT_S))
         .replace("@CONFIG_LIMIT@", str(CONFIG_LIMIT_BYTES))
+        .replace("@DOCKER_FORMAT@", DOCKER_FORMAT)
+        .replace("@SYSTEMD_PROPS@", " ".join(f"-p {p}" for p in SYSTEMD_PROPERTIES))
         .strip()
     )
     return f"gpuops_state_dir={shlex.quote(state_dir or '')}\n{script}"

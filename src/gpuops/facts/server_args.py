@@ -2,8 +2,8 @@
 
 All flags are kept (``args``, keyed by the flag name with dashes as underscores, as SGLang's
 ``ServerArgs`` names them), and the ones gpuops reasons about get typed fields. Values of flags that
-look like credentials (``--api-key``, ``--hf-token``...) are redacted here, before anything could
-print or journal them.
+look like credentials (``--api-key``, ``--hf-token``...) are masked here (gpuops.secret_policy,
+the one policy), before anything could print or journal them.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_PORT = 30000
-REDACTED = "<redacted>"
-# "token" only as a whole word: "--hf-token" is a secret, "--max-total-tokens" is a count.
-_SECRET_RE = re.compile(r"(api_?key|(^|_)token($|_)|secret|passw(or)?d|credential)", re.IGNORECASE)
 _NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?([eE]-?\d+)?$")
 
 # typed field -> flag names that set it (aliases SGLang accepts), first found wins
@@ -26,11 +23,6 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "ep_size": ("ep_size", "ep", "expert_parallel_size"),
     "pp_size": ("pp_size", "pp", "pipeline_parallel_size"),
 }
-
-
-def is_secret_name(name: str) -> bool:
-    """``--api-key``, ``api_key``, ``HF_TOKEN``, ``SGLANG_ADMIN_PASSWORD``: values never shown."""
-    return bool(_SECRET_RE.search(name.replace("-", "_")))
 
 
 def launch_args(argv: list[str]) -> list[str] | None:
@@ -79,7 +71,9 @@ def parse_flags(words: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 
 def redact(flags: dict[str, Any]) -> dict[str, Any]:
-    return {k: (REDACTED if is_secret_name(k) and v is not True else v) for k, v in flags.items()}
+    from gpuops.secret_policy import mask_mapping
+
+    return mask_mapping(flags)
 
 
 def _int(value: Any) -> int | None:

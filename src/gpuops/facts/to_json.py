@@ -71,6 +71,34 @@ def server_json(server: ServerFacts) -> dict[str, Any]:
         "python": server.python,
         "others": [{"pid": pid, "port": port} for pid, port in server.others],
         "notes": list(server.notes),
+        "systemd": _systemd_json(server),
+        "docker": _docker_json(server),
+    }
+
+
+def _docker_json(server: ServerFacts) -> dict[str, Any] | None:
+    box = server.docker
+    if box is None:
+        return None
+    return {
+        "id": box.id, "name": box.name, "image": box.image, "image_id": box.image_id,
+        "repo_digests": list(box.repo_digests), "cmd": list(box.cmd), "entrypoint": list(box.entrypoint),
+        "status": box.status, "health": box.health, "restart_count": box.restart_count,
+        "network_mode": box.network_mode, "mounts": list(box.mounts), "env": dict(box.env),
+    }
+
+
+def _systemd_json(server: ServerFacts) -> dict[str, Any] | None:
+    unit = server.systemd
+    if unit is None:
+        return None
+    return {
+        "unit": unit.unit, "active_state": unit.active_state, "sub_state": unit.sub_state,
+        "main_pid": unit.main_pid, "n_restarts": unit.n_restarts, "exec_start": unit.exec_start,
+        "exec_argv": unit.exec_argv, "environment": list(unit.environment),
+        "environment_files": list(unit.environment_files), "drop_ins": list(unit.drop_ins),
+        "fragment_path": unit.fragment_path, "user": unit.user, "working_directory": unit.working_directory,
+        "restart": unit.restart,
     }
 
 

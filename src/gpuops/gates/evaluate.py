@@ -93,16 +93,19 @@ def judge(
     cuda_version: str | None,
     server: Mapping[str, Any] | None = None,
     catalog: Catalog | None = None,
+    interconnect: Mapping[str, Any] | None = None,
 ) -> GateReport:
     """Every gate of ``scan`` judged for a GPU of ``compute_capability`` ("12.0") with CUDA
     ``cuda_version`` ("12.8"); ``server`` = {"args": {flag: value}, "architecture": str | None}
-    decides the other clauses where it can."""
+    decides the other clauses where it can; ``interconnect`` = {"nvlink": bool | None} words the
+    texts of hardware (MNNVL) gates for this host."""
     catalog = catalog or load_catalog()
     gpu = make_gpu(compute_capability, cuda_version)
     gpu_name = gpu.sm if gpu else None
     if not scan.known:
         reason = scan.reason or "the gate scan did not run"
-        features = {f.name: {"status": "unknown", "gates": [], "flag": None, "reason": reason} for f in catalog.features}
+        features = {f.name: {"status": "unknown", "gates": [], "flag": None, "reason": reason,
+                             "in_effect": None, "in_effect_reason": reason} for f in catalog.features}
         return GateReport([], features, scan.version, gpu_name, known=False, reason=reason)
     if server is not None:
         server = {**server, "defaults": {**catalog.server_defaults, **dict(server.get("defaults") or {})}}
@@ -112,13 +115,55 @@ def judge(
     for fgs in by_feature.values():
         for fg in fgs:
             roles.setdefault(str(fg.gate["id"]), fg)
-    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"]))) for g in scan.gates]
+    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"])), interconnect) for g in scan.gates]
     by_id = {g["id"]: g for g in gates}
     features = {
-        f.name: _judge_feature(f, by_feature[f.name], by_id, scan, gpu, server)
+        f.name: _judge_feature(f, by_feature[f.name], by_id, scan, gpu, server, book)
         for f in catalog.features
     }
     return GateReport(gates, features, scan.version, gpu_name, errors=[dict(e) for e in scan.errors])
+
+
+def _has_cap(node: Mapping[str, Any]) -> bool:
+    op = node.get("op")
+    if op == "cap":
+        return True
+    if op == "alias":
+        return isinstance(node.get("expr"), dict) and _has_cap(node["expr"])
+    if op in ("and", "or"):
+        return any(_has_cap(a) for a in node.get("args") or ())
+    if op == "not":
+        return isinstance(node.get("arg"), dict) and _has_cap(node["arg"])
+    return False
+
+
+def capability_line(gate: Mapping[str, Any]) -> int:
+    """The line of the gate's first GPU test, not of its condition's first clause: in
+    ``model in [...] and tp_size > 1 and (is_sm90_supported() or ...)`` spread over 13 lines, the
+    line an operator must read is the capability test's."""
+    node = gate.get("condition")
+    while isinstance(node, dict):
+        op = node.get("op")
+        if op in ("cap", "alias"):
+            span = node.get("span") or ()
+            return int(span[0]) if span else int(gate["line"])
+        if op == "not":
+            node = node.get("arg")
+        elif op in ("and", "or"):
+            node = next((a for a in node.get("args") or () if isinstance(a, dict) and _has_cap(a)), None)
+        else:
+            break
+    return int(gate["line"])
+
+
+def _hardware_context(interconnect: Mapping[str, Any] | None) -> str:
+    """What this host has, for gates that need a multi-node NVLink (MNNVL) fabric."""
+    nvlink = (interconnect or {}).get("nvlink")
+    if nvlink is True:
+        return "this host's NVLink joins its own GPUs only, which is not a multi-node NVLink (MNNVL) fabric"
+    if nvlink is False:
+        return "this host is PCIe-only (no NVLink at all)"
+    return ""
 
 
 def _judge_gate(
@@ -127,6 +172,7 @@ def _judge_gate(
     gpu: Gpu | None,
     server: Mapping[str, Any] | None,
     fg: FeatureGate | None,
+    interconnect: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     allowed = admits(gate, book)
     verdict = cap_verdict(gate, book, gpu)
@@ -142,13 +188,17 @@ def _judge_gate(
     for part in other_clauses(gate):
         holds = Evaluator(book, gpu, server).eval(part) if server is not None else None
         clauses.append({"text": node_text(part), "holds": holds})
+    meaning = fg.why if fg else None
+    if fg is not None and fg.role == "hardware" and _hardware_context(interconnect):
+        meaning = f"{meaning}; {_hardware_context(interconnect)}"
     return {
         "id": gate["id"],
         "feature": fg.feature if fg else None,
         "role": fg.role if fg else None,
-        "meaning": fg.why if fg else None,
+        "meaning": meaning,
         "file": gate["file"],
-        "line": gate["line"],
+        "line": capability_line(gate),
+        "condition_line": gate["line"],
         "function": gate["function"],
         "kind": gate.get("kind"),
         "admits": allowed,
@@ -169,6 +219,32 @@ def _where(gate: Mapping[str, Any]) -> str:
 
 
 def _judge_feature(
+    feature: Feature,
+    fgs: list[FeatureGate],
+    by_id: Mapping[str, dict[str, Any]],
+    scan: GateScan,
+    gpu: Gpu | None,
+    server: Mapping[str, Any] | None,
+    book: PredicateBook | None = None,
+) -> dict[str, Any]:
+    out = _feature_status(feature, fgs, by_id, scan, gpu, server)
+    if book is None:
+        book = PredicateBook(scan)
+    from gpuops.gates.in_effect import in_effect
+
+    try:
+        value, why = in_effect(feature, fgs, by_id, book, gpu, server, scan.gates, out["status"], out["flag"])
+    except Exception as exc:  # a judgement aid: never the reason a report fails
+        value, why = None, f"cannot tell: {type(exc).__name__}: {exc}"
+    out["in_effect"] = value
+    out["in_effect_reason"] = why
+    if server is not None and out["status"] == "open":
+        word = {True: "in effect", False: "not in effect", None: "in effect: cannot tell"}[value]
+        out["reason"] += f"; {word} in the running server: {why}"
+    return out
+
+
+def _feature_status(
     feature: Feature,
     fgs: list[FeatureGate],
     by_id: Mapping[str, dict[str, Any]],
@@ -223,10 +299,6 @@ def _judge_feature(
             parts.append(f"not auto-enabled in this release: launch with {flag_text}")
         if not runtime:
             parts.append("no runtime GPU check found")
-        if server is not None:
-            state = _server_state(feature, server)
-            if state is not None:
-                parts.append(state)
         out["reason"] = "; ".join(parts)
     if notes:
         out["reason"] += "; " + "; ".join(notes)

@@ -7,7 +7,7 @@ Layout of a lab directory (every path the lab writes is under it)::
     lab.json  .gpuops-lab           the lab's record (hosts, ports, pids) and its marker
     client_key(.pub) authorized_keys the one client key every host accepts
     known_hosts ssh_config inventory.yml
-    lib/nvidia_smi.py lib/standin_server.py
+    lib/nvidia_smi.py lib/standin_server.py lib/speed_model.py lib/speed_model.json
     h01/ ssh_host_ed25519_key(.pub) sshd_config sshd.pid sshd.log gpu.json
          bin/nvidia-smi bin/python-sglang  site/  state/  home/
 
@@ -39,6 +39,8 @@ from gpuops.lab.gpu_description import GpuDescription, load_description, with_po
 LAB_RECORD = "lab.json"
 LAB_MARKER = ".gpuops-lab"
 STANDIN = Path(__file__).parent / "standin_server.py"
+# The stand-in's speed model and its documented figures: imported by the stand-in from its own dir.
+STANDIN_SIBLINGS = (Path(__file__).parent / "speed_model.py", Path(__file__).parent / "speed_model.json")
 REPLAYER = Path(__file__).parent / "nvidia_smi.py"
 DEFAULT_SGLANG = "0.5.8"
 DEFAULT_GPU = "rtx-pro-6000-x8"
@@ -266,6 +268,8 @@ def _prepare_lab_files(root: Path) -> None:
     shutil.copyfile(REPLAYER, lib / "nvidia_smi.py")
     if STANDIN.is_file():
         shutil.copyfile(STANDIN, lib / "standin_server.py")
+        for sibling in STANDIN_SIBLINGS:
+            shutil.copyfile(sibling, lib / sibling.name)
 
 
 def session_env(root: Path, host_dir: Path, name: str, has_gpu: bool) -> dict[str, str]:

@@ -21,20 +21,19 @@ Controls (environment):
   GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
                                    (default 0.015; 0 keeps an exact rate exact under load)
 
-Speed model (used when no exact rate is given; every figure is simulated and says so).
-It stands for the field report's host: 8x RTX PRO 6000 Blackwell on PCIe only, a Kimi-K2.5-like
-MoE model, where a decode step is dominated by 122 small NCCL all-reduces:
-  * one-token decode step = 4.2 ms compute + 8.0 ms all-reduce  -> 82 tok/s at batch 1, tp 8
-    (all-reduce time scales with (tp-1)/7; tp 1 has none)
-  * speculative decoding (``--speculative-algorithm``): a cycle is ``num_steps`` x 1.0 ms of
-    drafting plus one verify pass of 5.0 ms compute + 25.0 ms all-reduce (the report's ~30 ms,
-    ~25 ms of it in all-reduces), and yields the accept length: 1 + p + p^2 + ... (num_steps
-    terms, p = 0.6; 2.18 for 3 steps, capped by ``num_draft_tokens``). EAGLE-3 with 3 steps:
-    2.18 tokens / 33 ms = 66 tok/s, slower than plain decode, as in the report.
-  * FlashInfer allreduce+RMSNorm fusion, when enabled by its flag
-    (``--enable-flashinfer-allreduce-fusion`` or an explicit ``--flashinfer-allreduce-fusion-backend``
-    other than auto/none): all-reduce time x 0.55 (plain decode 82 -> 116 tok/s; EAGLE-3 66 -> 100).
-  * NCCL_PROTO=LL: all-reduce x 0.9; NCCL_PROTO=Simple: x 1.1; NCCL_P2P_DISABLE=1: x 1.3.
+Speed model (used when no exact rate is given; every figure is simulated and says so): the
+documented figures of ``speed_model.json`` through ``speed_model.py`` (both copied next to this
+file), for the shape of the host's GPUs (read from ``$GPUOPS_LAB_GPU``, the replayer's gpu.json;
+without one, the "unmeasured" default shape). In short:
+  * one step (forward pass) = compute part + all-reduces per step x cost of one all-reduce, the
+    cost scaled by tp, by FlashInfer allreduce+RMSNorm fusion (``--enable-flashinfer-allreduce-fusion``
+    or an explicit ``--flashinfer-allreduce-fusion-backend`` other than auto/none) and NCCL settings;
+  * plain decode yields one token per step; speculative decoding (``--speculative-algorithm``) a
+    cycle of ``num_steps`` draft steps and one verify pass yields the accept length;
+  * the field report's machine (8x RTX PRO 6000, PCIe) is calibrated on its published figures
+    (82 tok/s plain, 60 tok/s EAGLE-3, ~30 ms verify with ~25 ms in 122 all-reduces); every other
+    figure says it is an assumption. ``/get_server_info`` reports the model, shape and version
+    (``speed_model``), and results keep it.
   * each additional running request makes every step 1.5% slower (mild batching cost).
   * time to first token = 40 ms + 0.08 ms per prompt token.
 
@@ -56,19 +55,10 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import speed_model  # this file's sibling (the lab copies both); stdlib only
+
 STANDIN_VERSION = "0.5.8"
 
-# Speed model constants (documented above).
-STEP_COMPUTE_MS = 4.2
-STEP_ALLREDUCE_MS = 8.0
-VERIFY_COMPUTE_MS = 5.0
-VERIFY_ALLREDUCE_MS = 25.0
-DRAFT_STEP_MS = 1.0
-DRAFT_ACCEPT_P = 0.6
-FUSION_ALLREDUCE_FACTOR = 0.55
-TTFT_BASE_MS = 40.0
-TTFT_PER_PROMPT_TOKEN_MS = 0.08
-DEFAULT_CONCURRENCY_SLOWDOWN = 0.015
 
 # Flags whose SGLang field name is not the flag spelled with underscores.
 FLAG_ALIASES = {
@@ -232,52 +222,53 @@ def _env_float(environ, name):
         raise SystemExit("standin_server: %s=%r is not a number" % (name, text))
 
 
-def fusion_enabled(server_args):
-    if server_args.get("enable_flashinfer_allreduce_fusion") is True:
-        return True
-    backend = server_args.get("flashinfer_allreduce_fusion_backend")
-    return isinstance(backend, str) and backend.lower() not in ("auto", "none", "disabled", "")
+fusion_enabled = speed_model.fusion_enabled
 
 
 class SpeedModel(object):
-    """Per-request token rate and chunking, from the exact-rate control or the model above."""
+    """Per-request token rate and chunking, from the exact-rate control or the speed model."""
 
-    def __init__(self, server_args, environ):
+    def __init__(self, server_args, environ, model=None):
         self.exact_rate = _env_float(environ, "GPUOPS_STANDIN_TOKENS_PER_S")
         if self.exact_rate is not None and self.exact_rate <= 0:
             raise SystemExit("standin_server: GPUOPS_STANDIN_TOKENS_PER_S must be > 0")
+        try:
+            model = model or speed_model.load()
+        except speed_model.SpeedModelError as exc:
+            raise SystemExit("standin_server: speed model: %s" % exc)
         self.fixed_ttft_ms = _env_float(environ, "GPUOPS_STANDIN_TTFT_MS")
         slowdown = _env_float(environ, "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN")
-        self.slowdown = DEFAULT_CONCURRENCY_SLOWDOWN if slowdown is None else slowdown
-        self.speculative = bool(server_args.get("speculative_algorithm"))
-        steps = server_args.get("speculative_num_steps")
-        self.num_steps = int(steps) if isinstance(steps, (int, float)) and steps > 0 else 3
-        draft = server_args.get("speculative_num_draft_tokens")
-        self.num_draft_tokens = int(draft) if isinstance(draft, (int, float)) and draft > 0 else self.num_steps + 1
+        self.slowdown = float(model.common_value("concurrency_slowdown")) if slowdown is None else slowdown
+        self.ttft_base_ms = float(model.common_value("ttft_base_ms"))
+        self.ttft_per_token_ms = float(model.common_value("ttft_per_prompt_token_ms"))
+        settings = speed_model.settings_from_server(
+            server_args, environ, speed_model.model_layers(server_args.get("model_path")))
+        shape, reason = model.shape_for(speed_model.read_gpu_doc(environ.get("GPUOPS_LAB_GPU")))
+        self.prediction = model.predict(shape, settings, reason)
+        self.speculative = settings.speculative
+        self.num_steps = settings.num_steps
+        self.num_draft_tokens = settings.num_draft_tokens
+        self.fusion = settings.fusion
         override = _env_float(environ, "GPUOPS_STANDIN_ACCEPT_LENGTH")
         if self.speculative:
-            modelled = sum(DRAFT_ACCEPT_P ** k for k in range(self.num_steps + 1))
-            self.accept_length = override if override else min(modelled, float(self.num_draft_tokens))
+            self.accept_length = override if override else self.prediction.accept_length
         else:
             self.accept_length = 1.0
-        tp = server_args.get("tp_size")
-        tp = int(tp) if isinstance(tp, (int, float)) and tp >= 1 else 1
-        factor = (tp - 1) / 7.0
-        if fusion_enabled(server_args):
-            factor *= FUSION_ALLREDUCE_FACTOR
-        proto = environ.get("NCCL_PROTO", "")
-        if proto == "LL":
-            factor *= 0.9
-        elif proto == "Simple":
-            factor *= 1.1
-        if environ.get("NCCL_P2P_DISABLE") == "1":
-            factor *= 1.3
-        self.fusion = fusion_enabled(server_args)
-        if self.speculative:
-            cycle_ms = self.num_steps * DRAFT_STEP_MS + VERIFY_COMPUTE_MS + VERIFY_ALLREDUCE_MS * factor
-        else:
-            cycle_ms = STEP_COMPUTE_MS + STEP_ALLREDUCE_MS * factor
-        self.modelled_rate = self.accept_length / (cycle_ms / 1000.0)
+        # An accept length forced by the control changes the rate of the same cycle.
+        self.modelled_rate = self.accept_length * 1000.0 / self.prediction.cycle_ms
+
+    def record(self):
+        """What /get_server_info says about where this server's speed comes from."""
+        if self.exact_rate is not None:
+            return {"name": "exact-rate", "version": 1, "shape": None,
+                    "label": "exact rate %g tok/s" % self.exact_rate, "basis": "control",
+                    "shape_reason": "GPUOPS_STANDIN_TOKENS_PER_S", "predicted_tokens_per_s": self.exact_rate}
+        record = self.prediction.as_record()
+        if self.accept_length != self.prediction.accept_length:
+            record["accept_length"] = round(self.accept_length, 4)
+            record["predicted_tokens_per_s"] = round(self.modelled_rate, 3)
+            record["accept_length_from"] = "GPUOPS_STANDIN_ACCEPT_LENGTH"
+        return record
 
     def base_rate(self):
         return self.exact_rate if self.exact_rate is not None else self.modelled_rate
@@ -289,7 +280,7 @@ class SpeedModel(object):
     def ttft_s(self, prompt_tokens):
         if self.fixed_ttft_ms is not None:
             return self.fixed_ttft_ms / 1000.0
-        return (TTFT_BASE_MS + TTFT_PER_PROMPT_TOKEN_MS * prompt_tokens) / 1000.0
+        return (self.ttft_base_ms + self.ttft_per_token_ms * prompt_tokens) / 1000.0
 
     def chunk_sizes(self, total):
         """Tokens per streamed chunk: the first token alone, then one verify cycle per chunk."""
@@ -351,6 +342,7 @@ class StandinState(object):
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True
+        info["speed_model"] = self.speed.record()
         with self.lock:
             completed = self.completed
             recent = list(self.recent)
@@ -682,7 +674,8 @@ def main(argv=None):
     serving.start()
     log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
     log("simulated decode rate %.1f tok/s per request at batch 1 (%s)%s" % (
-        state.speed.base_rate(), "exact" if state.speed.exact_rate is not None else "speed model",
+        state.speed.base_rate(), "stand-in model %s: %s, %s" % (
+            state.speed.record()["label"], state.speed.record()["basis"], state.speed.record()["shape_reason"]),
         "; speculative accept length %.2f" % state.speed.accept_length if state.speed.speculative else ""))
     if state.startup_s:
         while not stop.wait(0.05) and not state.ready():

@@ -4,6 +4,7 @@ reached over its own sshd as root, with the stand-in server behind ``sglang.laun
 Inside the container::
 
     /opt/gpuops-lab/standin_server.py      the stand-in SGLang server (stdlib only)
+    /opt/gpuops-lab/speed_model.py, .json  its speed model and documented figures
     /usr/local/bin/python-sglang           `-m sglang.launch_server FLAGS` runs the stand-in
     /etc/systemd/system/sglang.service     the unit, rendered by the sglang-service role itself
     /var/lib/gpuops/sglang.env             its EnvironmentFile, rendered by the role too
@@ -22,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.lab import sshd
+from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab.nspawn import BootedRoot, boot_root
 
 STANDIN = Path(__file__).parent / "standin_server.py"
@@ -100,6 +102,8 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
         server_port = sshd.free_port()
         (booted.path("/opt/gpuops-lab")).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(STANDIN, booted.path("/opt/gpuops-lab/standin_server.py"))
+        for sibling in STANDIN_SIBLINGS:  # the stand-in imports its speed model from its own dir
+            shutil.copyfile(sibling, booted.path(f"/opt/gpuops-lab/{sibling.name}"))
         wrapper = booted.path(WRAPPER)
         wrapper.write_text(_wrapper_text("/usr/bin/python3"))
         wrapper.chmod(0o755)

@@ -32,6 +32,9 @@ class HostFacts:
     files: Mapping[str, FileState] = field(default_factory=dict)
     gate_scan: Any = None                  # gpuops.gates scan (when a role needs it)
     gate_sources: Mapping[str, str] | None = None
+    # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
+    # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
+    gpu: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

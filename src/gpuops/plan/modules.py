@@ -16,7 +16,7 @@ from gpuops.nccl import check_nccl_env, nccl_warnings
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
 from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState
-from gpuops.plan.redact import redact_text
+from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:
     from gpuops.plan.planner import PlanState
@@ -68,7 +68,7 @@ def record_file(state: "PlanState", task: "Task", kind: str, path: str, after: s
     diff = unified_diff(path, before, after) if action != "mode" else f"mode {current.mode} -> {mode}\n"
     state.add_change(Change(
         kind=kind, path=path, action=action, before=before, after=after,
-        diff=redact_text(diff, state.secrets), mode=mode, task=task.where, notify=task.notify,
+        diff=mask_text(diff, state.secrets), mode=mode, task=task.where, notify=task.notify,
     ))
     return True
 
@@ -134,15 +134,39 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     python = str(args.get("python", "python3"))
     feature = str(args.get("feature", "flashinfer_allreduce_fusion"))
     state.needs_gate_scan = True
+    nothing = {"changed": False, "applies": False, "launch_flags": [], "notes": [], "files": []}
     if state.discovery:
-        return {"changed": False, "launch_flags": [], "notes": [], "files": []}
+        return dict(nothing, applies=True)
+    from gpuops.plan.applicability import decide_for_gpu, p2p_refusal
     from gpuops.plan.gate_patch import patch_changes
 
+    assert state.facts is not None
+    scan = state.facts.gate_scan
+    if scan is not None and getattr(scan, "known", False):
+        decision = decide_for_gpu(scan, state.facts.gpu, target_sm)
+        if not decision.applies:
+            state.note(f"nothing to do on this host: {decision.reason}")
+            return dict(nothing, reason=decision.reason)
     patch = patch_changes(state.facts, target_sm, state.host)
+    pending = [(path, before, after) for path, before, after in patch.files if before != after]
+    if not pending and not _contributed_before(state, scope):
+        reason = (f"sglang {getattr(scan, 'version', None) or ''} already admits {target_sm} by itself "
+                  "(no gate to widen)".replace("  ", " "))
+        state.note(f"nothing to do on this host: {reason}")
+        return dict(nothing, reason=reason)
+    allow = args.get("allow_without_p2p", False)
+    if not isinstance(allow, bool):
+        allow = str(allow).strip().lower() in ("1", "true", "yes", "on")
+    launch_args = args.get("launch_args") or []
+    env = args.get("launch_env") or {}
+    error, warning = p2p_refusal(state.facts.gpu, launch_args if isinstance(launch_args, list) else [],
+                                 env if isinstance(env, dict) else {}, allow)
+    if error:
+        raise GpuopsError(f"{state.host}: fusion-sm120: {error}")
+    if warning:
+        state.warn(warning)
     changed_paths = []
-    for path, before, after in patch.files:
-        if before == after:
-            continue
+    for path, before, after in pending:
         state.add_change(Change(
             kind="patch", path=path, action="update", before=before, after=after,
             diff=unified_diff(path, before, after), mode=None, task=task.where, notify=task.notify,
@@ -153,8 +177,23 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     if changed_paths:
         state.compile_checks.append(CompileCheck(python=python, paths=tuple(changed_paths)))
         state.audit = AuditCheck(feature=feature, target_sm=target_sm, python=python)
-    return {"changed": bool(changed_paths), "launch_flags": list(patch.launch_flags),
+    return {"changed": bool(changed_paths), "applies": True, "launch_flags": list(patch.launch_flags),
             "notes": list(patch.notes), "files": changed_paths}
+
+
+def _contributed_before(state: "PlanState", scope: "VarScope") -> bool:
+    """Whether an earlier run of this role still has its part in the host's composed launch (then a
+    re-run keeps it, rather than calling the gates it opened "already open")."""
+    from gpuops.plan.compose import read_desired
+
+    assert state.facts is not None
+    if "gpuops_desired_state" not in scope:
+        return False
+    path = str(scope.get("gpuops_desired_state"))
+    current = state.facts.files.get(path)
+    if current is None or not current.exists:
+        return False
+    return state.role in read_desired(current.content, f"{state.host}: {path}")
 
 
 def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
@@ -163,18 +202,25 @@ def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope")
         if not state.templar.evaluate(str(expression), scope, task.where):
             message = args.get("msg")
             text = state.templar.render_value(message, scope, task.where) if message else f"assertion failed: {expression}"
-            raise GpuopsError(f"{state.host}: {task.where}: {redact_text(str(text), state.secrets)}")
+            raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
     return {"changed": False}
 
 
 def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     text = state.templar.render_value(args["msg"], scope, task.where)
-    raise GpuopsError(f"{state.host}: {task.where}: {redact_text(str(text), state.secrets)}")
+    raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
 
 
 Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
 
+def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    from gpuops.plan.compose import plan_compose
+
+    return plan_compose(task, args, state, scope)
+
+
 PLANNERS: dict[str, Planner] = {
+    "compose": _plan_compose,
     "template": plan_template,
     "env": plan_env,
     "lineinfile": plan_lineinfile,

@@ -17,9 +17,9 @@ from typing import Any, Mapping
 from gpuops.errors import GpuopsError
 from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, HostFacts, Plan, ServiceSpec
 from gpuops.plan.modules import PLANNERS
-from gpuops.plan.redact import redact_vars, secret_values
 from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
 from gpuops.plan.templating import Layer, Templar, VarScope
+from gpuops.plan.varcheck import check_extra_vars
 
 _MAX_INCLUDE_DEPTH = 8
 
@@ -33,6 +33,8 @@ class PlanState:
     roles: Mapping[str, Role]
     facts: HostFacts | None
     secrets: list[str]
+    role: str = ""                      # the role the run was asked for (keys its contribution)
+    run_id: str | None = None
     changes: list[Change] = field(default_factory=list)
     notified: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -166,12 +168,16 @@ def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
 
 def _layers_and_state(role_name: str, facts: HostFacts | None, host: str,
                       inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
-                      roles_path: list[Path] | None) -> tuple[PlanState, VarScope, Mapping[str, Role]]:
+                      roles_path: list[Path] | None, run_id: str | None = None,
+                      ) -> tuple[PlanState, VarScope, Mapping[str, Role]]:
     roles = load_role_tree(role_name, roles_path)
     dirs = [role.templates_dir for role in roles.values()] + shared_templates_dirs()
     templar = Templar([d for d in dirs if d.is_dir()])
-    secrets = secret_values({**dict(inventory_vars), **dict(extra_vars)})
-    state = PlanState(host=host, templar=templar, roles=roles, facts=facts, secrets=secrets)
+    from gpuops.secret_policy import secret_values
+
+    secrets = secret_values(dict(inventory_vars), dict(extra_vars))
+    state = PlanState(host=host, templar=templar, roles=roles, facts=facts, secrets=secrets,
+                      role=role_name, run_id=run_id)
     scope = _base_scope(templar, roles, role_name, inventory_vars, extra_vars, state.registered)
     return state, scope, roles
 
@@ -180,6 +186,8 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
              roles_path: list[Path] | None = None) -> Discovery:
     """The fact-free pass: which files to gather, whether to scan gates; refuses bad input early."""
     state, scope, roles = _layers_and_state(role_name, None, host, inventory_vars, extra_vars, roles_path)
+    for warning in check_extra_vars(role_name, roles, extra_vars):
+        state.warn(warning)
     _run_role(roles[role_name], scope, state)
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     python = str(scope.get("gpuops_python")) if "gpuops_python" in scope else "python3"
@@ -187,9 +195,13 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
 
 
 def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any],
-              extra_vars: Mapping[str, Any], roles_path: list[Path] | None = None) -> Plan:
-    """The changes a role would make on a host whose state is ``facts``."""
-    state, scope, roles = _layers_and_state(role_name, facts, facts.host, inventory_vars, extra_vars, roles_path)
+              extra_vars: Mapping[str, Any], roles_path: list[Path] | None = None,
+              run_id: str | None = None) -> Plan:
+    """The changes a role would make on a host whose state is ``facts``; ``run_id`` is recorded
+    with the role's contribution to the composed launch (see plan/compose.py)."""
+    state, scope, roles = _layers_and_state(role_name, facts, facts.host, inventory_vars, extra_vars, roles_path, run_id)
+    for warning in check_extra_vars(role_name, roles, extra_vars):
+        state.warn(warning)
     _run_role(roles[role_name], scope, state)
     handlers, service = _handlers(state)
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
@@ -207,4 +219,4 @@ def vars_digest(inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any]
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-__all__ = ["plan_role", "discover", "Discovery", "vars_digest", "redact_vars"]
+__all__ = ["plan_role", "discover", "Discovery", "vars_digest"]

@@ -131,6 +131,12 @@ def _unique_flags(args: Iterable[Any]) -> list[str]:
     return out
 
 
+def _merge_flags(*groups: Iterable[Any]) -> list[str]:
+    from gpuops.plan.compose import merge_flags
+
+    return merge_flags(*groups)
+
+
 def _systemd_quote(word: Any) -> str:
     text = str(word).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{text}"'
@@ -155,6 +161,7 @@ class Templar:
             systemd_quote=_systemd_quote,
             to_json=lambda v: json.dumps(v, sort_keys=True),
             unique_flags=_unique_flags,
+            merge_flags=_merge_flags,
         )
         self.env.tests["match"] = lambda value, pattern: re.match(pattern, str(value)) is not None
         self.env.tests["mapping"] = lambda value: isinstance(value, Mapping)

@@ -13,8 +13,13 @@ failure is reported as a measurement error, not a crash of the whole run.
 
 Rank 0 prints one framed line per size (``GPUOPS-BENCH <run_id> allreduce <json>``); the latency
 of a trial is the slowest rank's, since a collective is only done when every rank is.
+
+Teardown order matters: a CUDA graph that captured NCCL calls must be gone (deleted, collected,
+device synchronized) before ``destroy_process_group``; with a graph still alive both ranks hung in
+the destroy on two H200s (torch 2.11, NCCL 2.28), after every size had been measured.
 """
 
+import gc
 import json
 import os
 import statistics
@@ -76,7 +81,10 @@ def eager_runner(tensor):
 
 
 def graph_runner(tensor, iters):
-    """Capture ``iters`` all-reduces in one CUDA graph; each replay runs them all."""
+    """Capture ``iters`` all-reduces in one CUDA graph; each replay runs them all.
+
+    The graph lives only in ``run.holder`` (never in a closure cell), so ``release`` can drop it.
+    """
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -84,16 +92,32 @@ def graph_runner(tensor, iters):
             dist.all_reduce(tensor)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    holder = {"graph": torch.cuda.CUDAGraph()}
+    with torch.cuda.graph(holder["graph"]):
         for _ in range(iters):
             dist.all_reduce(tensor)
     torch.cuda.synchronize()
 
     def run(replays):
         for _ in range(max(1, replays // iters)):
-            graph.replay()
+            holder["graph"].replay()
+    run.holder = holder
     return run
+
+
+def release(runner):
+    """Drop a runner's CUDA graph (if any): deleted, collected, device synchronized."""
+    holder = getattr(runner, "holder", None)
+    if holder and holder.get("graph") is not None:
+        graph = holder.pop("graph")
+        try:
+            graph.reset()
+        except Exception:
+            pass  # an older torch without reset(): dropping the last reference is what counts
+        del graph
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def slowest_rank(seconds, device):
@@ -135,6 +159,7 @@ def main():
         if substituted:
             record["note"] = "this gloo build cannot sum %s; timed %s of the same size" % (
                 config.get("dtype"), record["dtype"])
+        runner = None
         try:
             tensor = torch.zeros(numel, dtype=dtype, device=device)  # zeros: sums never overflow
             runner = graph_runner(tensor, iters) if use_graph else eager_runner(tensor)
@@ -155,11 +180,18 @@ def main():
                 "step_cost_ms": seconds * per_step * 1e3,
             })
         except Exception as exc:  # e.g. NCCL refusing a setting inside graph capture
-            record.update({"ok": False, "error": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:300])})
+            record.update({"ok": False, "error": "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])})
+        finally:
+            if runner is not None:
+                release(runner)
+            runner = None
         if rank == 0:
             emit(run_id, record)
         if not record["ok"]:
             break  # a failed collective leaves the communicator unusable for further sizes
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     dist.destroy_process_group()
 
 

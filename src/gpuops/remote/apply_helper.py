@@ -265,6 +265,9 @@ class Service:
         """/health answers 200, then /get_model_info (or /get_server_info) does too."""
         timeout = self.health_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        if self.backend is not None:
+            # The port the server was really launched with (a rollback may have moved it back).
+            self.port = backend_call(self.backend.launch_port) or self.port
         base = "http://127.0.0.1:%d" % self.port
         stage = HEALTH_PATHS
         while True:
@@ -324,6 +327,10 @@ def load_backend(manager, spec):
         from gpuops.remote import service_systemd
 
         return service_systemd.make_service(spec)
+    if manager == "docker":
+        from gpuops.remote import service_docker
+
+        return service_docker.make_service(spec)
     return None
 
 

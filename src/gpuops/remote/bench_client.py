@@ -49,10 +49,30 @@ class Emitter(object):
         self.stream = stream or sys.stdout
         self.lock = threading.Lock()
         self.on_broken = None  # called once stdout is gone: nobody will read the results
+        self.keep = None  # the host's copy of every frame (a file), so a lost connection loses nothing
+
+    def keep_on_host(self, path):
+        """Also append every frame to ``path`` on this host; a failure to do so is only noted."""
+        try:
+            path = os.path.expanduser(path)
+            parent = os.path.dirname(path)
+            if parent and not os.path.isdir(parent):
+                os.makedirs(parent, 0o700)
+            self.keep = open(path, "a")
+            return path
+        except OSError as exc:
+            self.keep = None
+            return "not kept (%s)" % exc
 
     def emit(self, kind, record):
         line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
         with self.lock:
+            if self.keep is not None:
+                try:
+                    self.keep.write(line)
+                    self.keep.flush()
+                except (OSError, ValueError):
+                    self.keep = None
             try:
                 self.stream.write(line)
                 self.stream.flush()
@@ -105,9 +125,29 @@ def make_prompt_text(seed, length):
     return " ".join(rng.choice(PROMPT_WORDS) for _ in range(length))
 
 
-def build_request(api, model, seed, input_len, output_len, stream=True):
-    """(path, body) for one generation of exactly output_len tokens (ignore_eos)."""
+def request_for(payload, model, index, seed):
+    """(path, body) for request ``index``: the payload's request list (random lengths, ShareGPT
+    prompts) when it has one, else the fixed --input-len/--output-len."""
+    specs = payload.get("requests_spec") or []
+    if specs:
+        spec = specs[index % len(specs)]
+        return build_request(payload["api"], model, seed, int(spec.get("input_len") or 1),
+                             int(spec["output_len"]), prompt=spec.get("prompt"))
+    return build_request(payload["api"], model, seed, int(payload["input_len"]), int(payload["output_len"]))
+
+
+def build_request(api, model, seed, input_len, output_len, stream=True, prompt=None):
+    """(path, body) for one generation of exactly output_len tokens (ignore_eos).
+
+    ``prompt``: a dataset's text (ShareGPT); else a synthetic prompt of ``input_len`` tokens.
+    """
     if api == "native":
+        if prompt is not None:
+            return "/generate", {
+                "text": prompt,
+                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
+                "stream": stream,
+            }
         return "/generate", {
             "input_ids": make_prompt_ids(seed, input_len),
             "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
@@ -117,11 +157,12 @@ def build_request(api, model, seed, input_len, output_len, stream=True):
               "stream": stream, "seed": seed}
     if stream:
         common["stream_options"] = {"include_usage": True}
+    text = prompt if prompt is not None else make_prompt_text(seed, input_len)
     if api == "completions":
-        common["prompt"] = make_prompt_text(seed, input_len)
+        common["prompt"] = text
         return "/v1/completions", common
     if api == "chat":
-        common["messages"] = [{"role": "user", "content": make_prompt_text(seed, input_len)}]
+        common["messages"] = [{"role": "user", "content": text}]
         return "/v1/chat/completions", common
     raise ServerError("unknown api %r (native, completions, chat)" % api)
 
@@ -442,7 +483,42 @@ def percentile(values, q):
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def summarize_samples(samples, duration_s=None):
+def describe(values):
+    """bench_serving's statistics of one latency: mean, median (also as p50), std, p90, p95, p99."""
+    if not values:
+        return {"mean": None, "median": None, "std": None, "p50": None, "p90": None, "p95": None, "p99": None}
+    n = len(values)
+    mean = sum(values) / float(n)
+    std = (sum((v - mean) ** 2 for v in values) / float(n)) ** 0.5  # population std, as numpy's default
+    median = percentile(values, 50)
+    return {"mean": mean, "median": median, "std": std, "p50": median, "p90": percentile(values, 90),
+            "p95": percentile(values, 95), "p99": percentile(values, 99)}
+
+
+def request_tpot_ms(sample, figures):
+    """Time per output token after the first, per request: (E2E - TTFT) / (output tokens - 1)."""
+    tokens = sample.get("completion_tokens") or 0
+    if tokens < 2 or sample.get("e2e_s") is None:
+        return None
+    return (sample["e2e_s"] - figures["ttft_s"]) * 1000.0 / (tokens - 1)
+
+
+def meets_slo(sample, figures, slo):
+    """Whether one completed request met every SLO given (ttft_ms, tpot_ms, e2e_ms, itl_ms: p99 of its own)."""
+    checks = {
+        "ttft_ms": figures["ttft_s"] * 1000.0,
+        "tpot_ms": request_tpot_ms(sample, figures),
+        "e2e_ms": (sample.get("e2e_s") or 0) * 1000.0,
+        "itl_ms": percentile([x * 1000.0 for x in figures["itls_s"]], 99),
+    }
+    for key, limit in slo.items():
+        value = checks.get(key)
+        if value is not None and value > float(limit):
+            return False
+    return True
+
+
+def summarize_samples(samples, duration_s=None, slo=None):
     good = [s for s in samples if s.get("ok")]
     figures = [sample_figures(s) for s in good]
     decode_tokens = sum(f["decode_tokens"] for f in figures)
@@ -450,6 +526,7 @@ def summarize_samples(samples, duration_s=None):
     ttfts = [f["ttft_s"] * 1000.0 for f in figures]
     itls = [x * 1000.0 for f in figures for x in f["itls_s"]]
     e2e = [s["e2e_s"] * 1000.0 for s in good if s.get("e2e_s") is not None]
+    tpots = [t for t in (request_tpot_ms(s, f) for s, f in zip(good, figures)) if t is not None]
     summary = {
         "requests": len(samples),
         "completed": len(good),
@@ -458,16 +535,24 @@ def summarize_samples(samples, duration_s=None):
         "input_tokens": sum(s.get("prompt_tokens") or 0 for s in good),
         # decode rate of one stream: tokens after the first over the time after the first
         "output_tokens_per_s": (decode_tokens / decode_s) if decode_s > 0 else None,
-        "ttft_ms": {"mean": (sum(ttfts) / len(ttfts)) if ttfts else None, "p50": percentile(ttfts, 50),
-                    "p90": percentile(ttfts, 90), "p99": percentile(ttfts, 99)},
-        "itl_ms": {"mean": (sum(itls) / len(itls)) if itls else None, "p50": percentile(itls, 50),
-                   "p90": percentile(itls, 90), "p99": percentile(itls, 99)},
-        "e2e_latency_ms": {"p50": percentile(e2e, 50), "p90": percentile(e2e, 90), "p99": percentile(e2e, 99)},
+        "ttft_ms": describe(ttfts),
+        "tpot_ms": describe(tpots),
+        "itl_ms": describe(itls),
+        "e2e_latency_ms": describe(e2e),
     }
     if duration_s:
         summary["duration_s"] = duration_s
         summary["request_throughput"] = len(good) / duration_s
+        summary["input_tokens_per_s"] = summary["input_tokens"] / duration_s
         summary["total_output_tokens_per_s"] = summary["output_tokens"] / duration_s
+        summary["total_tokens_per_s"] = (summary["input_tokens"] + summary["output_tokens"]) / duration_s
+    if slo:
+        met = sum(1 for s, f in zip(good, figures) if meets_slo(s, f, slo))
+        summary["slo"] = dict(slo)
+        summary["slo_met"] = met
+        summary["slo_attainment"] = (met / float(len(samples))) if samples else None
+        if duration_s:
+            summary["goodput_request_per_s"] = met / duration_s
     errors = [s.get("error") for s in samples if not s.get("ok")]
     if errors:
         summary["first_error"] = errors[0]
@@ -510,8 +595,7 @@ def suite_decode(payload, model, emitter, stop):
     for i in range(int(payload.get("num_requests", 5))):
         if stop.is_set():
             break
-        path, body = build_request(payload["api"], model, int(payload.get("seed", 0)) + i,
-                                   int(payload["input_len"]), int(payload["output_len"]))
+        path, body = request_for(payload, model, i, int(payload.get("seed", 0)) + i)
         sample = stream_request(payload["url"], payload["api"], path, body,
                                 timeout=float(payload.get("request_timeout", 600)), stop=stop)
         if sample.get("error") == "interrupted":
@@ -523,45 +607,87 @@ def suite_decode(payload, model, emitter, stop):
     return samples
 
 
+def serving_levels(payload):
+    """[(concurrency cap or None, request rate or None)]: closed-loop levels, or Poisson rates."""
+    rates = payload.get("request_rates")
+    if rates:
+        cap = payload.get("max_concurrency")
+        return [(int(cap) if cap else None, float(r)) for r in rates]
+    return [(int(c), None) for c in payload.get("concurrency", [1, 4, 16, 64])]
+
+
+def arrival_times(count, rate, seed):
+    """Seconds after the level's start at which each request is sent: a Poisson process of
+    ``rate`` requests/s (exponential gaps, seeded), or all at once for an infinite rate."""
+    if rate is None or rate == float("inf") or rate <= 0:
+        return [0.0] * count
+    rng = random.Random(seed)
+    times, now = [], 0.0
+    for _ in range(count):
+        times.append(now)
+        now += rng.expovariate(rate)
+    return times
+
+
 def suite_serving(payload, model, emitter, stop):
     run_warmup(payload, model, emitter, stop)
-    levels = [int(c) for c in payload.get("concurrency", [1, 4, 16, 64])]
-    for level_index, concurrency in enumerate(levels):
+    levels = serving_levels(payload)
+    slo = payload.get("slo") or None
+    for level_index, (concurrency, rate) in enumerate(levels):
         if stop.is_set():
             break
-        count = int(payload.get("requests_per_level") or max(4, 2 * concurrency))
-        queue = list(range(count))
-        queue_lock = threading.Lock()
+        count = int(payload.get("requests_per_level") or max(4, 2 * (concurrency or 8)))
         samples = []
+        lock = threading.Lock()
+        # closed loop: `concurrency` workers; rate mode: a send schedule, at most `concurrency` in flight
+        gate = threading.Semaphore(concurrency) if concurrency else None
+        schedule = arrival_times(count, rate, int(payload.get("seed", 0)) + level_index)
+        emitter.emit("progress", {"level": level_index, "levels": len(levels), "concurrency": concurrency,
+                                  "request_rate": rate, "requests": count})
 
-        def worker():
-            while not stop.is_set():
-                with queue_lock:
-                    if not queue:
-                        return
-                    i = queue.pop(0)
+        def one(i):
+            sent = time.perf_counter() - started
+            try:
                 seed = int(payload.get("seed", 0)) + 1000 * level_index + i
-                path, body = build_request(payload["api"], model, seed, int(payload["input_len"]),
-                                           int(payload["output_len"]))
+                path, body = request_for(payload, model, i, seed)
                 sample = stream_request(payload["url"], payload["api"], path, body,
                                         timeout=float(payload.get("request_timeout", 600)), stop=stop)
                 if sample.get("error") == "interrupted":
                     return
-                with queue_lock:
+                with lock:
                     samples.append(sample)
-                emitter.emit("sample", compact_sample(sample, i, {"concurrency": concurrency}))
+                emitter.emit("sample", compact_sample(sample, i, {"concurrency": concurrency, "request_rate": rate,
+                                                                  "sent_s": round(sent, 6)}))
+            finally:
+                if gate is not None:
+                    gate.release()
 
         started = time.perf_counter()
-        threads = [threading.Thread(target=worker) for _ in range(min(concurrency, count))]
-        for thread in threads:
+        threads = []
+        for i, at in enumerate(schedule):
+            delay = started + at - time.perf_counter()
+            while delay > 0 and not stop.is_set():
+                time.sleep(min(delay, 0.2))
+                delay = started + at - time.perf_counter()
+            if gate is not None:
+                while not gate.acquire(timeout=0.2):
+                    if stop.is_set():
+                        break
+            if stop.is_set():
+                break
+            thread = threading.Thread(target=one, args=(i,))
             thread.daemon = True
             thread.start()
+            threads.append(thread)
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)
         duration = time.perf_counter() - started
-        summary = summarize_samples(samples, duration)
+        summary = summarize_samples(samples, duration, slo)
         summary["concurrency"] = concurrency
+        summary["request_rate"] = rate
+        if rate is not None and len(schedule) > 1 and schedule[-1] > 0:
+            summary["scheduled_rate"] = (len(schedule) - 1) / schedule[-1]  # what the Poisson draw gave
         summary["partial"] = stop.is_set()
         emitter.emit("level", summary)
 
@@ -663,10 +789,49 @@ def suite_allreduce(payload, emitter, stop):
     in_temp_dir("gpuops-allreduce-", lambda d: _suite_allreduce(payload, emitter, stop, d))
 
 
+def variant_timeout(spec, kind):
+    """Seconds one torchrun launch may take before it counts as hung: from the sizes asked.
+
+    Start-up (process group, NCCL communicators; FlashInfer's kernel compile for fusion) plus a
+    generous allowance per size and mode; ``timeout_s`` in the payload overrides it.
+    """
+    if spec.get("timeout_s"):
+        return float(spec["timeout_s"])
+    sizes = len(spec.get("tokens") or [1])
+    if kind == "fusion":
+        return 600.0 + 30.0 * sizes  # first call compiles FlashInfer's kernels (minutes)
+    return 90.0 + 15.0 * sizes * (2 if spec.get("cuda_graph") else 1)
+
+
+def kill_group(proc, grace=5.0):
+    """SIGTERM the torchrun process group, then SIGKILL what is left after ``grace`` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        deadline = time.time() + wait
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        if proc.poll() is not None:
+            # torchrun is gone; its ranks may linger in the group: make sure
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
+
+
 def _suite_allreduce(payload, emitter, stop, work_dir):
-    """Run the torch.distributed worker once per NCCL variant with torchrun; relay its frames."""
+    """Run the torch.distributed worker once per NCCL variant with torchrun; relay its frames.
+
+    Each launch has a watchdog: past its timeout the whole process group is killed, the variant
+    is recorded as ``timed out after N s (hung collective)`` and the next variant runs. Records
+    relayed before that are kept (they were emitted, and written to the host's record file).
+    """
     spec = payload["allreduce"]
-    script = os.path.join(work_dir, "allreduce_bench.py")
+    kind = spec.get("kind") or ("fusion" if payload.get("suite") == "fusion" else "allreduce")
+    script = os.path.join(work_dir, "%s_bench.py" % kind)
     with open(script, "w") as handle:
         handle.write(spec["worker_source"])
     python = spec.get("python") or "python3"
@@ -680,7 +845,9 @@ def _suite_allreduce(payload, emitter, stop, work_dir):
         spec["hidden_size"] = hidden or 7168
         emitter.emit("note", {"message": "hidden size %d (%s)" % (
             spec["hidden_size"], source if hidden else "default; " + source)})
-    for variant_index, variant in enumerate(spec.get("variants") or [{}]):
+    timeout = variant_timeout(spec, kind)
+    variants = spec.get("variants") or [{}]
+    for variant_index, variant in enumerate(variants):
         if stop.is_set():
             break
         config = dict(spec)
@@ -693,44 +860,105 @@ def _suite_allreduce(payload, emitter, stop, work_dir):
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in variant.items()})
         env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONUNBUFFERED"] = "1"
         argv = [python, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(int(spec.get("world_size", 1))), script, config_path]
-        emitter.emit("note", {"message": "variant %s" % (variant or "default")})
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        errors = []
-
-        def drain_stderr():
-            for raw in iter(proc.stderr.readline, b""):
-                errors.append(raw.decode("utf-8", "replace").rstrip())
-                del errors[:-30]
-
-        reader = threading.Thread(target=drain_stderr)
-        reader.daemon = True
-        reader.start()
-        seen = 0
-        try:
-            for raw in iter(proc.stdout.readline, b""):
-                line = raw.decode("utf-8", "replace").strip()
-                prefix = FRAME + " " + emitter.run_id + " allreduce "
-                if line.startswith(prefix):
-                    seen += 1
-                    record = json.loads(line[len(prefix):])
-                    emitter.emit("allreduce", record)
-                if stop.is_set():
-                    os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        reader.join(2)
-        if proc.returncode != 0 and not stop.is_set():
+        emitter.emit("note", {"message": "variant %s (%d of %d, watchdog %.0f s)" % (
+            variant or "default", variant_index + 1, len(variants), timeout)})
+        emitter.emit("progress", {"variant": variant, "index": variant_index, "total": len(variants)})
+        outcome = run_watched(argv, env, emitter, stop, timeout, kind)
+        if outcome["timed_out"]:
+            emitter.emit("error", {"variant": variant, "timed_out": True, "records": outcome["seen"],
+                                   "message": "timed out after %.0f s (hung collective)" % timeout})
+        elif outcome["returncode"] != 0 and not stop.is_set():
+            errors = outcome["stderr"]
             interesting = [e for e in errors if "Error" in e or "error" in e] or errors
             emitter.emit("error", {"variant": variant, "message": "torchrun exited %d: %s" % (
-                proc.returncode, (interesting[-1] if interesting else "no output"))})
-        elif seen == 0 and not stop.is_set():
+                outcome["returncode"], (interesting[-1] if interesting else "no output"))})
+        elif outcome["seen"] == 0 and not stop.is_set():
             emitter.emit("error", {"variant": variant, "message": "no measurement came back"})
+
+
+def run_watched(argv, env, emitter, stop, timeout, kind):
+    """One torchrun launch under a watchdog; relays its ``kind`` frames as they arrive."""
+    import queue
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    errors = []
+    lines = queue.Queue()
+
+    def drain_stderr():
+        for raw in iter(proc.stderr.readline, b""):
+            errors.append(raw.decode("utf-8", "replace").rstrip())
+            del errors[:-30]
+
+    def drain_stdout():
+        for raw in iter(proc.stdout.readline, b""):
+            lines.put(raw)
+        lines.put(None)
+
+    readers = [threading.Thread(target=drain_stderr), threading.Thread(target=drain_stdout)]
+    for reader in readers:
+        reader.daemon = True
+        reader.start()
+    prefix = FRAME + " " + emitter.run_id + " " + kind + " "
+    seen = 0
+    timed_out = False
+    deadline = time.time() + timeout
+    try:
+        while True:
+            try:
+                raw = lines.get(timeout=0.5)
+            except queue.Empty:
+                raw = b""
+            if raw is None:
+                break
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(prefix):
+                try:
+                    record = json.loads(line[len(prefix):])
+                except ValueError:
+                    record = None
+                if isinstance(record, dict):
+                    seen += 1
+                    emitter.emit(kind, record)
+            if stop.is_set():
+                kill_group(proc)
+                break
+            if time.time() > deadline:
+                timed_out = True
+                kill_group(proc)
+                break
+        # what was printed before the kill still counts
+        while True:
+            try:
+                raw = lines.get(timeout=1.0)
+            except queue.Empty:
+                break
+            if raw is None:
+                break
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(prefix):
+                try:
+                    emitter.emit(kind, json.loads(line[len(prefix):]))
+                    seen += 1
+                except ValueError:
+                    pass
+        if proc.poll() is None and not timed_out and not stop.is_set():
+            remaining = max(1.0, deadline - time.time())
+            try:
+                proc.wait(remaining)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_group(proc)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc, grace=1.0)
+        proc.wait()
+    for reader in readers:
+        reader.join(2)
+    return {"returncode": proc.returncode, "timed_out": timed_out, "seen": seen, "stderr": errors}
 
 
 # --------------------------------------------------------------------------- main
@@ -753,8 +981,10 @@ def run(payload, emitter):
         with open(pid_file, "w") as handle:
             handle.write("%d\n" % os.getpid())
     status = 0
+    kept = emitter.keep_on_host(payload["record_file"]) if payload.get("record_file") else None
     try:
-        emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time()})
+        emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time(),
+                               "record_file": kept})
         if payload.get("host_facts", True):
             facts = host_snapshot(payload.get("server_python"))
             facts["patched_sources"] = patched_sources(payload.get("state_dir"))
@@ -771,7 +1001,7 @@ def run(payload, emitter):
             suite_decode(payload, model_name(snapshot), emitter, stop)
         elif suite == "serving":
             suite_serving(payload, model_name(snapshot), emitter, stop)
-        elif suite == "allreduce":
+        elif suite in ("allreduce", "fusion"):
             suite_allreduce(payload, emitter, stop)
         else:
             raise ServerError("unknown suite %r" % suite)
@@ -787,6 +1017,12 @@ def run(payload, emitter):
         status = 3
     finally:
         emitter.emit("end", {"partial": stop.is_set(), "time": time.time()})
+        if emitter.keep is not None:
+            try:
+                emitter.keep.close()
+            except OSError:
+                pass
+            emitter.keep = None
         if pid_file:
             try:
                 os.unlink(pid_file)

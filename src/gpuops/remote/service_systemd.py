@@ -10,9 +10,10 @@ systemd restarts after a crash (``NRestarts`` grows, or it sits in ``auto-restar
 start, not a slow one. The journal tail of the unit since the restart explains the failure.
 """
 
-import os
 import subprocess
 import time
+
+from gpuops.remote.ports import port_flag, port_owners
 
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecStart",
@@ -46,12 +47,13 @@ def unit_name(name):
 
 
 def parse_show(text):
-    """``systemctl show`` output (``Key=value`` lines) as a dict; values kept verbatim."""
+    """``systemctl show`` output (``Key=value`` lines) as a dict; values kept verbatim. A key
+    shown more than once (one ``EnvironmentFiles=`` line per file) keeps every value, a line each."""
     out = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
-            out[key] = value
+            out[key] = out[key] + "\n" + value if key in out else value
     return out
 
 
@@ -122,6 +124,11 @@ class SystemdService:
         facts["drop_ins"] = [p for p in shown.get("DropInPaths", "").split() if p]
         return facts
 
+    def launch_port(self):
+        """``--port`` of the ExecStart systemd runs now (None when it has none)."""
+        argv = exec_argv(self.show(("ExecStart",)).get("ExecStart", "")) or ""
+        return port_flag(argv.split())
+
     def main_pid(self):
         try:
             pid = int(self.show(("MainPID",)).get("MainPID", "0"))
@@ -187,7 +194,10 @@ class SystemdService:
                                 % (self.name, load.get("LoadState"), load.get("FragmentPath") or "missing"),
                                 self.log_tail())
         self._since = time.time()
-        # Before the restart: `systemctl restart` resets NRestarts, so the baseline is taken after.
+        # A unit that failed before (a bad start just rolled back, a crash loop) may have hit its
+        # start limit: systemd would refuse this restart. Clear that first; it changes nothing else.
+        self._run(["systemctl", "reset-failed", self.name])
+        # `systemctl restart` resets NRestarts, so the baseline is taken after it.
         self._checked(["systemctl", "restart", self.name], "systemctl restart %s" % self.name, tail=True)
         shown = self.show(("NRestarts", "InvocationID"))
         try:
@@ -246,42 +256,6 @@ class SystemdService:
         raise ServiceFailed("port %d answers, but no process of %s (pids %s) listens on it: another process "
                             "holds the port" % (port, self.name, " ".join(str(p) for p in pids) or "none"),
                             self.log_tail())
-
-
-def listening_inodes(port):
-    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6), from /proc/net/tcp{,6}."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as handle:
-                next(handle, None)
-                for line in handle:
-                    fields = line.split()
-                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(fields[9])
-        except OSError:
-            continue
-    return inodes
-
-
-def port_owners(port, pids):
-    """Those of ``pids`` holding a socket that listens on ``port``."""
-    inodes = listening_inodes(port)
-    owners = []
-    for pid in pids:
-        try:
-            fds = os.listdir("/proc/%d/fd" % pid)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                owners.append(pid)
-                break
-    return owners
 
 
 def make_service(spec):

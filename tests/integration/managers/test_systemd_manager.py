@@ -134,3 +134,89 @@ def test_a_unit_systemd_rejects_is_rolled_back(host, run_gpuops) -> None:
     assert shown["ActiveState"] == "active" and shown["LoadState"] == "loaded" and shown["NeedDaemonReload"] == "no"
     assert "bad-setting" in report["error"] and "Neither a valid executable name" in report["log_tail"]
     assert served(host)["env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, run_gpuops) -> None:
+    # An operator's drop-in: an extra Environment= and a second EnvironmentFile= that gpuops did
+    # not write. inspect must show them, from systemd, next to what the server really got.
+    drop_in = host.booted.path("/etc/systemd/system/sglang.service.d/operator.conf")
+    drop_in.parent.mkdir(parents=True, exist_ok=True)
+    extra_env = host.booted.path("/etc/sglang-extra.env")
+    extra_env.write_text("SGLANG_FROM_EXTRA=two words\n")
+    drop_in.write_text('[Service]\nEnvironment="SGLANG_OPERATOR=on call" NCCL_IB_DISABLE=1\n'
+                       "EnvironmentFile=-/etc/sglang-extra.env\n")
+    try:
+        assert host.booted.run(["systemctl", "daemon-reload"]).returncode == 0
+        assert host.booted.run(["systemctl", "restart", host.unit]).returncode == 0
+        served(host)
+        proc = run_gpuops("inspect", "host", "-i", str(host.inventory_path), "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        server = json.loads(proc.stdout)["hosts"]["sd1"]["facts"]["server"]
+        shown = host.systemctl_show("MainPID", "NRestarts", "ExecStart", "DropInPaths", "FragmentPath", "Restart")
+        unit = server["systemd"]
+        assert server["manager"] == "systemd" and server["unit"] == "sglang.service"
+        assert unit["unit"] == "sglang.service" and (unit["active_state"], unit["sub_state"]) == ("active", "running")
+        assert unit["main_pid"] == int(shown["MainPID"]) and unit["n_restarts"] == int(shown["NRestarts"])
+        assert unit["exec_start"] == shown["ExecStart"]
+        assert unit["exec_argv"].startswith("/usr/local/bin/python-sglang -m sglang.launch_server")
+        assert unit["drop_ins"] == shown["DropInPaths"].split() == [
+            "/etc/systemd/system/sglang.service.d/operator.conf"]
+        assert unit["fragment_path"] == shown["FragmentPath"] and unit["restart"] == shown["Restart"] == "on-failure"
+        assert unit["environment"] == ["SGLANG_OPERATOR=on call", "NCCL_IB_DISABLE=1"]
+        assert unit["environment_files"] == ["/var/lib/gpuops/sglang.env", "/etc/sglang-extra.env"]
+        # ... and the process got all three sources.
+        assert {k: server["env"].get(k) for k in ("SGLANG_OPERATOR", "NCCL_IB_DISABLE", "SGLANG_FROM_EXTRA", "NCCL_DEBUG")} == {
+            "SGLANG_OPERATOR": "on call", "NCCL_IB_DISABLE": "1", "SGLANG_FROM_EXTRA": "two words", "NCCL_DEBUG": "WARN"}
+        text = run_gpuops("inspect", "host", "-i", str(host.inventory_path)).stdout
+        assert "systemd: sglang.service active/running" in text and "drop-ins /etc/systemd/system/sglang.service.d/operator.conf" in text
+    finally:
+        drop_in.unlink(missing_ok=True)
+        extra_env.unlink(missing_ok=True)
+        host.booted.run(["systemctl", "daemon-reload"])
+        host.booted.run(["systemctl", "restart", host.unit])
+        served(host)
+
+
+def test_user_and_working_directory_are_what_systemd_runs_and_roll_back(host, run_gpuops) -> None:
+    before = files(host)
+    proc = apply(run_gpuops, host, "sglang-service", "-e", "sglang_user=nobody", "-e", "sglang_working_directory=/tmp")
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    shown = host.systemctl_show("User", "WorkingDirectory", "MainPID")
+    assert (shown["User"], shown["WorkingDirectory"]) == ("nobody", "/tmp")
+    status = host.booted.run(["cat", f"/proc/{shown['MainPID']}/status"]).stdout
+    uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+    assert uid == host.booted.run(["id", "-u", "nobody"]).stdout.strip()
+    assert host.booted.run(["readlink", f"/proc/{shown['MainPID']}/cwd"]).stdout.strip() == "/tmp"
+    # The port check held: the server that answers is the unit's, running as nobody.
+    assert report["pid"] == int(shown["MainPID"])
+
+    # A newline would smuggle a directive into the unit: refused before anything changes.
+    refused = apply(run_gpuops, host, "sglang-service", "-e",
+                    json.dumps({"sglang_working_directory": "/tmp\nExecStartPre=/bin/false"}))
+    assert refused.returncode == 2 and "sglang_working_directory" in refused.stderr
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert host.systemctl_show("User", "WorkingDirectory") == {"User": "", "WorkingDirectory": ""}
+    served(host)
+
+
+def test_a_run_that_moves_the_port_rolls_back_to_the_old_one(host, run_gpuops) -> None:
+    from gpuops.lab.sshd import free_port
+
+    before = files(host)
+    new_port = free_port()
+    proc = apply(run_gpuops, host, "sglang-service", "-e", f"sglang_port={new_port}")
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert server_info(new_port)["port"] == new_port
+    # The rollback must wait for the previous server where the restored unit puts it, not on
+    # the port of the run it undoes.
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert served(host)["port"] == host.server_port
+    with pytest.raises(OSError):
+        server_info(new_port)

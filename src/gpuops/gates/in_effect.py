@@ -1,0 +1,199 @@
+"""Whether a catalogued feature is in effect in the RUNNING server (pure): true, false or null
+(cannot tell), with the reason.
+
+It combines three things, in this order:
+1. the runtime gates: closed on this GPU means the feature never runs, whatever the flags say;
+2. the launch flags: the server was started with the feature's flag on (or explicitly off);
+3. SGLang's own auto-enable decision, when no flag was given: each auto-enable gate is judged
+   entirely, its GPU test AND every other clause (model architecture, tp_size, nnodes, dp
+   attention...) against the server's own settings, AND the conditions it is nested in (``if
+   model_arch in [...]:`` around it), read back from their source text. One that holds turns the
+   feature on (a DeepseekV3 model at TP 8 on sm90: on by itself, no flag needed).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any, Mapping, Sequence
+
+from gpuops.gates.logic import Evaluator, Gpu, PredicateBook, normalise_args, server_key
+
+_OFF = (None, False, "", "none", "None", "false", "False", "0")
+
+
+def _flag_state(flags: Sequence[Any], server: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    """(True/False, text) when the server was given one of the feature's flags; (None, None) if not."""
+    args = normalise_args(server.get("args"))
+    for choice in flags:
+        if choice.setting in args:
+            value = args[choice.setting]
+            on = value not in _OFF
+            return on, f"launched with {choice.flag}" + ("" if value is True else f" {value}") if on else \
+                f"launched with {choice.setting}={value!r} (off)"
+    return None, None
+
+
+def _ref_value(ref: str, args: Mapping[str, Any], architecture: str | None) -> tuple[bool, Any]:
+    key = server_key(ref)
+    if key == "architecture":
+        return architecture is not None, architecture
+    if key is not None and key in args:
+        return True, args[key]
+    return False, None
+
+
+def _literal(node: ast.AST) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return False, None
+
+
+def _eval_text(node: ast.AST, args: Mapping[str, Any], architecture: str | None,
+               gate_lookup: Any) -> bool | None:
+    """Kleene evaluation of an enclosing condition's text: refs to server settings, literals,
+    comparisons, and/or/not; a sub-condition that is itself a scanned gate is judged as that gate."""
+    judged = gate_lookup(ast.unparse(node)) if hasattr(ast, "unparse") else None
+    if judged is not None:
+        return judged
+    if isinstance(node, ast.BoolOp):
+        values = [_eval_text(v, args, architecture, gate_lookup) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return False if False in values else (None if None in values else True)
+        return True if True in values else (None if None in values else False)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _eval_text(node.operand, args, architecture, gate_lookup)
+        return None if inner is None else not inner
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        known, value = _ref_value(ast.unparse(node), args, architecture)
+        return (value not in _OFF) if known else None
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left, right, op = node.left, node.comparators[0], node.ops[0]
+        lok, lval = _literal(left)
+        rok, rval = _literal(right)
+        if not lok:
+            lok, lval = _ref_value(ast.unparse(left), args, architecture)
+        if not rok:
+            rok, rval = _ref_value(ast.unparse(right), args, architecture)
+        if not (lok and rok):
+            return None
+        try:
+            if isinstance(op, (ast.In, ast.NotIn)):
+                inside = lval in rval if isinstance(rval, (list, tuple, set, str)) else None
+                return None if inside is None else (inside if isinstance(op, ast.In) else not inside)
+            if isinstance(lval, str) and isinstance(rval, (int, float)):
+                lval = float(lval)
+            if isinstance(rval, str) and isinstance(lval, (int, float)):
+                rval = float(rval)
+            table = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Gt: lambda a, b: a > b,
+                     ast.GtE: lambda a, b: a >= b, ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b}
+            for kind, fn in table.items():
+                if isinstance(op, kind):
+                    return bool(fn(lval, rval))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _device_overrides(fgs: Sequence[Any], gpu_name: Any) -> dict[tuple[int, ...], bool]:
+    """Clauses about the device's name (``is_h20_device``: a known FlashInfer bug on H20), judged
+    from the host's GPU name."""
+    if not gpu_name:
+        return {}
+    name = str(gpu_name)
+    is_h20 = "H20" in name and "H200" not in name
+    out: dict[tuple[int, ...], bool] = {}
+
+    def walk(node: Any) -> None:
+        if not isinstance(node, dict):
+            return
+        if node.get("op") == "clause" and re.search(r"\bis_h20", str(node.get("text") or ""), re.I) and node.get("span"):
+            out[tuple(node["span"])] = is_h20
+        for key in ("args",):
+            for child in node.get(key) or ():
+                walk(child)
+        for key in ("arg", "expr"):
+            walk(node.get(key))
+
+    for fg in fgs:
+        walk(fg.gate.get("condition"))
+    return out
+
+
+def _normal(text: str) -> str:
+    """Source text of a condition, spelled one way (spacing, quotes, line breaks)."""
+    try:
+        return ast.unparse(ast.parse("(" + text.strip() + ")", mode="eval").body)
+    except SyntaxError:
+        return text.strip()
+
+
+def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:
+    """An auto-enable-role gate whose branch switches the feature OFF (``x = False``)."""
+    text = str(gate.get("excerpt") or "")
+    return any(re.search(rf"\b{re.escape(s)}\s*=\s*(False|None|\"none\"|'none')", text) for s in settings)
+
+
+def in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str, Any]], book: PredicateBook,
+              gpu: Gpu | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
+              status: str, flag_text: str | None) -> tuple[bool | None, str]:
+    if server is None:
+        return None, "no server settings to judge against"
+    if not server.get("running", True):
+        return None, "no SGLang server is running"
+    runtime = [by_id[str(fg.gate["id"])] for fg in fgs if fg.role == "runtime"]
+    blocked = [g for g in runtime if g["status"] == "blocked"]
+    if blocked:
+        return False, (f"a runtime gate closes it on {gpu.sm if gpu else 'this GPU'} "
+                       f"({blocked[0]['file']}:{blocked[0]['line']}), so it never runs")
+    if status == "unknown":
+        return None, "cannot tell: the feature's gates could not be judged for this GPU"
+    on, text = _flag_state(feature.flags, server)
+    if on is not None:
+        return on, text or ""
+    auto = [fg for fg in fgs if fg.role == "auto_enable" and not _disables(fg.gate, [c.setting for c in feature.flags])]
+    flags = flag_text or " or ".join(c.flag for c in feature.flags) or "its flag"
+    if not auto:
+        return False, f"not launched with {flags}, and this release does not turn it on by itself"
+    args = normalise_args(server.get("args"), server.get("defaults"))
+    architecture = server.get("architecture")
+    by_text: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for gate in all_gates:
+        by_text.setdefault((str(gate["file"]), str(gate["function"]), _normal(str(gate.get("text") or ""))), gate)
+    overrides = _device_overrides(auto, server.get("gpu_name"))
+    evaluator = Evaluator(book, gpu, server, overrides=overrides)
+    verdicts = []
+    for fg in auto:
+        gate = fg.gate
+
+        def lookup(text: str, gate: Mapping[str, Any] = gate) -> bool | None:
+            other = by_text.get((str(gate["file"]), str(gate["function"]), text))
+            return Evaluator(book, gpu, server).eval(other["condition"]) if other is not None else None
+
+        own = evaluator.eval(gate["condition"])
+        if gate.get("polarity", 1) == -1 and own is not None:
+            own = not own
+        nested: list[bool | None] = []
+        for text in gate.get("within") or ():
+            try:
+                tree = ast.parse("(" + str(text).strip() + ")", mode="eval").body
+            except SyntaxError:
+                nested.append(None)
+                continue
+            nested.append(_eval_text(tree, args, architecture, lookup))
+        values = [own, *nested]
+        value = False if False in values else (None if None in values else True)
+        verdicts.append((value, gate))
+    where = lambda g: f"{g['file']}:{by_id[str(g['id'])]['line']} ({g['function']})"  # noqa: E731
+    model = f"model {architecture or 'unknown'}, tp {args.get('tp_size')}"
+    for value, gate in verdicts:
+        if value is True:
+            return True, (f"not launched with {flags}, but SGLang turns it on by itself: the auto-enable gate at "
+                          f"{where(gate)} and every clause around it hold for this server ({model})")
+    unknown = [g for v, g in verdicts if v is None]
+    if unknown:
+        return None, (f"not launched with {flags}; cannot tell whether SGLang turns it on by itself: a clause of "
+                      f"{where(unknown[0])} cannot be judged for this server ({model})")
+    return False, (f"not launched with {flags}, and SGLang's auto-enable does not apply to this server ({model}; "
+                   f"{where(verdicts[0][1])} does not hold)")

@@ -1,0 +1,125 @@
+"""Desired state that composes: what the server runs is the inventory plus every run still in effect.
+
+A role that changes the launch (fusion-sm120 adds a flag, nccl-env adds NCCL variables) records its
+*contribution* in one JSON file on the host, ``gpuops_state_dir/desired.json``, keyed by role. The
+launch files are then rendered from the inventory and ALL contributions, not from the variables of
+the role that happens to run, so ``nccl-env`` after ``fusion-sm120`` keeps the fusion flag and
+``fusion-sm120`` after ``nccl-env`` keeps the NCCL variables.
+
+The file is an ordinary file of the plan: the apply transaction backs it up with the launch files
+and a rollback restores it with them, so undoing a run removes exactly that run's contribution (and
+the launch files go back to what they were with the contributions that remain).
+
+A contribution that is unchanged keeps its record (and its run id), so re-applying a role is a
+no-op; a changed one moves to the end (the latest run wins where two set the same flag or name).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.plan.planner import PlanState
+    from gpuops.plan.roles import Task
+    from gpuops.plan.templating import VarScope
+
+SCHEMA = 1
+COMMENT = ("managed by gpuops: the launch flags and environment each gpuops run still in effect adds "
+           "to the inventory's; `gpuops rollback` of a run removes its part. Do not edit.")
+
+
+def merge_flags(*groups: Iterable[Any]) -> list[str]:
+    """Launch flags merged left to right: a later ``--flag [value...]`` replaces the same flag's
+    earlier occurrence in place (so a value is never doubled, and the order stays readable).
+    Words before a group's first flag are kept as they are."""
+    entries: list[list[str]] = []
+    where: dict[str, int] = {}
+    for group in groups:
+        current: list[str] | None = None
+        for arg in group or ():
+            text = str(arg)
+            if not text.startswith("--"):
+                if current is None:
+                    entries.append([text])
+                else:
+                    current.append(text)
+                continue
+            name = text.split("=", 1)[0]
+            current = [text]
+            if name in where:
+                entries[where[name]] = current
+            else:
+                where[name] = len(entries)
+                entries.append(current)
+    return [word for entry in entries for word in entry]
+
+
+def read_desired(text: str | None, where: str) -> dict[str, dict[str, Any]]:
+    """The contributions recorded on the host (role -> {args, env, run_id}); {} when none."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise GpuopsError(f"{where}: not valid JSON ({exc}); restore it with `gpuops rollback` or remove it") from None
+    runs = data.get("contributions") if isinstance(data, dict) else None
+    if not isinstance(runs, dict) or not all(isinstance(v, dict) for v in runs.values()):
+        raise GpuopsError(f"{where}: expected {{\"contributions\": {{ROLE: {{args, env, run_id}}}}}}")
+    return {str(k): dict(v) for k, v in runs.items()}
+
+
+def render_desired(contributions: Mapping[str, Mapping[str, Any]]) -> str:
+    return json.dumps({"schema": SCHEMA, "comment": COMMENT, "contributions": contributions}, indent=2) + "\n"
+
+
+def composed(contributions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Flags and environment of all contributions, older first (later ones win)."""
+    args = merge_flags(*[c.get("args") or [] for c in contributions.values()])
+    env: dict[str, str] = {}
+    for contribution in contributions.values():
+        env.update({str(k): str(v) for k, v in (contribution.get("env") or {}).items()})
+    runs = [{"role": role, "run_id": c.get("run_id")} for role, c in contributions.items()]
+    return {"args": args, "env": env, "runs": runs}
+
+
+def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str, args: list[str],
+                      env: Mapping[str, str], run_id: str | None) -> dict[str, dict[str, Any]]:
+    """``contributions`` with ``role``'s part replaced: kept as is when equal, dropped when empty."""
+    out = {k: dict(v) for k, v in contributions.items()}
+    mine = {"args": list(args), "env": dict(sorted(env.items()))}
+    old = out.get(role)
+    if old is not None and list(old.get("args") or []) == mine["args"] and dict(old.get("env") or {}) == mine["env"]:
+        return out
+    out.pop(role, None)
+    if mine["args"] or mine["env"]:
+        out[role] = {**mine, "run_id": run_id}
+    return out
+
+
+def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    """The ``compose`` module: record this run's contribution, return the composed launch."""
+    from gpuops.plan.envfile import check_entries
+    from gpuops.plan.modules import _absolute, _current, normalize_mode, record_file
+
+    dest = _absolute(args["dest"], task.where)
+    where = f"{state.host}: {task.where}"
+    flags = args.get("args") or []
+    if not isinstance(flags, (list, tuple)) or any(isinstance(f, (dict, list)) for f in flags):
+        raise GpuopsError(f"{where}: compose args must be a list of launch words, not {flags!r}")
+    env = check_entries(args.get("env") or {}, where)
+    if state.discovery:
+        state.paths.add(dest)
+        return {"args": [], "env": {}, "runs": [], "changed": False}
+    current = _current(state, dest, task.where)
+    recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
+    wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id)
+    changed = False
+    if wanted != recorded and (current.exists or wanted):
+        mode = normalize_mode(args.get("mode", "0600"), task.where)
+        changed = record_file(state, task, "desired", dest, render_desired(wanted), mode)
+    result = composed(wanted)
+    result["changed"] = changed
+    return result

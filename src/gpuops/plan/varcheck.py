@@ -1,0 +1,79 @@
+"""Nothing silently ignored: ``-e`` variables checked against what the role reads (pure).
+
+``-e NCCL_ALGO=Tree`` or ``-e '{"nccl_envs": ...}'`` used to give rc 0, changed 0, and an operator
+who believed the setting applied. Now a variable no role of the run knows gets a warning naming
+the closest known one, and a mapping (or list) variable given as a string (``key=value`` values are
+always strings) is refused with the syntax that works.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any, Mapping
+
+from gpuops.errors import GpuopsError
+
+# Read by gpuops itself (connection, inventory, apply), whatever the role.
+_GLOBAL_PREFIXES = ("ansible_", "gpuops_")
+_NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+
+
+def known_variables(roles: Mapping[str, Any]) -> dict[str, Any]:
+    """Every variable the roles of a run declare (defaults, task vars, registered results), with
+    its default value (None where it has none)."""
+    known: dict[str, Any] = {}
+    for role in roles.values():
+        for name, value in role.defaults.items():
+            known.setdefault(str(name), value)
+        for task in role.tasks:
+            for name in task.vars:
+                known.setdefault(str(name), None)
+            if task.register:
+                known.setdefault(task.register, None)
+    return known
+
+
+def _example(name: str, value: Any) -> str:
+    return "-e '" + json.dumps({name: value}) + "'"
+
+
+def _suggest(name: str, value: Any, known: Mapping[str, Any]) -> str:
+    if name.upper() == name and name.startswith(_NCCL_PREFIXES) and "nccl_env" in known:
+        return f"did you mean nccl_env? ({_example('nccl_env', {name: value})})"
+    if name.upper() == name and "sglang_env" in known:
+        return f"did you mean sglang_env? ({_example('sglang_env', {name: value})})"
+    close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.5)
+    return f"did you mean {close[0]}?" if close else f"known variables: {', '.join(sorted(known))}"
+
+
+def _parsed(text: str) -> Any:
+    try:
+        import yaml
+
+        return yaml.safe_load(text)
+    except Exception:  # only used to show the user a better example
+        return None
+
+
+def check_extra_vars(role: str, roles: Mapping[str, Any], extra_vars: Mapping[str, Any]) -> list[str]:
+    """Warnings for ``-e`` variables no role of the run knows; raises for a mapping/list variable
+    given as text."""
+    known = known_variables(roles)
+    warnings = []
+    for name, value in extra_vars.items():
+        if name.startswith(_GLOBAL_PREFIXES):
+            continue
+        if name not in known:
+            warnings.append(f"-e {name}: no task of role {role} reads this variable, so it changes nothing; "
+                            + _suggest(name, value, known))
+            continue
+        default = known[name]
+        if isinstance(value, str) and isinstance(default, (dict, list)):
+            kind = "mapping" if isinstance(default, dict) else "list"
+            parsed = _parsed(value)
+            example = parsed if isinstance(parsed, type(default)) else ({"NAME": "value"} if kind == "mapping" else ["--flag", "value"])
+            raise GpuopsError(
+                f"-e {name}: {name} is a {kind}, but it was given as the string {value!r} (key=value values are "
+                f"always strings); write it as YAML/JSON: {_example(name, example)} (or -e @vars.yml)")
+    return warnings

@@ -1,0 +1,65 @@
+"""The secret never appears in anything gpuops printed or wrote at home (one policy everywhere).
+
+A lab host whose server runs with ``--api-key`` and an ``HF_TOKEN`` in its environment; every
+command an operator would run (inspect, apply --check --diff text and JSON, a failed apply with its
+log tail, history, bench, results show/list, report) and then a grep over every output and every
+file under the operator's home and results dir.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+API_KEY = "sk-gpuops-leakcheck-7f3a9c"
+HF_TOKEN = "hf_leakcheck_Q2w3E4r5"
+
+
+def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, gpuops_home: Path, tmp_path: Path) -> None:
+    from gpuops.lab.hosts import LabSpec
+
+    lab = lab_factory(LabSpec(
+        gpu="rtx-pro-6000-ws-x4", sglang="0.5.8", names=("h01",),
+        server_args=("--model-path", "/models/Qwen3-32B", "--tp", "4", "--api-key", API_KEY),
+        server_env={"SGLANG_HF_TOKEN": HF_TOKEN, "GPUOPS_STANDIN_CRASH_IF": "NCCL_ALGO=Tree"},
+    ))
+    inv = str(lab.inventory_path)
+    results = tmp_path / "results"
+    fast = ("-e", "gpuops_health_timeout=60", "-e", "gpuops_stop_grace=5")
+    outputs = []
+
+    def run(*args: str) -> str:
+        proc = run_gpuops(*args, timeout=400)
+        outputs.append(proc.stdout + proc.stderr)
+        return proc.stdout
+
+    run("inspect", "host", "-i", inv)
+    run("inspect", "host", "-i", inv, "--json")
+    # A change to the launch that carries the key: the diff shows the file, masked.
+    check = run("apply", "nccl-env", "-i", inv, "--check", "--diff", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}}', *fast)
+    assert "<masked:" in check or "NCCL_MIN_NCHANNELS" in check, check
+    run("apply", "nccl-env", "-i", inv, "--check", "--diff", "--json", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}}', *fast)
+    # The stand-in crashes on NCCL_ALGO=Tree after logging its ServerArgs (api_key included), as
+    # SGLang does: the failed run's log tail comes back, masked.
+    failed = run("apply", "nccl-env", "-i", inv, "--json", "-e", '{"nccl_env": {"NCCL_ALGO": "Tree"}}', *fast)
+    report = json.loads(failed)["hosts"]["h01"]
+    assert report["status"] == "rolled_back" and report["log_tail"] and "api_key=" in report["log_tail"], report
+    run("history", "-i", inv, "--json")
+    bench = run("bench", "--remote", "-i", inv, "--suite", "decode", "--results-dir", str(results), "--num-requests", "2",
+                "--warmup", "0", "--input-len", "16", "--output-len", "16", "--json")
+    result_id = json.loads(bench)["hosts"]["h01"]["result_id"]
+    run("results", "list", "--results-dir", str(results), "--json")
+    run("results", "show", "--results-dir", str(results), result_id, "--json")
+    run("report", "--results-dir", str(results), "-o", str(tmp_path / "report.html"), result_id)
+
+    for secret in (API_KEY, HF_TOKEN):
+        for text in outputs:
+            assert secret not in text, text[:2000]
+        for root in (gpuops_home, results, tmp_path / "report.html"):
+            for path in ([root] if root.is_file() else root.rglob("*")):
+                if path.is_file():
+                    assert secret.encode() not in path.read_bytes(), path
