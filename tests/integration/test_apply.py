@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def test_check_mode_changes_nothing_and_shows_diffs(lab, run_gpuops) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "+NCCL_MIN_NCHANNELS='8'" in proc.stdout
     assert "would run handler: restart sglang" in proc.stdout
-    assert "h01 : ok=7 changed=2 failed=0" in proc.stdout  # sglang.env and desired.json (its composed part)
+    # sglang.env and desired.json (its composed part); ok= counts the role's tasks, which grow
+    assert re.search(r"h01 : ok=\d+ changed=2 failed=0", proc.stdout), proc.stdout
     assert tree_hashes(host.dir) == before
     assert not (host.state_dir / "journal.jsonl").exists() and not (host.state_dir / "runs").exists()
     assert pid_of(host) == pid
@@ -192,7 +194,8 @@ def test_several_hosts_in_parallel_and_limit(lab_factory, run_gpuops) -> None:
                       "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}', "-e", "gpuops_health_timeout=30")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recap = proc.stdout.split("RECAP", 1)[1]
-    assert "h01 : ok=7 changed=" in recap and "h03 : ok=7 changed=" in recap and "h02" not in recap
+    assert re.search(r"h01 : ok=\d+ changed=", recap) and re.search(r"h03 : ok=\d+ changed=", recap)
+    assert "h02" not in recap
     assert "NCCL_MIN_NCHANNELS='8'" in (lab.host("h03").state_dir / "sglang.env").read_text()
     assert "NCCL_MIN_NCHANNELS" not in (lab.host("h02").state_dir / "sglang.env").read_text()
     for name in ("h01", "h03"):

@@ -355,3 +355,20 @@ def test_rollback_over_ssh_refuses_a_later_hand_edit_unless_forced(lab_factory, 
     assert fingerprint(host.dir) == pristine
     assert list((host.state_dir / "runs").glob("*/files/*.later"))
     lab.stop(remove=True)
+
+
+def test_inspect_rolls_back_a_dead_run_before_it_reports(nccl_lab, run_gpuops, gpuops_home) -> None:
+    host = nccl_lab.hosts[0]
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "server_start", "seconds": 60}))
+    earlier = calls(host)
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", 51), home=gpuops_home)
+    where = paused(host, "server_start", proc, earlier)
+    kill("relay", where, proc)  # the server is stopped, the env file changed, nobody left on the host
+    proc.communicate(timeout=120)
+    inspect = run_gpuops("inspect", "host", "-i", str(nccl_lab.inventory_path), "--json")
+    assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    report = json.loads(inspect.stdout)["hosts"]["h01"]
+    assert any("rolled back first" in line for line in report["recovered"]), report["recovered"]
+    assert fingerprint(host.dir) == before
+    assert server_view(host) == served

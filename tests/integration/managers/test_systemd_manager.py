@@ -220,3 +220,35 @@ def test_a_run_that_moves_the_port_rolls_back_to_the_old_one(host, run_gpuops) -
     assert served(host)["port"] == host.server_port
     with pytest.raises(OSError):
         server_info(new_port)
+
+
+def test_a_port_answered_by_another_process_is_not_the_units_server(host, run_gpuops) -> None:
+    import sys
+
+    from gpuops.lab.sshd import free_port
+    from gpuops.lab.systemd_host import STANDIN
+
+    before = files(host)
+    port = free_port()
+    # An imposter outside the container answers /health on the port the run moves the server to.
+    imposter = subprocess.Popen([sys.executable, str(STANDIN), "-m", "sglang.launch_server", "--model-path", "/m",
+                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server_info(port)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the imposter never answered"
+                time.sleep(0.1)
+        proc = apply(run_gpuops, host, "sglang-service", "-e", f"sglang_port={port}")
+        report = report_of(proc)
+        assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+        assert "another process holds the port" in report["error"] or "exited" in report["error"]
+        assert files(host) == before
+        assert served(host)["port"] == host.server_port
+        assert imposter.poll() is None  # gpuops never touched a process that is not the unit's
+    finally:
+        imposter.terminate()
+        imposter.wait(timeout=30)
