@@ -67,6 +67,7 @@ class Feature:
     widen: tuple[str, ...]
     default: str = "off"    # what SGLang does with no flag: on | auto | off
     combine: str = "all"    # runtime gates: "all" must admit (checks on one path) | "any" (alternative paths)
+    patchable: bool = False  # has a `patch:` section (its files are returned whole for the patch planner)
 
     def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
         """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
@@ -159,6 +160,7 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
         widen=widen,
         default=default,
         combine=_combine(body.get("combine", "all"), where),
+        patchable="patch" in body,
     )
 
 
