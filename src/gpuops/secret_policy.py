@@ -55,6 +55,13 @@ def is_secret_name(name: str) -> bool:
     return bool(_ANYWHERE & set(words)) or words[-1] in _LAST
 
 
+def _from_vault(value: Any) -> bool:
+    """A value decrypted from an Ansible vault is a secret whatever its name."""
+    from gpuops.inventory.vault import VaultText
+
+    return isinstance(value, VaultText)
+
+
 def mask_url_credentials(text: str) -> str:
     def one(match: "re.Match[str]") -> str:
         cred = match.group("cred")
@@ -72,7 +79,7 @@ def mask_value(name: str, value: Any) -> Any:
         return mask_mapping(value)
     if isinstance(value, (list, tuple)):
         return [mask_value(name, v) for v in value]
-    if is_secret_name(name):
+    if is_secret_name(name) or _from_vault(value):
         return mask(value)
     return mask_url_credentials(value) if isinstance(value, str) else value
 
@@ -137,12 +144,12 @@ def secret_values(*sources: Any) -> list[str]:
                         add(inline)
                     elif i + 1 < len(words) and not words[i + 1].startswith("--"):
                         add(words[i + 1])
-                elif is_secret_name(name):
+                elif is_secret_name(name) or _from_vault(value[i]):
                     add(word)
                 for match in _URL_CREDENTIALS.finditer(word):
                     add(match.group("cred"))
         else:
-            if is_secret_name(name):
+            if is_secret_name(name) or _from_vault(value):
                 add(value)
             if isinstance(value, str):
                 for match in _URL_CREDENTIALS.finditer(value):

@@ -171,3 +171,204 @@ def test_host_without_address_is_reached_through_ssh_config_and_proxyjump(lab, e
         conn.close()
     # The jump host saw a login of its own: the connection really went through it.
     assert jump_log.read_text().count("Accepted publickey") == logins_before + 1
+
+
+def _behind_bastion(lab, empty_home: Path, **extra_vars) -> tuple[Host, Path]:
+    """A host whose name resolves nowhere, reachable only through the first lab host's sshd."""
+    bastion, target = _hosts(lab)
+    name = "gpu-behind-bastion.invalid"
+    known = empty_home / ".ssh" / "known_hosts"
+    target_key = Path(lab.known_hosts).read_text().splitlines()
+    line = next(l for l in target_key if l.startswith(f"[127.0.0.1]:{target.port} "))
+    known.write_text(Path(lab.known_hosts).read_text() + line.replace(f"[127.0.0.1]:{target.port}", f"[{name}]:{target.port}") + "\n")
+    proxy = (f"ssh -q -i {bastion.key_file} -o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes "
+             f"-o BatchMode=yes -p {bastion.port} -W 127.0.0.1:%p {bastion.user}@127.0.0.1")
+    variables = {**dict(target.vars), "ansible_host": name,
+                 "ansible_ssh_common_args": f'-o ProxyCommand="{proxy}" -o ControlMaster=auto -o ControlPersist=60s',
+                 **extra_vars}
+    host = dataclasses.replace(target, address=name, vars=variables)
+    return host, lab.host(bastion.name).dir / "sshd.log"
+
+
+def test_proxycommand_in_ansible_ssh_common_args_goes_through_the_bastion(lab, empty_home: Path) -> None:
+    host, bastion_log = _behind_bastion(lab, empty_home)
+    hops_before = bastion_log.read_text().count("Accepted publickey")
+    conn = connect(host, ConnectOptions())
+    try:
+        assert conn.run("echo $GPUOPS_LAB_HOST").stdout == f"{_hosts(lab)[1].name}\n".encode()
+    finally:
+        conn.close()
+    # The bastion's sshd logged the hop: the connection went through it (the name resolves nowhere).
+    assert bastion_log.read_text().count("Accepted publickey") == hops_before + 1
+
+
+def test_connection_variables_gpuops_cannot_honour_fail_the_host_before_contact(lab, empty_home: Path) -> None:
+    host, bastion_log = _behind_bastion(lab, empty_home)
+    cases = {
+        "ansible_winrm_transport": ("ntlm", "ansible_winrm_transport is an Ansible connection variable gpuops does not implement"),
+        "ansible_ssh_extra_args": ("-o StrictHostKeyChecking=no", "StrictHostKeyChecking=no is refused: gpuops always verifies host keys"),
+        "ansible_ssh_args": ("-o RemoteForward=8080:127.0.0.1:80", "ssh option RemoteForward is not supported"),
+        "ansible_become_method": ("su", "ansible_become_method 'su' is not supported (gpuops becomes with sudo)"),
+        "ansible_host_key_checking": (False, "ansible_host_key_checking: false is refused"),
+    }
+    logins_before = bastion_log.read_text().count("Connection from")
+    for name, (value, expected) in cases.items():
+        broken = dataclasses.replace(host, vars={**dict(host.vars), name: value})
+        outcome = run_on_hosts([broken], lambda h: connect(h, ConnectOptions()).run("true"))[broken.name]
+        assert not outcome.ok and expected in outcome.error, (name, outcome.error)
+        assert "\n" not in outcome.error
+    assert bastion_log.read_text().count("Connection from") == logins_before  # nobody was contacted
+
+
+def test_a_failing_proxycommand_says_it_went_through_it(lab, empty_home: Path) -> None:
+    host, _ = _behind_bastion(lab, empty_home)
+    host = dataclasses.replace(host, vars={**dict(host.vars), "ansible_ssh_common_args": "-o ProxyCommand='false'"})
+    outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and "through ProxyCommand 'false'" in outcome.error, outcome.error
+
+
+# -- known_hosts markers: @revoked, @cert-authority (host certificates signed by a test CA) ------------
+
+
+def _keygen(*args: str) -> None:
+    import subprocess
+
+    subprocess.run(["ssh-keygen", "-q", *args], check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def cert_hosts(lab, tmp_path_factory: pytest.TempPathFactory):
+    """sshds whose host keys carry certificates: signed by our CA for 127.0.0.1, by another CA,
+    for another name, and expired. Yields (dir, {case: port})."""
+    import os
+    import signal
+
+    from gpuops.lab.sshd import generate_key, sshd_config_text, start_with_free_port
+
+    root = tmp_path_factory.mktemp("certs")
+    generate_key(root / "ca", "test CA")
+    generate_key(root / "other_ca", "another CA")
+    client_pub = Path(_hosts(lab)[0].key_file + ".pub")
+    (root / "authorized_keys").write_text(client_pub.read_text())
+    cases = {"good": ("ca", "127.0.0.1", "always:forever"), "other_ca": ("other_ca", "127.0.0.1", "always:forever"),
+             "wrong_name": ("ca", "gpu99.example", "always:forever"), "expired": ("ca", "127.0.0.1", "20200101:20200102")}
+    started, ports = [], {}
+    try:
+        for case, (ca, principal, validity) in cases.items():
+            generate_key(root / f"{case}_host", case)
+            _keygen("-s", str(root / ca), "-I", f"{case}-id", "-h", "-n", principal, "-V", validity, str(root / f"{case}_host.pub"))
+            config = root / f"{case}.conf"
+
+            def write(port: int, case: str = case, config: Path = config) -> None:
+                text = sshd_config_text(port, root / f"{case}_host", root / f"{case}.pid", root / "authorized_keys",
+                                        {"GPUOPS_CERT_CASE": case})
+                config.write_text(text + f'HostCertificate "{root / f"{case}_host-cert.pub"}"\n')
+
+            process = start_with_free_port(write, config, root / f"{case}.log", root / f"{case}.pid")
+            started.append(process.pid)
+            ports[case] = process.port
+        yield root, ports
+    finally:
+        for pid in started:
+            os.kill(pid, signal.SIGTERM)
+
+
+def _cert_host(lab, port: int, known_hosts: Path) -> Host:
+    base = _hosts(lab)[0]
+    variables = {k: v for k, v in base.vars.items() if k != "gpuops_known_hosts"}
+    variables["gpuops_known_hosts"] = str(known_hosts)
+    return dataclasses.replace(base, name=f"cert{port}", port=port, vars=variables)
+
+
+def _ca_line(root: Path, ca: str = "ca", pattern: str = "[127.0.0.1]:*") -> str:
+    key_type, blob = (root / f"{ca}.pub").read_text().split()[:2]
+    return f"@cert-authority {pattern} {key_type} {blob}\n"
+
+
+def _try(host: Host, options: ConnectOptions | None = None):
+    return run_on_hosts([host], lambda h: connect(h, options or ConnectOptions()).run("echo $GPUOPS_CERT_CASE").stdout)[host.name]
+
+
+def test_a_host_certificate_signed_by_a_trusted_ca_is_accepted_without_its_key(lab, cert_hosts, tmp_path: Path) -> None:
+    root, ports = cert_hosts
+    known = tmp_path / "known_hosts"
+    # A hashed plain line for some other host, then the CA: no plain key for this host anywhere.
+    known.write_text("gpu77.example ssh-ed25519 " + (root / "other_ca.pub").read_text().split()[1] + "\n")
+    _keygen("-H", "-f", str(known))
+    known.write_text(known.read_text() + _ca_line(root))
+    before = known.read_text()
+    outcome = _try(_cert_host(lab, ports["good"], known), ConnectOptions(accept_new_host_keys=True))
+    assert outcome.ok, outcome.error
+    assert outcome.value == b"good\n"
+    assert known.read_text() == before  # vouched for by the CA: nothing recorded
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("other_ca", "signed by a CA that no @cert-authority line for [127.0.0.1]:"),
+    ("wrong_name", "is for gpu99.example, not 127.0.0.1"),
+    ("expired", "is not valid now"),
+])
+def test_host_certificates_that_do_not_hold_are_refused(lab, cert_hosts, tmp_path: Path, case: str, expected: str) -> None:
+    root, ports = cert_hosts
+    known = tmp_path / "known_hosts"
+    known.write_text(_ca_line(root))
+    outcome = _try(_cert_host(lab, ports[case], known), ConnectOptions(accept_new_host_keys=True))
+    assert not outcome.ok and expected in outcome.error, outcome.error
+    assert known.read_text() == _ca_line(root)  # --accept-new-host-keys recorded nothing for a refused host
+
+
+def test_a_revoked_ca_or_host_key_is_refused_even_when_also_trusted(lab, cert_hosts, tmp_path: Path) -> None:
+    root, ports = cert_hosts
+    known = tmp_path / "known_hosts"
+    ca_type, ca_blob = (root / "ca.pub").read_text().split()[:2]
+    known.write_text(_ca_line(root) + f"@revoked * {ca_type} {ca_blob}\n")
+    outcome = _try(_cert_host(lab, ports["good"], known))
+    assert not outcome.ok and "the CA that signed its certificate is REVOKED" in outcome.error, outcome.error
+    # A plain host key, known AND revoked: refused, with the line that revokes it.
+    host = _hosts(lab)[0]
+    lab_known = Path(lab.known_hosts).read_text()
+    line = next(l for l in lab_known.splitlines() if l.startswith(f"[127.0.0.1]:{host.port} "))
+    revoked = tmp_path / "revoking"
+    revoked.write_text(lab_known + "@revoked * " + " ".join(line.split()[1:3]) + "\n")
+    variables = {**dict(host.vars), "gpuops_known_hosts": str(revoked)}
+    outcome = run_on_hosts([dataclasses.replace(host, vars=variables)],
+                           lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and "is REVOKED" in outcome.error and f"{revoked}:" in outcome.error, outcome.error
+
+
+def test_hashed_known_hosts_with_marker_lines_still_verify(lab, tmp_path: Path) -> None:
+    host = _hosts(lab)[0]
+    known = tmp_path / "hashed"
+    known.write_text(Path(lab.known_hosts).read_text())
+    _keygen("-H", "-f", str(known))
+    assert "[127.0.0.1]" not in known.read_text()
+    known.write_text("@cert-authority *.nowhere.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+                     + known.read_text() + "@revoked * ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
+    variables = {**dict(host.vars), "gpuops_known_hosts": str(known)}
+    conn = connect(dataclasses.replace(host, vars=variables), ConnectOptions())
+    try:
+        assert conn.run("echo ok").stdout == b"ok\n"
+    finally:
+        conn.close()
+
+
+def test_proxyjump_in_ansible_ssh_common_args_verifies_the_jump_hosts_key(lab, empty_home: Path) -> None:
+    bastion, target = _hosts(lab)
+    (empty_home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {bastion.key_file}\n")
+    jump = f"-J {bastion.user}@127.0.0.1:{bastion.port}"
+    host = dataclasses.replace(target, vars={**dict(target.vars), "ansible_ssh_common_args": jump})
+    bastion_log = lab.host(bastion.name).dir / "sshd.log"
+    hops_before = bastion_log.read_text().count("Accepted publickey")
+    conn = connect(host, ConnectOptions())
+    try:
+        assert conn.run("echo $GPUOPS_LAB_HOST").stdout == f"{target.name}\n".encode()
+    finally:
+        conn.close()
+    assert bastion_log.read_text().count("Accepted publickey") == hops_before + 1
+    # The jump host's key is checked like any other: unknown there, the host fails before the hop.
+    lines = [l for l in Path(lab.known_hosts).read_text().splitlines() if not l.startswith(f"[127.0.0.1]:{bastion.port} ")]
+    (empty_home / "kh").write_text("\n".join(lines) + "\n")
+    vars_ = {k: v for k, v in host.vars.items() if k != "gpuops_known_hosts"}
+    vars_["gpuops_known_hosts"] = str(empty_home / "kh")
+    outcome = run_on_hosts([dataclasses.replace(host, vars=vars_)], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and f"host key for [127.0.0.1]:{bastion.port} is unknown" in outcome.error, outcome.error

@@ -33,6 +33,7 @@ def test_sweep_ranks_variants_survives_a_crashing_one_and_restores_the_host(lab_
     assert set(by_variant) == {"baseline (as configured)", "NCCL_ALGO=Ring", "NCCL_ALGO=Tree"}
     assert by_variant["NCCL_ALGO=Ring"]["ok"] and by_variant["NCCL_ALGO=Ring"]["output_tokens_per_s"] > 0
     assert by_variant["baseline (as configured)"]["ok"]
+    assert by_variant["NCCL_ALGO=Ring"]["simulated"] and by_variant["NCCL_ALGO=Ring"]["speed_model"] == "exact rate 2000 tok/s"
     tree = by_variant["NCCL_ALGO=Tree"]
     assert not tree["ok"] and tree["status"] == "apply_failed" and "rolled back" in tree["error"]
     assert result["ranking"][-1]["variant"] == "NCCL_ALGO=Tree"  # failures rank last

@@ -38,12 +38,22 @@ def write(path: Path, text: str) -> None:
     path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
 
 
-def ansible_view(inventory: Path, tmp_path: Path) -> tuple[dict[str, dict], dict[str, set[str]]]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t"),
-           "ANSIBLE_HOME": str(tmp_path / "ah")}
-    done = subprocess.run([ANSIBLE_INVENTORY, "-i", str(inventory), "--list"], capture_output=True, text=True,
-                          env=env, timeout=120, check=True)
-    data = json.loads(done.stdout)
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t"),
+            "ANSIBLE_HOME": str(tmp_path / "ah")}
+
+
+def ansible_list(sources: list[Path], tmp_path: Path) -> str:
+    argv = [ANSIBLE_INVENTORY]
+    for source in sources:
+        argv += ["-i", str(source)]
+    done = subprocess.run([*argv, "--list"], capture_output=True, text=True, env=ansible_env(tmp_path),
+                          timeout=120, check=True)
+    return done.stdout
+
+
+def ansible_view(inventory: Path | list[Path], tmp_path: Path) -> tuple[dict[str, dict], dict[str, set[str]]]:
+    data = json.loads(ansible_list(inventory if isinstance(inventory, list) else [inventory], tmp_path))
     hostvars = data.pop("_meta")["hostvars"]
     members: dict[str, set[str]] = {}
 
@@ -58,19 +68,20 @@ def ansible_view(inventory: Path, tmp_path: Path) -> tuple[dict[str, dict], dict
     return hostvars, members
 
 
-def gpuops_view(inventory: Path) -> tuple[dict[str, dict], dict[str, set[str]]]:
-    loaded = load_inventory(str(inventory))
+def gpuops_view(inventory: Path | list[Path]) -> tuple[dict[str, dict], dict[str, set[str]]]:
+    sources = [str(p) for p in inventory] if isinstance(inventory, list) else str(inventory)
+    loaded = load_inventory(sources)
     hostvars = {h.name: dict(h.vars) for h in loaded.hosts}
     members = {name: set(group.hosts) for name, group in loaded.groups.items() if group.hosts}
     return hostvars, members
 
 
-def assert_same(inventory: Path, tmp_path: Path) -> None:
+def assert_same(inventory: Path | list[Path], tmp_path: Path) -> None:
     ours_vars, ours_members = gpuops_view(inventory)
     theirs_vars, theirs_members = ansible_view(inventory, tmp_path)
     for name in set(ours_vars) | set(theirs_vars):
         assert ours_vars.get(name) == theirs_vars.get(name, {}), name
-    assert set(ours_vars) == set(theirs_vars)
+    assert set(ours_vars) == theirs_members["all"]  # _meta.hostvars leaves out hosts without vars
     for group, hosts in theirs_members.items():
         if hosts:
             assert ours_members.get(group) == hosts, group
@@ -133,3 +144,126 @@ def test_ini_with_children_vars_and_literals_matches_ansible(tmp_path: Path) -> 
         """,
     )
     assert_same(tmp_path / "hosts.ini", tmp_path)
+
+
+SCRIPT_WITH_META = """\
+#!/usr/bin/env python3
+import json, sys
+inventory = {
+    "gpus": {"hosts": ["gpu01", "gpu02"], "vars": {"sglang_port": 30000, "level": "gpus"},
+             "children": ["edge"]},
+    "edge": ["edge01"],
+    "fleet": {"children": ["gpus"], "vars": {"level": "fleet", "region": "eu"}},
+    "_meta": {"hostvars": {"gpu01": {"ansible_host": "10.0.0.1", "level": "host"},
+                           "edge01": {"ansible_port": 2222, "nested": {"a": [1, 2]}}}},
+}
+if sys.argv[1:] == ["--list"]:
+    print(json.dumps(inventory))
+else:
+    sys.exit("unexpected arguments: %r" % sys.argv[1:])
+"""
+
+# No _meta: Ansible (and gpuops) ask `--host NAME` for each host; every call is logged.
+SCRIPT_WITHOUT_META = """\
+#!/usr/bin/env python3
+import json, os, sys
+with open(os.environ["SCRIPT_LOG"], "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+if sys.argv[1:] == ["--list"]:
+    print(json.dumps({"gpus": {"hosts": ["gpu01", "gpu02"], "vars": {"v": "group"}}}))
+elif sys.argv[1] == "--host":
+    print(json.dumps({"gpu01": {"ansible_host": "10.0.0.1", "v": "host"}}.get(sys.argv[2], {})))
+"""
+
+
+def write_script(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def test_inventory_script_with_meta_matches_ansible(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "inventory.py", SCRIPT_WITH_META)
+    assert_same(script, tmp_path)
+
+
+def test_inventory_script_without_meta_asks_host_by_host_like_ansible(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SCRIPT_LOG", str(tmp_path / "calls.log"))
+    script = write_script(tmp_path / "inventory.py", SCRIPT_WITHOUT_META)
+    assert_same(script, tmp_path)
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert calls.count("--list") == 2  # once by Ansible, once by gpuops
+    assert calls.count("--host gpu01") == 2 and calls.count("--host gpu02") == 2
+
+
+def test_the_json_ansible_inventory_prints_reads_as_the_inventory_it_came_from(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    write(source / "hosts.yml", """
+        all:
+          vars: {level: all}
+          children:
+            gpus:
+              vars: {level: gpus, sglang_port: 30000}
+              hosts:
+                gpu[01:02]: {ansible_host: 10.0.0.1}
+            edge:
+              hosts: {edge01: {ansible_port: 2222}}
+        """)
+    write(source / "group_vars" / "edge.yml", "level: edge-file\n")
+    exported = tmp_path / "exported.json"
+    exported.write_text(ansible_list([source], tmp_path), encoding="utf-8")
+    ours_vars, ours_members = gpuops_view(exported)
+    theirs_vars, theirs_members = ansible_view(source, tmp_path)
+    assert ours_vars == theirs_vars
+    for group, hosts in theirs_members.items():
+        if hosts:
+            assert ours_members.get(group) == hosts, group
+
+
+def test_several_sources_merge_like_ansible(tmp_path: Path) -> None:
+    first = tmp_path / "a" / "hosts.yml"
+    write(first, """
+        all:
+          children:
+            gpus:
+              vars: {level: a}
+              hosts: {gpu01: {x: 1}, gpu02: }
+        """)
+    write(tmp_path / "a" / "group_vars" / "gpus.yml", "from_a_dir: yes\n")
+    second = tmp_path / "b" / "hosts.ini"
+    write(second, """
+        [gpus]
+        gpu02 x=2
+        gpu03
+        [edge]
+        edge01
+        """)
+    write(tmp_path / "b" / "host_vars" / "gpu03.yml", "from_b_dir: 3\n")
+    assert_same([first, second], tmp_path)
+
+
+def test_constructed_plugin_resolved_through_ansible_inventory(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ANSIBLE_HOME", str(tmp_path / "ah"))
+    monkeypatch.setenv("ANSIBLE_LOCAL_TEMP", str(tmp_path / "t"))
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "none.cfg"))
+    hosts = tmp_path / "hosts.yml"
+    write(hosts, """
+        all:
+          hosts:
+            gpu01: {gpu_kind: rtx6000, ansible_host: 10.0.0.1}
+            gpu02: {gpu_kind: h200}
+        """)
+    constructed = tmp_path / "constructed.yml"
+    write(constructed, """
+        plugin: ansible.builtin.constructed
+        strict: true
+        groups:
+          blackwell: gpu_kind == 'rtx6000'
+        keyed_groups:
+          - key: gpu_kind
+            prefix: kind
+        """)
+    assert_same([hosts, constructed], tmp_path)
+    loaded = load_inventory([str(hosts), str(constructed)])
+    assert [h.name for h in loaded.select("blackwell")] == ["gpu01"]
+    assert [h.name for h in loaded.select("kind_h200")] == ["gpu02"]

@@ -22,9 +22,14 @@ LABEL = "rtx-pro-6000-pcie-x8 v2"
 
 
 def simulated_result(run_id: str, rate: float, fusion: bool = False) -> dict:
+    """A stand-in's result, with the record the stand-in reports for the field report's shape."""
+    from gpuops.lab import speed_model
+
     result = make(decode_run(run_id, rate, fusion=fusion))
-    result["server"]["speed_model"] = {"name": "gpuops-standin-speed", "version": 2, "label": LABEL,
-                                       "shape": "rtx-pro-6000-pcie-x8"}
+    prediction = speed_model.load().predict("rtx-pro-6000-pcie-x8", speed_model.Settings(
+        tp=8, speculative=True, fusion=fusion), "8 GPU(s), compute capability 12.0, no NVLink")
+    result["server"]["speed_model"] = prediction.as_record()
+    assert prediction.label == LABEL
     return result
 
 
@@ -96,6 +101,9 @@ def test_list_and_show_mark_simulated_figures(store):
     assert re.search(r"output_tokens_per_s: 60\.0 \(sim\)", shown)
     assert re.search(r"itl_ms: .*p50 [\d,.]+ \(sim\)", shown)
     assert "completed: 3.00\n" in shown  # counts are exact, not simulated
+    # Where the model's numbers come from, down to the published figures.
+    assert "model input verify_ms = 30 ms: published, source field-report" in shown
+    assert "model input eagle3_num_steps = 3 draft steps: assumption, source lab" in shown
     assert "(sim)" not in run("results", "show", "--results-dir", str(results), real_base)
 
 
@@ -138,5 +146,39 @@ def test_every_report_plot_of_simulated_results_is_stamped(tmp_path: Path):
     for name, data in images.items():
         assert (_red_pixels(base64.b64decode(data)) > 500) == (name != "allreduce_latency"), name
     assert "60.0 (sim)" in html and f"model {LABEL}" in html
+    assert f"What stand-in model {LABEL} predicts from" in html
+    assert "<td>verify_allreduce_ms</td><td>25</td><td>ms</td><td>published</td><td>field-report</td>" in html
     markdown = md_path.read_text()
     assert "> SIMULATED." in markdown and "60.0 (sim)" in markdown and "94.3 (sim) +57.2%" in markdown
+
+
+def test_tune_ranking_marks_simulated_trials(capsys):
+    from gpuops.commands.tune import _render
+
+    trial = {"variant": "NCCL_ALGO=Ring", "ok": True, "output_tokens_per_s": 82.0, "ttft_ms": 45.0,
+             "itl_ms": {"p50": 12.2}, "result_id": "abc", "simulated": True, "speed_model": LABEL}
+    real = {**trial, "variant": "baseline (as configured)", "simulated": False, "speed_model": None}
+    _render({"hosts": {"h01": {"ranking": [trial, real], "kept": None, "restored": True}}, "interrupted": False})
+    out = capsys.readouterr().out
+    ring = next(line for line in out.splitlines() if "NCCL_ALGO=Ring" in line)
+    assert re.search(r"82\.0 \(sim\)\s+45\.0 \(sim\)\s+12\.20 \(sim\)", ring), ring
+    assert "(sim)" not in next(line for line in out.splitlines() if "baseline" in line)
+    assert f"model {LABEL}" in out
+
+
+def test_bench_tables_mark_simulated_hosts(capsys):
+    from gpuops.commands.bench import _render_bench
+
+    level = {"concurrency": 4, "request_throughput": 1.5, "total_output_tokens_per_s": 220.0,
+             "output_tokens_per_s": 55.0, "ttft_ms_p50": 64.0, "itl_ms_p50": 13.0}
+    sim = {"ok": True, "simulated": True, "speed_model": LABEL, "output_tokens_per_s": 60.0, "ttft_ms": 45.0,
+           "itl_ms": {"p50": 16.7, "p90": 18.0, "p99": 21.0}, "accept_length": 1.86, "result_id": "abc",
+           "error": None, "levels": [level], "result_file": None}
+    real = {**sim, "simulated": False, "speed_model": None}
+    _render_bench({"suite": "serving", "hosts": {"sim01": sim, "real01": real}})
+    lines = capsys.readouterr().out.splitlines()
+    sim_rows = [line for line in lines if line.startswith("sim01")]
+    real_rows = [line for line in lines if line.startswith("real01")]
+    assert len(sim_rows) == 2 and all(line.count("(sim)") >= 5 for line in sim_rows)  # summary and level rows
+    assert len(real_rows) == 2 and not any("(sim)" in line for line in real_rows)
+    assert any(f"model {LABEL}" in line for line in lines)

@@ -41,6 +41,8 @@ def test_every_figure_names_its_basis_and_a_source_with_date_and_hardware(model)
         assert fig["source"] in model.sources, (shape, name)
         if fig["basis"] in ("published", "measured"):
             assert fig.get("quote") or fig.get("file"), (shape, name)  # the words or file it comes from
+        if fig.get("file"):
+            assert (REPO / fig["file"]).is_file(), (shape, name)
         if fig["basis"] == "assumption":
             assert fig["source"] == "lab", (shape, name)
     for measurement in raw["measurements"]:
@@ -101,10 +103,31 @@ def test_fusion_tp_and_nccl_settings_scale_only_the_all_reduce_part(model):
     assert fused.tokens_per_s > base.tokens_per_s > nop2p.tokens_per_s
 
 
+def test_measured_fusion_factors_come_from_the_two_h200_kernel_times(model):
+    """nvlink-x2: the all-reduce and fused-kernel costs gpuops measured on 2x H200 (h200-x2)."""
+    result = json.loads((REPO / model.sources["h200-x2"]["where"].split(" ")[0] /
+                         "results/20261130T084959Z_localhost_fusion_768c8a48d7.json").read_text())
+    graph = {row["tokens"]: row for row in result["summary"]["table"] if row["cuda_graph"]}
+    f = model.figures("nvlink-x2")
+    assert f["decode_allreduce_us"].value == pytest.approx(graph[1]["nccl_allreduce_us"], abs=0.01)
+    assert f["verify_allreduce_us"].value == pytest.approx(graph[4]["nccl_allreduce_us"], abs=0.01)
+    assert f["fusion_decode_factor"].value == pytest.approx(graph[1]["fused_us"] / graph[1]["unfused_nccl_us"], abs=1e-3)
+    assert f["fusion_verify_factor"].value == pytest.approx(graph[4]["fused_us"] / graph[4]["unfused_nccl_us"], abs=1e-3)
+    assert f["fusion_decode_factor"].basis == "derived" and not f["fusion_decode_factor"].on_assumption
+    assert f["decode_compute_ms"].basis == "assumption"  # no decode rate was measured on it
+    fused = model.predict("nvlink-x2", sm.Settings(tp=2, fusion=True))
+    plain = model.predict("nvlink-x2", sm.Settings(tp=2))
+    assert fused.steps[0].allreduce_us == pytest.approx(plain.steps[0].allreduce_us * f["fusion_decode_factor"].value)
+    assert "fusion_decode_factor" in [x["name"] for x in fused.as_record()["figures"]]
+    two_h200 = {"gpus": [{"compute_cap": "9.0"}] * 2, "nvlink": [[26.562] * 18] * 2}
+    assert model.shape_for(two_h200)[0] == "nvlink-x2"
+
+
 @pytest.mark.parametrize("gpu, shape, basis", [
     ("rtx-pro-6000-x8", "rtx-pro-6000-pcie-x8", "calibrated"),
     ("h100-x8", "nvlink-x8", "assumption"),
     ("h200-x1", "single-gpu", "assumption"),
+    ("rtx-pro-6000-ws-x4", "unmeasured", "assumption"),  # same GPUs, but not the 8 the report measured
 ])
 def test_each_builtin_lab_gpu_gets_a_shape(model, gpu, shape, basis):
     chosen, reason = model.shape_for(load_description(gpu).replay)

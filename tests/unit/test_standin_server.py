@@ -101,6 +101,10 @@ def test_speed_model_shape_comes_from_the_hosts_gpu_description(tmp_path: Path):
     record = server.record()
     assert record["shape"] == "rtx-pro-6000-pcie-x8" and record["basis"] == "calibrated"
     assert record["steps"][0]["allreduces"] == 122  # 2 x 61 layers, the report's count
+    assert record["allreduce_count_from"] == "2 x num_hidden_layers (61) of the served model's config.json"
+    assert {f["name"]: f["basis"] for f in record["figures"]} == {
+        "calibrated_tp": "published", "decode_compute_ms": "assumption", "decode_allreduce_us": "derived",
+        "decode_tokens_per_s": "published", "allreduces_per_step": "published"}  # every input, traced
     assert server.base_rate() == pytest.approx(82.0, abs=0.05)
     (model_dir / "config.json").write_text(json.dumps({"num_hidden_layers": 80}))
     deeper = standin.SpeedModel(standin.build_server_args(["--model-path", str(model_dir), "--tp", "8"]),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuops.transport import ConnectOptions
+    from gpuops.transport.rollout import Rollout
 
 TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: before_write (helper) | audit_verdict (here)
 TEST_CORRUPT_PATCH_ENV = "GPUOPS_TEST_CORRUPT_PATCH"  # test hook: patched text that cannot compile
@@ -22,6 +23,7 @@ class ApplyOptions:
     become: bool = False
     become_password: str | None = None
     forks: int = 16
+    rollout: "Rollout | None" = None  # --serial / --max-fail-percentage: hosts in batches
 
 
 @dataclass

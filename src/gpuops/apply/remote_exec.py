@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 BECOME_MARK = "gpuops-become-stdin-starts-here"
 
 
-def become_wrap(command: str, password: str | None) -> tuple[str, bytes]:
+def become_wrap(command: str, password: str | None, user: str | None = None) -> tuple[str, bytes]:
     """sudo around ``command``; the password (if any) travels as the first stdin line, never argv.
 
     sudo reads the password line only when it needs one (NOPASSWD rules skip it), so a marker line
@@ -23,12 +23,22 @@ def become_wrap(command: str, password: str | None) -> tuple[str, bytes]:
     starts exactly at its own source, and a password can never end up parsed as code.
     """
     skip = f'while IFS= read -r gpuops_l; do [ "$gpuops_l" = {BECOME_MARK} ] && break; done; {command}'
+    as_user = f"-u {shlex.quote(user)} " if user else ""
     if password:
-        return f"sudo -S -p '' -- /bin/sh -c {shlex.quote(skip)}", (password + "\n" + BECOME_MARK + "\n").encode()
-    return f"sudo -n -- /bin/sh -c {shlex.quote(skip)}", (BECOME_MARK + "\n").encode()
+        return f"sudo -S -p '' {as_user}-- /bin/sh -c {shlex.quote(skip)}", (password + "\n" + BECOME_MARK + "\n").encode()
+    return f"sudo -n {as_user}-- /bin/sh -c {shlex.quote(skip)}", (BECOME_MARK + "\n").encode()
 
 
-def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: ApplyOptions) -> tuple[str, bytes]:
+def _become(variables: Mapping[str, Any], host: str, options: ApplyOptions) -> tuple[bool, str | None, str | None]:
+    """Whether to sudo, with which password and as whom: --become, or the host's ansible_become*."""
+    from gpuops.transport.connvars import become_settings
+
+    wanted = become_settings(variables, host)
+    return options.become or wanted.enabled, wanted.password or options.become_password, wanted.user
+
+
+def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: ApplyOptions,
+                    host: str = "") -> tuple[str, bytes]:
     from gpuops.remote import python_command
 
     python = variables.get("gpuops_python")
@@ -38,8 +48,9 @@ def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: 
         from gpuops.facts.python_select import preamble_for_vars
 
         command = "/bin/sh -c " + shlex.quote(preamble_for_vars(dict(variables)) + "\n" + command)
-    if options.become:
-        return become_wrap(command, options.become_password)
+    become, password, user = _become(variables, host, options)
+    if become:
+        return become_wrap(command, password, user)
     return command, b""
 
 
@@ -47,11 +58,12 @@ def gather_as(conn: "Connection", probes: list[Any], preamble: str, options: App
     """``gpuops.gather.gather``, under sudo when --become (the state dir is root's, mode 0700)."""
     from gpuops.gather import GATHER_COMMAND, build_gather_script, gather, new_nonce, parse_outputs, split_gather_output
 
-    if not options.become:
+    become, password, user = _become(conn.host.vars or {}, conn.host.name, options)
+    if not become:
         return gather(conn, probes, preamble=preamble)
     nonce = new_nonce()
     script = build_gather_script(probes, nonce, preamble)
-    command, prefix = become_wrap(GATHER_COMMAND, options.become_password)
+    command, prefix = become_wrap(GATHER_COMMAND, password, user)
     result = conn.run(command, stdin=prefix + script.encode())
     outputs = split_gather_output(result.stdout_text(), nonce)
     why = ""
@@ -66,7 +78,7 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     """Ship apply_helper + payload in ONE exec; return its final ``result`` object."""
     from gpuops.remote import python_stdin
 
-    command, prefix = _helper_command(variables, with_preamble, options)
+    command, prefix = _helper_command(variables, with_preamble, options, conn.host.name)
     result = conn.run(command, stdin=prefix + python_stdin("apply_helper", payload), timeout=None)
     final = None
     for line in result.stdout_text().splitlines():

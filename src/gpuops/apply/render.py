@@ -19,7 +19,7 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
     echo(f"ROLE [{role}]{mode}")
     for name, report in reports.items():
         echo("")
-        head = {True: "ok", False: "FAILED"}[report.ok]
+        head = "SKIPPED" if report.status == "skipped" else {True: "ok", False: "FAILED"}[report.ok]
         run = f", run {report.run_id}" if report.run_id else ""
         echo(_style(f"{name}: {head} ({report.status}{run})", "green" if report.ok else "red", color))
         for change in report.changes:
@@ -55,8 +55,9 @@ def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None],
     echo("RECAP")
     width = max((len(n) for n in reports), default=4)
     for name, report in reports.items():
-        failed = 0 if report.ok else 1
-        line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed}"
+        skipped = 1 if report.status == "skipped" else 0  # not attempted: a rollout stopped first
+        failed = 0 if report.ok or skipped else 1
+        line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed} skipped={skipped}"
         echo(_style(line, "green" if report.ok else "red", color))
 
 

@@ -243,13 +243,14 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
     def one(host: "Host") -> HostReport:
         return apply_host(host, role, extra, discoveries[host.name], options, run_id)
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks)
+    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
     reports: dict[str, HostReport] = {}
     for name, outcome in outcomes.items():
         if outcome.ok and outcome.value is not None:
             reports[name] = outcome.value
         else:
-            reports[name] = HostReport(host=name, ok=False, status="failed", error=outcome.error)
+            reports[name] = HostReport(host=name, ok=False, status="skipped" if outcome.skipped else "failed",
+                                       error=outcome.error)
     return run_id, reports
 
 

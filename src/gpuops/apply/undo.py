@@ -44,8 +44,9 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
                      "changes": [{"path": p} for p in report.restored], "error": report.error})
         return report
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks)
-    return {name: (o.value if o.ok and o.value is not None else HostReport(host=name, ok=False, status="failed", error=o.error))
+    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
+    return {name: (o.value if o.ok and o.value is not None
+                   else HostReport(host=name, ok=False, status="skipped" if o.skipped else "failed", error=o.error))
             for name, o in outcomes.items()}
 
 

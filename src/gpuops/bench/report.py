@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.fingerprint import config_differences
-from gpuops.bench.simulated import footnote, is_simulated, labels_of, mark, stamp_figure
+from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
 from gpuops.errors import GpuopsError
 from gpuops.remote.bench_client import sample_figures
 
@@ -245,6 +245,17 @@ def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]
     note = footnote(labels_of(results))
     if note:
         parts.append(f"<p class='sim'><b>SIMULATED.</b> {esc(note)}.</p>")
+        for label, figures in model_figures(results).items():
+            if not figures:
+                continue
+            parts.append(f"<details><summary>What stand-in model {esc(label)} predicts from</summary><table>"
+                         "<tr><th>figure</th><th>value</th><th>unit</th><th>basis</th><th>source</th><th>note</th></tr>")
+            for f in figures:
+                value = f.get("value")
+                shown = format_value(value) if isinstance(value, float) else str(value)
+                parts.append("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in (
+                    f.get("name"), shown, f.get("unit", ""), figure_basis(f), f.get("source"), f.get("note", ""))) + "</tr>")
+            parts.append("</table></details>")
     parts.append("<h2>Results</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>")
     for row in rows:
         parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")

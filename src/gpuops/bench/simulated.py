@@ -45,6 +45,22 @@ def labels_of(results: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted({label for label in (model_label(r) for r in results) if label})
 
 
+def model_figures(results: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per stand-in model: the figures its predictions used (name, value, unit, basis, source, note)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for result in results:
+        label = model_label(result)
+        if label and label not in out:
+            model = (result.get("server") or {}).get("speed_model") or {}
+            out[label] = [f for f in model.get("figures") or [] if isinstance(f, dict)]
+    return out
+
+
+def figure_basis(figure: Mapping[str, Any]) -> str:
+    """``published`` / ``measured`` / ``derived`` / ``assumption``, and whether it rests on one."""
+    return str(figure.get("basis")) + (" (on an assumption)" if figure.get("on_assumption") else "")
+
+
 def stamp_text(labels: Sequence[str]) -> str | None:
     return f"SIMULATED — stand-in model {', '.join(labels)}" if labels else None
 

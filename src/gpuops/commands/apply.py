@@ -10,19 +10,18 @@ from typing import Any
 
 import click
 
+from gpuops.commands.options import BECOME_PASS_ENV, forks_option, host_key_options, inventory_options, rollout_options
+
 EXIT_HOST_FAILED = 1
-BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file, directory or host list (default: $GPUOPS_INVENTORY, else this machine)."),
-        click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern."),
+        inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: roles/README.md)."),
-        click.option("--forks", type=click.IntRange(1, 256), default=16, show_default=True, help="Hosts worked on at once."),
-        click.option("--become", is_flag=True, help="Run the host-side steps with sudo (password: prompt or $GPUOPS_BECOME_PASS)."),
-        click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
-        click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+        forks_option(),
+        click.option("-b", "--become", is_flag=True, help="Run the host-side steps with sudo (password: -K, ansible_become_password or $GPUOPS_BECOME_PASS)."),
+        host_key_options,
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -30,22 +29,19 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
-             check: bool = False, diff: bool = False, become_wanted: bool = False) -> Any:
+             check: bool = False, diff: bool = False, become_wanted: bool = False, rollout: Any = None) -> Any:
     from gpuops.apply.runner import ApplyOptions
     from gpuops.transport import ConnectOptions
 
-    password = None
-    if become:
-        password = os.environ.get(BECOME_PASS_ENV)
-        if password is None and sys.stdin.isatty():
-            password = click.prompt("BECOME password", hide_input=True, default="", show_default=False)
+    # As with Ansible's -b, no prompt here: -K asks (it becomes every host's ansible_become_password).
+    password = os.environ.get(BECOME_PASS_ENV) if become else None
     return ApplyOptions(
         connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts)),
-        check=check, diff=diff, become=become, become_password=password, forks=forks,
+        check=check, diff=diff, become=become, become_password=password, forks=forks, rollout=rollout,
     )
 
 
-def _hosts(inventory: str | None, limit: str | None) -> list[Any]:
+def _hosts(inventory: Any, limit: str | None) -> list[Any]:
     from gpuops.inventory import load_inventory
 
     return load_inventory(inventory).select(limit)
@@ -54,20 +50,24 @@ def _hosts(inventory: str | None, limit: str | None) -> list[Any]:
 @click.command("apply")
 @click.argument("role")
 @_common
+@rollout_options
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS", help="key=value, YAML/JSON, or @file (repeatable; wins over everything).")
-@click.option("--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
-@click.option("--diff", is_flag=True, help="Show a unified diff of every file change.")
-def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-          accept_new_host_keys: bool, known_hosts: tuple[str, ...], extra_vars: tuple[str, ...],
+@click.option("-C", "--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
+@click.option("-D", "--diff", is_flag=True, help="Show a unified diff of every file change.")
+def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+          accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
           check: bool, diff: bool) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
     from gpuops.extravars import parse_extra_vars
 
+    from gpuops.transport.rollout import rollout_for
+
     extra = parse_extra_vars(list(extra_vars))
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff)
+    rollout = rollout_for(hosts, rollout)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout)
     run_id, reports = apply_role(hosts, role, extra, options)
     if as_json:
         click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
@@ -80,15 +80,18 @@ def apply(role: str, inventory: str | None, limit: str | None, as_json: bool, fo
 
 @click.command("rollback")
 @_common
+@rollout_options
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
-def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-             accept_new_host_keys: bool, known_hosts: tuple[str, ...], run_id: str | None) -> None:
+def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+             accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
 
+    from gpuops.transport.rollout import rollout_for
+
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout))
     reports = rollback_hosts(hosts, run_id, options)
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
@@ -100,7 +103,7 @@ def rollback(inventory: str | None, limit: str | None, as_json: bool, forks: int
 
 @click.command("history")
 @_common
-def history(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
+def history(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
             accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
     from gpuops.apply.render import render_history

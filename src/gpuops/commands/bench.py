@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from gpuops.commands.options import inventory_options
+
 EXIT_SOME_HOST_FAILED = 1
 DEFAULT_RESULTS_DIR = "results"
 
@@ -28,8 +30,7 @@ def _results_dir_option(fn: Any) -> Any:
 
 @click.command("bench")
 @click.option("--remote", is_flag=True, help="Run on the inventory's hosts next to their server (else locally against --url).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file or directory (with --remote).")
-@click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern.")
+@inventory_options
 @click.option("--suite", type=click.Choice(["decode", "serving", "allreduce", "fusion"]), required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in `gpuops bench --help` source).")
 @_results_dir_option
@@ -67,7 +68,7 @@ def _results_dir_option(fn: Any) -> Any:
               help="allreduce: all-reduces in one forward pass (for the per-step cost).")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails).")
 @click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-def bench(remote: bool, inventory: str | None, limit: str | None, suite: str, as_json: bool, results_dir: str,
+def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
           warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
           tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
@@ -239,9 +240,10 @@ def _render_bench(document: dict[str, Any]) -> None:
             rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
                          line.get("result_id") or "-", line.get("error") or ""])
         if suite == "serving":
-            level_rows = [[name, lv["concurrency"], _fmt(lv.get("request_throughput")),
-                           _fmt(lv.get("total_output_tokens_per_s")), _fmt(lv.get("output_tokens_per_s")),
-                           _fmt(lv.get("ttft_ms_p50")), _fmt(lv.get("itl_ms_p50"))]
+            level_rows = [[name, lv["concurrency"],
+                           *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
+                               "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s",
+                               "ttft_ms_p50", "itl_ms_p50"))]
                           for name, line in hosts.items() for lv in line.get("levels") or []]
     console = make_console()
     if is_tty():
@@ -321,6 +323,14 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
         click.echo(f"{stamp_text([sim_label])}: every figure marked (sim) is the model's prediction, not a "
                    f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
                    f"in gpuops/lab/speed_model.json)")
+        from gpuops.bench.compare import format_value
+        from gpuops.bench.simulated import figure_basis
+
+        for figure in model.get("figures") or []:
+            value = figure.get("value")
+            shown = format_value(value) if isinstance(value, float) else str(value)
+            click.echo(f"  model input {figure.get('name')} = {shown} {figure.get('unit', '')}: "
+                       f"{figure_basis(figure)}, source {figure.get('source')}")
     click.echo(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
     click.echo(f"config  fingerprint {result.get('fingerprint')}")
     for key, value in (config.get("server_args") or {}).items():

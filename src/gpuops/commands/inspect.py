@@ -15,13 +15,13 @@ EXIT_SOME_HOST_FAILED = 1
 
 
 def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    from gpuops.commands.options import forks_option, host_key_options, inventory_options
+
     options = [
-        click.option("-i", "--inventory", metavar="INVENTORY", help="Inventory file, directory or host list (default: $GPUOPS_INVENTORY, else this machine)."),
-        click.option("-l", "--limit", metavar="PATTERN", help="Only hosts matching an Ansible-like pattern (name, group, glob, a:b, !x)."),
+        inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: docs/inspect-json.md)."),
-        click.option("--forks", type=click.IntRange(1, 256), default=16, show_default=True, help="Hosts inspected at once."),
-        click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
-        click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+        forks_option("Hosts inspected at once."),
+        host_key_options,
         click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True, help="Seconds allowed per host."),
     ]
     for option in reversed(options):
@@ -29,7 +29,7 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _run(inventory: str | None, limit: str | None, forks: int, accept_new_host_keys: bool,
+def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False) -> tuple[list[Any], dict[str, Any]]:
     from gpuops.facts.collect import inspect_hosts
     from gpuops.inventory import load_inventory
@@ -64,7 +64,7 @@ def inspect() -> None:
 
 @inspect.command("host")
 @_host_options
-def host(inventory: str | None, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
+def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float) -> None:
     """GPUs, interconnect, software, the running SGLang server and its blocked features."""
     from gpuops.facts.collect import host_json
@@ -132,7 +132,7 @@ def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | No
 @click.option("--feature", metavar="NAME", help="Only the gates of this feature.")
 @click.option("--all", "show_all", is_flag=True, help="Every capability gate the scan found, not only the catalogued ones.")
 @_host_options
-def gates(feature: str | None, show_all: bool, inventory: str | None, limit: str | None, as_json: bool, forks: int,
+def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None, as_json: bool, forks: int,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float) -> None:
     """Where the installed SGLang switches performance features off for this hardware (file:line)."""
     from gpuops.facts.collect import gate_json

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from gpuops.commands.apply import _common, _hosts, _options
+from gpuops.commands.options import rollout_options
 
 EXIT_HOST_FAILED = 1
 
 
 @click.command("tune")
 @_common
+@rollout_options
 @click.option("--sweep", "sweeps", multiple=True, required=True, metavar="NCCL_NAME=V1[,V2]",
               help="An axis of the sweep (repeatable; the cross product is tried), e.g. NCCL_PROTO=LL,LL128,Simple.")
 @click.option("--keep", type=click.Choice(["original", "best"]), default="original", show_default=True,
@@ -25,8 +28,8 @@ EXIT_HOST_FAILED = 1
 @click.option("--num-requests", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Measured decode requests per trial, one at a time.")
 @click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True)
-def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, become: bool,
-         accept_new_host_keys: bool, known_hosts: tuple[str, ...], sweeps: tuple[str, ...], keep: str,
+def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+         accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, sweeps: tuple[str, ...], keep: str,
          results_dir: str, api: str, input_len: int, output_len: int, num_requests: int, warmup: int) -> None:
     """Try NCCL variants on the hosts safely and rank them by decode tokens/s.
 
@@ -47,7 +50,9 @@ def tune(inventory: str | None, limit: str | None, as_json: bool, forks: int, be
     variants = plan_variants(sweeps)  # refused here, before any host is touched
     bench_options = BenchOptions(suite="decode", api=api, input_len=input_len, output_len=output_len,
                                  num_requests=num_requests, warmup=warmup)
-    apply_options = _options(forks, become, accept_new_host_keys, known_hosts)
+    from gpuops.transport.rollout import rollout_for
+
+    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout))
     if not as_json:
         for variant in variants:
             for warning in variant.warnings:
@@ -85,15 +90,24 @@ def _document(outcome, variants) -> dict:
 
 
 def _render(document: dict) -> None:
+    from gpuops.bench.simulated import footnote, mark
+
+    models = set()
     for name, host in document["hosts"].items():
         click.echo(f"== {name}")
         width = max([len(t["variant"]) for t in host["ranking"]] + [7])
-        click.echo(f"  {'#':>2}  {'variant':<{width}}  {'tok/s':>8}  {'TTFT ms':>8}  {'ITL p50':>8}  result")
+        sim_width = 6 if any(t.get("simulated") for t in host["ranking"]) else 0
+        click.echo(f"  {'#':>2}  {'variant':<{width}}  {'tok/s':>{8 + sim_width}}  {'TTFT ms':>{8 + sim_width}}  "
+                   f"{'ITL p50':>{8 + sim_width}}  result")
         for i, t in enumerate(host["ranking"], 1):
             if t["ok"]:
                 itl = (t["itl_ms"] or {}).get("p50")
-                click.echo(f"  {i:>2}  {t['variant']:<{width}}  {t['output_tokens_per_s']:>8.1f}  "
-                           f"{(t['ttft_ms'] or 0):>8.1f}  {(itl or 0):>8.2f}  {t['result_id']}")
+                sim = bool(t.get("simulated"))
+                if sim:
+                    models.add(t.get("speed_model") or "unrecorded")
+                figures = (f"{t['output_tokens_per_s']:.1f}", f"{(t['ttft_ms'] or 0):.1f}", f"{(itl or 0):.2f}")
+                click.echo(f"  {i:>2}  {t['variant']:<{width}}  "
+                           + "  ".join(f"{mark(x, sim):>{8 + sim_width}}" for x in figures) + f"  {t['result_id']}")
             else:
                 click.echo(f"   -  {t['variant']:<{width}}  {'FAILED':>8}  {t['status']}: {t['error']}")
         if host["kept"]:
@@ -102,5 +116,7 @@ def _render(document: dict) -> None:
             click.echo("  restored: the host runs its original configuration")
         else:
             click.echo(f"  NOT restored: {host['restore_error']} (see gpuops history / gpuops rollback)")
+    if models:
+        click.echo(footnote(sorted(models)))
     if document["interrupted"]:
         click.echo("interrupted: the ranking covers the variants measured before Ctrl-C")

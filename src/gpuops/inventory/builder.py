@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuops.errors import InventoryError
 from gpuops.inventory.model import Group, Host, Inventory
+from gpuops.inventory.vault import Vault, decrypt_values
 
 ALL = "all"
 UNGROUPED = "ungrouped"
@@ -75,6 +76,8 @@ def resolve(
     base_dir: str,
     group_vars: VarsLookup,
     host_vars: VarsLookup,
+    vault: Vault | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Inventory:
     """Turn what the parsers collected into immutable hosts with merged variables."""
     _refuse_loops(builder, source)
@@ -110,13 +113,16 @@ def resolve(
         others = [g for g in host_groups if g != ALL]
         # Ansible's order: all's inventory vars < other groups' inventory vars (by depth, name)
         # < group_vars/all < group_vars/<group> (by depth, name) < inventory host vars < host_vars/.
-        merged: dict[str, Any] = {}
+        merged: dict[str, Any] = dict(defaults or {})  # command-line flags rank below the inventory
         for group in [ALL, *others]:
             merged.update(builder.groups[group].vars)
         for group in [ALL, *others]:
             merged.update(file_group_vars[group])
         merged.update(builder.host_vars[name])
         merged.update(host_vars(name))
+        # Inline !vault values are decrypted where a password was given; the rest stay encrypted
+        # and only fail a command that selects a host using them (Inventory.select).
+        merged = decrypt_values(merged, vault)
         hosts.append(_make_host(name, tuple(host_groups), copy.deepcopy(merged), source, base_dir))
     return Inventory(source=source, hosts=tuple(hosts), groups=MappingProxyType(groups))
 
@@ -209,6 +215,11 @@ def _make_host(
         raise InventoryError(
             f"{source}: host {name}: ansible_connection {connection!r} is not supported (use ssh or local)"
         )
+    interpreter = variables.get("ansible_python_interpreter")
+    if interpreter is not None and "gpuops_python" not in variables and not str(interpreter).startswith("auto"):
+        # Ansible's interpreter runs gpuops' host-side helpers too ("auto*" asks for discovery,
+        # which gpuops does by itself).
+        variables["gpuops_python"] = str(interpreter)
     address = _first(variables, "ansible_host", "ansible_ssh_host")
     user = _first(variables, "ansible_user", "ansible_ssh_user")
     key_file = _first(variables, "ansible_ssh_private_key_file", "ansible_private_key_file")

@@ -76,9 +76,21 @@ class Inventory:
         else:
             selected = select_hosts(self, limit)
         for host in selected:
+            _refuse_encrypted(host)
             if host.key_file is not None and not os.path.isfile(host.key_file):
                 raise InventoryError(
                     f"{host.name}: private key file {host.key_file} does not exist "
                     f"(ansible_ssh_private_key_file in {self.source})"
                 )
         return selected
+
+
+def _refuse_encrypted(host: Host) -> None:
+    """A selected host whose variables still hold a vault value nobody could decrypt: one clear line."""
+    from gpuops.inventory.vault import NO_PASSWORD_HINT, find_encrypted
+
+    for name, value in (host.vars or {}).items():
+        found = find_encrypted(value, name)
+        if found:
+            raise InventoryError(
+                f"{found[1].where}: variable {name} (host {host.name}) is vault-encrypted: {NO_PASSWORD_HINT}")

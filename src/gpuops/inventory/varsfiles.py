@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from gpuops.errors import InventoryError
+from gpuops.inventory.vault import Vault, decrypt_values
 from gpuops.inventory.yamlfile import load_yaml_file, plain
 
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
@@ -18,8 +19,9 @@ VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 class VarsDirectory:
     """The group_vars/ (or host_vars/) directories of an inventory, read lazily, once per name."""
 
-    def __init__(self, directories: list[str]) -> None:
+    def __init__(self, directories: list[str], vault: Vault | None = None) -> None:
         self._directories = [d for d in directories if os.path.isdir(d)]
+        self._vault = vault
         self._cache: dict[str, dict[str, Any]] = {}
 
     def __call__(self, name: str) -> dict[str, Any]:
@@ -27,7 +29,7 @@ class VarsDirectory:
             merged: dict[str, Any] = {}
             for directory in self._directories:
                 for path in _files_for(directory, name):
-                    merged.update(load_vars_file(path))
+                    merged.update(load_vars_file(path, self._vault))
             self._cache[name] = merged
         return self._cache[name]
 
@@ -58,8 +60,9 @@ def _files_under(directory: str) -> list[str]:
     return found
 
 
-def load_vars_file(path: str) -> dict[str, Any]:
-    data = load_yaml_file(path)
+def load_vars_file(path: str, vault: Vault | None = None) -> dict[str, Any]:
+    """A vars file's mapping: ``!vault`` values decrypted when `vault` has a password, else kept encrypted."""
+    data = load_yaml_file(path, vault)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -67,7 +70,7 @@ def load_vars_file(path: str) -> dict[str, Any]:
     for key in data:
         if not isinstance(key, str):
             raise InventoryError(f"{path}: variable name {key!r} is not a string")
-    return plain(data)
+    return decrypt_values(plain(data), vault)
 
 
 def _kind(value: Any) -> str:

@@ -31,7 +31,9 @@ def read_yaml_inventory(data: Any, path: str, builder: InventoryBuilder) -> None
             f"{path}: an inventory must be a mapping of groups (e.g. 'all:'), not {_kind(data)}"
         )
     if "plugin" in data:
-        raise InventoryError(f"{path}: inventory plugin configurations are not supported (static inventories only)")
+        raise InventoryError(
+            f"{path}: inventory plugin {data['plugin']!r} is Ansible's own code: name the file with a .yml "
+            f"extension so gpuops hands it to ansible-inventory")
     for name, group_data in data.items():
         _read_group(str(name), group_data, path, builder, parent=None, line=_key_line(data, name) or _line(data))
 

@@ -9,7 +9,9 @@ The arithmetic (``speed_model.json``'s ``formula`` says the same)::
 
     step_ms      = compute_ms + allreduces_per_step x allreduce_us / 1000
     allreduce_us = shape's cost of one all-reduce at that step's size x (tp-1)/(calibrated_tp-1)
-                   x fusion factor (FlashInfer allreduce+RMSNorm fusion on) x NCCL factors
+                   x fusion factor (FlashInfer allreduce+RMSNorm fusion on; a measured per-step
+                     fusion_decode_factor / fusion_verify_factor wins over fusion_allreduce_factor)
+                   x NCCL factors
     plain decode : tokens/s = 1000 / decode step_ms
     speculative  : tokens/s = accept_length x 1000 / (num_steps x draft_ms + verify step_ms)
 
@@ -98,6 +100,7 @@ class Prediction:
     cycle_ms: float
     steps: Tuple[Step, ...]
     figures: Tuple[Figure, ...] = field(default=())
+    allreduce_count_from: str = ""
 
     @property
     def label(self) -> str:
@@ -113,6 +116,7 @@ class Prediction:
             "steps": [{"kind": s.kind, "compute_ms": round(s.compute_ms, 4), "allreduces": s.allreduces,
                        "allreduce_us": round(s.allreduce_us, 3), "total_ms": round(s.total_ms, 4)}
                       for s in self.steps],
+            "allreduce_count_from": self.allreduce_count_from,
             "figures": [f.as_record() for f in self.figures],
             "data": "gpuops/lab/speed_model.json",
         }
@@ -201,7 +205,7 @@ class SpeedModel(object):
         for name, raw in (spec.get("figures") or {}).items():
             own[name] = Figure(name=name, value=raw["value"], unit=str(raw.get("unit", "")),
                                basis=str(raw["basis"]), source=str(raw.get("source", "")),
-                               note=str(raw.get("note") or raw.get("quote") or ""))
+                               note=" ".join(str(raw[k]) for k in ("note", "quote", "file") if raw.get(k)))
         _derive(own, shape)
         donor = spec.get("figures_from")
         if donor:
@@ -233,25 +237,63 @@ class SpeedModel(object):
         else:
             allreduces = 2 * settings.num_layers if settings.num_layers else int(f["allreduces_per_step"].value)
             scale = (tp - 1) / float(max(1, calibrated_tp - 1))
-        if settings.fusion:
-            scale *= float(f["fusion_allreduce_factor"].value)
         scale *= float((self.common_value("nccl_proto_factor") or {}).get(settings.nccl_proto, 1.0))
         if settings.p2p_disable:
             scale *= float(self.common_value("p2p_disable_factor") or 1.0)
+        used = [] if tp == 1 else ["calibrated_tp"] + ([] if settings.num_layers else ["allreduces_per_step"])
+        if settings.speculative:
+            used += ["verify_compute_ms"] + ([] if tp == 1 else ["verify_allreduce_us"]) + ["draft_ms_per_step", "accept_p"]
+        else:
+            used += ["decode_compute_ms"] + ([] if tp == 1 else ["decode_allreduce_us"])
+        if tp == 1:
+            count_from = "tp 1: SGLang runs no all-reduce"
+        elif settings.num_layers:
+            count_from = "2 x num_hidden_layers (%d) of the served model's config.json" % settings.num_layers
+        else:
+            count_from = "the shape's allreduces_per_step"
+
+        def fusion(kind: str) -> float:
+            # A factor measured for this step's message size wins over the shape's general one.
+            if not settings.fusion or tp == 1:
+                return 1.0
+            name = "fusion_%s_factor" % kind if "fusion_%s_factor" % kind in f else "fusion_allreduce_factor"
+            used.append(name)
+            return float(f[name].value)
+
         if settings.speculative:
             accept = accept_length(float(f["accept_p"].value), settings.num_steps, settings.num_draft_tokens)
             draft = Step("draft", settings.num_steps * float(f["draft_ms_per_step"].value), 0, 0.0)
             verify = Step("verify", float(f["verify_compute_ms"].value), allreduces,
-                          float(f["verify_allreduce_us"].value) * scale)
+                          float(f["verify_allreduce_us"].value) * scale * fusion("verify"))
             steps = (draft, verify)
         else:
             accept = 1.0
             steps = (Step("decode", float(f["decode_compute_ms"].value), allreduces,
-                          float(f["decode_allreduce_us"].value) * scale),)
+                          float(f["decode_allreduce_us"].value) * scale * fusion("decode")),)
         cycle_ms = sum(s.total_ms for s in steps)
         return Prediction(model=self.name, version=self.version, shape=shape, basis=self.shape_basis(shape),
                           shape_reason=reason, tokens_per_s=accept * 1000.0 / cycle_ms, accept_length=accept,
-                          cycle_ms=cycle_ms, steps=steps, figures=tuple(f[n] for n in NEEDED))
+                          cycle_ms=cycle_ms, steps=steps, figures=_with_inputs(f, used),
+                          allreduce_count_from=count_from)
+
+
+def _with_inputs(figures: Mapping[str, Figure], names: List[str]) -> Tuple[Figure, ...]:
+    """The named figures and, after each derived one, the figures it was computed from (so a
+    prediction's record traces every number back to a published, measured or assumed one)."""
+    out = []  # type: List[Figure]
+    seen = set()
+
+    def add(name: str) -> None:
+        if name in seen or name not in figures:
+            return
+        seen.add(name)
+        out.append(figures[name])
+        for source in figures[name].inputs:
+            add(source)
+
+    for name in names:
+        add(name)
+    return tuple(out)
 
 
 def _derive(own: Dict[str, Figure], shape: str) -> None:
@@ -282,6 +324,11 @@ def _derive(own: Dict[str, Figure], shape: str) -> None:
             (1000.0 / value("decode_tokens_per_s") - value("decode_compute_ms")) * 1000.0 / value("allreduces_per_step"),
             "us per all-reduce", ("decode_tokens_per_s", "decode_compute_ms", "allreduces_per_step"),
             "(1000 / decode_tokens_per_s - decode_compute_ms) / allreduces_per_step")
+    for kind in ("decode", "verify"):
+        fused, unfused = "fused_%s_us" % kind, "unfused_%s_us" % kind
+        if have(fused, unfused):
+            put("fusion_%s_factor" % kind, value(fused) / value(unfused), "x all-reduce time", (fused, unfused),
+                "%s / %s: the fused all-reduce+RMSNorm against all-reduce then RMSNorm" % (fused, unfused))
     if have("verify_ms", "verify_share_of_cycle", "eagle3_num_steps"):
         cycle = value("verify_ms") / value("verify_share_of_cycle")
         put("draft_ms_per_step", (cycle - value("verify_ms")) / value("eagle3_num_steps"), "ms",

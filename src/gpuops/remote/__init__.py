@@ -35,7 +35,11 @@ def python_command(python: str | None = None) -> str:
     """The shell command that runs a helper shipped on stdin with the given (or the host's) python."""
     runner = shlex.quote(_RUNNER)
     if python:
-        return f"exec {shlex.quote(python)} -c {runner}"
+        # A named interpreter that is not there fails with a line that says which and why.
+        missing = shlex.quote(f"gpuops: python {python} (gpuops_python / ansible_python_interpreter) "
+                              "is not an executable on this host")
+        return (f"command -v {shlex.quote(python)} >/dev/null 2>&1 || {{ echo {missing} >&2; exit 127; }}; "
+                f"exec {shlex.quote(python)} -c {runner}")
     return (
         "p=$(command -v python3 || command -v python) || "
         "{ echo 'gpuops: no python3 on this host' >&2; exit 127; }; "

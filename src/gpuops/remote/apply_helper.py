@@ -324,6 +324,10 @@ def load_backend(manager, spec):
         from gpuops.remote import service_systemd
 
         return service_systemd.make_service(spec)
+    if manager == "docker":
+        from gpuops.remote import service_docker
+
+        return service_docker.make_service(spec)
     return None
 
 

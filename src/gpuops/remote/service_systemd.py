@@ -10,9 +10,10 @@ systemd restarts after a crash (``NRestarts`` grows, or it sits in ``auto-restar
 start, not a slow one. The journal tail of the unit since the restart explains the failure.
 """
 
-import os
 import subprocess
 import time
+
+from gpuops.remote.ports import port_owners
 
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecStart",
@@ -247,42 +248,6 @@ class SystemdService:
         raise ServiceFailed("port %d answers, but no process of %s (pids %s) listens on it: another process "
                             "holds the port" % (port, self.name, " ".join(str(p) for p in pids) or "none"),
                             self.log_tail())
-
-
-def listening_inodes(port):
-    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6), from /proc/net/tcp{,6}."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as handle:
-                next(handle, None)
-                for line in handle:
-                    fields = line.split()
-                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(fields[9])
-        except OSError:
-            continue
-    return inodes
-
-
-def port_owners(port, pids):
-    """Those of ``pids`` holding a socket that listens on ``port``."""
-    inodes = listening_inodes(port)
-    owners = []
-    for pid in pids:
-        try:
-            fds = os.listdir("/proc/%d/fd" % pid)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                owners.append(pid)
-                break
-    return owners
 
 
 def make_service(spec):

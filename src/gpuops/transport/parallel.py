@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from gpuops.errors import GpuopsError
 from gpuops.transport.base import ConnectOptions, Connection
+from gpuops.transport.rollout import Rollout
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -23,10 +25,29 @@ class HostOutcome(Generic[T]):
     ok: bool
     value: T | None = None
     error: str | None = None
+    skipped: bool = False  # never attempted: an earlier batch of a rollout failed too much
 
 
 def connect(host: Host, options: ConnectOptions) -> Connection:
-    """The connection for a host: local (no SSH) or SSH through Fabric."""
+    """The connection for a host: local (no SSH) or SSH through Fabric.
+
+    The host's ``ansible_*`` connection variables are checked first: one gpuops cannot honour
+    fails this host (TransportError) before anything is contacted.
+    """
+    from gpuops.transport import verbose
+    from gpuops.transport.connvars import become_settings, check_variables
+
+    check_variables(host)
+    become_settings(host.vars or {}, host.name)
+    if not verbose.enabled():
+        return _connect(host, options)
+    started = time.monotonic()
+    return verbose.LoggedConnection(_connect(host, options), time.monotonic() - started)  # type: ignore[return-value]
+
+
+def _connect(host: Host, options: ConnectOptions) -> Connection:
+    from gpuops.transport.connvars import ssh_settings
+
     if host.connection == "local":
         from gpuops.transport.local import LocalConnection
 
@@ -35,7 +56,7 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
         raise GpuopsError(f"{host.name}: unsupported ansible_connection {host.connection!r} (use ssh or local)")
     from gpuops.transport.ssh import SSHConnection
 
-    return SSHConnection(host, options)
+    return SSHConnection(host, options, ssh_settings(host))
 
 
 def prepare_ssh(hosts: Sequence[Host]) -> None:
@@ -53,13 +74,42 @@ def run_on_hosts(
     hosts: Sequence[Host],
     fn: Callable[[Host], T],
     forks: int = DEFAULT_FORKS,
+    rollout: Rollout | None = None,
+    failed: Callable[[T], bool] | None = None,
 ) -> dict[str, HostOutcome[T]]:
     """Call ``fn(host)`` for every host, at most ``forks`` at a time; results keyed by host name.
 
     A ``GpuopsError`` (unreachable, host key, bad input for that host) becomes that host's error
     line. Any other exception is a bug, but it still only fails its host, with its type named.
+
+    With a ``rollout``, hosts go in batches, each finished before the next starts; once a batch
+    fails past its threshold the rest are not attempted (``skipped``). ``failed(value)`` says
+    whether a host that returned a value still failed (an apply that rolled back, for instance).
     """
     prepare_ssh(hosts)
+    if rollout is not None:
+        return _run_in_batches(hosts, fn, forks, rollout, failed or (lambda _: False))
+    return _run_batch(hosts, fn, forks)
+
+
+def _run_in_batches(hosts: Sequence[Host], fn: Callable[[Host], T], forks: int, rollout: Rollout,
+                    failed: Callable[[T], bool]) -> dict[str, HostOutcome[T]]:
+    results: dict[str, HostOutcome[T]] = {}
+    batches = rollout.batches(list(hosts))
+    for number, batch in enumerate(batches, start=1):
+        outcomes = _run_batch(batch, fn, forks)
+        results.update(outcomes)
+        bad = sum(1 for o in outcomes.values() if not o.ok or (o.value is not None and failed(o.value)))
+        if rollout.stops_after(bad, len(batch)) and number < len(batches):
+            reason = rollout.describe_stop(bad, len(batch), number)
+            for later in batches[number:]:
+                for host in later:
+                    results[host.name] = HostOutcome(ok=False, error=reason, skipped=True)
+            break
+    return {host.name: results[host.name] for host in hosts}
+
+
+def _run_batch(hosts: Sequence[Host], fn: Callable[[Host], T], forks: int) -> dict[str, HostOutcome[T]]:
 
     def one(host: Host) -> HostOutcome[T]:
         try:

@@ -13,6 +13,8 @@ and stderr are drained, so large scripts and large outputs never deadlock on the
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import socket
 import threading
 from pathlib import Path
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
+from gpuops.transport.connvars import SSHSettings, ssh_settings
+from gpuops.transport.known_hosts import HostKeyRefused
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -51,10 +55,37 @@ def _known_hosts_name(hostname: str, port: int) -> str:
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
+_SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._:@\[\]-]+$")
+
+
+def proxy_socket(command: str, hostname: str, port: int, user: str | None, name: str) -> Any:
+    """Run a ProxyCommand the way OpenSSH does (``sh -c "exec CMD"``, %h %p %r %% expanded).
+
+    The expanded values come from the inventory; a host or user name holding anything a shell
+    would read is refused rather than pasted into the command.
+    """
+    import paramiko
+
+    values = {"h": hostname, "p": str(port), "r": user or "", "n": hostname, "%": "%"}
+    for key in ("h", "r"):
+        if values[key] and not _SAFE_TOKEN.match(values[key]):
+            raise TransportError(name, f"ProxyCommand: %{key} would expand to {values[key]!r}, which is not a plain name")
+
+    def expand(match: re.Match) -> str:
+        token = match.group(1)
+        if token not in values:
+            raise TransportError(name, f"ProxyCommand: %{token} is not supported (%h %p %r %n %%)")
+        return values[token]
+
+    expanded = re.sub(r"%(.)", expand, command)
+    return paramiko.ProxyCommand("/bin/sh -c " + shlex.quote("exec " + expanded))
+
+
 class SSHConnection:
-    def __init__(self, host: Host, options: ConnectOptions) -> None:
+    def __init__(self, host: Host, options: ConnectOptions, settings: SSHSettings | None = None) -> None:
         self.host = host
         self.options = options
+        self.settings = settings if settings is not None else ssh_settings(host)
         self._conn = self._open()
 
     # -- connecting -------------------------------------------------------------------------
@@ -64,38 +95,51 @@ class SSHConnection:
         from fabric import Config
         from fabric import Connection as FabricConnection
 
-        host = self.host
+        host, settings = self.host, self.settings
         connect_kwargs: dict[str, Any] = {"allow_agent": True}
-        if host.key_file:
-            connect_kwargs["key_filename"] = [host.key_file]
+        keys = [k for k in (host.key_file, *(os.path.expanduser(f) for f in settings.identity_files)) if k]
+        if keys:
+            connect_kwargs["key_filename"] = keys
+        if settings.password is not None:
+            connect_kwargs["password"] = settings.password
+        timeout = settings.connect_timeout or self.options.connect_timeout
         try:
             conn = FabricConnection(
-                host.address or host.name,
-                user=host.user,
-                port=host.port,
+                host.address or settings.hostname or host.name,
+                user=host.user or settings.user,
+                port=host.port or settings.port,
                 config=Config(),
-                connect_timeout=int(self.options.connect_timeout),
+                connect_timeout=max(1, int(timeout)),
                 connect_kwargs=connect_kwargs,
+                # An inventory's ProxyCommand/ProxyJump wins over ~/.ssh/config's (as -o does for ssh).
+                gateway=False if settings.proxy_command else None,
             )
         except Exception as exc:  # fabric parses ~/.ssh/config here
             raise TransportError(host.name, f"cannot read ssh configuration: {exc}") from exc
-
-        client = conn.client
+        if settings.proxy_jump:
+            conn.gateway = self._jump_chain(settings.proxy_jump, FabricConnection, Config)
         files = known_hosts_files(host, self.options, dict(conn.ssh_config))
-        for path in files:
-            if path.is_file():
-                try:
-                    client.get_host_keys().load(str(path))
-                except (OSError, paramiko.SSHException, ValueError) as exc:
-                    raise TransportError(host.name, f"cannot read known_hosts file {path}: {exc}") from exc
-        record_to = files[-1] if len(files) > 1 else files[0]
-        client.set_missing_host_key_policy(
-            _RecordNewKey(record_to) if self.options.accept_new_host_keys else _RejectUnknownKey(files)
-        )
+        for extra in settings.known_hosts_files:
+            path = Path(os.path.expanduser(extra))
+            if path not in files:
+                files.append(path)
+        self._verify_keys(conn, files, self.options.accept_new_host_keys or settings.accept_new_host_key)
+        # Fabric gives the jump hosts of ~/.ssh/config's ProxyJump an auto-accept policy of their
+        # own: their keys are checked against the same files as the target's.
+        gateway = conn.gateway
+        while isinstance(gateway, FabricConnection):
+            self._verify_keys(gateway, files, self.options.accept_new_host_keys)
+            gateway = gateway.gateway
+        via = ""
+        if settings.proxy_command:
+            via = f" (through ProxyCommand {settings.proxy_command!r})"
+            conn.connect_kwargs["sock"] = proxy_socket(settings.proxy_command, conn.host, conn.port, conn.user, host.name)
+        elif isinstance(conn.gateway, FabricConnection):
+            via = f" (through jump host {conn.gateway.host}:{conn.gateway.port})"
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            where = _known_hosts_name(conn.host, conn.port)
+            where = _known_hosts_name(exc.hostname if hasattr(exc, "hostname") else conn.host, conn.port)
             raise TransportError(
                 host.name,
                 f"host key for {where} has CHANGED (got {exc.key.get_name()} "
@@ -104,22 +148,55 @@ class SSHConnection:
             ) from exc
         except _UnknownHostKey as exc:
             raise TransportError(host.name, str(exc)) from exc
+        except HostKeyRefused as exc:  # @revoked, or a host certificate that does not hold
+            raise TransportError(host.name, str(exc)) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(
-                host.name, f"authentication failed for {conn.user}@{conn.host}:{conn.port}: {exc}"
+                host.name, f"authentication failed for {conn.user}@{conn.host}:{conn.port}{via}: {exc}"
             ) from exc
         except paramiko.ssh_exception.NoValidConnectionsError as exc:
-            raise TransportError(host.name, f"connection refused by {conn.host}:{conn.port}") from exc
+            raise TransportError(host.name, f"connection refused by {conn.host}:{conn.port}{via}") from exc
         except socket.gaierror as exc:
             raise TransportError(host.name, f"cannot resolve host name {conn.host!r}: {exc.strerror}") from exc
         except (socket.timeout, TimeoutError) as exc:
             raise TransportError(
                 host.name,
-                f"timed out connecting to {conn.host}:{conn.port} after {self.options.connect_timeout:.0f} s",
+                f"timed out connecting to {conn.host}:{conn.port}{via} after {timeout:.0f} s",
             ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port} failed: {exc}") from exc
+            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {exc}") from exc
+        if settings.keepalive:
+            conn.transport.set_keepalive(settings.keepalive)
         return conn
+
+    def _verify_keys(self, conn: Any, files: list[Path], accept_new: bool) -> None:
+        """Load the known_hosts files for `conn` (markers included) and refuse unknown keys."""
+        from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
+
+        client = conn.client
+        known = KnownHosts()
+        for path in files:
+            if path.is_file():
+                try:
+                    load(path, client.get_host_keys(), known)
+                except OSError as exc:
+                    raise TransportError(self.host.name, f"cannot read known_hosts file {path}: {exc.strerror}") from exc
+        lookup = _known_hosts_name(conn.host, conn.port)
+        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known)
+        record_to = files[-1] if len(files) > 1 else files[0]
+        client.set_missing_host_key_policy(_RecordNewKey(record_to) if accept_new else _RejectUnknownKey(files))
+
+    def _jump_chain(self, spec: str, connection_class: Any, config_class: Any) -> Any:
+        """ProxyJump ``[user@]host[:port][,next...]``: each hop through the one before it."""
+        gateway = None
+        for hop in (part.strip() for part in spec.split(",")):
+            if not hop or any(c.isspace() for c in hop):
+                raise TransportError(self.host.name, f"ProxyJump {spec!r}: {hop!r} is not [user@]host[:port]")
+            kwargs: dict[str, Any] = {"config": config_class(), "connect_timeout": max(1, int(self.options.connect_timeout))}
+            if gateway is not None:
+                kwargs["gateway"] = gateway
+            gateway = connection_class(hop, **kwargs)
+        return gateway
 
     # -- running ----------------------------------------------------------------------------
 
@@ -195,6 +272,8 @@ class _RejectUnknownKey:
         self.files = files
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        if getattr(client.get_transport(), "certificate_verified", False):
+            return  # vouched for by a @cert-authority line (checked during the key exchange)
         where = ", ".join(str(f) for f in self.files)
         raise _UnknownHostKey(
             f"host key for {hostname} is unknown ({key.get_name()} {key.fingerprint}; not in {where}). "
@@ -209,6 +288,8 @@ class _RecordNewKey:
         self.record_to = record_to
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        if getattr(client.get_transport(), "certificate_verified", False):
+            return  # a CA vouches for the host: nothing to record
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.record_to.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(self.record_to, "a", encoding="ascii") as fh:

@@ -48,6 +48,7 @@ def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, ap
             output_tokens_per_s=line.get("output_tokens_per_s") if ok else None, ttft_ms=line.get("ttft_ms"),
             itl_ms=line.get("itl_ms") or {}, result_id=line.get("result_id") if ok else None, run_id=run_id,
             error=None if ok else (state.error or "no result"),
+            speed_model=(line.get("speed_model") or "unrecorded") if line.get("simulated") else None,
         ))
     return trials
 

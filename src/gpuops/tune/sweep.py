@@ -37,6 +37,7 @@ class Trial:
     result_id: str | None = None
     run_id: str | None = None
     error: str | None = None
+    speed_model: str | None = None  # from a stand-in server: its model's label (the figures are simulated)
 
     @property
     def ok(self) -> bool:
@@ -47,6 +48,7 @@ class Trial:
             "variant": self.variant, "env": dict(self.env), "ok": self.ok, "status": self.status,
             "output_tokens_per_s": self.output_tokens_per_s, "ttft_ms": self.ttft_ms, "itl_ms": dict(self.itl_ms),
             "result_id": self.result_id, "apply_run_id": self.run_id, "error": self.error,
+            "simulated": self.speed_model is not None, "speed_model": self.speed_model,
         }
 
 

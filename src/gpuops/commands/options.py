@@ -1,0 +1,156 @@
+"""Click options shared by every command that works on inventory hosts, defined once (pip-tools' way).
+
+``inventory_options`` adds Ansible's host-selection and connection flags and hands the command one
+``InventorySpec`` as its ``inventory`` argument (``load_inventory`` takes it as it takes a path):
+
+    -i/--inventory (repeatable, merged in order)   -l/--limit   --list-hosts
+    --vault-password-file   --vault-id   -J/--ask-vault-pass
+    -u/--user   --private-key   -K/--ask-become-pass   -v/-vv/-vvv
+
+``-u``, ``--private-key`` and ``-K`` become the defaults of ``ansible_user``,
+``ansible_ssh_private_key_file`` and ``ansible_become_password``: the inventory's own values win,
+as in Ansible. ``--list-hosts`` prints the hosts the command would work on and exits.
+
+Other modules add their own options next to these; keep additions here additive.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+INVENTORY_HELP = ("Inventory: file, directory, executable script, `ansible-inventory --list` JSON, plugin file "
+                  "or host list (repeatable; default: $GPUOPS_INVENTORY, else this machine).")
+BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
+
+_INVENTORY_PARAMS = ("vault_password_files", "vault_ids", "ask_vault_pass", "list_hosts", "remote_user",
+                     "private_key", "ask_become_pass", "verbose")
+
+
+def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str = "Only hosts matching an Ansible-like pattern (name, group, glob, a:b, a:&b, a:!b, ~regex).") -> Any:
+    """Add the host-selection options; the command receives ``inventory`` (an InventorySpec) and ``limit``."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            popped = {name: kwargs.pop(name) for name in _INVENTORY_PARAMS}
+            if popped["verbose"]:
+                from gpuops.transport.verbose import configure
+
+                configure(popped["verbose"])
+            spec = inventory_spec(kwargs.get("inventory") or (), popped)
+            kwargs["inventory"] = spec
+            if popped["list_hosts"]:
+                _list_hosts(spec, kwargs.get("limit"))
+                sys.exit(0)
+            return command(*args, **kwargs)
+
+        options = [
+            click.option("-i", "--inventory", "inventory", multiple=True, metavar="INVENTORY", help=INVENTORY_HELP),
+            click.option("-l", "--limit", metavar="PATTERN", help=limit_help),
+            click.option("--list-hosts", "list_hosts", is_flag=True, help="Print the hosts that would be worked on, then stop."),
+            click.option("--vault-password-file", "vault_password_files", multiple=True, metavar="FILE",
+                         help="Vault password file, or a script that prints it (repeatable; default $ANSIBLE_VAULT_PASSWORD_FILE)."),
+            click.option("--vault-id", "vault_ids", multiple=True, metavar="[ID@]FILE|prompt",
+                         help="A vault password with its vault id (repeatable)."),
+            click.option("-J", "--ask-vault-pass", "ask_vault_pass", is_flag=True, help="Ask for the vault password."),
+            click.option("-u", "--user", "remote_user", metavar="USER", help="SSH user for hosts without ansible_user."),
+            click.option("--private-key", "private_key", metavar="FILE", type=click.Path(dir_okay=False),
+                         help="SSH private key for hosts without ansible_ssh_private_key_file."),
+            click.option("-K", "--ask-become-pass", "ask_become_pass", is_flag=True,
+                         help=f"Ask for the sudo password (else ansible_become_password, ${BECOME_PASS_ENV})."),
+            click.option("-v", "--verbose", "verbose", count=True,
+                         help="On stderr: -v each remote command, -vv with timings, -vvv with the raw host output."),
+        ]
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any:
+    """The InventorySpec for the -i sources and the flags ``inventory_options`` collected."""
+    from gpuops.inventory.loader import InventorySpec
+    from gpuops.inventory.vault import VaultText, vault_from_options
+
+    if isinstance(sources, str):
+        sources = (sources,)
+    prompt = _prompt if sys.stdin.isatty() else None
+    vault = vault_from_options(flags.get("vault_password_files") or (), flags.get("vault_ids") or (),
+                               ask=bool(flags.get("ask_vault_pass")), prompt=prompt)
+    vault_args: list[str] = []
+    for path in flags.get("vault_password_files") or ():
+        vault_args += ["--vault-password-file", path]
+    for spec in flags.get("vault_ids") or ():
+        if not spec.endswith("@prompt") and spec != "prompt":
+            vault_args += ["--vault-id", spec]
+    defaults: dict[str, Any] = {}
+    if flags.get("remote_user"):
+        defaults["ansible_user"] = flags["remote_user"]
+    if flags.get("private_key"):
+        defaults["ansible_ssh_private_key_file"] = os.path.abspath(os.path.expanduser(flags["private_key"]))
+    if flags.get("ask_become_pass"):
+        password = os.environ.get(BECOME_PASS_ENV)
+        if password is None and prompt is None:
+            from gpuops.errors import GpuopsError
+
+            raise GpuopsError(f"-K/--ask-become-pass needs a terminal to ask on (or set ${BECOME_PASS_ENV})")
+        defaults["ansible_become_password"] = VaultText(password if password is not None else prompt("BECOME password: "))
+    return InventorySpec(tuple(sources), vault, tuple(vault_args), defaults)
+
+
+def _prompt(text: str) -> str:
+    return click.prompt(text.rstrip(": "), hide_input=True, default="", show_default=False, err=True)
+
+
+def _list_hosts(spec: Any, limit: str | None) -> None:
+    """Ansible's --list-hosts: the hosts a command would work on, one a line, nothing contacted."""
+    from gpuops.inventory import load_inventory
+
+    hosts = load_inventory(spec).select(limit)
+    click.echo(f"  hosts ({len(hosts)}):")
+    for host in hosts:
+        click.echo(f"    {host.name}")
+
+
+def forks_option(help: str = "Hosts worked on at once.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("-f", "--forks", type=click.IntRange(1, 256), default=16, show_default=True, help=help)
+
+
+def host_key_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails the host)."),
+        click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file (repeatable)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def rollout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--serial and --max-fail-percentage, handed to the command as one ``rollout`` (or None)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from gpuops.transport.rollout import Rollout
+
+        serial, max_fail = kwargs.pop("serial"), kwargs.pop("max_fail_percentage")
+        kwargs["rollout"] = Rollout.parse(serial, max_fail)
+        return fn(*args, **kwargs)
+
+    options = [
+        click.option("--serial", metavar="N|N%|N,M%,...",
+                     help="Work on hosts in batches, each finished (restarted, healthy) before the next: "
+                          "a count, a percentage, or Ansible's list of batch sizes (the last repeats)."),
+        click.option("--max-fail-percentage", "max_fail_percentage", type=click.FloatRange(0, 100), metavar="P",
+                     help="Stop before the next batch once more than P% of a batch failed (0: any failure stops)."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper

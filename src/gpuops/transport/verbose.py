@@ -1,0 +1,88 @@
+"""-v/-vv/-vvv: what gpuops does on each host, on stderr, as Ansible's verbosity shows it.
+
+    -v     each remote command (the command line; programs travel on stdin and are not shown)
+    -vv    + timings: connect, and each command's duration, exit status and bytes moved
+    -vvv   + the raw output of each command (stdout and stderr, secrets of the host's vars masked)
+
+Records go through the ``gpuops.transport`` logger; ``configure(verbosity)`` attaches the stderr
+handler once per command line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport.base import Connection, ExecResult
+
+LOGGER = logging.getLogger("gpuops.transport")
+COMMANDS, TIMINGS, RAW = logging.INFO, 15, logging.DEBUG
+_RAW_LIMIT = 100_000  # characters of each stream shown at -vvv
+_COMMAND_LIMIT = 400
+
+
+def configure(verbosity: int) -> None:
+    if verbosity <= 0:
+        return
+    level = {1: COMMANDS, 2: TIMINGS}.get(verbosity, RAW)
+    LOGGER.setLevel(level)
+    if not any(getattr(h, "gpuops_verbose", False) for h in LOGGER.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.gpuops_verbose = True  # type: ignore[attr-defined]
+        LOGGER.addHandler(handler)
+    LOGGER.propagate = False
+
+
+def enabled() -> bool:
+    return LOGGER.isEnabledFor(COMMANDS)
+
+
+class LoggedConnection:
+    """A connection that reports what it runs (only made when -v is given)."""
+
+    def __init__(self, inner: Connection, connect_seconds: float) -> None:
+        self._inner = inner
+        self.host: Host = inner.host
+        LOGGER.log(TIMINGS, "%s: connected in %.3f s", self.host.name, connect_seconds)
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
+        shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
+        LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin)", self.host.name, shown, len(stdin))
+        started = time.monotonic()
+        try:
+            result = self._inner.run(command, stdin=stdin, timeout=timeout)
+        except Exception as exc:
+            LOGGER.log(TIMINGS, "%s: failed after %.3f s: %s", self.host.name, time.monotonic() - started, exc)
+            raise
+        LOGGER.log(TIMINGS, "%s: exit %d in %.3f s (%d bytes out, %d bytes err)", self.host.name, result.exit_status,
+                   time.monotonic() - started, len(result.stdout), len(result.stderr))
+        if LOGGER.isEnabledFor(RAW):
+            secrets = _secrets(self.host)
+            for name, data in (("stdout", result.stdout_text()), ("stderr", result.stderr_text())):
+                if data:
+                    LOGGER.log(RAW, "%s: %s:\n%s", self.host.name, name, _masked(data[:_RAW_LIMIT], secrets)
+                               + ("\n... (cut)" if len(data) > _RAW_LIMIT else ""))
+        return result
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # anything else a caller reaches for (settings, ...)
+        return getattr(self._inner, name)
+
+
+def _secrets(host: Host) -> list[str]:
+    from gpuops.secret_policy import secret_values
+
+    return secret_values(dict(host.vars or {}))
+
+
+def _masked(text: str, secrets: list[str]) -> str:
+    from gpuops.secret_policy import mask_text
+
+    return mask_text(text, secrets)

@@ -1,0 +1,123 @@
+"""sglang_manager: docker, against a real docker daemon (private, host network, local images).
+
+One lab host for the module whose `docker` reaches the test's daemon; its SGLang runs in a
+container made from the Debian root plus the stand-in server. Every test leaves the host as it
+found it. What runs is read from docker itself (`docker inspect`), never from gpuops' files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from labtools import server_info
+
+pytestmark = pytest.mark.integration
+
+ORIGINAL_ENV = {"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"}
+
+
+@pytest.fixture(scope="module")
+def docker_host(lab_factory, docker_daemon, debian_root):
+    from gpuops.lab.docker_host import setup_docker_host, standin_image
+
+    image = standin_image(docker_daemon, debian_root)
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, server=False)
+    return setup_docker_host(lab, docker_daemon, image, server_env=ORIGINAL_ENV)
+
+
+def apply(run_gpuops, dh, *args: str) -> subprocess.CompletedProcess:
+    return run_gpuops("apply", *args, "-i", str(dh.lab.inventory_path), "--json", "-e", "gpuops_health_timeout=30",
+                      env={"XDG_STATE_HOME": ""})
+
+
+def report_of(proc: subprocess.CompletedProcess, name: str) -> dict[str, Any]:
+    try:
+        return json.loads(proc.stdout)["hosts"][name]
+    except (ValueError, KeyError):
+        raise AssertionError(f"no JSON report: {proc.stdout}\n{proc.stderr}") from None
+
+
+def files(dh) -> dict[str, str]:
+    state = dh.host.state_dir
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (state / "sglang.docker.env", state / "sglang-docker-run.sh")}
+
+
+def served(dh, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return server_info(dh.server_port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def spec(info: dict[str, Any]) -> tuple[Any, ...]:
+    """What a recreate must reproduce: image, command, environment, network."""
+    return (info["Config"]["Image"], info["Image"], tuple(info["Config"]["Cmd"] or ()),
+            tuple(sorted(e for e in info["Config"]["Env"] if not e.startswith("PATH="))),
+            info["HostConfig"]["NetworkMode"])
+
+
+def test_env_change_recreates_the_container_then_rerun_and_rollback(docker_host, run_gpuops) -> None:
+    dh = docker_host
+    name = dh.host.name
+    before_files, before = files(dh), dh.inspect()
+    served(dh)
+    extra = json.dumps({"sglang_env": {**ORIGINAL_ENV, "SGLANG_NOTE": "it's \\ a $HOME `id`"}})
+    proc = apply(run_gpuops, dh, "sglang-service", "-e", extra)
+    report = report_of(proc, name)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert [c["path"].rsplit("/", 1)[1] for c in report["changes"]] == ["sglang.docker.env"]
+    after = dh.inspect()
+    assert after["Id"] != before["Id"] and after["State"]["Running"]
+    assert "SGLANG_NOTE=it's \\ a $HOME `id`" in after["Config"]["Env"]
+    assert served(dh)["env"]["SGLANG_NOTE"] == "it's \\ a $HOME `id`"
+    assert report["pid"] == after["State"]["Pid"]
+
+    again = apply(run_gpuops, dh, "sglang-service", "-e", extra)
+    second = report_of(again, name)
+    assert again.returncode == 0 and second["changed"] == 0 and second["status"] == "unchanged"
+    assert dh.inspect()["Id"] == after["Id"]  # not recreated
+
+    back = run_gpuops("rollback", "-i", str(dh.lab.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(dh) == before_files
+    restored = dh.inspect()
+    assert restored["Id"] not in (before["Id"], after["Id"]) and restored["State"]["Running"]
+    assert spec(restored) == spec(before)
+    assert "SGLANG_NOTE" not in served(dh)["env"]
+
+
+def test_a_container_whose_server_crashes_is_a_failed_start_and_rolls_back(docker_host, run_gpuops) -> None:
+    dh = docker_host
+    before_files, before = files(dh), dh.inspect()
+    proc = apply(run_gpuops, dh, "nccl-env", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 13}}')
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert "exit code 1" in report["error"]
+    assert "NCCL_MIN_NCHANNELS=13 is not supported" in (report.get("log_tail") or "")
+    assert files(dh) == before_files
+    restored = dh.inspect()
+    assert restored["State"]["Running"] and spec(restored) == spec(before)
+    info = served(dh)
+    assert "NCCL_MIN_NCHANNELS" not in info["env"] and info["env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_inspect_sees_the_containerised_server(docker_host, run_gpuops) -> None:
+    dh = docker_host
+    served(dh)
+    proc = run_gpuops("inspect", "host", "-i", str(dh.lab.inventory_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    server = json.loads(proc.stdout)["hosts"][dh.host.name]["facts"]["server"]
+    info = dh.inspect()
+    assert server["running"] and server["manager"] == "docker"
+    assert server["unit"] == info["Id"][:12]
+    assert server["env"]["NCCL_DEBUG"] == "WARN"
