@@ -372,3 +372,67 @@ def test_proxyjump_in_ansible_ssh_common_args_verifies_the_jump_hosts_key(lab, e
     vars_["gpuops_known_hosts"] = str(empty_home / "kh")
     outcome = run_on_hosts([dataclasses.replace(host, vars=vars_)], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
     assert not outcome.ok and f"host key for [127.0.0.1]:{bastion.port} is unknown" in outcome.error, outcome.error
+
+
+# -- the openssh connection (the system's ssh, ControlMaster/ControlPersist) ------------------------
+
+
+@pytest.fixture
+def control_dir(monkeypatch: pytest.MonkeyPatch):
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="gcm")  # short: a unix socket path holds ~100 bytes
+    monkeypatch.setenv("GPUOPS_SSH_CONTROL_DIR", path)
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _openssh(host: Host, **extra) -> Host:
+    return dataclasses.replace(host, vars={**dict(host.vars), "gpuops_connection": "openssh", **extra})
+
+
+def test_openssh_connection_runs_one_exec_and_shares_the_connection(lab, control_dir: Path) -> None:
+    host = _openssh(_hosts(lab)[0])
+    log = lab.host(host.name).dir / "sshd.log"
+    logins_before = log.read_text().count("Accepted publickey")
+    conn = connect(host, ConnectOptions())
+    try:
+        program = b"#" * 300_000 + b"\nhead -c 2000000 /dev/zero | tr '\\0' y; echo; echo err >&2; exit 3\n"
+        result = conn.run("sh -s", stdin=program, timeout=60)
+        assert (result.exit_status, result.stdout, result.stderr) == (3, b"y" * 2_000_000 + b"\n", b"err\n")
+        conn.close()
+        again = connect(host, ConnectOptions())
+        assert again.run("echo $GPUOPS_LAB_HOST").stdout == f"{host.name}\n".encode()
+        # One login for both connections: the second went through the master (ControlPersist).
+        assert log.read_text().count("Accepted publickey") == logins_before + 1
+        assert len(list(control_dir.iterdir())) == 1
+    finally:
+        conn.stop_master()  # type: ignore[attr-defined]
+
+
+def test_openssh_connection_verifies_host_keys_and_certificates(lab, cert_hosts, control_dir: Path, tmp_path: Path) -> None:
+    unknown = _openssh(_without_lab_known_hosts(_hosts(lab)[0]))
+    outcome = run_on_hosts([unknown], lambda h: connect(h, ConnectOptions()).run("true"))[unknown.name]
+    assert not outcome.ok and "host key for 127.0.0.1 is unknown, changed or revoked" in outcome.error, outcome.error
+    root, ports = cert_hosts
+    known = tmp_path / "known_hosts"
+    known.write_text(_ca_line(root))
+    good = _openssh(_cert_host(lab, ports["good"], known))
+    wrong = _openssh(_cert_host(lab, ports["other_ca"], known))
+    outcomes = run_on_hosts([good, wrong], lambda h: connect(h, ConnectOptions()).run("echo $GPUOPS_CERT_CASE").stdout)
+    assert outcomes[good.name].ok and outcomes[good.name].value == b"good\n", outcomes[good.name].error
+    assert not outcomes[wrong.name].ok and "Host key verification failed" in outcomes[wrong.name].error
+    for host in (good,):
+        connect(host, ConnectOptions()).stop_master()  # type: ignore[attr-defined]
+
+
+def test_openssh_connection_refuses_a_password_and_a_bad_persist(lab, control_dir: Path) -> None:
+    base = _hosts(lab)[0]
+    for extra, expected in [({"ansible_password": "pw-value"}, "ansible_password needs the paramiko connection"),
+                            ({"gpuops_control_persist": "1; touch /tmp/x"}, "is not an ssh time"),
+                            ({"gpuops_connection": "telnet"}, "gpuops_connection 'telnet' is not one of paramiko, openssh")]:
+        host = _openssh(base, **extra)
+        outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+        assert not outcome.ok and expected in outcome.error, outcome.error
+        assert "pw-value" not in outcome.error

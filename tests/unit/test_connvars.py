@@ -75,3 +75,9 @@ def test_become_user_is_quoted_into_sudo_and_the_password_stays_on_stdin() -> No
     assert command.startswith("sudo -S -p '' -u 'svc; touch /tmp/x' -- /bin/sh -c ")
     assert "pw; rm" not in command and stdin.startswith(b"pw; rm -rf /\n")
     assert shlex.split(command)[5] == "svc; touch /tmp/x"
+
+
+def test_the_openssh_connection_takes_any_ssh_option_but_never_a_weaker_host_key_check() -> None:
+    ssh_settings(host(ansible_ssh_common_args="-o LocalForward=1:h:2 -A -o GSSAPIDelegateCredentials=yes"), openssh=True)
+    with pytest.raises(TransportError, match="StrictHostKeyChecking=no is refused"):
+        ssh_settings(host(ansible_ssh_common_args="-o StrictHostKeyChecking=no"), openssh=True)

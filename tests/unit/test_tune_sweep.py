@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuops.errors import GpuopsError
-from gpuops.tune.sweep import BASELINE, Trial, best_variant, plan_variants, rank
+from gpuops.bench.stats import Interval
+from gpuops.tune.sweep import BASELINE, Trial, best_variant, plan_variants, rank, verdicts
 
 
 def test_cross_product_in_a_stable_order() -> None:
@@ -37,8 +38,11 @@ def test_tree_is_warned_about() -> None:
     assert any("Tree" in w for w in variant.warnings)
 
 
-def _trial(variant: str, rate: float | None, ttft: float = 10.0, status: str = "measured") -> Trial:
-    return Trial(host="h", variant=variant, env={}, status=status, output_tokens_per_s=rate, ttft_ms=ttft)
+def _trial(variant: str, rate: float | None, ttft: float = 10.0, status: str = "measured",
+           spread: float = 1.0) -> Trial:
+    interval = Interval(rate, rate - spread, rate + spread, 5, "requests") if rate is not None else None
+    return Trial(host="h", variant=variant, env={}, status=status, output_tokens_per_s=rate, ttft_ms=ttft,
+                 interval=interval)
 
 
 def test_rank_fastest_first_ties_by_ttft_failures_last() -> None:
@@ -52,3 +56,17 @@ def test_rank_fastest_first_ties_by_ttft_failures_last() -> None:
     assert [t.variant for t in rank(trials)] == ["a", "b", BASELINE, "fail-1", "fail-2"]
     assert best_variant(trials).variant == "a"
     assert best_variant([_trial("x", None, status="apply_failed")]) is None
+
+
+def test_a_win_inside_the_noise_keeps_the_baseline_and_says_so() -> None:
+    # 95 vs 80 tok/s, but the intervals overlap (+-10): not a reason to change a host
+    noisy = [_trial(BASELINE, 80.0, spread=10.0), _trial("a", 95.0, spread=10.0), _trial("b", 40.0, spread=1.0)]
+    assert [t.variant for t in rank(noisy)] == ["a", BASELINE, "b"]  # still ordered by the estimate
+    assert best_variant(noisy).variant == BASELINE
+    assert verdicts(noisy) == {"a": "fastest", BASELINE: "indistinguishable", "b": "slower"}
+    # no interval (one measurement) is never a significant win either
+    single = [_trial(BASELINE, 80.0), Trial(host="h", variant="a", env={}, status="measured",
+                                            output_tokens_per_s=200.0, ttft_ms=1.0)]
+    assert best_variant(single).variant == BASELINE
+    # with no measured baseline, the fastest measured variant is the best there is
+    assert best_variant([_trial(BASELINE, None, status="bench_failed"), _trial("a", 95.0)]).variant == "a"

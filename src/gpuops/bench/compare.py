@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gpuops.bench.fingerprint import config_differences
+from gpuops.bench.repeats import result_intervals
 from gpuops.bench.simulated import model_label
+from gpuops.bench.stats import Interval, significant, verdict
 from gpuops.errors import GpuopsError
 
 
@@ -23,6 +25,18 @@ class Metric:
     unit: str
     better: str  # "higher" | "lower"
     values: tuple[float | None, ...]
+    intervals: tuple[Interval | None, ...] = ()
+
+    def interval(self, index: int) -> Interval | None:
+        return self.intervals[index] if index < len(self.intervals) else None
+
+    def significant(self) -> tuple[bool | None, ...]:
+        """Per column against the baseline: True only when the two 95% intervals do not overlap."""
+        return (None,) + tuple(significant(self.interval(0), self.interval(i)) for i in range(1, len(self.values)))
+
+    def verdicts(self) -> tuple[str | None, ...]:
+        return (None,) + tuple(verdict(self.interval(0), self.interval(i), self.better)
+                               for i in range(1, len(self.values)))
 
     def deltas_pct(self) -> tuple[float | None, ...]:
         base = self.values[0]
@@ -32,9 +46,11 @@ class Metric:
         return tuple(out)
 
     def improved(self) -> tuple[bool | None, ...]:
+        """better (True) / worse (False) only where the difference is significant; None: within noise."""
         marks: list[bool | None] = [None]
-        for delta in self.deltas_pct()[1:]:
-            marks.append(None if delta is None or abs(delta) < 1e-9 else (delta > 0) == (self.better == "higher"))
+        for delta, real in zip(self.deltas_pct()[1:], self.significant()[1:]):
+            marks.append(None if delta is None or not real or abs(delta) < 1e-9
+                         else (delta > 0) == (self.better == "higher"))
         return tuple(marks)
 
 
@@ -62,7 +78,11 @@ class Comparison:
             "ids": self.ids, "hosts": self.hosts, "suites": self.suites, "fingerprints": self.fingerprints,
             "same_configuration": self.same_configuration,
             "metrics": [{"name": m.name, "unit": m.unit, "better": m.better, "values": list(m.values),
-                         "delta_pct": list(m.deltas_pct())} for m in self.metrics],
+                         "delta_pct": list(m.deltas_pct()), "significant": list(m.significant()),
+                         "verdict": list(m.verdicts()),
+                         "intervals": [i.as_json() if i else None for i in (m.interval(k) for k in range(len(m.values)))]}
+                        for m in self.metrics],
+            "rule": "significant only when the two 95% bootstrap intervals do not overlap and the medians differ by more than 1%",
             "configuration_differences": self.config_diffs,
             "simulated": [label is not None for label in self.simulated],
             "speed_models": list(self.simulated),
@@ -90,17 +110,27 @@ def _figures(result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | No
             out[(f"ITL {q}", "ms", "lower")] = _get(summary, "itl_ms", q)
         out[("accept length", "tokens", "higher")] = _get(summary, "accept_length")
     if suite == "serving":
+        from gpuops.bench.repeats import level_label
+
         for level in result.get("levels") or []:
-            c = level.get("concurrency")
-            out[(f"c={c} total output tokens/s", "tok/s", "higher")] = _get(level, "total_output_tokens_per_s")
-            out[(f"c={c} requests/s", "req/s", "higher")] = _get(level, "request_throughput")
-            out[(f"c={c} TTFT p50", "ms", "lower")] = _get(level, "ttft_ms", "p50")
-            out[(f"c={c} ITL p50", "ms", "lower")] = _get(level, "itl_ms", "p50")
+            c = level_label(level)
+            out[(f"{c} total output tokens/s", "tok/s", "higher")] = _get(level, "total_output_tokens_per_s")
+            out[(f"{c} requests/s", "req/s", "higher")] = _get(level, "request_throughput")
+            out[(f"{c} TTFT p50", "ms", "lower")] = _get(level, "ttft_ms", "p50")
+            out[(f"{c} ITL p50", "ms", "lower")] = _get(level, "itl_ms", "p50")
+            out[(f"{c} goodput", "req/s", "higher")] = _get(level, "goodput_request_per_s")
+        out[("peak total output tokens/s", "tok/s", "higher")] = _get(summary, "peak_total_output_tokens_per_s")
     if suite == "allreduce":
         for variant in summary.get("variants") or []:
             for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: int(kv[0])):
                 out[(f"{variant['label']} x{tokens} tokens latency", "us", "lower")] = float(latency)
         out[("best variant step cost", "ms", "lower")] = _get(summary, "step_cost_ms")
+    if suite == "fusion":
+        for row in summary.get("table") or []:
+            mode = "graph" if row.get("cuda_graph") else "eager"
+            out[(f"fused x{row['tokens']} tokens ({mode})", "us", "lower")] = _get(row, "fused_us")
+            out[(f"unfused x{row['tokens']} tokens ({mode})", "us", "lower")] = _get(row, "unfused_nccl_us")
+        out[("fused per forward pass", "ms", "lower")] = _get(summary, "fused_step_ms")
     return out
 
 
@@ -113,7 +143,9 @@ def compare_results(results: Sequence[Mapping[str, Any]]) -> Comparison:
         for key in fig:
             if key not in names:
                 names.append(key)
-    metrics = [Metric(n, u, b, tuple(f.get((n, u, b)) for f in figures)) for n, u, b in names]
+    intervals = [result_intervals(r) for r in results]
+    metrics = [Metric(n, u, b, tuple(f.get((n, u, b)) for f in figures),
+                      tuple(Interval.from_json(i.get(n)) for i in intervals)) for n, u, b in names]
     metrics = [m for m in metrics if any(v is not None for v in m.values)]
     base_config = results[0].get("configuration") or {}
     diffs = [{"id": r.get("id"), "against": results[0].get("id"),

@@ -58,6 +58,13 @@ class BenchOptions:
     tool: str | None = None             # "sglang": run sglang.bench_serving / bench_one_batch_server
     tool_args: tuple[str, ...] = ()
     python: str | None = None           # runs torchrun / the SGLang tool; None: host var sglang_python
+    repeat: int = 1                     # the whole measurement N times; one merged result with intervals
+    request_rates: tuple[float, ...] = ()  # serving: Poisson arrivals at each rate (req/s; inf: all at once)
+    max_concurrency: int | None = None  # serving with --request-rate: cap on requests in flight
+    slo: tuple[tuple[str, float], ...] = ()  # goodput: (ttft_ms|tpot_ms|e2e_ms|itl_ms, limit)
+    dataset: str = "random"             # random | sharegpt
+    dataset_path: str | None = None     # sharegpt: a ShareGPT-format JSON file here at home
+    random_range_ratio: float = 1.0     # random: lengths drawn from [len x ratio, len]
     allreduce: AllreduceOptions = field(default_factory=AllreduceOptions)
 
     def __post_init__(self) -> None:
@@ -72,8 +79,25 @@ class BenchOptions:
             raise GpuopsError("bench: --output-len must be at least 2 (a decode rate needs two tokens)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise GpuopsError("bench: --concurrency needs positive integers, e.g. 1,4,16")
+        if self.request_rates and self.suite != "serving":
+            raise GpuopsError("bench: --request-rate is for the serving suite")
+        if any(not r > 0 for r in self.request_rates):
+            raise GpuopsError("bench: --request-rate needs positive rates (requests/s, or inf)")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise GpuopsError("bench: --max-concurrency must be at least 1")
+        if not 0.0 < self.random_range_ratio <= 1.0:
+            raise GpuopsError("bench: --random-range-ratio must be in (0, 1]")
+        if self.dataset not in ("random", "sharegpt"):
+            raise GpuopsError(f"bench: unknown --dataset {self.dataset!r} (random or sharegpt)")
+        if (self.dataset == "sharegpt") != bool(self.dataset_path):
+            raise GpuopsError("bench: --dataset sharegpt needs --dataset-path FILE (and the path needs the dataset)")
+        if self.repeat < 1:
+            raise GpuopsError("bench: --repeat must be at least 1")
         if self.tool not in (None, "sglang"):
             raise GpuopsError(f"bench: unknown --tool {self.tool!r} (only 'sglang')")
+        if self.tool and self.dataset == "sharegpt":
+            raise GpuopsError("bench: --dataset sharegpt is for the built-in client (SGLang's tool reads "
+                              "its own --dataset-path on the host: pass it in --tool-args)")
         if self.tool and self.suite in TORCHRUN_SUITES:
             raise GpuopsError(f"bench: --tool sglang runs the decode or serving suite, not {self.suite}")
         if self.suite == "fusion" and self.allreduce.backend != "nccl":
@@ -83,6 +107,8 @@ class BenchOptions:
         record = asdict(self)
         record["concurrency"] = list(self.concurrency)
         record["tool_args"] = list(self.tool_args)
+        record["request_rates"] = list(self.request_rates)
+        record["slo"] = dict(self.slo)
         ar = record.pop("allreduce")
         if self.suite in TORCHRUN_SUITES:
             ar["tokens"] = list(self.allreduce.tokens)
@@ -139,6 +165,100 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
+
+
+def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
+    """``ttft_ms=500,tpot_ms=50`` -> (("ttft_ms", 500.0), ("tpot_ms", 50.0))."""
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in SLO_KEYS:
+            raise GpuopsError(f"bench: --slo {text!r}: give {'/'.join(SLO_KEYS)}=MILLISECONDS, comma-separated")
+        try:
+            limit = float(value)
+        except ValueError:
+            raise GpuopsError(f"bench: --slo {key}={value!r} is not a number of milliseconds") from None
+        if not limit > 0:
+            raise GpuopsError(f"bench: --slo {key} must be positive")
+        out.append((key, limit))
+    return tuple(out)
+
+
+def parse_rates(text: str | None) -> tuple[float, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise GpuopsError(f"bench: --request-rate {text!r}: comma-separated requests/s (or inf)") from None
+
+
+def request_count(options: BenchOptions) -> int:
+    """How many distinct requests a run sends at most (the request list's length)."""
+    if options.suite == "decode":
+        return options.num_requests
+    caps = [options.max_concurrency or 8] if options.request_rates else list(options.concurrency)
+    return options.requests_per_level or max(4, 2 * max(caps))
+
+
+def requests_spec(options: BenchOptions) -> list[dict[str, Any]] | None:
+    """The per-request list the client cycles through; None for fixed lengths (the client's default).
+
+    random: input/output lengths uniform in [len x ratio, len] (SGLang's --random-range-ratio),
+    seeded. sharegpt: first human turn as the prompt, the reply's length as max tokens (4 characters
+    per token: gpuops has no tokenizer; every figure uses the server's own token counts).
+    """
+    if options.suite not in ("decode", "serving"):
+        return None
+    count = request_count(options)
+    if options.dataset == "sharegpt":
+        return load_sharegpt(str(options.dataset_path), count, options.seed, options.output_len)
+    if options.random_range_ratio >= 1.0:
+        return None
+    import random
+
+    rng = random.Random(options.seed)
+
+    def draw(length: int) -> int:
+        return rng.randint(max(int(length * options.random_range_ratio), 1), length)
+
+    return [{"input_len": draw(options.input_len), "output_len": max(2, draw(options.output_len))}
+            for _ in range(count)]
+
+
+def load_sharegpt(path: str, count: int, seed: int, max_output: int) -> list[dict[str, Any]]:
+    import json
+    import random
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise GpuopsError(f"bench: cannot read --dataset-path {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise GpuopsError(f"bench: --dataset-path {path} is not JSON: {exc}") from None
+    pairs = []
+    for entry in data if isinstance(data, list) else []:
+        turns = entry.get("conversations") or entry.get("conversation") if isinstance(entry, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        first, second = turns[0], turns[1]
+        if not (isinstance(first, dict) and isinstance(second, dict)):
+            continue
+        prompt, reply = first.get("value"), second.get("value")
+        if isinstance(prompt, str) and isinstance(reply, str) and prompt.strip() and reply.strip():
+            pairs.append({"prompt": prompt, "input_len": max(1, len(prompt) // 4),
+                          "output_len": max(2, min(max_output, len(reply) // 4))})
+    if not pairs:
+        raise GpuopsError(f"bench: --dataset-path {path} has no ShareGPT conversations "
+                          '(a list of {"conversations": [{"from": ..., "value": ...}, ...]})')
+    random.Random(seed).shuffle(pairs)
+    return [pairs[i % len(pairs)] for i in range(count)]
+
+
 # --------------------------------------------------------------------------- payload
 
 def server_url(port: int, address: str = "127.0.0.1") -> str:
@@ -170,14 +290,22 @@ def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
                 base += [flag, value]
         return "sglang.bench_one_batch_server", "--result-filename", [base + user]
     runs = []
-    for concurrency in options.concurrency:
+    levels: list[tuple[int | None, float | None]] = (
+        [(options.max_concurrency, r) for r in options.request_rates] if options.request_rates
+        else [(c, None) for c in options.concurrency])
+    for concurrency, rate in levels:
         args: list[str] = []
-        count = options.requests_per_level or max(4, 2 * concurrency)
-        for flag, value in (("--backend", "sglang"), ("--dataset-name", "random"),
-                            ("--random-input-len", str(options.input_len)),
-                            ("--random-output-len", str(options.output_len)),
-                            ("--num-prompts", str(count)), ("--seed", str(options.seed)),
-                            ("--max-concurrency", str(concurrency))):
+        count = options.requests_per_level or max(4, 2 * (concurrency or 8))
+        pairs = [("--backend", "sglang"), ("--dataset-name", "random"),
+                 ("--random-input-len", str(options.input_len)),
+                 ("--random-output-len", str(options.output_len)),
+                 ("--random-range-ratio", str(options.random_range_ratio)),
+                 ("--num-prompts", str(count)), ("--seed", str(options.seed))]
+        if concurrency:
+            pairs.append(("--max-concurrency", str(concurrency)))
+        if rate is not None:
+            pairs.append(("--request-rate", str(rate)))
+        for flag, value in pairs:
             if not has(flag):
                 args += [flag, value]
         runs.append(args + user + (["--disable-tqdm"] if not has("--disable-tqdm") else []))
@@ -220,14 +348,20 @@ def build_payload(
         "warmup": options.warmup,
         "concurrency": list(options.concurrency),
         "requests_per_level": options.requests_per_level,
+        "request_rates": list(options.request_rates) or None,
+        "max_concurrency": options.max_concurrency,
+        "slo": dict(options.slo) or None,
+        "requests_spec": requests_spec(options),
         "seed": options.seed,
         "request_timeout": options.request_timeout_s,
         "pid_file": pid_file(run_id, host_name),
+        "progress_file": progress_file(run_id, host_name),
         "server_pid_file": f"{state_dir}/sglang.pid" if state_dir else None,
         "state_dir": str(state_dir) if state_dir else None,
         "host_facts": True,
-        # every frame is also kept on the host, so a lost connection loses no measurement
-        "record_file": record_file(run_id, host_name, state_dir),
+        # torchrun suites also keep every frame on the host (a hung or cut run loses nothing there);
+        # not decode/serving, whose runs must leave the host as they found it (tune checks bytes)
+        "record_file": record_file(run_id, host_name, state_dir) if options.suite in TORCHRUN_SUITES else None,
     }
     python = options.python or str(host_vars.get("sglang_python") or "python3")
     payload["server_python"] = str(host_vars["sglang_python"]) if host_vars.get("sglang_python") else None
@@ -256,6 +390,15 @@ def build_payload(
             "allreduces_per_step": ar.allreduces_per_step,
         }
     return payload
+
+
+def progress_file(run_id: str, host_name: str) -> str:
+    """The client's progress file (JSON: done, total, stage), removed when it ends."""
+    return f"/tmp/gpuops-bench-{run_id}-{host_token(host_name)}.progress"
+
+
+def progress_command(run_id: str, host_name: str = "localhost") -> str:
+    return f"cat {shlex.quote(progress_file(run_id, host_name))} 2>/dev/null; true"
 
 
 def stop_command(run_id: str, host_name: str = "localhost") -> str:

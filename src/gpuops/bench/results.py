@@ -155,13 +155,35 @@ def fusion_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def _num_prompts(args: list[str]) -> int | None:
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--num-prompts=") else (
+            args[i + 1] if arg == "--num-prompts" and i + 1 < len(args) else None)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
 def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline of a serving run is its peak throughput (and its peak goodput under the SLO
+    when one was given), not the lowest level's per-stream rate, which is kept alongside."""
     if not levels:
         return {"levels": 0}
-    ordered = sorted(levels, key=lambda lv: lv.get("concurrency") or 0)
+    ordered = sorted(levels, key=lambda lv: (lv.get("concurrency") or 0, lv.get("request_rate") or 0))
     lowest = ordered[0]
     peak = max(levels, key=lambda lv: lv.get("total_output_tokens_per_s") or 0)
+    good = [lv for lv in levels if isinstance(lv.get("goodput_request_per_s"), (int, float))]
+    best_good = max(good, key=lambda lv: lv["goodput_request_per_s"]) if good else None
     return {
+        "peak_request_throughput": peak.get("request_throughput"),
+        "peak_request_rate": peak.get("request_rate"),
+        "peak_goodput_request_per_s": best_good.get("goodput_request_per_s") if best_good else None,
+        "peak_goodput_concurrency": best_good.get("concurrency") if best_good else None,
+        "peak_goodput_total_output_tokens_per_s": best_good.get("total_output_tokens_per_s") if best_good else None,
+        "slo": (best_good or {}).get("slo"),
         "levels": len(levels),
         "output_tokens_per_s": lowest.get("output_tokens_per_s"),
         "ttft_ms": lowest.get("ttft_ms"),
@@ -169,7 +191,8 @@ def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_total_output_tokens_per_s": peak.get("total_output_tokens_per_s"),
         "peak_concurrency": peak.get("concurrency"),
         "completed": sum(lv.get("completed") or 0 for lv in levels),
-        "failed": sum(lv.get("failed") or 0 for lv in levels),
+        "failed": sum(lv.get("failed") or 0 for lv in levels) if all(
+            lv.get("failed") is not None for lv in levels) else None,
     }
 
 
@@ -188,11 +211,15 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         if options.suite == "decode":
             summary = one_batch_summary(run.tool[-1]) if run.tool else {}
         else:
-            levels = [serving_level(r) for r in run.tool]
+            from gpuops.bench.options import tool_runs
+
+            asked = [_num_prompts(args) for args in tool_runs(options)[2]]
+            levels = [serving_level(r, asked[r["_run_index"]] if isinstance(r.get("_run_index"), int)
+                                    and r["_run_index"] < len(asked) else None) for r in run.tool]
             samples = [s for r in run.tool for s in serving_samples(r)]
             summary = serving_summary(levels)
     elif options.suite == "decode":
-        summary = summarize_samples(run.samples)
+        summary = summarize_samples(run.samples, None, dict(options.slo) or None)
     elif options.suite == "serving":
         levels = list(run.levels)
         summary = serving_summary(levels)
@@ -224,7 +251,7 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
                            server["env"] if not micro else {},
                            server["version"], patched, extra)
     rid = result_id(ctx.host, run.run_id)
-    return {
+    document = {
         "schema": SCHEMA,
         "id": rid,
         "run_id": run.run_id,
@@ -249,6 +276,11 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         "fusion": list(run.fusion),
         "samples": samples,
     }
+    from gpuops.bench.repeats import within_run
+    from gpuops.bench.stats import intervals_json
+
+    document["intervals"] = intervals_json(within_run(document))
+    return document
 
 
 def headline(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -271,12 +303,21 @@ def headline(result: Mapping[str, Any]) -> dict[str, Any]:
         "error": "; ".join(result.get("errors") or []) or None,
     }
     if result.get("suite") == "serving":
+        for key in ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
+                    "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed"):
+            line[key] = summary.get(key)
         line["levels"] = [{"concurrency": lv.get("concurrency"),
+                           "request_rate": lv.get("request_rate"),
                            "request_throughput": lv.get("request_throughput"),
                            "total_output_tokens_per_s": lv.get("total_output_tokens_per_s"),
                            "output_tokens_per_s": lv.get("output_tokens_per_s"),
                            "ttft_ms_p50": (lv.get("ttft_ms") or {}).get("p50"),
-                           "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50")} for lv in result.get("levels") or []]
+                           "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50"),
+                           "tpot_ms_p50": (lv.get("tpot_ms") or {}).get("p50"),
+                           "e2e_latency_ms_p50": (lv.get("e2e_latency_ms") or {}).get("p50"),
+                           "failed": lv.get("failed"),
+                           "goodput_request_per_s": lv.get("goodput_request_per_s")}
+                          for lv in result.get("levels") or []]
     if result.get("suite") == "fusion":
         for key in ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
                     "saving_step_ms", "all_correct", "world_size", "hidden_size"):

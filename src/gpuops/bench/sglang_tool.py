@@ -23,35 +23,61 @@ def _per_token_rate(tpot_ms: float | None) -> float | None:
     return 1000.0 / tpot_ms if tpot_ms else None
 
 
-def serving_level(record: Mapping[str, Any]) -> dict[str, Any]:
-    """One bench_serving JSONL line -> one serving level of our schema."""
+_PER_REQUEST = ("ttfts", "itls", "output_lens")  # moved to the result's samples, not dropped
+
+
+def _stats(record: Mapping[str, Any], name: str) -> dict[str, float | None]:
+    """mean/median/std/p90/p95/p99 of one bench_serving latency (``mean_ttft_ms`` ...); p50 = median."""
+    out = {stat: _num(record, f"{stat}_{name}_ms") for stat in ("mean", "median", "std", "p90", "p95", "p99")}
+    out["p50"] = out["median"]
+    return out
+
+
+def failed_requests(record: Mapping[str, Any], expected: int | None) -> int | None:
+    """Failures as the tool saw them: its per-request errors, else asked minus completed; None if unknown."""
+    errors = record.get("errors")
+    if isinstance(errors, list) and errors:
+        return sum(1 for e in errors if e)
+    completed = record.get("completed")
+    if isinstance(expected, int) and isinstance(completed, int):
+        return max(0, expected - completed)
+    return None
+
+
+def serving_level(record: Mapping[str, Any], expected: int | None = None) -> dict[str, Any]:
+    """One bench_serving JSONL line -> one serving level of our schema, every field of it kept.
+
+    Our names get the tool's figures; ``tool_record`` holds the line itself (less the per-request
+    arrays, which become the result's samples), so nothing SGLang reported is lost.
+    """
     if "output_throughput" not in record or "completed" not in record:
         raise GpuopsError("sglang.bench_serving output line lacks output_throughput/completed")
+    failed = failed_requests(record, expected)
+    completed = record.get("completed")
     level: dict[str, Any] = {
         "concurrency": record.get("max_concurrency"),
-        "requests": record.get("completed"),
-        "completed": record.get("completed"),
-        "failed": 0,
+        "request_rate": _num(record, "request_rate"),
+        "requests": (completed + failed) if isinstance(completed, int) and failed is not None else completed,
+        "completed": completed,
+        "failed": failed,
         "duration_s": _num(record, "duration"),
         "request_throughput": _num(record, "request_throughput"),
+        "input_tokens_per_s": _num(record, "input_throughput"),
         "total_output_tokens_per_s": _num(record, "output_throughput"),
+        "total_tokens_per_s": _num(record, "total_throughput"),
         # per-stream decode rate: SGLang's time per output token, inverted
         "output_tokens_per_s": _per_token_rate(_num(record, "mean_tpot_ms")),
         "output_tokens": record.get("total_output_tokens"),
         "input_tokens": record.get("total_input_tokens"),
-        "ttft_ms": {"mean": _num(record, "mean_ttft_ms"), "p50": _num(record, "median_ttft_ms"),
-                    "p90": None, "p99": _num(record, "p99_ttft_ms")},
-        "itl_ms": {"mean": _num(record, "mean_itl_ms"), "p50": _num(record, "median_itl_ms"),
-                   "p90": None, "p95": _num(record, "p95_itl_ms"), "p99": _num(record, "p99_itl_ms")},
-        "e2e_latency_ms": {"p50": _num(record, "median_e2e_latency_ms"),
-                           "p90": _num(record, "p90_e2e_latency_ms"),
-                           "p99": _num(record, "p99_e2e_latency_ms")},
-        "tpot_ms": {"mean": _num(record, "mean_tpot_ms"), "p50": _num(record, "median_tpot_ms"),
-                    "p99": _num(record, "p99_tpot_ms")},
+        "ttft_ms": _stats(record, "ttft"),
+        "tpot_ms": _stats(record, "tpot"),
+        "itl_ms": _stats(record, "itl"),
+        "e2e_latency_ms": _stats(record, "e2e_latency"),
         "accept_length": _num(record, "accept_length"),
         "source": "sglang.bench_serving",
+        "tool_record": {k: v for k, v in record.items() if k not in _PER_REQUEST},
     }
-    if level["concurrency"] is None:
+    if level["concurrency"] is None and level["request_rate"] is None:
         level["concurrency"] = record.get("request_rate")
     return level
 

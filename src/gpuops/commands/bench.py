@@ -6,7 +6,10 @@
      "hosts": {NAME: {"ok", "suite", "partial", "output_tokens_per_s", "ttft_ms" (p50),
                       "itl_ms": {"p50", "p90", "p99"}, "accept_length", "result_id", "result_file",
                       "fingerprint", "simulated", "speed_model" (the stand-in model's label, else null), "error",
-                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce)}}}
+                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce),
+                      "peak_*" (serving), "fused_us"/"unfused_us"/"*_step_ms"/"all_correct" (fusion)}}}
+
+Full result and comparison schema: src/gpuops/bench/README.md.
 """
 
 from __future__ import annotations
@@ -46,6 +49,17 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--concurrency", default="1,4,16,64", show_default=True, help="serving: concurrency levels.")
 @click.option("--requests-per-level", type=click.IntRange(1, 1_000_000), help="serving: requests per level (default max(4, 2 x level)).")
+@click.option("--repeat", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Run the whole measurement N times: one result with medians and 95%% bootstrap intervals.")
+@click.option("--request-rate", "request_rate", metavar="R1[,R2]",
+              help="serving: Poisson arrivals at each rate (requests/s; inf: all at once) instead of closed-loop levels.")
+@click.option("--max-concurrency", type=click.IntRange(1, 1_000_000),
+              help="serving with --request-rate: at most this many requests in flight.")
+@click.option("--slo", metavar="ttft_ms=X,tpot_ms=Y", help="Goodput: requests/s meeting every limit (ttft_ms, tpot_ms, e2e_ms, itl_ms).")
+@click.option("--dataset", type=click.Choice(["random", "sharegpt"]), default="random", show_default=True)
+@click.option("--dataset-path", type=click.Path(dir_okay=False), help="sharegpt: a ShareGPT-format JSON file (read here).")
+@click.option("--random-range-ratio", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+              help="random: input/output lengths drawn from [len x ratio, len].")
 @click.option("--request-timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True)
 @click.option("--tool", type=click.Choice(["sglang"]), help="Run SGLang's own bench_serving / bench_one_batch_server instead.")
 @click.option("--tool-args", help="Extra arguments for the SGLang tool, one shell-quoted string.")
@@ -70,7 +84,9 @@ def _results_dir_option(fn: Any) -> Any:
 @click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
 def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: bool, results_dir: str,
           url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
-          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, request_timeout: float,
+          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, repeat: int,
+          request_rate: str | None, max_concurrency: int | None, slo: str | None, dataset: str,
+          dataset_path: str | None, random_range_ratio: float, request_timeout: float,
           tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
           tokens: str | None, variant_timeout: float | None,
           dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
@@ -97,7 +113,9 @@ def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: 
     options = opt.BenchOptions(
         suite=suite, api=api, input_len=input_len, output_len=output_len, num_requests=num_requests,
         warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"),
-        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool,
+        requests_per_level=requests_per_level, seed=seed, request_timeout_s=request_timeout, tool=tool, repeat=repeat,
+        request_rates=opt.parse_rates(request_rate), max_concurrency=max_concurrency, slo=opt.parse_slo(slo),
+        dataset=dataset, dataset_path=dataset_path, random_range_ratio=random_range_ratio,
         tool_args=opt.parse_tool_args(tool_args), python=python,
         allreduce=opt.AllreduceOptions(
             world_size=world_size, hidden_size=hidden_size,
@@ -113,7 +131,7 @@ def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: 
     targets = targets_for(hosts, port, url, remote)
     connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts))
     store = ResultsStore(results_dir)
-    progress = None if as_json else _Progress(suite)
+    progress = None if as_json else _Progress(suite, repeat)
     try:
         states = run_bench(targets, options, store, connect_options, remote=remote,
                            on_change=progress.update if progress else None)
@@ -151,14 +169,21 @@ def _check_url(url: str) -> None:
 
 
 class _Progress:
-    """A live line per host on a terminal (stderr); silent elsewhere."""
+    """Live progress on a terminal (stderr): per host its status, requests or measurements done of
+    the total, the current level or variant, and an ETA; elsewhere plain lines at most every 15 s."""
 
-    def __init__(self, suite: str) -> None:
+    PLAIN_EVERY_S = 15.0
+
+    def __init__(self, suite: str, repeat: int = 1) -> None:
         from gpuops.output import is_tty
 
         self.live = None
         self.suite = suite
-        if is_tty(sys.stderr):
+        self.repeat = repeat
+        self.last_plain = 0.0
+        self.last_statuses: dict[str, Any] = {}
+        self.tty = is_tty(sys.stderr)
+        if self.tty:
             from rich.live import Live
 
             from gpuops.output import make_console
@@ -166,14 +191,40 @@ class _Progress:
             self.live = Live(console=make_console(sys.stderr), refresh_per_second=4, transient=True)
             self.live.start()
 
-    def update(self, states: dict[str, Any]) -> None:
-        if self.live is None:
-            return
-        from gpuops.output import rich_table
+    def rows(self, states: dict[str, Any]) -> list[list[str]]:
+        from gpuops.bench.runner import eta_s
 
-        rows = [[name, state.status, state.error or ""] for name, state in states.items()]
-        self.live.update(rich_table(["host", f"{self.suite}", "note"], rows,
-                                    title="benchmarking (Ctrl-C stops and keeps what was measured)"))
+        rows = []
+        for name, state in states.items():
+            progress = (state.progress or {}) if state.status in ("running", "stopping") else {}
+            done, total = progress.get("done"), progress.get("total")
+            count = f"{done}/{total}" if total else (str(done) if done is not None else "")
+            if self.repeat > 1 and state.repeat:
+                count += f" (repeat {state.repeat}/{self.repeat})"
+            eta = eta_s(state, self.repeat) if state.status == "running" else None
+            rows.append([name, state.status, count, str(progress.get("stage") or ""),
+                         f"{eta:.0f} s" if eta is not None else "", state.error or ""])
+        return rows
+
+    def update(self, states: dict[str, Any]) -> None:
+        import time
+
+        rows = self.rows(states)
+        if self.live is not None:
+            from gpuops.output import rich_table
+
+            self.live.update(rich_table(["host", self.suite, "done", "now", "ETA", "note"], rows,
+                                        title="benchmarking (Ctrl-C stops and keeps what was measured)"))
+            return
+        # a line when a host's status, stage or ETA-availability changes, else every PLAIN_EVERY_S
+        statuses = {row[0]: (row[1], row[3], bool(row[4])) for row in rows}
+        now = time.monotonic()
+        if statuses == self.last_statuses and now - self.last_plain < self.PLAIN_EVERY_S:
+            return
+        self.last_statuses, self.last_plain = statuses, now
+        for name, status, count, stage, eta, note in rows:
+            bits = [b for b in (count and f"{count} done", stage, eta and f"ETA {eta}", note) if b]
+            click.echo(f"bench {self.suite}: {name} {status}" + (f": {', '.join(bits)}" if bits else ""), err=True)
 
     def close(self) -> None:
         if self.live is not None:
@@ -229,6 +280,30 @@ def _render_bench(document: dict[str, Any]) -> None:
                 rows.append([name, v["label"], "yes" if v.get("ok") else "NO", lat, bw, v.get("error") or ""])
             if not line.get("variants"):
                 rows.append([name, "-", "NO", "", "", line.get("error") or ""])
+    elif suite == "serving":
+        # the headline of a serving run is its peak; the lowest level's per-stream figures follow
+        headers = ["host", "ok", "peak total tok/s", "at", "peak req/s", "peak goodput req/s", "tok/s per stream",
+                   "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "failed", "result", "error"]
+        rows = []
+        for name, line in hosts.items():
+            ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
+            sim = bool(line.get("simulated"))
+            itl = line.get("itl_ms") or {}
+            figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
+                       itl.get("p99"), line.get("accept_length"))
+            rows.append([name, ok, _fmt_sim(line.get("peak_total_output_tokens_per_s"), sim),
+                         f"c={line.get('peak_concurrency')}" if line.get("peak_concurrency") is not None else "-",
+                         _fmt_sim(line.get("peak_request_throughput"), sim),
+                         _fmt_sim(line.get("peak_goodput_request_per_s"), sim),
+                         *(_fmt_sim(x, sim) for x in figures), _fmt(line.get("failed")),
+                         line.get("result_id") or "-", line.get("error") or ""])
+        level_rows = [[name, lv["concurrency"] if lv.get("request_rate") is None else
+                       f"rate {_fmt(lv['request_rate'])} (cap {lv['concurrency'] or '-'})",
+                       *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
+                           "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s", "ttft_ms_p50",
+                           "tpot_ms_p50", "itl_ms_p50", "e2e_latency_ms_p50")),
+                       _fmt(lv.get("failed")), _fmt_sim(lv.get("goodput_request_per_s"), bool(line.get("simulated")))]
+                      for name, line in hosts.items() for lv in line.get("levels") or []]
     else:
         headers = ["host", "ok", "tok/s", "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "result", "error"]
         rows = []
@@ -239,24 +314,18 @@ def _render_bench(document: dict[str, Any]) -> None:
                        itl.get("p99"), line.get("accept_length"))
             rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
                          line.get("result_id") or "-", line.get("error") or ""])
-        if suite == "serving":
-            level_rows = [[name, lv["concurrency"],
-                           *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
-                               "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s",
-                               "ttft_ms_p50", "itl_ms_p50"))]
-                          for name, line in hosts.items() for lv in line.get("levels") or []]
+    level_headers = ["host", "concurrency", "req/s", "total tok/s", "tok/s per stream", "TTFT p50 ms",
+                     "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "failed", "goodput req/s"]
     console = make_console()
     if is_tty():
         console.print(rich_table(headers, rows, title=f"bench {suite}"))
         if suite == "serving" and level_rows:
-            console.print(rich_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
-                                      "TTFT p50 ms", "ITL p50 ms"], level_rows, title="serving sweep"))
+            console.print(rich_table(level_headers, level_rows, title="serving sweep"))
     else:
         click.echo(format_table(headers, rows))
         if suite == "serving" and level_rows:
             click.echo()
-            click.echo(format_table(["host", "concurrency", "req/s", "total tok/s", "tok/s per stream",
-                                     "TTFT p50 ms", "ITL p50 ms"], level_rows))
+            click.echo(format_table(level_headers, level_rows))
     _sim_footnote([line.get("speed_model") or "unrecorded" for line in hosts.values() if line.get("simulated")])
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:
@@ -389,9 +458,13 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
         cells = [f"{metric.name} ({metric.unit})"]
         for index, (value, delta, better) in enumerate(zip(metric.values, metric.deltas_pct(), metric.improved())):
             word = verdict(better, comparison.column_simulated(index))
+            if index and better is None and delta is not None and abs(delta) >= 1e-9:
+                word = "within noise" if metric.interval(0) and metric.interval(index) else "no interval"
             cells.append(" ".join(p for p in (mark(format_value(value), sims[index]), format_delta(delta), word) if p))
         rows.append(cells)
     click.echo(format_table(headers, rows))
+    click.echo("a difference counts only where the 95% bootstrap intervals do not overlap, else: within noise "
+               "(--json has the intervals)")
     _sim_footnote([label for label in comparison.simulated if label])
     click.echo()
     if comparison.same_configuration:
@@ -404,6 +477,32 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
         click.echo(f"{diff['id']} differs from {diff['against']}:")
         for d in diff["differences"]:
             click.echo(f"  {d['section']} {d['key']}: {d['a']!r} -> {d['b']!r}")
+
+
+@results.command("export")
+@click.argument("result_ids", nargs=-1)
+@_results_dir_option
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "prometheus"]), default="csv", show_default=True,
+              help="csv/jsonl: one row per result x level (pandas.read_csv / read_json(lines=True)); "
+                   "prometheus: text exposition format (a node_exporter textfile).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (default: stdout).")
+def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, output: str | None) -> None:
+    """Stored results (default: all) as flat rows, with the configuration flattened into columns."""
+    from gpuops.bench.export import rows, to_csv, to_jsonl, to_prometheus
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+
+    store = ResultsStore(results_dir)
+    ids = list(result_ids) or [e.id for e in store.entries()]
+    if not ids:
+        raise GpuopsError(f"results export: no results in {results_dir}")
+    table = rows(store.load(i) for i in ids)
+    text = {"csv": to_csv, "jsonl": to_jsonl, "prometheus": to_prometheus}[fmt](table)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output} ({len(table)} rows from {len(ids)} results)", err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 @click.command("report")

@@ -29,7 +29,7 @@ INVENTORY_HELP = ("Inventory: file, directory, executable script, `ansible-inven
 BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
 
 _INVENTORY_PARAMS = ("vault_password_files", "vault_ids", "ask_vault_pass", "list_hosts", "remote_user",
-                     "private_key", "ask_become_pass", "verbose")
+                     "private_key", "ask_become_pass", "verbose", "connection")
 
 
 def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str = "Only hosts matching an Ansible-like pattern (name, group, glob, a:b, a:&b, a:!b, ~regex).") -> Any:
@@ -64,6 +64,9 @@ def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str =
                          help="SSH private key for hosts without ansible_ssh_private_key_file."),
             click.option("-K", "--ask-become-pass", "ask_become_pass", is_flag=True,
                          help=f"Ask for the sudo password (else ansible_become_password, ${BECOME_PASS_ENV})."),
+            click.option("--connection", "connection", type=click.Choice(["paramiko", "openssh"]),
+                         help="SSH client for hosts without gpuops_connection: paramiko (default) or the system's "
+                              "OpenSSH (all of ~/.ssh/config, connection sharing with ControlPersist)."),
             click.option("-v", "--verbose", "verbose", count=True,
                          help="On stderr: -v each remote command, -vv with timings, -vvv with the raw host output."),
         ]
@@ -93,6 +96,8 @@ def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any
     defaults: dict[str, Any] = {}
     if flags.get("remote_user"):
         defaults["ansible_user"] = flags["remote_user"]
+    if flags.get("connection"):
+        defaults["gpuops_connection"] = flags["connection"]
     if flags.get("private_key"):
         defaults["ansible_ssh_private_key_file"] = os.path.abspath(os.path.expanduser(flags["private_key"]))
     if flags.get("ask_become_pass"):

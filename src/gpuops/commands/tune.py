@@ -30,6 +30,7 @@ EXIT_HOST_FAILED = 1
 @click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True)
 def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
          accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, sweeps: tuple[str, ...], keep: str,
+         timeout: float | None, connect_timeout: float,
          results_dir: str, api: str, input_len: int, output_len: int, num_requests: int, warmup: int) -> None:
     """Try NCCL variants on the hosts safely and rank them by decode tokens/s.
 
@@ -52,7 +53,8 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: b
                                  num_requests=num_requests, warmup=warmup)
     from gpuops.transport.rollout import rollout_for
 
-    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout))
+    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
+                             timeout=timeout, connect_timeout=connect_timeout)
     if not as_json:
         for variant in variants:
             for warning in variant.warnings:
@@ -72,13 +74,14 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: b
 
 
 def _document(outcome, variants) -> dict:
-    from gpuops.tune.sweep import best_variant, rank
+    from gpuops.tune.sweep import best_variant, rank, verdicts
 
     hosts = {}
     for name, trials in outcome.trials.items():
         best = best_variant(trials)
+        against_fastest = verdicts(trials)
         hosts[name] = {
-            "ranking": [t.to_json() for t in rank(trials)],
+            "ranking": [dict(t.to_json(), against_fastest=against_fastest.get(t.variant)) for t in rank(trials)],
             "best": best.variant if best else None,
             "restored": name not in outcome.restore_errors,
             "restore_error": outcome.restore_errors.get(name),
@@ -102,14 +105,19 @@ def _render(document: dict) -> None:
         for i, t in enumerate(host["ranking"], 1):
             if t["ok"]:
                 itl = (t["itl_ms"] or {}).get("p50")
+                note = {"indistinguishable": "  (within noise of the fastest)", "slower": ""}.get(
+                    t.get("against_fastest") or "", "")
                 sim = bool(t.get("simulated"))
                 if sim:
                     models.add(t.get("speed_model") or "unrecorded")
                 figures = (f"{t['output_tokens_per_s']:.1f}", f"{(t['ttft_ms'] or 0):.1f}", f"{(itl or 0):.2f}")
                 click.echo(f"  {i:>2}  {t['variant']:<{width}}  "
-                           + "  ".join(f"{mark(x, sim):>{8 + sim_width}}" for x in figures) + f"  {t['result_id']}")
+                           + "  ".join(f"{mark(x, sim):>{8 + sim_width}}" for x in figures) + f"  {t['result_id']}{note}")
             else:
                 click.echo(f"   -  {t['variant']:<{width}}  {'FAILED':>8}  {t['status']}: {t['error']}")
+        if host.get("best"):
+            click.echo(f"  best: {host['best']}" + ("" if host["best"] != "baseline (as configured)" else
+                                                     " (no variant beat it beyond noise)"))
         if host["kept"]:
             click.echo(f"  kept: {host['kept']}")
         elif host["restored"]:

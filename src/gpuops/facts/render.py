@@ -119,6 +119,12 @@ def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[s
                      + (f", User={unit['user']}" if unit["user"] else "")
                      + (f", env files {' '.join(unit['environment_files'])}" if unit["environment_files"] else "")
                      + (f", drop-ins {' '.join(unit['drop_ins'])}" if unit["drop_ins"] else ""))
+    box = server.get("docker")
+    if box:
+        lines.append(f"docker: container {box['name']} ({box['id'][:12]}) {box['status']}, image {box['image']} "
+                     f"({box['image_id'][:19]}), restarts {box['restart_count']}"
+                     + (f", health {box['health']}" if box["health"] else "")
+                     + (f", network {box['network_mode']}" if box["network_mode"] else ""))
     if server["args"] is None:
         return lines + list(server["notes"])
     parallel = f"tp {server['tp_size']}" + "".join(

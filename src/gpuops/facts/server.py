@@ -24,6 +24,10 @@ ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSH
 HEALTH_TIMEOUT_S = 3
 CONFIG_LIMIT_BYTES = 1 << 20
 
+DOCKER_FORMAT = ('{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Config.Image}},"image_id":{{json .Image}},'
+                 '"cmd":{{json .Config.Cmd}},"entrypoint":{{json .Config.Entrypoint}},"state":{{json .State}},'
+                 '"restart_count":{{json .RestartCount}},'
+                 '"network_mode":{{json .HostConfig.NetworkMode}},"mounts":{{json .Mounts}}}')
 SYSTEMD_PROPERTIES = ("Id", "ActiveState", "SubState", "MainPID", "NRestarts", "ExecStart", "Environment",
                       "EnvironmentFiles", "DropInPaths", "FragmentPath", "User", "WorkingDirectory", "Restart")
 
@@ -47,6 +51,15 @@ if [ -n "$gpuops_pid" ]; then
   gpuops_unit=$(sed -n 's|^[0-9]*:[^:]*:.*/\([^/]*\.service\)$|\1|p' "/proc/$gpuops_pid/cgroup" 2>/dev/null | head -n 1)
   if [ -n "$gpuops_unit" ] && command -v systemctl >/dev/null 2>&1; then
     echo "systemd_b64=$(systemctl show "$gpuops_unit" --no-pager @SYSTEMD_PROPS@ 2>/dev/null | gpuops_b64)"
+  fi
+  # Run in a docker container: what docker says (image, command, restarts, health); of its
+  # environment only the variable names the server facts keep, filtered here on the host.
+  gpuops_cid=$(sed -n 's|.*docker[-/]\([0-9a-f]\{64\}\).*|\1|p' "/proc/$gpuops_pid/cgroup" 2>/dev/null | head -n 1)
+  if [ -n "$gpuops_cid" ] && command -v docker >/dev/null 2>&1; then
+    echo "docker_b64=$(docker inspect --type container -f '@DOCKER_FORMAT@' "$gpuops_cid" 2>/dev/null | gpuops_b64)"
+    echo "docker_env_b64=$(docker inspect --type container -f '{{range .Config.Env}}{{println .}}{{end}}' "$gpuops_cid" 2>/dev/null | grep -E '@ENV_GREP@' | gpuops_b64)"
+    gpuops_image=$(docker inspect --type container -f '{{.Image}}' "$gpuops_cid" 2>/dev/null)
+    [ -n "$gpuops_image" ] && echo "docker_digests_b64=$(docker image inspect -f '{{json .RepoDigests}}' "$gpuops_image" 2>/dev/null | gpuops_b64)"
   fi
   # One variable a line: a newline inside a value becomes \001 (and back), so a value cannot
   # smuggle in a line that looks like another variable.
@@ -142,6 +155,26 @@ class ServerFacts:
     model: ModelFacts | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     systemd: SystemdUnitFacts | None = None  # what systemd says, when a unit runs the server
+    docker: DockerContainerFacts | None = None  # what docker says, when a container runs it
+
+
+@dataclass(frozen=True)
+class DockerContainerFacts:
+    """``docker inspect`` of the server's container (environment filtered like the server's)."""
+
+    id: str
+    name: str
+    image: str                        # as the container was created from (name:tag)
+    image_id: str                     # sha256:... of the image it really runs
+    repo_digests: tuple[str, ...]
+    cmd: tuple[str, ...]
+    entrypoint: tuple[str, ...]
+    status: str
+    health: str | None                # the HEALTHCHECK status, when the image has one
+    restart_count: int | None
+    network_mode: str
+    mounts: tuple[str, ...]           # destinations inside the container
+    env: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -247,6 +280,8 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     pidfile_pid = int(v["pidfile_pid"]) if v.get("pidfile_pid", "").isdigit() else None
     manager, unit = classify_manager(cgroup, pid, pidfile_pid)
     systemd = parse_systemd_show(_b64(v.get("systemd_b64")))
+    docker = parse_docker_inspect(_b64(v.get("docker_b64")), _b64(v.get("docker_env_b64")),
+                                  _b64(v.get("docker_digests_b64")))
     model = None
     if settings.model_path:
         config = _b64(v.get("config_b64"))
@@ -264,6 +299,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         python=(argv[0] if argv and argv[0].startswith("/") else v.get("exe")) or None,
         model=model,
         systemd=systemd,
+        docker=docker,
         **common,  # type: ignore[arg-type]
     )
 
@@ -294,9 +330,38 @@ def parse_systemd_show(raw: bytes | None) -> SystemdUnitFacts | None:
     )
 
 
+def parse_docker_inspect(raw: bytes | None, env_raw: bytes | None, digests_raw: bytes | None) -> DockerContainerFacts | None:
+    import json
+
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw.decode("utf-8", errors="replace"))
+        digests = json.loads(digests_raw.decode()) if digests_raw else []
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not info.get("id"):
+        return None
+    env = parse_env((env_raw or b"").replace(b"\n", b"\0"))
+    # .State.Health exists only for images with a HEALTHCHECK (a template naming it fails otherwise).
+    state = info.get("state") if isinstance(info.get("state"), dict) else {}
+    health = state.get("Health") if isinstance(state.get("Health"), dict) else None
+    return DockerContainerFacts(
+        id=str(info["id"]), name=str(info.get("name") or "").lstrip("/"), image=str(info.get("image") or ""),
+        image_id=str(info.get("image_id") or ""), repo_digests=tuple(digests or ()),
+        cmd=tuple(_redact_argv([str(w) for w in info.get("cmd") or []])),
+        entrypoint=tuple(str(w) for w in info.get("entrypoint") or []),
+        status=str(state.get("Status") or ""), health=health.get("Status") if health else None,
+        restart_count=info.get("restart_count") if isinstance(info.get("restart_count"), int) else None,
+        network_mode=str(info.get("network_mode") or ""),
+        mounts=tuple(str(m.get("Destination")) for m in info.get("mounts") or [] if isinstance(m, dict)),
+        env=env,
+    )
+
+
 def _redact_assignment(entry: str) -> str:
-    name, eq, _ = entry.partition("=")
-    return f"{name}={REDACTED}" if eq and is_secret_name(name) else entry
+    name, eq, value = entry.partition("=")
+    return f"{name}={mask_value(name, value)}" if eq else entry
 
 
 def _redact_argv(argv: list[str]) -> list[str]:
@@ -310,6 +375,7 @@ def server_script(state_dir: str | None) -> str:
         SERVER_SCRIPT.replace("@ENV_GREP@", _ENV_GREP)
         .replace("@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT_S))
         .replace("@CONFIG_LIMIT@", str(CONFIG_LIMIT_BYTES))
+        .replace("@DOCKER_FORMAT@", DOCKER_FORMAT)
         .replace("@SYSTEMD_PROPS@", " ".join(f"-p {p}" for p in SYSTEMD_PROPERTIES))
         .strip()
     )

@@ -75,6 +75,19 @@ def server_json(server: ServerFacts) -> dict[str, Any]:
         "others": [{"pid": pid, "port": port} for pid, port in server.others],
         "notes": list(server.notes),
         "systemd": _systemd_json(server),
+        "docker": _docker_json(server),
+    }
+
+
+def _docker_json(server: ServerFacts) -> dict[str, Any] | None:
+    box = server.docker
+    if box is None:
+        return None
+    return {
+        "id": box.id, "name": box.name, "image": box.image, "image_id": box.image_id,
+        "repo_digests": list(box.repo_digests), "cmd": list(box.cmd), "entrypoint": list(box.entrypoint),
+        "status": box.status, "health": box.health, "restart_count": box.restart_count,
+        "network_mode": box.network_mode, "mounts": list(box.mounts), "env": dict(box.env),
     }
 
 

@@ -96,12 +96,20 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         port = ssh_port or sshd.free_port()
         host_key_pub = _prepare(merged, workdir, authorized_key, port)
         log = workdir / "nspawn.log"
+        machine = f"gpuops-lab-{os.getpid()}-{port}"
         command = [NSPAWN, "-D", str(merged), "--boot", "--register=no", "--keep-unit", "--quiet",
-                   "--console=pipe", f"--machine=gpuops-lab-{os.getpid()}-{port}"]
+                   "--console=pipe", f"--machine={machine}"]
         for outside, inside in binds:
             command.append(f"--bind-ro={outside}:{inside}")
+        # With --keep-unit the container's cgroup tree hangs below nspawn's own cgroup: started
+        # from a shared one, every container's /system.slice/sglang.service would be one cgroup
+        # (systemd then sees other containers' processes in its units). A cgroup of its own each.
+        groups = _own_cgroups(machine)
+        (workdir / "cgroups").write_text("".join(f"{g}\n" for g in groups))
+        enter = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 97; shift; done; shift; exec "$@"'
         with open(log, "ab") as handle:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+            child = subprocess.Popen(["/bin/sh", "-c", enter, "sh", *groups, "--", *command],
+                                     stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
         (workdir / "nspawn.pid").write_text(f"{child.pid}\n")
         try:
@@ -115,7 +123,49 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         return booted
     except BaseException:
         _umount(merged)
+        _remove_cgroups(workdir)
         raise
+
+
+def _own_cgroups(name: str) -> list[str]:
+    """A fresh cgroup named ``name`` below ours in each hierarchy systemd uses (the named v1
+    ``name=systemd`` one, and cgroup2, unified or not); returns their directories."""
+    mine: dict[str, str] = {}
+    with open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            mine[controllers] = path
+    candidates = []
+    if "name=systemd" in mine and os.path.isfile("/sys/fs/cgroup/systemd/cgroup.procs"):
+        candidates.append("/sys/fs/cgroup/systemd" + mine["name=systemd"])
+    if "" in mine:
+        for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            if os.path.isfile(root + "/cgroup.controllers"):
+                candidates.append(root + mine[""])
+                break
+    made = []
+    for parent in candidates:
+        path = os.path.join(parent, name)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue  # not ours to create here: nspawn manages as it would have
+        made.append(path)
+    return made
+
+
+def _remove_cgroups(workdir: Path) -> None:
+    """Remove the container's cgroups (empty once it has stopped), deepest first."""
+    try:
+        groups = (workdir / "cgroups").read_text().split()
+    except OSError:
+        return
+    for group in groups:
+        for dirpath, _dirs, _files in sorted(os.walk(group), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
 
 
 def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int) -> Path:
@@ -227,6 +277,8 @@ def _umount(merged: Path) -> None:
 
 
 def stop_root(booted: BootedRoot) -> None:
-    """Shut the container down (by nspawn's pid) and unmount its overlay; the upper dir stays."""
+    """Shut the container down (by nspawn's pid), unmount its overlay, remove its cgroups; the
+    upper dir stays."""
     _terminate(booted.nspawn_pid)
     _umount(booted.merged)
+    _remove_cgroups(booted.dir)

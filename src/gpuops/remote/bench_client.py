@@ -50,6 +50,36 @@ class Emitter(object):
         self.lock = threading.Lock()
         self.on_broken = None  # called once stdout is gone: nobody will read the results
         self.keep = None  # the host's copy of every frame (a file), so a lost connection loses nothing
+        self.progress = None  # {"done", "total", "stage", ...}: written to progress_path as frames go by
+        self.progress_path = None
+        self.progress_written = 0.0
+
+    def track(self, path, total):
+        """Keep a small JSON progress file at ``path`` (read by the operator's progress display)."""
+        self.progress_path = path
+        self.progress = {"done": 0, "total": total, "stage": "", "started": time.time()}
+        self.write_progress(force=True)
+
+    def write_progress(self, force=False):
+        if not self.progress_path or (not force and time.time() - self.progress_written < 0.5):
+            return
+        self.progress_written = time.time()
+        try:
+            tmp = self.progress_path + ".tmp"
+            with open(tmp, "w") as handle:
+                json.dump(self.progress, handle)
+            os.rename(tmp, self.progress_path)
+        except OSError:
+            self.progress_path = None  # progress is a courtesy; never a reason to fail
+
+    def untrack(self):
+        path, self.progress_path = self.progress_path, None
+        for name in (path, path and path + ".tmp"):
+            if name:
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
 
     def keep_on_host(self, path):
         """Also append every frame to ``path`` on this host; a failure to do so is only noted."""
@@ -67,6 +97,12 @@ class Emitter(object):
     def emit(self, kind, record):
         line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
         with self.lock:
+            if self.progress is not None:
+                if kind in ("sample", "allreduce", "fusion"):
+                    self.progress["done"] += 1
+                elif kind == "progress":
+                    self.progress["stage"] = progress_stage(record)
+                self.write_progress(force=kind == "progress")
             if self.keep is not None:
                 try:
                     self.keep.write(line)
@@ -80,6 +116,35 @@ class Emitter(object):
                 # The operator went away (SSH closed): stop measuring for nobody.
                 if self.on_broken is not None:
                     self.on_broken()
+
+
+def progress_stage(record):
+    """A short label for what is running: a concurrency level, a request rate or a variant."""
+    if "variant" in record:
+        label = " ".join("%s=%s" % kv for kv in sorted((record.get("variant") or {}).items())) or "default"
+        return "variant %s (%d/%d)" % (label, record.get("index", 0) + 1, record.get("total", 1))
+    if record.get("request_rate") is not None:
+        return "rate %g/s (%d/%d)" % (record["request_rate"], record.get("level", 0) + 1, record.get("levels", 1))
+    return "c=%s (%d/%d)" % (record.get("concurrency"), record.get("level", 0) + 1, record.get("levels", 1))
+
+
+def expected_records(payload):
+    """How many sample/measurement frames a run sends when it completes (the progress total)."""
+    suite = payload.get("suite")
+    if payload.get("tool"):
+        return None
+    if suite == "decode":
+        return int(payload.get("num_requests", 5))
+    if suite == "serving":
+        total = 0
+        for concurrency, _ in serving_levels(payload):
+            total += int(payload.get("requests_per_level") or max(4, 2 * (concurrency or 8)))
+        return total
+    if suite in ("allreduce", "fusion"):
+        spec = payload.get("allreduce") or {}
+        per = len(spec.get("tokens") or []) * (2 if suite == "fusion" else 1)
+        return per * len(spec.get("variants") or [{}])
+    return None
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -125,9 +190,29 @@ def make_prompt_text(seed, length):
     return " ".join(rng.choice(PROMPT_WORDS) for _ in range(length))
 
 
-def build_request(api, model, seed, input_len, output_len, stream=True):
-    """(path, body) for one generation of exactly output_len tokens (ignore_eos)."""
+def request_for(payload, model, index, seed):
+    """(path, body) for request ``index``: the payload's request list (random lengths, ShareGPT
+    prompts) when it has one, else the fixed --input-len/--output-len."""
+    specs = payload.get("requests_spec") or []
+    if specs:
+        spec = specs[index % len(specs)]
+        return build_request(payload["api"], model, seed, int(spec.get("input_len") or 1),
+                             int(spec["output_len"]), prompt=spec.get("prompt"))
+    return build_request(payload["api"], model, seed, int(payload["input_len"]), int(payload["output_len"]))
+
+
+def build_request(api, model, seed, input_len, output_len, stream=True, prompt=None):
+    """(path, body) for one generation of exactly output_len tokens (ignore_eos).
+
+    ``prompt``: a dataset's text (ShareGPT); else a synthetic prompt of ``input_len`` tokens.
+    """
     if api == "native":
+        if prompt is not None:
+            return "/generate", {
+                "text": prompt,
+                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
+                "stream": stream,
+            }
         return "/generate", {
             "input_ids": make_prompt_ids(seed, input_len),
             "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
@@ -137,11 +222,12 @@ def build_request(api, model, seed, input_len, output_len, stream=True):
               "stream": stream, "seed": seed}
     if stream:
         common["stream_options"] = {"include_usage": True}
+    text = prompt if prompt is not None else make_prompt_text(seed, input_len)
     if api == "completions":
-        common["prompt"] = make_prompt_text(seed, input_len)
+        common["prompt"] = text
         return "/v1/completions", common
     if api == "chat":
-        common["messages"] = [{"role": "user", "content": make_prompt_text(seed, input_len)}]
+        common["messages"] = [{"role": "user", "content": text}]
         return "/v1/chat/completions", common
     raise ServerError("unknown api %r (native, completions, chat)" % api)
 
@@ -462,7 +548,42 @@ def percentile(values, q):
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def summarize_samples(samples, duration_s=None):
+def describe(values):
+    """bench_serving's statistics of one latency: mean, median (also as p50), std, p90, p95, p99."""
+    if not values:
+        return {"mean": None, "median": None, "std": None, "p50": None, "p90": None, "p95": None, "p99": None}
+    n = len(values)
+    mean = sum(values) / float(n)
+    std = (sum((v - mean) ** 2 for v in values) / float(n)) ** 0.5  # population std, as numpy's default
+    median = percentile(values, 50)
+    return {"mean": mean, "median": median, "std": std, "p50": median, "p90": percentile(values, 90),
+            "p95": percentile(values, 95), "p99": percentile(values, 99)}
+
+
+def request_tpot_ms(sample, figures):
+    """Time per output token after the first, per request: (E2E - TTFT) / (output tokens - 1)."""
+    tokens = sample.get("completion_tokens") or 0
+    if tokens < 2 or sample.get("e2e_s") is None:
+        return None
+    return (sample["e2e_s"] - figures["ttft_s"]) * 1000.0 / (tokens - 1)
+
+
+def meets_slo(sample, figures, slo):
+    """Whether one completed request met every SLO given (ttft_ms, tpot_ms, e2e_ms, itl_ms: p99 of its own)."""
+    checks = {
+        "ttft_ms": figures["ttft_s"] * 1000.0,
+        "tpot_ms": request_tpot_ms(sample, figures),
+        "e2e_ms": (sample.get("e2e_s") or 0) * 1000.0,
+        "itl_ms": percentile([x * 1000.0 for x in figures["itls_s"]], 99),
+    }
+    for key, limit in slo.items():
+        value = checks.get(key)
+        if value is not None and value > float(limit):
+            return False
+    return True
+
+
+def summarize_samples(samples, duration_s=None, slo=None):
     good = [s for s in samples if s.get("ok")]
     figures = [sample_figures(s) for s in good]
     decode_tokens = sum(f["decode_tokens"] for f in figures)
@@ -470,6 +591,7 @@ def summarize_samples(samples, duration_s=None):
     ttfts = [f["ttft_s"] * 1000.0 for f in figures]
     itls = [x * 1000.0 for f in figures for x in f["itls_s"]]
     e2e = [s["e2e_s"] * 1000.0 for s in good if s.get("e2e_s") is not None]
+    tpots = [t for t in (request_tpot_ms(s, f) for s, f in zip(good, figures)) if t is not None]
     summary = {
         "requests": len(samples),
         "completed": len(good),
@@ -478,16 +600,24 @@ def summarize_samples(samples, duration_s=None):
         "input_tokens": sum(s.get("prompt_tokens") or 0 for s in good),
         # decode rate of one stream: tokens after the first over the time after the first
         "output_tokens_per_s": (decode_tokens / decode_s) if decode_s > 0 else None,
-        "ttft_ms": {"mean": (sum(ttfts) / len(ttfts)) if ttfts else None, "p50": percentile(ttfts, 50),
-                    "p90": percentile(ttfts, 90), "p99": percentile(ttfts, 99)},
-        "itl_ms": {"mean": (sum(itls) / len(itls)) if itls else None, "p50": percentile(itls, 50),
-                   "p90": percentile(itls, 90), "p99": percentile(itls, 99)},
-        "e2e_latency_ms": {"p50": percentile(e2e, 50), "p90": percentile(e2e, 90), "p99": percentile(e2e, 99)},
+        "ttft_ms": describe(ttfts),
+        "tpot_ms": describe(tpots),
+        "itl_ms": describe(itls),
+        "e2e_latency_ms": describe(e2e),
     }
     if duration_s:
         summary["duration_s"] = duration_s
         summary["request_throughput"] = len(good) / duration_s
+        summary["input_tokens_per_s"] = summary["input_tokens"] / duration_s
         summary["total_output_tokens_per_s"] = summary["output_tokens"] / duration_s
+        summary["total_tokens_per_s"] = (summary["input_tokens"] + summary["output_tokens"]) / duration_s
+    if slo:
+        met = sum(1 for s, f in zip(good, figures) if meets_slo(s, f, slo))
+        summary["slo"] = dict(slo)
+        summary["slo_met"] = met
+        summary["slo_attainment"] = (met / float(len(samples))) if samples else None
+        if duration_s:
+            summary["goodput_request_per_s"] = met / duration_s
     errors = [s.get("error") for s in samples if not s.get("ok")]
     if errors:
         summary["first_error"] = errors[0]
@@ -530,8 +660,7 @@ def suite_decode(payload, model, emitter, stop):
     for i in range(int(payload.get("num_requests", 5))):
         if stop.is_set():
             break
-        path, body = build_request(payload["api"], model, int(payload.get("seed", 0)) + i,
-                                   int(payload["input_len"]), int(payload["output_len"]))
+        path, body = request_for(payload, model, i, int(payload.get("seed", 0)) + i)
         sample = stream_request(payload["url"], payload["api"], path, body,
                                 timeout=float(payload.get("request_timeout", 600)), stop=stop)
         if sample.get("error") == "interrupted":
@@ -543,45 +672,87 @@ def suite_decode(payload, model, emitter, stop):
     return samples
 
 
+def serving_levels(payload):
+    """[(concurrency cap or None, request rate or None)]: closed-loop levels, or Poisson rates."""
+    rates = payload.get("request_rates")
+    if rates:
+        cap = payload.get("max_concurrency")
+        return [(int(cap) if cap else None, float(r)) for r in rates]
+    return [(int(c), None) for c in payload.get("concurrency", [1, 4, 16, 64])]
+
+
+def arrival_times(count, rate, seed):
+    """Seconds after the level's start at which each request is sent: a Poisson process of
+    ``rate`` requests/s (exponential gaps, seeded), or all at once for an infinite rate."""
+    if rate is None or rate == float("inf") or rate <= 0:
+        return [0.0] * count
+    rng = random.Random(seed)
+    times, now = [], 0.0
+    for _ in range(count):
+        times.append(now)
+        now += rng.expovariate(rate)
+    return times
+
+
 def suite_serving(payload, model, emitter, stop):
     run_warmup(payload, model, emitter, stop)
-    levels = [int(c) for c in payload.get("concurrency", [1, 4, 16, 64])]
-    for level_index, concurrency in enumerate(levels):
+    levels = serving_levels(payload)
+    slo = payload.get("slo") or None
+    for level_index, (concurrency, rate) in enumerate(levels):
         if stop.is_set():
             break
-        count = int(payload.get("requests_per_level") or max(4, 2 * concurrency))
-        queue = list(range(count))
-        queue_lock = threading.Lock()
+        count = int(payload.get("requests_per_level") or max(4, 2 * (concurrency or 8)))
         samples = []
+        lock = threading.Lock()
+        # closed loop: `concurrency` workers; rate mode: a send schedule, at most `concurrency` in flight
+        gate = threading.Semaphore(concurrency) if concurrency else None
+        schedule = arrival_times(count, rate, int(payload.get("seed", 0)) + level_index)
+        emitter.emit("progress", {"level": level_index, "levels": len(levels), "concurrency": concurrency,
+                                  "request_rate": rate, "requests": count})
 
-        def worker():
-            while not stop.is_set():
-                with queue_lock:
-                    if not queue:
-                        return
-                    i = queue.pop(0)
+        def one(i):
+            sent = time.perf_counter() - started
+            try:
                 seed = int(payload.get("seed", 0)) + 1000 * level_index + i
-                path, body = build_request(payload["api"], model, seed, int(payload["input_len"]),
-                                           int(payload["output_len"]))
+                path, body = request_for(payload, model, i, seed)
                 sample = stream_request(payload["url"], payload["api"], path, body,
                                         timeout=float(payload.get("request_timeout", 600)), stop=stop)
                 if sample.get("error") == "interrupted":
                     return
-                with queue_lock:
+                with lock:
                     samples.append(sample)
-                emitter.emit("sample", compact_sample(sample, i, {"concurrency": concurrency}))
+                emitter.emit("sample", compact_sample(sample, i, {"concurrency": concurrency, "request_rate": rate,
+                                                                  "sent_s": round(sent, 6)}))
+            finally:
+                if gate is not None:
+                    gate.release()
 
         started = time.perf_counter()
-        threads = [threading.Thread(target=worker) for _ in range(min(concurrency, count))]
-        for thread in threads:
+        threads = []
+        for i, at in enumerate(schedule):
+            delay = started + at - time.perf_counter()
+            while delay > 0 and not stop.is_set():
+                time.sleep(min(delay, 0.2))
+                delay = started + at - time.perf_counter()
+            if gate is not None:
+                while not gate.acquire(timeout=0.2):
+                    if stop.is_set():
+                        break
+            if stop.is_set():
+                break
+            thread = threading.Thread(target=one, args=(i,))
             thread.daemon = True
             thread.start()
+            threads.append(thread)
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)
         duration = time.perf_counter() - started
-        summary = summarize_samples(samples, duration)
+        summary = summarize_samples(samples, duration, slo)
         summary["concurrency"] = concurrency
+        summary["request_rate"] = rate
+        if rate is not None and len(schedule) > 1 and schedule[-1] > 0:
+            summary["scheduled_rate"] = (len(schedule) - 1) / schedule[-1]  # what the Poisson draw gave
         summary["partial"] = stop.is_set()
         emitter.emit("level", summary)
 
@@ -876,6 +1047,8 @@ def run(payload, emitter):
             handle.write("%d\n" % os.getpid())
     status = 0
     kept = emitter.keep_on_host(payload["record_file"]) if payload.get("record_file") else None
+    if payload.get("progress_file"):
+        emitter.track(payload["progress_file"], expected_records(payload))
     try:
         emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time(),
                                "record_file": kept})
@@ -911,6 +1084,7 @@ def run(payload, emitter):
         status = 3
     finally:
         emitter.emit("end", {"partial": stop.is_set(), "time": time.time()})
+        emitter.untrack()
         if emitter.keep is not None:
             try:
                 emitter.keep.close()

@@ -15,7 +15,7 @@ held by a process of this container.
 import json
 import subprocess
 
-from gpuops.remote.ports import port_owners, process_tree
+from gpuops.remote.ports import port_flag, port_owners, process_tree
 
 _DOCKER_TIMEOUT_S = 300
 
@@ -75,6 +75,12 @@ class DockerService:
             "restart_count": info.get("RestartCount"), "mounts": [m.get("Destination") for m in info.get("Mounts") or []],
             "network_mode": (info.get("HostConfig") or {}).get("NetworkMode"),
         }
+
+    def launch_port(self):
+        """``--port`` of the container's command (None when it has none, or no container)."""
+        info = self.inspect() or {}
+        config = info.get("Config") or {}
+        return port_flag(list(config.get("Entrypoint") or []) + list(config.get("Cmd") or []))
 
     def running(self):
         info = self.inspect()

@@ -7,6 +7,7 @@ file is ever copied and no second round trip is needed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class ConnectOptions:
     connect_timeout: float = 10.0
     command_timeout: float | None = None  # None: no limit (benchmarks, restarts wait themselves)
     known_hosts_files: tuple[str, ...] = field(default_factory=tuple)  # extra files, besides ~/.ssh/known_hosts
+    # Someone else's connection to the host (Ansible's, in the gpuops.gpu collection): when set,
+    # connect() returns connector(host) and the host's connection variables are that side's business.
+    connector: Callable[[Host], Connection] | None = field(default=None, compare=False)
 
 
 class Connection(Protocol):

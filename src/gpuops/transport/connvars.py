@@ -86,12 +86,24 @@ def check_variables(host: Host) -> None:
         if name in variables and not truthy(variables[name], name, host.name):
             raise TransportError(host.name, f"{name}: false is refused: gpuops always verifies host keys "
                                             "(record new ones with --accept-new-host-keys)")
+    transport_name(host)
     shell = variables.get("ansible_shell_type")
     if shell not in (None, "sh"):
         raise TransportError(host.name, f"ansible_shell_type {shell!r} is not supported (gpuops runs POSIX sh)")
     executable = variables.get("ansible_shell_executable")
     if executable not in (None, "/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/bash"):
         raise TransportError(host.name, f"ansible_shell_executable {executable!r} is not supported (gpuops runs /bin/sh)")
+
+
+TRANSPORTS = ("paramiko", "openssh")
+
+
+def transport_name(host: Host) -> str:
+    """``gpuops_connection``: paramiko (the default) or openssh (the system's ssh client)."""
+    value = str((host.vars or {}).get("gpuops_connection") or "paramiko")
+    if value not in TRANSPORTS:
+        raise TransportError(host.name, f"gpuops_connection {value!r} is not one of {', '.join(TRANSPORTS)}")
+    return value
 
 
 def truthy(value: Any, name: str, host: str) -> bool:
@@ -105,8 +117,12 @@ def truthy(value: Any, name: str, host: str) -> bool:
     raise TransportError(host, f"{name} must be true or false, got {value!r}")
 
 
-def ssh_settings(host: Host) -> SSHSettings:
-    """What the host's ssh arguments and connection variables ask for (refusing what gpuops cannot do)."""
+def ssh_settings(host: Host, openssh: bool = False) -> SSHSettings:
+    """What the host's ssh arguments and connection variables ask for (refusing what gpuops cannot do).
+
+    With ``openssh`` the arguments go to OpenSSH itself, which honours every option: only what
+    would weaken host-key checking is refused then.
+    """
     check_variables(host)
     variables = host.vars or {}
     found: dict[str, Any] = {"identity_files": [], "known_hosts_files": []}
@@ -116,7 +132,7 @@ def ssh_settings(host: Host) -> SSHSettings:
             continue
         if not isinstance(value, str):
             raise TransportError(host.name, f"{name} must be a string of ssh arguments, got {type(value).__name__}")
-        _read_ssh_args(value, name, host.name, found)
+        _read_ssh_args(value, name, host.name, found, openssh)
     timeout = _first(variables, "ansible_ssh_timeout", "ansible_timeout")
     if timeout is not None:
         found["connect_timeout"] = _seconds(timeout, "ansible_ssh_timeout", host.name)
@@ -173,7 +189,7 @@ def _seconds(value: Any, name: str, host: str) -> float:
     return seconds
 
 
-def _read_ssh_args(text: str, variable: str, host: str, found: dict[str, Any]) -> None:
+def _read_ssh_args(text: str, variable: str, host: str, found: dict[str, Any], openssh: bool = False) -> None:
     try:
         words = shlex.split(text)
     except ValueError as exc:
@@ -187,14 +203,14 @@ def _read_ssh_args(text: str, variable: str, host: str, found: dict[str, Any]) -
             flag, value, index = word, words[index + 1], index + 2
         elif len(word) > 2 and word[:2] in ("-o", "-J", "-i", "-p", "-l"):
             flag, value, index = word[:2], word[2:], index + 1
-        elif word in _IGNORED_FLAGS:
+        elif word in _IGNORED_FLAGS or openssh:
             index += 1
             continue
         else:
             raise TransportError(host, f"{variable}: ssh argument {word!r} is not supported by gpuops' ssh "
                                        "(supported: -o Option=value, -J, -i, -p, -l)")
         if flag == "-o":
-            _option(value, variable, host, found)
+            _option(value, variable, host, found, openssh)
         elif flag == "-J":
             found["proxy_jump"] = value
         elif flag == "-i":
@@ -205,7 +221,7 @@ def _read_ssh_args(text: str, variable: str, host: str, found: dict[str, Any]) -
             found["user"] = value
 
 
-def _option(text: str, variable: str, host: str, found: dict[str, Any]) -> None:
+def _option(text: str, variable: str, host: str, found: dict[str, Any], openssh: bool = False) -> None:
     key, sep, value = text.partition("=")
     if not sep:
         key, _, value = text.strip().partition(" ")
@@ -236,7 +252,7 @@ def _option(text: str, variable: str, host: str, found: dict[str, Any]) -> None:
         found["connect_timeout"] = _seconds(value, f"{variable} ConnectTimeout", host)
     elif lowered == "serveraliveinterval":
         found["keepalive"] = int(_seconds(value, f"{variable} ServerAliveInterval", host))
-    elif lowered not in _IGNORED_OPTIONS:
+    elif lowered not in _IGNORED_OPTIONS and not openssh:
         raise TransportError(host, f"{variable}: ssh option {key} is not supported by gpuops' ssh "
                                    "(it would be ignored, so the host is not contacted)")
 

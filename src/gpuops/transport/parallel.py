@@ -37,6 +37,8 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     from gpuops.transport import verbose
     from gpuops.transport.connvars import become_settings, check_variables
 
+    if options.connector is not None:
+        return options.connector(host)
     check_variables(host)
     become_settings(host.vars or {}, host.name)
     if not verbose.enabled():
@@ -46,7 +48,7 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
 
 
 def _connect(host: Host, options: ConnectOptions) -> Connection:
-    from gpuops.transport.connvars import ssh_settings
+    from gpuops.transport.connvars import ssh_settings, transport_name
 
     if host.connection == "local":
         from gpuops.transport.local import LocalConnection
@@ -54,6 +56,10 @@ def _connect(host: Host, options: ConnectOptions) -> Connection:
         return LocalConnection(host)
     if host.connection not in ("ssh", "paramiko", "smart"):
         raise GpuopsError(f"{host.name}: unsupported ansible_connection {host.connection!r} (use ssh or local)")
+    if transport_name(host) == "openssh":
+        from gpuops.transport.openssh import OpenSSHConnection
+
+        return OpenSSHConnection(host, options)
     from gpuops.transport.ssh import SSHConnection
 
     return SSHConnection(host, options, ssh_settings(host))

@@ -43,11 +43,16 @@ def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, ap
     for name, state in states.items():
         line = headline(state.result) if state.result else {}
         ok = bool(line.get("ok")) and state.error is None and state.file is not None
+        from gpuops.bench.repeats import result_intervals
+        from gpuops.bench.stats import Interval
+
+        interval = Interval.from_json(result_intervals(state.result).get("output tokens/s (per stream)")) \
+            if ok and state.result else None
         trials.append(Trial(
             host=name, variant=variant, env=env, status="measured" if ok else "bench_failed",
             output_tokens_per_s=line.get("output_tokens_per_s") if ok else None, ttft_ms=line.get("ttft_ms"),
             itl_ms=line.get("itl_ms") or {}, result_id=line.get("result_id") if ok else None, run_id=run_id,
-            error=None if ok else (state.error or "no result"),
+            error=None if ok else (state.error or "no result"), interval=interval,
             speed_model=(line.get("speed_model") or "unrecorded") if line.get("simulated") else None,
         ))
     return trials
@@ -79,8 +84,16 @@ def run_sweep(
         say(f"tune: measuring the {BASELINE}")
         for trial in _bench(hosts, bench_options, store, apply_options, BASELINE, {}, None):
             outcome.trials[trial.host].append(trial)
-        for variant in variants:
-            say(f"tune: applying {variant.label}")
+        import time
+
+        started = time.monotonic()
+        for index, variant in enumerate(variants):
+            # progress: which variant of how many, and an ETA from the variants done so far
+            eta = ""
+            if index:
+                per = (time.monotonic() - started) / index
+                eta = f", ETA {per * (len(variants) - index):.0f} s"
+            say(f"tune: applying {variant.label} (variant {index + 1}/{len(variants)}{eta})")
             run_id, reports = apply_role(hosts, ROLE, {"nccl_env": dict(variant.env)}, apply_options)
             changed = [name for name, r in reports.items() if r.ok and r.changed]
             if changed:

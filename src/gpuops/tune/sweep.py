@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.bench.stats import Interval, significant
 from gpuops.errors import GpuopsError
 
 BASELINE = "baseline (as configured)"
@@ -37,6 +38,7 @@ class Trial:
     result_id: str | None = None
     run_id: str | None = None
     error: str | None = None
+    interval: Interval | None = None  # 95% bootstrap interval of output tokens/s (see gpuops.bench.stats)
     speed_model: str | None = None  # from a stand-in server: its model's label (the figures are simulated)
 
     @property
@@ -48,6 +50,7 @@ class Trial:
             "variant": self.variant, "env": dict(self.env), "ok": self.ok, "status": self.status,
             "output_tokens_per_s": self.output_tokens_per_s, "ttft_ms": self.ttft_ms, "itl_ms": dict(self.itl_ms),
             "result_id": self.result_id, "apply_run_id": self.run_id, "error": self.error,
+            "interval": self.interval.as_json() if self.interval else None,
             "simulated": self.speed_model is not None, "speed_model": self.speed_model,
         }
 
@@ -85,6 +88,31 @@ def rank(trials: Iterable[Trial]) -> list[Trial]:
     return measured + [t for t in trials if not t.ok]
 
 
+def verdicts(trials: Iterable[Trial]) -> dict[str, str]:
+    """Per measured variant, against the fastest: 'fastest', 'indistinguishable' (intervals overlap,
+    or one has none) or 'slower' (intervals apart): the same rule as ``results compare``."""
+    ranked = [t for t in rank(trials) if t.ok]
+    if not ranked:
+        return {}
+    top = ranked[0]
+    out = {top.variant: "fastest"}
+    for trial in ranked[1:]:
+        out[trial.variant] = "slower" if significant(top.interval, trial.interval) else "indistinguishable"
+    return out
+
+
 def best_variant(trials: Iterable[Trial]) -> Trial | None:
+    """The fastest variant, but only when it beats the baseline beyond noise; else the baseline.
+
+    A variant whose interval overlaps the baseline's (or that has no interval) is no reason to
+    change a host. Without a measured baseline the fastest measured variant wins.
+    """
+    trials = list(trials)
     ranked = rank(trials)
-    return ranked[0] if ranked and ranked[0].ok else None
+    if not ranked or not ranked[0].ok:
+        return None
+    top = ranked[0]
+    baseline = next((t for t in trials if t.variant == BASELINE and t.ok), None)
+    if baseline is None or top is baseline or significant(baseline.interval, top.interval):
+        return top
+    return baseline

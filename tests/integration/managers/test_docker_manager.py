@@ -121,3 +121,51 @@ def test_inspect_sees_the_containerised_server(docker_host, run_gpuops) -> None:
     assert server["running"] and server["manager"] == "docker"
     assert server["unit"] == info["Id"][:12]
     assert server["env"]["NCCL_DEBUG"] == "WARN"
+    box = server["docker"]
+    assert box["id"] == info["Id"] and box["name"] == "sglang" and box["status"] == "running"
+    assert box["image"] == info["Config"]["Image"] == dh.image and box["image_id"] == info["Image"]
+    assert box["cmd"] == info["Config"]["Cmd"] and box["cmd"][:3] == ["python3", "-m", "sglang.launch_server"]
+    assert box["restart_count"] == info["RestartCount"] and box["network_mode"] == "host"
+    # Only the server-relevant names leave the host (the image's PATH does not).
+    assert box["env"] == {"NCCL_DEBUG": "WARN"}
+    text = run_gpuops("inspect", "host", "-i", str(dh.lab.inventory_path)).stdout
+    assert f"docker: container sglang ({info['Id'][:12]}) running, image {dh.image}" in text
+
+
+def test_fusion_on_a_containerised_server_is_refused_before_anything_changes(docker_host, run_gpuops) -> None:
+    # Patching files a recreate throws away (or that the container never reads) would be a silent
+    # loss of the patch: refused, exit 2, one line, nothing on the host touched.
+    dh = docker_host
+    before_files, before = files(dh), dh.inspect()
+    proc = run_gpuops("apply", "fusion-sm120", "-i", str(dh.lab.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "docker-managed server" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert files(dh) == before_files and dh.inspect()["Id"] == before["Id"]
+    assert not (dh.host.state_dir / "journal.jsonl").exists() or "fusion" not in (dh.host.state_dir / "journal.jsonl").read_text()
+
+
+def test_a_new_image_and_port_roll_back_to_the_original_image_and_port(docker_host, run_gpuops, tmp_path) -> None:
+    from gpuops.lab.sshd import free_port
+
+    dh = docker_host
+    # Another image: the same server, a different image id (as an upgrade would be).
+    (tmp_path / "Dockerfile").write_text(f"FROM {dh.image}\nLABEL gpuops.test=upgrade\n")
+    built = subprocess.run(dh.daemon.cli("build", "-q", "-t", "gpuops-lab/sglang-standin:upgrade", str(tmp_path)),
+                           capture_output=True, text=True, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin"})
+    assert built.returncode == 0, built.stderr
+    before_files, before = files(dh), dh.inspect()
+    new_port = free_port()
+    proc = apply(run_gpuops, dh, "sglang-service", "-e", "sglang_docker_image=gpuops-lab/sglang-standin:upgrade",
+                 "-e", f"sglang_port={new_port}")
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    upgraded = dh.inspect()
+    assert upgraded["Config"]["Image"] == "gpuops-lab/sglang-standin:upgrade" and upgraded["Image"] != before["Image"]
+    assert server_info(new_port)["port"] == new_port
+
+    back = run_gpuops("rollback", "-i", str(dh.lab.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(dh) == before_files
+    restored = dh.inspect()
+    assert restored["Image"] == before["Image"] and spec(restored) == spec(before)
+    assert served(dh)["port"] == dh.server_port

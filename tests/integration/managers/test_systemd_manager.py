@@ -175,3 +175,80 @@ def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, r
         host.booted.run(["systemctl", "daemon-reload"])
         host.booted.run(["systemctl", "restart", host.unit])
         served(host)
+
+
+def test_user_and_working_directory_are_what_systemd_runs_and_roll_back(host, run_gpuops) -> None:
+    before = files(host)
+    proc = apply(run_gpuops, host, "sglang-service", "-e", "sglang_user=nobody", "-e", "sglang_working_directory=/tmp")
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    shown = host.systemctl_show("User", "WorkingDirectory", "MainPID")
+    assert (shown["User"], shown["WorkingDirectory"]) == ("nobody", "/tmp")
+    status = host.booted.run(["cat", f"/proc/{shown['MainPID']}/status"]).stdout
+    uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+    assert uid == host.booted.run(["id", "-u", "nobody"]).stdout.strip()
+    assert host.booted.run(["readlink", f"/proc/{shown['MainPID']}/cwd"]).stdout.strip() == "/tmp"
+    # The port check held: the server that answers is the unit's, running as nobody.
+    assert report["pid"] == int(shown["MainPID"])
+
+    # A newline would smuggle a directive into the unit: refused before anything changes.
+    refused = apply(run_gpuops, host, "sglang-service", "-e",
+                    json.dumps({"sglang_working_directory": "/tmp\nExecStartPre=/bin/false"}))
+    assert refused.returncode == 2 and "sglang_working_directory" in refused.stderr
+
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert host.systemctl_show("User", "WorkingDirectory") == {"User": "", "WorkingDirectory": ""}
+    served(host)
+
+
+def test_a_run_that_moves_the_port_rolls_back_to_the_old_one(host, run_gpuops) -> None:
+    from gpuops.lab.sshd import free_port
+
+    before = files(host)
+    new_port = free_port()
+    proc = apply(run_gpuops, host, "sglang-service", "-e", f"sglang_port={new_port}")
+    report = report_of(proc)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert server_info(new_port)["port"] == new_port
+    # The rollback must wait for the previous server where the restored unit puts it, not on
+    # the port of the run it undoes.
+    back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert files(host) == before
+    assert served(host)["port"] == host.server_port
+    with pytest.raises(OSError):
+        server_info(new_port)
+
+
+def test_a_port_answered_by_another_process_is_not_the_units_server(host, run_gpuops) -> None:
+    import sys
+
+    from gpuops.lab.sshd import free_port
+    from gpuops.lab.systemd_host import STANDIN
+
+    before = files(host)
+    port = free_port()
+    # An imposter outside the container answers /health on the port the run moves the server to.
+    imposter = subprocess.Popen([sys.executable, str(STANDIN), "-m", "sglang.launch_server", "--model-path", "/m",
+                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server_info(port)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the imposter never answered"
+                time.sleep(0.1)
+        proc = apply(run_gpuops, host, "sglang-service", "-e", f"sglang_port={port}")
+        report = report_of(proc)
+        assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+        assert "another process holds the port" in report["error"] or "exited" in report["error"]
+        assert files(host) == before
+        assert served(host)["port"] == host.server_port
+        assert imposter.poll() is None  # gpuops never touched a process that is not the unit's
+    finally:
+        imposter.terminate()
+        imposter.wait(timeout=30)

@@ -1,0 +1,87 @@
+"""gpuops inside Ansible: what the ``gpuops.gpu`` collection's action plugins call.
+
+The plugins run on the Ansible controller (where gpuops is installed) and reach the host through
+Ansible's own connection for that task: its inventory, bastions, become, vault and forks are
+Ansible's. gpuops keeps its design there too: ONE exec per phase, the program on stdin
+(``_low_level_execute_command(..., in_data=...)``), parsing and planning on the controller.
+
+    gpuops.gpu.facts   -> the same document as one host of ``gpuops inspect host --json``
+    gpuops.gpu.role    -> the same document as one host of ``gpuops apply ROLE --json``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from gpuops.transport.base import ConnectOptions, ExecResult
+
+# Ansible's own variables in a task's vars: not the host's.
+MAGIC_VARS = frozenset({
+    "hostvars", "groups", "group_names", "inventory_hostname", "inventory_hostname_short", "omit", "playbook_dir",
+    "play_hosts", "ansible_play_hosts", "role_names", "vars", "environment", "inventory_dir", "inventory_file",
+    "ansible_facts", "gpuops",
+})
+
+# Runs one command with bytes on stdin through Ansible: returns (rc, stdout, stderr).
+Runner = Callable[[str, bytes], tuple[int, bytes, bytes]]
+
+
+class AnsibleConnection:
+    """gpuops' Connection over an Ansible action plugin's connection."""
+
+    def __init__(self, host: Any, runner: Runner) -> None:
+        self.host = host
+        self._runner = runner
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
+        rc, out, err = self._runner(command, stdin)
+        return ExecResult(out, err, rc)
+
+    def close(self) -> None:
+        pass
+
+
+def host_from_vars(name: str, variables: Mapping[str, Any]) -> Any:
+    """A gpuops Host for an Ansible host: its variables, without Ansible's own ``ansible_*`` ones
+    (the connection is Ansible's) and without its magic variables."""
+    from gpuops.inventory import Host
+
+    kept = {k: _plain(v) for k, v in variables.items() if not k.startswith("ansible_") and k not in MAGIC_VARS}
+    interpreter = variables.get("ansible_python_interpreter")
+    if interpreter and "gpuops_python" not in kept and not str(interpreter).startswith("auto"):
+        kept["gpuops_python"] = str(interpreter)
+    return Host(name=name, address=None, port=None, user=None, key_file=None, connection="ssh",
+                groups=("all",), vars=MappingProxyType(kept))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)  # Ansible's tagged/unsafe strings become plain ones
+    return value
+
+
+def facts(host: Any, runner: Runner, with_gates: bool = True) -> dict[str, Any]:
+    """One host's entry of ``gpuops inspect host --json``, gathered in one exec through Ansible."""
+    from gpuops.facts.collect import host_json, inspect_host
+    from gpuops.transport import HostOutcome
+
+    options = ConnectOptions(connector=lambda h: AnsibleConnection(h, runner))
+    inspection = inspect_host(host, options, with_gates=with_gates)
+    return host_json(HostOutcome(ok=True, value=inspection))
+
+
+def apply_role(host: Any, runner: Runner, role: str, extra: Mapping[str, Any], check: bool) -> dict[str, Any]:
+    """One host's entry of ``gpuops apply ROLE --json`` (plan, change, restart, verify, journal)."""
+    from gpuops.apply.options import ApplyOptions, new_run_id
+    from gpuops.apply.runner import apply_host, discover_all
+
+    options = ApplyOptions(connect=ConnectOptions(connector=lambda h: AnsibleConnection(h, runner)), check=check)
+    discovery = discover_all([host], role, dict(extra))[host.name]
+    report = apply_host(host, role, dict(extra), discovery, options, new_run_id())
+    return report.to_json()

@@ -1,0 +1,228 @@
+"""Repeats and intervals of a result (pure): ``bench --repeat N`` merged into one document.
+
+Metric names are the ones ``results compare`` shows (``compare._figures``), so a comparison finds
+each figure's interval under its own name. See ``stats`` for the rule that uses them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Mapping, Sequence
+
+from gpuops.bench.stats import intervals_json
+
+# the headline figures of decode/serving runs and where they sit in a summary
+SERVING_FIGURES = (
+    ("output tokens/s (per stream)", ("output_tokens_per_s",)),
+    ("TTFT p50", ("ttft_ms", "p50")),
+    ("ITL p50", ("itl_ms", "p50")),
+    ("ITL p90", ("itl_ms", "p90")),
+    ("ITL p99", ("itl_ms", "p99")),
+)
+LEVEL_FIGURES = (
+    ("total output tokens/s", ("total_output_tokens_per_s",)),
+    ("requests/s", ("request_throughput",)),
+    ("TTFT p50", ("ttft_ms", "p50")),
+    ("ITL p50", ("itl_ms", "p50")),
+)
+
+
+def level_label(level: Mapping[str, Any]) -> str:
+    """``c=16`` for a closed-loop level, ``rate=20`` for a request-rate level (its cap aside)."""
+    rate = level.get("request_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        return f"rate={rate:g}"
+    return f"c={level.get('concurrency')}"
+
+
+def _dig(mapping: Any, path: Sequence[str]) -> float | None:
+    for key in path:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return float(mapping) if isinstance(mapping, (int, float)) and not isinstance(mapping, bool) else None
+
+
+def _sample_figures(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    from gpuops.remote.bench_client import sample_figures
+
+    out = []
+    for sample in samples:
+        if sample.get("ok") and sample.get("chunks"):
+            try:
+                out.append(sample_figures(sample))
+            except (IndexError, TypeError, ValueError):
+                continue
+    return out
+
+
+def within_run(result: Mapping[str, Any]) -> dict[str, tuple[str, list[float]]]:
+    """The distributions inside one run: per request, per token, per trial."""
+    suite = result.get("suite")
+    dist: dict[str, tuple[str, list[float]]] = {}
+    if suite == "decode" and not result.get("tool"):
+        figures = _sample_figures(result.get("samples") or [])
+        dist["output tokens/s (per stream)"] = ("requests", [f["tokens_per_s"] for f in figures if f["tokens_per_s"]])
+        dist["TTFT p50"] = ("requests", [f["ttft_s"] * 1000.0 for f in figures])
+        dist["ITL p50"] = ("tokens", [x * 1000.0 for f in figures for x in f["itls_s"]])
+    elif suite == "allreduce":
+        from gpuops.bench.results import variant_label
+
+        pooled: dict[str, list[float]] = {}
+        for row in result.get("allreduce") or []:
+            if row.get("ok") and row.get("latency_us_trials"):
+                name = f"{variant_label(row.get('variant') or {})} x{row['tokens']} tokens latency"
+                pooled.setdefault(name, []).extend(float(x) for x in row["latency_us_trials"])
+        dist.update({k: ("trials", v) for k, v in pooled.items()})
+    elif suite == "fusion":
+        for row in result.get("fusion") or []:
+            if not row.get("ok"):
+                continue
+            mode = "graph" if row.get("cuda_graph") else "eager"
+            for path in ("fused", "unfused_nccl"):
+                trials = row.get(f"{path}_us_trials")
+                if trials:
+                    name = f"{path.replace('_nccl', '')} x{row['tokens']} tokens ({mode})"
+                    dist.setdefault(name, ("trials", []))[1].extend(float(x) for x in trials)
+    return dist
+
+
+def across_repeats(summaries: Sequence[Mapping[str, Any]], level_sets: Sequence[Sequence[Mapping[str, Any]]],
+                   suite: str) -> dict[str, tuple[str, list[float]]]:
+    """One value per repeat for every headline figure (decode/serving)."""
+    dist: dict[str, tuple[str, list[float]]] = {}
+    if suite == "decode":
+        for name, path in SERVING_FIGURES:
+            values = [v for v in (_dig(s, path) for s in summaries) if v is not None]
+            dist[name] = ("repeats", values)
+    for levels in level_sets:
+        for level in levels:
+            label = level_label(level)
+            for name, path in LEVEL_FIGURES:
+                value = _dig(level, path)
+                if value is not None:
+                    dist.setdefault(f"{label} {name}", ("repeats", []))[1].append(value)
+    return dist
+
+
+def result_intervals(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored intervals, or (older results) those its own data give."""
+    stored = result.get("intervals")
+    if isinstance(stored, Mapping):
+        return dict(stored)
+    return intervals_json(within_run(result))
+
+
+def _median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per concurrency level: every numeric figure's median over the repeats (nested dicts too)."""
+    by_c: dict[Any, list[Mapping[str, Any]]] = {}
+    for levels in level_sets:
+        for level in levels:
+            by_c.setdefault(level_label(level), []).append(level)
+
+    def med(values: list[Any]) -> Any:
+        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if nums and len(nums) == len(values):
+            return statistics.median(nums)
+        if values and all(isinstance(v, Mapping) for v in values):
+            keys = {k for v in values for k in v}
+            return {k: med([v.get(k) for v in values]) for k in keys}
+        return values[-1] if values else None
+
+    out = []
+    for levels in by_c.values():
+        keys = {k for lv in levels for k in lv}
+        merged = {k: med([lv.get(k) for lv in levels]) for k in keys}
+        merged["concurrency"] = levels[0].get("concurrency")
+        merged["request_rate"] = levels[0].get("request_rate")
+        merged["repeats"] = len(levels)
+        out.append(merged)
+    return sorted(out, key=lambda lv: (lv.get("concurrency") or 0, lv.get("request_rate") or 0))
+
+
+def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """N results of one host and run (``--repeat N``) -> one document.
+
+    Raw data is pooled (samples, all-reduce rows, each tagged with its ``repeat``); headline figures
+    are medians over the repeats; ``repeats`` keeps every repeat's summary; ``intervals`` are over
+    repeats for decode/serving figures and over all trials for all-reduce/fusion latencies.
+    """
+    from gpuops.bench.results import allreduce_summary, fusion_summary, serving_summary
+
+    if not results:
+        raise ValueError("merge_repeats: no results")
+    first = results[0]
+    merged = dict(results[-1])
+    merged["id"] = first["id"]
+    merged["created"] = first["created"]
+    merged["errors"] = [f"repeat {i + 1}: {e}" if len(results) > 1 else e
+                        for i, r in enumerate(results) for e in r.get("errors") or []]
+    merged["ok"] = all(r.get("ok") for r in results)
+    merged["partial"] = any(r.get("partial") for r in results) or len(results) < int(
+        (first.get("options") or {}).get("repeat") or len(results))
+    merged["notes"] = [n for r in results for n in r.get("notes") or []]
+
+    def tagged(key: str) -> list[dict[str, Any]]:
+        return [dict(item, repeat=i) for i, r in enumerate(results) for item in r.get(key) or []]
+
+    merged["samples"] = tagged("samples")
+    merged["allreduce"] = tagged("allreduce")
+    merged["fusion"] = tagged("fusion")
+    summaries = [r.get("summary") or {} for r in results]
+    level_sets = [r.get("levels") or [] for r in results]
+    suite = str(first.get("suite"))
+    merged["repeats"] = [{"summary": s, "levels": lv} for s, lv in zip(summaries, level_sets)]
+    if suite == "decode":
+        summary = dict(summaries[-1])
+        for name, path in SERVING_FIGURES:
+            values = [v for v in (_dig(s, path) for s in summaries) if v is not None]
+            if values:
+                target = summary
+                for key in path[:-1]:
+                    target[key] = dict(target.get(key) or {})
+                    target = target[key]
+                target[path[-1]] = statistics.median(values)
+        summary["completed"] = sum(s.get("completed") or 0 for s in summaries)
+        summary["failed"] = sum(s.get("failed") or 0 for s in summaries)
+        merged["summary"] = summary
+    elif suite == "serving":
+        merged["levels"] = _median_levels(level_sets)
+        merged["summary"] = serving_summary(merged["levels"])
+    elif suite == "allreduce":
+        merged["summary"] = allreduce_summary(_median_rows(merged["allreduce"]), [])
+        errs = [e for r in results for e in (r.get("summary") or {}).get("variants") or [] if not e.get("ok")]
+        for bad in errs:  # a variant that failed in any repeat stays marked
+            for v in merged["summary"]["variants"]:
+                if v["label"] == bad["label"]:
+                    v["ok"] = False
+                    v.setdefault("error", bad.get("error"))
+    elif suite == "fusion":
+        merged["summary"] = fusion_summary(_median_rows(merged["fusion"], fusion=True))
+    dist = within_run(merged) if suite in ("allreduce", "fusion") else across_repeats(summaries, level_sets, suite)
+    merged["intervals"] = intervals_json(dist)
+    merged["summary"]["repeat"] = len(results)
+    return merged
+
+
+def _median_rows(rows: Sequence[Mapping[str, Any]], fusion: bool = False) -> list[dict[str, Any]]:
+    """One row per (variant, tokens[, mode]) with each numeric figure's median over the repeats."""
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        key = (str(sorted((row.get("variant") or {}).items())), row.get("tokens"), row.get("cuda_graph"))
+        groups.setdefault(key, []).append(row)
+    out = []
+    for group in groups.values():
+        merged = dict(group[-1])
+        good = [r for r in group if r.get("ok")]
+        merged["ok"] = len(good) == len(group)
+        if not merged["ok"]:
+            merged["error"] = next((r.get("error") for r in group if not r.get("ok")), None)
+        for key, value in group[-1].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("tokens", "repeat"):
+                values = [r.get(key) for r in good if isinstance(r.get(key), (int, float))]
+                if values:
+                    merged[key] = statistics.median(values)
+        if fusion:
+            merged["correct"] = all(r.get("correct") for r in group)
+        out.append(merged)
+    return out

@@ -1,0 +1,100 @@
+"""Noise-aware figures (pure): medians with 95% bootstrap intervals, and when a difference is real.
+
+Every result carries ``intervals``: for each headline metric, the median and a 95% percentile
+bootstrap confidence interval of that median, over the measurements the metric is made of:
+
+- ``repeats``: with ``bench --repeat N``, one value per repeat (the honest unit of noise: server,
+  network and GPU state all vary between runs);
+- ``requests`` / ``tokens`` / ``trials``: without repeats, the values inside one run (per-request
+  decode rate and TTFT, per-token ITL, per-trial all-reduce latency). These say how steady one run
+  was, not how repeatable the whole run is; the ``over`` field names which one an interval is.
+
+The rule everywhere (``results compare``, ``tune``): a difference is **significant** only when the
+two intervals do not overlap. Non-overlap of two 95% intervals is a conservative test (it misses some
+real differences, it rarely calls noise a win), which is the side a tuning tool should err on.
+A metric with fewer than two values has no interval and is never significant, and neither is a
+difference of medians under 1% (``MIN_EFFECT``), however tight the intervals.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+MIN_EFFECT = 0.01  # differences under 1% are never called significant (not worth a restart)
+
+
+@dataclass(frozen=True)
+class Interval:
+    median: float
+    low: float
+    high: float
+    n: int
+    over: str  # repeats | requests | tokens | trials
+
+    def as_json(self) -> dict[str, Any]:
+        return {"median": self.median, "low": self.low, "high": self.high, "n": self.n, "over": self.over,
+                "confidence": CONFIDENCE}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any] | None) -> Interval | None:
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            return Interval(float(data["median"]), float(data["low"]), float(data["high"]), int(data["n"]),
+                            str(data.get("over", "")))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def bootstrap(values: Sequence[float], over: str, resamples: int = RESAMPLES, seed: int = 0) -> Interval | None:
+    """Median and its 95% percentile-bootstrap interval; None for fewer than two values.
+
+    Seeded, so the same values always give the same interval (results stay reproducible).
+    """
+    data = [float(v) for v in values if v is not None]
+    if len(data) < 2:
+        return None
+    rng = random.Random(seed)
+    n = len(data)
+    medians = sorted(statistics.median(rng.choices(data, k=n)) for _ in range(resamples))
+    tail = (1.0 - CONFIDENCE) / 2.0
+    low = medians[int(tail * (resamples - 1))]
+    high = medians[int((1.0 - tail) * (resamples - 1) + 0.5)]
+    return Interval(statistics.median(data), low, high, n, over)
+
+
+def overlap(a: Interval, b: Interval) -> bool:
+    return a.low <= b.high and b.low <= a.high
+
+
+def significant(a: Interval | None, b: Interval | None) -> bool:
+    """The rule: both intervals exist, they do not overlap, and the medians differ by more than
+    ``MIN_EFFECT`` (two runs of one configuration can give tight intervals a hair apart)."""
+    if a is None or b is None or overlap(a, b):
+        return False
+    scale = max(abs(a.median), abs(b.median))
+    return scale > 0 and abs(b.median - a.median) / scale > MIN_EFFECT
+
+
+def verdict(base: Interval | None, other: Interval | None, better: str) -> str:
+    """'better' | 'worse' | 'within noise' | 'no interval' for ``other`` against ``base``."""
+    if base is None or other is None:
+        return "no interval"
+    if not significant(base, other):
+        return "within noise"
+    return "better" if (other.median > base.median) == (better == "higher") else "worse"
+
+
+def intervals_json(distributions: Mapping[str, tuple[str, Iterable[float]]]) -> dict[str, Any]:
+    """``{metric: (over, values)}`` -> ``{metric: interval json}`` (metrics without one left out)."""
+    out: dict[str, Any] = {}
+    for name, (over, values) in distributions.items():
+        interval = bootstrap(list(values), over)
+        if interval is not None:
+            out[name] = interval.as_json()
+    return out
