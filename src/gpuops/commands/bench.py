@@ -6,7 +6,10 @@
      "hosts": {NAME: {"ok", "suite", "partial", "output_tokens_per_s", "ttft_ms" (p50),
                       "itl_ms": {"p50", "p90", "p99"}, "accept_length", "result_id", "result_file",
                       "fingerprint", "simulated", "speed_model" (the stand-in model's label, else null), "error",
-                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce)}}}
+                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce),
+                      "peak_*" (serving), "fused_us"/"unfused_us"/"*_step_ms"/"all_correct" (fusion)}}}
+
+Full result and comparison schema: src/gpuops/bench/README.md.
 """
 
 from __future__ import annotations

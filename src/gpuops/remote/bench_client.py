@@ -10,7 +10,8 @@ SIGINT to this process through its pid file) still leaves every finished measure
 
 kinds: ``start``, ``server`` (its /get_server_info and /get_model_info), ``host`` (a light facts
 snapshot), ``sample`` (one measured request), ``level`` (a serving concurrency level finished),
-``allreduce`` (one all-reduce measurement), ``tool`` (a line of sglang.bench_* JSONL output),
+``allreduce`` (one all-reduce measurement), ``fusion`` (one fused-vs-unfused measurement),
+``progress`` (which level or variant starts), ``tool`` (a line of sglang.bench_* JSONL output),
 ``note``, ``error``, ``end`` (with ``"partial": true`` when interrupted).
 
 Measurement rules: warm-up requests are not counted; token counts come from the server's own
@@ -39,6 +40,26 @@ PROMPT_WORDS = ("alpha", "river", "stone", "cloud", "maple", "signal", "copper",
 
 class Interrupted(Exception):
     pass
+
+
+KEEP_FRAMES_DAYS = 30
+
+
+def prune_old_frames(folder, days=KEEP_FRAMES_DAYS):
+    """Remove this client's own frames files older than ``days`` (the host's copies do not pile up)."""
+    cutoff = time.time() - days * 86400
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.endswith(".frames"):
+            path = os.path.join(folder, name)
+            try:
+                if os.path.getmtime(path) < cutoff:
+                    os.unlink(path)
+            except OSError:
+                pass
 
 
 class Emitter(object):
@@ -88,6 +109,7 @@ class Emitter(object):
             parent = os.path.dirname(path)
             if parent and not os.path.isdir(parent):
                 os.makedirs(parent, 0o700)
+            prune_old_frames(parent)
             self.keep = open(path, "a")
             return path
         except OSError as exc:
