@@ -100,3 +100,14 @@ def test_a_failing_host_stops_the_rollout_and_later_hosts_stay_untouched(lab, ru
                   "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 5}}')
     assert "h03: SKIPPED (skipped)" in human.stdout and "h03 : ok=0 changed=0 failed=0 skipped=1" in human.stdout
     assert "s3cret-value" not in human.stdout + human.stderr
+
+
+def test_a_vaulted_value_is_masked_in_diffs_whatever_its_name(lab, run_gpuops, tmp_path: Path) -> None:
+    envelope = textwrap.indent(VAULTED_BECOME_PASSWORD, "    ").lstrip()
+    (tmp_path / "env.yml").write_text(f"sglang_env:\n  MODEL_SOURCE: {envelope}")
+    (tmp_path / "pw").write_text("first-pw\n")
+    proc = run_gpuops("apply", "sglang-service", "-i", str(lab.inventory_path), "-l", "h01", "-C", "-D",
+                      "-e", f"@{tmp_path / 'env.yml'}", "--vault-password-file", str(tmp_path / "pw"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "MODEL_SOURCE='<masked:" in proc.stdout, proc.stdout
+    assert "s3cret-value" not in proc.stdout + proc.stderr

@@ -41,6 +41,19 @@ def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: 
     )
 
 
+def _decrypted(extra: dict[str, Any], inventory: Any) -> dict[str, Any]:
+    """``-e @file`` values written with ``!vault``: decrypted with the command's vault passwords, or refused."""
+    from gpuops.errors import GpuopsError
+    from gpuops.inventory.vault import NO_PASSWORD_HINT, decrypt_values, find_encrypted
+
+    extra = decrypt_values(extra, getattr(inventory, "vault", None))
+    for name, value in extra.items():
+        found = find_encrypted(value, name)
+        if found:
+            raise GpuopsError(f"-e @{found[1].where}: variable {name} is vault-encrypted: {NO_PASSWORD_HINT}")
+    return extra
+
+
 def _hosts(inventory: Any, limit: str | None) -> list[Any]:
     from gpuops.inventory import load_inventory
 
@@ -64,7 +77,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 
     from gpuops.transport.rollout import rollout_for
 
-    extra = parse_extra_vars(list(extra_vars))
+    extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     hosts = _hosts(inventory, limit)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout)
