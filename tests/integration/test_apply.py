@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def test_check_mode_changes_nothing_and_shows_diffs(lab, run_gpuops) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "+NCCL_MIN_NCHANNELS='8'" in proc.stdout
     assert "would run handler: restart sglang" in proc.stdout
-    assert "h01 : ok=7 changed=2 failed=0" in proc.stdout  # sglang.env and desired.json (its composed part)
+    # sglang.env and desired.json (its composed part); ok= counts the role's tasks, which grow
+    assert re.search(r"h01 : ok=\d+ changed=2 failed=0", proc.stdout), proc.stdout
     assert tree_hashes(host.dir) == before
     assert not (host.state_dir / "journal.jsonl").exists() and not (host.state_dir / "runs").exists()
     assert pid_of(host) == pid
@@ -111,7 +113,7 @@ def test_startup_crash_is_rolled_back(lab, run_gpuops) -> None:
     assert tree_hashes(host.dir, skip_runs=True) == before
     info = server_info(host.server_port)                          # the previous config, healthy
     assert "NCCL_ALGO" not in json.dumps(info)
-    assert [r["event"] for r in host_journal(host)] == ["started", "rolled_back"]
+    assert [r["event"] for r in host_journal(host)] == ["started", "server_touched", "rolled_back"]
     # Nothing is left unfinished: the next apply is not refused.
     assert apply(run_gpuops, lab, "nccl-env", "--check").returncode == 0
 
@@ -151,23 +153,23 @@ def _start_client(lab, *extra: str) -> subprocess.Popen:
 
 
 def _wait_for_restart(host, client: subprocess.Popen) -> Path:
-    """The run dir of the apply whose restart is under way on the host."""
+    """The transaction folder of the apply whose restart is under way on the host."""
     deadline = time.monotonic() + 120
     while True:
         assert time.monotonic() < deadline and client.poll() is None, client.communicate()
-        runs = host.state_dir / "runs"
-        for progress in runs.glob("*/progress.jsonl") if runs.exists() else ():
-            if '"handler"' in progress.read_text():
+        calls = host.state_dir / "calls"
+        for progress in calls.glob("*/progress.jsonl") if calls.exists() else ():
+            if '"phase": "health"' in progress.read_text():
                 return progress.parent
         time.sleep(0.05)
 
 
-def _wait_for_result(run_dir: Path) -> dict[str, Any]:
+def _wait_for_result(call_dir: Path) -> dict[str, Any]:
     deadline = time.monotonic() + 120
-    while not (run_dir / "result.json").exists():
-        assert time.monotonic() < deadline, (run_dir / "progress.jsonl").read_text()
+    while not (call_dir / "result.json").exists():
+        assert time.monotonic() < deadline, (call_dir / "progress.jsonl").read_text()
         time.sleep(0.1)
-    return json.loads((run_dir / "result.json").read_text())
+    return json.loads((call_dir / "result.json").read_text())
 
 
 def test_concurrent_apply_is_refused(lab, run_gpuops) -> None:
@@ -175,50 +177,15 @@ def test_concurrent_apply_is_refused(lab, run_gpuops) -> None:
     # The first apply's server takes 30 s to come up: long enough for a second apply to collide.
     first = _start_client(lab, "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}, "sglang_env": {"GPUOPS_STANDIN_STARTUP_S": "30"}}')
     try:
-        run_dir = _wait_for_restart(host, first)
+        call_dir = _wait_for_restart(host, first)
         second = apply(run_gpuops, lab, "nccl-env", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 2}}')
         assert second.returncode == 1
         assert "another gpuops run holds the host lock" in second.stdout
     finally:
-        first.send_signal(signal.SIGKILL)  # and let the host roll itself back (tested below)
+        first.send_signal(signal.SIGKILL)  # and let the host roll itself back (the fault matrix tests more)
         first.wait(timeout=10)
-    assert _wait_for_result(run_dir)["status"] == "rolled_back"
+    assert _wait_for_result(call_dir)["status"] == "rolled_back"
     assert "NCCL_MIN_NCHANNELS='2'" not in (host.state_dir / "sglang.env").read_text()
-
-
-def test_killed_client_leaves_the_host_as_it_was(lab, run_gpuops) -> None:
-    host = lab.hosts[0]
-    before = tree_hashes(host.dir, skip_runs=True)
-    client = _start_client(lab, "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}, "sglang_env": {"GPUOPS_STANDIN_STARTUP_S": "8"}}')
-    run_dir = _wait_for_restart(host, client)
-    client.send_signal(signal.SIGKILL)
-    client.wait(timeout=10)
-    result = _wait_for_result(run_dir)
-    assert result["status"] == "rolled_back" and "connection to gpuops was lost" in result["error"]
-    assert tree_hashes(host.dir, skip_runs=True) == before
-    assert "NCCL_MIN_NCHANNELS" not in json.dumps(server_info(host.server_port))
-    assert [r["event"] for r in host_journal(host)] == ["started", "rolled_back"]
-
-
-def test_a_run_that_died_blocks_the_next_until_rolled_back(lab, run_gpuops) -> None:
-    host = lab.hosts[0]
-    before = tree_hashes(host.dir, skip_runs=True)
-    client = _start_client(lab, "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}, "sglang_env": {"GPUOPS_STANDIN_STARTUP_S": "8"}}')
-    run_dir = _wait_for_restart(host, client)
-    worker = next(json.loads(l)["pid"] for l in (run_dir / "progress.jsonl").read_text().splitlines() if '"worker"' in l)
-    os.kill(worker, signal.SIGKILL)  # the host-side worker dies mid-run (OOM killer, reboot, ...)
-    client.kill()
-    client.wait(timeout=10)
-    refused = apply(run_gpuops, lab, "nccl-env")
-    assert refused.returncode == 1
-    assert f"gpuops rollback --run {run_dir.name}" in refused.stdout
-    proc = run_gpuops("rollback", "-i", str(lab.inventory_path), "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)["hosts"]["h01"]
-    assert report["ok"] and str(host.state_dir / "sglang.env") in report["restored"]
-    assert tree_hashes(host.dir, skip_runs=True) == before
-    assert "NCCL_MIN_NCHANNELS" not in json.dumps(server_info(host.server_port))
-    assert apply(run_gpuops, lab, "nccl-env", "--check").returncode == 0
 
 
 def test_several_hosts_in_parallel_and_limit(lab_factory, run_gpuops) -> None:
@@ -227,7 +194,8 @@ def test_several_hosts_in_parallel_and_limit(lab_factory, run_gpuops) -> None:
                       "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}', "-e", "gpuops_health_timeout=30")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recap = proc.stdout.split("RECAP", 1)[1]
-    assert "h01 : ok=7 changed=" in recap and "h03 : ok=7 changed=" in recap and "h02" not in recap
+    assert re.search(r"h01 : ok=\d+ changed=", recap) and re.search(r"h03 : ok=\d+ changed=", recap)
+    assert "h02" not in recap
     assert "NCCL_MIN_NCHANNELS='8'" in (lab.host("h03").state_dir / "sglang.env").read_text()
     assert "NCCL_MIN_NCHANNELS" not in (lab.host("h02").state_dir / "sglang.env").read_text()
     for name in ("h01", "h03"):

@@ -106,7 +106,8 @@ def test_patch_that_does_not_compile_is_rolled_back_before_the_restart(release_l
     host = lab.hosts[0]
     pristine = tree_hashes(host.dir, skip_runs=True)
     pid = int((host.state_dir / "sglang.pid").read_text())
-    proc = apply(run_gpuops, lab, env={"GPUOPS_TEST_CORRUPT_PATCH": "1"})
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"corrupt_patch": True}))  # honoured on lab hosts only
+    proc = apply(run_gpuops, lab)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "do not compile" in proc.stdout and "rolled back" in proc.stdout
     assert tree_hashes(host.dir, skip_runs=True) == pristine
@@ -129,12 +130,13 @@ def test_failed_re_audit_restores_the_files_and_keeps_the_server(release_lab, ru
     host = lab.hosts[0]
     pristine = tree_hashes(host.dir, skip_runs=True)
     pid = int((host.state_dir / "sglang.pid").read_text())
-    proc = apply(run_gpuops, lab, "--json", env={"GPUOPS_TEST_FAULT": "audit_verdict"})
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"empty_audit": True}))  # a re-audit with no scan
+    proc = apply(run_gpuops, lab, "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["h01"]
-    assert report["status"] == "rolled_back" and "audit_verdict" in report["error"]
-    assert len(report["restored"]) == report["changed"]
+    assert report["status"] == "rolled_back" and "re-audit" in report["error"], report
+    assert len(report["restored"]) == len(report["changes"]) and report["changed"] == 0
     assert tree_hashes(host.dir, skip_runs=True) == pristine
     assert int((host.state_dir / "sglang.pid").read_text()) == pid
     records = [json.loads(l) for l in (host.state_dir / "journal.jsonl").read_text().splitlines()]
-    assert [r["event"] for r in records if r["run_id"] == report["run_id"]] == ["started", "audited", "rolled_back"]
+    assert [r["event"] for r in records if r["run_id"] == report["run_id"]] == ["started", "rolled_back"]

@@ -1,4 +1,10 @@
-"""The host-side apply helper, run for real as a subprocess on temp dirs (no SSH, no server)."""
+"""The host-side apply helper, run for real as a subprocess on temp dirs (no SSH, no server).
+
+It is driven exactly as gpuops drives it: the stream runner, helper + payload on stdin, then the
+client's own transaction code (``gpuops.apply.txn``: heartbeats, verdict, commit) over a local
+connection. The state dirs sit in a fake lab (``lab/h/state`` with ``lab/.gpuops-lab``) so that the
+lab fault file can be used; one test shows that the same file is ignored anywhere else.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import gpuops.remote
 from gpuops.remote import python_command, python_stdin
@@ -22,13 +31,28 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_helper(payload: dict[str, Any]) -> dict[str, Any]:
-    """Exactly as gpuops ships it: the runner command, helper + payload on stdin."""
-    proc = subprocess.run(["/bin/sh", "-c", python_command(sys.executable)],
-                          input=python_stdin("apply_helper", payload), capture_output=True, timeout=60)
-    lines = [l for l in proc.stdout.decode().splitlines() if l.startswith('{"result"')]
-    assert lines, proc.stderr.decode()
-    return json.loads(lines[-1])["result"]
+@pytest.fixture(autouse=True)
+def lab_session(monkeypatch) -> None:
+    monkeypatch.setenv("GPUOPS_LAB_HOST", "h")  # what a lab host's sessions carry
+
+
+def lab_state(tmp_path: Path) -> Path:
+    (tmp_path / "lab").mkdir(exist_ok=True)
+    (tmp_path / "lab" / ".gpuops-lab").write_text("lab\n")
+    return tmp_path / "lab" / "h" / "state"
+
+
+def run_helper(payload: dict[str, Any], verdict: bool = True, lease_s: float = 5.0) -> dict[str, Any]:
+    """Exactly as gpuops ships and drives it (stream runner, heartbeats, verdict, commit)."""
+    from gpuops.apply.txn import run_transaction
+    from gpuops.inventory import Host
+    from gpuops.transport.local import LocalConnection
+
+    payload = dict(payload, lease_s=lease_s)
+    conn = LocalConnection(Host(name="h", address=None, port=None, user=None, key_file=None, groups=(), connection="local"))
+    body = python_stdin("apply_helper", payload, stream=True)
+    return run_transaction(conn, python_command(sys.executable, stream=True), body, lease_s,
+                           time.monotonic() + 120, payload["run_id"], lambda out: (verdict, "judged"))
 
 
 def change(path: Path, after: bytes, before: bytes | None, mode: str | None = None) -> dict[str, Any]:
@@ -39,7 +63,7 @@ def change(path: Path, after: bytes, before: bytes | None, mode: str | None = No
 def payload(state: Path, changes: list[dict[str, Any]], run_id: str = "r1", **extra: Any) -> dict[str, Any]:
     base = {"mode": "apply", "run_id": run_id, "state_dir": str(state), "meta": {"role": "test", "user": "me"},
             "changes": changes, "compile": [], "handlers": [], "service": None, "audit": None,
-            "process_manager": "", "on_disconnect": "rollback"}
+            "process_manager": ""}
     base.update(extra)
     return base
 
@@ -49,7 +73,7 @@ def journal(state: Path) -> list[dict[str, Any]]:
 
 
 def test_writes_atomically_with_mode_backs_up_and_journals(tmp_path: Path) -> None:
-    state, target, new = tmp_path / "state", tmp_path / "etc" / "a.conf", tmp_path / "etc" / "new.conf"
+    state, target, new = lab_state(tmp_path), tmp_path / "etc" / "a.conf", tmp_path / "etc" / "new.conf"
     target.parent.mkdir()
     target.write_bytes(b"old\n")
     target.chmod(0o640)
@@ -60,16 +84,19 @@ def test_writes_atomically_with_mode_backs_up_and_journals(tmp_path: Path) -> No
     manifest = json.loads((state / "runs" / "r1" / "manifest.json").read_text())
     entries = {e["path"]: e for e in manifest["files"]}
     assert Path(entries[str(target)]["backup"]).read_bytes() == b"old\n"
+    assert oct(Path(entries[str(target)]["backup"]).stat().st_mode & 0o777) == "0o640"  # the backup keeps the mode
     assert entries[str(new)]["existed"] is False
     assert str(state) in entries[str(target)]["backup"]  # backups live under the state dir only
     events = [r["event"] for r in journal(state)]
     assert events == ["started", "finished"]
+    assert not list(state.glob("calls/*/result.json")) or all(
+        json.loads(p.read_text())["run_id"] == "r1" for p in state.glob("calls/*/result.json"))
     assert "new\n" not in (state / "journal.jsonl").read_text()  # hashes, not contents
     assert not list(target.parent.glob(".*gpuops*"))  # no temp file left behind
 
 
 def test_refuses_when_the_file_changed_since_the_plan(tmp_path: Path) -> None:
-    state, target = tmp_path / "state", tmp_path / "a.conf"
+    state, target = lab_state(tmp_path), tmp_path / "a.conf"
     target.write_bytes(b"someone else\n")
     result = run_helper(payload(state, [change(target, b"new\n", b"old\n")]))
     assert result["ok"] is False and "changed on the host since gpuops planned" in result["error"]
@@ -77,18 +104,40 @@ def test_refuses_when_the_file_changed_since_the_plan(tmp_path: Path) -> None:
     assert not (state / "journal.jsonl").exists()
 
 
-def test_injected_failure_restores_every_byte(tmp_path: Path) -> None:
-    state, a, b = tmp_path / "state", tmp_path / "a", tmp_path / "b"
+def test_lab_fault_restores_every_byte(tmp_path: Path) -> None:
+    state, a, b = lab_state(tmp_path), tmp_path / "a", tmp_path / "b"
     a.write_bytes(b"A\x00binary\n")
-    result = run_helper(payload(state, [change(a, b"A2\n", b"A\x00binary\n"), change(b, b"B\n", None)],
-                                fault="before_write"))
+    state.mkdir(parents=True)
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
+    result = run_helper(payload(state, [change(a, b"A2\n", b"A\x00binary\n"), change(b, b"B\n", None)]))
     assert result["status"] == "rolled_back" and "injected fault" in result["error"]
     assert a.read_bytes() == b"A\x00binary\n" and not b.exists()
     assert [r["event"] for r in journal(state)] == ["started", "rolled_back"]
+    assert not (state / "lab-fault.json").exists()  # read once
+
+
+def test_the_fault_file_is_ignored_off_a_lab_host(tmp_path: Path, monkeypatch) -> None:
+    state, a = tmp_path / "state", tmp_path / "a"  # no lab marker above this state dir
+    state.mkdir()
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
+    assert run_helper(payload(state, [change(a, b"x\n", None)]))["status"] == "finished"
+    monkeypatch.delenv("GPUOPS_LAB_HOST")  # a lab dir, but not a lab session: ignored too
+    state2, b = lab_state(tmp_path), tmp_path / "b"
+    state2.mkdir(parents=True)
+    (state2 / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
+    assert run_helper(payload(state2, [change(b, b"x\n", None)]))["status"] == "finished"
+
+
+def test_a_failed_verdict_rolls_back(tmp_path: Path) -> None:
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    a.write_bytes(b"v1\n")
+    result = run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], audit={"sh": "echo scan"}), verdict=False)
+    assert result["status"] == "rolled_back" and result["error"] == "judged", result
+    assert a.read_bytes() == b"v1\n"
 
 
 def test_compile_failure_rolls_back(tmp_path: Path) -> None:
-    state, mod = tmp_path / "state", tmp_path / "pkg" / "m.py"
+    state, mod = lab_state(tmp_path), tmp_path / "pkg" / "m.py"
     mod.parent.mkdir()
     mod.write_bytes(b"x = 1\n")
     result = run_helper(payload(state, [change(mod, b"x = (\n", b"x = 1\n")],
@@ -99,8 +148,8 @@ def test_compile_failure_rolls_back(tmp_path: Path) -> None:
 
 
 def test_lock_held_fails_fast(tmp_path: Path) -> None:
-    state, a = tmp_path / "state", tmp_path / "a"
-    state.mkdir()
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    state.mkdir(parents=True)
     fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
@@ -111,38 +160,110 @@ def test_lock_held_fails_fast(tmp_path: Path) -> None:
     assert not a.exists()
 
 
-def test_unfinished_run_blocks_apply_until_rolled_back(tmp_path: Path) -> None:
-    state, a = tmp_path / "state", tmp_path / "a"
+def _dead_run(state: Path, a: Path, run_id: str, backup: bytes, kind: str | None = None) -> None:
+    """What a worker killed after its first write leaves: backups, `started`, a write, no end."""
+    (state / "runs" / run_id / "files").mkdir(parents=True)
+    (state / "runs" / run_id / "files" / "000").write_bytes(backup)
+    (state / "runs" / run_id / "manifest.json").write_text(json.dumps({
+        "run_id": run_id, "files": [{"path": str(a), "existed": True, "backup": str(state / "runs" / run_id / "files/000"),
+                                     "mode": 0o644, "uid": os.getuid(), "gid": os.getgid(), "sha256": sha(backup)}],
+        "service": None, "handlers": []}))
+    record = {"run_id": run_id, "event": "started", "role": "test", "changes": [{"path": str(a)}]}
+    if kind:
+        record.update(kind=kind, target="r1")
+    with open(state / "journal.jsonl", "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    a.write_bytes(b"half-written\n")
+
+
+def test_a_dead_run_is_rolled_back_first_by_the_next_apply(tmp_path: Path) -> None:
+    state, a = lab_state(tmp_path), tmp_path / "a"
     a.write_bytes(b"v1\n")
     assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
-    # Simulate a run killed after its first change: `started`, backups, a write, no end.
-    (state / "runs" / "r2" / "files").mkdir(parents=True)
-    (state / "runs" / "r2" / "files" / "000").write_bytes(b"v2\n")
-    (state / "runs" / "r2" / "manifest.json").write_text(json.dumps({
-        "run_id": "r2", "files": [{"path": str(a), "existed": True, "backup": str(state / "runs/r2/files/000"),
-                                   "mode": 0o644, "uid": os.getuid(), "gid": os.getgid(), "sha256": sha(b"v2\n")}],
-        "service": None, "handlers": []}))
-    with open(state / "journal.jsonl", "a") as handle:
-        handle.write(json.dumps({"run_id": "r2", "event": "started", "role": "test", "changes": [{"path": str(a)}]}) + "\n")
-    a.write_bytes(b"half-written\n")
-    refused = run_helper(payload(state, [change(a, b"v3\n", b"half-written\n")], run_id="r3"))
-    assert refused["status"] == "refused" and "gpuops rollback --run r2" in refused["error"]
-    undo = run_helper({"mode": "rollback", "run_id": "r4", "state_dir": str(state), "target": None,
-                       "meta": {}, "process_manager": ""})
-    assert undo["ok"] and undo["target"] == "r2", undo
-    assert a.read_bytes() == b"v2\n"
-    # Now the most recent run that changed the host is r1: undo it too.
-    undo = run_helper({"mode": "rollback", "run_id": "r5", "state_dir": str(state), "target": None,
-                       "meta": {}, "process_manager": ""})
-    assert undo["ok"] and undo["target"] == "r1"
+    _dead_run(state, a, "r2", b"v2\n")
+    # The plan was made against what the host will be once r2 is rolled back.
+    result = run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r3"))
+    assert result["status"] == "finished", result
+    assert any("run r2" in line and "rolled back first" in line for line in result["recovered"]), result
+    assert a.read_bytes() == b"v3\n"
+    events = [(r["run_id"], r["event"]) for r in journal(state)]
+    assert ("r2", "rolled_back") in events and events[-1] == ("r3", "finished")
+
+
+def test_an_interrupted_rollback_is_never_a_dead_end(tmp_path: Path) -> None:
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    a.write_bytes(b"v1\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
+    _dead_run(state, a, "r2", b"v2\n", kind="rollback")  # a rollback of r1 that died half-way
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    undo = run_helper(dict(rollback, run_id="r3", target=None))
+    assert undo["ok"] and undo["target"] == "r1", undo
+    assert any("run r2" in line for line in undo["recovered"])
     assert a.read_bytes() == b"v1\n"
-    nothing = run_helper({"mode": "rollback", "run_id": "r6", "state_dir": str(state), "target": None,
-                          "meta": {}, "process_manager": ""})
+    nothing = run_helper(dict(rollback, run_id="r4", target=None))
     assert nothing["ok"] is False and "nothing to roll back" in nothing["error"]
 
 
+def test_rollback_refuses_to_destroy_a_later_change_unless_forced(tmp_path: Path) -> None:
+    state, a = lab_state(tmp_path), tmp_path / "a.env"
+    a.write_bytes(b"A=1\n")
+    a.chmod(0o600)
+    assert run_helper(payload(state, [change(a, b"A=2\n", b"A=1\n")], run_id="r1"))["status"] == "finished"
+    a.write_bytes(b"A=2\nB=by-hand\n")
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    refused = run_helper(dict(rollback, run_id="r2", target="r1"))
+    assert refused["ok"] is False and str(a) in refused["error"] and "--force" in refused["error"], refused
+    assert a.read_bytes() == b"A=2\nB=by-hand\n"
+    forced = run_helper(dict(rollback, run_id="r3", target="r1", force=True))
+    assert forced["ok"], forced
+    assert a.read_bytes() == b"A=1\n" and oct(a.stat().st_mode & 0o777) == "0o600"
+    (kept,) = forced["kept"]
+    assert Path(kept.split("kept as ")[1].rstrip(")")).read_bytes() == b"A=2\nB=by-hand\n"
+
+
+def test_a_tampered_manifest_is_refused(tmp_path: Path) -> None:
+    state, a, victim = lab_state(tmp_path), tmp_path / "a", tmp_path / "victim"
+    a.write_bytes(b"v1\n")
+    victim.write_bytes(b"not gpuops'\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", None if False else b"v1\n")], run_id="r1"))["ok"]
+    manifest_path = state / "runs" / "r1" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"].append({"path": str(victim), "existed": False})
+    manifest_path.write_text(json.dumps(manifest))
+    refused = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": "",
+                          "run_id": "r2", "target": "r1"})
+    assert refused["ok"] is False and refused["error"].startswith("tampering"), refused
+    assert victim.read_bytes() == b"not gpuops'\n" and a.read_bytes() == b"v2\n"
+
+
+def test_torn_and_foreign_journal_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    a.write_bytes(b"v1\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["ok"]
+    with open(state / "journal.jsonl", "a") as handle:
+        handle.write('[1, 2]\n"text"\n{"run_id": "r9", "event": "sta')  # foreign lines, then a torn one
+    result = run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r2"))
+    assert result["status"] == "finished", result
+    assert sum("not a run record" in n for n in result["notes"]) >= 2
+    lines = (state / "journal.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["event"] == "finished"      # never glued onto the torn line
+    assert any(l.startswith('{"run_id": "r9"') and not l.endswith("}") for l in lines)
+    history = run_helper({"mode": "journal", "state_dir": str(state), "run_id": "h1", "meta": {}})
+    assert [r["event"] for r in history["records"] if r["run_id"] == "r2"] == ["started", "finished"]
+
+
+def test_old_run_folders_are_pruned_but_never_the_newest_finished(tmp_path: Path) -> None:
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    a.write_bytes(b"0\n")
+    for n in range(1, 5):
+        result = run_helper(payload(state, [change(a, b"%d\n" % n, b"%d\n" % (n - 1))], run_id=f"r{n}", keep_runs=2))
+        assert result["status"] == "finished"
+    assert sorted(p.name for p in (state / "runs").iterdir()) == ["r3", "r4"]
+    assert any("pruned" in n for n in result["notes"])
+
+
 def test_no_changes_journals_unchanged(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+    state = lab_state(tmp_path)
     result = run_helper(payload(state, []))
     assert result["status"] == "unchanged"
     assert [r["event"] for r in journal(state)] == ["unchanged"]
@@ -173,12 +294,12 @@ def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path)
     state = tmp_path / "state"
     secret = "s3cr3t 'pw' $(touch /tmp/x)"
     for asks in ("1", "0"):  # sudo that asks for the password, and a NOPASSWD rule that does not
-        command, prefix = become_wrap(python_command(sys.executable), secret)
+        command, prefix = become_wrap(python_command(sys.executable, stream=True), secret)
         assert secret not in command
         env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SUDO_ASKS=asks,
                    FAKE_SUDO_PASSWORD=secret)
         proc = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, timeout=60,
-                              input=prefix + python_stdin("apply_helper", payload(state, [], run_id=f"b{asks}")))
+                              input=prefix + python_stdin("apply_helper", payload(state, [], run_id=f"b{asks}"), stream=True))
         assert proc.returncode == 0, proc.stderr.decode()
         assert json.loads(proc.stdout.decode().splitlines()[-1])["result"]["status"] == "unchanged"
         assert secret not in proc.stdout.decode() + proc.stderr.decode()
@@ -187,7 +308,7 @@ def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path)
 
 
 def test_rollback_of_an_older_run_whose_files_changed_again_is_refused(tmp_path: Path) -> None:
-    state, a = tmp_path / "state", tmp_path / "a"
+    state, a = lab_state(tmp_path), tmp_path / "a"
     a.write_bytes(b"v1\n")
     assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
     assert run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r2"))["status"] == "finished"

@@ -62,3 +62,23 @@ def test_rollback_command_undoes_a_finished_run_with_created_files_and_modes(hos
     assert undone.returncode == 0, undone.stdout + undone.stderr
     assert tree_hashes(host.dir, skip_runs=True) == before
     assert "SGLANG_RB_MARK" not in json.dumps(server_info(host.server_port))
+
+
+def test_a_symlinked_managed_file_stays_a_link_to_the_same_bytes(lab_factory, run_gpuops) -> None:
+    # An operator keeps the env file elsewhere and links it into place. Whatever gpuops does with
+    # the link (refuse it, or write through it and restore), a failed run leaves link and target
+    # as they were: never a regular file where the link was.
+    import os
+
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    target = host.dir / "conf" / "sglang.env"
+    target.parent.mkdir()
+    os.replace(host.state_dir / "sglang.env", target)
+    (host.state_dir / "sglang.env").symlink_to(target)
+    before = tree_hashes(host.dir, skip_runs=True)
+    report = _apply(run_gpuops, lab, {"sglang_env": {"GPUOPS_STANDIN_CRASH_IF": "SGLANG_RB_MARK=1",
+                                                     "SGLANG_RB_MARK": "1"}})
+    assert report["rc"] == 1 and report["ok"] is False, report
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert (host.state_dir / "sglang.env").is_symlink()

@@ -103,15 +103,16 @@ def test_openai_apis_measure_the_same_rate(tmp_path: Path, api: str):
 
 
 # The stand-in's own pace, on its own: at a rate its deadline schedule keeps even on a busy machine
-# (one chunk every 20 ms), with no gpuops client involved: its record of what it emitted is read back.
+# (one chunk every 20 ms, 2 s in all, so one late wake-up of 60 ms stays within 3%), with no gpuops
+# client involved: its record of what it emitted is read back.
 def test_standin_keeps_its_pace(tmp_path: Path):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": "50", "GPUOPS_STANDIN_TTFT_MS": "10"}
     with start_standin(tmp_path, env=env) as server:
-        body = json.dumps({"text": "x", "sampling_params": {"max_new_tokens": 30}}).encode()
+        body = json.dumps({"text": "x", "sampling_params": {"max_new_tokens": 101}}).encode()
         request = urllib.request.Request(server.url + "/generate", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as reply:
             reply.read()
         spans = emitted(server, 1)
-    assert spans[0]["decode_tokens"] == 29
+    assert spans[0]["decode_tokens"] == 100
     held = held_rate(spans)
-    assert held == pytest.approx(50, rel=0.02), f"the stand-in emitted {held:.1f} tok/s, not its 50 tok/s"
+    assert held == pytest.approx(50, rel=0.03), f"the stand-in emitted {held:.1f} tok/s, not its 50 tok/s"

@@ -57,8 +57,9 @@ def test_platform_guard_widened_with_the_platform_attribute(tmp_path):
     (change,) = plan.changes
     assert "if not (get_platform().is_sm90 or get_platform().is_sm100 or get_platform().is_sm120):" in change.after
     assert not any(line.startswith("+") and "import" in line for line in change.diff().splitlines())
-    # The multi-node guard does not close a single-node SM120 host: neither widened nor "closed".
-    assert plan.left_closed == ()
+    # The multi-node guard is closed on SM120 whenever multi-node fusion is asked for (it needs an
+    # MNNVL fabric): listed as staying closed, never widened.
+    assert [(c.line, c.function) for c in plan.left_closed] == [(8, "_resolve_backend")]
     assert "if is_multi_node and not get_platform().is_sm100:" in change.after
     rescanned = rescan_after(tmp_path, scan, plan)
     assert judge(rescanned, "12.0", "12.8").features[FUSION]["status"] == "open"

@@ -1,6 +1,6 @@
 """The journals: one on each host (written by the helper), one at home (written here).
 
-Both are JSON lines. A run appears as events (`started`, `audited`, `finished`, `rolled_back`,
+Both are JSON lines. A run appears as events (`started`, `server_touched`, `finished`, `rolled_back`,
 `unchanged`, ...); ``fold_runs`` turns events into one summary per run. Contents and secret
 values never enter a journal: paths, hashes, a hash of the variables, the outcome.
 """
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-TERMINAL = ("finished", "rolled_back", "unchanged")
+TERMINAL = ("finished", "rolled_back", "unchanged", "reverted_by_rollback")
 
 
 def home_journal_path() -> Path:
@@ -23,26 +23,56 @@ def home_journal_path() -> Path:
 def append_home(record: dict[str, Any]) -> None:
     path = home_journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, line.encode())
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # a torn last line (a writer that died mid-line) never swallows this one
+        os.write(fd, line)
     finally:
         os.close(fd)
 
 
-def read_home() -> list[dict[str, Any]]:
+def read_home(warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The home journal's records; a torn or non-object line is skipped (named in ``warnings``)."""
+    path = home_journal_path()
     try:
-        text = home_journal_path().read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
     out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
             continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            if warnings is not None:
+                warnings.append(f"{path} line {number} is not a journal record; skipped")
+            continue
+        out.append(record)
     return out
+
+
+def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]], address: str | None = None) -> list[str]:
+    """Record at home the host's outcome of every run whose outcome this machine never learnt
+    (status ``unknown``); returns the run ids reconciled."""
+    latest: dict[str, str] = {}
+    for record in read_home():
+        if record.get("host") == host and record.get("address") == address and record.get("run_id"):
+            latest[str(record["run_id"])] = str(record.get("outcome"))
+    done = []
+    for run in host_runs:
+        run_id = run.get("run_id")
+        outcome = str(run.get("outcome") or "")
+        if latest.get(run_id) == "unknown" and not outcome.startswith("unfinished"):
+            append_home({"run_id": run_id, "host": host, "address": address, "role": run.get("role"), "outcome": outcome,
+                         "reconciled": True, "changes": run.get("changes") or [], "error": run.get("error")})
+            done.append(run_id)
+    return done
 
 
 def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -50,7 +80,7 @@ def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     runs: dict[str, dict[str, Any]] = {}
     for record in records:
         run_id = record.get("run_id")
-        if not run_id:
+        if not run_id or not isinstance(run_id, str):
             continue
         run = runs.setdefault(run_id, {"run_id": run_id, "events": [], "changes": []})
         event = record.get("event")

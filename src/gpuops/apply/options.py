@@ -11,9 +11,6 @@ if TYPE_CHECKING:
     from gpuops.transport import ConnectOptions
     from gpuops.transport.rollout import Rollout
 
-TEST_FAULT_ENV = "GPUOPS_TEST_FAULT"          # test hook: before_write (helper) | audit_verdict (here)
-TEST_CORRUPT_PATCH_ENV = "GPUOPS_TEST_CORRUPT_PATCH"  # test hook: patched text that cannot compile
-
 
 @dataclass(frozen=True)
 class ApplyOptions:
@@ -23,6 +20,14 @@ class ApplyOptions:
     become: bool = False
     become_password: str | None = None
     forks: int = 16
+    timeout: float | None = None       # seconds per host, for everything on it (--timeout)
+    force: bool = False                # rollback: overwrite files changed since the run (kept aside)
+
+    def deadline(self) -> float | None:
+        """The monotonic time by which a host must be done (None: no limit)."""
+        import time
+
+        return None if self.timeout is None else time.monotonic() + self.timeout
     rollout: "Rollout | None" = None  # --serial / --max-fail-percentage: hosts in batches
 
 
@@ -32,7 +37,7 @@ class HostReport:
 
     host: str
     ok: bool
-    status: str                      # checked | unchanged | finished | rolled_back | refused | failed
+    status: str                      # checked | unchanged | finished | rolled_back | refused | failed | unknown
     changed: int = 0
     changes: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
@@ -44,13 +49,14 @@ class HostReport:
     tasks_ok: int = 0
     pid: int | None = None
     log_tail: str | None = None       # the server's log after a failed start (redacted)
+    recovered: list[str] = field(default_factory=list)  # earlier runs this command rolled back first
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "status": self.status, "changed": self.changed, "changes": self.changes,
             "error": self.error, "run_id": self.run_id, "warnings": self.warnings, "notes": self.notes,
             "handlers": self.handlers, "restored": self.restored, "tasks_ok": self.tasks_ok, "pid": self.pid,
-            "log_tail": self.log_tail,
+            "log_tail": self.log_tail, "recovered": self.recovered,
         }
 
 

@@ -19,7 +19,7 @@ def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
 
 
 def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: str,
-                  audit_sh: str | None, fault: str | None = None) -> dict[str, Any]:
+                  audit_sh: str | None) -> dict[str, Any]:
     return {
         "mode": "apply",
         "run_id": run_id,
@@ -39,8 +39,5 @@ def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: st
         "handlers": [{"name": h.name, "daemon_reload": h.daemon_reload} for h in plan.handlers],
         "service": plan.service.to_json() if plan.service else None,
         "audit": {"sh": audit_sh} if (plan.audit and audit_sh) else None,
-        "audit_verdict_by_client": True,
         "process_manager": process_manager,
-        "on_disconnect": "rollback",
-        "fault": fault,
     }

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import shlex
-from typing import TYPE_CHECKING, Any, Mapping
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops.apply.options import ApplyOptions
 from gpuops.errors import GpuopsError
@@ -42,7 +42,7 @@ def _helper_command(variables: Mapping[str, Any], with_preamble: bool, options: 
     from gpuops.remote import python_command
 
     python = variables.get("gpuops_python")
-    command = python_command(str(python) if python else None)
+    command = python_command(str(python) if python else None, stream=True)
     if with_preamble:
         # The re-audit must see the packages the server sees: the gather preamble picks that python.
         from gpuops.facts.python_select import preamble_for_vars
@@ -74,23 +74,31 @@ def gather_as(conn: "Connection", probes: list[Any], preamble: str, options: App
 
 
 def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
-               options: ApplyOptions, with_preamble: bool = False) -> dict[str, Any]:
-    """Ship apply_helper + payload in ONE exec; return its final ``result`` object."""
+               options: ApplyOptions, with_preamble: bool = False, deadline: float | None = None,
+               on_audit: Callable[[Any], tuple[bool, str]] | None = None,
+               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Ship apply_helper + payload in ONE exec and hold its transaction to the end (see apply.txn).
+
+    Returns the helper's ``result``, or ``{"status": "unknown", ...}`` when the outcome could not
+    be learnt (per-host deadline, connection lost)."""
+    from gpuops.apply.txn import lease_seconds, run_transaction
     from gpuops.remote import python_stdin
 
+    lease_s = lease_seconds(variables)
+    remaining = None if deadline is None else max(1.0, deadline - time.monotonic())
+    payload = dict(payload, lease_s=lease_s, deadline_s=remaining, keep_runs=keep_runs(variables))
     command, prefix = _helper_command(variables, with_preamble, options, conn.host.name)
-    result = conn.run(command, stdin=prefix + python_stdin("apply_helper", payload), timeout=None)
-    final = None
-    for line in result.stdout_text().splitlines():
-        if line.startswith('{"result"'):
-            try:
-                final = json.loads(line)["result"]
-            except ValueError:
-                continue
-    if final is None:
-        tail = (result.stderr_text().strip().splitlines() or [f"exit status {result.exit_status}"])[-1]
-        raise GpuopsError(
-            f"{conn.host.name}: the apply helper gave no result ({tail}); if a run was started, "
-            f"`gpuops history` shows it and `gpuops rollback` undoes it"
-        )
-    return final
+    body = prefix + python_stdin("apply_helper", payload, stream=True)
+    return run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event)
+
+
+def keep_runs(variables: Mapping[str, Any]) -> int:
+    """``gpuops_keep_runs`` (default 20): how many runs' backups a host keeps."""
+    raw = variables.get("gpuops_keep_runs", 20)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise GpuopsError(f"gpuops_keep_runs must be a whole number, not {raw!r}") from None
+    if value < 1:
+        raise GpuopsError(f"gpuops_keep_runs must be at least 1, not {raw!r}")
+    return value

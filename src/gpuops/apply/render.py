@@ -22,8 +22,17 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
         head = "SKIPPED" if report.status == "skipped" else {True: "ok", False: "FAILED"}[report.ok]
         run = f", run {report.run_id}" if report.run_id else ""
         echo(_style(f"{name}: {head} ({report.status}{run})", "green" if report.ok else "red", color))
+        for line in report.recovered:
+            echo(_style(f"  recovered first: {line}", "magenta", color))
+        if check:
+            verb = "would change"
+        elif report.ok:
+            verb = "changed"
+        elif report.status == "unknown":
+            verb = "planned (outcome unknown)"
+        else:
+            verb = "planned, not applied"
         for change in report.changes:
-            verb = "would change" if check else "changed"
             echo(_style(f"  {verb} {change['path']} ({change['action']}, {change['kind']})", "yellow", color))
             if show_diff and change.get("diff"):
                 for line in change["diff"].rstrip("\n").splitlines():
@@ -57,16 +66,23 @@ def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None],
     for name, report in reports.items():
         skipped = 1 if report.status == "skipped" else 0  # not attempted: a rollout stopped first
         failed = 0 if report.ok or skipped else 1
-        line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed} skipped={skipped}"
+        if report.status == "unknown":
+            line = (f"{name.ljust(width)} : ok={report.tasks_ok} unknown: the host will finish or roll back by "
+                    f"itself; run `gpuops history` failed={failed} skipped={skipped}")
+        else:
+            line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed} skipped={skipped}"
         echo(_style(line, "green" if report.ok else "red", color))
 
 
 def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None]) -> None:
-    for name, runs in runs_by_host.items():
+    for name, value in runs_by_host.items():
         echo(f"{name}:")
-        if isinstance(runs, str):
-            echo(f"  error: {runs}")
+        if isinstance(value, str):
+            echo(f"  error: {value}")
             continue
+        runs = value.get("runs", []) if isinstance(value, dict) else value
+        for note in (value.get("notes", []) if isinstance(value, dict) else []):
+            echo(f"  note: {note}")
         if not runs:
             echo("  (no runs)")
         for run in runs:

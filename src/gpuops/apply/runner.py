@@ -1,25 +1,19 @@
 """gpuops apply/rollback/history for a set of hosts: gather, plan, apply, verify, journal.
 
 Per host: ONE exec to gather (files the role touches, the journal, the gate scan when a role
-patches), a pure plan, then ONE exec that applies the whole plan through the host-side helper.
-A role that patches SGLang's source ends that exec after the re-audit (files written, compiled,
-scanned); gpuops judges the scan and a second short exec restarts or rolls back.
+patches), a pure plan, then ONE exec that carries the whole run as a host-owned transaction
+(``apply.txn``): gpuops keeps its lease alive, judges the re-audit when the helper sends it, and
+confirms once it has seen the verification; the host commits only then.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from gpuops.apply.options import (
-    TEST_CORRUPT_PATCH_ENV,
-    TEST_FAULT_ENV,
-    ApplyOptions,
-    HostReport,
-    new_run_id,
-)
+from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
+from gpuops.apply.undo import host_key
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
@@ -111,15 +105,6 @@ def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
     return pending[-1] if pending else None
 
 
-def _corrupt_for_test(plan: "Plan") -> "Plan":
-    # Test hook (GPUOPS_TEST_CORRUPT_PATCH=1): make every patched file fail to compile on the host.
-    from dataclasses import replace
-
-    changes = tuple(replace(c, after=c.after + "\n)(  # gpuops test: does not compile\n") if c.kind == "patch" else c
-                    for c in plan.changes)
-    return replace(plan, changes=changes)
-
-
 def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
                options: ApplyOptions, run_id: str) -> HostReport:
     from gpuops.apply.payload import apply_payload
@@ -128,6 +113,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     from gpuops.remote import source
     from gpuops.transport import connect
 
+    deadline = options.deadline()
     conn = connect(host, options.connect)
     try:
         facts, extra_facts = _gather(conn, host, extra, discovery, options)
@@ -137,13 +123,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             changes=[c.summary() for c in plan.changes], warnings=list(plan.warnings), notes=list(plan.notes),
             handlers=[h.name for h in plan.handlers], tasks_ok=plan.tasks_ok,
         )
+        from gpuops.apply.journal import fold_runs, reconcile_home
+
+        reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
-            # Not refused here: the helper decides (a run in progress holds the lock; a dead one
-            # left an unfinished journal entry), so the message says which it is.
+            # The next real run on this host rolls it back first (unless its worker is still alive
+            # and holds the lock, in which case that run finishes or rolls back by itself).
             report.warnings.append(
-                f"run {pending['run_id']} ({pending.get('role')}) is in progress or did not finish on this host; "
-                f"if it is not running, undo it with `gpuops rollback --run {pending['run_id']}`")
+                f"run {pending['run_id']} ({pending.get('role') or pending.get('kind')}) is in progress or did not "
+                "finish on this host; the next apply, rollback or history rolls it back first if it is not running")
         if options.check:
             return report
         digest = vars_digest(dict(host.vars or {}), dict(extra))
@@ -151,10 +140,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             # Nothing to do and no other run open on the host: like --check, the host is left
             # untouched (no exec, no lock, no journal line there); the run is journaled at home.
             report.status, report.run_id = "unchanged", run_id
-            _journal_home(report, role, digest)
+            _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
-        if os.environ.get(TEST_CORRUPT_PATCH_ENV):
-            plan = _corrupt_for_test(plan)
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
         # gathered with the gate scan (plan/applicability.py).
         gpu = dict(facts.gpu or {})
@@ -163,49 +150,45 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             from gpuops.gates.probe import gate_scan_probe
 
             audit_sh = gate_scan_probe(with_sources=False).script
-        payload = apply_payload(plan, run_id, digest, source("process_manager"), audit_sh,
-                                fault=os.environ.get(TEST_FAULT_ENV))
+        payload = apply_payload(plan, run_id, digest, source("process_manager"), audit_sh)
         variables = _merged(host, extra)
-        result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None)
-        if result.get("status") == "audited":
-            result = _finish_after_audit(conn, variables, payload, plan, result, options, gpu.get("cuda"))
+
+        def on_audit(output: Any) -> tuple[bool, str]:
+            return _judge(output, plan, gpu.get("cuda"))
+
+        result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None,
+                            deadline=deadline, on_audit=on_audit if plan.audit is not None else None)
         _fold_result(report, result, secret_values(variables))
-        _journal_home(report, role, digest)
+        _journal_home(report, role, digest, discovery.state_dir, host_key(host))
         return report
     finally:
         conn.close()
 
 
-def _journal_home(report: HostReport, role: str, digest: str) -> None:
+def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
+    """gpuops' verdict on the re-audit the helper ran after patching: the feature must be open."""
+    from gpuops.apply.verdict import judge_audit
+
+    assert plan.audit is not None
+    try:
+        verdict = judge_audit(output, plan.audit, cuda)
+    except Exception as exc:  # a judge that cannot read the scan must not leave the run open
+        return False, f"the gate re-audit could not be judged: {type(exc).__name__}: {exc}"
+    return verdict.ok, verdict.reason
+
+
+def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | None = None,
+                  address: str | None = None) -> None:
     from gpuops.apply.journal import append_home
     from gpuops.apply.options import current_user
 
     append_home({
-        "run_id": report.run_id, "host": report.host, "role": role, "user": current_user(),
+        "run_id": report.run_id, "host": report.host, "address": address, "role": role, "user": current_user(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vars_sha256": digest,
-        "outcome": report.status, "error": report.error,
+        "outcome": report.status, "error": report.error, "state_dir": state_dir,
         "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
                     for c in report.changes],
     })
-
-
-def _finish_after_audit(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
-                        plan: "Plan", result: dict[str, Any], options: ApplyOptions,
-                        cuda: str | None = None) -> dict[str, Any]:
-    from gpuops.apply.verdict import Verdict, judge_audit
-
-    assert plan.audit is not None
-    try:
-        verdict = judge_audit(result.get("audit_output"), plan.audit, cuda)
-    except Exception as exc:  # a judge that cannot read the scan must not leave the run open
-        verdict = Verdict(False, f"the gate re-audit could not be judged: {type(exc).__name__}: {exc}")
-    if os.environ.get(TEST_FAULT_ENV) == "audit_verdict":  # test hook: a re-audit that fails
-        verdict = Verdict(False, "injected fault at audit_verdict (test hook)")
-    resume = dict(payload, mode="resume", verdict="ok" if verdict.ok else "failed", verdict_reason=verdict.reason,
-                  changes=[], audit=None)
-    final = run_helper(conn, variables, resume, options)
-    final["audit_verdict"] = verdict.reason
-    return final
 
 
 def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
@@ -214,9 +197,11 @@ def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str])
     status = result.get("status", "failed")
     if result.get("log_tail"):
         report.log_tail = redact_text(str(result["log_tail"]), secrets)
-    report.run_id = result.get("run_id")
+    report.run_id = result.get("run_id") or report.run_id
     report.pid = result.get("pid")
     report.restored = list(result.get("restored", []))
+    report.recovered = [redact_text(r, secrets) for r in result.get("recovered") or []]
+    report.notes.extend(redact_text(str(n), secrets) for n in result.get("notes") or [])
     if status in ("finished", "unchanged"):
         report.status = status
         report.ok = True
@@ -226,8 +211,11 @@ def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str])
             report.notes.append("gate re-audit: " + result["audit_verdict"])
         return
     report.ok = False
-    report.status = status if status in ("rolled_back", "refused", "rollback_failed") else "failed"
-    report.error = redact_text(result.get("error") or "unknown failure", secrets)
+    known = ("rolled_back", "refused", "rollback_failed", "unknown")
+    report.status = status if status in known else "failed"
+    report.error = redact_text(result.get("error") or f"the helper ended with status {status!r}", secrets)
+    if status != "unknown":
+        report.changed = 0  # whatever was planned, nothing of it stands on the host now
     if status == "rolled_back":
         report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.get('service', '')}".rstrip("; ")
     elif status == "rollback_failed":
@@ -256,4 +244,4 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
 
 
-from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)
+from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402,F811  (re-exported for callers)

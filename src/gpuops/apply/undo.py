@@ -1,4 +1,9 @@
-"""gpuops rollback and gpuops history: undo a run from its backups on the host; list the journal."""
+"""gpuops rollback and gpuops history: undo a run from its backups on the host; list the journal.
+
+Both go through the host helper, so both first roll back any run whose host-side worker died
+(and say so). Both look in every state dir this machine ever used for the host (the inventory's,
+and any ``-e gpuops_state_dir=...`` an earlier apply recorded in the home journal).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,52 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from gpuops.apply.options import ApplyOptions, HostReport, current_user, new_run_id
-from gpuops.apply.remote_exec import gather_as, run_helper
+from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+
+DEFAULT_STATE_DIR = "/var/lib/gpuops"
+
+
+def inventory_state_dir(host: "Host") -> str:
+    return str((host.vars or {}).get("gpuops_state_dir") or DEFAULT_STATE_DIR)
+
+
+def host_key(host: "Host") -> str:
+    """Who a home journal record is about: the inventory name alone is not enough (two
+    inventories can both call a different machine h01)."""
+    return f"{host.user or ''}@{host.address or host.name}:{host.port or 22}"
+
+
+def _same_host(record: dict[str, Any], host: "Host") -> bool:
+    return record.get("host") == host.name and record.get("address") == host_key(host)
+
+
+def state_dirs_of(host: "Host") -> list[str]:
+    """The inventory's state dir first, then every other one the home journal saw for this host."""
+    from gpuops.apply.journal import read_home
+
+    dirs = [inventory_state_dir(host)]
+    for record in read_home():
+        state_dir = record.get("state_dir")
+        if _same_host(record, host) and isinstance(state_dir, str) and state_dir not in dirs:
+            dirs.append(state_dir)
+    return dirs
+
+
+def _rollback_state_dir(host: "Host", target: str | None) -> str:
+    """Where the run to undo lives: the named run's state dir, else the host's latest one."""
+    from gpuops.apply.journal import read_home
+
+    chosen = None
+    for record in read_home():
+        if not _same_host(record, host) or not isinstance(record.get("state_dir"), str):
+            continue
+        if target is None or record.get("run_id") == target:
+            chosen = record["state_dir"]
+    return chosen or inventory_state_dir(host)
 
 
 def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
@@ -21,27 +67,37 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
     run_id = new_run_id()
 
     def one(host: "Host") -> HostReport:
+        deadline = options.deadline()
         variables = dict(host.vars or {})
-        state_dir = str(variables.get("gpuops_state_dir") or "/var/lib/gpuops")
+        state_dir = _rollback_state_dir(host, target)
         payload = {
             "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
-            "meta": {"role": "rollback", "user": current_user()},
+            "force": options.force, "meta": {"role": "rollback", "user": current_user()},
             "process_manager": source("process_manager"),
         }
         conn = connect(host, options.connect)
         try:
-            result = run_helper(conn, variables, payload, options)
+            result = run_helper(conn, variables, payload, options, deadline=deadline)
         finally:
             conn.close()
         ok = bool(result.get("ok"))
-        report = HostReport(host=host.name, ok=ok, status=result.get("status", "failed"), run_id=run_id,
-                            restored=list(result.get("restored", [])), changed=len(result.get("restored", [])),
-                            error=None if ok else result.get("error"))
+        status = result.get("status", "failed")
+        report = HostReport(host=host.name, ok=ok, status=status, run_id=run_id,
+                            restored=list(result.get("restored", [])),
+                            changed=len(result.get("restored", [])) if ok else 0,
+                            error=None if ok else result.get("error"),
+                            recovered=list(result.get("recovered") or []),
+                            notes=[str(n) for n in result.get("notes") or []])
         if ok:
             report.notes.append(f"undid run {result.get('target')}: {result.get('service', '')}")
-        append_home({"run_id": run_id, "host": host.name, "role": "rollback", "target": result.get("target"),
+            for kept in result.get("kept") or []:
+                report.notes.append(f"--force: the later version of {kept}")
+        elif status == "rolled_back":
+            report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
+        append_home({"run_id": run_id, "host": host.name, "address": host_key(host), "role": "rollback", "target": result.get("target"),
                      "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": report.status,
-                     "changes": [{"path": p} for p in report.restored], "error": report.error})
+                     "state_dir": state_dir, "changes": [{"path": p} for p in report.restored],
+                     "error": report.error})
         return report
 
     outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
@@ -51,22 +107,41 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
 
 
 def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, Any]:
-    """Each host's journal, folded into runs (one gather exec per host)."""
-    from gpuops.apply.journal import fold_runs
-    from gpuops.apply.probes import journal_probe
-    from gpuops.gather import ProbeFailure
+    """Each host's journal (every state dir it was used with), folded into runs; dead runs are
+    rolled back first. Value per host: ``{"runs": [...], "notes": [...]}``."""
+    from gpuops.apply.journal import fold_runs, reconcile_home
+    from gpuops.remote import source
     from gpuops.transport import connect, run_on_hosts
 
-    def one(host: "Host") -> list[dict[str, Any]]:
-        state_dir = str((host.vars or {}).get("gpuops_state_dir") or "/var/lib/gpuops")
+    call_id = new_run_id()
+
+    def one(host: "Host") -> dict[str, Any]:
+        deadline = options.deadline()
+        variables = dict(host.vars or {})
+        runs: list[dict[str, Any]] = []
+        notes: list[str] = []
         conn = connect(host, options.connect)
         try:
-            values = gather_as(conn, [journal_probe(state_dir)], "", options)
+            for state_dir in state_dirs_of(host):
+                payload = {"mode": "journal", "run_id": call_id, "state_dir": state_dir,
+                           "meta": {"role": "history", "user": current_user()},
+                           "process_manager": source("process_manager")}
+                result = run_helper(conn, variables, payload, options, deadline=deadline)
+                if result.get("status") != "journal":
+                    raise GpuopsError(f"{host.name}: cannot read the journal in {state_dir}: "
+                                      f"{result.get('error') or result.get('status')}")
+                notes.extend(f"{state_dir}: {n}" for n in result.get("recovered") or [])
+                notes.extend(str(n) for n in result.get("notes") or [])
+                if result.get("busy"):
+                    notes.append(f"{state_dir}: a run is in progress on this host (it holds the lock)")
+                records = [r for r in result.get("records") or [] if isinstance(r, dict)]
+                folded = fold_runs(records)
+                for run in folded:
+                    run["state_dir"] = state_dir
+                runs.extend(folded)
+                reconcile_home(host.name, folded, host_key(host))
         finally:
             conn.close()
-        records = values["apply.journal"]
-        if isinstance(records, ProbeFailure):
-            raise GpuopsError(f"{host.name}: cannot read the journal: {records.reason}")
-        return fold_runs(records)
+        return {"runs": runs, "notes": notes}
 
     return run_on_hosts(hosts, one, forks=options.forks)

@@ -1,9 +1,13 @@
 """A self-contained HTML report of stored results (plots as base64 PNGs) and a Markdown summary.
 
 matplotlib is imported here only, with the Agg backend, so nothing else pays for it.
-Plots: output tokens/s per configuration, latency distributions (per-token ITL of decode runs,
-TTFT/ITL against concurrency for serving runs), all-reduce latency against message size per NCCL
-variant.
+Plots: decode rate per configuration (decode runs only), latency distributions (per-token ITL of
+decode runs), serving runs' throughput, TTFT and ITL against concurrency and aggregate against
+per-user throughput, all-reduce latency against message size per NCCL variant, fused vs unfused
+all-reduce + RMSNorm. Decode and serving results are never drawn in one chart. Error bars are the
+95% bootstrap intervals each result carries (over repeats with ``--repeat``, else over requests or
+trials). Tables: results, the comparison with its verdicts (within noise unless the intervals part),
+all-reduce per variant (latency, bus bandwidth, per-step cost, best) and fused vs unfused.
 
 Every plot drawn from a stand-in's (simulated) results carries the "SIMULATED — stand-in model
 <name>" stamp on the image itself: ``_png`` takes the results a plot shows and stamps through
@@ -20,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.fingerprint import config_differences
+from gpuops.bench.repeats import level_label, result_intervals
 from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
 from gpuops.errors import GpuopsError
 from gpuops.remote.bench_client import sample_figures
@@ -74,18 +79,33 @@ def _png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
+def _yerr(values: Sequence[float | None], intervals: Sequence[Mapping[str, Any] | None]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bars from stored intervals (0 where a value has none)."""
+    if not any(intervals):
+        return None
+    low, high = [], []
+    for value, interval in zip(values, intervals):
+        if value is None or not interval:
+            low.append(0.0)
+            high.append(0.0)
+        else:
+            low.append(max(0.0, value - interval["low"]))
+            high.append(max(0.0, interval["high"] - value))
+    return [low, high]
+
+
 def _token_rate_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
 
-    rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results
-            if r.get("suite") in ("decode", "serving")]
+    rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results if r.get("suite") == "decode"]
     rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 3.8))
     labels = [f"{_label(r)}\n{_difference_hint(rows[0][0], r)}" for r, _ in rows]
     values = [v for _, v in rows]
-    bars = ax.bar(range(len(rows)), values, color="#4477aa")
+    yerr = _yerr(values, [result_intervals(r).get("output tokens/s (per stream)") for r, _ in rows])
+    bars = ax.bar(range(len(rows)), values, color="#4477aa", yerr=yerr, capsize=4)
     for bar, value, (result, _) in zip(bars, values, rows):
         ax.annotate(mark(f"{value:.1f}", is_simulated(result)), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
@@ -128,19 +148,39 @@ def _serving_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     serving = [r for r in results if r.get("suite") == "serving" and r.get("levels")]
     if not serving:
         return None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
+    left, ttft_ax, right, curve = axes
     for result in serving:
-        levels = sorted(result["levels"], key=lambda lv: lv.get("concurrency") or 0)
+        levels = sorted((lv for lv in result["levels"] if lv.get("concurrency")),
+                        key=lambda lv: lv.get("concurrency") or 0)
+        if not levels:
+            continue
+        intervals = result_intervals(result)
         xs = [lv.get("concurrency") for lv in levels]
-        left.plot(xs, [lv.get("total_output_tokens_per_s") for lv in levels], marker="o", label=_label(result))
-        right.plot(xs, [(lv.get("itl_ms") or {}).get("p50") for lv in levels], marker="o", label=_label(result))
+        for ax, figure, path in ((left, "total output tokens/s", ("total_output_tokens_per_s",)),
+                                 (ttft_ax, "TTFT p50", ("ttft_ms", "p50")), (right, "ITL p50", ("itl_ms", "p50"))):
+            ys = [lv.get(path[0]) if len(path) == 1 else (lv.get(path[0]) or {}).get(path[1]) for lv in levels]
+            yerr = _yerr(ys, [intervals.get(f"{level_label(lv)} {figure}") for lv in levels])
+            ax.errorbar(xs, [y if y is not None else float("nan") for y in ys], yerr=yerr, marker="o", capsize=3,
+                        label=_label(result))
+        curve.plot([lv.get("output_tokens_per_s") for lv in levels],
+                   [lv.get("total_output_tokens_per_s") for lv in levels], marker="o", label=_label(result))
+        for lv in levels:
+            if lv.get("output_tokens_per_s") is not None and lv.get("total_output_tokens_per_s") is not None:
+                curve.annotate(f"c={lv.get('concurrency')}", (lv["output_tokens_per_s"], lv["total_output_tokens_per_s"]),
+                               fontsize=6)
     for ax, title, ylabel in ((left, "Throughput vs concurrency", "total output tokens/s"),
+                              (ttft_ax, "TTFT p50 vs concurrency", "ms"),
                               (right, "ITL p50 vs concurrency", "ms per token")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend(fontsize=7)
+    curve.set_xlabel("per-user output tokens/s")
+    curve.set_ylabel("aggregate output tokens/s")
+    curve.set_title("Aggregate vs per-user throughput")
+    curve.legend(fontsize=7)
     return _png(fig, serving)
 
 
@@ -152,20 +192,55 @@ def _allreduce_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for result in runs:
-        lines: dict[str, list[tuple[int, float]]] = {}
+        intervals = result_intervals(result)
+        lines: dict[str, dict[int, tuple[int, float]]] = {}
         for row in result["allreduce"]:
             if row.get("ok"):
                 label = " ".join(f"{k}={v}" for k, v in sorted((row.get("variant") or {}).items())) or "default"
-                lines.setdefault(label, []).append((row["bytes"], row["latency_us"]))
-        for label, points in lines.items():
-            points.sort()
+                lines.setdefault(label, {})[row["tokens"]] = (row["bytes"], row["latency_us"])
+        for label, by_tokens in lines.items():
+            points = sorted((b, lat, t) for t, (b, lat) in by_tokens.items())
             name = label if len(runs) == 1 else f"{_label(result)} {label}"
-            ax.plot([p[0] / 1024 for p in points], [p[1] for p in points], marker="o", label=name)
+            ys = [p[1] for p in points]
+            found = [intervals.get(f"{label} x{p[2]} tokens latency") for p in points]
+            if any(found):  # the interval's median is the figure its bar brackets
+                ys = [f["median"] if f else y for f, y in zip(found, ys)]
+            ax.errorbar([p[0] / 1024 for p in points], ys, yerr=_yerr(ys, found), marker="o", capsize=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message size (KiB)")
     ax.set_ylabel("latency per all-reduce (us)")
     ax.set_title("All-reduce latency vs message size")
+    ax.legend(fontsize=7)
+    return _png(fig, runs)
+
+
+def _fusion_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in results if r.get("suite") == "fusion" and (r.get("summary") or {}).get("table")]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for result in runs:
+        intervals = result_intervals(result)
+        for graph in (True, False):
+            table = sorted((row for row in result["summary"]["table"] if bool(row.get("cuda_graph")) == graph),
+                           key=lambda row: row["tokens"])
+            if not table:
+                continue
+            mode = "graph" if graph else "eager"
+            xs = [row["tokens"] for row in table]
+            for path, key, style in (("fused", "fused_us", "-"), ("unfused", "unfused_nccl_us", "--")):
+                ys = [row.get(key) for row in table]
+                found = [intervals.get(f"{path} x{row['tokens']} tokens ({mode})") for row in table]
+                prefix = "" if len(runs) == 1 else f"{_label(result)} "
+                ax.errorbar(xs, ys, yerr=_yerr(ys, found), marker="o", linestyle=style, capsize=3,
+                            label=f"{prefix}{path} ({mode})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens per all-reduce")
+    ax.set_ylabel("us per call (slowest rank)")
+    ax.set_title("All-reduce + residual + RMSNorm: fused vs unfused")
     ax.legend(fontsize=7)
     return _png(fig, runs)
 
@@ -176,7 +251,8 @@ def build_plots(results: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
     matplotlib.use("Agg", force=True)
     plots = {}
     for name, maker in (("tokens_per_s", _token_rate_plot), ("itl_distribution", _itl_distribution_plot),
-                        ("serving", _serving_plot), ("allreduce_latency", _allreduce_plot)):
+                        ("serving", _serving_plot), ("allreduce_latency", _allreduce_plot),
+                        ("fusion", _fusion_plot)):
         png = maker(results)
         if png:
             plots[name] = png
@@ -209,10 +285,60 @@ def _comparison_rows(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], l
     rows = []
     for metric in comparison.metrics:
         cells = [f"{metric.name} ({metric.unit})"]
-        for index, (value, delta) in enumerate(zip(metric.values, metric.deltas_pct())):
-            cells.append(f"{mark(format_value(value), sims[index])} {format_delta(delta)}".strip())
+        for index, (value, delta, word) in enumerate(zip(metric.values, metric.deltas_pct(), metric.verdicts())):
+            word = "" if word in (None, "no interval") else word
+            cells.append(f"{mark(format_value(value), sims[index])} {format_delta(delta)} {word}".strip())
         rows.append(cells)
     return headers, rows
+
+
+def _allreduce_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per all-reduce result: latency (us) per size, bus bandwidth at the largest, cost per step, best."""
+    tables = []
+    for result in results:
+        summary = result.get("summary") or {}
+        variants = summary.get("variants") or []
+        if result.get("suite") != "allreduce" or not variants:
+            continue
+        sizes = sorted({int(t) for v in variants for t in (v.get("latency_us") or {})})
+        if not sizes:
+            continue
+        sim = is_simulated(result)
+        headers = (["variant"] + [f"{t} tok us" for t in sizes]
+                   + [f"busbw GB/s @{sizes[-1]}", f"per step ms @{sizes[0]}", ""])
+        rows = []
+        for v in variants:
+            lat, bw, step = v.get("latency_us") or {}, v.get("busbw_gbps") or {}, v.get("step_cost_ms") or {}
+            note = "best" if v["label"] == summary.get("best_variant") else (v.get("error") or "")
+            rows.append([v["label"]] + [mark(format_value(lat.get(str(t))), sim) for t in sizes]
+                        + [mark(format_value(bw.get(str(sizes[-1]))), sim),
+                           mark(format_value(step.get(str(sizes[0]))), sim), note])
+        title = (f"{_label(result)}: world size {summary.get('world_size')}, "
+                 f"{'CUDA graph' if summary.get('cuda_graph') else 'eager'}, hidden {summary.get('hidden_size')}, "
+                 f"x{summary.get('allreduces_per_step')} all-reduces per step")
+        tables.append((title, headers, rows))
+    return tables
+
+
+def _fusion_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
+    tables = []
+    for result in results:
+        summary = result.get("summary") or {}
+        if result.get("suite") != "fusion":
+            continue
+        sim = is_simulated(result)
+        headers = ["tokens", "mode", "fused us", "unfused us (NCCL + norm)", "IPC all-reduce + norm us",
+                   "saving us", "per pass fused ms", "per pass unfused ms", "correct"]
+        rows = [[str(r.get("tokens")), "graph" if r.get("cuda_graph") else "eager",
+                 *(mark(format_value(r.get(k)), sim) for k in ("fused_us", "unfused_nccl_us", "unfused_ipc_us",
+                                                               "saving_us", "fused_step_ms", "unfused_nccl_step_ms")),
+                 "yes" if r.get("correct") else "NO"] for r in summary.get("table") or []]
+        title = (f"{_label(result)}: world size {summary.get('world_size')}, hidden {summary.get('hidden_size')}, "
+                 f"x{summary.get('allreduces_per_step')} per pass, tolerance {summary.get('tolerance')}")
+        if not rows:
+            rows = [["-", "-", *([""] * 6), "; ".join(summary.get("reasons") or result.get("errors") or [])]]
+        tables.append((title, headers, rows))
+    return tables
 
 
 def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[str], html_name: str) -> str:
@@ -230,6 +356,11 @@ def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[s
         lines += ["", "## Comparison (first result is the baseline)", "",
                   "| " + " | ".join(c_headers) + " |", "|" + "---|" * len(c_headers)]
         lines += ["| " + " | ".join(row) + " |" for row in c_rows]
+    for heading, tables in (("All-reduce", _allreduce_tables(results)), ("Fused vs unfused", _fusion_tables(results))):
+        for title, t_headers, t_rows in tables:
+            lines += ["", f"## {heading}: {title}", "", "| " + " | ".join(t_headers) + " |",
+                      "|" + "---|" * len(t_headers)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t_rows]
     lines += ["", "Plots: " + (", ".join(plot_names) or "none"), ""]
     return "\n".join(lines)
 
@@ -268,8 +399,16 @@ def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]
         for row in c_rows:
             parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
         parts.append("</table>")
-    titles = {"tokens_per_s": "Output tokens/s per configuration", "itl_distribution": "Latency distributions",
-              "serving": "Serving sweep", "allreduce_latency": "All-reduce latency vs size per NCCL variant"}
+    for heading, tables in (("All-reduce", _allreduce_tables(results)), ("Fused vs unfused", _fusion_tables(results))):
+        for title, t_headers, t_rows in tables:
+            parts.append(f"<h2>{esc(heading)}</h2><p>{esc(title)}</p><table><tr>"
+                         + "".join(f"<th>{esc(h)}</th>" for h in t_headers) + "</tr>")
+            for row in t_rows:
+                parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+            parts.append("</table>")
+    titles = {"tokens_per_s": "Decode rate per configuration", "itl_distribution": "Latency distributions",
+              "serving": "Serving sweep", "allreduce_latency": "All-reduce latency vs size per NCCL variant",
+              "fusion": "Fused vs unfused all-reduce + RMSNorm"}
     for name, png in plots.items():
         data = base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{esc(titles.get(name, name))}</h2>"

@@ -22,6 +22,11 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         forks_option(),
         click.option("-b", "--become", is_flag=True, help="Run the host-side steps with sudo (password: -K, ansible_become_password or $GPUOPS_BECOME_PASS)."),
         host_key_options,
+        click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
+                     help="Seconds allowed per host, for everything done there (default: no limit). A host over "
+                          "its time is failed and rolls itself back within its lease; the others carry on."),
+        click.option("--connect-timeout", "connect_timeout", type=click.FloatRange(1, 600), default=10.0,
+                     show_default=True, metavar="SECONDS", help="Seconds allowed to connect to each host."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -29,15 +34,19 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
-             check: bool = False, diff: bool = False, become_wanted: bool = False, rollout: Any = None) -> Any:
+             check: bool = False, diff: bool = False, become_wanted: bool = False, rollout: Any = None,
+             timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False) -> Any:
     from gpuops.apply.runner import ApplyOptions
     from gpuops.transport import ConnectOptions
 
     # As with Ansible's -b, no prompt here: -K asks (it becomes every host's ansible_become_password).
     password = os.environ.get(BECOME_PASS_ENV) if become else None
     return ApplyOptions(
-        connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts)),
+        connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
+                               connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout,
+                               command_timeout=timeout),
         check=check, diff=diff, become=become, become_password=password, forks=forks, rollout=rollout,
+        timeout=timeout, force=force,
     )
 
 
@@ -69,7 +78,7 @@ def _hosts(inventory: Any, limit: str | None) -> list[Any]:
 @click.option("-D", "--diff", is_flag=True, help="Show a unified diff of every file change.")
 def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
-          check: bool, diff: bool) -> None:
+          check: bool, diff: bool, timeout: float | None, connect_timeout: float) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
@@ -80,7 +89,8 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     hosts = _hosts(inventory, limit)
     rollout = rollout_for(hosts, rollout)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
+                       timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
     if as_json:
         click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
@@ -95,8 +105,10 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 @_common
 @rollout_options
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
+@click.option("--force", is_flag=True, help="Undo even files changed since the run wrote them (the later version is kept beside the backup).")
 def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
-             accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None) -> None:
+             accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None,
+             force: bool, timeout: float | None, connect_timeout: float) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
@@ -104,7 +116,8 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
     from gpuops.transport.rollout import rollout_for
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout))
+    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
+                       timeout=timeout, connect_timeout=connect_timeout, force=force)
     reports = rollback_hosts(hosts, run_id, options)
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
@@ -117,17 +130,19 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
 @click.command("history")
 @_common
 def history(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
-            accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
+            accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None,
+            connect_timeout: float) -> None:
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
     from gpuops.apply.render import render_history
     from gpuops.apply.runner import history_hosts
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts)
+    options = _options(forks, become, accept_new_host_keys, known_hosts, timeout=timeout,
+                       connect_timeout=connect_timeout)
     outcomes = history_hosts(hosts, options)
     runs = {name: (o.value if o.ok else (o.error or "failed")) for name, o in outcomes.items()}
     if as_json:
-        click.echo(json.dumps({"hosts": {n: ({"runs": v} if isinstance(v, list) else {"error": v})
+        click.echo(json.dumps({"hosts": {n: (v if isinstance(v, dict) else {"error": v})
                                          for n, v in runs.items()}}, indent=2))
     else:
         render_history(runs, click.echo)

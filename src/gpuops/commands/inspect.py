@@ -99,6 +99,8 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
     console = make_console()
     for host_, outcome in _each_answered_host(console, hosts, outcomes):
         console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
+        for note in outcome.value.extra.get("gpuops.recovered") or []:
+            console.print(note, style="magenta", markup=False, highlight=False)
         _render_gates(console, outcome.value, detail=False)
         render_host_facts(console, host_json(outcome)["facts"])
         from gpuops.facts.managed import describe

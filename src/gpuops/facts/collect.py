@@ -61,14 +61,21 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     from gpuops.gather import gather
     from gpuops.transport import connect
 
+    from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
+
     probes: list[Any] = probes_for(host) + list(extra_probes)
     gate_probe, gates_error = _gate_probe(with_sources) if with_gates else (None, None)
     if gate_probe is not None:
         probes.append(gate_probe)
+    journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
     script_preamble = preamble(host)
+    recovered: list[str] = []
     conn = connect(host, options)
     try:
-        values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
+        values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
+        if has_unfinished(values.get(journal.name)):
+            recovered = recover_host(conn, host, options)
+            values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
     finally:
         conn.close()
     facts = host_facts(values)
@@ -76,6 +83,8 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     if gate_probe is not None:
         report, gates_error = _judge(facts, values.get(gate_probe.name))
     extra = {p.name: values.get(p.name) for p in extra_probes}
+    if recovered:
+        extra["gpuops.recovered"] = recovered
     return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra)
 
 
@@ -101,7 +110,7 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
     """One host's entry of the `inspect host --json` document."""
     if not outcome.ok or outcome.value is None:
         return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "managed_launch": None,
-                "gates": [], "features": {}, "gates_error": None}
+                "gates": [], "features": {}, "gates_error": None, "recovered": []}
     gates, features = gate_json(outcome.value)
     return {
         "ok": True,
@@ -111,4 +120,5 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
         "gates": gates,
         "features": features,
         "gates_error": outcome.value.gates_error,
+        "recovered": list(outcome.value.extra.get("gpuops.recovered") or []),
     }

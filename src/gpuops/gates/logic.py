@@ -10,6 +10,7 @@ a gate whose GPU test is False is closed whatever its other clauses say.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from collections import defaultdict
@@ -420,25 +421,29 @@ def admitted(gate: Mapping[str, Any], ev: Evaluator) -> bool | None:
     """Does the gate let execution through (its condition, or the negation for a guard)?"""
     value = ev.eval(gate["condition"])
     if int(gate.get("polarity", 1)) < 0:
-        return None if value is None else not value
+        value = None if value is None else not value
+    for needed in gate.get("requires") or ():
+        # A capability the statement cannot get past (a table lookup keyed by it) whatever the test.
+        got = ev.eval(needed)
+        if got is False:
+            return False
+        if got is None and value is not False:
+            value = None
     return value
 
 
 def admits(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
-    """The capabilities this gate can let through, whatever its other clauses: those for which it
-    is not decided False. A capability an unreadable atom leaves undecided is listed too (the
+    """The capabilities this gate can let through, whatever its other clauses: those it does not
+    block (``cap_verdict``). A capability an unreadable atom leaves undecided is listed too (the
     gate's status says it is unknown), so ``[]`` means that truly no GPU passes."""
-    out = []
-    for name, major, minor in book.candidates:
-        if admitted(gate, Evaluator(book, Gpu(major, minor, RECENT_CUDA))) is not False:
-            out.append(name)
-    return out
+    gpus = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
+    return [name for (name, _, _), v in zip(book.candidates, cap_verdicts(gate, book, gpus)) if v.status != "blocked"]
 
 
 def undecided(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
     """The capabilities whose verdict an unreadable capability atom leaves open."""
-    return [name for name, major, minor in book.candidates
-            if cap_verdict(gate, book, Gpu(major, minor, RECENT_CUDA)).status == "unknown"]
+    gpus = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
+    return [name for (name, _, _), v in zip(book.candidates, cap_verdicts(gate, book, gpus)) if v.status == "unknown"]
 
 
 @dataclass(frozen=True)
@@ -447,21 +452,108 @@ class CapVerdict:
     unknowns: tuple[str, ...] = ()
 
 
+# More non-GPU clauses than this and a gate is judged by Kleene's logic alone (2^n cases).
+_MAX_CLAUSES = 6
+
+
 def cap_verdict(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu | None) -> CapVerdict:
-    """Is this gate closed for this GPU, whatever its other (non-GPU) clauses say?"""
-    ev = Evaluator(book, gpu)
-    value = admitted(gate, ev)
-    if value is False:
-        return CapVerdict("blocked")
-    if value is True or not ev.unknowns:
-        return CapVerdict("open")
-    if_true = admitted(gate, Evaluator(book, gpu, unknown_cap=True))
-    if_false = admitted(gate, Evaluator(book, gpu, unknown_cap=False))
-    if if_true is not False and if_false is not False:
-        return CapVerdict("open")
-    if if_true is False and if_false is False:
-        return CapVerdict("blocked")
-    return CapVerdict("unknown", tuple(ev.unknowns))
+    """Does the gate's GPU test stop this GPU, whatever its other (non-GPU) clauses say?
+
+    ``blocked``: in every case where the GPU test decides (some GPU passes, some does not), this
+    GPU does not pass; ``open``: in some such case it passes (or the GPU never decides); ``unknown``:
+    an atom gpuops cannot read makes the difference. So a guard ``if enabled and not is_sm100():
+    raise`` is blocked on SM90 (it raises whenever the feature is used), ``if not is_sm100() or
+    tp > 1: raise`` open on SM100 (tp is another reason)."""
+    if gpu is None:
+        ev = Evaluator(book, gpu)
+        admitted(gate, ev)
+        return CapVerdict("unknown", tuple(ev.unknowns))
+    return cap_verdicts(gate, book, [gpu])[0]
+
+
+def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) -> list[CapVerdict]:
+    out: list[CapVerdict | None] = []
+    pending = []
+    for i, gpu in enumerate(gpus):
+        ev = Evaluator(book, gpu)
+        value = admitted(gate, ev)
+        if value is False:
+            out.append(CapVerdict("blocked"))
+        elif value is True:
+            out.append(CapVerdict("open"))
+        else:
+            out.append(None)
+            pending.append((i, tuple(ev.unknowns)))
+    if not pending:
+        return [v for v in out if v is not None]
+    # One value per setting: `ENABLE_X` read here and `wrapper.ENABLE_X` read through an alias of
+    # another module are the same clause.
+    groups: dict[Any, list[tuple[int, ...]]] = defaultdict(list)
+    for c in _clause_nodes(gate["condition"]):
+        if c.get("span") is not None:
+            groups[_clause_key(c)].append(tuple(c["span"]))
+    clause_groups = [groups[k] for k in sorted(groups, key=repr)]
+    cases = (list(itertools.product((False, True), repeat=len(clause_groups)))
+             if len(clause_groups) <= _MAX_CLAUSES else None)
+
+    def overrides_of(case: tuple[bool, ...]) -> dict[tuple[int, ...], bool]:
+        return {span: value for spans, value in zip(clause_groups, case) for span in spans}
+    others = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
+    table: dict[tuple[Any, ...], list[bool | None]] = {}
+
+    def passes(case: tuple[bool, ...], unknown_cap: bool | None) -> list[bool | None]:
+        # The other GPUs with the unreadable atoms the other way: does the GPU part decide here?
+        other_cap = None if unknown_cap is None else not unknown_cap
+        key = (case, other_cap)
+        if key not in table:
+            overrides = overrides_of(case)
+            table[key] = [admitted(gate, Evaluator(book, o, unknown_cap=other_cap, overrides=overrides)) for o in others]
+        return table[key]
+
+    def decided(gpu: Gpu, unknown_cap: bool | None) -> str | None:
+        if cases is None:
+            # Too many clauses to enumerate: Kleene's logic (a clause left open does not close it).
+            value = admitted(gate, Evaluator(book, gpu, unknown_cap=unknown_cap))
+            return "blocked" if value is False else "open"
+        decides = False
+        for case in cases:
+            mine = admitted(gate, Evaluator(book, gpu, unknown_cap=unknown_cap, overrides=overrides_of(case)))
+            if mine is None:
+                return None
+            row = passes(case, unknown_cap)
+            if mine and any(p is False for p in row):
+                return "open"
+            if not mine and any(p for p in row):
+                decides = True
+        return "blocked" if decides else "open"
+
+    for i, unknowns in pending:
+        outcomes = {decided(gpus[i], unknown_cap) for unknown_cap in ((True, False) if unknowns else (None,))}
+        if len(outcomes) == 1 and None not in outcomes:
+            out[i] = CapVerdict(str(outcomes.pop()))
+        else:
+            out[i] = CapVerdict("unknown", unknowns or ("cannot tell",))
+    return [v for v in out if v is not None]
+
+
+def _clause_key(node: Mapping[str, Any]) -> Any:
+    ref = node.get("ref")
+    if ref is None:
+        return ("span",) + tuple(node["span"])
+    return (str(ref).split(".")[-1], node.get("cmp"), repr(node.get("value")), repr(node.get("value_ref")))
+
+
+def _clause_nodes(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    op = node.get("op")
+    if op == "clause":
+        return [node]
+    if op in ("and", "or"):
+        return [c for a in node["args"] for c in _clause_nodes(a)]
+    if op == "not":
+        return _clause_nodes(node["arg"])
+    if op == "alias":
+        return _clause_nodes(node["expr"])
+    return []
 
 
 def is_pure_cap(node: Mapping[str, Any]) -> bool:

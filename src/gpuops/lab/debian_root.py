@@ -24,7 +24,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from gpuops.errors import GpuopsError
 
@@ -121,7 +121,7 @@ def root_key(suite: str, packages: tuple[str, ...] = PACKAGES) -> str:
     return f"{suite}-{digest.hexdigest()[:12]}"
 
 
-def debian_root(packages: tuple[str, ...] = PACKAGES, progress=None) -> Path:
+def debian_root(packages: tuple[str, ...] = PACKAGES, progress: Callable[[str], None] | None = None) -> Path:
     """The cached root (a directory with ``usr/``, ``etc/``, ...); built first when missing."""
     source = main_source(apt_sources())
     release_dir = cache_root() / root_key(source.suite, packages)

@@ -75,11 +75,12 @@ def require_nspawn() -> None:
 
 
 def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | None = None,
-              binds: Sequence[tuple[Path, str]] = ()) -> BootedRoot:
+              binds: Sequence[tuple[Path, str]] = (), sshd_extra: str = "") -> BootedRoot:
     """Boot an overlay of ``lower`` in ``workdir`` (a fresh dir); wait until systemd and sshd run.
 
     ``authorized_key``: the public key line root accepts. ``binds``: (outside, inside) read-only
-    bind mounts (e.g. the SGLang release cache). Raises ``GpuopsError`` with the boot log's tail.
+    bind mounts (e.g. the SGLang release cache). ``sshd_extra``: more sshd_config lines.
+    Raises ``GpuopsError`` with the boot log's tail.
     """
     require_nspawn()
     workdir = Path(workdir).absolute()
@@ -94,14 +95,22 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         raise GpuopsError(f"lab: cannot mount an overlay on {lower}: {mount.stderr.strip()}")
     try:
         port = ssh_port or sshd.free_port()
-        host_key_pub = _prepare(merged, workdir, authorized_key, port)
+        host_key_pub = _prepare(merged, workdir, authorized_key, port, sshd_extra)
         log = workdir / "nspawn.log"
+        machine = f"gpuops-lab-{os.getpid()}-{port}"
         command = [NSPAWN, "-D", str(merged), "--boot", "--register=no", "--keep-unit", "--quiet",
-                   "--console=pipe", f"--machine=gpuops-lab-{os.getpid()}-{port}"]
+                   "--console=pipe", f"--machine={machine}"]
         for outside, inside in binds:
             command.append(f"--bind-ro={outside}:{inside}")
+        # With --keep-unit the container's cgroup tree hangs below nspawn's own cgroup: started
+        # from a shared one, every container's /system.slice/sglang.service would be one cgroup
+        # (systemd then sees other containers' processes in its units). A cgroup of its own each.
+        groups = _own_cgroups(machine)
+        (workdir / "cgroups").write_text("".join(f"{g}\n" for g in groups))
+        enter = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 97; shift; done; shift; exec "$@"'
         with open(log, "ab") as handle:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+            child = subprocess.Popen(["/bin/sh", "-c", enter, "sh", *groups, "--", *command],
+                                     stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
         (workdir / "nspawn.pid").write_text(f"{child.pid}\n")
         try:
@@ -115,10 +124,52 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         return booted
     except BaseException:
         _umount(merged)
+        _remove_cgroups(workdir)
         raise
 
 
-def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int) -> Path:
+def _own_cgroups(name: str) -> list[str]:
+    """A fresh cgroup named ``name`` below ours in each hierarchy systemd uses (the named v1
+    ``name=systemd`` one, and cgroup2, unified or not); returns their directories."""
+    mine: dict[str, str] = {}
+    with open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            mine[controllers] = path
+    candidates = []
+    if "name=systemd" in mine and os.path.isfile("/sys/fs/cgroup/systemd/cgroup.procs"):
+        candidates.append("/sys/fs/cgroup/systemd" + mine["name=systemd"])
+    if "" in mine:
+        for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            if os.path.isfile(root + "/cgroup.controllers"):
+                candidates.append(root + mine[""])
+                break
+    made = []
+    for parent in candidates:
+        path = os.path.join(parent, name)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue  # not ours to create here: nspawn manages as it would have
+        made.append(path)
+    return made
+
+
+def _remove_cgroups(workdir: Path) -> None:
+    """Remove the container's cgroups (empty once it has stopped), deepest first."""
+    try:
+        groups = (workdir / "cgroups").read_text().split()
+    except OSError:
+        return
+    for group in groups:
+        for dirpath, _dirs, _files in sorted(os.walk(group), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
+
+
+def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int, sshd_extra: str = "") -> Path:
     """This boot's sshd: loopback only, its own port and host key; root's authorized key."""
     key = merged / _HOST_KEY.lstrip("/")
     for stale in (key, key.with_name(key.name + ".pub")):
@@ -128,7 +179,7 @@ def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int) -> Pat
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(
         "# This container shares the machine's network: loopback only, on the lab's own port.\n"
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {_HOST_KEY}\n"
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {_HOST_KEY}\n" + sshd_extra
     )
     ssh_dir = merged / "root" / ".ssh"
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -227,6 +278,8 @@ def _umount(merged: Path) -> None:
 
 
 def stop_root(booted: BootedRoot) -> None:
-    """Shut the container down (by nspawn's pid) and unmount its overlay; the upper dir stays."""
+    """Shut the container down (by nspawn's pid), unmount its overlay, remove its cgroups; the
+    upper dir stays."""
     _terminate(booted.nspawn_pid)
     _umount(booted.merged)
+    _remove_cgroups(booted.dir)

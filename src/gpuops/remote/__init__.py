@@ -22,6 +22,14 @@ _RUNNER = (
     "exec(compile(s,'<gpuops-helper>','exec'),g)" % PAYLOAD_SEPARATOR
 )
 
+# For a helper that keeps talking with gpuops after it starts (apply's transaction): stdin begins
+# with the length of source + separator + payload, and what follows stays for the helper to read.
+_STREAM_RUNNER = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());d=b.read(n);s,_,p=d.partition(%r);"
+    "g={'__name__':'__main__','__file__':'<gpuops-helper>','GPUOPS_PAYLOAD':p};"
+    "exec(compile(s,'<gpuops-helper>','exec'),g)" % PAYLOAD_SEPARATOR
+)
+
 
 def source(name: str) -> str:
     """The text of the helper ``gpuops/remote/<name>.py``, with the host modules it imports bundled
@@ -31,9 +39,11 @@ def source(name: str) -> str:
     return bundled_source(name, Path(str(resources.files(__package__))))
 
 
-def python_command(python: str | None = None) -> str:
-    """The shell command that runs a helper shipped on stdin with the given (or the host's) python."""
-    runner = shlex.quote(_RUNNER)
+def python_command(python: str | None = None, stream: bool = False) -> str:
+    """The shell command that runs a helper shipped on stdin with the given (or the host's) python.
+
+    ``stream``: the helper's stdin goes on after its payload (see ``python_stdin(stream=True)``)."""
+    runner = shlex.quote(_STREAM_RUNNER if stream else _RUNNER)
     if python:
         # A named interpreter that is not there fails with a line that says which and why.
         missing = shlex.quote(f"gpuops: python {python} (gpuops_python / ansible_python_interpreter) "
@@ -47,8 +57,10 @@ def python_command(python: str | None = None) -> str:
     )
 
 
-def python_stdin(name_or_source: str, payload: Any = None, *, is_source: bool = False) -> bytes:
-    """stdin for ``python_command``: the helper's source, the separator, the JSON payload."""
+def python_stdin(name_or_source: str, payload: Any = None, *, is_source: bool = False, stream: bool = False) -> bytes:
+    """stdin for ``python_command``: the helper's source, the separator, the JSON payload
+    (``stream``: preceded by its length on a line of its own)."""
     text = name_or_source if is_source else source(name_or_source)
-    return text.encode("utf-8") + PAYLOAD_SEPARATOR + json.dumps(payload if payload is not None else {}).encode()
+    body = text.encode("utf-8") + PAYLOAD_SEPARATOR + json.dumps(payload if payload is not None else {}).encode()
+    return (b"%d\n" % len(body) + body) if stream else body
 

@@ -39,7 +39,7 @@ SCANNER_VERSION = 1
 TOKENS = ("is_sm", "blackwell", "hopper", "capability", "device_sm", "cuda_arch",
           "IS_SM", "BLACKWELL", "HOPPER", "CAPABILITY", "DEVICE_SM")
 PRED_NAME_RE = re.compile(r"^_?is_(sm\d+\w*|blackwell\w*|hopper\w*|ampere\w*)$")
-PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)(_static)?$")
+PLATFORM_NAME_RE = re.compile(r"^_?is_(cuda|cuda_alike|hip|npu|xpu|cpu|musa|mps|hpu)(_static|_runtime)?$")
 # Calls whose value is the capability (an object or tuple with major/minor): torch's, SGLang's
 # wrappers of it, the JIT kernels' arch info.
 CC_FUNCS = ("get_device_capability", "get_jit_cuda_arch")
@@ -467,7 +467,8 @@ class FileInfo(object):
         self.platform_map = {}     # attr -> predicate name
         self.cc_vars = {}          # module-level name -> capability subject ("cc", "major", "sm", ...)
         self.cc_funcs = {}         # module-level function -> the capability subject it returns
-        self.module_names = set()  # names bound by `import x` / `import x.y as z`
+        self.module_names = {}     # name bound by `import x` / `import x.y as z` -> module
+        self.star_imports = []     # modules of `from m import *`
         self.self_cc = None        # `self.X` -> subject, from the file's methods (computed when walked)
         self.error = None
         self.whole = False         # parsed as one piece
@@ -513,15 +514,28 @@ _IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([\w.]+)(?:[ \t]+as[ \t]+(\w+))?", 
 def collect_definitions(info):
     # `import x.y as z` lines hold no token, so their pieces are not parsed: read them as text.
     for match in _IMPORT_RE.finditer(info.source.text):
-        info.module_names.add(match.group(2) or match.group(1).split(".")[0])
+        if match.group(2):
+            info.module_names[match.group(2)] = match.group(1)
+        else:
+            info.module_names[match.group(1).split(".")[0]] = match.group(1).split(".")[0]
     for piece in info.pieces:
         locator = Locator(info.source, piece)
         if piece.in_class:
             for stmt in piece.tree.body:
                 collect_class_member(info, stmt, locator, piece.qual)
-            continue
-        for stmt in piece.tree.body:
-            collect_module_statement(info, stmt, locator)
+        else:
+            for stmt in piece.tree.body:
+                collect_module_statement(info, stmt, locator)
+    # `from x import y` inside functions (deferred imports): the same names, where the module
+    # does not bind them itself.
+    for piece in info.pieces:
+        for func in functions_in(piece.tree.body):
+            for stmt in statements(func.body):
+                if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
+                    for alias in stmt.names:
+                        name = alias.asname or alias.name
+                        if alias.name != "*" and name not in info.imports and name not in info.aliases:
+                            info.imports[name] = (stmt.module, alias.name)
 
 
 def module_scope(info, locator=None):
@@ -536,9 +550,11 @@ def collect_module_statement(info, stmt, locator, nested=False):
         for alias in stmt.names:
             if alias.name != "*":
                 info.imports[alias.asname or alias.name] = (module, alias.name)
+            elif module not in info.star_imports:
+                info.star_imports.append(module)
     elif isinstance(stmt, ast.Import):
         for alias in stmt.names:
-            info.module_names.add(alias.asname or alias.name.split(".")[0])
+            info.module_names[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or alias.name.split(".")[0]
     elif isinstance(stmt, (ast.If, ast.Try)) or (hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)):
         blocks = [stmt.body, stmt.orelse, getattr(stmt, "finalbody", [])]
         blocks += [h.body for h in getattr(stmt, "handlers", [])]
@@ -628,6 +644,11 @@ def predicate_body(func):
     docstring dropped; None when it is not short and plain (imports, assignments, early returns,
     one final return)."""
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant))]
+    last = body[-1] if body else None
+    if (isinstance(last, ast.Try) and last.handlers and not last.orelse and not last.finalbody
+            and all(h.body and isinstance(h.body[-1], ast.Return) and literal_return(h.body[-1]) is False
+                    for h in last.handlers)):
+        body = body[:-1] + last.body  # `try: return <test>` / `except ...: return False`: the test where it runs
     if not body or len(body) > 6 or not isinstance(body[-1], ast.Return) or body[-1].value is None:
         return None
     for stmt in body[:-1]:
@@ -757,6 +778,7 @@ class Scope(object):
         self.fn = fn            # the FunctionContext read in (its parameters and local names)
         self.param_flow = False  # set while reading a comparison with a capability-like literal
         self.nested = []        # boolean roots found inside opaque clauses
+        self.requires = []      # capability tests the statement needs to get past (table lookups)
         self.expanding = set()  # alias names being expanded (cycles)
 
     def shadowed(self, name):
@@ -800,10 +822,43 @@ def build(node, scope, depth=0):
         if expanded is not None:
             return {"op": "alias", "name": node.id, "expr": expanded[0], "scope": expanded[1],
                     "span": span, "text": node.id}
+        if (scope.fn is not None and scope.scanner is not None and node.id in scope.fn.params
+                and PRED_NAME_RE.match(node.id) and node.id not in scope.cc_vars):
+            # A bool parameter is a GPU test only when every call site passes the same one.
+            flowed = scope.scanner.param_predicate(scope.info, scope.fn, node.id)
+            if flowed is not None:
+                return {"op": "alias", "name": node.id, "expr": flowed, "scope": "parameter",
+                        "span": span, "text": node.id}
     if isinstance(node, ast.Compare):
         compared = compare_atoms(node, scope)
         if compared is not None:
             return dict(compared, span=span, text=scope.locator.text(node))
+        lookup = table_lookup(node, scope)
+        if lookup is not None:
+            # `ws in TABLE[capability]`: only a capability among TABLE's keys gets past this
+            # statement (any other raises KeyError), whichever way the test goes: a requirement
+            # of the gate, beside its condition.
+            scope.requires.append(dict(lookup, span=span, text=scope.locator.text(node)))
+            return clause(node, scope, span)
+    if isinstance(node, ast.Attribute) and scope.scanner is not None and depth < 20:
+        module = module_of_ref(node.value, scope)
+        if module is not None:
+            # `deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0`: another module's alias of a GPU test.
+            found = scope.scanner.module_alias(module, node.attr)
+            if found is not None:
+                value, locator, other = found
+                inner = Scope(scope.scanner, other, locator)
+                inner.expanding = scope.expanding
+                key = "%s.%s" % (module, node.attr)
+                if key not in scope.expanding and boolish(value) and interesting(value, inner):
+                    scope.expanding.add(key)
+                    try:
+                        tree = build(value, inner, depth + 1)
+                    finally:
+                        scope.expanding.discard(key)
+                    if has_atoms(tree, ("cap", "platform")):
+                        return {"op": "alias", "name": dotted(node) or node.attr, "expr": tree, "scope": "import",
+                                "span": span, "text": scope.locator.text(node)}
     return clause(node, scope, span)
 
 
@@ -868,6 +923,22 @@ def cap_atom(node, scope):
     return None
 
 
+def module_of_ref(node, scope):
+    """The module a name such as ``u`` (``import sglang.srt.utils as u``) or ``deep_gemm_wrapper``
+    (``from sglang.srt.layers import deep_gemm_wrapper``) stands for, or None."""
+    if not isinstance(node, ast.Name) or scope.shadowed(node.id):
+        return None
+    info = scope.info
+    if node.id in info.imports:
+        module, name = info.imports[node.id]
+        full = module + "." + name
+        if any(rel in scope.scanner.texts for rel in module_files(full)):
+            return full
+        return None
+    module = info.module_names.get(node.id)
+    return module if module and module.startswith("sglang") else None
+
+
 def is_module_ref(node, scope):
     """``u`` in ``u.is_sm100_supported()`` where ``u`` is a module (``import sglang.srt.utils as u``,
     ``from sglang.srt import utils``): a module function, not an object's method."""
@@ -889,6 +960,8 @@ def pred_atom(name, form, scope):
 
 
 def platform_atom(node):
+    if isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("cuda.is_available"):
+        return "cuda"  # torch.cuda.is_available(): true on a CUDA host
     if isinstance(node, ast.Call):
         name = last_name(node.func)
     elif isinstance(node, (ast.Name, ast.Attribute)):
@@ -897,7 +970,10 @@ def platform_atom(node):
         return None
     if name and PLATFORM_NAME_RE.match(name):
         bare = name.lstrip("_")[3:]
-        return bare[:-7] if bare.endswith("_static") else bare
+        for suffix in ("_static", "_runtime"):
+            if bare.endswith(suffix):
+                return bare[: -len(suffix)]
+        return bare
     return None
 
 
@@ -906,7 +982,10 @@ def expand_alias(name, scope, depth):
         return None
     if name in scope.local_aliases:
         value, where = scope.local_aliases[name], "local"
-        inner_scope = scope
+        # Its own scope: tests nested inside the value (a call's arguments) are gates where the
+        # value is written, never again at every use of the name.
+        inner_scope = Scope(scope.scanner, scope.info, scope.locator, scope.local_aliases, scope.cc_vars, scope.fn)
+        inner_scope.expanding = scope.expanding
     elif name in scope.info.aliases:
         value, locator = scope.info.aliases[name]
         where = "module"
@@ -938,6 +1017,8 @@ def cc_subject(node, scope):
             return "sm"
         if name == "to_int" and isinstance(node.func, ast.Attribute) and cc_subject(node.func.value, scope) == "cc":
             return "sm"  # a capability object's `to_int()` is major * 10 + minor
+        if name == "int" and len(node.args) == 1 and not node.keywords:
+            return cc_subject(node.args[0], scope)
         if isinstance(node.func, ast.Name) and not scope.shadowed(node.func.id):
             found = scope.info.cc_funcs.get(node.func.id) or scope.imported(node.func.id, "funcs")
             if found:
@@ -947,6 +1028,13 @@ def cc_subject(node, scope):
         if [cc_subject(e, scope) for e in node.elts] == ["major", "minor"]:
             return "cc"
         return None
+    if isinstance(node, ast.IfExp):
+        # `get_device_capability() if torch.cuda.is_available() else None`: the capability where
+        # there is a GPU (None elsewhere is what `is not None` tests).
+        # `... if dev.type == "cuda" else (0, 0)`: a literal is the no-GPU fallback.
+        sides = [cc_subject(b, scope) if literal(b) is _NO_VALUE else "none" for b in (node.body, node.orelse)]
+        kinds = set(sides) - {"none"}
+        return kinds.pop() if len(kinds) == 1 and None not in kinds else None
     if isinstance(node, ast.Attribute):
         if node.attr in ("major", "minor"):
             return node.attr if cc_subject(node.value, scope) == "cc" else None
@@ -1067,9 +1155,11 @@ def functions_in(body):
 
 def collect_local_cc(func, scope, table):
     """Local names bound to capability values (in statement order, so chains resolve)."""
+    assigns = sorted((n for n in statements(func.body) if isinstance(n, (ast.Assign, ast.AnnAssign))),
+                     key=lambda n: (n.lineno, n.col_offset))
     for _ in range(2):
-        for node in statements(func.body):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        for node in assigns:
+            if node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(isinstance(t, (ast.Name, ast.Tuple, ast.List)) for t in targets):
                     collect_cc_assignment(table, targets, node.value, scope)
@@ -1107,7 +1197,12 @@ def compare_atoms(node, scope):
     for left, op, right in zip(operands, node.ops, operands[1:]):
         opname = CMP_OPS.get(type(op))
         if opname in ("is", "is not"):
-            return None  # `capability is not None` asks whether there is a GPU, not which one
+            # `capability is not None`, `torch.version.cuda is not None`: is there a CUDA GPU (true
+            # on the hosts gpuops judges), not which one. Anything else is not ours to read.
+            if len(node.ops) == 1 and literal(right) is None and (cc_subject(left, scope) or cuda_subject(left)):
+                there = {"op": "platform", "name": "cuda"}
+                return there if opname == "is not" else {"op": "not", "arg": there}
+            return None
         subject, value, flipped = cc_subject(left, scope), right, False
         if subject is None:
             subject, value, flipped = cc_subject(right, scope), left, True
@@ -1145,10 +1240,48 @@ def compare_atoms(node, scope):
     return {"op": "and", "args": atoms}
 
 
+_FROM_IMPORT_RE = re.compile(r"^from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+
+
+def import_in_text(info, name):
+    """(module, name) of a module-level ``from m import name`` the parsed pieces do not hold (an
+    import line names no token), or None."""
+    if name not in info.source.text:
+        return None
+    for match in _FROM_IMPORT_RE.finditer(info.source.text):
+        for part in match.group(2).strip("()").replace("\n", " ").split(","):
+            words = part.split("#")[0].split()
+            if words and (words[-1] == name) and (len(words) == 1 or words[-2] == "as"):
+                module = match.group(1)
+                level = len(module) - len(module.lstrip("."))
+                return resolve_relative(info, module.lstrip(".") or None, level), words[0]
+    return None
+
+
+def table_lookup(node, scope):
+    """``TABLE[<capability>]`` among a comparison's operands, TABLE a literal dict: the atom
+    "capability in TABLE's keys", or None."""
+    for operand in [node.left] + list(node.comparators):
+        if not isinstance(operand, ast.Subscript):
+            continue
+        index = operand.slice.value if isinstance(operand.slice, _INDEX) else operand.slice
+        subject = cc_subject(index, scope)
+        if subject is None:
+            continue
+        keys = member_values(operand.value, scope)
+        if isinstance(keys, list) and keys:
+            return {"op": "cap", "atom": {"kind": "cc", "subject": subject, "cmp": "in", "value": keys}}
+    return None
+
+
 def member_values(node, scope):
     """The literal a capability is compared with: a constant, a module constant named, or the keys
     of a dict (``cap in {(9, 0): ..., (10, 0): ...}``)."""
     value = literal_collection(node)
+    if (value is _NO_VALUE and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls") and scope.fn is not None and "." in (scope.fn.qual or "")):
+        # `cls.supported_capabilities`: a literal assigned in the class body.
+        value = class_constant(scope.info, scope.fn.qual.split(".")[-2], node.attr)
     if value is _NO_VALUE and isinstance(node, ast.Name) and scope.scanner is not None and not scope.shadowed(node.id):
         value = scope.scanner.constant(scope.info, node.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
     return value
@@ -1168,6 +1301,28 @@ def param_shaped(node, scope):
     if isinstance(node, ast.Attribute):
         return node.attr in ("major", "minor") and isinstance(node.value, ast.Name) and node.value.id in scope.fn.params
     return isinstance(node, ast.Name) and node.id in scope.fn.params and _CAP_NAME_RE.search(node.id) is not None
+
+
+def class_constant(info, cls, name):
+    """The literal ``name = ...`` in the body of class ``cls`` of this file, or _NO_VALUE."""
+    for piece in info.pieces:
+        bodies = []
+        if piece.in_class and piece.qual == cls:
+            bodies.append(piece.tree.body)
+        elif not piece.in_class:
+            bodies.extend(s.body for s in piece.tree.body if isinstance(s, ast.ClassDef) and s.name == cls)
+        for body in bodies:
+            for stmt in body:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                if stmt_value(stmt) is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    value = literal_collection(stmt.value)
+                    if value is not _NO_VALUE:
+                        return value
+    return _NO_VALUE
+
+
+def stmt_value(stmt):
+    return getattr(stmt, "value", None)
 
 
 def capability_like(value):
@@ -1271,8 +1426,9 @@ def bool_roots(node, scope):
     if not interesting(node, scope):
         return []
     if boolish(node):
+        before = len(scope.requires)
         tree = build(node, scope)
-        if is_gate_tree(tree):
+        if is_gate_tree(tree) or len(scope.requires) > before:
             return [(node, tree)]
         return []  # build() queued any gates nested in its clauses on scope.nested
     found = []
@@ -1290,6 +1446,27 @@ def bool_roots(node, scope):
 # ---------------------------------------------------------------- walking statements for gates
 
 EXIT_VALUES = (None, False, 0, "", (), [], {})
+
+
+_NOTE_CALL_RE = re.compile(r"(log|warn|print|debug|info|error)", re.I)
+
+
+def is_guard_body(body):
+    """Does this if-body only refuse (raise, or return nothing/False after at most some logging)?
+    A body that does the work and then returns is a branch, not a guard."""
+    if not body or not is_denying_exit(body[-1]):
+        return False
+    if isinstance(body[-1], ast.Raise):
+        return True
+    for stmt in body[:-1]:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _NOTE_CALL_RE.search(dotted(stmt.value.func) or ""):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        return False
+    return True
 
 
 def is_denying_exit(stmt):
@@ -1463,7 +1640,9 @@ class GateWalker(object):
             elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and _IDENT_RE.match(sub.value):
                 reads.add(sub.value)  # e.g. global_server_args_dict["enable_x"]
         reads = sorted(reads)
+        requires, scope.requires = scope.requires, []
         self.found.append({
+            "requires": requires,
             "file": self.info.rel,
             "line": line,
             "end_line": end,
@@ -1522,7 +1701,7 @@ class GateWalker(object):
             test_is_root = any(n is stmt.test for n, _ in found)
             for node, tree in found:
                 if node is stmt.test:
-                    deny = bool(stmt.body) and is_denying_exit(stmt.body[-1]) and isinstance(stmt, ast.If)
+                    deny = isinstance(stmt, ast.If) and is_guard_body(stmt.body)
                     kind = "guard" if deny else ("if" if isinstance(stmt, ast.If) else "while")
                     self.emit(stmt, node, tree, fn, within, kind, -1 if deny else 1,
                               body_effect(stmt.body, self.locator), scope)
@@ -1616,6 +1795,8 @@ class Scanner(object):
         self.cc_tables = {}     # rel -> {"vars": {name: subject}, "funcs": {name: subject}}
         self._param_cache = {}
         self._trees = {}
+        self._module_aliases = {}
+        self._light = {}
         self.platform_map = {}
         self.errors = []
         self.texts = {}
@@ -1661,10 +1842,11 @@ class Scanner(object):
         if key in self._constant_cache:
             return self._constant_cache[key]
         value = _NO_VALUE
+        imported = info.imports.get(name) or import_in_text(info, name)
         if name in info.aliases:
             value = literal_collection(info.aliases[name][0])
-        elif name in info.imports and depth < 3:
-            module, original = info.imports[name]
+        elif imported and depth < 3:
+            module, original = imported
             for rel in module_files(module):
                 other = self.files.get(rel)
                 if other is None and rel in self.texts:
@@ -1708,7 +1890,60 @@ class Scanner(object):
         self._param_cache[key] = subject
         return subject
 
-    def _call_sites_agree(self, name, fn, param):
+    def module_alias(self, module, name, depth=0):
+        """(value node, locator, FileInfo) of ``name`` assigned at module level in ``module`` (or
+        imported there, star imports followed), or None."""
+        key = (module, name)
+        if key in self._module_aliases:
+            return self._module_aliases[key]
+        self._module_aliases[key] = None
+        found = None
+        for rel in module_files(module):
+            other = self.light_info(rel, name)
+            if other is None:
+                continue
+            if name in other.aliases:
+                value, locator = other.aliases[name]
+                found = (value, locator, other)
+            elif name in other.imports and depth < 4:
+                found = self.module_alias(other.imports[name][0], other.imports[name][1], depth + 1)
+            elif depth < 4:
+                for star in other.star_imports:
+                    found = self.module_alias(star, name, depth + 1)
+                    if found is not None:
+                        break
+            break
+        self._module_aliases[key] = found
+        return found
+
+    def light_info(self, rel, name):
+        """A module's definitions (the pieces naming ``name`` or a token), parsed on their own."""
+        if rel not in self.texts:
+            return None
+        key = (rel, name)
+        if key not in self._light:
+            try:
+                info = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                info.pieces = split_pieces(info.source, [name, "import"])
+                collect_definitions(info)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+                info = None
+            self._light[key] = info
+        return self._light[key]
+
+    def param_predicate(self, info, fn, param):
+        """The GPU test every call site in the tree passes for the bool parameter ``param``, as a
+        condition tree (spans at the first call site), or None."""
+        name = fn.qual.split(".")[-1] if fn.qual else None
+        key = (info.rel, fn.qual, param, "predicate")
+        if key not in self._param_cache:
+            self._param_cache[key] = None
+            if name and len(name) > 3 and param in fn.params and not name.startswith("__"):
+                self._param_cache[key] = self._call_sites_agree(name, fn, param, predicate=True)
+        return self._param_cache[key]
+
+    def _call_sites_agree(self, name, fn, param, predicate=False):
+        first = None
         needle = name.encode()
         holders = [rel for rel in sorted(self.texts) if needle in self.texts[rel]]
         if len(holders) > 6:
@@ -1716,14 +1951,11 @@ class Scanner(object):
         position = fn.params.index(param)
         subjects = set()
         for rel in holders:
-            tree = self._trees.get(rel)
-            if tree is None:
-                try:
-                    tree = ast.parse(self.texts[rel].decode("utf-8"))
-                except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
-                    return None
-                self._trees[rel] = tree
-            info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+            try:
+                info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                tree = self.statements_naming(info, name)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+                return None
             # Every reference to the name must be a call (not a callback, a registry entry, ...).
             references = sum(1 for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == name)
                              or (isinstance(n, ast.Attribute) and n.attr == name))
@@ -1735,8 +1967,12 @@ class Scanner(object):
                 local = {}
                 scope = Scope(self, info, None, None, local)
                 if func is not tree:
-                    scope.fn = FunctionContext("", None, {}, local, params_of(func))
+                    params = params_of(func)
+                    # The caller's own parameter may carry it on (proven the same way, cached).
+                    scope.fn = FunctionContext(func.name, None, {}, local, params, (),
+                                               first_is_self=bool(params) and params[0] in ("self", "cls"))
                     collect_local_cc(func, scope, local)
+                    scope.param_flow = True
                 for call in own:
                     calls += 1
                     shift = 1 if fn.first_is_self and isinstance(call.func, ast.Attribute) else 0
@@ -1750,12 +1986,38 @@ class Scanner(object):
                         arg = call.args[position - shift]
                     if arg is None:
                         return None  # the default is used: not a capability
-                    subjects.add(cc_subject(arg, scope))
+                    if predicate:
+                        # The same pure GPU test at every call site (`is_blackwell=current_platform.is_blackwell()`).
+                        scope.locator = Locator(info.source, Piece(0, 0, None, "", False))
+                        tree = build(arg, scope) if interesting(arg, scope) else None
+                        if tree is None or not only_atoms(tree) or not is_gate_tree(tree):
+                            return None
+                        subjects.add(" ".join(scope.locator.text(arg).split()))
+                        first = first or tree
+                    else:
+                        subjects.add(cc_subject(arg, scope))
                     if len(subjects) > 1 or None in subjects:
                         return None
             if calls != references:
                 return None
+        if predicate:
+            return first if len(subjects) == 1 else None
         return subjects.pop() if len(subjects) == 1 else None
+
+    def statements_naming(self, info, name):
+        """A module of the top-level statements of ``info`` whose text holds ``name`` (cached): all
+        its references live there. Raises SyntaxError when one does not parse on its own."""
+        key = (info.rel, name)
+        if key not in self._trees:
+            lines = info.source.lines
+            body = []
+            starts = segment_starts(lines, "", info.source.text)
+            for begin, end in merge_string_runs(info.source, starts, len(lines)):
+                chunk = "".join(lines[begin:end])
+                if name in chunk:
+                    body.extend(ast.increment_lineno(ast.parse(chunk), begin).body)  # file lines
+            self._trees[key] = ast.Module(body=body, type_ignores=[])
+        return self._trees[key]
 
     def run(self, jobs=1):
         """All gates of the package, sorted, with ids; the predicate table is in ``self.predicates``."""

@@ -127,6 +127,85 @@ def status(state_dir, port=None):
     return _result(running, pid if running else None, healthy, ok=True)
 
 
+def port_owners(port):
+    """Who listens on TCP ``port`` (IPv4 or IPv6): ``[{"pid", "uid", "cmdline"}]``.
+
+    The socket is found in /proc/net/tcp{,6} (state 0A, LISTEN) and its inode matched against
+    /proc/PID/fd; ``pid`` is None when the holder's fds are not readable by us (another user)."""
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, "r") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != "0A":
+                continue
+            try:
+                if int(fields[1].rsplit(":", 1)[1], 16) != int(port):
+                    continue
+            except ValueError:
+                continue
+            if fields[9] != "0":
+                inodes[fields[9]] = int(fields[7])
+    if not inodes:
+        return []
+    holders = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % name)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (name, fd))
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                holders.setdefault(target[8:-1], int(name))
+    out = []
+    for inode, uid in sorted(inodes.items()):
+        pid = holders.get(inode)
+        cmdline = _cmdline(pid).decode("utf-8", "replace").strip() if pid else ""
+        out.append({"pid": pid, "uid": uid, "cmdline": cmdline})
+    return out
+
+
+def describe_owners(owners):
+    """'pid 123 (python -m ...)' for each holder, for a message."""
+    parts = []
+    for owner in owners:
+        if owner["pid"] is None:
+            parts.append("a process of uid %d that gpuops cannot see" % owner["uid"])
+        else:
+            parts.append("pid %d (%s)" % (owner["pid"], owner["cmdline"][:160] or "?"))
+    return ", ".join(parts)
+
+
+def _parent(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            data = handle.read()
+        return int(data[data.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def owns_port(pid, port):
+    """Whether ``pid``, or a process it started, holds the listening socket of ``port``."""
+    for owner in port_owners(port):
+        current, hops = owner["pid"], 0
+        while current and current > 1 and hops < 64:
+            if current == pid:
+                return True
+            current, hops = _parent(current), hops + 1
+    return False
+
+
 def _result(running, pid, healthy, **extra):
     out = {"running": running, "pid": pid, "healthy": healthy}
     log = extra.pop("log", None)

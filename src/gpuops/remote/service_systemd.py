@@ -13,7 +13,7 @@ start, not a slow one. The journal tail of the unit since the restart explains t
 import subprocess
 import time
 
-from gpuops.remote.ports import port_owners
+from gpuops.remote.ports import port_flag, port_owners
 
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecStart",
@@ -124,6 +124,11 @@ class SystemdService:
         facts["drop_ins"] = [p for p in shown.get("DropInPaths", "").split() if p]
         return facts
 
+    def launch_port(self):
+        """``--port`` of the ExecStart systemd runs now (None when it has none)."""
+        argv = exec_argv(self.show(("ExecStart",)).get("ExecStart", "")) or ""
+        return port_flag(argv.split())
+
     def main_pid(self):
         try:
             pid = int(self.show(("MainPID",)).get("MainPID", "0"))
@@ -189,7 +194,10 @@ class SystemdService:
                                 % (self.name, load.get("LoadState"), load.get("FragmentPath") or "missing"),
                                 self.log_tail())
         self._since = time.time()
-        # Before the restart: `systemctl restart` resets NRestarts, so the baseline is taken after.
+        # A unit that failed before (a bad start just rolled back, a crash loop) may have hit its
+        # start limit: systemd would refuse this restart. Clear that first; it changes nothing else.
+        self._run(["systemctl", "reset-failed", self.name])
+        # `systemctl restart` resets NRestarts, so the baseline is taken after it.
         self._checked(["systemctl", "restart", self.name], "systemctl restart %s" % self.name, tail=True)
         shown = self.show(("NRestarts", "InvocationID"))
         try:

@@ -3,7 +3,8 @@
 ``debian_root`` (session)
     The cached debootstrap root (``gpuops.lab.debian_root``): built once per machine (about two
     minutes), then shared by every session. Skips with the reason when this machine cannot build
-    or boot one (not root; debootstrap or systemd-nspawn missing: `.ci/run` installs them).
+    or boot one: not root (an allowed skip), or debootstrap / systemd-nspawn missing (not allowed:
+    `.ci/run` installs them, so the run fails and says which).
 
 ``systemd_host_factory`` (session)
     ``systemd_host_factory(**kwargs) -> SystemdLabHost``: boots the root (an overlay on the cache,

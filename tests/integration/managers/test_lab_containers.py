@@ -52,6 +52,9 @@ def test_booted_root_runs_systemd_in_its_own_root_and_stops_by_pid(systemd_host_
         assert not os.path.exists(f"/proc/{host.booted.nspawn_pid}")
         assert not os.path.exists(f"/proc/{host.booted.init_pid}")
         assert not mounted(host.booted.merged)
+        # Its own cgroups (none shared with another container) are gone with it.
+        groups = (host.booted.dir / "cgroups").read_text().split()
+        assert groups and all("gpuops-lab-" in g and not os.path.exists(g) for g in groups)
         assert marker.read_text() == "still here\n"
     finally:
         marker.unlink(missing_ok=True)

@@ -1,0 +1,50 @@
+"""Finishing dead runs from commands that do not apply anything (``gpuops inspect``).
+
+A run whose host-side worker died (and whose session went with it) stays half-applied until a
+gpuops command takes the host lock. apply, rollback and history do that through the helper; inspect
+gathers the journal with its facts (one more probe in the same exec) and, only when the journal
+shows an unfinished run, makes one helper exec that rolls it back first, then gathers again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions, Connection
+
+PROBE_NAME = "apply.journal"
+
+
+def journal_probe_for(host: "Host") -> Any:
+    from gpuops.apply.probes import journal_probe
+    from gpuops.apply.undo import inventory_state_dir
+
+    return journal_probe(inventory_state_dir(host))
+
+
+def has_unfinished(records: Any) -> bool:
+    from gpuops.apply.journal import fold_runs
+
+    if not isinstance(records, list):
+        return False  # the journal could not be read (a ProbeFailure): nothing to act on
+    return any(str(r.get("outcome", "")).startswith("unfinished") for r in fold_runs(records))
+
+
+def recover_host(conn: "Connection", host: "Host", connect: "ConnectOptions") -> list[str]:
+    """Roll back the host's dead runs (the helper's journal mode does it first); what it said."""
+    from gpuops.apply.options import ApplyOptions, current_user, new_run_id
+    from gpuops.apply.remote_exec import run_helper
+    from gpuops.apply.undo import inventory_state_dir
+    from gpuops.remote import source
+
+    payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
+               "meta": {"role": "inspect", "user": current_user()}, "process_manager": source("process_manager")}
+    result = run_helper(conn, dict(host.vars or {}), payload, ApplyOptions(connect=connect))
+    notes = [f"recovered first: {line}" for line in result.get("recovered") or []]
+    if result.get("status") != "journal":
+        notes.append(f"an unfinished gpuops run could not be rolled back: {result.get('error') or result.get('status')}")
+    elif result.get("busy"):
+        notes.append("a gpuops run is in progress on this host (it holds the lock); it ends or rolls back by itself")
+    return notes

@@ -1,0 +1,156 @@
+"""A command on a host that gpuops keeps talking to while it runs (apply's transaction channel).
+
+``Connection.run`` sends all of stdin and waits for the end; the transaction needs more: lines read
+as they come, messages written while the command runs (heartbeats, the verdict, the commit), and a
+close that can be forced at any moment (a per-host deadline). Both transports are covered: SSH (one
+paramiko channel on the host's existing connection) and the local machine (a subprocess).
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+from typing import TYPE_CHECKING, Any
+
+from gpuops.errors import TransportError
+
+if TYPE_CHECKING:
+    from gpuops.transport import Connection
+
+
+class Stream:
+    """Lines from the command's stdout, as they come; ``send`` writes to its stdin."""
+
+    def __init__(self) -> None:
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        self._stderr: list[bytes] = []
+        self._send_lock = threading.Lock()
+        self._closed = False
+
+    # the transport-specific parts
+    def _write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def _pump(self, read: Any) -> None:
+        """Thread: split what ``read()`` returns into lines; an empty line marks the end."""
+        pending = b""
+        try:
+            while True:
+                chunk = read()
+                if not chunk:
+                    break
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    self._lines.put(line + b"\n")
+        except (OSError, EOFError, ValueError):
+            pass
+        if pending:
+            self._lines.put(pending)
+        self._lines.put(b"")
+
+    def _pump_stderr(self, read: Any) -> None:
+        try:
+            while True:
+                chunk = read()
+                if not chunk:
+                    return
+                self._stderr.append(chunk)
+        except (OSError, EOFError, ValueError):
+            return
+
+    # the interface
+    def send(self, data: bytes) -> bool:
+        """Write to the command's stdin; False once the channel is gone."""
+        with self._send_lock:
+            if self._closed:
+                return False
+            try:
+                self._write(data)
+                return True
+            except (OSError, EOFError, ValueError):
+                return False
+            except Exception:  # paramiko raises its own SSHException on a dead channel
+                return False
+
+    def readline(self, timeout: float) -> bytes | None:
+        """The next line; None when nothing came within ``timeout``; b"" at the end."""
+        try:
+            line = self._lines.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+        if line == b"":
+            self._lines.put(b"")  # the end stays the end for every later call
+        return line
+
+    def stderr_text(self) -> str:
+        return b"".join(self._stderr).decode("utf-8", "replace")
+
+    def close(self) -> None:
+        with self._send_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._close()
+        except Exception:
+            pass
+
+
+class SSHStream(Stream):
+    def __init__(self, transport: Any, command: str, connect_timeout: float, host: str) -> None:
+        super().__init__()
+        try:
+            self.channel = transport.open_session(timeout=connect_timeout)
+            self.channel.exec_command(command)
+        except Exception as exc:
+            raise TransportError(host, f"cannot start remote command: {exc}") from exc
+        threading.Thread(target=self._pump, args=(lambda: self.channel.recv(65536),), daemon=True).start()
+        threading.Thread(target=self._pump_stderr, args=(lambda: self.channel.recv_stderr(65536),), daemon=True).start()
+
+    def _write(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def _close(self) -> None:
+        self.channel.close()
+
+
+class LocalStream(Stream):
+    def __init__(self, command: str, host: str) -> None:
+        super().__init__()
+        try:
+            self.proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise TransportError(host, f"cannot run /bin/sh: {exc}") from exc
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        out, err = self.proc.stdout, self.proc.stderr
+        threading.Thread(target=self._pump, args=(lambda: out.read1(65536),), daemon=True).start()
+        threading.Thread(target=self._pump_stderr, args=(lambda: err.read1(65536),), daemon=True).start()
+
+    def _write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def _close(self) -> None:
+        # Closing stdin is what a dropped connection looks like to the helper; it ends by itself.
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
+
+def open_stream(conn: "Connection", command: str) -> Stream:
+    from gpuops.transport.local import LocalConnection
+
+    if isinstance(conn, LocalConnection):
+        return LocalStream(command, conn.host.name)
+    # SSH: a new channel on the connection the gather already opened (no second handshake).
+    fabric_conn = getattr(conn, "_conn", None)
+    transport = getattr(fabric_conn, "transport", None)
+    if transport is None:
+        raise TransportError(conn.host.name, "this connection cannot carry a transaction channel")
+    return SSHStream(transport, command, conn.options.connect_timeout, conn.host.name)  # type: ignore[attr-defined]

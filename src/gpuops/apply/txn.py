@@ -1,0 +1,111 @@
+"""gpuops' side of a host transaction: keep the lease alive, answer the helper, confirm, time out.
+
+One exec carries the whole run (``remote/apply_helper.py``, stream mode): gpuops heartbeats on the
+channel's stdin (every fifth of the lease), judges the gate re-audit when the helper sends it, and
+confirms once it has seen the verification (``verified``). The helper commits only on that
+confirmation; if gpuops goes quiet for a lease, or the channel closes, it rolls the host back.
+So when this side cannot learn the outcome (timeout, connection lost) the outcome is "unknown",
+never "changed=0": before the confirmation the host rolls itself back; after it, it has committed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:
+    from gpuops.transport import Connection
+
+DEFAULT_LEASE_S = 30.0
+
+
+def lease_seconds(variables: Mapping[str, Any]) -> float:
+    """``gpuops_lease`` (seconds, >= 1): how long a host waits for gpuops before it rolls back."""
+    from gpuops.errors import GpuopsError
+
+    raw = variables.get("gpuops_lease", DEFAULT_LEASE_S)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise GpuopsError(f"gpuops_lease must be a number of seconds, not {raw!r}") from None
+    if value < 1:
+        raise GpuopsError(f"gpuops_lease must be at least 1 second, not {raw!r}")
+    return value
+
+
+def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> dict[str, Any]:
+    if confirmed:
+        then = "gpuops had already confirmed the run, so the host has most likely committed it"
+    else:
+        then = f"the host rolls itself back within its lease ({lease_s:.0f} s)"
+    return {"ok": False, "status": "unknown", "run_id": run_id, "confirmed": confirmed,
+            "error": f"{why}; {then}; `gpuops history` shows what it did"}
+
+
+def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: float, deadline: float | None,
+                    run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
+                    on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the helper; return its ``result`` (or an ``unknown`` outcome). ``deadline``: monotonic."""
+    from gpuops.apply.stream import open_stream
+
+    stream = open_stream(conn, command)
+    stop = threading.Event()
+    confirmed = False
+    recovered: list[str] = []
+    verdict_reason: str | None = None
+
+    def beat() -> None:
+        interval = max(0.2, lease_s / 5)
+        while not stop.wait(interval):
+            if not stream.send(b'{"hb": 1}\n'):
+                return
+
+    heart = threading.Thread(target=beat, daemon=True)
+    try:
+        if not stream.send(body):
+            return unknown("the host closed the channel before the helper started", lease_s, False, run_id)
+        heart.start()
+        last_heard = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
+                return unknown("the host did not finish within --timeout", lease_s, confirmed, run_id)
+            if now - last_heard > max(lease_s, 5.0):
+                return unknown(f"the host went silent for {now - last_heard:.0f} s", lease_s, confirmed, run_id)
+            wait = 0.5 if deadline is None else max(0.01, min(0.5, deadline - now))
+            line = stream.readline(wait)
+            if line is None:
+                continue
+            if line == b"":
+                tail = (stream.stderr_text().strip().splitlines() or ["the channel closed"])[-1]
+                return unknown(f"the connection to the host was lost before the result ({tail})", lease_s,
+                               confirmed, run_id)
+            last_heard = time.monotonic()
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            if "result" in message and isinstance(message["result"], dict):
+                result = message["result"]
+                result["recovered"] = list(result.get("recovered") or recovered)
+                if verdict_reason and not result.get("audit_verdict"):
+                    result["audit_verdict"] = verdict_reason
+                return result
+            event = message.get("event")
+            if on_event is not None and event not in (None, "heartbeat"):
+                on_event(message)
+            if event == "recovered" and message.get("note"):
+                recovered.append(str(message["note"]))
+            elif event == "audited":
+                ok, verdict_reason = on_audit(message.get("audit_output")) if on_audit else (False, "no judge")
+                stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
+            elif event == "verified":
+                # Seen: health (the server we started owns the port) and the re-audit's verdict.
+                confirmed = stream.send(b'{"commit": true}\n')
+    finally:
+        stop.set()
+        stream.close()

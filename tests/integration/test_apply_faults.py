@@ -1,0 +1,374 @@
+"""The fault matrix: whatever dies, whenever, a lab host ends committed or exactly as it was.
+
+Real sshd lab hosts, the real gpuops client in a subprocess, the stand-in server (and the real
+SGLang 0.5.8 source for fusion-sm120). Faults come from outside gpuops' code path: the lab's fault
+file (``STATE/lab-fault.json``, honoured on lab hosts only; see ``remote/apply_helper.py``) pauses
+the host-side worker at a named phase, then the test kills, with SIGKILL, one of:
+
+  client   the gpuops process (laptop closed, kill -9)
+  sshd     the sshd process serving the session (connection cut)
+  worker   the host-side worker (OOM killer)
+  relay    the session's helper process, then the worker (nothing on the host is left to notice)
+
+After each: the host's files (content and mode) are those from before the run, the server runs the
+previous configuration (healthy, its environment without the run's variable), within the lease
+(``gpuops_lease=LEASE``), and the next apply works without hand edits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labtools import server_info
+
+pytestmark = pytest.mark.integration
+
+LEASE = 4  # seconds: short, so that every cell ends quickly
+ROLLED_BACK_WITHIN = LEASE + 60  # + the previous server's restart on a loaded 2-core machine
+
+
+def fingerprint(root: Path) -> dict[str, tuple[str, int]]:
+    """(sha256, mode) of every file the server or the operator cares about (no gpuops bookkeeping)."""
+    import hashlib
+
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_dir() or path.is_symlink() or path.suffix == ".pyc":
+            continue
+        if rel.parts[:2] in (("state", "runs"), ("state", "calls")) or path.name in (
+                "journal.jsonl", "lock", "lab-fault.used", "sglang.log", "sglang.pid", "sshd.log", "sshd.pid"):
+            continue
+        out[str(rel)] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode))
+    return out
+
+
+def client(lab, role: str, *extra: str, home: Path) -> subprocess.Popen:
+    """gpuops in its own process (so that it can be killed), with the test's HOME as run_gpuops has."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(home)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuops.cli", *([role] if role in ("rollback", "history") else ["apply", role]),
+         "-i", str(lab.inventory_path), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def lab_args(role: str, value: int) -> list[str]:
+    common = ["-e", f"gpuops_lease={LEASE}", "-e", "gpuops_health_timeout=60", "-e", "gpuops_stop_grace=5"]
+    if role == "rollback":
+        return []
+    return common + ["-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": value}})]
+
+
+def calls(host) -> set[Path]:
+    return set((host.state_dir / "calls").glob("*"))
+
+
+def paused(host, phase: str, proc: subprocess.Popen, earlier: set[Path]) -> dict[str, Any]:
+    """Wait until this client's worker pauses at ``phase``; its pids and transaction folder."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        for progress in sorted(p / "progress.jsonl" for p in calls(host) - earlier):
+            if not progress.exists():
+                continue
+            records = [json.loads(l) for l in progress.read_text().splitlines() if l.strip()]
+            if any(r.get("event") == "paused" and r.get("phase") == phase for r in records):
+                worker = next(r for r in records if r.get("event") == "worker")
+                return {"dir": progress.parent, "worker": worker["pid"], "relay": worker["relay"]}
+        time.sleep(0.05)
+    raise AssertionError(f"the worker never paused at {phase}")
+
+
+def parent_of(pid: int) -> int:
+    data = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(data[data.rindex(b")") + 2:].split()[1])
+
+
+def kill(what: str, where: dict[str, Any], proc: subprocess.Popen) -> None:
+    if what == "client":
+        proc.kill()
+    elif what == "sshd":
+        os.kill(parent_of(where["relay"]), signal.SIGKILL)  # the session's sshd: the connection is cut
+    elif what == "worker":
+        os.kill(where["worker"], signal.SIGKILL)
+    elif what == "relay":
+        os.kill(where["relay"], signal.SIGKILL)
+        os.kill(where["worker"], signal.SIGKILL)
+    else:
+        raise ValueError(what)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+def wait_host_settled(host, where: dict[str, Any]) -> None:
+    """The worker is gone and nothing holds the host lock (the run ended one way or the other)."""
+    import fcntl
+
+    deadline = time.monotonic() + ROLLED_BACK_WITHIN
+    while alive(where["worker"]):
+        assert time.monotonic() < deadline, "the worker did not end within the lease"
+        time.sleep(0.05)
+    fd = os.open(host.state_dir / "lock", os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "the host lock stayed held"
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
+def journal_events(host, run_id: str | None = None) -> list[tuple[str, str]]:
+    lines = (host.state_dir / "journal.jsonl").read_text().splitlines()
+    records = [json.loads(l) for l in lines if l.strip()]
+    return [(r["run_id"], r["event"]) for r in records if run_id is None or r["run_id"] == run_id]
+
+
+def server_view(host) -> dict[str, Any]:
+    """What the running server says it runs (flags, environment), and that it is alive."""
+    info = dict(server_info(host.server_port))
+    info.pop("internal_states", None)
+    pid = int((host.state_dir / "sglang.pid").read_text())
+    assert alive(pid)
+    return info
+
+
+@pytest.fixture(scope="module")
+def nccl_lab(lab_factory):
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+
+
+NCCL_CELLS = [
+    ("client", "first_write"), ("client", "server_start"), ("client", "health"), ("client", "confirm"),
+    ("sshd", "after_writes"), ("sshd", "health"),
+    ("worker", "first_write"), ("worker", "server_stop"), ("worker", "health"), ("worker", "confirm"),
+]
+
+
+@pytest.mark.parametrize("what, phase", NCCL_CELLS, ids=[f"{w}@{p}" for w, p in NCCL_CELLS])
+def test_nccl_env_fault(nccl_lab, what: str, phase: str, run_gpuops, gpuops_home) -> None:
+    host = nccl_lab.hosts[0]
+    value = 10 + NCCL_CELLS.index((what, phase))
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
+    earlier = calls(host)
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", value), home=gpuops_home)
+    where = paused(host, phase, proc, earlier)
+    kill(what, where, proc)
+    out, _ = proc.communicate(timeout=120)
+    wait_host_settled(host, where)
+    assert fingerprint(host.dir) == before
+    assert server_view(host) == served  # the previous server: same flags, same environment
+    last = journal_events(host)[-1]
+    assert last[1] == "rolled_back", journal_events(host)
+    if what == "worker":  # the client was still there: it must say what happened
+        assert proc.returncode == 1 and b"worker" in out and b"rolled back" in out.lower(), out
+    if what == "sshd":
+        assert proc.returncode == 1 and b"unknown" in out, out
+    # The next apply works, with no hand edits, and commits.
+    again = run_gpuops("apply", "nccl-env", "-i", str(nccl_lab.inventory_path), "--json", *lab_args("nccl-env", value))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["hosts"]["h01"]["status"] == "finished"
+    assert f"NCCL_MIN_NCHANNELS='{value}'" in (host.state_dir / "sglang.env").read_text()
+
+
+def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, run_gpuops, gpuops_home) -> None:
+    """Nothing on the host is left to notice (relay and worker killed): `gpuops history` finishes
+    the rollback first, and says so; the home journal learns the host's outcome."""
+    host = nccl_lab.hosts[0]
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 60}))
+    earlier = calls(host)
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", 50), home=gpuops_home)
+    where = paused(host, "health", proc, earlier)
+    kill("relay", where, proc)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and b"unknown: the host will finish or roll back by itself" in out, out
+    assert b"changed=" not in out.split(b"RECAP")[1]
+    assert fingerprint(host.dir) != before  # half-applied, and no one left on the host to see it
+    history = run_gpuops("history", "-i", str(nccl_lab.inventory_path))
+    assert history.returncode == 0, history.stdout + history.stderr
+    assert "had not finished" in history.stdout and "rolled back first" in history.stdout, history.stdout
+    assert fingerprint(host.dir) == before
+    assert server_view(host) == served  # the previous server: same flags, same environment
+    assert "rolled_back" in history.stdout
+    home = [json.loads(l) for l in (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text().splitlines()]
+    mine = [r for r in home if r.get("outcome") in ("unknown", "rolled_back") and r.get("host") == "h01"]
+    assert [r["outcome"] for r in mine][-2:] == ["unknown", "rolled_back"] and mine[-1].get("reconciled"), mine
+
+
+# ---------------------------------------------------------------- fusion-sm120 (two-step: audit, verdict)
+
+
+@pytest.fixture(scope="module")
+def fusion_lab(lab_factory):
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8")
+
+
+FUSION_CELLS = [("client", "compile"), ("client", "verdict"), ("sshd", "server_start"), ("worker", "audit"),
+                ("worker", "health")]
+
+
+@pytest.mark.parametrize("what, phase", FUSION_CELLS, ids=[f"{w}@{p}" for w, p in FUSION_CELLS])
+def test_fusion_fault(fusion_lab, what: str, phase: str, run_gpuops, gpuops_home) -> None:
+    host = fusion_lab.hosts[0]
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
+    earlier = calls(host)
+    proc = client(fusion_lab, "fusion-sm120", *lab_args("fusion-sm120", 1)[:6], "-e", "fusion_allow_without_p2p=true", home=gpuops_home)
+    where = paused(host, phase, proc, earlier)
+    kill(what, where, proc)
+    proc.communicate(timeout=120)
+    wait_host_settled(host, where)
+    assert fingerprint(host.dir) == before  # the gates closed again, every patched byte back
+    assert server_view(host) == served  # the previous server: same flags, same environment
+    assert journal_events(host)[-1][1] == "rolled_back"
+
+
+def test_fusion_next_apply_works_after_the_faults(fusion_lab, run_gpuops, gpuops_home) -> None:
+    host = fusion_lab.hosts[0]
+    before = fingerprint(host.dir)
+    proc = run_gpuops("apply", "fusion-sm120", "-i", str(fusion_lab.inventory_path), "--json",
+                      *lab_args("fusion-sm120", 1)[:6], "-e", "fusion_allow_without_p2p=true", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["hosts"]["h01"]["status"] == "finished"
+    undo = run_gpuops("rollback", "-i", str(fusion_lab.inventory_path), timeout=300)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    assert fingerprint(host.dir) == before
+
+
+# ---------------------------------------------------------------- rollback is a transaction too
+
+
+ROLLBACK_CELLS = [("client", "confirm"), ("sshd", "before_write"), ("worker", "rollback_restore")]
+
+
+@pytest.mark.parametrize("what, phase", ROLLBACK_CELLS, ids=[f"{w}@{p}" for w, p in ROLLBACK_CELLS])
+def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops, gpuops_home) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    pristine, served = fingerprint(host.dir), server_view(host)
+    applied = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 5))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    after_apply = fingerprint(host.dir)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
+    earlier = calls(host)
+    proc = client(lab, "rollback", home=gpuops_home)
+    where = paused(host, phase, proc, earlier)
+    kill(what, where, proc)
+    proc.communicate(timeout=120)
+    wait_host_settled(host, where)
+    # Never half-undone: either the rollback was undone (the run still in effect) or it finished.
+    state = fingerprint(host.dir)
+    assert state in (after_apply, pristine)
+    assert journal_events(host)[-1][1] in ("rolled_back", "finished")
+    # And never a dead end: the next rollback undoes the run.
+    again = run_gpuops("rollback", "-i", str(lab.inventory_path))
+    if state == after_apply:
+        assert again.returncode == 0, again.stdout + again.stderr
+    assert fingerprint(host.dir) == pristine
+    assert server_view(host) == served  # the previous server: same flags, same environment
+    lab.stop(remove=True)
+
+
+# ---------------------------------------------------------------- what the host checks and refuses
+
+
+def test_a_stalled_host_fails_alone_within_timeout_and_rolls_itself_back(lab_factory, run_gpuops, gpuops_home) -> None:
+    """h02's SSH session freezes (its sshd stopped) mid-run: gpuops gives h02 up (--timeout, or
+    silence for a lease), h01 commits, the command ends; h02 rolls back by itself (lease lapsed)."""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, count=2)
+    stalled = lab.host("h02")
+    before, served = fingerprint(stalled.dir), server_view(stalled)
+    (stalled.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 300}))
+    earlier = calls(stalled)
+    proc = client(lab, "nccl-env", *lab_args("nccl-env", 7), "--timeout", "30", "--json", home=gpuops_home)
+    where = paused(stalled, "health", proc, earlier)
+    sshd = parent_of(where["relay"])
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        out, err = proc.communicate(timeout=120)  # a hang fails here; the pause alone lasts 300 s
+        wait_host_settled(stalled, where)         # the lease lapsed on the host: rolled back
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+    hosts = json.loads(out)["hosts"]
+    assert proc.returncode == 1
+    assert hosts["h01"]["status"] == "finished", hosts["h01"]
+    assert hosts["h02"]["status"] == "unknown" and "rolls itself back" in hosts["h02"]["error"], hosts["h02"]
+    assert fingerprint(stalled.dir) == before
+    assert server_view(stalled) == served
+    assert journal_events(stalled)[-1][1] == "rolled_back"
+    lab.stop(remove=True)
+
+
+def test_a_port_held_by_another_process_fails_the_run_naming_it(lab_factory, run_gpuops) -> None:
+    """The pid file is gone but the old server still listens: the new server cannot bind, and the
+    answer on the port must not pass for it. The run fails naming the holder and rolls back."""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    old_pid = int((host.state_dir / "sglang.pid").read_text())
+    (host.state_dir / "sglang.pid").unlink()
+    before = fingerprint(host.dir)
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *lab_args("nccl-env", 9))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["status"] == "rolled_back", report
+    assert f"port {host.server_port}" in report["error"] and f"pid {old_pid}" in report["error"], report["error"]
+    assert fingerprint(host.dir) == before
+    assert alive(old_pid) and '"NCCL_MIN_NCHANNELS": "9"' not in json.dumps(server_info(host.server_port))
+    os.kill(old_pid, signal.SIGTERM)
+    lab.stop(remove=True)
+
+
+def test_rollback_over_ssh_refuses_a_later_hand_edit_unless_forced(lab_factory, run_gpuops) -> None:
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    pristine = fingerprint(host.dir)
+    assert run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 3)).returncode == 0
+    env_file = host.state_dir / "sglang.env"
+    env_file.write_text(env_file.read_text() + "OPERATOR_NOTE='by hand'\n")
+    refused = run_gpuops("rollback", "-i", str(lab.inventory_path))
+    assert refused.returncode == 1 and str(env_file) in refused.stdout and "--force" in refused.stdout, refused.stdout
+    assert "by hand" in env_file.read_text()
+    forced = run_gpuops("rollback", "-i", str(lab.inventory_path), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "--force: the later version of" in forced.stdout
+    assert fingerprint(host.dir) == pristine
+    assert list((host.state_dir / "runs").glob("*/files/*.later"))
+    lab.stop(remove=True)
+
+
+def test_inspect_rolls_back_a_dead_run_before_it_reports(nccl_lab, run_gpuops, gpuops_home) -> None:
+    host = nccl_lab.hosts[0]
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "server_start", "seconds": 60}))
+    earlier = calls(host)
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", 51), home=gpuops_home)
+    where = paused(host, "server_start", proc, earlier)
+    kill("relay", where, proc)  # the server is stopped, the env file changed, nobody left on the host
+    proc.communicate(timeout=120)
+    inspect = run_gpuops("inspect", "host", "-i", str(nccl_lab.inventory_path), "--json")
+    assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    report = json.loads(inspect.stdout)["hosts"]["h01"]
+    assert any("rolled back first" in line for line in report["recovered"]), report["recovered"]
+    assert fingerprint(host.dir) == before
+    assert server_view(host) == served
