@@ -88,7 +88,8 @@ def test_verbosity_levels_add_commands_timings_then_raw_output(tmp_path: Path) -
         seen[flag] = done.stderr
     assert seen[""] == ""
     assert "here: exec " in seen["-v"] and " in 0." not in seen["-v"] and "stdout:" not in seen["-v"]
-    assert "here: connected in " in seen["-vv"] and "here: exit 0 in " in seen["-vv"] and "stdout:" not in seen["-vv"]
+    assert "here: connected in " in seen["-vv"] and "stdout:" not in seen["-vv"]
+    assert "here: exit 0 in " in seen["-vv"] or "here: stream closed after " in seen["-vv"]
     assert "here: stdout:" in seen["-vvv"]
 
 

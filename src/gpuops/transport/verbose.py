@@ -69,10 +69,45 @@ class LoggedConnection:
                                + ("\n... (cut)" if len(data) > _RAW_LIMIT else ""))
         return result
 
+    def open_stream(self, command: str) -> Any:
+        """apply's transaction channel on the wrapped connection (reported like a command)."""
+        from gpuops.apply.stream import open_stream
+
+        shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
+        LOGGER.log(COMMANDS, "%s: exec (streamed) %s", self.host.name, shown)
+        return _LoggedStream(open_stream(self._inner, command), self.host)
+
     def close(self) -> None:
         self._inner.close()
 
     def __getattr__(self, name: str) -> Any:  # anything else a caller reaches for (settings, ...)
+        return getattr(self._inner, name)
+
+
+class _LoggedStream:
+    """A transaction channel that reports its lines (-vvv) and how long it was open (-vv)."""
+
+    def __init__(self, inner: Any, host: Host) -> None:
+        self._inner, self._host, self._started = inner, host, time.monotonic()
+        self._secrets = _secrets(host) if LOGGER.isEnabledFor(RAW) else []
+
+    def send(self, data: bytes) -> bool:
+        return self._inner.send(data)
+
+    def readline(self, timeout: float) -> bytes | None:
+        line = self._inner.readline(timeout)
+        if line and LOGGER.isEnabledFor(RAW):
+            text = line.decode("utf-8", "replace").rstrip("\n")
+            LOGGER.log(RAW, "%s: stdout: %s", self._host.name, _masked(text[:_RAW_LIMIT], self._secrets))
+        return line
+
+    def close(self) -> None:
+        self._inner.close()
+        LOGGER.log(TIMINGS, "%s: stream closed after %.3f s", self._host.name, time.monotonic() - self._started)
+        if LOGGER.isEnabledFor(RAW) and self._inner.stderr_text():
+            LOGGER.log(RAW, "%s: stderr:\n%s", self._host.name, _masked(self._inner.stderr_text()[:_RAW_LIMIT], self._secrets))
+
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
