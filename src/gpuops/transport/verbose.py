@@ -53,12 +53,16 @@ class LoggedConnection:
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
         LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin)", self.host.name, shown, len(stdin))
+        from gpuops import timings
+
         started = time.monotonic()
         try:
             result = self._inner.run(command, stdin=stdin, timeout=timeout)
         except Exception as exc:
             LOGGER.log(TIMINGS, "%s: failed after %.3f s: %s", self.host.name, time.monotonic() - started, exc)
             raise
+        finally:
+            timings.record("exec", started, time.monotonic(), self.host.name)
         LOGGER.log(TIMINGS, "%s: exit %d in %.3f s (%d bytes out, %d bytes err)", self.host.name, result.exit_status,
                    time.monotonic() - started, len(result.stdout), len(result.stderr))
         if LOGGER.isEnabledFor(RAW):
