@@ -30,6 +30,7 @@ def test_bootstrap_is_seeded_brackets_the_median_and_needs_two_values() -> None:
 def test_significant_only_when_intervals_part_and_the_effect_is_real() -> None:
     base = Interval(100.0, 98.0, 102.0, 5, "repeats")
     assert not significant(base, Interval(101.0, 99.0, 103.0, 5, "repeats"))  # overlap
+    assert not significant(base, Interval(104.0, 101.5, 107.0, 5, "repeats"))  # 4% apart, but overlapping
     assert significant(base, Interval(200.0, 198.0, 202.0, 5, "repeats"))
     assert not significant(base, None) and not significant(None, base)
     tight = Interval(100.0, 100.0, 100.0, 5, "requests")

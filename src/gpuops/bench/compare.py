@@ -82,7 +82,7 @@ class Comparison:
                          "verdict": list(m.verdicts()),
                          "intervals": [i.as_json() if i else None for i in (m.interval(k) for k in range(len(m.values)))]}
                         for m in self.metrics],
-            "rule": "significant only when the two 95% bootstrap intervals do not overlap",
+            "rule": "significant only when the two 95% bootstrap intervals do not overlap and the medians differ by more than 1%",
             "configuration_differences": self.config_diffs,
             "simulated": [label is not None for label in self.simulated],
             "speed_models": list(self.simulated),

@@ -355,6 +355,7 @@ def build_payload(
         "seed": options.seed,
         "request_timeout": options.request_timeout_s,
         "pid_file": pid_file(run_id, host_name),
+        "progress_file": progress_file(run_id, host_name),
         "server_pid_file": f"{state_dir}/sglang.pid" if state_dir else None,
         "state_dir": str(state_dir) if state_dir else None,
         "host_facts": True,
@@ -389,6 +390,15 @@ def build_payload(
             "allreduces_per_step": ar.allreduces_per_step,
         }
     return payload
+
+
+def progress_file(run_id: str, host_name: str) -> str:
+    """The client's progress file (JSON: done, total, stage), removed when it ends."""
+    return f"/tmp/gpuops-bench-{run_id}-{host_token(host_name)}.progress"
+
+
+def progress_command(run_id: str, host_name: str = "localhost") -> str:
+    return f"cat {shlex.quote(progress_file(run_id, host_name))} 2>/dev/null; true"
 
 
 def stop_command(run_id: str, host_name: str = "localhost") -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from gpuops.bench.frames import parse_frames
-from gpuops.bench.options import BenchOptions, build_payload, host_port, server_url, stop_command
+from gpuops.bench.options import BenchOptions, build_payload, host_port, progress_command, server_url, stop_command
 from gpuops.bench.results import RunContext, build_result
 from gpuops.bench.store import ResultsStore
 from gpuops.errors import GpuopsError
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gpuops.transport import ConnectOptions
 
 STOP_GRACE_S = 60.0
+PROGRESS_INTERVAL_S = 3.0  # how often a progress display reads the hosts' progress files
 
 
 @dataclass
@@ -39,6 +40,8 @@ class HostBench:
     error: str | None = None
     status: str = "waiting"  # waiting | running | done | failed | stopping
     repeat: int = 0  # which repeat is running (1-based) with --repeat
+    progress: dict | None = None  # the client's last progress file: done, total, stage, started (host clock)
+    started_at: float | None = None  # when this host's run began (here)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def run_bench(
             payload = build_payload(options, run_id, target.url, target.host.vars, worker_source,
                                     host_name=target.host.name)
             state.status = "running"
+            state.started_at = time.time()
             changed()
             repeats: list[dict] = []
             conn = connect(target.host, connect_options)
@@ -140,6 +144,10 @@ def run_bench(
     threads = [threading.Thread(target=one, args=(t,), name=f"bench-{t.host.name}", daemon=True) for t in targets]
     for thread in threads:
         thread.start()
+    if on_change is not None:
+        poller = threading.Thread(target=_poll_progress, args=(targets, states, finished, run_id, connect_options,
+                                                               changed), name="bench-progress", daemon=True)
+        poller.start()
     # Wait by polling events, never Thread.join: a Ctrl-C landing inside join() can leave a still
     # running thread marked as stopped (a CPython quirk), and its results would be lost.
     try:
@@ -161,6 +169,49 @@ def run_bench(
             elif state.status == "stopping":  # it finished while being marked
                 state.status = "done" if state.result and state.result.get("ok") else "failed"
     return states
+
+
+def _poll_progress(targets: Sequence[BenchTarget], states: dict[str, HostBench], finished: dict[str, threading.Event],
+                   run_id: str, connect_options: ConnectOptions, changed: Callable[[], None]) -> None:
+    """Read each running host's progress file every few seconds (one short exec) for the display."""
+    import json
+
+    from gpuops.transport import connect
+
+    while not all(e.is_set() for e in finished.values()):
+        for target in targets:
+            name = target.host.name
+            if finished[name].is_set() or states[name].status != "running":
+                continue
+            try:
+                conn = connect(target.host, connect_options)
+                try:
+                    text = conn.run(progress_command(run_id, name), timeout=10).stdout_text().strip()
+                finally:
+                    conn.close()
+                if text:
+                    data = json.loads(text)
+                    if isinstance(data, dict):
+                        states[name].progress = data
+            except Exception:
+                continue  # progress is a courtesy: the run itself reports any failure
+        changed()
+        for _ in range(int(PROGRESS_INTERVAL_S * 10)):
+            if all(e.is_set() for e in finished.values()):
+                return
+            time.sleep(0.1)
+
+
+def eta_s(state: HostBench, repeat: int = 1) -> float | None:
+    """Seconds left for one host, from its progress so far (None until something is done)."""
+    progress = state.progress or {}
+    done, total = progress.get("done"), progress.get("total")
+    if not state.started_at or not isinstance(done, int) or not isinstance(total, int) or done <= 0 or total <= 0:
+        return None
+    elapsed = time.time() - state.started_at
+    repeats_left = max(0, repeat - max(state.repeat, 1))
+    per_record = elapsed / (done + total * (max(state.repeat, 1) - 1))
+    return per_record * (total - done + total * repeats_left)
 
 
 def _wait_all(events: Iterable[threading.Event], timeout: float | None) -> None:

@@ -6,7 +6,10 @@
      "hosts": {NAME: {"ok", "suite", "partial", "output_tokens_per_s", "ttft_ms" (p50),
                       "itl_ms": {"p50", "p90", "p99"}, "accept_length", "result_id", "result_file",
                       "fingerprint", "simulated", "speed_model" (the stand-in model's label, else null), "error",
-                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce)}}}
+                      "levels" (serving), "best_variant"/"step_cost_ms"/"variants" (allreduce),
+                      "peak_*" (serving), "fused_us"/"unfused_us"/"*_step_ms"/"all_correct" (fusion)}}}
+
+Full result and comparison schema: src/gpuops/bench/README.md.
 """
 
 from __future__ import annotations
@@ -128,7 +131,7 @@ def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: 
     targets = targets_for(hosts, port, url, remote)
     connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts))
     store = ResultsStore(results_dir)
-    progress = None if as_json else _Progress(suite)
+    progress = None if as_json else _Progress(suite, repeat)
     try:
         states = run_bench(targets, options, store, connect_options, remote=remote,
                            on_change=progress.update if progress else None)
@@ -166,14 +169,21 @@ def _check_url(url: str) -> None:
 
 
 class _Progress:
-    """A live line per host on a terminal (stderr); silent elsewhere."""
+    """Live progress on a terminal (stderr): per host its status, requests or measurements done of
+    the total, the current level or variant, and an ETA; elsewhere plain lines at most every 15 s."""
 
-    def __init__(self, suite: str) -> None:
+    PLAIN_EVERY_S = 15.0
+
+    def __init__(self, suite: str, repeat: int = 1) -> None:
         from gpuops.output import is_tty
 
         self.live = None
         self.suite = suite
-        if is_tty(sys.stderr):
+        self.repeat = repeat
+        self.last_plain = 0.0
+        self.last_statuses: dict[str, Any] = {}
+        self.tty = is_tty(sys.stderr)
+        if self.tty:
             from rich.live import Live
 
             from gpuops.output import make_console
@@ -181,14 +191,40 @@ class _Progress:
             self.live = Live(console=make_console(sys.stderr), refresh_per_second=4, transient=True)
             self.live.start()
 
-    def update(self, states: dict[str, Any]) -> None:
-        if self.live is None:
-            return
-        from gpuops.output import rich_table
+    def rows(self, states: dict[str, Any]) -> list[list[str]]:
+        from gpuops.bench.runner import eta_s
 
-        rows = [[name, state.status, state.error or ""] for name, state in states.items()]
-        self.live.update(rich_table(["host", f"{self.suite}", "note"], rows,
-                                    title="benchmarking (Ctrl-C stops and keeps what was measured)"))
+        rows = []
+        for name, state in states.items():
+            progress = (state.progress or {}) if state.status in ("running", "stopping") else {}
+            done, total = progress.get("done"), progress.get("total")
+            count = f"{done}/{total}" if total else (str(done) if done is not None else "")
+            if self.repeat > 1 and state.repeat:
+                count += f" (repeat {state.repeat}/{self.repeat})"
+            eta = eta_s(state, self.repeat) if state.status == "running" else None
+            rows.append([name, state.status, count, str(progress.get("stage") or ""),
+                         f"{eta:.0f} s" if eta is not None else "", state.error or ""])
+        return rows
+
+    def update(self, states: dict[str, Any]) -> None:
+        import time
+
+        rows = self.rows(states)
+        if self.live is not None:
+            from gpuops.output import rich_table
+
+            self.live.update(rich_table(["host", self.suite, "done", "now", "ETA", "note"], rows,
+                                        title="benchmarking (Ctrl-C stops and keeps what was measured)"))
+            return
+        # a line when a host's status, stage or ETA-availability changes, else every PLAIN_EVERY_S
+        statuses = {row[0]: (row[1], row[3], bool(row[4])) for row in rows}
+        now = time.monotonic()
+        if statuses == self.last_statuses and now - self.last_plain < self.PLAIN_EVERY_S:
+            return
+        self.last_statuses, self.last_plain = statuses, now
+        for name, status, count, stage, eta, note in rows:
+            bits = [b for b in (count and f"{count} done", stage, eta and f"ETA {eta}", note) if b]
+            click.echo(f"bench {self.suite}: {name} {status}" + (f": {', '.join(bits)}" if bits else ""), err=True)
 
     def close(self) -> None:
         if self.live is not None:

@@ -108,6 +108,8 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
         render_host_facts(console, host_json(outcome)["facts"])
         from gpuops.facts.managed import describe
 
+        for problem in outcome.value.stack:
+            console.print(f"STACK    {problem}", style="yellow", markup=False, highlight=False)
         managed = describe(outcome.value.facts.managed)
         if managed:
             console.print(managed, markup=False, highlight=False)

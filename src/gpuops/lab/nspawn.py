@@ -75,11 +75,12 @@ def require_nspawn() -> None:
 
 
 def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | None = None,
-              binds: Sequence[tuple[Path, str]] = ()) -> BootedRoot:
+              binds: Sequence[tuple[Path, str]] = (), sshd_extra: str = "") -> BootedRoot:
     """Boot an overlay of ``lower`` in ``workdir`` (a fresh dir); wait until systemd and sshd run.
 
     ``authorized_key``: the public key line root accepts. ``binds``: (outside, inside) read-only
-    bind mounts (e.g. the SGLang release cache). Raises ``GpuopsError`` with the boot log's tail.
+    bind mounts (e.g. the SGLang release cache). ``sshd_extra``: more sshd_config lines.
+    Raises ``GpuopsError`` with the boot log's tail.
     """
     require_nspawn()
     workdir = Path(workdir).absolute()
@@ -94,7 +95,7 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         raise GpuopsError(f"lab: cannot mount an overlay on {lower}: {mount.stderr.strip()}")
     try:
         port = ssh_port or sshd.free_port()
-        host_key_pub = _prepare(merged, workdir, authorized_key, port)
+        host_key_pub = _prepare(merged, workdir, authorized_key, port, sshd_extra)
         log = workdir / "nspawn.log"
         machine = f"gpuops-lab-{os.getpid()}-{port}"
         command = [NSPAWN, "-D", str(merged), "--boot", "--register=no", "--keep-unit", "--quiet",
@@ -168,7 +169,7 @@ def _remove_cgroups(workdir: Path) -> None:
                 pass
 
 
-def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int) -> Path:
+def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int, sshd_extra: str = "") -> Path:
     """This boot's sshd: loopback only, its own port and host key; root's authorized key."""
     key = merged / _HOST_KEY.lstrip("/")
     for stale in (key, key.with_name(key.name + ".pub")):
@@ -178,7 +179,7 @@ def _prepare(merged: Path, workdir: Path, authorized_key: str, port: int) -> Pat
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(
         "# This container shares the machine's network: loopback only, on the lab's own port.\n"
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {_HOST_KEY}\n"
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {_HOST_KEY}\n" + sshd_extra
     )
     ssh_dir = merged / "root" / ".ssh"
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -97,7 +97,8 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
     key = workdir / "client_key"
     if not key.exists():
         sshd.generate_key(key, "gpuops-lab-systemd-client")
-    booted = boot_root(lower, workdir / "container", key.with_name("client_key.pub").read_text())
+    booted = boot_root(lower, workdir / "container", key.with_name("client_key.pub").read_text(),
+                       sshd_extra=f"SetEnv GPUOPS_LAB_HOST={HOST_NAME}\n")
     try:
         server_port = sshd.free_port()
         (booted.path("/opt/gpuops-lab")).mkdir(parents=True, exist_ok=True)
@@ -127,6 +128,10 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             target.chmod(0o600 if path.endswith(".env") else 0o644)
+        # A lab host, as the apply helper knows one (so the lab's fault file is honoured here,
+        # never on a real host): the session says so, and a marker sits two levels above the
+        # state dir (/var/lib/gpuops -> /var/.gpuops-lab), inside this container only.
+        booted.path("/var/.gpuops-lab").write_text("a gpuops lab container (systemd_host)\n")
         (workdir / "known_hosts").write_text(booted.known_hosts_line() + "\n")
         _write_inventory(workdir, host_vars)
         host = SystemdLabHost(name=HOST_NAME, booted=booted, dir=workdir, server_port=server_port,

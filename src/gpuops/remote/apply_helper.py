@@ -365,12 +365,6 @@ class Service:
         if self.manager == "process":
             status = self.pm.status(self.state_dir)
             return bool(status.get("running")), status.get("pid")
-        if self.manager == "systemd":
-            proc = run_cmd(["systemctl", "is-active", "--quiet", self.spec["name"]])
-            return proc.returncode == 0, None
-        if self.manager == "docker":
-            proc = run_cmd(["docker", "inspect", "-f", "{{.State.Running}}", self.spec["name"]])
-            return proc.stdout.strip() == "true", None
         raise StepFailed("unknown sglang_manager %r" % self.manager)
 
     def stop(self):
@@ -380,10 +374,6 @@ class Service:
             stopped = self.pm.stop(self.state_dir, self.grace)
             if not stopped.get("ok", True):
                 raise StepFailed("stopping the server (pid %s) failed" % stopped.get("pid"))
-        elif self.manager == "systemd":
-            run_checked(["systemctl", "stop", self.spec["name"]], "systemctl stop")
-        elif self.manager == "docker":
-            run_cmd(["docker", "rm", "-f", self.spec["name"]])
 
     def start(self, daemon_reload=False):
         if self.backend is not None:
@@ -394,12 +384,6 @@ class Service:
                 why = started.get("error") or "the server exited at once (exit status unknown)"
                 raise StepFailed("starting the server failed: %s%s" % (why, self.port_note()),
                                  "\n".join(started.get("log_tail", [])))
-        elif self.manager == "systemd":
-            if daemon_reload:
-                run_checked(["systemctl", "daemon-reload"], "systemctl daemon-reload")
-            run_checked(["systemctl", "restart", self.spec["name"]], "systemctl restart")
-        elif self.manager == "docker":
-            run_checked(["/bin/sh", self.spec["docker_run_script"]], "docker run")
         else:
             raise StepFailed("unknown sglang_manager %r" % self.manager)
 
@@ -465,22 +449,16 @@ class Service:
             except Exception as exc:
                 return "(no log: %s)" % exc
         try:
-            if self.manager == "process":
-                with open(os.path.join(self.state_dir, "sglang.log"), "rb") as handle:
-                    handle.seek(0, os.SEEK_END)
-                    size = handle.tell()
-                    handle.seek(max(0, size - 16384))
-                    text = handle.read().decode("utf-8", "replace")
-                # Only the last start: earlier runs' lines would hide what went wrong now.
-                marker = text.rfind("=== gpuops process_manager: start")
-                if marker >= 0:
-                    text = text[marker:]
-            elif self.manager == "systemd":
-                text = run_cmd(["journalctl", "-u", self.spec["name"], "-n", str(lines), "--no-pager"]).stdout
-            else:
-                proc = run_cmd(["docker", "logs", "--tail", str(lines), self.spec["name"]])
-                text = proc.stdout + proc.stderr
-        except (OSError, KeyError) as exc:
+            with open(os.path.join(self.state_dir, "sglang.log"), "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - 16384))
+                text = handle.read().decode("utf-8", "replace")
+            # Only the last start: earlier runs' lines would hide what went wrong now.
+            marker = text.rfind("=== gpuops process_manager: start")
+            if marker >= 0:
+                text = text[marker:]
+        except (OSError, KeyError, TypeError) as exc:
             return "(no log: %s)" % exc
         return "\n".join(text.splitlines()[-lines:])
 
@@ -544,13 +522,6 @@ def run_cmd(argv, timeout=600):
         return subprocess.CompletedProcess(argv, 127, "", str(exc))
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(argv, 124, "", "timed out after %ds" % timeout)
-
-
-def run_checked(argv, what):
-    proc = run_cmd(argv)
-    if proc.returncode != 0:
-        raise StepFailed("%s failed (exit %d): %s" % (what, proc.returncode, (proc.stderr or proc.stdout).strip()[-500:]))
-    return proc
 
 
 def run_polled(argv, lease, where, work_dir, timeout=600):

@@ -10,7 +10,8 @@ SIGINT to this process through its pid file) still leaves every finished measure
 
 kinds: ``start``, ``server`` (its /get_server_info and /get_model_info), ``host`` (a light facts
 snapshot), ``sample`` (one measured request), ``level`` (a serving concurrency level finished),
-``allreduce`` (one all-reduce measurement), ``tool`` (a line of sglang.bench_* JSONL output),
+``allreduce`` (one all-reduce measurement), ``fusion`` (one fused-vs-unfused measurement),
+``progress`` (which level or variant starts), ``tool`` (a line of sglang.bench_* JSONL output),
 ``note``, ``error``, ``end`` (with ``"partial": true`` when interrupted).
 
 Measurement rules: warm-up requests are not counted; token counts come from the server's own
@@ -41,6 +42,26 @@ class Interrupted(Exception):
     pass
 
 
+KEEP_FRAMES_DAYS = 30
+
+
+def prune_old_frames(folder, days=KEEP_FRAMES_DAYS):
+    """Remove this client's own frames files older than ``days`` (the host's copies do not pile up)."""
+    cutoff = time.time() - days * 86400
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.endswith(".frames"):
+            path = os.path.join(folder, name)
+            try:
+                if os.path.getmtime(path) < cutoff:
+                    os.unlink(path)
+            except OSError:
+                pass
+
+
 class Emitter(object):
     """Writes frames; one lock so threads never interleave half lines."""
 
@@ -50,6 +71,36 @@ class Emitter(object):
         self.lock = threading.Lock()
         self.on_broken = None  # called once stdout is gone: nobody will read the results
         self.keep = None  # the host's copy of every frame (a file), so a lost connection loses nothing
+        self.progress = None  # {"done", "total", "stage", ...}: written to progress_path as frames go by
+        self.progress_path = None
+        self.progress_written = 0.0
+
+    def track(self, path, total):
+        """Keep a small JSON progress file at ``path`` (read by the operator's progress display)."""
+        self.progress_path = path
+        self.progress = {"done": 0, "total": total, "stage": "", "started": time.time()}
+        self.write_progress(force=True)
+
+    def write_progress(self, force=False):
+        if not self.progress_path or (not force and time.time() - self.progress_written < 0.5):
+            return
+        self.progress_written = time.time()
+        try:
+            tmp = self.progress_path + ".tmp"
+            with open(tmp, "w") as handle:
+                json.dump(self.progress, handle)
+            os.rename(tmp, self.progress_path)
+        except OSError:
+            self.progress_path = None  # progress is a courtesy; never a reason to fail
+
+    def untrack(self):
+        path, self.progress_path = self.progress_path, None
+        for name in (path, path and path + ".tmp"):
+            if name:
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
 
     def keep_on_host(self, path):
         """Also append every frame to ``path`` on this host; a failure to do so is only noted."""
@@ -58,6 +109,7 @@ class Emitter(object):
             parent = os.path.dirname(path)
             if parent and not os.path.isdir(parent):
                 os.makedirs(parent, 0o700)
+            prune_old_frames(parent)
             self.keep = open(path, "a")
             return path
         except OSError as exc:
@@ -67,6 +119,12 @@ class Emitter(object):
     def emit(self, kind, record):
         line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
         with self.lock:
+            if self.progress is not None:
+                if kind in ("sample", "allreduce", "fusion"):
+                    self.progress["done"] += 1
+                elif kind == "progress":
+                    self.progress["stage"] = progress_stage(record)
+                self.write_progress(force=kind == "progress")
             if self.keep is not None:
                 try:
                     self.keep.write(line)
@@ -80,6 +138,35 @@ class Emitter(object):
                 # The operator went away (SSH closed): stop measuring for nobody.
                 if self.on_broken is not None:
                     self.on_broken()
+
+
+def progress_stage(record):
+    """A short label for what is running: a concurrency level, a request rate or a variant."""
+    if "variant" in record:
+        label = " ".join("%s=%s" % kv for kv in sorted((record.get("variant") or {}).items())) or "default"
+        return "variant %s (%d/%d)" % (label, record.get("index", 0) + 1, record.get("total", 1))
+    if record.get("request_rate") is not None:
+        return "rate %g/s (%d/%d)" % (record["request_rate"], record.get("level", 0) + 1, record.get("levels", 1))
+    return "c=%s (%d/%d)" % (record.get("concurrency"), record.get("level", 0) + 1, record.get("levels", 1))
+
+
+def expected_records(payload):
+    """How many sample/measurement frames a run sends when it completes (the progress total)."""
+    suite = payload.get("suite")
+    if payload.get("tool"):
+        return None
+    if suite == "decode":
+        return int(payload.get("num_requests", 5))
+    if suite == "serving":
+        total = 0
+        for concurrency, _ in serving_levels(payload):
+            total += int(payload.get("requests_per_level") or max(4, 2 * (concurrency or 8)))
+        return total
+    if suite in ("allreduce", "fusion"):
+        spec = payload.get("allreduce") or {}
+        per = len(spec.get("tokens") or []) * (2 if suite == "fusion" else 1)
+        return per * len(spec.get("variants") or [{}])
+    return None
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -982,6 +1069,8 @@ def run(payload, emitter):
             handle.write("%d\n" % os.getpid())
     status = 0
     kept = emitter.keep_on_host(payload["record_file"]) if payload.get("record_file") else None
+    if payload.get("progress_file"):
+        emitter.track(payload["progress_file"], expected_records(payload))
     try:
         emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time(),
                                "record_file": kept})
@@ -1017,6 +1106,7 @@ def run(payload, emitter):
         status = 3
     finally:
         emitter.emit("end", {"partial": stop.is_set(), "time": time.time()})
+        emitter.untrack()
         if emitter.keep is not None:
             try:
                 emitter.keep.close()

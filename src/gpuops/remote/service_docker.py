@@ -103,8 +103,8 @@ class DockerService:
         if self._started is not None and info.get("Id") != self._started[0]:
             return "the container %s was replaced by another one (%s)" % (self.name, (info.get("Id") or "?")[:12])
         if restarts > 0:
-            return ("the server exited (exit code %s) and docker restarted the container %d time(s): a failed start"
-                    % (state.get("ExitCode"), restarts))
+            # ExitCode is that of the current state: 0 again once docker has restarted it.
+            return "the server exited and docker restarted the container %d time(s) (its restart policy): a failed start" % restarts
         return "the server exited during start-up (container %s, exit code %s%s)" % (
             state.get("Status"), state.get("ExitCode"), ", " + state["Error"] if state.get("Error") else "")
 

@@ -84,8 +84,16 @@ def run_sweep(
         say(f"tune: measuring the {BASELINE}")
         for trial in _bench(hosts, bench_options, store, apply_options, BASELINE, {}, None):
             outcome.trials[trial.host].append(trial)
-        for variant in variants:
-            say(f"tune: applying {variant.label}")
+        import time
+
+        started = time.monotonic()
+        for index, variant in enumerate(variants):
+            # progress: which variant of how many, and an ETA from the variants done so far
+            eta = ""
+            if index:
+                per = (time.monotonic() - started) / index
+                eta = f", ETA {per * (len(variants) - index):.0f} s"
+            say(f"tune: applying {variant.label} (variant {index + 1}/{len(variants)}{eta})")
             run_id, reports = apply_role(hosts, ROLE, {"nccl_env": dict(variant.env)}, apply_options)
             changed = [name for name, r in reports.items() if r.ok and r.changed]
             if changed:

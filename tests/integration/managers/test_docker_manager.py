@@ -169,3 +169,77 @@ def test_a_new_image_and_port_roll_back_to_the_original_image_and_port(docker_ho
     restored = dh.inspect()
     assert restored["Image"] == before["Image"] and spec(restored) == spec(before)
     assert served(dh)["port"] == dh.server_port
+
+
+def test_a_container_docker_keeps_restarting_is_a_failed_start(docker_host, run_gpuops) -> None:
+    # --restart on-failure: docker brings the crashed server back by itself; that is a failed
+    # start too, not a server that happens to be up when gpuops looks.
+    dh = docker_host
+    before_files, before = files(dh), dh.inspect()
+    options = json.dumps({"sglang_docker_options": ["--network=host", "--restart=on-failure:100"],
+                          "nccl_env": {"NCCL_MIN_NCHANNELS": 13}})
+    proc = apply(run_gpuops, dh, "nccl-env", "-e", options)
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert "docker restarted the container" in report["error"] or "exit code 1" in report["error"]
+    assert files(dh) == before_files
+    restored = dh.inspect()
+    assert restored["State"]["Running"] and spec(restored) == spec(before)
+    assert restored["HostConfig"]["RestartPolicy"]["Name"] in ("", "no")
+    assert "NCCL_MIN_NCHANNELS" not in served(dh)["env"]
+
+
+def test_client_killed_during_the_health_wait_the_container_spec_comes_back(docker_host, gpuops_home) -> None:
+    import fcntl
+    import os
+    import signal
+    import sys
+
+    dh = docker_host
+    state = dh.host.state_dir
+    before_files, before = files(dh), dh.inspect()
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 120}))
+    calls_before = set((state / "calls").glob("*"))
+    journal = state / "journal.jsonl"
+    rolled = lambda: sum('"rolled_back"' in l for l in journal.read_text().splitlines()) if journal.exists() else 0  # noqa: E731
+    rolled_before = rolled()
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(gpuops_home)
+    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "nccl-env", "-i", str(dh.lab.inventory_path),
+                               "-e", "gpuops_lease=4", "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 8}})],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "the worker never paused at the health wait"
+            texts = [(c / "progress.jsonl").read_text() for c in set((state / "calls").glob("*")) - calls_before
+                     if (c / "progress.jsonl").exists()]
+            if any('"paused"' in t and '"phase": "health"' in t for t in texts):
+                break
+            time.sleep(0.05)
+        assert dh.inspect()["Id"] != before["Id"]  # recreated with the new environment
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    deadline = time.monotonic() + 4 + 60
+    fd = os.open(state / "lock", os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                if rolled() > rolled_before:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the host did not roll back by itself within the lease"
+            time.sleep(0.1)
+    finally:
+        os.close(fd)
+    assert files(dh) == before_files
+    restored = dh.inspect()
+    assert restored["State"]["Running"] and spec(restored) == spec(before)
+    assert "NCCL_MIN_NCHANNELS" not in served(dh)["env"]
