@@ -146,7 +146,8 @@ class LocalStream(Stream):
 def open_stream(conn: "Connection", command: str) -> Stream:
     from gpuops.transport.local import LocalConnection
 
-    # A transport that streams its own way (the openssh connection, a -v logging wrapper) says how.
+    conn = getattr(conn, "wrapped", conn)  # -v/--timings wrap the connection; the stream needs the real one
+    # A transport that streams its own way (the openssh connection) says how.
     opener = getattr(type(conn), "open_stream", None)
     if opener is not None:
         return opener(conn, command)

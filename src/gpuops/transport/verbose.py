@@ -47,18 +47,23 @@ class LoggedConnection:
 
     def __init__(self, inner: Connection, connect_seconds: float) -> None:
         self._inner = inner
+        self.wrapped = inner  # for what needs the transport itself (apply's transaction channel)
         self.host: Host = inner.host
         LOGGER.log(TIMINGS, "%s: connected in %.3f s", self.host.name, connect_seconds)
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
         LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin)", self.host.name, shown, len(stdin))
+        from gpuops import timings
+
         started = time.monotonic()
         try:
             result = self._inner.run(command, stdin=stdin, timeout=timeout)
         except Exception as exc:
             LOGGER.log(TIMINGS, "%s: failed after %.3f s: %s", self.host.name, time.monotonic() - started, exc)
             raise
+        finally:
+            timings.record("exec", started, time.monotonic(), self.host.name)
         LOGGER.log(TIMINGS, "%s: exit %d in %.3f s (%d bytes out, %d bytes err)", self.host.name, result.exit_status,
                    time.monotonic() - started, len(result.stdout), len(result.stderr))
         if LOGGER.isEnabledFor(RAW):
@@ -69,14 +74,6 @@ class LoggedConnection:
                                + ("\n... (cut)" if len(data) > _RAW_LIMIT else ""))
         return result
 
-    def open_stream(self, command: str) -> Any:
-        """apply's transaction channel on the wrapped connection (reported like a command)."""
-        from gpuops.apply.stream import open_stream
-
-        shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
-        LOGGER.log(COMMANDS, "%s: exec (streamed) %s", self.host.name, shown)
-        return _LoggedStream(open_stream(self._inner, command), self.host)
-
     def close(self) -> None:
         self._inner.close()
 
@@ -84,31 +81,11 @@ class LoggedConnection:
         return getattr(self._inner, name)
 
 
-class _LoggedStream:
-    """A transaction channel that reports its lines (-vvv) and how long it was open (-vv)."""
-
-    def __init__(self, inner: Any, host: Host) -> None:
-        self._inner, self._host, self._started = inner, host, time.monotonic()
-        self._secrets = _secrets(host) if LOGGER.isEnabledFor(RAW) else []
-
-    def send(self, data: bytes) -> bool:
-        return self._inner.send(data)
-
-    def readline(self, timeout: float) -> bytes | None:
-        line = self._inner.readline(timeout)
-        if line and LOGGER.isEnabledFor(RAW):
-            text = line.decode("utf-8", "replace").rstrip("\n")
-            LOGGER.log(RAW, "%s: stdout: %s", self._host.name, _masked(text[:_RAW_LIMIT], self._secrets))
-        return line
-
-    def close(self) -> None:
-        self._inner.close()
-        LOGGER.log(TIMINGS, "%s: stream closed after %.3f s", self._host.name, time.monotonic() - self._started)
-        if LOGGER.isEnabledFor(RAW) and self._inner.stderr_text():
-            LOGGER.log(RAW, "%s: stderr:\n%s", self._host.name, _masked(self._inner.stderr_text()[:_RAW_LIMIT], self._secrets))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+def log_stream(host_name: str, command: str, stdin_bytes: int, seconds: float, outcome: str) -> None:
+    """A command run on a channel of its own (apply's transaction), not through ``run``."""
+    shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
+    LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin, transaction channel)", host_name, shown, stdin_bytes)
+    LOGGER.log(TIMINGS, "%s: transaction %s in %.3f s", host_name, outcome, seconds)
 
 
 def _secrets(host: Host) -> list[str]:
