@@ -120,7 +120,8 @@ def wait_host_settled(host, where: dict[str, Any]) -> None:
     import fcntl
 
     deadline = time.monotonic() + ROLLED_BACK_WITHIN
-    while alive(where["worker"]):
+    # The session's helper too: when the worker dies, it rolls the run back (holding the lock).
+    while alive(where["worker"]) or alive(where["relay"]):
         assert time.monotonic() < deadline, "the worker did not end within the lease"
         time.sleep(0.05)
     fd = os.open(host.state_dir / "lock", os.O_RDWR)

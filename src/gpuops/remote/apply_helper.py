@@ -996,13 +996,13 @@ def do_rollback(payload, progress, lease, faults, notes):
 # ---------------------------------------------------------------- recovery of dead runs
 
 
-def recover_unfinished(state_dir, pm_source, progress, notes, faults=None):
+def recover_unfinished(state_dir, pm_source, progress, notes, restored_out=None):
     """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent."""
     recovered = []
     for run_record in unfinished_runs(read_journal(state_dir, notes)):
         run_id = run_record["run_id"]
         fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}, "process_manager": pm_source}
-        run = Run(fake, progress, NoLease(), faults)
+        run = Run(fake, progress, NoLease())
         why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
         try:
             manifest = load_manifest(state_dir, run_record)
@@ -1022,6 +1022,8 @@ def recover_unfinished(state_dir, pm_source, progress, notes, faults=None):
             raise StepFailed("run %s did not finish and could not be rolled back: %s" % (run_id, "; ".join(problems)))
         run.event("rolled_back", error="recovered: " + why, restored=restored, service=service_note,
                   problems=problems or None)
+        if restored_out is not None:
+            restored_out.extend(restored)
         recovered.append("run %s (%s) had not finished (%s); rolled back first: %d file(s) restored, %s%s"
                          % (run_id, run_record.get("role") or run_record.get("kind"), why, len(restored),
                             service_note, ("; " + "; ".join(problems)) if problems else ""))
@@ -1053,12 +1055,18 @@ def prune_runs(state_dir, keep, notes):
         notes.append("pruned the backups of %d old run(s) (gpuops_keep_runs=%d)" % (removed, keep))
 
 
+def do_recover(payload, progress, lease, faults, notes):
+    """The worker that replaces one that died: worker_main has rolled its run back already."""
+    return {"ok": False, "status": "rolled_back" if payload.get("for_mode") in ("apply", "rollback") else "refused",
+            "error": payload.get("died"), "restored": [], "run_id": payload.get("run_id")}
+
+
 def do_journal(payload, progress, lease, faults, notes):
     return {"ok": True, "status": "journal", "records": read_journal(payload["state_dir"], notes),
             "run_id": payload.get("run_id")}
 
 
-WORK = {"apply": do_apply, "rollback": do_rollback, "journal": do_journal}
+WORK = {"apply": do_apply, "rollback": do_rollback, "journal": do_journal, "recover": do_recover}
 
 
 # ---------------------------------------------------------------- the worker and the relay
@@ -1073,15 +1081,21 @@ def worker_main(payload, call_dir, faults):
 
     lease = Lease(call_dir, float(payload.get("lease_s") or DEFAULT_LEASE_S), payload.get("deadline_s"))
     notes = []
+    restored = []
+    mode = payload.get("mode", "apply")
     result = None
     try:
-        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes)
+        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes,
+                                       restored)
         for line in recovered:
             progress({"event": "recovered", "note": line})
-        result = WORK[payload.get("mode", "apply")](payload, progress, lease, faults, notes)
+        result = WORK[mode](payload, progress, lease, faults, notes)
         result["recovered"] = recovered
+        if mode == "recover":
+            result["restored"] = restored
     except StepFailed as exc:
-        result = {"ok": False, "status": "refused", "error": str(exc), "run_id": payload.get("run_id")}
+        status = "rollback_failed" if mode == "recover" else "refused"
+        result = {"ok": False, "status": status, "error": str(exc), "run_id": payload.get("run_id")}
     except Exception as exc:
         result = {"ok": False, "status": "error", "error": "%s: %s" % (type(exc).__name__, exc),
                   "run_id": payload.get("run_id")}
@@ -1184,6 +1198,29 @@ def relay_call(payload, call_dir, lock_fd, faults, client_stream):
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     reader = threading.Thread(target=relay.read_client, args=(client_stream,), daemon=True)
     reader.start()
+    result = relay_until_done(relay, pid, call_dir)
+    if result is not None:
+        return result
+    # The worker died without a result: a second worker rolls its run back now, under the lock,
+    # while this relay goes on heart-beating to gpuops (a restart can take a while).
+    died = "the host-side worker (pid %d) died before the run ended" % pid
+    try:
+        fd = take_lock(payload["state_dir"])
+    except StepFailed as exc:
+        return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
+    recovery = dict(payload, mode="recover", for_mode=payload.get("mode"), died=died)
+    pid = start_worker(recovery, call_dir, fd, {})
+    os.close(fd)
+    result = relay_until_done(relay, pid, call_dir)
+    if result is not None:
+        return result
+    return {"ok": False, "status": "rollback_failed", "run_id": payload.get("run_id"),
+            "error": "%s, and so did the worker rolling it back; the next gpuops apply, rollback or history on "
+                     "this host rolls it back first" % died}
+
+
+def relay_until_done(relay, pid, call_dir):
+    """Relay ``pid``'s progress until it ends; its result, or None when it died without one."""
     result_path = os.path.join(call_dir, "result.json")
     while True:
         relay.pump()
@@ -1199,28 +1236,7 @@ def relay_call(payload, call_dir, lock_fd, faults, client_stream):
         with open(result_path, "r", encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, ValueError):
-        pass
-    # The worker died without a result: roll its run back now, here, under the lock.
-    died = "the host-side worker (pid %d) died before the run ended" % pid
-    try:
-        fd = take_lock(payload["state_dir"])
-    except StepFailed as exc:
-        return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
-    try:
-        notes = []
-
-        def progress(record):
-            relay.emit(json.dumps(record) + "\n")
-
-        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes)
-    except StepFailed as exc:
-        return {"ok": False, "status": "rollback_failed", "error": "%s; %s" % (died, exc),
-                "run_id": payload.get("run_id")}
-    finally:
-        os.close(fd)
-    status = "rolled_back" if payload.get("mode") in ("apply", "rollback") else "refused"
-    return {"ok": False, "status": status, "error": died, "recovered": recovered, "notes": notes,
-            "restored": [], "run_id": payload.get("run_id")}
+        return None
 
 
 def prune_calls(state_dir):
