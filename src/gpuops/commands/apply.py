@@ -79,11 +79,14 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
-    if as_json:
-        click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
-                               "hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
-    else:
-        render_reports(reports, role, check, diff, click.echo, color=sys.stdout.isatty())
+    from gpuops import timings
+
+    with timings.span("render"):
+        if as_json:
+            click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
+                                   "hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
+        else:
+            render_reports(reports, role, check, diff, click.echo, color=sys.stdout.isatty())
     if not all(r.ok for r in reports.values()):
         sys.exit(EXIT_HOST_FAILED)
 
