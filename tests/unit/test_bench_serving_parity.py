@@ -16,7 +16,7 @@ import pytest
 
 from gpuops.bench.options import BenchOptions, parse_slo, requests_spec
 from gpuops.bench.sglang_tool import serving_level
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
 from gpuops.errors import GpuopsError
 from gpuops.remote.bench_stats import summarize_samples
 
