@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
 
 
 def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:

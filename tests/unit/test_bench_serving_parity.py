@@ -16,9 +16,9 @@ import pytest
 
 from gpuops.bench.options import BenchOptions, parse_slo, requests_spec
 from gpuops.bench.sglang_tool import serving_level
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
 from gpuops.errors import GpuopsError
-from gpuops.remote.bench_client import summarize_samples
+from gpuops.remote.bench_stats import summarize_samples
 
 STATS = {"mean", "median", "std", "p50", "p90", "p95", "p99"}
 
