@@ -79,11 +79,18 @@ def test_decode_results_come_home_and_compare(story_lab, run_gpuops, tmp_path: P
 def test_serving_sweep_over_ssh(story_lab, run_gpuops, tmp_path: Path):
     done = run_gpuops("bench", "--remote", "-i", str(story_lab.inventory_path), "-l", "fused", "--suite", "serving",
                       "--concurrency", "1,4", "--output-len", "16", "--warmup", "1", "--json",
-                      "--results-dir", str(tmp_path))
+                      "--slo", "tpot_ms=100000", "--results-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout)["hosts"]["fused"]
     assert [lv["concurrency"] for lv in line["levels"]] == [1, 4]
     assert line["levels"][1]["total_output_tokens_per_s"] > 2 * line["levels"][0]["total_output_tokens_per_s"]
+    # bench_serving's figures, over SSH too; the headline is the peak
+    stored = json.loads(Path(line["result_file"]).read_text())
+    for level in stored["levels"]:
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms"):
+            assert set(level[name]) == {"mean", "median", "std", "p50", "p90", "p95", "p99"}
+        assert level["failed"] == 0 and level["goodput_request_per_s"] == pytest.approx(level["request_throughput"])
+    assert line["peak_total_output_tokens_per_s"] == max(lv["total_output_tokens_per_s"] for lv in line["levels"])
 
 
 def test_bad_port_var_and_unreachable_server_fail_per_host(story_lab, run_gpuops, tmp_path: Path):
@@ -185,3 +192,6 @@ def test_allreduce_over_ssh_with_gloo(lab_factory, run_gpuops, tmp_path: Path):
         assert variant["ok"] and set(variant["latency_us"]) == {"1", "16"}
         assert all(x > 0 for x in variant["busbw_gbps"].values())
     assert line["step_cost_ms"] > 0
+    # the host kept its own copy of every record (its state dir), whatever happened to the connection
+    kept = list(lab.hosts[0].dir.rglob("bench/*.frames"))
+    assert kept and sum(1 for x in kept[0].read_text().splitlines() if " allreduce " in x) == 4

@@ -421,7 +421,14 @@ def admitted(gate: Mapping[str, Any], ev: Evaluator) -> bool | None:
     """Does the gate let execution through (its condition, or the negation for a guard)?"""
     value = ev.eval(gate["condition"])
     if int(gate.get("polarity", 1)) < 0:
-        return None if value is None else not value
+        value = None if value is None else not value
+    for needed in gate.get("requires") or ():
+        # A capability the statement cannot get past (a table lookup keyed by it) whatever the test.
+        got = ev.eval(needed)
+        if got is False:
+            return False
+        if got is None and value is not False:
+            value = None
     return value
 
 

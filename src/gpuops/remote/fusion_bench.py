@@ -124,9 +124,14 @@ def run(config, run_id, base, torch, dist, comm, fused_add_rmsnorm, device):
     try:
         for tokens in tokens_list:
             gen.manual_seed(1000 * tokens + rank)
-            case = Case(torch, dist, comm, fused_add_rmsnorm, workspace, tokens, hidden, dtype, device, gen,
-                        rank, world)
-            check = case.check()
+            try:
+                case = Case(torch, dist, comm, fused_add_rmsnorm, workspace, tokens, hidden, dtype, device, gen,
+                            rank, world)
+                check = case.check()
+            except Exception as exc:  # one size failing (e.g. out of the workspace) is reported, not fatal
+                if rank == 0:
+                    emit(run_id, dict(base, tokens=tokens, ok=False, error=first_line(exc)))
+                continue
             for use_graph in (False, True):
                 record = dict(base, tokens=tokens, cuda_graph=use_graph, bytes=tokens * hidden * dtype.itemsize)
                 record.update(check)

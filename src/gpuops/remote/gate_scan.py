@@ -778,6 +778,7 @@ class Scope(object):
         self.fn = fn            # the FunctionContext read in (its parameters and local names)
         self.param_flow = False  # set while reading a comparison with a capability-like literal
         self.nested = []        # boolean roots found inside opaque clauses
+        self.requires = []      # capability tests the statement needs to get past (table lookups)
         self.expanding = set()  # alias names being expanded (cycles)
 
     def shadowed(self, name):
@@ -832,6 +833,13 @@ def build(node, scope, depth=0):
         compared = compare_atoms(node, scope)
         if compared is not None:
             return dict(compared, span=span, text=scope.locator.text(node))
+        lookup = table_lookup(node, scope)
+        if lookup is not None:
+            # `ws in TABLE[capability]`: only a capability among TABLE's keys gets past this
+            # statement (any other raises KeyError), whichever way the test goes: a requirement
+            # of the gate, beside its condition.
+            scope.requires.append(dict(lookup, span=span, text=scope.locator.text(node)))
+            return clause(node, scope, span)
     if isinstance(node, ast.Attribute) and scope.scanner is not None and depth < 20:
         module = module_of_ref(node.value, scope)
         if module is not None:
@@ -1232,10 +1240,48 @@ def compare_atoms(node, scope):
     return {"op": "and", "args": atoms}
 
 
+_FROM_IMPORT_RE = re.compile(r"^from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+
+
+def import_in_text(info, name):
+    """(module, name) of a module-level ``from m import name`` the parsed pieces do not hold (an
+    import line names no token), or None."""
+    if name not in info.source.text:
+        return None
+    for match in _FROM_IMPORT_RE.finditer(info.source.text):
+        for part in match.group(2).strip("()").replace("\n", " ").split(","):
+            words = part.split("#")[0].split()
+            if words and (words[-1] == name) and (len(words) == 1 or words[-2] == "as"):
+                module = match.group(1)
+                level = len(module) - len(module.lstrip("."))
+                return resolve_relative(info, module.lstrip(".") or None, level), words[0]
+    return None
+
+
+def table_lookup(node, scope):
+    """``TABLE[<capability>]`` among a comparison's operands, TABLE a literal dict: the atom
+    "capability in TABLE's keys", or None."""
+    for operand in [node.left] + list(node.comparators):
+        if not isinstance(operand, ast.Subscript):
+            continue
+        index = operand.slice.value if isinstance(operand.slice, _INDEX) else operand.slice
+        subject = cc_subject(index, scope)
+        if subject is None:
+            continue
+        keys = member_values(operand.value, scope)
+        if isinstance(keys, list) and keys:
+            return {"op": "cap", "atom": {"kind": "cc", "subject": subject, "cmp": "in", "value": keys}}
+    return None
+
+
 def member_values(node, scope):
     """The literal a capability is compared with: a constant, a module constant named, or the keys
     of a dict (``cap in {(9, 0): ..., (10, 0): ...}``)."""
     value = literal_collection(node)
+    if (value is _NO_VALUE and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls") and scope.fn is not None and "." in (scope.fn.qual or "")):
+        # `cls.supported_capabilities`: a literal assigned in the class body.
+        value = class_constant(scope.info, scope.fn.qual.split(".")[-2], node.attr)
     if value is _NO_VALUE and isinstance(node, ast.Name) and scope.scanner is not None and not scope.shadowed(node.id):
         value = scope.scanner.constant(scope.info, node.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
     return value
@@ -1255,6 +1301,28 @@ def param_shaped(node, scope):
     if isinstance(node, ast.Attribute):
         return node.attr in ("major", "minor") and isinstance(node.value, ast.Name) and node.value.id in scope.fn.params
     return isinstance(node, ast.Name) and node.id in scope.fn.params and _CAP_NAME_RE.search(node.id) is not None
+
+
+def class_constant(info, cls, name):
+    """The literal ``name = ...`` in the body of class ``cls`` of this file, or _NO_VALUE."""
+    for piece in info.pieces:
+        bodies = []
+        if piece.in_class and piece.qual == cls:
+            bodies.append(piece.tree.body)
+        elif not piece.in_class:
+            bodies.extend(s.body for s in piece.tree.body if isinstance(s, ast.ClassDef) and s.name == cls)
+        for body in bodies:
+            for stmt in body:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                if stmt_value(stmt) is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    value = literal_collection(stmt.value)
+                    if value is not _NO_VALUE:
+                        return value
+    return _NO_VALUE
+
+
+def stmt_value(stmt):
+    return getattr(stmt, "value", None)
 
 
 def capability_like(value):
@@ -1358,8 +1426,9 @@ def bool_roots(node, scope):
     if not interesting(node, scope):
         return []
     if boolish(node):
+        before = len(scope.requires)
         tree = build(node, scope)
-        if is_gate_tree(tree):
+        if is_gate_tree(tree) or len(scope.requires) > before:
             return [(node, tree)]
         return []  # build() queued any gates nested in its clauses on scope.nested
     found = []
@@ -1571,7 +1640,9 @@ class GateWalker(object):
             elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and _IDENT_RE.match(sub.value):
                 reads.add(sub.value)  # e.g. global_server_args_dict["enable_x"]
         reads = sorted(reads)
+        requires, scope.requires = scope.requires, []
         self.found.append({
+            "requires": requires,
             "file": self.info.rel,
             "line": line,
             "end_line": end,
@@ -1771,10 +1842,11 @@ class Scanner(object):
         if key in self._constant_cache:
             return self._constant_cache[key]
         value = _NO_VALUE
+        imported = info.imports.get(name) or import_in_text(info, name)
         if name in info.aliases:
             value = literal_collection(info.aliases[name][0])
-        elif name in info.imports and depth < 3:
-            module, original = info.imports[name]
+        elif imported and depth < 3:
+            module, original = imported
             for rel in module_files(module):
                 other = self.files.get(rel)
                 if other is None and rel in self.texts:
