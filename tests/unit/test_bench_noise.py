@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.bench.stats import Interval, bootstrap, significant, verdict
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
 
 
 def test_bootstrap_is_seeded_brackets_the_median_and_needs_two_values() -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from gpuops.bench.options import BenchOptions, parse_slo, requests_spec
 from gpuops.bench.sglang_tool import serving_level
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
 from gpuops.errors import GpuopsError
-from gpuops.remote.bench_client import summarize_samples
+from gpuops.remote.bench_stats import summarize_samples
 
 STATS = {"mean", "median", "std", "p50", "p90", "p95", "p99"}
 
@@ -168,13 +168,13 @@ def test_sglang_tool_levels_keep_every_field_and_count_failures() -> None:
 
 
 def test_progress_lines_when_not_on_a_terminal(tmp_path: Path) -> None:
-    # 8 requests of 60 tokens at 40 tok/s, two at a time: ~6 s, so the 3 s progress poll sees it run
+    # 12 requests of 60 tokens at 40 tok/s, two at a time: ~9 s, so the 3 s progress poll sees it run
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": "40", "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN": "0"}
     with start_standin(tmp_path / "logs", ("--model-path", "/models/m"), env) as server:
         done = gpuops("bench", "--suite", "serving", "--url", server.url, "--concurrency", "2",
-                      "--requests-per-level", "8", "--output-len", "60", "--warmup", "0", cwd=tmp_path)
+                      "--requests-per-level", "12", "--output-len", "60", "--warmup", "0", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0].startswith("bench serving: localhost running")
-    assert any("/8 done" in line and "c=2 (1/1)" in line and "ETA" in line for line in lines), lines
+    assert any("/12 done" in line and "c=2 (1/1)" in line and "ETA" in line for line in lines), lines
     assert lines[-1] == "bench serving: localhost done"

@@ -44,7 +44,7 @@ def _dig(mapping: Any, path: Sequence[str]) -> float | None:
 
 
 def _sample_figures(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    from gpuops.remote.bench_client import sample_figures
+    from gpuops.remote.bench_stats import sample_figures
 
     out = []
     for sample in samples:

@@ -24,7 +24,7 @@ from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.simulated import model_label
 from gpuops.bench.sglang_tool import one_batch_summary, serving_level, serving_samples
-from gpuops.remote.bench_client import summarize_samples
+from gpuops.remote.bench_stats import summarize_samples
 
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -136,6 +135,36 @@ def clone(host: str, inventory: str | None, name: str | None, no_server: bool, l
     _report(lab_obj, as_json, seconds=time.monotonic() - started, verb="clone")
 
 
+@lab.command()
+@click.argument("host")
+@click.option("-i", "--inventory", metavar="FILE", help="Inventory holding HOST.")
+@click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False), help="Write the description here (default: stdout).")
+def describe(host: str, inventory: str | None, output: str | None) -> None:
+    """Write a GPU description (YAML) of a real host, for `gpuops lab up --gpu FILE`.
+
+    Reads HOST's facts (`gpuops inspect`'s gather, one SSH exec): GPUs, topology, P2P, driver and
+    CUDA, the stack's versions, the server's flags and NCCL/SGLang environment (credentials never).
+    The schema: docs/lab-host-description.md.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from gpuops.lab.clone import describe_host, description_text
+    from gpuops.lab.gpu_description import load_description
+
+    found, data = describe_host(inventory, host, lambda msg: click.echo(f"lab: {msg}", err=True))
+    text = description_text(data, found.name)
+    with tempfile.TemporaryDirectory() as tmp:  # what gpuops writes, gpuops must read back
+        probe = Path(tmp) / "description.yaml"
+        probe.write_text(text)
+        load_description(str(probe))
+    if output:
+        Path(output).write_text(text)
+        click.echo(f"lab: wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
 def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | None = None) -> None:
     from gpuops.lab.hosts import lab_status
 
@@ -206,15 +235,16 @@ def _render_table(statuses, models) -> None:
          f"{models[s.name]['label']} ({models[s.name]['basis']})" if models.get(s.name) else "-"]
         for s in statuses
     ]
-    if sys.stdout.isatty():
-        from rich.console import Console
+    from gpuops.output import is_tty, make_console
+
+    if is_tty():
         from rich.table import Table
 
         table = Table(*headers)
         for row in rows:
             style = None if row[2] == "up" and "healthy" in row[5] and "un" not in row[5] else "yellow"
             table.add_row(*row, style=style)
-        Console().print(table)
+        make_console().print(table)
         return
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     for line in [headers, *rows]:

@@ -26,6 +26,7 @@ class HostInspection:
     gate_report: Any = None  # gpuops.gates.evaluate.GateReport, when the gate scan ran
     gates_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # values of any extra probes, by name
+    stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
 
 
 def _gate_probe(with_sources: bool) -> tuple[Any, str | None]:
@@ -78,14 +79,27 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
             values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
     finally:
         conn.close()
-    facts = host_facts(values)
-    report = None
-    if gate_probe is not None:
-        report, gates_error = _judge(facts, values.get(gate_probe.name))
+    from gpuops import timings
+
+    with timings.span("parse", host.name):
+        facts = host_facts(values)
+        report = None
+        if gate_probe is not None:
+            report, gates_error = _judge(facts, values.get(gate_probe.name))
     extra = {p.name: values.get(p.name) for p in extra_probes}
     if recovered:
         extra["gpuops.recovered"] = recovered
-    return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra)
+    return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra,
+                          stack=tuple(_stack(facts, report)))
+
+
+def _stack(facts: HostFacts, report: Any) -> list[str]:
+    from gpuops.facts.software_stack import flashinfer_wanted, stack_problems
+
+    settings = facts.server.settings if facts.server.known else None
+    features = dict(getattr(report, "features", None) or {})
+    wanted = flashinfer_wanted(features, settings.args if settings else None)
+    return stack_problems(facts.packages, facts.banner.cuda_driver_version, wanted)
 
 
 def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
@@ -110,13 +124,14 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
     """One host's entry of the `inspect host --json` document."""
     if not outcome.ok or outcome.value is None:
         return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "managed_launch": None,
-                "gates": [], "features": {}, "gates_error": None, "recovered": []}
+                "stack_problems": [], "gates": [], "features": {}, "gates_error": None, "recovered": []}
     gates, features = gate_json(outcome.value)
     return {
         "ok": True,
         "error": None,
         "facts": facts_json(outcome.value.facts),
         "managed_launch": outcome.value.facts.managed,
+        "stack_problems": list(outcome.value.stack),
         "gates": gates,
         "features": features,
         "gates_error": outcome.value.gates_error,

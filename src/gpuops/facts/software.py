@@ -34,6 +34,7 @@ class PackageInfo:
     source: str | None  # "metadata" | "version.py" | "nvidia-nccl-cu12" | "header" | "library"
     cuda: str | None = None  # torch only: torch.version.cuda
     version_full: str | None = None  # torch only: torch.__version__ ("2.11.0+cu130"), from version.py
+    requires: tuple[str, ...] | None = None  # sglang only: its Requires-Dist lines for the stack packages
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ def _package(raw: Any) -> PackageInfo | None:
         source=raw.get("source"),
         cuda=raw.get("cuda"),
         version_full=raw.get("version_full"),
+        requires=tuple(str(r) for r in raw["requires"]) if isinstance(raw.get("requires"), list) else None,
     )
 
 

@@ -18,6 +18,7 @@ PACKAGES = (
     ("sglang", "sglang"),
     ("flashinfer-python", "flashinfer"),
     ("sgl-kernel", "sgl_kernel"),
+    ("sglang-kernel", None),  # sgl-kernel's later name; same import name, so metadata only
     ("torch", "torch"),
     ("nvidia-nccl-cu13", None),
     ("nvidia-nccl-cu12", None),
@@ -68,6 +69,20 @@ def version_from_file(directory, import_name):
     return None
 
 
+# The requirements of the installed SGLang worth checking against what is installed.
+PINNED = ("flashinfer-python", "flashinfer_python", "sgl-kernel", "sglang-kernel", "torch")
+
+
+def pinned_requirements(dist):
+    """SGLang's own Requires-Dist lines for the stack packages (without extras-only ones)."""
+    out = []
+    for line in dist.requires or []:
+        name = re.split(r"[\s\[<>=!~;(]", line.strip(), 1)[0].lower().replace("_", "-")
+        if name.replace("-", "_") in [p.replace("-", "_") for p in PINNED] and "extra ==" not in line:
+            out.append(line.strip())
+    return out
+
+
 def distribution_info(dist_name, import_name):
     try:
         from importlib import metadata
@@ -76,12 +91,15 @@ def distribution_info(dist_name, import_name):
     version = None
     source = None
     location = None
+    requires = None
     if metadata is not None:
         try:
             dist = metadata.distribution(dist_name)
             version = dist.version
             source = "metadata"
             location = str(dist.locate_file(""))
+            if dist_name == "sglang":
+                requires = pinned_requirements(dist)
         except Exception:
             pass
     path = package_dir(import_name) if import_name else None
@@ -90,7 +108,10 @@ def distribution_info(dist_name, import_name):
         source = "version.py" if version else None
     if version is None and path is None:
         return None
-    return {"version": version, "path": path, "location": location, "source": source}
+    info = {"version": version, "path": path, "location": location, "source": source}
+    if requires is not None:
+        info["requires"] = requires
+    return info
 
 
 def torch_cuda(torch_dir):

@@ -10,14 +10,15 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuops.facts.host import HostFacts
-from gpuops.facts.model import ModelFacts
+from gpuops.facts.served_model import ModelFacts
 from gpuops.facts.server import ServerFacts
 from gpuops.facts.software import PackageInfo
 
 SCHEMA_VERSION = 1
 
 # JSON key -> distribution name
-_PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"), ("torch", "torch"))
+_PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"),
+                 ("sglang_kernel", "sglang-kernel"), ("torch", "torch"))
 
 
 def _package(info: PackageInfo | None, with_cuda: bool = False) -> dict[str, Any] | None:
@@ -27,6 +28,8 @@ def _package(info: PackageInfo | None, with_cuda: bool = False) -> dict[str, Any
     if with_cuda:
         out["cuda"] = info.cuda
         out["version_full"] = info.version_full
+    if info.requires is not None:
+        out["requires"] = list(info.requires)  # sglang: its own pins of the stack packages
     return out
 
 

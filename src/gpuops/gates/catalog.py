@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 from gpuops.errors import GpuopsError
 
 ROLES = ("runtime", "auto_enable", "hardware")
-_MATCH_KEYS = ("context", "sets", "reads", "message", "function")
+_MATCH_KEYS = ("context", "sets", "reads", "message", "function", "kind")
+DEFAULTS = ("on", "auto", "off")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class GateRule:
     reads: tuple[str, ...] = ()
     message: re.Pattern[str] | None = None
     function: tuple[str, ...] = ()
+    kind: tuple[str, ...] = ()  # the gate's kind (if, guard, assert, return, assign, expr)
 
     def matches(self, gate: Mapping[str, Any]) -> bool:
         effect = gate.get("effect") or {}
@@ -41,6 +43,8 @@ class GateRule:
             return False
         if self.function and str(gate.get("function", "")).split(".")[-1] not in self.function:
             return False
+        if self.kind and str(gate.get("kind")) not in self.kind:
+            return False
         return True
 
 
@@ -49,6 +53,8 @@ class FlagChoice:
     setting: str
     flag: str
     values: tuple[str, ...] = ()
+    selects: bool = False   # on only with one of ``values`` (--attention-backend fa3)
+    inverse: bool = False   # a switch that turns the feature off (--disable-...)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class Feature:
     flags: tuple[FlagChoice, ...]
     rules: tuple[GateRule, ...]
     widen: tuple[str, ...]
+    default: str = "off"    # what SGLang does with no flag: on | auto | off
+    combine: str = "all"    # runtime gates: "all" must admit (checks on one path) | "any" (alternative paths)
+    patchable: bool = False  # has a `patch:` section (its files are returned whole for the patch planner)
 
     def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
         """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
@@ -108,7 +117,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         except OSError as exc:
             raise GpuopsError(f"{name}: cannot read the gate catalog: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        # libyaml when present (several times faster; this runs on every inspect)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise GpuopsError(f"{name}: not valid YAML: {str(exc).splitlines()[0]}") from None
     return catalog_from_data(data, name)
@@ -134,7 +144,13 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
     for item in body.get("flags") or []:
         if not isinstance(item, dict) or not item.get("setting") or not item.get("flag"):
             raise GpuopsError(f"{where}: each flag needs 'setting' and 'flag'")
-        flags.append(FlagChoice(str(item["setting"]), str(item["flag"]), tuple(str(v) for v in item.get("values") or ())))
+        flags.append(FlagChoice(str(item["setting"]), str(item["flag"]), tuple(str(v) for v in item.get("values") or ()),
+                                bool(item.get("selects")), bool(item.get("inverse"))))
+    raw_default = body.get("default", "off")
+    # YAML 1.1 reads a bare on/off as a boolean.
+    default = {True: "on", False: "off"}.get(raw_default, str(raw_default)) if isinstance(raw_default, bool) else str(raw_default)
+    if default not in DEFAULTS:
+        raise GpuopsError(f"{where}: 'default' must be one of {', '.join(DEFAULTS)}")
     widen = tuple((body.get("patch") or {}).get("widen") or ("runtime", "auto_enable"))
     return Feature(
         name=str(fname),
@@ -143,7 +159,16 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
         flags=tuple(flags),
         rules=tuple(_rule(i, r, where) for i, r in enumerate(rules)),
         widen=widen,
+        default=default,
+        combine=_combine(body.get("combine", "all"), where),
+        patchable="patch" in body,
     )
+
+
+def _combine(value: Any, where: str) -> str:
+    if value not in ("all", "any"):
+        raise GpuopsError(f"{where}: 'combine' must be all or any")
+    return str(value)
 
 
 def _rule(index: int, rule: Any, where: str) -> GateRule:
@@ -165,6 +190,7 @@ def _rule(index: int, rule: Any, where: str) -> GateRule:
         reads=tuple(_strings(match.get("reads"))),
         message=_regex(match["message"], here) if "message" in match else None,
         function=tuple(_strings(match.get("function"))),
+        kind=tuple(_strings(match.get("kind"))),
     )
 
 

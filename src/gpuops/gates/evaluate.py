@@ -52,10 +52,11 @@ class GateReport:
 def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
     """The gates on ``feature``'s path (by the catalog's rules), plus the other gates of functions
     named after the feature as ``related``."""
-    first = {id(g): feature.classify(g) for g in scan.gates}
-    runtime_files = frozenset(str(g["file"]) for g in scan.gates if (r := first[id(g)]) and r.role == "runtime")
+    gates = [g for g in scan.gates if not not_on_cuda(g)]
+    first = {id(g): feature.classify(g) for g in gates}
+    runtime_files = frozenset(str(g["file"]) for g in gates if (r := first[id(g)]) and r.role == "runtime")
     found: list[FeatureGate] = []
-    for gate in scan.gates:
+    for gate in gates:
         rule = feature.classify(gate, runtime_files)
         if rule is not None:
             found.append(FeatureGate(gate, feature.name, rule.role, rule.why))
@@ -64,6 +65,22 @@ def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
                                      "another GPU test in a function of this feature; not judged into its status"))
     found.sort(key=lambda f: (str(f.gate["file"]), int(f.gate["line"])))
     return found
+
+
+_OTHER_PLATFORMS = {"_is_musa": False, "is_musa": False, "_is_hip": False, "is_hip": False, "_is_npu": False,
+                    "is_npu": False, "_is_xpu": False, "is_xpu": False, "_is_cpu": False, "is_cpu": False,
+                    "_is_cuda": True, "is_cuda": True}
+
+
+def not_on_cuda(gate: Mapping[str, Any]) -> bool:
+    """A gate nested under a condition that is false on an NVIDIA host (``if _is_musa:``, ``if
+    is_hip():``): not on the path of a CUDA GPU, so never judged into a feature's status."""
+    within = gate.get("within") or ()
+    if not within:
+        return False
+    from gpuops.gates.in_effect import platform_value
+
+    return any(platform_value(str(text), _OTHER_PLATFORMS) is False for text in within)
 
 
 def launch_flag(feature: Feature, gates: list[FeatureGate], sources: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
@@ -261,7 +278,13 @@ def _feature_status(
         files = ", ".join(f"{e['file']} ({e.get('error')})" for e in broken)
         out["reason"] = f"cannot tell: {files} does not parse"
         return out
-    judged = [(fg, by_id[str(fg.gate["id"])]) for fg in fgs]
+    book = PredicateBook(scan)
+    from gpuops.gates.in_effect import unreachable
+
+    # A gate nested under a condition that is false for this GPU (the `elif major == 8` after
+    # `if major >= 9`) is not on its path: it neither blocks nor admits it.
+    judged = [(fg, by_id[str(fg.gate["id"])]) for fg in fgs
+              if gpu is None or not unreachable(fg.gate, scan.gates, book, gpu)]
     runtime = [(fg, g) for fg, g in judged if fg.role == "runtime"]
     auto = [(fg, g) for fg, g in judged if fg.role == "auto_enable"]
     hardware = [(fg, g) for fg, g in judged if fg.role == "hardware"]
@@ -274,6 +297,8 @@ def _feature_status(
         return out
     deciding = runtime or auto
     blocked = [g for _, g in deciding if g["status"] == "blocked"]
+    if feature.combine == "any" and any(g["status"] == "open" for _, g in deciding):
+        blocked = []  # alternative paths: one that admits the GPU is enough
     unknown = [g for _, g in deciding if g["status"] == "unknown"]
     notes = []
     if hardware:

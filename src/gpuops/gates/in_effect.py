@@ -26,11 +26,21 @@ def _flag_state(flags: Sequence[Any], server: Mapping[str, Any]) -> tuple[bool |
     """(True/False, text) when the server was given one of the feature's flags; (None, None) if not."""
     args = normalise_args(server.get("args"))
     for choice in flags:
-        if choice.setting in args:
-            value = args[choice.setting]
-            on = value not in _OFF
-            return on, f"launched with {choice.flag}" + ("" if value is True else f" {value}") if on else \
-                f"launched with {choice.setting}={value!r} (off)"
+        if choice.setting not in args:
+            continue
+        value = args[choice.setting]
+        given = f"launched with {choice.flag}" + ("" if value is True else f" {value}")
+        if choice.inverse:
+            if value not in _OFF:
+                return False, given
+            continue
+        if choice.selects:
+            if str(value) in choice.values:
+                return True, given
+            return False, f"{given} (another choice than {', '.join(choice.values)})"
+        if value not in _OFF:
+            return True, given
+        return False, f"launched with {choice.setting}={value!r} (off)"
     return None, None
 
 
@@ -65,6 +75,8 @@ def _eval_text(node: ast.AST, args: Mapping[str, Any], architecture: str | None,
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         inner = _eval_text(node.operand, args, architecture, gate_lookup)
         return None if inner is None else not inner
+    if isinstance(node, ast.Call) and not node.args and not node.keywords:
+        node = node.func  # is_hip() / is_dp_attention_enabled(): a setting read by a call
     if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
         known, value = _ref_value(ast.unparse(node), args, architecture)
         return (value not in _OFF) if known else None
@@ -129,6 +141,40 @@ def _normal(text: str) -> str:
         return text.strip()
 
 
+def unreachable(gate: Mapping[str, Any], all_gates: Sequence[Mapping[str, Any]], book: PredicateBook,
+                gpu: Gpu) -> bool:
+    """Whether an enclosing condition of ``gate`` is false for ``gpu`` (read from the text, with
+    sub-conditions that are scanned gates of the same function judged as such)."""
+    within = gate.get("within") or ()
+    if not within:
+        return False
+    same = {_normal(str(g.get("text") or "")): g for g in all_gates
+            if g["file"] == gate["file"] and g["function"] == gate["function"]}
+
+    def lookup(text: str) -> bool | None:
+        other = same.get(_normal(text))
+        return Evaluator(book, gpu, None).eval(other["condition"]) if other is not None else None
+
+    for text in within:
+        try:
+            tree = ast.parse("(" + str(text).strip() + ")", mode="eval").body
+        except SyntaxError:
+            continue
+        if _eval_text(tree, {}, None, lookup) is False:
+            return True
+    return False
+
+
+def platform_value(text: str, platforms: Mapping[str, bool]) -> bool | None:
+    """The truth of an enclosing condition's text from platform names alone (``_is_musa`` False on
+    an NVIDIA host); None when it depends on anything else."""
+    try:
+        tree = ast.parse("(" + text.strip() + ")", mode="eval").body
+    except SyntaxError:
+        return None
+    return _eval_text(tree, dict(platforms), None, lambda _text: None)
+
+
 def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:
     """An auto-enable-role gate whose branch switches the feature OFF (``x = False``)."""
     text = str(gate.get("excerpt") or "")
@@ -153,8 +199,15 @@ def in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str,
     if on is not None:
         return on, text or ""
     auto = [fg for fg in fgs if fg.role == "auto_enable" and not _disables(fg.gate, [c.setting for c in feature.flags])]
-    flags = flag_text or " or ".join(c.flag for c in feature.flags) or "its flag"
+    flags = flag_text or " or ".join(c.flag + (" " + "|".join(c.values) if c.selects else "")
+                                     for c in feature.flags if not c.inverse) or "a flag"
+    default = getattr(feature, "default", "off")
+    if default == "on" and not auto:
+        return True, f"SGLang uses it by default where its runtime gates admit this GPU, and they do"
     if not auto:
+        if default == "auto":
+            return None, (f"not launched with {flags}: SGLang chooses at start-up from the model and the GPU "
+                          "(no auto-enable gate found to judge); launch with the flag to be sure")
         return False, f"not launched with {flags}, and this release does not turn it on by itself"
     args = normalise_args(server.get("args"), server.get("defaults"))
     architecture = server.get("architecture")

@@ -29,12 +29,14 @@ def scanner_source() -> str:
 def scan_options(with_sources: bool = False, root: str | None = None, keywords: list[str] | None = None,
                  jobs: int | None = None) -> dict[str, Any]:
     """The scanner's options. ``keywords``: regexes naming the files worth returning whole (and the
-    unparseable files that may matter); by default, every catalog feature's keywords. ``jobs``:
+    unparseable files that may matter); by default, the keywords of the catalog features with a patch. ``jobs``:
     worker processes (default: the host's CPUs, at most 8)."""
     if keywords is None:
         from gpuops.gates.catalog import load_catalog
 
-        keywords = [p.pattern for f in load_catalog().features for p in f.keywords]
+        # Only the features a patch can change need their files whole (the fusion patch); the
+        # others are judged from the gates alone, and their files stay on the host.
+        keywords = [p.pattern for f in load_catalog().features if f.patchable for p in f.keywords]
     opts: dict[str, Any] = {"keywords": keywords}
     if with_sources:
         opts["with_sources"] = True

@@ -17,9 +17,8 @@ from typing import Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 
-# Server environment worth copying; anything that looks like a credential never is.
+# Server environment worth copying; anything the secrets policy calls a credential never is.
 _ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "PYTORCH_", "FLASHINFER_", "NVSHMEM_", "OMP_")
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _TOPO_CELL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV[0-9]+)$")
 _P2P_CELL = {"X", "OK", "CNS", "GNS", "TNS", "NS", "U"}
 
@@ -107,7 +106,8 @@ def _matrix(raw: Any, names: list[str], valid: Callable[[str], bool]) -> list[st
 
 def _packages(software: Mapping[str, Any]) -> dict[str, str]:
     packages: dict[str, str] = {}
-    for key, dist in (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"), ("torch", "torch")):
+    for key, dist in (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"),
+                      ("sglang_kernel", "sglang-kernel"), ("torch", "torch")):
         info = software.get(key)
         if isinstance(info, dict) and info.get("version"):
             packages[dist] = str(info["version"])
@@ -119,6 +119,8 @@ def _packages(software: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _server(server: Mapping[str, Any]) -> dict[str, Any] | None:
+    from gpuops.secret_policy import is_secret_name
+
     argv = server.get("argv") or []
     args = None
     for i in range(len(argv) - 1):
@@ -130,12 +132,38 @@ def _server(server: Mapping[str, Any]) -> dict[str, Any] | None:
     env = {
         str(k): str(v)
         for k, v in (server.get("env") or {}).items()
-        if str(k).startswith(_ENV_PREFIXES) and not _SECRET.search(str(k))
+        if str(k).startswith(_ENV_PREFIXES) and not is_secret_name(str(k)) and "<masked:" not in str(v)
     }
     out: dict[str, Any] = {"cmdline": "python3 -m sglang.launch_server " + shlex.join(args), "env": env}
     if server.get("port"):
         out["port"] = int(server["port"])
     return out
+
+
+def describe_host(inventory: str | None, host_name: str, say: Callable[[str], None] | None = None,
+                  command: str = "lab describe") -> tuple[Any, dict[str, Any]]:
+    """Gather HOST's facts (one exec, as `inspect`) and turn them into a GPU description."""
+    from gpuops.facts.collect import inspect_host
+    from gpuops.facts.to_json import facts_json
+    from gpuops.inventory import load_inventory
+    from gpuops.transport import ConnectOptions
+
+    [host] = load_inventory(inventory).select(host_name)[:1] or [None]
+    if host is None:
+        raise GpuopsError(f"{command}: no host {host_name!r} in the inventory")
+    (say or (lambda _msg: None))(f"gathering the facts of {host.name}")
+    # Host keys are verified as for any command (the transport honours gpuops_known_hosts).
+    facts = facts_json(inspect_host(host, ConnectOptions(), with_gates=False).facts)
+    return host, description_from_facts(facts, host.name)
+
+
+def description_text(data: Mapping[str, Any], source: str) -> str:
+    """The YAML file ``gpuops lab describe`` writes, with a header saying what it is."""
+    import yaml
+
+    header = (f"# GPU description of {source} for a gpuops lab host (gpuops lab describe), from its facts.\n"
+              "# Every key: docs/lab-host-description.md. Use: gpuops lab up --gpu THIS_FILE\n")
+    return header + yaml.safe_dump(dict(data), sort_keys=False)
 
 
 def clone_host(
@@ -149,21 +177,11 @@ def clone_host(
     """Gather HOST's facts, describe it, and start a lab host from that description."""
     import yaml
 
-    from gpuops.facts.collect import inspect_host
-    from gpuops.facts.to_json import facts_json
-    from gpuops.inventory import load_inventory
     from gpuops.lab.hosts import LAB_RECORD, LabSpec, relabel_gpu, start_lab
-    from gpuops.transport import ConnectOptions
 
     say = progress or (lambda _msg: None)
     root = Path(root).expanduser().absolute()
-    [host] = load_inventory(inventory).select(host_name)[:1] or [None]
-    if host is None:
-        raise GpuopsError(f"lab clone: no host {host_name!r} in the inventory")
-    say(f"gathering the facts of {host.name}")
-    # Host keys are verified as for any command (the transport honours gpuops_known_hosts).
-    facts = facts_json(inspect_host(host, ConnectOptions(), with_gates=False).facts)
-    data = description_from_facts(facts, host.name)
+    host, data = describe_host(inventory, host_name, say, "lab clone")
     sglang = (data.get("packages") or {}).get("sglang")
     lab_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"{host.name}-lab")
     with tempfile.TemporaryDirectory() as tmp:

@@ -44,6 +44,10 @@ _TOPO_STATE = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV[0-9]+)$")
 _CC = re.compile(r"^[0-9]+\.[0-9]+$")
 _DEFAULT_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 _MAX_GPUS = 64
+_DOC = " (docs/lab-host-description.md)"
+# A valid value of each required field, shown when one is missing or wrong.
+_EXAMPLES = {"gpu_name": "NVIDIA H100 80GB HBM3", "driver_version": "570.133.20", "cuda_driver_version": "12.8",
+             "memory_mib": 81559, "power_limit_w": 700}
 
 
 @dataclass(frozen=True)
@@ -151,20 +155,21 @@ def parse_description(data: Mapping[str, Any], path: Path) -> GpuDescription:
 def _required_str(data: Mapping[str, Any], key: str, where: str) -> str:
     value = data.get(key)
     if value is None or isinstance(value, (dict, list, bool)) or str(value).strip() == "":
-        raise GpuopsError(f"{where}: {key} is required (a string)")
+        raise GpuopsError(f"{where}: {key} is required: a string such as {_EXAMPLES.get(key, 'x')!r} (docs/lab-host-description.md)")
     return str(value)
 
 
 def _number(value: Any, key: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise GpuopsError(f"{where}: {key} must be a non-negative number, not {value!r}")
+        raise GpuopsError(f"{where}: {key} must be a non-negative number such as {_EXAMPLES.get(key, 600)}, not {value!r}")
     return value
 
 
 def _expand_gpus(data: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     raw = data.get("gpus")
     if isinstance(raw, bool) or not isinstance(raw, (int, list)):
-        raise GpuopsError(f"{where}: gpus must be a count or a list of per-GPU mappings")
+        raise GpuopsError(f"{where}: gpus must be a count such as 8, or a list of per-GPU mappings such as "
+                          f"[{{gpu_name: NVIDIA H100 80GB HBM3, compute_capability: \"9.0\"}}]{_DOC}, not {raw!r}")
     overrides: list[Mapping[str, Any]]
     if isinstance(raw, int):
         overrides = [{} for _ in range(raw)]
@@ -195,7 +200,8 @@ def _string_list(data: Mapping[str, Any], key: str, count: int, where: str) -> l
 def _one_gpu(d: Mapping[str, Any], index: int, bus_ids, uuids, where: str) -> dict[str, Any]:
     cc = str(d.get("compute_capability", ""))
     if not _CC.match(cc):
-        raise GpuopsError(f"{where}: compute_capability must look like \"12.0\", not {cc!r}")
+        raise GpuopsError(f"{where}: compute_capability must be \"major.minor\" in quotes, such as \"12.0\" (RTX PRO 6000, "
+                          f"sm120) or \"9.0\" (H100/H200, sm90){_DOC}, not {cc!r}")
     memory = int(_number(d.get("memory_mib"), "memory_mib", where))
     gen_max = int(_number(d.get("pcie_gen_max", 5), "pcie_gen_max", where))
     width_max = int(_number(d.get("pcie_width_max", 16), "pcie_width_max", where))
@@ -231,7 +237,7 @@ def _numa_of(data: Mapping[str, Any], count: int, where: str) -> dict[int, int]:
     if raw is None:
         return {i: 0 for i in range(count)}
     if not isinstance(raw, dict):
-        raise GpuopsError(f"{where}: numa_nodes must map a node to a list of GPU indices")
+        raise GpuopsError(f"{where}: numa_nodes must map a node to a list of GPU indices, such as {{0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}}{_DOC}")
     numa: dict[int, int] = {}
     for node, members in raw.items():
         if not isinstance(members, list):
@@ -251,7 +257,7 @@ def _cpu_affinity(data: Mapping[str, Any], numa: dict[int, int], where: str) -> 
     if raw is None:
         return {node: f"{node * 16}-{node * 16 + 15}" for node in set(numa.values())}
     if not isinstance(raw, dict):
-        raise GpuopsError(f"{where}: cpu_affinity must map a NUMA node to a CPU list")
+        raise GpuopsError(f"{where}: cpu_affinity must map a NUMA node to a CPU list, such as {{0: \"0-31,64-95\"}}{_DOC}")
     return {int(k): str(v) for k, v in raw.items()}
 
 
@@ -321,7 +327,7 @@ def _captured(data: Mapping[str, Any], path: Path) -> dict[str, str]:
 def _packages(data: Mapping[str, Any], where: str) -> dict[str, str]:
     raw = data.get("packages") or {}
     if not isinstance(raw, dict):
-        raise GpuopsError(f"{where}: packages must map a distribution name to a version")
+        raise GpuopsError(f"{where}: packages must map a distribution name to a version, such as {{sglang: 0.5.8, torch: 2.9.1+cu128}}{_DOC}")
     packages = {}
     for name, version in raw.items():
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", str(name)) or not re.match(
@@ -337,14 +343,16 @@ def _server(data: Mapping[str, Any], where: str) -> ServerSpec | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or not isinstance(raw.get("cmdline"), str):
-        raise GpuopsError(f"{where}: server must be a mapping with a cmdline string")
+        raise GpuopsError(f"{where}: server must be a mapping with a cmdline string, such as {{cmdline: \"python3 -m "
+                          f"sglang.launch_server --model-path /models/m --tp 8\"}}{_DOC}")
     try:
         words = shlex.split(raw["cmdline"])
     except ValueError as exc:
         raise GpuopsError(f"{where}: server.cmdline: {exc}") from None
     args = launch_args(words)
     if args is None:
-        raise GpuopsError(f"{where}: server.cmdline must run `-m sglang.launch_server`")
+        raise GpuopsError(f"{where}: server.cmdline must run `-m sglang.launch_server`, such as \"python3 -m "
+                          f"sglang.launch_server --model-path /models/m --tp 8\"{_DOC}")
     env = raw.get("env") or {}
     if not isinstance(env, dict) or not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)) for k in env):
         raise GpuopsError(f"{where}: server.env must map variable names to values")
@@ -352,7 +360,7 @@ def _server(data: Mapping[str, Any], where: str) -> ServerSpec | None:
     try:
         port = int(port)
     except (TypeError, ValueError):
-        raise GpuopsError(f"{where}: server.port must be a number, not {port!r}") from None
+        raise GpuopsError(f"{where}: server.port must be a number such as 30000, not {port!r}") from None
     model_config = raw.get("model_config")
     if model_config is not None and not isinstance(model_config, dict):
         raise GpuopsError(f"{where}: server.model_config must be a mapping (the model's config.json)")

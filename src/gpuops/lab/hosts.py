@@ -293,7 +293,7 @@ def _write_executable(path: Path, text: str) -> None:
 
 
 def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_port: int) -> LabHost:
-    from gpuops.lab.site import build_site
+    from gpuops.lab.site import build_site, release_stack
 
     host_dir = root / plan.name
     for sub in ("bin", "state", "home"):
@@ -320,10 +320,15 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
         f'exec {quoted_python} "$@"\n',
     )
     packages = dict(description.packages) if description else {}
+    if plan.sglang_site is not None and packages and packages.get("sglang") != plan.spec.sglang:
+        # The description's stack belongs to its own sglang: another release brings its own pins.
+        packages = release_stack(plan.sglang_site, packages)
     build_site(host_dir / "site", plan.sglang_site, packages)
     has_server = plan.spec.server_args is not None or (description is not None and description.server is not None)
     if plan.spec.server and not has_server:
-        raise GpuopsError(f"lab: {plan.name}: no server to run (gpu {plan.spec.gpu!r} has none; give server_args)")
+        raise GpuopsError(f"lab: {plan.name}: no server to run: the description {plan.spec.gpu!r} has no `server:` "
+                          "mapping; add one such as {cmdline: \"python3 -m sglang.launch_server --model-path /models/m "
+                          "--tp 8\"} (docs/lab-host-description.md), or start the host without a server (--no-server)")
     if has_server:
         _write_server_files(host_dir, plan, server_port)
     env = session_env(root, host_dir, plan.name, description is not None)

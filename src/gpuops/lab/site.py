@@ -119,3 +119,33 @@ def build_site(site: Path, sglang_site: Path | None, packages: Mapping[str, str]
         elif dist.startswith("nvidia-nccl-"):
             write_nccl_header(site, version)
     return linked
+
+
+def release_stack(sglang_site: Path, packages: Mapping[str, str]) -> dict[str, str]:
+    """``packages`` with flashinfer, sgl-kernel / sglang-kernel and torch set to what the release
+    in ``sglang_site`` pins in its own metadata (``==`` pins only), so a lab host on another release
+    than its description's shows a consistent stack. torch keeps the description's CUDA build tag
+    (``+cu128``): that is the host's, not the release's."""
+    import re
+
+    from gpuops.facts.software_stack import parse_requirement
+
+    metadata = next(iter(sorted(sglang_site.glob("sglang-*.dist-info/METADATA"))), None)
+    if metadata is None:
+        return dict(packages)
+    out = dict(packages)
+    for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.startswith("Requires-Dist:") or "extra ==" in line:
+            continue
+        name, specs = parse_requirement(line.split(":", 1)[1])
+        pinned = next((v for op, v in specs if op == "=="), None)
+        if pinned is None or name not in ("flashinfer-python", "sgl-kernel", "sglang-kernel", "torch"):
+            continue
+        if name == "torch":
+            tag = re.search(r"\+cu\d+$", out.get("torch", ""))
+            pinned += tag.group(0) if tag else ""
+        if name in ("sgl-kernel", "sglang-kernel"):
+            out.pop("sgl-kernel", None)
+            out.pop("sglang-kernel", None)
+        out[name] = pinned
+    return out

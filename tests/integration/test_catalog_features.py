@@ -1,0 +1,45 @@
+"""The grown catalog judged on real releases (cached wheels): each feature's status on sm90, sm100
+and sm120, as each release's own code decides it (checked by reading that code, comments in
+catalog.yaml). A release without the feature reads `unknown` with "no ... gate found"."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.gates.evaluate import judge
+from gpuops.gates.local import scan_site
+from gpuops.lab.sglang_cache import sglang_site
+
+pytestmark = pytest.mark.integration
+
+GPUS = ("9.0", "10.0", "12.0")
+O, B, U = "open", "blocked", "unknown"
+# release -> feature -> status on (sm90, sm100, sm120)
+EXPECTED = {
+    "0.5.7": {"flashinfer_allreduce_fusion": (O, O, B), "deepgemm": (O, O, O), "fa3": (O, B, B),
+              "trtllm_attention": (B, O, B), "cutlass_fp8": (O, O, O), "mnnvl_allreduce": (U, U, U)},
+    "0.5.10": {"flashinfer_allreduce_fusion": (O, O, B), "deepgemm": (O, O, O), "fa3": (O, B, B),
+               "trtllm_attention": (B, O, O), "cutlass_fp8": (O, O, O), "mnnvl_allreduce": (U, U, U)},
+    # 0.5.14: DeepGEMM refuses sm120 (`sm_version == 120`); MNNVL appears (`_mnnvl_supported`).
+    "0.5.14": {"flashinfer_allreduce_fusion": (O, O, B), "deepgemm": (O, O, B), "fa3": (O, B, B),
+               "trtllm_attention": (B, O, O), "cutlass_fp8": (O, O, O), "mnnvl_allreduce": (O, O, B)},
+    # 0.5.23: DeepGEMM admits sm120 again when its SM120 APIs are present.
+    "0.5.23": {"flashinfer_allreduce_fusion": (O, O, B), "deepgemm": (O, O, O), "fa3": (O, B, B),
+               "trtllm_attention": (B, O, O), "cutlass_fp8": (O, O, O), "mnnvl_allreduce": (O, O, B)},
+}
+
+
+@pytest.mark.parametrize("version", sorted(EXPECTED))
+def test_catalog_features_on_real_releases(version: str) -> None:
+    scan = scan_site(sglang_site(version))
+    assert scan.known, scan.reason
+    got = {}
+    for cc in GPUS:
+        for name, feature in judge(scan, cc, "12.8", None).features.items():
+            got.setdefault(name, []).append(feature["status"])
+            if feature["status"] == "blocked":
+                assert ".py:" in feature["reason"]          # where, with file:line
+            if feature["status"] == "unknown":
+                assert "no " in feature["reason"] and "gate found" in feature["reason"]
+    assert {k: tuple(v) for k, v in got.items()} == EXPECTED[version]
+    assert len(got) >= 6
