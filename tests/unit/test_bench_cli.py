@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuops.lab.standin_process import start_standin
-
-
-def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=180)
+from labtools import gpuops_cli as gpuops
 
 
 @pytest.fixture(scope="module")
