@@ -436,11 +436,38 @@ class Service:
         if self.manager != "process" or pid is None or not hasattr(self.pm, "owns_port"):
             return
         if self.pm.owns_port(pid, self.port):
+            self.check_launch(pid)
             return
         owners = self.pm.port_owners(self.port)
         raise StepFailed("port %d answers, but not from the server gpuops started (pid %d): it is held by %s"
                          % (self.port, pid, self.pm.describe_owners(owners) if owners else "nobody visible"),
                          self.log_tail())
+
+    def check_launch(self, pid):
+        """The server runs what its launch script launches: every variable the script sets (from
+        the env file) has that value in the server's environment, and its flags are the script's.
+
+        The script itself says what it launches: it is run by sh, as for a start, with its final
+        ``exec`` replaced by a python that prints the environment and the argv it would get."""
+        script = os.path.join(self.state_dir or "", "sglang-launch.sh")
+        launched = launch_view(script)
+        if launched is None:
+            return
+        environ, cmdline = process_view(pid)
+        if environ is None:
+            return  # not readable (another user): the port ownership is what can be proven
+        for name in sorted(launched["env"]):
+            if environ.get(name) != launched["env"][name]:
+                raise StepFailed("the server (pid %d) does not run with the environment its launch script sets: "
+                                 "%s is %s there" % (pid, name, "missing" if name not in environ else "different"),
+                                 self.log_tail())
+        wanted = launched["argv"]
+        if "sglang.launch_server" in wanted and "sglang.launch_server" in cmdline:
+            want = wanted[wanted.index("sglang.launch_server") + 1:]
+            have = cmdline[cmdline.index("sglang.launch_server") + 1:]
+            if want != have:
+                raise StepFailed("the server (pid %d) does not run with the flags its launch script gives (%s)"
+                                 % (pid, " ".join(have)[:300]), self.log_tail())
 
     def log_tail(self, lines=25):
         if self.backend is not None:
@@ -461,6 +488,56 @@ class Service:
         except (OSError, KeyError, TypeError) as exc:
             return "(no log: %s)" % exc
         return "\n".join(text.splitlines()[-lines:])
+
+
+_VIEW_CODE = "import json,os,sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
+
+
+def launch_view(script):
+    """What ``script`` would give the server: the variables it sets and the argv after ``exec``;
+    None when it cannot be told (no script, no final exec line)."""
+    try:
+        with open(script, "r", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    execs = [i for i, line in enumerate(lines) if line.startswith("exec ")]
+    if not execs:
+        return None
+    probe = list(lines)
+    # `exec X ARGS` -> `exec PY -c CODE X ARGS`: sh expands X and ARGS exactly as for the start.
+    probe[execs[-1]] = "exec %s -c %s %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE), lines[execs[-1]][5:])
+    base = run_cmd(["env", "-i", "/bin/sh", "-c", "exec %s -c %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE))],
+                   timeout=60)
+    view = run_cmd(["env", "-i", "/bin/sh", "-c", "\n".join(probe)], timeout=60)
+    try:
+        baseline = json.loads(base.stdout)["env"]
+        out = json.loads(view.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError, KeyError):
+        return None
+    env = {k: v for k, v in out["env"].items() if baseline.get(k) != v and k not in ("PWD", "SHLVL", "_", "OLDPWD")}
+    return {"env": env, "argv": list(out["argv"])}
+
+
+def process_view(pid):
+    """(environment, argv) of a running process from /proc; (None, []) when not readable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            raw = handle.read()
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            argv = [w.decode("utf-8", "surrogateescape") for w in handle.read().split(b"\0") if w]
+    except OSError:
+        return None, []
+    environ = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            environ[name.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+    return environ, argv
+
+
+def sh_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def load_backend(manager, spec):

@@ -144,7 +144,7 @@ class SSHConnection:
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            where = _known_hosts_name(exc.hostname if hasattr(exc, "hostname") else conn.host, conn.port)
+            where = _known_hosts_name(conn.host, conn.port)
             raise TransportError(
                 host.name,
                 f"host key for {where} has CHANGED (got {exc.key.get_name()} "
