@@ -19,7 +19,7 @@ import pytest
 
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.runner import run_bench, targets_for
-from gpuops.bench.standin_process import StandinProcess, start_standin
+from gpuops.lab.standin_process import StandinProcess, start_standin
 from gpuops.bench.store import ResultsStore
 from gpuops.inventory import local_inventory
 from gpuops.remote.bench_stats import sample_figures

@@ -14,7 +14,8 @@ import pytest
 from gpuops.bench.frames import parse_frames
 from gpuops.bench.options import BenchOptions, build_payload, stop_command
 from gpuops.bench.runner import run_bench, targets_for
-from gpuops.bench.standin_process import free_port, start_standin
+from gpuops.lab.ports import free_port
+from gpuops.lab.standin_process import start_standin
 from gpuops.bench.store import ResultsStore
 from gpuops.inventory import local_inventory
 from gpuops.remote import bench_http, bench_stats

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from gpuops.remote.bench_http import ServerError, http_json, split_url
+from gpuops.remote.digest import sha256_file
 
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASHINFER_", "SGL_")
@@ -95,15 +96,6 @@ def process_env(pid):
     return env
 
 
-def sha256_file(path):
-    import hashlib
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except OSError:
-        return None
-
-
 def patched_sources(state_dir):
     """SGLang source files that a gpuops apply run changed and that still hold its version.
 
@@ -136,7 +128,11 @@ def patched_sources(state_dir):
             path = change.get("path") or ""
             if "/sglang/" not in path or not path.endswith(".py"):
                 continue
-            if change.get("after_sha256") and sha256_file(path) == change["after_sha256"]:
+            try:
+                current = sha256_file(path)
+            except OSError:
+                current = None  # unreadable here: not known to be in place
+            if change.get("after_sha256") and current == change["after_sha256"]:
                 rel = path[path.rindex("/sglang/") + 1:]
                 found.add("%s:%s" % (run["role"] or "apply", rel))
     return sorted(found)

@@ -73,13 +73,23 @@ def prepare_ssh(hosts: Sequence[Host]) -> None:
     module ("cannot import name ... from partially initialized module"). Anything that starts its
     own threads to connect (not through ``run_on_hosts``) calls this first. Local-only runs skip it.
     """
-    if any(h.connection != "local" for h in hosts):
+    # Hosts on the openssh connection never touch paramiko: only the others pay for the import.
+    if any(h.connection != "local" and not _on_openssh(h) for h in hosts):
         from gpuops import timings
 
         from gpuops.transport.fabric_import import import_fabric
 
         with timings.span("ssh-import"):
             import_fabric()
+
+
+def _on_openssh(host: Host) -> bool:
+    from gpuops.transport.connvars import transport_name
+
+    try:
+        return transport_name(host) == "openssh"
+    except GpuopsError:
+        return False  # a bad gpuops_connection fails that host when it connects, not here
 
 
 def run_on_hosts(
