@@ -46,3 +46,12 @@ def test_torchrun_suites_carry_their_worker_and_the_others_do_not(name):
     assert bool(payload["record_file"]) == spec.torchrun
     if spec.torchrun:
         assert payload["allreduce"]["kind"] == name
+
+
+def test_stored_results_of_unknown_suites_are_neither_kind():
+    from gpuops.bench.suites import is_torchrun, sends_requests
+
+    assert [n for n in SUITES if is_torchrun(n)] == ["allreduce", "fusion"]
+    assert [n for n in SUITES if sends_requests(n)] == ["decode", "serving"]
+    for name in (None, "", "nope", 3):
+        assert not is_torchrun(name) and not sends_requests(name)

@@ -59,3 +59,16 @@ TORCHRUN_NAMES: tuple[str, ...] = tuple(n for n, s in SUITES.items() if s.torchr
 def suite(name: str) -> Suite:
     """The suite called ``name`` (KeyError for an unknown one: callers validate names first)."""
     return SUITES[name]
+
+
+def is_torchrun(name: object) -> bool:
+    """Whether the suite called ``name`` runs under torchrun (False for a name not registered, as a
+    stored result of an unknown suite may carry)."""
+    spec = SUITES.get(str(name))
+    return spec is not None and spec.torchrun
+
+
+def sends_requests(name: object) -> bool:
+    """Whether the suite called ``name`` measures generation requests (False for an unknown name)."""
+    spec = SUITES.get(str(name))
+    return spec is not None and spec.sends_requests
