@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,10 @@ def server_info(port: int) -> dict[str, Any]:
     """The stand-in server's /get_server_info (its flags and environment as it runs)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=10) as response:
         return json.loads(response.read())
+
+
+def gpuops_cli(*args: str, cwd: "os.PathLike[str] | str", timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``gpuops ARGS`` as a user would, in ``cwd``, without the caller's $GPUOPS_INVENTORY."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
+    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)

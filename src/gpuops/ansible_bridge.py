@@ -7,12 +7,15 @@ Ansible's. gpuops keeps its design there too: ONE exec per phase, the program on
 
     gpuops.gpu.facts   -> the same document as one host of ``gpuops inspect host --json``
     gpuops.gpu.role    -> the same document as one host of ``gpuops apply ROLE --json``
+
+A role's run is a transaction that keeps a channel open to the host (heartbeats, the verdict, the
+commit); Ansible's connection API runs a command to its end, so the role action connects with
+gpuops' own transport, from the same ``ansible_*`` connection variables.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 from gpuops.transport.base import ConnectOptions, ExecResult
@@ -43,17 +46,24 @@ class AnsibleConnection:
         pass
 
 
-def host_from_vars(name: str, variables: Mapping[str, Any]) -> Any:
-    """A gpuops Host for an Ansible host: its variables, without Ansible's own ``ansible_*`` ones
-    (the connection is Ansible's) and without its magic variables."""
-    from gpuops.inventory import Host
+def host_from_vars(name: str, variables: Mapping[str, Any], own_connection: bool = False) -> Any:
+    """A gpuops Host for an Ansible host: its variables without Ansible's magic ones.
 
-    kept = {k: _plain(v) for k, v in variables.items() if not k.startswith("ansible_") and k not in MAGIC_VARS}
-    interpreter = variables.get("ansible_python_interpreter")
-    if interpreter and "gpuops_python" not in kept and not str(interpreter).startswith("auto"):
-        kept["gpuops_python"] = str(interpreter)
-    return Host(name=name, address=None, port=None, user=None, key_file=None, connection="ssh",
-                groups=("all",), vars=MappingProxyType(kept))
+    ``own_connection``: gpuops connects by itself (a role's transaction needs a channel that stays
+    open, which Ansible's connection API does not give), reading the host's Ansible connection
+    variables as ``gpuops -i`` would; otherwise the ``ansible_*`` variables are left to Ansible.
+    """
+    from gpuops.inventory.builder import InventoryBuilder, resolve
+    from gpuops.transport.connvars import IMPLEMENTED, IRRELEVANT
+
+    wanted = (IMPLEMENTED | IRRELEVANT) if own_connection else frozenset({"ansible_python_interpreter"})
+    kept = {k: _plain(v) for k, v in variables.items()
+            if (not k.startswith("ansible_") or k in wanted) and k not in MAGIC_VARS}
+    builder = InventoryBuilder()
+    builder.add_host(name, "ungrouped", kept)
+    inventory = resolve(builder, source=f"ansible host {name}", base_dir=".", group_vars=lambda _: {},
+                        host_vars=lambda _: {})
+    return inventory.hosts[0]
 
 
 def _plain(value: Any) -> Any:
@@ -76,12 +86,15 @@ def facts(host: Any, runner: Runner, with_gates: bool = True) -> dict[str, Any]:
     return host_json(HostOutcome(ok=True, value=inspection))
 
 
-def apply_role(host: Any, runner: Runner, role: str, extra: Mapping[str, Any], check: bool) -> dict[str, Any]:
-    """One host's entry of ``gpuops apply ROLE --json`` (plan, change, restart, verify, journal)."""
+def apply_role(host: Any, role: str, extra: Mapping[str, Any], check: bool) -> dict[str, Any]:
+    """One host's entry of ``gpuops apply ROLE --json`` (plan, change, restart, verify, journal).
+
+    `host` comes from ``host_from_vars(..., own_connection=True)``: gpuops reaches it itself.
+    """
     from gpuops.apply.options import ApplyOptions, new_run_id
     from gpuops.apply.runner import apply_host, discover_all
 
-    options = ApplyOptions(connect=ConnectOptions(connector=lambda h: AnsibleConnection(h, runner)), check=check)
+    options = ApplyOptions(connect=ConnectOptions(), check=check)
     discovery = discover_all([host], role, dict(extra))[host.name]
     report = apply_host(host, role, dict(extra), discovery, options, new_run_id())
     return report.to_json()

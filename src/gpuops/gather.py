@@ -130,9 +130,12 @@ def gather(conn: Connection, probes: Iterable[Probe[Any]], preamble: str = "", t
     nonce = new_nonce()
     script = build_gather_script(probes, nonce, preamble)
     result = conn.run(GATHER_COMMAND, stdin=script.encode(), timeout=timeout)
-    outputs = split_gather_output(result.stdout_text(), nonce)
-    why = ""
-    if len(outputs) < len(probes):
-        tail = result.stderr_text().strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
-        why = f"the gather script stopped early: {tail[0]}"
-    return parse_outputs(probes, outputs, why)
+    from gpuops import timings
+
+    with timings.span("parse", getattr(getattr(conn, "host", None), "name", None)):
+        outputs = split_gather_output(result.stdout_text(), nonce)
+        why = ""
+        if len(outputs) < len(probes):
+            tail = result.stderr_text().strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
+            why = f"the gather script stopped early: {tail[0]}"
+        return parse_outputs(probes, outputs, why)

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def is_tty(stream: IO[str] | None = None) -> bool:
-    """Whether human output should be rich: a terminal, and NO_COLOR/GPUOPS_PLAIN not set."""
+    """Whether human output should be rich (tables, live progress): a terminal, GPUOPS_PLAIN not
+    set and TERM not dumb. NO_COLOR keeps the tables and drops only the colour (``use_color``)."""
     stream = stream or sys.stdout
     if os.environ.get("GPUOPS_PLAIN") or os.environ.get("TERM") == "dumb":
         return False
@@ -26,6 +27,11 @@ def is_tty(stream: IO[str] | None = None) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def use_color(stream: IO[str] | None = None) -> bool:
+    """The one decision on colour: a rich terminal (``is_tty``) and NO_COLOR not set."""
+    return is_tty(stream) and not os.environ.get("NO_COLOR")
 
 
 def make_console(stream: IO[str] | None = None, force_terminal: bool | None = None) -> Console:

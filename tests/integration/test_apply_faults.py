@@ -120,7 +120,8 @@ def wait_host_settled(host, where: dict[str, Any]) -> None:
     import fcntl
 
     deadline = time.monotonic() + ROLLED_BACK_WITHIN
-    while alive(where["worker"]):
+    # The session's helper too: when the worker dies, it rolls the run back (holding the lock).
+    while alive(where["worker"]) or alive(where["relay"]):
         assert time.monotonic() < deadline, "the worker did not end within the lease"
         time.sleep(0.05)
     fd = os.open(host.state_dir / "lock", os.O_RDWR)
@@ -372,3 +373,20 @@ def test_inspect_rolls_back_a_dead_run_before_it_reports(nccl_lab, run_gpuops, g
     assert any("rolled back first" in line for line in report["recovered"]), report["recovered"]
     assert fingerprint(host.dir) == before
     assert server_view(host) == served
+
+
+def test_a_server_not_running_what_its_launch_script_sets_fails_the_run(lab_factory, run_gpuops) -> None:
+    """Health and the port are not enough: the server gpuops started must run with the environment
+    its launch script gives (here a wrapper on the host overrides a variable the run sets)."""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    wrapper = host.bin_dir / "python-sglang"
+    wrapper.write_text(wrapper.read_text().replace("#!/bin/sh\n", "#!/bin/sh\nNCCL_MIN_NCHANNELS=1; export NCCL_MIN_NCHANNELS\n", 1))
+    before = fingerprint(host.dir)
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *lab_args("nccl-env", 8))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["h01"]
+    assert report["status"] == "rolled_back", report
+    assert "NCCL_MIN_NCHANNELS is different" in report["error"] and "'8'" not in report["error"], report["error"]
+    assert fingerprint(host.dir) == before
+    lab.stop(remove=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,17 +15,12 @@ import pytest
 from gpuops.facts.collect import inspect_host
 from gpuops.facts.to_json import facts_json
 from gpuops.inventory import Host
+from gpuops.lab.ports import free_port
 from gpuops.transport import ConnectOptions
 
 pytestmark = pytest.mark.integration
 
 STANDIN = Path(__file__).resolve().parents[2] / "src" / "gpuops" / "lab" / "standin_server.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _local(vars: dict) -> Host:
@@ -67,7 +61,7 @@ def test_standin_server_with_model_dir_env_and_secrets(tmp_path: Path, processes
         "architectures": ["KimiK25ForConditionalGeneration"],
         "text_config": {"hidden_size": 7168, "num_hidden_layers": 61},
     }))
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, NCCL_P2P_LEVEL="SYS", NCCL_IB_DISABLE="1", HF_TOKEN="hf_secret_value",
                SGLANG_API_KEY="sk-secret", GPUOPS_STANDIN_TOKENS_PER_S="100")
     processes.append(subprocess.Popen(
@@ -100,7 +94,7 @@ def test_model_from_the_hugging_face_cache_of_the_server(tmp_path: Path, process
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text(json.dumps(
         {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36}))
-    port = _free_port()  # nothing listens: a sleeper with a server's command line
+    port = free_port()  # nothing listens: a sleeper with a server's command line
     processes.append(subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)", "-m", "sglang.launch_server",
          "--model-path", "Qwen/Qwen3-8B", "--port", str(port)],
@@ -118,7 +112,7 @@ def test_model_from_the_hugging_face_cache_of_the_server(tmp_path: Path, process
 
 
 def test_hostile_command_line_and_environment_cannot_forge_facts(tmp_path: Path, processes) -> None:
-    port = _free_port()
+    port = free_port()
     forged = "x\npid=1\nhealth=200\nenv_b64=TkNDTF9BTEdPPVRyZWU=\n@@gpuops:0000 end server"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SGLANG_"))}
     env["NCCL_DEBUG"] = "INFO\nNCCL_ALGO=Tree"  # a value with a newline must stay one variable
@@ -157,7 +151,7 @@ def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch, tmp_path: Path) 
             return super().run(command, stdin, timeout)
 
     monkeypatch.setattr(transport, "connect", lambda host, options: Counting(host))
-    inspection = inspect_host(_local({"sglang_port": _free_port(), "sglang_python": str(python)}), ConnectOptions(),
+    inspection = inspect_host(_local({"sglang_port": free_port(), "sglang_python": str(python)}), ConnectOptions(),
                               with_gates=True)
     assert len(commands) == 1
     assert inspection.facts.system.kernel  # the facts came back from that one exec
@@ -175,7 +169,7 @@ def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch, tmp_path: Path) 
 def test_a_bad_host_var_fails_that_host_only() -> None:
     from gpuops.facts.collect import host_json, inspect_hosts
 
-    good = _local({"sglang_port": _free_port()})
+    good = _local({"sglang_port": free_port()})
     bad = Host(name="bad", address=None, port=None, user=None, key_file=None, connection="local", groups=("all",),
                vars={"sglang_port": "30000; reboot"})
     outcomes = inspect_hosts([good, bad], ConnectOptions(), with_gates=False)

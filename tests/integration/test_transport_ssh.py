@@ -436,3 +436,43 @@ def test_openssh_connection_refuses_a_password_and_a_bad_persist(lab, control_di
         outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
         assert not outcome.ok and expected in outcome.error, outcome.error
         assert "pw-value" not in outcome.error
+
+
+def _negotiated(host: Host) -> tuple[str, str, tuple[str, ...]]:
+    """The cipher and MAC agreed with sshd, and the key exchanges offered (paramiko keeps no record
+    of the one agreed: offering a single one and connecting proves it)."""
+    conn = connect(host, ConnectOptions())
+    try:
+        assert conn.run("true").exit_status == 0
+        transport = conn._conn.transport  # type: ignore[attr-defined]
+        return transport.local_cipher, transport.local_mac, tuple(transport.get_security_options().kex)
+    finally:
+        conn.close()
+
+
+def test_fast_algorithms_are_negotiated_with_sshd_and_ssh_config_still_wins(lab, empty_home: Path) -> None:
+    host = _hosts(lab)[0]
+    cipher, _, kex = _negotiated(host)
+    assert cipher == "aes128-gcm@openssh.com"  # AES-GCM ahead of paramiko's own CTR+HMAC default
+    assert kex.index("curve25519-sha256@libssh.org") < kex.index("ecdh-sha2-nistp256")
+    (empty_home / ".ssh" / "config").write_text(
+        "Host *\n  Ciphers aes256-ctr\n  MACs hmac-sha2-512\n  KexAlgorithms ecdh-sha2-nistp256\n")
+    assert _negotiated(host) == ("aes256-ctr", "hmac-sha2-512", ("ecdh-sha2-nistp256",))
+    (empty_home / ".ssh" / "config").write_text("Host *\n  Ciphers chacha20-poly1305@openssh.com\n")
+    outcome = run_on_hosts([host], lambda h: connect(h, ConnectOptions()).run("true"))[host.name]
+    assert not outcome.ok and "ciphers 'chacha20-poly1305@openssh.com'" in outcome.error, outcome.error
+
+
+def test_timings_show_connect_auth_and_exec_of_an_ssh_host(lab) -> None:
+    import subprocess
+    import sys
+
+    name = _hosts(lab)[0].name
+    done = subprocess.run([sys.executable, "-m", "gpuops.cli", "history", "-i", str(lab.inventory_path), "-l", name,
+                           "--timings"], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    shown = {tuple(line.split()[::3]) for line in done.stderr.splitlines() if line.startswith("  ")}
+    for phase in ("ssh-import", "inventory", "startup", "imports", "other"):
+        assert any(row[0] == phase for row in shown), done.stderr
+    for phase in ("connect", "auth", "exec"):
+        assert (phase, name) in shown, done.stderr

@@ -19,10 +19,10 @@ import pytest
 
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.runner import run_bench, targets_for
-from gpuops.bench.standin_process import StandinProcess, start_standin
+from gpuops.lab.standin_process import StandinProcess, start_standin
 from gpuops.bench.store import ResultsStore
 from gpuops.inventory import local_inventory
-from gpuops.remote.bench_client import sample_figures
+from gpuops.remote.bench_stats import sample_figures
 from gpuops.transport import ConnectOptions
 
 SPEC_FLAGS = ("--model-path", "/models/Kimi-K2.5", "--tp", "8", "--speculative-algorithm", "EAGLE3",

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from gpuops.bench.standin_process import start_standin
-
-
-def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=180)
+from gpuops.lab.standin_process import start_standin
+from labtools import gpuops_cli as gpuops
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +17,11 @@ def two_results(tmp_path_factory) -> tuple[Path, list[str]]:
     root = tmp_path_factory.mktemp("cli")
     ids = []
     base = ("--model-path", "/models/Kimi-K2.5", "--tp", "8")
-    for flags in (base, base + ("--enable-flashinfer-allreduce-fusion",)):
+    # the one-command form (--suite) and the suite's own command run the same benchmark
+    for flags, suite_args in ((base, ("--suite", "decode")),
+                              (base + ("--enable-flashinfer-allreduce-fusion",), ("decode",))):
         with start_standin(root / "logs", flags, {"GPUOPS_STANDIN_TTFT_MS": "5", "NCCL_P2P_LEVEL": "SYS"}) as server:
-            done = gpuops("bench", "--suite", "decode", "--url", server.url, "--output-len", "24",
+            done = gpuops("bench", *suite_args, "--url", server.url, "--output-len", "24",
                           "--num-requests", "2", "--warmup", "1", "--json", cwd=root)
         assert done.returncode == 0, done.stderr
         line = json.loads(done.stdout)["hosts"]["localhost"]
@@ -83,6 +77,10 @@ def test_report_command(two_results):
     (("bench", "--suite", "allreduce", "--env", "NCCL_ALGO"), "--env"),
     (("bench", "--suite", "allreduce", "--dtype", "int8"), "--dtype"),
     (("bench", "--suite", "decode", "-l", "x"), "add --remote"),
+    (("bench", "decode", "-l", "x"), "add --remote"),
+    (("bench", "serving", "--concurrency", "1,a"), "--concurrency"),
+    (("bench",), "name a suite: gpuops bench decode|serving|allreduce|fusion"),
+    (("bench", "--remote", "decode"), "--remote go after the suite"),
     (("report",), "no results"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, args, message):
@@ -90,3 +88,8 @@ def test_bad_input_is_one_line(tmp_path: Path, args, message):
     assert done.returncode == 2, done.stdout
     assert message in done.stderr and done.stderr.startswith("gpuops: error: ")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_suite_command_refuses_another_suites_option(tmp_path: Path):
+    done = gpuops("bench", "fusion", "--backend", "gloo", cwd=tmp_path)
+    assert done.returncode == 2 and "No such option" in done.stderr and "--backend" in done.stderr

@@ -14,10 +14,11 @@ import pytest
 from gpuops.bench.frames import parse_frames
 from gpuops.bench.options import BenchOptions, build_payload, stop_command
 from gpuops.bench.runner import run_bench, targets_for
-from gpuops.bench.standin_process import free_port, start_standin
+from gpuops.lab.ports import free_port
+from gpuops.lab.standin_process import start_standin
 from gpuops.bench.store import ResultsStore
 from gpuops.inventory import local_inventory
-from gpuops.remote import bench_client as client
+from gpuops.remote import bench_http, bench_stats
 from gpuops.remote import python_command, python_stdin
 from gpuops.transport import ConnectOptions
 
@@ -26,7 +27,7 @@ from gpuops.transport import ConnectOptions
 
 def test_itl_is_per_token_when_chunks_carry_several_tokens():
     sample = {"ok": True, "chunks": [[0.100, 1], [0.110, 3], [0.115, 4], [0.130, 7]], "completion_tokens": 7}
-    figures = client.sample_figures(sample)
+    figures = bench_stats.sample_figures(sample)
     assert figures["ttft_s"] == pytest.approx(0.100)
     assert figures["decode_tokens"] == 6 and figures["decode_s"] == pytest.approx(0.030)
     assert figures["tokens_per_s"] == pytest.approx(200.0)
@@ -35,25 +36,25 @@ def test_itl_is_per_token_when_chunks_carry_several_tokens():
 
 def test_spread_counts_ends_at_the_server_total():
     chunks = [[0.1, None], [0.2, None], [0.3, None], [0.4, None]]
-    client.spread_counts(chunks, 10)
+    bench_http.spread_counts(chunks, 10)
     assert [c[1] for c in chunks] == [1, 4, 7, 10]
     single = [[0.1, None]]
-    client.spread_counts(single, 5)
+    bench_http.spread_counts(single, 5)
     assert single[0][1] == 5
 
 
 def test_percentile_interpolates_like_numpy():
     values = [1.0, 2.0, 3.0, 4.0, 10.0]
-    assert client.percentile(values, 50) == 3.0
-    assert client.percentile(values, 90) == pytest.approx(7.6)
-    assert client.percentile([], 50) is None
+    assert bench_stats.percentile(values, 50) == 3.0
+    assert bench_stats.percentile(values, 90) == pytest.approx(7.6)
+    assert bench_stats.percentile([], 50) is None
 
 
 def test_summary_counts_failures_and_pools_decode_time():
     good = {"ok": True, "chunks": [[0.05, 1], [0.15, 11]], "completion_tokens": 11, "prompt_tokens": 4, "e2e_s": 0.15}
     good2 = {"ok": True, "chunks": [[0.05, 1], [0.35, 21]], "completion_tokens": 21, "prompt_tokens": 4, "e2e_s": 0.35}
     bad = {"ok": False, "error": "server error mid-stream: boom", "chunks": []}
-    summary = client.summarize_samples([good, good2, bad], duration_s=1.0)
+    summary = bench_stats.summarize_samples([good, good2, bad], duration_s=1.0)
     assert summary["completed"] == 2 and summary["failed"] == 1
     assert summary["output_tokens_per_s"] == pytest.approx(30 / 0.4)
     assert summary["first_error"] == "server error mid-stream: boom"
@@ -75,12 +76,12 @@ def test_frames_survive_noise_and_a_cut_last_line():
 
 
 def test_prompts_are_fixed_by_seed():
-    assert client.make_prompt_ids(3, 16) == client.make_prompt_ids(3, 16)
-    assert client.make_prompt_ids(3, 16) != client.make_prompt_ids(4, 16)
-    path, body = client.build_request("native", "m", 1, 8, 32)
+    assert bench_http.make_prompt_ids(3, 16) == bench_http.make_prompt_ids(3, 16)
+    assert bench_http.make_prompt_ids(3, 16) != bench_http.make_prompt_ids(4, 16)
+    path, body = bench_http.build_request("native", "m", 1, 8, 32)
     assert path == "/generate" and len(body["input_ids"]) == 8
     assert body["sampling_params"] == {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}
-    path, body = client.build_request("chat", "m", 1, 8, 32)
+    path, body = bench_http.build_request("chat", "m", 1, 8, 32)
     assert path == "/v1/chat/completions" and body["stream_options"] == {"include_usage": True}
 
 

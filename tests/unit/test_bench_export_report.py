@@ -7,22 +7,14 @@ import base64
 import csv
 import io
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from labtools import gpuops_cli as gpuops
 
 REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-x2" / "results"
-
-
-def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=180)
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,13 @@ known facts the comparison must get right.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuops.bench.stats import Interval, bootstrap, significant, verdict
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
+from labtools import gpuops_cli as gpuops
 
 
 def test_bootstrap_is_seeded_brackets_the_median_and_needs_two_values() -> None:
@@ -39,12 +37,6 @@ def test_significant_only_when_intervals_part_and_the_effect_is_real() -> None:
     assert verdict(base, Interval(200.0, 198.0, 202.0, 5, "repeats"), "lower") == "worse"
     assert verdict(base, Interval(101.0, 99.0, 103.0, 5, "repeats"), "higher") == "within noise"
     assert verdict(base, None, "higher") == "no interval"
-
-
-def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=180)
 
 
 @pytest.fixture(scope="module")

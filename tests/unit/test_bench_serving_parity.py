@@ -7,26 +7,18 @@ figure has a known value: TPOT and ITL = 1000 / rate ms, E2E = TTFT + (tokens - 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuops.bench.options import BenchOptions, parse_slo, requests_spec
 from gpuops.bench.sglang_tool import serving_level
-from gpuops.bench.standin_process import start_standin
+from gpuops.lab.standin_process import start_standin
 from gpuops.errors import GpuopsError
-from gpuops.remote.bench_client import summarize_samples
+from gpuops.remote.bench_stats import summarize_samples
+from labtools import gpuops_cli as gpuops
 
 STATS = {"mean", "median", "std", "p50", "p90", "p95", "p99"}
-
-
-def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=180)
 
 
 def bench(root: Path, env: dict[str, str], *args: str) -> dict:

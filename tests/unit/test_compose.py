@@ -162,3 +162,13 @@ def test_unknown_gate_feature_exits_2_before_connecting(tmp_path: Path) -> None:
                            "-i", str(tmp_path / "inv.yml")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "did you mean flashinfer_allreduce_fusion?" in proc.stderr and proc.stdout == ""
+
+
+def test_inventory_mapping_given_as_a_string_names_the_host() -> None:
+    from gpuops.errors import GpuopsError
+
+    with pytest.raises(GpuopsError) as caught:
+        discover("nccl-env", "gpu07", dict(INVENTORY, nccl_env="NCCL_ALGO=Tree"), {})
+    assert "gpu07: inventory variable nccl_env is a mapping" in str(caught.value)
+    # -e wins over the inventory: a good -e value is not refused for the inventory's bad one.
+    assert discover("nccl-env", "gpu07", dict(INVENTORY, nccl_env="x"), {"nccl_env": {"NCCL_ALGO": "Ring"}})

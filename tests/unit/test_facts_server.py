@@ -6,7 +6,7 @@ import json
 
 from facts_fixtures import KIMI, b64, server_output
 
-from gpuops.facts.model import model_from_config
+from gpuops.facts.served_model import model_from_config
 from gpuops.facts.server import classify_manager, parse_server
 from gpuops.facts.server_args import launch_args, parse_flags, settings_from_argv
 from gpuops.secret_policy import mask

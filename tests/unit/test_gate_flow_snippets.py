@@ -169,6 +169,72 @@ FILES = {
             if is_blackwell_supported():
                 return 1
         """,
+    # A table keyed by the major, a class-level set, a module attribute of another module, a
+    # predicate wrapped in try/except, a branch that does the work and then returns.
+    "srt/flow/tables.py": """
+        import torch
+        from sglang.srt.flow.table_data import SIZES
+
+        class Comm:
+            _MULTIMEM = {9: [4, 8], 10: [8]}
+            supported = {(9, 0), (10, 0)}
+
+            def __init__(self, ws):
+                self.major = torch.cuda.get_device_capability()[0]
+                if ws not in SIZES[self.major]:
+                    return
+                self.ok = 1
+
+            def multimem(self, ws):
+                if ws in self._MULTIMEM[self.major]:
+                    return 1
+
+            @classmethod
+            def check(cls):
+                cap = torch.cuda.get_device_capability()
+                if cap not in cls.supported:
+                    raise ValueError("unsupported")
+        """,
+    "srt/flow/table_data.py": """
+        SIZES = {
+            9: {2: 1},
+            10: {2: 1},
+        }
+        """,
+    "srt/flow/wrapper/__init__.py": """
+        from .config import *
+        """,
+    "srt/flow/wrapper/config.py": """
+        from sglang.srt.utils import is_sm100_supported
+
+        ENABLE_JIT = True
+        WRAPPER_BLACKWELL = ENABLE_JIT and is_sm100_supported()
+        """,
+    "srt/flow/uses_wrapper.py": """
+        import torch
+
+        def _is_sm100_or_newer(x):
+            if not x.is_cuda:
+                return False
+            try:
+                return torch.cuda.get_device_capability(x.device)[0] >= 10
+            except RuntimeError:
+                return False
+
+        def f(x, explicit):
+            from sglang.srt.flow import wrapper
+            from sglang.srt.utils import is_sm90_supported
+
+            supported = wrapper.WRAPPER_BLACKWELL or (wrapper.ENABLE_JIT and is_sm90_supported() and explicit)
+            if not supported:
+                disable()
+            if _is_sm100_or_newer(x):
+                return 1
+            if is_sm90_supported():
+                build_sm90(x)
+                return
+            return 2
+        """,
     "srt/flow/sm107.py": """
         from sglang.srt.utils import get_device_sm
 
@@ -222,6 +288,12 @@ CASES = [
     ("multimodal_gen/loader.py", 9, "bbo", ["sm120", "sm121"]),
     ("srt/flow/srt_blackwell.py", 5, "boo", ["sm100", "sm103", "sm107", "sm110", "sm120", "sm121"]),
     ("srt/flow/sm107.py", 5, "bbb", ["sm107"]),
+    ("srt/flow/tables.py", 11, "oob", ["sm90", "sm100", "sm103", "sm107"]),
+    ("srt/flow/tables.py", 16, "oob", ["sm90", "sm100", "sm103", "sm107"]),
+    ("srt/flow/tables.py", 22, "oob", ["sm90", "sm100"]),
+    ("srt/flow/uses_wrapper.py", 17, "obo", ["sm80", "sm86", "sm89", "sm90", "sm110", "sm120", "sm121"]),
+    ("srt/flow/uses_wrapper.py", 19, "boo", ["sm100", "sm103", "sm107", "sm110", "sm120", "sm121"]),
+    ("srt/flow/uses_wrapper.py", 21, "obb", ["sm90"]),
 ]
 
 
@@ -266,3 +338,11 @@ def test_forked_scan_is_the_serial_scan(tmp_path):
     serial = scan_site(site, jobs=1)
     forked = scan_site(site, jobs=2)
     assert serial.gates == forked.gates and serial.predicates == forked.predicates
+
+
+def test_a_branch_that_does_the_work_then_returns_is_not_a_guard(scan):
+    assert gate_at(scan, "srt/flow/uses_wrapper.py", 21)["kind"] == "if"
+
+
+def test_a_predicate_body_inside_try_is_a_definition_not_a_gate(scan):
+    assert not [g for g in scan.gates if g["file"] == "srt/flow/uses_wrapper.py" and g["line"] < 11]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.bench.standin_process import STANDIN_PATH, start_standin
+from gpuops.lab.standin_process import STANDIN_PATH, start_standin
 
 sys.path.insert(0, str(STANDIN_PATH.parent))
 import standin_server as standin  # noqa: E402  (the file is a script; import it for its pure parts)

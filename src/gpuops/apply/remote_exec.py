@@ -89,7 +89,15 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     payload = dict(payload, lease_s=lease_s, deadline_s=remaining, keep_runs=keep_runs(variables))
     command, prefix = _helper_command(variables, with_preamble, options, conn.host.name)
     body = prefix + python_stdin("apply_helper", payload, stream=True)
-    return run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event)
+    from gpuops import timings
+    from gpuops.transport import verbose
+
+    started = time.monotonic()
+    with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
+        result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event)
+    if verbose.enabled():
+        verbose.log_stream(conn.host.name, command, len(body), time.monotonic() - started, str(result.get("status")))
+    return result
 
 
 def keep_runs(variables: Mapping[str, Any]) -> int:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
 from gpuops.apply.undo import host_key
+from gpuops import timings
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
     """Check the role and every host's variables before any connection (bad input changes nothing)."""
     from gpuops.plan.planner import discover
 
-    return {host.name: discover(role, host.name, dict(host.vars or {}), dict(extra)) for host in hosts}
+    with timings.span("plan"):
+        return {host.name: discover(role, host.name, dict(host.vars or {}), dict(extra)) for host in hosts}
 
 
 def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discovery: "Discovery",
@@ -117,7 +119,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     conn = connect(host, options.connect)
     try:
         facts, extra_facts = _gather(conn, host, extra, discovery, options)
-        plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
+        with timings.span("plan", host.name):
+            plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
         report = HostReport(
             host=host.name, ok=True, status="checked", changed=plan.changed,
             changes=[c.summary() for c in plan.changes], warnings=list(plan.warnings), notes=list(plan.notes),

@@ -146,6 +146,11 @@ class LocalStream(Stream):
 def open_stream(conn: "Connection", command: str) -> Stream:
     from gpuops.transport.local import LocalConnection
 
+    conn = getattr(conn, "wrapped", conn)  # -v/--timings wrap the connection; the stream needs the real one
+    # A transport that streams its own way (the openssh connection) says how.
+    opener = getattr(type(conn), "open_stream", None)
+    if opener is not None:
+        return opener(conn, command)
     if isinstance(conn, LocalConnection):
         return LocalStream(command, conn.host.name)
     # SSH: a new channel on the connection the gather already opened (no second handshake).

@@ -16,6 +16,7 @@ from gpuops.bench.fingerprint import config_differences
 from gpuops.bench.repeats import result_intervals
 from gpuops.bench.simulated import model_label
 from gpuops.bench.stats import Interval, significant, verdict
+from gpuops.bench.suites import sends_requests
 from gpuops.errors import GpuopsError
 
 
@@ -103,7 +104,7 @@ def _figures(result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | No
     summary = result.get("summary") or {}
     out: dict[tuple[str, str, str], float | None] = {}
     suite = result.get("suite")
-    if suite in ("decode", "serving"):
+    if sends_requests(suite):
         out[("output tokens/s (per stream)", "tok/s", "higher")] = _get(summary, "output_tokens_per_s")
         out[("TTFT p50", "ms", "lower")] = _get(summary, "ttft_ms", "p50")
         for q in ("p50", "p90", "p99"):

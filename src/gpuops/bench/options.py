@@ -13,14 +13,15 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from gpuops.bench.suites import NAMES as SUITES
+from gpuops.bench.suites import TORCHRUN_NAMES as TORCHRUN_SUITES
+from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
 
-SUITES = ("decode", "serving", "allreduce", "fusion")
-TORCHRUN_SUITES = ("allreduce", "fusion")  # one torchrun launch per variant, under a watchdog
 APIS = ("native", "completions", "chat")
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
-DEFAULT_ALLREDUCE_TOKENS = (1, 4, 8, 16, 64)
-DEFAULT_FUSION_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_ALLREDUCE_TOKENS = suite_spec("allreduce").default_tokens
+DEFAULT_FUSION_TOKENS = suite_spec("fusion").default_tokens
 DEFAULT_HIDDEN_SIZE = 7168  # Kimi-K2.5 / DeepSeek-V3, the field report's model family
 DEFAULT_ALLREDUCES_PER_STEP = 122  # field report: 122 all-reduces ~ 25 ms per verify pass on 8x PCIe
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -211,7 +212,7 @@ def requests_spec(options: BenchOptions) -> list[dict[str, Any]] | None:
     seeded. sharegpt: first human turn as the prompt, the reply's length as max tokens (4 characters
     per token: gpuops has no tokenizer; every figure uses the server's own token counts).
     """
-    if options.suite not in ("decode", "serving"):
+    if not suite_spec(options.suite).sends_requests:
         return None
     count = request_count(options)
     if options.dataset == "sharegpt":

@@ -10,6 +10,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from gpuops.bench.stats import intervals_json
+from gpuops.bench.suites import is_torchrun
 
 # the headline figures of decode/serving runs and where they sit in a summary
 SERVING_FIGURES = (
@@ -44,7 +45,7 @@ def _dig(mapping: Any, path: Sequence[str]) -> float | None:
 
 
 def _sample_figures(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    from gpuops.remote.bench_client import sample_figures
+    from gpuops.remote.bench_stats import sample_figures
 
     out = []
     for sample in samples:
@@ -198,7 +199,7 @@ def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                     v.setdefault("error", bad.get("error"))
     elif suite == "fusion":
         merged["summary"] = fusion_summary(_median_rows(merged["fusion"], fusion=True))
-    dist = within_run(merged) if suite in ("allreduce", "fusion") else across_repeats(summaries, level_sets, suite)
+    dist = within_run(merged) if is_torchrun(suite) else across_repeats(summaries, level_sets, suite)
     merged["intervals"] = intervals_json(dist)
     merged["summary"]["repeat"] = len(results)
     return merged

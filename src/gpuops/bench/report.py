@@ -27,7 +27,7 @@ from gpuops.bench.fingerprint import config_differences
 from gpuops.bench.repeats import level_label, result_intervals
 from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
 from gpuops.errors import GpuopsError
-from gpuops.remote.bench_client import sample_figures
+from gpuops.remote.bench_stats import sample_figures
 
 
 def _label(result: Mapping[str, Any]) -> str:

@@ -24,7 +24,8 @@ from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.simulated import model_label
 from gpuops.bench.sglang_tool import one_batch_summary, serving_level, serving_samples
-from gpuops.remote.bench_client import summarize_samples
+from gpuops.bench.suites import is_torchrun
+from gpuops.remote.bench_stats import summarize_samples
 
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
@@ -244,7 +245,7 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
     elif not any(r.get("ok") for r in rows) and not errors:
         errors.append("no all-reduce measurement came back")
     extra = None
-    micro = options.suite in ("allreduce", "fusion")
+    micro = is_torchrun(options.suite)
     if micro:
         extra = {"allreduce_world_size": summary.get("world_size"), "allreduce_backend": summary.get("backend")}
     config = configuration(server["server_args"] if not micro else {},

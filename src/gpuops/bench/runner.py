@@ -20,6 +20,7 @@ from gpuops.bench.frames import parse_frames
 from gpuops.bench.options import BenchOptions, build_payload, host_port, progress_command, server_url, stop_command
 from gpuops.bench.results import RunContext, build_result
 from gpuops.bench.store import ResultsStore
+from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
@@ -72,8 +73,8 @@ def run_bench(
 
     run_id = uuid.uuid4().hex[:12]
     started = time.time()
-    worker_source = {"allreduce": "allreduce_bench", "fusion": "fusion_bench"}.get(options.suite)
-    worker_source = source(worker_source) if worker_source else None
+    worker = suite_spec(options.suite).torchrun_worker
+    worker_source = source(worker) if worker else None
     states = {t.host.name: HostBench(t.host.name) for t in targets}
     finished = {t.host.name: threading.Event() for t in targets}
     lock = threading.Lock()

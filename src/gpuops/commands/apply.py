@@ -50,6 +50,19 @@ def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: 
     )
 
 
+def _decrypted(extra: dict[str, Any], inventory: Any) -> dict[str, Any]:
+    """``-e @file`` values written with ``!vault``: decrypted with the command's vault passwords, or refused."""
+    from gpuops.errors import GpuopsError
+    from gpuops.inventory.vault import NO_PASSWORD_HINT, decrypt_values, find_encrypted
+
+    extra = decrypt_values(extra, getattr(inventory, "vault", None))
+    for name, value in extra.items():
+        found = find_encrypted(value, name)
+        if found:
+            raise GpuopsError(f"-e @{found[1].where}: variable {name} is vault-encrypted: {NO_PASSWORD_HINT}")
+    return extra
+
+
 def _hosts(inventory: Any, limit: str | None) -> list[Any]:
     from gpuops.inventory import load_inventory
 
@@ -70,20 +83,24 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
     from gpuops.extravars import parse_extra_vars
+    from gpuops.output import use_color
 
     from gpuops.transport.rollout import rollout_for
 
-    extra = parse_extra_vars(list(extra_vars))
+    extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     hosts = _hosts(inventory, limit)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
-    if as_json:
-        click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
-                               "hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
-    else:
-        render_reports(reports, role, check, diff, click.echo, color=sys.stdout.isatty())
+    from gpuops import timings
+
+    with timings.span("render"):
+        if as_json:
+            click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
+                                   "hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
+        else:
+            render_reports(reports, role, check, diff, click.echo, color=use_color())
     if not all(r.ok for r in reports.values()):
         sys.exit(EXIT_HOST_FAILED)
 
@@ -99,6 +116,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
+    from gpuops.output import use_color
 
     from gpuops.transport.rollout import rollout_for
 
@@ -109,7 +127,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
     else:
-        render_reports(reports, "rollback", False, False, click.echo, color=sys.stdout.isatty())
+        render_reports(reports, "rollback", False, False, click.echo, color=use_color())
     if not all(r.ok for r in reports.values()):
         sys.exit(EXIT_HOST_FAILED)
 

@@ -19,86 +19,83 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
+from gpuops.bench.suites import COMMON_OPTIONS, SUITES, Suite
+from gpuops.bench.suites import suite as suite_spec
+from gpuops.commands.bench_options import BENCH_OPTIONS, bench_options, results_dir_option
 from gpuops.commands.options import inventory_options
 
 EXIT_SOME_HOST_FAILED = 1
-DEFAULT_RESULTS_DIR = "results"
 
 
-def _results_dir_option(fn: Any) -> Any:
-    return click.option("--results-dir", type=click.Path(file_okay=False), default=DEFAULT_RESULTS_DIR,
-                        show_default=True, help="Where results are stored (one JSON file per host and run).")(fn)
-
-
-@click.command("bench")
-@click.option("--remote", is_flag=True, help="Run on the inventory's hosts next to their server (else locally against --url).")
+@click.group("bench", invoke_without_command=True)
+@click.pass_context
 @inventory_options
-@click.option("--suite", type=click.Choice(["decode", "serving", "allreduce", "fusion"]), required=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in `gpuops bench --help` source).")
-@_results_dir_option
-@click.option("--url", help="Server URL for a local run (default http://127.0.0.1:PORT).")
-@click.option("--port", type=click.IntRange(1, 65535), help="Server port (default: host var sglang_port, else 30000).")
-@click.option("--api", type=click.Choice(["native", "completions", "chat"]), default="native", show_default=True,
-              help="native: /generate; completions: /v1/completions; chat: /v1/chat/completions.")
-@click.option("--input-len", type=click.IntRange(1, 10_000_000), default=256, show_default=True)
-@click.option("--output-len", type=click.IntRange(2, 10_000_000), default=256, show_default=True)
-@click.option("--num-requests", type=click.IntRange(1, 100_000), default=5, show_default=True,
-              help="decode: measured requests, one at a time.")
-@click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True, help="Uncounted warm-up requests.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--concurrency", default="1,4,16,64", show_default=True, help="serving: concurrency levels.")
-@click.option("--requests-per-level", type=click.IntRange(1, 1_000_000), help="serving: requests per level (default max(4, 2 x level)).")
-@click.option("--repeat", type=click.IntRange(1, 1000), default=1, show_default=True,
-              help="Run the whole measurement N times: one result with medians and 95%% bootstrap intervals.")
-@click.option("--request-rate", "request_rate", metavar="R1[,R2]",
-              help="serving: Poisson arrivals at each rate (requests/s; inf: all at once) instead of closed-loop levels.")
-@click.option("--max-concurrency", type=click.IntRange(1, 1_000_000),
-              help="serving with --request-rate: at most this many requests in flight.")
-@click.option("--slo", metavar="ttft_ms=X,tpot_ms=Y", help="Goodput: requests/s meeting every limit (ttft_ms, tpot_ms, e2e_ms, itl_ms).")
-@click.option("--dataset", type=click.Choice(["random", "sharegpt"]), default="random", show_default=True)
-@click.option("--dataset-path", type=click.Path(dir_okay=False), help="sharegpt: a ShareGPT-format JSON file (read here).")
-@click.option("--random-range-ratio", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
-              help="random: input/output lengths drawn from [len x ratio, len].")
-@click.option("--request-timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True)
-@click.option("--tool", type=click.Choice(["sglang"]), help="Run SGLang's own bench_serving / bench_one_batch_server instead.")
-@click.option("--tool-args", help="Extra arguments for the SGLang tool, one shell-quoted string.")
-@click.option("--python", "python", metavar="PATH",
-              help="Python on the host for torchrun / the SGLang tool (default: host var sglang_python, else python3).")
-@click.option("--world-size", type=click.IntRange(1, 1024), help="allreduce: ranks (default: the host's GPU count).")
-@click.option("--hidden-size", type=click.IntRange(1, 1_000_000), help="allreduce: hidden size (default: the served model's, else 7168).")
-@click.option("--tokens", help="allreduce/fusion: tokens per message (default allreduce 1,4,8,16,64; fusion 1,2,4,...,256).")
-@click.option("--variant-timeout", type=click.FloatRange(1, 86400),
-              help="allreduce/fusion: seconds before a launch counts as hung and is killed (default: from the sizes).")
-@click.option("--dtype", default="bfloat16", show_default=True, help="allreduce: bfloat16, float16 or float32.")
-@click.option("--env", "env_specs", multiple=True, metavar="KEY=V1[,V2]",
-              help="allreduce: NCCL variant axis (repeatable; the cross product is run).")
-@click.option("--cuda-graph", is_flag=True, help="allreduce: capture the all-reduces in a CUDA graph.")
-@click.option("--backend", type=click.Choice(["nccl", "gloo"]), default="nccl", show_default=True,
-              help="allreduce: gloo runs on CPUs.")
-@click.option("--iters", type=click.IntRange(1, 100_000), default=50, show_default=True, help="allreduce: calls per trial.")
-@click.option("--trials", type=click.IntRange(1, 1000), default=5, show_default=True, help="allreduce: trials (median kept).")
-@click.option("--allreduces-per-step", type=click.IntRange(1, 100_000), default=122, show_default=True,
-              help="allreduce: all-reduces in one forward pass (for the per-step cost).")
-@click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails).")
-@click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: bool, results_dir: str,
-          url: str | None, port: int | None, api: str, input_len: int, output_len: int, num_requests: int,
-          warmup: int, seed: int, concurrency: str, requests_per_level: int | None, repeat: int,
-          request_rate: str | None, max_concurrency: int | None, slo: str | None, dataset: str,
-          dataset_path: str | None, random_range_ratio: float, request_timeout: float,
-          tool: str | None, tool_args: str | None, python: str | None, world_size: int | None, hidden_size: int | None,
-          tokens: str | None, variant_timeout: float | None,
-          dtype: str, env_specs: tuple[str, ...], cuda_graph: bool, backend: str, iters: int, trials: int,
-          allreduces_per_step: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...]) -> None:
+@click.option("--suite", type=click.Choice(list(SUITES)),
+              help="The suite, for the one-command form (same as `gpuops bench SUITE`, which lists only its options).")
+@bench_options()
+def bench(ctx: click.Context, suite: str | None, **params: Any) -> None:
     """Benchmark on the host, next to its SGLang server, and bring the results home.
 
     \b
-    gpuops bench --remote -i inv.yml --suite decode
-    gpuops bench --remote --suite serving --concurrency 1,4,16
-    gpuops bench --remote --suite allreduce --env NCCL_ALGO=Ring,Tree --env NCCL_PROTO=LL,LL128,Simple
-    gpuops bench --suite decode --url http://127.0.0.1:30000      (here, against a local server)
+    gpuops bench decode --remote -i inv.yml
+    gpuops bench serving --remote --concurrency 1,4,16
+    gpuops bench allreduce --remote --env NCCL_ALGO=Ring,Tree --env NCCL_PROTO=LL,LL128,Simple
+    gpuops bench decode --url http://127.0.0.1:30000      (here, against a local server)
+    gpuops bench --suite decode ...                       (the same, every option in one command)
     """
+    from gpuops.errors import GpuopsError
+
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[-1] for p in ctx.command.params
+                 if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)]
+        if given:
+            raise GpuopsError(f"bench: {', '.join(given)} go after the suite: gpuops bench "
+                              f"{ctx.invoked_subcommand} {' '.join(given)} ...")
+        return
+    if suite is None:
+        raise GpuopsError(f"bench: name a suite: gpuops bench {'|'.join(SUITES)} (or --suite)")
+    _run_bench(suite, params)
+
+
+def _suite_command(spec: Suite) -> click.Command:
+    @click.command(spec.name, help=spec.help)
+    @inventory_options
+    @bench_options(COMMON_OPTIONS + spec.options)
+    def command(**params: Any) -> None:
+        _run_bench(spec.name, params)
+
+    return command
+
+
+for _spec in SUITES.values():
+    bench.add_command(_suite_command(_spec))
+
+
+_RUN_PARAMS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", "port", "api", "input_len",
+               "output_len", "num_requests", "warmup", "seed", "concurrency", "requests_per_level", "repeat",
+               "request_rate", "max_concurrency", "slo", "dataset", "dataset_path", "random_range_ratio",
+               "request_timeout", "tool", "tool_args", "python", "world_size", "hidden_size", "tokens",
+               "variant_timeout", "dtype", "env_specs", "cuda_graph", "backend", "iters", "trials",
+               "allreduces_per_step", "accept_new_host_keys", "known_hosts")
+
+
+def _option_defaults() -> dict[str, Any]:
+    """Every bench option's default, as click would pass it (for the options a suite does not take)."""
+    names = {name for name, _ in BENCH_OPTIONS}
+    with bench.make_context("bench", []) as ctx:  # parses an empty command line: defaults only
+        return {name: value for name, value in ctx.params.items() if name in names}
+
+
+def _run_bench(suite: str, given: dict[str, Any]) -> None:
+    """One bench run; options the suite's command does not take have their defaults."""
+    params = {**_option_defaults(), **given}
+    (remote, inventory, limit, as_json, results_dir, url, port, api, input_len, output_len, num_requests,
+     warmup, seed, concurrency, requests_per_level, repeat, request_rate, max_concurrency, slo, dataset,
+     dataset_path, random_range_ratio, request_timeout, tool, tool_args, python, world_size, hidden_size,
+     tokens, variant_timeout, dtype, env_specs, cuda_graph, backend, iters, trials, allreduces_per_step,
+     accept_new_host_keys, known_hosts) = (params[n] for n in _RUN_PARAMS)
     from gpuops.bench import options as opt
     from gpuops.bench.runner import run_bench, targets_for
     from gpuops.bench.store import ResultsStore
@@ -120,7 +117,7 @@ def bench(remote: bool, inventory: Any, limit: str | None, suite: str, as_json: 
         allreduce=opt.AllreduceOptions(
             world_size=world_size, hidden_size=hidden_size,
             tokens=opt.parse_int_list(tokens, "--tokens") if tokens else
-            (opt.DEFAULT_FUSION_TOKENS if suite == "fusion" else opt.DEFAULT_ALLREDUCE_TOKENS),
+            suite_spec(suite).default_tokens,
             timeout_s=variant_timeout,
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
             backend=backend, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
@@ -340,7 +337,7 @@ def results() -> None:
 
 
 @results.command("list")
-@_results_dir_option
+@results_dir_option
 @click.option("--json", "as_json", is_flag=True)
 def results_list(results_dir: str, as_json: bool) -> None:
     """Every stored result, oldest first."""
@@ -366,7 +363,7 @@ def results_list(results_dir: str, as_json: bool) -> None:
 
 @results.command("show")
 @click.argument("result_id")
-@_results_dir_option
+@results_dir_option
 @click.option("--json", "as_json", is_flag=True, help="The whole stored document.")
 def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     """One result: configuration, summary and where its raw samples are."""
@@ -432,7 +429,7 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
 
 @results.command("compare")
 @click.argument("result_ids", nargs=-1, required=True)
-@_results_dir_option
+@results_dir_option
 @click.option("--json", "as_json", is_flag=True)
 def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool) -> None:
     """Key figures side by side (deltas against the first) and how the configurations differ."""
@@ -481,7 +478,7 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
 
 @results.command("export")
 @click.argument("result_ids", nargs=-1)
-@_results_dir_option
+@results_dir_option
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "prometheus"]), default="csv", show_default=True,
               help="csv/jsonl: one row per result x level (pandas.read_csv / read_json(lines=True)); "
                    "prometheus: text exposition format (a node_exporter textfile).")
@@ -509,7 +506,7 @@ def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, outp
 @click.argument("result_ids", nargs=-1)
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default="report.html", show_default=True,
               help="The HTML file; a Markdown summary is written next to it (.md).")
-@_results_dir_option
+@results_dir_option
 def report(result_ids: tuple[str, ...], output: str, results_dir: str) -> None:
     """Write a self-contained HTML report (plots embedded) of the given results (default: all)."""
     from gpuops.bench.report import write_report

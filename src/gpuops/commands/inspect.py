@@ -69,13 +69,16 @@ def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_ne
     """GPUs, interconnect, software, the running SGLang server and its blocked features."""
     from gpuops.facts.collect import host_json
 
-    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
-    if as_json:
-        from gpuops.output import print_json
+    from gpuops import timings
 
-        print_json({"schema": 1, "hosts": {name: host_json(outcome) for name, outcome in outcomes.items()}})
-    else:
-        _render_hosts(hosts, outcomes)
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    with timings.span("render"):
+        if as_json:
+            from gpuops.output import print_json
+
+            print_json({"schema": 1, "hosts": {name: host_json(outcome) for name, outcome in outcomes.items()}})
+        else:
+            _render_hosts(hosts, outcomes)
     sys.exit(_exit_status(outcomes))
 
 

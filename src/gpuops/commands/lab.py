@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -236,15 +235,16 @@ def _render_table(statuses, models) -> None:
          f"{models[s.name]['label']} ({models[s.name]['basis']})" if models.get(s.name) else "-"]
         for s in statuses
     ]
-    if sys.stdout.isatty():
-        from rich.console import Console
+    from gpuops.output import is_tty, make_console
+
+    if is_tty():
         from rich.table import Table
 
         table = Table(*headers)
         for row in rows:
             style = None if row[2] == "up" and "healthy" in row[5] and "un" not in row[5] else "yellow"
             table.add_row(*row, style=style)
-        Console().print(table)
+        make_console().print(table)
         return
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     for line in [headers, *rows]:

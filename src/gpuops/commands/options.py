@@ -29,7 +29,7 @@ INVENTORY_HELP = ("Inventory: file, directory, executable script, `ansible-inven
 BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
 
 _INVENTORY_PARAMS = ("vault_password_files", "vault_ids", "ask_vault_pass", "list_hosts", "remote_user",
-                     "private_key", "ask_become_pass", "verbose", "connection")
+                     "private_key", "ask_become_pass", "verbose", "connection", "timings")
 
 
 def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str = "Only hosts matching an Ansible-like pattern (name, group, glob, a:b, a:&b, a:!b, ~regex).") -> Any:
@@ -43,12 +43,15 @@ def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str =
                 from gpuops.transport.verbose import configure
 
                 configure(popped["verbose"])
-            spec = inventory_spec(kwargs.get("inventory") or (), popped)
-            kwargs["inventory"] = spec
-            if popped["list_hosts"]:
-                _list_hosts(spec, kwargs.get("limit"))
-                sys.exit(0)
-            return command(*args, **kwargs)
+            if popped["timings"] or popped["verbose"] >= 2:
+                from gpuops import timings
+
+                timings.enable()
+                try:
+                    return _run_command(command, popped, args, kwargs)
+                finally:
+                    timings.finish()
+            return _run_command(command, popped, args, kwargs)
 
         options = [
             click.option("-i", "--inventory", "inventory", multiple=True, metavar="INVENTORY", help=INVENTORY_HELP),
@@ -69,12 +72,24 @@ def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str =
                               "OpenSSH (all of ~/.ssh/config, connection sharing with ControlPersist)."),
             click.option("-v", "--verbose", "verbose", count=True,
                          help="On stderr: -v each remote command, -vv with timings, -vvv with the raw host output."),
+            click.option("--timings", "timings", is_flag=True,
+                         help="On stderr at the end: the wall time by phase (start-up, imports, inventory, "
+                              "connect, auth, exec, parse, plan, render; -vv prints it too)."),
         ]
         for option in reversed(options):
             wrapper = option(wrapper)
         return wrapper
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _run_command(command: Callable[..., Any], popped: dict[str, Any], args: Any, kwargs: dict[str, Any]) -> Any:
+    spec = inventory_spec(kwargs.get("inventory") or (), popped)
+    kwargs["inventory"] = spec
+    if popped["list_hosts"]:
+        _list_hosts(spec, kwargs.get("limit"))
+        sys.exit(0)
+    return command(*args, **kwargs)
 
 
 def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any:

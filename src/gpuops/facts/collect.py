@@ -79,10 +79,13 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
             values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
     finally:
         conn.close()
-    facts = host_facts(values)
-    report = None
-    if gate_probe is not None:
-        report, gates_error = _judge(facts, values.get(gate_probe.name))
+    from gpuops import timings
+
+    with timings.span("parse", host.name):
+        facts = host_facts(values)
+        report = None
+        if gate_probe is not None:
+            report, gates_error = _judge(facts, values.get(gate_probe.name))
     extra = {p.name: values.get(p.name) for p in extra_probes}
     if recovered:
         extra["gpuops.recovered"] = recovered

@@ -14,7 +14,7 @@ import binascii
 import re
 from dataclasses import dataclass, field
 
-from gpuops.facts.model import ModelFacts, model_from_config
+from gpuops.facts.served_model import ModelFacts, model_from_config
 from gpuops.facts.software import kv_lines
 from gpuops.facts.server_args import ServerSettings, settings_from_argv
 from gpuops.secret_policy import mask_args, mask_value

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuops.facts.host import HostFacts
-from gpuops.facts.model import ModelFacts
+from gpuops.facts.served_model import ModelFacts
 from gpuops.facts.server import ServerFacts
 from gpuops.facts.software import PackageInfo
 

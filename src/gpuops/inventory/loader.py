@@ -53,6 +53,13 @@ class InventorySpec:
 
 
 def load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Inventory:
+    from gpuops import timings
+
+    with timings.span("inventory"):
+        return _load_inventory(spec)
+
+
+def _load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Inventory:
     if not isinstance(spec, InventorySpec):
         spec = InventorySpec(sources=(spec,) if isinstance(spec, str) else tuple(spec or ()))
     sources = spec.sources or ((os.environ[INVENTORY_ENV],) if os.environ.get(INVENTORY_ENV) else ())

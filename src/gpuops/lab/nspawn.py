@@ -270,6 +270,23 @@ def _terminate(pid: int, grace: float = _STOP_GRACE_S) -> None:
         pass
 
 
+def _is_ours(booted: BootedRoot) -> bool:
+    """The pid still runs nspawn on this root, or the overlay is still mounted (a pid is never
+    signalled once it may belong to someone else)."""
+    try:
+        with open(f"/proc/{booted.nspawn_pid}/cmdline", "rb") as handle:
+            if str(booted.merged).encode() in handle.read():
+                return True
+    except OSError:
+        pass
+    with open("/proc/self/mountinfo") as handle:
+        mounted = any(line.split()[4] == str(booted.merged) for line in handle)
+    if mounted:
+        _umount(booted.merged)
+    _remove_cgroups(booted.dir)
+    return False
+
+
 def _umount(merged: Path) -> None:
     done = subprocess.run(["umount", str(merged)], capture_output=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
@@ -279,7 +296,9 @@ def _umount(merged: Path) -> None:
 
 def stop_root(booted: BootedRoot) -> None:
     """Shut the container down (by nspawn's pid), unmount its overlay, remove its cgroups; the
-    upper dir stays."""
+    upper dir stays. Idempotent: a second call finds nothing left to do."""
+    if not _is_ours(booted):
+        return
     _terminate(booted.nspawn_pid)
     _umount(booted.merged)
     _remove_cgroups(booted.dir)

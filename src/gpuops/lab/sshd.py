@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.lab.ports import free_port, free_ports  # here too: the lab's callers say sshd.free_port
 
 SSHD = Path("/usr/sbin/sshd")
 INSTALL_HINT = "apt-get install -y openssh-server"
@@ -60,28 +61,6 @@ def generate_key(path: Path, comment: str) -> None:
     )
     if done.returncode != 0:
         raise GpuopsError(f"lab: ssh-keygen {path} failed: {done.stderr.strip()}")
-
-
-def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1 (a race remains; callers retry)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: all sockets are held open together, so no port repeats
-    within the batch (separate ``free_port()`` calls may hand out the same port twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _quoted(value: str) -> str:

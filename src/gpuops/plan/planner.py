@@ -19,7 +19,7 @@ from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, Host
 from gpuops.plan.modules import PLANNERS
 from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
 from gpuops.plan.templating import Layer, Templar, VarScope
-from gpuops.plan.varcheck import check_extra_vars
+from gpuops.plan.varcheck import check_extra_vars, check_inventory_types
 
 _MAX_INCLUDE_DEPTH = 8
 
@@ -186,6 +186,7 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
              roles_path: list[Path] | None = None) -> Discovery:
     """The fact-free pass: which files to gather, whether to scan gates; refuses bad input early."""
     state, scope, roles = _layers_and_state(role_name, None, host, inventory_vars, extra_vars, roles_path)
+    check_inventory_types(host, roles, {k: v for k, v in inventory_vars.items() if k not in extra_vars})
     for warning in check_extra_vars(role_name, roles, extra_vars):
         state.warn(warning)
     _run_role(roles[role_name], scope, state)

@@ -77,3 +77,17 @@ def check_extra_vars(role: str, roles: Mapping[str, Any], extra_vars: Mapping[st
                 f"-e {name}: {name} is a {kind}, but it was given as the string {value!r} (key=value values are "
                 f"always strings); write it as YAML/JSON: {_example(name, example)} (or -e @vars.yml)")
     return warnings
+
+
+def check_inventory_types(host: str, roles: Mapping[str, Any], inventory_vars: Mapping[str, Any]) -> None:
+    """An inventory (or group/host vars) value that is a string where the role wants a mapping or a
+    list: refused before any connection, naming the host and the syntax (INI inventories make
+    every value a string unless it is written as JSON/YAML)."""
+    known = known_variables(roles)
+    for name, value in inventory_vars.items():
+        default = known.get(name)
+        if isinstance(value, str) and isinstance(default, (dict, list)):
+            kind = "mapping" if isinstance(default, dict) else "list"
+            example = "{NCCL_ALGO: Tree}" if kind == "mapping" else '["--tp", "8"]'
+            raise GpuopsError(f"{host}: inventory variable {name} is a {kind}, but it is the string {value!r}; "
+                              f"write it as YAML in the inventory or its host_vars/group_vars ({name}: {example})")

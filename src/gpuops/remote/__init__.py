@@ -36,7 +36,7 @@ def source(name: str) -> str:
     in (see ``bundle.py``), ready to run as one script."""
     from gpuops.remote.bundle import bundled_source
 
-    return bundled_source(name, Path(str(resources.files(__package__))))
+    return bundled_source(name, Path(str(resources.files(__package__))), cached=True)
 
 
 def python_command(python: str | None = None, stream: bool = False) -> str:

@@ -436,11 +436,38 @@ class Service:
         if self.manager != "process" or pid is None or not hasattr(self.pm, "owns_port"):
             return
         if self.pm.owns_port(pid, self.port):
+            self.check_launch(pid)
             return
         owners = self.pm.port_owners(self.port)
         raise StepFailed("port %d answers, but not from the server gpuops started (pid %d): it is held by %s"
                          % (self.port, pid, self.pm.describe_owners(owners) if owners else "nobody visible"),
                          self.log_tail())
+
+    def check_launch(self, pid):
+        """The server runs what its launch script launches: every variable the script sets (from
+        the env file) has that value in the server's environment, and its flags are the script's.
+
+        The script itself says what it launches: it is run by sh, as for a start, with its final
+        ``exec`` replaced by a python that prints the environment and the argv it would get."""
+        script = os.path.join(self.state_dir or "", "sglang-launch.sh")
+        launched = launch_view(script)
+        if launched is None:
+            return
+        environ, cmdline = process_view(pid)
+        if environ is None:
+            return  # not readable (another user): the port ownership is what can be proven
+        for name in sorted(launched["env"]):
+            if environ.get(name) != launched["env"][name]:
+                raise StepFailed("the server (pid %d) does not run with the environment its launch script sets: "
+                                 "%s is %s there" % (pid, name, "missing" if name not in environ else "different"),
+                                 self.log_tail())
+        wanted = launched["argv"]
+        if "sglang.launch_server" in wanted and "sglang.launch_server" in cmdline:
+            want = wanted[wanted.index("sglang.launch_server") + 1:]
+            have = cmdline[cmdline.index("sglang.launch_server") + 1:]
+            if want != have:
+                raise StepFailed("the server (pid %d) does not run with the flags its launch script gives (%s)"
+                                 % (pid, " ".join(have)[:300]), self.log_tail())
 
     def log_tail(self, lines=25):
         if self.backend is not None:
@@ -461,6 +488,56 @@ class Service:
         except (OSError, KeyError, TypeError) as exc:
             return "(no log: %s)" % exc
         return "\n".join(text.splitlines()[-lines:])
+
+
+_VIEW_CODE = "import json,os,sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
+
+
+def launch_view(script):
+    """What ``script`` would give the server: the variables it sets and the argv after ``exec``;
+    None when it cannot be told (no script, no final exec line)."""
+    try:
+        with open(script, "r", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    execs = [i for i, line in enumerate(lines) if line.startswith("exec ")]
+    if not execs:
+        return None
+    probe = list(lines)
+    # `exec X ARGS` -> `exec PY -c CODE X ARGS`: sh expands X and ARGS exactly as for the start.
+    probe[execs[-1]] = "exec %s -c %s %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE), lines[execs[-1]][5:])
+    base = run_cmd(["env", "-i", "/bin/sh", "-c", "exec %s -c %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE))],
+                   timeout=60)
+    view = run_cmd(["env", "-i", "/bin/sh", "-c", "\n".join(probe)], timeout=60)
+    try:
+        baseline = json.loads(base.stdout)["env"]
+        out = json.loads(view.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError, KeyError):
+        return None
+    env = {k: v for k, v in out["env"].items() if baseline.get(k) != v and k not in ("PWD", "SHLVL", "_", "OLDPWD")}
+    return {"env": env, "argv": list(out["argv"])}
+
+
+def process_view(pid):
+    """(environment, argv) of a running process from /proc; (None, []) when not readable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            raw = handle.read()
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            argv = [w.decode("utf-8", "surrogateescape") for w in handle.read().split(b"\0") if w]
+    except OSError:
+        return None, []
+    environ = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            environ[name.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+    return environ, argv
+
+
+def sh_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def load_backend(manager, spec):
@@ -996,13 +1073,13 @@ def do_rollback(payload, progress, lease, faults, notes):
 # ---------------------------------------------------------------- recovery of dead runs
 
 
-def recover_unfinished(state_dir, pm_source, progress, notes, faults=None):
+def recover_unfinished(state_dir, pm_source, progress, notes, restored_out=None):
     """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent."""
     recovered = []
     for run_record in unfinished_runs(read_journal(state_dir, notes)):
         run_id = run_record["run_id"]
         fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}, "process_manager": pm_source}
-        run = Run(fake, progress, NoLease(), faults)
+        run = Run(fake, progress, NoLease())
         why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
         try:
             manifest = load_manifest(state_dir, run_record)
@@ -1022,6 +1099,8 @@ def recover_unfinished(state_dir, pm_source, progress, notes, faults=None):
             raise StepFailed("run %s did not finish and could not be rolled back: %s" % (run_id, "; ".join(problems)))
         run.event("rolled_back", error="recovered: " + why, restored=restored, service=service_note,
                   problems=problems or None)
+        if restored_out is not None:
+            restored_out.extend(restored)
         recovered.append("run %s (%s) had not finished (%s); rolled back first: %d file(s) restored, %s%s"
                          % (run_id, run_record.get("role") or run_record.get("kind"), why, len(restored),
                             service_note, ("; " + "; ".join(problems)) if problems else ""))
@@ -1053,12 +1132,18 @@ def prune_runs(state_dir, keep, notes):
         notes.append("pruned the backups of %d old run(s) (gpuops_keep_runs=%d)" % (removed, keep))
 
 
+def do_recover(payload, progress, lease, faults, notes):
+    """The worker that replaces one that died: worker_main has rolled its run back already."""
+    return {"ok": False, "status": "rolled_back" if payload.get("for_mode") in ("apply", "rollback") else "refused",
+            "error": payload.get("died"), "restored": [], "run_id": payload.get("run_id")}
+
+
 def do_journal(payload, progress, lease, faults, notes):
     return {"ok": True, "status": "journal", "records": read_journal(payload["state_dir"], notes),
             "run_id": payload.get("run_id")}
 
 
-WORK = {"apply": do_apply, "rollback": do_rollback, "journal": do_journal}
+WORK = {"apply": do_apply, "rollback": do_rollback, "journal": do_journal, "recover": do_recover}
 
 
 # ---------------------------------------------------------------- the worker and the relay
@@ -1073,15 +1158,21 @@ def worker_main(payload, call_dir, faults):
 
     lease = Lease(call_dir, float(payload.get("lease_s") or DEFAULT_LEASE_S), payload.get("deadline_s"))
     notes = []
+    restored = []
+    mode = payload.get("mode", "apply")
     result = None
     try:
-        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes)
+        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes,
+                                       restored)
         for line in recovered:
             progress({"event": "recovered", "note": line})
-        result = WORK[payload.get("mode", "apply")](payload, progress, lease, faults, notes)
+        result = WORK[mode](payload, progress, lease, faults, notes)
         result["recovered"] = recovered
+        if mode == "recover":
+            result["restored"] = restored
     except StepFailed as exc:
-        result = {"ok": False, "status": "refused", "error": str(exc), "run_id": payload.get("run_id")}
+        status = "rollback_failed" if mode == "recover" else "refused"
+        result = {"ok": False, "status": status, "error": str(exc), "run_id": payload.get("run_id")}
     except Exception as exc:
         result = {"ok": False, "status": "error", "error": "%s: %s" % (type(exc).__name__, exc),
                   "run_id": payload.get("run_id")}
@@ -1184,6 +1275,29 @@ def relay_call(payload, call_dir, lock_fd, faults, client_stream):
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     reader = threading.Thread(target=relay.read_client, args=(client_stream,), daemon=True)
     reader.start()
+    result = relay_until_done(relay, pid, call_dir)
+    if result is not None:
+        return result
+    # The worker died without a result: a second worker rolls its run back now, under the lock,
+    # while this relay goes on heart-beating to gpuops (a restart can take a while).
+    died = "the host-side worker (pid %d) died before the run ended" % pid
+    try:
+        fd = take_lock(payload["state_dir"])
+    except StepFailed as exc:
+        return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
+    recovery = dict(payload, mode="recover", for_mode=payload.get("mode"), died=died)
+    pid = start_worker(recovery, call_dir, fd, {})
+    os.close(fd)
+    result = relay_until_done(relay, pid, call_dir)
+    if result is not None:
+        return result
+    return {"ok": False, "status": "rollback_failed", "run_id": payload.get("run_id"),
+            "error": "%s, and so did the worker rolling it back; the next gpuops apply, rollback or history on "
+                     "this host rolls it back first" % died}
+
+
+def relay_until_done(relay, pid, call_dir):
+    """Relay ``pid``'s progress until it ends; its result, or None when it died without one."""
     result_path = os.path.join(call_dir, "result.json")
     while True:
         relay.pump()
@@ -1199,28 +1313,7 @@ def relay_call(payload, call_dir, lock_fd, faults, client_stream):
         with open(result_path, "r", encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, ValueError):
-        pass
-    # The worker died without a result: roll its run back now, here, under the lock.
-    died = "the host-side worker (pid %d) died before the run ended" % pid
-    try:
-        fd = take_lock(payload["state_dir"])
-    except StepFailed as exc:
-        return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
-    try:
-        notes = []
-
-        def progress(record):
-            relay.emit(json.dumps(record) + "\n")
-
-        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes)
-    except StepFailed as exc:
-        return {"ok": False, "status": "rollback_failed", "error": "%s; %s" % (died, exc),
-                "run_id": payload.get("run_id")}
-    finally:
-        os.close(fd)
-    status = "rolled_back" if payload.get("mode") in ("apply", "rollback") else "refused"
-    return {"ok": False, "status": status, "error": died, "recovered": recovered, "notes": notes,
-            "restored": [], "run_id": payload.get("run_id")}
+        return None
 
 
 def prune_calls(state_dir):

@@ -232,10 +232,16 @@ def merge_string_runs(source, starts, end, base=0):
     return ranges
 
 
+# "capability" is also an English word ("compute capability 9.0" in a docstring): a piece whose only
+# token it is must use it as code (`device_capability`, `capability[0]`, `capability.major`, ...).
+_CAPABILITY_CODE_RE = re.compile(r"\wcapability|capability\w|capability\s*[\[(.=<>!,):]")
+
+
 def has_token(text, extra_names):
     for token in TOKENS:
         if token in text:
-            return True
+            if token != "capability" or _CAPABILITY_CODE_RE.search(text):
+                return True
     for name in extra_names:
         if name in text:
             return True
@@ -633,6 +639,8 @@ def collect_cc_assignment(table, targets, value, scope):
 
 def remember_subject(table, name, subject):
     """Two different capability values under one name make it unreadable (None), not a guess."""
+    if name.strip("_") == "":
+        return  # `major, _ = ...`: the throwaway name carries nothing
     if name in table and table[name] != subject:
         table[name] = None
     else:
@@ -1036,12 +1044,12 @@ def cc_subject(node, scope):
         kinds = set(sides) - {"none"}
         return kinds.pop() if len(kinds) == 1 and None not in kinds else None
     if isinstance(node, ast.Attribute):
-        if node.attr in ("major", "minor"):
-            return node.attr if cc_subject(node.value, scope) == "cc" else None
         if isinstance(node.value, ast.Name) and node.value.id == "self":
             table = self_subjects(scope)
             if node.attr in table:
                 return table[node.attr]  # `self.x = get_device_capability()[0]`: what it was set to
+        if node.attr in ("major", "minor"):
+            return node.attr if cc_subject(node.value, scope) == "cc" else None
         if node.attr in ("device_capability", "device_sm"):
             return "cc" if node.attr == "device_capability" else "sm"
         return None
@@ -1566,9 +1574,14 @@ def function_locals(func, scanner, info, locator=None):
     params = params_of(func)
     scope = Scope(scanner, info, locator, None, cc_vars)
     scope.fn = FunctionContext("", None, {}, cc_vars, params, counts)
-    collect_local_cc(func, scope, cc_vars)
-    local_aliases = {}
     line0 = getattr(func, "_gpuops_line0", 0)
+    first, last = func.lineno + line0, (getattr(func, "end_lineno", None) or func.lineno) + line0
+    body_text = "".join(source.lines[first - 1:last])
+    if has_token(body_text, ()) or "major" in body_text or any(
+            n in body_text for n in info.cc_funcs) or any(n in body_text for n, v in info.cc_vars.items() if v) or (
+            scanner is not None and any(n in body_text for n in scanner.flow_imports(info))):
+        collect_local_cc(func, scope, cc_vars)  # only where a capability can be named at all
+    local_aliases = {}
     candidates = {name: pair for name, pair in values.items()
                   if counts.get(name) == 1 and name not in cc_vars and boolish(pair[1])}
     changed = True
@@ -1953,70 +1966,92 @@ class Scanner(object):
         for rel in holders:
             try:
                 info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
-                tree = self.statements_naming(info, name)
+                pieces = self.statements_naming(info, name)
             except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
                 return None
-            # Every reference to the name must be a call (not a callback, a registry entry, ...).
-            references = sum(1 for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == name)
-                             or (isinstance(n, ast.Attribute) and n.attr == name))
-            calls = 0
-            for func in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-                own = [n for n in walk_no_nested(func.body) if isinstance(n, ast.Call) and last_name(n.func) == name]
-                if not own:
-                    continue
-                local = {}
-                scope = Scope(self, info, None, None, local)
-                if func is not tree:
-                    params = params_of(func)
-                    # The caller's own parameter may carry it on (proven the same way, cached).
-                    scope.fn = FunctionContext(func.name, None, {}, local, params, (),
-                                               first_is_self=bool(params) and params[0] in ("self", "cls"))
-                    collect_local_cc(func, scope, local)
-                    scope.param_flow = True
-                for call in own:
-                    calls += 1
-                    shift = 1 if fn.first_is_self and isinstance(call.func, ast.Attribute) else 0
-                    arg = None
-                    for kw in call.keywords:
-                        if kw.arg == param:
-                            arg = kw.value
-                    if arg is None and 0 <= position - shift < len(call.args):
-                        if any(isinstance(a, ast.Starred) for a in call.args[:position - shift + 1]):
-                            return None
-                        arg = call.args[position - shift]
-                    if arg is None:
-                        return None  # the default is used: not a capability
-                    if predicate:
-                        # The same pure GPU test at every call site (`is_blackwell=current_platform.is_blackwell()`).
-                        scope.locator = Locator(info.source, Piece(0, 0, None, "", False))
-                        tree = build(arg, scope) if interesting(arg, scope) else None
-                        if tree is None or not only_atoms(tree) or not is_gate_tree(tree):
-                            return None
-                        subjects.add(" ".join(scope.locator.text(arg).split()))
-                        first = first or tree
-                    else:
-                        subjects.add(cc_subject(arg, scope))
-                    if len(subjects) > 1 or None in subjects:
-                        return None
+            references = calls = 0
+            for piece in pieces:
+                tree = piece.tree
+                # Every reference to the name must be a call (not a callback, a registry entry, ...).
+                references += sum(1 for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == name)
+                                  or (isinstance(n, ast.Attribute) and n.attr == name))
+                sites = self._sites_in_piece(info, piece, name, fn, param, position, predicate)
+                if sites is None:
+                    return None
+                calls += len(sites)
+                for subject, argtree in sites:
+                    subjects.add(subject)
+                    first = first or argtree
+                if len(subjects) > 1 or None in subjects:
+                    return None
             if calls != references:
                 return None
         if predicate:
             return first if len(subjects) == 1 else None
         return subjects.pop() if len(subjects) == 1 else None
 
+    def _sites_in_piece(self, info, piece, name, fn, param, position, predicate):
+        """[(subject or GPU-test text, tree or None)] for each call of ``name`` in the piece; None
+        when one passes nothing for ``param``."""
+        tree = piece.tree
+        out = []
+        for func in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            own = [n for n in walk_no_nested(func.body) if isinstance(n, ast.Call) and last_name(n.func) == name]
+            if not own:
+                continue
+            local = {}
+            scope = Scope(self, info, None, None, local)
+            if func is not tree:
+                params = params_of(func)
+                # The caller's own parameter may carry it on (proven the same way, cached).
+                scope.fn = FunctionContext(func.name, None, {}, local, params, (),
+                                           first_is_self=bool(params) and params[0] in ("self", "cls"))
+                collect_local_cc(func, scope, local)
+                scope.param_flow = True
+            for call in own:
+                shift = 1 if fn.first_is_self and isinstance(call.func, ast.Attribute) else 0
+                arg = None
+                for kw in call.keywords:
+                    if kw.arg == param:
+                        arg = kw.value
+                if arg is None and 0 <= position - shift < len(call.args):
+                    if any(isinstance(a, ast.Starred) for a in call.args[:position - shift + 1]):
+                        return None
+                    arg = call.args[position - shift]
+                if arg is None:
+                    return None  # the default is used: not a capability
+                if predicate:
+                    # The same pure GPU test at every call site (`is_blackwell=current_platform.is_blackwell()`).
+                    scope.locator = Locator(info.source, piece)
+                    argtree = build(arg, scope) if interesting(arg, scope) else None
+                    if argtree is None or not only_atoms(argtree) or not is_gate_tree(argtree):
+                        return None
+                    out.append((" ".join(scope.locator.text(arg).split()), argtree))
+                else:
+                    out.append((cc_subject(arg, scope), None))
+        return out
+
     def statements_naming(self, info, name):
-        """A module of the top-level statements of ``info`` whose text holds ``name`` (cached): all
-        its references live there. Raises SyntaxError when one does not parse on its own."""
+        """The pieces (top-level statements, or members of a long class) of ``info`` whose text holds
+        ``name`` (cached): all its references live there. Raises SyntaxError when one does not
+        parse on its own."""
         key = (info.rel, name)
         if key not in self._trees:
             lines = info.source.lines
-            body = []
+            pieces = []
             starts = segment_starts(lines, "", info.source.text)
             for begin, end in merge_string_runs(info.source, starts, len(lines)):
                 chunk = "".join(lines[begin:end])
-                if name in chunk:
-                    body.extend(ast.increment_lineno(ast.parse(chunk), begin).body)  # file lines
-            self._trees[key] = ast.Module(body=body, type_ignores=[])
+                if name not in chunk:
+                    continue
+                members = None
+                if end - begin > 150 and re.search(r"^class\s", chunk, re.M):
+                    members = split_class(info.source, begin, end, [name], set())
+                if members is None:
+                    pieces.append(Piece(begin, 0, ast.parse(chunk), "", False))
+                else:
+                    pieces.extend(members)  # the members naming it (or a token); others cannot call it
+            self._trees[key] = pieces
         return self._trees[key]
 
     def run(self, jobs=1):
@@ -2151,7 +2186,7 @@ class Scanner(object):
         names.update(info.cc_funcs)
         names.update(self.flow_imports(info))
         names.update(self_subjects(Scope(self, info, None)))
-        return sorted(n for n in names if not any(t in n for t in TOKENS))
+        return sorted(n for n in names if len(n) > 2 and not any(t in n for t in TOKENS))
 
     def run_forked(self, selected, jobs):
         """The same scan over ``jobs`` forked workers (each parses and walks its share; definitions

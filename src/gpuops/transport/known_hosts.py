@@ -228,8 +228,14 @@ class HostKeyRefused(Exception):
     """Raised inside the key exchange: a revoked key or a bad certificate (the message says which)."""
 
 
-def transport_factory(hostname: str, lookup_name: str, known: KnownHosts) -> Any:
-    """A paramiko Transport class for one connection that checks @revoked and host certificates."""
+def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
+                      preferences: dict[str, tuple[str, ...]] | None = None,
+                      on_kex_done: Any = None) -> Any:
+    """A paramiko Transport class for one connection that checks @revoked and host certificates.
+
+    ``preferences`` sets the algorithm order (``gpuops.transport.algorithms``); ``on_kex_done()``
+    is called once the key exchange has finished (for ``--timings``).
+    """
     import paramiko
 
     class RefusedHostKey(paramiko.SSHException, HostKeyRefused):
@@ -237,6 +243,17 @@ def transport_factory(hostname: str, lookup_name: str, known: KnownHosts) -> Any
 
     class CheckingTransport(paramiko.Transport):
         certificate_verified = False
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            for attribute, order in (preferences or {}).items():
+                setattr(self, attribute, order)
+
+        def start_client(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().start_client(*args, **kwargs)
+            if on_kex_done is not None:
+                on_kex_done()
+            return result
 
         @property
         def preferred_keys(self):  # type: ignore[override]

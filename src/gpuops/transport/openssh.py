@@ -20,7 +20,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
@@ -123,6 +123,13 @@ class OpenSSHConnection:
             if failure is not None or (not done.stdout and lines and lines[-1].startswith("ssh:")):
                 raise TransportError(self.host.name, _explain(failure or lines[-1], self._target()))
         return ExecResult(done.stdout, done.stderr, done.returncode)
+
+    def open_stream(self, command: str) -> Any:
+        """apply's transaction channel: one ssh whose stdin/stdout stay open while the helper runs."""
+        from gpuops.apply.stream import LocalStream
+
+        argv = [self._ssh, *self._argv, "--", self._target(), command]  # type: ignore[list-item]
+        return LocalStream(shlex.join(argv), self.host.name)
 
     def close(self) -> None:
         pass  # the master stays for ControlPersist: the next command within the window skips the handshake

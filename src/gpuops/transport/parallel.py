@@ -34,6 +34,7 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     The host's ``ansible_*`` connection variables are checked first: one gpuops cannot honour
     fails this host (TransportError) before anything is contacted.
     """
+    from gpuops import timings
     from gpuops.transport import verbose
     from gpuops.transport.connvars import become_settings, check_variables
 
@@ -41,7 +42,7 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
         return options.connector(host)
     check_variables(host)
     become_settings(host.vars or {}, host.name)
-    if not verbose.enabled():
+    if not (verbose.enabled() or timings.enabled()):
         return _connect(host, options)
     started = time.monotonic()
     return verbose.LoggedConnection(_connect(host, options), time.monotonic() - started)  # type: ignore[return-value]
@@ -72,8 +73,23 @@ def prepare_ssh(hosts: Sequence[Host]) -> None:
     module ("cannot import name ... from partially initialized module"). Anything that starts its
     own threads to connect (not through ``run_on_hosts``) calls this first. Local-only runs skip it.
     """
-    if any(h.connection != "local" for h in hosts):
-        import fabric  # noqa: F401
+    # Hosts on the openssh connection never touch paramiko: only the others pay for the import.
+    if any(h.connection != "local" and not _on_openssh(h) for h in hosts):
+        from gpuops import timings
+
+        from gpuops.transport.fabric_import import import_fabric
+
+        with timings.span("ssh-import"):
+            import_fabric()
+
+
+def _on_openssh(host: Host) -> bool:
+    from gpuops.transport.connvars import transport_name
+
+    try:
+        return transport_name(host) == "openssh"
+    except GpuopsError:
+        return False  # a bad gpuops_connection fails that host when it connects, not here
 
 
 def run_on_hosts(

@@ -17,9 +17,11 @@ import re
 import shlex
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuops import timings
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.connvars import SSHSettings, ssh_settings
@@ -123,7 +125,9 @@ class SSHConnection:
             path = Path(os.path.expanduser(extra))
             if path not in files:
                 files.append(path)
-        self._verify_keys(conn, files, self.options.accept_new_host_keys or settings.accept_new_host_key)
+        kex_done: list[float] = []
+        self._verify_keys(conn, files, self.options.accept_new_host_keys or settings.accept_new_host_key,
+                          on_kex_done=lambda: kex_done.append(time.monotonic()))
         # Fabric gives the jump hosts of ~/.ssh/config's ProxyJump an auto-accept policy of their
         # own: their keys are checked against the same files as the target's.
         gateway = conn.gateway
@@ -136,10 +140,11 @@ class SSHConnection:
             conn.connect_kwargs["sock"] = proxy_socket(settings.proxy_command, conn.host, conn.port, conn.user, host.name)
         elif isinstance(conn.gateway, FabricConnection):
             via = f" (through jump host {conn.gateway.host}:{conn.gateway.port})"
+        started = time.monotonic()
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            where = _known_hosts_name(exc.hostname if hasattr(exc, "hostname") else conn.host, conn.port)
+            where = _known_hosts_name(conn.host, conn.port)
             raise TransportError(
                 host.name,
                 f"host key for {where} has CHANGED (got {exc.key.get_name()} "
@@ -165,12 +170,21 @@ class SSHConnection:
             ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {exc}") from exc
+        if kex_done:  # the target's own key exchange ends last (jump hosts connect before it)
+            timings.record("connect", started, kex_done[-1], host.name)
+            timings.record("auth", kex_done[-1], time.monotonic(), host.name)
         if settings.keepalive:
             conn.transport.set_keepalive(settings.keepalive)
         return conn
 
-    def _verify_keys(self, conn: Any, files: list[Path], accept_new: bool) -> None:
-        """Load the known_hosts files for `conn` (markers included) and refuse unknown keys."""
+    def _verify_keys(self, conn: Any, files: list[Path], accept_new: bool, on_kex_done: Any = None) -> None:
+        """Load the known_hosts files for `conn` (markers included) and refuse unknown keys.
+
+        The same Transport class sets the algorithm order (fast first, ~/.ssh/config's own wins).
+        """
+        import paramiko
+
+        from gpuops.transport.algorithms import AlgorithmError, preferences
         from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
 
         client = conn.client
@@ -182,7 +196,11 @@ class SSHConnection:
                 except OSError as exc:
                     raise TransportError(self.host.name, f"cannot read known_hosts file {path}: {exc.strerror}") from exc
         lookup = _known_hosts_name(conn.host, conn.port)
-        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known)
+        try:
+            order = preferences(paramiko.Transport, dict(conn.ssh_config))
+        except AlgorithmError as exc:
+            raise TransportError(self.host.name, str(exc)) from exc
+        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known, order, on_kex_done)
         record_to = files[-1] if len(files) > 1 else files[0]
         client.set_missing_host_key_policy(_RecordNewKey(record_to) if accept_new else _RejectUnknownKey(files))
 

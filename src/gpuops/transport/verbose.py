@@ -47,18 +47,23 @@ class LoggedConnection:
 
     def __init__(self, inner: Connection, connect_seconds: float) -> None:
         self._inner = inner
+        self.wrapped = inner  # for what needs the transport itself (apply's transaction channel)
         self.host: Host = inner.host
         LOGGER.log(TIMINGS, "%s: connected in %.3f s", self.host.name, connect_seconds)
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
         LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin)", self.host.name, shown, len(stdin))
+        from gpuops import timings
+
         started = time.monotonic()
         try:
             result = self._inner.run(command, stdin=stdin, timeout=timeout)
         except Exception as exc:
             LOGGER.log(TIMINGS, "%s: failed after %.3f s: %s", self.host.name, time.monotonic() - started, exc)
             raise
+        finally:
+            timings.record("exec", started, time.monotonic(), self.host.name)
         LOGGER.log(TIMINGS, "%s: exit %d in %.3f s (%d bytes out, %d bytes err)", self.host.name, result.exit_status,
                    time.monotonic() - started, len(result.stdout), len(result.stderr))
         if LOGGER.isEnabledFor(RAW):
@@ -74,6 +79,13 @@ class LoggedConnection:
 
     def __getattr__(self, name: str) -> Any:  # anything else a caller reaches for (settings, ...)
         return getattr(self._inner, name)
+
+
+def log_stream(host_name: str, command: str, stdin_bytes: int, seconds: float, outcome: str) -> None:
+    """A command run on a channel of its own (apply's transaction), not through ``run``."""
+    shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
+    LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin, transaction channel)", host_name, shown, stdin_bytes)
+    LOGGER.log(TIMINGS, "%s: transaction %s in %.3f s", host_name, outcome, seconds)
 
 
 def _secrets(host: Host) -> list[str]:

@@ -10,10 +10,12 @@
     ``systemd_host_factory(**kwargs) -> SystemdLabHost``: boots the root (an overlay on the cache,
     under a fresh temp dir) with sshd on a loopback port and an SGLang unit running the stand-in
     (``gpuops.lab.systemd_host.start_systemd_host``). Every host started is shut down by its
-    nspawn pid at the end of the session.
+    nspawn pid at the end of the session (a module fixture that is done with its host should stop
+    it itself: ``host.stop()`` is idempotent).
 
-``docker_daemon`` (session)
-    A private dockerd (``gpuops.lab.dockerd``): no bridge, no iptables, socket under a temp dir.
+``docker_daemon`` (module)
+    A private dockerd (``gpuops.lab.dockerd``): no bridge, no iptables, socket under a temp dir;
+    stopped (with its containers) when the module is done, so a long suite does not hold it.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def systemd_host_factory(debian_root: Path, tmp_path_factory: pytest.TempPathFac
             host.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from gpuops.lab.dockerd import start_dockerd
 

@@ -26,7 +26,9 @@ HOSTILE = "it's \\ a $HOME \"q\" `id` $(id); x"
 
 @pytest.fixture(scope="module")
 def host(systemd_host_factory):
-    return systemd_host_factory(server_env={"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"})
+    booted = systemd_host_factory(server_env={"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=13", "NCCL_DEBUG": "WARN"})
+    yield booted
+    booted.stop()  # not held until the end of a long session
 
 
 def apply(run_gpuops, host, *args: str) -> subprocess.CompletedProcess:

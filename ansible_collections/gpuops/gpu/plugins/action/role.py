@@ -22,9 +22,9 @@ class ActionModule(ActionBase):
             from gpuops.errors import GpuopsError
         except ImportError as exc:
             raise AnsibleActionFail(f"gpuops is not installed in the Python that runs Ansible: {exc}") from exc
-        host, runner = host_and_runner(self, task_vars)
         try:
-            report = ansible_bridge.apply_role(host, runner, args["name"], args["vars"], check=self._task.check_mode)
+            host, _ = host_and_runner(self, task_vars, own_connection=True)
+            report = ansible_bridge.apply_role(host, args["name"], args["vars"], check=self._task.check_mode)
         except GpuopsError as exc:
             return {**result, "failed": True, "msg": str(exc)}
         result.update(changed=report["changed"] > 0 and report["ok"], gpuops=report)

@@ -7,7 +7,6 @@ loopback port, start ``standin_server.py`` with SGLang flags and controls, wait 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.lab.ports import free_port
 
-STANDIN_PATH = Path(__file__).resolve().parent.parent / "lab" / "standin_server.py"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+STANDIN_PATH = Path(__file__).resolve().parent / "standin_server.py"
 
 
 @dataclass

@@ -1,0 +1,230 @@
+"""The bench client's HTTP side, on the host: requests to the SGLang server over loopback (native
+``/generate``, OpenAI completions and chat), one streamed request timed chunk by chunk, and the
+compact sample frame it becomes.
+
+Token counts come from the server's own ``meta_info``/``usage``; with speculative decoding a chunk
+may carry several tokens. Stdlib only, Python 3.8+.
+"""
+
+import http.client
+import json
+import random
+import socket
+import time
+import urllib.parse
+
+
+PROMPT_WORDS = ("alpha", "river", "stone", "cloud", "maple", "signal", "copper", "orbit", "lantern",
+                "meadow", "falcon", "harbor", "cipher", "ember", "glacier", "violet")
+
+
+class ServerError(Exception):
+    pass
+
+
+def split_url(url):
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "") or not parts.hostname:
+        raise ServerError("unsupported server URL %r (http://HOST:PORT)" % url)
+    return parts.hostname, parts.port or 80, parts.path.rstrip("/")
+
+
+def http_json(url, path, body=None, timeout=30.0):
+    host, port, base = split_url(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request("POST" if data is not None else "GET", base + path, body=data, headers=headers)
+        reply = conn.getresponse()
+        raw = reply.read()
+        if reply.status != 200:
+            raise ServerError("%s%s answered HTTP %d: %s" % (url, path, reply.status, raw[:200].decode("utf-8", "replace")))
+        return json.loads(raw.decode("utf-8")) if raw else {}
+    except (OSError, socket.timeout) as exc:
+        raise ServerError("cannot reach the server at %s%s: %s" % (url, path, exc))
+    except ValueError:
+        raise ServerError("%s%s did not answer JSON" % (url, path))
+    finally:
+        conn.close()
+
+
+def make_prompt_ids(seed, length):
+    rng = random.Random(seed)
+    return [rng.randint(1000, 20000) for _ in range(length)]
+
+
+def make_prompt_text(seed, length):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(PROMPT_WORDS) for _ in range(length))
+
+
+def request_for(payload, model, index, seed):
+    """(path, body) for request ``index``: the payload's request list (random lengths, ShareGPT
+    prompts) when it has one, else the fixed --input-len/--output-len."""
+    specs = payload.get("requests_spec") or []
+    if specs:
+        spec = specs[index % len(specs)]
+        return build_request(payload["api"], model, seed, int(spec.get("input_len") or 1),
+                             int(spec["output_len"]), prompt=spec.get("prompt"))
+    return build_request(payload["api"], model, seed, int(payload["input_len"]), int(payload["output_len"]))
+
+
+def build_request(api, model, seed, input_len, output_len, stream=True, prompt=None):
+    """(path, body) for one generation of exactly output_len tokens (ignore_eos).
+
+    ``prompt``: a dataset's text (ShareGPT); else a synthetic prompt of ``input_len`` tokens.
+    """
+    if api == "native":
+        if prompt is not None:
+            return "/generate", {
+                "text": prompt,
+                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
+                "stream": stream,
+            }
+        return "/generate", {
+            "input_ids": make_prompt_ids(seed, input_len),
+            "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
+            "stream": stream,
+        }
+    common = {"model": model, "max_tokens": output_len, "temperature": 0.0, "ignore_eos": True,
+              "stream": stream, "seed": seed}
+    if stream:
+        common["stream_options"] = {"include_usage": True}
+    text = prompt if prompt is not None else make_prompt_text(seed, input_len)
+    if api == "completions":
+        common["prompt"] = text
+        return "/v1/completions", common
+    if api == "chat":
+        common["messages"] = [{"role": "user", "content": text}]
+        return "/v1/chat/completions", common
+    raise ServerError("unknown api %r (native, completions, chat)" % api)
+
+
+def _chunk_has_content(api, event):
+    if api == "native":
+        return True
+    for choice in event.get("choices") or []:
+        if api == "chat":
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content"):
+                return True
+        elif choice.get("text"):
+            return True
+    return False
+
+
+def stream_request(url, api, path, body, timeout=600.0, stop=None):
+    """Send one streaming request; return a sample with arrival times and cumulative token counts.
+
+    ``chunks`` is a list of [seconds since send, cumulative completion tokens or None]: native
+    chunks carry the server's cumulative count; OpenAI chunks do not, and get their counts from the
+    final ``usage`` spread evenly (noted in the sample) since that is all the server says.
+    """
+    host, port, base = split_url(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    sample = {"ok": False, "error": None, "chunks": [], "prompt_tokens": None, "completion_tokens": None}
+    try:
+        data = json.dumps(body).encode()
+        t_send = time.perf_counter()
+        conn.request("POST", base + path, body=data, headers={"Content-Type": "application/json",
+                                                              "Accept": "text/event-stream"})
+        reply = conn.getresponse()
+        if reply.status != 200:
+            raw = reply.read()
+            sample["error"] = "HTTP %d: %s" % (reply.status, raw[:300].decode("utf-8", "replace"))
+            return sample
+        chunks = sample["chunks"]
+        usage = None
+        while True:
+            if stop is not None and stop.is_set():
+                sample["error"] = "interrupted"
+                return sample
+            line = reply.readline()
+            if not line:
+                break
+            now = time.perf_counter()
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                break
+            try:
+                event = json.loads(payload.decode("utf-8"))
+            except ValueError:
+                sample["error"] = "unparseable stream chunk: %r" % payload[:120]
+                return sample
+            if event.get("error") or event.get("object") == "error":
+                err = event.get("error") or event
+                sample["error"] = "server error mid-stream: %s" % (
+                    err.get("message") if isinstance(err, dict) else err)
+                return sample
+            if api == "native":
+                meta = event.get("meta_info") or {}
+                count = meta.get("completion_tokens")
+                if sample["prompt_tokens"] is None:
+                    sample["prompt_tokens"] = meta.get("prompt_tokens")
+                if count is not None and (not chunks or count > chunks[-1][1]):
+                    chunks.append([now - t_send, int(count)])
+                if count is not None:
+                    sample["completion_tokens"] = int(count)
+            else:
+                if event.get("usage"):
+                    usage = event["usage"]
+                if _chunk_has_content(api, event):
+                    chunks.append([now - t_send, None])
+        if api != "native":
+            if not usage:
+                sample["error"] = "the server sent no usage; token counts unknown"
+                return sample
+            sample["prompt_tokens"] = usage.get("prompt_tokens")
+            sample["completion_tokens"] = int(usage.get("completion_tokens") or 0)
+            spread_counts(chunks, sample["completion_tokens"])
+            sample["counts_from"] = "usage spread over chunks"
+        sample["e2e_s"] = time.perf_counter() - t_send
+        if not chunks:
+            sample["error"] = ("the stream carried no token counts (meta_info.completion_tokens)"
+                               if api == "native" else "the stream carried no tokens")
+            return sample
+        sample["ok"] = True
+        return sample
+    except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        sample["error"] = "connection to %s failed: %s" % (url, exc)
+        return sample
+    finally:
+        conn.close()
+
+
+def spread_counts(chunks, total):
+    """Give chunks without counts cumulative counts that end at ``total`` (first chunk: 1 token)."""
+    n = len(chunks)
+    if n == 0:
+        return
+    if n == 1:
+        chunks[0][1] = total
+        return
+    rest = max(0, total - 1)
+    for i, chunk in enumerate(chunks):
+        chunk[1] = 1 + int(round(rest * i / float(n - 1))) if i else 1
+
+
+def compact_sample(sample, index, extra=None):
+    out = {"index": index, "ok": sample.get("ok"), "error": sample.get("error"),
+           "prompt_tokens": sample.get("prompt_tokens"), "completion_tokens": sample.get("completion_tokens"),
+           "e2e_s": sample.get("e2e_s"), "chunks": [[round(t, 6), c] for t, c in sample.get("chunks", [])]}
+    if sample.get("counts_from"):
+        out["counts_from"] = sample["counts_from"]
+    if extra:
+        out.update(extra)
+    return out
+
+
+def run_warmup(payload, model, emitter, stop):
+    for i in range(int(payload.get("warmup", 2))):
+        path, body = build_request(payload["api"], model, 10000 + i, min(32, int(payload["input_len"])),
+                                   min(16, int(payload["output_len"])))
+        sample = stream_request(payload["url"], payload["api"], path, body,
+                                timeout=float(payload.get("request_timeout", 600)), stop=stop)
+        if not sample["ok"]:
+            raise ServerError("warm-up request failed: %s" % sample["error"])

@@ -1,0 +1,193 @@
+"""What the bench client records about the host and the server before it measures: the server's own
+reports (``/get_server_info``, ``/get_model_info``), its process's command line and tuning
+environment, the GPUs, the serving stack's package versions, and which gate patches are in place.
+
+Stdlib only, Python 3.8+.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from gpuops.remote.bench_http import ServerError, http_json, split_url
+from gpuops.remote.digest import sha256_file
+
+
+ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASHINFER_", "SGL_")
+
+
+def server_snapshot(url, pid_file=None):
+    info = {"url": url}
+    try:
+        info["server_info"] = http_json(url, "/get_server_info", timeout=10)
+    except ServerError as exc:
+        info["server_info_error"] = str(exc)
+    try:
+        info["model_info"] = http_json(url, "/get_model_info", timeout=10)
+    except ServerError as exc:
+        info["model_info_error"] = str(exc)
+    pid = read_pid(pid_file) if pid_file else None
+    if pid is None:
+        pid = find_server_pid(url)
+    if pid is not None:
+        info["pid"] = pid
+        info["process_env"] = process_env(pid)
+        info["process_cmdline"] = process_cmdline(pid)
+    return info
+
+
+def model_name(snapshot):
+    """The name OpenAI-style requests use: the served name when set, else the model path."""
+    args = (snapshot.get("server_info") or {}).get("server_args") or snapshot.get("server_info") or {}
+    return (args.get("served_model_name") or (snapshot.get("model_info") or {}).get("model_path")
+            or args.get("model_path") or "default")
+
+
+def read_pid(path):
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def find_server_pid(url):
+    """The pid of the process that runs sglang.launch_server on the URL's port, if visible."""
+    try:
+        _, port, _ = split_url(url)
+    except ServerError:
+        return None
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        words = process_cmdline(int(entry)) or []
+        if "sglang.launch_server" in words and ("--port" not in words or
+                                                  str(port) in words[words.index("--port") + 1:words.index("--port") + 2]):
+            return int(entry)
+    return None
+
+
+def process_cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return [w.decode("utf-8", "replace") for w in handle.read().split(b"\0") if w]
+    except OSError:
+        return None
+
+
+def process_env(pid):
+    """The server's tuning-relevant environment (only known prefixes: never secrets)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and key.startswith(ENV_PREFIXES):
+            env[key] = value
+    return env
+
+
+def patched_sources(state_dir):
+    """SGLang source files that a gpuops apply run changed and that still hold its version.
+
+    Read from the host's apply journal (``<state_dir>/journal.jsonl``): a run that finished and
+    was not rolled back, whose change to a ``sglang/...py`` file is still in place (same sha256).
+    Entries are ``role:path`` so that a result says which gate patch it ran with.
+    """
+    if not state_dir:
+        return []
+    runs = {}
+    try:
+        with open(os.path.join(state_dir, "journal.jsonl")) as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                run = runs.setdefault(record.get("run_id"), {"events": [], "changes": [], "role": None})
+                run["events"].append(record.get("event"))
+                if record.get("event") == "started":
+                    run["changes"] = record.get("changes") or []
+                    run["role"] = record.get("role")
+    except OSError:
+        return []
+    found = set()
+    for run in runs.values():
+        if "finished" not in run["events"] or "rolled_back" in run["events"]:
+            continue
+        for change in run["changes"]:
+            path = change.get("path") or ""
+            if "/sglang/" not in path or not path.endswith(".py"):
+                continue
+            try:
+                current = sha256_file(path)
+            except OSError:
+                current = None  # unreadable here: not known to be in place
+            if change.get("after_sha256") and current == change["after_sha256"]:
+                rel = path[path.rindex("/sglang/") + 1:]
+                found.add("%s:%s" % (run["role"] or "apply", rel))
+    return sorted(found)
+
+
+PACKAGES = ("sglang", "sgl-kernel", "flashinfer-python", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13",
+            "triton", "transformers")
+
+_PACKAGE_PROBE = (
+    "import json,sys\n"
+    "try:\n import importlib.metadata as m\n"
+    "except ImportError:\n print('{}'); sys.exit(0)\n"
+    "out={}\n"
+    "for n in sys.argv[1:]:\n"
+    " try: out[n]=m.version(n)\n"
+    " except Exception: pass\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def package_versions(python):
+    """Versions of the serving stack as the server's python sees them (metadata only, no imports)."""
+    if not python:
+        return None
+    try:
+        done = subprocess.run([python, "-c", _PACKAGE_PROBE] + list(PACKAGES), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=30)
+        return json.loads(done.stdout.decode("utf-8", "replace") or "{}") if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def host_snapshot(server_python=None):
+    facts = {"hostname": socket.gethostname(), "python": sys.version.split()[0]}
+    packages = package_versions(server_python)
+    if packages is not None:
+        facts["packages"] = packages
+    try:
+        facts["kernel"] = os.uname().release
+    except AttributeError:
+        pass
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,driver_version,pci.bus_id",
+             "--format=csv,noheader"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+        if done.returncode == 0:
+            gpus = []
+            for line in done.stdout.decode("utf-8", "replace").splitlines():
+                fields = [f.strip() for f in line.split(",")]
+                if len(fields) >= 6:
+                    gpus.append({"index": fields[0], "name": fields[1], "compute_cap": fields[2],
+                                 "memory_total": fields[3], "driver_version": fields[4], "pci_bus_id": fields[5]})
+            facts["gpus"] = gpus
+        else:
+            facts["gpus_error"] = done.stderr.decode("utf-8", "replace").strip()[-200:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        facts["gpus_error"] = str(exc)
+    return facts

@@ -1,0 +1,78 @@
+"""SGLang's own benchmark module (``--tool sglang``), run on the host with the server's python; its
+JSONL result lines are relayed as ``tool`` frames.
+
+Stdlib only, Python 3.8+ (bundled into ``bench_client``).
+"""
+
+import json
+import os
+import signal
+import subprocess
+
+from gpuops.remote.bench_http import ServerError
+from gpuops.remote.bench_workdir import in_temp_dir
+
+NEEDS_SERVER = True
+SERVER_AFTER = False  # the tool's own line carries what it measured
+
+
+def expected_records(payload):
+    return None  # the tool's progress is its own
+
+
+def run_suite(payload, snapshot, emitter, stop):
+    return suite_tool(payload, emitter, stop)
+
+
+def suite_tool(payload, emitter, stop):
+    in_temp_dir("gpuops-bench-tool-", lambda d: _suite_tool(payload, emitter, stop, d))
+
+
+def _suite_tool(payload, emitter, stop, out_dir):
+    """Run SGLang's own benchmark module with the server's python; relay its JSONL lines.
+
+    One run per argv tail in ``tool.runs`` (bench_serving: one per concurrency level); each run
+    appends its result line to the output file, which is read back once per run.
+    """
+    tool = payload["tool"]
+    for run_index, tail_args in enumerate(tool.get("runs") or [[]]):
+        if stop.is_set():
+            break
+        out_file = os.path.join(out_dir, "result-%d.jsonl" % run_index)
+        argv = [tool.get("python") or "python3", "-m", tool["module"], "--base-url", payload["url"]]
+        argv += [str(a) for a in tail_args]
+        argv += [tool.get("output_flag", "--output-file"), out_file]
+        emitter.emit("note", {"message": "running %s %s" % (tool["module"], " ".join(argv[5:]))})
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise ServerError("cannot run %s: %s" % (argv[0], exc))
+        tail = []
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                tail.append(raw.decode("utf-8", "replace").rstrip())
+                del tail[:-40]
+                if stop.is_set() and proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        lines = []
+        if os.path.exists(out_file):
+            with open(out_file) as handle:
+                lines = [line for line in handle.read().splitlines() if line.strip()]
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                emitter.emit("note", {"message": "unparseable tool output line: %s" % line[:200]})
+                continue
+            if isinstance(record, dict):
+                record.pop("server_info", None)  # already sent as the server record
+                record["_run_index"] = run_index
+            emitter.emit("tool", record)
+        if (proc.returncode != 0 or not lines) and not stop.is_set():
+            raise ServerError("%s exited %s: %s" % (tool["module"], proc.returncode, " | ".join(tail[-5:])))
