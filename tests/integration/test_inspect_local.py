@@ -158,7 +158,7 @@ def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch, tmp_path: Path) 
     assert inspection.gates_error is None  # and so did the gate scan, over the installed release
     report = inspection.gate_report
     assert (report.version, report.known) == ("0.5.8", True)
-    assert len(report.gates) == 94  # `gpuops inspect host` counts 94 capability gates in 0.5.8 (README)
+    assert len(report.gates) == 127  # `gpuops inspect host` counts 127 capability gates in 0.5.8 (README)
 
 
 def test_a_bad_host_var_fails_that_host_only() -> None:
