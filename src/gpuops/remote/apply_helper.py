@@ -918,7 +918,9 @@ def do_apply(payload, progress, lease, faults, notes):
         pid = run.run_handlers()
         run.phase("confirm")
         progress({"event": "verified", "pid": pid})
-        lease.wait_message("commit", "while waiting for gpuops to confirm")
+        answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
+        if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
+            raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event("finished", pid=pid)
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
