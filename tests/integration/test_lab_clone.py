@@ -36,7 +36,9 @@ def test_clone_copies_gpus_topology_sglang_release_and_server_flags(lab_factory,
             assert run(clone, "h01-lab", command) == run(source, "h01", command), command
         assert run(clone, "h01-lab", "python3 -c 'import importlib.metadata as m; print(m.version(\"sglang\"))'") == b"0.5.14\n"
         desc = yaml.safe_load((clone_dir / "h01-lab" / "gpu-description.yaml").read_text())
-        assert desc["nvlink"]["links"] == 18 and desc["packages"]["torch"] == "2.9.1+cu128"
+        # The source runs 0.5.14 on a description made for 0.5.8: the lab gave it 0.5.14's own pins.
+        assert desc["nvlink"]["links"] == 18 and desc["packages"]["torch"] == "2.11.0+cu128"
+        assert desc["packages"]["sglang-kernel"] == "0.4.4" and "sgl-kernel" not in desc["packages"]
         assert "--enable-flashinfer-allreduce-fusion" in desc["server"]["cmdline"]
         # Server environment: NCCL kept, a credential never copied.
         assert desc["server"]["env"].get("NCCL_ALGO") == "Ring"

@@ -268,7 +268,11 @@ class Evaluator:
         if op == "platform":
             return node.get("name") in _TRUE_PLATFORMS
         if op == "cap":
+            noted = len(self.unknowns)
             value = self.atom(node["atom"], depth)
+            if len(self.unknowns) > noted and node.get("text"):
+                # Say which atom: "`capability >= min_capability`: compared with a value ...".
+                self.unknowns[noted:] = [f"`{node['text']}`: {why}" for why in self.unknowns[noted:]]
             if value is None and self.unknown_cap is not None:
                 return self.unknown_cap
             return value

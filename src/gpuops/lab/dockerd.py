@@ -100,9 +100,11 @@ def _start(workdir: Path, driver: str) -> DockerDaemon:
         "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
         "--storage-driver", driver,
     ]
+    from gpuops.lab.nspawn import die_with_parent
+
     with open(log, "ab") as handle:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                 start_new_session=True, close_fds=True)
+        child = subprocess.Popen(die_with_parent(command), stdin=subprocess.DEVNULL, stdout=handle,
+                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     daemon = DockerDaemon(dir=workdir, pid=child.pid, socket=socket, cli_path=docker_cli(), storage_driver=driver)
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -109,7 +109,7 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         (workdir / "cgroups").write_text("".join(f"{g}\n" for g in groups))
         enter = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 97; shift; done; shift; exec "$@"'
         with open(log, "ab") as handle:
-            child = subprocess.Popen(["/bin/sh", "-c", enter, "sh", *groups, "--", *command],
+            child = subprocess.Popen(["/bin/sh", "-c", enter, "sh", *groups, "--", *die_with_parent(command)],
                                      stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
         (workdir / "nspawn.pid").write_text(f"{child.pid}\n")
@@ -126,6 +126,14 @@ def boot_root(lower: Path, workdir: Path, authorized_key: str, ssh_port: int | N
         _umount(merged)
         _remove_cgroups(workdir)
         raise
+
+
+def die_with_parent(command: list[str]) -> list[str]:
+    """``command`` set to get SIGTERM when the process that started it dies (a test run killed
+    without its teardown): an orphaned container or daemon then shuts itself down. Uses
+    util-linux's setpriv where it is installed; the command as it is otherwise."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else list(command)
 
 
 def _own_cgroups(name: str) -> list[str]:

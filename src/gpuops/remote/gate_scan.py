@@ -639,6 +639,8 @@ def collect_cc_assignment(table, targets, value, scope):
 
 def remember_subject(table, name, subject):
     """Two different capability values under one name make it unreadable (None), not a guess."""
+    if name.strip("_") == "":
+        return  # `major, _ = ...`: the throwaway name carries nothing
     if name in table and table[name] != subject:
         table[name] = None
     else:
@@ -2184,7 +2186,7 @@ class Scanner(object):
         names.update(info.cc_funcs)
         names.update(self.flow_imports(info))
         names.update(self_subjects(Scope(self, info, None)))
-        return sorted(n for n in names if not any(t in n for t in TOKENS))
+        return sorted(n for n in names if len(n) > 2 and not any(t in n for t in TOKENS))
 
     def run_forked(self, selected, jobs):
         """The same scan over ``jobs`` forked workers (each parses and walks its share; definitions
