@@ -307,6 +307,24 @@ def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path)
     assert command.startswith("sudo -n ") and prefix.count(b"\n") == 1
 
 
+def test_refusal_of_an_older_rollback_names_every_later_run_newest_first(tmp_path: Path) -> None:
+    """r2 overlaps r1, r3 overlaps only r2, r4 touches an unrelated file: r3 and r2 must go first, not r4."""
+    state, a, b, c = lab_state(tmp_path), tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for f in (a, b, c):
+        f.write_bytes(b"v1\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(a, b"v3\n", b"v2\n"), change(b, b"v2\n", b"v1\n")],
+                              run_id="r2"))["status"] == "finished"
+    assert run_helper(payload(state, [change(b, b"v3\n", b"v2\n")], run_id="r3"))["status"] == "finished"
+    assert run_helper(payload(state, [change(c, b"v2\n", b"v1\n")], run_id="r4"))["status"] == "finished"
+    refused = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": "",
+                          "run_id": "r5", "target": "r1"})
+    assert refused["ok"] is False
+    assert "run gpuops rollback --run r3; gpuops rollback --run r2; then gpuops rollback --run r1" in refused["error"]
+    assert "r4" not in refused["error"] and "re-apply" in refused["error"]
+    assert (a.read_bytes(), b.read_bytes(), c.read_bytes()) == (b"v3\n", b"v3\n", b"v2\n")
+
+
 def test_rollback_of_an_older_run_whose_files_changed_again_is_refused(tmp_path: Path) -> None:
     state, a = lab_state(tmp_path), tmp_path / "a"
     a.write_bytes(b"v1\n")

@@ -60,6 +60,24 @@ def check_against_truth(result: dict, spans: list[dict]) -> None:
     assert result["summary"]["output_tokens_per_s"] == pytest.approx(held_rate(spans), rel=0.02)
 
 
+def check_itl(result: dict, spans: list[dict]) -> None:
+    """ITL: its mean against the stand-in's truth, its p50 against the client's own chunk times.
+
+    The mean of the per-token ITLs is the decode time over the decode tokens, so it has a truth
+    (what the stand-in emitted) that load does not move. The median has none: a late wake-up of the
+    stand-in's writer is caught up by a burst of chunks (its deadline schedule), and a busy client
+    reads several chunks at once, so under load the median gap falls below the mean (0.473 vs 0.500 ms
+    at 2000 tok/s) while every rate is right. The p50 is checked as what it is, the median of the
+    per-token gaps of the measured requests, recomputed from their raw chunks.
+    """
+    from gpuops.remote.bench_stats import describe
+
+    itl = result["summary"]["itl_ms"]
+    assert itl["mean"] == pytest.approx(1000.0 / held_rate(spans), rel=0.02)
+    gaps = [x * 1000.0 for s in result["samples"] for x in sample_figures(s)["itls_s"]]
+    assert itl["p50"] == pytest.approx(describe(gaps)["p50"])
+
+
 # About 0.8-1 s of decoding per request: few tokens at low rates keep the test short.
 @pytest.mark.parametrize("rate,tokens", [(50, 40), (500, 400), (2000, 2000)])
 def test_measured_rate_within_2_percent(tmp_path: Path, rate: int, tokens: int):
@@ -73,7 +91,7 @@ def test_measured_rate_within_2_percent(tmp_path: Path, rate: int, tokens: int):
     assert summary["ttft_ms"]["p50"] >= 39.0  # the server holds the first token back 40 ms
     assert result["server"]["simulated"] is True
     check_against_truth(result, spans)
-    assert summary["itl_ms"]["p50"] == pytest.approx(1000.0 / held_rate(spans), rel=0.05)
+    check_itl(result, spans)
 
 
 def test_speculative_chunks_give_per_token_itl(tmp_path: Path):
@@ -88,7 +106,7 @@ def test_speculative_chunks_give_per_token_itl(tmp_path: Path):
     assert {b[1] - a[1] for a, b in zip(chunks, chunks[1:])} == {2, 3}
     assert result["summary"]["accept_length"] == pytest.approx(2.5)
     check_against_truth(result, spans)
-    assert result["summary"]["itl_ms"]["p50"] == pytest.approx(1000.0 / held_rate(spans), rel=0.05)
+    check_itl(result, spans)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

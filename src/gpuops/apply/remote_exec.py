@@ -76,7 +76,8 @@ def gather_as(conn: "Connection", probes: list[Any], preamble: str, options: App
 def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
                options: ApplyOptions, with_preamble: bool = False, deadline: float | None = None,
                on_audit: Callable[[Any], tuple[bool, str]] | None = None,
-               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               on_event: Callable[[dict[str, Any]], None] | None = None,
+               on_verified: Callable[[], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
     """Ship apply_helper + payload in ONE exec and hold its transaction to the end (see apply.txn).
 
     Returns the helper's ``result``, or ``{"status": "unknown", ...}`` when the outcome could not
@@ -94,7 +95,8 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
 
     started = time.monotonic()
     with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
-        result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event)
+        result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event,
+                                 on_verified)
     if verbose.enabled():
         verbose.log_stream(conn.host.name, command, len(body), time.monotonic() - started, str(result.get("status")))
     return result

@@ -9,7 +9,7 @@ confirms once it has seen the verification; the host commits only then.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
@@ -159,13 +159,51 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         def on_audit(output: Any) -> tuple[bool, str]:
             return _judge(output, plan, gpu.get("cuda"))
 
+        on_verified = _smoke_check(conn, plan, variables, report)
         result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None,
-                            deadline=deadline, on_audit=on_audit if plan.audit is not None else None)
+                            deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
+                            on_verified=on_verified)
         _fold_result(report, result, secret_values(variables))
         _journal_home(report, role, digest, discovery.state_dir, host_key(host))
         return report
     finally:
         conn.close()
+
+
+def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
+                 report: HostReport) -> Callable[[], tuple[bool, str | None]] | None:
+    """Greedy prompts before the restart now, and after it (from the transaction, before the commit).
+
+    Runs only for roles that touch kernels, when the run restarts a server that answers now.
+    Different answers are a warning; with ``-e smoke_rollback=true`` the run is rolled back."""
+    from gpuops.apply import smoke
+
+    if not plan.handlers or plan.service is None or not smoke.wanted(plan.role, variables):
+        return None
+    python = str(variables.get("gpuops_python") or "python3")  # any python3 on the host sends the prompts
+    before = smoke.run_prompts(conn, plan.service.port, python)
+    if before.outputs is None:
+        report.notes.append(f"smoke check skipped: the server did not answer before the restart ({before.error})")
+        return None
+    rollback = smoke.truthy(variables.get("smoke_rollback", False))
+
+    def after_restart() -> tuple[bool, str | None]:
+        after = smoke.run_prompts(conn, plan.service.port, python)  # type: ignore[union-attr]
+        if after.outputs is None:
+            report.warnings.append(f"smoke check: the restarted server did not answer the prompts ({after.error})")
+            return True, None
+        changed = smoke.differences(before.outputs or [], after.outputs)
+        if not changed:
+            report.notes.append(f"smoke check: {len(smoke.PROMPTS)} greedy prompts answer the same after the restart")
+            return True, None
+        what = (f"smoke check: {len(changed)} of {len(smoke.PROMPTS)} greedy prompts (temperature 0, "
+                f"{smoke.MAX_TOKENS} tokens) answer differently after the restart: " + "; ".join(changed))
+        if rollback:
+            return False, what + " (smoke_rollback=true: rolled back)"
+        report.warnings.append(what + " (pass -e smoke_rollback=true to roll such a change back)")
+        return True, None
+
+    return after_restart
 
 
 def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:

@@ -46,8 +46,12 @@ def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> di
 
 def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: float, deadline: float | None,
                     run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
-                    on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run the helper; return its ``result`` (or an ``unknown`` outcome). ``deadline``: monotonic."""
+                    on_event: Callable[[dict[str, Any]], None] | None = None,
+                    on_verified: Callable[[], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
+    """Run the helper; return its ``result`` (or an ``unknown`` outcome). ``deadline``: monotonic.
+
+    ``on_verified`` (the correctness smoke check) runs once the new server is healthy, before the
+    confirmation; when it answers False the helper is told not to commit, and rolls the run back."""
     from gpuops.apply.stream import open_stream
 
     stream = open_stream(conn, command)
@@ -105,7 +109,11 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
             elif event == "verified":
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
-                confirmed = stream.send(b'{"commit": true}\n')
+                keep, why = on_verified() if on_verified is not None else (True, None)
+                if keep:
+                    confirmed = stream.send(b'{"commit": true}\n')
+                else:
+                    stream.send((json.dumps({"commit": False, "reason": why}) + "\n").encode())
     finally:
         stop.set()
         stream.close()

@@ -17,6 +17,9 @@ Controls (environment):
   GPUOPS_STANDIN_CRASH_IF          KEY=VALUE[,KEY=VALUE...]: when an env var or a flag matches, log a
                                    realistic error and exit 1 at start-up (after STARTUP_S)
   GPUOPS_STANDIN_FAIL_AFTER_TOKENS N: every generation fails with an error chunk after N tokens
+  GPUOPS_STANDIN_WRONG_IF          KEY=VALUE[,...] (as CRASH_IF): when a flag or env var matches, the
+                                   server starts but answers different text (a kernel change that
+                                   broke correctness); otherwise the text is the same for every start
   GPUOPS_STANDIN_ACCEPT_LENGTH     speculative decoding: average accepted tokens per verify cycle
   GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
                                    (default 0.015; 0 keeps an exact rate exact under load)
@@ -309,6 +312,9 @@ class StandinState(object):
         self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
         fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
         self.fail_after_tokens = None if fail is None else int(fail)
+        # Wrong answers: a lab fault for gpuops' correctness smoke check (apply/smoke.py).
+        self.wrong = matching_crash_rule(parse_crash_rules(environ.get("GPUOPS_STANDIN_WRONG_IF")),
+                                         server_args, environ) is not None
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.running = 0
@@ -367,8 +373,10 @@ def count_prompt_tokens(prompt):
     return 1
 
 
-def filler_text(start, count):
-    return "".join(FILLER_WORDS[(start + i) % len(FILLER_WORDS)] for i in range(count))
+def filler_text(start, count, wrong=False):
+    """Deterministic text (greedy decoding repeats itself); ``wrong`` shifts it, as a broken kernel would."""
+    shift = 3 if wrong else 0
+    return "".join(FILLER_WORDS[(start + shift + i) % len(FILLER_WORDS)] for i in range(count))
 
 
 class GenerationFailed(Exception):
@@ -538,7 +546,7 @@ class StandinHandler(BaseHTTPRequestHandler):
             except GenerationFailed as exc:
                 self._error(500, str(exc))
                 return
-            self._send_json(200, {"text": filler_text(0, done), "meta_info": meta(done, True, chunks)})
+            self._send_json(200, {"text": filler_text(0, done, self.state.wrong), "meta_info": meta(done, True, chunks)})
             return
         self._start_stream()
         chunks = 0
@@ -546,7 +554,7 @@ class StandinHandler(BaseHTTPRequestHandler):
         try:
             for done, size in generate_chunks(self.state, prompt_tokens, max_new):
                 chunks += 1
-                text += filler_text(done - size, size)  # cumulative, like SGLang's native stream
+                text += filler_text(done - size, size, self.state.wrong)  # cumulative, like SGLang's native stream
                 self._event({"text": text,
                              "meta_info": meta(done, done >= max_new, chunks)})
         except GenerationFailed as exc:
@@ -595,7 +603,7 @@ class StandinHandler(BaseHTTPRequestHandler):
                 self._error(500, str(exc))
                 return
             self._send_json(200, {"id": cid, "object": kind, "created": created, "model": model,
-                                  "choices": [choice(filler_text(0, done), "length", False)],
+                                  "choices": [choice(filler_text(0, done, self.state.wrong), "length", False)],
                                   "usage": usage(done)})
             return
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -605,7 +613,7 @@ class StandinHandler(BaseHTTPRequestHandler):
             for done, size in generate_chunks(self.state, prompt_tokens, max_new):
                 finish = "length" if done >= max_new else None
                 chunk = {"id": cid, "object": kind + ".chunk" if chat else kind, "created": created,
-                         "model": model, "choices": [choice(filler_text(done - size, size), finish, True)]}
+                         "model": model, "choices": [choice(filler_text(done - size, size, self.state.wrong), finish, True)]}
                 if finish:
                     chunk["usage"] = usage(done)  # the last content chunk always carries usage
                 self._event(chunk)

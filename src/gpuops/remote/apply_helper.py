@@ -918,7 +918,9 @@ def do_apply(payload, progress, lease, faults, notes):
         pid = run.run_handlers()
         run.phase("confirm")
         progress({"event": "verified", "pid": pid})
-        lease.wait_message("commit", "while waiting for gpuops to confirm")
+        answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
+        if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
+            raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event("finished", pid=pid)
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
@@ -956,19 +958,37 @@ def pick_rollback_target(records, wanted):
 
 
 def later_conflict(runs, target, undone):
-    """Refuse to undo a run whose files a later, still-standing run changed again."""
+    """Refuse to undo a run whose files a later, still-standing run changed again.
+
+    Undoing an older run by composition (recompute the launch without its part) is not built yet:
+    the message names every later run that must go first, newest first, so the operator can undo
+    them, undo the target, and re-apply the later roles (their parts are recomputed on apply)."""
     paths = {c.get("path") for c in target.get("changes") or []}
-    seen = False
+    seen, blocking, first_overlap = False, [], None
     for run in runs:
         if run["run_id"] == target["run_id"]:
             seen = True
             continue
         if not seen or run.get("kind") == "rollback" or run["run_id"] in undone or "rolled_back" in run["events"]:
             continue
-        overlap = sorted(paths & {c.get("path") for c in run.get("changes") or []})
+        # a later run must go first when it touched a file of the target or of a run that must go first
+        touched = {c.get("path") for c in run.get("changes") or []}
+        overlap = sorted(paths & touched)
         if overlap:
-            raise StepFailed("run %s changed %s again after %s; roll back %s first"
-                             % (run["run_id"], overlap[0], target["run_id"], run["run_id"]))
+            blocking.append(run)
+            paths |= touched
+            first_overlap = first_overlap or (run, overlap[0])
+    if not blocking:
+        return
+    run, path = first_overlap
+    order = list(reversed(blocking))
+    undo = "; ".join("gpuops rollback --run %s" % r["run_id"] for r in order)
+    roles = sorted({r.get("role") for r in blocking if r.get("role")})
+    raise StepFailed(
+        "run %s changed %s again after %s; roll back %s first (undoing an older run while later runs stand is "
+        "not supported yet): run %s; then gpuops rollback --run %s; then re-apply %s with the same -e values"
+        % (run["run_id"], path, target["run_id"], order[0]["run_id"], undo, target["run_id"],
+           ", ".join(roles) if roles else "what those runs applied"))
 
 
 def load_manifest(state_dir, run):

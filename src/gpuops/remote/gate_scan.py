@@ -514,6 +514,15 @@ def parse_file(info, extra_names):
     info.whole = True
 
 
+def load_info(info, extra_names):
+    """Parse (more of) ``info`` and collect its definitions afresh."""
+    parse_file(info, extra_names)
+    if info.error:
+        return
+    info.imports, info.aliases, info.predicates, info.helpers, info.platform_map = {}, {}, {}, set(), {}
+    collect_definitions(info)
+
+
 _IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([\w.]+)(?:[ \t]+as[ \t]+(\w+))?", re.M)
 
 
@@ -1817,6 +1826,8 @@ class Scanner(object):
         self.parsed_count = None
         self.files_total = 0
         self._constant_cache = {}
+        self._site_infos = {}   # rel -> FileInfo as loaded (see site_info)
+        self._walked = set()
 
     def is_predicate(self, name):
         return name in self.defs
@@ -1861,12 +1872,7 @@ class Scanner(object):
         elif imported and depth < 3:
             module, original = imported
             for rel in module_files(module):
-                other = self.files.get(rel)
-                if other is None and rel in self.texts:
-                    try:
-                        other = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
-                    except UnicodeDecodeError:
-                        other = None
+                other = self.site_info(rel) if rel in self.texts else None
                 if other is not None:
                     value = self.constant(other, original, depth + 1)
                     break
@@ -1965,7 +1971,9 @@ class Scanner(object):
         subjects = set()
         for rel in holders:
             try:
-                info = self.files.get(rel) or FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                info = self.site_info(rel)
+                if info is None:
+                    raise ValueError("not UTF-8")
                 pieces = self.statements_naming(info, name)
             except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
                 return None
@@ -2100,14 +2108,40 @@ class Scanner(object):
                     self.errors.append({"file": rel, "error": "not UTF-8"})
                     continue
                 info = FileInfo(FileSource(rel, text))
-            parse_file(info, extra_names)
+            load_info(info, extra_names)
             if info.error:
                 self.errors.append({"file": rel, "error": info.error})
                 self.files.pop(rel, None)
                 continue
             self.files[rel] = info
-            info.imports, info.aliases, info.predicates, info.helpers, info.platform_map = {}, {}, {}, set(), {}
-            collect_definitions(info)
+
+    def extra_names(self):
+        return sorted(n for n in self.defs if not any(t in n for t in TOKENS))
+
+    def site_info(self, rel):
+        """``rel`` as another file's analysis (call sites, constants) may see it: as loaded, before
+        its own walk, whichever worker holds it and whether or not it was walked already, so that
+        the result depends neither on how files are shared among workers nor on walk order.
+        Files the scan does not load are read bare, as before. None when not UTF-8."""
+        info = self.files.get(rel)
+        if info is not None and rel not in self._walked:
+            return info
+        if rel not in self._site_infos:
+            found = None
+            try:
+                found = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+            except UnicodeDecodeError:
+                found = None
+            if found is not None and self.select([rel]):
+                loaded = FileInfo(FileSource(rel, found.source.text))
+                load_info(loaded, ())
+                extra = [n for n in self.extra_names() if n.encode() in self.texts[rel]]
+                if extra and not loaded.error:
+                    load_info(loaded, extra)
+                if not loaded.error:
+                    found = loaded  # an unparseable file is not loaded by the scan: read it bare
+            self._site_infos[rel] = found
+        return self._site_infos[rel]
 
     def local_tables(self):
         """What other files need to know about these: predicate names (and which are class
@@ -2135,7 +2169,7 @@ class Scanner(object):
     def reload_extra(self):
         """Predicates with names no token covers (rare): parse again where such a name is used,
         only in files already read (a token-less predicate is used where it lives)."""
-        extra = sorted(n for n in self.defs if not any(t in n for t in TOKENS))
+        extra = self.extra_names()
         if extra:
             names = [n.encode() for n in extra]
             again = [rel for rel in sorted(self.files) if any(n in self.texts[rel] for n in names)]
@@ -2146,6 +2180,7 @@ class Scanner(object):
         extra_words = [n for n in self.defs if not any(t in n for t in TOKENS)]
         for rel in sorted(self.files):
             info = self.files[rel]
+            self._walked.add(rel)  # from here on its pieces grow: others read it through site_info
             found = []
             try:
                 words = self.flow_names(info)

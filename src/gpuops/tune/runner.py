@@ -94,7 +94,14 @@ def run_sweep(
                 per = (time.monotonic() - started) / index
                 eta = f", ETA {per * (len(variants) - index):.0f} s"
             say(f"tune: applying {variant.label} (variant {index + 1}/{len(variants)}{eta})")
-            run_id, reports = apply_role(hosts, ROLE, {"nccl_env": dict(variant.env)}, apply_options)
+            # smoke_check: greedy prompts before and after each restart; a variant that changes the
+            # answers is said here (the trial still runs: speed and correctness are reported apart)
+            run_id, reports = apply_role(hosts, ROLE, {"nccl_env": dict(variant.env), "smoke_check": True},
+                                         apply_options)
+            for name, report in reports.items():
+                for warning in report.warnings:
+                    if warning.startswith("smoke check"):
+                        say(f"tune: {name}: {variant.label}: WARNING {warning}")
             changed = [name for name, r in reports.items() if r.ok and r.changed]
             if changed:
                 applied_runs.append((run_id, changed))

@@ -1,0 +1,88 @@
+"""Correctness smoke check around a restart that changes kernels: the same greedy prompts, before and after.
+
+Greedy decoding (temperature 0) of a few short prompts is deterministic for one build of the server
+on one host, so a kernel change that alters numerics enough to change the argmax shows up as a
+different answer. Equal answers prove little; different ones are worth a warning (and, with
+``-e smoke_rollback=true``, a rollback). The prompts are sent from the host itself (one small exec
+over the same SSH connection), to the port the role's service answers on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from gpuops.transport import Connection
+
+# Roles whose changes touch kernels: their restarts get the check.
+KERNEL_ROLES = ("fusion-sm120",)
+PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):",
+    "List the first five prime numbers:",
+)
+MAX_TOKENS = 16
+TIMEOUT_S = 120.0
+
+_CODE = r"""
+import json, sys, urllib.request
+port, max_tokens, prompts = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+out = []
+try:
+    for prompt in prompts:
+        body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}})
+        req = urllib.request.Request("http://127.0.0.1:%d/generate" % port, data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            out.append(json.loads(resp.read().decode()).get("text"))
+    print(json.dumps({"outputs": out}))
+except Exception as exc:
+    print(json.dumps({"error": "%s: %s" % (type(exc).__name__, exc)}))
+"""
+
+
+@dataclass
+class SmokeResult:
+    outputs: list[str] | None
+    error: str | None = None
+
+
+def wanted(role: str, variables: Mapping[str, Any]) -> bool:
+    """On by default for kernel roles (``-e smoke_check=false`` turns it off); other roles on request
+    (``tune`` asks for it on its nccl-env trials)."""
+    return truthy(variables.get("smoke_check", role in KERNEL_ROLES))
+
+
+def truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def run_prompts(conn: "Connection", port: int, python: str = "python3") -> SmokeResult:
+    command = "%s -c %s %d %d %s" % (shlex.quote(python), shlex.quote(_CODE), int(port), MAX_TOKENS,
+                                     shlex.quote(json.dumps(list(PROMPTS))))
+    try:
+        done = conn.run(command, timeout=TIMEOUT_S)
+    except Exception as exc:  # a transport error: the check is skipped, never the apply failed by it
+        return SmokeResult(None, f"{type(exc).__name__}: {exc}")
+    lines = (done.stdout or b"").decode("utf-8", "replace").strip().splitlines()
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return SmokeResult(None, f"the prompt script printed nothing readable (rc {done.exit_status})")
+    if answer.get("error"):
+        return SmokeResult(None, str(answer["error"]))
+    return SmokeResult([str(o) for o in answer.get("outputs") or []])
+
+
+def differences(before: list[str], after: list[str]) -> list[str]:
+    """One line per prompt whose greedy answer changed (prompts are ours, so they can be shown)."""
+    lines = []
+    for prompt, old, new in zip(PROMPTS, before, after):
+        if old != new:
+            lines.append(f"{prompt!r}: {old[:40]!r} -> {new[:40]!r}")
+    return lines
