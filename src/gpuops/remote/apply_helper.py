@@ -60,6 +60,8 @@ import types
 import urllib.error
 import urllib.request
 
+from gpuops.remote.digest import sha256_file
+
 TERMINAL_EVENTS = ("finished", "rolled_back", "unchanged", "reverted_by_rollback")
 HEALTH_PATHS = ("/health",)
 INFO_PATHS = ("/get_model_info", "/get_server_info")
@@ -84,14 +86,6 @@ class LeaseLapsed(StepFailed):
 
 
 # ---------------------------------------------------------------- small file utilities
-
-
-def sha256_file(path):
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except FileNotFoundError:
-        return None
 
 
 def fsync_dir(path):

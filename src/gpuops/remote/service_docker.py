@@ -13,29 +13,15 @@ held by a process of this container.
 """
 
 import json
-import subprocess
 
+from gpuops.remote.service_base import ServiceFailed, run_command
 from gpuops.remote.ports import port_flag, port_owners, process_tree
 
 _DOCKER_TIMEOUT_S = 300
 
 
-class ServiceFailed(Exception):
-    """The container did not do what was asked; ``log_tail``: its ``docker logs`` tail."""
-
-    def __init__(self, message, log_tail=None):
-        Exception.__init__(self, message)
-        self.log_tail = log_tail
-
-
 def _run(argv, timeout=_DOCKER_TIMEOUT_S):
-    try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=timeout)
-    except FileNotFoundError as exc:
-        return subprocess.CompletedProcess(argv, 127, "", str(exc))
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", "%s timed out after %ds" % (argv[0], timeout))
+    return run_command(argv, timeout)
 
 
 class DockerService:

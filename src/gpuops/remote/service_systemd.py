@@ -10,9 +10,9 @@ systemd restarts after a crash (``NRestarts`` grows, or it sits in ``auto-restar
 start, not a slow one. The journal tail of the unit since the restart explains the failure.
 """
 
-import subprocess
 import time
 
+from gpuops.remote.service_base import ServiceFailed, run_command
 from gpuops.remote.ports import port_flag, port_owners
 
 SHOW_PROPERTIES = (
@@ -24,22 +24,8 @@ SHOW_PROPERTIES = (
 _SYSTEMCTL_TIMEOUT_S = 120
 
 
-class ServiceFailed(Exception):
-    """The unit did not do what was asked; ``log_tail``: the unit's journal since the restart."""
-
-    def __init__(self, message, log_tail=None):
-        Exception.__init__(self, message)
-        self.log_tail = log_tail
-
-
 def _run(argv, timeout=_SYSTEMCTL_TIMEOUT_S):
-    try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=timeout)
-    except FileNotFoundError as exc:
-        return subprocess.CompletedProcess(argv, 127, "", str(exc))
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", "%s timed out after %ds" % (argv[0], timeout))
+    return run_command(argv, timeout)
 
 
 def unit_name(name):
