@@ -7,7 +7,6 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops.apply.options import ApplyOptions
-from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -104,11 +103,6 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
 
 def keep_runs(variables: Mapping[str, Any]) -> int:
     """``gpuops_keep_runs`` (default 20): how many runs' backups a host keeps."""
-    raw = variables.get("gpuops_keep_runs", 20)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise GpuopsError(f"gpuops_keep_runs must be a whole number, not {raw!r}") from None
-    if value < 1:
-        raise GpuopsError(f"gpuops_keep_runs must be at least 1, not {raw!r}")
-    return value
+    from gpuops.apply.txn import number_var
+
+    return int(number_var(variables, "gpuops_keep_runs", 20, int, "a whole number", 1))

@@ -21,18 +21,24 @@ if TYPE_CHECKING:
 DEFAULT_LEASE_S = 30.0
 
 
-def lease_seconds(variables: Mapping[str, Any]) -> float:
-    """``gpuops_lease`` (seconds, >= 1): how long a host waits for gpuops before it rolls back."""
+def number_var(variables: Mapping[str, Any], name: str, default: float, cast: Callable[[Any], float],
+               kind: str, minimum: float, unit: str = "") -> float:
+    """A numeric run variable, checked: one clear error naming it for a non-number or a too-small one."""
     from gpuops.errors import GpuopsError
 
-    raw = variables.get("gpuops_lease", DEFAULT_LEASE_S)
+    raw = variables.get(name, default)
     try:
-        value = float(raw)
+        value = cast(raw)
     except (TypeError, ValueError):
-        raise GpuopsError(f"gpuops_lease must be a number of seconds, not {raw!r}") from None
-    if value < 1:
-        raise GpuopsError(f"gpuops_lease must be at least 1 second, not {raw!r}")
+        raise GpuopsError(f"{name} must be {kind}, not {raw!r}") from None
+    if value < minimum:
+        raise GpuopsError(f"{name} must be at least {minimum:g}{unit}, not {raw!r}")
     return value
+
+
+def lease_seconds(variables: Mapping[str, Any]) -> float:
+    """``gpuops_lease`` (seconds, >= 1): how long a host waits for gpuops before it rolls back."""
+    return number_var(variables, "gpuops_lease", DEFAULT_LEASE_S, float, "a number of seconds", 1, " second")
 
 
 def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> dict[str, Any]:

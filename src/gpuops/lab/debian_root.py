@@ -14,19 +14,18 @@ complete root or none. The mirror is the one this machine's apt sources name, re
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from gpuops.errors import GpuopsError
+from gpuops.lab.file_lock import exclusive_lock
 
 # What a lab host that runs systemd needs: an init, a bus, the host's python, an SSH server.
 # procps: `ps`/`pkill` for anyone debugging inside; iproute2: `ss` to see who owns a port.
@@ -129,7 +128,7 @@ def debian_root(packages: tuple[str, ...] = PACKAGES, progress: Callable[[str], 
     if _complete(root):
         return root
     release_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(release_dir / ".lock"):
+    with exclusive_lock(release_dir / ".lock"):
         if _complete(root):  # another process built it while we waited
             return root
         if shutil.which(DEBOOTSTRAP) is None:
@@ -152,16 +151,6 @@ def debian_root(packages: tuple[str, ...] = PACKAGES, progress: Callable[[str], 
 
 def _complete(root: Path) -> bool:
     return (root / ".gpuops-root-complete").is_file()
-
-
-@contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _debootstrap(source: AptSource, packages: tuple[str, ...], target: Path) -> None:

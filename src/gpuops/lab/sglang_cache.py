@@ -11,7 +11,6 @@ an atomic rename: a reader either sees a complete ``site/`` or none at all.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -19,11 +18,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from gpuops.errors import GpuopsError
+from gpuops.lab.file_lock import exclusive_lock
 
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)$")
 _DOWNLOAD_TIMEOUT_S = 600
@@ -46,7 +44,7 @@ def sglang_site(version: str) -> Path:
     if (site / "sglang" / "__init__.py").is_file():
         return site
     release_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(release_dir / ".lock"):
+    with exclusive_lock(release_dir / ".lock"):
         # Another process may have filled it while we waited for the lock.
         if (site / "sglang" / "__init__.py").is_file():
             return site
@@ -72,16 +70,6 @@ def _pip_reason(stderr: str) -> str:
 def sglang_source(version: str) -> Path:
     """The unpacked ``sglang`` package dir (the one with ``__init__.py``) of that release."""
     return sglang_site(version) / "sglang"
-
-
-@contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _download_wheel(version: str, release_dir: Path) -> Path:
