@@ -88,6 +88,19 @@ class LeaseLapsed(StepFailed):
 # ---------------------------------------------------------------- small file utilities
 
 
+def read_complete_lines(path, offset):
+    """The whole lines appended to ``path`` since ``offset``, and the offset after them: a line still
+    being written is left for the next read, so a reader never acts on half a JSON message."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        chunk = b""
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    return complete, offset + len(complete)
+
+
 def fsync_dir(path):
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -297,14 +310,7 @@ class Lease:
         """The next message from gpuops that carries ``key``; the lease is checked meanwhile."""
         while True:
             self.check(where)
-            try:
-                with open(self.inbox, "rb") as handle:
-                    handle.seek(self._inbox_offset)
-                    chunk = handle.read()
-            except FileNotFoundError:
-                chunk = b""
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            self._inbox_offset += len(complete)
+            complete, self._inbox_offset = read_complete_lines(self.inbox, self._inbox_offset)
             for line in complete.splitlines():
                 try:
                     message = json.loads(line.decode("utf-8"))
@@ -1242,15 +1248,7 @@ class Relay:
             self.mark_gone()
 
     def pump(self):
-        progress_path = os.path.join(self.call_dir, "progress.jsonl")
-        try:
-            with open(progress_path, "rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            chunk = b""
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self._offset += len(complete)
+        complete, self._offset = read_complete_lines(os.path.join(self.call_dir, "progress.jsonl"), self._offset)
         if complete:
             self.emit(complete.decode("utf-8", "replace"))
         if time.monotonic() - self._last_beat > 1.0:
