@@ -16,7 +16,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,3 +118,26 @@ def gpuops_cli(*args: str, cwd: "os.PathLike[str] | str", timeout: float = 180) 
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
     return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
+
+
+def wait_for_self_rollback(lock_path: Path, rolled_back: Callable[[], bool], deadline: float) -> None:
+    """Wait, until the monotonic ``deadline``, for a host to roll a run back by itself: its worker
+    holds the state dir's lock while it works, so the run is over only once the lock is free AND
+    ``rolled_back()`` says the journal recorded it. Fails the test past the deadline."""
+    import fcntl
+    import time
+
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                if rolled_back():
+                    return
+            except OSError:
+                pass  # the worker still holds the lock
+            assert time.monotonic() < deadline, "the host did not roll back by itself within the lease"
+            time.sleep(0.1)
+    finally:
+        os.close(fd)

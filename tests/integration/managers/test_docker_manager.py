@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info
+from labtools import server_info, wait_for_self_rollback
 
 pytestmark = pytest.mark.integration
 
@@ -190,7 +190,6 @@ def test_a_container_docker_keeps_restarting_is_a_failed_start(docker_host, run_
 
 
 def test_client_killed_during_the_health_wait_the_container_spec_comes_back(docker_host, gpuops_home) -> None:
-    import fcntl
     import os
     import signal
     import sys
@@ -225,20 +224,7 @@ def test_client_killed_during_the_health_wait_the_container_spec_comes_back(dock
         if client.poll() is None:
             client.kill()
     deadline = time.monotonic() + 4 + 60
-    fd = os.open(state / "lock", os.O_RDWR)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                if rolled() > rolled_before:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the host did not roll back by itself within the lease"
-            time.sleep(0.1)
-    finally:
-        os.close(fd)
+    wait_for_self_rollback(state / "lock", lambda: rolled() > rolled_before, deadline)
     assert files(dh) == before_files
     restored = dh.inspect()
     assert restored["State"]["Running"] and spec(restored) == spec(before)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info
+from labtools import server_info, wait_for_self_rollback
 
 pytestmark = pytest.mark.integration
 
@@ -260,7 +260,6 @@ def test_client_killed_during_the_health_wait_the_host_rolls_back_by_itself(host
     # The transaction's lease under systemd: gpuops vanishes (kill -9) after the unit's server was
     # restarted with the new environment; the host-side worker restores the env file and brings
     # the previous server back through systemd on its own.
-    import fcntl
     import os
     import signal
     import sys
@@ -300,20 +299,7 @@ def test_client_killed_during_the_health_wait_the_host_rolls_back_by_itself(host
         if client.poll() is None:
             client.kill()
     deadline = time.monotonic() + 4 + 60  # the lease, then the previous server's restart
-    fd = os.open(state / "lock", os.O_RDWR)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                if rolled_back() > rolled_back_before:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the host did not roll back by itself within the lease"
-            time.sleep(0.1)
-    finally:
-        os.close(fd)
+    wait_for_self_rollback(state / "lock", lambda: rolled_back() > rolled_back_before, deadline)
     assert files(host) == before
     info = served(host)
     assert "NCCL_MIN_NCHANNELS" not in info["env"] and info["env"]["NCCL_DEBUG"] == "WARN"
