@@ -85,7 +85,7 @@ def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         run = runs.setdefault(run_id, {"run_id": run_id, "events": [], "changes": []})
         event = record.get("event")
         run["events"].append(event)
-        for key in ("role", "user", "client", "vars_sha256", "kind", "target"):
+        for key in ("role", "user", "client", "vars_sha256", "kind", "target", "recompose"):
             if record.get(key) is not None and key not in run:
                 run[key] = record[key]
         if record.get("changes"):
