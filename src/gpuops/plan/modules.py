@@ -134,7 +134,8 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     python = str(args.get("python", "python3"))
     feature = str(args.get("feature", "flashinfer_allreduce_fusion"))
     state.needs_gate_scan = True
-    nothing = {"changed": False, "applies": False, "launch_flags": [], "notes": [], "files": []}
+    nothing = {"changed": False, "applies": False, "launch_flags": [], "notes": [], "files": [], "image": "",
+               "image_base": ""}
     if state.discovery:
         return dict(nothing, applies=True)
     from gpuops.plan.applicability import decide_for_gpu, p2p_refusal
@@ -165,6 +166,17 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
         raise GpuopsError(f"{state.host}: fusion-sm120: {error}")
     if warning:
         state.warn(warning)
+    if _scope_text(scope, "sglang_manager", "process") == "docker":
+        from gpuops.plan.image_patch import plan_image_patch
+
+        # The files live in the container's image: the patch becomes a derived image (no host file).
+        image = plan_image_patch(task, state, pending, _scope_text(scope, "sglang_docker_image", ""), "python3",
+                                 feature, target_sm, _recorded(state, scope))
+        for note in patch.notes:
+            state.note(note)
+        files = [path for path, _, _ in pending]
+        return {"changed": bool(pending), "applies": True, "launch_flags": list(patch.launch_flags),
+                "notes": list(patch.notes), "files": files, **image}
     changed_paths = []
     for path, before, after in pending:
         state.add_change(Change(
@@ -179,6 +191,22 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
         state.audit = AuditCheck(feature=feature, target_sm=target_sm, python=python)
     return {"changed": bool(changed_paths), "applies": True, "launch_flags": list(patch.launch_flags),
             "notes": list(patch.notes), "files": changed_paths}
+
+
+def _scope_text(scope: "VarScope", name: str, default: str) -> str:
+    return str(scope.get(name)) if name in scope else default
+
+
+def _recorded(state: "PlanState", scope: "VarScope") -> dict | None:
+    """This role's contribution as the host's desired state records it (None when it has none)."""
+    from gpuops.plan.compose import read_desired
+
+    assert state.facts is not None
+    path = _scope_text(scope, "gpuops_desired_state", "")
+    current = state.facts.files.get(path) if path else None
+    if current is None or not current.exists:
+        return None
+    return read_desired(current.content, f"{state.host}: {path}").get(state.role)
 
 
 def _contributed_before(state: "PlanState", scope: "VarScope") -> bool:
