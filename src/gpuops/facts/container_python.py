@@ -97,6 +97,8 @@ def in_container(probe: "Probe[Any]", target: ContainerTarget) -> "Probe[Any]":
     parse = probe.parse
     if probe.name in ("software.python", "host.system"):
         parse = _named_python(probe.parse, target.describe())
+    elif probe.name == "gates.scan":
+        parse = _where_scanned(probe.parse, target.describe())
     return Probe(probe.name, container_python_sh(target) + "\n" + probe.script, parse)
 
 
@@ -116,6 +118,19 @@ def _named_python(parse: Any, name: str) -> Any:
         return value
 
     return parse_named
+
+
+def _where_scanned(parse: Any, name: str) -> Any:
+    """A scan that could not run says where it looked (the container's python, not the host's)."""
+
+    def parse_where(output: "ProbeOutput") -> Any:
+        value = parse(output)
+        reason = getattr(value, "reason", None)
+        if dataclasses.is_dataclass(value) and not getattr(value, "known", True) and reason and name not in reason:
+            return dataclasses.replace(value, reason=f"{reason} ({name})")
+        return value
+
+    return parse_where
 
 
 def container_probe(target: ContainerTarget) -> "Probe[dict[str, Any] | None]":
