@@ -38,6 +38,9 @@ class HostFacts:
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
     # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
     gpu: Mapping[str, Any] | None = None
+    # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
+    # name, id, image, image_id, running, labels; None when not gathered or no such container.
+    container: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class Plan:
     service: ServiceSpec | None
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
+    image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"
