@@ -43,6 +43,21 @@ def _scan_summary(scan: Any) -> dict[str, Any]:
     return {"cached": bool(getattr(scan, "cached", False)), "fingerprint": getattr(scan, "fingerprint", None)}
 
 
+_READS_SGLANG = ("host.system", "software.python", "gates.scan")
+
+
+def _in_container(host: Host, probes: list[Any]) -> list[Any]:
+    """On a docker-managed host, the probes that read SGLang (its packages, the gate scan) run with
+    the container's python: the SGLang that matters is the one in the container. The system probe
+    gets the same ``$GPUOPS_PY`` so that it reports which python that was, and why."""
+    from gpuops.facts.container_python import docker_target, in_container
+
+    target = docker_target(host.vars or {})
+    if target is None:
+        return probes
+    return [in_container(p, target) if p.name in _READS_SGLANG else p for p in probes]
+
+
 def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
     try:
         from gpuops.gates.evaluate import judge
@@ -74,6 +89,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     gate_probe, gates_error = _gate_probe(with_sources, host) if with_gates else (None, None)
     if gate_probe is not None:
         probes.append(gate_probe)
+    probes = _in_container(host, probes)
     journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
     script_preamble = preamble(host)
     recovered: list[str] = []
