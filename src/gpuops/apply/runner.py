@@ -53,7 +53,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
 
-        probes.append(gate_scan_probe(with_sources=True))  # with sources: the patch planner's input
+        probes.append(gate_scan_probe(with_sources=True, host=host))  # with sources: the patch planner's input; kept per host
         probes.extend(_gpu_probes(host))  # applicability (GPU generation, P2P) is planned from these
     probes = container_audit.gather_probes(discovery, probes)  # docker: the SGLang in the container
     values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
