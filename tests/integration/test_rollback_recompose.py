@@ -81,8 +81,8 @@ def test_fusion_then_nccl_env_undo_fusion_first(pair, run_gpuops) -> None:
 
     fusion = runs_of(gpuops_json(run_gpuops, "apply", "fusion-sm120", "-i", inv, "-l", "x", *FAST), "x")
     assert site(x) != pristine_site
-    gpuops_json(run_gpuops, "apply", "nccl-env", "-i", inv, "-l", "x:y", "-e", TREE, *FAST)
-    assert launched(x) == (True, launched(x)[1]) and launched(x)[1].get("NCCL_ALGO") == "Tree"
+    nccl = runs_of(gpuops_json(run_gpuops, "apply", "nccl-env", "-i", inv, "-l", "x:y", "-e", TREE, *FAST), "x")
+    assert launched(x)[0] and launched(x)[1].get("NCCL_ALGO") == "Tree"
 
     undo = gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x", "--run", fusion)["hosts"]["x"]
     assert undo["status"] == "finished", undo
@@ -95,12 +95,22 @@ def test_fusion_then_nccl_env_undo_fusion_first(pair, run_gpuops) -> None:
     history = gpuops_json(run_gpuops, "history", "-i", inv, "-l", "x")["hosts"]["x"]["runs"]
     undid = [r for r in history if r.get("kind") == "rollback" and r.get("target") == fusion]
     assert undid and undid[-1]["outcome"] == "finished" and undid[-1].get("recompose") is True
+    by_id = {r["run_id"]: r for r in history}
+    assert by_id[fusion]["undone_by"] == undo["run_id"] and "undone_by" not in by_id[nccl]
+
+    # The recomposition is a run like any other: undoing it puts fusion back (patches, flag), NCCL stays.
+    redo = gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x", "--run", undo["run_id"])["hosts"]["x"]
+    assert redo["status"] == "finished", redo
+    assert site(x) != pristine_site and launched(x)[0] and launched(x)[1].get("NCCL_ALGO") == "Tree"
+    again = gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x", "--run", fusion)["hosts"]["x"]
+    assert again["status"] == "finished" and site(x) == pristine_site and not launched(x)[0]
+    assert launch_files(x, other=y) == launch_files(y)
 
     # The remaining run (the default target now): x is byte-identical to before both.
     last = gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x")["hosts"]["x"]
     assert last["status"] == "finished", last
     assert tree_hashes(x.dir, skip_runs=True) == pristine_x
-    assert launched(x) == (False, launched(x)[1]) and "NCCL_ALGO" not in launched(x)[1]
+    assert not launched(x)[0] and "NCCL_ALGO" not in launched(x)[1]
     # y: its one run, the plain way
     gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "y")
 

@@ -162,3 +162,20 @@ def test_a_recompose_plan_deletes_desired_json_when_no_part_is_left(roles_path) 
     assert deleted and deleted[0].action == "delete" and deleted[0].after_sha256 is None
     assert json.loads(tuned.files[DESIRED].content or "")["contributions"]["nccl-env"]["run_id"] == "run-a"
     assert any(c.path == ENV for c in plan.changes) and plan.handlers
+
+
+def test_history_marks_the_run_a_rollback_took_out_of_effect() -> None:
+    from gpuops.apply.journal import fold_runs
+
+    records = (started("a", "fusion-sm120", [SRC, DESIRED, LAUNCH]) + started("b", "nccl-env", [DESIRED, ENV])
+               + started("r", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="a", recompose=True))
+    folded = {r["run_id"]: r for r in fold_runs(records)}
+    assert folded["a"]["undone_by"] == "r" and "undone_by" not in folded["b"] and folded["r"]["recompose"] is True
+    # undoing the recomposition: a is in effect again, r is the one undone
+    records += started("u", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="r")
+    folded = {r["run_id"]: r for r in fold_runs(records)}
+    assert "undone_by" not in folded["a"] and folded["r"]["undone_by"] == "u"
+    # a rollback that was itself rolled back undid nothing
+    records = started("a", "nccl-env", [ENV]) + [
+        {"run_id": "x", "event": "started", "kind": "rollback", "target": "a"}, {"run_id": "x", "event": "rolled_back"}]
+    assert "undone_by" not in fold_runs(records)[0]
