@@ -140,6 +140,14 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
     if isinstance(journal, ProbeFailure):
         return None   # the helper reads (and repairs) the journal itself
+    recovered: list[str] = []
+    if _has_unfinished(journal):
+        # A run died mid-way: the host rolls it back first (as history does), then we plan on
+        # the files as they really are.
+        recovered = _recover(conn, variables, extra, state_dir, options, deadline)
+        journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
+        if isinstance(journal, ProbeFailure) or _has_unfinished(journal):
+            return None
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
     if recomposition is None:
         return None
@@ -158,7 +166,8 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     report = HostReport(host=host.name, ok=ok, status=status if status in ("finished", "rolled_back", "refused",
                                                                             "rollback_failed", "unknown") else "failed",
                         run_id=run_id, restored=restored, changed=len(restored) if ok else 0,
-                        error=None if ok else result.get("error"), recovered=list(result.get("recovered") or []),
+                        error=None if ok else result.get("error"),
+                        recovered=recovered + list(result.get("recovered") or []),
                         notes=[str(n) for n in result.get("notes") or []])
     if ok:
         from gpuops.plan.compose import composed, read_desired
@@ -180,6 +189,28 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     report.notes.insert(0, f"later runs stand on its files ({', '.join(r['run_id'] for r in recomposition.later)}): "
                            "recomposed instead of restoring its backups")
     return report, tid
+
+
+def _has_unfinished(journal: list[dict[str, Any]]) -> bool:
+    from gpuops.apply.journal import fold_runs
+
+    return any(str(r.get("outcome", "")).startswith("unfinished") for r in fold_runs(journal))
+
+
+def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any], state_dir: str,
+             options: "ApplyOptions", deadline: float | None) -> list[str]:
+    """The helper's journal mode: it rolls back every run whose worker died; what it did."""
+    from gpuops.apply.options import current_user, new_run_id
+    from gpuops.apply.remote_exec import run_helper
+    from gpuops.remote import source
+
+    payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": state_dir,
+               "meta": {"role": "rollback", "user": current_user()}, "process_manager": source("process_manager")}
+    result = run_helper(conn, {**variables, **extra}, payload, options, deadline=deadline)
+    if result.get("status") != "journal":
+        raise GpuopsError(f"{conn.host.name}: cannot finish the run that died on this host first: "
+                          f"{result.get('error') or result.get('status')}")
+    return [str(r) for r in result.get("recovered") or []]
 
 
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],
