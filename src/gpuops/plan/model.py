@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
+    from gpuops.gates.scan import GateScan
 
 
 def sha256_text(text: str | None) -> str | None:
@@ -30,11 +33,14 @@ class HostFacts:
 
     host: str
     files: Mapping[str, FileState] = field(default_factory=dict)
-    gate_scan: Any = None                  # gpuops.gates scan (when a role needs it)
+    gate_scan: GateScan | None = None      # the gate scan (when a role needs it)
     gate_sources: Mapping[str, str] | None = None
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
     # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
     gpu: Mapping[str, Any] | None = None
+    # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
+    # name, id, image, image_id, running, labels; None when not gathered or no such container.
+    container: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ class Plan:
     service: ServiceSpec | None
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
+    image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"

@@ -41,6 +41,7 @@ class PlanState:
     notes: list[str] = field(default_factory=list)
     compile_checks: list[CompileCheck] = field(default_factory=list)
     audit: AuditCheck | None = None
+    image: Any = None                   # plan.image_patch.ImageBuild: a derived image to build (docker)
     registered: dict[str, Any] = field(default_factory=dict)
     role_scopes: dict[str, VarScope] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)
@@ -77,6 +78,8 @@ class Discovery:
     state_dir: str
     python: str
     warnings: tuple[str, ...]
+    # sglang_manager: docker: the container (and image) whose SGLang the gate scan must read.
+    container: Any = None               # facts.container_python.ContainerTarget
 
 
 def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
@@ -192,7 +195,15 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
     _run_role(roles[role_name], scope, state)
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     python = str(scope.get("gpuops_python")) if "gpuops_python" in scope else "python3"
-    return Discovery(tuple(sorted(state.paths)), state.needs_gate_scan, state_dir, python, tuple(state.warnings))
+    return Discovery(tuple(sorted(state.paths)), state.needs_gate_scan, state_dir, python, tuple(state.warnings),
+                     _container(scope))
+
+
+def _container(scope: VarScope) -> Any:
+    from gpuops.facts.container_python import docker_target
+
+    names = ("sglang_manager", "sglang_service", "sglang_docker_image")
+    return docker_target({name: scope.get(name) for name in names if name in scope})
 
 
 def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any],
@@ -208,7 +219,7 @@ def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     return Plan(
         host=facts.host, role=role_name, changes=tuple(state.changes), handlers=tuple(handlers),
-        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit,
+        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit, image=state.image,
         warnings=tuple(state.warnings), notes=tuple(state.notes), tasks_ok=state.tasks_ok,
         state_dir=state_dir,
     )

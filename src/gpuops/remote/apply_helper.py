@@ -60,6 +60,7 @@ import types
 import urllib.error
 import urllib.request
 
+from gpuops.remote.container_image import build_for_run, discard_built_image
 from gpuops.remote.digest import sha256_file
 
 TERMINAL_EVENTS = ("finished", "rolled_back", "unchanged", "reverted_by_rollback")
@@ -847,6 +848,7 @@ class Run:
     def rollback(self, manifest, why, log_tail=None):
         self.progress({"event": "rolling_back", "why": why})
         restored, problems, service_note = self.restore(manifest)
+        discard_built_image(self)  # docker: an image this run built, now that the previous container is back
         if problems:
             self.event("rollback_failed", error=why, problems=problems)
             return {"ok": False, "status": "rollback_failed", "error": why, "restored": restored,
@@ -905,6 +907,7 @@ def do_apply(payload, progress, lease, faults, notes):
         run.phase("before_write")
         run.write_changes(changes)
         run.phase("after_writes")
+        backend_call(build_for_run, run)  # docker: the patched files as a derived image, compiled inside
         run.compile_checks()
         audit_output = run.audit()
         verdict_reason = None
