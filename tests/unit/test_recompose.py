@@ -180,3 +180,32 @@ def test_history_marks_the_run_a_rollback_took_out_of_effect() -> None:
     records = started("a", "nccl-env", [ENV]) + [
         {"run_id": "x", "event": "started", "kind": "rollback", "target": "a"}, {"run_id": "x", "event": "rolled_back"}]
     assert "undone_by" not in fold_runs(records)[0]
+
+
+SYSTEMD = dict(INVENTORY, sglang_manager="systemd", sglang_systemd_unit_dir="/etc/systemd/system")
+UNIT = "/etc/systemd/system/sglang.service"
+
+
+def applied(facts: HostFacts, role: str, roles_path, extra: dict, run_id: str, recompose=None) -> tuple[HostFacts, object]:
+    plan = plan_role(role, facts, SYSTEMD, extra, roles_path, run_id=run_id, recompose=recompose)
+    files = dict(facts.files)
+    for change in plan.changes:
+        files[change.path] = FileState(path=change.path, exists=change.action != "delete",
+                                       content=None if change.action == "delete" else change.after, mode=change.mode)
+    return HostFacts(host=facts.host, files=files), plan
+
+
+def test_a_systemd_unit_is_recomposed_and_reloaded(roles_path) -> None:
+    paths = set(discover("nccl-env", "h01", SYSTEMD, {}).paths) | set(discover("flag-role", "h01", SYSTEMD, {}, roles_path).paths)
+    empty = HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths})
+    start, _ = applied(empty, "sglang-service", roles_path, {}, "s")
+    flagged, _ = applied(start, "flag-role", roles_path, {}, "run-a")
+    both, _ = applied(flagged, "nccl-env", roles_path, TREE, "run-b")
+    assert FLAG in (both.files[UNIT].content or "")
+    undone, plan = applied(both, "sglang-service", roles_path, {}, "undo",
+                           recompose=lambda recorded, dest: without_run(recorded, {}, "flag-role"))
+    only_nccl, _ = applied(start, "nccl-env", roles_path, TREE, "run-b")
+    for path in (UNIT, DESIRED, ENV):
+        assert undone.files[path].content == only_nccl.files[path].content, path
+    assert FLAG not in (undone.files[UNIT].content or "")
+    assert [h.daemon_reload for h in plan.handlers] == [True]   # the unit changed: systemd reloads it
