@@ -241,3 +241,51 @@ def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(f
     assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
     assert images(dh) == []  # the image this run built went with it
     assert "GPUOPS_STANDIN_CRASH_IF" not in served(dh)["env"]
+
+
+def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_running(fusion_host, gpuops_home) -> None:
+    # The transaction covers the image: gpuops dies after the container was recreated from the
+    # derived image (the worker paused at the health wait); the host rolls itself back when the
+    # lease lapses, to the original container spec and image.
+    import os
+    import signal
+    import sys
+
+    from labtools import wait_for_self_rollback
+
+    dh = fusion_host
+    state = dh.host.state_dir
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 120}))
+    calls_before = set((state / "calls").glob("*"))
+    journal = state / "journal.jsonl"
+    rolled = lambda: sum('"rolled_back"' in l for l in journal.read_text().splitlines()) if journal.exists() else 0  # noqa: E731
+    rolled_before = rolled()
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(gpuops_home)
+    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "fusion-sm120", "-i", str(dh.lab.inventory_path),
+                               "-e", "gpuops_lease=4", "-e", "smoke_check=false"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "the worker never paused at the health wait"
+            texts = [(c / "progress.jsonl").read_text() for c in set((state / "calls").glob("*")) - calls_before
+                     if (c / "progress.jsonl").exists()]
+            if any('"paused"' in t and '"phase": "health"' in t for t in texts):
+                break
+            time.sleep(0.05)
+        running = dh.inspect()
+        assert running["Config"]["Image"].startswith("gpuops/sglang:")  # recreated from the derived image
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    wait_for_self_rollback(state / "lock", lambda: rolled() > rolled_before, time.monotonic() + 4 + 90)
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    assert images(dh) == []  # built by the run that was undone: removed with it
+    served(dh)
