@@ -134,13 +134,15 @@ def test_discovery_is_recalled_for_the_same_role_and_variables() -> None:
     from gpuops.plan.planner import Discovery
 
     found = Discovery(paths=("/state/a", "/state/b"), needs_gate_scan=True, state_dir="/state", python="python3",
-                      warnings=("w",), container=ContainerTarget(container="sglang", image="img", python="python3"))
+                      warnings=("w",), container=ContainerTarget(container="sglang", image="img", python="python3"),
+                      desired_path="/state/desired.json")
     calls = []
 
     def discover() -> Discovery:
         calls.append(1)
         return found
 
+    assert noop_memo._discovery_shape_known()  # a field added to Discovery must be stored here too
     assert noop_memo.discover_or_recall("fusion-sm120", "h01", VARS, {}, discover) == found
     assert noop_memo.discover_or_recall("fusion-sm120", "h01", VARS, {}, discover) == found
     assert len(calls) == 1

@@ -216,7 +216,7 @@ def plan_or_recall(role: str, facts: "HostFacts", inventory_vars: Mapping[str, A
 
 # ---------------------------------------------------------------- the fact-free pass (discover)
 
-_DISCOVERY_FIELDS = {"paths", "needs_gate_scan", "state_dir", "python", "warnings", "container"}
+_DISCOVERY_FIELDS = {"paths", "needs_gate_scan", "state_dir", "python", "warnings", "container", "desired_path"}
 _CONTAINER_FIELDS = {"container", "image", "python"}
 
 
@@ -248,6 +248,7 @@ def discover_or_recall(role: str, host: str, inventory_vars: Mapping[str, Any], 
     _write(directory, key, {"format": MEMO_FORMAT, "key": key, "kind": "discovery", "host": host, "role": role,
                             "paths": list(found.paths), "needs_gate_scan": bool(found.needs_gate_scan),
                             "state_dir": found.state_dir, "python": found.python, "warnings": list(found.warnings),
+                            "desired_path": found.desired_path,
                             "container": None if container is None else {k: getattr(container, k) for k in sorted(_CONTAINER_FIELDS)}})
     return found
 
@@ -267,7 +268,10 @@ def _recall_discovery(directory: Path, key: str, role: str, host: str) -> Any:
         texts = [*data["paths"], *data["warnings"], data["state_dir"], data["python"]]
         if not all(isinstance(t, str) for t in texts) or not isinstance(data["needs_gate_scan"], bool):
             return None
+        if data["desired_path"] is not None and not isinstance(data["desired_path"], str):
+            return None
         return Discovery(paths=tuple(data["paths"]), needs_gate_scan=data["needs_gate_scan"], state_dir=data["state_dir"],
-                         python=data["python"], warnings=tuple(data["warnings"]), container=container)
+                         python=data["python"], warnings=tuple(data["warnings"]), container=container,
+                         desired_path=data["desired_path"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
