@@ -32,6 +32,7 @@ def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: st
                 "before_sha256": change.before_sha256,
                 "after_sha256": change.after_sha256,
                 "mode": change.mode,
+                **({"delete": True} if change.action == "delete" else {}),
             }
             for change in plan.changes
             if change.kind != "image"  # files of a derived image: built from "image" below, not written here

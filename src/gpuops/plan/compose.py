@@ -112,6 +112,40 @@ def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str,
     return out
 
 
+def without_run(current: Mapping[str, Mapping[str, Any]], before: Mapping[str, Mapping[str, Any]],
+                role: str) -> dict[str, dict[str, Any]]:
+    """The contributions with one run's part taken out: ``role``'s part goes back to what it was
+    before that run (``before``: desired.json as the run found it), every other part stays.
+
+    Parts that predate the run and are unchanged keep their place; parts written after it follow,
+    in their current order (so "later wins" still holds between the parts that remain)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, record in before.items():
+        if name == role:
+            out[name] = dict(record)
+        elif name in current and dict(current[name]) == dict(record):
+            out[name] = dict(current[name])
+    for name, record in current.items():
+        if name != role and name not in out:
+            out[name] = dict(record)
+    return out
+
+
+def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
+    """No part is left: desired.json goes (as before gpuops' first contribution), not an empty file."""
+    from gpuops.plan.diff import unified_diff
+    from gpuops.plan.model import Change
+    from gpuops.plan.modules import _current
+
+    current = _current(state, dest, task.where)
+    if not current.exists:
+        return False
+    state.add_change(Change(kind="desired", path=dest, action="delete", before=current.content, after="",
+                            diff=unified_diff(dest, current.content, ""), mode=None, task=task.where,
+                            notify=task.notify))
+    return True
+
+
 def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """The ``compose`` module: record this run's contribution, return the composed launch."""
     from gpuops.plan.envfile import check_entries
@@ -123,11 +157,19 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     if not isinstance(flags, (list, tuple)) or any(isinstance(f, (dict, list)) for f in flags):
         raise GpuopsError(f"{where}: compose args must be a list of launch words, not {flags!r}")
     env = check_entries(args.get("env") or {}, where)
+    state.desired_path = dest
     if state.discovery:
         state.paths.add(dest)
         return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "changed": False}
     current = _current(state, dest, task.where)
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
+    if state.recompose is not None:  # a rollback by recomposition: everything but the undone run's part
+        wanted = state.recompose(recorded, dest)
+        result = composed(wanted)
+        result["changed"] = (record_file(state, task, "desired", dest, render_desired(wanted),
+                                         normalize_mode(args.get("mode", "0600"), task.where))
+                             if wanted else _delete_desired(state, task, dest))
+        return result
     image, image_base = str(args.get("image") or ""), str(args.get("image_base") or "")
     wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id, image, image_base)
     changed = False

@@ -47,9 +47,9 @@ class HostFacts:
 class Change:
     """One file that would change. ``diff`` is redacted and safe to print; before/after are not."""
 
-    kind: str                 # "template" | "env" | "lineinfile" | "patch"
+    kind: str                 # "template" | "env" | "lineinfile" | "patch" | "desired"
     path: str
-    action: str               # "create" | "update" | "mode"
+    action: str               # "create" | "update" | "mode" | "delete" (after is then "")
     before: str | None
     after: str
     diff: str
@@ -63,7 +63,7 @@ class Change:
 
     @property
     def after_sha256(self) -> str | None:
-        return sha256_text(self.after)
+        return None if self.action == "delete" else sha256_text(self.after)
 
     def summary(self) -> dict[str, Any]:
         """The JSON form (documented in roles/README.md): hashes and diff, never raw contents."""

@@ -728,6 +728,12 @@ class Run:
             current = sha256_file(change["path"])
             if current != change.get("before_sha256"):
                 raise StepFailed("%s changed on the host while gpuops was applying" % change["path"])
+            if change.get("delete"):  # a recomposition removes a file the undone run created
+                if os.path.lexists(change["path"]):
+                    os.unlink(change["path"])
+                    fsync_dir(os.path.dirname(change["path"]) or ".")
+                self.progress({"event": "wrote", "path": change["path"]})
+                continue
             mode = int(change["mode"], 8) if change.get("mode") else None
             data = base64.b64decode(change["after_b64"])
             if self.faults.get("corrupt_patch") and change["path"].endswith(".py"):
@@ -887,6 +893,9 @@ def server_running(run):
 def do_apply(payload, progress, lease, faults, notes):
     run = Run(payload, progress, lease, faults)
     changes = payload.get("changes", [])
+    marks, kept = {}, []
+    if payload.get("recompose"):  # the undo of an older run by recomposition (remote/recompose.py)
+        changes, marks, kept = recomposition(payload, notes)
     run.check_unchanged_since_plan(changes)
     if not changes and not payload.get("handlers"):
         run.event("unchanged", role=run.meta.get("role"), user=run.meta.get("user"),
@@ -897,7 +906,7 @@ def do_apply(payload, progress, lease, faults, notes):
     run.phase("before_backup")
     manifest = run.backup(changes)
     run.event("started", role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
-              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"],
+              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
               managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
               changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
                         "after_sha256": c.get("after_sha256")} for c in changes],
@@ -927,21 +936,34 @@ def do_apply(payload, progress, lease, faults, notes):
         run.event("finished", pid=pid)
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
-                "audit_verdict": verdict_reason}
+                "audit_verdict": verdict_reason, "target": marks.get("target"),
+                "restored": [c["path"] for c in changes] if marks else [], "kept": kept}
 
     return guarded(run, manifest, forward)
+
+
+def recomposition(payload, notes):
+    from gpuops.remote import recompose
+
+    try:
+        return recompose.prepare(payload, read_journal(payload["state_dir"], notes), load_manifest,
+                                 payload["state_dir"])
+    except recompose.Refused as exc:
+        raise StepFailed(str(exc))
 
 
 # ---------------------------------------------------------------- rollback of an earlier run
 
 
 def pick_rollback_target(records, wanted):
+    from gpuops.remote.recompose import undone_runs
+
     runs = runs_by_id(records)
-    undone = {r.get("target") for r in runs if r.get("kind") == "rollback" and "finished" in r["events"]}
+    undone = undone_runs(runs)
     if wanted:
         for run in runs:
             if run["run_id"] == wanted:
-                if run.get("kind") == "rollback":
+                if run.get("kind") == "rollback" and not run.get("recompose"):
                     raise StepFailed("run %s is itself a rollback; name the run it undid (%s), or apply again"
                                      % (wanted, run.get("target")))
                 if "rolled_back" in run["events"] or wanted in undone:
@@ -956,23 +978,26 @@ def pick_rollback_target(records, wanted):
             continue
         if "rolled_back" in run["events"] or not run.get("changes"):
             continue
+        later_conflict(runs, run, undone)  # a later recomposition may have rewritten its files
         return run
     raise StepFailed("nothing to roll back: no run in the journal changed this host")
 
 
 def later_conflict(runs, target, undone):
-    """Refuse to undo a run whose files a later, still-standing run changed again.
+    """Refuse to restore the backups of a run whose files a later, still-standing run changed again.
 
-    Undoing an older run by composition (recompute the launch without its part) is not built yet:
-    the message names every later run that must go first, newest first, so the operator can undo
-    them, undo the target, and re-apply the later roles (their parts are recomputed on apply)."""
+    gpuops undoes such a run by recomposition instead (an apply run planned by the client,
+    remote/recompose.py) where only launch files overlap; this refusal is what is left when the
+    overlap cannot be recomposed (a later run changed a file the older one patched): the message
+    names every later run that must go first, newest first."""
     paths = {c.get("path") for c in target.get("changes") or []}
     seen, blocking, first_overlap = False, [], None
     for run in runs:
         if run["run_id"] == target["run_id"]:
             seen = True
             continue
-        if not seen or run.get("kind") == "rollback" or run["run_id"] in undone or "rolled_back" in run["events"]:
+        if not seen or (run.get("kind") == "rollback" and not run.get("recompose")) or run["run_id"] in undone \
+                or "rolled_back" in run["events"]:
             continue
         # a later run must go first when it touched a file of the target or of a run that must go first
         touched = {c.get("path") for c in run.get("changes") or []}
@@ -988,8 +1013,8 @@ def later_conflict(runs, target, undone):
     undo = "; ".join("gpuops rollback --run %s" % r["run_id"] for r in order)
     roles = sorted({r.get("role") for r in blocking if r.get("role")})
     raise StepFailed(
-        "run %s changed %s again after %s; roll back %s first (undoing an older run while later runs stand is "
-        "not supported yet): run %s; then gpuops rollback --run %s; then re-apply %s with the same -e values"
+        "run %s changed %s again after %s, and that cannot be recomposed; roll back %s first: run %s; then "
+        "gpuops rollback --run %s; then re-apply %s with the same -e values if you want them back"
         % (run["run_id"], path, target["run_id"], order[0]["run_id"], undo, target["run_id"],
            ", ".join(roles) if roles else "what those runs applied"))
 
