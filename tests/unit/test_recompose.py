@@ -110,6 +110,7 @@ def test_undone_and_standing_runs_follow_the_journal() -> None:
     runs = runs_in_order(records + started("u", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="r"))
     assert undone_runs(runs) == {"r"}
     assert pick_target(runs, None)["run_id"] == "b"
+    assert pick_target(runs, "u") is None                      # a plain rollback: the helper refuses it
 
 
 LAUNCH_FILES = {DESIRED, LAUNCH, ENV}
