@@ -209,3 +209,41 @@ def test_a_systemd_unit_is_recomposed_and_reloaded(roles_path) -> None:
         assert undone.files[path].content == only_nccl.files[path].content, path
     assert FLAG not in (undone.files[UNIT].content or "")
     assert [h.daemon_reload for h in plan.handlers] == [True]   # the unit changed: systemd reloads it
+
+
+DOCKER = dict(INVENTORY, sglang_manager="docker", sglang_docker_image="lmsysorg/sglang:v0.5.14")
+RUN_SCRIPT = f"{STATE}/sglang-docker-run.sh"
+DOCKER_ENV = f"{STATE}/sglang.docker.env"
+
+
+def test_a_docker_launch_goes_back_to_the_inventory_image(tmp_path) -> None:
+    """fusion-sm120 on docker contributes a derived image (with its flag): undoing it while a later
+    nccl-env stands gives the run script of nccl-env alone, on the inventory's image."""
+    from gpuops.plan.roles import project_root
+
+    role = tmp_path / "image-role"
+    role.mkdir()
+    (role / "tasks.yml").write_text(
+        "- name: launch the derived image\n  include_role:\n    name: sglang-service\n  vars:\n"
+        f"    sglang_contribute_args: ['{FLAG}']\n    sglang_contribute_image: gpuops/sglang:abc\n"
+        "    sglang_contribute_image_base: lmsysorg/sglang:v0.5.14\n")
+    path = [tmp_path, project_root() / "roles"]
+
+    def step(facts: HostFacts, role_name: str, extra: dict, run_id: str, recompose=None) -> HostFacts:
+        plan = plan_role(role_name, facts, DOCKER, extra, path, run_id=run_id, recompose=recompose)
+        files = dict(facts.files)
+        for change in plan.changes:
+            files[change.path] = FileState(path=change.path, exists=change.action != "delete",
+                                           content=None if change.action == "delete" else change.after)
+        return HostFacts(host=facts.host, files=files)
+
+    paths = set(discover("nccl-env", "h01", DOCKER, {}).paths)
+    start = step(HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}),
+                 "sglang-service", {}, "s")
+    both = step(step(start, "image-role", {}, "run-a"), "nccl-env", TREE, "run-b")
+    assert "gpuops/sglang:abc" in (both.files[RUN_SCRIPT].content or "")
+    undone = step(both, "sglang-service", {}, "undo", lambda recorded, dest: without_run(recorded, {}, "image-role"))
+    only_nccl = step(start, "nccl-env", TREE, "run-b")
+    for name in (RUN_SCRIPT, DOCKER_ENV, DESIRED):
+        assert undone.files[name].content == only_nccl.files[name].content, name
+    assert "lmsysorg/sglang:v0.5.14" in (undone.files[RUN_SCRIPT].content or "")
