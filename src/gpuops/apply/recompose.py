@@ -220,7 +220,7 @@ def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],
           state_dir: str, recomposition: Recomposition, run_id: str) -> "Plan":
     from gpuops.plan.compose import without_run
-    from gpuops.plan.model import HostFacts
+    from gpuops.plan.model import PlanFacts
     from gpuops.plan.planner import plan_role
 
     before = contributions_before(files, state_dir, host.name, recomposition)
@@ -234,7 +234,7 @@ def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files:
                               f"roll back {mine.get('run_id')} first")
         return without_run(recorded, before, role)
 
-    facts = HostFacts(host=host.name, files=dict(files))
+    facts = PlanFacts(host=host.name, files=dict(files))
     return plan_role(ROLE, facts, variables, extra, run_id=run_id, recompose=recompose)
 
 

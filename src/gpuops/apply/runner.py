@@ -50,7 +50,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure
-    from gpuops.plan.model import HostFacts
+    from gpuops.plan.model import PlanFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_gate_scan:
@@ -72,7 +72,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
         sources = getattr(scan, "sources", None)
     gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
-    facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
+    facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
                       container=container_audit.container_facts(values))
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 
