@@ -37,7 +37,7 @@ from gpuops.gates.evaluate import feature_gates, launch_flag
 from gpuops.gates.logic import (
     RECENT_CUDA,
     Evaluator,
-    Gpu,
+    GpuTarget,
     PredicateBook,
     admitted,
     cap_verdict,
@@ -123,7 +123,7 @@ class _Edit:
 
 @dataclass(frozen=True)
 class _Target:
-    gpu: Gpu
+    gpu: GpuTarget
     sm: str
     predicate: str  # e.g. "is_sm120_supported"
     predicate_file: str | None
@@ -155,7 +155,7 @@ def plan_gate_patch(
     if not any(fg.role == "runtime" for fg in fgs):
         raise UnrecognisedLayout(f"{release}: no runtime gate of {recipe.title} found; "
                                  "a release without the feature, or a layout gpuops does not know")
-    gpu = Gpu(cc[0], cc[1], RECENT_CUDA)
+    gpu = GpuTarget(cc[0], cc[1], RECENT_CUDA)
     sm = f"sm{cc[0]}{cc[1]}"
     book = PredicateBook(scan)
     target: _Target | None = None
@@ -253,7 +253,7 @@ def _notes(feature: Feature, widened: list[WidenedGate], closed: list[ClosedGate
     return notes
 
 
-def _find_target(book: PredicateBook, gpu: Gpu, sm: str, release: str) -> _Target:
+def _find_target(book: PredicateBook, gpu: GpuTarget, sm: str, release: str) -> _Target:
     """The release's own predicate for the target's family (``is_sm120_supported``: majors [12])."""
     def exactly_family(meaning: Any) -> bool:
         return tuple(meaning.majors) == (gpu.major,) and not meaning.exact and not meaning.at_least
@@ -298,7 +298,7 @@ def _cap_groups(node: Mapping[str, Any], negations: int = 0) -> list[tuple[Mappi
     return []
 
 
-def _groups_to_widen(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu, release: str) -> list[Mapping[str, Any]]:
+def _groups_to_widen(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget, release: str) -> list[Mapping[str, Any]]:
     """The fewest capability groups that, made true for ``gpu``, stop the gate being closed for it."""
     guard = int(gate.get("polarity", 1)) < 0
     groups = [(g, n) for g, n in _cap_groups(gate["condition"]) if (n + (1 if guard else 0)) % 2 == 0]
