@@ -12,7 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply import container_audit
-from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
+from gpuops.apply.host_report import HostReport
+from gpuops.apply.options import ApplyOptions, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
