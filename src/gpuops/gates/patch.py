@@ -273,16 +273,18 @@ def _find_target(book: PredicateBook, gpu: GpuTarget, sm: str, release: str) -> 
     return _Target(gpu, sm, name, str(entry.get("file")) if entry else None, attr)
 
 
-def _gen(node: Mapping[str, Any]) -> bool:
+def _has_gpu_test(node: Mapping[str, Any]) -> bool:
+    """Whether the condition tree holds a GPU test: a predicate (``is_sm100_supported()``,
+    ``get_platform().is_sm100``) or a compute-capability comparison, directly or through an alias."""
     op = node.get("op")
     if op == "cap":
         return node["atom"].get("kind") in ("pred", "cc")
     if op in ("and", "or"):
-        return any(_gen(a) for a in node["args"])
+        return any(_has_gpu_test(a) for a in node["args"])
     if op == "not":
-        return _gen(node["arg"])
+        return _has_gpu_test(node["arg"])
     if op == "alias":
-        return _gen(node["expr"])
+        return _has_gpu_test(node["expr"])
     return False
 
 
@@ -291,7 +293,7 @@ def _cap_groups(node: Mapping[str, Any], negations: int = 0) -> list[tuple[Mappi
     op = node.get("op")
     if op == "not":  # `not (A or B)`: the group is `A or B`, read with one negation
         return _cap_groups(node["arg"], negations + 1)
-    if is_pure_cap(node) and _gen(node):
+    if is_pure_cap(node) and _has_gpu_test(node):
         return [(node, negations)]
     if op in ("and", "or"):
         return [g for a in node["args"] for g in _cap_groups(a, negations)]
@@ -327,7 +329,7 @@ def _atoms_in(group: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The group's own GPU tests (not looking inside aliases), in source order."""
     op = group.get("op")
     if op in ("cap", "alias"):
-        return [group] if _gen(group) else []
+        return [group] if _has_gpu_test(group) else []
     if op in ("and", "or"):
         return [a for arg in group["args"] for a in _atoms_in(arg)]
     if op == "not":
