@@ -163,6 +163,8 @@ def test_apply_builds_a_derived_image_that_survives_a_recreate(fusion_host, run_
     assert info["Config"]["Image"] == tag and info["Image"] != ORIGINAL["image"] and info["State"]["Running"]
     assert "--enable-flashinfer-allreduce-fusion" in info["Config"]["Cmd"]
     assert report["pid"] == info["State"]["Pid"]
+    containers = dh.daemon.run("ps", "-a", "--format", "{{.Names}}").stdout.decode().split()
+    assert containers == [dh.container]  # the build's container is gone
     labels = json.loads(dh.daemon.run("image", "inspect", "-f", "{{json .Config.Labels}}", tag).stdout)
     assert labels["gpuops.base-ref"] == ORIGINAL["ref"] and tag.endswith(":" + labels["gpuops.patch"][:12])
     patched = file_in(dh, dh.container, COMMUNICATOR)
