@@ -98,16 +98,9 @@ def load_description(gpu: str) -> GpuDescription | None:
     path = description_path(gpu)
     if path is None:
         return None
-    import yaml  # deferred: only the lab needs it
+    from gpuops.yamlfile import load_yaml_file
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuopsError(f"{path}: cannot read: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise GpuopsError(f"{path}: not valid YAML{where}") from None
+    data = load_yaml_file(path)
     if not isinstance(data, dict):
         raise GpuopsError(f"{path}: a GPU description must be a mapping")
     return parse_description(data, path)

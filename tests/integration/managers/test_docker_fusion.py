@@ -163,6 +163,8 @@ def test_apply_builds_a_derived_image_that_survives_a_recreate(fusion_host, run_
     assert info["Config"]["Image"] == tag and info["Image"] != ORIGINAL["image"] and info["State"]["Running"]
     assert "--enable-flashinfer-allreduce-fusion" in info["Config"]["Cmd"]
     assert report["pid"] == info["State"]["Pid"]
+    containers = dh.daemon.run("ps", "-a", "--format", "{{.Names}}").stdout.decode().split()
+    assert containers == [dh.container]  # the build's container is gone
     labels = json.loads(dh.daemon.run("image", "inspect", "-f", "{{json .Config.Labels}}", tag).stdout)
     assert labels["gpuops.base-ref"] == ORIGINAL["ref"] and tag.endswith(":" + labels["gpuops.patch"][:12])
     patched = file_in(dh, dh.container, COMMUNICATOR)
@@ -316,4 +318,30 @@ def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_
     assert host_files(dh) == ORIGINAL["files"]
     assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
     assert images(dh) == []  # built by the run that was undone: removed with it
+    served(dh)
+
+
+def test_rollback_of_the_fusion_run_under_a_later_nccl_run_returns_to_the_original_image(fusion_host, run_gpuops) -> None:
+    # A later run (nccl-env) still stands: undoing the fusion run recomposes the launch without its
+    # part, so the container goes back to the original image and keeps nccl-env's environment.
+    dh = fusion_host
+    fusion = report_of(gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json"), dh.host.name)
+    assert fusion["status"] == "finished", fusion
+    derived = dh.inspect()["Config"]["Image"]
+    assert derived.startswith("gpuops/sglang:")
+    nccl = report_of(gpuops(run_gpuops, dh, "apply", "nccl-env", "--json", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}'),
+                     dh.host.name)
+    assert nccl["status"] == "finished" and dh.inspect()["Config"]["Image"] == derived, nccl
+    back = gpuops(run_gpuops, dh, "rollback", "--run", fusion["run_id"])
+    assert back.returncode == 0, back.stdout + back.stderr
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert "NCCL_MIN_NCHANNELS=8" in info["Config"]["Env"]
+    assert "--enable-flashinfer-allreduce-fusion" not in info["Config"]["Cmd"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    last = gpuops(run_gpuops, dh, "rollback", "--run", nccl["run_id"])
+    assert last.returncode == 0, last.stdout + last.stderr
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and "NCCL_MIN_NCHANNELS=8" not in info["Config"]["Env"]
+    assert host_files(dh) == ORIGINAL["files"]
     served(dh)
