@@ -15,8 +15,6 @@ LIMIT = 600
 ALLOWED = {
     # Being split into scanning stages by issue 16's engineer this session (not to be touched here).
     "remote/gate_scan.py",
-    # Being split into file ops / journal / lock / transaction by issue 10's engineer this session.
-    "remote/apply_helper.py",
     # The lab's stand-in SGLang server: one file that simulated hosts run directly by path (no package
     # there to import siblings from); splitting it needs the host-code bundler applied to lab files.
     "lab/standin_server.py",
