@@ -1,6 +1,6 @@
 """gpuops apply fusion-sm120 over lab hosts with REAL SGLang releases (0.5.8, 0.5.14, 0.5.23).
 
-The gates part finds and widens the gates (``plan_fusion_patch``); these tests hold apply to its
+The gates part finds and widens the gates (``plan_gate_patch``); these tests hold apply to its
 contract on the real files: check mode touches nothing, apply patches, compiles, re-audits and
 restarts with the fusion flag, a rerun does nothing, rollback restores every byte, and a patch
 that does not compile is rolled back before the server is touched.

@@ -40,10 +40,10 @@ def plan(scan, cc: str, p2p: dict, extra: dict | None = None):
 
 
 @pytest.mark.parametrize("version, cc, says", [
-    ("0.5.8", "9.0", "already runs the fusion"),                  # H100/H200: SGLang runs it there
-    ("0.5.23", "10.0", "already runs the fusion"),                # B200
-    ("0.5.8", "8.0", "only opens the fusion for sm120"),          # A100: cannot work, not the target
-    ("0.4.0", "12.0", "has no FlashInfer allreduce-fusion code"),  # nothing to open
+    ("0.5.8", "9.0", "already runs FlashInfer allreduce"),   # H100/H200: SGLang runs it there
+    ("0.5.23", "10.0", "already runs FlashInfer allreduce"),  # B200
+    ("0.5.8", "8.0", "only opens FlashInfer allreduce + residual + RMSNorm fusion for sm120"),  # A100: not the target
+    ("0.4.0", "12.0", "has no FlashInfer allreduce + residual + RMSNorm fusion code"),  # nothing to open
 ])
 def test_nothing_to_do_is_ok_with_the_reason(version: str, cc: str, says: str) -> None:
     result = plan(scan_of(version), cc, P2P_OK)

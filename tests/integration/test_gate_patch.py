@@ -13,7 +13,7 @@ import pytest
 from gpuops.errors import GpuopsError
 from gpuops.gates.evaluate import judge
 from gpuops.gates.local import scan_site
-from gpuops.gates.patch import FusionPatchPlan, UnrecognisedLayout, plan_fusion_patch
+from gpuops.gates.patch import GatePatchPlan, UnrecognisedLayout, plan_gate_patch
 from gpuops.gates.scan import GateScan
 from gpuops.lab.sglang_cache import sglang_site
 
@@ -44,7 +44,7 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def patched_copy(version: str, plan: FusionPatchPlan, tmp_path: Path) -> Path:
+def patched_copy(version: str, plan: GatePatchPlan, tmp_path: Path) -> Path:
     site = tmp_path / "site"
     shutil.copytree(sglang_site(version), site, copy_function=_link_or_copy)
     for change in plan.changes:
@@ -58,7 +58,7 @@ def patched_copy(version: str, plan: FusionPatchPlan, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("version", sorted(LAUNCH))
 def test_patch_opens_fusion_on_sm120_and_nothing_else(version, tmp_path):
     scan = scan_of(version)
-    plan = plan_fusion_patch(scan, scan.sources, "sm120")
+    plan = plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "sm120")
     assert plan.changed
     assert plan.launch_args == LAUNCH[version]
     assert plan.predicate == "is_sm120_supported"
@@ -87,7 +87,7 @@ def test_patch_opens_fusion_on_sm120_and_nothing_else(version, tmp_path):
     assert judge(rescanned, "9.0", "12.8").features[FUSION]["status"] == "open"
     assert judge(rescanned, "10.0", "12.8").features[FUSION]["status"] == "open"
     # Idempotent: planning on the patched release changes nothing.
-    again = plan_fusion_patch(rescanned, rescanned.sources, "sm120")
+    again = plan_gate_patch(rescanned, rescanned.sources, "flashinfer_allreduce_fusion", "sm120")
     assert not again.changed and again.widened == ()
     assert set(again.already_open) >= {w.id for w in plan.widened}
     assert again.launch_args == plan.launch_args
@@ -95,7 +95,7 @@ def test_patch_opens_fusion_on_sm120_and_nothing_else(version, tmp_path):
 
 def test_patch_mirrors_the_release_style_0_5_23():
     scan = scan_of("0.5.23")
-    plan = plan_fusion_patch(scan, scan.sources)
+    plan = plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "sm120")
     diff = plan.diff()
     assert "+_is_sm120_supported = _is_cuda and get_platform().is_sm120\n" in diff
     assert "-    if not (get_platform().is_sm90 or get_platform().is_sm100):\n" in diff
@@ -105,7 +105,7 @@ def test_patch_mirrors_the_release_style_0_5_23():
 
 def test_patch_adds_the_import_only_where_needed_0_5_8():
     scan = scan_of("0.5.8")
-    plan = plan_fusion_patch(scan, scan.sources)
+    plan = plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "sm120")
     by_file = {c.path: c for c in plan.changes}
     communicator = by_file["srt/layers/communicator.py"]
     assert communicator.after.count("is_sm120_supported,\n") == 1  # added to the existing import
@@ -118,13 +118,13 @@ def test_patch_adds_the_import_only_where_needed_0_5_8():
 def test_release_without_an_sm120_predicate_is_refused():
     scan = scan_of("0.4.10")
     with pytest.raises(UnrecognisedLayout, match="defines no predicate for sm120"):
-        plan_fusion_patch(scan, scan.sources)
+        plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "sm120")
 
 
 def test_release_without_fusion_is_refused():
     scan = scan_of("0.4.0")
-    with pytest.raises(UnrecognisedLayout, match="no FlashInfer allreduce-fusion runtime gate"):
-        plan_fusion_patch(scan, scan.sources)
+    with pytest.raises(UnrecognisedLayout, match="no runtime gate of FlashInfer allreduce"):
+        plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "sm120")
 
 
 def test_source_that_changed_since_the_scan_is_refused():
@@ -133,17 +133,17 @@ def test_source_that_changed_since_the_scan_is_refused():
     sources["srt/layers/communicator.py"] = sources["srt/layers/communicator.py"].replace(
         "(_is_sm90_supported or _is_sm100_supported)", "(_is_sm90_supported  or  _is_sm100_supported)")
     with pytest.raises(UnrecognisedLayout, match="differs from the scan"):
-        plan_fusion_patch(scan, sources)
+        plan_gate_patch(scan, sources, "flashinfer_allreduce_fusion", "sm120")
 
 
 def test_missing_source_is_refused():
     scan = scan_of("0.5.14")
     sources = {k: v for k, v in scan.sources.items() if k != "srt/layers/flashinfer_comm_fusion.py"}
     with pytest.raises(UnrecognisedLayout, match="flashinfer_comm_fusion.py was not provided"):
-        plan_fusion_patch(scan, sources)
+        plan_gate_patch(scan, sources, "flashinfer_allreduce_fusion", "sm120")
 
 
 def test_bad_target_is_a_user_error():
     scan = scan_of("0.5.14")
     with pytest.raises(GpuopsError, match="not a GPU generation"):
-        plan_fusion_patch(scan, scan.sources, "rtx-pro")
+        plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "rtx-pro")

@@ -63,7 +63,7 @@ def test_fusion_changes_exactly_the_sm120_hosts(fleet, run_gpuops) -> None:
     assert "IPC" in by["field"]["error"] and "fusion_allow_without_p2p=true" in by["field"]["error"]
     # The H100: nothing to do (fusion already runs on sm90 in this release), with the reason.
     assert by["hopper"]["ok"] and by["hopper"]["changed"] == 0
-    assert any("sm90" in n and "already runs the fusion" in n for n in by["hopper"]["notes"]), by["hopper"]["notes"]
+    assert any("sm90" in n and "already runs FlashInfer allreduce" in n for n in by["hopper"]["notes"]), by["hopper"]["notes"]
     # The workstation: P2P everywhere, so the patch is planned.
     assert by["ws"]["ok"] and by["ws"]["changed"] > 0
     assert {name: tree_hashes(h.dir) for name, h in hosts.items()} == before

@@ -12,7 +12,7 @@ from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import catalog_from_data, load_catalog
 from gpuops.gates.evaluate import judge
 from gpuops.gates.logic import Evaluator, Gpu, PredicateBook, admits, cap_verdict, parse_capability, server_key
-from gpuops.gates.patch import UnrecognisedLayout, plan_fusion_patch
+from gpuops.gates.patch import UnrecognisedLayout, plan_gate_patch
 from gpuops.gates.predicates import fallback_meaning
 from gpuops.gates.probe import gate_scan_script, parse_gate_scan
 from gpuops.gates.scan import GateScan, parse_scan_output, scan_from_dict
@@ -133,7 +133,7 @@ def test_scanner_output_problems_are_unknown_never_a_crash(stdout, reason):
     report = judge(scan, "12.0", "12.8")
     assert report.features["flashinfer_allreduce_fusion"]["status"] == "unknown"
     with pytest.raises(UnrecognisedLayout, match="no gate scan"):
-        plan_fusion_patch(scan, {})
+        plan_gate_patch(scan, {}, "flashinfer_allreduce_fusion", "sm120")
 
 
 def test_noise_before_the_json_line_is_ignored():

@@ -11,7 +11,7 @@ from test_gate_scanner_snippets import make_site
 
 from gpuops.gates.evaluate import judge
 from gpuops.gates.local import scan_site
-from gpuops.gates.patch import UnrecognisedLayout, plan_fusion_patch
+from gpuops.gates.patch import UnrecognisedLayout, plan_gate_patch
 
 FUSION = "flashinfer_allreduce_fusion"
 PLATFORM = """
@@ -30,7 +30,7 @@ def plan_for(tmp_path: Path, files: dict[str, str], common: str | None = None):
         (site / "sglang" / "srt" / "utils" / "common.py").write_text(textwrap.dedent(common))
     scan = scan_site(site, with_sources=True)
     assert scan.known, scan.reason
-    return scan, plan_fusion_patch(scan, scan.sources)
+    return scan, plan_gate_patch(scan, scan.sources, "flashinfer_allreduce_fusion", "sm120")
 
 
 def rescan_after(tmp_path: Path, scan, plan):
@@ -63,7 +63,7 @@ def test_platform_guard_widened_with_the_platform_attribute(tmp_path):
     assert "if is_multi_node and not get_platform().is_sm100:" in change.after
     rescanned = rescan_after(tmp_path, scan, plan)
     assert judge(rescanned, "12.0", "12.8").features[FUSION]["status"] == "open"
-    assert not plan_fusion_patch(rescanned, rescanned.sources).changed
+    assert not plan_gate_patch(rescanned, rescanned.sources, "flashinfer_allreduce_fusion", "sm120").changed
 
 
 def test_multi_node_alternative_is_left_alone(tmp_path):
@@ -124,7 +124,7 @@ def test_alias_added_next_to_its_sibling(tmp_path):
     rescanned = rescan_after(tmp_path, scan, plan)
     assert judge(rescanned, "12.0", "12.8").features[FUSION]["status"] == "open"
     assert judge(rescanned, "12.0", "12.4").features[FUSION]["status"] == "blocked"  # the predicate wants CUDA 12.8
-    assert not plan_fusion_patch(rescanned, rescanned.sources).changed
+    assert not plan_gate_patch(rescanned, rescanned.sources, "flashinfer_allreduce_fusion", "sm120").changed
 
 
 def test_alias_name_taken_by_something_else_is_refused(tmp_path):

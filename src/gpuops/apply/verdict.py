@@ -22,14 +22,11 @@ def compute_capability_of(target_sm: str) -> str:
     return f"{int(digits[:-1])}.{digits[-1]}"
 
 
-def _status(feature: Any) -> str | None:
-    if isinstance(feature, dict):
-        return feature.get("status") or feature.get("state")
-    return getattr(feature, "status", None) or getattr(feature, "state", None)
-
-
 def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck, cuda: str | None = None) -> Verdict:
-    """The fusion feature must come out ``open`` for the target compute capability."""
+    """The audited feature must come out ``open`` for the target compute capability.
+    ``audit_output``: the re-audit's framed output as the helper returns it
+    (``{"stdout", "stderr", "exit_status"}``), parsed by the gate scan probe into a ``GateScan``
+    and judged into a ``GateReport`` whose ``features[name]["status"]`` decides."""
     if not audit_output:
         return Verdict(False, "the gate re-audit produced no output")
     from gpuops.gates.evaluate import judge
@@ -39,14 +36,13 @@ def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck, cuda: st
     probe = gate_scan_probe(with_sources=False)
     scan = probe.parse(ProbeOutput(audit_output.get("stdout", ""), audit_output.get("stderr", ""),
                                    int(audit_output.get("exit_status", 0))))
-    if not getattr(scan, "known", True):
-        return Verdict(False, f"the gate re-audit could not scan: {getattr(scan, 'reason', 'unknown reason')}")
+    if not scan.known:
+        return Verdict(False, f"the gate re-audit could not scan: {scan.reason or 'unknown reason'}")
     report = judge(scan, compute_capability_of(check.target_sm), cuda, None)
-    features = getattr(report, "features", None) or {}
-    feature = features.get(check.feature)
-    status = _status(feature)
-    reason = feature.get("reason", "") if isinstance(feature, dict) else ""
+    feature = report.features.get(check.feature)
+    status = feature["status"] if feature is not None else None
     if status == "open":
         return Verdict(True, f"{check.feature} is open for {check.target_sm}")
+    reason = feature.get("reason", "") if feature is not None else ""
     return Verdict(False, f"the gate re-audit shows {check.feature} {status or 'missing'} for "
                           f"{check.target_sm}, not open ({reason})")

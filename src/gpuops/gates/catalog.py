@@ -68,6 +68,9 @@ class Feature:
     default: str = "off"    # what SGLang does with no flag: on | auto | off
     combine: str = "all"    # runtime gates: "all" must admit (checks on one path) | "any" (alternative paths)
     patchable: bool = False  # has a `patch:` section (its files are returned whole for the patch planner)
+    # `patch: needs_p2p:` why the patched feature needs peer-to-peer between the TP group's GPUs
+    # (a patch is then refused where a pair lacks it, unless the role allows it); None: it does not.
+    needs_p2p: str | None = None
 
     def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
         """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
@@ -151,7 +154,13 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
     default = {True: "on", False: "off"}.get(raw_default, str(raw_default)) if isinstance(raw_default, bool) else str(raw_default)
     if default not in DEFAULTS:
         raise GpuopsError(f"{where}: 'default' must be one of {', '.join(DEFAULTS)}")
-    widen = tuple((body.get("patch") or {}).get("widen") or ("runtime", "auto_enable"))
+    patch = body.get("patch") or {}
+    if not isinstance(patch, dict):
+        raise GpuopsError(f"{where}: 'patch' must be a mapping")
+    widen = tuple(patch.get("widen") or ("runtime", "auto_enable"))
+    if set(widen) - set(ROLES):
+        raise GpuopsError(f"{where}: 'patch: widen' must list roles among {', '.join(ROLES)}")
+    needs_p2p = patch.get("needs_p2p")
     return Feature(
         name=str(fname),
         title=str(body.get("title") or fname),
@@ -162,6 +171,7 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
         default=default,
         combine=_combine(body.get("combine", "all"), where),
         patchable="patch" in body,
+        needs_p2p=" ".join(str(needs_p2p).split()) if needs_p2p else None,
     )
 
 

@@ -1,8 +1,11 @@
-"""Plan the source patch that lets FlashInfer allreduce fusion run on a GPU its gates leave out.
+"""Plan the source patch that lets a catalog feature run on a GPU its gates leave out.
 
-Pure: a gate scan (with the text of the files holding the fusion gates) in, a ``FusionPatchPlan``
-out (whole-file before/after texts, what was widened, what stays closed and why, the launch flag).
-The apply part writes the files; nothing here touches a host.
+Pure: a gate scan (with the text of the files holding the feature's gates), the feature's name and
+the target GPU in, a ``GatePatchPlan`` out (whole-file before/after texts, what was widened, what
+stays closed and why, the launch flag). Which gates lie on the feature's path, which of their roles
+a patch widens and which flag turns the feature on come from the feature's entry in the catalog
+(``catalog.yaml``); only a feature with a ``patch:`` section can be patched. The apply part writes
+the files; nothing here touches a host.
 
 How a gate is widened (never by line number or regex over the file):
 1. The scan gives each gate's condition as a tree with exact source spans. The planner evaluates it
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.gates.catalog import Catalog, load_catalog
+from gpuops.gates.catalog import Catalog, Feature, load_catalog
 from gpuops.gates.evaluate import feature_gates, launch_flag
 from gpuops.gates.logic import (
     RECENT_CUDA,
@@ -43,11 +46,9 @@ from gpuops.gates.logic import (
 )
 from gpuops.gates.scan import GateScan
 
-FEATURE = "flashinfer_allreduce_fusion"
-
 
 class UnrecognisedLayout(GpuopsError):
-    """The release's fusion gates are not in a shape the planner knows: nothing is changed."""
+    """The release's gates of the feature are not in a shape the planner knows: nothing is changed."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class ClosedGate:
 
 
 @dataclass(frozen=True)
-class FusionPatchPlan:
+class GatePatchPlan:
+    feature: str  # the catalog feature the patch opens
     version: str | None
     target_sm: str
     changes: tuple[FileChange, ...]
@@ -128,29 +130,30 @@ class _Target:
     platform_attr: str | None  # e.g. "is_sm120"
 
 
-def plan_fusion_patch(
+def plan_gate_patch(
     scan: GateScan,
     sources: Mapping[str, str],
-    target_sm: str = "sm120",
+    feature: str,
+    target_sm: str,
     catalog: Catalog | None = None,
-) -> FusionPatchPlan:
-    """The patch that opens the FlashInfer allreduce-fusion path of ``scan``'s release to
+) -> GatePatchPlan:
+    """The patch that opens the path of catalog feature ``feature`` in ``scan``'s release to
     ``target_sm``. ``sources``: file (relative to the sglang package) -> text, at least for the
-    files holding the fusion gates (``gate_scan_probe(with_sources=True)`` returns them)."""
+    files holding the feature's gates (``gate_scan_probe(with_sources=True)`` returns them for every
+    feature the catalog can patch)."""
+    recipe = patch_recipe(feature, catalog)
     cc = parse_capability(target_sm)
     if cc is None:
-        raise GpuopsError(f"fusion patch: {target_sm!r} is not a GPU generation (expected e.g. sm120)")
-    release = f"sglang {scan.version or '(version unknown)'}"
+        raise GpuopsError(f"gate patch ({feature}): {target_sm!r} is not a GPU generation (expected e.g. sm120)")
+    release = f"gate patch ({feature}): sglang {scan.version or '(version unknown)'}"
     if not scan.known:
-        raise UnrecognisedLayout(f"fusion patch: no gate scan of the host's sglang ({scan.reason})")
-    catalog = catalog or load_catalog()
-    feature = catalog.feature(FEATURE)
+        raise UnrecognisedLayout(f"gate patch ({feature}): no gate scan of the host's sglang ({scan.reason})")
     broken = [e for e in scan.errors if e.get("matches")]
     if broken:
-        raise UnrecognisedLayout(f"fusion patch: {release}: {broken[0]['file']} does not parse ({broken[0].get('error')})")
-    fgs = feature_gates(scan, feature)
+        raise UnrecognisedLayout(f"{release}: {broken[0]['file']} does not parse ({broken[0].get('error')})")
+    fgs = feature_gates(scan, recipe)
     if not any(fg.role == "runtime" for fg in fgs):
-        raise UnrecognisedLayout(f"fusion patch: {release}: no FlashInfer allreduce-fusion runtime gate found; "
+        raise UnrecognisedLayout(f"{release}: no runtime gate of {recipe.title} found; "
                                  "a release without the feature, or a layout gpuops does not know")
     gpu = Gpu(cc[0], cc[1], RECENT_CUDA)
     sm = f"sm{cc[0]}{cc[1]}"
@@ -164,7 +167,7 @@ def plan_fusion_patch(
     for fg in fgs:
         gate = fg.gate
         verdict = cap_verdict(gate, book, gpu)
-        if fg.role not in feature.widen:
+        if fg.role not in recipe.widen:
             if fg.role == "hardware" and verdict.status != "open":
                 closed.append(ClosedGate(str(gate["id"]), str(gate["file"]), int(gate["line"]),
                                          str(gate["function"]), tuple(_admits(gate, book)), fg.why))
@@ -173,13 +176,13 @@ def plan_fusion_patch(
             already_open.append(str(gate["id"]))
             continue
         if verdict.status == "unknown":
-            raise UnrecognisedLayout(f"fusion patch: {release}: {gate['file']}:{gate['line']}: cannot tell whether it "
+            raise UnrecognisedLayout(f"{release}: {gate['file']}:{gate['line']}: cannot tell whether it "
                                      f"admits {sm} ({'; '.join(verdict.unknowns)})")
         if target is None:
             target = _find_target(book, gpu, sm, release)
         source = sources.get(str(gate["file"]))
         if source is None:
-            raise UnrecognisedLayout(f"fusion patch: the text of {gate['file']} was not provided (scan with sources)")
+            raise UnrecognisedLayout(f"{release}: the text of {gate['file']} was not provided (scan with sources)")
         for group in _groups_to_widen(gate, book, gpu, release):
             edit_list, after_text = _widen_group(gate, group, source, target, book, release)
             edits.setdefault(str(gate["file"]), []).extend(edit_list)
@@ -193,14 +196,15 @@ def plan_fusion_patch(
         try:
             compile(after, f"sglang/{path}", "exec")
         except SyntaxError as exc:
-            raise UnrecognisedLayout(f"fusion patch: {release}: the patched {path} does not compile "
+            raise UnrecognisedLayout(f"{release}: the patched {path} does not compile "
                                      f"(line {exc.lineno}): refusing") from None
         ids = tuple(w.id for w in widened if w.file == path)
         changes.append(FileChange(path, before, after, ids))
 
-    flag, value = launch_flag(feature, fgs, sources)
-    notes = _notes(widened, closed, target, sm, flag, value)
-    return FusionPatchPlan(
+    flag, value = launch_flag(recipe, fgs, sources)
+    notes = _notes(recipe, widened, closed, target, sm, flag, value)
+    return GatePatchPlan(
+        feature=recipe.name,
         version=scan.version,
         target_sm=sm,
         changes=tuple(changes),
@@ -214,17 +218,30 @@ def plan_fusion_patch(
     )
 
 
+def patch_recipe(feature: str, catalog: Catalog | None = None) -> Feature:
+    """The catalog's entry for ``feature``, which must have a ``patch:`` section; otherwise one
+    line naming the features that can be patched."""
+    catalog = catalog or load_catalog()
+    entry = catalog.feature(feature)
+    if not entry.patchable:
+        can = ", ".join(f.name for f in catalog.features if f.patchable) or "none"
+        raise GpuopsError(f"gate patch: feature {feature!r} has no patch recipe in the gate catalog "
+                          f"(features gpuops can patch: {can})")
+    return entry
+
+
 def _admits(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
     from gpuops.gates.logic import admits
 
     return admits(gate, book)
 
 
-def _notes(widened: list[WidenedGate], closed: list[ClosedGate], target: _Target | None, sm: str,
+def _notes(feature: Feature, widened: list[WidenedGate], closed: list[ClosedGate], target: _Target | None, sm: str,
            flag: str | None, value: str | None) -> list[str]:
     notes = []
     if any(w.role == "auto_enable" for w in widened):
-        notes.append(f"the auto-enable check now admits {sm}: SGLang turns fusion on by itself for the models it lists")
+        notes.append(f"the auto-enable check now admits {sm}: SGLang turns {feature.title} on by itself "
+                     "wherever that check holds")
     for gate in closed:
         notes.append(f"left closed: {gate.file}:{gate.line} ({gate.function}, admits "
                      f"{', '.join(gate.admits) or 'none'}): {gate.why}")
@@ -243,7 +260,7 @@ def _find_target(book: PredicateBook, gpu: Gpu, sm: str, release: str) -> _Targe
 
     names = book.names_meaning(exactly_family)
     if not names:
-        raise UnrecognisedLayout(f"fusion patch: {release} defines no predicate for {sm} "
+        raise UnrecognisedLayout(f"{release} defines no predicate for {sm} "
                                  f"(like is_sm{gpu.major}0_supported): refusing to invent one")
     preferred = [n for n in names if re.fullmatch(rf"is_sm{gpu.major}\d_supported", n)]
     name = (preferred or names)[0]
@@ -301,7 +318,7 @@ def _groups_to_widen(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu, rel
                 chosen.append(group)
                 break
         else:
-            raise UnrecognisedLayout(f"fusion patch: {release}: {gate['file']}:{gate['line']} ({gate['text'][:120]}): "
+            raise UnrecognisedLayout(f"{release}: {gate['file']}:{gate['line']} ({gate['text'][:120]}): "
                                      "no single GPU test to widen: an unknown shape, refusing")
     return chosen
 
@@ -331,13 +348,13 @@ def _widen_group(
     _check_span_text(lines, group, where, release)
     atoms = _atoms_in(group)
     if not atoms:
-        raise UnrecognisedLayout(f"fusion patch: {release}: {where}: no GPU test found in {group.get('text')!r}")
+        raise UnrecognisedLayout(f"{release}: {where}: no GPU test found in {group.get('text')!r}")
     sibling = atoms[-1]
     module = _parse(source, str(gate["file"]), release)
     edits: list[_Edit] = []
     if sibling["op"] == "alias":
         if sibling.get("scope") != "module":
-            raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {sibling.get('name')} is a local name, "
+            raise UnrecognisedLayout(f"{release}: {where}: {sibling.get('name')} is a local name, "
                                      "not a module alias: refusing")
         new_expr, more = _alias_for(sibling, module, lines, target, book, where, release)
         edits.extend(more)
@@ -371,16 +388,16 @@ def _atom_for(
     if form == "platform":
         attr = str(atom.get("attr") or "")
         if not target.platform_attr:
-            raise UnrecognisedLayout(f"fusion patch: {release}: {where}: the platform has no attribute for "
+            raise UnrecognisedLayout(f"{release}: {where}: the platform has no attribute for "
                                      f"{target.predicate}: refusing")
         if not attr or not text.endswith("." + attr):
-            raise UnrecognisedLayout(f"fusion patch: {release}: {where}: unexpected platform test {text!r}")
+            raise UnrecognisedLayout(f"{release}: {where}: unexpected platform test {text!r}")
         return text[: -len(attr)] + target.platform_attr, []
     if form == "call":
         name = str(atom.get("name"))
         match = re.fullmatch(rf"(.*?\b){re.escape(name)}\s*\((.*)\)", text, re.S)
         if match is None:
-            raise UnrecognisedLayout(f"fusion patch: {release}: {where}: unexpected call {text!r}")
+            raise UnrecognisedLayout(f"{release}: {where}: unexpected call {text!r}")
         prefix, args = match.group(1), match.group(2)
         expr = f"{prefix}{target.predicate}({args})"
         if prefix:  # module.is_smXX_supported(): the module provides its neighbour too
@@ -388,9 +405,9 @@ def _atom_for(
         return expr, _import_edit(module, name, target, book, where, release)
     if form == "cc":
         # A raw capability comparison: use the release's predicate, imported next to nothing known.
-        raise UnrecognisedLayout(f"fusion patch: {release}: {where}: a raw compute-capability comparison "
+        raise UnrecognisedLayout(f"{release}: {where}: a raw compute-capability comparison "
                                  f"({text!r}); gpuops widens predicate calls only")
-    raise UnrecognisedLayout(f"fusion patch: {release}: {where}: cannot widen {text!r} (a {form} test)")
+    raise UnrecognisedLayout(f"{release}: {where}: cannot widen {text!r} (a {form} test)")
 
 
 def _alias_for(
@@ -407,10 +424,10 @@ def _alias_for(
     name = str(alias.get("name"))
     statement = _module_assignment(module, name)
     if statement is None:
-        raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {name} is not assigned at module level")
+        raise UnrecognisedLayout(f"{release}: {where}: {name} is not assigned at module level")
     inner = [a for a in _atoms_in(alias["expr"]) if a.get("op") == "cap"]
     if len(inner) != 1:
-        raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {name} does not hold exactly one GPU test")
+        raise UnrecognisedLayout(f"{release}: {where}: {name} does not hold exactly one GPU test")
     _check_span_text(lines, alias["expr"], where, release)
     _check_span_text(lines, inner[0], where, release)
     new_atom, edits = _atom_for(inner[0], module, target, book, where, release)
@@ -424,7 +441,7 @@ def _alias_for(
     if existing is not None:
         existing_text = ast.get_source_segment("".join(lines), existing.value) or ""
         if " ".join(existing_text.split()) != " ".join(new_value.split()):
-            raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {new_name} already exists with another "
+            raise UnrecognisedLayout(f"{release}: {where}: {new_name} already exists with another "
                                      f"meaning ({existing_text!r}): refusing")
         return new_name, edits
     end_line = statement.end_lineno or statement.lineno
@@ -448,7 +465,7 @@ def _import_edit(module: ast.Module, sibling: str, target: _Target, book: Predic
                 continue
             sibling_entry = book.entry(alias.name, None)
             if sibling_entry is None or target.predicate_file is None or str(sibling_entry.get("file")) != target.predicate_file:
-                raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {sibling} and {target.predicate} are "
+                raise UnrecognisedLayout(f"{release}: {where}: {sibling} and {target.predicate} are "
                                          f"not defined side by side; cannot tell where to import it from")
             line = alias.end_lineno or node.lineno
             col = alias.end_col_offset if alias.end_col_offset is not None else 0
@@ -458,7 +475,7 @@ def _import_edit(module: ast.Module, sibling: str, target: _Target, book: Predic
                 return [_Edit((line + 1, 0), (line + 1, 0), f"{own_line.group(1)}{target.predicate},\n",
                               f"import:{target.predicate}")]
             return [_Edit((line, -col - 1), (line, -col - 1), f", {target.predicate}", f"import:{target.predicate}")]
-    raise UnrecognisedLayout(f"fusion patch: {release}: {where}: {sibling} is not imported with 'from ... import': "
+    raise UnrecognisedLayout(f"{release}: {where}: {sibling} is not imported with 'from ... import': "
                              f"cannot add {target.predicate} beside it")
 
 
@@ -491,7 +508,7 @@ def _parse(source: str, path: str, release: str) -> ast.Module:
         module._gpuops_lines = source.splitlines(True)  # type: ignore[attr-defined]
         return module
     except SyntaxError as exc:
-        raise UnrecognisedLayout(f"fusion patch: {release}: {path} does not parse here (line {exc.lineno})") from None
+        raise UnrecognisedLayout(f"{release}: {path} does not parse here (line {exc.lineno})") from None
 
 
 def _span_text(lines: list[str], span: list[int]) -> str:
@@ -520,7 +537,7 @@ def _check_span_text(lines: list[str], node: Mapping[str, Any], where: str, rele
     else:
         ok = actual == expected
     if not ok:
-        raise UnrecognisedLayout(f"fusion patch: {release}: {where}: the source differs from the scan "
+        raise UnrecognisedLayout(f"{release}: {where}: the source differs from the scan "
                                  f"(expected {expected[:80]!r}); scan again")
 
 
@@ -534,7 +551,7 @@ def _apply(source: str, edits: list[_Edit], path: str, release: str) -> str:
         if line == len(lines) + 1 and col == 0:
             return len(source)
         if not 1 <= line <= len(lines):
-            raise UnrecognisedLayout(f"fusion patch: {release}: {path}: position {line}:{col} outside the file")
+            raise UnrecognisedLayout(f"{release}: {path}: position {line}:{col} outside the file")
         if col < 0:  # a byte column from Python's ast: -(bytes) - 1
             raw = lines[line - 1].encode("utf-8")[: -col - 1]
             col = len(raw.decode("utf-8", "replace"))
@@ -548,7 +565,7 @@ def _apply(source: str, edits: list[_Edit], path: str, release: str) -> str:
     last_start = None
     for start, end, text in placed:
         if last_start is not None and end > last_start:
-            raise UnrecognisedLayout(f"fusion patch: {release}: {path}: two changes overlap: refusing")
+            raise UnrecognisedLayout(f"{release}: {path}: two changes overlap: refusing")
         out = out[:start] + text + out[end:]
         last_start = start
     return out

@@ -1,11 +1,12 @@
-"""Whether fusion-sm120 has anything to do on a host, decided from its facts (pure).
+"""Whether a gate_patch task has anything to do on a host, decided from its facts (pure).
 
-A mixed fleet is the normal case: an H100 (sm90) or B200 (sm100) already runs FlashInfer's
-allreduce fusion, an sm80 box cannot run it at all, a newer release may already admit sm120, and
-a release may not have the fusion code. On those hosts the role reports ok, changed=0 and the
-reason, in --check and for real, and touches nothing. Where it does apply, the fused kernel
-exchanges data through CUDA IPC buffers, which need peer-to-peer access between every pair of TP
-ranks: a TP group with a pair lacking P2P is refused unless the operator says otherwise.
+A mixed fleet is the normal case: for FlashInfer's allreduce fusion (fusion-sm120), an H100 (sm90)
+or B200 (sm100) already runs it, an sm80 box cannot run it at all, a newer release may already
+admit sm120, and a release may not have the fusion code. On those hosts the role reports ok,
+changed=0 and the reason, in --check and for real, and touches nothing. Which feature is judged
+comes from the task (its catalog entry); where the entry says the patched feature needs
+peer-to-peer (``patch: needs_p2p``: the fused kernel exchanges data through CUDA IPC buffers), a TP
+group with a pair lacking P2P is refused unless the operator says otherwise.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.gates.catalog import Feature
+from gpuops.gates.scan import GateScan
 
-FEATURE = "flashinfer_allreduce_fusion"
 _TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
 
 
@@ -24,6 +26,7 @@ _TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
 class Decision:
     applies: bool
     reason: str = ""
+    other_gpu: str | None = None  # the host's GPU generation ("sm90") when it is not the target
 
 
 def _sm(capability: str) -> str:
@@ -36,23 +39,22 @@ def _capability(target_sm: str) -> str:
 
     cc = parse_capability(target_sm)
     if cc is None:
-        raise GpuopsError(f"fusion_target_sm {target_sm!r} is not a GPU generation (write e.g. sm120)")
+        raise GpuopsError(f"target_sm {target_sm!r} is not a GPU generation (write e.g. sm120)")
     return f"{cc[0]}.{cc[1]}"
 
 
-def has_fusion_code(scan: Any) -> bool:
-    from gpuops.gates.catalog import load_catalog
+def has_feature_code(scan: GateScan, feature: Feature) -> bool:
     from gpuops.gates.evaluate import feature_gates
 
-    gates = feature_gates(scan, load_catalog().feature(FEATURE))
-    return any(fg.role == "runtime" for fg in gates)
+    return any(fg.role == "runtime" for fg in feature_gates(scan, feature))
 
 
-def decide_for_gpu(scan: Any, gpu: Mapping[str, Any] | None, target_sm: str) -> Decision:
-    """Before any patch is planned: no fusion code, or GPUs that are not the target."""
-    release = f"sglang {getattr(scan, 'version', None) or '(version unknown)'}"
-    if getattr(scan, "known", False) and not getattr(scan, "errors", None) and not has_fusion_code(scan):
-        return Decision(False, f"{release} has no FlashInfer allreduce-fusion code (no runtime gate of the "
+def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str, feature: Feature,
+                   role: str) -> Decision:
+    """Before any patch is planned: no code of the feature, or GPUs that are not the target."""
+    release = f"sglang {scan.version or '(version unknown)'}"
+    if scan.known and not scan.errors and not has_feature_code(scan, feature):
+        return Decision(False, f"{release} has no {feature.title} code (no runtime gate of the "
                                "feature found): there is nothing to open")
     wanted = _capability(target_sm)
     have = (gpu or {}).get("compute_capability")
@@ -60,15 +62,15 @@ def decide_for_gpu(scan: Any, gpu: Mapping[str, Any] | None, target_sm: str) -> 
         return Decision(True)
     from gpuops.gates.evaluate import judge
 
-    feature = judge(scan, have, (gpu or {}).get("cuda") or "13.0").features.get(FEATURE, {})
-    status = feature.get("status")
+    judged = judge(scan, have, (gpu or {}).get("cuda") or "13.0").features.get(feature.name, {})
+    status = judged.get("status")
     sm = _sm(have)
     if status == "open":
-        return Decision(False, f"this host's GPUs are {sm}, where {release} already runs the fusion "
-                               f"({feature.get('reason')}); fusion-sm120 only opens it for {_sm(wanted)}")
-    return Decision(False, f"this host's GPUs are {sm}: fusion-sm120 only opens the fusion for {_sm(wanted)} "
-                           f"(here the feature is {status or 'unknown'}: {feature.get('reason') or 'no reason given'}); "
-                           f"set fusion_target_sm={sm} to try this GPU")
+        return Decision(False, f"this host's GPUs are {sm}, where {release} already runs {feature.title} "
+                               f"({judged.get('reason')}); {role} only opens it for {_sm(wanted)}", sm)
+    return Decision(False, f"this host's GPUs are {sm}: {role} only opens {feature.title} for {_sm(wanted)} "
+                           f"(here the feature is {status or 'unknown'}: {judged.get('reason') or 'no reason given'})",
+                    sm)
 
 
 def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int | None) -> tuple[list[int], str]:
@@ -97,8 +99,10 @@ def p2p_gaps(failed_pairs: Sequence[Sequence[str]], group: Sequence[int]) -> lis
 
 
 def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: Mapping[str, Any],
-                allow: bool) -> tuple[str | None, str | None]:
-    """(error, warning): an error when the TP group lacks P2P and ``allow`` is false."""
+                allow: bool, needs_p2p: str, switch: str) -> tuple[str | None, str | None]:
+    """(error, warning): an error when the TP group lacks P2P and ``allow`` is false;
+    ``needs_p2p`` says why the feature needs it (the catalog's ``patch: needs_p2p``), ``switch``
+    is the variable that allows it anyway (``fusion_allow_without_p2p``)."""
     gpu = gpu or {}
     if gpu.get("p2p_all_pairs") is not False:
         return None, None
@@ -107,9 +111,7 @@ def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: 
     if not gaps:
         return None, None
     shown = ", ".join(gaps[:4]) + (f", ... ({len(gaps)} pairs)" if len(gaps) > 4 else "")
-    why = (f"peer-to-peer is not possible between {len(gaps)} GPU pair(s) of the TP group ({how}): {shown}; "
-           "the fused all-reduce kernel exchanges data through CUDA IPC buffers, which need peer access "
-           "between every pair of TP ranks, so it would fail or fall back at run time")
+    why = f"peer-to-peer is not possible between {len(gaps)} GPU pair(s) of the TP group ({how}): {shown}; {needs_p2p}"
     if allow:
-        return None, why + " (going ahead: fusion_allow_without_p2p is true)"
-    return why + "; refused: keep TP within a P2P group, or pass -e fusion_allow_without_p2p=true to patch anyway", None
+        return None, why + f" (going ahead: {switch} is true)"
+    return why + f"; refused: keep TP within a P2P group, or pass -e {switch}=true to patch anyway", None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
+    from gpuops.gates.scan import GateScan
 
 
 def sha256_text(text: str | None) -> str | None:
@@ -30,7 +33,7 @@ class HostFacts:
 
     host: str
     files: Mapping[str, FileState] = field(default_factory=dict)
-    gate_scan: Any = None                  # gpuops.gates scan (when a role needs it)
+    gate_scan: GateScan | None = None      # the gate scan (when a role needs it)
     gate_sources: Mapping[str, str] | None = None
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
     # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.

@@ -129,10 +129,18 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     return {"changed": record_file(state, task, "lineinfile", path, after, mode)}
 
 
-def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    """``gate_patch``: open the gates of catalog feature ``feature`` for ``target_sm`` (the gates
+    part's ``plan_gate_patch``), where the host's facts say the patch applies."""
+    from gpuops.gates.patch import patch_recipe
+
     target_sm = str(args.get("target_sm", "sm120"))
     python = str(args.get("python", "python3"))
     feature = str(args.get("feature", "flashinfer_allreduce_fusion"))
+    try:
+        recipe = patch_recipe(feature)  # checked in discovery too: an unknown feature fails before any host is reached
+    except GpuopsError as exc:
+        raise GpuopsError(f"{task.where}: {exc}") from None
     state.needs_gate_scan = True
     nothing = {"changed": False, "applies": False, "launch_flags": [], "notes": [], "files": []}
     if state.discovery:
@@ -142,16 +150,19 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
 
     assert state.facts is not None
     scan = state.facts.gate_scan
-    if scan is not None and getattr(scan, "known", False):
-        decision = decide_for_gpu(scan, state.facts.gpu, target_sm)
+    if scan is not None and scan.known:
+        decision = decide_for_gpu(scan, state.facts.gpu, target_sm, recipe, state.role)
         if not decision.applies:
-            state.note(f"nothing to do on this host: {decision.reason}")
-            return dict(nothing, reason=decision.reason)
-    patch = patch_changes(state.facts, target_sm, state.host)
+            reason = decision.reason
+            if decision.other_gpu:
+                reason += f"; set {_role_variable(task, 'target_sm')}={decision.other_gpu} to try this GPU"
+            state.note(f"nothing to do on this host: {reason}")
+            return dict(nothing, reason=reason)
+    patch = patch_changes(state.facts, feature, target_sm, state.host)
     pending = [(path, before, after) for path, before, after in patch.files if before != after]
     if not pending and not _contributed_before(state, scope):
-        reason = (f"sglang {getattr(scan, 'version', None) or ''} already admits {target_sm} by itself "
-                  "(no gate to widen)".replace("  ", " "))
+        reason = (f"sglang {scan.version if scan is not None and scan.version else ''} already admits {target_sm} "
+                  "by itself (no gate to widen)".replace("  ", " "))
         state.note(f"nothing to do on this host: {reason}")
         return dict(nothing, reason=reason)
     allow = args.get("allow_without_p2p", False)
@@ -159,12 +170,14 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
         allow = str(allow).strip().lower() in ("1", "true", "yes", "on")
     launch_args = args.get("launch_args") or []
     env = args.get("launch_env") or {}
-    error, warning = p2p_refusal(state.facts.gpu, launch_args if isinstance(launch_args, list) else [],
-                                 env if isinstance(env, dict) else {}, allow)
-    if error:
-        raise GpuopsError(f"{state.host}: fusion-sm120: {error}")
-    if warning:
-        state.warn(warning)
+    if recipe.needs_p2p:
+        error, warning = p2p_refusal(state.facts.gpu, launch_args if isinstance(launch_args, list) else [],
+                                     env if isinstance(env, dict) else {}, allow, recipe.needs_p2p,
+                                     _role_variable(task, "allow_without_p2p"))
+        if error:
+            raise GpuopsError(f"{state.host}: {state.role}: {error}")
+        if warning:
+            state.warn(warning)
     changed_paths = []
     for path, before, after in pending:
         state.add_change(Change(
@@ -179,6 +192,14 @@ def plan_gate_patch(task: "Task", args: dict, state: "PlanState", scope: "VarSco
         state.audit = AuditCheck(feature=feature, target_sm=target_sm, python=python)
     return {"changed": bool(changed_paths), "applies": True, "launch_flags": list(patch.launch_flags),
             "notes": list(patch.notes), "files": changed_paths}
+
+
+def _role_variable(task: "Task", name: str) -> str:
+    """The variable an operator sets (``-e VAR=...``) for a task argument that the role passes
+    through as one variable (``target_sm: "{{ fusion_target_sm }}"``); else the argument's name."""
+    raw = task.args.get(name)
+    match = re.fullmatch(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", raw.strip()) if isinstance(raw, str) else None
+    return match.group(1) if match else name
 
 
 def _contributed_before(state: "PlanState", scope: "VarScope") -> bool:
@@ -224,7 +245,7 @@ PLANNERS: dict[str, Planner] = {
     "template": plan_template,
     "env": plan_env,
     "lineinfile": plan_lineinfile,
-    "gate_patch": plan_gate_patch,
+    "gate_patch": plan_gate_patch_task,
     "assert": plan_assert,
     "fail": plan_fail,
 }

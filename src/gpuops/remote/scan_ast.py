@@ -1,0 +1,179 @@
+"""Gate scan: small AST helpers shared by every stage (dotted names, literals, statement walks).
+Host code: stdlib only, Python 3.8+ (3.8 wraps subscripts in ``ast.Index``: ``AST_INDEX``)."""
+
+import ast
+import re
+
+
+def dotted(node):
+    """``get_exec().comm.x`` -> "get_exec().comm.x", ``f(view)`` -> "f(...)", ``a.b[0]`` -> "a.b[0]";
+    None when the node is not a plain reference."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else base + "." + node.attr
+    if isinstance(node, ast.Call):
+        base = dotted(node.func)
+        if base is None:
+            return None
+        return base + ("()" if not node.args and not node.keywords else "(...)")
+    if isinstance(node, ast.Subscript):
+        base = dotted(node.value)
+        index = node.slice.value if isinstance(node.slice, AST_INDEX) else node.slice
+        key = literal(index)
+        if base is None or key is NO_VALUE or not isinstance(key, (int, str)):
+            return None
+        return "%s[%r]" % (base, key)
+    return None
+
+
+def last_name(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return last_name(node.func)
+    return None
+
+
+def literal(node):
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        if isinstance(node, ast.Call) and last_name(node.func) in ("frozenset", "set", "tuple", "list") and len(node.args) == 1:
+            return literal(node.args[0])
+        return NO_VALUE
+    return jsonable(value)
+
+
+NO_VALUE = object()
+
+AST_INDEX = getattr(ast, "Index", ())
+
+
+def jsonable(value):
+    if isinstance(value, (set, frozenset)):
+        return sorted((jsonable(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def string_of(node):
+    """The text of a message argument: constants kept, formatted parts shown as {...}."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{...}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
+        left = string_of(node.left)
+        right = string_of(node.right) if isinstance(node.op, ast.Add) else ""
+        if left is not None:
+            return left + (right or "")
+    return None
+
+
+CMP_OPS = {
+    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+    ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not",
+}
+
+
+def version_tuple(value):
+    if isinstance(value, str):
+        parts = re.findall(r"\d+", value)
+        return [int(p) for p in parts[:2]] if parts else None
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return value[:2]
+    return None
+
+
+def literal_collection(node):
+    if isinstance(node, ast.Dict):
+        keys = [literal(k) for k in node.keys if k is not None]
+        return NO_VALUE if len(keys) != len(node.keys) or NO_VALUE in keys else keys
+    return literal(node)
+
+
+def literal_return(stmt):
+    """True/False for `return True`/`return False|None|`; None for anything else."""
+    if stmt.value is None:
+        return False
+    value = literal(stmt.value)
+    if value is True:
+        return True
+    if value is False or value is None:
+        return False
+    return None
+
+
+def boolish(node):
+    return isinstance(node, (ast.BoolOp, ast.Compare, ast.Name, ast.Attribute, ast.Call)) or (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
+
+
+def flip(op):
+    return {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+
+
+def stmt_value(stmt):
+    return getattr(stmt, "value", None)
+
+
+def functions_in(body):
+    """Every function under these statements, nested ones and methods included."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(block)
+
+
+def statements(body):
+    """Every statement under ``body`` (not expressions), without entering nested functions."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(block)
+
+
+def walk_no_nested(body):
+    """Every node under ``body`` except inside nested functions and classes."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def params_of(func):
+    args = func.args
+    names = [a.arg for a in getattr(args, "posonlyargs", [])] + [a.arg for a in args.args]
+    names += [a.arg for a in args.kwonlyargs]
+    for extra in (args.vararg, args.kwarg):
+        if extra is not None:
+            names.append(extra.arg)
+    return names
+
+
+def docstring_line(func):
+    doc = ast.get_docstring(func, clean=True) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
+    return doc.strip().splitlines()[0][:200] if doc and doc.strip() else None

@@ -1,0 +1,213 @@
+"""Gate scan, the whole run: read the package, load the files that hold a token, share the
+definitions, walk every file for gates (serially, or over forked workers: ``scan_workers``), and
+build the predicate table. Host code: stdlib only, Python 3.8+."""
+
+import ast
+import os
+
+from gpuops.remote.scan_ast import literal_return
+from gpuops.remote.scan_discovery import walk_python_files
+from gpuops.remote.scan_fileinfo import FileInfo, gate_alias_names, load_info, parse_file
+from gpuops.remote.scan_locator import Locator
+from gpuops.remote.scan_lookup import SiteLookups
+from gpuops.remote.scan_pieces import FileSource
+from gpuops.remote.scan_scope import FunctionContext, Scope
+from gpuops.remote.scan_tree import build
+from gpuops.remote.scan_values import self_subjects
+from gpuops.remote.scan_vocabulary import TOKENS
+from gpuops.remote.scan_walker import GateWalker, function_locals
+from gpuops.remote.scan_workers import run_forked
+
+
+class Scanner(SiteLookups):
+    def __init__(self, root):
+        SiteLookups.__init__(self)
+        self.root = root
+        self.files = {}
+        self.defs = {}          # predicate name -> [rel, ...]
+        self.method_defs = {}   # predicate name -> {rel, ...} where it is a class method
+        self.cc_tables = {}     # rel -> {"vars": {name: subject}, "funcs": {name: subject}}
+        self.platform_map = {}
+        self.errors = []
+        self.texts = {}
+        self.predicates = []
+        self.parsed_count = None
+        self.files_total = 0
+        self._walked = set()    # files walked already (site_info reads them as loaded, not grown)
+
+    def is_predicate(self, name):
+        return name in self.defs
+
+    def run(self, jobs=1):
+        """All gates of the package, sorted, with ids; the predicate table is in ``self.predicates``."""
+        self.read_files()
+        gates = None
+        if jobs > 1 and len(self.texts) >= 16 * jobs and hasattr(os, "fork"):
+            gates = run_forked(self, sorted(self.texts), jobs)  # each worker selects from its share
+        if gates is None:
+            self.load(self.select(self.texts), ())
+            self.set_tables(self.local_tables())
+            self.reload_extra()
+            gates = self.walk_all()
+            self.predicates = self.predicate_table()
+        gates.sort(key=lambda g: (g["file"], g["line"], g["condition"]["span"][1]))
+        counters = {}
+        for gate in gates:
+            key = (gate["file"], gate["function"])
+            counters[key] = counters.get(key, 0) + 1
+            gate["id"] = "%s::%s#%d" % (gate["file"], gate["function"], counters[key])
+        self.errors.sort(key=lambda e: e["file"])
+        return gates
+
+    def select(self, rels):
+        """The files that hold a token (a plain substring search: fast)."""
+        tokens = [t.encode() for t in TOKENS]
+        return [rel for rel in rels if any(t in self.texts[rel] for t in tokens)]
+
+    def read_files(self):
+        for rel, path in walk_python_files(self.root):
+            self.files_total += 1
+            try:
+                with open(path, "rb") as handle:
+                    self.texts[rel] = handle.read()
+            except OSError as exc:
+                self.errors.append({"file": rel, "error": "cannot read: %s" % exc.strerror})
+
+    def load(self, rels, extra_names):
+        """Parse ``rels`` (again, with more names, when already parsed) and collect their definitions."""
+        for rel in rels:
+            info = self.files.get(rel)
+            if info is None:
+                try:
+                    text = self.texts[rel].decode("utf-8")
+                except UnicodeDecodeError:
+                    self.errors.append({"file": rel, "error": "not UTF-8"})
+                    continue
+                info = FileInfo(FileSource(rel, text))
+            load_info(info, extra_names)
+            if info.error:
+                self.errors.append({"file": rel, "error": info.error})
+                self.files.pop(rel, None)
+                continue
+            self.files[rel] = info
+
+    def extra_names(self):
+        return sorted(n for n in self.defs if not any(t in n for t in TOKENS))
+
+    def local_tables(self):
+        """What other files need to know about these: predicate names (and which are class
+        methods), platform tables, capability values and functions, per file."""
+        return {rel: (sorted(info.predicates), info.platform_map,
+                      sorted(n for n, m in info.predicates.items() if m.get("cls")),
+                      ({k: v for k, v in info.cc_vars.items() if v}, {k: v for k, v in info.cc_funcs.items() if v}))
+                for rel, info in self.files.items()}
+
+    def set_tables(self, per_file):
+        self.defs = {}
+        self.method_defs = {}
+        self.platform_map = {}
+        self.cc_tables = {}
+        for rel in sorted(per_file):
+            names, platform_map, methods, (cc_vars, cc_funcs) = per_file[rel]
+            for name in names:
+                self.defs.setdefault(name, []).append(rel)
+            for name in methods:
+                self.method_defs.setdefault(name, set()).add(rel)
+            self.platform_map.update(platform_map)
+            if cc_vars or cc_funcs:
+                self.cc_tables[rel] = {"vars": cc_vars, "funcs": cc_funcs}
+
+    def reload_extra(self):
+        """Predicates with names no token covers (rare): parse again where such a name is used,
+        only in files already read (a token-less predicate is used where it lives)."""
+        extra = self.extra_names()
+        if extra:
+            names = [n.encode() for n in extra]
+            again = [rel for rel in sorted(self.files) if any(n in self.texts[rel] for n in names)]
+            self.load(again, extra)
+
+    def walk_all(self):
+        gates = []
+        extra_words = [n for n in self.defs if not any(t in n for t in TOKENS)]
+        for rel in sorted(self.files):
+            info = self.files[rel]
+            self._walked.add(rel)  # from here on its pieces grow: others read it through site_info
+            found = []
+            try:
+                words = self.flow_names(info)
+                if words and not info.whole:
+                    before = len(info.pieces)
+                    parse_file(info, words)  # the pieces that use them without naming a token
+                    if len(info.pieces) != before:
+                        info.self_cc = None
+                        words = self.flow_names(info)
+                info.source.mark_words(list(TOKENS) + extra_words + words)
+                for piece in info.pieces:
+                    locator = Locator(info.source, piece)
+                    walker = GateWalker(self, info, locator)
+                    ctx = FunctionContext(piece.qual, None, {}, {})
+                    walker.walk_body(piece.tree.body, ctx, [])
+                    found.extend(walker.found)
+            except (RecursionError, MemoryError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+                # One odd file must not cost the whole report: it is listed as not understood.
+                self.errors.append({"file": rel, "error": "scanner could not read it (%s)" % type(exc).__name__})
+                continue
+            gates.extend(found)
+        return gates
+
+    def flow_imports(self, info):
+        """Names this file imports that are capability values or functions in their module."""
+        found = getattr(info, "_flow_imports", None)
+        if found is None:
+            scope = Scope(self, info, None)
+            found = set(n for n in info.imports if scope.imported(n, "vars") or scope.imported(n, "funcs"))
+            info._flow_imports = found
+        return found
+
+    def flow_names(self, info):
+        """Names that carry a capability in this file without holding a token: module aliases of
+        gates, capability values and functions (its own and imported), ``self`` attributes set to one."""
+        names = set(gate_alias_names(info))
+        names.update(n for n, v in info.cc_vars.items() if v)
+        names.update(info.cc_funcs)
+        names.update(self.flow_imports(info))
+        names.update(self_subjects(Scope(self, info, None)))
+        return sorted(n for n in names if len(n) > 2 and not any(t in n for t in TOKENS))
+
+    def predicate_table(self):
+        out = []
+        for rel in sorted(self.files):
+            info = self.files[rel]
+            for name, meaning in sorted(info.predicates.items()):
+                entry = {"name": name, "file": rel, "line": meaning.get("line"), "source": meaning.get("source")}
+                if "majors" in meaning:
+                    entry["majors"] = meaning["majors"]
+                    entry["min_cuda"] = meaning.get("min_cuda")
+                elif "same_as" in meaning:
+                    entry["same_as"] = meaning["same_as"]
+                elif "def_node" in meaning:
+                    entry["expr"] = self.definition_tree(info, *meaning["def_node"])
+                if meaning.get("cls"):
+                    entry["cls"] = meaning["cls"]
+                out.append(entry)
+        return out
+
+    def definition_tree(self, info, func, body, locator):
+        """The condition a short predicate returns, with its early returns folded in:
+        ``if not cls.is_cuda_static(): return False`` then ``return cap[0] == 10`` is
+        ``is_cuda and cap[0] == 10``."""
+        func._gpuops_line0 = locator.line0
+        local_aliases, cc_vars, params, assigned = function_locals(func, self, info, locator)
+        fn = FunctionContext(func.name, None, local_aliases, cc_vars, params, assigned)
+        scope = Scope(self, info, locator, local_aliases, cc_vars, fn)
+        tree = build(body[-1].value, scope)
+        for stmt in reversed(body[:-1]):
+            if not isinstance(stmt, ast.If):
+                continue
+            test = build(stmt.test, scope)
+            if literal_return(stmt.body[0]):
+                tree = {"op": "or", "args": [test, tree], "span": test["span"], "text": test.get("text")}
+            else:
+                tree = {"op": "and", "args": [{"op": "not", "arg": test, "span": test["span"], "text": test.get("text")},
+                                              tree], "span": test["span"], "text": test.get("text")}
+        return tree

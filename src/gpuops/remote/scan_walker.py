@@ -1,0 +1,311 @@
+"""Gate scan, stage 4: walk a piece's statements (functions, classes, ``if``/``while``, ``assert``,
+``return``, assignments, any expression) and emit every maximal boolean expression that tests the
+GPU as a gate: kind, polarity (a guard that refuses is -1), effect, reads, excerpt.
+Host code: stdlib only, Python 3.8+."""
+
+import ast
+import re
+
+from gpuops.remote.scan_ast import (
+    NO_VALUE, boolish, docstring_line, dotted, last_name, literal, params_of, statements, string_of,
+)
+from gpuops.remote.scan_locator import TEXT_MAX
+from gpuops.remote.scan_scope import FunctionContext, Scope
+from gpuops.remote.scan_tree import bool_roots, build, interesting, only_atoms
+from gpuops.remote.scan_values import collect_local_cc
+from gpuops.remote.scan_vocabulary import PRED_NAME_RE, has_token
+
+
+_IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
+
+EXIT_VALUES = (None, False, 0, "", (), [], {})
+
+_NOTE_CALL_RE = re.compile(r"(log|warn|print|debug|info|error)", re.I)
+
+
+def is_guard_body(body):
+    """Does this if-body only refuse (raise, or return nothing/False after at most some logging)?
+    A body that does the work and then returns is a branch, not a guard."""
+    if not body or not is_denying_exit(body[-1]):
+        return False
+    if isinstance(body[-1], ast.Raise):
+        return True
+    for stmt in body[:-1]:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _NOTE_CALL_RE.search(dotted(stmt.value.func) or ""):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        return False
+    return True
+
+
+def is_denying_exit(stmt):
+    if isinstance(stmt, (ast.Raise, ast.Continue)):
+        return True
+    if isinstance(stmt, ast.Return):
+        if stmt.value is None:
+            return True
+        value = literal(stmt.value)
+        return value is not NO_VALUE and (value is None or value is False or value in ([], {}, "", 0))
+    return False
+
+
+def body_effect(body, locator):
+    effect = {}
+    sets = []
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    name = last_name(target) if isinstance(target, (ast.Name, ast.Attribute)) else None
+                    if name and name not in sets:
+                        sets.append(name)
+            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+                for key in node.value.keys:
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value not in sets:
+                        sets.append(key.value)
+    if sets:
+        effect["sets"] = sets[:20]
+    last = body[-1] if body else None
+    if isinstance(last, ast.Raise) and last.exc is not None:
+        exc = last.exc
+        effect["raises"] = last_name(exc.func if isinstance(exc, ast.Call) else exc) or "?"
+        if isinstance(exc, ast.Call) and exc.args:
+            message = string_of(exc.args[0])
+            if message is not None:
+                effect["message"] = message[:TEXT_MAX]
+    elif isinstance(last, ast.Return):
+        if last.value is None:
+            effect["returns"] = None
+        else:
+            value = literal(last.value)
+            effect["returns"] = locator.text(last.value, 120) if value is NO_VALUE else value
+    return effect
+
+
+def function_locals(func, scanner, info, locator=None):
+    """Single-assignment names holding a capability expression, names bound to capability values,
+    and every name the function assigns.
+
+    Only statements are walked (never every expression): assignments are statements.
+    """
+    counts = {}
+    values = {}
+    source = info.source
+    for node in statements(func.body):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        else:
+            continue
+        weight = 2 if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) else 1
+        for target in targets:
+            if isinstance(target, ast.Name):
+                counts[target.id] = counts.get(target.id, 0) + weight
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for elt in target.elts:
+                    if isinstance(elt, ast.Name):
+                        counts[elt.id] = counts.get(elt.id, 0) + weight
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = (node, node.value)
+    cc_vars = {}
+    params = params_of(func)
+    scope = Scope(scanner, info, locator, None, cc_vars)
+    scope.fn = FunctionContext("", None, {}, cc_vars, params, counts)
+    line0 = getattr(func, "_gpuops_line0", 0)
+    first, last = func.lineno + line0, (getattr(func, "end_lineno", None) or func.lineno) + line0
+    body_text = "".join(source.lines[first - 1:last])
+    if has_token(body_text, ()) or "major" in body_text or any(
+            n in body_text for n in info.cc_funcs) or any(n in body_text for n, v in info.cc_vars.items() if v) or (
+            scanner is not None and any(n in body_text for n in scanner.flow_imports(info))):
+        collect_local_cc(func, scope, cc_vars)  # only where a capability can be named at all
+    local_aliases = {}
+    candidates = {name: pair for name, pair in values.items()
+                  if counts.get(name) == 1 and name not in cc_vars and boolish(pair[1])}
+    changed = True
+    while changed:  # an alias of an alias (`b = a and x` after `a = is_sm100_supported()`) counts too
+        changed = False
+        for name, (stmt, value) in candidates.items():
+            if name in local_aliases:
+                continue
+            first, last = stmt.lineno + line0, (stmt.end_lineno or stmt.lineno) + line0
+            if source.mentions_words(first, last) or any(
+                    isinstance(n, ast.Name) and (n.id in local_aliases or n.id in cc_vars) for n in ast.walk(value)):
+                local_aliases[name] = value
+                changed = True
+    return local_aliases, cc_vars, params, set(counts)
+
+
+class GateWalker(object):
+    def __init__(self, scanner, info, locator):
+        self.scanner = scanner
+        self.info = info
+        self.locator = locator
+        self.found = []
+
+    def walk_body(self, body, fn, within):
+        line0 = self.locator.line0
+        source = self.info.source
+        for stmt in body:
+            first = stmt.lineno + line0
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.decorator_list:
+                first = min(first, stmt.decorator_list[0].lineno + line0)
+            last = (getattr(stmt, "end_lineno", None) or stmt.lineno) + line0
+            if not source.mentions_words(first, last) and not (fn.words and fn.mentions(source, first, last)):
+                continue  # nothing a gate is made of is written in this statement
+            self.walk_stmt(stmt, fn, within)
+
+    def scope(self, fn):
+        return Scope(self.scanner, self.info, self.locator, fn.local_aliases, fn.cc_vars, fn)
+
+    def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope):
+        line = tree["span"][0]
+        end = max(tree["span"][2], line)
+        stmt_line = stmt.lineno + self.locator.line0
+        excerpt_end = end + (1 if isinstance(stmt, (ast.If, ast.While)) else 0)
+        reads = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                reads.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                reads.add(sub.attr)
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and _IDENT_RE.match(sub.value):
+                reads.add(sub.value)  # e.g. global_server_args_dict["enable_x"]
+        reads = sorted(reads)
+        requires, scope.requires = scope.requires, []
+        self.found.append({
+            "requires": requires,
+            "file": self.info.rel,
+            "line": line,
+            "end_line": end,
+            "stmt_line": stmt_line,
+            "function": fn.qual or "<module>",
+            "kind": kind,
+            "polarity": polarity,
+            "condition": tree,
+            "text": self.locator.text(node),
+            "within": list(within),
+            "effect": effect,
+            "reads": reads[:40],
+            "doc": fn.doc,
+            "excerpt": self.locator.excerpt(min(stmt_line, line), max(excerpt_end, line)),
+        })
+        for nested_node, nested_tree in self.drain_nested(scope):
+            self.emit(stmt, nested_node, nested_tree, fn, within, "expr", 1, {}, scope)
+
+    def emit_nested(self, stmt, fn, within, scope):
+        for node, tree in self.drain_nested(scope):
+            self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+
+    def drain_nested(self, scope):
+        out = []
+        while scope.nested:
+            item = scope.nested.pop(0)
+            out.append(item)
+        return out
+
+    def roots(self, node, fn):
+        scope = self.scope(fn)
+        found = bool_roots(node, scope)
+        return found, scope
+
+    def walk_stmt(self, stmt, fn, within):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined = self.info.predicates.get(stmt.name) or {}
+            if stmt.name in self.info.helpers or (PRED_NAME_RE.match(stmt.name) and defined and (
+                    (not fn.qual and not defined.get("cls")) or (fn.qual and defined.get("cls") == fn.qual))):
+                return  # the release's predicate vocabulary (is_sm120(), ...), not a gate
+            qual = (fn.qual + "." if fn.qual else "") + stmt.name
+            stmt._gpuops_line0 = self.locator.line0
+            local_aliases, cc_vars, params, assigned = function_locals(stmt, self.scanner, self.info, self.locator)
+            for deco in stmt.decorator_list:
+                self.expr_gates(stmt, deco, fn, within)
+            inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars, params, assigned,
+                                    first_is_self=bool(params) and params[0] in ("self", "cls"))
+            self.walk_body(stmt.body, inner, [])
+            return
+        if isinstance(stmt, ast.ClassDef):
+            qual = (fn.qual + "." if fn.qual else "") + stmt.name
+            self.walk_body(stmt.body, FunctionContext(qual, docstring_line(stmt), {}, {}), [])
+            return
+        if isinstance(stmt, (ast.If, ast.While)):
+            found, scope = self.roots(stmt.test, fn)
+            test_is_root = any(n is stmt.test for n, _ in found)
+            for node, tree in found:
+                if node is stmt.test:
+                    deny = isinstance(stmt, ast.If) and is_guard_body(stmt.body)
+                    kind = "guard" if deny else ("if" if isinstance(stmt, ast.If) else "while")
+                    self.emit(stmt, node, tree, fn, within, kind, -1 if deny else 1,
+                              body_effect(stmt.body, self.locator), scope)
+                else:
+                    self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+            if not test_is_root:
+                for node, tree in self.drain_nested(scope):
+                    self.emit(stmt, node, tree, fn, within, "expr", 1, {}, self.scope(fn))
+            test_text = self.locator.text(stmt.test, 200)
+            self.walk_body(stmt.body, fn, within + [test_text])
+            if stmt.orelse:
+                self.walk_body(stmt.orelse, fn, within + ["not (%s)" % test_text])
+            return
+        if isinstance(stmt, ast.Assert):
+            found, scope = self.roots(stmt.test, fn)
+            for node, tree in found:
+                self.emit(stmt, node, tree, fn, within, "assert" if node is stmt.test else "expr", 1, {}, scope)
+            self.emit_nested(stmt, fn, within, scope)
+            return
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            found, scope = self.roots(stmt.value, fn)
+            for node, tree in found:
+                self.emit(stmt, node, tree, fn, within, "return" if node is stmt.value else "expr", 1, {}, scope)
+            self.emit_nested(stmt, fn, within, scope)
+            return
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names = [last_name(t) for t in targets if isinstance(t, (ast.Name, ast.Attribute))]
+            if not fn.qual and all(isinstance(t, ast.Name) for t in targets) and self.pure_alias(stmt.value):
+                return  # a module alias such as `_is_sm100_supported = _is_cuda and is_sm100_supported()`
+            found, scope = self.roots(stmt.value, fn)
+            for node, tree in found:
+                effect = {"sets": [n for n in names if n]} if node is stmt.value else {}
+                self.emit(stmt, node, tree, fn, within, "assign" if node is stmt.value else "expr", 1, effect, scope)
+            self.emit_nested(stmt, fn, within, scope)
+            return
+        # Everything else: look inside its expressions, then its nested statements.
+        for field, value in ast.iter_fields(stmt):
+            if isinstance(value, ast.expr):
+                self.expr_gates(stmt, value, fn, within)
+            elif isinstance(value, list):
+                stmts = [v for v in value if isinstance(v, ast.stmt)]
+                if stmts:
+                    self.walk_body(stmts, fn, within)
+                for v in value:
+                    if isinstance(v, ast.expr):
+                        self.expr_gates(stmt, v, fn, within)
+                    elif isinstance(v, (ast.withitem,)):
+                        self.expr_gates(stmt, v.context_expr, fn, within)
+                    elif isinstance(v, ast.ExceptHandler):
+                        self.walk_body(v.body, fn, within)
+                    elif hasattr(ast, "match_case") and isinstance(v, ast.match_case):
+                        self.walk_body(v.body, fn, within)
+
+    def expr_gates(self, stmt, expr, fn, within):
+        found, scope = self.roots(expr, fn)
+        for node, tree in found:
+            self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+        for node, tree in self.drain_nested(scope):
+            self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
+
+    def pure_alias(self, value):
+        scope = Scope(self.scanner, self.info, self.locator)
+        if not boolish(value) or not interesting(value, scope):
+            return False
+        tree = build(value, scope)
+        return only_atoms(tree)
