@@ -308,7 +308,10 @@ def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path)
 
 
 def test_refusal_of_an_older_rollback_names_every_later_run_newest_first(tmp_path: Path) -> None:
-    """r2 overlaps r1, r3 overlaps only r2, r4 touches an unrelated file: r3 and r2 must go first, not r4."""
+    """r2 overlaps r1, r3 overlaps only r2, r4 touches an unrelated file: r3 and r2 must go first, not r4.
+
+    Restoring r1's backups would destroy r2's and r3's changes, and these files are not launch files
+    that gpuops could recompose (a later patch of a file an older run patched): refused, as before."""
     state, a, b, c = lab_state(tmp_path), tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for f in (a, b, c):
         f.write_bytes(b"v1\n")
@@ -321,7 +324,7 @@ def test_refusal_of_an_older_rollback_names_every_later_run_newest_first(tmp_pat
                           "run_id": "r5", "target": "r1"})
     assert refused["ok"] is False
     assert "run gpuops rollback --run r3; gpuops rollback --run r2; then gpuops rollback --run r1" in refused["error"]
-    assert "r4" not in refused["error"] and "re-apply" in refused["error"]
+    assert "r4" not in refused["error"] and "re-apply" in refused["error"] and "cannot be recomposed" in refused["error"]
     assert (a.read_bytes(), b.read_bytes(), c.read_bytes()) == (b"v3\n", b"v3\n", b"v2\n")
 
 
@@ -337,3 +340,100 @@ def test_rollback_of_an_older_run_whose_files_changed_again_is_refused(tmp_path:
     assert run_helper(dict(rollback, run_id="r4", target="r2"))["ok"]
     assert run_helper(dict(rollback, run_id="r5", target="r1"))["ok"]
     assert a.read_bytes() == b"v1\n"
+
+
+def recompose_payload(state: Path, changes: list[dict[str, Any]], run_id: str, target: str, restore: list[Path],
+                      force: bool = False) -> dict[str, Any]:
+    """What gpuops sends to undo an older run by recomposition (apply/recompose.py): the planned
+    launch files as changes, the target's other files to restore from its own backups."""
+    return payload(state, changes, run_id=run_id,
+                   recompose={"target": target, "restore": [str(p) for p in restore], "force": force})
+
+
+def test_recomposition_undoes_an_older_run_and_is_itself_undoable(tmp_path: Path) -> None:
+    """r1 patches a source and writes the launch; r2 rewrites the launch. Undoing r1 by recomposition
+    restores the source from r1's backups and writes the launch as planned; r2 stays in effect; the
+    recomposition is journaled as a rollback of r1, and undoing it puts r1 back, byte for byte."""
+    from gpuops.remote.recompose import runs_in_order, undone_runs
+
+    state, src, launch = lab_state(tmp_path), tmp_path / "src.py", tmp_path / "launch.sh"
+    src.write_bytes(b"gate = False\n")
+    os.chmod(src, 0o640)
+    launch.write_bytes(b"exec server\n")
+    assert run_helper(payload(state, [change(src, b"gate = True\n", b"gate = False\n"),
+                                      change(launch, b"exec server --fusion\n", b"exec server\n")],
+                              run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"NCCL=1 exec server --fusion\n", b"exec server --fusion\n")],
+                              run_id="r2"))["status"] == "finished"
+    done = run_helper(recompose_payload(state, [change(launch, b"NCCL=1 exec server\n", b"NCCL=1 exec server --fusion\n")],
+                                        "r3", "r1", [src]))
+    assert done["status"] == "finished", done
+    assert src.read_bytes() == b"gate = False\n" and oct(src.stat().st_mode & 0o777) == "0o640"
+    assert launch.read_bytes() == b"NCCL=1 exec server\n"
+    runs = runs_in_order(journal(state))
+    r3 = next(r for r in runs if r["run_id"] == "r3")
+    assert (r3["kind"], r3["target"], r3["recompose"]) == ("rollback", "r1", True)
+    assert undone_runs(runs) == {"r1"}
+    # A second undo of r1 is refused: it is not in effect any more.
+    again = run_helper(recompose_payload(state, [], "r4", "r1", [src]))
+    assert again["status"] == "refused" and "not in effect" in again["error"]
+    # The default rollback now undoes r2 (the newest apply still in effect), not the recomposition...
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    refused = run_helper(dict(rollback, run_id="r5"))
+    assert refused["ok"] is False and "r3" in refused["error"], refused   # r3 rewrote r2's launch since
+    # ...and the recomposition itself can be undone: r1's patch and launch are back.
+    undo = run_helper(dict(rollback, run_id="r6", target="r3"))
+    assert undo["ok"], undo
+    assert src.read_bytes() == b"gate = True\n" and launch.read_bytes() == b"NCCL=1 exec server --fusion\n"
+    assert undone_runs(runs_in_order(journal(state))) == {"r3"}
+
+
+def test_recomposition_keeps_the_drift_check_and_force(tmp_path: Path) -> None:
+    state, src, launch = lab_state(tmp_path), tmp_path / "src.py", tmp_path / "launch.sh"
+    src.write_bytes(b"v1\n")
+    launch.write_bytes(b"l1\n")
+    assert run_helper(payload(state, [change(src, b"v2\n", b"v1\n"), change(launch, b"l2\n", b"l1\n")],
+                              run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    src.write_bytes(b"hand edit\n")
+    planned = [change(launch, b"l4\n", b"l3\n")]
+    refused = run_helper(recompose_payload(state, planned, "r3", "r1", [src]))
+    assert refused["status"] == "refused" and "changed since run r1 wrote it" in refused["error"]
+    assert (src.read_bytes(), launch.read_bytes()) == (b"hand edit\n", b"l3\n")
+    forced = run_helper(recompose_payload(state, planned, "r4", "r1", [src], force=True))
+    assert forced["status"] == "finished" and forced["kept"], forced
+    assert (src.read_bytes(), launch.read_bytes()) == (b"v1\n", b"l4\n")
+    kept = forced["kept"][0].split("kept as ")[1].rstrip(")")
+    assert Path(kept).read_bytes() == b"hand edit\n"
+
+
+def test_a_recomposition_that_fails_puts_everything_back(tmp_path: Path) -> None:
+    """A fault after the writes: the restored source and the planned launch go back, r1 stays in effect."""
+    from gpuops.remote.recompose import runs_in_order, undone_runs
+
+    state, src, launch = lab_state(tmp_path), tmp_path / "src.py", tmp_path / "launch.sh"
+    src.write_bytes(b"v1\n")
+    launch.write_bytes(b"l1\n")
+    assert run_helper(payload(state, [change(src, b"v2\n", b"v1\n"), change(launch, b"l2\n", b"l1\n")],
+                              run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
+    failed = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [src]))
+    assert failed["status"] == "rolled_back", failed
+    assert (src.read_bytes(), launch.read_bytes()) == (b"v2\n", b"l3\n")
+    assert undone_runs(runs_in_order(journal(state))) == set()
+
+
+def test_a_recomposition_deletes_what_the_plan_deletes(tmp_path: Path) -> None:
+    state, desired, launch = lab_state(tmp_path), tmp_path / "desired.json", tmp_path / "launch.sh"
+    launch.write_bytes(b"l1\n")
+    assert run_helper(payload(state, [change(desired, b"{}\n", None), change(launch, b"l2\n", b"l1\n")],
+                              run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    gone = {"path": str(desired), "delete": True, "before_sha256": sha(b"{}\n"), "after_sha256": None}
+    assert run_helper(recompose_payload(state, [gone, change(launch, b"l4\n", b"l3\n")], "r3", "r1", []))["ok"]
+    assert not desired.exists() and launch.read_bytes() == b"l4\n"
+    undo = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": "",
+                       "run_id": "r4", "target": "r3"})
+    assert undo["ok"], undo
+    assert desired.read_bytes() == b"{}\n" and launch.read_bytes() == b"l3\n"

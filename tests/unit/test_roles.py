@@ -22,10 +22,13 @@ def test_shipped_roles_load(name: str) -> None:
 def test_fusion_role_includes_the_service_role_with_its_flag() -> None:
     role = load_role("fusion-sm120")
     modules = [t.module for t in role.tasks]
-    assert modules == ["assert", "gate_patch", "include_role"]  # assert: refuses sglang_manager docker
-    assert role.tasks[1].register == "fusion" and role.tasks[1].notify == ("restart sglang",)
-    assert role.tasks[2].vars == {"sglang_contribute_args": "{{ fusion.launch_flags }}"}
-    assert role.tasks[2].when == "fusion.applies"
+    assert modules == ["gate_patch", "include_role"]
+    assert role.tasks[0].register == "fusion" and role.tasks[0].notify == ("restart sglang",)
+    # docker: the derived image (and the inventory image it stands in for) joins the flag.
+    assert role.tasks[1].vars == {"sglang_contribute_args": "{{ fusion.launch_flags }}",
+                                  "sglang_contribute_image": "{{ fusion.image | default('') }}",
+                                  "sglang_contribute_image_base": "{{ fusion.image_base | default('') }}"}
+    assert role.tasks[1].when == "fusion.applies"
 
 
 def test_service_role_defines_the_restart_handler() -> None:

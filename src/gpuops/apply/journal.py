@@ -87,7 +87,7 @@ def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         run = runs.setdefault(run_id, {"run_id": run_id, "events": [], "changes": []})
         event = record.get("event")
         run["events"].append(event)
-        for key in ("role", "user", "client", "vars_sha256", "kind", "target"):
+        for key in ("role", "user", "client", "vars_sha256", "kind", "target", "recompose"):
             if record.get(key) is not None and key not in run:
                 run[key] = record[key]
         if record.get("changes"):
@@ -101,4 +101,21 @@ def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if not any(e in TERMINAL_EVENTS for e in run["events"]):
             run["outcome"] = f"unfinished ({run['outcome']})"
         run["changed"] = len(run["changes"])
+    _mark_undone(runs)
     return list(runs.values())
+
+
+def _mark_undone(runs: dict[str, dict[str, Any]]) -> None:
+    """``undone_by``: the finished rollback that took a run out of effect. Undoing a rollback by
+    recomposition puts the run it had undone back in effect (remote/recompose.py::undone_runs)."""
+    for run in runs.values():
+        if run.get("kind") != "rollback" or "finished" not in run["events"]:
+            continue
+        target = runs.get(str(run.get("target")))
+        if target is None:
+            continue
+        target["undone_by"] = run["run_id"]
+        if target.get("recompose"):
+            again = runs.get(str(target.get("target")))
+            if again is not None:
+                again.pop("undone_by", None)

@@ -32,12 +32,27 @@ def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: st
                 "before_sha256": change.before_sha256,
                 "after_sha256": change.after_sha256,
                 "mode": change.mode,
+                **({"delete": True} if change.action == "delete" else {}),
             }
             for change in plan.changes
+            if change.kind != "image"  # files of a derived image: built from "image" below, not written here
         ],
         "compile": [{"python": c.python, "paths": list(c.paths)} for c in plan.compile_checks],
         "handlers": [{"name": h.name, "daemon_reload": h.daemon_reload} for h in plan.handlers],
         "service": plan.service.to_json() if plan.service else None,
         "audit": {"sh": audit_sh} if (plan.audit and audit_sh) else None,
         "process_manager": process_manager,
+        "image": image_build(plan),
     }
+
+
+def image_build(plan: Plan) -> dict[str, Any] | None:
+    """docker: the derived image the helper builds (remote/container_image.py) before the restart."""
+    if plan.image is None:
+        return None
+    from gpuops.plan.image_patch import path_in_image
+
+    files = [{"path": path_in_image(plan.image.tag, c.path), "before_sha256": c.before_sha256,
+              "after_b64": base64.b64encode(c.after.encode("utf-8")).decode()}
+             for c in plan.changes if c.kind == "image"]
+    return {**plan.image.to_json(), "files": files}

@@ -88,7 +88,8 @@ def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None])
         for run in runs:
             what = run.get("role") or "?"
             if run.get("kind") == "rollback":
-                what = f"rollback of {run.get('target')}"
+                what = f"rollback of {run.get('target')}" + (" (recomposed)" if run.get("recompose") else "")
+            outcome = run["outcome"] + (f", undone by {run['undone_by']}" if run.get("undone_by") else "")
             error = f"  ({str(run['error']).splitlines()[0]})" if run.get("error") else ""
             echo(f"  {run['run_id']}  {run.get('time') or '':20}  {what:16} changed={run['changed']}  "
-                 f"{run['outcome']}  by {run.get('user') or '?'}{error}")
+                 f"{outcome}  by {run.get('user') or '?'}{error}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from gpuops.apply import container_audit
 from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
 from gpuops.apply.undo import host_key
@@ -52,8 +53,9 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
 
-        probes.append(gate_scan_probe(with_sources=True))  # with sources: the patch planner's input
+        probes.append(gate_scan_probe(with_sources=True, host=host))  # with sources: the patch planner's input; kept per host
         probes.extend(_gpu_probes(host))  # applicability (GPU generation, P2P) is planned from these
+    probes = container_audit.gather_probes(discovery, probes)  # docker: the SGLang in the container
     values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
@@ -67,7 +69,8 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
         sources = getattr(scan, "sources", None)
     gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
-    facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu)
+    facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
+                      container=container_audit.container_facts(values))
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 
 
@@ -152,7 +155,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         if plan.audit is not None:
             from gpuops.gates.probe import gate_scan_probe
 
-            audit_sh = gate_scan_probe(with_sources=False).script
+            audit_sh = container_audit.audit_script(plan, gate_scan_probe(with_sources=False).script)
         payload = apply_payload(plan, run_id, digest, source("process_manager"), audit_sh)
         variables = _merged(host, extra)
 

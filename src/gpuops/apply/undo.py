@@ -61,6 +61,7 @@ def _rollback_state_dir(host: "Host", target: str | None) -> str:
 
 def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
     from gpuops.apply.journal import append_home
+    from gpuops.apply.recompose import recompose_host
     from gpuops.remote import source
     from gpuops.transport import connect, run_on_hosts
 
@@ -77,9 +78,24 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         }
         conn = connect(host, options.connect)
         try:
-            result = run_helper(conn, variables, payload, options, deadline=deadline)
+            # Later runs standing on the target's files: undone by recomposition (apply/recompose.py).
+            try:
+                recomposed = recompose_host(conn, host, state_dir, target, run_id, options, deadline)
+            except GpuopsError as exc:
+                recomposed = (HostReport(host=host.name, ok=False, status="refused", run_id=run_id, error=str(exc)),
+                              target)
+            if recomposed is None:
+                result = run_helper(conn, variables, payload, options, deadline=deadline)
         finally:
             conn.close()
+        if recomposed is not None:
+            report, undid = recomposed
+            append_home({"run_id": run_id, "host": host.name, "address": host_key(host), "role": "rollback",
+                         "target": undid, "recompose": True,
+                         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": report.status,
+                         "state_dir": state_dir, "changes": [{"path": p} for p in report.restored],
+                         "error": report.error})
+            return report
         ok = bool(result.get("ok"))
         status = result.get("status", "failed")
         report = HostReport(host=host.name, ok=ok, status=status, run_id=run_id,

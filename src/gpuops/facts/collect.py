@@ -29,12 +29,33 @@ class HostInspection:
     stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
 
 
-def _gate_probe(with_sources: bool) -> tuple[Any, str | None]:
+def _gate_probe(with_sources: bool, host: Host) -> tuple[Any, str | None]:
     try:
         from gpuops.gates.probe import gate_scan_probe
     except ImportError as exc:
         return None, f"the gate scanner is not available in this gpuops ({exc})"
-    return gate_scan_probe(with_sources=with_sources), None
+    return gate_scan_probe(with_sources=with_sources, host=host), None  # offers the scans kept for this host
+
+
+def _scan_summary(scan: Any) -> dict[str, Any]:
+    """What `inspect --json` says of the gate scan itself: whether the host scanned or the kept scan
+    of its unchanged tree was used, and that tree's fingerprint."""
+    return {"cached": bool(getattr(scan, "cached", False)), "fingerprint": getattr(scan, "fingerprint", None)}
+
+
+_READS_SGLANG = ("host.system", "software.python", "gates.scan")
+
+
+def _in_container(host: Host, probes: list[Any]) -> list[Any]:
+    """On a docker-managed host, the probes that read SGLang (its packages, the gate scan) run with
+    the container's python: the SGLang that matters is the one in the container. The system probe
+    gets the same ``$GPUOPS_PY`` so that it reports which python that was, and why."""
+    from gpuops.facts.container_python import docker_target, in_container
+
+    target = docker_target(host.vars or {})
+    if target is None:
+        return probes
+    return [in_container(p, target) if p.name in _READS_SGLANG else p for p in probes]
 
 
 def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
@@ -65,9 +86,10 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
 
     probes: list[Any] = probes_for(host) + list(extra_probes)
-    gate_probe, gates_error = _gate_probe(with_sources) if with_gates else (None, None)
+    gate_probe, gates_error = _gate_probe(with_sources, host) if with_gates else (None, None)
     if gate_probe is not None:
         probes.append(gate_probe)
+    probes = _in_container(host, probes)
     journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
     script_preamble = preamble(host)
     recovered: list[str] = []
@@ -87,6 +109,8 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
         if gate_probe is not None:
             report, gates_error = _judge(facts, values.get(gate_probe.name))
     extra = {p.name: values.get(p.name) for p in extra_probes}
+    if gate_probe is not None:
+        extra["gpuops.gate_scan"] = _scan_summary(values.get(gate_probe.name))
     if recovered:
         extra["gpuops.recovered"] = recovered
     return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra,
@@ -124,7 +148,8 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
     """One host's entry of the `inspect host --json` document."""
     if not outcome.ok or outcome.value is None:
         return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "managed_launch": None,
-                "stack_problems": [], "gates": [], "features": {}, "gates_error": None, "recovered": []}
+                "stack_problems": [], "gates": [], "features": {}, "gates_error": None, "recovered": [],
+                "gate_scan": None}
     gates, features = gate_json(outcome.value)
     return {
         "ok": True,
@@ -136,4 +161,5 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
         "features": features,
         "gates_error": outcome.value.gates_error,
         "recovered": list(outcome.value.extra.get("gpuops.recovered") or []),
+        "gate_scan": outcome.value.extra.get("gpuops.gate_scan"),
     }

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from gpuops.gates.scan import GateScan, parse_scan_output
+from gpuops.gates.scan import GateScan, parse_scan_output, scan_from_dict, scanner_json, unknown_scan
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe, ProbeOutput
+    from gpuops.inventory import Host
 
 PROBE_NAME = "gates.scan"
 _EOF = "GPUOPS_GATE_SCAN_EOF"
@@ -49,9 +50,14 @@ def scan_options(with_sources: bool = False, root: str | None = None, keywords: 
 
 def gate_scan_script(options: dict[str, Any]) -> str:
     """POSIX sh: run the scanner with ``$GPUOPS_PY``, or say why it cannot run (as scanner JSON)."""
+    import hashlib
+
     text = scanner_source()
     if any(line.strip() == _EOF for line in text.splitlines()):
         raise ValueError("the scanner's text contains its own heredoc terminator")
+    # The scanner's own text is part of its options, so of the host's fingerprint of a scan: a
+    # client with another scanner never takes a scan made by this one for its own.
+    options = {**options, "scanner_digest": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     no_python = json.dumps({"scanner": 1, "ok": False, "reason": "no python 3.8+ found on the host"})
     return (
         'if [ -z "$GPUOPS_PY" ]; then\n'
@@ -68,9 +74,51 @@ def parse_gate_scan(out: ProbeOutput) -> GateScan:
     return parse_scan_output(out.stdout, out.stderr, out.exit_status)
 
 
-def gate_scan_probe(with_sources: bool = False, root: str | None = None) -> Probe[GateScan]:
+def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: Host | None = None) -> Probe[GateScan]:
     """The probe for ``gpuops.gather``; ``with_sources`` also returns the text of every file holding
-    a catalog feature's gates (the patch planner's input)."""
-    from gpuops.gather import Probe
+    a catalog feature's gates (the patch planner's input).
 
-    return Probe(PROBE_NAME, gate_scan_script(scan_options(with_sources, root)), parse_gate_scan)
+    With ``host``, the scans kept for it (``gates/scan_cache.py``) are offered: a host whose tree is
+    unchanged answers in a line and the kept scan is used; a new scan is kept for the next command."""
+    from gpuops.gather import Probe
+    from gpuops.gates import scan_cache
+
+    options = scan_options(with_sources, root)
+    cache = scan_cache.for_host(host) if host is not None else None
+    if cache is None:
+        return Probe(PROBE_NAME, gate_scan_script(options), parse_gate_scan)
+    held = cache.held(need_sources=with_sources)
+    if held:
+        options["known"] = sorted(held)
+    return Probe(PROBE_NAME, gate_scan_script(options), _cached_parse(host.name, cache, held, with_sources))  # type: ignore[union-attr]
+
+
+def _cached_parse(host_name: str, cache: Any, held: dict[str, dict[str, Any]],
+                  with_sources: bool) -> Callable[[ProbeOutput], GateScan]:
+    import dataclasses
+    import logging
+
+    log = logging.getLogger("gpuops.transport")  # shown with -v, as the commands themselves are
+
+    def parse(out: ProbeOutput) -> GateScan:
+        data = scanner_json(out.stdout)
+        if not isinstance(data, dict) or not data.get("ok"):
+            return parse_gate_scan(out)
+        fingerprint = data.get("fingerprint")
+        if data.get("unchanged"):
+            kept = held.get(fingerprint) if isinstance(fingerprint, str) else None
+            if kept is None:  # never offered: a confused host, not a reason to trust anything
+                return unknown_scan("the host answered 'unchanged' for a gate scan this client does not hold")
+            if not with_sources:  # judged exactly as a scan without sources would be
+                kept = {k: v for k, v in kept.items() if k != "sources"}
+            log.info("%s: gate scan: tree unchanged (fingerprint %s), used the scan kept at home",
+                     host_name, fingerprint[:16])
+            return dataclasses.replace(scan_from_dict(kept), cached=True)
+        scan = scan_from_dict(data)
+        if scan.known and scan.fingerprint:
+            cache.store(data, has_sources=with_sources)
+            log.info("%s: gate scan: scanned %d files (fingerprint %s), kept for the next command",
+                     host_name, scan.files_total, scan.fingerprint[:16])
+        return scan
+
+    return parse

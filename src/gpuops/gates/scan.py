@@ -30,6 +30,13 @@ class GateScan:
     files_parsed: int = 0
     elapsed_s: float | None = None
     cpu_s: float | None = None
+    # The digest of the scan's inputs on the host (remote/scan_fingerprint.py); None: not cacheable.
+    fingerprint: str | None = None
+    # True when this scan came from the client's cache because the host said its tree is unchanged.
+    cached: bool = False
+    # True for the host's short answer "unchanged since the scan of ``fingerprint``" (no gates in it):
+    # only the cache-aware probe (gates/probe.py) asks for it, and it replaces it with the scan it holds.
+    unchanged: bool = False
 
     def gate(self, gate_id: str) -> Mapping[str, Any] | None:
         for gate in self.gates:
@@ -51,6 +58,10 @@ def scan_from_dict(data: Any) -> GateScan:
     if not data.get("ok"):
         return GateScan(known=False, reason=str(data.get("reason") or "gate scan failed"),
                         python=data.get("python"), elapsed_s=data.get("elapsed_s"))
+    if data.get("unchanged"):
+        return GateScan(known=False, reason="the host's tree is unchanged since a scan this client holds",
+                        root=data.get("root"), version=data.get("version"), python=data.get("python"),
+                        fingerprint=_text_or_none(data.get("fingerprint")), unchanged=True)
     gates = data.get("gates")
     if not isinstance(gates, list) or not all(isinstance(g, dict) and "id" in g and "condition" in g for g in gates):
         return unknown_scan("gate scanner output has no valid gate list")
@@ -68,7 +79,12 @@ def scan_from_dict(data: Any) -> GateScan:
         files_parsed=int(data.get("files_parsed") or 0),
         elapsed_s=data.get("elapsed_s"),
         cpu_s=data.get("cpu_s"),
+        fingerprint=_text_or_none(data.get("fingerprint")),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def parse_scan_output(stdout: str, stderr: str = "", exit_status: int = 0) -> GateScan:
@@ -77,10 +93,19 @@ def parse_scan_output(stdout: str, stderr: str = "", exit_status: int = 0) -> Ga
     if not text:
         last = (stderr.strip().splitlines() or [f"exit status {exit_status}"])[-1]
         return unknown_scan(f"gate scanner printed nothing ({last[:200]})")
-    # The JSON document is the last line; anything a sitecustomize printed before it is ignored.
-    line = text.splitlines()[-1]
-    try:
-        data = json.loads(line)
-    except ValueError:
+    data = scanner_json(text)
+    if data is None:
         return unknown_scan("gate scanner output is not JSON")
     return scan_from_dict(data)
+
+
+def scanner_json(stdout: str) -> Any:
+    """The scanner's decoded JSON document, or None when its output holds none."""
+    text = stdout.strip()
+    if not text:
+        return None
+    # The JSON document is the last line; anything a sitecustomize printed before it is ignored.
+    try:
+        return json.loads(text.splitlines()[-1])
+    except ValueError:
+        return None

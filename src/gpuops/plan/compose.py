@@ -76,27 +76,74 @@ def render_desired(contributions: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def composed(contributions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Flags and environment of all contributions, older first (later ones win)."""
+    """Flags and environment of all contributions, older first (later ones win); the image of the
+    latest contribution that names one (a docker server's derived image) with the inventory image
+    it stands in for (``image_base``: the launch uses it only while the inventory still names that)."""
     args = merge_flags(*[c.get("args") or [] for c in contributions.values()])
     env: dict[str, str] = {}
+    image, image_base = "", ""
     for contribution in contributions.values():
         env.update({str(k): str(v) for k, v in (contribution.get("env") or {}).items()})
+        if contribution.get("image"):
+            image, image_base = str(contribution["image"]), str(contribution.get("image_base") or "")
     runs = [{"role": role, "run_id": c.get("run_id")} for role, c in contributions.items()]
-    return {"args": args, "env": env, "runs": runs}
+    return {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base}
+
+
+def _part(contribution: Mapping[str, Any]) -> dict[str, Any]:
+    part = {"args": list(contribution.get("args") or []), "env": dict(contribution.get("env") or {})}
+    if contribution.get("image"):
+        part.update(image=str(contribution["image"]), image_base=str(contribution.get("image_base") or ""))
+    return part
 
 
 def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str, args: list[str],
-                      env: Mapping[str, str], run_id: str | None) -> dict[str, dict[str, Any]]:
+                      env: Mapping[str, str], run_id: str | None, image: str = "",
+                      image_base: str = "") -> dict[str, dict[str, Any]]:
     """``contributions`` with ``role``'s part replaced: kept as is when equal, dropped when empty."""
     out = {k: dict(v) for k, v in contributions.items()}
-    mine = {"args": list(args), "env": dict(sorted(env.items()))}
+    mine = _part({"args": list(args), "env": dict(sorted(env.items())), "image": image, "image_base": image_base})
     old = out.get(role)
-    if old is not None and list(old.get("args") or []) == mine["args"] and dict(old.get("env") or {}) == mine["env"]:
+    if old is not None and _part(old) == mine:
         return out
     out.pop(role, None)
-    if mine["args"] or mine["env"]:
+    if mine["args"] or mine["env"] or mine.get("image"):
         out[role] = {**mine, "run_id": run_id}
     return out
+
+
+def without_run(current: Mapping[str, Mapping[str, Any]], before: Mapping[str, Mapping[str, Any]],
+                role: str) -> dict[str, dict[str, Any]]:
+    """The contributions with one run's part taken out: ``role``'s part goes back to what it was
+    before that run (``before``: desired.json as the run found it), every other part stays.
+
+    Parts that predate the run and are unchanged keep their place; parts written after it follow,
+    in their current order (so "later wins" still holds between the parts that remain)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, record in before.items():
+        if name == role:
+            out[name] = dict(record)
+        elif name in current and dict(current[name]) == dict(record):
+            out[name] = dict(current[name])
+    for name, record in current.items():
+        if name != role and name not in out:
+            out[name] = dict(record)
+    return out
+
+
+def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
+    """No part is left: desired.json goes (as before gpuops' first contribution), not an empty file."""
+    from gpuops.plan.diff import unified_diff
+    from gpuops.plan.model import Change
+    from gpuops.plan.modules import _current
+
+    current = _current(state, dest, task.where)
+    if not current.exists:
+        return False
+    state.add_change(Change(kind="desired", path=dest, action="delete", before=current.content, after="",
+                            diff=unified_diff(dest, current.content, ""), mode=None, task=task.where,
+                            notify=task.notify))
+    return True
 
 
 def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
@@ -110,12 +157,21 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     if not isinstance(flags, (list, tuple)) or any(isinstance(f, (dict, list)) for f in flags):
         raise GpuopsError(f"{where}: compose args must be a list of launch words, not {flags!r}")
     env = check_entries(args.get("env") or {}, where)
+    state.desired_path = dest
     if state.discovery:
         state.paths.add(dest)
-        return {"args": [], "env": {}, "runs": [], "changed": False}
+        return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "changed": False}
     current = _current(state, dest, task.where)
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
-    wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id)
+    if state.recompose is not None:  # a rollback by recomposition: everything but the undone run's part
+        wanted = state.recompose(recorded, dest)
+        result = composed(wanted)
+        result["changed"] = (record_file(state, task, "desired", dest, render_desired(wanted),
+                                         normalize_mode(args.get("mode", "0600"), task.where))
+                             if wanted else _delete_desired(state, task, dest))
+        return result
+    image, image_base = str(args.get("image") or ""), str(args.get("image_base") or "")
+    wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id, image, image_base)
     changed = False
     if wanted != recorded and (current.exists or wanted):
         mode = normalize_mode(args.get("mode", "0600"), task.where)

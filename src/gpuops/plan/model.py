@@ -38,15 +38,18 @@ class HostFacts:
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
     # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
     gpu: Mapping[str, Any] | None = None
+    # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
+    # name, id, image, image_id, running, labels; None when not gathered or no such container.
+    container: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Change:
     """One file that would change. ``diff`` is redacted and safe to print; before/after are not."""
 
-    kind: str                 # "template" | "env" | "lineinfile" | "patch"
+    kind: str                 # "template" | "env" | "lineinfile" | "patch" | "desired"
     path: str
-    action: str               # "create" | "update" | "mode"
+    action: str               # "create" | "update" | "mode" | "delete" (after is then "")
     before: str | None
     after: str
     diff: str
@@ -60,7 +63,7 @@ class Change:
 
     @property
     def after_sha256(self) -> str | None:
-        return sha256_text(self.after)
+        return None if self.action == "delete" else sha256_text(self.after)
 
     def summary(self) -> dict[str, Any]:
         """The JSON form (documented in roles/README.md): hashes and diff, never raw contents."""
@@ -129,6 +132,7 @@ class Plan:
     service: ServiceSpec | None
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
+    image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"

@@ -142,7 +142,8 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
     except GpuopsError as exc:
         raise GpuopsError(f"{task.where}: {exc}") from None
     state.needs_gate_scan = True
-    nothing = {"changed": False, "applies": False, "launch_flags": [], "notes": [], "files": []}
+    nothing = {"changed": False, "applies": False, "launch_flags": [], "notes": [], "files": [], "image": "",
+               "image_base": ""}
     if state.discovery:
         return dict(nothing, applies=True)
     from gpuops.plan.applicability import decide_for_gpu, p2p_refusal
@@ -178,6 +179,17 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
             raise GpuopsError(f"{state.host}: {state.role}: {error}")
         if warning:
             state.warn(warning)
+    if _scope_text(scope, "sglang_manager", "process") == "docker":
+        from gpuops.plan.image_patch import plan_image_patch
+
+        # The files live in the container's image: the patch becomes a derived image (no host file).
+        image = plan_image_patch(task, state, pending, _scope_text(scope, "sglang_docker_image", ""), "python3",
+                                 feature, target_sm, _recorded(state, scope))
+        for note in patch.notes:
+            state.note(note)
+        files = [path for path, _, _ in pending]
+        return {"changed": bool(pending), "applies": True, "launch_flags": list(patch.launch_flags),
+                "notes": list(patch.notes), "files": files, **image}
     changed_paths = []
     for path, before, after in pending:
         state.add_change(Change(
@@ -192,6 +204,22 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
         state.audit = AuditCheck(feature=feature, target_sm=target_sm, python=python)
     return {"changed": bool(changed_paths), "applies": True, "launch_flags": list(patch.launch_flags),
             "notes": list(patch.notes), "files": changed_paths}
+
+
+def _scope_text(scope: "VarScope", name: str, default: str) -> str:
+    return str(scope.get(name)) if name in scope else default
+
+
+def _recorded(state: "PlanState", scope: "VarScope") -> dict | None:
+    """This role's contribution as the host's desired state records it (None when it has none)."""
+    from gpuops.plan.compose import read_desired
+
+    assert state.facts is not None
+    path = _scope_text(scope, "gpuops_desired_state", "")
+    current = state.facts.files.get(path) if path else None
+    if current is None or not current.exists:
+        return None
+    return read_desired(current.content, f"{state.host}: {path}").get(state.role)
 
 
 def _role_variable(task: "Task", name: str) -> str:

@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, HostFacts, Plan, ServiceSpec
@@ -35,12 +35,17 @@ class PlanState:
     secrets: list[str]
     role: str = ""                      # the role the run was asked for (keys its contribution)
     run_id: str | None = None
+    # A rollback by recomposition: (recorded contributions, desired.json path) -> the contributions
+    # to write instead of this role's own (plan/compose.py, apply/recompose.py).
+    recompose: Callable[[dict[str, dict[str, Any]], str], dict[str, dict[str, Any]]] | None = None
+    desired_path: str | None = None     # where the compose task keeps the contributions
     changes: list[Change] = field(default_factory=list)
     notified: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     compile_checks: list[CompileCheck] = field(default_factory=list)
     audit: AuditCheck | None = None
+    image: Any = None                   # plan.image_patch.ImageBuild: a derived image to build (docker)
     registered: dict[str, Any] = field(default_factory=dict)
     role_scopes: dict[str, VarScope] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)
@@ -77,6 +82,9 @@ class Discovery:
     state_dir: str
     python: str
     warnings: tuple[str, ...]
+    # sglang_manager: docker: the container (and image) whose SGLang the gate scan must read.
+    container: Any = None               # facts.container_python.ContainerTarget
+    desired_path: str | None = None   # desired.json, when the role composes the launch
 
 
 def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
@@ -192,15 +200,25 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
     _run_role(roles[role_name], scope, state)
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     python = str(scope.get("gpuops_python")) if "gpuops_python" in scope else "python3"
-    return Discovery(tuple(sorted(state.paths)), state.needs_gate_scan, state_dir, python, tuple(state.warnings))
+    return Discovery(tuple(sorted(state.paths)), state.needs_gate_scan, state_dir, python, tuple(state.warnings),
+                     _container(scope), state.desired_path)
+
+
+def _container(scope: VarScope) -> Any:
+    from gpuops.facts.container_python import docker_target
+
+    names = ("sglang_manager", "sglang_service", "sglang_docker_image")
+    return docker_target({name: scope.get(name) for name in names if name in scope})
 
 
 def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any],
               extra_vars: Mapping[str, Any], roles_path: list[Path] | None = None,
-              run_id: str | None = None) -> Plan:
+              run_id: str | None = None, recompose: Any = None) -> Plan:
     """The changes a role would make on a host whose state is ``facts``; ``run_id`` is recorded
-    with the role's contribution to the composed launch (see plan/compose.py)."""
+    with the role's contribution to the composed launch (see plan/compose.py). ``recompose``: see
+    ``PlanState.recompose``."""
     state, scope, roles = _layers_and_state(role_name, facts, facts.host, inventory_vars, extra_vars, roles_path, run_id)
+    state.recompose = recompose
     for warning in check_extra_vars(role_name, roles, extra_vars):
         state.warn(warning)
     _run_role(roles[role_name], scope, state)
@@ -208,7 +226,7 @@ def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     return Plan(
         host=facts.host, role=role_name, changes=tuple(state.changes), handlers=tuple(handlers),
-        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit,
+        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit, image=state.image,
         warnings=tuple(state.warnings), notes=tuple(state.notes), tasks_ok=state.tasks_ok,
         state_dir=state_dir,
     )

@@ -22,7 +22,7 @@ MODULES: dict[str, tuple[set[str], set[str]]] = {
     "env": ({"dest", "entries"}, {"mode", "style", "header"}),
     "lineinfile": ({"path", "line"}, {"regexp", "mode", "create"}),
     "gate_patch": (set(), {"target_sm", "python", "feature", "allow_without_p2p", "launch_args", "launch_env"}),
-    "compose": ({"dest"}, {"args", "env", "mode"}),
+    "compose": ({"dest"}, {"args", "env", "image", "image_base", "mode"}),
     "service": ({"manager", "name", "state_dir", "port"}, {"health_timeout", "grace", "docker_run_script", "daemon_reload"}),
     "assert": ({"that"}, {"msg"}),
     "fail": ({"msg"}, set()),

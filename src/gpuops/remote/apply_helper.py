@@ -43,10 +43,10 @@ rollback_restore. A paused worker reports ``{"event": "paused", "phase": P}`` in
 
 This module is the entry (modes, the worker, the relay, detaching); the rest is bundled with it
 (``bundle.py``), one concern a module: ``apply_run`` (the transaction and the apply mode),
-``apply_rollback`` (the rollback mode), ``apply_recovery`` (dead runs), ``apply_service`` (the
-server: restart, health, ownership), ``apply_commands``, ``apply_lease``, ``apply_lock``,
-``apply_journal`` (the journal schema, also read by the client), ``apply_prune``, ``apply_fileops``
-and ``apply_common`` (StepFailed, LeaseLapsed).
+``apply_rollback`` (the rollback mode), ``apply_recovery`` (dead runs), ``apply_manifest``,
+``apply_service`` (the server: restart, health, ownership), ``apply_commands``, ``apply_lease``,
+``apply_lock``, ``apply_journal`` (the journal schema, also read by the client), ``apply_prune``,
+``apply_fileops`` and ``apply_common`` (StepFailed, LeaseLapsed).
 """
 
 import json

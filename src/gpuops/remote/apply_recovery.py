@@ -6,7 +6,7 @@ Stdlib only, Python 3.8+; bundled with ``apply_helper``.
 from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.apply_journal import read_journal, unfinished_runs
 from gpuops.remote.apply_lease import NoLease
-from gpuops.remote.apply_rollback import load_manifest
+from gpuops.remote.apply_manifest import load_manifest
 from gpuops.remote.apply_run import Run
 
 

@@ -1,30 +1,32 @@
-"""Rolling back an earlier run: which run, whether it may be undone, its manifest checked, undone.
+"""Rolling back an earlier run from its backups: which run, whether it may be undone, undone.
 
-A rollback is a run of its own (backed up and journaled, under the lease, committed by gpuops).
-Stdlib only, Python 3.8+; bundled with ``apply_helper``.
+A rollback is a run of its own (backed up and journaled, under the lease, committed by gpuops). An
+older run whose launch files later runs changed again is undone by recomposition instead: an apply
+run the client plans (``apply_run.recomposition``). Stdlib only, Python 3.8+; bundled with
+``apply_helper``.
 """
 
-import hashlib
-import json
 import os
 import shutil
 
 from gpuops.remote.apply_common import StepFailed
-from gpuops.remote.apply_fileops import under
 from gpuops.remote.apply_journal import read_journal, runs_by_id
+from gpuops.remote.apply_manifest import load_manifest
 from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
-from gpuops.remote.apply_run import Run, guarded, managed_roots, server_running
+from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.digest import sha256_file
 
 
 def pick_rollback_target(records, wanted):
+    from gpuops.remote.recompose import undone_runs
+
     runs = runs_by_id(records)
-    undone = {r.get("target") for r in runs if r.get("kind") == "rollback" and "finished" in r["events"]}
+    undone = undone_runs(runs)
     if wanted:
         for run in runs:
             if run["run_id"] == wanted:
-                if run.get("kind") == "rollback":
+                if run.get("kind") == "rollback" and not run.get("recompose"):
                     raise StepFailed("run %s is itself a rollback; name the run it undid (%s), or apply again"
                                      % (wanted, run.get("target")))
                 if "rolled_back" in run["events"] or wanted in undone:
@@ -39,23 +41,26 @@ def pick_rollback_target(records, wanted):
             continue
         if "rolled_back" in run["events"] or not run.get("changes"):
             continue
+        later_conflict(runs, run, undone)  # a later recomposition may have rewritten its files
         return run
     raise StepFailed("nothing to roll back: no run in the journal changed this host")
 
 
 def later_conflict(runs, target, undone):
-    """Refuse to undo a run whose files a later, still-standing run changed again.
+    """Refuse to restore the backups of a run whose files a later, still-standing run changed again.
 
-    Undoing an older run by composition (recompute the launch without its part) is not built yet:
-    the message names every later run that must go first, newest first, so the operator can undo
-    them, undo the target, and re-apply the later roles (their parts are recomputed on apply)."""
+    gpuops undoes such a run by recomposition instead (an apply run planned by the client,
+    remote/recompose.py) where only launch files overlap; this refusal is what is left when the
+    overlap cannot be recomposed (a later run changed a file the older one patched): the message
+    names every later run that must go first, newest first."""
     paths = {c.get("path") for c in target.get("changes") or []}
     seen, blocking, first_overlap = False, [], None
     for run in runs:
         if run["run_id"] == target["run_id"]:
             seen = True
             continue
-        if not seen or run.get("kind") == "rollback" or run["run_id"] in undone or "rolled_back" in run["events"]:
+        if not seen or (run.get("kind") == "rollback" and not run.get("recompose")) or run["run_id"] in undone \
+                or "rolled_back" in run["events"]:
             continue
         # a later run must go first when it touched a file of the target or of a run that must go first
         touched = {c.get("path") for c in run.get("changes") or []}
@@ -71,43 +76,10 @@ def later_conflict(runs, target, undone):
     undo = "; ".join("gpuops rollback --run %s" % r["run_id"] for r in order)
     roles = sorted({r.get("role") for r in blocking if r.get("role")})
     raise StepFailed(
-        "run %s changed %s again after %s; roll back %s first (undoing an older run while later runs stand is "
-        "not supported yet): run %s; then gpuops rollback --run %s; then re-apply %s with the same -e values"
+        "run %s changed %s again after %s, and that cannot be recomposed; roll back %s first: run %s; then "
+        "gpuops rollback --run %s; then re-apply %s with the same -e values if you want them back"
         % (run["run_id"], path, target["run_id"], order[0]["run_id"], undo, target["run_id"],
            ", ".join(roles) if roles else "what those runs applied"))
-
-
-def load_manifest(state_dir, run):
-    """A run's manifest, checked against what its journal recorded: anything else is tampering."""
-    run_id = run["run_id"]
-    run_dir = os.path.join(state_dir, "runs", run_id)
-    path = os.path.join(run_dir, "manifest.json")
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise StepFailed("run %s has no backups on this host any more (%s is missing)" % (run_id, path))
-    try:
-        manifest = json.loads(text.decode("utf-8"))
-    except ValueError:
-        raise StepFailed("tampering: the manifest of run %s (%s) is not valid JSON; refusing to touch anything"
-                         % (run_id, path))
-    recorded = run.get("manifest_sha256")
-    if recorded and hashlib.sha256(text).hexdigest() != recorded:
-        raise StepFailed("tampering: the manifest of run %s (%s) is not the one the run wrote; refusing to touch "
-                         "anything" % (run_id, path))
-    journal_paths = {c.get("path") for c in run.get("changes") or []}
-    roots = run.get("managed_roots") or managed_roots(state_dir, sorted(p for p in journal_paths if p))
-    files_dir = os.path.join(run_dir, "files")
-    for entry in manifest.get("files") or []:
-        where = entry.get("path") or ""
-        if where not in journal_paths or not any(under(where, root) for root in roots):
-            raise StepFailed("tampering: the manifest of run %s names %s, which that run did not manage; refusing "
-                             "to touch anything" % (run_id, where))
-        if entry.get("existed") and not under(entry.get("backup") or "", files_dir):
-            raise StepFailed("tampering: the manifest of run %s takes %s's backup from %s, outside %s; refusing "
-                             "to touch anything" % (run_id, where, entry.get("backup"), files_dir))
-    return manifest
 
 
 def check_drift(manifest, target, force, later_dir):

@@ -1,8 +1,8 @@
 """One apply run as a transaction: back up, write, compile-check, re-audit, restart, verify, commit.
 
 ``Run`` holds the steps and the way back (``restore``, ``rollback``); ``guarded`` rolls the host back
-on any failure before gpuops' commit; ``do_apply`` is the apply mode. Stdlib only, Python 3.8+;
-bundled with ``apply_helper``.
+on any failure before gpuops' commit; ``do_apply`` is the apply mode (also the undo of an older run
+by recomposition, ``remote/recompose.py``). Stdlib only, Python 3.8+; bundled with ``apply_helper``.
 """
 
 import base64
@@ -16,10 +16,12 @@ import time
 from gpuops.remote.apply_commands import run_polled
 from gpuops.remote.apply_common import POLL_S, StepFailed, now
 from gpuops.remote.apply_fileops import append_line, atomic_write, fsync_dir
-from gpuops.remote.apply_journal import JOURNAL_FILE
+from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
 from gpuops.remote.apply_lease import NoLease
+from gpuops.remote.apply_manifest import load_manifest, managed_roots
 from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
-from gpuops.remote.apply_service import Service, load_process_manager, previous_service
+from gpuops.remote.apply_service import Service, backend_call, load_process_manager, previous_service
+from gpuops.remote.container_image import build_for_run, discard_built_image
 from gpuops.remote.digest import sha256_file
 
 
@@ -112,6 +114,12 @@ class Run:
             current = sha256_file(change["path"])
             if current != change.get("before_sha256"):
                 raise StepFailed("%s changed on the host while gpuops was applying" % change["path"])
+            if change.get("delete"):  # a recomposition removes a file the undone run created
+                if os.path.lexists(change["path"]):
+                    os.unlink(change["path"])
+                    fsync_dir(os.path.dirname(change["path"]) or ".")
+                self.progress({"event": "wrote", "path": change["path"]})
+                continue
             mode = int(change["mode"], 8) if change.get("mode") else None
             data = base64.b64decode(change["after_b64"])
             if self.faults.get("corrupt_patch") and change["path"].endswith(".py"):
@@ -232,6 +240,7 @@ class Run:
     def rollback(self, manifest, why, log_tail=None):
         self.progress({"event": "rolling_back", "why": why})
         restored, problems, service_note = self.restore(manifest)
+        discard_built_image(self)  # docker: an image this run built, now that the previous container is back
         if problems:
             self.event("rollback_failed", error=why, problems=problems)
             return {"ok": False, "status": "rollback_failed", "error": why, "restored": restored,
@@ -239,13 +248,6 @@ class Run:
         self.event("rolled_back", error=why, restored=restored, service=service_note)
         return {"ok": False, "status": "rolled_back", "error": why, "restored": restored,
                 "service": service_note, "run_id": self.run_id, "log_tail": log_tail}
-
-
-def managed_roots(state_dir, paths):
-    """The directories a run may touch: the state dir and the directory of each file it changes."""
-    roots = {os.path.normpath(state_dir)}
-    roots.update(os.path.dirname(os.path.normpath(p)) for p in paths)
-    return sorted(roots)
 
 
 def guarded(run, manifest, step):
@@ -270,6 +272,9 @@ def server_running(run):
 def do_apply(payload, progress, lease, faults, notes):
     run = Run(payload, progress, lease, faults)
     changes = payload.get("changes", [])
+    marks, kept = {}, []
+    if payload.get("recompose"):  # the undo of an older run by recomposition (remote/recompose.py)
+        changes, marks, kept = recomposition(payload, notes)
     run.check_unchanged_since_plan(changes)
     if not changes and not payload.get("handlers"):
         run.event("unchanged", role=run.meta.get("role"), user=run.meta.get("user"),
@@ -280,7 +285,7 @@ def do_apply(payload, progress, lease, faults, notes):
     run.phase("before_backup")
     manifest = run.backup(changes)
     run.event("started", role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
-              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"],
+              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
               managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
               changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
                         "after_sha256": c.get("after_sha256")} for c in changes],
@@ -290,6 +295,7 @@ def do_apply(payload, progress, lease, faults, notes):
         run.phase("before_write")
         run.write_changes(changes)
         run.phase("after_writes")
+        backend_call(build_for_run, run)  # docker: the patched files as a derived image, compiled inside
         run.compile_checks()
         audit_output = run.audit()
         verdict_reason = None
@@ -309,6 +315,17 @@ def do_apply(payload, progress, lease, faults, notes):
         run.event("finished", pid=pid)
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
-                "audit_verdict": verdict_reason}
+                "audit_verdict": verdict_reason, "target": marks.get("target"),
+                "restored": [c["path"] for c in changes] if marks else [], "kept": kept}
 
     return guarded(run, manifest, forward)
+
+
+def recomposition(payload, notes):
+    from gpuops.remote import recompose
+
+    try:
+        return recompose.prepare(payload, read_journal(payload["state_dir"], notes), load_manifest,
+                                 payload["state_dir"])
+    except recompose.Refused as exc:
+        raise StepFailed(str(exc))

@@ -67,6 +67,12 @@ def scan(opts):
         return result
     result["root"] = root
     result["version"] = find_version(root)
+    from gpuops.remote import scan_fingerprint  # the stat walk that lets a client keep its scan
+
+    fingerprint = scan_fingerprint.tree_fingerprint(root, opts, result["version"])  # before reading: an edit during the scan changes the next one
+    if fingerprint is not None and fingerprint in scan_fingerprint.known_fingerprints(opts):
+        return scan_fingerprint.unchanged_answer(result, fingerprint)
+    result["fingerprint"] = fingerprint
     scanner = Scanner(root)
     jobs = opts.get("jobs")
     jobs = default_jobs() if not isinstance(jobs, int) or jobs < 1 else jobs

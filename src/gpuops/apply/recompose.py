@@ -1,0 +1,223 @@
+"""gpuops rollback of an older run while later runs stand: the launch is recomposed without it.
+
+``gpuops rollback`` restores a run's backups when nothing later changed its files (the plain way,
+byte for byte). When later runs that still stand rewrote some of them, the backups would undo
+those runs' parts too; then, if every file they share with the target is a launch file (what the
+sglang-service role renders from the inventory and ``desired.json``), the rollback is a new apply
+run, planned here:
+
+- ``desired.json``: the current contributions with the target's part put back to what it was
+  before the target ran (``plan.compose.without_run``; the "before" comes from the target's own
+  backup of that file on the host, checked against the journal's sha256);
+- the launch files: the sglang-service role rendered from the inventory and those contributions;
+- the target's other files (source patches): restored by the host from the target's backups
+  (``remote/recompose.py``), with the usable-backup, drift (``--force``) and tampering checks;
+- a restart, health and identity checks, the lease, rollback on failure: the apply transaction.
+
+A later standing run that changed one of the target's non-launch files (a later patch of the same
+source) cannot be recomposed: refused, naming the runs to roll back first, newest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.apply.options import ApplyOptions, HostReport
+    from gpuops.inventory import Host
+    from gpuops.plan.model import Plan
+    from gpuops.transport import Connection
+
+ROLE = "sglang-service"   # the role that renders the launch from the inventory and desired.json
+
+
+@dataclass
+class Recomposition:
+    """How to undo ``target`` by recomposition on one host."""
+
+    target: dict[str, Any]
+    later: list[dict[str, Any]]
+    desired_path: str
+    restore: list[str] = field(default_factory=list)    # from the target's backups, on the host
+    launch: list[str] = field(default_factory=list)     # recomposed here
+
+
+def judge(records: list[dict[str, Any]], wanted: str | None, launch_files: set[str],
+          desired_path: str | None) -> Recomposition | None:
+    """None: the plain rollback applies (or the host helper words the refusal); else how to
+    recompose. Raises GpuopsError when later runs make the undo impossible."""
+    from gpuops.remote.recompose import is_rollback, later_standing, name_runs, paths_of, pick_target, runs_in_order, touchers
+
+    runs = runs_in_order(records)
+    target = pick_target(runs, wanted)
+    if target is None:
+        return None
+    later = later_standing(runs, target)
+    shared = [p for p in paths_of(target) if touchers(later, p)]
+    if not shared:
+        return None   # nothing later stands on its files: its backups are the way back
+    tid = target["run_id"]
+    overlapping = [r for r in later if set(paths_of(r)) & set(paths_of(target))]
+    if is_rollback(target):
+        raise GpuopsError(f"run {tid} (a rollback by recomposition) cannot be undone while later runs that changed "
+                          f"its files stand; roll back {name_runs(overlapping)} first")
+    blocked = [p for p in shared if p not in launch_files]
+    if blocked:
+        runs_on = [r for r in later if blocked[0] in paths_of(r)]
+        raise GpuopsError(
+            f"run {tid} ({target.get('role')}) cannot be undone while later runs stand: {runs_on[-1]['run_id']} "
+            f"({runs_on[-1].get('role')}) changed {blocked[0]} again, and only the launch (flags, environment) is "
+            f"recomposed; roll back {name_runs(overlapping)} first (newest first), then {tid}")
+    if desired_path is None or desired_path not in paths_of(target):
+        raise GpuopsError(
+            f"run {tid} ({target.get('role')}) recorded no part of the launch (its launch change came from the inventory "
+            f"of the time), so it cannot be taken out of it; roll back {name_runs(overlapping)} first, then {tid}, or "
+            "change the inventory and apply sglang-service")
+    same_role = [r for r in later if not is_rollback(r) and r.get("role") == target.get("role")
+                 and desired_path in paths_of(r)]
+    if same_role:
+        raise GpuopsError(
+            f"run {same_role[-1]['run_id']} applied {target.get('role')} again after {tid} and replaced its part of the "
+            f"launch; roll back {name_runs(same_role)} first, then {tid}")
+    return Recomposition(target=target, later=later, desired_path=desired_path,
+                         restore=[p for p in paths_of(target) if p not in launch_files],
+                         launch=[p for p in paths_of(target) if p in launch_files])
+
+
+def backup_path(state_dir: str, target: Mapping[str, Any], path: str) -> str | None:
+    """Where the host keeps the target's copy of ``path`` as it was before it (None: it did not
+    exist). The helper names backups by the change's position in the run's journaled list."""
+    for index, change in enumerate(target.get("changes") or []):
+        if change.get("path") == path:
+            if not change.get("before_sha256"):
+                return None
+            return f"{state_dir.rstrip('/')}/runs/{target['run_id']}/files/{index:03d}"
+    return None
+
+
+def contributions_before(files: Mapping[str, Any], state_dir: str, host: str,
+                         recomposition: Recomposition) -> dict[str, dict[str, Any]]:
+    """desired.json's contributions as the target found them, from its backup (sha256-checked)."""
+    from gpuops.plan.compose import read_desired
+
+    target = recomposition.target
+    where = backup_path(state_dir, target, recomposition.desired_path)
+    if where is None:
+        return {}
+    backup = files.get(where)
+    wanted = next(c.get("before_sha256") for c in target["changes"] if c.get("path") == recomposition.desired_path)
+    if backup is None or not backup.exists:
+        raise GpuopsError(f"{host}: run {target['run_id']} has no backups on this host any more ({where} is missing); "
+                          "roll back the later runs first, newest first")
+    if backup.sha256 != wanted or backup.content is None:
+        raise GpuopsError(f"{host}: tampering: the backup {where} of run {target['run_id']} is not what it saved; "
+                          "refusing to touch anything")
+    return read_desired(backup.content, f"{host}: {where}")
+
+
+def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str | None, run_id: str,
+                   options: "ApplyOptions", deadline: float | None) -> "tuple[HostReport, str] | None":
+    """Undo ``target`` (or the newest standing run) by recomposition when later runs stand on its
+    files: (its report, the target's run id); None when the plain rollback applies. Raises
+    GpuopsError for an impossible undo."""
+    from gpuops.apply.options import HostReport
+    from gpuops.apply.probes import files_probe, journal_probe
+    from gpuops.apply.remote_exec import gather_as, run_helper
+    from gpuops.facts.python_select import preamble_for_vars
+    from gpuops.gather import ProbeFailure
+    from gpuops.plan.planner import discover
+
+    from gpuops.apply.undo import inventory_state_dir
+
+    variables = dict(host.vars or {})
+    # the state dir the target ran with (an earlier -e gpuops_state_dir=...), else the inventory's
+    extra = {} if state_dir == inventory_state_dir(host) else {"gpuops_state_dir": state_dir}
+    discovery = discover(ROLE, host.name, variables, extra)
+    preamble = preamble_for_vars({**variables, **extra})
+    journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
+    if isinstance(journal, ProbeFailure):
+        return None   # the helper reads (and repairs) the journal itself
+    recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
+    if recomposition is None:
+        return None
+    tid = recomposition.target["run_id"]
+    backups = [b for b in [backup_path(state_dir, recomposition.target, recomposition.desired_path)] if b]
+    paths = sorted(set(discovery.paths) | set(recomposition.launch) | set(backups))
+    gathered = gather_as(conn, [files_probe(paths)], preamble, options)["apply.files"]
+    if isinstance(gathered, ProbeFailure):
+        raise GpuopsError(f"{host.name}: cannot read the launch files: {gathered.reason}")
+    plan = _plan(host, variables, extra, gathered["files"], state_dir, recomposition, run_id)
+    payload = _payload(plan, recomposition, run_id, options, variables, extra)
+    result = run_helper(conn, {**variables, **extra}, payload, options, deadline=deadline)
+    ok = bool(result.get("ok"))
+    status = result.get("status", "failed")
+    restored = list(result.get("restored") or [])
+    report = HostReport(host=host.name, ok=ok, status=status if status in ("finished", "rolled_back", "refused",
+                                                                            "rollback_failed", "unknown") else "failed",
+                        run_id=run_id, restored=restored, changed=len(restored) if ok else 0,
+                        error=None if ok else result.get("error"), recovered=list(result.get("recovered") or []),
+                        notes=[str(n) for n in result.get("notes") or []])
+    if ok:
+        from gpuops.plan.compose import composed, read_desired
+
+        after = next((c.after for c in plan.changes if c.path == recomposition.desired_path), None)
+        left = composed(read_desired(after, recomposition.desired_path)) if after else \
+            {"args": [], "env": {}, "runs": []}
+        from gpuops.secret_policy import mask_text, secret_values
+
+        kept = ", ".join(f"{r['role']} {r['run_id']}" for r in left["runs"]) or "none"
+        report.notes.append(mask_text(
+            f"undid run {tid} ({recomposition.target.get('role')}) by recomposition: the launch is the inventory plus "
+            f"the runs still in effect ({kept}); {len(recomposition.restore)} file(s) of it restored from its backups",
+            secret_values(variables)))
+        for kept_file in result.get("kept") or []:
+            report.notes.append(f"--force: the later version of {kept_file}")
+    elif status == "rolled_back":
+        report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
+    report.notes.insert(0, f"later runs stand on its files ({', '.join(r['run_id'] for r in recomposition.later)}): "
+                           "recomposed instead of restoring its backups")
+    return report, tid
+
+
+def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],
+          state_dir: str, recomposition: Recomposition, run_id: str) -> "Plan":
+    from gpuops.plan.compose import without_run
+    from gpuops.plan.model import HostFacts
+    from gpuops.plan.planner import plan_role
+
+    before = contributions_before(files, state_dir, host.name, recomposition)
+    target = recomposition.target
+    role, tid = str(target.get("role") or ""), target["run_id"]
+
+    def recompose(recorded: dict[str, dict[str, Any]], dest: str) -> dict[str, dict[str, Any]]:
+        mine = recorded.get(role)
+        if mine is not None and mine.get("run_id") != tid:
+            raise GpuopsError(f"{host.name}: {dest}: the part of {role} comes from run {mine.get('run_id')}, not {tid}; "
+                              f"roll back {mine.get('run_id')} first")
+        return without_run(recorded, before, role)
+
+    facts = HostFacts(host=host.name, files=dict(files))
+    return plan_role(ROLE, facts, variables, extra, run_id=run_id, recompose=recompose)
+
+
+def _payload(plan: "Plan", recomposition: Recomposition, run_id: str, options: "ApplyOptions",
+             variables: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    from gpuops.apply.options import current_user
+    from gpuops.apply.payload import apply_payload
+    from gpuops.plan.planner import vars_digest
+    from gpuops.remote import source
+
+    payload = apply_payload(plan, run_id, vars_digest(dict(variables), dict(extra)), source("process_manager"), None)
+    payload["meta"] = dict(payload["meta"], role=recomposition.target.get("role"), user=current_user())
+    payload["recompose"] = {"target": recomposition.target["run_id"], "restore": recomposition.restore,
+                            "force": options.force}
+    if recomposition.restore and not payload["handlers"] and plan.service is not None:
+        # restored sources are read by the server only when it starts again
+        payload["handlers"] = [{"name": "restart sglang", "daemon_reload": False}]
+    if payload["handlers"] and payload.get("service") is None:
+        raise GpuopsError(f"{plan.host}: the recomposed launch has no service to restart")
+    return payload
+

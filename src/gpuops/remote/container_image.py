@@ -1,0 +1,236 @@
+"""A derived image for a docker-managed server: its image plus gpuops' patched SGLang files.
+
+Stdlib only, Python 3.8+: a host module, bundled with the apply helper. Files patched inside a
+running container are lost at the next recreate, so the patch is baked into an image, locally
+(no registry, no network): ``docker create`` of the base image (by id: the bytes the plan read),
+``docker cp`` of each file out (its bytes must be what gpuops planned from, its mode and owner are
+kept), ``docker cp`` of the patched files in (one tar), ``docker commit`` with the patch's labels
+under the plan's tag (``gpuops/<container>:<patch hash>``), then a compile check of the patched
+files with the image's own python in a throwaway container (``--network none``). The gate re-audit
+that follows runs in the image too (the client sent its sh); only then is the container recreated.
+
+A tag that already holds this patch (the same hash label) is reused, not rebuilt: a rerun, or the
+recreate after someone replaced the container, costs nothing. An image this run built is removed
+again when the run rolls back (after the previous container is back); one that existed is kept.
+
+Every docker command runs with its output in files and is killed if the run's lease lapses
+(``check`` raises), so a client that dies mid-build leaves the original image running.
+"""
+
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+
+from gpuops.remote.service_base import ServiceFailed
+
+POLL_S = 0.1
+_DOCKER_TIMEOUT_S = 600
+# py_compile each path (argv) to a throwaway cfile: the image's tree gets no __pycache__ from us.
+_COMPILE = (
+    "import os,py_compile,sys,tempfile\n"
+    "d=tempfile.mkdtemp()\n"
+    "bad=0\n"
+    "for i,p in enumerate(sys.argv[1:]):\n"
+    "    try: py_compile.compile(p, cfile=os.path.join(d, '%d.pyc' % i), doraise=True)\n"
+    "    except py_compile.PyCompileError as e: bad=1; sys.stderr.write(str(e.msg).strip()+'\\n')\n"
+    "sys.exit(bad)\n"
+)
+
+
+def docker(argv, check, work_dir, stdin_data=None, timeout=_DOCKER_TIMEOUT_S):
+    """``docker ARGV``: (exit status, stdout bytes, stderr text); ``check()`` is called while it runs
+    (it raises to abandon the run: the command is killed first)."""
+    files = []
+    try:
+        fds = []
+        for prefix in ("in-", "out-", "err-"):
+            fd, path = tempfile.mkstemp(prefix="docker-" + prefix, dir=work_dir)
+            fds.append(fd)
+            files.append(path)
+        if stdin_data is not None:
+            os.write(fds[0], stdin_data)
+        os.lseek(fds[0], 0, os.SEEK_SET)
+        try:
+            proc = subprocess.Popen(["docker"] + list(argv), stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                                    start_new_session=True)
+        except FileNotFoundError:
+            return 127, b"", "docker not found on this host"
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None:
+                check()
+                if time.monotonic() > deadline:
+                    raise ServiceFailed("docker %s took longer than %ds" % (argv[0], timeout))
+                time.sleep(POLL_S)
+        except BaseException:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            raise
+        outputs = []
+        for fd in fds[1:]:
+            os.lseek(fd, 0, os.SEEK_SET)
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            outputs.append(b"".join(chunks))
+        for fd in fds:
+            os.close(fd)
+        return proc.returncode, outputs[0], outputs[1].decode("utf-8", "replace").strip()
+    finally:
+        for path in files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class ImageBuilder:
+    """Builds and checks one derived image (``spec``: the payload's ``image``)."""
+
+    def __init__(self, spec, check, work_dir):
+        self.spec = spec
+        self.tag = spec["tag"]
+        self.check = check
+        self.work_dir = work_dir
+
+    def run(self, *argv, **kwargs):
+        return docker(list(argv), self.check, self.work_dir, **kwargs)
+
+    def must(self, what, *argv, **kwargs):
+        status, out, err = self.run(*argv, **kwargs)
+        if status != 0:
+            raise ServiceFailed("%s failed (docker %s, exit %d): %s" % (what, argv[0], status, err[-500:]))
+        return out
+
+    def existing_patch(self):
+        """The patch label of an image already tagged so; None when there is no such image."""
+        status, out, _ = self.run("image", "inspect", "--format", "{{json .Config.Labels}}", self.tag)
+        if status != 0:
+            return None
+        labels = json.loads(out.decode() or "null") or {}
+        return labels.get("gpuops.patch", "")
+
+    def build(self):
+        """Make the tag (unless it holds this patch already); True when this call built it."""
+        have = self.existing_patch()
+        if have == self.spec["patch_sha256"]:
+            return False
+        if have is not None:
+            raise ServiceFailed("image %s exists but holds another patch (label gpuops.patch=%s); remove it "
+                                "(docker rmi %s) and apply again" % (self.tag, have[:12] or "none", self.tag))
+        base = self.spec["base"]
+        config = json.loads(self.must("reading the base image", "image", "inspect", "--format", "{{json .Config}}",
+                                      base).decode() or "{}") or {}
+        # `docker create` needs a command when the image has none; the run script always gives one.
+        command = [] if (config.get("Cmd") or config.get("Entrypoint")) else [self.spec.get("python") or "python3"]
+        container = self.must("creating a container of the base image", "create", base, *command).decode().strip()
+        try:
+            files = [self.patched_member(container, f) for f in self.spec["files"]]
+            self.must("copying the patched files into the image", "cp", "-", container + ":/",
+                      stdin_data=_tar(files))
+            changes = []
+            for key, value in sorted((self.spec.get("labels") or {}).items()):
+                changes += ["--change", "LABEL %s=%s" % (key, json.dumps(str(value)))]
+            self.must("docker commit", "commit", "-m", "gpuops: patched SGLang files", *(changes + [container, self.tag]))
+        finally:
+            self.run("rm", "-f", container)
+        return True
+
+    def patched_member(self, container, entry):
+        """The tar header of ``entry``'s file in the base image (mode, owner) with the new bytes;
+        refused when the image's bytes are not the ones gpuops planned from."""
+        path = entry["path"]
+        out = self.must("reading %s from the base image" % path, "cp", container + ":" + path, "-")
+        with tarfile.open(fileobj=io.BytesIO(out)) as archive:
+            member = archive.next()
+            if member is None or not member.isfile():
+                raise ServiceFailed("%s is not a regular file in image %s" % (path, self.spec["base"][:19]))
+            handle = archive.extractfile(member)
+            data = handle.read() if handle else b""
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry.get("before_sha256"):
+            raise ServiceFailed(
+                "%s in image %s is not what gpuops planned from (sha256 %s, plan saw %s: the container's copy "
+                "differs from its image, or the image changed); nothing was changed, run gpuops apply again"
+                % (path, self.spec["base"][:19], digest[:12], (entry.get("before_sha256") or "absent")[:12]))
+        new = base64_bytes(entry["after_b64"])
+        info = tarfile.TarInfo(path.lstrip("/"))
+        info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
+        info.uname, info.gname = member.uname, member.gname
+        info.size, info.mtime = len(new), int(time.time())
+        return info, new
+
+    def compile_check(self):
+        """Compile the patched files with the image's own python, in a throwaway container."""
+        python = self.spec.get("python") or "python3"
+        paths = [f["path"] for f in self.spec["files"]]
+        status, out, err = self.run("run", "--rm", "-i", "--network", "none", "--entrypoint", python, self.tag,
+                                    "-", *paths, stdin_data=_COMPILE.encode())
+        if status != 0:
+            raise ServiceFailed("the patched files do not compile with %s in image %s: %s"
+                                % (python, self.tag, (err or out.decode("utf-8", "replace")).strip()[-800:]))
+
+    def image_id(self):
+        status, out, _ = self.run("image", "inspect", "--format", "{{.Id}}", self.tag)
+        return out.decode().strip() if status == 0 else None
+
+    def remove(self):
+        """``docker rmi`` (never forced: an image a container still uses stays)."""
+        status, _, err = self.run("rmi", self.tag)
+        return status == 0, err
+
+
+def base64_bytes(text):
+    import base64
+
+    return base64.b64decode(text)
+
+
+def _tar(files):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for info, data in files:
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def build_for_run(run):
+    """The apply helper's step after its writes: build (or reuse) and compile-check the derived
+    image of ``run.payload["image"]``; remembers on ``run`` what it built (for the rollback)."""
+    spec = run.payload.get("image")
+    if not spec:
+        return None
+    run.phase("image_build")
+    builder = ImageBuilder(spec, lambda: run.lease.check("while building image %s" % spec["tag"]), run.run_dir)
+    started = time.monotonic()
+    if builder.build():
+        run.built_image = spec["tag"]
+    run.progress({"event": "image_built", "tag": spec["tag"], "built": bool(getattr(run, "built_image", None)),
+                  "seconds": round(time.monotonic() - started, 2)})
+    builder.compile_check()
+    run.progress({"event": "compiled", "paths": [f["path"] for f in spec["files"]], "image": spec["tag"]})
+    return spec["tag"]
+
+
+def discard_built_image(run):
+    """After a rollback put the previous container back: remove the image this run built (if any)."""
+    tag = getattr(run, "built_image", None)
+    if not tag:
+        return
+    try:
+        removed, err = ImageBuilder(run.payload.get("image") or {"tag": tag}, lambda: None, run.run_dir).remove()
+        run.progress({"event": "image_removed" if removed else "image_kept", "tag": tag, "why": err[-300:]})
+    except Exception as exc:  # a leftover tagged image is harmless; a rollback must not fail for it
+        run.progress({"event": "image_kept", "tag": tag, "why": "%s: %s" % (type(exc).__name__, exc)})

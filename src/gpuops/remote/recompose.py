@@ -1,0 +1,192 @@
+"""Rollback of an older run by recomposition: which runs stand, and the host's half of the undo.
+
+Stdlib only, Python 3.8+; bundled with the apply helper (``remote/bundle.py``) and imported by the
+client too (``apply/undo.py``), so both sides judge a journal the same way.
+
+Undoing the most recent run restores its backups byte for byte. Undoing an OLDER run A while later
+runs stand cannot do that: A's backups of the launch files (``desired.json``, the env file, the
+launch script or unit) hold the state before A, which lacks every later run's part. So gpuops
+undoes A as a new apply run (a "recomposition", journaled as ``kind: rollback, recompose: true,
+target: A``) whose planned files are:
+
+- the launch files, computed by the client: the inventory plus every contribution still in effect
+  except A's (``plan/compose.py``), rendered by the sglang-service role;
+- A's other files (source patches), which no later standing run touched: put back from A's own
+  backups here on the host (``restore_changes``), with the same drift and tampering checks as a
+  plain rollback.
+
+It is an apply transaction like any other (backups, lease, restart, health, rollback on failure,
+recovery after a crash), and can itself be rolled back (which puts A back in effect).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+
+from gpuops.remote.digest import sha256_file
+
+
+class Refused(Exception):
+    """The run cannot be undone this way; the message says why and what to do (one line)."""
+
+
+def runs_in_order(records):
+    """Journal events folded into one dict per run, in order of first appearance (both sides)."""
+    runs = {}
+    for record in records:
+        run_id = record.get("run_id")
+        if not isinstance(run_id, str):
+            continue
+        run = runs.setdefault(run_id, {"run_id": run_id, "events": []})
+        run["events"].append(record.get("event"))
+        for key, value in record.items():
+            if key not in ("event", "time") and key not in run:
+                run[key] = value
+    return list(runs.values())
+
+
+def is_rollback(run):
+    return run.get("kind") == "rollback"
+
+
+def undone_runs(runs):
+    """Run ids undone by a finished rollback. Undoing a recomposition puts its target back in
+    effect, so the target of a recomposition that was itself undone is in effect again."""
+    by_id = {run["run_id"]: run for run in runs}
+    undone = set()
+    for run in runs:
+        if not is_rollback(run) or "finished" not in run["events"]:
+            continue
+        target = run.get("target")
+        undone.add(target)
+        undid = by_id.get(target) or {}
+        if undid.get("recompose"):
+            undone.discard(undid.get("target"))
+    return undone
+
+
+def standing(run, undone):
+    """A run whose changes are in effect: it finished, was not rolled back, nor undone since."""
+    return "finished" in run["events"] and "rolled_back" not in run["events"] and run["run_id"] not in undone
+
+
+def paths_of(run):
+    return [c.get("path") for c in run.get("changes") or [] if c.get("path")]
+
+
+def pick_target(runs, wanted):
+    """The run ``gpuops rollback`` undoes: the named one, else the newest standing apply run that
+    changed the host. None when the host helper should judge (and word the refusal) itself."""
+    undone = undone_runs(runs)
+    if wanted:
+        for run in runs:
+            if run["run_id"] == wanted:
+                return run if standing(run, undone) and run.get("changes") else None
+        return None
+    for run in reversed(runs):
+        if not is_rollback(run) and standing(run, undone) and run.get("changes"):
+            return run
+    return None
+
+
+def later_standing(runs, target):
+    """The runs after ``target`` still in effect, newest last (recompositions included: they
+    rewrote launch files too; plain rollbacks are not: they put files back as they were)."""
+    undone = undone_runs(runs)
+    later, seen = [], False
+    for run in runs:
+        if run["run_id"] == target["run_id"]:
+            seen = True
+            continue
+        if not seen or not standing(run, undone):
+            continue
+        if is_rollback(run) and not run.get("recompose"):
+            continue
+        later.append(run)
+    return later
+
+
+def touchers(later, path):
+    return [run for run in later if path in paths_of(run)]
+
+
+def name_runs(runs):
+    """'r3 (nccl-env), r2 (fusion-sm120)': newest first, as they must be rolled back."""
+    return ", ".join("%s (%s)" % (r["run_id"], "rollback of %s" % r.get("target") if is_rollback(r)
+                                  else r.get("role") or "?") for r in reversed(runs))
+
+
+# ---------------------------------------------------------------- the host's half
+
+
+def check_target(records, target_id):
+    """Under the lock: the target still stands (nothing undid it between the plan and now)."""
+    runs = runs_in_order(records)
+    target = next((r for r in runs if r["run_id"] == target_id), None)
+    if target is None:
+        raise Refused("no run %s in the journal of this host" % target_id)
+    if is_rollback(target) and not target.get("recompose"):
+        raise Refused("run %s is itself a rollback; name the run it undid (%s)" % (target_id, target.get("target")))
+    if not standing(target, undone_runs(runs)):
+        raise Refused("run %s is not in effect on this host (already rolled back)" % target_id)
+    return target
+
+
+def restore_changes(manifest, target, paths, force, kept_dir):
+    """Changes (apply-payload form) that put ``paths`` back as they were before ``target`` ran,
+    from its backups: each file must still hold what the target wrote (else refused, or with
+    ``force`` the current file is kept beside the backups). Returns (changes, kept)."""
+    wrote = {c.get("path"): c.get("after_sha256") for c in target.get("changes") or []}
+    entries = {entry["path"]: (index, entry) for index, entry in enumerate(manifest.get("files") or [])}
+    changes, kept = [], []
+    for path in paths:
+        if path not in entries:
+            raise Refused("run %s did not change %s; nothing of it to restore" % (target["run_id"], path))
+        index, entry = entries[path]
+        current = sha256_file(path)
+        expected = entry.get("after_sha256") or wrote.get(path)
+        if expected is not None and current != expected:
+            if not force:
+                raise Refused(
+                    "%s changed since run %s wrote it (sha256 now %s, the run wrote %s); rollback would destroy that "
+                    "change: merge it by hand, or run `gpuops rollback --run %s --force` (keeps the current file "
+                    "beside the backup)" % (path, target["run_id"], (current or "absent")[:12], expected[:12],
+                                            target["run_id"]))
+            if current is not None:
+                os.makedirs(kept_dir, mode=0o700, exist_ok=True)
+                copy = os.path.join(kept_dir, "%03d.later" % index)
+                shutil.copy2(path, copy)
+                kept.append("%s (kept as %s)" % (path, copy))
+        if not entry.get("existed"):
+            changes.append({"path": path, "delete": True, "before_sha256": current, "after_sha256": None})
+            continue
+        with open(entry["backup"], "rb") as handle:
+            data = handle.read()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry.get("sha256"):
+            raise Refused("the backup of %s (%s) is damaged; refusing to touch anything" % (path, entry["backup"]))
+        changes.append({"path": path, "after_b64": base64.b64encode(data).decode(), "before_sha256": current,
+                        "after_sha256": digest, "mode": "%04o" % int(entry.get("mode") or 0o644)})
+    return changes, kept
+
+
+def prepare(payload, records, load_manifest, state_dir):
+    """The apply payload's changes for a recomposition (restored files first, then the planned
+    launch files) and the journal fields that mark it; raises Refused."""
+    spec = payload.get("recompose") or {}
+    target = check_target(records, spec.get("target"))
+    restore = [p for p in spec.get("restore") or [] if isinstance(p, str)]
+    planned = list(payload.get("changes") or [])
+    overlap = set(restore) & {c.get("path") for c in planned}
+    if overlap:
+        raise Refused("a recomposition both restores and plans %s" % ", ".join(sorted(overlap)))
+    restored, kept = [], []
+    if restore:
+        manifest = load_manifest(state_dir, target)
+        restored, kept = restore_changes(manifest, target, restore, bool(spec.get("force")),
+                                         os.path.join(state_dir, "runs", target["run_id"], "files"))
+    fields = {"kind": "rollback", "recompose": True, "target": target["run_id"]}
+    return restored + planned, fields, kept

@@ -1,0 +1,291 @@
+"""fusion-sm120 on a docker-managed server: the audit runs in the container, the patch is an image.
+
+One lab host for the module (8 simulated RTX PRO 6000, SM120) whose SGLang server runs in a
+container of a private docker daemon; the image holds a real SGLang release (0.5.8, from its PyPI
+wheel) in python's dist-packages, and nothing of SGLang is installed on the host itself, so an audit
+that does not look inside the container finds nothing. What runs and what the container's files
+hold is read from docker itself (`docker inspect`, `docker exec`, `docker cp`), never from gpuops.
+Tests run in file order and each leaves the host as it found it (the original image running).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+import time
+from typing import Any
+
+import pytest
+from labtools import server_info
+
+pytestmark = pytest.mark.integration
+
+RELEASE = "0.5.8"
+COMMUNICATOR = "sglang/srt/layers/communicator.py"
+SERVER_ARGS = "sglang/srt/server_args.py"
+
+
+@pytest.fixture(scope="module")
+def fusion_host(lab_factory, docker_daemon, debian_root):
+    from gpuops.lab.docker_host import setup_docker_host, standin_image
+    from gpuops.lab.sglang_cache import sglang_site
+
+    started = time.monotonic()
+    image = standin_image(docker_daemon, debian_root, sglang_site(RELEASE))
+    print(f"\nlab image with sglang {RELEASE}: {time.monotonic() - started:.1f} s", flush=True)
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, server=False)
+    return setup_docker_host(lab, docker_daemon, image, server_env={"NCCL_DEBUG": "WARN"})
+
+
+def gpuops(run_gpuops, dh, *args: str) -> subprocess.CompletedProcess:
+    return run_gpuops(*args, "-i", str(dh.lab.inventory_path), env={"XDG_STATE_HOME": ""}, timeout=600)
+
+
+def report_of(proc: subprocess.CompletedProcess, name: str) -> dict[str, Any]:
+    try:
+        return json.loads(proc.stdout)["hosts"][name]
+    except (ValueError, KeyError):
+        raise AssertionError(f"no JSON report: {proc.stdout}\n{proc.stderr}") from None
+
+
+def site_in_image() -> str:
+    from gpuops.lab.docker_host import SITE_IN_IMAGE
+
+    return SITE_IN_IMAGE
+
+
+def file_in(dh, container: str, rel: str) -> bytes:
+    """A file of SGLang as the container has it (``docker cp``, read from outside)."""
+    done = dh.daemon.run("cp", f"{container}:{site_in_image()}/{rel}", "-", timeout=60)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        member = archive.getmembers()[0]
+        handle = archive.extractfile(member)
+        assert handle is not None
+        return handle.read()
+
+
+def host_files(dh) -> dict[str, str]:
+    state = dh.host.state_dir
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (state / "sglang.docker.env", state / "sglang-docker-run.sh") if p.exists()}
+
+
+def served(dh, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return server_info(dh.server_port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def fusion_feature(inspect_json: dict[str, Any], host: str) -> dict[str, Any]:
+    return inspect_json["hosts"][host]["features"]["flashinfer_allreduce_fusion"]
+
+
+def test_inspect_audits_the_sglang_inside_the_container(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    served(dh)
+    proc = gpuops(run_gpuops, dh, "inspect", "host", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    entry = json.loads(proc.stdout)["hosts"][dh.host.name]
+    assert entry["gates_error"] is None, gpuops(run_gpuops, dh, "inspect", "host", "-vvv").stderr[-6000:]
+    software = entry["facts"]["software"]
+    # The host has no SGLang at all: this version and path can only come from the container.
+    assert software["sglang"]["version"] == RELEASE, software["sglang"]
+    assert software["sglang"]["path"].startswith(site_in_image()), software["sglang"]
+    assert "container sglang" in software["python"]["chosen_because"]
+    files = {g["file"] for g in entry["gates"]}
+    assert any(COMMUNICATOR.split("/", 1)[1] in f for f in files), sorted(files)[:10]
+    assert fusion_feature(json.loads(proc.stdout), dh.host.name)["status"] == "blocked"
+
+
+ORIGINAL: dict[str, Any] = {}  # what the host ran before the first apply (set by the check test)
+
+
+def images(dh, repository: str = "gpuops/*") -> list[str]:
+    done = dh.daemon.run("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={repository}")
+    return sorted(done.stdout.decode().split())
+
+
+def progress_events(dh, event: str) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted((dh.host.state_dir / "calls").glob("*/progress.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == event:
+                found.append(record)
+    return found
+
+
+def test_check_shows_the_image_patch_and_changes_nothing(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    before = dh.inspect()
+    ORIGINAL.update(id=before["Id"], image=before["Image"], ref=before["Config"]["Image"], files=host_files(dh),
+                    communicator=file_in(dh, dh.container, COMMUNICATOR), server_args=file_in(dh, dh.container, SERVER_ARGS))
+    proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--check", "--diff", "--json")
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 0 and report["status"] == "checked", proc.stdout + proc.stderr
+    patched = [c for c in report["changes"] if c["kind"] == "image"]
+    assert patched and all(c["path"].startswith("gpuops/sglang:") for c in patched), report["changes"]
+    assert any(c["path"].endswith(f"{site_in_image()}/{COMMUNICATOR}") for c in patched)
+    assert any("is_sm120_supported" in c["diff"] for c in patched)
+    launch = [c for c in report["changes"] if c["path"].endswith("sglang-docker-run.sh")]
+    assert launch and "--enable-flashinfer-allreduce-fusion" in launch[0]["diff"]
+    assert patched[0]["path"].split(":/", 1)[0] in launch[0]["diff"]  # the launch names the derived image
+    # Nothing happened: same container, same files, no image built.
+    assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == ORIGINAL["files"] and images(dh) == []
+
+
+def test_apply_builds_a_derived_image_that_survives_a_recreate(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    started = time.monotonic()
+    proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+    wall = time.monotonic() - started
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    assert any("open" in n and "sm120" in n for n in report["notes"] if n.startswith("gate re-audit")), report["notes"]
+    built = progress_events(dh, "image_built")
+    assert built and built[-1]["built"], built
+    tag = built[-1]["tag"]
+    print(f"\napply fusion-sm120 on docker: {wall:.1f} s wall, derived image {tag} built in {built[-1]['seconds']} s",
+          flush=True)
+    info = dh.inspect()
+    assert info["Config"]["Image"] == tag and info["Image"] != ORIGINAL["image"] and info["State"]["Running"]
+    assert "--enable-flashinfer-allreduce-fusion" in info["Config"]["Cmd"]
+    assert report["pid"] == info["State"]["Pid"]
+    labels = json.loads(dh.daemon.run("image", "inspect", "-f", "{{json .Config.Labels}}", tag).stdout)
+    assert labels["gpuops.base-ref"] == ORIGINAL["ref"] and tag.endswith(":" + labels["gpuops.patch"][:12])
+    patched = file_in(dh, dh.container, COMMUNICATOR)
+    assert patched != ORIGINAL["communicator"] and b"is_sm120_supported" in patched
+    # The way gpuops (or an operator) restarts a container: remove it, run the script again.
+    assert dh.daemon.run("rm", "-f", dh.container).returncode == 0
+    rerun = subprocess.run(["/bin/sh", str(dh.host.state_dir / "sglang-docker-run.sh")], capture_output=True, text=True,
+                           env={"PATH": f"{dh.host.bin_dir}:/usr/bin:/bin"}, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert dh.inspect()["Id"] != info["Id"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == patched
+    served(dh)
+
+
+def test_inspect_after_apply_audits_the_patched_container(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    proc = gpuops(run_gpuops, dh, "inspect", "host", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    entry = data["hosts"][dh.host.name]
+    assert entry["facts"]["software"]["sglang"]["path"].startswith(site_in_image())
+    assert fusion_feature(data, dh.host.name)["status"] != "blocked", fusion_feature(data, dh.host.name)
+    assert entry["facts"]["server"]["docker"]["image"].startswith("gpuops/sglang:")
+
+
+def test_rerun_changes_nothing_and_keeps_the_container(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    before, files_before, tags = dh.inspect(), host_files(dh), images(dh)
+    proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 0 and report["changed"] == 0 and report["status"] == "unchanged", proc.stdout + proc.stderr
+    assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == files_before and images(dh) == tags
+
+
+def test_nccl_env_after_fusion_keeps_the_derived_image(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    image = dh.inspect()["Config"]["Image"]
+    proc = gpuops(run_gpuops, dh, "apply", "nccl-env", "--json", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}')
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    info = dh.inspect()
+    assert info["Config"]["Image"] == image and "NCCL_MIN_NCHANNELS=8" in info["Config"]["Env"]
+    back = gpuops(run_gpuops, dh, "rollback")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert dh.inspect()["Config"]["Image"] == image
+
+
+def test_rollback_returns_to_the_original_image_byte_for_byte(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    derived = dh.inspect()["Config"]["Image"]
+    back = gpuops(run_gpuops, dh, "rollback")
+    assert back.returncode == 0, back.stdout + back.stderr
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert "--enable-flashinfer-allreduce-fusion" not in info["Config"]["Cmd"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    assert file_in(dh, dh.container, SERVER_ARGS) == ORIGINAL["server_args"]
+    served(dh)
+    # The derived image is no longer used by any container: it can be removed.
+    assert dh.daemon.run("rmi", derived).returncode == 0
+    assert images(dh) == []
+
+
+def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(fusion_host, run_gpuops) -> None:
+    dh = fusion_host
+    crash = json.dumps({"sglang_env": {"NCCL_DEBUG": "WARN",
+                                       "GPUOPS_STANDIN_CRASH_IF": "enable_flashinfer_allreduce_fusion=true"}})
+    proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json", "-e", crash)
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert "exit code 1" in report["error"], report["error"]
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    assert images(dh) == []  # the image this run built went with it
+    assert "GPUOPS_STANDIN_CRASH_IF" not in served(dh)["env"]
+
+
+def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_running(fusion_host, gpuops_home) -> None:
+    # The transaction covers the image: gpuops dies after the container was recreated from the
+    # derived image (the worker paused at the health wait); the host rolls itself back when the
+    # lease lapses, to the original container spec and image.
+    import os
+    import signal
+    import sys
+
+    from labtools import wait_for_self_rollback
+
+    dh = fusion_host
+    state = dh.host.state_dir
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 120}))
+    calls_before = set((state / "calls").glob("*"))
+    journal = state / "journal.jsonl"
+    rolled = lambda: sum('"rolled_back"' in l for l in journal.read_text().splitlines()) if journal.exists() else 0  # noqa: E731
+    rolled_before = rolled()
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(gpuops_home)
+    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "fusion-sm120", "-i", str(dh.lab.inventory_path),
+                               "-e", "gpuops_lease=4", "-e", "smoke_check=false"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "the worker never paused at the health wait"
+            texts = [(c / "progress.jsonl").read_text() for c in set((state / "calls").glob("*")) - calls_before
+                     if (c / "progress.jsonl").exists()]
+            if any('"paused"' in t and '"phase": "health"' in t for t in texts):
+                break
+            time.sleep(0.05)
+        running = dh.inspect()
+        assert running["Config"]["Image"].startswith("gpuops/sglang:")  # recreated from the derived image
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    wait_for_self_rollback(state / "lock", lambda: rolled() > rolled_before, time.monotonic() + 4 + 90)
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    assert images(dh) == []  # built by the run that was undone: removed with it
+    served(dh)

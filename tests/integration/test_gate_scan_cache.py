@@ -1,0 +1,110 @@
+"""The kept gate scan (gates/scan_cache.py, remote/scan_fingerprint.py) over a real sshd lab host with
+the real SGLang 0.5.8 source: an unchanged tree is not scanned again, and no change gpuops makes (or
+anyone makes) is ever served a stale scan.
+
+What was done is read from ``inspect host --json`` (``gate_scan.cached``) and from ``-v`` (the line
+each host's scan prints), never from timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+FUSION = "flashinfer_allreduce_fusion"
+
+
+@pytest.fixture()
+def lab(lab_factory):
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8")  # its own: the test patches it
+
+
+def inspect(run_gpuops, lab, env: dict[str, str]) -> dict[str, Any]:
+    proc = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["hosts"]["h01"]
+
+
+def apply(run_gpuops, lab, env: dict[str, str], *args: str):
+    proc = run_gpuops("apply", "fusion-sm120", "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=60",
+                      "-e", "gpuops_stop_grace=5", "-e", "fusion_allow_without_p2p=true", "-v", *args,
+                      env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_kept_scan_is_used_only_while_the_tree_is_unchanged(lab, run_gpuops, tmp_path: Path) -> None:
+    env = {"GPUOPS_SCAN_CACHE": str(tmp_path / "scans")}
+    host = lab.hosts[0]
+
+    first = inspect(run_gpuops, lab, env)
+    assert first["gate_scan"]["cached"] is False and first["gate_scan"]["fingerprint"]
+    assert first["features"][FUSION]["status"] == "blocked"
+    second = inspect(run_gpuops, lab, env)
+    assert second["gate_scan"] == {"cached": True, "fingerprint": first["gate_scan"]["fingerprint"]}
+    assert second["gates"] == first["gates"] and second["features"] == first["features"]
+
+    # gpuops' own patch: the very next command sees the patched tree, never the kept scan.
+    patched = apply(run_gpuops, lab, env)
+    assert "tree unchanged" not in patched.stderr  # apply needs the sources: the kept scan has none
+    after = inspect(run_gpuops, lab, env)
+    assert after["gate_scan"]["cached"] is False
+    assert after["gate_scan"]["fingerprint"] != first["gate_scan"]["fingerprint"]
+    assert after["features"][FUSION]["status"] == "open", after["features"][FUSION]
+
+    # A no-op apply after that: the tree is the one the first no-op scanned, so the second uses it.
+    noop = apply(run_gpuops, lab, env, "--json")
+    assert json.loads(noop.stdout)["hosts"]["h01"]["status"] == "unchanged"
+    noop = apply(run_gpuops, lab, env, "--json")
+    assert json.loads(noop.stdout)["hosts"]["h01"]["status"] == "unchanged"
+    assert "h01: gate scan: tree unchanged" in noop.stderr, noop.stderr
+    assert inspect(run_gpuops, lab, env)["gate_scan"]["cached"] is True  # the kept scan with sources serves inspect
+
+    # Anyone's change on the host: a new module with a gate (the lab's release files are hard links
+    # of a shared unpack, so nothing is edited in place here).
+    extra = host.site_dir / "sglang" / "srt" / "gpuops_cache_probe.py"
+    extra.write_text("from sglang.srt.utils import is_sm100_supported\n\n\ndef use_it():\n"
+                     "    if is_sm100_supported():\n        return 1\n    return 0\n")
+    changed = inspect(run_gpuops, lab, env)
+    assert changed["gate_scan"]["cached"] is False
+    assert any(g["file"] == "srt/gpuops_cache_probe.py" for g in changed["gates"])
+    extra.unlink()
+
+    # Rollback restores the files: the gates are closed again, and inspect says so.
+    undo = run_gpuops("rollback", "-i", str(lab.inventory_path), env=env, timeout=300)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    rolled = inspect(run_gpuops, lab, env)
+    assert rolled["gate_scan"]["cached"] is False
+    assert rolled["features"][FUSION]["status"] == "blocked"
+    assert not any(g["file"] == "srt/gpuops_cache_probe.py" for g in rolled["gates"])
+
+
+def test_same_size_rewrite_with_the_old_mtime_is_still_seen(lab, run_gpuops, tmp_path: Path) -> None:
+    """A file replaced through a rename with the same size and the old mtime put back (what a careful
+    copy tool does) has a new inode: scanned again, and the change is in the result."""
+    env = {"GPUOPS_SCAN_CACHE": str(tmp_path / "scans")}
+    comm = lab.hosts[0].site_dir / "sglang" / "srt" / "layers" / "communicator.py"
+    first = inspect(run_gpuops, lab, env)
+    assert inspect(run_gpuops, lab, env)["gate_scan"]["cached"] is True
+    text = comm.read_text()
+    old = "(_is_sm90_supported or _is_sm100_supported)"
+    assert old in text
+    new = "(_is_sm100_supported or _is_sm90_supported)"  # the same length: the same size
+    stat = comm.stat()
+    tmp = comm.with_name(".communicator.py.edit")
+    tmp.write_text(text.replace(old, new, 1))
+    os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.chmod(tmp, stat.st_mode & 0o7777)
+    os.replace(tmp, comm)
+    assert comm.stat().st_size == stat.st_size and comm.stat().st_mtime_ns == stat.st_mtime_ns
+    again = inspect(run_gpuops, lab, env)
+    assert again["gate_scan"]["cached"] is False
+    assert again["gate_scan"]["fingerprint"] != first["gate_scan"]["fingerprint"]
+    assert any(new in (g.get("condition") or "") for g in again["gates"]), "the rescan sees the new condition"
+    assert not any(old in (g.get("condition") or "") for g in again["gates"] if g["file"] == "srt/layers/communicator.py")

@@ -1,0 +1,181 @@
+"""Rollback of an older run by recomposition, the pure parts: which runs stand, when an undo is
+possible, and the launch planned without one run's part (apply/recompose.py, plan/compose.py).
+
+The host-side transaction is tested for real in tests/integration/test_apply_helper.py and, end to
+end with a real SGLang release, in tests/integration/test_rollback_recompose.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_compose import FLAG, STATE, TREE, base, launch, roles_path, run  # noqa: F401  (fixture)
+
+from gpuops.apply.recompose import judge
+from gpuops.errors import GpuopsError
+from gpuops.plan.compose import read_desired, without_run
+from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.planner import discover, plan_role
+from gpuops.remote.recompose import later_standing, pick_target, runs_in_order, undone_runs
+
+DESIRED = f"{STATE}/desired.json"
+LAUNCH = f"{STATE}/sglang-launch.sh"
+ENV = f"{STATE}/sglang.env"
+SRC = "/site/sglang/srt/layers/communicator.py"
+INVENTORY = {
+    "sglang_manager": "process", "gpuops_state_dir": STATE, "sglang_python": "python3",
+    "sglang_args": ["--model-path", "/models/m", "--tp", "8", "--port", "30000"],
+    "sglang_env": {"NCCL_IB_DISABLE": "1"},
+}
+
+
+def started(run_id: str, role: str, paths: list[str], **extra) -> list[dict]:
+    changes = [{"path": p, "before_sha256": "b" + p, "after_sha256": "a" + p} for p in paths]
+    return [{"run_id": run_id, "event": "started", "role": role, "changes": changes, **extra},
+            {"run_id": run_id, "event": "finished"}]
+
+
+def recomposing(facts: HostFacts, target: str, role: str, before: dict, roles_path, run_id: str = "undo") -> HostFacts:
+    """The planning half of apply/recompose.py: the sglang-service role with the contributions
+    minus ``target``'s part; the planned changes applied to the files."""
+    def recompose(recorded: dict, dest: str) -> dict:
+        assert recorded.get(role, {}).get("run_id") in (target, None)
+        return without_run(recorded, before, role)
+
+    plan = plan_role("sglang-service", facts, INVENTORY, {}, roles_path, run_id=run_id, recompose=recompose)
+    files = dict(facts.files)
+    for change in plan.changes:
+        files[change.path] = FileState(path=change.path, exists=change.action != "delete",
+                                       content=None if change.action == "delete" else change.after, mode=change.mode)
+    return HostFacts(host=facts.host, files=files)
+
+
+def contributions(facts: HostFacts) -> dict:
+    state = facts.files.get(DESIRED)
+    return read_desired(state.content if state and state.exists else None, DESIRED)
+
+
+def test_the_older_flag_run_is_taken_out_and_the_launch_is_what_nccl_env_alone_gives(roles_path) -> None:
+    start = base(roles_path)
+    flagged, _ = run(start, "flag-role", roles_path, run_id="run-a")
+    both, _ = run(flagged, "nccl-env", roles_path, TREE, run_id="run-b")
+    undone = recomposing(both, "run-a", "flag-role", contributions(start), roles_path)
+    only_nccl, _ = run(start, "nccl-env", roles_path, TREE, run_id="run-b")
+    for path in (DESIRED, LAUNCH, ENV):
+        assert undone.files[path].content == only_nccl.files[path].content, path
+    args, env = launch(undone)
+    assert FLAG not in args and "NCCL_ALGO='Tree'" in env
+    # Then the remaining run: desired.json goes, the launch is as before both.
+    pristine = recomposing(undone, "run-b", "nccl-env", contributions(flagged), roles_path)
+    assert not pristine.files[DESIRED].exists
+    assert launch(pristine) == launch(start)
+
+
+def test_the_older_nccl_run_is_taken_out_in_the_other_order(roles_path) -> None:
+    start = base(roles_path)
+    tuned, _ = run(start, "nccl-env", roles_path, TREE, run_id="run-a")
+    both, _ = run(tuned, "flag-role", roles_path, run_id="run-b")
+    undone = recomposing(both, "run-a", "nccl-env", contributions(start), roles_path)
+    only_flag, _ = run(start, "flag-role", roles_path, run_id="run-b")
+    for path in (DESIRED, LAUNCH, ENV):
+        assert undone.files[path].content == only_flag.files[path].content, path
+
+
+def test_a_part_replaced_by_the_undone_run_comes_back() -> None:
+    """Z set NCCL_ALGO=Ring, A set Tree (same role), B added a flag: undoing A gives Ring back."""
+    ring = {"args": [], "env": {"NCCL_ALGO": "Ring"}, "run_id": "z"}
+    flag = {"args": [FLAG], "env": {}, "run_id": "b"}
+    other = {"args": ["--x"], "env": {}, "run_id": "o"}
+    before = {"other": other, "nccl-env": ring}
+    current = {"other": other, "nccl-env": {"args": [], "env": {"NCCL_ALGO": "Tree"}, "run_id": "a"}, "flag": flag}
+    assert without_run(current, before, "nccl-env") == {"other": other, "nccl-env": ring, "flag": flag}
+    assert list(without_run(current, before, "nccl-env")) == ["other", "nccl-env", "flag"]
+    # a part that predates A but was changed later keeps its later value and place
+    changed = dict(current, other={"args": ["--y"], "env": {}, "run_id": "c"})
+    changed = {k: changed[k] for k in ("nccl-env", "flag", "other")}
+    assert list(without_run(changed, before, "nccl-env")) == ["nccl-env", "flag", "other"]
+
+
+def test_undone_and_standing_runs_follow_the_journal() -> None:
+    records = (started("a", "fusion-sm120", [SRC, DESIRED, LAUNCH]) + started("b", "nccl-env", [DESIRED, ENV])
+               + started("r", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="a", recompose=True))
+    runs = runs_in_order(records)
+    assert undone_runs(runs) == {"a"}
+    assert pick_target(runs, None)["run_id"] == "b"           # a recomposition is not the default target
+    assert [r["run_id"] for r in later_standing(runs, pick_target(runs, "b"))] == ["r"]
+    assert pick_target(runs, "a") is None                      # the helper says "already rolled back"
+    # Undoing the recomposition puts a back in effect.
+    runs = runs_in_order(records + started("u", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="r"))
+    assert undone_runs(runs) == {"r"}
+    assert pick_target(runs, None)["run_id"] == "b"
+
+
+LAUNCH_FILES = {DESIRED, LAUNCH, ENV}
+
+
+def test_judge_plain_when_nothing_later_stands_on_the_files() -> None:
+    records = started("a", "fusion-sm120", [SRC, DESIRED, LAUNCH])
+    assert judge(records, None, LAUNCH_FILES, DESIRED) is None
+    records += started("b", "nccl-env", [DESIRED, ENV]) + [{"run_id": "x", "event": "started", "kind": "rollback",
+                                                             "target": "b"}, {"run_id": "x", "event": "finished"}]
+    assert judge(records, "a", LAUNCH_FILES, DESIRED) is None     # b was rolled back
+
+
+def test_judge_recomposes_launch_files_and_restores_the_rest() -> None:
+    records = started("a", "fusion-sm120", [SRC, DESIRED, LAUNCH]) + started("b", "nccl-env", [DESIRED, ENV])
+    found = judge(records, "a", LAUNCH_FILES, DESIRED)
+    assert found is not None and found.restore == [SRC] and found.launch == [DESIRED, LAUNCH]
+    assert [r["run_id"] for r in found.later] == ["b"]
+
+
+def test_judge_refuses_what_cannot_be_recomposed_naming_the_runs_newest_first() -> None:
+    # c patched the same source after a: a's backups would destroy c's patch.
+    records = (started("a", "fusion-sm120", [SRC, DESIRED, LAUNCH]) + started("b", "nccl-env", [DESIRED, ENV])
+               + started("c", "other-patch", [SRC]))
+    with pytest.raises(GpuopsError) as err:
+        judge(records, "a", LAUNCH_FILES, DESIRED)
+    assert "c (other-patch) changed " + SRC in str(err.value)
+    assert "roll back c (other-patch), b (nccl-env) first (newest first), then a" in str(err.value)
+    # the same role again replaced a's part of the launch
+    records = started("a", "nccl-env", [DESIRED, ENV]) + started("b", "nccl-env", [DESIRED, ENV])
+    records += started("c", "fusion-sm120", [DESIRED, LAUNCH])
+    with pytest.raises(GpuopsError, match="applied nccl-env again after a"):
+        judge(records, "a", LAUNCH_FILES, DESIRED)
+    # a run that recorded no part (its launch came from the inventory)
+    records = started("a", "sglang-service", [LAUNCH]) + started("b", "fusion-sm120", [DESIRED, LAUNCH])
+    with pytest.raises(GpuopsError, match="recorded no part of the launch"):
+        judge(records, "a", LAUNCH_FILES, DESIRED)
+
+
+def test_discovery_names_desired_json() -> None:
+    assert discover("sglang-service", "h01", INVENTORY, {}).desired_path == DESIRED
+
+
+def test_a_recompose_plan_deletes_desired_json_when_no_part_is_left(roles_path) -> None:
+    start = base(roles_path)
+    tuned, _ = run(start, "nccl-env", roles_path, TREE, run_id="run-a")
+    plan = plan_role("sglang-service", tuned, INVENTORY, {}, roles_path, run_id="u",
+                     recompose=lambda recorded, dest: without_run(recorded, {}, "nccl-env"))
+    deleted = [c for c in plan.changes if c.path == DESIRED]
+    assert deleted and deleted[0].action == "delete" and deleted[0].after_sha256 is None
+    assert json.loads(tuned.files[DESIRED].content or "")["contributions"]["nccl-env"]["run_id"] == "run-a"
+    assert any(c.path == ENV for c in plan.changes) and plan.handlers
+
+
+def test_history_marks_the_run_a_rollback_took_out_of_effect() -> None:
+    from gpuops.apply.journal import fold_runs
+
+    records = (started("a", "fusion-sm120", [SRC, DESIRED, LAUNCH]) + started("b", "nccl-env", [DESIRED, ENV])
+               + started("r", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="a", recompose=True))
+    folded = {r["run_id"]: r for r in fold_runs(records)}
+    assert folded["a"]["undone_by"] == "r" and "undone_by" not in folded["b"] and folded["r"]["recompose"] is True
+    # undoing the recomposition: a is in effect again, r is the one undone
+    records += started("u", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="r")
+    folded = {r["run_id"]: r for r in fold_runs(records)}
+    assert "undone_by" not in folded["a"] and folded["r"]["undone_by"] == "u"
+    # a rollback that was itself rolled back undid nothing
+    records = started("a", "nccl-env", [ENV]) + [
+        {"run_id": "x", "event": "started", "kind": "rollback", "target": "a"}, {"run_id": "x", "event": "rolled_back"}]
+    assert "undone_by" not in fold_runs(records)[0]

@@ -1,0 +1,142 @@
+"""Gate scans kept on the client (gates/scan_cache.py) with the probe that offers them (gates/probe.py),
+run as a host runs the probe: its sh script under ``sh``, the real scanner, ``$GPUOPS_PY`` set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuops.gates import scan_cache
+from gpuops.gates.probe import gate_scan_probe
+from gpuops.gates.scan import GateScan
+from gpuops.gather import ProbeOutput
+from gpuops.inventory.model import Host
+
+GATED = "from sglang.srt.utils import is_sm90_supported\n\ndef apply_allreduce_fusion():\n    if is_sm90_supported():\n        return True\n    return False\n"
+
+
+@pytest.fixture()
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    where = tmp_path / "scans"
+    monkeypatch.setenv(scan_cache.CACHE_ENV, str(where))
+    return where
+
+
+@pytest.fixture()
+def site(tmp_path: Path) -> Path:
+    pkg = tmp_path / "site" / "sglang"
+    (pkg / "srt" / "utils").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "srt" / "__init__.py").write_text("")
+    (pkg / "srt" / "utils" / "__init__.py").write_text("def is_sm90_supported():\n    return False\n")
+    (pkg / "srt" / "communicator.py").write_text(GATED)
+    return pkg.parent
+
+
+HOST = Host(name="h01", address="127.0.0.1", port=2222, user="root", key_file=None, connection="ssh", groups=("all",))
+
+
+def run_probe(site: Path, with_sources: bool = False, host: Host | None = HOST) -> GateScan:
+    probe = gate_scan_probe(with_sources=with_sources, host=host)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(GPUOPS_PY=sys.executable, PYTHONPATH=str(site))
+    done = subprocess.run(["sh", "-s"], input=probe.script, capture_output=True, text=True, env=env, timeout=120, cwd="/")
+    return probe.parse(ProbeOutput(done.stdout, done.stderr, done.returncode))
+
+
+def entries(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.glob("*/*.json"))
+
+
+def test_second_scan_of_an_unchanged_tree_is_the_kept_one(site: Path, cache_dir: Path) -> None:
+    first = run_probe(site)
+    assert first.known and not first.cached and first.fingerprint
+    assert [g["file"] for g in first.gates] == ["srt/communicator.py"]
+    assert [p.stem for p in entries(cache_dir)] == [first.fingerprint]
+    second = run_probe(site)
+    assert second.cached and second.known
+    assert second.fingerprint == first.fingerprint
+    assert second.gates == first.gates and second.predicates == first.predicates and second.root == first.root
+
+
+def test_a_changed_file_is_scanned_again(site: Path, cache_dir: Path) -> None:
+    first = run_probe(site)
+    path = site / "sglang" / "srt" / "communicator.py"
+    path.write_text(GATED.replace("if is_sm90_supported():", "if is_sm90_supported() or is_sm100_supported():"))
+    second = run_probe(site)
+    assert not second.cached and second.fingerprint != first.fingerprint
+    assert "is_sm100_supported()" in second.gates[0]["text"]
+    assert run_probe(site).cached  # and that new scan is the one kept
+
+
+def test_corrupt_entry_is_ignored_and_replaced(site: Path, cache_dir: Path) -> None:
+    first = run_probe(site)
+    (entry,) = entries(cache_dir)
+    entry.write_text(entry.read_text()[:500])  # torn
+    again = run_probe(site)
+    assert not again.cached and again.known and again.gates == first.gates
+    assert json.loads(entry.read_text())["fingerprint"] == first.fingerprint  # whole again
+    assert run_probe(site).cached
+
+
+def test_entry_whose_content_is_another_scan_is_not_trusted(site: Path, cache_dir: Path) -> None:
+    first = run_probe(site)
+    (entry,) = entries(cache_dir)
+    data = json.loads(entry.read_text())
+    for forged in ({**data, "fingerprint": "0" * 64},                                  # header disagrees with the name
+                   {**data, "scan": {**data["scan"], "fingerprint": "0" * 64}},        # the scan disagrees
+                   {**data, "scan": {**data["scan"], "gates": None}},                  # not a whole scan
+                   {**data, "format": 99}):
+        entry.write_text(json.dumps(forged))
+        assert scan_cache.for_host(HOST).held(need_sources=False) == {}
+        assert not run_probe(site).cached
+        assert first.fingerprint is not None
+    # A kept scan of another tree, renamed to this tree's fingerprint, is not this tree's scan.
+    other = {**data, "fingerprint": "f" * 64, "scan": {**data["scan"], "fingerprint": "f" * 64}}
+    entry.write_text(json.dumps(other))
+    assert scan_cache.for_host(HOST).held(need_sources=False) == {}
+
+
+def test_unchanged_answer_for_a_scan_never_offered_is_unknown(cache_dir: Path) -> None:
+    probe = gate_scan_probe(host=HOST)
+    line = json.dumps({"scanner": 1, "ok": True, "unchanged": True, "fingerprint": "e" * 64, "root": "/x"})
+    scan = probe.parse(ProbeOutput(line + "\n", "", 0))
+    assert not scan.known and "does not hold" in (scan.reason or "")
+
+
+def test_sources_kept_serve_a_scan_without_and_not_the_other_way(site: Path, cache_dir: Path) -> None:
+    plain = run_probe(site)
+    assert not plain.sources
+    with_sources = run_probe(site, with_sources=True)  # the kept scan has no sources: scan again
+    assert not with_sources.cached and "srt/communicator.py" in with_sources.sources
+    assert run_probe(site, with_sources=True).cached
+    served = run_probe(site)  # a request without sources gets the kept scan, judged without them
+    assert served.cached and not served.sources and served.gates == plain.gates
+    (entry,) = entries(cache_dir)
+    assert json.loads(entry.read_text())["has_sources"] is True
+
+
+def test_no_host_or_cache_off_means_a_full_scan_every_time(site: Path, cache_dir: Path, monkeypatch) -> None:
+    assert not run_probe(site, host=None).cached
+    assert entries(cache_dir) == []
+    monkeypatch.setenv(scan_cache.CACHE_ENV, "off")
+    assert scan_cache.for_host(HOST) is None
+    assert not run_probe(site).cached and not run_probe(site).cached
+
+
+def test_hosts_keep_their_own_scans_and_old_entries_are_pruned(site: Path, cache_dir: Path) -> None:
+    run_probe(site)
+    other = Host(name="h02", address="127.0.0.1", port=2223, user="root", key_file=None, connection="ssh", groups=("all",))
+    assert not run_probe(site, host=other).cached  # another host: its own directory
+    path = site / "sglang" / "srt" / "communicator.py"
+    for index in range(scan_cache.MAX_ENTRIES_PER_HOST + 2):
+        path.write_text(GATED + "\n" * (index + 1))
+        run_probe(site)
+    kept = [p for p in entries(cache_dir) if p.parent.name == scan_cache.host_identity(HOST)]
+    assert len(kept) == scan_cache.MAX_ENTRIES_PER_HOST
+    assert not list(cache_dir.glob("*/.scan-*"))  # no temp files left behind
