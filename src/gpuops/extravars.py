@@ -51,16 +51,9 @@ def _from_file(path: str) -> dict[str, Any]:
 
 
 def _yaml(text: str, where: str) -> Any:
-    import yaml
+    from gpuops.yamlfile import parse_yaml_text
 
-    try:
-        return yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        position = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise ExtraVarsError(f"{where}{position}: malformed YAML/JSON: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ExtraVarsError(f"{where}: malformed YAML/JSON: {' '.join(str(exc).split())}") from None
+    return parse_yaml_text(text, where, error=ExtraVarsError)
 
 
 def _mapping(data: Any, where: str) -> dict[str, Any]:

@@ -108,3 +108,53 @@ def test_same_size_rewrite_with_the_old_mtime_is_still_seen(lab, run_gpuops, tmp
     assert again["gate_scan"]["fingerprint"] != first["gate_scan"]["fingerprint"]
     assert any(new in (g.get("condition") or "") for g in again["gates"]), "the rescan sees the new condition"
     assert not any(old in (g.get("condition") or "") for g in again["gates"] if g["file"] == "srt/layers/communicator.py")
+
+
+def _report(proc) -> dict[str, Any]:
+    report = dict(json.loads(proc.stdout)["hosts"]["h01"])
+    report.pop("run_id", None)
+    return report
+
+
+def test_noop_plan_is_recalled_only_while_every_input_matches(lab, run_gpuops, tmp_path: Path) -> None:
+    """apply/noop_memo.py: the second no-op skips planning (its report the same as a planned one);
+    drift on the host, other variables or another tree are planned again, and fixed."""
+    env = {"GPUOPS_SCAN_CACHE": str(tmp_path / "scans"), "GPUOPS_PLAN_CACHE": str(tmp_path / "plans")}
+    host = lab.hosts[0]
+    first = apply(run_gpuops, lab, env, "--json")
+    assert json.loads(first.stdout)["hosts"]["h01"]["status"] == "finished"
+    planned = apply(run_gpuops, lab, env, "--json")
+    assert "not planned again" not in planned.stderr
+    recalled = apply(run_gpuops, lab, env, "--json")
+    assert "h01: plan: inputs unchanged since an empty plan" in recalled.stderr, recalled.stderr
+    assert _report(recalled) == _report(planned) and _report(recalled)["status"] == "unchanged"
+    assert _report(recalled)["warnings"] and _report(recalled)["notes"]  # the kept report part, not an empty one
+
+    # Drift in a managed file on the host: planned (not recalled) and put back.
+    env_file = host.state_dir / "sglang.env"
+    wanted = env_file.read_text()
+    env_file.write_text(wanted + "NCCL_DEBUG='INFO'\n")
+    fixed = apply(run_gpuops, lab, env, "--json")
+    assert "not planned again" not in fixed.stderr
+    assert _report(fixed)["changed"] >= 1 and _report(fixed)["status"] == "finished", _report(fixed)
+    assert env_file.read_text() == wanted
+
+    # Other variables: planned again.
+    other_vars = apply(run_gpuops, lab, env, "--json", "-e", "gpuops_stop_grace=6")
+    assert "not planned again" not in other_vars.stderr
+
+    # A patched gate put back by someone (through a rename, as the lab's hard links require): the
+    # tree's fingerprint changes, so the scan and the plan are redone, and the patch is made again.
+    from gpuops.lab.sglang_cache import sglang_site
+
+    comm = host.site_dir / "sglang" / "srt" / "layers" / "communicator.py"
+    patched_text = comm.read_text()
+    pristine = (sglang_site("0.5.8") / "sglang" / "srt" / "layers" / "communicator.py").read_text()
+    assert pristine != patched_text
+    tmp = comm.with_name(".communicator.py.put-back")
+    tmp.write_text(pristine)
+    os.replace(tmp, comm)
+    again = apply(run_gpuops, lab, env, "--json")
+    assert "not planned again" not in again.stderr and "tree unchanged" not in again.stderr
+    assert _report(again)["status"] == "finished" and _report(again)["changed"] >= 1
+    assert comm.read_text() == patched_text

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from labtools import server_info, tree_hashes
-from test_apply_faults import calls, client, journal_events, paused, wait_host_settled
+from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
 pytestmark = pytest.mark.integration
 
@@ -189,8 +189,21 @@ def test_a_killed_client_during_the_recomposition_leaves_the_host_as_it_was(pair
     assert tree_hashes(x.dir, skip_runs=True) == both   # fusion's patches and both parts still there
     assert launched(x) == served
 
+    # A later run whose worker and session die (nothing on the host left to notice): the next
+    # rollback of the older run rolls that dead run back first, then recomposes.
+    (x.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 60}))
+    earlier = calls(x)
+    proc = client(pair, "nccl-env", "-l", "x", "-e", '{"nccl_env": {"NCCL_ALGO": "Ring"}}', *FAST, home=gpuops_home)
+    where = paused(x, "health", proc, earlier)
+    kill("relay", where, proc)
+    proc.kill()
+    proc.communicate(timeout=120)
+    assert journal_events(x)[-1][1] != "rolled_back"   # the dead run is still open on the host
+
     # Not a dead end: the same rollback now works, then the last one.
-    assert gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x", "--run", fusion)["hosts"]["x"]["status"] == "finished"
+    undo = gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x", "--run", fusion)["hosts"]["x"]
+    assert undo["status"] == "finished", undo
+    assert undo["recovered"] and "had not finished" in undo["recovered"][0], undo
     assert launched(x)[1].get("NCCL_ALGO") == "Tree" and not launched(x)[0]
     gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x")
     assert tree_hashes(x.dir, skip_runs=True) == pristine_x

@@ -182,3 +182,23 @@ def test_a_container_gpuops_cannot_base_the_patch_on_is_refused(scan_058, contai
 def test_desired_state_with_an_image_renders_as_json() -> None:
     text = render_desired(with_contribution({}, "fusion-sm120", [], {}, "r", "gpuops/s:1", IMAGE))
     assert json.loads(text)["contributions"]["fusion-sm120"]["image_base"] == IMAGE
+
+
+def test_an_upgraded_inventory_image_is_said_to_run_without_the_patch(scan_058) -> None:
+    # The derived image patches v0.5.8; the inventory now names another image: the launch takes the
+    # new one (unpatched), and the plan says so instead of losing the patch silently.
+    from gpuops.plan.planner import plan_role
+
+    first = plan_role("fusion-sm120", facts_for(scan_058, running()), VARS, {}, run_id="r1")
+    after = {c.path: c.after for c in first.changes if c.kind != "image"}
+    base = facts_for(scan_058, running())
+    files = {p: FileState(path=p, exists=True, content=after[p]) if p in after else s for p, s in base.files.items()}
+    facts = HostFacts(host="h", files=files)
+    upgraded = dict(VARS, sglang_docker_image="registry.example/sglang:v0.5.9")
+    plan = plan_role("sglang-service", facts, upgraded, {}, run_id="r2")
+    assert any("without that patch" in w and first.image.tag in w for w in plan.warnings), plan.warnings
+    script = next(c.after for c in plan.changes if c.path.endswith("sglang-docker-run.sh"))
+    assert "registry.example/sglang:v0.5.9" in script and first.image.tag not in script
+    same = plan_role("sglang-service", facts, VARS, {}, run_id="r3")
+    assert not any("without that patch" in w for w in same.warnings)
+    assert all(c.action == "mode" for c in same.changes)  # the fixture has no modes; the contents stand

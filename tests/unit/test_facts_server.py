@@ -8,7 +8,8 @@ from facts_fixtures import KIMI, b64, server_output
 
 from gpuops.facts.served_model import model_from_config
 from gpuops.facts.server import classify_manager, parse_server
-from gpuops.facts.server_args import launch_args, parse_flags, settings_from_argv
+from gpuops.facts.server_args import settings_from_argv
+from gpuops.remote.sglang_argv import launch_args, parse_flags
 from gpuops.secret_policy import mask
 from gpuops.gather import ProbeOutput
 

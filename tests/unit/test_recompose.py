@@ -110,6 +110,7 @@ def test_undone_and_standing_runs_follow_the_journal() -> None:
     runs = runs_in_order(records + started("u", "fusion-sm120", [SRC, DESIRED, LAUNCH], kind="rollback", target="r"))
     assert undone_runs(runs) == {"r"}
     assert pick_target(runs, None)["run_id"] == "b"
+    assert pick_target(runs, "u") is None                      # a plain rollback: the helper refuses it
 
 
 LAUNCH_FILES = {DESIRED, LAUNCH, ENV}
@@ -179,3 +180,70 @@ def test_history_marks_the_run_a_rollback_took_out_of_effect() -> None:
     records = started("a", "nccl-env", [ENV]) + [
         {"run_id": "x", "event": "started", "kind": "rollback", "target": "a"}, {"run_id": "x", "event": "rolled_back"}]
     assert "undone_by" not in fold_runs(records)[0]
+
+
+SYSTEMD = dict(INVENTORY, sglang_manager="systemd", sglang_systemd_unit_dir="/etc/systemd/system")
+UNIT = "/etc/systemd/system/sglang.service"
+
+
+def applied(facts: HostFacts, role: str, roles_path, extra: dict, run_id: str, recompose=None) -> tuple[HostFacts, object]:
+    plan = plan_role(role, facts, SYSTEMD, extra, roles_path, run_id=run_id, recompose=recompose)
+    files = dict(facts.files)
+    for change in plan.changes:
+        files[change.path] = FileState(path=change.path, exists=change.action != "delete",
+                                       content=None if change.action == "delete" else change.after, mode=change.mode)
+    return HostFacts(host=facts.host, files=files), plan
+
+
+def test_a_systemd_unit_is_recomposed_and_reloaded(roles_path) -> None:
+    paths = set(discover("nccl-env", "h01", SYSTEMD, {}).paths) | set(discover("flag-role", "h01", SYSTEMD, {}, roles_path).paths)
+    empty = HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths})
+    start, _ = applied(empty, "sglang-service", roles_path, {}, "s")
+    flagged, _ = applied(start, "flag-role", roles_path, {}, "run-a")
+    both, _ = applied(flagged, "nccl-env", roles_path, TREE, "run-b")
+    assert FLAG in (both.files[UNIT].content or "")
+    undone, plan = applied(both, "sglang-service", roles_path, {}, "undo",
+                           recompose=lambda recorded, dest: without_run(recorded, {}, "flag-role"))
+    only_nccl, _ = applied(start, "nccl-env", roles_path, TREE, "run-b")
+    for path in (UNIT, DESIRED, ENV):
+        assert undone.files[path].content == only_nccl.files[path].content, path
+    assert FLAG not in (undone.files[UNIT].content or "")
+    assert [h.daemon_reload for h in plan.handlers] == [True]   # the unit changed: systemd reloads it
+
+
+DOCKER = dict(INVENTORY, sglang_manager="docker", sglang_docker_image="lmsysorg/sglang:v0.5.14")
+RUN_SCRIPT = f"{STATE}/sglang-docker-run.sh"
+DOCKER_ENV = f"{STATE}/sglang.docker.env"
+
+
+def test_a_docker_launch_goes_back_to_the_inventory_image(tmp_path) -> None:
+    """fusion-sm120 on docker contributes a derived image (with its flag): undoing it while a later
+    nccl-env stands gives the run script of nccl-env alone, on the inventory's image."""
+    from gpuops.plan.roles import project_root
+
+    role = tmp_path / "image-role"
+    role.mkdir()
+    (role / "tasks.yml").write_text(
+        "- name: launch the derived image\n  include_role:\n    name: sglang-service\n  vars:\n"
+        f"    sglang_contribute_args: ['{FLAG}']\n    sglang_contribute_image: gpuops/sglang:abc\n"
+        "    sglang_contribute_image_base: lmsysorg/sglang:v0.5.14\n")
+    path = [tmp_path, project_root() / "roles"]
+
+    def step(facts: HostFacts, role_name: str, extra: dict, run_id: str, recompose=None) -> HostFacts:
+        plan = plan_role(role_name, facts, DOCKER, extra, path, run_id=run_id, recompose=recompose)
+        files = dict(facts.files)
+        for change in plan.changes:
+            files[change.path] = FileState(path=change.path, exists=change.action != "delete",
+                                           content=None if change.action == "delete" else change.after)
+        return HostFacts(host=facts.host, files=files)
+
+    paths = set(discover("nccl-env", "h01", DOCKER, {}).paths)
+    start = step(HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}),
+                 "sglang-service", {}, "s")
+    both = step(step(start, "image-role", {}, "run-a"), "nccl-env", TREE, "run-b")
+    assert "gpuops/sglang:abc" in (both.files[RUN_SCRIPT].content or "")
+    undone = step(both, "sglang-service", {}, "undo", lambda recorded, dest: without_run(recorded, {}, "image-role"))
+    only_nccl = step(start, "nccl-env", TREE, "run-b")
+    for name in (RUN_SCRIPT, DOCKER_ENV, DESIRED):
+        assert undone.files[name].content == only_nccl.files[name].content, name
+    assert "lmsysorg/sglang:v0.5.14" in (undone.files[RUN_SCRIPT].content or "")

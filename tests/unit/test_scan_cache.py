@@ -140,3 +140,20 @@ def test_hosts_keep_their_own_scans_and_old_entries_are_pruned(site: Path, cache
     kept = [p for p in entries(cache_dir) if p.parent.name == scan_cache.host_identity(HOST)]
     assert len(kept) == scan_cache.MAX_ENTRIES_PER_HOST
     assert not list(cache_dir.glob("*/.scan-*"))  # no temp files left behind
+
+
+def test_the_small_check_answers_a_kept_tree_and_the_scanner_never_starts(site: Path, cache_dir: Path) -> None:
+    from gpuops.remote import gate_scan, scan_fingerprint
+
+    assert scan_fingerprint.SCANNER_VERSION == gate_scan.SCANNER_VERSION
+    first = run_probe(site)
+    probe = gate_scan_probe(host=HOST)
+    assert "GPUOPS_SCAN_CHECK_EOF" in probe.script  # offered: the check comes first
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(GPUOPS_PY=sys.executable, PYTHONPATH=str(site))
+    done = subprocess.run(["sh", "-s"], input=probe.script, capture_output=True, text=True, env=env, timeout=120, cwd="/")
+    answer = json.loads(done.stdout)
+    assert answer["unchanged"] and answer["answered_by"] == "fingerprint check" and answer["fingerprint"] == first.fingerprint
+    assert done.stderr == ""
+    # Nothing offered (no host): no check in the script, the scanner runs.
+    assert "GPUOPS_SCAN_CHECK_EOF" not in gate_scan_probe().script

@@ -48,7 +48,7 @@ def test_systemctl_show_is_read_as_systemd_means_it() -> None:
 
 def test_port_flag_forms() -> None:
     assert port_flag(["-m", "x", "--port=31000"]) == 31000
-    assert port_flag(["--port", "31001", "--port", "2"]) == 31001
+    assert port_flag(["--port", "31001", "--port", "2"]) == 2  # SGLang's argparse: the last one wins
     assert port_flag(["--portal", "3"]) is None and port_flag(["--port"]) is None and port_flag([]) is None
 
 

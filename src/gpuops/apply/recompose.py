@@ -123,14 +123,12 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     """Undo ``target`` (or the newest standing run) by recomposition when later runs stand on its
     files: (its report, the target's run id); None when the plain rollback applies. Raises
     GpuopsError for an impossible undo."""
-    from gpuops.apply.options import HostReport
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.apply.remote_exec import gather_as, run_helper
+    from gpuops.apply.undo import inventory_state_dir
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure
     from gpuops.plan.planner import discover
-
-    from gpuops.apply.undo import inventory_state_dir
 
     variables = dict(host.vars or {})
     # the state dir the target ran with (an earlier -e gpuops_state_dir=...), else the inventory's
@@ -140,6 +138,14 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
     if isinstance(journal, ProbeFailure):
         return None   # the helper reads (and repairs) the journal itself
+    recovered: list[str] = []
+    if _has_unfinished(journal):
+        # A run died mid-way: the host rolls it back first (as history does), then we plan on
+        # the files as they really are.
+        recovered = _recover(conn, variables, extra, state_dir, options, deadline)
+        journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
+        if isinstance(journal, ProbeFailure) or _has_unfinished(journal):
+            return None
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
     if recomposition is None:
         return None
@@ -152,34 +158,63 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     plan = _plan(host, variables, extra, gathered["files"], state_dir, recomposition, run_id)
     payload = _payload(plan, recomposition, run_id, options, variables, extra)
     result = run_helper(conn, {**variables, **extra}, payload, options, deadline=deadline)
-    ok = bool(result.get("ok"))
-    status = result.get("status", "failed")
+    return _report(host, run_id, result, recovered, plan, recomposition), tid
+
+
+def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[str], plan: "Plan",
+            recomposition: Recomposition) -> "HostReport":
+    """The host's outcome as a rollback report (secrets of the host's variables masked)."""
+    from gpuops.apply.options import HostReport
+    from gpuops.plan.compose import composed, read_desired
+    from gpuops.secret_policy import mask_text, secret_values
+
+    secrets = secret_values(dict(host.vars or {}))
+    ok, status = bool(result.get("ok")), str(result.get("status", "failed"))
+    known = ("finished", "rolled_back", "refused", "rollback_failed", "unknown")
     restored = list(result.get("restored") or [])
-    report = HostReport(host=host.name, ok=ok, status=status if status in ("finished", "rolled_back", "refused",
-                                                                            "rollback_failed", "unknown") else "failed",
-                        run_id=run_id, restored=restored, changed=len(restored) if ok else 0,
-                        error=None if ok else result.get("error"), recovered=list(result.get("recovered") or []),
-                        notes=[str(n) for n in result.get("notes") or []])
-    if ok:
-        from gpuops.plan.compose import composed, read_desired
-
-        after = next((c.after for c in plan.changes if c.path == recomposition.desired_path), None)
-        left = composed(read_desired(after, recomposition.desired_path)) if after else \
-            {"args": [], "env": {}, "runs": []}
-        from gpuops.secret_policy import mask_text, secret_values
-
-        kept = ", ".join(f"{r['role']} {r['run_id']}" for r in left["runs"]) or "none"
-        report.notes.append(mask_text(
-            f"undid run {tid} ({recomposition.target.get('role')}) by recomposition: the launch is the inventory plus "
-            f"the runs still in effect ({kept}); {len(recomposition.restore)} file(s) of it restored from its backups",
-            secret_values(variables)))
-        for kept_file in result.get("kept") or []:
-            report.notes.append(f"--force: the later version of {kept_file}")
-    elif status == "rolled_back":
-        report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
+    target = recomposition.target
+    report = HostReport(host=host.name, ok=ok, status=status if status in known else "failed", run_id=run_id,
+                        restored=restored, changed=len(restored) if ok else 0,
+                        error=None if ok else mask_text(str(result.get("error") or status), secrets),
+                        recovered=[mask_text(r, secrets) for r in recovered + list(result.get("recovered") or [])],
+                        notes=[mask_text(str(n), secrets) for n in result.get("notes") or []])
+    if result.get("log_tail"):
+        report.log_tail = mask_text(str(result["log_tail"]), secrets)
     report.notes.insert(0, f"later runs stand on its files ({', '.join(r['run_id'] for r in recomposition.later)}): "
                            "recomposed instead of restoring its backups")
-    return report, tid
+    if ok:
+        desired = next((c for c in plan.changes if c.path == recomposition.desired_path), None)
+        left = composed(read_desired(desired.after if desired else None, recomposition.desired_path))
+        runs = ", ".join(f"{r['role']} {r['run_id']}" for r in left["runs"]) or "none"
+        report.notes.append(f"undid run {target['run_id']} ({target.get('role')}) by recomposition: the launch is the "
+                            f"inventory plus the runs still in effect ({runs}); {len(recomposition.restore)} file(s) "
+                            "of it restored from its backups")
+        report.notes.extend(f"--force: the later version of {kept}" for kept in result.get("kept") or [])
+    elif status == "rolled_back":
+        report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
+    return report
+
+
+def _has_unfinished(journal: list[dict[str, Any]]) -> bool:
+    from gpuops.apply.journal import fold_runs
+
+    return any(str(r.get("outcome", "")).startswith("unfinished") for r in fold_runs(journal))
+
+
+def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any], state_dir: str,
+             options: "ApplyOptions", deadline: float | None) -> list[str]:
+    """The helper's journal mode: it rolls back every run whose worker died; what it did."""
+    from gpuops.apply.options import current_user, new_run_id
+    from gpuops.apply.remote_exec import run_helper
+    from gpuops.remote import source
+
+    payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": state_dir,
+               "meta": {"role": "rollback", "user": current_user()}, "process_manager": source("process_manager")}
+    result = run_helper(conn, {**variables, **extra}, payload, options, deadline=deadline)
+    if result.get("status") != "journal":
+        raise GpuopsError(f"{conn.host.name}: cannot finish the run that died on this host first: "
+                          f"{result.get('error') or result.get('status')}")
+    return [str(r) for r in result.get("recovered") or []]
 
 
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],

@@ -36,10 +36,13 @@ def _merged(host: "Host", extra: Mapping[str, Any]) -> dict[str, Any]:
 
 def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -> dict[str, "Discovery"]:
     """Check the role and every host's variables before any connection (bad input changes nothing)."""
+    from gpuops.apply.noop_memo import discover_or_recall  # the same role and variables: the same answer
     from gpuops.plan.planner import discover
 
     with timings.span("plan"):
-        return {host.name: discover(role, host.name, dict(host.vars or {}), dict(extra)) for host in hosts}
+        return {host.name: discover_or_recall(role, host.name, dict(host.vars or {}), dict(extra),
+                                              lambda host=host: discover(role, host.name, dict(host.vars or {}), dict(extra)))
+                for host in hosts}
 
 
 def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discovery: "Discovery",
@@ -123,7 +126,10 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     try:
         facts, extra_facts = _gather(conn, host, extra, discovery, options)
         with timings.span("plan", host.name):
-            plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
+            from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
+
+            plan = plan_or_recall(role, facts, dict(host.vars or {}), dict(extra), run_id, extra_facts["journal"],
+                                  lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id))
         report = HostReport(
             host=host.name, ok=True, status="checked", changed=plan.changed,
             changes=[c.summary() for c in plan.changes], warnings=list(plan.warnings), notes=list(plan.notes),

@@ -36,7 +36,10 @@ DEFAULT_SGLANG_PORT = 30000
 _FUNCTIONS = r"""
 gpuops_argv() { tr '\000' '\n' 2>/dev/null <"/proc/$1/cmdline"; }
 gpuops_flag() {  # gpuops_flag PID --name: the value of --name (or --name=value) in PID's argv
-  gpuops_argv "$1" | awk -v f="$2" 'n{print;exit} $0==f{n=1;next} index($0,f"=")==1{print substr($0,length(f)+2);exit}'
+  gpuops_argv "$1" | gpuops_flag_in "$2"
+}
+gpuops_flag_in() {  # argv on stdin, one word a line: the rules of gpuops/remote/sglang_argv.py (last one wins; a switch is empty)
+  awk -v f="$1" 'n{n=0; if(substr($0,1,2)!="--"||$0=="--"){v=$0;next}} $0==f{n=1;v="";next} index($0,f"=")==1{v=substr($0,length(f)+2)} END{print v}'
 }
 gpuops_is_server() {  # argv on stdin, one word a line: does it launch an SGLang server?
   awk 'BEGIN{r=1} {if ((p=="-m" && $0=="sglang.launch_server") || (s && $0=="serve") || $0 ~ /sglang\/launch_server\.py$/) r=0; s=($0 ~ /(^|\/)sglang$/ || (p=="-m" && ($0=="sglang.cli.main" || $0=="sglang.cli"))); p=$0} END{exit r}'

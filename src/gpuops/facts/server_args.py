@@ -8,66 +8,13 @@ the one policy), before anything could print or journal them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# The one SGLang argv parser (stdlib only, shared with the host code and the lab's stand-in).
+from gpuops.remote.sglang_argv import first_of, launch_args, parse_flags
+
 DEFAULT_PORT = 30000
-_NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?([eE]-?\d+)?$")
-
-# typed field -> flag names that set it (aliases SGLang accepts), first found wins
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "model_path": ("model_path", "model"),
-    "tp_size": ("tp_size", "tp", "tensor_parallel_size"),
-    "dp_size": ("dp_size", "dp", "data_parallel_size"),
-    "ep_size": ("ep_size", "ep", "expert_parallel_size"),
-    "pp_size": ("pp_size", "pp", "pipeline_parallel_size"),
-}
-
-
-def launch_args(argv: list[str]) -> list[str] | None:
-    """The words after ``-m sglang.launch_server``, ``sglang serve`` (the console script, or
-    ``-m sglang.cli.main serve``) or ``.../launch_server.py``."""
-    for i, word in enumerate(argv):
-        if word == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
-            return argv[i + 1:]
-        if word == "serve" and i > 0 and (
-            re.search(r"(^|/)sglang$", argv[i - 1])
-            or (argv[i - 1] in ("sglang.cli.main", "sglang.cli") and i > 1 and argv[i - 2] == "-m")
-        ):
-            return argv[i + 1:]
-        if re.search(r"sglang/launch_server\.py$", word):
-            return argv[i + 1:]
-    return None
-
-
-def parse_flags(words: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """``--tp 8 --trust-remote-code --cuda-graph-bs 1 2 4`` -> {"tp": "8", "trust_remote_code": True,
-    "cuda_graph_bs": ["1", "2", "4"]}, plus any words before the first flag (positionals)."""
-    flags: dict[str, Any] = {}
-    positional: list[str] = []
-    current: str | None = None
-    values: list[str] = []
-
-    def close() -> None:
-        if current is not None:
-            flags[current] = True if not values else values[0] if len(values) == 1 else list(values)
-
-    for word in words:
-        if word.startswith("--") and len(word) > 2:
-            close()
-            name, eq, value = word[2:].partition("=")
-            current = name.replace("-", "_")
-            values = [value] if eq else []
-            if eq:
-                close()
-                current = None
-        elif current is None:
-            positional.append(word)
-        else:
-            values.append(word)
-    close()
-    return flags, positional
 
 
 def redact(flags: dict[str, Any]) -> dict[str, Any]:
@@ -116,9 +63,6 @@ def settings_from_argv(argv: list[str]) -> ServerSettings:
     flags, positional = parse_flags(words if words is not None else [])
     flags = redact(flags)
 
-    def first(names: tuple[str, ...]) -> Any:
-        return next((flags[n] for n in names if n in flags), None)
-
     spec_algorithm = flags.get("speculative_algorithm")
     speculative = None
     if spec_algorithm not in (None, True) and str(spec_algorithm).upper() != "NONE":
@@ -129,7 +73,7 @@ def settings_from_argv(argv: list[str]) -> ServerSettings:
             "eagle_topk": _int(flags.get("speculative_eagle_topk")),
             "num_draft_tokens": _int(flags.get("speculative_num_draft_tokens")),
         }
-    model = first(_ALIASES["model_path"])
+    model = first_of(flags, "model_path")
     if model is None and positional:
         model = positional[0]  # `sglang serve MODEL`
     return ServerSettings(
@@ -138,10 +82,10 @@ def settings_from_argv(argv: list[str]) -> ServerSettings:
         model_path=model if isinstance(model, str) else None,
         port=_int(flags.get("port")) or DEFAULT_PORT,
         host=flags.get("host") if isinstance(flags.get("host"), str) else None,
-        tp_size=_int(first(_ALIASES["tp_size"])) or 1,
-        dp_size=_int(first(_ALIASES["dp_size"])) or 1,
-        ep_size=_int(first(_ALIASES["ep_size"])) or 1,
-        pp_size=_int(first(_ALIASES["pp_size"])) or 1,
+        tp_size=_int(first_of(flags, "tp_size")) or 1,
+        dp_size=_int(first_of(flags, "dp_size")) or 1,
+        ep_size=_int(first_of(flags, "ep_size")) or 1,
+        pp_size=_int(first_of(flags, "pp_size")) or 1,
         speculative=speculative,
         fusion_flags={k: v for k, v in flags.items() if "fusion" in k or "fuse" in k},
         enable_flashinfer_allreduce_fusion=_bool(flags.get("enable_flashinfer_allreduce_fusion", False)),

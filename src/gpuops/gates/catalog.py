@@ -108,7 +108,7 @@ def gate_context(gate: Mapping[str, Any]) -> str:
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
     """The built-in catalog, or the YAML file at ``path``; a malformed file is a ``GpuopsError``."""
-    import yaml  # deferred: only the commands that judge gates need it
+    from gpuops.yamlfile import parse_yaml_text
 
     if path is None:
         name = "gpuops/gates/catalog.yaml"
@@ -119,12 +119,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise GpuopsError(f"{name}: cannot read the gate catalog: {exc.strerror}") from None
-    try:
-        # libyaml when present (several times faster; this runs on every inspect)
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        raise GpuopsError(f"{name}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    return catalog_from_data(data, name)
+    return catalog_from_data(parse_yaml_text(text, name), name)
 
 
 def catalog_from_data(data: Any, name: str = "catalog") -> Catalog:

@@ -20,6 +20,7 @@ from gpuops.gates.logic import (
     other_clauses,
 )
 from gpuops.gates.scan import GateScan
+from gpuops.remote.gate_tree import has_atoms
 
 
 @dataclass(frozen=True)
@@ -141,19 +142,6 @@ def judge(
     return GateReport(gates, features, scan.version, gpu_name, errors=[dict(e) for e in scan.errors])
 
 
-def _has_cap(node: Mapping[str, Any]) -> bool:
-    op = node.get("op")
-    if op == "cap":
-        return True
-    if op == "alias":
-        return isinstance(node.get("expr"), dict) and _has_cap(node["expr"])
-    if op in ("and", "or"):
-        return any(_has_cap(a) for a in node.get("args") or ())
-    if op == "not":
-        return isinstance(node.get("arg"), dict) and _has_cap(node["arg"])
-    return False
-
-
 def capability_line(gate: Mapping[str, Any]) -> int:
     """The line of the gate's first GPU test, not of its condition's first clause: in
     ``model in [...] and tp_size > 1 and (is_sm90_supported() or ...)`` spread over 13 lines, the
@@ -167,7 +155,7 @@ def capability_line(gate: Mapping[str, Any]) -> int:
         if op == "not":
             node = node.get("arg")
         elif op in ("and", "or"):
-            node = next((a for a in node.get("args") or () if isinstance(a, dict) and _has_cap(a)), None)
+            node = next((a for a in node.get("args") or () if isinstance(a, dict) and has_atoms(a, ("cap",))), None)
         else:
             break
     return int(gate["line"])

@@ -18,6 +18,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from gpuops.gates.logic import Evaluator, Gpu, PredicateBook, normalise_args, server_key
+from gpuops.remote.gate_tree import clause_nodes
 
 _OFF = (None, False, "", "none", "None", "false", "False", "0")
 
@@ -116,20 +117,10 @@ def _device_overrides(fgs: Sequence[Any], gpu_name: Any) -> dict[tuple[int, ...]
     name = str(gpu_name)
     is_h20 = "H20" in name and "H200" not in name
     out: dict[tuple[int, ...], bool] = {}
-
-    def walk(node: Any) -> None:
-        if not isinstance(node, dict):
-            return
-        if node.get("op") == "clause" and re.search(r"\bis_h20", str(node.get("text") or ""), re.I) and node.get("span"):
-            out[tuple(node["span"])] = is_h20
-        for key in ("args",):
-            for child in node.get(key) or ():
-                walk(child)
-        for key in ("arg", "expr"):
-            walk(node.get(key))
-
     for fg in fgs:
-        walk(fg.gate.get("condition"))
+        for node in clause_nodes(fg.gate["condition"]):
+            if re.search(r"\bis_h20", str(node.get("text") or ""), re.I) and node.get("span"):
+                out[tuple(node["span"])] = is_h20
     return out
 
 

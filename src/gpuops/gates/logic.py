@@ -1,6 +1,7 @@
 """Three-valued evaluation of a scanned gate condition against a GPU (and optionally a server).
 
-A condition tree (see ``gpuops/remote/gate_scan.py``) is and/or/not over:
+A condition tree (written by the scanner, ``gpuops/remote/scan_tree.py``; its shape is in
+``gpuops/remote/gate_tree.py``) is and/or/not over:
 ``cap`` atoms (a predicate, a capability comparison, a CUDA-version comparison), ``platform`` atoms
 (``is_cuda()`` is true on an NVIDIA host, ``is_hip()`` false), ``alias`` nodes (a module or local
 name that stands for a condition, expanded) and opaque ``clause`` leaves (``self.tp_size > 1``).
@@ -19,6 +20,10 @@ from typing import Any, Callable, Mapping
 
 from gpuops.gates.predicates import PLATFORM_FALLBACK, Meaning, check, fallback_meaning, meaning_from_entry
 from gpuops.gates.scan import GateScan
+# The tree's walks are written once, in the host module that builds the tree (the scanner's
+# bundle carries it to hosts); ``is_pure_cap`` is its ``only_atoms`` under this package's name.
+from gpuops.remote.gate_tree import clause_nodes
+from gpuops.remote.gate_tree import only_atoms as is_pure_cap
 
 Tri = "bool | None"
 
@@ -493,7 +498,7 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
     # One value per setting: `ENABLE_X` read here and `wrapper.ENABLE_X` read through an alias of
     # another module are the same clause.
     groups: dict[Any, list[tuple[int, ...]]] = defaultdict(list)
-    for c in _clause_nodes(gate["condition"]):
+    for c in clause_nodes(gate["condition"]):
         if c.get("span") is not None:
             groups[_clause_key(c)].append(tuple(c["span"]))
     clause_groups = [groups[k] for k in sorted(groups, key=repr)]
@@ -545,33 +550,6 @@ def _clause_key(node: Mapping[str, Any]) -> Any:
     if ref is None:
         return ("span",) + tuple(node["span"])
     return (str(ref).split(".")[-1], node.get("cmp"), repr(node.get("value")), repr(node.get("value_ref")))
-
-
-def _clause_nodes(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    op = node.get("op")
-    if op == "clause":
-        return [node]
-    if op in ("and", "or"):
-        return [c for a in node["args"] for c in _clause_nodes(a)]
-    if op == "not":
-        return _clause_nodes(node["arg"])
-    if op == "alias":
-        return _clause_nodes(node["expr"])
-    return []
-
-
-def is_pure_cap(node: Mapping[str, Any]) -> bool:
-    """Only GPU/platform tests inside (no server or model clause)."""
-    op = node.get("op")
-    if op in ("cap", "platform"):
-        return True
-    if op in ("and", "or"):
-        return all(is_pure_cap(a) for a in node["args"])
-    if op == "not":
-        return is_pure_cap(node["arg"])
-    if op == "alias":
-        return is_pure_cap(node["expr"])
-    return False
 
 
 def other_clauses(gate: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 PROBE_NAME = "gates.scan"
 _EOF = "GPUOPS_GATE_SCAN_EOF"
+_CHECK_EOF = "GPUOPS_SCAN_CHECK_EOF"
 
 
 def scanner_source() -> str:
@@ -59,11 +60,26 @@ def gate_scan_script(options: dict[str, Any]) -> str:
     # client with another scanner never takes a scan made by this one for its own.
     options = {**options, "scanner_digest": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     no_python = json.dumps({"scanner": 1, "ok": False, "reason": "no python 3.8+ found on the host"})
+    argv = shlex.quote(json.dumps(options, sort_keys=True))
+    check = ""
+    if options.get("known"):
+        # Offered kept scans: the small fingerprint check runs first and, on a match, answers alone.
+        from gpuops.remote import source
+
+        check_text = source("scan_fingerprint")
+        if any(line.strip() == _CHECK_EOF for line in check_text.splitlines()):
+            raise ValueError("the fingerprint check's text contains its own heredoc terminator")
+        check = (f'elif "$GPUOPS_PY" - {argv} <<\'{_CHECK_EOF}\'\n'
+                 f"{check_text.rstrip()}\n"
+                 f"{_CHECK_EOF}\n"
+                 "then\n"
+                 "  :\n")
     return (
         'if [ -z "$GPUOPS_PY" ]; then\n'
         f"  printf '%s\\n' {shlex.quote(no_python)}\n"
+        f"{check}"
         "else\n"
-        f'  "$GPUOPS_PY" - {shlex.quote(json.dumps(options, sort_keys=True))} <<\'{_EOF}\'\n'
+        f'  "$GPUOPS_PY" - {argv} <<\'{_EOF}\'\n'
         f"{text.rstrip()}\n"
         f"{_EOF}\n"
         "fi"

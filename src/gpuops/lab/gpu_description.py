@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.remote.sglang_argv import flag_value, launch_args, parse_flags, with_flag
 
 BUILTIN_DIR = Path(__file__).parent / "gpus"
 NO_GPU = "none"
@@ -97,16 +98,9 @@ def load_description(gpu: str) -> GpuDescription | None:
     path = description_path(gpu)
     if path is None:
         return None
-    import yaml  # deferred: only the lab needs it
+    from gpuops.yamlfile import load_yaml_file
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuopsError(f"{path}: cannot read: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise GpuopsError(f"{path}: not valid YAML{where}") from None
+    data = load_yaml_file(path)
     if not isinstance(data, dict):
         raise GpuopsError(f"{path}: a GPU description must be a mapping")
     return parse_description(data, path)
@@ -350,13 +344,13 @@ def _server(data: Mapping[str, Any], where: str) -> ServerSpec | None:
     except ValueError as exc:
         raise GpuopsError(f"{where}: server.cmdline: {exc}") from None
     args = launch_args(words)
-    if args is None:
-        raise GpuopsError(f"{where}: server.cmdline must run `-m sglang.launch_server`, such as \"python3 -m "
-                          f"sglang.launch_server --model-path /models/m --tp 8\"{_DOC}")
+    if args is None or parse_flags(args)[1]:
+        raise GpuopsError(f"{where}: server.cmdline must run `-m sglang.launch_server` with flags only, such as "
+                          f"\"python3 -m sglang.launch_server --model-path /models/m --tp 8\"{_DOC}")
     env = raw.get("env") or {}
     if not isinstance(env, dict) or not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)) for k in env):
         raise GpuopsError(f"{where}: server.env must map variable names to values")
-    port = raw.get("port", _flag_value(args, "--port") or 30000)
+    port = raw.get("port", flag_value(args, "--port") or 30000)
     try:
         port = int(port)
     except (TypeError, ValueError):
@@ -368,31 +362,6 @@ def _server(data: Mapping[str, Any], where: str) -> ServerSpec | None:
                       model_config=model_config)
 
 
-def launch_args(words: list[str]) -> list[str] | None:
-    """The flags after ``-m sglang.launch_server`` in a command line, or None if it is not one."""
-    for i in range(len(words) - 1):
-        if words[i] == "-m" and words[i + 1] == "sglang.launch_server":
-            return words[i + 2 :]
-    return None
-
-
-def _flag_value(args: list[str], flag: str) -> str | None:
-    for i, word in enumerate(args):
-        if word == flag and i + 1 < len(args):
-            return args[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
 def with_port(args: tuple[str, ...] | list[str], port: int) -> list[str]:
     """``args`` with the value of ``--port`` replaced by ``port`` in place (appended when missing)."""
-    out = list(args)
-    for i, word in enumerate(out):
-        if word == "--port" and i + 1 < len(out):
-            out[i + 1] = str(port)
-            return out
-        if word.startswith("--port="):
-            out[i] = f"--port={port}"
-            return out
-    return out + ["--port", str(port)]
+    return with_flag(args, "--port", port)

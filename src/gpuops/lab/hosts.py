@@ -7,7 +7,7 @@ Layout of a lab directory (every path the lab writes is under it)::
     lab.json  .gpuops-lab           the lab's record (hosts, ports, pids) and its marker
     client_key(.pub) authorized_keys the one client key every host accepts
     known_hosts ssh_config inventory.yml
-    lib/nvidia_smi.py lib/standin_server.py lib/speed_model.py lib/speed_model.json
+    lib/nvidia_smi.py lib/standin_server.py lib/speed_model.py lib/speed_model.json lib/sglang_argv.py
     h01/ ssh_host_ed25519_key(.pub) sshd_config sshd.pid sshd.log gpu.json
          bin/nvidia-smi bin/python-sglang  site/  state/  home/
 
@@ -40,7 +40,9 @@ LAB_RECORD = "lab.json"
 LAB_MARKER = ".gpuops-lab"
 STANDIN = Path(__file__).parent / "standin_server.py"
 # The stand-in's speed model and its documented figures: imported by the stand-in from its own dir.
-STANDIN_SIBLINGS = (Path(__file__).parent / "speed_model.py", Path(__file__).parent / "speed_model.json")
+# Files the stand-in imports or reads from its own dir, copied next to it wherever it runs.
+STANDIN_SIBLINGS = (Path(__file__).parent / "speed_model.py", Path(__file__).parent / "speed_model.json",
+                    Path(__file__).parents[1] / "remote" / "sglang_argv.py")
 REPLAYER = Path(__file__).parent / "nvidia_smi.py"
 DEFAULT_SGLANG = "0.5.8"
 DEFAULT_GPU = "rtx-pro-6000-x8"

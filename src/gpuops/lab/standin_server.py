@@ -60,21 +60,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import speed_model  # this file's sibling (the lab copies both); stdlib only
 
+try:  # gpuops' one SGLang argv parser: the lab copies it next to this file (hosts.STANDIN_SIBLINGS)
+    import sglang_argv
+except ImportError:  # run in place from the package (lab/standin_process.py), by any python: ../remote
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "remote"))
+    import sglang_argv
+
 STANDIN_VERSION = "0.5.8"
 
 
-# Flags whose SGLang field name is not the flag spelled with underscores.
-FLAG_ALIASES = {
-    "tp": "tp_size",
-    "tensor_parallel_size": "tp_size",
-    "dp": "dp_size",
-    "data_parallel_size": "dp_size",
-    "pp": "pp_size",
-    "pipeline_parallel_size": "pp_size",
-    "ep": "ep_size",
-    "expert_parallel_size": "ep_size",
-    "model": "model_path",
-}
+# Flags whose SGLang field name is not the flag spelled with underscores (--tp -> tp_size).
+FLAG_ALIASES = {alias: name for name, aliases in sglang_argv.ALIASES.items() for alias in aliases if alias != name}
 
 # A few SGLang defaults, so clients see the fields they look for even when no flag set them.
 SERVER_ARG_DEFAULTS = {
@@ -122,32 +118,19 @@ def _coerce(text):
 
 
 def parse_flags(argv):
-    """SGLang-style flags -> {field_name: value}. Unknown flags are kept, not rejected."""
-    args = list(argv)
-    if len(args) >= 2 and args[0] == "-m":
-        args = args[2:]  # "-m sglang.launch_server": we are that module
+    """SGLang-style flags -> {field_name: value}, read by gpuops' one parser (``sglang_argv``),
+    values typed as SGLang's would be. Unknown flags are kept, not rejected."""
+    words = sglang_argv.launch_args(argv)  # "-m sglang.launch_server ...": we are that module
+    flags, positional = sglang_argv.parse_flags(argv if words is None else words)
+    if positional:
+        raise SystemExit("standin_server: unexpected argument %r" % positional[0])
     fields = {}
-    i = 0
-    while i < len(args):
-        word = args[i]
-        if not word.startswith("--"):
-            raise SystemExit("standin_server: unexpected argument %r" % word)
-        name, _, inline = word[2:].partition("=")
-        field = name.replace("-", "_")
-        field = FLAG_ALIASES.get(field, field)
-        values = []
-        if inline:
-            values.append(inline)
-        i += 1
-        while not inline and i < len(args) and not args[i].startswith("--"):
-            values.append(args[i])
-            i += 1
-        if not values:
-            fields[field] = True
-        elif len(values) == 1:
-            fields[field] = _coerce(values[0])
+    for name, value in flags.items():
+        field = FLAG_ALIASES.get(name, name)
+        if isinstance(value, list):
+            fields[field] = [_coerce(v) for v in value]
         else:
-            fields[field] = [_coerce(v) for v in values]
+            fields[field] = value if value is True else _coerce(value)
     return fields
 
 

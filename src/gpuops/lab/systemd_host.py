@@ -5,6 +5,7 @@ Inside the container::
 
     /opt/gpuops-lab/standin_server.py      the stand-in SGLang server (stdlib only)
     /opt/gpuops-lab/speed_model.py, .json  its speed model and documented figures
+    /opt/gpuops-lab/sglang_argv.py         gpuops' SGLang argv parser, which the stand-in imports
     /usr/local/bin/python-sglang           `-m sglang.launch_server FLAGS` runs the stand-in
     /etc/systemd/system/sglang.service     the unit, rendered by the sglang-service role itself
     /var/lib/gpuops/sglang.env             its EnvironmentFile, rendered by the role too

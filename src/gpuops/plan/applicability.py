@@ -19,7 +19,6 @@ from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import Feature
 from gpuops.gates.scan import GateScan
 
-_TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
 
 
 @dataclass(frozen=True)
@@ -75,14 +74,10 @@ def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str
 
 def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int | None) -> tuple[list[int], str]:
     """The GPU indices of the TP group (first ``--tp`` visible GPUs) and how it was found."""
-    words = [str(a) for a in launch_args or ()]
-    tp: int | None = None
-    for i, word in enumerate(words):
-        name, eq, value = word.partition("=")
-        if name in _TP_FLAGS:
-            text = value if eq else (words[i + 1] if i + 1 < len(words) else "")
-            if text.isdigit():
-                tp = int(text)
+    from gpuops.remote.sglang_argv import first_of, parse_flags
+
+    text = first_of(parse_flags([str(a) for a in launch_args or ()])[0], "tp_size")
+    tp = int(text) if isinstance(text, str) and text.isdigit() else None
     visible = str((env or {}).get("CUDA_VISIBLE_DEVICES") or "")
     devices = [int(d) for d in re.split(r"\s*,\s*", visible) if d.isdigit()] if visible else []
     if not devices:

@@ -178,4 +178,12 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
         changed = record_file(state, task, "desired", dest, render_desired(wanted), mode)
     result = composed(wanted)
     result["changed"] = changed
+    launch_image = str(args.get("launch_image") or "")
+    if result["image"] and launch_image and result["image_base"] != launch_image:
+        # The derived image patches another image than the one the inventory now names (an upgrade):
+        # the launch takes the new image, unpatched. Said out loud, never silently.
+        owner = next((role for role, c in wanted.items() if c.get("image") == result["image"]), "a gpuops run")
+        state.warn(f"the image {result['image']} that {owner} built patches {result['image_base']}, but "
+                   f"sglang_docker_image is now {launch_image}: the server runs {launch_image} without that patch; "
+                   f"apply {owner} again to patch it")
     return result

@@ -22,7 +22,7 @@ MODULES: dict[str, tuple[set[str], set[str]]] = {
     "env": ({"dest", "entries"}, {"mode", "style", "header"}),
     "lineinfile": ({"path", "line"}, {"regexp", "mode", "create"}),
     "gate_patch": (set(), {"target_sm", "python", "feature", "allow_without_p2p", "launch_args", "launch_env"}),
-    "compose": ({"dest"}, {"args", "env", "image", "image_base", "mode"}),
+    "compose": ({"dest"}, {"args", "env", "image", "image_base", "launch_image", "mode"}),
     "service": ({"manager", "name", "state_dir", "port"}, {"health_timeout", "grace", "docker_run_script", "daemon_reload"}),
     "assert": ({"that"}, {"msg"}),
     "fail": ({"msg"}, set()),
@@ -85,17 +85,11 @@ def shared_templates_dirs() -> list[Path]:
 
 
 def _read_yaml(path: Path, expected: type, empty: Any) -> Any:
-    import yaml
+    from gpuops.yamlfile import load_yaml_file
 
     if not path.exists():
         return empty
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise RoleError(f"{path}:{line} not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    data = load_yaml_file(path, error=RoleError)
     if data is None:
         return empty
     if not isinstance(data, expected):

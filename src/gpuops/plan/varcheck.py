@@ -48,11 +48,12 @@ def _suggest(name: str, value: Any, known: Mapping[str, Any]) -> str:
 
 
 def _parsed(text: str) -> Any:
-    try:
-        import yaml
+    from gpuops.errors import GpuopsError
+    from gpuops.yamlfile import parse_yaml_text
 
-        return yaml.safe_load(text)
-    except Exception:  # only used to show the user a better example
+    try:
+        return parse_yaml_text(text, "-e")
+    except GpuopsError:  # only used to show the user a better example
         return None
 
 

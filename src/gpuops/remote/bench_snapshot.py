@@ -14,6 +14,7 @@ import sys
 from gpuops.remote.apply_journal import read_journal, runs_by_id
 from gpuops.remote.bench_http import ServerError, http_json, split_url
 from gpuops.remote.digest import sha256_file
+from gpuops.remote.sglang_argv import flag_value, launch_args
 
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASHINFER_", "SGL_")
@@ -67,9 +68,9 @@ def find_server_pid(url):
     for entry in entries:
         if not entry.isdigit():
             continue
-        words = process_cmdline(int(entry)) or []
-        if "sglang.launch_server" in words and ("--port" not in words or
-                                                  str(port) in words[words.index("--port") + 1:words.index("--port") + 2]):
+        args = launch_args(process_cmdline(int(entry)) or [])
+        given = None if args is None else flag_value(args, "--port")
+        if args is not None and (given is None or given == str(port)):  # no --port: SGLang's default, unchecked
             return int(entry)
     return None
 

@@ -4,9 +4,8 @@ Stdlib only, Python 3.8+ (a host module, bundled with the helpers that import it
 """
 
 import os
-import re
 
-_PORT_FLAG = re.compile(r"^--port(?:=(\d+))?$")
+from gpuops.remote.sglang_argv import flag_value
 
 
 def listening_inodes(port):
@@ -68,9 +67,5 @@ def process_tree(pid):
 
 def port_flag(argv):
     """The value of ``--port N`` / ``--port=N`` in a launch's argv (a list of words), or None."""
-    for i, word in enumerate(argv):
-        found = _PORT_FLAG.match(word)
-        if found:
-            value = found.group(1) or (argv[i + 1] if i + 1 < len(argv) else "")
-            return int(value) if value.isdigit() else None
-    return None
+    value = flag_value(argv, "--port")
+    return int(value) if value is not None and value.isdigit() else None

@@ -84,7 +84,8 @@ def pick_target(runs, wanted):
     if wanted:
         for run in runs:
             if run["run_id"] == wanted:
-                return run if standing(run, undone) and run.get("changes") else None
+                plain_rollback = is_rollback(run) and not run.get("recompose")
+                return run if standing(run, undone) and run.get("changes") and not plain_rollback else None
         return None
     for run in reversed(runs):
         if not is_rollback(run) and standing(run, undone) and run.get("changes"):

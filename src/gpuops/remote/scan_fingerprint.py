@@ -16,7 +16,13 @@ would make every scan a miss. Known limit, left as it is: an edit in place that 
 then puts the old mtime back (``touch -d``), or one made within the same clock tick as the scan's
 read of that file, is not seen; such a host keeps being told its old scan until another change.
 
-Stdlib only, Python 3.8+, no imports beyond what the scanner already loaded.
+Two ways in: the scanner calls ``tree_fingerprint`` before it reads anything (and answers
+"unchanged" itself when the client offered that fingerprint), and the probe first runs this module
+on its own (``check_main``) when the client offers any: on a match it prints the short answer and
+the scanner (~100 KB of Python to compile) never starts; otherwise it prints nothing and exits
+``NOT_KEPT``, and the scanner runs.
+
+Stdlib only, Python 3.8+.
 """
 
 import hashlib
@@ -25,6 +31,8 @@ import os
 import sys
 
 FINGERPRINT_FORMAT = 1
+NOT_KEPT = 3  # check_main's exit status when the scanner must run
+SCANNER_VERSION = 1  # of the scanner's JSON (gate_scan.SCANNER_VERSION) that the short answer stands for
 # Options that change what a scan finds. ``with_sources`` (which files come back whole) is not one:
 # the client keeps a scan with sources and uses it for a request without; ``jobs`` only sets the speed.
 _IGNORED_OPTIONS = ("known", "with_sources", "jobs")
@@ -79,3 +87,29 @@ def unchanged_answer(result, fingerprint):
     answer = dict(result)
     answer.update({"ok": True, "unchanged": True, "fingerprint": fingerprint})
     return answer
+
+
+def check_main(argv):
+    """Run as the entry: the short answer and exit 0 when this tree's fingerprint is one the client
+    offered; else nothing printed and ``NOT_KEPT``. Options and discovery are the scanner's own."""
+    from gpuops.remote.scan_discovery import find_sglang, find_version, read_options
+
+    opts, _ = read_options(argv)
+    known = known_fingerprints(opts)
+    if not known:
+        return NOT_KEPT
+    root, _ = find_sglang(opts)
+    if root is None:
+        return NOT_KEPT  # the scanner says why
+    version = find_version(root)
+    fingerprint = tree_fingerprint(root, opts, version)
+    if fingerprint is None or fingerprint not in known:
+        return NOT_KEPT
+    header = {"scanner": SCANNER_VERSION, "python": "%d.%d.%d" % sys.version_info[:3], "root": root, "version": version,
+              "answered_by": "fingerprint check"}
+    sys.stdout.write(json.dumps(unchanged_answer(header, fingerprint), sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(check_main(sys.argv))

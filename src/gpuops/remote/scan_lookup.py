@@ -6,6 +6,7 @@ A mixin of ``scan_scanner.Scanner``, whose tables (``texts``, ``files``, ``defs`
 import ast
 import re
 
+from gpuops.remote.gate_tree import is_gate_tree, only_atoms
 from gpuops.remote.scan_ast import NO_VALUE, last_name, literal_collection, params_of, walk_no_nested
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import FileInfo, collect_definitions, import_in_text, load_info
@@ -14,7 +15,7 @@ from gpuops.remote.scan_pieces import (
     FileSource, Piece, merge_string_runs, segment_starts, split_class, split_pieces,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
-from gpuops.remote.scan_tree import build, interesting, is_gate_tree, only_atoms
+from gpuops.remote.scan_tree import build, interesting
 from gpuops.remote.scan_values import cc_subject, collect_local_cc
 
 

@@ -1,10 +1,12 @@
 """Gate scan, condition tree: ``build`` turns a boolean expression into and/or/not over ``cap`` atoms
 (predicates, capability and CUDA comparisons), ``platform`` atoms, ``alias`` nodes and opaque
 ``clause`` leaves, each with its exact span; ``bool_roots`` finds the maximal ones that are gates.
-The tree's shape is read by ``gpuops.gates.logic``. Host code: stdlib only, Python 3.8+."""
+The tree's shape, and the walks both sides make of it, are in ``gate_tree``. Host code: stdlib only,
+Python 3.8+."""
 
 import ast
 
+from gpuops.remote.gate_tree import has_atoms, is_gate_tree
 from gpuops.remote.scan_ast import (
     AST_INDEX, CMP_OPS, NO_VALUE, boolish, dotted, flip, last_name, literal, version_tuple,
 )
@@ -332,45 +334,3 @@ def bool_roots(node, scope):
             for part in [child.iter] + list(child.ifs):
                 found.extend(bool_roots(part, scope))
     return found
-
-
-def has_atoms(tree, kinds):
-    op = tree.get("op")
-    if op in kinds:
-        if op == "cap" and "gen" in kinds:
-            return tree["atom"]["kind"] in ("pred", "cc")
-        return True
-    if op in ("and", "or"):
-        return any(has_atoms(a, kinds) for a in tree["args"])
-    if op == "not":
-        return has_atoms(tree["arg"], kinds)
-    if op == "alias":
-        return has_atoms(tree["expr"], kinds)
-    return False
-
-
-def is_gate_tree(tree):
-    """A gate tests the GPU generation: a predicate or a capability comparison (not just CUDA-ness)."""
-    op = tree.get("op")
-    if op == "cap":
-        return tree["atom"]["kind"] in ("pred", "cc")
-    if op in ("and", "or"):
-        return any(is_gate_tree(a) for a in tree["args"])
-    if op == "not":
-        return is_gate_tree(tree["arg"])
-    if op == "alias":
-        return is_gate_tree(tree["expr"])
-    return False
-
-
-def only_atoms(tree):
-    op = tree.get("op")
-    if op in ("cap", "platform"):
-        return True
-    if op in ("and", "or"):
-        return all(only_atoms(a) for a in tree["args"])
-    if op == "not":
-        return only_atoms(tree["arg"])
-    if op == "alias":
-        return only_atoms(tree["expr"])
-    return False

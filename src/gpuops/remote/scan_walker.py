@@ -6,12 +6,13 @@ Host code: stdlib only, Python 3.8+."""
 import ast
 import re
 
+from gpuops.remote.gate_tree import only_atoms
 from gpuops.remote.scan_ast import (
     NO_VALUE, boolish, docstring_line, dotted, last_name, literal, params_of, statements, string_of,
 )
 from gpuops.remote.scan_locator import TEXT_MAX
 from gpuops.remote.scan_scope import FunctionContext, Scope
-from gpuops.remote.scan_tree import bool_roots, build, interesting, only_atoms
+from gpuops.remote.scan_tree import bool_roots, build, interesting
 from gpuops.remote.scan_values import collect_local_cc
 from gpuops.remote.scan_vocabulary import PRED_NAME_RE, has_token
 

@@ -197,6 +197,34 @@ def test_rerun_changes_nothing_and_keeps_the_container(fusion_host, run_gpuops) 
     assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == files_before and images(dh) == tags
 
 
+def test_a_container_recreated_from_the_original_image_is_seen_and_patched_again(fusion_host, run_gpuops) -> None:
+    # Someone recreates the container by hand from the original image (the patch is not in it):
+    # inspect says the fusion is blocked in what runs, and the next apply recreates it from the
+    # derived image again (the same patch, the same tag: reused, not rebuilt).
+    dh = fusion_host
+    derived = dh.inspect()["Config"]["Image"]
+    script = (dh.host.state_dir / "sglang-docker-run.sh").read_text().replace(f" {derived} ", f" {ORIGINAL['ref']} ")
+    assert dh.daemon.run("rm", "-f", dh.container).returncode == 0
+    by_hand = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,
+                             env={"PATH": f"{dh.host.bin_dir}:/usr/bin:/bin"}, timeout=120)
+    assert by_hand.returncode == 0, by_hand.stderr
+    assert dh.inspect()["Image"] == ORIGINAL["image"]
+    served(dh)
+    seen = gpuops(run_gpuops, dh, "inspect", "host", "--json")
+    assert fusion_feature(json.loads(seen.stdout), dh.host.name)["status"] == "blocked", seen.stdout[-2000:]
+    files_before, built_before = host_files(dh), len(progress_events(dh, "image_built"))
+    proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 0 and report["status"] == "finished" and report["changed"] > 0, proc.stdout + proc.stderr
+    assert {c["kind"] for c in report["changes"]} == {"image"}  # the host's files already name the image
+    assert host_files(dh) == files_before
+    info = dh.inspect()
+    assert info["Config"]["Image"] == derived and info["State"]["Running"]
+    events = progress_events(dh, "image_built")
+    assert len(events) == built_before + 1 and events[-1]["built"] is False and events[-1]["tag"] == derived
+    assert b"is_sm120_supported" in file_in(dh, dh.container, COMMUNICATOR)
+
+
 def test_nccl_env_after_fusion_keeps_the_derived_image(fusion_host, run_gpuops) -> None:
     dh = fusion_host
     image = dh.inspect()["Config"]["Image"]
@@ -288,4 +316,30 @@ def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_
     assert host_files(dh) == ORIGINAL["files"]
     assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
     assert images(dh) == []  # built by the run that was undone: removed with it
+    served(dh)
+
+
+def test_rollback_of_the_fusion_run_under_a_later_nccl_run_returns_to_the_original_image(fusion_host, run_gpuops) -> None:
+    # A later run (nccl-env) still stands: undoing the fusion run recomposes the launch without its
+    # part, so the container goes back to the original image and keeps nccl-env's environment.
+    dh = fusion_host
+    fusion = report_of(gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json"), dh.host.name)
+    assert fusion["status"] == "finished", fusion
+    derived = dh.inspect()["Config"]["Image"]
+    assert derived.startswith("gpuops/sglang:")
+    nccl = report_of(gpuops(run_gpuops, dh, "apply", "nccl-env", "--json", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 8}}'),
+                     dh.host.name)
+    assert nccl["status"] == "finished" and dh.inspect()["Config"]["Image"] == derived, nccl
+    back = gpuops(run_gpuops, dh, "rollback", "--run", fusion["run_id"])
+    assert back.returncode == 0, back.stdout + back.stderr
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert "NCCL_MIN_NCHANNELS=8" in info["Config"]["Env"]
+    assert "--enable-flashinfer-allreduce-fusion" not in info["Config"]["Cmd"]
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    last = gpuops(run_gpuops, dh, "rollback", "--run", nccl["run_id"])
+    assert last.returncode == 0, last.stdout + last.stderr
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and "NCCL_MIN_NCHANNELS=8" not in info["Config"]["Env"]
+    assert host_files(dh) == ORIGINAL["files"]
     served(dh)
