@@ -36,6 +36,11 @@ class Probe(Generic[T]):
     name: str  # unique key, e.g. "gpu.query"
     script: str  # POSIX sh; may use "$GPUOPS_PY" (set by the preamble)
     parse: Callable[[ProbeOutput], T]  # pure
+    # sh text started in the background before the probes run (its output goes to files under
+    # "$gpuops_tmp" that ``script`` then prints). Slow, independent commands (each nvidia-smi call
+    # initialises NVML) thus cost the slowest one, not their sum; the gather waits for every start
+    # just before the first probe that has one.
+    start: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,12 @@ def build_gather_script(probes: Iterable[Probe[Any]], nonce: str, preamble: str 
         "trap 'rm -rf \"$gpuops_tmp\"' EXIT",
         preamble,
     ]
+    started = [probe for probe in probes if probe.start]
+    for probe in started:
+        parts.append(f"(\n{probe.start}\n) </dev/null >/dev/null 2>&1 &\ngpuops_bg=\"${{gpuops_bg:-}} $!\"")
     for probe in probes:
+        if started and probe is started[0]:
+            parts.append("wait $gpuops_bg")
         parts.append(
             f"printf '\\n{mark} begin {probe.name}\\n'\n"
             f"(\n{probe.script}\n) </dev/null 2>\"$gpuops_tmp/err\"\n"

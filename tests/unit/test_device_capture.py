@@ -46,7 +46,7 @@ def _replayed_device(tmp_path: Path, monkeypatch) -> dict:
     with torch's version.py as the torch wheel writes it."""
     from gpuops.facts.collect import host_json, inspect_hosts
     from gpuops.inventory import Host
-    from gpuops.lab import nvidia_smi
+    from gpuops.lab import fake_nvidia_smi
     from gpuops.lab.gpu_description import load_description
     from gpuops.transport import ConnectOptions
 
@@ -56,7 +56,7 @@ def _replayed_device(tmp_path: Path, monkeypatch) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nGPUOPS_LAB_GPU="{desc}" exec "{sys.executable}" "{nvidia_smi.__file__}" "$@"\n')
+    smi.write_text(f'#!/bin/sh\nGPUOPS_LAB_GPU="{desc}" exec "{sys.executable}" "{fake_nvidia_smi.__file__}" "$@"\n')
     smi.chmod(0o755)
     site = tmp_path / "site"
     for line in (CAPTURE / "pip.txt").read_text().splitlines():

@@ -8,7 +8,6 @@ import json
 from facts_fixtures import H200, KIMI, RTX8, driver_error, fixture_text, not_found, ok, server_output
 
 from gpuops.facts.gpu import parse_banner, parse_query
-from gpuops.facts.gpu_probe import SmiFacts
 from gpuops.facts.host import host_facts, probes_for
 from gpuops.facts.render import render_host_facts
 from gpuops.facts.server import parse_server
@@ -35,9 +34,14 @@ SYSTEM = ("kernel=6.8.0\nmachine=x86_64\nos=\"Ubuntu 24.04.3 LTS\"\npython3=/usr
           "chosen_python=/usr/bin/python3.12\nchosen_python_reason=the running SGLang server's interpreter (pid 4242, /proc/PID/exe)\n")
 
 
+def smi_values(query, banner, topo, p2p) -> dict:
+    """The four nvidia-smi probes' values, as the gather hands them to ``host_facts``."""
+    return {"gpu.query": query, "gpu.banner": banner, "gpu.topo": topo, "gpu.p2p": p2p}
+
+
 def _rtx8_values() -> dict:
     return {
-        "gpu.smi": SmiFacts(
+        **smi_values(
             parse_query(ok(fixture_text(RTX8, "query.csv"))),
             parse_banner(ok("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n")),
             parse_topo(ok(fixture_text(RTX8, "topo.txt"))),
@@ -81,8 +85,8 @@ def test_rtx8_host_json_schema() -> None:
 
 def test_no_driver_host_is_unknown_everywhere_but_software() -> None:
     values = {
-        "gpu.smi": SmiFacts(parse_query(driver_error()), parse_banner(driver_error()), parse_topo(driver_error()),
-                            parse_p2p(driver_error())),
+        **smi_values(parse_query(driver_error()), parse_banner(driver_error()), parse_topo(driver_error()),
+                     parse_p2p(driver_error())),
         "host.system": parse_host_system(ok(SYSTEM)),
         "software.python": ProbeFailure("software.python", "the gather script stopped early: killed"),
     }
@@ -98,7 +102,7 @@ def test_mixed_gpus_are_judged_at_the_lowest() -> None:
     values = _rtx8_values()
     mixed = parse_query(ok(
         "index, uuid, name, compute_cap\n0, a, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0\n1, b, NVIDIA H100 80GB HBM3, 9.0\n"))
-    values["gpu.smi"] = SmiFacts(mixed, values["gpu.smi"].banner, values["gpu.smi"].topo, values["gpu.smi"].p2p)
+    values["gpu.query"] = mixed
     facts = host_facts(values)
     assert facts.compute_capability == "9.0"
     assert facts_json(facts)["sm"] == "sm90"
@@ -119,7 +123,7 @@ def test_human_report_plain_text() -> None:
 
 
 def test_human_report_of_a_bare_host() -> None:
-    values = {"gpu.smi": SmiFacts(parse_query(not_found()), parse_banner(not_found()), parse_topo(not_found()), parse_p2p(not_found())),
+    values = {**smi_values(parse_query(not_found()), parse_banner(not_found()), parse_topo(not_found()), parse_p2p(not_found())),
               "server": parse_server(ProbeOutput("want_port=30000\nothers=\nhealth_error=refused\n", "", 0))}
     stream = io.StringIO()
     render_host_facts(make_console(stream, force_terminal=False), facts_json(host_facts(values)))
@@ -132,7 +136,8 @@ def test_probes_carry_the_host_state_dir_quoted() -> None:
     host = Host(name="h", address=None, port=None, user=None, key_file=None, connection="ssh", groups=(),
                 vars={"gpuops_state_dir": "/tmp/it's here"})
     names = [p.name for p in probes_for(host)]
-    assert names == ["gpu.smi", "host.system", "software.python", "server", "gpuops.desired"]
+    assert names == ["gpu.query", "gpu.banner", "gpu.procfs", "gpu.topo", "gpu.p2p", "host.system", "software.python",
+                     "server", "gpuops.desired"]
     server_probe = probes_for(host)[-2]
     assert "gpuops_state_dir='/tmp/it'\"'\"'s here'" in server_probe.script
     assert "'/tmp/it'\"'\"'s here/desired.json'" in probes_for(host)[-1].script
@@ -140,8 +145,8 @@ def test_probes_carry_the_host_state_dir_quoted() -> None:
 
 def test_h200_real_capture_end_to_end() -> None:
     values = {
-        "gpu.smi": SmiFacts(parse_query(ok(fixture_text(H200, "query.csv"))), parse_banner(ok(fixture_text(H200, "smi.txt"))),
-                            parse_topo(ok(fixture_text(H200, "topo.txt"))), parse_p2p(ok(fixture_text(H200, "p2p.txt")))),
+        **smi_values(parse_query(ok(fixture_text(H200, "query.csv"))), parse_banner(ok(fixture_text(H200, "smi.txt"))),
+                     parse_topo(ok(fixture_text(H200, "topo.txt"))), parse_p2p(ok(fixture_text(H200, "p2p.txt")))),
     }
     doc = facts_json(host_facts(values))
     assert (doc["sm"], doc["arch"], doc["gpus"][0]["memory_total_mib"]) == ("sm90", "Hopper", 143771)

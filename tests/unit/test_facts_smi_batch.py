@@ -1,5 +1,5 @@
-"""The nvidia-smi batch: four calls side by side, each output framed back; run by /bin/sh here
-with a stand-in nvidia-smi that prints the real captures."""
+"""The nvidia-smi probes: four calls started side by side, each output back in the gather's own
+frame; run by /bin/sh here with a stand-in nvidia-smi that prints the real captures."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 
 from facts_fixtures import DRIVER_FAILURE, H200, fixture_text
 
-from gpuops.facts.gpu import parse_procfs
-from gpuops.facts.gpu_probe import parse_smi, smi_probe
-from gpuops.gather import ProbeOutput
+from gpuops.facts import gpu as gpu_fact
+from gpuops.facts import topology as topology_fact
+from gpuops.facts.gpu import parse_banner, parse_procfs, parse_procfs_output, parse_query
+from gpuops.facts.topology import parse_topo
+from gpuops.gather import ProbeFailure, ProbeOutput, build_gather_script, new_nonce, parse_outputs, split_gather_output
 
 
 def _fake_smi(bin_dir: Path, topo_fails: bool = False) -> None:
@@ -32,43 +34,58 @@ esac
     (bin_dir / "nvidia-smi").chmod(0o755)
 
 
-def _run(script: str, path: str) -> ProbeOutput:
+def _gather(path: str) -> dict:
+    """The GPU and interconnect probes in ONE gather script, run by /bin/sh with ``path`` as PATH."""
+    probes = gpu_fact.probes() + topology_fact.probes()
+    nonce = new_nonce()
     env = dict(os.environ, PATH=path)
-    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env, timeout=60)
-    return ProbeOutput(proc.stdout, proc.stderr, proc.returncode)
+    proc = subprocess.run(["/bin/sh", "-s"], input=build_gather_script(probes, nonce), capture_output=True,
+                          text=True, env=env, timeout=60)
+    return parse_outputs(probes, split_gather_output(proc.stdout, nonce))
 
 
 def test_all_four_outputs_come_back_byte_for_byte(tmp_path: Path) -> None:
     _fake_smi(tmp_path / "bin")
-    probe = smi_probe()
-    smi = probe.parse(_run(probe.script, f"{tmp_path / 'bin'}:/usr/bin:/bin"))
-    assert smi.query.known and smi.query.gpus[0].sm == "sm90"
-    assert (smi.banner.driver_version, smi.banner.cuda_driver_version) == ("580.159.04", "13.0")
-    assert smi.topo.known and smi.topo.affinity["GPU0"].cpu_affinity == "0-15"
-    assert smi.p2p.known and smi.p2p.gpus == ("GPU0",)
+    values = _gather(f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    query, banner = gpu_fact.from_values(values)
+    assert query.known and query.gpus[0].sm == "sm90"
+    assert (banner.driver_version, banner.cuda_driver_version) == ("580.159.04", "13.0")
+    assert values["gpu.topo"].known and values["gpu.topo"].affinity["GPU0"].cpu_affinity == "0-15"
+    assert values["gpu.p2p"].known and values["gpu.p2p"].gpus == ("GPU0",)
+    assert values["gpu.procfs"] is None  # nvidia-smi is there: no driver listing
+    assert values["gpu.topo"] == parse_topo(ProbeOutput(fixture_text(H200, "topo.txt"), "", 0))
+
+
+def test_the_calls_start_side_by_side_before_any_probe_prints(tmp_path: Path) -> None:
+    # Each call is started in the background first; the probes only print what the calls wrote.
+    script = build_gather_script(gpu_fact.probes() + topology_fact.probes(), "n")
+    starts = [i for i, line in enumerate(script.splitlines()) if line.endswith(") </dev/null >/dev/null 2>&1 &")]
+    first_frame = next(i for i, line in enumerate(script.splitlines()) if "@@gpuops:n begin" in line)
+    assert len(starts) == 4 and max(starts) < first_frame
+    assert script.count("wait $gpuops_bg") == 1
 
 
 def test_one_call_failing_fails_only_that_fact(tmp_path: Path) -> None:
     _fake_smi(tmp_path / "bin", topo_fails=True)
-    probe = smi_probe()
-    smi = probe.parse(_run(probe.script, f"{tmp_path / 'bin'}:/usr/bin:/bin"))
-    assert smi.query.known and smi.p2p.known
-    assert smi.topo.known is False and "exit status 9" in smi.topo.reason
+    values = _gather(f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert gpu_fact.from_values(values)[0].known and values["gpu.p2p"].known
+    assert values["gpu.topo"].known is False and "exit status 9" in values["gpu.topo"].reason
 
 
 def test_missing_nvidia_smi_fails_every_fact_with_the_reason(tmp_path: Path) -> None:
-    probe = smi_probe()
-    smi = probe.parse(_run(probe.script, "/usr/bin:/bin"))
-    for fact in (smi.query, smi.banner, smi.topo, smi.p2p):
+    values = _gather("/usr/bin:/bin")
+    query, banner = gpu_fact.from_values(values)
+    for fact in (query, banner, values["gpu.topo"], values["gpu.p2p"]):
         assert fact.known is False and "nvidia-smi not found" in fact.reason
 
 
-def test_output_cannot_forge_a_frame(tmp_path: Path) -> None:
-    # A probe built earlier has another token: frames in the output with a guessed token are text.
-    probe = smi_probe()
-    forged = "\n@@gpuops-smi:000000000000 query 0\nindex, name\n0, Fake\n@@gpuops-smi:000000000000 err\n"
-    smi = probe.parse(ProbeOutput(forged, "", 0))
-    assert smi.query.known is False
+def test_a_probe_that_never_came_back_is_unknown_with_the_gathers_reason() -> None:
+    failure = ProbeFailure("gpu.query", "the gather script stopped early: Killed")
+    query, banner = gpu_fact.from_values({"gpu.query": failure})
+    assert query.known is False and query.reason == failure.reason
+    assert banner.known is False and banner.reason == "probe gpu.banner did not run"
+    interconnect = topology_fact.from_values({"gpu.p2p": ProbeFailure("gpu.p2p", "boom")})
+    assert interconnect.known is False and interconnect.p2p_reason == "boom"
 
 
 # The format of a real H200 host's files (seen on the device machine), for an 8x RTX PRO 6000 box.
@@ -100,13 +117,15 @@ def test_without_nvidia_smi_the_driver_proc_listing_still_names_the_gpus() -> No
     assert banner.driver_version == "580.159.04" and banner.cuda_driver_version is None
 
 
-def test_procfs_frame_travels_with_the_missing_nvidia_smi_answer() -> None:
-    token = "abcdef012345"
-    framed = f"\n@@gpuops-smi:{token} procfs 0\n{PROCFS}\n@@gpuops-smi:{token} err\n"
-    smi = parse_smi(ProbeOutput(framed, "gpuops: nvidia-smi: not found on PATH\n", 127), token)
-    assert smi.query.known and len(smi.query.gpus) == 2
-    assert smi.banner.driver_version == "580.159.04"
-    assert smi.topo.known is False and "not found" in smi.topo.reason
+def test_procfs_listing_answers_when_nvidia_smi_is_missing() -> None:
+    missing = ProbeOutput("", "gpuops: nvidia-smi: not found on PATH\n", 127)
+    values = {"gpu.query": parse_query(missing), "gpu.banner": parse_banner(missing), "gpu.topo": parse_topo(missing),
+              "gpu.procfs": parse_procfs_output(ProbeOutput(PROCFS, "", 0))}
+    query, banner = gpu_fact.from_values(values)
+    assert query.known and len(query.gpus) == 2
+    assert banner.driver_version == "580.159.04"
+    assert topology_fact.from_values(values).known is False
+    assert "not found" in topology_fact.from_values(values).reason
 
 
 def test_real_driver_version_file_of_the_h200() -> None:

@@ -82,3 +82,20 @@ def test_script_is_one_posix_sh_program_and_names_are_checked() -> None:
 def test_preamble_variables_reach_probes() -> None:
     values = gather(_local(), [Probe("py", 'echo "$GPUOPS_PY"', raw)], preamble="GPUOPS_PY=/opt/py/bin/python3")
     assert values["py"].stdout == "/opt/py/bin/python3\n"
+
+
+def test_started_probes_run_in_the_background_and_are_awaited_before_their_probe() -> None:
+    # Two starts that each wait for the other's file: they can only both finish if they run at once.
+    # Run one after the other, the first gives up waiting and says "alone".
+    both = ("i=0; while [ ! -f \"$gpuops_tmp/{other}\" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+            "[ -f \"$gpuops_tmp/{other}\" ] && w=done || w=alone")
+    probes = [
+        Probe("plain", "echo first", raw),
+        Probe("a", 'cat "$gpuops_tmp/a.out"', raw,
+              start=f': >"$gpuops_tmp/a.ready"; {both.format(other="b.ready")}; echo "a-$w" >"$gpuops_tmp/a.out"'),
+        Probe("b", 'cat "$gpuops_tmp/b.out"; exit 3', raw,
+              start=f': >"$gpuops_tmp/b.ready"; {both.format(other="a.ready")}; echo "b-$w" >"$gpuops_tmp/b.out"'),
+    ]
+    values = gather(_local(), probes)
+    assert values["plain"].stdout == "first\n"
+    assert (values["a"].stdout, values["b"].stdout, values["b"].exit_status) == ("a-done\n", "b-done\n", 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuops.lab import nvidia_smi
+from gpuops.lab import fake_nvidia_smi
 from gpuops.lab.clone import description_from_facts
 from gpuops.lab.gpu_description import parse_description
 
@@ -38,7 +38,7 @@ def test_description_round_trips_into_the_replayer() -> None:
     data = description_from_facts(facts(), "gpu-a")
     desc = parse_description(data, Path("gpu-a-lab.yaml"))
     assert desc.gpu_count == 2 and desc.compute_capability == "9.0"
-    _, csv = nvidia_smi.run(["--query-gpu=uuid,pci.bus_id,memory.used", "--format=csv,noheader"], desc.replay)
+    _, csv = fake_nvidia_smi.run(["--query-gpu=uuid,pci.bus_id,memory.used", "--format=csv,noheader"], desc.replay)
     assert csv == "GPU-0, 00000000:10:00.0, 5 MiB\nGPU-1, 00000000:11:00.0, 5 MiB\n"
     assert desc.replay["topology"] == [["X", "NV18"], ["NV18", "X"]]
     assert desc.packages == {"sglang": "0.5.14", "torch": "2.9.1+cu128", "nvidia-nccl-cu12": "2.27.5"}

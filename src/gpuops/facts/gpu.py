@@ -1,15 +1,39 @@
-"""GPU facts: what `nvidia-smi --query-gpu ... --format=csv` and the `nvidia-smi` banner say."""
+"""The GPU fact, whole: its probes, parsers, JSON shape and human rendering.
+
+Probes (each one nvidia-smi call, run side by side: ``facts/smi_command.py``):
+
+``gpu.query``   ``nvidia-smi --query-gpu=QUERY_FIELDS --format=csv``   -> ``GpuQuery``
+``gpu.banner``  ``nvidia-smi``                                         -> ``SmiBanner``
+``gpu.procfs``  ``/proc/driver/nvidia`` when nvidia-smi is missing      -> its text (or None)
+
+Recorded outputs and the values they parse to: ``tests/facts/<probe>/<case>.json``. The JSON keys
+(``gpu_json``) are documented in docs/inspect-json.md; ``render.py`` prints ``gpu_rows``.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gpuops.facts.arch import identify
-from gpuops.facts.nvidia_smi import failure_reason
-from gpuops.gather import ProbeOutput
+from gpuops.facts.smi_command import failure_reason, smi_probe
+from gpuops.gather import Probe, ProbeFailure, ProbeOutput
+
+QUERY_PROBE, BANNER_PROBE, PROCFS_PROBE = "gpu.query", "gpu.banner", "gpu.procfs"
+# The query's field list is the one the fixtures were captured with.
+QUERY_FIELDS = (
+    "index,uuid,name,compute_cap,memory.total,memory.used,driver_version,pci.bus_id,"
+    "pcie.link.gen.max,pcie.link.width.max,power.limit,clocks.max.sm"
+)
+# probe -> nvidia-smi arguments (the lab's fake nvidia-smi answers the same, tests/facts replay it)
+SMI_ARGS: dict[str, tuple[str, ...]] = {
+    QUERY_PROBE: (f"--query-gpu={QUERY_FIELDS}", "--format=csv"),
+    BANNER_PROBE: (),
+}
 
 _UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")  # "memory.total [MiB]" -> "memory.total"
 _NUMBER_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
@@ -149,6 +173,97 @@ def parse_banner(out: ProbeOutput) -> SmiBanner:
         return SmiBanner(known=False, reason=reason)
     return parse_banner_text(out.stdout)
 
+
+def parse_procfs_output(out: ProbeOutput) -> str | None:
+    """The ``gpu.procfs`` probe: the driver's listing, kept as text (``parse_procfs`` reads it once
+    the query says why nvidia-smi gave nothing); None where there is none."""
+    return out.stdout if out.stdout.strip() else None
+
+
+# No nvidia-smi (a container without the tools, a broken install): the kernel driver may still
+# list its GPUs under /proc/driver/nvidia; ship that instead. Prints nothing when nvidia-smi is there.
+PROCFS_SCRIPT = (
+    "if ! command -v nvidia-smi >/dev/null 2>&1 && [ -r /proc/driver/nvidia/version ]; then\n"
+    "  for gpuops_f in /proc/driver/nvidia/version /proc/driver/nvidia/gpus/*/information; do\n"
+    "    [ -r \"$gpuops_f\" ] && { printf '== %s\\n' \"$gpuops_f\"; cat \"$gpuops_f\"; }\n"
+    "  done\n"
+    "fi\n"
+    "exit 0"
+)
+
+
+def probes() -> list[Probe[Any]]:
+    return [
+        smi_probe(QUERY_PROBE, SMI_ARGS[QUERY_PROBE], parse_query),
+        smi_probe(BANNER_PROBE, SMI_ARGS[BANNER_PROBE], parse_banner),
+        Probe(PROCFS_PROBE, PROCFS_SCRIPT, parse_procfs_output),
+    ]
+
+
+def _failed(values: Mapping[str, Any], name: str) -> str:
+    value = values.get(name)
+    return value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
+
+
+def from_values(values: Mapping[str, Any]) -> tuple[GpuQuery, SmiBanner]:
+    """The GPU fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
+    query = values.get(QUERY_PROBE)
+    banner = values.get(BANNER_PROBE)
+    if not isinstance(query, GpuQuery):
+        query = GpuQuery(known=False, reason=_failed(values, QUERY_PROBE))
+    if not isinstance(banner, SmiBanner):
+        banner = SmiBanner(known=False, reason=_failed(values, BANNER_PROBE))
+    procfs = values.get(PROCFS_PROBE)
+    if not query.known and isinstance(procfs, str):
+        query, banner = parse_procfs(procfs, query.reason)
+    return query, banner
+
+
+def lowest_compute_capability(query: GpuQuery) -> str | None:
+    """The compute capability gates are judged against: the lowest of the host's GPUs."""
+    caps = [g.compute_capability for g in query.gpus if g.compute_capability]
+    return min(caps, key=lambda c: tuple(int(p) for p in c.split("."))) if caps else None
+
+
+def gpu_json(query: GpuQuery, banner: SmiBanner) -> dict[str, Any]:
+    """The GPU keys of the inspect document (docs/inspect-json.md): only ever added to."""
+    first = query.gpus[0] if query.gpus else None
+    compute_capability = lowest_compute_capability(query)
+    lowest = next((g for g in query.gpus if g.compute_capability == compute_capability), first)
+    return {
+        "gpu_status": {"known": query.known, "reason": query.reason, "source": query.source, "note": query.note},
+        "gpu_count": len(query.gpus),
+        "gpus": [asdict(g) for g in query.gpus],
+        "compute_capability": compute_capability,
+        "sm": lowest.sm if lowest else None,
+        "arch": lowest.arch if lowest else None,
+        "driver_version": banner.driver_version or (first.driver_version if first else None),
+        "cuda_driver_version": banner.cuda_driver_version,
+        "cuda_driver_reason": None if banner.cuda_driver_version else (banner.reason or "not reported"),
+    }
+
+
+GPU_HEADERS = ["#", "name", "cc", "sm", "arch", "memory", "pcie"]
+
+
+def gpu_heading(doc: Mapping[str, Any]) -> str:
+    """The report's GPU line, from the inspect document (``gpu_json``'s keys)."""
+    if not doc["gpu_status"]["known"]:
+        return f"GPUs: unknown ({doc['gpu_status']['reason']})"
+    return f"GPUs ({doc['gpu_count']}): driver {doc['driver_version'] or '?'}, CUDA {doc['cuda_driver_version'] or '?'}"
+
+
+def gpu_rows(doc: Mapping[str, Any]) -> list[list[Any]]:
+    """One table row per GPU (``GPU_HEADERS``), from the inspect document."""
+    rows = []
+    for g in doc["gpus"]:
+        pcie = f"Gen{g['pcie_gen']} x{g['pcie_width']}" if g.get("pcie_gen") else "?"
+        sm = g["sm"] or "?"
+        if g.get("sm_source") == "name":
+            sm += " (from name)"
+        rows.append([g["index"], g["name"], g["compute_capability"] or "?", sm, g["arch"] or "?",
+                     f"{g['memory_total_mib']} MiB" if g.get("memory_total_mib") else "?", pcie])
+    return rows
 
 
 def parse_procfs(text: str, smi_reason: str | None) -> tuple[GpuQuery, SmiBanner]:

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuops.facts import gpu as gpu_fact
+from gpuops.facts import topology as topology_fact
 from gpuops.facts.gpu import GpuQuery, SmiBanner
-from gpuops.facts.gpu_probe import SmiFacts, smi_probe
 from gpuops.facts.managed import managed_launch_probe
 from gpuops.facts.python_select import preamble
 from gpuops.facts.server import ServerFacts, server_probe
 from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
-from gpuops.facts.topology import Interconnect, P2PMatrix, TopologyMatrix, summarize
+from gpuops.facts.topology import Interconnect
 from gpuops.gather import Probe, ProbeFailure
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ class HostFacts:
     @property
     def compute_capability(self) -> str | None:
         """The compute capability gates are judged against: the lowest of the host's GPUs."""
-        caps = [g.compute_capability for g in self.gpu.gpus if g.compute_capability]
-        return min(caps, key=lambda c: tuple(int(p) for p in c.split("."))) if caps else None
+        return gpu_fact.lowest_compute_capability(self.gpu)
 
     @property
     def torch_cuda(self) -> str | None:
@@ -55,7 +55,8 @@ def probes_for(host: Host) -> list[Probe[Any]]:
     """Every fact probe for this host; run them after ``preamble(host)`` in the same exec."""
     state_dir = (host.vars or {}).get("gpuops_state_dir")
     return [
-        smi_probe(),
+        *gpu_fact.probes(),  # the nvidia-smi calls of both facts start side by side (Probe.start)
+        *topology_fact.probes(),
         host_system_probe(),
         python_packages_probe(),
         server_probe(str(state_dir) if state_dir else None),
@@ -73,17 +74,11 @@ def _value(values: Mapping[str, Any], name: str, expected: type, unknown: Any) -
 
 def host_facts(values: Mapping[str, Any]) -> HostFacts:
     """The typed facts from the parsed probe values (a failed probe becomes an unknown with reason)."""
-    smi = values.get("gpu.smi")
-    if isinstance(smi, SmiFacts):
-        gpu, banner, topo, p2p = smi.query, smi.banner, smi.topo, smi.p2p
-    else:
-        reason = smi.reason if isinstance(smi, ProbeFailure) else "probe gpu.smi did not run"
-        gpu, banner = GpuQuery(known=False, reason=reason), SmiBanner(known=False, reason=reason)
-        topo, p2p = TopologyMatrix(known=False, reason=reason), P2PMatrix(known=False, reason=reason)
+    gpu, banner = gpu_fact.from_values(values)
     system = _value(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
     packages = _value(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
     server = _value(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
-    interconnect = summarize(topo, p2p)
+    interconnect = topology_fact.from_values(values)
     return HostFacts(
         gpu=gpu,
         banner=banner,

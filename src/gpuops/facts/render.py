@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuops.facts.gpu import GPU_HEADERS, gpu_heading, gpu_rows
+from gpuops.facts.topology import interconnect_line, numa_line
 from gpuops.output import format_table, rich_table
 
 if TYPE_CHECKING:
@@ -23,53 +25,6 @@ def _table(console: Console, headers: list[str], rows: list[list[Any]]) -> None:
         console.print(rich_table(headers, rows))
     else:
         _say(console, format_table(headers, rows, indent="  "))
-
-
-def _gpu_ranges(labels: list[str]) -> str:
-    """["GPU0", "GPU1", "GPU2", "GPU5"] -> "GPU0-2,5"."""
-    numbers = sorted(int(label[3:]) for label in labels if label[3:].isdigit())
-    spans: list[str] = []
-    for n in numbers:
-        if spans and spans[-1].split("-")[-1] == str(n - 1):
-            spans[-1] = f"{spans[-1].split('-')[0]}-{n}"
-        else:
-            spans.append(str(n))
-    return "GPU" + ",".join(spans) if spans else "-"
-
-
-def gpu_lines(facts: dict[str, Any]) -> list[list[Any]]:
-    rows = []
-    for g in facts["gpus"]:
-        pcie = f"Gen{g['pcie_gen']} x{g['pcie_width']}" if g.get("pcie_gen") else "?"
-        sm = g["sm"] or "?"
-        if g.get("sm_source") == "name":
-            sm += " (from name)"
-        rows.append([g["index"], g["name"], g["compute_capability"] or "?", sm, g["arch"] or "?",
-                     f"{g['memory_total_mib']} MiB" if g.get("memory_total_mib") else "?", pcie])
-    return rows
-
-
-def interconnect_line(ic: dict[str, Any]) -> str:
-    if not ic["known"]:
-        return f"unknown ({ic['reason']})"
-    links = ", ".join(f"{kind} x{count}" for kind, count in sorted(ic["link_counts"].items()))
-    nvlink = "NVLink" if ic["nvlink"] else "no NVLink"
-    if ic["p2p_all_pairs"] is None:
-        p2p = f"P2P unknown ({ic['p2p_reason']})"
-    elif ic["p2p_all_pairs"]:
-        p2p = "P2P between all GPU pairs"
-    else:
-        p2p = f"P2P NOT between all pairs ({len(ic['p2p_failed_pairs'])} pairs fail)"
-    return f"{nvlink}; {links or 'single GPU'}; {p2p}"
-
-
-def numa_line(ic: dict[str, Any]) -> str | None:
-    nodes: dict[str, list[str]] = {}
-    for gpu, affinity in ic["numa"].items():
-        nodes.setdefault(affinity["numa_node"] or "N/A", []).append(gpu)
-    if not nodes:
-        return None
-    return "; ".join(f"{_gpu_ranges(gpus)} on node {node}" for node, gpus in sorted(nodes.items()))
 
 
 def _pkg(name: str, info: dict[str, Any] | None) -> str:
@@ -153,13 +108,12 @@ def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[s
 def render_host_facts(console: Console, facts: dict[str, Any]) -> None:
     """The facts part of one host's report (the caller prints the header and the gates)."""
     if facts["gpu_status"]["known"]:
-        _say(console, f"GPUs ({facts['gpu_count']}): driver {facts['driver_version'] or '?'}, "
-                      f"CUDA {facts['cuda_driver_version'] or '?'}", style="bold")
-        _table(console, ["#", "name", "cc", "sm", "arch", "memory", "pcie"], gpu_lines(facts))
+        _say(console, gpu_heading(facts), style="bold")
+        _table(console, GPU_HEADERS, gpu_rows(facts))
         if facts["gpu_status"].get("note"):
             _say(console, f"  note: {facts['gpu_status']['note']}", style="yellow")
     else:
-        _say(console, f"GPUs: unknown ({facts['gpu_status']['reason']})", style="yellow")
+        _say(console, gpu_heading(facts), style="yellow")
     ic = facts["interconnect"]
     _say(console, f"interconnect: {interconnect_line(ic)}")
     numa = numa_line(ic)

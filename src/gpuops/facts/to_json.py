@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from gpuops.facts.gpu import gpu_json
 from gpuops.facts.host import HostFacts
 from gpuops.facts.served_model import ModelFacts
 from gpuops.facts.server import ServerFacts
 from gpuops.facts.software import PackageInfo
+from gpuops.facts.topology import interconnect_json
 
 SCHEMA_VERSION = 1
 
@@ -114,10 +116,6 @@ def _server_python_version(facts: HostFacts) -> str | None:
 
 
 def facts_json(facts: HostFacts) -> dict[str, Any]:
-    gpus = [asdict(g) for g in facts.gpu.gpus]
-    first = facts.gpu.gpus[0] if facts.gpu.gpus else None
-    lowest = next((g for g in facts.gpu.gpus if g.compute_capability == facts.compute_capability), first)
-    ic = facts.interconnect
     system = facts.system
     pk = facts.packages
     software: dict[str, Any] = {
@@ -138,30 +136,8 @@ def facts_json(facts: HostFacts) -> dict[str, Any]:
     software["nccl"] = _package(pk.nccl)
     return {
         "schema": SCHEMA_VERSION,
-        "gpu_status": {"known": facts.gpu.known, "reason": facts.gpu.reason, "source": facts.gpu.source,
-                       "note": facts.gpu.note},
-        "gpu_count": len(facts.gpu.gpus),
-        "gpus": gpus,
-        "compute_capability": facts.compute_capability,
-        "sm": lowest.sm if lowest else None,
-        "arch": lowest.arch if lowest else None,
-        "driver_version": facts.banner.driver_version or (first.driver_version if first else None),
-        "cuda_driver_version": facts.banner.cuda_driver_version,
-        "cuda_driver_reason": None if facts.banner.cuda_driver_version else (facts.banner.reason or "not reported"),
-        "interconnect": {
-            "known": ic.known,
-            "reason": ic.reason,
-            "nvlink": ic.nvlink,
-            "link_counts": dict(ic.link_counts),
-            "matrix": ic.matrix,
-            "numa": {g: asdict(a) for g, a in ic.numa.items()},
-            "p2p_known": ic.p2p_known,
-            "p2p_reason": ic.p2p_reason,
-            "p2p_all_pairs": ic.p2p_all_pairs,
-            "p2p_matrix": ic.p2p_matrix,
-            "p2p_failed_pairs": [list(p) for p in ic.p2p_failed_pairs],
-            "warnings": list(ic.warnings),
-        },
+        **gpu_json(facts.gpu, facts.banner),
+        "interconnect": interconnect_json(facts.interconnect),
         "software": software,
         "server": {**server_json(facts.server), "python_version": _server_python_version(facts)},
         "model": _model(facts.server.model),

@@ -1,4 +1,13 @@
-"""Interconnect facts: `nvidia-smi topo -m` (how GPUs are linked) and `topo -p2p r` (can they peer).
+"""The interconnect fact, whole: `nvidia-smi topo -m` (how GPUs are linked) and `topo -p2p r` (can
+they peer); its probes, parsers, summary, JSON shape and human rendering.
+
+Probes (nvidia-smi calls run side by side with the GPU fact's: ``facts/smi_command.py``):
+
+``gpu.topo``  ``nvidia-smi topo -m``       -> ``TopologyMatrix``
+``gpu.p2p``   ``nvidia-smi topo -p2p r``   -> ``P2PMatrix``
+
+Both summarised into ``Interconnect`` (``from_values``). Recorded outputs and the values they
+parse to: ``tests/facts/<probe>/<case>.json``; JSON keys: docs/inspect-json.md (``interconnect``).
 
 On a two-socket PCIe box (the RTX PRO 6000 story) GPUs on different sockets often cannot do
 peer-to-peer at all ("CNS", chipset not supported). IPC-based all-reduce (SGLang's custom
@@ -9,10 +18,19 @@ worth a warning before anyone benchmarks a tensor-parallel setting.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from gpuops.facts.nvidia_smi import failure_reason, strip_ansi
-from gpuops.gather import ProbeOutput
+from gpuops.facts.smi_command import failure_reason, smi_probe, strip_ansi
+from gpuops.gather import Probe, ProbeFailure, ProbeOutput
+
+TOPO_PROBE, P2P_PROBE = "gpu.topo", "gpu.p2p"
+# probe -> nvidia-smi arguments (the lab's fake nvidia-smi answers the same, tests/facts replay it)
+SMI_ARGS: dict[str, tuple[str, ...]] = {
+    TOPO_PROBE: ("topo", "-m"),
+    P2P_PROBE: ("topo", "-p2p", "r"),
+}
 
 # What each `topo -m` link code means, nearest first.
 LINK_KINDS: dict[str, str] = {
@@ -220,3 +238,78 @@ def summarize(topo: TopologyMatrix, p2p: P2PMatrix) -> Interconnect:
         p2p_failed_pairs=tuple(failed),
         warnings=tuple(warnings),
     )
+
+
+def probes() -> list[Probe[Any]]:
+    return [smi_probe(TOPO_PROBE, SMI_ARGS[TOPO_PROBE], parse_topo), smi_probe(P2P_PROBE, SMI_ARGS[P2P_PROBE], parse_p2p)]
+
+
+def _failed(values: Mapping[str, Any], name: str) -> str:
+    value = values.get(name)
+    return value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
+
+
+def from_values(values: Mapping[str, Any]) -> Interconnect:
+    """The interconnect fact from the parsed probe values (a failed probe: unknown, with its reason)."""
+    topo = values.get(TOPO_PROBE)
+    p2p = values.get(P2P_PROBE)
+    if not isinstance(topo, TopologyMatrix):
+        topo = TopologyMatrix(known=False, reason=_failed(values, TOPO_PROBE))
+    if not isinstance(p2p, P2PMatrix):
+        p2p = P2PMatrix(known=False, reason=_failed(values, P2P_PROBE))
+    return summarize(topo, p2p)
+
+
+def interconnect_json(ic: Interconnect) -> dict[str, Any]:
+    """The ``interconnect`` key of the inspect document (docs/inspect-json.md): only ever added to."""
+    return {
+        "known": ic.known,
+        "reason": ic.reason,
+        "nvlink": ic.nvlink,
+        "link_counts": dict(ic.link_counts),
+        "matrix": ic.matrix,
+        "numa": {g: asdict(a) for g, a in ic.numa.items()},
+        "p2p_known": ic.p2p_known,
+        "p2p_reason": ic.p2p_reason,
+        "p2p_all_pairs": ic.p2p_all_pairs,
+        "p2p_matrix": ic.p2p_matrix,
+        "p2p_failed_pairs": [list(p) for p in ic.p2p_failed_pairs],
+        "warnings": list(ic.warnings),
+    }
+
+
+def _gpu_ranges(labels: list[str]) -> str:
+    """["GPU0", "GPU1", "GPU2", "GPU5"] -> "GPU0-2,5"."""
+    numbers = sorted(int(label[3:]) for label in labels if label[3:].isdigit())
+    spans: list[str] = []
+    for n in numbers:
+        if spans and spans[-1].split("-")[-1] == str(n - 1):
+            spans[-1] = f"{spans[-1].split('-')[0]}-{n}"
+        else:
+            spans.append(str(n))
+    return "GPU" + ",".join(spans) if spans else "-"
+
+
+def interconnect_line(ic: Mapping[str, Any]) -> str:
+    """The report's interconnect line, from ``interconnect_json``'s document."""
+    if not ic["known"]:
+        return f"unknown ({ic['reason']})"
+    links = ", ".join(f"{kind} x{count}" for kind, count in sorted(ic["link_counts"].items()))
+    nvlink = "NVLink" if ic["nvlink"] else "no NVLink"
+    if ic["p2p_all_pairs"] is None:
+        p2p = f"P2P unknown ({ic['p2p_reason']})"
+    elif ic["p2p_all_pairs"]:
+        p2p = "P2P between all GPU pairs"
+    else:
+        p2p = f"P2P NOT between all pairs ({len(ic['p2p_failed_pairs'])} pairs fail)"
+    return f"{nvlink}; {links or 'single GPU'}; {p2p}"
+
+
+def numa_line(ic: Mapping[str, Any]) -> str | None:
+    """GPUs by NUMA node ("GPU0-3 on node 0; GPU4-7 on node 1"), or None when unknown."""
+    nodes: dict[str, list[str]] = {}
+    for gpu, affinity in ic["numa"].items():
+        nodes.setdefault(affinity["numa_node"] or "N/A", []).append(gpu)
+    if not nodes:
+        return None
+    return "; ".join(f"{_gpu_ranges(gpus)} on node {node}" for node, gpus in sorted(nodes.items()))

@@ -7,7 +7,7 @@ Layout of a lab directory (every path the lab writes is under it)::
     lab.json  .gpuops-lab           the lab's record (hosts, ports, pids) and its marker
     client_key(.pub) authorized_keys the one client key every host accepts
     known_hosts ssh_config inventory.yml
-    lib/nvidia_smi.py lib/standin_server.py lib/speed_model.py lib/speed_model.json lib/sglang_argv.py
+    lib/fake_nvidia_smi.py lib/standin_server.py lib/speed_model.py lib/speed_model.json lib/sglang_argv.py
     h01/ ssh_host_ed25519_key(.pub) sshd_config sshd.pid sshd.log gpu.json
          bin/nvidia-smi bin/python-sglang  site/  state/  home/
 
@@ -43,7 +43,7 @@ STANDIN = Path(__file__).parent / "standin_server.py"
 # Files the stand-in imports or reads from its own dir, copied next to it wherever it runs.
 STANDIN_SIBLINGS = (Path(__file__).parent / "speed_model.py", Path(__file__).parent / "speed_model.json",
                     Path(__file__).parents[1] / "remote" / "sglang_argv.py")
-REPLAYER = Path(__file__).parent / "nvidia_smi.py"
+REPLAYER = Path(__file__).parent / "fake_nvidia_smi.py"
 DEFAULT_SGLANG = "0.5.8"
 DEFAULT_GPU = "rtx-pro-6000-x8"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -267,7 +267,7 @@ def _prepare_lab_files(root: Path) -> None:
     shutil.copyfile(root / "client_key.pub", root / "authorized_keys")
     lib = root / "lib"
     lib.mkdir(exist_ok=True)
-    shutil.copyfile(REPLAYER, lib / "nvidia_smi.py")
+    shutil.copyfile(REPLAYER, lib / "fake_nvidia_smi.py")
     if STANDIN.is_file():
         shutil.copyfile(STANDIN, lib / "standin_server.py")
         for sibling in STANDIN_SIBLINGS:
@@ -309,7 +309,7 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
             host_dir / "bin" / "nvidia-smi",
             "#!/bin/sh\n# gpuops lab: a replaying nvidia-smi (simulated GPU, see gpu.json)\n"
             f"GPUOPS_LAB_GPU={launch_files.single_quoted(str(host_dir / 'gpu.json'))}; export GPUOPS_LAB_GPU\n"
-            f"exec {quoted_python} {launch_files.single_quoted(str(root / 'lib' / 'nvidia_smi.py'))} \"$@\"\n",
+            f"exec {quoted_python} {launch_files.single_quoted(str(root / 'lib' / 'fake_nvidia_smi.py'))} \"$@\"\n",
         )
     _write_executable(
         host_dir / "bin" / "python-sglang",

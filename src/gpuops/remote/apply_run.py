@@ -166,8 +166,11 @@ class Run:
             return None
         self.phase("audit")
         try:
-            # The same sh text as the gather's gate-scan probe, with the python the preamble chose.
-            status, out, err = run_polled(["/bin/sh", "-c", spec["sh"]], self.lease, "the gate re-audit", self.run_dir)
+            # The same sh text as the gather's gate-scan probe, with the python the preamble chose. From
+            # a file: the scanner's text is near Linux's 128 KiB limit on one argv word (sh -c TEXT).
+            script = os.path.join(self.run_dir, "audit.sh")
+            atomic_write(script, spec["sh"].encode("utf-8"), 0o600)
+            status, out, err = run_polled(["/bin/sh", script], self.lease, "the gate re-audit", self.run_dir)
         except OSError as exc:
             raise StepFailed("the gate re-audit could not run: %s" % exc)
         if self.faults.get("empty_audit"):
