@@ -3,6 +3,7 @@ run as a host runs the probe: its sh script under ``sh``, the real scanner, ``$G
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -157,3 +158,50 @@ def test_the_small_check_answers_a_kept_tree_and_the_scanner_never_starts(site: 
     assert done.stderr == ""
     # Nothing offered (no host): no check in the script, the scanner runs.
     assert "GPUOPS_SCAN_CHECK_EOF" not in gate_scan_probe().script
+
+
+def _rendered(report) -> str:
+    import io
+
+    from gpuops.gates.report import render_gate_detail, render_gate_summary
+    from gpuops.output import make_console
+
+    out = io.StringIO()
+    console = make_console(out, force_terminal=False)
+    render_gate_summary(report, console)
+    render_gate_detail(report, console, show_all=True)
+    return out.getvalue()
+
+
+def test_verdicts_of_a_kept_scan_are_recalled_only_for_the_same_facts(site: Path, cache_dir: Path) -> None:
+    """gates/judge_memo.py: the same kept scan and facts give the kept report (the same JSON and the
+    same text); another GPU, CUDA, server or tree is judged."""
+    from gpuops.gates.evaluate import judge
+    from gpuops.gates.judge_memo import judge_or_recall
+
+    scan = run_probe(site)
+    calls = []
+
+    def judged(cc: str = "12.0", cuda: str = "12.8", server: dict | None = None, which=scan):
+        def real():
+            calls.append(cc)
+            return judge(which, cc, cuda, server, interconnect={"nvlink": False})
+        return judge_or_recall(which, cc, cuda, server, {"nvlink": False}, real, host="h01")
+
+    first = judged()
+    second = judged()
+    assert len(calls) == 1
+    assert second.to_json() == first.to_json() and json.dumps(second.to_json()) == json.dumps(first.to_json())
+    assert _rendered(second) == _rendered(first)
+    judged(cc="9.0")
+    judged(cuda="13.0")
+    judged(server={"args": {"--enable-flashinfer-allreduce-fusion": True}})
+    assert len(calls) == 4
+    unpinned = dataclasses.replace(scan, fingerprint=None)
+    judged(which=unpinned)
+    judged(which=unpinned)
+    assert len(calls) == 6  # no fingerprint: never kept
+    for entry in (cache_dir / "judged").glob("*.json"):
+        entry.write_text("{")  # torn
+    judged()
+    assert len(calls) == 7

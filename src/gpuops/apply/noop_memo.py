@@ -19,16 +19,15 @@ Python's own .pyc check does. ``$GPUOPS_PLAN_CACHE=off`` turns it off.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from gpuops import local_memo
+
 if TYPE_CHECKING:
-    from gpuops.plan.model import HostFacts, Plan
+    from gpuops.plan.model import PlanFacts, Plan
 
 MEMO_FORMAT = 1
 CACHE_ENV = "GPUOPS_PLAN_CACHE"
@@ -37,63 +36,14 @@ _LOG = "gpuops.transport"  # shown with -v, as the commands are
 
 
 def memo_dir() -> Path | None:
-    value = os.environ.get(CACHE_ENV, "").strip()
-    if value.lower() in ("off", "0", "no", "false"):
-        return None
-    if value:
-        return Path(value).expanduser()
-    base = os.environ.get("GPUOPS_CACHE")
-    return (Path(base).expanduser() if base else Path.home() / ".cache" / "gpuops") / "plans"
+    return local_memo.memo_dir(CACHE_ENV, "plans")
 
 
-def _walk(top: Path, digest: Any) -> None:
-    """Every file below ``top`` (bytecode caches aside) by path, size, mtime and inode."""
-    if not top.is_dir():
-        digest.update(f"\nabsent {top}".encode())
-        return
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            path = os.path.join(dirpath, name)
-            try:
-                info = os.stat(path)
-            except OSError:
-                continue
-            digest.update(f"\n{path}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode("utf-8", "surrogateescape"))
+code_digest = local_memo.code_digest
+_jsonable = local_memo.jsonable
 
 
-@functools.lru_cache(maxsize=1)  # one walk per command, however many hosts
-def code_digest() -> str:
-    """gpuops' code, the directories roles and templates are looked up in, and the libraries
-    planning renders with."""
-    import importlib.util
-
-    from gpuops.plan.roles import default_roles_path, shared_templates_dirs
-
-    digest = hashlib.sha256()
-    digest.update(json.dumps([MEMO_FORMAT, sys.version, os.environ.get("GPUOPS_ROLES_PATH", "")]).encode())
-    for top in [Path(__file__).resolve().parents[1], *default_roles_path(), *shared_templates_dirs()]:
-        _walk(top, digest)
-    for library in ("jinja2", "markupsafe", "yaml"):
-        spec = importlib.util.find_spec(library)  # finds without importing it
-        origin = spec.origin if spec is not None else None
-        if origin:
-            info = os.stat(origin)
-            digest.update(f"\n{library}\0{origin}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode())
-    return digest.hexdigest()
-
-
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"__dataclass__": type(value).__name__, **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
-    if isinstance(value, (set, frozenset)):
-        return sorted(map(repr, value))
-    return repr(value)  # anything else: its repr (an unstable repr only makes a miss, never a wrong hit)
-
-
-def facts_digest(facts: "HostFacts") -> str | None:
+def facts_digest(facts: "PlanFacts") -> str | None:
     """The digest of what planning reads from the host; None when the facts cannot be pinned down
     (a gate scan without a fingerprint)."""
     parts: dict[str, Any] = {}
@@ -121,7 +71,7 @@ def _vars_digest(inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any
     return hashlib.sha256(variables.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def inputs_digest(role: str, facts: "HostFacts", inventory_vars: Mapping[str, Any],
+def inputs_digest(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any],
                   extra_vars: Mapping[str, Any]) -> str | None:
     facts_part = facts_digest(facts)
     variables = _vars_digest(inventory_vars, extra_vars)
@@ -135,7 +85,7 @@ def _entry_path(directory: Path, key: str) -> Path:
     return directory / f"{key}.json"
 
 
-def recall(directory: Path, key: str, facts: "HostFacts", role: str) -> "Plan | None":
+def recall(directory: Path, key: str, facts: "PlanFacts", role: str) -> "Plan | None":
     """The empty plan kept under ``key``, or None (absent, torn, or not this key's)."""
     from gpuops.plan.model import Plan
 
@@ -172,26 +122,10 @@ def remember(directory: Path, key: str, plan: "Plan", run_id: str | None) -> Non
 
 
 def _write(directory: Path, key: str, entry: dict[str, Any]) -> None:
-    import tempfile
-
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".plan-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(entry, fh)
-            os.replace(tmp, _entry_path(directory, key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        entries = sorted(((p.stat().st_mtime_ns, p) for p in directory.glob("*.json")), reverse=True)
-        for _, old in entries[MAX_ENTRIES:]:
-            old.unlink(missing_ok=True)
-    except OSError:
-        pass
+    local_memo.write_entry(directory, key, entry, MAX_ENTRIES)
 
 
-def plan_or_recall(role: str, facts: "HostFacts", inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
                    run_id: str | None, journal: list[dict[str, Any]], plan: Callable[[], "Plan"]) -> "Plan":
     """``plan()``, unless the same inputs gave an empty plan before (see the module docstring)."""
     import logging

@@ -58,7 +58,7 @@ def _in_container(host: Host, probes: list[Any]) -> list[Any]:
     return [in_container(p, target) if p.name in _READS_SGLANG else p for p in probes]
 
 
-def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
+def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str | None]:
     try:
         from gpuops.gates.evaluate import judge
         from gpuops.gates.scan import GateScan
@@ -73,7 +73,12 @@ def _judge(facts: HostFacts, scan: Any) -> tuple[Any, str | None]:
     server["architecture"] = model.architecture if model is not None and model.known else None
     server["gpu_name"] = facts.gpu.gpus[0].name if facts.gpu.known and facts.gpu.gpus else None
     cuda = facts.torch_cuda or facts.banner.cuda_driver_version
-    report = judge(scan, facts.compute_capability, cuda, server, interconnect={"nvlink": facts.interconnect.nvlink})
+    interconnect = {"nvlink": facts.interconnect.nvlink}
+    from gpuops.gates.judge_memo import judge_or_recall  # a kept scan with the same facts: the kept verdicts
+
+    report = judge_or_recall(scan, facts.compute_capability, cuda, server, interconnect,
+                             lambda: judge(scan, facts.compute_capability, cuda, server, interconnect=interconnect),
+                             host=host_name)
     return report, None if report.known else report.reason
 
 
@@ -107,7 +112,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
         facts = host_facts(values)
         report = None
         if gate_probe is not None:
-            report, gates_error = _judge(facts, values.get(gate_probe.name))
+            report, gates_error = _judge(facts, values.get(gate_probe.name), host.name)
     extra = {p.name: values.get(p.name) for p in extra_probes}
     if gate_probe is not None:
         extra["gpuops.gate_scan"] = _scan_summary(values.get(gate_probe.name))

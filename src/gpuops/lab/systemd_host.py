@@ -82,11 +82,11 @@ def _wrapper_text(python: str) -> str:
 
 def render_service_files(host_vars: Mapping[str, Any]) -> dict[str, str]:
     """What the sglang-service role writes for these variables on a host that has none yet."""
-    from gpuops.plan.model import FileState, HostFacts
+    from gpuops.plan.model import FileState, PlanFacts
     from gpuops.plan.planner import discover, plan_role
 
     paths = discover("sglang-service", HOST_NAME, dict(host_vars), {}).paths
-    facts = HostFacts(host=HOST_NAME, files={p: FileState(path=p, exists=False) for p in paths})
+    facts = PlanFacts(host=HOST_NAME, files={p: FileState(path=p, exists=False) for p in paths})
     return {c.path: c.after for c in plan_role("sglang-service", facts, dict(host_vars), {}).changes}
 
 

@@ -1,6 +1,6 @@
 """The task modules gpuops understands. Each is a pure planner: (task, facts, vars) -> changes.
 
-A module never touches a host: it reads the gathered ``HostFacts`` and records ``Change`` values,
+A module never touches a host: it reads the gathered ``PlanFacts`` and records ``Change`` values,
 notes and warnings on the ``PlanState``. In discovery mode (no facts yet) it only records which
 files it will need, so that one gather can fetch them all.
 

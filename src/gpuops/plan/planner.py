@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, HostFacts, Plan, ServiceSpec
 from gpuops.plan.argspec import check_rendered
+from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, PlanFacts, Plan, ServiceSpec
 from gpuops.plan.modules import PLANNERS, SPECS, service_handler
 from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
 from gpuops.plan.templating import Layer, Templar, VarScope
@@ -32,7 +32,7 @@ class PlanState:
     host: str
     templar: Templar
     roles: Mapping[str, Role]
-    facts: HostFacts | None
+    facts: PlanFacts | None
     secrets: list[str]
     role: str = ""                      # the role the run was asked for (keys its contribution)
     run_id: str | None = None
@@ -159,7 +159,7 @@ def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
     return runs, service
 
 
-def _layers_and_state(role_name: str, facts: HostFacts | None, host: str,
+def _layers_and_state(role_name: str, facts: PlanFacts | None, host: str,
                       inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
                       roles_path: list[Path] | None, run_id: str | None = None,
                       ) -> tuple[PlanState, VarScope, Mapping[str, Role]]:
@@ -196,7 +196,7 @@ def _container(scope: VarScope) -> Any:
     return docker_target({name: scope.get(name) for name in names if name in scope})
 
 
-def plan_role(role_name: str, facts: HostFacts, inventory_vars: Mapping[str, Any],
+def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any],
               extra_vars: Mapping[str, Any], roles_path: list[Path] | None = None,
               run_id: str | None = None, recompose: Any = None) -> Plan:
     """The changes a role would make on a host whose state is ``facts``; ``run_id`` is recorded

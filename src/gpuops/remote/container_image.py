@@ -135,7 +135,13 @@ class ImageBuilder:
                                       base).decode() or "{}") or {}
         # `docker create` needs a command when the image has none; the run script always gives one.
         command = [] if (config.get("Cmd") or config.get("Entrypoint")) else [self.spec.get("python") or "python3"]
-        container = self.must("creating a container of the base image", "create", base, *command).decode().strip()
+        # A fixed name per patch: a build whose worker was killed (no `finally`) left this container
+        # behind; the next build of the same patch removes it first. (A name, not a label: labels of
+        # the container would be committed into the image.)
+        name = "gpuops-build-" + self.spec["patch_sha256"][:12]
+        self.run("rm", "-f", name)
+        container = self.must("creating a container of the base image", "create", "--name", name, base,
+                              *command).decode().strip()
         try:
             files = [self.patched_member(container, f) for f in self.spec["files"]]
             self.must("copying the patched files into the image", "cp", "-", container + ":/",

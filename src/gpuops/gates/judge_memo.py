@@ -1,0 +1,57 @@
+"""A kept gate scan's verdicts, recalled instead of judged again when nothing they depend on changed.
+
+Judging (``gates/evaluate.judge``) is pure: the scan, the GPU's compute capability, the CUDA
+version, what the server runs and the interconnect, read through gpuops' own code and catalog. A
+kept scan (``gates/scan_cache.py``) is pinned down by its tree fingerprint, so the digest of
+(gpuops' code, the fingerprint, the scan's sources, and those facts) names the report exactly; the
+report of a known scan is kept under it, beside the kept scans (``$GPUOPS_SCAN_CACHE/judged``;
+``off`` turns both off). Any other input (a restarted server with other flags, another GPU, another
+tree) is another digest, and is judged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from gpuops import local_memo
+
+if TYPE_CHECKING:
+    from gpuops.gates.evaluate import GateReport
+    from gpuops.gates.scan import GateScan
+
+MAX_ENTRIES = 256
+_FIELDS = {"gates", "features", "version", "gpu", "known", "reason", "errors"}
+
+
+def judge_or_recall(scan: "GateScan", compute_capability: str | None, cuda: str | None,
+                    server: Mapping[str, Any] | None, interconnect: Mapping[str, Any] | None,
+                    judge: Callable[[], "GateReport"], host: str = "") -> "GateReport":
+    from gpuops.gates import scan_cache
+    from gpuops.gates.evaluate import GateReport
+
+    root = scan_cache.cache_root()
+    if (root is None or not scan.known or not scan.fingerprint
+            or {f.name for f in dataclasses.fields(GateReport)} != _FIELDS):
+        return judge()
+    directory = root / "judged"
+    key = local_memo.digest_of("judged", local_memo.code_digest(), scan.fingerprint, dict(scan.sources or {}),
+                               compute_capability, cuda, server, interconnect)
+    if key is None:
+        return judge()
+    data = local_memo.read_entry(directory, key, "judged")
+    if data is not None:
+        try:
+            report = GateReport(**{name: data[name] for name in _FIELDS})
+        except (KeyError, TypeError):
+            report = None
+        if report is not None and isinstance(report.gates, list) and isinstance(report.features, dict):
+            logging.getLogger("gpuops.transport").info(
+                "%s: gates: same scan and facts as a kept report (digest %s), not judged again", host, key[:16])
+            return report
+    report = judge()
+    if report.known:
+        local_memo.write_entry(directory, key, {"kind": "judged", **{name: getattr(report, name) for name in _FIELDS}},
+                               MAX_ENTRIES)
+    return report

@@ -1,0 +1,123 @@
+"""Results of gpuops' pure local steps, kept on the client by the digest of all their inputs.
+
+Used where a step is a pure function of gpuops' own code and of inputs that can be digested
+exactly: a no-op plan (``apply/noop_memo.py``) and the judging of a gate scan (``gates/judge_memo.py``).
+Every key includes ``code_digest()``: gpuops' package, the directories roles and templates are
+looked up in and the libraries planning renders with, by a stat walk (path, size, mtime, inode;
+what Python's own .pyc check relies on), so an upgrade or an edit of gpuops or of a role is a miss.
+Entries are JSON, written atomically, and each names its key, so a torn or moved file is a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+
+
+def memo_dir(env: str, name: str) -> Path | None:
+    """``$<env>`` (``off`` disables), else ``$GPUOPS_CACHE/<name>``, else ``~/.cache/gpuops/<name>``."""
+    value = os.environ.get(env, "").strip()
+    if value.lower() in ("off", "0", "no", "false"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("GPUOPS_CACHE")
+    return (Path(base).expanduser() if base else Path.home() / ".cache" / "gpuops") / name
+
+
+def _walk(top: Path, digest: Any) -> None:
+    """Every file below ``top`` (bytecode caches aside) by path, size, mtime and inode."""
+    if not top.is_dir():
+        digest.update(f"\nabsent {top}".encode())
+        return
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            digest.update(f"\n{path}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode("utf-8", "surrogateescape"))
+
+
+@functools.lru_cache(maxsize=1)  # one walk per command, however many hosts
+def code_digest() -> str:
+    """gpuops' code, the directories roles and templates are looked up in, and the libraries
+    planning renders and reads with."""
+    import importlib.util
+
+    from gpuops.plan.roles import default_roles_path, shared_templates_dirs
+
+    digest = hashlib.sha256()
+    digest.update(json.dumps([FORMAT, sys.version, os.environ.get("GPUOPS_ROLES_PATH", "")]).encode())
+    for top in [Path(__file__).resolve().parent, *default_roles_path(), *shared_templates_dirs()]:
+        _walk(top, digest)
+    for library in ("jinja2", "markupsafe", "yaml"):
+        spec = importlib.util.find_spec(library)  # finds without importing it
+        origin = spec.origin if spec is not None else None
+        if origin:
+            info = os.stat(origin)
+            digest.update(f"\n{library}\0{origin}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode())
+    return digest.hexdigest()
+
+
+def jsonable(value: Any) -> Any:
+    """``json.dumps``' default for digests: dataclasses by field, sets sorted, anything else its
+    repr (an unstable repr only makes a miss, never a wrong hit)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"__dataclass__": type(value).__name__, **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, value))
+    return repr(value)
+
+
+def digest_of(*parts: Any) -> str | None:
+    """sha256 of ``parts`` as canonical JSON; None when they cannot be written as JSON."""
+    try:
+        blob = json.dumps(parts, sort_keys=True, default=jsonable)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def read_entry(directory: Path, key: str, kind: str) -> dict[str, Any] | None:
+    """The entry kept under ``key``, when it is whole and says it is that key's, of that kind."""
+    try:
+        data = json.loads((directory / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key or data.get("kind") != kind:
+        return None
+    return data
+
+
+def write_entry(directory: Path, key: str, entry: dict[str, Any], max_entries: int) -> None:
+    """Keep ``entry`` (atomically; the oldest beyond ``max_entries`` go); never fails the command."""
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".memo-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({**entry, "format": FORMAT, "key": key}, fh)
+            os.replace(tmp, directory / f"{key}.json")  # a concurrent reader sees the old entry or the new one
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        entries = sorted(((p.stat().st_mtime_ns, p) for p in directory.glob("*.json")), reverse=True)
+        for _, old in entries[max_entries:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
