@@ -273,6 +273,31 @@ def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(f
     assert "GPUOPS_STANDIN_CRASH_IF" not in served(dh)["env"]
 
 
+def test_a_file_changed_inside_the_running_container_is_not_baked_over(fusion_host, run_gpuops) -> None:
+    # Someone edited SGLang inside the running container (its writable layer): the plan read that
+    # copy, the image holds another. Building on the image would silently drop the edit, building on
+    # the container would bake in unknown bytes: the run stops before the server is touched.
+    dh = fusion_host
+    target = f"{site_in_image()}/{COMMUNICATOR}"
+    edit = dh.daemon.run("exec", dh.container, "sh", "-c", f"printf '\\n# local edit\\n' >> {target}")
+    assert edit.returncode == 0, edit.stderr
+    before = dh.inspect()
+    try:
+        proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+        report = report_of(proc, dh.host.name)
+        assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+        assert "is not what gpuops planned from" in report["error"] and COMMUNICATOR in report["error"], report["error"]
+        assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == ORIGINAL["files"] and images(dh) == []
+        assert file_in(dh, dh.container, COMMUNICATOR).endswith(b"# local edit\n")
+    finally:  # back to a container made from the original image, as the next tests expect
+        assert dh.daemon.run("rm", "-f", dh.container).returncode == 0
+        again = subprocess.run(["/bin/sh", str(dh.host.state_dir / "sglang-docker-run.sh")], capture_output=True,
+                               text=True, env={"PATH": f"{dh.host.bin_dir}:/usr/bin:/bin"}, timeout=120)
+        assert again.returncode == 0, again.stderr
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    served(dh)
+
+
 @pytest.mark.parametrize("phase", ["audit", "health"])
 def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, gpuops_home, phase: str) -> None:
     # The transaction covers the image: gpuops dies once the derived image is built and being
