@@ -12,7 +12,7 @@ import pytest
 from gpuops.errors import GpuopsError
 from gpuops.gates.local import scan_site
 from gpuops.lab.sglang_cache import sglang_site
-from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def scan_of(version: str, site: Path | None = None):
 
 def plan(scan, cc: str, p2p: dict, extra: dict | None = None):
     paths = discover("fusion-sm120", "h01", INVENTORY, extra or {}).paths
-    facts = HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
+    facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
                       gate_sources=scan.sources, gpu={"compute_capability": cc, "cuda": "12.8", **p2p})
     return plan_role("fusion-sm120", facts, INVENTORY, extra or {})
 
@@ -83,6 +83,6 @@ def test_p2p_gaps_in_the_tp_group_are_refused_unless_allowed() -> None:
     # TP 4 within one socket: no pair of the group lacks P2P, so nothing to refuse.
     inventory_tp4 = dict(INVENTORY, sglang_args=["--model-path", "/m", "--tp", "4"])
     paths = discover("fusion-sm120", "h01", inventory_tp4, {}).paths
-    facts = HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
+    facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
                       gate_sources=scan.sources, gpu={"compute_capability": "12.0", "cuda": "12.8", **CNS})
     assert plan_role("fusion-sm120", facts, inventory_tp4, {}).changed > 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.plan.compose import merge_flags, with_contribution
-from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
 from gpuops.plan.roles import project_root
 
@@ -38,38 +38,38 @@ def roles_path(tmp_path: Path) -> list[Path]:
     return [tmp_path, project_root() / "roles"]
 
 
-def host(files: dict[str, str] | None = None) -> HostFacts:
+def host(files: dict[str, str] | None = None) -> PlanFacts:
     paths = discover("nccl-env", "h01", INVENTORY, {}).paths
     state = {p: FileState(path=p, exists=False) for p in paths}
     for path, text in (files or {}).items():
         state[path] = FileState(path=path, exists=True, content=text, mode="0600")
-    return HostFacts(host="h01", files=state)
+    return PlanFacts(host="h01", files=state)
 
 
-def run(facts: HostFacts, role: str, roles_path: list[Path], extra: dict | None = None, run_id: str = "r") -> tuple[HostFacts, dict]:
+def run(facts: PlanFacts, role: str, roles_path: list[Path], extra: dict | None = None, run_id: str = "r") -> tuple[PlanFacts, dict]:
     plan = plan_role(role, facts, INVENTORY, extra or {}, roles_path, run_id=run_id)
     files = dict(facts.files)
     undo = {}
     for change in plan.changes:
         undo[change.path] = change.before
         files[change.path] = FileState(path=change.path, exists=True, content=change.after, mode=change.mode)
-    return HostFacts(host="h01", files=files), {"undo": undo, "changed": plan.changed}
+    return PlanFacts(host="h01", files=files), {"undo": undo, "changed": plan.changed}
 
 
-def rollback(facts: HostFacts, undo: dict) -> HostFacts:
+def rollback(facts: PlanFacts, undo: dict) -> PlanFacts:
     files = dict(facts.files)
     for path, before in undo["undo"].items():
         files[path] = FileState(path=path, exists=before is not None, content=before, mode="0600")
-    return HostFacts(host="h01", files=files)
+    return PlanFacts(host="h01", files=files)
 
 
-def launch(facts: HostFacts) -> tuple[list[str], str]:
+def launch(facts: PlanFacts) -> tuple[list[str], str]:
     script = facts.files[f"{STATE}/sglang-launch.sh"].content or ""
     exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
     return shlex.split(exec_line)[4:], facts.files[f"{STATE}/sglang.env"].content or ""
 
 
-def base(roles_path: list[Path]) -> HostFacts:
+def base(roles_path: list[Path]) -> PlanFacts:
     facts, _ = run(host(), "sglang-service", roles_path)
     assert f"{STATE}/desired.json" not in {p for p, f in facts.files.items() if f.exists}  # nothing to record
     return facts

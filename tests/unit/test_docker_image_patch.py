@@ -18,7 +18,7 @@ from gpuops.facts.container_python import ContainerTarget, container_python_sh, 
 from gpuops.gather import ProbeOutput
 from gpuops.plan.compose import composed, render_desired, with_contribution
 from gpuops.plan.image_patch import patch_hash, path_in_image, repository_for
-from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.model import FileState, PlanFacts
 
 STATE = "/var/lib/gpuops"
 IMAGE = "registry.example/sglang:v0.5.8"
@@ -122,7 +122,7 @@ def facts_for(scan, container):
     files = {p: FileState(path=p, exists=False) for p in paths}
     gpu = {"compute_capability": "12.0", "cuda": "12.8", "gpu_count": 8, "nvlink": False, "p2p_all_pairs": True,
            "p2p_failed_pairs": []}
-    return HostFacts(host="h", files=files, gate_scan=scan, gate_sources=scan.sources, gpu=gpu, container=container)
+    return PlanFacts(host="h", files=files, gate_scan=scan, gate_sources=scan.sources, gpu=gpu, container=container)
 
 
 def running(image: str = IMAGE, labels: dict | None = None) -> dict:
@@ -193,7 +193,7 @@ def test_an_upgraded_inventory_image_is_said_to_run_without_the_patch(scan_058) 
     after = {c.path: c.after for c in first.changes if c.kind != "image"}
     base = facts_for(scan_058, running())
     files = {p: FileState(path=p, exists=True, content=after[p]) if p in after else s for p, s in base.files.items()}
-    facts = HostFacts(host="h", files=files)
+    facts = PlanFacts(host="h", files=files)
     upgraded = dict(VARS, sglang_docker_image="registry.example/sglang:v0.5.9")
     plan = plan_role("sglang-service", facts, upgraded, {}, run_id="r2")
     assert any("without that patch" in w and first.image.tag in w for w in plan.warnings), plan.warnings

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops.gates.local import scan_site
-from gpuops.gates.logic import Gpu, PredicateBook, admits, cap_verdict, undecided
+from gpuops.gates.logic import GpuTarget, PredicateBook, admits, cap_verdict, undecided
 from gpuops.gates.scan import GateScan
 
 from test_gate_scanner_snippets import make_site
@@ -269,7 +269,7 @@ def gate_at(scan: GateScan, file: str, line: int):
 def verdicts(scan: GateScan, gate) -> str:
     """o/b/u on sm90, sm100, sm120 (CUDA 12.9)."""
     book = PredicateBook(scan)
-    return "".join(cap_verdict(gate, book, Gpu(major, 0, (12, 9))).status[0] for major in (9, 10, 12))
+    return "".join(cap_verdict(gate, book, GpuTarget(major, 0, (12, 9))).status[0] for major in (9, 10, 12))
 
 
 CASES = [
@@ -321,7 +321,7 @@ def test_an_unreadable_predicate_is_unknown_never_open_and_never_admits_nothing(
     book = PredicateBook(scan)
     for line in (17, 21):
         gate = gate_at(scan, "srt/flow/short_preds.py", line)
-        verdict = cap_verdict(gate, book, Gpu(9, 0, (12, 9)))
+        verdict = cap_verdict(gate, book, GpuTarget(9, 0, (12, 9)))
         assert verdict.status == "unknown"
         assert any("opaque_arch().major >= 12" in why and "_is_sm12x" in why for why in verdict.unknowns)
         assert admits(gate, book), "an unknown atom must not make the gate admit no GPU"

@@ -11,7 +11,7 @@ import pytest
 from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import catalog_from_data, load_catalog
 from gpuops.gates.evaluate import judge
-from gpuops.gates.logic import Evaluator, Gpu, PredicateBook, admits, cap_verdict, parse_capability, server_key
+from gpuops.gates.logic import Evaluator, GpuTarget, PredicateBook, admits, cap_verdict, parse_capability, server_key
 from gpuops.gates.patch import UnrecognisedLayout, plan_gate_patch
 from gpuops.gates.predicates import fallback_meaning
 from gpuops.gates.probe import gate_scan_script, parse_gate_scan
@@ -47,9 +47,9 @@ def test_parse_capability(text, expected):
 def test_kleene_and_guard_polarity():
     sm90_or_sm100 = {"op": "or", "args": [pred("is_sm90_supported"), pred("is_sm100_supported")], "span": [2, 0, 2, 9]}
     condition = {"op": "and", "args": [sm90_or_sm100, clause("self.tp_size > 1")], "span": [3, 0, 3, 9]}
-    sm120 = Gpu(12, 0, (12, 8))
+    sm120 = GpuTarget(12, 0, (12, 8))
     assert cap_verdict(gate(condition), BOOK, sm120).status == "blocked"  # False and unknown = False
-    assert cap_verdict(gate(condition), BOOK, Gpu(9, 0, (12, 8))).status == "open"  # True and unknown: clauses decide
+    assert cap_verdict(gate(condition), BOOK, GpuTarget(9, 0, (12, 8))).status == "open"  # True and unknown: clauses decide
     guard = gate({"op": "not", "arg": sm90_or_sm100, "span": [4, 0, 4, 9]}, polarity=-1)
     assert cap_verdict(guard, BOOK, sm120).status == "blocked"
     assert admits(guard, BOOK) == ["sm90", "sm100", "sm103"]
@@ -57,16 +57,16 @@ def test_kleene_and_guard_polarity():
 
 def test_cuda_version_matters_only_where_the_major_matches():
     g = gate(pred("is_sm90_supported"))
-    assert cap_verdict(g, BOOK, Gpu(9, 0, None)).status == "unknown"
-    assert cap_verdict(g, BOOK, Gpu(9, 0, (12, 2))).status == "blocked"  # needs CUDA 12.3
-    assert cap_verdict(g, BOOK, Gpu(12, 0, None)).status == "blocked"
+    assert cap_verdict(g, BOOK, GpuTarget(9, 0, None)).status == "unknown"
+    assert cap_verdict(g, BOOK, GpuTarget(9, 0, (12, 2))).status == "blocked"  # needs CUDA 12.3
+    assert cap_verdict(g, BOOK, GpuTarget(12, 0, None)).status == "blocked"
 
 
 def test_unknown_predicate_is_unknown_unless_it_cannot_matter():
     weird = pred("is_weird_gpu_supported")
-    assert cap_verdict(gate(weird), BOOK, Gpu(12, 0, (12, 8))).status == "unknown"
+    assert cap_verdict(gate(weird), BOOK, GpuTarget(12, 0, (12, 8))).status == "unknown"
     both = {"op": "and", "args": [weird, pred("is_sm90_supported")], "span": [5, 0, 5, 1]}
-    assert cap_verdict(gate(both), BOOK, Gpu(12, 0, (12, 8))).status == "blocked"  # sm90 already says no
+    assert cap_verdict(gate(both), BOOK, GpuTarget(12, 0, (12, 8))).status == "blocked"  # sm90 already says no
 
 
 def test_fallback_table_and_names():
@@ -78,7 +78,7 @@ def test_fallback_table_and_names():
 
 
 def test_server_clauses():
-    ev = Evaluator(BOOK, Gpu(12, 0, (12, 8)), {"args": {"--tp-size": 8, "nnodes": 1}, "architecture": "KimiK25ForConditionalGeneration"})
+    ev = Evaluator(BOOK, GpuTarget(12, 0, (12, 8)), {"args": {"--tp-size": 8, "nnodes": 1}, "architecture": "KimiK25ForConditionalGeneration"})
     assert ev.eval(clause("self.tp_size > 1", ref="self.tp_size", cmp=">", value=1)) is True
     assert ev.eval(clause("view.nnodes == 2", ref="view.nnodes", cmp="==", value=2)) is False
     assert ev.eval(clause("model_arch in [...]", ref="model_arch", cmp="in", value=["KimiK25ForConditionalGeneration"])) is True
@@ -88,7 +88,7 @@ def test_server_clauses():
 
 def test_command_line_strings_and_defaults():
     """A running server's argv gives strings ("--tp 8") and omits defaults."""
-    ev = Evaluator(BOOK, Gpu(9, 0, (12, 8)), {"args": {"--tp": "8", "--enable-dp-attention": True},
+    ev = Evaluator(BOOK, GpuTarget(9, 0, (12, 8)), {"args": {"--tp": "8", "--enable-dp-attention": True},
                                                "defaults": {"nnodes": 1, "moe_a2a_backend": "none"}})
     assert ev.eval(clause("self.tp_size > 1", ref="self.tp_size", cmp=">", value=1)) is True
     assert ev.eval(clause("self.nnodes == 1", ref="self.nnodes", cmp="==", value=1)) is True

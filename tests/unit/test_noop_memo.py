@@ -10,11 +10,11 @@ import pytest
 
 from gpuops.apply import noop_memo
 from gpuops.gates.scan import GateScan
-from gpuops.plan.model import FileState, HostFacts, Plan
+from gpuops.plan.model import FileState, PlanFacts, Plan
 
 SCAN = GateScan(known=True, root="/site/sglang", version="0.5.8", python="3.11.7", fingerprint="a" * 64,
                 sources={"srt/layers/communicator.py": "text"})
-FACTS = HostFacts(host="h01", files={"/state/sglang.env": FileState("/state/sglang.env", True, "0" * 64, "0600", 0, 0, "A='1'\n")},
+FACTS = PlanFacts(host="h01", files={"/state/sglang.env": FileState("/state/sglang.env", True, "0" * 64, "0600", 0, 0, "A='1'\n")},
                   gate_scan=SCAN, gate_sources=dict(SCAN.sources), gpu={"compute_capability": "12.0", "cuda": "13.0"})
 VARS = {"sglang_port": 30000}
 
@@ -42,7 +42,7 @@ class Planner:
         return self.plan
 
 
-def run(planner: Planner, facts: HostFacts = FACTS, extra: dict | None = None, journal: list | None = None,
+def run(planner: Planner, facts: PlanFacts = FACTS, extra: dict | None = None, journal: list | None = None,
         run_id: str = "20261130T120000Z-aaaaaa") -> Plan:
     return noop_memo.plan_or_recall("fusion-sm120", facts, VARS, extra or {}, run_id, journal or [], planner)
 

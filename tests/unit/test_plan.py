@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.errors import GpuopsError
-from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role, vars_digest
 from gpuops.plan.roles import RoleError
 from gpuops.plan.templating import TemplateError
@@ -26,18 +26,18 @@ BASE_VARS = {
 }
 
 
-def empty_facts(role: str, inventory: dict, extra: dict | None = None, host: str = "h01") -> HostFacts:
+def empty_facts(role: str, inventory: dict, extra: dict | None = None, host: str = "h01") -> PlanFacts:
     found = discover(role, host, inventory, extra or {})
-    return HostFacts(host=host, files={p: FileState(path=p, exists=False) for p in found.paths})
+    return PlanFacts(host=host, files={p: FileState(path=p, exists=False) for p in found.paths})
 
 
-def facts_after(plan, base: HostFacts) -> HostFacts:
+def facts_after(plan, base: PlanFacts) -> PlanFacts:
     """The host as it would be after applying ``plan`` (for idempotence)."""
     files = dict(base.files)
     for change in plan.changes:
         files[change.path] = FileState(path=change.path, exists=True, sha256=change.after_sha256,
                                        mode=change.mode, content=change.after)
-    return HostFacts(host=base.host, files=files)
+    return PlanFacts(host=base.host, files=files)
 
 
 def test_process_manager_renders_env_and_launch_script() -> None:
@@ -75,7 +75,7 @@ def test_mode_drift_alone_is_a_change() -> None:
     env_path = f"{STATE}/sglang.env"
     loose = dict(after.files)
     loose[env_path] = FileState(path=env_path, exists=True, mode="0644", content=after.files[env_path].content)
-    plan = plan_role("sglang-service", HostFacts("h01", loose), BASE_VARS, {})
+    plan = plan_role("sglang-service", PlanFacts("h01", loose), BASE_VARS, {})
     assert [(c.path, c.action, c.mode) for c in plan.changes] == [(env_path, "mode", "0600")]
 
 
@@ -217,7 +217,7 @@ def write_role(base: Path, name: str, tasks: str, defaults: str = "", handlers: 
 def test_undefined_variable_names_itself_and_the_template(tmp_path: Path) -> None:
     write_role(tmp_path, "r", "- name: conf\n  template: {src: conf.j2, dest: /etc/x.conf}\n",
                templates={"conf.j2": "value={{ missing_thing }}\n"})
-    facts = HostFacts("h01", {"/etc/x.conf": FileState("/etc/x.conf", False)})
+    facts = PlanFacts("h01", {"/etc/x.conf": FileState("/etc/x.conf", False)})
     with pytest.raises(TemplateError) as info:
         plan_role("r", facts, {}, {}, roles_path=[tmp_path])
     assert "missing_thing" in str(info.value) and "conf.j2" in str(info.value)
@@ -244,7 +244,7 @@ def test_when_register_and_lineinfile(tmp_path: Path) -> None:
         "- name: only when asked\n  fail: {msg: 'refused {{ reason }}'}\n  when: limits.changed and stop_now\n",
         defaults="stop_now: false\nreason: x\n",
     )
-    facts = HostFacts("h01", {"/etc/limits": FileState("/etc/limits", True, mode="0644", content="a\nnofile 1024\n")})
+    facts = PlanFacts("h01", {"/etc/limits": FileState("/etc/limits", True, mode="0644", content="a\nnofile 1024\n")})
     plan = plan_role("r", facts, {}, {}, roles_path=[tmp_path])
     assert plan.changes[0].after == "a\nnofile 65536\n"
     assert plan.tasks_ok == 1
@@ -254,7 +254,7 @@ def test_when_register_and_lineinfile(tmp_path: Path) -> None:
 
 def test_notify_without_a_handler_is_an_error(tmp_path: Path) -> None:
     write_role(tmp_path, "r", "- env: {dest: /x.env, entries: {A: 1}}\n  notify: restart nothing\n")
-    facts = HostFacts("h01", {"/x.env": FileState("/x.env", False)})
+    facts = PlanFacts("h01", {"/x.env": FileState("/x.env", False)})
     with pytest.raises(RoleError, match="restart nothing"):
         plan_role("r", facts, {}, {}, roles_path=[tmp_path])
 

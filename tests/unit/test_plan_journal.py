@@ -34,6 +34,55 @@ def test_fold_runs_outcomes() -> None:
     assert list(runs) == ["a", "b", "c", "d"]
 
 
+@pytest.mark.parametrize("end", ["finished", "rolled_back", "unchanged", "reverted_by_rollback", "rollback_failed",
+                                 "server_touched", None])
+def test_host_and_home_agree_on_when_a_run_has_ended(end) -> None:
+    """The client folds the host's journal with the host's own schema (remote/apply_journal.py): a run
+    the host would recover as unfinished is unfinished at home too, and the other way round."""
+    from gpuops.apply import journal as home
+    from gpuops.remote import apply_journal as host
+
+    records = [{"run_id": "r", "event": "started", "time": "t1", "changes": [{"path": "/x"}]}]
+    if end:
+        records.append({"run_id": "r", "event": end, "time": "t2"})
+    open_on_host = bool(host.unfinished_runs(records))
+    (run,) = fold_runs(records)
+    assert open_on_host == run["outcome"].startswith("unfinished")
+    assert open_on_host == (end not in ("finished", "rolled_back", "unchanged", "reverted_by_rollback"))
+    assert home.TERMINAL_EVENTS is host.TERMINAL_EVENTS  # one list, not a copy that can drift
+
+
+def test_bench_names_the_patches_in_place_from_the_apply_journal(tmp_path) -> None:
+    """The bench client reads the host's journal with the apply helper's reader: a finished run's
+    sglang change still in place counts; a rolled-back run, a changed file, a torn line do not."""
+    import hashlib
+    import json
+
+    from gpuops.remote.bench_snapshot import patched_sources
+
+    tree = tmp_path / "site" / "sglang" / "srt"
+    tree.mkdir(parents=True)
+    kept, edited, undone = tree / "kept.py", tree / "edited.py", tree / "undone.py"
+    for path in (kept, edited, undone):
+        path.write_text("patched\n")
+    sha = hashlib.sha256(b"patched\n").hexdigest()
+    edited.write_text("edited by hand since\n")
+
+    def run(run_id, role, path, *ends):
+        started = {"run_id": run_id, "event": "started", "time": "t", "role": role,
+                   "changes": [{"path": str(path), "after_sha256": sha}]}
+        return [started] + [{"run_id": run_id, "event": e, "time": "t"} for e in ends]
+
+    records = (run("a", "fusion-sm120", kept, "finished") + run("b", "x", edited, "finished")
+               + run("c", "y", undone, "rolled_back") + run("d", "z", undone))
+    state = tmp_path / "state"
+    state.mkdir()
+    lines = [json.dumps(r) for r in records] + ['[1, 2]', '{"run_id": "torn", "ev']
+    (state / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    assert patched_sources(str(state)) == ["fusion-sm120:sglang/srt/kept.py"]
+    assert patched_sources(str(tmp_path / "nowhere")) == [] and patched_sources(None) == []
+
+
 def test_payload_carries_bytes_and_hashes_not_diffs() -> None:
     service = ServiceSpec("process", "sglang", "/s", 30000, 60.0, 5.0)
     change = Change(kind="env", path="/s/sglang.env", action="update", before="A='1'\n", after="A='2'\n",

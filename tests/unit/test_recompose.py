@@ -16,7 +16,7 @@ from test_compose import FLAG, STATE, TREE, base, launch, roles_path, run  # noq
 from gpuops.apply.recompose import judge
 from gpuops.errors import GpuopsError
 from gpuops.plan.compose import read_desired, without_run
-from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
 from gpuops.remote.recompose import later_standing, pick_target, runs_in_order, undone_runs
 
@@ -37,7 +37,7 @@ def started(run_id: str, role: str, paths: list[str], **extra) -> list[dict]:
             {"run_id": run_id, "event": "finished"}]
 
 
-def recomposing(facts: HostFacts, target: str, role: str, before: dict, roles_path, run_id: str = "undo") -> HostFacts:
+def recomposing(facts: PlanFacts, target: str, role: str, before: dict, roles_path, run_id: str = "undo") -> PlanFacts:
     """The planning half of apply/recompose.py: the sglang-service role with the contributions
     minus ``target``'s part; the planned changes applied to the files."""
     def recompose(recorded: dict, dest: str) -> dict:
@@ -49,10 +49,10 @@ def recomposing(facts: HostFacts, target: str, role: str, before: dict, roles_pa
     for change in plan.changes:
         files[change.path] = FileState(path=change.path, exists=change.action != "delete",
                                        content=None if change.action == "delete" else change.after, mode=change.mode)
-    return HostFacts(host=facts.host, files=files)
+    return PlanFacts(host=facts.host, files=files)
 
 
-def contributions(facts: HostFacts) -> dict:
+def contributions(facts: PlanFacts) -> dict:
     state = facts.files.get(DESIRED)
     return read_desired(state.content if state and state.exists else None, DESIRED)
 
@@ -186,18 +186,18 @@ SYSTEMD = dict(INVENTORY, sglang_manager="systemd", sglang_systemd_unit_dir="/et
 UNIT = "/etc/systemd/system/sglang.service"
 
 
-def applied(facts: HostFacts, role: str, roles_path, extra: dict, run_id: str, recompose=None) -> tuple[HostFacts, object]:
+def applied(facts: PlanFacts, role: str, roles_path, extra: dict, run_id: str, recompose=None) -> tuple[PlanFacts, object]:
     plan = plan_role(role, facts, SYSTEMD, extra, roles_path, run_id=run_id, recompose=recompose)
     files = dict(facts.files)
     for change in plan.changes:
         files[change.path] = FileState(path=change.path, exists=change.action != "delete",
                                        content=None if change.action == "delete" else change.after, mode=change.mode)
-    return HostFacts(host=facts.host, files=files), plan
+    return PlanFacts(host=facts.host, files=files), plan
 
 
 def test_a_systemd_unit_is_recomposed_and_reloaded(roles_path) -> None:
     paths = set(discover("nccl-env", "h01", SYSTEMD, {}).paths) | set(discover("flag-role", "h01", SYSTEMD, {}, roles_path).paths)
-    empty = HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths})
+    empty = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths})
     start, _ = applied(empty, "sglang-service", roles_path, {}, "s")
     flagged, _ = applied(start, "flag-role", roles_path, {}, "run-a")
     both, _ = applied(flagged, "nccl-env", roles_path, TREE, "run-b")
@@ -229,16 +229,16 @@ def test_a_docker_launch_goes_back_to_the_inventory_image(tmp_path) -> None:
         "    sglang_contribute_image_base: lmsysorg/sglang:v0.5.14\n")
     path = [tmp_path, project_root() / "roles"]
 
-    def step(facts: HostFacts, role_name: str, extra: dict, run_id: str, recompose=None) -> HostFacts:
+    def step(facts: PlanFacts, role_name: str, extra: dict, run_id: str, recompose=None) -> PlanFacts:
         plan = plan_role(role_name, facts, DOCKER, extra, path, run_id=run_id, recompose=recompose)
         files = dict(facts.files)
         for change in plan.changes:
             files[change.path] = FileState(path=change.path, exists=change.action != "delete",
                                            content=None if change.action == "delete" else change.after)
-        return HostFacts(host=facts.host, files=files)
+        return PlanFacts(host=facts.host, files=files)
 
     paths = set(discover("nccl-env", "h01", DOCKER, {}).paths)
-    start = step(HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}),
+    start = step(PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}),
                  "sglang-service", {}, "s")
     both = step(step(start, "image-role", {}, "run-a"), "nccl-env", TREE, "run-b")
     assert "gpuops/sglang:abc" in (both.files[RUN_SCRIPT].content or "")

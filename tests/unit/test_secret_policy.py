@@ -8,7 +8,7 @@ import pytest
 
 from gpuops.bench.fingerprint import configuration, public_server_record, tuning_env
 from gpuops.facts.server_args import settings_from_argv
-from gpuops.plan.model import FileState, HostFacts
+from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
 from gpuops.secret_policy import is_secret_name, mask, mask_args, mask_text, secret_values
 
@@ -64,7 +64,7 @@ def test_api_key_in_sglang_args_never_reaches_a_diff() -> None:
     inventory = {"sglang_manager": "process", "gpuops_state_dir": "/s",
                  "sglang_args": ["--model-path", "/m", "--api-key", KEY]}
     paths = discover("sglang-service", "h01", inventory, {}).paths
-    facts = HostFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths})
+    facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths})
     plan = plan_role("sglang-service", facts, inventory, {})
     launch = next(c for c in plan.changes if c.path.endswith("sglang-launch.sh"))
     assert KEY in launch.after                       # the host gets the real value

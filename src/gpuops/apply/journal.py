@@ -2,7 +2,9 @@
 
 Both are JSON lines. A run appears as events (`started`, `server_touched`, `finished`, `rolled_back`,
 `unchanged`, ...); ``fold_runs`` turns events into one summary per run. Contents and secret
-values never enter a journal: paths, hashes, a hash of the variables, the outcome.
+values never enter a journal: paths, hashes, a hash of the variables, the outcome. The host's
+journal schema (its file name, which events end a run) is ``gpuops.remote.apply_journal``, the
+module the host helper itself runs with: one list of terminal events for both sides.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-TERMINAL = ("finished", "rolled_back", "unchanged", "reverted_by_rollback")
+from gpuops.remote.apply_journal import TERMINAL_EVENTS
 
 
 def home_journal_path() -> Path:
@@ -96,7 +98,7 @@ def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             run["error"] = record["error"]
         run["outcome"] = event
     for run in runs.values():
-        if not any(e in TERMINAL for e in run["events"]):
+        if not any(e in TERMINAL_EVENTS for e in run["events"]):
             run["outcome"] = f"unfinished ({run['outcome']})"
         run["changed"] = len(run["changes"])
     _mark_undone(runs)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpuops import local_memo
 
 if TYPE_CHECKING:
-    from gpuops.plan.model import HostFacts, Plan
+    from gpuops.plan.model import PlanFacts, Plan
 
 MEMO_FORMAT = 1
 CACHE_ENV = "GPUOPS_PLAN_CACHE"
@@ -43,7 +43,7 @@ code_digest = local_memo.code_digest
 _jsonable = local_memo.jsonable
 
 
-def facts_digest(facts: "HostFacts") -> str | None:
+def facts_digest(facts: "PlanFacts") -> str | None:
     """The digest of what planning reads from the host; None when the facts cannot be pinned down
     (a gate scan without a fingerprint)."""
     parts: dict[str, Any] = {}
@@ -71,7 +71,7 @@ def _vars_digest(inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any
     return hashlib.sha256(variables.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def inputs_digest(role: str, facts: "HostFacts", inventory_vars: Mapping[str, Any],
+def inputs_digest(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any],
                   extra_vars: Mapping[str, Any]) -> str | None:
     facts_part = facts_digest(facts)
     variables = _vars_digest(inventory_vars, extra_vars)
@@ -85,7 +85,7 @@ def _entry_path(directory: Path, key: str) -> Path:
     return directory / f"{key}.json"
 
 
-def recall(directory: Path, key: str, facts: "HostFacts", role: str) -> "Plan | None":
+def recall(directory: Path, key: str, facts: "PlanFacts", role: str) -> "Plan | None":
     """The empty plan kept under ``key``, or None (absent, torn, or not this key's)."""
     from gpuops.plan.model import Plan
 
@@ -125,7 +125,7 @@ def _write(directory: Path, key: str, entry: dict[str, Any]) -> None:
     local_memo.write_entry(directory, key, entry, MAX_ENTRIES)
 
 
-def plan_or_recall(role: str, facts: "HostFacts", inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
                    run_id: str | None, journal: list[dict[str, Any]], plan: Callable[[], "Plan"]) -> "Plan":
     """``plan()``, unless the same inputs gave an empty plan before (see the module docstring)."""
     import logging

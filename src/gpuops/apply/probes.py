@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuops.gather import Probe, ProbeOutput
 from gpuops.plan.model import FileState
+from gpuops.remote.apply_journal import JOURNAL_FILE
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -83,7 +84,7 @@ def parse_files(output: ProbeOutput) -> dict[str, Any]:
 
 
 def journal_probe(state_dir: str) -> Probe[list[dict[str, Any]]]:
-    path = shlex.quote(state_dir.rstrip("/") + "/journal.jsonl")
+    path = shlex.quote(state_dir.rstrip("/") + "/" + JOURNAL_FILE)
     return Probe(name="apply.journal", script=f"cat {path} 2>/dev/null; exit 0", parse=parse_journal)
 
 

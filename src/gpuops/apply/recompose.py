@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
-    from gpuops.apply.options import ApplyOptions, HostReport
+    from gpuops.apply.host_report import HostReport
+    from gpuops.apply.options import ApplyOptions
     from gpuops.inventory import Host
     from gpuops.plan.model import Plan
     from gpuops.transport import Connection
@@ -164,7 +165,7 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
 def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[str], plan: "Plan",
             recomposition: Recomposition) -> "HostReport":
     """The host's outcome as a rollback report (secrets of the host's variables masked)."""
-    from gpuops.apply.options import HostReport
+    from gpuops.apply.host_report import HostReport
     from gpuops.plan.compose import composed, read_desired
     from gpuops.secret_policy import mask_text, secret_values
 
@@ -220,7 +221,7 @@ def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],
           state_dir: str, recomposition: Recomposition, run_id: str) -> "Plan":
     from gpuops.plan.compose import without_run
-    from gpuops.plan.model import HostFacts
+    from gpuops.plan.model import PlanFacts
     from gpuops.plan.planner import plan_role
 
     before = contributions_before(files, state_dir, host.name, recomposition)
@@ -234,7 +235,7 @@ def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files:
                               f"roll back {mine.get('run_id')} first")
         return without_run(recorded, before, role)
 
-    facts = HostFacts(host=host.name, files=dict(files))
+    facts = PlanFacts(host=host.name, files=dict(files))
     return plan_role(ROLE, facts, variables, extra, run_id=run_id, recompose=recompose)
 
 

@@ -6,7 +6,7 @@ from typing import Any, Callable, Mapping
 
 import click
 
-from gpuops.apply.runner import HostReport
+from gpuops.apply.host_report import HostReport
 
 
 def _style(text: str, color: str, enabled: bool) -> str:

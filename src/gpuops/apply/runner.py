@@ -12,7 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply import container_audit
-from gpuops.apply.options import ApplyOptions, HostReport, new_run_id
+from gpuops.apply.host_report import HostReport
+from gpuops.apply.options import ApplyOptions, new_run_id
 from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
@@ -50,7 +51,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure
-    from gpuops.plan.model import HostFacts
+    from gpuops.plan.model import PlanFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_gate_scan:
@@ -72,7 +73,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
         sources = getattr(scan, "sources", None)
     gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
-    facts = HostFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
+    facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
                       container=container_audit.container_facts(values))
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from gpuops.apply.options import ApplyOptions, HostReport, current_user, new_run_id
+from gpuops.apply.host_report import HostReport
+from gpuops.apply.options import ApplyOptions, current_user, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
 

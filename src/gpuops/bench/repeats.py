@@ -1,6 +1,6 @@
 """Repeats and intervals of a result (pure): ``bench --repeat N`` merged into one document.
 
-Metric names are the ones ``results compare`` shows (``compare._figures``), so a comparison finds
+Metric names are the ones ``results compare`` shows (each suite's reader, ``suite_<name>.figures``), so a comparison finds
 each figure's interval under its own name. See ``stats`` for the rule that uses them.
 """
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from gpuops.gates.logic import Gpu, PredicateBook, admits, cap_verdict
+from gpuops.gates.logic import GpuTarget, PredicateBook, admits, cap_verdict
 from gpuops.gates.scan import GateScan
 
 CORPUS_DIR = Path(__file__).resolve().parents[3] / "tests" / "gate_corpus"
@@ -75,7 +75,7 @@ def check_labels(scan: GateScan, labels: Iterable[Mapping[str, Any]], architectu
             check.problems.append(f"{len(gates)} gates reported on the line")
         gate = gates[0]
         for name, (major, minor) in JUDGED_ON.items():
-            got = cap_verdict(gate, book, Gpu(major, minor, cuda)).status
+            got = cap_verdict(gate, book, GpuTarget(major, minor, cuda)).status
             want = label[name]
             if got != want:
                 check.problems.append(f"{name}: {got}, labelled {want}")

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
 from gpuops.gates.logic import (
     Evaluator,
-    Gpu,
+    GpuTarget,
     PredicateBook,
     admits,
     cap_verdict,
@@ -174,7 +174,7 @@ def _hardware_context(interconnect: Mapping[str, Any] | None) -> str:
 def _judge_gate(
     gate: Mapping[str, Any],
     book: PredicateBook,
-    gpu: Gpu | None,
+    gpu: GpuTarget | None,
     server: Mapping[str, Any] | None,
     fg: FeatureGate | None,
     interconnect: Mapping[str, Any] | None = None,
@@ -228,7 +228,7 @@ def _judge_feature(
     fgs: list[FeatureGate],
     by_id: Mapping[str, dict[str, Any]],
     scan: GateScan,
-    gpu: Gpu | None,
+    gpu: GpuTarget | None,
     server: Mapping[str, Any] | None,
     book: PredicateBook | None = None,
 ) -> dict[str, Any]:
@@ -254,7 +254,7 @@ def _feature_status(
     fgs: list[FeatureGate],
     by_id: Mapping[str, dict[str, Any]],
     scan: GateScan,
-    gpu: Gpu | None,
+    gpu: GpuTarget | None,
     server: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     flag, value = launch_flag(feature, fgs, scan.sources)

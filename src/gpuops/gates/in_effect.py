@@ -17,7 +17,7 @@ import ast
 import re
 from typing import Any, Mapping, Sequence
 
-from gpuops.gates.logic import Evaluator, Gpu, PredicateBook, normalise_args, server_key
+from gpuops.gates.logic import Evaluator, GpuTarget, PredicateBook, normalise_args, server_key
 from gpuops.remote.gate_tree import clause_nodes
 
 _OFF = (None, False, "", "none", "None", "false", "False", "0")
@@ -133,7 +133,7 @@ def _normal(text: str) -> str:
 
 
 def unreachable(gate: Mapping[str, Any], all_gates: Sequence[Mapping[str, Any]], book: PredicateBook,
-                gpu: Gpu) -> bool:
+                gpu: GpuTarget) -> bool:
     """Whether an enclosing condition of ``gate`` is false for ``gpu`` (read from the text, with
     sub-conditions that are scanned gates of the same function judged as such)."""
     within = gate.get("within") or ()
@@ -173,7 +173,7 @@ def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:
 
 
 def in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str, Any]], book: PredicateBook,
-              gpu: Gpu | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
+              gpu: GpuTarget | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
               status: str, flag_text: str | None) -> tuple[bool | None, str]:
     if server is None:
         return None, "no server settings to judge against"

@@ -40,7 +40,10 @@ _TRUE_PLATFORMS = {"cuda", "cuda_alike"}
 
 
 @dataclass(frozen=True)
-class Gpu:
+class GpuTarget:
+    """The GPU a gate is judged for: its compute capability and CUDA version (not a device as
+    nvidia-smi reports it: that is ``gpuops.facts.gpu.Gpu``)."""
+
     major: int
     minor: int
     cuda: tuple[int, int] | None = None
@@ -72,11 +75,11 @@ def parse_cuda(text: str | None) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def make_gpu(compute_capability: str | None, cuda_version: str | None) -> Gpu | None:
+def make_gpu(compute_capability: str | None, cuda_version: str | None) -> GpuTarget | None:
     cc = parse_capability(compute_capability)
     if cc is None:
         return None
-    return Gpu(cc[0], cc[1], parse_cuda(cuda_version))
+    return GpuTarget(cc[0], cc[1], parse_cuda(cuda_version))
 
 
 class PredicateBook:
@@ -230,7 +233,7 @@ class Evaluator:
     def __init__(
         self,
         book: PredicateBook,
-        gpu: Gpu | None,
+        gpu: GpuTarget | None,
         server: Mapping[str, Any] | None = None,
         unknown_cap: bool | None = None,
         overrides: Mapping[tuple[int, ...], bool] | None = None,
@@ -445,13 +448,13 @@ def admits(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
     """The capabilities this gate can let through, whatever its other clauses: those it does not
     block (``cap_verdict``). A capability an unreadable atom leaves undecided is listed too (the
     gate's status says it is unknown), so ``[]`` means that truly no GPU passes."""
-    gpus = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
+    gpus = [GpuTarget(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
     return [name for (name, _, _), v in zip(book.candidates, cap_verdicts(gate, book, gpus)) if v.status != "blocked"]
 
 
 def undecided(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
     """The capabilities whose verdict an unreadable capability atom leaves open."""
-    gpus = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
+    gpus = [GpuTarget(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
     return [name for (name, _, _), v in zip(book.candidates, cap_verdicts(gate, book, gpus)) if v.status == "unknown"]
 
 
@@ -465,7 +468,7 @@ class CapVerdict:
 _MAX_CLAUSES = 6
 
 
-def cap_verdict(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu | None) -> CapVerdict:
+def cap_verdict(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget | None) -> CapVerdict:
     """Does the gate's GPU test stop this GPU, whatever its other (non-GPU) clauses say?
 
     ``blocked``: in every case where the GPU test decides (some GPU passes, some does not), this
@@ -480,7 +483,7 @@ def cap_verdict(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu | None) -
     return cap_verdicts(gate, book, [gpu])[0]
 
 
-def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) -> list[CapVerdict]:
+def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[GpuTarget]) -> list[CapVerdict]:
     out: list[CapVerdict | None] = []
     pending = []
     for i, gpu in enumerate(gpus):
@@ -507,7 +510,7 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
 
     def overrides_of(case: tuple[bool, ...]) -> dict[tuple[int, ...], bool]:
         return {span: value for spans, value in zip(clause_groups, case) for span in spans}
-    others = [Gpu(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
+    others = [GpuTarget(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
     table: dict[tuple[Any, ...], list[bool | None]] = {}
 
     def passes(case: tuple[bool, ...], unknown_cap: bool | None) -> list[bool | None]:
@@ -519,7 +522,7 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[Gpu]) 
             table[key] = [admitted(gate, Evaluator(book, o, unknown_cap=other_cap, overrides=overrides)) for o in others]
         return table[key]
 
-    def decided(gpu: Gpu, unknown_cap: bool | None) -> str | None:
+    def decided(gpu: GpuTarget, unknown_cap: bool | None) -> str | None:
         if cases is None:
             # Too many clauses to enumerate: Kleene's logic (a clause left open does not close it).
             value = admitted(gate, Evaluator(book, gpu, unknown_cap=unknown_cap))

@@ -37,7 +37,7 @@ from gpuops.gates.evaluate import feature_gates, launch_flag
 from gpuops.gates.logic import (
     RECENT_CUDA,
     Evaluator,
-    Gpu,
+    GpuTarget,
     PredicateBook,
     admitted,
     cap_verdict,
@@ -123,7 +123,7 @@ class _Edit:
 
 @dataclass(frozen=True)
 class _Target:
-    gpu: Gpu
+    gpu: GpuTarget
     sm: str
     predicate: str  # e.g. "is_sm120_supported"
     predicate_file: str | None
@@ -155,7 +155,7 @@ def plan_gate_patch(
     if not any(fg.role == "runtime" for fg in fgs):
         raise UnrecognisedLayout(f"{release}: no runtime gate of {recipe.title} found; "
                                  "a release without the feature, or a layout gpuops does not know")
-    gpu = Gpu(cc[0], cc[1], RECENT_CUDA)
+    gpu = GpuTarget(cc[0], cc[1], RECENT_CUDA)
     sm = f"sm{cc[0]}{cc[1]}"
     book = PredicateBook(scan)
     target: _Target | None = None
@@ -253,7 +253,7 @@ def _notes(feature: Feature, widened: list[WidenedGate], closed: list[ClosedGate
     return notes
 
 
-def _find_target(book: PredicateBook, gpu: Gpu, sm: str, release: str) -> _Target:
+def _find_target(book: PredicateBook, gpu: GpuTarget, sm: str, release: str) -> _Target:
     """The release's own predicate for the target's family (``is_sm120_supported``: majors [12])."""
     def exactly_family(meaning: Any) -> bool:
         return tuple(meaning.majors) == (gpu.major,) and not meaning.exact and not meaning.at_least
@@ -273,16 +273,18 @@ def _find_target(book: PredicateBook, gpu: Gpu, sm: str, release: str) -> _Targe
     return _Target(gpu, sm, name, str(entry.get("file")) if entry else None, attr)
 
 
-def _gen(node: Mapping[str, Any]) -> bool:
+def _has_gpu_test(node: Mapping[str, Any]) -> bool:
+    """Whether the condition tree holds a GPU test: a predicate (``is_sm100_supported()``,
+    ``get_platform().is_sm100``) or a compute-capability comparison, directly or through an alias."""
     op = node.get("op")
     if op == "cap":
         return node["atom"].get("kind") in ("pred", "cc")
     if op in ("and", "or"):
-        return any(_gen(a) for a in node["args"])
+        return any(_has_gpu_test(a) for a in node["args"])
     if op == "not":
-        return _gen(node["arg"])
+        return _has_gpu_test(node["arg"])
     if op == "alias":
-        return _gen(node["expr"])
+        return _has_gpu_test(node["expr"])
     return False
 
 
@@ -291,14 +293,14 @@ def _cap_groups(node: Mapping[str, Any], negations: int = 0) -> list[tuple[Mappi
     op = node.get("op")
     if op == "not":  # `not (A or B)`: the group is `A or B`, read with one negation
         return _cap_groups(node["arg"], negations + 1)
-    if is_pure_cap(node) and _gen(node):
+    if is_pure_cap(node) and _has_gpu_test(node):
         return [(node, negations)]
     if op in ("and", "or"):
         return [g for a in node["args"] for g in _cap_groups(a, negations)]
     return []
 
 
-def _groups_to_widen(gate: Mapping[str, Any], book: PredicateBook, gpu: Gpu, release: str) -> list[Mapping[str, Any]]:
+def _groups_to_widen(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget, release: str) -> list[Mapping[str, Any]]:
     """The fewest capability groups that, made true for ``gpu``, stop the gate being closed for it."""
     guard = int(gate.get("polarity", 1)) < 0
     groups = [(g, n) for g, n in _cap_groups(gate["condition"]) if (n + (1 if guard else 0)) % 2 == 0]
@@ -327,7 +329,7 @@ def _atoms_in(group: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The group's own GPU tests (not looking inside aliases), in source order."""
     op = group.get("op")
     if op in ("cap", "alias"):
-        return [group] if _gen(group) else []
+        return [group] if _has_gpu_test(group) else []
     if op in ("and", "or"):
         return [a for arg in group["args"] for a in _atoms_in(arg)]
     if op == "not":

@@ -19,7 +19,7 @@ def single_quoted(value: str) -> str:
 def write_launch_files(state: Path, host: str, python: str, args: Sequence[str], env: Mapping[str, str],
                        port: int) -> None:
     """Render the `process` manager's files for a new host with the sglang-service role; write them."""
-    from gpuops.plan.model import FileState, HostFacts
+    from gpuops.plan.model import FileState, PlanFacts
     from gpuops.plan.planner import discover, plan_role
 
     role_vars = {
@@ -27,7 +27,7 @@ def write_launch_files(state: Path, host: str, python: str, args: Sequence[str],
         "sglang_port": port, "sglang_env": dict(env), "gpuops_state_dir": str(state),
     }
     paths = discover("sglang-service", host, role_vars, {}).paths  # a new host: none exist yet
-    facts = HostFacts(host=host, files={p: FileState(path=p, exists=False) for p in paths})
+    facts = PlanFacts(host=host, files={p: FileState(path=p, exists=False) for p in paths})
     for change in plan_role("sglang-service", facts, role_vars, {}).changes:
         target = Path(change.path)
         if target.parent != state:

@@ -4,6 +4,7 @@ reached over its own sshd as root, with the stand-in server behind ``sglang.laun
 Inside the container::
 
     /opt/gpuops-lab/standin_server.py      the stand-in SGLang server (stdlib only)
+    /opt/gpuops-lab/standin_sim.py         what it simulates (its sibling)
     /opt/gpuops-lab/speed_model.py, .json  its speed model and documented figures
     /opt/gpuops-lab/sglang_argv.py         gpuops' SGLang argv parser, which the stand-in imports
     /usr/local/bin/python-sglang           `-m sglang.launch_server FLAGS` runs the stand-in
@@ -82,11 +83,11 @@ def _wrapper_text(python: str) -> str:
 
 def render_service_files(host_vars: Mapping[str, Any]) -> dict[str, str]:
     """What the sglang-service role writes for these variables on a host that has none yet."""
-    from gpuops.plan.model import FileState, HostFacts
+    from gpuops.plan.model import FileState, PlanFacts
     from gpuops.plan.planner import discover, plan_role
 
     paths = discover("sglang-service", HOST_NAME, dict(host_vars), {}).paths
-    facts = HostFacts(host=HOST_NAME, files={p: FileState(path=p, exists=False) for p in paths})
+    facts = PlanFacts(host=HOST_NAME, files={p: FileState(path=p, exists=False) for p in paths})
     return {c.path: c.after for c in plan_role("sglang-service", facts, dict(host_vars), {}).changes}
 
 

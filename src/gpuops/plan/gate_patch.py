@@ -11,7 +11,7 @@ import posixpath
 from dataclasses import dataclass
 
 from gpuops.errors import GpuopsError
-from gpuops.plan.model import HostFacts
+from gpuops.plan.model import PlanFacts
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class PatchChanges:
     notes: tuple[str, ...]                      # the plan's own (what was widened, what stays closed)
 
 
-def patch_changes(facts: HostFacts | None, feature: str, target_sm: str, host: str) -> PatchChanges:
+def patch_changes(facts: PlanFacts | None, feature: str, target_sm: str, host: str) -> PatchChanges:
     if facts is None or facts.gate_scan is None:
         raise GpuopsError(f"{host}: the gate scan did not come back; cannot plan the {feature} patch")
     scan = facts.gate_scan

@@ -28,8 +28,10 @@ class FileState:
 
 
 @dataclass(frozen=True)
-class HostFacts:
-    """Everything a plan reads about one host; gathered in one exec, then planning is pure."""
+class PlanFacts:
+    """Everything a plan reads about one host (the files its role manages; the gate scan and GPU
+    summary when a role needs them); gathered in one exec, then planning is pure. Not the facts
+    ``inspect`` reports (``gpuops.facts.host.HostFacts``)."""
 
     host: str
     files: Mapping[str, FileState] = field(default_factory=dict)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 
+from gpuops.remote.apply_journal import read_journal, runs_by_id
 from gpuops.remote.bench_http import ServerError, http_json, split_url
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.sglang_argv import flag_value, launch_args
@@ -106,26 +107,15 @@ def patched_sources(state_dir):
     """
     if not state_dir:
         return []
-    runs = {}
     try:
-        with open(os.path.join(state_dir, "journal.jsonl")) as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                run = runs.setdefault(record.get("run_id"), {"events": [], "changes": [], "role": None})
-                run["events"].append(record.get("event"))
-                if record.get("event") == "started":
-                    run["changes"] = record.get("changes") or []
-                    run["role"] = record.get("role")
+        runs = runs_by_id(read_journal(state_dir))  # the apply helper's own reader: one journal schema
     except OSError:
         return []
     found = set()
-    for run in runs.values():
+    for run in runs:
         if "finished" not in run["events"] or "rolled_back" in run["events"]:
             continue
-        for change in run["changes"]:
+        for change in run.get("changes") or []:
             path = change.get("path") or ""
             if "/sglang/" not in path or not path.endswith(".py"):
                 continue
@@ -135,7 +125,7 @@ def patched_sources(state_dir):
                 current = None  # unreadable here: not known to be in place
             if change.get("after_sha256") and current == change["after_sha256"]:
                 rel = path[path.rindex("/sglang/") + 1:]
-                found.add("%s:%s" % (run["role"] or "apply", rel))
+                found.add("%s:%s" % (run.get("role") or "apply", rel))
     return sorted(found)
 
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
 
 if TYPE_CHECKING:
-    from gpuops.apply.options import ApplyOptions, HostReport
+    from gpuops.apply.host_report import HostReport
+    from gpuops.apply.options import ApplyOptions
     from gpuops.bench.options import BenchOptions
     from gpuops.bench.store import ResultsStore
     from gpuops.inventory import Host

@@ -186,7 +186,7 @@ def test_inspect_after_apply_audits_the_patched_container(fusion_host, run_gpuop
     data = json.loads(proc.stdout)
     entry = data["hosts"][dh.host.name]
     assert entry["facts"]["software"]["sglang"]["path"].startswith(site_in_image())
-    assert fusion_feature(data, dh.host.name)["status"] != "blocked", fusion_feature(data, dh.host.name)
+    assert fusion_feature(data, dh.host.name)["status"] == "open", fusion_feature(data, dh.host.name)
     assert entry["facts"]["server"]["docker"]["image"].startswith("gpuops/sglang:")
 
 
@@ -273,10 +273,36 @@ def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(f
     assert "GPUOPS_STANDIN_CRASH_IF" not in served(dh)["env"]
 
 
-def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_running(fusion_host, gpuops_home) -> None:
-    # The transaction covers the image: gpuops dies after the container was recreated from the
-    # derived image (the worker paused at the health wait); the host rolls itself back when the
-    # lease lapses, to the original container spec and image.
+def test_a_file_changed_inside_the_running_container_is_not_baked_over(fusion_host, run_gpuops) -> None:
+    # Someone edited SGLang inside the running container (its writable layer): the plan read that
+    # copy, the image holds another. Building on the image would silently drop the edit, building on
+    # the container would bake in unknown bytes: the run stops before the server is touched.
+    dh = fusion_host
+    target = f"{site_in_image()}/{COMMUNICATOR}"
+    edit = dh.daemon.run("exec", dh.container, "sh", "-c", f"printf '\\n# local edit\\n' >> {target}")
+    assert edit.returncode == 0, edit.stderr
+    before = dh.inspect()
+    try:
+        proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+        report = report_of(proc, dh.host.name)
+        assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+        assert "is not what gpuops planned from" in report["error"] and COMMUNICATOR in report["error"], report["error"]
+        assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == ORIGINAL["files"] and images(dh) == []
+        assert file_in(dh, dh.container, COMMUNICATOR).endswith(b"# local edit\n")
+    finally:  # back to a container made from the original image, as the next tests expect
+        assert dh.daemon.run("rm", "-f", dh.container).returncode == 0
+        again = subprocess.run(["/bin/sh", str(dh.host.state_dir / "sglang-docker-run.sh")], capture_output=True,
+                               text=True, env={"PATH": f"{dh.host.bin_dir}:/usr/bin:/bin"}, timeout=120)
+        assert again.returncode == 0, again.stderr
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    served(dh)
+
+
+@pytest.mark.parametrize("phase", ["audit", "health"])
+def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, gpuops_home, phase: str) -> None:
+    # The transaction covers the image: gpuops dies once the derived image is built and being
+    # re-audited (audit), or after the container was recreated from it (health); the host rolls
+    # itself back when the lease lapses, to the original container spec and image.
     import os
     import signal
     import sys
@@ -285,7 +311,7 @@ def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_
 
     dh = fusion_host
     state = dh.host.state_dir
-    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 120}))
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 120}))
     calls_before = set((state / "calls").glob("*"))
     journal = state / "journal.jsonl"
     rolled = lambda: sum('"rolled_back"' in l for l in journal.read_text().splitlines()) if journal.exists() else 0  # noqa: E731
@@ -299,14 +325,18 @@ def test_client_killed_while_the_derived_image_starts_leaves_the_original_image_
         deadline = time.monotonic() + 300
         while True:
             assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, "the worker never paused at the health wait"
+            assert time.monotonic() < deadline, f"the worker never paused at {phase}"
             texts = [(c / "progress.jsonl").read_text() for c in set((state / "calls").glob("*")) - calls_before
                      if (c / "progress.jsonl").exists()]
-            if any('"paused"' in t and '"phase": "health"' in t for t in texts):
+            if any('"paused"' in t and f'"phase": "{phase}"' in t for t in texts):
                 break
             time.sleep(0.05)
+        assert len(images(dh)) == 1  # the derived image is built
         running = dh.inspect()
-        assert running["Config"]["Image"].startswith("gpuops/sglang:")  # recreated from the derived image
+        if phase == "health":
+            assert running["Config"]["Image"].startswith("gpuops/sglang:")  # recreated from the derived image
+        else:
+            assert running["Image"] == ORIGINAL["image"]  # not touched yet
         client.send_signal(signal.SIGKILL)
         client.wait(timeout=30)
     finally:

@@ -1,0 +1,74 @@
+"""The client's lease on a run: the worker goes on only while gpuops keeps confirming.
+
+The relay touches ``calls/ID/lease`` for every message from gpuops and appends verdict and commit
+messages to ``calls/ID/inbox.jsonl``; the worker reads both here. Stdlib only, Python 3.8+.
+"""
+
+import json
+import os
+import time
+
+from gpuops.remote.apply_common import POLL_S, LeaseLapsed
+from gpuops.remote.apply_fileops import read_complete_lines
+
+DEFAULT_LEASE_S = 30.0
+
+
+class Lease:
+    """The client's lease on this run, kept alive by its messages (the relay touches ``lease``)."""
+
+    def __init__(self, call_dir, seconds, deadline_s=None):
+        self.call_dir = call_dir
+        self.path = os.path.join(call_dir, "lease")
+        self.gone_path = os.path.join(call_dir, "client_gone")
+        self.inbox = os.path.join(call_dir, "inbox.jsonl")
+        self.seconds = float(seconds)
+        self.deadline = time.monotonic() + float(deadline_s) if deadline_s else None
+        self._inbox_offset = 0
+
+    def lapsed(self):
+        """None while gpuops holds the lease, else why it lapsed (one line)."""
+        if os.path.exists(self.gone_path):
+            return "the connection to gpuops was lost"
+        try:
+            age = time.time() - os.stat(self.path).st_mtime
+        except OSError:
+            age = float("inf")
+        if age > self.seconds:
+            return "gpuops stopped confirming for %.0f s (lease %.0f s): gone, cut off or stalled" % (
+                min(age, 1e6), self.seconds)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return "the run went past gpuops' time limit for this host (--timeout)"
+        return None
+
+    def check(self, where):
+        why = self.lapsed()
+        if why:
+            raise LeaseLapsed("%s (%s); the host was rolled back" % (why, where))
+
+    def wait_message(self, key, where):
+        """The next message from gpuops that carries ``key``; the lease is checked meanwhile."""
+        while True:
+            self.check(where)
+            complete, self._inbox_offset = read_complete_lines(self.inbox, self._inbox_offset)
+            for line in complete.splitlines():
+                try:
+                    message = json.loads(line.decode("utf-8"))
+                except ValueError:
+                    continue
+                if isinstance(message, dict) and key in message:
+                    return message
+            time.sleep(POLL_S)
+
+
+class NoLease:
+    """For work that no client waits on (recovery run by the relay after its client left)."""
+
+    def lapsed(self):
+        return None
+
+    def check(self, where):
+        return None
+
+    def wait_message(self, key, where):
+        raise LeaseLapsed("nobody to confirm %s" % where)

@@ -1,0 +1,44 @@
+"""Recovery of dead runs: a run whose worker died is rolled back from its manifest, under the lock.
+
+Stdlib only, Python 3.8+; bundled with ``apply_helper``.
+"""
+
+from gpuops.remote.apply_common import StepFailed
+from gpuops.remote.apply_journal import read_journal, unfinished_runs
+from gpuops.remote.apply_lease import NoLease
+from gpuops.remote.apply_manifest import load_manifest
+from gpuops.remote.apply_run import Run
+
+
+def recover_unfinished(state_dir, pm_source, progress, notes, restored_out=None):
+    """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent."""
+    recovered = []
+    for run_record in unfinished_runs(read_journal(state_dir, notes)):
+        run_id = run_record["run_id"]
+        fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}, "process_manager": pm_source}
+        run = Run(fake, progress, NoLease())
+        why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
+        try:
+            manifest = load_manifest(state_dir, run_record)
+        except StepFailed as exc:
+            # No manifest: the worker died before its first write (backups come first), or the
+            # backups were pruned/tampered. Nothing can be restored from here; say so and close it.
+            run.event("rolled_back", error=why, restored=[], problems=[str(exc)])
+            recovered.append("run %s (%s): %s; %s" % (run_id, run_record.get("role"), why, exc))
+            continue
+        run.payload = dict(fake, service=manifest.get("service"), handlers=manifest.get("handlers", []))
+        run.server_touched = "server_touched" in run_record["events"]
+        progress({"event": "recovering", "run_id": run_id})
+        restored, problems, service_note = run.restore(manifest)
+        if problems and any(not p.startswith("restarting the previous server") for p in problems):
+            # Files could not all be put back: leave the run open so the next command tries again.
+            run.event("rollback_failed", error=why, problems=problems)
+            raise StepFailed("run %s did not finish and could not be rolled back: %s" % (run_id, "; ".join(problems)))
+        run.event("rolled_back", error="recovered: " + why, restored=restored, service=service_note,
+                  problems=problems or None)
+        if restored_out is not None:
+            restored_out.extend(restored)
+        recovered.append("run %s (%s) had not finished (%s); rolled back first: %d file(s) restored, %s%s"
+                         % (run_id, run_record.get("role") or run_record.get("kind"), why, len(restored),
+                            service_note, ("; " + "; ".join(problems)) if problems else ""))
+    return recovered

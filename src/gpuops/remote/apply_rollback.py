@@ -1,0 +1,148 @@
+"""Rolling back an earlier run from its backups: which run, whether it may be undone, undone.
+
+A rollback is a run of its own (backed up and journaled, under the lease, committed by gpuops). An
+older run whose launch files later runs changed again is undone by recomposition instead: an apply
+run the client plans (``apply_run.recomposition``). Stdlib only, Python 3.8+; bundled with
+``apply_helper``.
+"""
+
+import os
+import shutil
+
+from gpuops.remote.apply_common import StepFailed
+from gpuops.remote.apply_journal import read_journal, runs_by_id
+from gpuops.remote.apply_manifest import load_manifest
+from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
+from gpuops.remote.apply_run import Run, guarded, server_running
+from gpuops.remote.apply_service import Service
+from gpuops.remote.digest import sha256_file
+
+
+def pick_rollback_target(records, wanted):
+    from gpuops.remote.recompose import undone_runs
+
+    runs = runs_by_id(records)
+    undone = undone_runs(runs)
+    if wanted:
+        for run in runs:
+            if run["run_id"] == wanted:
+                if run.get("kind") == "rollback" and not run.get("recompose"):
+                    raise StepFailed("run %s is itself a rollback; name the run it undid (%s), or apply again"
+                                     % (wanted, run.get("target")))
+                if "rolled_back" in run["events"] or wanted in undone:
+                    raise StepFailed("run %s was already rolled back" % wanted)
+                if not run.get("changes"):
+                    raise StepFailed("run %s changed nothing on this host" % wanted)
+                later_conflict(runs, run, undone)
+                return run
+        raise StepFailed("no run %s in the journal of this host" % wanted)
+    for run in reversed(runs):
+        if run.get("kind") == "rollback" or run["run_id"] in undone:
+            continue
+        if "rolled_back" in run["events"] or not run.get("changes"):
+            continue
+        later_conflict(runs, run, undone)  # a later recomposition may have rewritten its files
+        return run
+    raise StepFailed("nothing to roll back: no run in the journal changed this host")
+
+
+def later_conflict(runs, target, undone):
+    """Refuse to restore the backups of a run whose files a later, still-standing run changed again.
+
+    gpuops undoes such a run by recomposition instead (an apply run planned by the client,
+    remote/recompose.py) where only launch files overlap; this refusal is what is left when the
+    overlap cannot be recomposed (a later run changed a file the older one patched): the message
+    names every later run that must go first, newest first."""
+    paths = {c.get("path") for c in target.get("changes") or []}
+    seen, blocking, first_overlap = False, [], None
+    for run in runs:
+        if run["run_id"] == target["run_id"]:
+            seen = True
+            continue
+        if not seen or (run.get("kind") == "rollback" and not run.get("recompose")) or run["run_id"] in undone \
+                or "rolled_back" in run["events"]:
+            continue
+        # a later run must go first when it touched a file of the target or of a run that must go first
+        touched = {c.get("path") for c in run.get("changes") or []}
+        overlap = sorted(paths & touched)
+        if overlap:
+            blocking.append(run)
+            paths |= touched
+            first_overlap = first_overlap or (run, overlap[0])
+    if not blocking:
+        return
+    run, path = first_overlap
+    order = list(reversed(blocking))
+    undo = "; ".join("gpuops rollback --run %s" % r["run_id"] for r in order)
+    roles = sorted({r.get("role") for r in blocking if r.get("role")})
+    raise StepFailed(
+        "run %s changed %s again after %s, and that cannot be recomposed; roll back %s first: run %s; then "
+        "gpuops rollback --run %s; then re-apply %s with the same -e values if you want them back"
+        % (run["run_id"], path, target["run_id"], order[0]["run_id"], undo, target["run_id"],
+           ", ".join(roles) if roles else "what those runs applied"))
+
+
+def check_drift(manifest, target, force, later_dir):
+    """Every file must still hold what the run wrote; a later change is refused (or kept, with force)."""
+    wrote = {c.get("path"): c.get("after_sha256") for c in target.get("changes") or []}
+    kept = []
+    for index, entry in enumerate(manifest["files"]):
+        path = entry["path"]
+        expected = entry.get("after_sha256") or wrote.get(path)
+        current = sha256_file(path)
+        if expected is None or current == expected:
+            continue
+        if not force:
+            raise StepFailed(
+                "%s changed since run %s wrote it (sha256 now %s, the run wrote %s); rollback would destroy that "
+                "change: merge it by hand, or run `gpuops rollback --run %s --force` (keeps the current file "
+                "beside the backup)" % (path, target["run_id"], (current or "absent")[:12], expected[:12],
+                                        target["run_id"]))
+        if current is not None:
+            os.makedirs(later_dir, mode=0o700, exist_ok=True)
+            copy = os.path.join(later_dir, "%03d.later" % index)
+            shutil.copy2(path, copy)
+            kept.append("%s (kept as %s)" % (path, copy))
+    return kept
+
+
+def do_rollback(payload, progress, lease, faults, notes):
+    """Undo a run from its backups, as a run of its own (backed up and journaled too)."""
+    state_dir = payload["state_dir"]
+    records = read_journal(state_dir, notes)
+    target = pick_rollback_target(records, payload.get("target"))
+    manifest = load_manifest(state_dir, target)
+    run = Run(payload, progress, lease, faults)
+    run.service = Service(manifest.get("service"), run.pm, progress)
+    kept = check_drift(manifest, target, payload.get("force"),
+                       os.path.join(state_dir, "runs", target["run_id"], "files"))
+    changes = [{"path": entry["path"]} for entry in manifest["files"]]
+    run.server_running_before = server_running(run) if manifest.get("service") else False
+    run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
+    os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
+    own_manifest = run.backup(changes, {"kind": "rollback", "target": target["run_id"]})
+    run.event("started", kind="rollback", target=target["run_id"], role=target.get("role"),
+              user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
+              managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
+
+    def forward():
+        run.phase("before_write")
+        run.server_touched = bool(manifest.get("service"))
+        if run.server_touched:
+            run.event("server_touched")
+        restored, problems, service_note = run.restore(manifest)
+        if problems:
+            raise StepFailed("; ".join(problems))
+        run.phase("confirm")
+        progress({"event": "verified", "pid": None})
+        lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
+        run.event("finished", kind="rollback", target=target["run_id"], restored=restored, service=service_note)
+        prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
+        return {"ok": True, "status": "finished", "target": target["run_id"], "restored": restored,
+                "service": service_note, "run_id": run.run_id, "kept": kept}
+
+    # A rollback that cannot finish puts back what it found (its own backups): the target stays
+    # in effect and can be rolled back again; nothing is left half-undone.
+    result = guarded(run, own_manifest, forward)
+    result.setdefault("target", target["run_id"])
+    return result

@@ -1,0 +1,334 @@
+"""One apply run as a transaction: back up, write, compile-check, re-audit, restart, verify, commit.
+
+``Run`` holds the steps and the way back (``restore``, ``rollback``); ``guarded`` rolls the host back
+on any failure before gpuops' commit; ``do_apply`` is the apply mode (also the undo of an older run
+by recomposition, ``remote/recompose.py``). Stdlib only, Python 3.8+; bundled with ``apply_helper``.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from gpuops.remote.apply_commands import run_polled
+from gpuops.remote.apply_common import POLL_S, StepFailed, now
+from gpuops.remote.apply_fileops import append_line, atomic_write, fsync_dir
+from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
+from gpuops.remote.apply_lease import NoLease
+from gpuops.remote.apply_manifest import load_manifest, managed_roots
+from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
+from gpuops.remote.apply_service import Service, backend_call, load_process_manager, previous_service
+from gpuops.remote.container_image import build_for_run, discard_built_image
+from gpuops.remote.digest import sha256_file
+
+
+class Run:
+    def __init__(self, payload, progress, lease, faults=None):
+        self.payload = payload
+        self.state_dir = payload["state_dir"]
+        self.run_id = payload["run_id"]
+        self.run_dir = os.path.join(self.state_dir, "runs", self.run_id)
+        self.progress = progress
+        self.lease = lease
+        self.faults = faults or {}
+        self.journal = os.path.join(self.state_dir, JOURNAL_FILE)
+        self.meta = payload.get("meta", {})
+        self.pm = load_process_manager(payload.get("process_manager", "") or "")
+        self.service = Service(payload.get("service"), self.pm, progress)
+        self.server_touched = False  # set once a handler starts: only then does rollback restart
+        self.server_running_before = False
+
+    def event(self, event, **fields):
+        record = {"run_id": self.run_id, "event": event, "time": now()}
+        record.update(fields)
+        append_line(self.journal, record)
+        self.progress({"event": event, "run_id": self.run_id})
+
+    def phase(self, name):
+        """A named point of the run: the lease is checked; the lab may pause or fail here."""
+        self.progress({"event": "phase", "phase": name})
+        if self.faults.get("pause_at") == name:
+            self.progress({"event": "paused", "phase": name})
+            until = time.monotonic() + float(self.faults.get("seconds", 5))
+            while time.monotonic() < until and not self.lease.lapsed():
+                time.sleep(POLL_S)
+        if self.faults.get("fail_at") == name:
+            raise StepFailed("injected fault at %s (lab fault file)" % name)
+        self.lease.check("at " + name)
+
+    # -- backups
+
+    def backup(self, changes, extra=None):
+        """Copy every file the run will touch (or note its absence), mode kept; write the manifest."""
+        files_dir = os.path.join(self.run_dir, "files")
+        os.makedirs(files_dir, mode=0o700, exist_ok=True)
+        entries = []
+        for index, change in enumerate(changes):
+            path = change["path"]
+            entry = {"path": path, "existed": os.path.lexists(path),
+                     "after_sha256": change.get("after_sha256")}
+            if entry["existed"]:
+                st = os.stat(path)
+                backup = os.path.join(files_dir, "%03d" % index)
+                with open(path, "rb") as handle:
+                    data = handle.read()
+                atomic_write(backup, data, st.st_mode & 0o7777)  # the original's mode (a 0600 env stays 0600)
+                entry.update(backup=backup, mode=st.st_mode & 0o7777, uid=st.st_uid, gid=st.st_gid,
+                             sha256=hashlib.sha256(data).hexdigest())
+            entries.append(entry)
+        manifest = {
+            "run_id": self.run_id,
+            "role": self.meta.get("role"),
+            "created": now(),
+            "files": entries,
+            "service": self.payload.get("service"),
+            "handlers": self.payload.get("handlers", []),
+            "server_running_before": self.server_running_before,
+            "managed_roots": managed_roots(self.state_dir, [c["path"] for c in changes]),
+        }
+        manifest.update(extra or {})
+        text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        atomic_write(os.path.join(self.run_dir, "manifest.json"), text, 0o600)
+        fsync_dir(files_dir)
+        manifest["_sha256"] = hashlib.sha256(text).hexdigest()
+        return manifest
+
+    # -- the forward path
+
+    def check_unchanged_since_plan(self, changes):
+        for change in changes:
+            current = sha256_file(change["path"])
+            if current != change.get("before_sha256"):
+                raise StepFailed(
+                    "%s changed on the host since gpuops planned (sha256 %s, plan saw %s); nothing was "
+                    "changed, run gpuops apply again" % (change["path"], (current or "absent")[:12],
+                                                         (change.get("before_sha256") or "absent")[:12])
+                )
+
+    def write_changes(self, changes):
+        for number, change in enumerate(changes):
+            self.lease.check("before writing %s" % change["path"])
+            current = sha256_file(change["path"])
+            if current != change.get("before_sha256"):
+                raise StepFailed("%s changed on the host while gpuops was applying" % change["path"])
+            if change.get("delete"):  # a recomposition removes a file the undone run created
+                if os.path.lexists(change["path"]):
+                    os.unlink(change["path"])
+                    fsync_dir(os.path.dirname(change["path"]) or ".")
+                self.progress({"event": "wrote", "path": change["path"]})
+                continue
+            mode = int(change["mode"], 8) if change.get("mode") else None
+            data = base64.b64decode(change["after_b64"])
+            if self.faults.get("corrupt_patch") and change["path"].endswith(".py"):
+                data += b"\n)(  # gpuops lab fault: does not compile\n"
+            parent = os.path.dirname(change["path"])
+            if parent and not os.path.isdir(parent):
+                os.makedirs(parent, mode=0o755)
+            try:
+                atomic_write(change["path"], data, mode)
+            except OSError as exc:
+                raise StepFailed("writing %s failed: %s" % (change["path"], exc.strerror or exc))
+            self.progress({"event": "wrote", "path": change["path"]})
+            if number == 0:
+                self.phase("first_write")
+
+    def compile_checks(self):
+        for check in self.payload.get("compile", []):
+            self.phase("compile")
+            cache = tempfile.mkdtemp(prefix="pyc-", dir=self.run_dir)
+            # cfile outside the sglang tree: the check must not leave a __pycache__ behind.
+            code = (
+                "import py_compile,sys,os\n"
+                "bad=0\n"
+                "for i,p in enumerate(sys.argv[2:]):\n"
+                "    try: py_compile.compile(p, cfile=os.path.join(sys.argv[1], '%d.pyc' % i), doraise=True)\n"
+                "    except py_compile.PyCompileError as e: bad=1; sys.stderr.write(str(e.msg).strip()+'\\n')\n"
+                "sys.exit(bad)\n"
+            )
+            try:
+                status, out, err = run_polled([check["python"], "-c", code, cache] + list(check["paths"]),
+                                              self.lease, "the compile check", self.run_dir)
+            except OSError as exc:
+                raise StepFailed("the compile check could not run %s: %s" % (check["python"], exc))
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+            if status != 0:
+                raise StepFailed("the patched files do not compile with %s: %s"
+                                 % (check["python"], (err or out).decode("utf-8", "replace").strip()[-800:]))
+            self.progress({"event": "compiled", "paths": check["paths"]})
+
+    def audit(self):
+        spec = self.payload.get("audit")
+        if not spec:
+            return None
+        self.phase("audit")
+        try:
+            # The same sh text as the gather's gate-scan probe, with the python the preamble chose. From
+            # a file: the scanner's text is near Linux's 128 KiB limit on one argv word (sh -c TEXT).
+            script = os.path.join(self.run_dir, "audit.sh")
+            atomic_write(script, spec["sh"].encode("utf-8"), 0o600)
+            status, out, err = run_polled(["/bin/sh", script], self.lease, "the gate re-audit", self.run_dir)
+        except OSError as exc:
+            raise StepFailed("the gate re-audit could not run: %s" % exc)
+        if self.faults.get("empty_audit"):
+            out = b""
+        return {"stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")[-2000:],
+                "exit_status": status}
+
+    def run_handlers(self):
+        handlers = self.payload.get("handlers", [])
+        if not handlers:
+            return None
+        self.phase("server_stop")
+        # Durable before the server is touched: a recovery must know to bring the old one back.
+        self.server_touched = True
+        self.event("server_touched")
+        try:
+            self.service.stop()
+            self.phase("server_start")
+            self.service.start(daemon_reload=any(h.get("daemon_reload") for h in handlers))
+        except StepFailed:
+            raise
+        except Exception as exc:
+            raise StepFailed("%s failed: %s" % (handlers[0]["name"], exc))
+        self.phase("health")
+        info = self.service.wait_healthy(self.lease)
+        running, pid = self.service.running()
+        self.progress({"event": "healthy", "pid": pid, "checked": info})
+        return pid
+
+    # -- the way back
+
+    def restore(self, manifest):
+        """Put every file back byte for byte (mode and owner too), then the previous server, healthy."""
+        restored, problems = [], []
+        for entry in reversed(manifest["files"]):
+            path = entry["path"]
+            try:
+                if entry["existed"]:
+                    with open(entry["backup"], "rb") as handle:
+                        data = handle.read()
+                    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                        raise OSError("backup %s is damaged" % entry["backup"])
+                    if sha256_file(path) != entry["sha256"] or (os.stat(path).st_mode & 0o7777) != entry["mode"]:
+                        atomic_write(path, data, entry["mode"], entry.get("uid"), entry.get("gid"))
+                elif os.path.lexists(path):
+                    os.unlink(path)
+                    fsync_dir(os.path.dirname(path) or ".")
+                restored.append(path)
+            except OSError as exc:
+                problems.append("%s: %s" % (path, exc))
+        if self.faults.get("pause_at") == "rollback_restore":
+            self.progress({"event": "paused", "phase": "rollback_restore"})
+            time.sleep(float(self.faults.get("seconds", 5)))
+        service_note = "server left as it was"
+        if self.server_touched and manifest.get("service"):
+            service = Service(previous_service(manifest.get("service")), self.pm, self.progress)
+            try:
+                if manifest.get("server_running_before", True):
+                    service.stop()
+                    service.start(daemon_reload=any(h.get("daemon_reload") for h in manifest.get("handlers", [])))
+                    service.wait_healthy(NoLease())
+                    service_note = "previous server configuration restarted and healthy (pid %s)" % service.running()[1]
+                else:
+                    service.stop()
+                    service_note = "server stopped, as it was before"
+            except Exception as exc:
+                problems.append("restarting the previous server: %s" % exc)
+        return restored, problems, service_note
+
+    def rollback(self, manifest, why, log_tail=None):
+        self.progress({"event": "rolling_back", "why": why})
+        restored, problems, service_note = self.restore(manifest)
+        discard_built_image(self)  # docker: an image this run built, now that the previous container is back
+        if problems:
+            self.event("rollback_failed", error=why, problems=problems)
+            return {"ok": False, "status": "rollback_failed", "error": why, "restored": restored,
+                    "problems": problems, "run_id": self.run_id, "log_tail": log_tail}
+        self.event("rolled_back", error=why, restored=restored, service=service_note)
+        return {"ok": False, "status": "rolled_back", "error": why, "restored": restored,
+                "service": service_note, "run_id": self.run_id, "log_tail": log_tail}
+
+
+def guarded(run, manifest, step):
+    """Run ``step``; on any failure before the commit, roll the host back."""
+    try:
+        return step()
+    except StepFailed as exc:
+        return run.rollback(manifest, str(exc), exc.log_tail)
+    except Exception as exc:  # a bug or an OS error: still put the host back
+        return run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc))
+
+
+def server_running(run):
+    if not run.payload.get("service"):
+        return False
+    try:
+        return run.service.running()[0]
+    except Exception:
+        return False
+
+
+def do_apply(payload, progress, lease, faults, notes):
+    run = Run(payload, progress, lease, faults)
+    changes = payload.get("changes", [])
+    marks, kept = {}, []
+    if payload.get("recompose"):  # the undo of an older run by recomposition (remote/recompose.py)
+        changes, marks, kept = recomposition(payload, notes)
+    run.check_unchanged_since_plan(changes)
+    if not changes and not payload.get("handlers"):
+        run.event("unchanged", role=run.meta.get("role"), user=run.meta.get("user"),
+                  client=run.meta.get("client"), vars_sha256=run.meta.get("vars_sha256"), changes=[])
+        return {"ok": True, "status": "unchanged", "run_id": run.run_id}
+    run.server_running_before = server_running(run)
+    os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
+    run.phase("before_backup")
+    manifest = run.backup(changes)
+    run.event("started", role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
+              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
+              managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
+              changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
+                        "after_sha256": c.get("after_sha256")} for c in changes],
+              handlers=[h["name"] for h in payload.get("handlers", [])])
+
+    def forward():
+        run.phase("before_write")
+        run.write_changes(changes)
+        run.phase("after_writes")
+        backend_call(build_for_run, run)  # docker: the patched files as a derived image, compiled inside
+        run.compile_checks()
+        audit_output = run.audit()
+        verdict_reason = None
+        if payload.get("audit"):
+            progress({"event": "audited", "audit_output": audit_output})
+            run.phase("verdict")
+            verdict = lease.wait_message("verdict", "while waiting for gpuops' verdict on the re-audit")
+            verdict_reason = verdict.get("reason")
+            if not verdict.get("verdict"):
+                raise StepFailed(verdict_reason or "the gate re-audit did not show the feature open")
+        pid = run.run_handlers()
+        run.phase("confirm")
+        progress({"event": "verified", "pid": pid})
+        answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
+        if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
+            raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
+        run.event("finished", pid=pid)
+        prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
+        return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
+                "audit_verdict": verdict_reason, "target": marks.get("target"),
+                "restored": [c["path"] for c in changes] if marks else [], "kept": kept}
+
+    return guarded(run, manifest, forward)
+
+
+def recomposition(payload, notes):
+    from gpuops.remote import recompose
+
+    try:
+        return recompose.prepare(payload, read_journal(payload["state_dir"], notes), load_manifest,
+                                 payload["state_dir"])
+    except recompose.Refused as exc:
+        raise StepFailed(str(exc))
