@@ -104,6 +104,9 @@ def test_inspect_audits_the_sglang_inside_the_container(fusion_host, run_gpuops)
     files = {g["file"] for g in entry["gates"]}
     assert any(COMMUNICATOR.split("/", 1)[1] in f for f in files), sorted(files)[:10]
     assert fusion_feature(json.loads(proc.stdout), dh.host.name)["status"] == "blocked"
+    text = gpuops(run_gpuops, dh, "inspect", "host").stdout
+    print("\n" + text, flush=True)
+    assert f"capability gates in sglang {RELEASE}" in text and "BLOCKED  flashinfer_allreduce_fusion" in text
 
 
 ORIGINAL: dict[str, Any] = {}  # what the host ran before the first apply (set by the check test)
