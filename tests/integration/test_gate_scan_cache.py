@@ -158,3 +158,21 @@ def test_noop_plan_is_recalled_only_while_every_input_matches(lab, run_gpuops, t
     assert "not planned again" not in again.stderr and "tree unchanged" not in again.stderr
     assert _report(again)["status"] == "finished" and _report(again)["changed"] >= 1
     assert comm.read_text() == patched_text
+
+
+def test_server_fields_left_out_of_the_verdicts_digest_do_not_change_a_verdict() -> None:
+    """judge_memo.SERVER_FIELDS_NOT_JUDGED: judging must not read them (else they belong in the digest)."""
+    from gpuops.gates.evaluate import judge
+    from gpuops.gates.judge_memo import SERVER_FIELDS_NOT_JUDGED
+    from gpuops.lab.sglang_cache import sglang_site
+
+    site = sglang_site("0.5.8")  # a real release: every kind of gate judging meets
+    from gpuops.gates.local import scan_site
+
+    scan = scan_site(site)
+    assert scan.known, scan.reason
+    base = {"running": True, "args": {"--tp-size": "8"}, "architecture": "DeepseekV3ForCausalLM", "gpu_name": "NVIDIA H200"}
+    for name in SERVER_FIELDS_NOT_JUDGED:
+        reports = [judge(scan, cc, "12.8", {**base, name: value}, interconnect={"nvlink": False}).to_json()
+                   for cc in ("12.0", "9.0") for value in ([], [{"pid": 1, "port": 30001}], None)]
+        assert reports[0] == reports[1] == reports[2] and reports[3] == reports[4] == reports[5], name

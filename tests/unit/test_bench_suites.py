@@ -55,3 +55,44 @@ def test_stored_results_of_unknown_suites_are_neither_kind():
     assert [n for n in SUITES if sends_requests(n)] == ["decode", "serving"]
     for name in (None, "", "nope", 3):
         assert not is_torchrun(name) and not sends_requests(name)
+
+
+@pytest.mark.parametrize("name", list(SUITES))
+def test_each_suite_has_its_reader_of_stored_results(name):
+    from gpuops.bench.suites import reader
+
+    module = reader(name)
+    assert module.__name__ == f"gpuops.bench.suite_{name}"
+    for function in ("headline", "figures", "levels", "within_run", "across_repeats", "merge_repeats"):
+        assert callable(getattr(module, function)), (name, function)
+    empty = {"suite": name, "summary": {}}
+    assert isinstance(module.headline({}, empty), dict)
+    assert all(len(key) == 3 for key in module.figures({}, empty))
+    assert isinstance(module.levels(empty), list)
+    assert isinstance(module.within_run(empty), dict) and isinstance(module.across_repeats([{}]), dict)
+    assert isinstance(module.merge_repeats(dict(empty), [empty]), dict)
+
+
+def test_a_stored_result_of_an_unknown_suite_reads_with_the_defaults():
+    from gpuops.bench.compare import _figures
+    from gpuops.bench.export import rows
+    from gpuops.bench.results import headline
+    from gpuops.bench.suites import reader
+
+    old = {"suite": "retired", "id": "r1", "ok": True, "summary": {"output_tokens_per_s": 5.0}}
+    assert reader("retired").__name__ == "gpuops.bench.suite_base" and reader(None).__name__ == "gpuops.bench.suite_base"
+    assert _figures(old) == {}
+    assert headline(old)["output_tokens_per_s"] == 5.0 and "levels" not in headline(old)
+    assert [r["level"] for r in rows([old])] == ["all"]
+
+
+def test_the_readers_of_stored_results_do_not_branch_on_suite_names():
+    """Per-suite reading lives in bench/suite_<name>.py, found through the registry."""
+    import inspect
+    import re
+
+    from gpuops.bench import compare, export, repeats, results
+
+    for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(repeats),
+                   inspect.getsource(results.headline)):
+        assert not re.search(r"""suite["')]*\s*(==|!=|in)\s*[("']""", source), source[:80]

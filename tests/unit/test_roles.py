@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuops.plan.planner import discover
-from gpuops.plan.roles import MODULES, load_role, load_role_tree, project_root
+from gpuops.plan.modules import SPECS
+from gpuops.plan.roles import load_role, load_role_tree, project_root
 
 SHIPPED = ("sglang-service", "nccl-env", "fusion-sm120")
 
@@ -15,7 +16,7 @@ def test_shipped_roles_load(name: str) -> None:
     roles = load_role_tree(name)
     assert name in roles and "sglang-service" in roles
     for role in roles.values():
-        assert all(task.module in MODULES for task in role.tasks)
+        assert all(task.module in SPECS for task in role.tasks)
         assert all(task.where.startswith(f"roles/{role.name}/") for task in role.tasks)
 
 
@@ -55,5 +56,5 @@ def test_fusion_discovery_asks_for_the_gate_scan() -> None:
 
 def test_readme_documents_every_module_and_role() -> None:
     text = (project_root() / "roles" / "README.md").read_text()
-    for name in list(MODULES) + list(SHIPPED):
+    for name in list(SPECS) + list(SHIPPED):
         assert f"`{name}`" in text

@@ -205,3 +205,4 @@ def test_verdicts_of_a_kept_scan_are_recalled_only_for_the_same_facts(site: Path
         entry.write_text("{")  # torn
     judged()
     assert len(calls) == 7
+

@@ -105,7 +105,7 @@ def test_the_standin_reads_flags_with_its_copied_sibling(tmp_path: Path) -> None
 
     for path in (STANDIN, *STANDIN_SIBLINGS):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    code = ("import sys; sys.path[:0] = [sys.argv[1]]; import standin_server as s, sglang_argv; "
+    code = ("import sys; sys.path[:0] = [sys.argv[1]]; import standin_server, standin_sim as s, sglang_argv; "
             "assert 'gpuops' not in sys.modules; "
             "print(sorted(s.parse_flags(['-m', 'sglang.launch_server', '--tp', '8', '--port=1', '--port', '2', "
             "'--cuda-graph-bs', '1', '2', '--trust-remote-code', '--random-seed', '-1']).items()))")

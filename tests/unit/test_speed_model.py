@@ -24,9 +24,9 @@ def _settings(flags: list[str], env: dict[str, str]) -> sm.Settings:
     import sys
 
     sys.path.insert(0, str(Path(sm.__file__).parent))
-    import standin_server
+    import standin_sim
 
-    return sm.settings_from_server(standin_server.build_server_args(["--model-path", "m", *flags]), env)
+    return sm.settings_from_server(standin_sim.build_server_args(["--model-path", "m", *flags]), env)
 
 
 def test_every_figure_names_its_basis_and_a_source_with_date_and_hardware(model):

@@ -16,7 +16,7 @@ from gpuops.bench.fingerprint import config_differences
 from gpuops.bench.repeats import result_intervals
 from gpuops.bench.simulated import model_label
 from gpuops.bench.stats import Interval, significant, verdict
-from gpuops.bench.suites import sends_requests
+from gpuops.bench.suites import reader
 from gpuops.errors import GpuopsError
 
 
@@ -90,49 +90,9 @@ class Comparison:
         }
 
 
-def _get(mapping: Mapping[str, Any] | None, *path: str) -> float | None:
-    value: Any = mapping
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _figures(result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | None]:
-    """(name, unit, better) -> value for one result."""
-    summary = result.get("summary") or {}
-    out: dict[tuple[str, str, str], float | None] = {}
-    suite = result.get("suite")
-    if sends_requests(suite):
-        out[("output tokens/s (per stream)", "tok/s", "higher")] = _get(summary, "output_tokens_per_s")
-        out[("TTFT p50", "ms", "lower")] = _get(summary, "ttft_ms", "p50")
-        for q in ("p50", "p90", "p99"):
-            out[(f"ITL {q}", "ms", "lower")] = _get(summary, "itl_ms", q)
-        out[("accept length", "tokens", "higher")] = _get(summary, "accept_length")
-    if suite == "serving":
-        from gpuops.bench.repeats import level_label
-
-        for level in result.get("levels") or []:
-            c = level_label(level)
-            out[(f"{c} total output tokens/s", "tok/s", "higher")] = _get(level, "total_output_tokens_per_s")
-            out[(f"{c} requests/s", "req/s", "higher")] = _get(level, "request_throughput")
-            out[(f"{c} TTFT p50", "ms", "lower")] = _get(level, "ttft_ms", "p50")
-            out[(f"{c} ITL p50", "ms", "lower")] = _get(level, "itl_ms", "p50")
-            out[(f"{c} goodput", "req/s", "higher")] = _get(level, "goodput_request_per_s")
-        out[("peak total output tokens/s", "tok/s", "higher")] = _get(summary, "peak_total_output_tokens_per_s")
-    if suite == "allreduce":
-        for variant in summary.get("variants") or []:
-            for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: int(kv[0])):
-                out[(f"{variant['label']} x{tokens} tokens latency", "us", "lower")] = float(latency)
-        out[("best variant step cost", "ms", "lower")] = _get(summary, "step_cost_ms")
-    if suite == "fusion":
-        for row in summary.get("table") or []:
-            mode = "graph" if row.get("cuda_graph") else "eager"
-            out[(f"fused x{row['tokens']} tokens ({mode})", "us", "lower")] = _get(row, "fused_us")
-            out[(f"unfused x{row['tokens']} tokens ({mode})", "us", "lower")] = _get(row, "unfused_nccl_us")
-        out[("fused per forward pass", "ms", "lower")] = _get(summary, "fused_step_ms")
-    return out
+    """(name, unit, better) -> value for one result, as its suite's reader gives them."""
+    return reader(result.get("suite")).figures(result.get("summary") or {}, result)
 
 
 def compare_results(results: Sequence[Mapping[str, Any]]) -> Comparison:

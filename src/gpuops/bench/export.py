@@ -17,7 +17,6 @@ import math
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from gpuops.bench.repeats import level_label
 
 IDENTITY = ("result_id", "host", "suite", "tool", "created", "ok", "partial", "simulated", "speed_model",
             "fingerprint", "repeat", "repeat_index", "level", "concurrency", "request_rate", "variant", "tokens", "cuda_graph")
@@ -36,27 +35,11 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _variant(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        return " ".join(f"{k}={v}" for k, v in sorted(value.items())) or "default"
-    return None
-
-
 def _levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
     """(identity columns of the level, its figures) for every measured level of one result."""
-    suite = result.get("suite")
-    if suite == "serving":
-        return [({"level": level_label(lv), "concurrency": lv.get("concurrency"),
-                  "request_rate": lv.get("request_rate")}, lv) for lv in result.get("levels") or []]
-    if suite == "allreduce":
-        return [({"level": f"{_variant(r.get('variant'))} x{r.get('tokens')}", "variant": _variant(r.get("variant")),
-                  "tokens": r.get("tokens"), "cuda_graph": r.get("cuda_graph"), "repeat_index": r.get("repeat")}, r)
-                for r in result.get("allreduce") or []]
-    if suite == "fusion":
-        rows = (result.get("summary") or {}).get("table") or []
-        return [({"level": f"x{r.get('tokens')} {'graph' if r.get('cuda_graph') else 'eager'}",
-                  "tokens": r.get("tokens"), "cuda_graph": r.get("cuda_graph")}, r) for r in rows]
-    return [({"level": "all"}, result.get("summary") or {})]
+    from gpuops.bench.suites import reader
+
+    return reader(result.get("suite")).levels(result)
 
 
 def rows(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

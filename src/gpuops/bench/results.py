@@ -24,7 +24,7 @@ from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.simulated import model_label
 from gpuops.bench.sglang_tool import one_batch_summary, serving_level, serving_samples
-from gpuops.bench.suites import is_torchrun
+from gpuops.bench.suites import is_torchrun, reader
 from gpuops.remote.bench_stats import summarize_samples
 
 SCHEMA = "gpuops.bench.result/1"
@@ -303,30 +303,5 @@ def headline(result: Mapping[str, Any]) -> dict[str, Any]:
         "speed_model": model_label(result),
         "error": "; ".join(result.get("errors") or []) or None,
     }
-    if result.get("suite") == "serving":
-        for key in ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
-                    "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed"):
-            line[key] = summary.get(key)
-        line["levels"] = [{"concurrency": lv.get("concurrency"),
-                           "request_rate": lv.get("request_rate"),
-                           "request_throughput": lv.get("request_throughput"),
-                           "total_output_tokens_per_s": lv.get("total_output_tokens_per_s"),
-                           "output_tokens_per_s": lv.get("output_tokens_per_s"),
-                           "ttft_ms_p50": (lv.get("ttft_ms") or {}).get("p50"),
-                           "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50"),
-                           "tpot_ms_p50": (lv.get("tpot_ms") or {}).get("p50"),
-                           "e2e_latency_ms_p50": (lv.get("e2e_latency_ms") or {}).get("p50"),
-                           "failed": lv.get("failed"),
-                           "goodput_request_per_s": lv.get("goodput_request_per_s")}
-                          for lv in result.get("levels") or []]
-    if result.get("suite") == "fusion":
-        for key in ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
-                    "saving_step_ms", "all_correct", "world_size", "hidden_size"):
-            line[key] = summary.get(key)
-    if result.get("suite") == "allreduce":
-        line["best_variant"] = summary.get("best_variant")
-        line["step_cost_ms"] = summary.get("step_cost_ms")
-        line["variants"] = [{"label": v["label"], "ok": v.get("ok"), "latency_us": v.get("latency_us"),
-                             "busbw_gbps": v.get("busbw_gbps"), "error": v.get("error")}
-                            for v in summary.get("variants") or []]
+    line.update(reader(result.get("suite")).headline(summary, result))
     return line

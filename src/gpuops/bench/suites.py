@@ -1,14 +1,18 @@
 """The bench suites, in one table: what each measures, the options it reads, how it runs (pure).
 
 Adding a suite: one entry here, its host module (``remote/bench_<name>.py``, registered in
-``remote/bench_client.SUITES``), its result summary in ``bench/results.py``, and tests. The CLI
-(``gpuops bench <suite>`` and ``--suite``), the payload and the runner read this table instead of
-comparing suite names.
+``remote/bench_client.SUITES``), its reader (``bench/suite_<name>.py``: how a stored result of it
+reads for the headline, ``results compare`` and ``results export``; see ``suite_base``), its result
+summary in ``bench/results.py``, and tests. The CLI (``gpuops bench <suite>`` and ``--suite``), the
+payload, the runner and the readers of stored results go through this table instead of comparing
+suite names.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from types import ModuleType
 
 # Options every suite takes: where to run, where results go, repeats, host keys.
 COMMON_OPTIONS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", "port", "repeat", "python",
@@ -72,3 +76,11 @@ def sends_requests(name: object) -> bool:
     """Whether the suite called ``name`` measures generation requests (False for an unknown name)."""
     spec = SUITES.get(str(name))
     return spec is not None and spec.sends_requests
+
+
+def reader(name: object) -> ModuleType:
+    """How a stored result of suite ``name`` reads: the module ``bench/suite_<name>.py`` (its
+    ``headline``, ``figures``, ``levels``); ``suite_base``'s defaults for a name not registered."""
+    spec = SUITES.get(str(name))
+    module = f"gpuops.bench.suite_{spec.name}" if spec is not None else "gpuops.bench.suite_base"
+    return importlib.import_module(module)  # deferred: the readers import what reads results

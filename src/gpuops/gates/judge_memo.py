@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from gpuops.gates.scan import GateScan
 
 MAX_ENTRIES = 256
+# Server facts judging never reads, left out of the digest: the other SGLang servers on the host
+# (their pids and ports come and go on a shared machine, and would make every digest new).
+# tests/unit/test_scan_cache.py judges with different values of each and holds the reports equal,
+# so a judge that starts reading one fails there, not here.
+SERVER_FIELDS_NOT_JUDGED = ("others",)
 _FIELDS = {"gates", "features", "version", "gpu", "known", "reason", "errors"}
 
 
@@ -36,8 +41,9 @@ def judge_or_recall(scan: "GateScan", compute_capability: str | None, cuda: str 
             or {f.name for f in dataclasses.fields(GateReport)} != _FIELDS):
         return judge()
     directory = root / "judged"
+    judged_server = {k: v for k, v in (server or {}).items() if k not in SERVER_FIELDS_NOT_JUDGED} if server is not None else None
     key = local_memo.digest_of("judged", local_memo.code_digest(), scan.fingerprint, dict(scan.sources or {}),
-                               compute_capability, cuda, server, interconnect)
+                               compute_capability, cuda, judged_server, interconnect)
     if key is None:
         return judge()
     data = local_memo.read_entry(directory, key, "judged")

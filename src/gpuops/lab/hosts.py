@@ -7,7 +7,8 @@ Layout of a lab directory (every path the lab writes is under it)::
     lab.json  .gpuops-lab           the lab's record (hosts, ports, pids) and its marker
     client_key(.pub) authorized_keys the one client key every host accepts
     known_hosts ssh_config inventory.yml
-    lib/fake_nvidia_smi.py lib/standin_server.py lib/speed_model.py lib/speed_model.json lib/sglang_argv.py
+    lib/fake_nvidia_smi.py lib/standin_server.py lib/standin_sim.py
+    lib/speed_model.py lib/speed_model.json lib/sglang_argv.py
     h01/ ssh_host_ed25519_key(.pub) sshd_config sshd.pid sshd.log gpu.json
          bin/nvidia-smi bin/python-sglang  site/  state/  home/
 
@@ -41,8 +42,8 @@ LAB_MARKER = ".gpuops-lab"
 STANDIN = Path(__file__).parent / "standin_server.py"
 # The stand-in's speed model and its documented figures: imported by the stand-in from its own dir.
 # Files the stand-in imports or reads from its own dir, copied next to it wherever it runs.
-STANDIN_SIBLINGS = (Path(__file__).parent / "speed_model.py", Path(__file__).parent / "speed_model.json",
-                    Path(__file__).parents[1] / "remote" / "sglang_argv.py")
+STANDIN_SIBLINGS = (Path(__file__).parent / "standin_sim.py", Path(__file__).parent / "speed_model.py",
+                    Path(__file__).parent / "speed_model.json", Path(__file__).parents[1] / "remote" / "sglang_argv.py")
 REPLAYER = Path(__file__).parent / "fake_nvidia_smi.py"
 DEFAULT_SGLANG = "0.5.8"
 DEFAULT_GPU = "rtx-pro-6000-x8"

@@ -4,6 +4,7 @@ reached over its own sshd as root, with the stand-in server behind ``sglang.laun
 Inside the container::
 
     /opt/gpuops-lab/standin_server.py      the stand-in SGLang server (stdlib only)
+    /opt/gpuops-lab/standin_sim.py         what it simulates (its sibling)
     /opt/gpuops-lab/speed_model.py, .json  its speed model and documented figures
     /opt/gpuops-lab/sglang_argv.py         gpuops' SGLang argv parser, which the stand-in imports
     /usr/local/bin/python-sglang           `-m sglang.launch_server FLAGS` runs the stand-in

@@ -3,6 +3,10 @@
 A module never touches a host: it reads the gathered ``PlanFacts`` and records ``Change`` values,
 notes and warnings on the ``PlanState``. In discovery mode (no facts yet) it only records which
 files it will need, so that one gather can fetch them all.
+
+Each module declares its arguments beside its code (``@declares(ModuleSpec(...))``, Ansible's
+``argument_spec``): the role loader checks tasks against them, the planner checks the rendered
+values, and roles/README.md's module table is generated from them (``SPECS``, ``module_table``).
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpuops.errors import GpuopsError
 from gpuops.nccl import check_nccl_env, nccl_warnings
+from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, module_table
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
-from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState
+from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState, ServiceSpec
 from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:
@@ -73,6 +78,11 @@ def record_file(state: "PlanState", task: "Task", kind: str, path: str, after: s
     return True
 
 
+@declares(ModuleSpec("template", (
+    Arg("src", required=True, doc="a template of the role's `templates/` or the shared ones"),
+    Arg("dest", required=True, doc="absolute"),
+    Arg("mode", "mode"),
+), plans="the rendered file"))
 def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     dest = _absolute(args["dest"], task.where)
     mode = normalize_mode(args.get("mode"), task.where)
@@ -83,6 +93,15 @@ def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope
     return {"changed": record_file(state, task, "template", dest, content, mode), "dest": dest}
 
 
+@declares(ModuleSpec("env", (
+    Arg("dest", required=True, doc="absolute"),
+    Arg("entries", "mapping", required=True),
+    Arg("mode", "mode", doc="default `0600`"),
+    Arg("style", doc="`sh` \\| `docker`"),
+    Arg("header"),
+), plans=("an environment file, one sorted `KEY='value'` line each (a value holding `'` or `\\` is double-quoted "
+          "with `\\ \" $ `` ` `` escaped, so sh and systemd's `EnvironmentFile=` read the same bytes); names checked; "
+          "NCCL_* names and values checked, known-bad settings warned about")))
 def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     dest = _absolute(args["dest"], task.where)
     where = f"{state.host}: {task.where}"
@@ -106,6 +125,13 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
     return {"changed": record_file(state, task, "env", dest, content, mode), "dest": dest}
 
 
+@declares(ModuleSpec("lineinfile", (
+    Arg("path", required=True, doc="absolute"),
+    Arg("line", required=True),
+    Arg("regexp"),
+    Arg("mode", "mode"),
+    Arg("create", "bool", doc="default false"),
+), plans="replaces the last line matching `regexp`, else appends `line`"))
 def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     path = _absolute(args["path"], task.where)
     if state.discovery:
@@ -129,6 +155,24 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     return {"changed": record_file(state, task, "lineinfile", path, after, mode)}
 
 
+@declares(ModuleSpec("gate_patch", (
+    Arg("target_sm", doc="default `sm120`"),
+    Arg("python", doc="default `python3`"),
+    Arg("feature", doc="default `flashinfer_allreduce_fusion`"),
+    Arg("allow_without_p2p", "bool"),
+    Arg("launch_args", "list"),
+    Arg("launch_env", "mapping"),
+), plans=(
+    "decides from the host's facts whether the role applies (GPU generation, the feature's code present, release "
+    "already admitting the target); where it does, the gate patch of catalog feature `feature` (a feature without "
+    "a `patch:` section in `src/gpuops/gates/catalog.yaml` is refused before any host is reached), refused when the "
+    "feature needs P2P (`patch: needs_p2p`) and GPU pairs of the TP group lack it, unless `allow_without_p2p`; "
+    "registers `{changed, applies, reason, launch_flags, notes, files, image, image_base}`; adds the compile check "
+    "and the re-audit. With `sglang_manager: docker` the patched files are changes of kind `image` (path "
+    "`TAG:/path/in/image`): the helper builds the derived image `gpuops/<container>:<patch hash>` from the image the "
+    "container runs (`remote/container_image.py`), compiles them and re-audits in that image; `image` is its tag, "
+    "`image_base` the `sglang_docker_image` it stands in for; refused when no container runs or it runs another "
+    "image than `sglang_docker_image`")))
 def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """``gate_patch``: open the gates of catalog feature ``feature`` for ``target_sm`` (the gates
     part's ``plan_gate_patch``), where the host's facts say the patch applies."""
@@ -245,6 +289,10 @@ def _contributed_before(state: "PlanState", scope: "VarScope") -> bool:
     return state.role in read_desired(current.content, f"{state.host}: {path}")
 
 
+@declares(ModuleSpec("assert", (
+    Arg("that", "expressions", required=True, doc="expression or list"),
+    Arg("msg", "any"),
+), plans="nothing; fails the host with `msg` when false", shorthand="that", shorthand_kinds=(str, list)))
 def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     that = args["that"]
     for expression in that if isinstance(that, list) else [that]:
@@ -255,6 +303,8 @@ def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope")
     return {"changed": False}
 
 
+@declares(ModuleSpec("fail", (Arg("msg", "any", required=True),),
+                    plans="nothing; fails the host (use with `when`)", shorthand="msg"))
 def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     text = state.templar.render_value(args["msg"], scope, task.where)
     raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
@@ -262,18 +312,79 @@ def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -
 
 Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
 
+
+# Its code lives in plan/compose.py (the composition of every run's part); declared here, with its
+# registry entry, so that compose.py stays free of the planner's vocabulary.
+@declares(ModuleSpec("compose", (
+    Arg("dest", required=True, doc="absolute"),
+    Arg("args", "list"),
+    Arg("env", "mapping"),
+    Arg("image"),
+    Arg("image_base"),
+    Arg("launch_image"),
+    Arg("mode", "mode", doc="default `0600`"),
+), plans=(
+    "records this run's part of the launch (flags, environment, and for docker a derived image with the inventory "
+    "image it replaces) in the host's desired-state file, keyed by the role; registers the composition of every "
+    "part still recorded: `{args, env, runs, image, image_base}` (the docker run script names `image` while "
+    "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
+    "run warns that the server runs it without that patch)")))
 def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     from gpuops.plan.compose import plan_compose
 
     return plan_compose(task, args, state, scope)
 
 
-PLANNERS: dict[str, Planner] = {
-    "compose": _plan_compose,
-    "template": plan_template,
-    "env": plan_env,
-    "lineinfile": plan_lineinfile,
-    "gate_patch": plan_gate_patch_task,
-    "assert": plan_assert,
-    "fail": plan_fail,
+# Run by the planner itself (``planner._run_task``); ``roles.load_role_tree`` loads the role it names.
+INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="literal"),),
+                          plans="the tasks of another role, with this task's `vars`", shorthand="name")
+
+
+@declares(ModuleSpec("service", (
+    Arg("manager", required=True),
+    Arg("name", required=True),
+    Arg("state_dir", required=True),
+    Arg("port", "number", required=True),
+    Arg("health_timeout", "number", doc="default 600"),
+    Arg("grace", "number", doc="default 30"),
+    Arg("docker_run_script"),
+    Arg("daemon_reload", "any", doc="accepted and not used: gpuops reloads systemd when the unit changed"),
+), handler_only=True, plans=(
+    "a restart: `process` stop (SIGTERM, grace, SIGKILL) + detached start; `systemd` (`remote/service_systemd.py`) "
+    "`daemon-reload` (when systemd says the unit changed) + `reset-failed` + `restart`, a server systemd restarts "
+    "counts as a failed start; `docker` (`remote/service_docker.py`) `stop -t grace` + `rm -f` + the run script, a "
+    "container that exits or that docker restarts counts as a failed start. Then the health wait on the port the "
+    "manager really launched, answered by the server's own processes.")))
+def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec:
+    """A ``service`` handler's rendered arguments -> the restart the apply runs when notified."""
+    check_rendered(service_handler.spec, args, f"{state.host}: {task.where}")  # type: ignore[attr-defined]
+    manager = str(args["manager"])
+    if manager not in ("process", "systemd", "docker"):
+        raise GpuopsError(f"{state.host}: {task.where}: sglang_manager must be process, systemd or docker, not {manager!r}")
+    try:
+        port = int(args["port"])
+        timeout = float(args.get("health_timeout", 600))
+        grace = float(args.get("grace", 30))
+    except (TypeError, ValueError) as exc:
+        raise GpuopsError(f"{state.host}: {task.where}: port, health_timeout and grace must be numbers ({exc})") from None
+    return ServiceSpec(
+        manager=manager, name=str(args["name"]), state_dir=str(args["state_dir"]), port=port,
+        health_timeout=timeout, grace=grace,
+        docker_run_script=str(args["docker_run_script"]) if args.get("docker_run_script") else None,
+    )
+
+
+_PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, _plan_compose,
+                                  plan_assert, plan_fail)
+PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
+# Every module a task may name, in roles/README.md's order: the planners, include_role, service.
+SPECS: dict[str, ModuleSpec] = {
+    **{p.spec.name: p.spec for p in _PLANNERS},  # type: ignore[attr-defined]
+    INCLUDE_ROLE.name: INCLUDE_ROLE,
+    "service": service_handler.spec,  # type: ignore[attr-defined]
 }
+
+
+def modules_markdown() -> str:
+    """roles/README.md's module table, generated from ``SPECS``."""
+    return module_table(SPECS)

@@ -12,14 +12,18 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.plan.argspec import check_rendered
 from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, PlanFacts, Plan, ServiceSpec
-from gpuops.plan.modules import PLANNERS
+from gpuops.plan.modules import PLANNERS, SPECS, service_handler
 from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
 from gpuops.plan.templating import Layer, Templar, VarScope
 from gpuops.plan.varcheck import check_extra_vars, check_inventory_types
+
+if TYPE_CHECKING:
+    from gpuops.facts.container_python import ContainerTarget
 
 _MAX_INCLUDE_DEPTH = 8
 
@@ -83,7 +87,7 @@ class Discovery:
     python: str
     warnings: tuple[str, ...]
     # sglang_manager: docker: the container (and image) whose SGLang the gate scan must read.
-    container: Any = None               # facts.container_python.ContainerTarget
+    container: "ContainerTarget | None" = None
     desired_path: str | None = None   # desired.json, when the role composes the launch
 
 
@@ -121,6 +125,7 @@ def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None
         _run_role(state.roles[task.args["name"]], scope, state, depth + 1)
         return
     args = {key: state.templar.render_value(value, scope, f"{task.where} ({key})") for key, value in task.args.items()}
+    check_rendered(SPECS[task.module], args, f"{state.host}: {task.where}")  # a {{ template }} has its type now
     result = PLANNERS[task.module](task, args, state, scope)
     if task.register:
         state.registered[task.register] = result
@@ -136,24 +141,6 @@ def _run_role(role: Role, scope: VarScope, state: PlanState, depth: int = 0) -> 
         _run_task(task, scope, state, depth)
 
 
-def _service_spec(task: Task, scope: VarScope, state: PlanState) -> ServiceSpec:
-    args = {k: state.templar.render_value(v, scope, f"{task.where} ({k})") for k, v in task.args.items()}
-    manager = str(args["manager"])
-    if manager not in ("process", "systemd", "docker"):
-        raise GpuopsError(f"{state.host}: {task.where}: sglang_manager must be process, systemd or docker, not {manager!r}")
-    try:
-        port = int(args["port"])
-        timeout = float(args.get("health_timeout", 600))
-        grace = float(args.get("grace", 30))
-    except (TypeError, ValueError) as exc:
-        raise GpuopsError(f"{state.host}: {task.where}: port, health_timeout and grace must be numbers ({exc})") from None
-    return ServiceSpec(
-        manager=manager, name=str(args["name"]), state_dir=str(args["state_dir"]), port=port,
-        health_timeout=timeout, grace=grace,
-        docker_run_script=str(args["docker_run_script"]) if args.get("docker_run_script") else None,
-    )
-
-
 def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
     defined: dict[str, tuple[Task, VarScope]] = {}
     for role_name, scope in state.role_scopes.items():
@@ -167,7 +154,8 @@ def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
     reload_needed = any(c.path.endswith((".service", ".socket")) for c in state.changes)
     service: ServiceSpec | None = None
     for name, (handler, scope) in defined.items():
-        spec = _service_spec(handler, scope, state)
+        args = {k: state.templar.render_value(v, scope, f"{handler.where} ({k})") for k, v in handler.args.items()}
+        spec = service_handler(handler, args, state)
         service = service or spec
         if name in state.notified:
             runs.append(HandlerRun(name=name, service=spec, daemon_reload=reload_needed and spec.manager == "systemd"))
@@ -204,7 +192,7 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
                      _container(scope), state.desired_path)
 
 
-def _container(scope: VarScope) -> Any:
+def _container(scope: VarScope) -> "ContainerTarget | None":
     from gpuops.facts.container_python import docker_target
 
     names = ("sglang_manager", "sglang_service", "sglang_docker_image")

@@ -12,27 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuops.errors import GpuopsError
+from gpuops.plan.argspec import RoleError, check_task_args, closest
+from gpuops.plan.modules import SPECS
+
+__all__ = ["Role", "RoleError", "Task", "load_role", "load_role_tree"]
 
 TASK_KEYS = {"name", "when", "notify", "vars", "register"}
-
-# module -> (required args, optional args)
-MODULES: dict[str, tuple[set[str], set[str]]] = {
-    "template": ({"src", "dest"}, {"mode"}),
-    "env": ({"dest", "entries"}, {"mode", "style", "header"}),
-    "lineinfile": ({"path", "line"}, {"regexp", "mode", "create"}),
-    "gate_patch": (set(), {"target_sm", "python", "feature", "allow_without_p2p", "launch_args", "launch_env"}),
-    "compose": ({"dest"}, {"args", "env", "image", "image_base", "launch_image", "mode"}),
-    "service": ({"manager", "name", "state_dir", "port"}, {"health_timeout", "grace", "docker_run_script", "daemon_reload"}),
-    "assert": ({"that"}, {"msg"}),
-    "fail": ({"msg"}, set()),
-    "include_role": ({"name"}, set()),
-}
-HANDLER_MODULES = {"service"}
-
-
-class RoleError(GpuopsError):
-    """A role file that gpuops cannot use: names the file, the task and the problem."""
+# The modules and their arguments are declared beside their planners (plan/modules.py: SPECS).
+HANDLER_MODULES = {name for name, spec in SPECS.items() if spec.handler_only}
 
 
 @dataclass(frozen=True)
@@ -112,33 +99,19 @@ def _parse_task(raw: Any, path: Path, index: int, handler: bool, shown: str = ""
     if "name" in raw:
         where += f" ({raw['name']})"
     modules = [key for key in raw if key not in TASK_KEYS]
-    unknown = [key for key in modules if key not in MODULES]
+    unknown = [key for key in modules if key not in SPECS]
     if unknown:
+        guess = closest(str(unknown[0]), list(SPECS) + sorted(TASK_KEYS))
         raise RoleError(
-            f"{where}: unknown module or key {unknown[0]!r} (modules: {', '.join(sorted(MODULES))}; "
-            f"task keys: {', '.join(sorted(TASK_KEYS))})"
+            f"{where}: unknown module or key {unknown[0]!r} ({f'did you mean {guess!r}? ' if guess else ''}"
+            f"modules: {', '.join(sorted(SPECS))}; task keys: {', '.join(sorted(TASK_KEYS))})"
         )
     if len(modules) != 1:
         raise RoleError(f"{where}: a task needs exactly one module, found {modules or 'none'}")
     module = modules[0]
     if handler and module not in HANDLER_MODULES:
         raise RoleError(f"{where}: handlers may only use {', '.join(sorted(HANDLER_MODULES))}, not {module}")
-    args = raw[module]
-    if module == "include_role" and isinstance(args, str):
-        args = {"name": args}
-    if module == "fail" and isinstance(args, str):
-        args = {"msg": args}
-    if module == "assert" and isinstance(args, (str, list)):
-        args = {"that": args}
-    if not isinstance(args, dict):
-        raise RoleError(f"{where}: the arguments of {module} must be a mapping")
-    required, optional = MODULES[module]
-    bad = sorted(set(args) - required - optional)
-    if bad:
-        raise RoleError(f"{where}: unknown key {bad[0]!r} for {module} (allowed: {', '.join(sorted(required | optional))})")
-    missing = sorted(required - set(args))
-    if missing:
-        raise RoleError(f"{where}: {module} needs {', '.join(missing)}")
+    args = check_task_args(SPECS[module], raw[module], where)
     notify = raw.get("notify", ())
     if isinstance(notify, str):
         notify = (notify,)

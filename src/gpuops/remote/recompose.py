@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 
+from gpuops.remote.apply_journal import runs_by_id
 from gpuops.remote.digest import sha256_file
 
 
@@ -34,18 +35,9 @@ class Refused(Exception):
 
 
 def runs_in_order(records):
-    """Journal events folded into one dict per run, in order of first appearance (both sides)."""
-    runs = {}
-    for record in records:
-        run_id = record.get("run_id")
-        if not isinstance(run_id, str):
-            continue
-        run = runs.setdefault(run_id, {"run_id": run_id, "events": []})
-        run["events"].append(record.get("event"))
-        for key, value in record.items():
-            if key not in ("event", "time") and key not in run:
-                run[key] = value
-    return list(runs.values())
+    """Journal events folded into one dict per run, in order of first appearance (the journal's
+    own fold; records without a run id, as a client may read from a damaged journal, skipped)."""
+    return runs_by_id([r for r in records if isinstance(r, dict) and isinstance(r.get("run_id"), str)])
 
 
 def is_rollback(run):

@@ -104,6 +104,9 @@ def test_inspect_audits_the_sglang_inside_the_container(fusion_host, run_gpuops)
     files = {g["file"] for g in entry["gates"]}
     assert any(COMMUNICATOR.split("/", 1)[1] in f for f in files), sorted(files)[:10]
     assert fusion_feature(json.loads(proc.stdout), dh.host.name)["status"] == "blocked"
+    text = gpuops(run_gpuops, dh, "inspect", "host").stdout
+    print("\n" + text, flush=True)
+    assert f"capability gates in sglang {RELEASE}" in text and "BLOCKED  flashinfer_allreduce_fusion" in text
 
 
 ORIGINAL: dict[str, Any] = {}  # what the host ran before the first apply (set by the check test)
@@ -186,7 +189,7 @@ def test_inspect_after_apply_audits_the_patched_container(fusion_host, run_gpuop
     data = json.loads(proc.stdout)
     entry = data["hosts"][dh.host.name]
     assert entry["facts"]["software"]["sglang"]["path"].startswith(site_in_image())
-    assert fusion_feature(data, dh.host.name)["status"] != "blocked", fusion_feature(data, dh.host.name)
+    assert fusion_feature(data, dh.host.name)["status"] == "open", fusion_feature(data, dh.host.name)
     assert entry["facts"]["server"]["docker"]["image"].startswith("gpuops/sglang:")
 
 
@@ -271,6 +274,31 @@ def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(f
     assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
     assert images(dh) == []  # the image this run built went with it
     assert "GPUOPS_STANDIN_CRASH_IF" not in served(dh)["env"]
+
+
+def test_a_file_changed_inside_the_running_container_is_not_baked_over(fusion_host, run_gpuops) -> None:
+    # Someone edited SGLang inside the running container (its writable layer): the plan read that
+    # copy, the image holds another. Building on the image would silently drop the edit, building on
+    # the container would bake in unknown bytes: the run stops before the server is touched.
+    dh = fusion_host
+    target = f"{site_in_image()}/{COMMUNICATOR}"
+    edit = dh.daemon.run("exec", dh.container, "sh", "-c", f"printf '\\n# local edit\\n' >> {target}")
+    assert edit.returncode == 0, edit.stderr
+    before = dh.inspect()
+    try:
+        proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+        report = report_of(proc, dh.host.name)
+        assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+        assert "is not what gpuops planned from" in report["error"] and COMMUNICATOR in report["error"], report["error"]
+        assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == ORIGINAL["files"] and images(dh) == []
+        assert file_in(dh, dh.container, COMMUNICATOR).endswith(b"# local edit\n")
+    finally:  # back to a container made from the original image, as the next tests expect
+        assert dh.daemon.run("rm", "-f", dh.container).returncode == 0
+        again = subprocess.run(["/bin/sh", str(dh.host.state_dir / "sglang-docker-run.sh")], capture_output=True,
+                               text=True, env={"PATH": f"{dh.host.bin_dir}:/usr/bin:/bin"}, timeout=120)
+        assert again.returncode == 0, again.stderr
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+    served(dh)
 
 
 @pytest.mark.parametrize("phase", ["audit", "health"])

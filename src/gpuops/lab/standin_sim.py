@@ -1,0 +1,347 @@
+"""What the lab's stand-in SGLang server simulates (stdlib only, Python 3.8+): its launch flags
+as SGLang's fields, the start-up crash and wrong-answer rules, the speed (exact rate or the speed
+model), the server's state and the pacing of one generation.
+
+A sibling of ``standin_server.py`` (the HTTP side and ``main``): the lab copies both, with
+``speed_model.py`` and ``sglang_argv.py``, into one directory on every simulated host
+(``hosts.STANDIN_SIBLINGS``), and the stand-in imports them from there. See standin_server.py's
+docstring for the controls and the speed model.
+"""
+
+import collections
+import math
+import os
+import sys
+import threading
+import time
+
+import speed_model  # a sibling (the lab copies it next to this file); stdlib only
+
+try:  # gpuops' one SGLang argv parser: the lab copies it next to this file (hosts.STANDIN_SIBLINGS)
+    import sglang_argv
+except ImportError:  # run in place from the package (lab/standin_process.py), by any python: ../remote
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "remote"))
+    import sglang_argv
+
+
+# Flags whose SGLang field name is not the flag spelled with underscores (--tp -> tp_size).
+FLAG_ALIASES = {alias: name for name, aliases in sglang_argv.ALIASES.items() for alias in aliases if alias != name}
+
+# A few SGLang defaults, so clients see the fields they look for even when no flag set them.
+SERVER_ARG_DEFAULTS = {
+    "model_path": None,
+    "host": "127.0.0.1",
+    "port": 30000,
+    "tp_size": 1,
+    "dp_size": 1,
+    "enable_flashinfer_allreduce_fusion": False,
+    "speculative_algorithm": None,
+    "speculative_num_steps": None,
+    "speculative_eagle_topk": None,
+    "speculative_num_draft_tokens": None,
+    "disable_cuda_graph": False,
+    "trust_remote_code": False,
+}
+
+ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_VISIBLE_DEVICES", "GPUOPS_STANDIN_")
+
+FILLER_WORDS = (
+    " the", " model", " is", " a", " simulated", " stand", "-in", " and", " these", " tokens",
+    " are", " filler", ",", " counted", " exactly", ".",
+)
+
+
+# --------------------------------------------------------------------------- arguments
+
+def _coerce(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text in ("true", "True"):
+        return True
+    if text in ("false", "False"):
+        return False
+    return text
+
+
+def parse_flags(argv):
+    """SGLang-style flags -> {field_name: value}, read by gpuops' one parser (``sglang_argv``),
+    values typed as SGLang's would be. Unknown flags are kept, not rejected."""
+    words = sglang_argv.launch_args(argv)  # "-m sglang.launch_server ...": we are that module
+    flags, positional = sglang_argv.parse_flags(argv if words is None else words)
+    if positional:
+        raise SystemExit("standin_server: unexpected argument %r" % positional[0])
+    fields = {}
+    for name, value in flags.items():
+        field = FLAG_ALIASES.get(name, name)
+        if isinstance(value, list):
+            fields[field] = [_coerce(v) for v in value]
+        else:
+            fields[field] = value if value is True else _coerce(value)
+    return fields
+
+
+def build_server_args(argv):
+    fields = dict(SERVER_ARG_DEFAULTS)
+    fields.update(parse_flags(argv))
+    if not fields.get("model_path"):
+        raise SystemExit("launch_server: error: the following arguments are required: --model-path")
+    return fields
+
+
+def reported_env(environ):
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+# --------------------------------------------------------------------------- crash rules
+
+def parse_crash_rules(text):
+    rules = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit("standin_server: GPUOPS_STANDIN_CRASH_IF item %r is not KEY=VALUE" % item)
+        rules.append((key.strip(), value.strip()))
+    return rules
+
+
+def _same(actual, wanted):
+    if isinstance(actual, bool):
+        return str(actual).lower() == wanted.lower()
+    return str(actual) == wanted
+
+
+def matching_crash_rule(rules, server_args, environ):
+    for key, wanted in rules:
+        if key in environ and _same(environ[key], wanted):
+            return key, wanted
+        field = FLAG_ALIASES.get(key.lstrip("-").replace("-", "_"), key.lstrip("-").replace("-", "_"))
+        if field in server_args and server_args[field] is not None and _same(server_args[field], wanted):
+            return key, wanted
+    return None
+
+
+def crash_message(key, value):
+    """A log tail in the manner of a real failure for that setting (wording is our own)."""
+    if key.startswith("NCCL_"):
+        return (
+            "Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "sglang/srt/model_executor/cuda_graph_runner.py", in capture\n'
+            "RuntimeError: Capture cuda graph failed: NCCL error: invalid usage "
+            "(run with NCCL_DEBUG=WARN for details), NCCL version 2.27.5\n"
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+            "Last error: %s=%s is not supported for this collective during CUDA graph capture\n"
+            "Possible solutions: unset %s, or disable CUDA graph by --disable-cuda-graph "
+            "(large performance loss)" % (key, value, key)
+        )
+    return (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        "RuntimeError: simulated start-up failure because %s=%s" % (key, value)
+    )
+
+
+# --------------------------------------------------------------------------- speed model
+
+def _env_float(environ, name):
+    text = environ.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise SystemExit("standin_server: %s=%r is not a number" % (name, text))
+
+
+fusion_enabled = speed_model.fusion_enabled
+
+
+class SpeedModel(object):
+    """Per-request token rate and chunking, from the exact-rate control or the speed model."""
+
+    def __init__(self, server_args, environ, model=None):
+        self.exact_rate = _env_float(environ, "GPUOPS_STANDIN_TOKENS_PER_S")
+        if self.exact_rate is not None and self.exact_rate <= 0:
+            raise SystemExit("standin_server: GPUOPS_STANDIN_TOKENS_PER_S must be > 0")
+        try:
+            model = model or speed_model.load()
+        except speed_model.SpeedModelError as exc:
+            raise SystemExit("standin_server: speed model: %s" % exc)
+        self.fixed_ttft_ms = _env_float(environ, "GPUOPS_STANDIN_TTFT_MS")
+        slowdown = _env_float(environ, "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN")
+        self.slowdown = float(model.common_value("concurrency_slowdown")) if slowdown is None else slowdown
+        self.ttft_base_ms = float(model.common_value("ttft_base_ms"))
+        self.ttft_per_token_ms = float(model.common_value("ttft_per_prompt_token_ms"))
+        settings = speed_model.settings_from_server(
+            server_args, environ, speed_model.model_layers(server_args.get("model_path")))
+        shape, reason = model.shape_for(speed_model.read_gpu_doc(environ.get("GPUOPS_LAB_GPU")))
+        self.prediction = model.predict(shape, settings, reason)
+        self.speculative = settings.speculative
+        self.num_steps = settings.num_steps
+        self.num_draft_tokens = settings.num_draft_tokens
+        self.fusion = settings.fusion
+        override = _env_float(environ, "GPUOPS_STANDIN_ACCEPT_LENGTH")
+        if self.speculative:
+            self.accept_length = override if override else self.prediction.accept_length
+        else:
+            self.accept_length = 1.0
+        # An accept length forced by the control changes the rate of the same cycle.
+        self.modelled_rate = self.accept_length * 1000.0 / self.prediction.cycle_ms
+
+    def record(self):
+        """What /get_server_info says about where this server's speed comes from."""
+        if self.exact_rate is not None:
+            return {"name": "exact-rate", "version": 1, "shape": None,
+                    "label": "exact rate %g tok/s" % self.exact_rate, "basis": "control",
+                    "shape_reason": "GPUOPS_STANDIN_TOKENS_PER_S", "predicted_tokens_per_s": self.exact_rate}
+        record = self.prediction.as_record()
+        if self.accept_length != self.prediction.accept_length:
+            record["accept_length"] = round(self.accept_length, 4)
+            record["predicted_tokens_per_s"] = round(self.modelled_rate, 3)
+            record["accept_length_from"] = "GPUOPS_STANDIN_ACCEPT_LENGTH"
+        return record
+
+    def base_rate(self):
+        return self.exact_rate if self.exact_rate is not None else self.modelled_rate
+
+    def rate(self, running):
+        """Tokens/s of one request while ``running`` requests decode together."""
+        return self.base_rate() / (1.0 + self.slowdown * max(0, running - 1))
+
+    def ttft_s(self, prompt_tokens):
+        if self.fixed_ttft_ms is not None:
+            return self.fixed_ttft_ms / 1000.0
+        return (self.ttft_base_ms + self.ttft_per_token_ms * prompt_tokens) / 1000.0
+
+    def chunk_sizes(self, total):
+        """Tokens per streamed chunk: the first token alone, then one verify cycle per chunk."""
+        if total <= 0:
+            return []
+        sizes = [1]
+        done, cycle = 1, 0
+        while done < total:
+            cycle += 1
+            size = int(math.floor(cycle * self.accept_length + 1e-9)) - int(
+                math.floor((cycle - 1) * self.accept_length + 1e-9))
+            size = max(1, min(size, total - done))
+            sizes.append(size)
+            done += size
+        return sizes
+
+
+# --------------------------------------------------------------------------- server state
+
+class StandinState(object):
+    def __init__(self, server_args, environ, version):
+        self.server_args = server_args
+        self.env = reported_env(environ)
+        self.version = version
+        self.speed = SpeedModel(server_args, environ)
+        self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
+        fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
+        self.fail_after_tokens = None if fail is None else int(fail)
+        # Wrong answers: a lab fault for gpuops' correctness smoke check (apply/smoke.py).
+        self.wrong = matching_crash_rule(parse_crash_rules(environ.get("GPUOPS_STANDIN_WRONG_IF")),
+                                         server_args, environ) is not None
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
+        self.recent = collections.deque(maxlen=16)  # emitted decode spans of the last generations
+
+    def ready(self):
+        return time.monotonic() - self.started >= self.startup_s
+
+    def enter(self):
+        with self.lock:
+            self.running += 1
+
+    def leave(self):
+        with self.lock:
+            self.running -= 1
+
+    def count_completed(self, decode_tokens, decode_s):
+        """A generation finished: keep what the server really did, for tests to hold a client to."""
+        with self.lock:
+            self.completed += 1
+            self.recent.append({"decode_tokens": decode_tokens, "decode_s": round(decode_s, 6)})
+
+    def current_running(self):
+        with self.lock:
+            return self.running
+
+    def server_info(self):
+        info = dict(self.server_args)  # real SGLang flattens its args at the top level
+        info["server_args"] = dict(self.server_args)
+        info["env"] = dict(self.env)
+        info["version"] = self.version
+        info["simulated"] = True
+        info["speed_model"] = self.speed.record()
+        with self.lock:
+            completed = self.completed
+            recent = list(self.recent)
+        state = {"simulated": True, "decode_tokens_per_s_batch1": round(self.speed.base_rate(), 3),
+                 "completed_requests": completed, "recent_generations": recent}
+        if self.speed.speculative:
+            # The configured average, not a running tally: a tally would be skewed by the short
+            # last chunk of every request, and tests compare this figure with the bench's.
+            state["avg_spec_accept_length"] = round(self.speed.accept_length, 4)
+        info["internal_states"] = [state]
+        return info
+
+
+def count_prompt_tokens(prompt):
+    """Simulated tokenizer: whitespace words (token ids when given)."""
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(x, int) for x in prompt):
+            return len(prompt)
+        return sum(count_prompt_tokens(p) for p in prompt)
+    if isinstance(prompt, str):
+        return max(1, len(prompt.split()))
+    return 1
+
+
+def filler_text(start, count, wrong=False):
+    """Deterministic text (greedy decoding repeats itself); ``wrong`` shifts it, as a broken kernel would."""
+    shift = 3 if wrong else 0
+    return "".join(FILLER_WORDS[(start + shift + i) % len(FILLER_WORDS)] for i in range(count))
+
+
+class GenerationFailed(Exception):
+    pass
+
+
+def generate_chunks(state, prompt_tokens, max_new_tokens):
+    """Yield (tokens_so_far, chunk_tokens) on the pacing schedule; raises GenerationFailed."""
+    speed = state.speed
+    t_arrival = time.monotonic()
+    state.enter()
+    try:
+        deadline = t_arrival + speed.ttft_s(prompt_tokens)
+        done = 0
+        for index, size in enumerate(speed.chunk_sizes(max_new_tokens)):
+            if index > 0:
+                deadline += size / speed.rate(state.current_running())
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if state.fail_after_tokens is not None and done + size > state.fail_after_tokens:
+                raise GenerationFailed(
+                    "simulated failure after %d tokens (GPUOPS_STANDIN_FAIL_AFTER_TOKENS)" % done)
+            done += size
+            yield done, size
+            sent = time.monotonic()  # the chunk is written: what a client can see at the earliest
+            if index == 0:
+                # Anchor the decode schedule on when the first token really went out, so that
+                # a late first token (a starved CPU) is not made up by a burst that would
+                # inflate the measured rate.
+                deadline = sent
+                first_sent, first_size = sent, size
+            if done >= max_new_tokens:
+                state.count_completed(done - first_size, sent - first_sent)
+    finally:
+        state.leave()
