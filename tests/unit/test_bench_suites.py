@@ -63,12 +63,14 @@ def test_each_suite_has_its_reader_of_stored_results(name):
 
     module = reader(name)
     assert module.__name__ == f"gpuops.bench.suite_{name}"
-    for function in ("headline", "figures", "levels"):
+    for function in ("headline", "figures", "levels", "within_run", "across_repeats", "merge_repeats"):
         assert callable(getattr(module, function)), (name, function)
     empty = {"suite": name, "summary": {}}
     assert isinstance(module.headline({}, empty), dict)
     assert all(len(key) == 3 for key in module.figures({}, empty))
     assert isinstance(module.levels(empty), list)
+    assert isinstance(module.within_run(empty), dict) and isinstance(module.across_repeats([{}]), dict)
+    assert isinstance(module.merge_repeats(dict(empty), [empty]), dict)
 
 
 def test_a_stored_result_of_an_unknown_suite_reads_with_the_defaults():
@@ -89,7 +91,8 @@ def test_the_readers_of_stored_results_do_not_branch_on_suite_names():
     import inspect
     import re
 
-    from gpuops.bench import compare, export, results
+    from gpuops.bench import compare, export, repeats, results
 
-    for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(results.headline)):
+    for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(repeats),
+                   inspect.getsource(results.headline)):
         assert not re.search(r"""suite["')]*\s*(==|!=|in)\s*[("']""", source), source[:80]

@@ -15,7 +15,7 @@ def gather_probes(discovery: "Discovery", probes: list[Any]) -> list[Any]:
     on a docker host whose role scans gates; ``probes`` as they are otherwise."""
     from gpuops.facts.container_python import container_probe, in_container
 
-    target = getattr(discovery, "container", None)
+    target = discovery.container
     if target is None or not discovery.needs_gate_scan:
         return probes
     return [in_container(p, target) if p.name == "gates.scan" else p for p in probes] + [container_probe(target)]

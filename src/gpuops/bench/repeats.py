@@ -1,7 +1,8 @@
 """Repeats and intervals of a result (pure): ``bench --repeat N`` merged into one document.
 
-Metric names are the ones ``results compare`` shows (each suite's reader, ``suite_<name>.figures``), so a comparison finds
-each figure's interval under its own name. See ``stats`` for the rule that uses them.
+Metric names are the ones ``results compare`` shows (each suite's reader, ``suite_<name>.py``), so
+a comparison finds each figure's interval under its own name; what is pooled or merged per suite is
+the reader's too. See ``stats`` for the rule that uses them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from gpuops.bench.stats import intervals_json
-from gpuops.bench.suites import is_torchrun
+from gpuops.bench.suites import is_torchrun, reader
 
 # the headline figures of decode/serving runs and where they sit in a summary
 SERVING_FIGURES = (
@@ -36,7 +37,7 @@ def level_label(level: Mapping[str, Any]) -> str:
     return f"c={level.get('concurrency')}"
 
 
-def _dig(mapping: Any, path: Sequence[str]) -> float | None:
+def dig(mapping: Any, path: Sequence[str]) -> float | None:
     for key in path:
         if not isinstance(mapping, Mapping):
             return None
@@ -44,7 +45,7 @@ def _dig(mapping: Any, path: Sequence[str]) -> float | None:
     return float(mapping) if isinstance(mapping, (int, float)) and not isinstance(mapping, bool) else None
 
 
-def _sample_figures(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def sample_figures_of(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     from gpuops.remote.bench_stats import sample_figures
 
     out = []
@@ -58,49 +59,20 @@ def _sample_figures(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
 
 
 def within_run(result: Mapping[str, Any]) -> dict[str, tuple[str, list[float]]]:
-    """The distributions inside one run: per request, per token, per trial."""
-    suite = result.get("suite")
-    dist: dict[str, tuple[str, list[float]]] = {}
-    if suite == "decode" and not result.get("tool"):
-        figures = _sample_figures(result.get("samples") or [])
-        dist["output tokens/s (per stream)"] = ("requests", [f["tokens_per_s"] for f in figures if f["tokens_per_s"]])
-        dist["TTFT p50"] = ("requests", [f["ttft_s"] * 1000.0 for f in figures])
-        dist["ITL p50"] = ("tokens", [x * 1000.0 for f in figures for x in f["itls_s"]])
-    elif suite == "allreduce":
-        from gpuops.bench.results import variant_label
-
-        pooled: dict[str, list[float]] = {}
-        for row in result.get("allreduce") or []:
-            if row.get("ok") and row.get("latency_us_trials"):
-                name = f"{variant_label(row.get('variant') or {})} x{row['tokens']} tokens latency"
-                pooled.setdefault(name, []).extend(float(x) for x in row["latency_us_trials"])
-        dist.update({k: ("trials", v) for k, v in pooled.items()})
-    elif suite == "fusion":
-        for row in result.get("fusion") or []:
-            if not row.get("ok"):
-                continue
-            mode = "graph" if row.get("cuda_graph") else "eager"
-            for path in ("fused", "unfused_nccl"):
-                trials = row.get(f"{path}_us_trials")
-                if trials:
-                    name = f"{path.replace('_nccl', '')} x{row['tokens']} tokens ({mode})"
-                    dist.setdefault(name, ("trials", []))[1].extend(float(x) for x in trials)
-    return dist
+    """The distributions inside one run (per request, per token, per trial), as its suite's reader
+    finds them."""
+    return reader(result.get("suite")).within_run(result)
 
 
 def across_repeats(summaries: Sequence[Mapping[str, Any]], level_sets: Sequence[Sequence[Mapping[str, Any]]],
                    suite: str) -> dict[str, tuple[str, list[float]]]:
-    """One value per repeat for every headline figure (decode/serving)."""
-    dist: dict[str, tuple[str, list[float]]] = {}
-    if suite == "decode":
-        for name, path in SERVING_FIGURES:
-            values = [v for v in (_dig(s, path) for s in summaries) if v is not None]
-            dist[name] = ("repeats", values)
+    """One value per repeat for every headline figure (the suite reader's) and every level's."""
+    dist = dict(reader(suite).across_repeats(summaries))
     for levels in level_sets:
         for level in levels:
             label = level_label(level)
             for name, path in LEVEL_FIGURES:
-                value = _dig(level, path)
+                value = dig(level, path)
                 if value is not None:
                     dist.setdefault(f"{label} {name}", ("repeats", []))[1].append(value)
     return dist
@@ -114,7 +86,7 @@ def result_intervals(result: Mapping[str, Any]) -> dict[str, Any]:
     return intervals_json(within_run(result))
 
 
-def _median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+def median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Per concurrency level: every numeric figure's median over the repeats (nested dicts too)."""
     by_c: dict[Any, list[Mapping[str, Any]]] = {}
     for levels in level_sets:
@@ -148,8 +120,6 @@ def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     are medians over the repeats; ``repeats`` keeps every repeat's summary; ``intervals`` are over
     repeats for decode/serving figures and over all trials for all-reduce/fusion latencies.
     """
-    from gpuops.bench.results import allreduce_summary, fusion_summary, serving_summary
-
     if not results:
         raise ValueError("merge_repeats: no results")
     first = results[0]
@@ -173,39 +143,14 @@ def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     level_sets = [r.get("levels") or [] for r in results]
     suite = str(first.get("suite"))
     merged["repeats"] = [{"summary": s, "levels": lv} for s, lv in zip(summaries, level_sets)]
-    if suite == "decode":
-        summary = dict(summaries[-1])
-        for name, path in SERVING_FIGURES:
-            values = [v for v in (_dig(s, path) for s in summaries) if v is not None]
-            if values:
-                target = summary
-                for key in path[:-1]:
-                    target[key] = dict(target.get(key) or {})
-                    target = target[key]
-                target[path[-1]] = statistics.median(values)
-        summary["completed"] = sum(s.get("completed") or 0 for s in summaries)
-        summary["failed"] = sum(s.get("failed") or 0 for s in summaries)
-        merged["summary"] = summary
-    elif suite == "serving":
-        merged["levels"] = _median_levels(level_sets)
-        merged["summary"] = serving_summary(merged["levels"])
-    elif suite == "allreduce":
-        merged["summary"] = allreduce_summary(_median_rows(merged["allreduce"]), [])
-        errs = [e for r in results for e in (r.get("summary") or {}).get("variants") or [] if not e.get("ok")]
-        for bad in errs:  # a variant that failed in any repeat stays marked
-            for v in merged["summary"]["variants"]:
-                if v["label"] == bad["label"]:
-                    v["ok"] = False
-                    v.setdefault("error", bad.get("error"))
-    elif suite == "fusion":
-        merged["summary"] = fusion_summary(_median_rows(merged["fusion"], fusion=True))
+    merged["summary"] = reader(suite).merge_repeats(merged, results)
     dist = within_run(merged) if is_torchrun(suite) else across_repeats(summaries, level_sets, suite)
     merged["intervals"] = intervals_json(dist)
     merged["summary"]["repeat"] = len(results)
     return merged
 
 
-def _median_rows(rows: Sequence[Mapping[str, Any]], fusion: bool = False) -> list[dict[str, Any]]:
+def median_rows(rows: Sequence[Mapping[str, Any]], fusion: bool = False) -> list[dict[str, Any]]:
     """One row per (variant, tokens[, mode]) with each numeric figure's median over the repeats."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in rows:

@@ -3,9 +3,11 @@ variant's cost per forward pass, one export row per (variant, size, repeat). Pur
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Figures, number
+from gpuops.bench.suite_base import Distributions, Figures, across_repeats, number
+
+__all__ = ["across_repeats", "figures", "headline", "levels", "merge_repeats", "within_run"]
 
 
 def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,3 +39,30 @@ def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str,
     return [({"level": f"{_variant(r.get('variant'))} x{r.get('tokens')}", "variant": _variant(r.get("variant")),
               "tokens": r.get("tokens"), "cuda_graph": r.get("cuda_graph"), "repeat_index": r.get("repeat")}, r)
             for r in result.get("allreduce") or []]
+
+
+def within_run(result: Mapping[str, Any]) -> Distributions:
+    """Every trial's latency, pooled per (variant, size)."""
+    from gpuops.bench.results import variant_label
+
+    pooled: dict[str, list[float]] = {}
+    for row in result.get("allreduce") or []:
+        if row.get("ok") and row.get("latency_us_trials"):
+            name = f"{variant_label(row.get('variant') or {})} x{row['tokens']} tokens latency"
+            pooled.setdefault(name, []).extend(float(x) for x in row["latency_us_trials"])
+    return {k: ("trials", v) for k, v in pooled.items()}
+
+
+def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Medians of the pooled rows; a variant that failed in any repeat stays marked failed."""
+    from gpuops.bench.repeats import median_rows
+    from gpuops.bench.results import allreduce_summary
+
+    summary = allreduce_summary(median_rows(merged.get("allreduce") or []), [])
+    failed = [e for r in results for e in (r.get("summary") or {}).get("variants") or [] if not e.get("ok")]
+    for bad in failed:
+        for variant in summary["variants"]:
+            if variant["label"] == bad["label"]:
+                variant["ok"] = False
+                variant.setdefault("error", bad.get("error"))
+    return summary

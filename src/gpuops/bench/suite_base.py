@@ -3,13 +3,15 @@ headline, its figures for ``results compare``, its rows for ``results export``),
 suite without anything of its own (or a stored result of a suite no longer registered) gets.
 
 A suite's reader is the module ``bench/suite_<name>.py`` (``suites.reader(name)``), defining
-``headline(summary, result)``, ``figures(summary, result)`` and ``levels(result)``; this module is
-what they build on. Pure.
+``headline(summary, result)``, ``figures(summary, result)``, ``levels(result)`` (export rows),
+``within_run(result)`` and ``across_repeats(summaries)`` (the distributions intervals are drawn
+from) and ``merge_repeats(merged, results)`` (the summary of ``--repeat N``); this module holds the
+defaults (import those a suite does not change). Pure.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 # (figure name, unit, which way is better) -> value; the names are the ones ``results compare``
 # shows and under which ``repeats`` stores each figure's interval.
@@ -45,6 +47,26 @@ def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str,
 def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
     """The figures ``results compare`` lines up (none for a suite it cannot read)."""
     return {}
+
+
+# A figure's values: (what they are over: "requests" | "tokens" | "trials" | "repeats", values).
+Distributions = dict[str, tuple[str, list[float]]]
+
+
+def within_run(result: Mapping[str, Any]) -> Distributions:
+    """The distributions inside one run that intervals are drawn from (none by default)."""
+    return {}
+
+
+def across_repeats(summaries: Sequence[Mapping[str, Any]]) -> Distributions:
+    """One value per repeat of each headline figure (the levels' are added by ``repeats``)."""
+    return {}
+
+
+def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The summary of ``--repeat N`` results merged into ``merged`` (its raw rows pooled, each
+    tagged with its ``repeat``): by default the last repeat's."""
+    return dict(merged.get("summary") or {})
 
 
 def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:

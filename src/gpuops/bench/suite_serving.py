@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Figures, number, request_figures
+from gpuops.bench.suite_base import Figures, across_repeats, number, request_figures, within_run
+
+__all__ = ["across_repeats", "figures", "headline", "levels", "merge_repeats", "within_run"]
 
 _PEAK_KEYS = ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
               "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed")
@@ -48,3 +50,12 @@ def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str,
 
     return [({"level": level_label(lv), "concurrency": lv.get("concurrency"),
               "request_rate": lv.get("request_rate")}, lv) for lv in result.get("levels") or []]
+
+
+def merge_repeats(merged: dict[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every level's figures as medians over the repeats (the merged document's ``levels``)."""
+    from gpuops.bench.repeats import median_levels
+    from gpuops.bench.results import serving_summary
+
+    merged["levels"] = median_levels([r.get("levels") or [] for r in results])
+    return serving_summary(merged["levels"])

@@ -73,7 +73,7 @@ def container_python_sh(target: ContainerTarget) -> str:
         "  esac",
         "}",
         f"GPUOPS_PY={FUNCTION}",
-        f"GPUOPS_PY_REASON={shlex.quote('the container' + chr(39) + 's python (' + target.describe() + ')')}",
+        f"GPUOPS_PY_REASON={shlex.quote(target.describe() + ': the server runs under docker (sglang_manager)')}",
         "export GPUOPS_PY GPUOPS_PY_REASON",
     ])
 

@@ -77,7 +77,7 @@ def path_in_image(tag: str, change_path: str) -> str:
 def _base_of(state: "PlanState", inventory_image: str, where: str) -> tuple[str, Mapping[str, Any]]:
     """The container gather saw (``docker inspect``), checked to run the inventory's image."""
     assert state.facts is not None
-    container = getattr(state.facts, "container", None)
+    container = state.facts.container
     if not container:
         raise GpuopsError(f"{state.host}: {where}: no docker container of the server on this host; start it with "
                           "`gpuops apply sglang-service` first (the patch is built from the image it runs)")

@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.argspec import check_rendered
@@ -21,6 +21,9 @@ from gpuops.plan.modules import PLANNERS, SPECS, service_handler
 from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
 from gpuops.plan.templating import Layer, Templar, VarScope
 from gpuops.plan.varcheck import check_extra_vars, check_inventory_types
+
+if TYPE_CHECKING:
+    from gpuops.facts.container_python import ContainerTarget
 
 _MAX_INCLUDE_DEPTH = 8
 
@@ -84,7 +87,7 @@ class Discovery:
     python: str
     warnings: tuple[str, ...]
     # sglang_manager: docker: the container (and image) whose SGLang the gate scan must read.
-    container: Any = None               # facts.container_python.ContainerTarget
+    container: "ContainerTarget | None" = None
     desired_path: str | None = None   # desired.json, when the role composes the launch
 
 
@@ -189,7 +192,7 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
                      _container(scope), state.desired_path)
 
 
-def _container(scope: VarScope) -> Any:
+def _container(scope: VarScope) -> "ContainerTarget | None":
     from gpuops.facts.container_python import docker_target
 
     names = ("sglang_manager", "sglang_service", "sglang_docker_image")
