@@ -12,8 +12,10 @@ A case is one run of the probe's command and the value its parser must give:
      "stderr": "", "exit_status": 0,        (defaults)
      "expected": {...}}                     the parsed value: a dataclass as ``asdict``, through JSON
 
-The probes and their parsers come from the fact modules themselves (``PROBES`` below is built from
-their ``probes()`` and ``SMI_ARGS``), so a new probe only needs its folder of cases.
+The probes and their parsers come from the fact modules themselves (``PROBES`` below is every probe
+of ``facts.host.probes_for``, with the nvidia-smi arguments of ``SMI_ARGS``), so a new probe only
+needs its folder of cases (a test fails while it has none). Cases named ``lab-*`` were recorded
+through a real gather over SSH from lab hosts (``gpuops lab up``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Any, Callable
 from labtools import REPO_ROOT, fixtures_path
 
 from gpuops.facts import gpu, topology
+from gpuops.facts.host import probes_for
 from gpuops.gather import ProbeOutput
+from gpuops.inventory import Host
 
 CASES_DIR = REPO_ROOT / "tests" / "facts"
 
@@ -39,8 +43,10 @@ class FactProbe:
 
 
 def _registry() -> dict[str, FactProbe]:
+    """Every probe ``inspect`` gathers for a host (facts/host.py's ``probes_for``)."""
+    host = Host(name="case", address=None, port=None, user=None, key_file=None, connection="ssh", groups=(), vars={})
     smi_args = {**gpu.SMI_ARGS, **topology.SMI_ARGS}
-    return {p.name: FactProbe(p.name, p.parse, smi_args.get(p.name)) for p in gpu.probes() + topology.probes()}
+    return {p.name: FactProbe(p.name, p.parse, smi_args.get(p.name)) for p in probes_for(host)}
 
 
 PROBES = _registry()

@@ -8,7 +8,7 @@ Multimodal configs (Kimi-K2.5, Qwen-VL...) keep the language model's sizes in a 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 _TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
@@ -69,3 +69,12 @@ def model_from_config(path: str, config_path: str | None, config: bytes | None, 
         num_experts=_int(experts),
         torch_dtype=dtype if isinstance(dtype, str) else None,
     )
+
+
+def model_json(model: ModelFacts | None) -> dict[str, Any] | None:
+    """The ``model`` key of the inspect document (docs/inspect-json.md)."""
+    if model is None:
+        return None
+    data = asdict(model)
+    data["architectures"] = list(model.architectures)
+    return data

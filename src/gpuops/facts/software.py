@@ -1,5 +1,6 @@
 """Software facts: OS, kernel, pythons, and the SGLang stack's versions (sglang, flashinfer,
-sgl-kernel, torch + its CUDA, NCCL) as the chosen python ($GPUOPS_PY) sees them."""
+sgl-kernel, torch + its CUDA, NCCL) as the chosen python ($GPUOPS_PY) sees them: the probes
+(``host.system``, ``software.python``), their parsers, the ``software`` JSON key and report lines."""
 
 from __future__ import annotations
 
@@ -144,3 +145,71 @@ def python_packages_probe() -> Probe[PythonPackages]:
         f'"$GPUOPS_PY" -c {shlex.quote(remote_source())}'
     )
     return Probe("software.python", script, parse_python_packages)
+
+
+# JSON key -> distribution name
+_PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"),
+                 ("sglang_kernel", "sglang-kernel"), ("torch", "torch"))
+
+
+def _package_json(info: PackageInfo | None, with_cuda: bool = False) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    out: dict[str, Any] = {"version": info.version, "path": info.path, "source": info.source}
+    if with_cuda:
+        out["cuda"] = info.cuda
+        out["version_full"] = info.version_full
+    if info.requires is not None:
+        out["requires"] = list(info.requires)  # sglang: its own pins of the stack packages
+    return out
+
+
+def software_json(system: HostSystem, pk: PythonPackages) -> dict[str, Any]:
+    """The ``software`` key of the inspect document (docs/inspect-json.md): only ever added to."""
+    software: dict[str, Any] = {
+        "known": pk.known,
+        "reason": pk.reason,
+        "os": system.os,
+        "kernel": system.kernel,
+        "machine": system.machine,
+        "python": {
+            "executable": pk.python_executable or system.chosen_python,
+            "version": pk.python_version,
+            "chosen_because": system.chosen_python_reason,
+        },
+        "host_python3": {"path": system.python3, "version": system.python3_version},
+    }
+    for key, dist in _PACKAGE_KEYS:
+        software[key] = _package_json(pk.packages.get(dist), with_cuda=key == "torch")
+    software["nccl"] = _package_json(pk.nccl)
+    return software
+
+
+def _pkg(name: str, info: dict[str, Any] | None) -> str:
+    if not info:
+        return f"{name} -"
+    text = f"{name} {info.get('version_full') or info.get('version') or '?'}"
+    if info.get("cuda"):
+        text += f" (CUDA {info['cuda']})"
+    return text
+
+
+def software_lines(sw: dict[str, Any]) -> list[str]:
+    """The report's software lines, from the inspect document (``software_json``)."""
+    py = sw["python"]
+    host_py = sw["host_python3"]
+    lines = [
+        f"{sw['os'] or 'unknown OS'}, kernel {sw['kernel'] or '?'}, host python3 "
+        f"{host_py['version'] or '-'}",
+    ]
+    if sw["known"]:
+        lines.append(f"python {py['version']} {py['executable']} ({py['chosen_because'] or 'chosen'})")
+        nccl = sw["nccl"]
+        nccl_text = f"NCCL {nccl['version']} ({nccl['source']})" if nccl else "NCCL -"
+        lines.append(", ".join([_pkg("sglang", sw["sglang"]), _pkg("flashinfer", sw["flashinfer"]),
+                                _pkg("sgl-kernel", sw["sgl_kernel"]), _pkg("torch", sw["torch"]), nccl_text]))
+        if sw["sglang"] and sw["sglang"].get("path"):
+            lines.append(f"sglang at {sw['sglang']['path']}")
+    else:
+        lines.append(f"packages unknown: {sw['reason']}")
+    return lines

@@ -109,6 +109,24 @@ def test_inspect_audits_the_sglang_inside_the_container(fusion_host, run_gpuops)
     assert f"capability gates in sglang {RELEASE}" in text and "BLOCKED  flashinfer_allreduce_fusion" in text
 
 
+def test_inspect_of_a_stopped_container_audits_its_image(fusion_host, run_gpuops) -> None:
+    # No container runs: the audit reads the stopped container's own image (docker run --rm,
+    # no network), still not the host.
+    dh = fusion_host
+    assert dh.daemon.run("stop", "-t", "5", dh.container, timeout=60).returncode == 0
+    try:
+        proc = gpuops(run_gpuops, dh, "inspect", "host", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        entry = json.loads(proc.stdout)["hosts"][dh.host.name]
+        assert entry["gates_error"] is None, entry["gates_error"]
+        assert entry["facts"]["software"]["sglang"]["version"] == RELEASE
+        assert fusion_feature(json.loads(proc.stdout), dh.host.name)["status"] == "blocked"
+        assert dh.daemon.run("ps", "-a", "--format", "{{.Names}}").stdout.decode().split() == [dh.container]
+    finally:
+        assert dh.daemon.run("start", dh.container, timeout=60).returncode == 0
+    served(dh)
+
+
 ORIGINAL: dict[str, Any] = {}  # what the host ran before the first apply (set by the check test)
 
 
