@@ -207,3 +207,27 @@ def test_a_killed_client_during_the_recomposition_leaves_the_host_as_it_was(pair
     assert launched(x)[1].get("NCCL_ALGO") == "Tree" and not launched(x)[0]
     gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x")
     assert tree_hashes(x.dir, skip_runs=True) == pristine_x
+
+
+def test_a_killed_worker_after_the_recomposition_wrote_restores_every_byte(pair, run_gpuops, gpuops_home) -> None:
+    """The host-side worker dies (kill -9) once the sources are restored and the launch rewritten:
+    the session's helper rolls the recomposition back at once; both runs stand as before."""
+    inv = str(pair.inventory_path)
+    x = pair.hosts[0]
+    pristine_x = tree_hashes(x.dir, skip_runs=True)
+    fusion = runs_of(gpuops_json(run_gpuops, "apply", "fusion-sm120", "-i", inv, "-l", "x", *FAST), "x")
+    gpuops_json(run_gpuops, "apply", "nccl-env", "-i", inv, "-l", "x", "-e", TREE, *FAST)
+    both, served = tree_hashes(x.dir, skip_runs=True), launched(x)
+    (x.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "after_writes", "seconds": 60}))
+    earlier = calls(x)
+    proc = client(pair, "rollback", "-l", "x", "--run", fusion, "--json", home=gpuops_home)
+    where = paused(x, "after_writes", proc, earlier)
+    assert tree_hashes(x.dir, skip_runs=True) != both      # the recomposition has written
+    kill("worker", where, proc)
+    out, _ = proc.communicate(timeout=300)
+    wait_host_settled(x, where)
+    assert json.loads(out)["hosts"]["x"]["status"] == "rolled_back"
+    assert tree_hashes(x.dir, skip_runs=True) == both and launched(x) == served
+    for _ in range(2):
+        gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x")
+    assert tree_hashes(x.dir, skip_runs=True) == pristine_x

@@ -17,6 +17,7 @@ Every docker command runs with its output in files and is killed if the run's le
 (``check`` raises), so a client that dies mid-build leaves the original image running.
 """
 
+import base64
 import hashlib
 import io
 import json
@@ -45,10 +46,10 @@ _COMPILE = (
 
 def docker(argv, check, work_dir, stdin_data=None, timeout=_DOCKER_TIMEOUT_S):
     """``docker ARGV``: (exit status, stdout bytes, stderr text); ``check()`` is called while it runs
-    (it raises to abandon the run: the command is killed first)."""
-    files = []
+    (it raises to abandon the run: the command is killed first). Input and output go through files
+    in ``work_dir`` (no pipe to fill while we poll)."""
+    fds, files = [], []
     try:
-        fds = []
         for prefix in ("in-", "out-", "err-"):
             fd, path = tempfile.mkstemp(prefix="docker-" + prefix, dir=work_dir)
             fds.append(fd)
@@ -75,25 +76,26 @@ def docker(argv, check, work_dir, stdin_data=None, timeout=_DOCKER_TIMEOUT_S):
                 pass
             proc.wait()
             raise
-        outputs = []
-        for fd in fds[1:]:
-            os.lseek(fd, 0, os.SEEK_SET)
-            chunks = []
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            outputs.append(b"".join(chunks))
+        out, err = (_read_all(fd) for fd in fds[1:])
+        return proc.returncode, out, err.decode("utf-8", "replace").strip()
+    finally:
         for fd in fds:
             os.close(fd)
-        return proc.returncode, outputs[0], outputs[1].decode("utf-8", "replace").strip()
-    finally:
         for path in files:
             try:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def _read_all(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 class ImageBuilder:
@@ -171,7 +173,7 @@ class ImageBuilder:
                 "%s in image %s is not what gpuops planned from (sha256 %s, plan saw %s: the container's copy "
                 "differs from its image, or the image changed); nothing was changed, run gpuops apply again"
                 % (path, self.spec["base"][:19], digest[:12], (entry.get("before_sha256") or "absent")[:12]))
-        new = base64_bytes(entry["after_b64"])
+        new = base64.b64decode(entry["after_b64"])
         info = tarfile.TarInfo(path.lstrip("/"))
         info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
         info.uname, info.gname = member.uname, member.gname
@@ -196,12 +198,6 @@ class ImageBuilder:
         """``docker rmi`` (never forced: an image a container still uses stays)."""
         status, _, err = self.run("rmi", self.tag)
         return status == 0, err
-
-
-def base64_bytes(text):
-    import base64
-
-    return base64.b64decode(text)
 
 
 def _tar(files):
