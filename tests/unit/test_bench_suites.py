@@ -63,7 +63,8 @@ def test_each_suite_has_its_reader_of_stored_results(name):
 
     module = reader(name)
     assert module.__name__ == f"gpuops.bench.suite_{name}"
-    for function in ("headline", "figures", "levels", "within_run", "across_repeats", "merge_repeats"):
+    for function in ("headline", "figures", "levels", "within_run", "across_repeats", "merge_repeats", "summarize",
+                     "finish"):
         assert callable(getattr(module, function)), (name, function)
     empty = {"suite": name, "summary": {}}
     assert isinstance(module.headline({}, empty), dict)
@@ -87,12 +88,12 @@ def test_a_stored_result_of_an_unknown_suite_reads_with_the_defaults():
 
 
 def test_the_readers_of_stored_results_do_not_branch_on_suite_names():
-    """Per-suite reading lives in bench/suite_<name>.py, found through the registry."""
+    """Per-suite summaries and reading live in bench/suite_<name>.py, found through the registry."""
     import inspect
     import re
 
     from gpuops.bench import compare, export, repeats, results
 
     for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(repeats),
-                   inspect.getsource(results.headline)):
+                   inspect.getsource(results)):
         assert not re.search(r"""suite["')]*\s*(==|!=|in)\s*[("']""", source), source[:80]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, across_repeats, number
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, number
 
-__all__ = ["across_repeats", "figures", "headline", "levels", "merge_repeats", "within_run"]
+__all__ = ["across_repeats", "allreduce_summary", "figures", "finish", "headline", "levels", "merge_repeats",
+           "summarize", "variant_label", "within_run"]
 
 
 def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,8 +44,6 @@ def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str,
 
 def within_run(result: Mapping[str, Any]) -> Distributions:
     """Every trial's latency, pooled per (variant, size)."""
-    from gpuops.bench.results import variant_label
-
     pooled: dict[str, list[float]] = {}
     for row in result.get("allreduce") or []:
         if row.get("ok") and row.get("latency_us_trials"):
@@ -56,7 +55,6 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
 def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Medians of the pooled rows; a variant that failed in any repeat stays marked failed."""
     from gpuops.bench.repeats import median_rows
-    from gpuops.bench.results import allreduce_summary
 
     summary = allreduce_summary(median_rows(merged.get("allreduce") or []), [])
     failed = [e for r in results for e in (r.get("summary") or {}).get("variants") or [] if not e.get("ok")]
@@ -66,3 +64,59 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
                 variant["ok"] = False
                 variant.setdefault("error", bad.get("error"))
     return summary
+
+
+def summarize(run: Any, options: Any) -> RunParts:
+    rows = list(run.allreduce)
+    return RunParts(allreduce_summary(rows, run.errors), rows=rows)
+
+
+def finish(run: Any, summary: dict[str, Any], rows: Sequence[Mapping[str, Any]], errors: Sequence[str]) -> list[str]:
+    return ["no all-reduce measurement came back"] if not any(r.get("ok") for r in rows) and not errors else []
+
+
+def variant_label(variant: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
+
+
+def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any]:
+    variants: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        label = variant_label(row.get("variant") or {})
+        entry = variants.setdefault(label, {"label": label, "variant": row.get("variant") or {}, "ok": True,
+                                            "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
+        if row.get("ok"):
+            key = str(row["tokens"])
+            entry["latency_us"][key] = row["latency_us"]
+            entry["busbw_gbps"][key] = row["busbw_gbps"]
+            entry["step_cost_ms"][key] = row["step_cost_ms"]
+        else:
+            entry["ok"] = False
+            entry["error"] = row.get("error")
+    for err in errors:
+        if "variant" in err:
+            label = variant_label(err.get("variant") or {})
+            entry = variants.setdefault(label, {"label": label, "variant": err.get("variant") or {},
+                                                "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
+            entry["ok"] = False
+            entry.setdefault("error", err.get("message"))
+            if err.get("timed_out"):
+                entry["timed_out"] = True
+    ranked = [v for v in variants.values() if v["ok"] and v["latency_us"]]
+    smallest = None
+    if ranked:
+        smallest = min(int(k) for v in ranked for k in v["latency_us"])
+        ranked = [v for v in ranked if str(smallest) in v["latency_us"]]
+        ranked.sort(key=lambda v: v["latency_us"][str(smallest)])
+    first = rows[0] if rows else {}
+    return {
+        "variants": list(variants.values()),
+        "best_variant": ranked[0]["label"] if ranked else None,
+        "ranked_at_tokens": smallest,
+        "world_size": first.get("world_size"),
+        "hidden_size": first.get("hidden_size"),
+        "backend": first.get("backend"),
+        "cuda_graph": first.get("cuda_graph"),
+        "allreduces_per_step": first.get("allreduces_per_step"),
+        "step_cost_ms": ranked[0]["step_cost_ms"].get(str(smallest)) if ranked else None,
+    }

@@ -6,9 +6,21 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, headline, levels, request_figures
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, headline, levels, request_figures
+from gpuops.bench.suite_base import finish_requests as finish
 
-__all__ = ["across_repeats", "figures", "headline", "levels", "merge_repeats", "within_run"]
+__all__ = ["across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "summarize", "within_run"]
+
+
+def summarize(run: Any, options: Any) -> RunParts:
+    """Our own requests' samples, or the SGLang tool's one batch (``--tool sglang``)."""
+    if options.tool:
+        from gpuops.bench.sglang_tool import one_batch_summary
+
+        return RunParts(one_batch_summary(run.tool[-1]) if run.tool else {})
+    from gpuops.remote.bench_stats import summarize_samples
+
+    return RunParts(summarize_samples(run.samples, None, dict(options.slo) or None))
 
 
 def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:

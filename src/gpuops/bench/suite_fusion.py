@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, across_repeats, number
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, number
 
-__all__ = ["across_repeats", "figures", "headline", "levels", "merge_repeats", "within_run"]
+__all__ = ["across_repeats", "figures", "finish", "fusion_summary", "headline", "levels", "merge_repeats",
+           "summarize", "within_run"]
 
 _HEADLINE_KEYS = ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
                   "saving_step_ms", "all_correct", "world_size", "hidden_size")
@@ -50,6 +51,41 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
 
 def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     from gpuops.bench.repeats import median_rows
-    from gpuops.bench.results import fusion_summary
 
     return fusion_summary(median_rows(merged.get("fusion") or [], fusion=True))
+
+
+def summarize(run: Any, options: Any) -> RunParts:
+    summary = fusion_summary(list(run.fusion))
+    return RunParts(summary, errors=list(summary["reasons"]))
+
+
+def finish(run: Any, summary: dict[str, Any], rows: Sequence[Mapping[str, Any]], errors: Sequence[str]) -> list[str]:
+    return ["no fusion measurement came back"] if not run.fusion and not errors else []
+
+
+def fusion_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fused vs unfused per token count and mode; the headline is the decode case (fewest tokens,
+    CUDA graph, as SGLang replays decode) and its cost over one forward pass."""
+    measured = [r for r in rows if r.get("fused_us") is not None]
+    reasons = sorted({r["error"] for r in rows if not r.get("ok") and r.get("error")})
+    first = rows[0] if rows else {}
+    summary: dict[str, Any] = {
+        "world_size": first.get("world_size"), "hidden_size": first.get("hidden_size"),
+        "allreduces_per_step": first.get("allreduces_per_step"), "gpu": first.get("gpu"),
+        "flashinfer_version": first.get("flashinfer_version"), "tolerance": first.get("tolerance"),
+        "all_correct": bool(measured) and all(r.get("correct") for r in measured),
+        "reasons": reasons,
+        "table": [{k: r.get(k) for k in ("tokens", "cuda_graph", "fused_us", "unfused_nccl_us", "unfused_ipc_us",
+                                          "nccl_allreduce_us", "saving_us", "speedup", "saving_step_ms",
+                                          "fused_step_ms", "unfused_nccl_step_ms", "rel_err_worst_rank", "correct")}
+                  for r in measured],
+    }
+    graphed = [r for r in measured if r.get("cuda_graph")] or measured
+    if graphed:
+        head = min(graphed, key=lambda r: r["tokens"])
+        summary.update({"headline_tokens": head["tokens"], "headline_cuda_graph": head.get("cuda_graph"),
+                        "fused_us": head["fused_us"], "unfused_us": head.get("unfused_nccl_us"),
+                        "fused_step_ms": head.get("fused_step_ms"), "unfused_step_ms": head.get("unfused_nccl_step_ms"),
+                        "saving_step_ms": head.get("saving_step_ms")})
+    return summary
