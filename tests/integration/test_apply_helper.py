@@ -285,7 +285,7 @@ exec "$@"
 
 
 def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path) -> None:
-    from gpuops.apply.runner import become_wrap
+    from gpuops.transport.become import become_wrap
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

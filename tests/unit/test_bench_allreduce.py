@@ -129,7 +129,7 @@ def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(t
     import io
 
     from gpuops.bench.frames import parse_frames
-    from gpuops.bench.results import allreduce_summary
+    from gpuops.bench.suite_allreduce import allreduce_summary
     from gpuops.remote.bench_client import run
     from gpuops.remote.bench_frames import Emitter
 

@@ -69,7 +69,7 @@ def test_become() -> None:
 def test_become_user_is_quoted_into_sudo_and_the_password_stays_on_stdin() -> None:
     import shlex
 
-    from gpuops.apply.remote_exec import become_wrap
+    from gpuops.transport.become import become_wrap
 
     command, stdin = become_wrap("id -un", "pw; rm -rf /", user="svc; touch /tmp/x")
     assert command.startswith("sudo -S -p '' -u 'svc; touch /tmp/x' -- /bin/sh -c ")

@@ -51,6 +51,11 @@ def test_short_flags_exist() -> None:
     for flag in ("-f, --forks", "-C, --check", "-D, --diff", "-b, --become", "-K, --ask-become-pass", "-u, --user",
                  "--private-key", "--list-hosts", "-J, --ask-vault-pass", "--vault-id", "--serial", "--max-fail-percentage"):
         assert flag in out, flag
+    # become is one option of every command that reaches hosts (the connection does the rest)
+    for command in (["inspect", "host"], ["inspect", "gates"], ["bench", "decode"], ["bench"], ["tune"],
+                    ["apply"], ["rollback"], ["history"]):
+        out = CliRunner().invoke(cli, [*command, "--help"]).output
+        assert "-b, --become" in out and "-K, --ask-become-pass" in out, command
 
 
 def test_user_and_key_flags_rank_below_the_inventory(tmp_path: Path) -> None:

@@ -18,8 +18,6 @@ class ApplyOptions:
     connect: "ConnectOptions"
     check: bool = False
     diff: bool = False
-    become: bool = False
-    become_password: str | None = None
     forks: int = 16
     timeout: float | None = None       # seconds per host, for everything on it (--timeout)
     force: bool = False                # rollback: overwrite files changed since the run (kept aside)

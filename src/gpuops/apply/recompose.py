@@ -125,10 +125,10 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     files: (its report, the target's run id); None when the plain rollback applies. Raises
     GpuopsError for an impossible undo."""
     from gpuops.apply.probes import files_probe, journal_probe
-    from gpuops.apply.remote_exec import gather_as, run_helper
+    from gpuops.apply.remote_exec import run_helper
     from gpuops.apply.undo import inventory_state_dir
     from gpuops.facts.python_select import preamble_for_vars
-    from gpuops.gather import ProbeFailure
+    from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.planner import discover
 
     variables = dict(host.vars or {})
@@ -136,15 +136,15 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     extra = {} if state_dir == inventory_state_dir(host) else {"gpuops_state_dir": state_dir}
     discovery = discover(ROLE, host.name, variables, extra)
     preamble = preamble_for_vars({**variables, **extra})
-    journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
+    journal = gather(conn, [journal_probe(state_dir)], preamble=preamble)["apply.journal"]
     if isinstance(journal, ProbeFailure):
         return None   # the helper reads (and repairs) the journal itself
     recovered: list[str] = []
     if _has_unfinished(journal):
         # A run died mid-way: the host rolls it back first (as history does), then we plan on
         # the files as they really are.
-        recovered = _recover(conn, variables, extra, state_dir, options, deadline)
-        journal = gather_as(conn, [journal_probe(state_dir)], preamble, options)["apply.journal"]
+        recovered = _recover(conn, variables, extra, state_dir, deadline)
+        journal = gather(conn, [journal_probe(state_dir)], preamble=preamble)["apply.journal"]
         if isinstance(journal, ProbeFailure) or _has_unfinished(journal):
             return None
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
@@ -153,12 +153,12 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     tid = recomposition.target["run_id"]
     backups = [b for b in [backup_path(state_dir, recomposition.target, recomposition.desired_path)] if b]
     paths = sorted(set(discovery.paths) | set(recomposition.launch) | set(backups))
-    gathered = gather_as(conn, [files_probe(paths)], preamble, options)["apply.files"]
+    gathered = gather(conn, [files_probe(paths)], preamble=preamble)["apply.files"]
     if isinstance(gathered, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot read the launch files: {gathered.reason}")
     plan = _plan(host, variables, extra, gathered["files"], state_dir, recomposition, run_id)
     payload = _payload(plan, recomposition, run_id, options, variables, extra)
-    result = run_helper(conn, {**variables, **extra}, payload, options, deadline=deadline)
+    result = run_helper(conn, {**variables, **extra}, payload, deadline=deadline)
     return _report(host, run_id, result, recovered, plan, recomposition), tid
 
 
@@ -203,7 +203,7 @@ def _has_unfinished(journal: list[dict[str, Any]]) -> bool:
 
 
 def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any], state_dir: str,
-             options: "ApplyOptions", deadline: float | None) -> list[str]:
+             deadline: float | None) -> list[str]:
     """The helper's journal mode: it rolls back every run whose worker died; what it did."""
     from gpuops.apply.options import current_user, new_run_id
     from gpuops.apply.remote_exec import run_helper
@@ -211,7 +211,7 @@ def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any
 
     payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": state_dir,
                "meta": {"role": "rollback", "user": current_user()}, "process_manager": source("process_manager")}
-    result = run_helper(conn, {**variables, **extra}, payload, options, deadline=deadline)
+    result = run_helper(conn, {**variables, **extra}, payload, deadline=deadline)
     if result.get("status") != "journal":
         raise GpuopsError(f"{conn.host.name}: cannot finish the run that died on this host first: "
                           f"{result.get('error') or result.get('status')}")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
-    from gpuops.transport import ConnectOptions, Connection
+    from gpuops.transport import Connection
 
 PROBE_NAME = "apply.journal"
 
@@ -32,16 +32,16 @@ def has_unfinished(records: Any) -> bool:
     return any(str(r.get("outcome", "")).startswith("unfinished") for r in fold_runs(records))
 
 
-def recover_host(conn: "Connection", host: "Host", connect: "ConnectOptions") -> list[str]:
+def recover_host(conn: "Connection", host: "Host") -> list[str]:
     """Roll back the host's dead runs (the helper's journal mode does it first); what it said."""
-    from gpuops.apply.options import ApplyOptions, current_user, new_run_id
+    from gpuops.apply.options import current_user, new_run_id
     from gpuops.apply.remote_exec import run_helper
     from gpuops.apply.undo import inventory_state_dir
     from gpuops.remote import source
 
     payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
                "meta": {"role": "inspect", "user": current_user()}, "process_manager": source("process_manager")}
-    result = run_helper(conn, dict(host.vars or {}), payload, ApplyOptions(connect=connect))
+    result = run_helper(conn, dict(host.vars or {}), payload)
     notes = [f"recovered first: {line}" for line in result.get("recovered") or []]
     if result.get("status") != "journal":
         notes.append(f"an unfinished gpuops run could not be rolled back: {result.get('error') or result.get('status')}")

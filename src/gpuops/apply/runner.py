@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from gpuops.apply import container_audit
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions, new_run_id
-from gpuops.apply.remote_exec import become_wrap, gather_as, run_helper
+from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpuops.plan.planner import Discovery
     from gpuops.transport import Connection
 
-__all__ = ["ApplyOptions", "HostReport", "apply_role", "apply_host", "become_wrap", "rollback_hosts", "history_hosts"]
+__all__ = ["ApplyOptions", "HostReport", "apply_role", "apply_host", "rollback_hosts", "history_hosts"]
 
 
 def _merged(host: "Host", extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,11 +46,11 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
                 for host in hosts}
 
 
-def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discovery: "Discovery",
-            options: ApplyOptions) -> tuple[Any, dict[str, Any]]:
+def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
+            discovery: "Discovery") -> tuple[Any, dict[str, Any]]:
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.facts.python_select import preamble_for_vars
-    from gpuops.gather import ProbeFailure
+    from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.model import PlanFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
@@ -60,7 +60,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any], discover
         probes.append(gate_scan_probe(with_sources=True, host=host))  # with sources: the patch planner's input; kept per host
         probes.extend(_gpu_probes(host))  # applicability (GPU generation, P2P) is planned from these
     probes = container_audit.gather_probes(discovery, probes)  # docker: the SGLang in the container
-    values = gather_as(conn, probes, preamble_for_vars(_merged(host, extra)), options)
+    values = gather(conn, probes, preamble=preamble_for_vars(_merged(host, extra)))
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot read the files the role manages: {files.reason}")
@@ -125,7 +125,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     deadline = options.deadline()
     conn = connect(host, options.connect)
     try:
-        facts, extra_facts = _gather(conn, host, extra, discovery, options)
+        facts, extra_facts = _gather(conn, host, extra, discovery)
         with timings.span("plan", host.name):
             from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
 
@@ -170,7 +170,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return _judge(output, plan, gpu.get("cuda"))
 
         on_verified = _smoke_check(conn, plan, variables, report)
-        result = run_helper(conn, variables, payload, options, with_preamble=audit_sh is not None,
+        result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
                             deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
                             on_verified=on_verified)
         _fold_result(report, result, secret_values(variables))

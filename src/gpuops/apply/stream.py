@@ -144,9 +144,17 @@ class LocalStream(Stream):
 
 
 def open_stream(conn: "Connection", command: str) -> Stream:
+    from gpuops.transport.become import BecomeConnection
     from gpuops.transport.local import LocalConnection
 
     conn = getattr(conn, "wrapped", conn)  # -v/--timings wrap the connection; the stream needs the real one
+    if isinstance(conn, BecomeConnection):
+        # sudo around the transaction's command as around any other; its stdin starts after the
+        # become prefix (password line, marker), sent before anything the caller sends.
+        command, prefix = conn.wrap(command)
+        stream = open_stream(conn.inner, command)
+        stream.send(prefix)
+        return stream
     # A transport that streams its own way (the openssh connection) says how.
     opener = getattr(type(conn), "open_stream", None)
     if opener is not None:

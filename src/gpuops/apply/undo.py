@@ -86,7 +86,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
                 recomposed = (HostReport(host=host.name, ok=False, status="refused", run_id=run_id, error=str(exc)),
                               target)
             if recomposed is None:
-                result = run_helper(conn, variables, payload, options, deadline=deadline)
+                result = run_helper(conn, variables, payload, deadline=deadline)
         finally:
             conn.close()
         if recomposed is not None:
@@ -143,7 +143,7 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
                 payload = {"mode": "journal", "run_id": call_id, "state_dir": state_dir,
                            "meta": {"role": "history", "user": current_user()},
                            "process_manager": source("process_manager")}
-                result = run_helper(conn, variables, payload, options, deadline=deadline)
+                result = run_helper(conn, variables, payload, deadline=deadline)
                 if result.get("status") != "journal":
                     raise GpuopsError(f"{host.name}: cannot read the journal in {state_dir}: "
                                       f"{result.get('error') or result.get('status')}")

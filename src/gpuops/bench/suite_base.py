@@ -5,13 +5,19 @@ suite without anything of its own (or a stored result of a suite no longer regis
 A suite's reader is the module ``bench/suite_<name>.py`` (``suites.reader(name)``), defining
 ``headline(summary, result)``, ``figures(summary, result)``, ``levels(result)`` (export rows),
 ``within_run(result)`` and ``across_repeats(summaries)`` (the distributions intervals are drawn
-from) and ``merge_repeats(merged, results)`` (the summary of ``--repeat N``); this module holds the
-defaults (import those a suite does not change). Pure.
+from), ``merge_repeats(merged, results)`` (the summary of ``--repeat N``), and, for a new run,
+``summarize(run, options)`` and ``finish(run, summary, rows, errors)``, and for the HTML report
+``PLOTS`` and ``report_tables(results)``; this module holds the defaults (import those a suite does not change). Pure.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from gpuops.bench.frames import RemoteRun
+    from gpuops.bench.options import BenchOptions
 
 # (figure name, unit, which way is better) -> value; the names are the ones ``results compare``
 # shows and under which ``repeats`` stores each figure's interval.
@@ -49,6 +55,47 @@ def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
     return {}
 
 
+@dataclass
+class RunParts:
+    """What a suite makes of one run's output (``bench/results.build_result`` adds the rest)."""
+
+    summary: dict[str, Any]
+    levels: list[dict[str, Any]] = field(default_factory=list)     # serving: one per level
+    rows: list[dict[str, Any]] = field(default_factory=list)       # allreduce: one per variant and size
+    samples: list[dict[str, Any]] | None = None                    # None: the run's own request samples
+    errors: list[str] = field(default_factory=list)
+
+
+def summarize(run: "RemoteRun", options: "BenchOptions") -> RunParts:
+    """The summary of one run of the suite (nothing for a suite without its own)."""
+    return RunParts({})
+
+
+def finish(run: "RemoteRun", summary: dict[str, Any], rows: Sequence[Mapping[str, Any]],
+           errors: Sequence[str]) -> list[str]:
+    """Errors to add once the run is summarised (a run that measured nothing says so)."""
+    return []
+
+
+def accept_length(run: "RemoteRun") -> float | None:
+    """The server's speculative-decoding accept length, from after the run or else before it."""
+    for source in (run.server_after or {}, (run.server or {}).get("server_info") or {}):
+        for state in source.get("internal_states") or []:
+            if isinstance(state, dict) and isinstance(state.get("avg_spec_accept_length"), (int, float)):
+                return float(state["avg_spec_accept_length"])
+    return None
+
+
+def finish_requests(run: "RemoteRun", summary: dict[str, Any], rows: Sequence[Mapping[str, Any]],
+                    errors: Sequence[str]) -> list[str]:
+    """For suites that send requests: the accept length where the summary lacks it, and an error
+    when no request completed."""
+    spec = accept_length(run)
+    if spec is not None and summary.get("accept_length") is None:
+        summary["accept_length"] = spec
+    return ["no request completed"] if not summary.get("completed") and not errors else []
+
+
 # A figure's values: (what they are over: "requests" | "tokens" | "trials" | "repeats", values).
 Distributions = dict[str, tuple[str, list[float]]]
 
@@ -67,6 +114,15 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     """The summary of ``--repeat N`` results merged into ``merged`` (its raw rows pooled, each
     tagged with its ``repeat``): by default the last repeat's."""
     return dict(merged.get("summary") or {})
+
+
+# The report's plots: (name, title, maker); a maker gets the suite's own results, returns PNG bytes or None.
+PLOTS: tuple[tuple[str, str, Any], ...] = ()
+
+
+def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """The report's tables of the suite's own results: (heading, title, headers, rows); none by default."""
+    return []
 
 
 def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from gpuops.commands.options import BECOME_PASS_ENV, forks_option, host_key_options, inventory_options, rollout_options
+from gpuops.commands.options import forks_option, host_key_options, inventory_options, rollout_options
 
 EXIT_HOST_FAILED = 1
 
@@ -20,7 +19,6 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: roles/README.md)."),
         forks_option(),
-        click.option("-b", "--become", is_flag=True, help="Run the host-side steps with sudo (password: -K, ansible_become_password or $GPUOPS_BECOME_PASS)."),
         host_key_options,
         click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
                      help="Seconds allowed per host, for everything done there (default: no limit). A host over "
@@ -33,19 +31,17 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _options(forks: int, become: bool, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
-             check: bool = False, diff: bool = False, become_wanted: bool = False, rollout: Any = None,
+def _options(forks: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
+             check: bool = False, diff: bool = False, rollout: Any = None,
              timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False) -> Any:
     from gpuops.apply.runner import ApplyOptions
     from gpuops.transport import ConnectOptions
 
-    # As with Ansible's -b, no prompt here: -K asks (it becomes every host's ansible_become_password).
-    password = os.environ.get(BECOME_PASS_ENV) if become else None
     return ApplyOptions(
         connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
                                connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout,
                                command_timeout=timeout),
-        check=check, diff=diff, become=become, become_password=password, forks=forks, rollout=rollout,
+        check=check, diff=diff, forks=forks, rollout=rollout,
         timeout=timeout, force=force,
     )
 
@@ -76,7 +72,7 @@ def _hosts(inventory: Any, limit: str | None) -> list[Any]:
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS", help="key=value, YAML/JSON, or @file (repeatable; wins over everything).")
 @click.option("-C", "--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
 @click.option("-D", "--diff", is_flag=True, help="Show a unified diff of every file change.")
-def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
           check: bool, diff: bool, timeout: float | None, connect_timeout: float) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
@@ -90,7 +86,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     hosts = _hosts(inventory, limit)
     rollout = rollout_for(hosts, rollout)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
+    options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout)
     run_id, reports = apply_role(hosts, role, extra, options)
     from gpuops import timings
@@ -110,7 +106,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 @rollout_options
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
 @click.option("--force", is_flag=True, help="Undo even files changed since the run wrote them (the later version is kept beside the backup).")
-def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
              accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None,
              force: bool, timeout: float | None, connect_timeout: float) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
@@ -121,7 +117,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
     from gpuops.transport.rollout import rollout_for
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
+    options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                        timeout=timeout, connect_timeout=connect_timeout, force=force)
     reports = rollback_hosts(hosts, run_id, options)
     if as_json:
@@ -134,7 +130,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int, becom
 
 @click.command("history")
 @_common
-def history(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+def history(inventory: Any, limit: str | None, as_json: bool, forks: int,
             accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None,
             connect_timeout: float) -> None:
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
@@ -142,7 +138,7 @@ def history(inventory: Any, limit: str | None, as_json: bool, forks: int, become
     from gpuops.apply.runner import history_hosts
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, become, accept_new_host_keys, known_hosts, timeout=timeout,
+    options = _options(forks, accept_new_host_keys, known_hosts, timeout=timeout,
                        connect_timeout=connect_timeout)
     outcomes = history_hosts(hosts, options)
     runs = {name: (o.value if o.ok else (o.error or "failed")) for name, o in outcomes.items()}

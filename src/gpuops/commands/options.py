@@ -5,11 +5,14 @@
 
     -i/--inventory (repeatable, merged in order)   -l/--limit   --list-hosts
     --vault-password-file   --vault-id   -J/--ask-vault-pass
-    -u/--user   --private-key   -K/--ask-become-pass   -v/-vv/-vvv
+    -u/--user   --private-key   -b/--become   -K/--ask-become-pass   -v/-vv/-vvv
 
-``-u``, ``--private-key`` and ``-K`` become the defaults of ``ansible_user``,
-``ansible_ssh_private_key_file`` and ``ansible_become_password``: the inventory's own values win,
-as in Ansible. ``--list-hosts`` prints the hosts the command would work on and exits.
+``-u``, ``--private-key``, ``-b`` and ``-K`` become the defaults of ``ansible_user``,
+``ansible_ssh_private_key_file``, ``ansible_become`` and ``ansible_become_password`` (with ``-b``
+or ``-K``, ``$GPUOPS_BECOME_PASS`` is that password when set): the inventory's own values win, as
+in Ansible. So every command that reaches hosts becomes the same way: the connection runs each of
+its commands through sudo (``gpuops.transport.become``). ``--list-hosts`` prints the hosts the
+command would work on and exits.
 
 Other modules add their own options next to these; keep additions here additive.
 """
@@ -29,7 +32,7 @@ INVENTORY_HELP = ("Inventory: file, directory, executable script, `ansible-inven
 BECOME_PASS_ENV = "GPUOPS_BECOME_PASS"
 
 _INVENTORY_PARAMS = ("vault_password_files", "vault_ids", "ask_vault_pass", "list_hosts", "remote_user",
-                     "private_key", "ask_become_pass", "verbose", "connection", "timings")
+                     "private_key", "become", "ask_become_pass", "verbose", "connection", "timings")
 
 
 def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str = "Only hosts matching an Ansible-like pattern (name, group, glob, a:b, a:&b, a:!b, ~regex).") -> Any:
@@ -65,6 +68,9 @@ def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str =
             click.option("-u", "--user", "remote_user", metavar="USER", help="SSH user for hosts without ansible_user."),
             click.option("--private-key", "private_key", metavar="FILE", type=click.Path(dir_okay=False),
                          help="SSH private key for hosts without ansible_ssh_private_key_file."),
+            click.option("-b", "--become", "become", is_flag=True,
+                         help="Run every command on the hosts through sudo (hosts without ansible_become; "
+                              f"password: -K, ansible_become_password or ${BECOME_PASS_ENV})."),
             click.option("-K", "--ask-become-pass", "ask_become_pass", is_flag=True,
                          help=f"Ask for the sudo password (else ansible_become_password, ${BECOME_PASS_ENV})."),
             click.option("--connection", "connection", type=click.Choice(["paramiko", "openssh"]),
@@ -122,6 +128,10 @@ def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any
 
             raise GpuopsError(f"-K/--ask-become-pass needs a terminal to ask on (or set ${BECOME_PASS_ENV})")
         defaults["ansible_become_password"] = VaultText(password if password is not None else prompt("BECOME password: "))
+    elif flags.get("become") and os.environ.get(BECOME_PASS_ENV) is not None:
+        defaults["ansible_become_password"] = VaultText(os.environ[BECOME_PASS_ENV])  # as -b always took it
+    if flags.get("become"):
+        defaults["ansible_become"] = True
     return InventorySpec(tuple(sources), vault, tuple(vault_args), defaults)
 
 

@@ -28,7 +28,7 @@ EXIT_HOST_FAILED = 1
 @click.option("--num-requests", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Measured decode requests per trial, one at a time.")
 @click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True)
-def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: bool,
+def tune(inventory: Any, limit: str | None, as_json: bool, forks: int,
          accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, sweeps: tuple[str, ...], keep: str,
          timeout: float | None, connect_timeout: float,
          results_dir: str, api: str, input_len: int, output_len: int, num_requests: int, warmup: int) -> None:
@@ -53,7 +53,7 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int, become: b
                                  num_requests=num_requests, warmup=warmup)
     from gpuops.transport.rollout import rollout_for
 
-    apply_options = _options(forks, become, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
+    apply_options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                              timeout=timeout, connect_timeout=connect_timeout)
     if not as_json:
         for variant in variants:

@@ -102,7 +102,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     try:
         values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
         if has_unfinished(values.get(journal.name)):
-            recovered = recover_host(conn, host, options)
+            recovered = recover_host(conn, host)
             values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
     finally:
         conn.close()

@@ -64,7 +64,7 @@ def _load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Invento
         spec = InventorySpec(sources=(spec,) if isinstance(spec, str) else tuple(spec or ()))
     sources = spec.sources or ((os.environ[INVENTORY_ENV],) if os.environ.get(INVENTORY_ENV) else ())
     if not sources:
-        return local_inventory()
+        return local_inventory(spec.defaults)
     label = ", ".join(sources)
     if len(sources) == 1 and not os.path.exists(sources[0]) and "," in sources[0]:
         return _host_list_inventory(sources[0], spec.defaults)
@@ -112,8 +112,10 @@ def _load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Invento
     )
 
 
-def local_inventory() -> Inventory:
-    """The default inventory: this machine, reached without ssh."""
+def local_inventory(defaults: Mapping[str, Any] | None = None) -> Inventory:
+    """The default inventory: this machine, reached without ssh. Of the command line's defaults only
+    become (``-b``, ``-K``) means anything here: ``gpuops inspect host -b`` runs its probes with sudo."""
+    become = {k: v for k, v in (defaults or {}).items() if k.startswith("ansible_become")}
     host = Host(
         name="localhost",
         address=None,
@@ -122,7 +124,7 @@ def local_inventory() -> Inventory:
         key_file=None,
         connection="local",
         groups=(ALL, "ungrouped"),
-        vars=MappingProxyType({"ansible_connection": "local"}),
+        vars=MappingProxyType({"ansible_connection": "local", **become}),
     )
     groups = {
         ALL: Group(ALL, 0, (), ("ungrouped",), ("localhost",), MappingProxyType({})),

@@ -126,7 +126,7 @@ def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None
         return
     args = {key: state.templar.render_value(value, scope, f"{task.where} ({key})") for key, value in task.args.items()}
     check_rendered(SPECS[task.module], args, f"{state.host}: {task.where}")  # a {{ template }} has its type now
-    result = PLANNERS[task.module](task, args, state, scope)
+    result = PLANNERS[task.module](task, SPECS[task.module].with_defaults(args), state, scope)
     if task.register:
         state.registered[task.register] = result
 
@@ -151,7 +151,8 @@ def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
         if name not in defined:
             task = next(c.task for c in state.changes if name in c.notify)
             raise RoleError(f"{task}: notifies {name!r} but no role in this run defines that handler")
-    reload_needed = any(c.path.endswith((".service", ".socket")) for c in state.changes)
+    # A unit file or one of its drop-ins (UNIT.d/*.conf): systemd reads both only on daemon-reload.
+    reload_needed = any(c.path.endswith((".service", ".socket")) or ".service.d/" in c.path for c in state.changes)
     service: ServiceSpec | None = None
     for name, (handler, scope) in defined.items():
         args = {k: state.templar.render_value(v, scope, f"{handler.where} ({k})") for k, v in handler.args.items()}

@@ -43,7 +43,7 @@ def pick_rollback_target(records, wanted):
             continue
         later_conflict(runs, run, undone)  # a later recomposition may have rewritten its files
         return run
-    raise StepFailed("nothing to roll back: no run in the journal changed this host")
+    raise StepFailed("nothing to roll back: no run still in effect on this host changed it (`gpuops history` lists them)")
 
 
 def later_conflict(runs, target, undone):

@@ -101,11 +101,12 @@ def _read_all(fd):
 class ImageBuilder:
     """Builds and checks one derived image (``spec``: the payload's ``image``)."""
 
-    def __init__(self, spec, check, work_dir):
+    def __init__(self, spec, check, work_dir, corrupt=False):
         self.spec = spec
         self.tag = spec["tag"]
         self.check = check
         self.work_dir = work_dir
+        self.corrupt = corrupt  # lab fault ``corrupt_patch``: the image's files do not compile
 
     def run(self, *argv, **kwargs):
         return docker(list(argv), self.check, self.work_dir, **kwargs)
@@ -174,6 +175,8 @@ class ImageBuilder:
                 "differs from its image, or the image changed); nothing was changed, run gpuops apply again"
                 % (path, self.spec["base"][:19], digest[:12], (entry.get("before_sha256") or "absent")[:12]))
         new = base64.b64decode(entry["after_b64"])
+        if self.corrupt:
+            new += b"\n)(  # gpuops lab fault: does not compile\n"
         info = tarfile.TarInfo(path.lstrip("/"))
         info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
         info.uname, info.gname = member.uname, member.gname
@@ -189,10 +192,6 @@ class ImageBuilder:
         if status != 0:
             raise ServiceFailed("the patched files do not compile with %s in image %s: %s"
                                 % (python, self.tag, (err or out.decode("utf-8", "replace")).strip()[-800:]))
-
-    def image_id(self):
-        status, out, _ = self.run("image", "inspect", "--format", "{{.Id}}", self.tag)
-        return out.decode().strip() if status == 0 else None
 
     def remove(self):
         """``docker rmi`` (never forced: an image a container still uses stays)."""
@@ -215,7 +214,8 @@ def build_for_run(run):
     if not spec:
         return None
     run.phase("image_build")
-    builder = ImageBuilder(spec, lambda: run.lease.check("while building image %s" % spec["tag"]), run.run_dir)
+    builder = ImageBuilder(spec, lambda: run.lease.check("while building image %s" % spec["tag"]), run.run_dir,
+                           corrupt=bool((getattr(run, "faults", None) or {}).get("corrupt_patch")))
     started = time.monotonic()
     if builder.build():
         run.built_image = spec["tag"]

@@ -14,6 +14,7 @@ from gpuops.transport.rollout import Rollout
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+    from gpuops.transport.connvars import Become
 
 T = TypeVar("T")
 
@@ -32,7 +33,9 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     """The connection for a host: local (no SSH) or SSH through Fabric.
 
     The host's ``ansible_*`` connection variables are checked first: one gpuops cannot honour
-    fails this host (TransportError) before anything is contacted.
+    fails this host (TransportError) before anything is contacted. A host with ``ansible_become``
+    (``-b`` makes it every host's default) gets a connection whose every command runs through sudo
+    (``transport/become.py``): one way to become, whatever the command.
     """
     from gpuops import timings
     from gpuops.transport import verbose
@@ -41,11 +44,20 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     if options.connector is not None:
         return options.connector(host)
     check_variables(host)
-    become_settings(host.vars or {}, host.name)
+    become = become_settings(host.vars or {}, host.name)
     if not (verbose.enabled() or timings.enabled()):
-        return _connect(host, options)
+        return _with_become(_connect(host, options), become)
     started = time.monotonic()
-    return verbose.LoggedConnection(_connect(host, options), time.monotonic() - started)  # type: ignore[return-value]
+    conn = _with_become(_connect(host, options), become)
+    return verbose.LoggedConnection(conn, time.monotonic() - started)  # type: ignore[return-value]
+
+
+def _with_become(conn: Connection, become: Become) -> Connection:
+    if not become.enabled:
+        return conn
+    from gpuops.transport.become import BecomeConnection
+
+    return BecomeConnection(conn, become.password, become.user)
 
 
 def _connect(host: Host, options: ConnectOptions) -> Connection:

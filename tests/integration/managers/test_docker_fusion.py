@@ -294,6 +294,20 @@ def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(f
     assert "GPUOPS_STANDIN_CRASH_IF" not in served(dh)["env"]
 
 
+def test_patched_files_that_do_not_compile_in_the_image_roll_back_before_the_restart(fusion_host, run_gpuops) -> None:
+    # Lab fault: the image's patched files get a syntax error. The compile check runs with the
+    # image's own python before any container uses it: the run rolls back, the server untouched.
+    dh = fusion_host
+    before = dh.inspect()
+    (dh.host.state_dir / "lab-fault.json").write_text(json.dumps({"corrupt_patch": True}))
+    proc = gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json")
+    report = report_of(proc, dh.host.name)
+    assert proc.returncode == 1 and report["status"] == "rolled_back", proc.stdout + proc.stderr
+    assert "do not compile with python3 in image gpuops/sglang:" in report["error"], report["error"]
+    assert dh.inspect()["Id"] == before["Id"] and host_files(dh) == ORIGINAL["files"] and images(dh) == []
+    assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
+
+
 def test_a_file_changed_inside_the_running_container_is_not_baked_over(fusion_host, run_gpuops) -> None:
     # Someone edited SGLang inside the running container (its writable layer): the plan read that
     # copy, the image holds another. Building on the image would silently drop the edit, building on

@@ -1,0 +1,59 @@
+"""Become: every command of a connection run through sudo, as Fabric's ``sudo`` wraps ``run``.
+
+A host is reached with become when its ``ansible_become`` is true (``-b/--become`` makes that the
+default of every host, as Ansible's ``-b`` does; a host's own value wins, as in Ansible). Then
+``connect()`` hands out a ``BecomeConnection``: the gather, the helpers, the apply transaction's
+channel, every command of inspect, bench, tune, apply, rollback and history goes through the same
+``become_wrap``, so there is one way to run as root and nothing to remember per command.
+
+The password (``ansible_become_password``, ``-K``, ``$GPUOPS_BECOME_PASS``) travels on stdin ahead of
+the command's own input, never in argv, and never where the shell could read it as code.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuops.transport.base import Connection, ExecResult
+
+BECOME_MARK = "gpuops-become-stdin-starts-here"
+
+
+def become_wrap(command: str, password: str | None, user: str | None = None) -> tuple[str, bytes]:
+    """sudo around ``command``, and the bytes that must go on stdin before the command's own.
+
+    sudo reads the password line only when it needs one (NOPASSWD rules skip it), so a marker line
+    follows it and the shell skips everything up to the marker: either way the command's stdin
+    starts exactly at its own input, and a password can never end up parsed as code.
+    """
+    skip = f'while IFS= read -r gpuops_l; do [ "$gpuops_l" = {BECOME_MARK} ] && break; done; {command}'
+    as_user = f"-u {shlex.quote(user)} " if user else ""
+    if password:
+        return f"sudo -S -p '' {as_user}-- /bin/sh -c {shlex.quote(skip)}", (password + "\n" + BECOME_MARK + "\n").encode()
+    return f"sudo -n {as_user}-- /bin/sh -c {shlex.quote(skip)}", (BECOME_MARK + "\n").encode()
+
+
+class BecomeConnection:
+    """A connection whose every command runs under sudo (the wrapped one stays ``inner``)."""
+
+    def __init__(self, inner: "Connection", password: str | None, user: str | None = None) -> None:
+        self.inner = inner
+        self.host = inner.host
+        self._password = password
+        self._user = user
+
+    def wrap(self, command: str) -> tuple[str, bytes]:
+        """The command as sudo runs it, and the stdin that must come first (see ``become_wrap``)."""
+        return become_wrap(command, self._password, self._user)
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> "ExecResult":
+        wrapped, prefix = self.wrap(command)
+        return self.inner.run(wrapped, stdin=prefix + stdin, timeout=timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __repr__(self) -> str:  # never the password
+        return f"BecomeConnection({self.inner!r}, user={self._user!r})"
