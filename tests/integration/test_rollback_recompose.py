@@ -13,6 +13,7 @@ A gpuops killed (SIGKILL) in the middle of such a rollback leaves the host as it
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,4 +231,31 @@ def test_a_killed_worker_after_the_recomposition_wrote_restores_every_byte(pair,
     assert tree_hashes(x.dir, skip_runs=True) == both and launched(x) == served
     for _ in range(2):
         gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x")
+    assert tree_hashes(x.dir, skip_runs=True) == pristine_x
+
+
+def test_a_hand_edit_of_a_patched_source_is_refused_unless_forced(pair, run_gpuops) -> None:
+    """The drift check of a plain rollback holds for the files a recomposition restores: a source
+    edited by hand since fusion patched it is refused (nothing changes); --force restores it and
+    keeps the edited version beside the backups."""
+    inv = str(pair.inventory_path)
+    x = pair.hosts[0]
+    pristine_x = tree_hashes(x.dir, skip_runs=True)
+    applied = gpuops_json(run_gpuops, "apply", "fusion-sm120", "-i", inv, "-l", "x", *FAST)["hosts"]["x"]
+    patched = Path(next(c["path"] for c in applied["changes"] if c["kind"] == "patch"))
+    gpuops_json(run_gpuops, "apply", "nccl-env", "-i", inv, "-l", "x", "-e", TREE, *FAST)
+    edited = patched.read_bytes() + b"# edited by hand\n"
+    patched.write_bytes(edited)
+    before = tree_hashes(x.dir, skip_runs=True)
+    proc = run_gpuops("rollback", "-i", inv, "-l", "x", "--run", applied["run_id"], "--json", timeout=300)
+    refused = json.loads(proc.stdout)["hosts"]["x"]
+    assert proc.returncode == 1 and refused["status"] == "refused", refused
+    assert f"{patched} changed since run {applied['run_id']} wrote it" in refused["error"] and "--force" in refused["error"]
+    assert tree_hashes(x.dir, skip_runs=True) == before
+    forced = gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x", "--run", applied["run_id"], "--force")["hosts"]["x"]
+    assert forced["status"] == "finished", forced
+    kept = next(n for n in forced["notes"] if n.startswith("--force: the later version of"))
+    assert Path(kept.split("kept as ")[1].rstrip(")")).read_bytes() == edited
+    assert b"# edited by hand" not in patched.read_bytes() and launched(x)[1].get("NCCL_ALGO") == "Tree"
+    gpuops_json(run_gpuops, "rollback", "-i", inv, "-l", "x")
     assert tree_hashes(x.dir, skip_runs=True) == pristine_x

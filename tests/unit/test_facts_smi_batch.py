@@ -133,3 +133,17 @@ def test_real_driver_version_file_of_the_h200() -> None:
     version_line = misc.splitlines()[0]  # the capture's /proc/driver/nvidia/version
     _, banner = parse_procfs(f"== /proc/driver/nvidia/version\n{version_line}\n", "x")
     assert banner.driver_version == "580.159.04"
+
+
+def test_a_call_that_left_no_status_reads_as_a_failure(tmp_path: Path) -> None:
+    # The call was killed before it wrote its status (empty file, or none): exit 1, never `exit ""`.
+    from gpuops.facts.smi_command import smi_script
+
+    (tmp_path / "gpu.topo.rc").write_text("")
+    env = dict(os.environ, gpuops_tmp=str(tmp_path))
+    done = subprocess.run(["/bin/sh", "-c", smi_script("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
+    assert (done.returncode, done.stderr) == (1, "")
+    (tmp_path / "gpu.topo.rc").unlink()
+    done = subprocess.run(["/bin/sh", "-c", smi_script("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == 1
+    assert parse_topo(ProbeOutput(done.stdout, done.stderr, done.returncode)).reason.startswith("nvidia-smi exited with status 1")

@@ -75,7 +75,8 @@ def smi_script(name: str) -> str:
     files = f'"$gpuops_tmp/{name}'
     return (
         f"cat {files}.out\" 2>/dev/null; cat {files}.err\" >&2 2>/dev/null; "
-        f"exit \"$(cat {files}.rc\" 2>/dev/null || echo 1)\""
+        # No status written (the call was killed before it finished): 1, never an empty `exit`.
+        f"gpuops_s=$(cat {files}.rc\" 2>/dev/null); exit \"${{gpuops_s:-1}}\""
     )
 
 

@@ -51,12 +51,16 @@ class RoleError(GpuopsError):
     """A role file that gpuops cannot use: names the file, the task and the problem (one line)."""
 
 
+NO_DEFAULT: Any = object()  # an optional argument without a default: absent means absent
+
+
 @dataclass(frozen=True)
 class Arg:
     name: str
     kind: str = "text"
     required: bool = False
-    doc: str = ""  # shown in roles/README.md after the name: "absolute", "default `0600`", ...
+    doc: str = ""  # shown in roles/README.md after the name: "absolute", "literal", ...
+    default: Any = NO_DEFAULT  # given to the planner when the task leaves the argument out
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -78,6 +82,11 @@ class ModuleSpec:
     @property
     def names(self) -> list[str]:
         return [a.name for a in self.args]
+
+    def with_defaults(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``args`` plus the declared default of every argument the task left out."""
+        defaults = {a.name: a.default for a in self.args if a.default is not NO_DEFAULT and a.name not in args}
+        return {**args, **defaults}
 
 
 def declares(spec: ModuleSpec) -> Callable[[F], F]:
@@ -148,8 +157,15 @@ def _short(value: Any) -> str:
 _KIND_LABELS = {"mapping": "mapping", "list": "list", "bool": "true/false", "number": "number"}
 
 
+def _default_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "default `true`" if value else "default `false`"
+    return f"default `{value}`"
+
+
 def _arg_cell(arg: Arg) -> str:
-    notes = [n for n in ("required" if arg.required else "", _KIND_LABELS.get(arg.kind, ""), arg.doc) if n]
+    default = _default_text(arg.default) if arg.default is not NO_DEFAULT else ""
+    notes = [n for n in ("required" if arg.required else "", _KIND_LABELS.get(arg.kind, ""), arg.doc, default) if n]
     return f"`{arg.name}`" + (f" ({', '.join(notes)})" if notes else "")
 
 

@@ -97,8 +97,8 @@ def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope
 @declares(ModuleSpec("env", (
     Arg("dest", required=True, doc="absolute"),
     Arg("entries", "mapping", required=True),
-    Arg("mode", "mode", doc="default `0600`"),
-    Arg("style", doc="`sh` \\| `docker`"),
+    Arg("mode", "mode", default="0600"),
+    Arg("style", doc="`sh` \\| `docker`", default="sh"),
     Arg("header"),
 ), plans=("an environment file, one sorted `KEY='value'` line each (a value holding `'` or `\\` is double-quoted "
           "with `\\ \" $ `` ` `` escaped, so sh and systemd's `EnvironmentFile=` read the same bytes); names checked; "
@@ -111,7 +111,7 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
     if not isinstance(allowed, (list, tuple)):
         raise GpuopsError(f"{where}: nccl_allow_unknown must be a list of variable names")
     check_nccl_env(entries, where, frozenset(str(a) for a in allowed))
-    style = args.get("style", "sh")
+    style = args["style"]
     if style not in ("sh", "docker"):
         raise GpuopsError(f"{task.where}: env style must be sh or docker, not {style!r}")
     launch = scope.get("sglang_launch_args") if "sglang_launch_args" in scope else []
@@ -122,7 +122,7 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
         return {"changed": False, "dest": dest}
     header = str(args.get("header") or "Managed by gpuops: edits here are replaced on the next apply.")
     content = render_env_file(entries, header, style)
-    mode = normalize_mode(args.get("mode", "0600"), task.where)
+    mode = normalize_mode(args["mode"], task.where)
     return {"changed": record_file(state, task, "env", dest, content, mode), "dest": dest}
 
 
@@ -131,7 +131,7 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
     Arg("line", required=True),
     Arg("regexp"),
     Arg("mode", "mode"),
-    Arg("create", "bool", doc="default false"),
+    Arg("create", "bool", default=False),
 ), plans="replaces the last line matching `regexp`, else appends `line`"))
 def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     path = _absolute(args["path"], task.where)
@@ -142,7 +142,7 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     if "\n" in line:
         raise GpuopsError(f"{task.where}: line must be one line")
     current = _current(state, path, task.where)
-    if not current.exists and not args.get("create", False):
+    if not current.exists and not args["create"]:
         raise GpuopsError(f"{state.host}: {task.where}: {path} does not exist (set create: true)")
     lines = (current.content or "").splitlines()
     pattern = args.get("regexp")
@@ -157,10 +157,10 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
 
 
 @declares(ModuleSpec("gate_patch", (
-    Arg("target_sm", doc="default `sm120`"),
-    Arg("python", doc="default `python3`"),
-    Arg("feature", doc="default `flashinfer_allreduce_fusion`"),
-    Arg("allow_without_p2p", "bool"),
+    Arg("target_sm", default="sm120"),
+    Arg("python", default="python3"),
+    Arg("feature", default="flashinfer_allreduce_fusion"),
+    Arg("allow_without_p2p", "bool", default=False),
     Arg("launch_args", "list"),
     Arg("launch_env", "mapping"),
 ), plans=(
@@ -179,9 +179,9 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
     part's ``plan_gate_patch``), where the host's facts say the patch applies."""
     from gpuops.gates.patch import patch_recipe
 
-    target_sm = str(args.get("target_sm", "sm120"))
-    python = str(args.get("python", "python3"))
-    feature = str(args.get("feature", "flashinfer_allreduce_fusion"))
+    target_sm = str(args["target_sm"])
+    python = str(args["python"])
+    feature = str(args["feature"])
     try:
         recipe = patch_recipe(feature)  # checked in discovery too: an unknown feature fails before any host is reached
     except GpuopsError as exc:
@@ -211,7 +211,7 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
                   "by itself (no gate to widen)".replace("  ", " "))
         state.note(f"nothing to do on this host: {reason}")
         return dict(nothing, reason=reason)
-    allow = args.get("allow_without_p2p", False)
+    allow = args["allow_without_p2p"]
     if not isinstance(allow, bool):
         allow = str(allow).strip().lower() in ("1", "true", "yes", "on")
     launch_args = args.get("launch_args") or []
@@ -323,7 +323,7 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
     Arg("image"),
     Arg("image_base"),
     Arg("launch_image"),
-    Arg("mode", "mode", doc="default `0600`"),
+    Arg("mode", "mode", default="0600"),
 ), plans=(
     "records this run's part of the launch (flags, environment, and for docker a derived image with the inventory "
     "image it replaces) in the host's desired-state file, keyed by the role; registers the composition of every "
@@ -346,8 +346,8 @@ INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="liter
     Arg("name", required=True),
     Arg("state_dir", required=True),
     Arg("port", "number", required=True),
-    Arg("health_timeout", "number", doc="default 600"),
-    Arg("grace", "number", doc="default 30"),
+    Arg("health_timeout", "number", default=600),
+    Arg("grace", "number", default=30),
     Arg("docker_run_script"),
     Arg("daemon_reload", "any", doc="accepted and not used: gpuops reloads systemd when the unit changed"),
 ), handler_only=True, plans=(
@@ -359,13 +359,14 @@ INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="liter
 def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec:
     """A ``service`` handler's rendered arguments -> the restart the apply runs when notified."""
     check_rendered(service_handler.spec, args, f"{state.host}: {task.where}")  # type: ignore[attr-defined]
+    args = service_handler.spec.with_defaults(args)  # type: ignore[attr-defined]
     manager = str(args["manager"])
     if manager not in ("process", "systemd", "docker"):
         raise GpuopsError(f"{state.host}: {task.where}: sglang_manager must be process, systemd or docker, not {manager!r}")
     try:
         port = int(args["port"])
-        timeout = float(args.get("health_timeout", 600))
-        grace = float(args.get("grace", 30))
+        timeout = float(args["health_timeout"])
+        grace = float(args["grace"])
     except (TypeError, ValueError) as exc:
         raise GpuopsError(f"{state.host}: {task.where}: port, health_timeout and grace must be numbers ({exc})") from None
     return ServiceSpec(

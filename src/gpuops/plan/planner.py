@@ -126,7 +126,7 @@ def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None
         return
     args = {key: state.templar.render_value(value, scope, f"{task.where} ({key})") for key, value in task.args.items()}
     check_rendered(SPECS[task.module], args, f"{state.host}: {task.where}")  # a {{ template }} has its type now
-    result = PLANNERS[task.module](task, args, state, scope)
+    result = PLANNERS[task.module](task, SPECS[task.module].with_defaults(args), state, scope)
     if task.register:
         state.registered[task.register] = result
 
