@@ -64,7 +64,7 @@ def test_each_suite_has_its_reader_of_stored_results(name):
     module = reader(name)
     assert module.__name__ == f"gpuops.bench.suite_{name}"
     for function in ("headline", "figures", "levels", "within_run", "across_repeats", "merge_repeats", "summarize",
-                     "finish"):
+                     "finish", "report_tables"):
         assert callable(getattr(module, function)), (name, function)
     empty = {"suite": name, "summary": {}}
     assert isinstance(module.headline({}, empty), dict)
@@ -72,6 +72,14 @@ def test_each_suite_has_its_reader_of_stored_results(name):
     assert isinstance(module.levels(empty), list)
     assert isinstance(module.within_run(empty), dict) and isinstance(module.across_repeats([{}]), dict)
     assert isinstance(module.merge_repeats(dict(empty), [empty]), dict)
+    assert module.report_tables([]) == [] and all(callable(maker) for _, _, maker in module.PLOTS)
+
+
+def test_plot_names_are_unique_across_suites():
+    from gpuops.bench.suites import reader
+
+    names = [name for suite in SUITES for name, _, _ in reader(suite).PLOTS]
+    assert len(names) == len(set(names)) and names
 
 
 def test_a_stored_result_of_an_unknown_suite_reads_with_the_defaults():
@@ -92,8 +100,9 @@ def test_the_readers_of_stored_results_do_not_branch_on_suite_names():
     import inspect
     import re
 
-    from gpuops.bench import compare, export, repeats, results
+    from gpuops.bench import compare, export, repeats, report, results
 
     for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(repeats),
+                   inspect.getsource(report),
                    inspect.getsource(results)):
         assert not re.search(r"""suite["')]*\s*(==|!=|in)\s*[("']""", source), source[:80]

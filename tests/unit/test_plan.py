@@ -152,11 +152,27 @@ def test_systemd_unit_and_daemon_reload() -> None:
     inventory = dict(BASE_VARS, sglang_manager="systemd", sglang_service="sglang-kimi")
     plan = plan_role("sglang-service", empty_facts("sglang-service", inventory), inventory, {})
     paths = {c.path for c in plan.changes}
-    assert paths == {"/etc/systemd/system/sglang-kimi.service", f"{STATE}/sglang.env"}
+    drop_in = "/etc/systemd/system/sglang-kimi.service.d/gpuops-env.conf"
+    assert paths == {"/etc/systemd/system/sglang-kimi.service", drop_in, f"{STATE}/sglang.env"}
     unit = next(c.after for c in plan.changes if c.path.endswith(".service"))
-    assert f"EnvironmentFile={STATE}/sglang.env" in unit
+    # The environment is the drop-in's: the unit names no EnvironmentFile= of its own.
+    assert "EnvironmentFile=" not in unit.replace("(EnvironmentFile=)", "")
+    assert next(c.after for c in plan.changes if c.path == drop_in).splitlines()[-2:] == [
+        "[Service]", f"EnvironmentFile={STATE}/sglang.env"]
     assert 'ExecStart="/opt/venv/bin/python" -m sglang.launch_server "--model-path"' in unit
     assert plan.handlers[0].service.name == "sglang-kimi.service" and plan.handlers[0].daemon_reload
+
+
+def test_a_changed_drop_in_alone_reloads_systemd() -> None:
+    inventory = dict(BASE_VARS, sglang_manager="systemd")
+    first = plan_role("sglang-service", empty_facts("sglang-service", inventory), inventory, {})
+    # A host with this unit and env file but the drop-in missing (a unit from before the drop-in).
+    drop_in = "/etc/systemd/system/sglang.service.d/gpuops-env.conf"
+    after = facts_after(first, empty_facts("sglang-service", inventory))
+    facts = PlanFacts(host=after.host, files={**after.files, drop_in: FileState(path=drop_in, exists=False)})
+    plan = plan_role("sglang-service", facts, inventory, {})
+    assert [c.path for c in plan.changes] == [drop_in]
+    assert plan.handlers and plan.handlers[0].daemon_reload
 
 
 def test_systemd_quoting_of_hostile_args() -> None:

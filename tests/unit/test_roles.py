@@ -40,7 +40,7 @@ def test_service_role_defines_the_restart_handler() -> None:
 
 @pytest.mark.parametrize("manager, expected", [
     ("process", {"desired.json", "sglang.env", "sglang-launch.sh"}),
-    ("systemd", {"desired.json", "sglang.env", "sglang.service"}),
+    ("systemd", {"desired.json", "sglang.env", "sglang.service", "gpuops-env.conf"}),
     ("docker", {"desired.json", "sglang.docker.env", "sglang-docker-run.sh"}),
 ])
 def test_each_manager_touches_its_own_files(manager: str, expected: set[str]) -> None:

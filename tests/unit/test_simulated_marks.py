@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuops.bench import simulated
-from gpuops.bench.report import _token_rate_plot, write_report
+from gpuops.bench.report import write_report
+from gpuops.bench.suite_decode import plot_token_rate as _token_rate_plot
 from gpuops.bench.store import ResultsStore
 from gpuops.cli import cli
 from test_results_store import allreduce_run, decode_run, make  # the shared result builders

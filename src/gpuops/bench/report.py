@@ -10,8 +10,12 @@ trials). Tables: results, the comparison with its verdicts (within noise unless 
 all-reduce per variant (latency, bus bandwidth, per-step cost, best) and fused vs unfused.
 
 Every plot drawn from a stand-in's (simulated) results carries the "SIMULATED — stand-in model
-<name>" stamp on the image itself: ``_png`` takes the results a plot shows and stamps through
+<name>" stamp on the image itself: ``figure_png`` takes the results a plot shows and stamps through
 ``gpuops.bench.simulated.stamp_figure``; table cells of simulated figures carry ``(sim)``.
+
+Which plots and tables a suite has is its own (``PLOTS`` and ``report_tables`` in its client module
+``bench/suite_<name>.py``, found through the registry); this module lays them out and holds the
+helpers they share (``result_label``, ``difference_hint``, ``figure_png``, ``error_bars``).
 """
 
 from __future__ import annotations
@@ -24,13 +28,11 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.fingerprint import config_differences
-from gpuops.bench.repeats import level_label, result_intervals
 from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
 from gpuops.errors import GpuopsError
-from gpuops.remote.bench_stats import sample_figures
 
 
-def _label(result: Mapping[str, Any]) -> str:
+def result_label(result: Mapping[str, Any]) -> str:
     return mark(f"{result.get('host')} {str(result.get('id'))[:6]}", is_simulated(result))
 
 
@@ -51,7 +53,7 @@ def _config_line(result: Mapping[str, Any]) -> str:
     return "; ".join(bits) or "-"
 
 
-def _difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+def difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     """What sets this configuration apart from the first one, in a few words (for plot labels)."""
     if result is baseline:
         return "baseline"
@@ -68,7 +70,7 @@ def _difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> 
     return "\n".join(words[:2]) + (" ..." if len(words) > 2 else "")
 
 
-def _png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
+def figure_png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
     """The figure as PNG bytes; ``shown``: the results it draws (a simulated one stamps it)."""
     stamp_figure(fig, shown)
     buffer = io.BytesIO()
@@ -79,7 +81,7 @@ def _png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def _yerr(values: Sequence[float | None], intervals: Sequence[Mapping[str, Any] | None]) -> list[list[float]] | None:
+def error_bars(values: Sequence[float | None], intervals: Sequence[Mapping[str, Any] | None]) -> list[list[float]] | None:
     """matplotlib's asymmetric error bars from stored intervals (0 where a value has none)."""
     if not any(intervals):
         return None
@@ -94,169 +96,36 @@ def _yerr(values: Sequence[float | None], intervals: Sequence[Mapping[str, Any] 
     return [low, high]
 
 
-def _token_rate_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
-    import matplotlib.pyplot as plt
+def _by_suite(results: Sequence[Mapping[str, Any]]) -> list[tuple[Any, list[Mapping[str, Any]]]]:
+    """Each registered suite's client module with its own results, in the registry's order."""
+    from gpuops.bench.suites import SUITES, reader
 
-    rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results if r.get("suite") == "decode"]
-    rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
-    if not rows:
-        return None
-    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 3.8))
-    labels = [f"{_label(r)}\n{_difference_hint(rows[0][0], r)}" for r, _ in rows]
-    values = [v for _, v in rows]
-    yerr = _yerr(values, [result_intervals(r).get("output tokens/s (per stream)") for r, _ in rows])
-    bars = ax.bar(range(len(rows)), values, color="#4477aa", yerr=yerr, capsize=4)
-    for bar, value, (result, _) in zip(bars, values, rows):
-        ax.annotate(mark(f"{value:.1f}", is_simulated(result)), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("output tokens/s (one stream)")
-    ax.set_title("Decode rate per configuration")
-    return _png(fig, [r for r, _ in rows])
-
-
-def _itl_distribution_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
-    import matplotlib.pyplot as plt
-
-    series = []
-    shown = []
-    for result in results:
-        if result.get("suite") != "decode":
-            continue
-        itls = []
-        for sample in result.get("samples") or []:
-            if sample.get("ok") and sample.get("chunks"):
-                itls.extend(x * 1000.0 for x in sample_figures(sample)["itls_s"])
-        if itls:
-            series.append((_label(result), itls))
-            shown.append(result)
-    if not series:
-        return None
-    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(series)), 3.6))
-    ax.boxplot([s for _, s in series], showfliers=True)
-    ax.set_xticks(range(1, len(series) + 1))
-    ax.set_xticklabels([n for n, _ in series], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("inter-token latency (ms per token)")
-    ax.set_title("Inter-token latency distribution (decode)")
-    return _png(fig, shown)
-
-
-def _serving_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
-    import matplotlib.pyplot as plt
-
-    serving = [r for r in results if r.get("suite") == "serving" and r.get("levels")]
-    if not serving:
-        return None
-    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
-    left, ttft_ax, right, curve = axes
-    for result in serving:
-        levels = sorted((lv for lv in result["levels"] if lv.get("concurrency")),
-                        key=lambda lv: lv.get("concurrency") or 0)
-        if not levels:
-            continue
-        intervals = result_intervals(result)
-        xs = [lv.get("concurrency") for lv in levels]
-        for ax, figure, path in ((left, "total output tokens/s", ("total_output_tokens_per_s",)),
-                                 (ttft_ax, "TTFT p50", ("ttft_ms", "p50")), (right, "ITL p50", ("itl_ms", "p50"))):
-            ys = [lv.get(path[0]) if len(path) == 1 else (lv.get(path[0]) or {}).get(path[1]) for lv in levels]
-            yerr = _yerr(ys, [intervals.get(f"{level_label(lv)} {figure}") for lv in levels])
-            ax.errorbar(xs, [y if y is not None else float("nan") for y in ys], yerr=yerr, marker="o", capsize=3,
-                        label=_label(result))
-        curve.plot([lv.get("output_tokens_per_s") for lv in levels],
-                   [lv.get("total_output_tokens_per_s") for lv in levels], marker="o", label=_label(result))
-        for lv in levels:
-            if lv.get("output_tokens_per_s") is not None and lv.get("total_output_tokens_per_s") is not None:
-                curve.annotate(f"c={lv.get('concurrency')}", (lv["output_tokens_per_s"], lv["total_output_tokens_per_s"]),
-                               fontsize=6)
-    for ax, title, ylabel in ((left, "Throughput vs concurrency", "total output tokens/s"),
-                              (ttft_ax, "TTFT p50 vs concurrency", "ms"),
-                              (right, "ITL p50 vs concurrency", "ms per token")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent requests")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend(fontsize=7)
-    curve.set_xlabel("per-user output tokens/s")
-    curve.set_ylabel("aggregate output tokens/s")
-    curve.set_title("Aggregate vs per-user throughput")
-    curve.legend(fontsize=7)
-    return _png(fig, serving)
-
-
-def _allreduce_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
-    import matplotlib.pyplot as plt
-
-    runs = [r for r in results if r.get("suite") == "allreduce" and r.get("allreduce")]
-    if not runs:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for result in runs:
-        intervals = result_intervals(result)
-        lines: dict[str, dict[int, tuple[int, float]]] = {}
-        for row in result["allreduce"]:
-            if row.get("ok"):
-                label = " ".join(f"{k}={v}" for k, v in sorted((row.get("variant") or {}).items())) or "default"
-                lines.setdefault(label, {})[row["tokens"]] = (row["bytes"], row["latency_us"])
-        for label, by_tokens in lines.items():
-            points = sorted((b, lat, t) for t, (b, lat) in by_tokens.items())
-            name = label if len(runs) == 1 else f"{_label(result)} {label}"
-            ys = [p[1] for p in points]
-            found = [intervals.get(f"{label} x{p[2]} tokens latency") for p in points]
-            if any(found):  # the interval's median is the figure its bar brackets
-                ys = [f["median"] if f else y for f, y in zip(found, ys)]
-            ax.errorbar([p[0] / 1024 for p in points], ys, yerr=_yerr(ys, found), marker="o", capsize=3, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size (KiB)")
-    ax.set_ylabel("latency per all-reduce (us)")
-    ax.set_title("All-reduce latency vs message size")
-    ax.legend(fontsize=7)
-    return _png(fig, runs)
-
-
-def _fusion_plot(results: Sequence[Mapping[str, Any]]) -> bytes | None:
-    import matplotlib.pyplot as plt
-
-    runs = [r for r in results if r.get("suite") == "fusion" and (r.get("summary") or {}).get("table")]
-    if not runs:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for result in runs:
-        intervals = result_intervals(result)
-        for graph in (True, False):
-            table = sorted((row for row in result["summary"]["table"] if bool(row.get("cuda_graph")) == graph),
-                           key=lambda row: row["tokens"])
-            if not table:
-                continue
-            mode = "graph" if graph else "eager"
-            xs = [row["tokens"] for row in table]
-            for path, key, style in (("fused", "fused_us", "-"), ("unfused", "unfused_nccl_us", "--")):
-                ys = [row.get(key) for row in table]
-                found = [intervals.get(f"{path} x{row['tokens']} tokens ({mode})") for row in table]
-                prefix = "" if len(runs) == 1 else f"{_label(result)} "
-                ax.errorbar(xs, ys, yerr=_yerr(ys, found), marker="o", linestyle=style, capsize=3,
-                            label=f"{prefix}{path} ({mode})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tokens per all-reduce")
-    ax.set_ylabel("us per call (slowest rank)")
-    ax.set_title("All-reduce + residual + RMSNorm: fused vs unfused")
-    ax.legend(fontsize=7)
-    return _png(fig, runs)
+    return [(reader(name), [r for r in results if r.get("suite") == name]) for name in SUITES]
 
 
 def build_plots(results: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
+    """Every suite's plots (its ``PLOTS``) of its own results; decode and serving never share one."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     plots = {}
-    for name, maker in (("tokens_per_s", _token_rate_plot), ("itl_distribution", _itl_distribution_plot),
-                        ("serving", _serving_plot), ("allreduce_latency", _allreduce_plot),
-                        ("fusion", _fusion_plot)):
-        png = maker(results)
-        if png:
-            plots[name] = png
+    for suite, mine in _by_suite(results):
+        for name, _, maker in suite.PLOTS:
+            png = maker(mine)
+            if png:
+                plots[name] = png
     return plots
+
+
+def _plot_titles() -> dict[str, str]:
+    from gpuops.bench.suites import SUITES, reader
+
+    return {name: title for suite in SUITES for name, title, _ in reader(suite).PLOTS}
+
+
+def _suite_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(heading, title, headers, rows) of every suite's own tables (``report_tables``)."""
+    return [table for suite, mine in _by_suite(results) for table in suite.report_tables(mine)]
 
 
 def _results_table(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -292,55 +161,6 @@ def _comparison_rows(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], l
     return headers, rows
 
 
-def _allreduce_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """Per all-reduce result: latency (us) per size, bus bandwidth at the largest, cost per step, best."""
-    tables = []
-    for result in results:
-        summary = result.get("summary") or {}
-        variants = summary.get("variants") or []
-        if result.get("suite") != "allreduce" or not variants:
-            continue
-        sizes = sorted({int(t) for v in variants for t in (v.get("latency_us") or {})})
-        if not sizes:
-            continue
-        sim = is_simulated(result)
-        headers = (["variant"] + [f"{t} tok us" for t in sizes]
-                   + [f"busbw GB/s @{sizes[-1]}", f"per step ms @{sizes[0]}", ""])
-        rows = []
-        for v in variants:
-            lat, bw, step = v.get("latency_us") or {}, v.get("busbw_gbps") or {}, v.get("step_cost_ms") or {}
-            note = "best" if v["label"] == summary.get("best_variant") else (v.get("error") or "")
-            rows.append([v["label"]] + [mark(format_value(lat.get(str(t))), sim) for t in sizes]
-                        + [mark(format_value(bw.get(str(sizes[-1]))), sim),
-                           mark(format_value(step.get(str(sizes[0]))), sim), note])
-        title = (f"{_label(result)}: world size {summary.get('world_size')}, "
-                 f"{'CUDA graph' if summary.get('cuda_graph') else 'eager'}, hidden {summary.get('hidden_size')}, "
-                 f"x{summary.get('allreduces_per_step')} all-reduces per step")
-        tables.append((title, headers, rows))
-    return tables
-
-
-def _fusion_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
-    tables = []
-    for result in results:
-        summary = result.get("summary") or {}
-        if result.get("suite") != "fusion":
-            continue
-        sim = is_simulated(result)
-        headers = ["tokens", "mode", "fused us", "unfused us (NCCL + norm)", "IPC all-reduce + norm us",
-                   "saving us", "per pass fused ms", "per pass unfused ms", "correct"]
-        rows = [[str(r.get("tokens")), "graph" if r.get("cuda_graph") else "eager",
-                 *(mark(format_value(r.get(k)), sim) for k in ("fused_us", "unfused_nccl_us", "unfused_ipc_us",
-                                                               "saving_us", "fused_step_ms", "unfused_nccl_step_ms")),
-                 "yes" if r.get("correct") else "NO"] for r in summary.get("table") or []]
-        title = (f"{_label(result)}: world size {summary.get('world_size')}, hidden {summary.get('hidden_size')}, "
-                 f"x{summary.get('allreduces_per_step')} per pass, tolerance {summary.get('tolerance')}")
-        if not rows:
-            rows = [["-", "-", *([""] * 6), "; ".join(summary.get("reasons") or result.get("errors") or [])]]
-        tables.append((title, headers, rows))
-    return tables
-
-
 def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[str], html_name: str) -> str:
     headers, rows = _results_table(results)
     lines = ["# gpuops benchmark report", "",
@@ -356,11 +176,10 @@ def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[s
         lines += ["", "## Comparison (first result is the baseline)", "",
                   "| " + " | ".join(c_headers) + " |", "|" + "---|" * len(c_headers)]
         lines += ["| " + " | ".join(row) + " |" for row in c_rows]
-    for heading, tables in (("All-reduce", _allreduce_tables(results)), ("Fused vs unfused", _fusion_tables(results))):
-        for title, t_headers, t_rows in tables:
-            lines += ["", f"## {heading}: {title}", "", "| " + " | ".join(t_headers) + " |",
-                      "|" + "---|" * len(t_headers)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t_rows]
+    for heading, title, t_headers, t_rows in _suite_tables(results):
+        lines += ["", f"## {heading}: {title}", "", "| " + " | ".join(t_headers) + " |",
+                  "|" + "---|" * len(t_headers)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t_rows]
     lines += ["", "Plots: " + (", ".join(plot_names) or "none"), ""]
     return "\n".join(lines)
 
@@ -399,16 +218,13 @@ def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]
         for row in c_rows:
             parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
         parts.append("</table>")
-    for heading, tables in (("All-reduce", _allreduce_tables(results)), ("Fused vs unfused", _fusion_tables(results))):
-        for title, t_headers, t_rows in tables:
-            parts.append(f"<h2>{esc(heading)}</h2><p>{esc(title)}</p><table><tr>"
-                         + "".join(f"<th>{esc(h)}</th>" for h in t_headers) + "</tr>")
-            for row in t_rows:
-                parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-            parts.append("</table>")
-    titles = {"tokens_per_s": "Decode rate per configuration", "itl_distribution": "Latency distributions",
-              "serving": "Serving sweep", "allreduce_latency": "All-reduce latency vs size per NCCL variant",
-              "fusion": "Fused vs unfused all-reduce + RMSNorm"}
+    for heading, title, t_headers, t_rows in _suite_tables(results):
+        parts.append(f"<h2>{esc(heading)}</h2><p>{esc(title)}</p><table><tr>"
+                     + "".join(f"<th>{esc(h)}</th>" for h in t_headers) + "</tr>")
+        for row in t_rows:
+            parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+        parts.append("</table>")
+    titles = _plot_titles()
     for name, png in plots.items():
         data = base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{esc(titles.get(name, name))}</h2>"

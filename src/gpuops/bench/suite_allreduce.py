@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, number
 
-__all__ = ["across_repeats", "allreduce_summary", "figures", "finish", "headline", "levels", "merge_repeats",
-           "summarize", "variant_label", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "allreduce_summary", "figures", "finish", "headline", "levels",
+           "merge_repeats", "report_tables", "summarize", "variant_label", "within_run"]
 
 
 def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,3 +120,76 @@ def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) 
         "allreduces_per_step": first.get("allreduces_per_step"),
         "step_cost_ms": ranked[0]["step_cost_ms"].get(str(smallest)) if ranked else None,
     }
+
+
+def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    from gpuops.bench.repeats import result_intervals
+    from gpuops.bench.report import error_bars, figure_png, result_label
+
+    runs = [r for r in results if r.get("allreduce")]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for result in runs:
+        intervals = result_intervals(result)
+        lines: dict[str, dict[int, tuple[int, float]]] = {}
+        for row in result["allreduce"]:
+            if row.get("ok"):
+                label = " ".join(f"{k}={v}" for k, v in sorted((row.get("variant") or {}).items())) or "default"
+                lines.setdefault(label, {})[row["tokens"]] = (row["bytes"], row["latency_us"])
+        for label, by_tokens in lines.items():
+            points = sorted((b, lat, t) for t, (b, lat) in by_tokens.items())
+            name = label if len(runs) == 1 else f"{result_label(result)} {label}"
+            ys = [p[1] for p in points]
+            found = [intervals.get(f"{label} x{p[2]} tokens latency") for p in points]
+            if any(found):  # the interval's median is the figure its bar brackets
+                ys = [f["median"] if f else y for f, y in zip(found, ys)]
+            ax.errorbar([p[0] / 1024 for p in points], ys, yerr=error_bars(ys, found), marker="o", capsize=3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (KiB)")
+    ax.set_ylabel("latency per all-reduce (us)")
+    ax.set_title("All-reduce latency vs message size")
+    ax.legend(fontsize=7)
+    return figure_png(fig, runs)
+
+
+def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per all-reduce result: latency (us) per size, bus bandwidth at the largest, cost per step, best."""
+    from gpuops.bench.compare import format_value
+    from gpuops.bench.report import result_label
+    from gpuops.bench.simulated import is_simulated, mark
+
+    tables = []
+    for result in results:
+        summary = result.get("summary") or {}
+        variants = summary.get("variants") or []
+        if not variants:
+            continue
+        sizes = sorted({int(t) for v in variants for t in (v.get("latency_us") or {})})
+        if not sizes:
+            continue
+        sim = is_simulated(result)
+        headers = (["variant"] + [f"{t} tok us" for t in sizes]
+                   + [f"busbw GB/s @{sizes[-1]}", f"per step ms @{sizes[0]}", ""])
+        rows = []
+        for v in variants:
+            lat, bw, step = v.get("latency_us") or {}, v.get("busbw_gbps") or {}, v.get("step_cost_ms") or {}
+            note = "best" if v["label"] == summary.get("best_variant") else (v.get("error") or "")
+            rows.append([v["label"]] + [mark(format_value(lat.get(str(t))), sim) for t in sizes]
+                        + [mark(format_value(bw.get(str(sizes[-1]))), sim),
+                           mark(format_value(step.get(str(sizes[0]))), sim), note])
+        title = (f"{result_label(result)}: world size {summary.get('world_size')}, "
+                 f"{'CUDA graph' if summary.get('cuda_graph') else 'eager'}, hidden {summary.get('hidden_size')}, "
+                 f"x{summary.get('allreduces_per_step')} all-reduces per step")
+        tables.append((title, headers, rows))
+    return tables
+
+
+def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    return [("All-reduce", title, headers, rows) for title, headers, rows in _tables(results)]
+
+
+PLOTS = (("allreduce_latency", "All-reduce latency vs size per NCCL variant", plot_latency),)

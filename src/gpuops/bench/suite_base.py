@@ -6,8 +6,8 @@ A suite's reader is the module ``bench/suite_<name>.py`` (``suites.reader(name)`
 ``headline(summary, result)``, ``figures(summary, result)``, ``levels(result)`` (export rows),
 ``within_run(result)`` and ``across_repeats(summaries)`` (the distributions intervals are drawn
 from), ``merge_repeats(merged, results)`` (the summary of ``--repeat N``), and, for a new run,
-``summarize(run, options)`` and ``finish(run, summary, rows, errors)``; this module holds the
-defaults (import those a suite does not change). Pure.
+``summarize(run, options)`` and ``finish(run, summary, rows, errors)``, and for the HTML report
+``PLOTS`` and ``report_tables(results)``; this module holds the defaults (import those a suite does not change). Pure.
 """
 
 from __future__ import annotations
@@ -114,6 +114,15 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     """The summary of ``--repeat N`` results merged into ``merged`` (its raw rows pooled, each
     tagged with its ``repeat``): by default the last repeat's."""
     return dict(merged.get("summary") or {})
+
+
+# The report's plots: (name, title, maker); a maker gets the suite's own results, returns PNG bytes or None.
+PLOTS: tuple[tuple[str, str, Any], ...] = ()
+
+
+def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """The report's tables of the suite's own results: (heading, title, headers, rows); none by default."""
+    return []
 
 
 def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, RunParts, headline, levels, request_figures
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, headline, levels, report_tables, request_figures
 from gpuops.bench.suite_base import finish_requests as finish
 
-__all__ = ["across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "summarize", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
+           "summarize", "within_run"]
 
 
 def summarize(run: Any, options: Any) -> RunParts:
@@ -63,3 +64,60 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     summary["completed"] = sum(s.get("completed") or 0 for s in summaries)
     summary["failed"] = sum(s.get("failed") or 0 for s in summaries)
     return summary
+
+
+def plot_token_rate(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    from gpuops.bench.repeats import result_intervals
+    from gpuops.bench.report import difference_hint, error_bars, figure_png, result_label
+    from gpuops.bench.simulated import is_simulated, mark
+
+    rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results]
+    rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 3.8))
+    labels = [f"{result_label(r)}\n{difference_hint(rows[0][0], r)}" for r, _ in rows]
+    values = [v for _, v in rows]
+    yerr = error_bars(values, [result_intervals(r).get("output tokens/s (per stream)") for r, _ in rows])
+    bars = ax.bar(range(len(rows)), values, color="#4477aa", yerr=yerr, capsize=4)
+    for bar, value, (result, _) in zip(bars, values, rows):
+        ax.annotate(mark(f"{value:.1f}", is_simulated(result)), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("output tokens/s (one stream)")
+    ax.set_title("Decode rate per configuration")
+    return figure_png(fig, [r for r, _ in rows])
+
+
+def plot_itl_distribution(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    from gpuops.bench.report import figure_png, result_label
+    from gpuops.remote.bench_stats import sample_figures
+
+    series = []
+    shown = []
+    for result in results:
+        itls = []
+        for sample in result.get("samples") or []:
+            if sample.get("ok") and sample.get("chunks"):
+                itls.extend(x * 1000.0 for x in sample_figures(sample)["itls_s"])
+        if itls:
+            series.append((result_label(result), itls))
+            shown.append(result)
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(series)), 3.6))
+    ax.boxplot([s for _, s in series], showfliers=True)
+    ax.set_xticks(range(1, len(series) + 1))
+    ax.set_xticklabels([n for n, _ in series], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("inter-token latency (ms per token)")
+    ax.set_title("Inter-token latency distribution (decode)")
+    return figure_png(fig, shown)
+
+
+PLOTS = (("tokens_per_s", "Decode rate per configuration", plot_token_rate),
+         ("itl_distribution", "Latency distributions", plot_itl_distribution))

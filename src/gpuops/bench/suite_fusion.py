@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, number
 
-__all__ = ["across_repeats", "figures", "finish", "fusion_summary", "headline", "levels", "merge_repeats",
-           "summarize", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "figures", "finish", "fusion_summary", "headline", "levels",
+           "merge_repeats", "report_tables", "summarize", "within_run"]
 
 _HEADLINE_KEYS = ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
                   "saving_step_ms", "all_correct", "world_size", "hidden_size")
@@ -89,3 +89,66 @@ def fusion_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         "fused_step_ms": head.get("fused_step_ms"), "unfused_step_ms": head.get("unfused_nccl_step_ms"),
                         "saving_step_ms": head.get("saving_step_ms")})
     return summary
+
+
+def plot_fused_vs_unfused(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    from gpuops.bench.repeats import result_intervals
+    from gpuops.bench.report import error_bars, figure_png, result_label
+
+    runs = [r for r in results if (r.get("summary") or {}).get("table")]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for result in runs:
+        intervals = result_intervals(result)
+        for graph in (True, False):
+            table = sorted((row for row in result["summary"]["table"] if bool(row.get("cuda_graph")) == graph),
+                           key=lambda row: row["tokens"])
+            if not table:
+                continue
+            mode = "graph" if graph else "eager"
+            xs = [row["tokens"] for row in table]
+            for path, key, style in (("fused", "fused_us", "-"), ("unfused", "unfused_nccl_us", "--")):
+                ys = [row.get(key) for row in table]
+                found = [intervals.get(f"{path} x{row['tokens']} tokens ({mode})") for row in table]
+                prefix = "" if len(runs) == 1 else f"{result_label(result)} "
+                ax.errorbar(xs, ys, yerr=error_bars(ys, found), marker="o", linestyle=style, capsize=3,
+                            label=f"{prefix}{path} ({mode})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens per all-reduce")
+    ax.set_ylabel("us per call (slowest rank)")
+    ax.set_title("All-reduce + residual + RMSNorm: fused vs unfused")
+    ax.legend(fontsize=7)
+    return figure_png(fig, runs)
+
+
+def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
+    from gpuops.bench.compare import format_value
+    from gpuops.bench.report import result_label
+    from gpuops.bench.simulated import is_simulated, mark
+
+    tables = []
+    for result in results:
+        summary = result.get("summary") or {}
+        sim = is_simulated(result)
+        headers = ["tokens", "mode", "fused us", "unfused us (NCCL + norm)", "IPC all-reduce + norm us",
+                   "saving us", "per pass fused ms", "per pass unfused ms", "correct"]
+        rows = [[str(r.get("tokens")), "graph" if r.get("cuda_graph") else "eager",
+                 *(mark(format_value(r.get(k)), sim) for k in ("fused_us", "unfused_nccl_us", "unfused_ipc_us",
+                                                               "saving_us", "fused_step_ms", "unfused_nccl_step_ms")),
+                 "yes" if r.get("correct") else "NO"] for r in summary.get("table") or []]
+        title = (f"{result_label(result)}: world size {summary.get('world_size')}, hidden {summary.get('hidden_size')}, "
+                 f"x{summary.get('allreduces_per_step')} per pass, tolerance {summary.get('tolerance')}")
+        if not rows:
+            rows = [["-", "-", *([""] * 6), "; ".join(summary.get("reasons") or result.get("errors") or [])]]
+        tables.append((title, headers, rows))
+    return tables
+
+
+def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    return [("Fused vs unfused", title, headers, rows) for title, headers, rows in _tables(results)]
+
+
+PLOTS = (("fusion", "Fused vs unfused all-reduce + RMSNorm", plot_fused_vs_unfused),)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Figures, RunParts, across_repeats, number, request_figures, within_run
+from gpuops.bench.suite_base import Figures, RunParts, across_repeats, number, report_tables, request_figures, within_run
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.remote.sglang_argv import flag_value
 
-__all__ = ["across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "serving_summary",
-           "summarize", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
+           "serving_summary", "summarize", "within_run"]
 
 _PEAK_KEYS = ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
               "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed")
@@ -109,3 +109,51 @@ def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
         "failed": sum(lv.get("failed") or 0 for lv in levels) if all(
             lv.get("failed") is not None for lv in levels) else None,
     }
+
+
+def plot_serving(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+    import matplotlib.pyplot as plt
+
+    from gpuops.bench.repeats import level_label, result_intervals
+    from gpuops.bench.report import error_bars, figure_png, result_label
+
+    serving = [r for r in results if r.get("levels")]
+    if not serving:
+        return None
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
+    left, ttft_ax, right, curve = axes
+    for result in serving:
+        levels = sorted((lv for lv in result["levels"] if lv.get("concurrency")),
+                        key=lambda lv: lv.get("concurrency") or 0)
+        if not levels:
+            continue
+        intervals = result_intervals(result)
+        xs = [lv.get("concurrency") for lv in levels]
+        for ax, figure, path in ((left, "total output tokens/s", ("total_output_tokens_per_s",)),
+                                 (ttft_ax, "TTFT p50", ("ttft_ms", "p50")), (right, "ITL p50", ("itl_ms", "p50"))):
+            ys = [lv.get(path[0]) if len(path) == 1 else (lv.get(path[0]) or {}).get(path[1]) for lv in levels]
+            yerr = error_bars(ys, [intervals.get(f"{level_label(lv)} {figure}") for lv in levels])
+            ax.errorbar(xs, [y if y is not None else float("nan") for y in ys], yerr=yerr, marker="o", capsize=3,
+                        label=result_label(result))
+        curve.plot([lv.get("output_tokens_per_s") for lv in levels],
+                   [lv.get("total_output_tokens_per_s") for lv in levels], marker="o", label=result_label(result))
+        for lv in levels:
+            if lv.get("output_tokens_per_s") is not None and lv.get("total_output_tokens_per_s") is not None:
+                curve.annotate(f"c={lv.get('concurrency')}", (lv["output_tokens_per_s"], lv["total_output_tokens_per_s"]),
+                               fontsize=6)
+    for ax, title, ylabel in ((left, "Throughput vs concurrency", "total output tokens/s"),
+                              (ttft_ax, "TTFT p50 vs concurrency", "ms"),
+                              (right, "ITL p50 vs concurrency", "ms per token")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    curve.set_xlabel("per-user output tokens/s")
+    curve.set_ylabel("aggregate output tokens/s")
+    curve.set_title("Aggregate vs per-user throughput")
+    curve.legend(fontsize=7)
+    return figure_png(fig, serving)
+
+
+PLOTS = (("serving", "Serving sweep", plot_serving),)

@@ -151,7 +151,8 @@ def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
         if name not in defined:
             task = next(c.task for c in state.changes if name in c.notify)
             raise RoleError(f"{task}: notifies {name!r} but no role in this run defines that handler")
-    reload_needed = any(c.path.endswith((".service", ".socket")) for c in state.changes)
+    # A unit file or one of its drop-ins (UNIT.d/*.conf): systemd reads both only on daemon-reload.
+    reload_needed = any(c.path.endswith((".service", ".socket")) or ".service.d/" in c.path for c in state.changes)
     service: ServiceSpec | None = None
     for name, (handler, scope) in defined.items():
         args = {k: state.templar.render_value(v, scope, f"{handler.where} ({k})") for k, v in handler.args.items()}

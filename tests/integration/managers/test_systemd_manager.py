@@ -20,6 +20,7 @@ pytestmark = pytest.mark.integration
 
 UNIT = "/etc/systemd/system/sglang.service"
 ENV = "/var/lib/gpuops/sglang.env"
+DROP_IN = "/etc/systemd/system/sglang.service.d/gpuops-env.conf"  # the unit's EnvironmentFile=
 # Read differently by sh and by systemd's EnvironmentFile= unless quoted for both.
 HOSTILE = "it's \\ a $HOME \"q\" `id` $(id); x"
 
@@ -43,8 +44,10 @@ def report_of(proc: subprocess.CompletedProcess) -> dict[str, Any]:
         raise AssertionError(f"no JSON report: {proc.stdout}\n{proc.stderr}") from None
 
 
-def files(host) -> dict[str, str]:
-    return {p: hashlib.sha256(host.booted.path(p).read_bytes()).hexdigest() for p in (UNIT, ENV)}
+def files(host) -> dict[str, str | None]:
+    """sha256 of each launch file (None: absent)."""
+    return {p: hashlib.sha256(host.booted.path(p).read_bytes()).hexdigest() if host.booted.path(p).exists() else None
+            for p in (UNIT, ENV, DROP_IN)}
 
 
 def served(host, timeout: float = 30) -> dict[str, Any]:
@@ -162,7 +165,7 @@ def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, r
         assert unit["exec_start"] == shown["ExecStart"]
         assert unit["exec_argv"].startswith("/usr/local/bin/python-sglang -m sglang.launch_server")
         assert unit["drop_ins"] == shown["DropInPaths"].split() == [
-            "/etc/systemd/system/sglang.service.d/operator.conf"]
+            DROP_IN, "/etc/systemd/system/sglang.service.d/operator.conf"]
         assert unit["fragment_path"] == shown["FragmentPath"] and unit["restart"] == shown["Restart"] == "on-failure"
         assert unit["environment"] == ["SGLANG_OPERATOR=on call", "NCCL_IB_DISABLE=1"]
         assert unit["environment_files"] == ["/var/lib/gpuops/sglang.env", "/etc/sglang-extra.env"]
@@ -170,7 +173,7 @@ def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, r
         assert {k: server["env"].get(k) for k in ("SGLANG_OPERATOR", "NCCL_IB_DISABLE", "SGLANG_FROM_EXTRA", "NCCL_DEBUG")} == {
             "SGLANG_OPERATOR": "on call", "NCCL_IB_DISABLE": "1", "SGLANG_FROM_EXTRA": "two words", "NCCL_DEBUG": "WARN"}
         text = run_gpuops("inspect", "host", "-i", str(host.inventory_path)).stdout
-        assert "systemd: sglang.service active/running" in text and "drop-ins /etc/systemd/system/sglang.service.d/operator.conf" in text
+        assert "systemd: sglang.service active/running" in text and f"drop-ins {DROP_IN} /etc/systemd/system/sglang.service.d/operator.conf" in text
     finally:
         drop_in.unlink(missing_ok=True)
         extra_env.unlink(missing_ok=True)
@@ -304,3 +307,70 @@ def test_client_killed_during_the_health_wait_the_host_rolls_back_by_itself(host
     info = served(host)
     assert "NCCL_MIN_NCHANNELS" not in info["env"] and info["env"]["NCCL_DEBUG"] == "WARN"
     assert host.systemctl_show("ActiveState")["ActiveState"] == "active"
+
+
+def test_the_environment_is_a_drop_in_of_its_own_and_an_old_unit_rolls_back_byte_for_byte(host, run_gpuops) -> None:
+    from gpuops.lab.systemd_host import GROUP_VARS, render_service_files
+
+    lab_files = render_service_files({**GROUP_VARS, **host.host_vars})
+    assert "EnvironmentFile=" not in lab_files[UNIT].split("[Unit]", 1)[1]
+    assert lab_files[DROP_IN].endswith(f"[Service]\nEnvironmentFile={ENV}\n")
+    shown = host.systemctl_show("DropInPaths", "EnvironmentFiles")
+    assert shown["DropInPaths"] == DROP_IN and shown["EnvironmentFiles"].startswith(ENV + " ")
+
+    # A host set up before the drop-in: the unit names the env file itself. An operator's drop-in
+    # sits beside it. The next env change moves the env file to gpuops' drop-in, reloads systemd,
+    # and leaves the operator's drop-in alone; rollback puts back the old unit and no drop-in.
+    unit_path, drop_in, operator = host.booted.path(UNIT), host.booted.path(DROP_IN), host.booted.path(
+        "/etc/systemd/system/sglang.service.d/operator.conf")
+    old_unit = lab_files[UNIT].replace("ExecStart=", f"EnvironmentFile={ENV}\nExecStart=", 1).encode()
+    unit_path.write_bytes(old_unit)
+    drop_in.unlink()
+    operator.write_text("[Service]\nEnvironment=SGLANG_OPERATOR=kept\n")
+    try:
+        assert host.booted.run(["systemctl", "daemon-reload"]).returncode == 0
+        assert host.booted.run(["systemctl", "restart", host.unit]).returncode == 0
+        assert served(host)["env"]["SGLANG_OPERATOR"] == "kept"
+        before = files(host)
+        assert before[DROP_IN] is None
+        env = {**original_env(host), "SGLANG_NOTE": HOSTILE}
+        proc = apply(run_gpuops, host, "sglang-service", "-e", json.dumps({"sglang_env": env}))
+        report = report_of(proc)
+        assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+        assert sorted(c["path"] for c in report["changes"]) == sorted([UNIT, DROP_IN, ENV])
+        assert unit_path.read_bytes() == lab_files[UNIT].encode() and drop_in.read_text() == lab_files[DROP_IN]
+        shown = host.systemctl_show("DropInPaths", "EnvironmentFiles", "NeedDaemonReload", "Environment")
+        assert shown["DropInPaths"].split() == [DROP_IN, "/etc/systemd/system/sglang.service.d/operator.conf"]
+        assert shown["NeedDaemonReload"] == "no" and shown["Environment"] == "SGLANG_OPERATOR=kept"
+        assert shown["EnvironmentFiles"].splitlines() == [f"{ENV} (ignore_errors=no)"]  # once, from the drop-in
+        info = served(host)
+        assert info["env"]["SGLANG_NOTE"] == HOSTILE and info["env"]["SGLANG_OPERATOR"] == "kept"
+
+        # Now an env change rewrites the env file alone: the unit and both drop-ins keep their bytes.
+        unit_bytes, drop_in_bytes = unit_path.read_bytes(), drop_in.read_bytes()
+        env2 = {**env, "SGLANG_NOTE": "second"}
+        proc = apply(run_gpuops, host, "sglang-service", "-e", json.dumps({"sglang_env": env2}))
+        report = report_of(proc)
+        assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+        assert [c["path"] for c in report["changes"]] == [ENV]
+        assert unit_path.read_bytes() == unit_bytes and drop_in.read_bytes() == drop_in_bytes
+        assert served(host)["env"]["SGLANG_NOTE"] == "second"
+
+        for _ in range(2):
+            back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+            assert back.returncode == 0, back.stdout + back.stderr
+        assert files(host) == before and unit_path.read_bytes() == old_unit and not drop_in.exists()
+        shown = host.systemctl_show("DropInPaths", "EnvironmentFiles", "NeedDaemonReload", "ActiveState")
+        assert shown["DropInPaths"] == "/etc/systemd/system/sglang.service.d/operator.conf"
+        assert shown["EnvironmentFiles"].splitlines() == [f"{ENV} (ignore_errors=no)"]  # from the old unit again
+        assert shown["NeedDaemonReload"] == "no" and shown["ActiveState"] == "active"
+        info = served(host)
+        assert "SGLANG_NOTE" not in info["env"] and info["env"]["NCCL_DEBUG"] == "WARN"
+    finally:
+        operator.unlink(missing_ok=True)
+        for path, text in lab_files.items():
+            host.booted.path(path).parent.mkdir(parents=True, exist_ok=True)
+            host.booted.path(path).write_text(text)
+        host.booted.run(["systemctl", "daemon-reload"])
+        host.booted.run(["systemctl", "restart", host.unit])
+        served(host)
