@@ -101,10 +101,29 @@ def test_the_readers_of_stored_results_do_not_branch_on_suite_names():
     import inspect
     import re
 
-    from gpuops.bench import compare, export, repeats, report, results
+    from gpuops.bench import compare, export, options, repeats, report, results
     from gpuops.commands.bench import _render_bench
 
-    for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(repeats),
+    for source in (inspect.getsource(options), inspect.getsource(compare), inspect.getsource(export),
+                   inspect.getsource(repeats),
                    inspect.getsource(report), inspect.getsource(_render_bench),
                    inspect.getsource(results)):
         assert not re.search(r"""suite["')]*\s*(==|!=|in)\s*[("']""", source), source[:80]
+
+
+def test_option_checks_come_from_the_registry_and_the_suite():
+    from gpuops.bench.options import tool_runs
+    from gpuops.errors import GpuopsError
+
+    with pytest.raises(GpuopsError, match="--request-rate is for the serving suite, not decode"):
+        BenchOptions(suite="decode", request_rates=(2.0,))
+    BenchOptions(suite="serving", request_rates=(2.0,))
+    with pytest.raises(GpuopsError, match=r"fusion suite runs on NVIDIA GPUs \(--backend nccl\)"):
+        BenchOptions(suite="fusion", allreduce=AllreduceOptions(backend="gloo", tokens=(1,)))
+    BenchOptions(suite="allreduce", allreduce=AllreduceOptions(backend="gloo", tokens=(1,)))
+    with pytest.raises(GpuopsError, match="--tool sglang does not run the allreduce suite"):
+        tool_runs(BenchOptions(suite="allreduce", allreduce=AllreduceOptions(tokens=(1,))))
+    module, _, (run,) = tool_runs(BenchOptions(suite="decode", tool="sglang", tool_args=("--seed=7", "--model-path", "m")))
+    assert module == "sglang.bench_one_batch_server" and run.count("--seed=7") == 1 and "--seed" not in run
+    assert "--model" not in run
+

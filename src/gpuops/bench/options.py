@@ -80,8 +80,9 @@ class BenchOptions:
             raise GpuopsError("bench: --output-len must be at least 2 (a decode rate needs two tokens)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise GpuopsError("bench: --concurrency needs positive integers, e.g. 1,4,16")
-        if self.request_rates and self.suite != "serving":
-            raise GpuopsError("bench: --request-rate is for the serving suite")
+        if self.request_rates and "request_rate" not in suite_spec(self.suite).options:
+            takers = [name for name in SUITES if "request_rate" in suite_spec(name).options]
+            raise GpuopsError(f"bench: --request-rate is for the {' or '.join(takers)} suite, not {self.suite}")
         if any(not r > 0 for r in self.request_rates):
             raise GpuopsError("bench: --request-rate needs positive rates (requests/s, or inf)")
         if self.max_concurrency is not None and self.max_concurrency < 1:
@@ -101,8 +102,9 @@ class BenchOptions:
                               "its own --dataset-path on the host: pass it in --tool-args)")
         if self.tool and self.suite in TORCHRUN_SUITES:
             raise GpuopsError(f"bench: --tool sglang runs the decode or serving suite, not {self.suite}")
-        if self.suite == "fusion" and self.allreduce.backend != "nccl":
-            raise GpuopsError("bench: the fusion suite runs on NVIDIA GPUs (--backend nccl)")
+        from gpuops.bench.suites import reader
+
+        reader(self.suite).check_options(self)  # what only one suite refuses
 
     def as_record(self) -> dict[str, Any]:
         record = asdict(self)
@@ -199,7 +201,7 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
 
 def request_count(options: BenchOptions) -> int:
     """How many distinct requests a run sends at most (the request list's length)."""
-    if options.suite == "decode":
+    if "num_requests" in suite_spec(options.suite).options:  # a fixed count (decode)
         return options.num_requests
     caps = [options.max_concurrency or 8] if options.request_rates else list(options.concurrency)
     return options.requests_per_level or max(4, 2 * max(caps))
@@ -277,40 +279,11 @@ def host_port(host_vars: Mapping[str, Any], override: int | None) -> int:
 
 
 def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
-    """(module, output flag, one argv tail per run) for ``--tool sglang``; user args win."""
-    user = list(options.tool_args)
+    """(module, output flag, one argv tail per run) for ``--tool sglang``; user args win. Each
+    request suite says its own (``tool_runs`` in ``bench/suite_<name>.py``)."""
+    from gpuops.bench.suites import reader
 
-    def has(flag: str) -> bool:
-        return any(a == flag or a.startswith(flag + "=") for a in user)
-
-    if options.suite == "decode":
-        base = [] if has("--model") or has("--model-path") else ["--model", "None"]
-        for flag, value in (("--batch-size", "1"), ("--input-len", str(options.input_len)),
-                            ("--output-len", str(options.output_len)), ("--seed", str(options.seed))):
-            if not has(flag):
-                base += [flag, value]
-        return "sglang.bench_one_batch_server", "--result-filename", [base + user]
-    runs = []
-    levels: list[tuple[int | None, float | None]] = (
-        [(options.max_concurrency, r) for r in options.request_rates] if options.request_rates
-        else [(c, None) for c in options.concurrency])
-    for concurrency, rate in levels:
-        args: list[str] = []
-        count = options.requests_per_level or max(4, 2 * (concurrency or 8))
-        pairs = [("--backend", "sglang"), ("--dataset-name", "random"),
-                 ("--random-input-len", str(options.input_len)),
-                 ("--random-output-len", str(options.output_len)),
-                 ("--random-range-ratio", str(options.random_range_ratio)),
-                 ("--num-prompts", str(count)), ("--seed", str(options.seed))]
-        if concurrency:
-            pairs.append(("--max-concurrency", str(concurrency)))
-        if rate is not None:
-            pairs.append(("--request-rate", str(rate)))
-        for flag, value in pairs:
-            if not has(flag):
-                args += [flag, value]
-        runs.append(args + user + (["--disable-tqdm"] if not has("--disable-tqdm") else []))
-    return "sglang.bench_serving", "--output-file", runs
+    return reader(options.suite).tool_runs(options)
 
 
 def host_token(host_name: str) -> str:

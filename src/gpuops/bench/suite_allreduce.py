@@ -1,14 +1,16 @@
-"""How a stored ``allreduce`` result reads: latency per NCCL variant and message size, the best
-variant's cost per forward pass, one export row per (variant, size, repeat). Pure."""
+"""The ``allreduce`` suite on the client: latency per NCCL variant and message size, the best
+variant's cost per forward pass, one export row per (variant, size, repeat), its plot and tables."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, cell, number
+from gpuops.bench.suite_base import (Distributions, Figures, RunParts, across_repeats, cell, check_options, number,
+                                     tool_runs)
 
-__all__ = ["PLOTS", "across_repeats", "allreduce_summary", "bench_tables", "figures", "finish", "headline", "levels",
-           "merge_repeats", "report_tables", "summarize", "variant_label", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "allreduce_summary", "bench_tables", "check_options", "figures",
+           "finish", "headline", "levels", "merge_repeats", "report_tables", "summarize", "tool_runs",
+           "variant_label", "within_run"]
 
 
 def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:

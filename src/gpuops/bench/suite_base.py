@@ -1,14 +1,14 @@
-"""What every suite's reader shares: how a stored result of a suite is read on the client (its
-headline, its figures for ``results compare``, its rows for ``results export``), with the defaults a
-suite without anything of its own (or a stored result of a suite no longer registered) gets.
+"""What every suite's client module shares, and the defaults of one that has nothing of its own (or of
+a stored result whose suite is no longer registered).
 
-A suite's reader is the module ``bench/suite_<name>.py`` (``suites.reader(name)``), defining
-``headline(summary, result)``, ``figures(summary, result)``, ``levels(result)`` (export rows),
+A suite's client module is ``bench/suite_<name>.py`` (``suites.reader(name)``). For a new run:
+``check_options(options)``, ``tool_runs(options)`` (``--tool sglang``), ``summarize(run, options)``
+and ``finish(run, summary, rows, errors)``. For a stored result: ``headline(summary, result)``,
+``figures(summary, result)`` (``results compare``), ``levels(result)`` (``results export``),
 ``within_run(result)`` and ``across_repeats(summaries)`` (the distributions intervals are drawn
-from), ``merge_repeats(merged, results)`` (the summary of ``--repeat N``), and, for a new run,
-``summarize(run, options)`` and ``finish(run, summary, rows, errors)``, and for the HTML report
-``PLOTS`` and ``report_tables(results)``, and for ``gpuops bench``'s output ``bench_tables(hosts)``;
-this module holds the defaults (import those a suite does not change). Pure.
+from), ``merge_repeats(merged, results)`` (``--repeat N``). For output: ``bench_tables(hosts)``
+(``gpuops bench``), ``PLOTS`` and ``report_tables(results)`` (the HTML report). A module imports
+from here the defaults it does not change. Pure.
 """
 
 from __future__ import annotations
@@ -115,6 +115,24 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     """The summary of ``--repeat N`` results merged into ``merged`` (its raw rows pooled, each
     tagged with its ``repeat``): by default the last repeat's."""
     return dict(merged.get("summary") or {})
+
+
+def check_options(options: "BenchOptions") -> None:
+    """Refuse (``GpuopsError``, one line) options only this suite cannot run with; none by default."""
+
+
+def tool_runs(options: "BenchOptions") -> tuple[str, str, list[list[str]]]:
+    """``--tool sglang``: (SGLang's benchmark module, its output flag, one argv tail per run)."""
+    from gpuops.errors import GpuopsError
+
+    raise GpuopsError(f"bench: --tool sglang does not run the {options.suite} suite")
+
+
+def tool_has(user: Sequence[str], flag: str) -> bool:
+    """Whether the user's own ``--tool-args`` give ``flag`` (theirs win over gpuops' defaults)."""
+    from gpuops.remote.sglang_argv import flag_name, parse_flags
+
+    return flag_name(flag) in parse_flags(list(user))[0]
 
 
 def cell(value: Any) -> str:

@@ -1,17 +1,18 @@
-"""How a stored ``decode`` result reads (one stream at a time): per-request figures, intervals over
-requests and tokens, repeats merged by median; the headline and export rows are the defaults. Pure."""
+"""The ``decode`` suite on the client (one stream at a time): its summary of our requests' samples
+or of SGLang's one-batch tool, per-request figures, intervals over requests and tokens, repeats
+merged by median; headline, export rows and tables are ``suite_base``'s. Pure."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import (Distributions, Figures, RunParts, bench_tables, headline, levels, report_tables,
-                                     request_figures)
+from gpuops.bench.suite_base import (Distributions, Figures, RunParts, bench_tables, check_options, headline, levels,
+                                     report_tables, request_figures, tool_has)
 from gpuops.bench.suite_base import finish_requests as finish
 
-__all__ = ["PLOTS", "across_repeats", "bench_tables", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
-           "summarize", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "headline",
+           "levels", "merge_repeats", "report_tables", "summarize", "tool_runs", "within_run"]
 
 
 def summarize(run: Any, options: Any) -> RunParts:
@@ -122,3 +123,14 @@ def plot_itl_distribution(results: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 PLOTS = (("tokens_per_s", "Decode rate per configuration", plot_token_rate),
          ("itl_distribution", "Latency distributions", plot_itl_distribution))
+
+
+def tool_runs(options: Any) -> tuple[str, str, list[list[str]]]:
+    """One ``sglang.bench_one_batch_server`` run: batch 1, gpuops' lengths and seed unless given."""
+    user = list(options.tool_args)
+    base = [] if tool_has(user, "--model") or tool_has(user, "--model-path") else ["--model", "None"]
+    for flag, value in (("--batch-size", "1"), ("--input-len", str(options.input_len)),
+                        ("--output-len", str(options.output_len)), ("--seed", str(options.seed))):
+        if not tool_has(user, flag):
+            base += [flag, value]
+    return "sglang.bench_one_batch_server", "--result-filename", [base + user]

@@ -1,14 +1,14 @@
-"""How a stored ``fusion`` result reads: fused against unfused latency per size and mode (eager or
-CUDA graph), the saving per forward pass, one export row per (size, mode). Pure."""
+"""The ``fusion`` suite on the client: fused against unfused latency per size and mode (eager or CUDA
+graph), the saving per forward pass, one export row per (size, mode), its plot and tables."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, cell, number
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, cell, number, tool_runs
 
-__all__ = ["PLOTS", "across_repeats", "bench_tables", "figures", "finish", "fusion_summary", "headline", "levels",
-           "merge_repeats", "report_tables", "summarize", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "fusion_summary",
+           "headline", "levels", "merge_repeats", "report_tables", "summarize", "tool_runs", "within_run"]
 
 _HEADLINE_KEYS = ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
                   "saving_step_ms", "all_correct", "world_size", "hidden_size")
@@ -163,3 +163,11 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
              cell(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
              line.get("error") or ""] for name, line in hosts.items()]
     return [(None, headers, rows)]
+
+
+def check_options(options: Any) -> None:
+    """FlashInfer's fused kernel runs on NVIDIA GPUs only."""
+    from gpuops.errors import GpuopsError
+
+    if options.allreduce.backend != "nccl":
+        raise GpuopsError("bench: the fusion suite runs on NVIDIA GPUs (--backend nccl)")

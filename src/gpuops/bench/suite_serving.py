@@ -1,17 +1,18 @@
-"""How a stored ``serving`` result reads: per-request figures plus one set per concurrency level
-(or request rate), the peak, and one export row per level. Pure."""
+"""The ``serving`` suite on the client: levels of concurrency (or request rates) from our client or
+``sglang.bench_serving``, per-request figures plus one set per level, the peak, one export row per
+level, its plot and its two tables. Pure."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, number, report_tables, request_figures,
-                                     sim_cell, within_run)
+from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, check_options, number, report_tables,
+                                     request_figures, sim_cell, tool_has, within_run)
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.remote.sglang_argv import flag_value
 
-__all__ = ["PLOTS", "across_repeats", "bench_tables", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
-           "serving_summary", "summarize", "within_run"]
+__all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "headline",
+           "levels", "merge_repeats", "report_tables", "serving_summary", "summarize", "tool_runs", "within_run"]
 
 _PEAK_KEYS = ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
               "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed")
@@ -68,7 +69,6 @@ def summarize(run: Any, options: Any) -> RunParts:
     if not options.tool:
         levels = list(run.levels)
         return RunParts(serving_summary(levels), levels=levels)
-    from gpuops.bench.options import tool_runs
     from gpuops.bench.sglang_tool import serving_level, serving_samples
 
     asked = [_num_prompts(args) for args in tool_runs(options)[2]]
@@ -187,3 +187,29 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
     level_headers = ["host", "concurrency", "req/s", "total tok/s", "tok/s per stream", "TTFT p50 ms",
                      "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "failed", "goodput req/s"]
     return [(None, headers, rows), ("serving sweep", level_headers, level_rows)]
+
+
+def tool_runs(options: Any) -> tuple[str, str, list[list[str]]]:
+    """One ``sglang.bench_serving`` run per concurrency level (or request rate)."""
+    user = list(options.tool_args)
+    runs = []
+    levels: list[tuple[int | None, float | None]] = (
+        [(options.max_concurrency, r) for r in options.request_rates] if options.request_rates
+        else [(c, None) for c in options.concurrency])
+    for concurrency, rate in levels:
+        args: list[str] = []
+        count = options.requests_per_level or max(4, 2 * (concurrency or 8))
+        pairs = [("--backend", "sglang"), ("--dataset-name", "random"),
+                 ("--random-input-len", str(options.input_len)),
+                 ("--random-output-len", str(options.output_len)),
+                 ("--random-range-ratio", str(options.random_range_ratio)),
+                 ("--num-prompts", str(count)), ("--seed", str(options.seed))]
+        if concurrency:
+            pairs.append(("--max-concurrency", str(concurrency)))
+        if rate is not None:
+            pairs.append(("--request-rate", str(rate)))
+        for flag, value in pairs:
+            if not tool_has(user, flag):
+                args += [flag, value]
+        runs.append(args + user + (["--disable-tqdm"] if not tool_has(user, "--disable-tqdm") else []))
+    return "sglang.bench_serving", "--output-file", runs
