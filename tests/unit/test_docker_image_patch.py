@@ -147,7 +147,7 @@ def test_docker_plan_patches_an_image_never_a_host_file(scan_058) -> None:
     assert "--enable-flashinfer-allreduce-fusion" in run_script
     desired = json.loads(next(c for c in host if c.path.endswith("desired.json")).after)
     assert desired["contributions"]["fusion-sm120"]["image"] == tag
-    payload = apply_payload(plan, "r1", "d", "# pm", "audit sh")
+    payload = apply_payload(plan, "r1", "d", "audit sh")
     assert {c["path"] for c in payload["changes"]} == {c.path for c in host}  # the helper writes host files only
     built = payload["image"]
     assert built["tag"] == tag and built["labels"] == {"gpuops.patch": plan.image.patch_sha256, "gpuops.base-ref": IMAGE}

@@ -78,7 +78,7 @@ _RUN_PARAMS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", 
                "request_rate", "max_concurrency", "slo", "dataset", "dataset_path", "random_range_ratio",
                "request_timeout", "tool", "tool_args", "python", "world_size", "hidden_size", "tokens",
                "variant_timeout", "dtype", "env_specs", "cuda_graph", "backend", "iters", "trials",
-               "allreduces_per_step", "accept_new_host_keys", "known_hosts")
+               "allreduces_per_step", "accept_new_host_keys", "known_hosts", "timeout", "connect_timeout")
 
 
 def _option_defaults() -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
      warmup, seed, concurrency, requests_per_level, repeat, request_rate, max_concurrency, slo, dataset,
      dataset_path, random_range_ratio, request_timeout, tool, tool_args, python, world_size, hidden_size,
      tokens, variant_timeout, dtype, env_specs, cuda_graph, backend, iters, trials, allreduces_per_step,
-     accept_new_host_keys, known_hosts) = (params[n] for n in _RUN_PARAMS)
+     accept_new_host_keys, known_hosts, timeout, connect_timeout) = (params[n] for n in _RUN_PARAMS)
     from gpuops.bench import options as opt
     from gpuops.bench.runner import run_bench, targets_for
     from gpuops.bench.store import ResultsStore
@@ -126,12 +126,13 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         _check_url(url)
     hosts = load_inventory(inventory).select(limit) if remote else local_inventory().select(None)
     targets = targets_for(hosts, port, url, remote)
-    connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts))
+    connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
+                                     connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout)
     store = ResultsStore(results_dir)
     progress = None if as_json else _Progress(suite, repeat)
     try:
         states = run_bench(targets, options, store, connect_options, remote=remote,
-                           on_change=progress.update if progress else None)
+                           on_change=progress.update if progress else None, timeout=timeout)
     finally:
         if progress:
             progress.close()

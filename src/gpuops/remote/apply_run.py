@@ -20,7 +20,8 @@ from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest, managed_roots
 from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
-from gpuops.remote.apply_service import Service, backend_call, load_process_manager, previous_service
+from gpuops.remote import process_manager
+from gpuops.remote.apply_service import Service, backend_call, previous_service
 from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
 
@@ -36,7 +37,7 @@ class Run:
         self.faults = faults or {}
         self.journal = os.path.join(self.state_dir, JOURNAL_FILE)
         self.meta = payload.get("meta", {})
-        self.pm = load_process_manager(payload.get("process_manager", "") or "")
+        self.pm = process_manager  # bundled with the helper (remote/bundle.py), like every host module
         self.service = Service(payload.get("service"), self.pm, progress)
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
