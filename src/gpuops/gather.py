@@ -140,6 +140,7 @@ def gather(conn: Connection, probes: Iterable[Probe[Any]], preamble: str = "", t
     nonce = new_nonce()
     script = build_gather_script(probes, nonce, preamble)
     result = conn.run(GATHER_COMMAND, stdin=script.encode(), timeout=timeout)
+    _check_become(conn, result, probes, nonce)
     from gpuops import timings
 
     with timings.span("parse", getattr(getattr(conn, "host", None), "name", None)):
@@ -149,3 +150,19 @@ def gather(conn: Connection, probes: Iterable[Probe[Any]], preamble: str = "", t
             tail = result.stderr_text().strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
             why = f"the gather script stopped early: {tail[0]}"
         return parse_outputs(probes, outputs, why)
+
+
+def _check_become(conn: Connection, result: Any, probes: list[Probe[Any]], nonce: str) -> None:
+    """Fail the host when sudo refused the gather: not one probe ran, so there are no facts to
+    report as unknown, only a host that cannot be reached as asked (what apply says too). A gather
+    that ran some probes and then stopped stays a partial gather, its missing facts unknown."""
+    from gpuops.transport.become import become_connection
+
+    become = become_connection(conn)
+    if become is None or not probes or f"@@gpuops:{nonce} begin " in result.stdout_text():
+        return
+    why = become.refusal(result)
+    if why is not None:
+        from gpuops.errors import TransportError
+
+        raise TransportError(conn.host.name, f"sudo refused: {why}")

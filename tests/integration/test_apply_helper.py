@@ -62,8 +62,7 @@ def change(path: Path, after: bytes, before: bytes | None, mode: str | None = No
 
 def payload(state: Path, changes: list[dict[str, Any]], run_id: str = "r1", **extra: Any) -> dict[str, Any]:
     base = {"mode": "apply", "run_id": run_id, "state_dir": str(state), "meta": {"role": "test", "user": "me"},
-            "changes": changes, "compile": [], "handlers": [], "service": None, "audit": None,
-            "process_manager": ""}
+            "changes": changes, "compile": [], "handlers": [], "service": None, "audit": None}
     base.update(extra)
     return base
 
@@ -195,7 +194,7 @@ def test_an_interrupted_rollback_is_never_a_dead_end(tmp_path: Path) -> None:
     a.write_bytes(b"v1\n")
     assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
     _dead_run(state, a, "r2", b"v2\n", kind="rollback")  # a rollback of r1 that died half-way
-    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}}
     undo = run_helper(dict(rollback, run_id="r3", target=None))
     assert undo["ok"] and undo["target"] == "r1", undo
     assert any("run r2" in line for line in undo["recovered"])
@@ -210,7 +209,7 @@ def test_rollback_refuses_to_destroy_a_later_change_unless_forced(tmp_path: Path
     a.chmod(0o600)
     assert run_helper(payload(state, [change(a, b"A=2\n", b"A=1\n")], run_id="r1"))["status"] == "finished"
     a.write_bytes(b"A=2\nB=by-hand\n")
-    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}}
     refused = run_helper(dict(rollback, run_id="r2", target="r1"))
     assert refused["ok"] is False and str(a) in refused["error"] and "--force" in refused["error"], refused
     assert a.read_bytes() == b"A=2\nB=by-hand\n"
@@ -230,7 +229,7 @@ def test_a_tampered_manifest_is_refused(tmp_path: Path) -> None:
     manifest = json.loads(manifest_path.read_text())
     manifest["files"].append({"path": str(victim), "existed": False})
     manifest_path.write_text(json.dumps(manifest))
-    refused = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": "",
+    refused = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {},
                           "run_id": "r2", "target": "r1"})
     assert refused["ok"] is False and refused["error"].startswith("tampering"), refused
     assert victim.read_bytes() == b"not gpuops'\n" and a.read_bytes() == b"v2\n"
@@ -320,7 +319,7 @@ def test_refusal_of_an_older_rollback_names_every_later_run_newest_first(tmp_pat
                               run_id="r2"))["status"] == "finished"
     assert run_helper(payload(state, [change(b, b"v3\n", b"v2\n")], run_id="r3"))["status"] == "finished"
     assert run_helper(payload(state, [change(c, b"v2\n", b"v1\n")], run_id="r4"))["status"] == "finished"
-    refused = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": "",
+    refused = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {},
                           "run_id": "r5", "target": "r1"})
     assert refused["ok"] is False
     assert "run gpuops rollback --run r3; gpuops rollback --run r2; then gpuops rollback --run r1" in refused["error"]
@@ -333,7 +332,7 @@ def test_rollback_of_an_older_run_whose_files_changed_again_is_refused(tmp_path:
     a.write_bytes(b"v1\n")
     assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
     assert run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r2"))["status"] == "finished"
-    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}}
     refused = run_helper(dict(rollback, run_id="r3", target="r1"))
     assert refused["ok"] is False and "roll back r2 first" in refused["error"]
     assert a.read_bytes() == b"v3\n"
@@ -378,7 +377,7 @@ def test_recomposition_undoes_an_older_run_and_is_itself_undoable(tmp_path: Path
     again = run_helper(recompose_payload(state, [], "r4", "r1", [src]))
     assert again["status"] == "refused" and "not in effect" in again["error"]
     # The default rollback now undoes r2 (the newest apply still in effect), not the recomposition...
-    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": ""}
+    rollback = {"mode": "rollback", "state_dir": str(state), "meta": {}}
     refused = run_helper(dict(rollback, run_id="r5"))
     assert refused["ok"] is False and "r3" in refused["error"], refused   # r3 rewrote r2's launch since
     # ...and the recomposition itself can be undone: r1's patch and launch are back.
@@ -433,7 +432,7 @@ def test_a_recomposition_deletes_what_the_plan_deletes(tmp_path: Path) -> None:
     gone = {"path": str(desired), "delete": True, "before_sha256": sha(b"{}\n"), "after_sha256": None}
     assert run_helper(recompose_payload(state, [gone, change(launch, b"l4\n", b"l3\n")], "r3", "r1", []))["ok"]
     assert not desired.exists() and launch.read_bytes() == b"l4\n"
-    undo = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {}, "process_manager": "",
+    undo = run_helper({"mode": "rollback", "state_dir": str(state), "meta": {},
                        "run_id": "r4", "target": "r3"})
     assert undo["ok"], undo
     assert desired.read_bytes() == b"{}\n" and launch.read_bytes() == b"l3\n"

@@ -104,10 +104,17 @@ def test_a_wrong_password_fails_the_host_in_one_line_and_changes_nothing(lab, ru
     env_before = (host.state_dir / "sglang.env").read_text()
     inspect = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "-b", "--json",
                          env={"GPUOPS_BECOME_PASS": "not-it"})
-    # inspect reports what it could not learn, and why (as for any gather that dies early)
-    assert "sudo: wrong password" in inspect.stdout + inspect.stderr
+    # sudo refused the gather: the host fails with why, not with every fact "unknown" and exit 0
+    assert inspect.returncode == 1, inspect.stdout + inspect.stderr
+    entry = json.loads(inspect.stdout)["hosts"][host.name]
+    assert entry["ok"] is False and entry["error"] == "sudo refused: wrong password", entry
+    text = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "-b", env={"GPUOPS_BECOME_PASS": "not-it"})
+    (line,) = [l for l in (text.stdout + text.stderr).splitlines() if "sudo refused" in l]
+    assert text.returncode == 1 and host.name in line and line.endswith("FAILED: sudo refused: wrong password"), line
+    assert "unknown" not in text.stdout + text.stderr, text.stdout
     apply = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "-b",
                        "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": 4}}', env={"GPUOPS_BECOME_PASS": "not-it"})
     assert apply.returncode == 1, apply.stdout + apply.stderr
     assert (host.state_dir / "sglang.env").read_text() == env_before
-    assert "not-it" not in inspect.stdout + inspect.stderr + apply.stdout + apply.stderr
+    assert "sudo refused: wrong password" in apply.stdout + apply.stderr
+    assert "not-it" not in inspect.stdout + inspect.stderr + text.stdout + text.stderr + apply.stdout + apply.stderr

@@ -108,3 +108,41 @@ def test_the_transaction_channel_goes_through_become_too(sudo: Path, tmp_path: P
     finally:
         stream.close()
     assert sudo.read_text() == "call\n"
+
+
+def _probe(name: str, script: str):
+    from gpuops.gather import Probe
+
+    return Probe(name, script, lambda out: out.stdout.strip())
+
+
+def test_a_gather_that_sudo_refused_fails_the_host_in_one_line(sudo: Path, tmp_path: Path, monkeypatch) -> None:
+    """Not one probe ran: the host fails with sudo's reason (never every fact "unknown"), also under
+    -v's logging wrapper, and the password is never in the message."""
+    from gpuops.errors import TransportError
+    from gpuops.gather import gather
+    from gpuops.transport.verbose import LoggedConnection
+
+    monkeypatch.setenv("FAKE_SUDO_ASKS", "1")
+    host = local_hosts(tmp_path, "all:\n  hosts: {h: {ansible_connection: local}}\n")[0]
+    for conn in (BecomeConnection(LocalConnection(host), "not it"),
+                 LoggedConnection(BecomeConnection(LocalConnection(host), "not it"), 0.0)):
+        with pytest.raises(TransportError) as refused:
+            gather(conn, [_probe("a", "echo A"), _probe("b", "echo B")])
+        assert str(refused.value) == "h: sudo refused: wrong password"
+    assert not sudo.exists()
+    # the right password: the same gather answers
+    values = gather(BecomeConnection(LocalConnection(host), SECRET), [_probe("a", "echo A"), _probe("b", "echo B")])
+    assert values == {"a": "A", "b": "B"}
+
+
+def test_a_partial_gather_through_sudo_stays_partial(sudo: Path, tmp_path: Path, monkeypatch) -> None:
+    """The script ran, then died: what came back is kept, the rest is unknown with why, as without sudo."""
+    from gpuops.gather import ProbeFailure, gather
+
+    monkeypatch.setenv("FAKE_SUDO_ASKS", "1")
+    host = local_hosts(tmp_path, "all:\n  hosts: {h: {ansible_connection: local}}\n")[0]
+    values = gather(BecomeConnection(LocalConnection(host), SECRET),
+                    [_probe("a", "echo A"), _probe("b", "echo dying >&2; kill -9 $$ ; kill -9 $PPID")])
+    assert values["a"] == "A"
+    assert isinstance(values["b"], ProbeFailure)

@@ -64,7 +64,7 @@ def test_each_suite_has_its_reader_of_stored_results(name):
     module = reader(name)
     assert module.__name__ == f"gpuops.bench.suite_{name}"
     for function in ("headline", "figures", "levels", "within_run", "across_repeats", "merge_repeats", "summarize",
-                     "finish", "report_tables"):
+                     "finish", "report_tables", "bench_tables"):
         assert callable(getattr(module, function)), (name, function)
     empty = {"suite": name, "summary": {}}
     assert isinstance(module.headline({}, empty), dict)
@@ -73,6 +73,7 @@ def test_each_suite_has_its_reader_of_stored_results(name):
     assert isinstance(module.within_run(empty), dict) and isinstance(module.across_repeats([{}]), dict)
     assert isinstance(module.merge_repeats(dict(empty), [empty]), dict)
     assert module.report_tables([]) == [] and all(callable(maker) for _, _, maker in module.PLOTS)
+    assert [rows for _, _, rows in module.bench_tables({})] == [[] for _ in module.bench_tables({})]
 
 
 def test_plot_names_are_unique_across_suites():
@@ -101,8 +102,9 @@ def test_the_readers_of_stored_results_do_not_branch_on_suite_names():
     import re
 
     from gpuops.bench import compare, export, repeats, report, results
+    from gpuops.commands.bench import _render_bench
 
     for source in (inspect.getsource(compare), inspect.getsource(export), inspect.getsource(repeats),
-                   inspect.getsource(report),
+                   inspect.getsource(report), inspect.getsource(_render_bench),
                    inspect.getsource(results)):
         assert not re.search(r"""suite["')]*\s*(==|!=|in)\s*[("']""", source), source[:80]

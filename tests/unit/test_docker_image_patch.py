@@ -147,7 +147,7 @@ def test_docker_plan_patches_an_image_never_a_host_file(scan_058) -> None:
     assert "--enable-flashinfer-allreduce-fusion" in run_script
     desired = json.loads(next(c for c in host if c.path.endswith("desired.json")).after)
     assert desired["contributions"]["fusion-sm120"]["image"] == tag
-    payload = apply_payload(plan, "r1", "d", "# pm", "audit sh")
+    payload = apply_payload(plan, "r1", "d", "audit sh")
     assert {c["path"] for c in payload["changes"]} == {c.path for c in host}  # the helper writes host files only
     built = payload["image"]
     assert built["tag"] == tag and built["labels"] == {"gpuops.patch": plan.image.patch_sha256, "gpuops.base-ref": IMAGE}
@@ -202,3 +202,41 @@ def test_an_upgraded_inventory_image_is_said_to_run_without_the_patch(scan_058) 
     same = plan_role("sglang-service", facts, VARS, {}, run_id="r3")
     assert not any("without that patch" in w for w in same.warnings)
     assert all(c.action == "mode" for c in same.changes)  # the fixture has no modes; the contents stand
+
+
+def test_the_images_still_in_effect_are_named_by_the_launch_desired_state_and_undoable_backups(tmp_path: Path) -> None:
+    # What prune_derived_images keeps (the docker side is tested against a real daemon in
+    # test_docker_fusion.py): the launch script, desired.json, and the backups of each run a
+    # rollback could still write back. Not a plain rollback's backups (nothing undoes it), not an
+    # undone run's, not a run's working files, not a run whose backups were pruned.
+    from gpuops.remote.container_image import _names_in_effect
+
+    def run(run_id: str, files: dict[str, str], *events: dict) -> None:
+        for name, text in files.items():
+            (tmp_path / "runs" / run_id / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "runs" / run_id / name).write_text(text)
+        with open(tmp_path / "journal.jsonl", "a") as journal:
+            for event in events:
+                journal.write(json.dumps({"run_id": run_id, "time": "t", **event}) + "\n")
+
+    changes = [{"path": f"{STATE}/sglang-docker-run.sh"}]
+    script = tmp_path / "sglang-docker-run.sh"
+    script.write_text("exec docker run gpuops/sglang:launch\n")
+    (tmp_path / "desired.json").write_text('{"fusion-sm120": {"image": "gpuops/sglang:desired"}}')
+    run("a", {"files/000": "gpuops/sglang:undone"}, {"event": "started", "changes": changes}, {"event": "finished"})
+    run("b", {"files/000": "gpuops/sglang:standing", "audit.sh": "gpuops/sglang:audit"},
+        {"event": "started", "changes": changes}, {"event": "finished"})
+    run("c", {"files/000": "gpuops/sglang:found-by-rollback"},
+        {"event": "started", "kind": "rollback", "target": "a", "changes": changes},
+        {"event": "finished", "kind": "rollback", "target": "a"})
+    run("d", {}, {"event": "started", "changes": changes}, {"event": "rolled_back"})
+
+    def named() -> set[str]:
+        text = b"\n".join(_names_in_effect(str(tmp_path), str(script))).decode()
+        return {word.split(":")[1].strip('"}') for word in text.split() if "gpuops/sglang:" in word}
+
+    assert named() == {"launch", "desired", "standing"}
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs" / "b")  # gpuops_keep_runs pruned b: nothing can write its backups back
+    assert named() == {"launch", "desired"}

@@ -89,7 +89,7 @@ def test_payload_carries_bytes_and_hashes_not_diffs() -> None:
                     diff="-A\n+A\n", mode="0600", task="t", notify=("restart sglang",))
     plan = Plan(host="h", role="nccl-env", changes=(change,), handlers=(HandlerRun("restart sglang", service),),
                 service=service, state_dir="/s")
-    payload = apply_payload(plan, "r1", "digest", "# pm source", None)
+    payload = apply_payload(plan, "r1", "digest", None)
     (entry,) = payload["changes"]
     assert base64.b64decode(entry["after_b64"]).decode() == "A='2'\n"
     assert entry["before_sha256"] == change.before_sha256 and entry["mode"] == "0600"

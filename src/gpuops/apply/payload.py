@@ -18,8 +18,7 @@ def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
     return {"role": plan.role, "user": user, "client": socket.gethostname(), "vars_sha256": vars_sha256}
 
 
-def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: str,
-                  audit_sh: str | None) -> dict[str, Any]:
+def apply_payload(plan: Plan, run_id: str, vars_sha256: str, audit_sh: str | None) -> dict[str, Any]:
     return {
         "mode": "apply",
         "run_id": run_id,
@@ -41,7 +40,6 @@ def apply_payload(plan: Plan, run_id: str, vars_sha256: str, process_manager: st
         "handlers": [{"name": h.name, "daemon_reload": h.daemon_reload} for h in plan.handlers],
         "service": plan.service.to_json() if plan.service else None,
         "audit": {"sh": audit_sh} if (plan.audit and audit_sh) else None,
-        "process_manager": process_manager,
         "image": image_build(plan),
     }
 

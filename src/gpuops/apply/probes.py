@@ -30,10 +30,17 @@ for path in sys.argv[2:]:
     entry["exists"] = True
     entry["mode"] = "%04o" % (st.st_mode & 0o7777)
     entry["uid"], entry["gid"] = st.st_uid, st.st_gid
-    if not stat.S_ISREG(st.st_mode):
-        entry["problem"] = "not a regular file"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            entry["problem"] = "is a symbolic link to %s" % os.readlink(path)
+        except OSError as exc:
+            entry["problem"] = "is a symbolic link (%s)" % exc.strerror
+    elif stat.S_ISDIR(st.st_mode):
+        entry["problem"] = "is a directory"
+    elif not stat.S_ISREG(st.st_mode):
+        entry["problem"] = "is not a regular file (a device, socket or FIFO)"
     elif st.st_size > int(sys.argv[1]):
-        entry["problem"] = "larger than %s bytes" % sys.argv[1]
+        entry["problem"] = "is larger than %s bytes" % sys.argv[1]
     else:
         try:
             with open(path, "rb") as handle:
@@ -73,12 +80,12 @@ def parse_files(output: ProbeOutput) -> dict[str, Any]:
             try:
                 content = base64.b64decode(entry["b64"]).decode("utf-8")
             except UnicodeDecodeError:
-                problems[path] = "not UTF-8 text"
+                problems[path] = "is not UTF-8 text"
         else:
-            problems[path] = entry.get("problem", "unreadable")
+            problems[path] = entry.get("problem") or "is unreadable"
         files[path] = FileState(
             path=path, exists=True, sha256=entry.get("sha256"), mode=entry.get("mode"),
-            uid=entry.get("uid"), gid=entry.get("gid"), content=content,
+            uid=entry.get("uid"), gid=entry.get("gid"), content=content, problem=problems.get(path),
         )
     return {"python": raw.get("python") or "", "files": files, "problems": problems}
 

@@ -207,10 +207,9 @@ def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any
     """The helper's journal mode: it rolls back every run whose worker died; what it did."""
     from gpuops.apply.options import current_user, new_run_id
     from gpuops.apply.remote_exec import run_helper
-    from gpuops.remote import source
 
     payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": state_dir,
-               "meta": {"role": "rollback", "user": current_user()}, "process_manager": source("process_manager")}
+               "meta": {"role": "rollback", "user": current_user()}}
     result = run_helper(conn, {**variables, **extra}, payload, deadline=deadline)
     if result.get("status") != "journal":
         raise GpuopsError(f"{conn.host.name}: cannot finish the run that died on this host first: "
@@ -244,9 +243,8 @@ def _payload(plan: "Plan", recomposition: Recomposition, run_id: str, options: "
     from gpuops.apply.options import current_user
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import vars_digest
-    from gpuops.remote import source
 
-    payload = apply_payload(plan, run_id, vars_digest(dict(variables), dict(extra)), source("process_manager"), None)
+    payload = apply_payload(plan, run_id, vars_digest(dict(variables), dict(extra)), None)
     payload["meta"] = dict(payload["meta"], role=recomposition.target.get("role"), user=current_user())
     payload["recompose"] = {"target": recomposition.target["run_id"], "restore": recomposition.restore,
                             "force": options.force}

@@ -37,10 +37,9 @@ def recover_host(conn: "Connection", host: "Host") -> list[str]:
     from gpuops.apply.options import current_user, new_run_id
     from gpuops.apply.remote_exec import run_helper
     from gpuops.apply.undo import inventory_state_dir
-    from gpuops.remote import source
 
     payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
-               "meta": {"role": "inspect", "user": current_user()}, "process_manager": source("process_manager")}
+               "meta": {"role": "inspect", "user": current_user()}}
     result = run_helper(conn, dict(host.vars or {}), payload)
     notes = [f"recovered first: {line}" for line in result.get("recovered") or []]
     if result.get("status") != "journal":

@@ -119,7 +119,6 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
     from gpuops.secret_policy import secret_values
-    from gpuops.remote import source
     from gpuops.transport import connect
 
     deadline = options.deadline()
@@ -163,7 +162,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             from gpuops.gates.probe import gate_scan_probe
 
             audit_sh = container_audit.audit_script(plan, gate_scan_probe(with_sources=False).script)
-        payload = apply_payload(plan, run_id, digest, source("process_manager"), audit_sh)
+        payload = apply_payload(plan, run_id, digest, audit_sh)
         variables = _merged(host, extra)
 
         def on_audit(output: Any) -> tuple[bool, str]:

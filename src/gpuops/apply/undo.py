@@ -63,7 +63,6 @@ def _rollback_state_dir(host: "Host", target: str | None) -> str:
 def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
     from gpuops.apply.journal import append_home
     from gpuops.apply.recompose import recompose_host
-    from gpuops.remote import source
     from gpuops.transport import connect, run_on_hosts
 
     run_id = new_run_id()
@@ -75,7 +74,6 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         payload = {
             "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
             "force": options.force, "meta": {"role": "rollback", "user": current_user()},
-            "process_manager": source("process_manager"),
         }
         conn = connect(host, options.connect)
         try:
@@ -127,7 +125,6 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
     """Each host's journal (every state dir it was used with), folded into runs; dead runs are
     rolled back first. Value per host: ``{"runs": [...], "notes": [...]}``."""
     from gpuops.apply.journal import fold_runs, reconcile_home
-    from gpuops.remote import source
     from gpuops.transport import connect, run_on_hosts
 
     call_id = new_run_id()
@@ -141,8 +138,7 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
         try:
             for state_dir in state_dirs_of(host):
                 payload = {"mode": "journal", "run_id": call_id, "state_dir": state_dir,
-                           "meta": {"role": "history", "user": current_user()},
-                           "process_manager": source("process_manager")}
+                           "meta": {"role": "history", "user": current_user()}}
                 result = run_helper(conn, variables, payload, deadline=deadline)
                 if result.get("status") != "journal":
                     raise GpuopsError(f"{host.name}: cannot read the journal in {state_dir}: "

@@ -68,7 +68,10 @@ def run_bench(
     connect_options: ConnectOptions,
     remote: bool = True,
     on_change: Callable[[dict[str, HostBench]], None] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, HostBench]:
+    """Each target's bench; with ``timeout`` (``--timeout``), a host still running that many seconds
+    after it began is failed, its client asked to stop, and the command does not wait for it."""
     from gpuops.remote import python_command, python_stdin, source
 
     run_id = uuid.uuid4().hex[:12]
@@ -77,6 +80,8 @@ def run_bench(
     worker_source = source(worker) if worker else None
     states = {t.host.name: HostBench(t.host.name) for t in targets}
     finished = {t.host.name: threading.Event() for t in targets}
+    deadlines: dict[str, float] = {}  # per host, from when its run began (--timeout)
+    given_up: set[str] = set()  # hosts past their deadline: what their thread finds later is dropped
     lock = threading.Lock()
 
     def changed() -> None:
@@ -85,14 +90,31 @@ def run_bench(
                 on_change(dict(states))
 
     def one(target: BenchTarget) -> None:
-        state = states[target.host.name]
+        name = target.host.name
+        state = HostBench(name)  # this thread's copy; it becomes the host's state unless given up
         from gpuops.transport import connect
 
+        def left() -> float | None:
+            if timeout is None:
+                return None
+            remaining = deadlines[name] - time.monotonic()
+            if remaining <= 0:
+                raise GpuopsError(f"{name}: {_timed_out(timeout)}")
+            return remaining
+
+        def publish() -> None:
+            with lock:
+                if name not in given_up:
+                    states[name] = state
+
         try:
+            if timeout is not None:
+                deadlines[name] = time.monotonic() + timeout
             payload = build_payload(options, run_id, target.url, target.host.vars, worker_source,
                                     host_name=target.host.name)
             state.status = "running"
             state.started_at = time.time()
+            publish()
             changed()
             repeats: list[dict] = []
             conn = connect(target.host, connect_options)
@@ -102,7 +124,8 @@ def run_bench(
                         break  # Ctrl-C: keep the repeats already home
                     state.repeat = index + 1
                     changed()
-                    done = conn.run(python_command(target.python), python_stdin("bench_client", payload))
+                    done = conn.run(python_command(target.python), python_stdin("bench_client", payload),
+                                    timeout=left())
                     run = parse_frames(done.stdout_text(), run_id)
                     if run.start is None:
                         tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
@@ -121,7 +144,7 @@ def run_bench(
             else:
                 result = repeats[0]
             measured = result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
-            if measured or result["summary"].get("completed"):
+            if (measured or result["summary"].get("completed")) and name not in given_up:
                 state.file = store.save(result)
             state.result = result
             state.error = "; ".join(result["errors"]) or None
@@ -135,7 +158,9 @@ def run_bench(
             state.error = f"internal error: {type(exc).__name__}: {exc}"
             state.status = "failed"
         finally:
-            finished[target.host.name].set()
+            publish()  # the same object once running; a host that failed before that needs it here
+            if name not in given_up:
+                finished[name].set()
         changed()
 
     if remote:
@@ -152,7 +177,8 @@ def run_bench(
     # Wait by polling events, never Thread.join: a Ctrl-C landing inside join() can leave a still
     # running thread marked as stopped (a CPython quirk), and its results would be lost.
     try:
-        _wait_all(finished.values(), None)
+        _wait_all(finished.values(), None, lambda: _give_up_overdue(targets, states, finished, deadlines, given_up,
+                                                                     lock, timeout, run_id, connect_options, changed))
     except KeyboardInterrupt:
         for state in states.values():
             if state.status == "running":
@@ -215,12 +241,46 @@ def eta_s(state: HostBench, repeat: int = 1) -> float | None:
     return per_record * (total - done + total * repeats_left)
 
 
-def _wait_all(events: Iterable[threading.Event], timeout: float | None) -> None:
+def _wait_all(events: Iterable[threading.Event], timeout: float | None,
+              each: Callable[[], None] | None = None) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = list(events)
     while pending and (deadline is None or time.monotonic() < deadline):
         time.sleep(0.1)
+        if each is not None:
+            each()
         pending = [e for e in pending if not e.is_set()]
+
+
+def _timed_out(timeout: float) -> str:
+    return f"timed out: still running after {timeout:.0f} s (--timeout); its bench client was asked to stop"
+
+
+def _give_up_overdue(targets: Sequence[BenchTarget], states: dict[str, HostBench], finished: dict[str, threading.Event],
+                     deadlines: dict[str, float], given_up: set[str], lock: threading.Lock, timeout: float | None,
+                     run_id: str, connect_options: ConnectOptions, changed: Callable[[], None]) -> None:
+    """Fail every host past its deadline now, whatever its transport does with the command's time
+    limit (an SSH channel's timeout is one of silence, and a client that prints progress is never
+    silent); its client is asked to stop, in the background: the host may not answer at all."""
+    if timeout is None:
+        return
+    now = time.monotonic()
+    overdue = []
+    with lock:
+        for target in targets:
+            name = target.host.name
+            if name in deadlines and name not in given_up and not finished[name].is_set() and now > deadlines[name]:
+                given_up.add(name)
+                states[name] = HostBench(name, error=_timed_out(timeout), status="failed",
+                                         started_at=states[name].started_at)
+                overdue.append(target)
+    if not overdue:
+        return
+    threading.Thread(target=_stop_clients, args=(overdue, run_id, connect_options), name="bench-stop",
+                     daemon=True).start()
+    for target in overdue:
+        finished[target.host.name].set()
+    changed()
 
 
 def _stop_clients(targets: Sequence[BenchTarget], run_id: str, connect_options: ConnectOptions) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, number
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, cell, number
 
-__all__ = ["PLOTS", "across_repeats", "allreduce_summary", "figures", "finish", "headline", "levels",
+__all__ = ["PLOTS", "across_repeats", "allreduce_summary", "bench_tables", "figures", "finish", "headline", "levels",
            "merge_repeats", "report_tables", "summarize", "variant_label", "within_run"]
 
 
@@ -193,3 +193,17 @@ def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, 
 
 
 PLOTS = (("allreduce_latency", "All-reduce latency vs size per NCCL variant", plot_latency),)
+
+
+def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+    """One row per host and NCCL variant."""
+    headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
+    rows = []
+    for name, line in hosts.items():
+        for v in line.get("variants") or []:
+            lat = " ".join(f"{k}:{cell(x)}" for k, x in (v.get("latency_us") or {}).items())
+            bw = " ".join(f"{k}:{cell(x)}" for k, x in (v.get("busbw_gbps") or {}).items())
+            rows.append([name, v["label"], "yes" if v.get("ok") else "NO", lat, bw, v.get("error") or ""])
+        if not line.get("variants"):
+            rows.append([name, "-", "NO", "", "", line.get("error") or ""])
+    return [(None, headers, rows)]

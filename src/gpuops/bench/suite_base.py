@@ -7,7 +7,8 @@ A suite's reader is the module ``bench/suite_<name>.py`` (``suites.reader(name)`
 ``within_run(result)`` and ``across_repeats(summaries)`` (the distributions intervals are drawn
 from), ``merge_repeats(merged, results)`` (the summary of ``--repeat N``), and, for a new run,
 ``summarize(run, options)`` and ``finish(run, summary, rows, errors)``, and for the HTML report
-``PLOTS`` and ``report_tables(results)``; this module holds the defaults (import those a suite does not change). Pure.
+``PLOTS`` and ``report_tables(results)``, and for ``gpuops bench``'s output ``bench_tables(hosts)``;
+this module holds the defaults (import those a suite does not change). Pure.
 """
 
 from __future__ import annotations
@@ -114,6 +115,36 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     """The summary of ``--repeat N`` results merged into ``merged`` (its raw rows pooled, each
     tagged with its ``repeat``): by default the last repeat's."""
     return dict(merged.get("summary") or {})
+
+
+def cell(value: Any) -> str:
+    """A figure as a table shows it (``-`` for none)."""
+    from gpuops.bench.compare import format_value
+
+    return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
+
+
+def sim_cell(value: Any, simulated: bool) -> str:
+    """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
+    from gpuops.bench.simulated import mark
+
+    return mark(cell(value), simulated)
+
+
+def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+    """The tables ``gpuops bench`` prints from the per-host headlines: (title or None for
+    ``bench <suite>``, headers, rows); a further table is printed only when it has rows. By
+    default one row of per-request figures a host."""
+    headers = ["host", "ok", "tok/s", "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "result", "error"]
+    rows = []
+    for name, line in hosts.items():
+        itl = line.get("itl_ms") or {}
+        ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
+        figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
+                   itl.get("p99"), line.get("accept_length"))
+        rows.append([name, ok, *(sim_cell(x, bool(line.get("simulated"))) for x in figures),
+                     line.get("result_id") or "-", line.get("error") or ""])
+    return [(None, headers, rows)]
 
 
 # The report's plots: (name, title, maker); a maker gets the suite's own results, returns PNG bytes or None.

@@ -6,10 +6,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, RunParts, headline, levels, report_tables, request_figures
+from gpuops.bench.suite_base import (Distributions, Figures, RunParts, bench_tables, headline, levels, report_tables,
+                                     request_figures)
 from gpuops.bench.suite_base import finish_requests as finish
 
-__all__ = ["PLOTS", "across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
+__all__ = ["PLOTS", "across_repeats", "bench_tables", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
            "summarize", "within_run"]
 
 

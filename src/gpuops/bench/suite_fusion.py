@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, number
+from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, cell, number
 
-__all__ = ["PLOTS", "across_repeats", "figures", "finish", "fusion_summary", "headline", "levels",
+__all__ = ["PLOTS", "across_repeats", "bench_tables", "figures", "finish", "fusion_summary", "headline", "levels",
            "merge_repeats", "report_tables", "summarize", "within_run"]
 
 _HEADLINE_KEYS = ("headline_tokens", "fused_us", "unfused_us", "fused_step_ms", "unfused_step_ms",
@@ -152,3 +152,14 @@ def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, 
 
 
 PLOTS = (("fusion", "Fused vs unfused all-reduce + RMSNorm", plot_fused_vs_unfused),)
+
+
+def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+    """One row per host: the headline size's fused and unfused cost."""
+    headers = ["host", "ok", "tokens", "fused us", "unfused us", "per step fused ms", "per step unfused ms",
+               "saving per step ms", "correct", "error"]
+    rows = [[name, "yes" if line.get("ok") else "NO", cell(line.get("headline_tokens")), cell(line.get("fused_us")),
+             cell(line.get("unfused_us")), cell(line.get("fused_step_ms")), cell(line.get("unfused_step_ms")),
+             cell(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
+             line.get("error") or ""] for name, line in hosts.items()]
+    return [(None, headers, rows)]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gpuops.bench.suite_base import Figures, RunParts, across_repeats, number, report_tables, request_figures, within_run
+from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, number, report_tables, request_figures,
+                                     sim_cell, within_run)
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.remote.sglang_argv import flag_value
 
-__all__ = ["PLOTS", "across_repeats", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
+__all__ = ["PLOTS", "across_repeats", "bench_tables", "figures", "finish", "headline", "levels", "merge_repeats", "report_tables",
            "serving_summary", "summarize", "within_run"]
 
 _PEAK_KEYS = ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
@@ -157,3 +158,32 @@ def plot_serving(results: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 
 PLOTS = (("serving", "Serving sweep", plot_serving),)
+
+
+def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+    # the headline of a serving run is its peak; the lowest level's per-stream figures follow
+    headers = ["host", "ok", "peak total tok/s", "at", "peak req/s", "peak goodput req/s", "tok/s per stream",
+               "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "failed", "result", "error"]
+    rows = []
+    for name, line in hosts.items():
+        ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
+        sim = bool(line.get("simulated"))
+        itl = line.get("itl_ms") or {}
+        figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
+                   itl.get("p99"), line.get("accept_length"))
+        rows.append([name, ok, sim_cell(line.get("peak_total_output_tokens_per_s"), sim),
+                     f"c={line.get('peak_concurrency')}" if line.get("peak_concurrency") is not None else "-",
+                     sim_cell(line.get("peak_request_throughput"), sim),
+                     sim_cell(line.get("peak_goodput_request_per_s"), sim),
+                     *(sim_cell(x, sim) for x in figures), cell(line.get("failed")),
+                     line.get("result_id") or "-", line.get("error") or ""])
+    level_rows = [[name, lv["concurrency"] if lv.get("request_rate") is None else
+                   f"rate {cell(lv['request_rate'])} (cap {lv['concurrency'] or '-'})",
+                   *(sim_cell(lv.get(k), bool(line.get("simulated"))) for k in (
+                       "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s", "ttft_ms_p50",
+                       "tpot_ms_p50", "itl_ms_p50", "e2e_latency_ms_p50")),
+                   cell(lv.get("failed")), sim_cell(lv.get("goodput_request_per_s"), bool(line.get("simulated")))]
+                  for name, line in hosts.items() for lv in line.get("levels") or []]
+    level_headers = ["host", "concurrency", "req/s", "total tok/s", "tok/s per stream", "TTFT p50 ms",
+                     "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "failed", "goodput req/s"]
+    return [(None, headers, rows), ("serving sweep", level_headers, level_rows)]

@@ -16,7 +16,7 @@ from types import ModuleType
 
 # Options every suite takes: where to run, where results go, repeats, host keys.
 COMMON_OPTIONS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", "port", "repeat", "python",
-                  "accept_new_host_keys", "known_hosts")
+                  "accept_new_host_keys", "known_hosts", "timeout", "connect_timeout")
 
 _REQUEST_OPTIONS = ("api", "input_len", "output_len", "warmup", "seed", "dataset", "dataset_path",
                     "random_range_ratio", "request_timeout", "tool", "tool_args")

@@ -78,7 +78,7 @@ _RUN_PARAMS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", 
                "request_rate", "max_concurrency", "slo", "dataset", "dataset_path", "random_range_ratio",
                "request_timeout", "tool", "tool_args", "python", "world_size", "hidden_size", "tokens",
                "variant_timeout", "dtype", "env_specs", "cuda_graph", "backend", "iters", "trials",
-               "allreduces_per_step", "accept_new_host_keys", "known_hosts")
+               "allreduces_per_step", "accept_new_host_keys", "known_hosts", "timeout", "connect_timeout")
 
 
 def _option_defaults() -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
      warmup, seed, concurrency, requests_per_level, repeat, request_rate, max_concurrency, slo, dataset,
      dataset_path, random_range_ratio, request_timeout, tool, tool_args, python, world_size, hidden_size,
      tokens, variant_timeout, dtype, env_specs, cuda_graph, backend, iters, trials, allreduces_per_step,
-     accept_new_host_keys, known_hosts) = (params[n] for n in _RUN_PARAMS)
+     accept_new_host_keys, known_hosts, timeout, connect_timeout) = (params[n] for n in _RUN_PARAMS)
     from gpuops.bench import options as opt
     from gpuops.bench.runner import run_bench, targets_for
     from gpuops.bench.store import ResultsStore
@@ -126,12 +126,13 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         _check_url(url)
     hosts = load_inventory(inventory).select(limit) if remote else local_inventory().select(None)
     targets = targets_for(hosts, port, url, remote)
-    connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts))
+    connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
+                                     connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout)
     store = ResultsStore(results_dir)
     progress = None if as_json else _Progress(suite, repeat)
     try:
         states = run_bench(targets, options, store, connect_options, remote=remote,
-                           on_change=progress.update if progress else None)
+                           on_change=progress.update if progress else None, timeout=timeout)
     finally:
         if progress:
             progress.close()
@@ -229,9 +230,9 @@ class _Progress:
 
 
 def _fmt(value: Any) -> str:
-    from gpuops.bench.compare import format_value
+    from gpuops.bench.suite_base import cell
 
-    return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
+    return cell(value)
 
 
 # Summary keys that count requests or tokens: exact even from a stand-in, so never marked (sim).
@@ -241,9 +242,9 @@ _EXACT_COUNTS = frozenset({"requests", "completed", "failed", "output_tokens", "
 
 def _fmt_sim(value: Any, simulated: bool) -> str:
     """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
-    from gpuops.bench.simulated import mark
+    from gpuops.bench.suite_base import sim_cell
 
-    return mark(_fmt(value), simulated)
+    return sim_cell(value, simulated)
 
 
 def _sim_footnote(labels: list[str]) -> None:
@@ -255,74 +256,22 @@ def _sim_footnote(labels: list[str]) -> None:
 
 
 def _render_bench(document: dict[str, Any]) -> None:
+    """The per-host tables of ``gpuops bench``: each suite's own (``bench_tables`` of its client module)."""
+    from gpuops.bench.suites import reader
     from gpuops.output import format_table, is_tty, make_console, rich_table
 
     hosts = document["hosts"]
     suite = document["suite"]
-    level_rows: list[list[Any]] = []
-    if suite == "fusion":
-        headers = ["host", "ok", "tokens", "fused us", "unfused us", "per step fused ms", "per step unfused ms",
-                   "saving per step ms", "correct", "error"]
-        rows = [[name, "yes" if line.get("ok") else "NO", _fmt(line.get("headline_tokens")), _fmt(line.get("fused_us")),
-                 _fmt(line.get("unfused_us")), _fmt(line.get("fused_step_ms")), _fmt(line.get("unfused_step_ms")),
-                 _fmt(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
-                 line.get("error") or ""] for name, line in hosts.items()]
-    elif suite == "allreduce":
-        headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
-        rows = []
-        for name, line in hosts.items():
-            for v in line.get("variants") or []:
-                lat = " ".join(f"{k}:{_fmt(x)}" for k, x in (v.get("latency_us") or {}).items())
-                bw = " ".join(f"{k}:{_fmt(x)}" for k, x in (v.get("busbw_gbps") or {}).items())
-                rows.append([name, v["label"], "yes" if v.get("ok") else "NO", lat, bw, v.get("error") or ""])
-            if not line.get("variants"):
-                rows.append([name, "-", "NO", "", "", line.get("error") or ""])
-    elif suite == "serving":
-        # the headline of a serving run is its peak; the lowest level's per-stream figures follow
-        headers = ["host", "ok", "peak total tok/s", "at", "peak req/s", "peak goodput req/s", "tok/s per stream",
-                   "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "failed", "result", "error"]
-        rows = []
-        for name, line in hosts.items():
-            ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
-            sim = bool(line.get("simulated"))
-            itl = line.get("itl_ms") or {}
-            figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
-                       itl.get("p99"), line.get("accept_length"))
-            rows.append([name, ok, _fmt_sim(line.get("peak_total_output_tokens_per_s"), sim),
-                         f"c={line.get('peak_concurrency')}" if line.get("peak_concurrency") is not None else "-",
-                         _fmt_sim(line.get("peak_request_throughput"), sim),
-                         _fmt_sim(line.get("peak_goodput_request_per_s"), sim),
-                         *(_fmt_sim(x, sim) for x in figures), _fmt(line.get("failed")),
-                         line.get("result_id") or "-", line.get("error") or ""])
-        level_rows = [[name, lv["concurrency"] if lv.get("request_rate") is None else
-                       f"rate {_fmt(lv['request_rate'])} (cap {lv['concurrency'] or '-'})",
-                       *(_fmt_sim(lv.get(k), bool(line.get("simulated"))) for k in (
-                           "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s", "ttft_ms_p50",
-                           "tpot_ms_p50", "itl_ms_p50", "e2e_latency_ms_p50")),
-                       _fmt(lv.get("failed")), _fmt_sim(lv.get("goodput_request_per_s"), bool(line.get("simulated")))]
-                      for name, line in hosts.items() for lv in line.get("levels") or []]
-    else:
-        headers = ["host", "ok", "tok/s", "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "result", "error"]
-        rows = []
-        for name, line in hosts.items():
-            itl = line.get("itl_ms") or {}
-            ok = "yes" if line.get("ok") else ("partial" if line.get("partial") and line.get("result_id") else "NO")
-            figures = (line.get("output_tokens_per_s"), line.get("ttft_ms"), itl.get("p50"), itl.get("p90"),
-                       itl.get("p99"), line.get("accept_length"))
-            rows.append([name, ok, *(_fmt_sim(x, bool(line.get("simulated"))) for x in figures),
-                         line.get("result_id") or "-", line.get("error") or ""])
-    level_headers = ["host", "concurrency", "req/s", "total tok/s", "tok/s per stream", "TTFT p50 ms",
-                     "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "failed", "goodput req/s"]
     console = make_console()
-    if is_tty():
-        console.print(rich_table(headers, rows, title=f"bench {suite}"))
-        if suite == "serving" and level_rows:
-            console.print(rich_table(level_headers, level_rows, title="serving sweep"))
-    else:
-        click.echo(format_table(headers, rows))
-        if suite == "serving" and level_rows:
-            click.echo()
-            click.echo(format_table(level_headers, level_rows))
+    for index, (title, headers, rows) in enumerate(reader(suite).bench_tables(hosts)):
+        if index and not rows:
+            continue  # a further table (the serving sweep) only when it has rows
+        if is_tty():
+            console.print(rich_table(headers, rows, title=title or f"bench {suite}"))
+        else:
+            if index:
+                click.echo()
+            click.echo(format_table(headers, rows))
     _sim_footnote([line.get("speed_model") or "unrecorded" for line in hosts.values() if line.get("simulated")])
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:

@@ -66,6 +66,12 @@ BENCH_OPTIONS: list[tuple[str, Callable[[Any], Any]]] = [
                   help="allreduce: all-reduces in one forward pass (for the per-step cost).")),
     ("accept_new_host_keys", click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (a changed key still fails).")),
     ("known_hosts", click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")),
+    # As apply, rollback, history and tune take them: a host over its time fails alone, the others carry on.
+    ("timeout", click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
+                  help="Seconds allowed per host, for everything done there, --repeat included (default: no limit). "
+                       "A host over its time is failed and its bench client asked to stop; the others carry on.")),
+    ("connect_timeout", click.option("--connect-timeout", "connect_timeout", type=click.FloatRange(1, 600), default=10.0,
+                  show_default=True, metavar="SECONDS", help="Seconds allowed to connect to each host.")),
 ]
 
 

@@ -409,7 +409,7 @@ def _await_server(host: LabHost) -> None:
         state = process_manager.status(str(host.state_dir), host.server_port)
         if not state["running"] and not process_manager.status(str(host.state_dir))["running"]:
             raise _server_error(host, {"error": "the server exited during start-up",
-                                       "log_tail": process_manager._tail(str(host.state_dir / "sglang.log"))})
+                                       "log_tail": process_manager.log_tail(str(host.state_dir / "sglang.log"))})
         if state["healthy"]:
             return
         time.sleep(0.05)

@@ -20,11 +20,11 @@ LAB_DIR_VAR = "GPUOPS_LAB_DIR"
 
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie (reaped first when it is our own child)."""
-    return process_manager._alive(pid)
+    return process_manager.alive(pid)
 
 
 def _state(pid: int) -> str | None:
-    return process_manager._proc_state(pid)
+    return process_manager.process_state(pid)
 
 
 def cmdline(pid: int) -> str:

@@ -9,7 +9,8 @@ Inside the container::
     /opt/gpuops-lab/sglang_argv.py         gpuops' SGLang argv parser, which the stand-in imports
     /usr/local/bin/python-sglang           `-m sglang.launch_server FLAGS` runs the stand-in
     /etc/systemd/system/sglang.service     the unit, rendered by the sglang-service role itself
-    /var/lib/gpuops/sglang.env             its EnvironmentFile, rendered by the role too
+    /etc/systemd/system/sglang.service.d/gpuops-env.conf   its drop-in naming the EnvironmentFile
+    /var/lib/gpuops/sglang.env             that EnvironmentFile, rendered by the role too
 
 so the host starts exactly as ``gpuops apply sglang-service`` would have left it, and its first
 apply shows only the change it is about. Outside, in the caller's directory: the client key, the

@@ -16,7 +16,8 @@ def sha256_text(text: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class FileState:
-    """A file as the gather saw it. ``content`` is None when absent or not UTF-8 text."""
+    """A file as the gather saw it. ``content`` is None when absent or not UTF-8 text; then
+    ``problem`` says why it cannot be managed ("is a symbolic link to X", "is not UTF-8 text")."""
 
     path: str
     exists: bool
@@ -25,6 +26,7 @@ class FileState:
     uid: int | None = None
     gid: int | None = None
     content: str | None = None
+    problem: str | None = None
 
 
 @dataclass(frozen=True)

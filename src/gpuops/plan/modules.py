@@ -59,7 +59,8 @@ def _current(state: "PlanState", path: str, where: str) -> FileState:
     if current is None:
         raise GpuopsError(f"{where}: internal: {path} was not gathered from {state.facts.host}")
     if current.exists and current.content is None:
-        raise GpuopsError(f"{state.facts.host}: {path} is not a UTF-8 text file gpuops can manage")
+        why = current.problem or "is not a UTF-8 text file"
+        raise GpuopsError(f"{state.facts.host}: {path} {why}; gpuops manages regular UTF-8 text files")
     return current
 
 

@@ -113,7 +113,7 @@ def worker_main(payload, call_dir, faults):
     mode = payload.get("mode", "apply")
     result = None
     try:
-        recovered = recover_unfinished(payload["state_dir"], payload.get("process_manager", ""), progress, notes,
+        recovered = recover_unfinished(payload["state_dir"], progress, notes,
                                        restored)
         for line in recovered:
             progress({"event": "recovered", "note": line})

@@ -10,12 +10,12 @@ from gpuops.remote.apply_manifest import load_manifest
 from gpuops.remote.apply_run import Run
 
 
-def recover_unfinished(state_dir, pm_source, progress, notes, restored_out=None):
+def recover_unfinished(state_dir, progress, notes, restored_out=None):
     """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent."""
     recovered = []
     for run_record in unfinished_runs(read_journal(state_dir, notes)):
         run_id = run_record["run_id"]
-        fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}, "process_manager": pm_source}
+        fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}}
         run = Run(fake, progress, NoLease())
         why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
         try:

@@ -15,6 +15,7 @@ from gpuops.remote.apply_manifest import load_manifest
 from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
 from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
+from gpuops.remote.container_image import prune_derived_images
 from gpuops.remote.digest import sha256_file
 
 
@@ -138,6 +139,7 @@ def do_rollback(payload, progress, lease, faults, notes):
         lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
         run.event("finished", kind="rollback", target=target["run_id"], restored=restored, service=service_note)
         prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
+        prune_derived_images(run, notes)  # docker: the undone run's derived image, now unused
         return {"ok": True, "status": "finished", "target": target["run_id"], "restored": restored,
                 "service": service_note, "run_id": run.run_id, "kept": kept}
 

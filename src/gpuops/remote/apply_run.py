@@ -20,8 +20,9 @@ from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest, managed_roots
 from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
-from gpuops.remote.apply_service import Service, backend_call, load_process_manager, previous_service
-from gpuops.remote.container_image import build_for_run, discard_built_image
+from gpuops.remote import process_manager
+from gpuops.remote.apply_service import Service, backend_call, previous_service
+from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
 
 
@@ -36,7 +37,7 @@ class Run:
         self.faults = faults or {}
         self.journal = os.path.join(self.state_dir, JOURNAL_FILE)
         self.meta = payload.get("meta", {})
-        self.pm = load_process_manager(payload.get("process_manager", "") or "")
+        self.pm = process_manager  # bundled with the helper (remote/bundle.py), like every host module
         self.service = Service(payload.get("service"), self.pm, progress)
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
@@ -317,6 +318,7 @@ def do_apply(payload, progress, lease, faults, notes):
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event("finished", pid=pid)
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
+        prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named
         return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
                 "audit_verdict": verdict_reason, "target": marks.get("target"),
                 "restored": [c["path"] for c in changes] if marks else [], "kept": kept}

@@ -1,8 +1,8 @@
 """The server as the apply transaction sees it: stop, start, healthy, ours, its log.
 
 ``Service`` is the one front the run uses: systemd and docker are driven by their own host modules
-(``service_systemd``, ``service_docker``, loaded by ``load_backend``); a plain process by the
-process manager whose source the payload carries. Health means: ``/health`` answers, then the
+(``service_systemd``, ``service_docker``, loaded by ``load_backend``); a plain process by
+``process_manager`` (``pm``: a host module bundled with the helper like the others). Health means: ``/health`` answers, then the
 model/server info does, from the process gpuops started (it owns the port) running what its launch
 script launches. Stdlib only, Python 3.8+; bundled with ``apply_helper``.
 """
@@ -12,7 +12,6 @@ import os
 import re
 import sys
 import time
-import types
 import urllib.error
 import urllib.request
 
@@ -22,13 +21,6 @@ from gpuops.remote.apply_common import StepFailed
 HEALTH_PATHS = ("/health",)
 INFO_PATHS = ("/get_model_info", "/get_server_info")
 _VIEW_CODE = "import json,os,sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
-
-
-def load_process_manager(source):
-    module = types.ModuleType("gpuops_process_manager")
-    module.__dict__["__file__"] = "<gpuops-process-manager>"
-    exec(compile(source, "process_manager.py", "exec"), module.__dict__)
-    return module
 
 
 class Service:
@@ -76,7 +68,7 @@ class Service:
 
     def port_note(self):
         """'; port P is held by pid N (cmd)' when something else listens on the server's port."""
-        if self.manager != "process" or not hasattr(self.pm, "port_owners"):
+        if self.manager != "process":
             return ""
         owners = self.pm.port_owners(self.port)
         return ("; port %d is held by %s" % (self.port, self.pm.describe_owners(owners))) if owners else ""
@@ -120,7 +112,7 @@ class Service:
             if hasattr(self.backend, "check_owns_port"):
                 backend_call(self.backend.check_owns_port, self.port)
             return
-        if self.manager != "process" or pid is None or not hasattr(self.pm, "owns_port"):
+        if self.manager != "process" or pid is None:
             return
         if self.pm.owns_port(pid, self.port):
             self.check_launch(pid)

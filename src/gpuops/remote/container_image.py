@@ -236,3 +236,73 @@ def discard_built_image(run):
         run.progress({"event": "image_removed" if removed else "image_kept", "tag": tag, "why": err[-300:]})
     except Exception as exc:  # a leftover tagged image is harmless; a rollback must not fail for it
         run.progress({"event": "image_kept", "tag": tag, "why": "%s: %s" % (type(exc).__name__, exc)})
+
+
+def _names_in_effect(state_dir, script):
+    """The bytes that name images something may still run: the launch script, ``desired.json``
+    (every run's part still in effect), and the backups of each run still in effect (those a
+    rollback can write back) (undoing it puts back the launch it found, and the image that launch names).
+    Plain rollbacks are left out: nothing undoes them, so what they found never comes back."""
+    from gpuops.remote.apply_journal import read_journal
+    from gpuops.remote.recompose import is_rollback, runs_in_order, standing, undone_runs
+
+    texts = []
+    for path in (script, os.path.join(state_dir, "desired.json")):
+        try:
+            with open(path, "rb") as handle:
+                texts.append(handle.read())
+        except (OSError, TypeError):
+            pass
+    runs = runs_in_order(read_journal(state_dir, []))
+    undone = undone_runs(runs)
+    for run in runs:
+        if not standing(run, undone) or (is_rollback(run) and not run.get("recompose")):
+            continue
+        # Its backups only (what undoing it writes back), not its working files (audit.sh names the tag).
+        for root, _, names in os.walk(os.path.join(state_dir, "runs", run["run_id"], "files")):
+            for name in names:
+                try:
+                    with open(os.path.join(root, name), "rb") as handle:
+                        texts.append(handle.read())
+                except OSError:
+                    pass
+    return texts
+
+
+def prune_derived_images(run, notes):
+    """After a run finished (an apply, a rollback, a recomposition; after the pruning of old runs'
+    backups): ``docker rmi`` each derived image of this server (``gpuops/<container>:*`` with a
+    patch label) that nothing names any more. Kept: a tag the launch script, ``desired.json`` or a
+    run still in effect names, the image the container runs, and any image docker refuses to
+    remove (never forced: a container still uses it). Never fails the run: a tagged leftover is
+    harmless, and the next run tries again."""
+    service = (getattr(run, "payload", None) or {}).get("service") or {}
+    if service.get("manager") != "docker" or not service.get("name"):
+        return
+    container = service["name"]
+    try:
+        def quiet(*argv):
+            return docker(list(argv), lambda: None, run.run_dir, timeout=120)
+
+        status, out, _ = quiet("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=gpuops.patch",
+                               "--filter", "reference=gpuops/%s:*" % container)
+        if status != 0:
+            return  # docker unreachable: nothing to judge
+        tags = sorted(set(t for t in out.decode("utf-8", "replace").split() if not t.endswith(":<none>")))
+        if not tags:
+            return
+        status, out, _ = quiet("inspect", "--type", "container", "--format", "{{.Config.Image}}", container)
+        running = out.decode("utf-8", "replace").strip() if status == 0 else ""
+        texts = _names_in_effect(run.state_dir, service.get("docker_run_script"))
+        for tag in tags:
+            if tag == running or any(tag.encode() in text for text in texts):
+                continue
+            status, _, err = quiet("rmi", tag)
+            if status == 0:
+                notes.append("removed the derived image %s: no run still in effect names it" % tag)
+            else:
+                notes.append("kept the derived image %s (docker rmi: %s)" % (tag, err[-200:]))
+            run.progress({"event": "image_removed" if status == 0 else "image_kept", "tag": tag,
+                          "why": "unused" if status == 0 else err[-300:]})
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        notes.append("derived images of %s not pruned: %s: %s" % (container, type(exc).__name__, exc))

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Run an SGLang server as a plain detached process: start, stop, restart, status.
 
-Stdlib only, Python 3.8+, one self-contained file: gpuops ships it to hosts (on stdin) for the
-``process`` service manager, and the lab imports it. It works on a host's state directory:
+Stdlib only, Python 3.8+, one self-contained file: the apply helper imports it (bundled with it by
+``remote/bundle.py``, like every host module) for the ``process`` service manager, the lab imports
+it, and it runs on its own from the command line or on stdin. It works on a host's state directory:
 
     sglang-launch.sh   the launch script (``exec <python> -m sglang.launch_server ...``), given
     sglang.pid         written here, atomically (temp file + rename)
@@ -79,11 +80,11 @@ def start(state_dir, port=None, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=Non
         return _result(True, child.pid, None, ok=True, started=True)
     if port is None:
         time.sleep(_POLL_S)  # lets a launch script that fails at once show it
-        alive = _alive(child.pid)
-        return _result(alive, child.pid, None, ok=alive, started=True, log=log_path)
+        up = alive(child.pid)
+        return _result(up, child.pid, None, ok=up, started=True, log=log_path)
     deadline = time.monotonic() + health_timeout
     while time.monotonic() < deadline:
-        if not _alive(child.pid):
+        if not alive(child.pid):
             return _result(False, child.pid, False, ok=False, started=True, log=log_path,
                            error="the server exited during start-up")
         if _healthy(port):
@@ -106,7 +107,7 @@ def stop(state_dir, grace=DEFAULT_GRACE_S):
         signalled = "SIGKILL"
         _signal_group(pid, signal.SIGKILL)
         _wait_gone(pid, 5.0)
-    gone = not _alive(pid)
+    gone = not alive(pid)
     if gone:
         _remove_pid_file(state_dir)
     return _result(not gone, pid, None, ok=gone, stopped=gone, signal=signalled)
@@ -210,7 +211,7 @@ def _result(running, pid, healthy, **extra):
     out = {"running": running, "pid": pid, "healthy": healthy}
     log = extra.pop("log", None)
     if log is not None and not extra.get("ok", True):
-        out["log_tail"] = _tail(log)
+        out["log_tail"] = log_tail(log)
     out.update(extra)
     return out
 
@@ -239,7 +240,7 @@ def _remove_pid_file(state_dir):
         pass
 
 
-def _alive(pid):
+def alive(pid):
     _reap(pid)
     try:
         os.kill(pid, 0)
@@ -247,7 +248,7 @@ def _alive(pid):
         return False
     except PermissionError:
         return True
-    return _proc_state(pid) != "Z"
+    return process_state(pid) != "Z"
 
 
 def _reap(pid):
@@ -261,7 +262,7 @@ def _reap(pid):
         pass
 
 
-def _proc_state(pid):
+def process_state(pid):
     try:
         with open("/proc/%d/stat" % pid, "rb") as handle:
             data = handle.read()
@@ -287,7 +288,7 @@ def _is_server(pid):
     # /proc/PID/cmdline reads empty for an instant while the process is inside execve (the launch
     # script execs the python, which execs the server): read again rather than call it gone.
     for _ in range(50):
-        if not _alive(pid):
+        if not alive(pid):
             return False
         cmdline = _cmdline(pid)
         if cmdline.strip():
@@ -309,10 +310,10 @@ def _signal_group(pid, sig):
 def _wait_gone(pid, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(_POLL_S)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def _healthy(port):
@@ -325,7 +326,7 @@ def _healthy(port):
         return False
 
 
-def _tail(path):
+def log_tail(path):
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)

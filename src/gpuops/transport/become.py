@@ -35,6 +35,12 @@ def become_wrap(command: str, password: str | None, user: str | None = None) -> 
     return f"sudo -n {as_user}-- /bin/sh -c {shlex.quote(skip)}", (BECOME_MARK + "\n").encode()
 
 
+def become_connection(conn: "Connection") -> "BecomeConnection | None":
+    """The become wrapper of ``conn`` (under -v/--timings' logging wrapper), if it has one."""
+    conn = getattr(conn, "wrapped", conn)
+    return conn if isinstance(conn, BecomeConnection) else None
+
+
 class BecomeConnection:
     """A connection whose every command runs under sudo (the wrapped one stays ``inner``)."""
 
@@ -51,6 +57,21 @@ class BecomeConnection:
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> "ExecResult":
         wrapped, prefix = self.wrap(command)
         return self.inner.run(wrapped, stdin=prefix + stdin, timeout=timeout)
+
+    def refusal(self, result: "ExecResult") -> str | None:
+        """Why sudo refused to run a command whose output shows it never ran, else None.
+
+        Only the caller knows that its command printed nothing at all (the gather: not one probe
+        frame), so it asks; then a failed exit is sudo's, and sudo's last stderr line says why
+        ("wrong password", "a password is required", "user is not in the sudoers file"...)."""
+        if result.exit_status == 0:
+            return None
+        lines = [line.strip() for line in result.stderr_text().splitlines() if line.strip()]
+        why = lines[-1] if lines else f"exit status {result.exit_status}"
+        why = why[len("sudo: "):] if why.startswith("sudo: ") else why
+        if self._password:  # sudo never echoes it; a stand-in or a wrapper script might
+            why = why.replace(self._password, "***")
+        return why
 
     def close(self) -> None:
         self.inner.close()

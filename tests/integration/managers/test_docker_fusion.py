@@ -259,6 +259,7 @@ def test_nccl_env_after_fusion_keeps_the_derived_image(fusion_host, run_gpuops) 
     back = gpuops(run_gpuops, dh, "rollback")
     assert back.returncode == 0, back.stdout + back.stderr
     assert dh.inspect()["Config"]["Image"] == image
+    assert images(dh) == [image]  # the fusion run still stands and names it: kept
 
 
 def test_rollback_returns_to_the_original_image_byte_for_byte(fusion_host, run_gpuops) -> None:
@@ -273,9 +274,61 @@ def test_rollback_returns_to_the_original_image_byte_for_byte(fusion_host, run_g
     assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
     assert file_in(dh, dh.container, SERVER_ARGS) == ORIGINAL["server_args"]
     served(dh)
-    # The derived image is no longer used by any container: it can be removed.
-    assert dh.daemon.run("rmi", derived).returncode == 0
+    # No run still in effect names the derived image, and no container uses it: the rollback removed it.
     assert images(dh) == []
+    assert f"removed the derived image {derived}: no run still in effect names it" in back.stdout + back.stderr
+    assert [e["tag"] for e in progress_events(dh, "image_removed")][-1] == derived
+
+
+def test_a_derived_image_a_container_uses_is_never_removed(fusion_host, run_gpuops, monkeypatch) -> None:
+    # An image no run names stays while the server's container runs it (here under a second tag,
+    # which a plain `docker rmi` would just untag) or another container uses it (docker refuses
+    # and gpuops never forces); it goes once nothing does.
+    from types import SimpleNamespace
+
+    from gpuops.remote.container_image import prune_derived_images
+
+    dh = fusion_host
+    env = {"PATH": f"{dh.host.bin_dir}:/usr/bin:/bin"}
+    script = dh.host.state_dir / "sglang-docker-run.sh"
+
+    def recreate_from(image: str) -> None:
+        text = script.read_text().replace(f" {dh.inspect()['Config']['Image']} ", f" {image} ")
+        done = subprocess.run(["/bin/sh", "-c", f"docker rm -f {dh.container} >/dev/null; {text}"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0 and dh.inspect()["Config"]["Image"] == image, done.stderr
+
+    fusion = report_of(gpuops(run_gpuops, dh, "apply", "fusion-sm120", "--json"), dh.host.name)
+    assert fusion["status"] == "finished", fusion
+    derived = dh.inspect()["Config"]["Image"]
+    second = derived.rsplit(":", 1)[0] + ":by-hand"
+    assert dh.daemon.run("tag", derived, second).returncode == 0
+    recreate_from(second)
+    monkeypatch.setenv("PATH", env["PATH"] + ":" + __import__("os").environ["PATH"])
+    work = dh.host.state_dir / "prune-test"
+    work.mkdir(exist_ok=True)
+    run = SimpleNamespace(payload={"service": {"manager": "docker", "name": dh.container, "docker_run_script": str(script)}},
+                          state_dir=str(dh.host.state_dir), run_dir=str(work), progress=lambda event: None)
+    notes: list[str] = []
+    prune_derived_images(run, notes)
+    # The fusion run names one tag, the container runs the other: both kept.
+    assert images(dh) == sorted([derived, second]) and notes == []
+
+    assert dh.daemon.run("create", "--name", "holder", second, "true").returncode == 0
+    try:
+        back = gpuops(run_gpuops, dh, "rollback")
+        assert back.returncode == 0, back.stdout + back.stderr
+        assert dh.inspect()["Image"] == ORIGINAL["image"]
+        # One tag went (the image had two); the last one is the holder's image: docker refused.
+        left = images(dh)
+        assert len(left) == 1 and left[0] in (derived, second), left
+        assert f"kept the derived image {left[0]} (docker rmi:" in back.stdout + back.stderr
+    finally:
+        assert dh.daemon.run("rm", "-f", "holder").returncode == 0
+    prune_derived_images(run, notes)
+    assert images(dh) == [] and notes[-1] == f"removed the derived image {left[0]}: no run still in effect names it"
+    assert host_files(dh) == ORIGINAL["files"]
+    served(dh)
 
 
 def test_a_server_that_crashes_on_the_derived_image_rolls_back_to_the_original(fusion_host, run_gpuops) -> None:
