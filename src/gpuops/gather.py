@@ -52,6 +52,12 @@ class ProbeFailure:
     known: bool = False
 
 
+def missing_reason(values: Mapping[str, Any], name: str) -> str:
+    """Why probe ``name`` has no value: its failure's reason, else that it never ran."""
+    value = values.get(name)
+    return value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
+
+
 def new_nonce() -> str:
     return secrets.token_hex(8)
 

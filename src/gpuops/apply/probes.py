@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuops.gather import Probe, ProbeOutput
 from gpuops.plan.model import FileState
-from gpuops.remote.apply_journal import JOURNAL_FILE
+from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -96,15 +96,5 @@ def journal_probe(state_dir: str) -> Probe[list[dict[str, Any]]]:
 
 
 def parse_journal(output: ProbeOutput) -> list[dict[str, Any]]:
-    records = []
-    for line in output.stdout.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    # The host's own reader: client and host skip the same torn or foreign lines.
+    return journal_records(output.stdout.splitlines())

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuops.facts.arch import identify
 from gpuops.facts.smi_command import failure_reason, smi_probe
-from gpuops.gather import Probe, ProbeFailure, ProbeOutput
+from gpuops.gather import Probe, ProbeOutput, missing_reason
 
 QUERY_PROBE, BANNER_PROBE, PROCFS_PROBE = "gpu.query", "gpu.banner", "gpu.procfs"
 # The query's field list is the one the fixtures were captured with.
@@ -200,19 +200,14 @@ def probes() -> list[Probe[Any]]:
     ]
 
 
-def _failed(values: Mapping[str, Any], name: str) -> str:
-    value = values.get(name)
-    return value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
-
-
 def from_values(values: Mapping[str, Any]) -> tuple[GpuQuery, SmiBanner]:
     """The GPU fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
     query = values.get(QUERY_PROBE)
     banner = values.get(BANNER_PROBE)
     if not isinstance(query, GpuQuery):
-        query = GpuQuery(known=False, reason=_failed(values, QUERY_PROBE))
+        query = GpuQuery(known=False, reason=missing_reason(values, QUERY_PROBE))
     if not isinstance(banner, SmiBanner):
-        banner = SmiBanner(known=False, reason=_failed(values, BANNER_PROBE))
+        banner = SmiBanner(known=False, reason=missing_reason(values, BANNER_PROBE))
     procfs = values.get(PROCFS_PROBE)
     if not query.known and isinstance(procfs, str):
         query, banner = parse_procfs(procfs, query.reason)

@@ -20,7 +20,7 @@ from gpuops.facts.python_select import preamble
 from gpuops.facts.server import ServerFacts, server_probe
 from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
 from gpuops.facts.topology import Interconnect
-from gpuops.gather import Probe, ProbeFailure
+from gpuops.gather import Probe, missing_reason
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -68,8 +68,7 @@ def _value(values: Mapping[str, Any], name: str, expected: type, unknown: Any) -
     value = values.get(name)
     if isinstance(value, expected):
         return value
-    reason = value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
-    return unknown(reason)
+    return unknown(missing_reason(values, name))
 
 
 def host_facts(values: Mapping[str, Any]) -> HostFacts:

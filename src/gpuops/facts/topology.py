@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuops.facts.smi_command import failure_reason, smi_probe, strip_ansi
-from gpuops.gather import Probe, ProbeFailure, ProbeOutput
+from gpuops.gather import Probe, ProbeOutput, missing_reason
 
 TOPO_PROBE, P2P_PROBE = "gpu.topo", "gpu.p2p"
 # probe -> nvidia-smi arguments (the lab's fake nvidia-smi answers the same, tests/facts replay it)
@@ -244,19 +244,14 @@ def probes() -> list[Probe[Any]]:
     return [smi_probe(TOPO_PROBE, SMI_ARGS[TOPO_PROBE], parse_topo), smi_probe(P2P_PROBE, SMI_ARGS[P2P_PROBE], parse_p2p)]
 
 
-def _failed(values: Mapping[str, Any], name: str) -> str:
-    value = values.get(name)
-    return value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
-
-
 def from_values(values: Mapping[str, Any]) -> Interconnect:
     """The interconnect fact from the parsed probe values (a failed probe: unknown, with its reason)."""
     topo = values.get(TOPO_PROBE)
     p2p = values.get(P2P_PROBE)
     if not isinstance(topo, TopologyMatrix):
-        topo = TopologyMatrix(known=False, reason=_failed(values, TOPO_PROBE))
+        topo = TopologyMatrix(known=False, reason=missing_reason(values, TOPO_PROBE))
     if not isinstance(p2p, P2PMatrix):
-        p2p = P2PMatrix(known=False, reason=_failed(values, P2P_PROBE))
+        p2p = P2PMatrix(known=False, reason=missing_reason(values, P2P_PROBE))
     return summarize(topo, p2p)
 
 

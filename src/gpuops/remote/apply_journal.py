@@ -19,25 +19,32 @@ TERMINAL_EVENTS = ("finished", "rolled_back", "unchanged", "reverted_by_rollback
 
 def read_journal(state_dir, warnings=None):
     """The journal's records; torn or non-object lines are skipped (and named in ``warnings``)."""
-    records = []
+    path = os.path.join(state_dir, JOURNAL_FILE)
     try:
-        with open(os.path.join(state_dir, JOURNAL_FILE), "r", encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    record = None
-                if not isinstance(record, dict) or not isinstance(record.get("run_id"), str):
-                    if warnings is not None:
-                        warnings.append("journal line %d of %s is not a run record; skipped"
-                                        % (number, os.path.join(state_dir, JOURNAL_FILE)))
-                    continue
-                records.append(record)
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return journal_records(handle, path, warnings)
     except FileNotFoundError:
-        pass
+        return []
+
+
+def journal_records(lines, where=JOURNAL_FILE, warnings=None):
+    """The run records among journal ``lines`` (read here on the host, or sent home by the client's
+    probe): a torn line, or one that is not an object with a string ``run_id``, is skipped (and named
+    in ``warnings``), the same on both sides."""
+    records = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("run_id"), str):
+            if warnings is not None:
+                warnings.append("journal line %d of %s is not a run record; skipped" % (number, where))
+            continue
+        records.append(record)
     return records
 
 

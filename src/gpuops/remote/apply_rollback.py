@@ -7,7 +7,6 @@ run the client plans (``apply_run.recomposition``). Stdlib only, Python 3.8+; bu
 """
 
 import os
-import shutil
 
 from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.apply_journal import read_journal, runs_by_id
@@ -16,12 +15,10 @@ from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
 from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
-from gpuops.remote.digest import sha256_file
+from gpuops.remote.recompose import check_unchanged, undone_runs
 
 
 def pick_rollback_target(records, wanted):
-    from gpuops.remote.recompose import undone_runs
-
     runs = runs_by_id(records)
     undone = undone_runs(runs)
     if wanted:
@@ -89,21 +86,10 @@ def check_drift(manifest, target, force, later_dir):
     kept = []
     for index, entry in enumerate(manifest["files"]):
         path = entry["path"]
-        expected = entry.get("after_sha256") or wrote.get(path)
-        current = sha256_file(path)
-        if expected is None or current == expected:
-            continue
-        if not force:
-            raise StepFailed(
-                "%s changed since run %s wrote it (sha256 now %s, the run wrote %s); rollback would destroy that "
-                "change: merge it by hand, or run `gpuops rollback --run %s --force` (keeps the current file "
-                "beside the backup)" % (path, target["run_id"], (current or "absent")[:12], expected[:12],
-                                        target["run_id"]))
-        if current is not None:
-            os.makedirs(later_dir, mode=0o700, exist_ok=True)
-            copy = os.path.join(later_dir, "%03d.later" % index)
-            shutil.copy2(path, copy)
-            kept.append("%s (kept as %s)" % (path, copy))
+        _, note = check_unchanged(path, index, entry.get("after_sha256") or wrote.get(path), target["run_id"],
+                                  force, later_dir, StepFailed)
+        if note:
+            kept.append(note)
     return kept
 
 

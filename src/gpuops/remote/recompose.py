@@ -128,6 +128,27 @@ def check_target(records, target_id):
     return target
 
 
+def check_unchanged(path, index, expected, target_id, force, kept_dir, error=Refused):
+    """A file must still hold what run ``target_id`` wrote (``expected``; None: nothing recorded, so
+    nothing to compare). A later change raises ``error`` (rollback would destroy it), or with ``force``
+    the current file is copied to ``kept_dir`` beside the backups. The one drift check of both a plain
+    rollback and a recomposition. Returns (the file's sha256 now or None, the kept note or None)."""
+    current = sha256_file(path)
+    if expected is None or current == expected:
+        return current, None
+    if not force:
+        raise error(
+            "%s changed since run %s wrote it (sha256 now %s, the run wrote %s); rollback would destroy that "
+            "change: merge it by hand, or run `gpuops rollback --run %s --force` (keeps the current file "
+            "beside the backup)" % (path, target_id, (current or "absent")[:12], expected[:12], target_id))
+    if current is None:
+        return current, None
+    os.makedirs(kept_dir, mode=0o700, exist_ok=True)
+    copy = os.path.join(kept_dir, "%03d.later" % index)
+    shutil.copy2(path, copy)
+    return current, "%s (kept as %s)" % (path, copy)
+
+
 def restore_changes(manifest, target, paths, force, kept_dir):
     """Changes (apply-payload form) that put ``paths`` back as they were before ``target`` ran,
     from its backups: each file must still hold what the target wrote (else refused, or with
@@ -139,20 +160,10 @@ def restore_changes(manifest, target, paths, force, kept_dir):
         if path not in entries:
             raise Refused("run %s did not change %s; nothing of it to restore" % (target["run_id"], path))
         index, entry = entries[path]
-        current = sha256_file(path)
-        expected = entry.get("after_sha256") or wrote.get(path)
-        if expected is not None and current != expected:
-            if not force:
-                raise Refused(
-                    "%s changed since run %s wrote it (sha256 now %s, the run wrote %s); rollback would destroy that "
-                    "change: merge it by hand, or run `gpuops rollback --run %s --force` (keeps the current file "
-                    "beside the backup)" % (path, target["run_id"], (current or "absent")[:12], expected[:12],
-                                            target["run_id"]))
-            if current is not None:
-                os.makedirs(kept_dir, mode=0o700, exist_ok=True)
-                copy = os.path.join(kept_dir, "%03d.later" % index)
-                shutil.copy2(path, copy)
-                kept.append("%s (kept as %s)" % (path, copy))
+        current, note = check_unchanged(path, index, entry.get("after_sha256") or wrote.get(path), target["run_id"],
+                                        force, kept_dir)
+        if note:
+            kept.append(note)
         if not entry.get("existed"):
             changes.append({"path": path, "delete": True, "before_sha256": current, "after_sha256": None})
             continue
