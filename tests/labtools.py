@@ -141,3 +141,51 @@ def wait_for_self_rollback(lock_path: Path, rolled_back: Callable[[], bool], dea
             time.sleep(0.1)
     finally:
         os.close(fd)
+
+
+def wait_server_info(port: int, timeout: float = 30) -> dict[str, Any]:
+    """``server_info`` once the server answers (it restarts after an apply); fails past ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return server_info(port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def launched(host: Any) -> tuple[bool, dict[str, str]]:
+    """Whether the running server has fusion on (its own report of its flags), and its environment."""
+    info = server_info(host.server_port)
+    args = info.get("server_args") if isinstance(info.get("server_args"), dict) else info
+    fused = args.get("enable_flashinfer_allreduce_fusion") is True or \
+        args.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none", False)
+    return fused, dict(info.get("env") or {})
+
+
+# A stand-in for sudo: -S reads the password line from stdin only when FAKE_SUDO_ASKS=1 (as a
+# NOPASSWD rule would not) and checks it against $FAKE_SUDO_PASSWORD; each call is logged to
+# $FAKE_SUDO_LOG when that is set; then it runs the command after `--`.
+FAKE_SUDO = """#!/bin/sh
+while [ "$1" != "--" ]; do
+  if [ "$1" = "-S" ] && [ "$FAKE_SUDO_ASKS" = 1 ]; then
+    IFS= read -r pw; [ "$pw" = "$FAKE_SUDO_PASSWORD" ] || { echo "sudo: wrong password" >&2; exit 1; }
+  fi
+  shift
+done
+if [ -n "$FAKE_SUDO_LOG" ]; then echo call >> "$FAKE_SUDO_LOG"; fi
+shift
+exec "$@"
+"""
+
+
+def fake_sudo_bin(tmp_path: Path) -> Path:
+    """A fresh ``tmp_path/bin`` holding only ``FAKE_SUDO`` as ``sudo``: put it first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text(FAKE_SUDO)
+    (bin_dir / "sudo").chmod(0o755)
+    return bin_dir

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info
+from labtools import wait_server_info
 
 pytestmark = pytest.mark.integration
 
@@ -75,14 +75,7 @@ def host_files(dh) -> dict[str, str]:
 
 
 def served(dh, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return server_info(dh.server_port)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return wait_server_info(dh.server_port, timeout)
 
 
 def fusion_feature(inspect_json: dict[str, Any], host: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info, wait_for_self_rollback
+from labtools import server_info, wait_for_self_rollback, wait_server_info
 
 pytestmark = pytest.mark.integration
 
@@ -51,14 +51,7 @@ def files(host) -> dict[str, str | None]:
 
 
 def served(host, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return server_info(host.server_port)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return wait_server_info(host.server_port, timeout)
 
 
 def original_env(host) -> dict[str, str]:
