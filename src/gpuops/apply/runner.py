@@ -71,7 +71,7 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
         scan = values.get("gates.scan")
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
-        sources = getattr(scan, "sources", None)
+        sources = scan.sources if scan is not None else None
     gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
     facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
                       container=container_audit.container_facts(values))
@@ -100,7 +100,7 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
         return {}
     interconnect = facts.interconnect
     return {"compute_capability": facts.compute_capability,
-            "cuda": facts.torch_cuda or getattr(facts.banner, "cuda_driver_version", None),
+            "cuda": facts.torch_cuda or facts.banner.cuda_driver_version,
             "gpu_count": len(facts.gpu.gpus) if facts.gpu.known else None,
             "nvlink": interconnect.nvlink,
             "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,

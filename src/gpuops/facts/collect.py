@@ -14,6 +14,9 @@ from gpuops.facts.host import HostFacts, host_facts, preamble, probes_for
 from gpuops.facts.to_json import facts_json
 
 if TYPE_CHECKING:
+    from gpuops.gates.evaluate import GateReport
+    from gpuops.gates.scan import GateScan
+    from gpuops.gather import ProbeFailure
     from gpuops.inventory import Host
     from gpuops.transport import ConnectOptions, HostOutcome
 
@@ -23,7 +26,7 @@ DEFAULT_TIMEOUT_S = 120.0
 @dataclass(frozen=True)
 class HostInspection:
     facts: HostFacts
-    gate_report: Any = None  # gpuops.gates.evaluate.GateReport, when the gate scan ran
+    gate_report: GateReport | None = None  # when the gate scan ran and was judged
     gates_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # values of any extra probes, by name
     stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
@@ -37,10 +40,14 @@ def _gate_probe(with_sources: bool, host: Host) -> tuple[Any, str | None]:
     return gate_scan_probe(with_sources=with_sources, host=host), None  # offers the scans kept for this host
 
 
-def _scan_summary(scan: Any) -> dict[str, Any]:
+def _scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
     """What `inspect --json` says of the gate scan itself: whether the host scanned or the kept scan
-    of its unchanged tree was used, and that tree's fingerprint."""
-    return {"cached": bool(getattr(scan, "cached", False)), "fingerprint": getattr(scan, "fingerprint", None)}
+    of its unchanged tree was used, and that tree's fingerprint (none when the scan never came back)."""
+    from gpuops.gates.scan import GateScan
+
+    if not isinstance(scan, GateScan):
+        return {"cached": False, "fingerprint": None}
+    return {"cached": scan.cached, "fingerprint": scan.fingerprint}
 
 
 _READS_SGLANG = ("host.system", "software.python", "gates.scan")
@@ -67,7 +74,10 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str |
     if not isinstance(scan, GateScan):
         # The scan's output never came back (ProbeFailure): judge it as an unknown scan, so every
         # catalogued feature still appears, as "unknown" with the reason.
-        scan = GateScan(known=False, reason=getattr(scan, "reason", None) or "the gate scan did not run")
+        from gpuops.gather import ProbeFailure
+
+        reason = scan.reason if isinstance(scan, ProbeFailure) else None
+        scan = GateScan(known=False, reason=reason or "the gate scan did not run")
     server = dict(facts_json(facts)["server"])
     model = facts.server.model
     server["architecture"] = model.architecture if model is not None and model.known else None
@@ -122,11 +132,11 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
                           stack=tuple(_stack(facts, report)))
 
 
-def _stack(facts: HostFacts, report: Any) -> list[str]:
+def _stack(facts: HostFacts, report: GateReport | None) -> list[str]:
     from gpuops.facts.software_stack import flashinfer_wanted, stack_problems
 
     settings = facts.server.settings if facts.server.known else None
-    features = dict(getattr(report, "features", None) or {})
+    features = dict(report.features) if report is not None else {}
     wanted = flashinfer_wanted(features, settings.args if settings else None)
     return stack_problems(facts.packages, facts.banner.cuda_driver_version, wanted)
 
@@ -146,7 +156,7 @@ def gate_json(inspection: HostInspection) -> tuple[list[Any], dict[str, Any]]:
     report = inspection.gate_report
     if report is None:
         return [], {}
-    return list(getattr(report, "gates", []) or []), dict(getattr(report, "features", {}) or {})
+    return list(report.gates), dict(report.features)
 
 
 def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
