@@ -189,3 +189,38 @@ def fake_sudo_bin(tmp_path: Path) -> Path:
     (bin_dir / "sudo").write_text(FAKE_SUDO)
     (bin_dir / "sudo").chmod(0o755)
     return bin_dir
+
+
+def rolled_back_count(state_dir: Path) -> int:
+    """How many ``rolled_back`` events the host's journal holds (0: no journal yet)."""
+    journal = state_dir / "journal.jsonl"
+    return sum('"rolled_back"' in line for line in journal.read_text().splitlines()) if journal.exists() else 0
+
+
+def client_paused_at(state_dir: Path, phase: str, args: list[str], home: Path, timeout: float) -> subprocess.Popen:
+    """Start ``gpuops ARGS`` as a user would (its own HOME, no ssh agent) with the host's worker told
+    (``lab-fault.json``) to pause at ``phase``; return the running client once the worker has paused
+    there. Fails the test (killing the client) if the client exits first or past ``timeout``."""
+    import time
+
+    (state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 120}))
+    calls_before = set((state_dir / "calls").glob("*"))
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(home)
+    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, f"the worker never paused at {phase}"
+            texts = [(c / "progress.jsonl").read_text() for c in set((state_dir / "calls").glob("*")) - calls_before
+                     if (c / "progress.jsonl").exists()]
+            if any('"paused"' in t and f'"phase": "{phase}"' in t for t in texts):
+                return client
+            time.sleep(0.05)
+    except BaseException:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=30)
+        raise
