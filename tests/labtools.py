@@ -141,3 +141,86 @@ def wait_for_self_rollback(lock_path: Path, rolled_back: Callable[[], bool], dea
             time.sleep(0.1)
     finally:
         os.close(fd)
+
+
+def wait_server_info(port: int, timeout: float = 30) -> dict[str, Any]:
+    """``server_info`` once the server answers (it restarts after an apply); fails past ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return server_info(port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def launched(host: Any) -> tuple[bool, dict[str, str]]:
+    """Whether the running server has fusion on (its own report of its flags), and its environment."""
+    info = server_info(host.server_port)
+    args = info.get("server_args") if isinstance(info.get("server_args"), dict) else info
+    fused = args.get("enable_flashinfer_allreduce_fusion") is True or \
+        args.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none", False)
+    return fused, dict(info.get("env") or {})
+
+
+# A stand-in for sudo: -S reads the password line from stdin only when FAKE_SUDO_ASKS=1 (as a
+# NOPASSWD rule would not) and checks it against $FAKE_SUDO_PASSWORD; each call is logged to
+# $FAKE_SUDO_LOG when that is set; then it runs the command after `--`.
+FAKE_SUDO = """#!/bin/sh
+while [ "$1" != "--" ]; do
+  if [ "$1" = "-S" ] && [ "$FAKE_SUDO_ASKS" = 1 ]; then
+    IFS= read -r pw; [ "$pw" = "$FAKE_SUDO_PASSWORD" ] || { echo "sudo: wrong password" >&2; exit 1; }
+  fi
+  shift
+done
+if [ -n "$FAKE_SUDO_LOG" ]; then echo call >> "$FAKE_SUDO_LOG"; fi
+shift
+exec "$@"
+"""
+
+
+def fake_sudo_bin(tmp_path: Path) -> Path:
+    """A fresh ``tmp_path/bin`` holding only ``FAKE_SUDO`` as ``sudo``: put it first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text(FAKE_SUDO)
+    (bin_dir / "sudo").chmod(0o755)
+    return bin_dir
+
+
+def rolled_back_count(state_dir: Path) -> int:
+    """How many ``rolled_back`` events the host's journal holds (0: no journal yet)."""
+    journal = state_dir / "journal.jsonl"
+    return sum('"rolled_back"' in line for line in journal.read_text().splitlines()) if journal.exists() else 0
+
+
+def client_paused_at(state_dir: Path, phase: str, args: list[str], home: Path, timeout: float) -> subprocess.Popen:
+    """Start ``gpuops ARGS`` as a user would (its own HOME, no ssh agent) with the host's worker told
+    (``lab-fault.json``) to pause at ``phase``; return the running client once the worker has paused
+    there. Fails the test (killing the client) if the client exits first or past ``timeout``."""
+    import time
+
+    (state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 120}))
+    calls_before = set((state_dir / "calls").glob("*"))
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(home)
+    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, f"the worker never paused at {phase}"
+            texts = [(c / "progress.jsonl").read_text() for c in set((state_dir / "calls").glob("*")) - calls_before
+                     if (c / "progress.jsonl").exists()]
+            if any('"paused"' in t and f'"phase": "{phase}"' in t for t in texts):
+                return client
+            time.sleep(0.05)
+    except BaseException:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=30)
+        raise

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from labtools import fake_sudo_bin
 
 import gpuops.remote
 from gpuops.remote import python_command, python_stdin
@@ -269,27 +270,12 @@ def test_no_changes_journals_unchanged(tmp_path: Path) -> None:
     assert not (state / "runs").exists()
 
 
-FAKE_SUDO = """#!/bin/sh
-# A stand-in for sudo: -S reads the password line from stdin only when FAKE_SUDO_ASKS=1 (as a
-# NOPASSWD rule would not), checks it, then runs the command after `--`.
-while [ "$1" != "--" ]; do
-  if [ "$1" = "-S" ] && [ "$FAKE_SUDO_ASKS" = 1 ]; then
-    IFS= read -r pw; [ "$pw" = "$FAKE_SUDO_PASSWORD" ] || { echo "sudo: wrong password" >&2; exit 1; }
-  fi
-  shift
-done
-shift
-exec "$@"
-"""
 
 
 def test_become_password_travels_on_stdin_and_never_becomes_code(tmp_path: Path) -> None:
     from gpuops.transport.become import become_wrap
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sudo").write_text(FAKE_SUDO)
-    (bin_dir / "sudo").chmod(0o755)
+    bin_dir = fake_sudo_bin(tmp_path)
     state = tmp_path / "state"
     secret = "s3cr3t 'pw' $(touch /tmp/x)"
     for asks in ("1", "0"):  # sudo that asks for the password, and a NOPASSWD rule that does not
@@ -387,13 +373,19 @@ def test_recomposition_undoes_an_older_run_and_is_itself_undoable(tmp_path: Path
     assert undone_runs(runs_in_order(journal(state))) == {"r3"}
 
 
-def test_recomposition_keeps_the_drift_check_and_force(tmp_path: Path) -> None:
+def patched_then_relaunched(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """r1 patches src.py (v1 -> v2) and writes launch.sh (l1 -> l2); r2 rewrites launch.sh again (l3)."""
     state, src, launch = lab_state(tmp_path), tmp_path / "src.py", tmp_path / "launch.sh"
     src.write_bytes(b"v1\n")
     launch.write_bytes(b"l1\n")
     assert run_helper(payload(state, [change(src, b"v2\n", b"v1\n"), change(launch, b"l2\n", b"l1\n")],
                               run_id="r1"))["status"] == "finished"
     assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    return state, src, launch
+
+
+def test_recomposition_keeps_the_drift_check_and_force(tmp_path: Path) -> None:
+    state, src, launch = patched_then_relaunched(tmp_path)
     src.write_bytes(b"hand edit\n")
     planned = [change(launch, b"l4\n", b"l3\n")]
     refused = run_helper(recompose_payload(state, planned, "r3", "r1", [src]))
@@ -410,12 +402,7 @@ def test_a_recomposition_that_fails_puts_everything_back(tmp_path: Path) -> None
     """A fault after the writes: the restored source and the planned launch go back, r1 stays in effect."""
     from gpuops.remote.recompose import runs_in_order, undone_runs
 
-    state, src, launch = lab_state(tmp_path), tmp_path / "src.py", tmp_path / "launch.sh"
-    src.write_bytes(b"v1\n")
-    launch.write_bytes(b"l1\n")
-    assert run_helper(payload(state, [change(src, b"v2\n", b"v1\n"), change(launch, b"l2\n", b"l1\n")],
-                              run_id="r1"))["status"] == "finished"
-    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    state, src, launch = patched_then_relaunched(tmp_path)
     (state / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
     failed = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [src]))
     assert failed["status"] == "rolled_back", failed

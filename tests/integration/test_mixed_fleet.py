@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from labtools import server_info, tree_hashes
+from labtools import launched, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +40,6 @@ def gpuops_json(run_gpuops, *args: str) -> tuple[int, dict[str, Any]]:
         return proc.returncode, json.loads(proc.stdout)
     except ValueError:
         raise AssertionError(proc.stdout + proc.stderr) from None
-
-
-def launched(host) -> tuple[bool, dict[str, str]]:
-    """Whether the running server has fusion on (its own report of its flags), and its environment."""
-    info = server_info(host.server_port)
-    args = info.get("server_args") if isinstance(info.get("server_args"), dict) else info
-    fused = args.get("enable_flashinfer_allreduce_fusion") is True or \
-        args.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none", False)
-    return fused, dict(info.get("env") or {})
 
 
 def test_fusion_changes_exactly_the_sm120_hosts(fleet, run_gpuops) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import server_info, tree_hashes
+from labtools import launched, tree_hashes
 from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
 pytestmark = pytest.mark.integration
@@ -42,15 +42,6 @@ def gpuops_json(run_gpuops, *args: str, **kwargs: Any) -> dict[str, Any]:
         raise AssertionError(proc.stdout + proc.stderr) from None
     assert proc.returncode == 0, {n: (h["status"], h.get("error"), h.get("log_tail")) for n, h in out["hosts"].items()}
     return out
-
-
-def launched(host) -> tuple[bool, dict[str, str]]:
-    """Whether the running server has fusion on (its own report of its flags), and its environment."""
-    info = server_info(host.server_port)
-    args = info.get("server_args") if isinstance(info.get("server_args"), dict) else info
-    fused = args.get("enable_flashinfer_allreduce_fusion") is True or \
-        args.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none", False)
-    return fused, dict(info.get("env") or {})
 
 
 def launch_files(host, other=None) -> dict[str, bytes | None]:
@@ -171,13 +162,20 @@ def test_a_later_patch_of_the_same_source_is_refused_naming_the_run(pair, run_gp
     assert tree_hashes(x.dir, skip_runs=True) == before_all
 
 
-def test_a_killed_client_during_the_recomposition_leaves_the_host_as_it_was(pair, run_gpuops, gpuops_home) -> None:
+def fusion_then_nccl_env(pair, run_gpuops) -> tuple[Any, dict[str, str], str, dict[str, str], tuple[bool, dict[str, str]]]:
+    """fusion-sm120, then nccl-env (Tree), applied to host x: (x, its tree before both, fusion's run id,
+    its tree with both, what its server runs with both)."""
     inv = str(pair.inventory_path)
     x = pair.hosts[0]
-    pristine_x = tree_hashes(x.dir, skip_runs=True)
+    pristine = tree_hashes(x.dir, skip_runs=True)
     fusion = runs_of(gpuops_json(run_gpuops, "apply", "fusion-sm120", "-i", inv, "-l", "x", *FAST), "x")
     gpuops_json(run_gpuops, "apply", "nccl-env", "-i", inv, "-l", "x", "-e", TREE, *FAST)
-    both, served = tree_hashes(x.dir, skip_runs=True), launched(x)
+    return x, pristine, fusion, tree_hashes(x.dir, skip_runs=True), launched(x)
+
+
+def test_a_killed_client_during_the_recomposition_leaves_the_host_as_it_was(pair, run_gpuops, gpuops_home) -> None:
+    inv = str(pair.inventory_path)
+    x, pristine_x, fusion, both, served = fusion_then_nccl_env(pair, run_gpuops)
 
     (x.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 60}))
     earlier = calls(x)
@@ -214,11 +212,7 @@ def test_a_killed_worker_after_the_recomposition_wrote_restores_every_byte(pair,
     """The host-side worker dies (kill -9) once the sources are restored and the launch rewritten:
     the session's helper rolls the recomposition back at once; both runs stand as before."""
     inv = str(pair.inventory_path)
-    x = pair.hosts[0]
-    pristine_x = tree_hashes(x.dir, skip_runs=True)
-    fusion = runs_of(gpuops_json(run_gpuops, "apply", "fusion-sm120", "-i", inv, "-l", "x", *FAST), "x")
-    gpuops_json(run_gpuops, "apply", "nccl-env", "-i", inv, "-l", "x", "-e", TREE, *FAST)
-    both, served = tree_hashes(x.dir, skip_runs=True), launched(x)
+    x, pristine_x, fusion, both, served = fusion_then_nccl_env(pair, run_gpuops)
     (x.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "after_writes", "seconds": 60}))
     earlier = calls(x)
     proc = client(pair, "rollback", "-l", "x", "--run", fusion, "--json", home=gpuops_home)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from labtools import fake_sudo_bin
 
 from gpuops.inventory import load_inventory
 from gpuops.inventory.loader import InventorySpec
@@ -15,27 +16,12 @@ from gpuops.transport import ConnectOptions, connect
 from gpuops.transport.become import BecomeConnection
 from gpuops.transport.local import LocalConnection
 
-# -S reads the password line only when FAKE_SUDO_ASKS=1 (a NOPASSWD rule reads none); logs each call.
-FAKE_SUDO = """#!/bin/sh
-while [ "$1" != "--" ]; do
-  if [ "$1" = "-S" ] && [ "$FAKE_SUDO_ASKS" = 1 ]; then
-    IFS= read -r pw; [ "$pw" = "$FAKE_SUDO_PASSWORD" ] || { echo "sudo: wrong password" >&2; exit 1; }
-  fi
-  shift
-done
-echo call >> "$FAKE_SUDO_LOG"
-shift
-exec "$@"
-"""
 SECRET = "s3cr3t 'pw' $(touch pwned) `touch pwned2`"
 
 
 @pytest.fixture
 def sudo(tmp_path: Path, monkeypatch) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sudo").write_text(FAKE_SUDO)
-    (bin_dir / "sudo").chmod(0o755)
+    bin_dir = fake_sudo_bin(tmp_path)
     log = tmp_path / "sudo.log"
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SUDO_PASSWORD", SECRET)

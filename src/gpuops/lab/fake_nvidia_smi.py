@@ -70,25 +70,30 @@ def _percent(v):
     return "%d %%" % v, "%d" % v
 
 
+def _gpu(key):
+    """The getter of a field that is one key of the GPU's own description."""
+    return lambda g, d: g[key]
+
+
 # canonical field -> (unit for the header or None, value getter(gpu, description), formatter)
 FIELDS = {
-    "index": (None, lambda g, d: g["index"], _plain),
-    "uuid": (None, lambda g, d: g["uuid"], _plain),
-    "name": (None, lambda g, d: g["name"], _plain),
-    "compute_cap": (None, lambda g, d: g["compute_cap"], _plain),
-    "memory.total": ("MiB", lambda g, d: g["memory_total_mib"], _mib),
-    "memory.used": ("MiB", lambda g, d: g["memory_used_mib"], _mib),
+    "index": (None, _gpu("index"), _plain),
+    "uuid": (None, _gpu("uuid"), _plain),
+    "name": (None, _gpu("name"), _plain),
+    "compute_cap": (None, _gpu("compute_cap"), _plain),
+    "memory.total": ("MiB", _gpu("memory_total_mib"), _mib),
+    "memory.used": ("MiB", _gpu("memory_used_mib"), _mib),
     "memory.free": ("MiB", lambda g, d: g["memory_total_mib"] - g["memory_used_mib"], _mib),
     "driver_version": (None, lambda g, d: d["driver_version"], _plain),
-    "pci.bus_id": (None, lambda g, d: g["pci_bus_id"], _plain),
-    "pcie.link.gen.max": (None, lambda g, d: g["pcie_gen_max"], _plain),
-    "pcie.link.width.max": (None, lambda g, d: g["pcie_width_max"], _plain),
-    "pcie.link.gen.current": (None, lambda g, d: g["pcie_gen_current"], _plain),
-    "pcie.link.width.current": (None, lambda g, d: g["pcie_width_current"], _plain),
-    "power.limit": ("W", lambda g, d: g["power_limit_w"], _watts),
-    "power.draw": ("W", lambda g, d: g["power_draw_w"], _watts),
-    "clocks.max.sm": ("MHz", lambda g, d: g["clocks_max_sm_mhz"], _mhz),
-    "temperature.gpu": (None, lambda g, d: g["temperature_c"], _plain),
+    "pci.bus_id": (None, _gpu("pci_bus_id"), _plain),
+    "pcie.link.gen.max": (None, _gpu("pcie_gen_max"), _plain),
+    "pcie.link.width.max": (None, _gpu("pcie_width_max"), _plain),
+    "pcie.link.gen.current": (None, _gpu("pcie_gen_current"), _plain),
+    "pcie.link.width.current": (None, _gpu("pcie_width_current"), _plain),
+    "power.limit": ("W", _gpu("power_limit_w"), _watts),
+    "power.draw": ("W", _gpu("power_draw_w"), _watts),
+    "clocks.max.sm": ("MHz", _gpu("clocks_max_sm_mhz"), _mhz),
+    "temperature.gpu": (None, _gpu("temperature_c"), _plain),
     "utilization.gpu": ("%", lambda g, d: 0, _percent),
     "count": (None, lambda g, d: len(d["gpus"]), _plain),
     "persistence_mode": (None, lambda g, d: "Enabled", _plain),

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info
+from labtools import wait_server_info
 
 pytestmark = pytest.mark.integration
 
@@ -75,14 +75,7 @@ def host_files(dh) -> dict[str, str]:
 
 
 def served(dh, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return server_info(dh.server_port)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return wait_server_info(dh.server_port, timeout)
 
 
 def fusion_feature(inspect_json: dict[str, Any], host: str) -> dict[str, Any]:
@@ -391,34 +384,16 @@ def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, 
     # The transaction covers the image: gpuops dies once the derived image is built and being
     # re-audited (audit), or after the container was recreated from it (health); the host rolls
     # itself back when the lease lapses, to the original container spec and image.
-    import os
     import signal
-    import sys
 
-    from labtools import wait_for_self_rollback
+    from labtools import client_paused_at, rolled_back_count, wait_for_self_rollback
 
     dh = fusion_host
     state = dh.host.state_dir
-    (state / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 120}))
-    calls_before = set((state / "calls").glob("*"))
-    journal = state / "journal.jsonl"
-    rolled = lambda: sum('"rolled_back"' in l for l in journal.read_text().splitlines()) if journal.exists() else 0  # noqa: E731
-    rolled_before = rolled()
-    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
-    env["HOME"] = str(gpuops_home)
-    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "fusion-sm120", "-i", str(dh.lab.inventory_path),
-                               "-e", "gpuops_lease=4", "-e", "smoke_check=false"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    rolled_before = rolled_back_count(state)
+    client = client_paused_at(state, phase, ["apply", "fusion-sm120", "-i", str(dh.lab.inventory_path),
+                                             "-e", "gpuops_lease=4", "-e", "smoke_check=false"], gpuops_home, 300)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, f"the worker never paused at {phase}"
-            texts = [(c / "progress.jsonl").read_text() for c in set((state / "calls").glob("*")) - calls_before
-                     if (c / "progress.jsonl").exists()]
-            if any('"paused"' in t and f'"phase": "{phase}"' in t for t in texts):
-                break
-            time.sleep(0.05)
         assert len(images(dh)) == 1  # the derived image is built
         running = dh.inspect()
         if phase == "health":
@@ -430,7 +405,7 @@ def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, 
     finally:
         if client.poll() is None:
             client.kill()
-    wait_for_self_rollback(state / "lock", lambda: rolled() > rolled_before, time.monotonic() + 4 + 90)
+    wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_before, time.monotonic() + 4 + 90)
     info = dh.inspect()
     assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
     assert host_files(dh) == ORIGINAL["files"]

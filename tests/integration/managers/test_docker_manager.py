@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info, wait_for_self_rollback
+from labtools import server_info, wait_for_self_rollback, wait_server_info
 
 pytestmark = pytest.mark.integration
 
@@ -49,14 +49,7 @@ def files(dh) -> dict[str, str]:
 
 
 def served(dh, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return server_info(dh.server_port)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return wait_server_info(dh.server_port, timeout)
 
 
 def spec(info: dict[str, Any]) -> tuple[Any, ...]:
@@ -192,33 +185,17 @@ def test_a_container_docker_keeps_restarting_is_a_failed_start(docker_host, run_
 
 
 def test_client_killed_during_the_health_wait_the_container_spec_comes_back(docker_host, gpuops_home) -> None:
-    import os
     import signal
-    import sys
+
+    from labtools import client_paused_at, rolled_back_count
 
     dh = docker_host
     state = dh.host.state_dir
     before_files, before = files(dh), dh.inspect()
-    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 120}))
-    calls_before = set((state / "calls").glob("*"))
-    journal = state / "journal.jsonl"
-    rolled = lambda: sum('"rolled_back"' in l for l in journal.read_text().splitlines()) if journal.exists() else 0  # noqa: E731
-    rolled_before = rolled()
-    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
-    env["HOME"] = str(gpuops_home)
-    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "nccl-env", "-i", str(dh.lab.inventory_path),
-                               "-e", "gpuops_lease=4", "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 8}})],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    rolled_before = rolled_back_count(state)
+    client = client_paused_at(state, "health", ["apply", "nccl-env", "-i", str(dh.lab.inventory_path), "-e", "gpuops_lease=4",
+                                                "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 8}})], gpuops_home, 120)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, "the worker never paused at the health wait"
-            texts = [(c / "progress.jsonl").read_text() for c in set((state / "calls").glob("*")) - calls_before
-                     if (c / "progress.jsonl").exists()]
-            if any('"paused"' in t and '"phase": "health"' in t for t in texts):
-                break
-            time.sleep(0.05)
         assert dh.inspect()["Id"] != before["Id"]  # recreated with the new environment
         client.send_signal(signal.SIGKILL)
         client.wait(timeout=30)
@@ -226,7 +203,7 @@ def test_client_killed_during_the_health_wait_the_container_spec_comes_back(dock
         if client.poll() is None:
             client.kill()
     deadline = time.monotonic() + 4 + 60
-    wait_for_self_rollback(state / "lock", lambda: rolled() > rolled_before, deadline)
+    wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_before, deadline)
     assert files(dh) == before_files
     restored = dh.inspect()
     assert restored["State"]["Running"] and spec(restored) == spec(before)

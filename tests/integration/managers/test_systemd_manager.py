@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from labtools import server_info, wait_for_self_rollback
+from labtools import client_paused_at, rolled_back_count, server_info, wait_for_self_rollback, wait_server_info
 
 pytestmark = pytest.mark.integration
 
@@ -51,14 +51,7 @@ def files(host) -> dict[str, str | None]:
 
 
 def served(host, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return server_info(host.server_port)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return wait_server_info(host.server_port, timeout)
 
 
 def original_env(host) -> dict[str, str]:
@@ -263,37 +256,16 @@ def test_client_killed_during_the_health_wait_the_host_rolls_back_by_itself(host
     # The transaction's lease under systemd: gpuops vanishes (kill -9) after the unit's server was
     # restarted with the new environment; the host-side worker restores the env file and brings
     # the previous server back through systemd on its own.
-    import os
     import signal
-    import sys
 
     before = files(host)
     old_pid = host.systemctl_show("MainPID")["MainPID"]
     state = host.booted.path("/var/lib/gpuops")
-    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 120}))
-    calls_before = set((state / "calls").glob("*"))
-
-    def rolled_back() -> int:
-        journal = state / "journal.jsonl"
-        return sum('"rolled_back"' in line for line in journal.read_text().splitlines()) if journal.exists() else 0
-
-    rolled_back_before = rolled_back()
-    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
-    env["HOME"] = str(gpuops_home)
-    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "nccl-env", "-i", str(host.inventory_path),
-                               "-e", "gpuops_lease=4", "-e", "gpuops_health_timeout=60", "-e",
-                               json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 8}})],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    rolled_back_before = rolled_back_count(state)
+    client = client_paused_at(state, "health", ["apply", "nccl-env", "-i", str(host.inventory_path), "-e", "gpuops_lease=4",
+                                                "-e", "gpuops_health_timeout=60",
+                                                "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 8}})], gpuops_home, 120)
     try:
-        deadline = time.monotonic() + 120
-        paused = False
-        while not paused:
-            assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, "the worker never paused at the health wait"
-            for progress in ((c / "progress.jsonl") for c in set((state / "calls").glob("*")) - calls_before):
-                if progress.exists() and '"phase": "health"' in progress.read_text() and '"paused"' in progress.read_text():
-                    paused = True
-            time.sleep(0.05)
         # Paused after the restart: systemd runs the new server now.
         assert host.systemctl_show("MainPID")["MainPID"] != old_pid
         client.send_signal(signal.SIGKILL)
@@ -302,7 +274,7 @@ def test_client_killed_during_the_health_wait_the_host_rolls_back_by_itself(host
         if client.poll() is None:
             client.kill()
     deadline = time.monotonic() + 4 + 60  # the lease, then the previous server's restart
-    wait_for_self_rollback(state / "lock", lambda: rolled_back() > rolled_back_before, deadline)
+    wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_back_before, deadline)
     assert files(host) == before
     info = served(host)
     assert "NCCL_MIN_NCHANNELS" not in info["env"] and info["env"]["NCCL_DEBUG"] == "WARN"
