@@ -50,6 +50,10 @@ def _scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
     return {"cached": scan.cached, "fingerprint": scan.fingerprint}
 
 
+# The modules `_judge` and `_stack` import (the gate evaluation pulls in the catalog, the gate
+# logic and the role specs): prefetched during the exec, see gpuops.prefetch.
+_PARSE_MODULES = ("gpuops.gates.evaluate", "gpuops.gates.judge_memo", "gpuops.plan.roles", "gpuops.facts.software_stack")
+
 _READS_SGLANG = ("host.system", "software.python", "gates.scan")
 
 
@@ -99,6 +103,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     from gpuops.transport import connect
 
     from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
+    from gpuops.prefetch import prefetch
 
     probes: list[Any] = probes_for(host) + list(extra_probes)
     gate_probe, gates_error = _gate_probe(with_sources, host) if with_gates else (None, None)
@@ -108,14 +113,22 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
     script_preamble = preamble(host)
     recovered: list[str] = []
-    conn = connect(host, options)
+    later = None
     try:
-        values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
-        if has_unfinished(values.get(journal.name)):
-            recovered = recover_host(conn, host)
-            values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
+        conn = connect(host, options)
+        try:
+            # While this thread waits on the exec, another imports what judging needs (not earlier:
+            # key exchange and authentication are CPU work here, they would only slow down).
+            later = prefetch(*_PARSE_MODULES) if gate_probe is not None else None
+            values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
+            if has_unfinished(values.get(journal.name)):
+                recovered = recover_host(conn, host)
+                values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
+        finally:
+            conn.close()
     finally:
-        conn.close()
+        if later is not None:
+            later.join()  # never import those modules while the prefetch may still be at them
     from gpuops import timings
 
     with timings.span("parse", host.name):

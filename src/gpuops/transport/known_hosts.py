@@ -228,6 +228,22 @@ class HostKeyRefused(Exception):
     """Raised inside the key exchange: a revoked key or a bad certificate (the message says which)."""
 
 
+def _no_delay(sock: Any) -> None:
+    """Turn Nagle's algorithm off on a TCP socket (a ProxyCommand's pipe is left alone).
+
+    SSH sends small packets that wait on each other's replies; with Nagle on, a small write that
+    follows an unacknowledged one waits for the peer's delayed ACK: about 40 ms lost during user
+    authentication on every connection (paramiko leaves it on, OpenSSH's sessions turn it off).
+    """
+    import socket
+
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # only a speed-up: a socket that refuses it still works
+
+
 def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
                       preferences: dict[str, tuple[str, ...]] | None = None,
                       on_kex_done: Any = None) -> Any:
@@ -248,6 +264,7 @@ def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
             super().__init__(*args, **kwargs)
             for attribute, order in (preferences or {}).items():
                 setattr(self, attribute, order)
+            _no_delay(self.sock)
 
         def start_client(self, *args: Any, **kwargs: Any) -> Any:
             result = super().start_client(*args, **kwargs)
