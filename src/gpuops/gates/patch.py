@@ -45,6 +45,7 @@ from gpuops.gates.logic import (
     parse_capability,
 )
 from gpuops.gates.scan import GateScan
+from gpuops.remote.gate_tree import is_gate_tree
 
 
 class UnrecognisedLayout(GpuopsError):
@@ -273,27 +274,12 @@ def _find_target(book: PredicateBook, gpu: GpuTarget, sm: str, release: str) -> 
     return _Target(gpu, sm, name, str(entry.get("file")) if entry else None, attr)
 
 
-def _has_gpu_test(node: Mapping[str, Any]) -> bool:
-    """Whether the condition tree holds a GPU test: a predicate (``is_sm100_supported()``,
-    ``get_platform().is_sm100``) or a compute-capability comparison, directly or through an alias."""
-    op = node.get("op")
-    if op == "cap":
-        return node["atom"].get("kind") in ("pred", "cc")
-    if op in ("and", "or"):
-        return any(_has_gpu_test(a) for a in node["args"])
-    if op == "not":
-        return _has_gpu_test(node["arg"])
-    if op == "alias":
-        return _has_gpu_test(node["expr"])
-    return False
-
-
 def _cap_groups(node: Mapping[str, Any], negations: int = 0) -> list[tuple[Mapping[str, Any], int]]:
     """Maximal sub-trees made only of GPU tests, with how many ``not`` sit above each."""
     op = node.get("op")
     if op == "not":  # `not (A or B)`: the group is `A or B`, read with one negation
         return _cap_groups(node["arg"], negations + 1)
-    if is_pure_cap(node) and _has_gpu_test(node):
+    if is_pure_cap(node) and is_gate_tree(node):
         return [(node, negations)]
     if op in ("and", "or"):
         return [g for a in node["args"] for g in _cap_groups(a, negations)]
@@ -329,7 +315,7 @@ def _atoms_in(group: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The group's own GPU tests (not looking inside aliases), in source order."""
     op = group.get("op")
     if op in ("cap", "alias"):
-        return [group] if _has_gpu_test(group) else []
+        return [group] if is_gate_tree(group) else []
     if op in ("and", "or"):
         return [a for arg in group["args"] for a in _atoms_in(arg)]
     if op == "not":

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.gates.scan import SUPPORTED_SCANNER
+from gpuops.local_memo import memo_dir
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -37,13 +38,7 @@ MAX_OFFERED = 2  # entries read and offered per command (each is parsed before t
 
 def cache_root() -> Path | None:
     """Where scans are kept, or None when ``$GPUOPS_SCAN_CACHE`` is ``off``."""
-    value = os.environ.get(CACHE_ENV, "").strip()
-    if value.lower() in ("off", "0", "no", "false"):
-        return None
-    if value:
-        return Path(value).expanduser()
-    base = os.environ.get("GPUOPS_CACHE")
-    return (Path(base).expanduser() if base else Path.home() / ".cache" / "gpuops") / "scans"
+    return memo_dir(CACHE_ENV, "scans")
 
 
 def host_identity(host: "Host") -> str:

@@ -16,6 +16,19 @@ end_col]) and ``text``:
 """
 
 
+def children(tree):
+    """The nodes directly under ``tree``: an and/or's args, a not's arg, an alias's expression; a
+    leaf (cap, platform, clause) has none. The one place that says how the tree nests."""
+    op = tree.get("op")
+    if op in ("and", "or"):
+        return tree["args"]
+    if op == "not":
+        return [tree["arg"]]
+    if op == "alias":
+        return [tree["expr"]]
+    return []
+
+
 def has_atoms(tree, kinds):
     """Does the tree hold a node whose ``op`` is one of ``kinds``? (``"gen"`` among them narrows
     ``cap`` to generation tests.)"""
@@ -24,27 +37,14 @@ def has_atoms(tree, kinds):
         if op == "cap" and "gen" in kinds:
             return tree["atom"]["kind"] in ("pred", "cc")
         return True
-    if op in ("and", "or"):
-        return any(has_atoms(a, kinds) for a in tree["args"])
-    if op == "not":
-        return has_atoms(tree["arg"], kinds)
-    if op == "alias":
-        return has_atoms(tree["expr"], kinds)
-    return False
+    return any(has_atoms(child, kinds) for child in children(tree))
 
 
 def is_gate_tree(tree):
     """A gate tests the GPU generation: a predicate or a capability comparison (not just CUDA-ness)."""
-    op = tree.get("op")
-    if op == "cap":
+    if tree.get("op") == "cap":
         return tree["atom"]["kind"] in ("pred", "cc")
-    if op in ("and", "or"):
-        return any(is_gate_tree(a) for a in tree["args"])
-    if op == "not":
-        return is_gate_tree(tree["arg"])
-    if op == "alias":
-        return is_gate_tree(tree["expr"])
-    return False
+    return any(is_gate_tree(child) for child in children(tree))
 
 
 def only_atoms(tree):
@@ -52,24 +52,12 @@ def only_atoms(tree):
     op = tree.get("op")
     if op in ("cap", "platform"):
         return True
-    if op in ("and", "or"):
-        return all(only_atoms(a) for a in tree["args"])
-    if op == "not":
-        return only_atoms(tree["arg"])
-    if op == "alias":
-        return only_atoms(tree["expr"])
-    return False
+    # A compound node with no children (an empty and/or) holds nothing opaque; a leaf clause does.
+    return op in ("and", "or", "not", "alias") and all(only_atoms(child) for child in children(tree))
 
 
 def clause_nodes(tree):
     """The opaque ``clause`` leaves, left to right, aliases expanded."""
-    op = tree.get("op")
-    if op == "clause":
+    if tree.get("op") == "clause":
         return [tree]
-    if op in ("and", "or"):
-        return [c for a in tree["args"] for c in clause_nodes(a)]
-    if op == "not":
-        return clause_nodes(tree["arg"])
-    if op == "alias":
-        return clause_nodes(tree["expr"])
-    return []
+    return [clause for child in children(tree) for clause in clause_nodes(child)]
