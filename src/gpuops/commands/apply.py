@@ -83,7 +83,10 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 
     from gpuops.transport.rollout import rollout_for
 
+    from gpuops.plan.varcheck import refuse_connection_vars
+
     extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
+    refuse_connection_vars(extra)
     hosts = _hosts(inventory, limit)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
