@@ -34,11 +34,23 @@ def memo_dir(env: str, name: str) -> Path | None:
 
 
 def _walk(top: Path, digest: Any) -> None:
-    """Every file below ``top`` (bytecode caches aside) by path, size, mtime and inode."""
+    """Every file below ``top`` (bytecode caches aside) by path, size, mtime and inode. Symlinked
+    directories are followed, as ``load_role`` and jinja's loader follow them (a role linked into
+    ``roles/``), each real directory once so a link cycle ends."""
     if not top.is_dir():
         digest.update(f"\nabsent {top}".encode())
         return
-    for dirpath, dirnames, filenames in os.walk(top):
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        try:
+            info = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
             if name.endswith((".pyc", ".pyo")):
