@@ -123,7 +123,7 @@ def write_entry(directory: Path, key: str, entry: dict[str, Any], max_entries: i
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".memo-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({**entry, "format": FORMAT, "key": key}, fh)
+                json.dump({**entry, "format": FORMAT, "key": key}, fh, separators=(",", ":"))
             os.replace(tmp, directory / f"{key}.json")  # a concurrent reader sees the old entry or the new one
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
