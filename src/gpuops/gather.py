@@ -58,6 +58,12 @@ def missing_reason(values: Mapping[str, Any], name: str) -> str:
     return value.reason if isinstance(value, ProbeFailure) else f"probe {name} did not run"
 
 
+def value_or_unknown(values: Mapping[str, Any], name: str, expected: type[T], unknown: Callable[[str], T]) -> T:
+    """Probe ``name``'s parsed value when it is an ``expected``, else ``unknown(why it is missing)``."""
+    value = values.get(name)
+    return value if isinstance(value, expected) else unknown(missing_reason(values, name))
+
+
 def new_nonce() -> str:
     return secrets.token_hex(8)
 

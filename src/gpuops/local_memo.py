@@ -34,11 +34,23 @@ def memo_dir(env: str, name: str) -> Path | None:
 
 
 def _walk(top: Path, digest: Any) -> None:
-    """Every file below ``top`` (bytecode caches aside) by path, size, mtime and inode."""
+    """Every file below ``top`` (bytecode caches aside) by path, size, mtime and inode. Symlinked
+    directories are followed, as ``load_role`` and jinja's loader follow them (a role linked into
+    ``roles/``), each real directory once so a link cycle ends."""
     if not top.is_dir():
         digest.update(f"\nabsent {top}".encode())
         return
-    for dirpath, dirnames, filenames in os.walk(top):
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        try:
+            info = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
             if name.endswith((".pyc", ".pyo")):
@@ -111,7 +123,7 @@ def write_entry(directory: Path, key: str, entry: dict[str, Any], max_entries: i
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".memo-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({**entry, "format": FORMAT, "key": key}, fh)
+                json.dump({**entry, "format": FORMAT, "key": key}, fh, separators=(",", ":"))
             os.replace(tmp, directory / f"{key}.json")  # a concurrent reader sees the old entry or the new one
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

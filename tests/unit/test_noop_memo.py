@@ -165,3 +165,21 @@ def test_code_digest_follows_gpuops_code(tmp_path: Path, monkeypatch: pytest.Mon
     noop_memo.code_digest.cache_clear()
     assert noop_memo.code_digest() != with_path
     noop_memo.code_digest.cache_clear()
+
+
+def test_code_digest_follows_a_role_linked_into_the_roles_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # load_role follows a symlinked role directory (roles/x -> elsewhere): an edit there must be a miss too.
+    elsewhere = tmp_path / "elsewhere" / "x"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "tasks.yml").write_text("[]\n")
+    roles = tmp_path / "roles"
+    roles.mkdir()
+    (roles / "x").symlink_to(elsewhere, target_is_directory=True)
+    (roles / "loop").symlink_to(roles, target_is_directory=True)  # a cycle is walked once, not forever
+    monkeypatch.setenv("GPUOPS_ROLES_PATH", str(roles))
+    noop_memo.code_digest.cache_clear()
+    before = noop_memo.code_digest()
+    (elsewhere / "tasks.yml").write_text("- name: edited\n  debug: {}\n")
+    noop_memo.code_digest.cache_clear()
+    assert noop_memo.code_digest() != before
+    noop_memo.code_digest.cache_clear()

@@ -206,3 +206,18 @@ def test_verdicts_of_a_kept_scan_are_recalled_only_for_the_same_facts(site: Path
     judged()
     assert len(calls) == 7
 
+
+
+@pytest.mark.parametrize("field", __import__("gpuops.gates.judge_memo", fromlist=["x"]).SERVER_FIELDS_NOT_JUDGED)
+def test_server_fields_left_out_of_the_verdict_digest_are_not_read_by_the_judge(site: Path, cache_dir: Path,
+                                                                                 field: str) -> None:
+    """judge_memo leaves these server facts out of its key: a judge that reads one would be served a
+    stale kept report, so judging with different values of each must give the same report."""
+    from gpuops.gates.evaluate import judge
+
+    scan = run_probe(site)
+    base = {"running": True, "args": {"--enable-flashinfer-allreduce-fusion": True}, "architecture": "LlamaForCausalLM",
+            "gpu_name": "NVIDIA RTX PRO 6000"}
+    reports = [dataclasses.asdict(judge(scan, "12.0", "12.8", {**base, field: value}, interconnect={"nvlink": False}))
+               for value in ([], [{"pid": 4242, "port": 30001}], None, "text")]
+    assert all(r == reports[0] for r in reports)

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuops.facts.arch import identify
 from gpuops.facts.smi_command import failure_reason, smi_probe
-from gpuops.gather import Probe, ProbeOutput, missing_reason
+from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 
 QUERY_PROBE, BANNER_PROBE, PROCFS_PROBE = "gpu.query", "gpu.banner", "gpu.procfs"
 # The query's field list is the one the fixtures were captured with.
@@ -202,12 +202,8 @@ def probes() -> list[Probe[Any]]:
 
 def from_values(values: Mapping[str, Any]) -> tuple[GpuQuery, SmiBanner]:
     """The GPU fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
-    query = values.get(QUERY_PROBE)
-    banner = values.get(BANNER_PROBE)
-    if not isinstance(query, GpuQuery):
-        query = GpuQuery(known=False, reason=missing_reason(values, QUERY_PROBE))
-    if not isinstance(banner, SmiBanner):
-        banner = SmiBanner(known=False, reason=missing_reason(values, BANNER_PROBE))
+    query = value_or_unknown(values, QUERY_PROBE, GpuQuery, lambda r: GpuQuery(known=False, reason=r))
+    banner = value_or_unknown(values, BANNER_PROBE, SmiBanner, lambda r: SmiBanner(known=False, reason=r))
     procfs = values.get(PROCFS_PROBE)
     if not query.known and isinstance(procfs, str):
         query, banner = parse_procfs(procfs, query.reason)

@@ -20,7 +20,7 @@ from gpuops.facts.python_select import preamble
 from gpuops.facts.server import ServerFacts, server_probe
 from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
 from gpuops.facts.topology import Interconnect
-from gpuops.gather import Probe, missing_reason
+from gpuops.gather import Probe, value_or_unknown
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -64,19 +64,12 @@ def probes_for(host: Host) -> list[Probe[Any]]:
     ]
 
 
-def _value(values: Mapping[str, Any], name: str, expected: type, unknown: Any) -> Any:
-    value = values.get(name)
-    if isinstance(value, expected):
-        return value
-    return unknown(missing_reason(values, name))
-
-
 def host_facts(values: Mapping[str, Any]) -> HostFacts:
     """The typed facts from the parsed probe values (a failed probe becomes an unknown with reason)."""
     gpu, banner = gpu_fact.from_values(values)
-    system = _value(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
-    packages = _value(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
-    server = _value(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
+    system = value_or_unknown(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
+    packages = value_or_unknown(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
+    server = value_or_unknown(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
     interconnect = topology_fact.from_values(values)
     return HostFacts(
         gpu=gpu,

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuops.facts.smi_command import failure_reason, smi_probe, strip_ansi
-from gpuops.gather import Probe, ProbeOutput, missing_reason
+from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 
 TOPO_PROBE, P2P_PROBE = "gpu.topo", "gpu.p2p"
 # probe -> nvidia-smi arguments (the lab's fake nvidia-smi answers the same, tests/facts replay it)
@@ -246,12 +246,8 @@ def probes() -> list[Probe[Any]]:
 
 def from_values(values: Mapping[str, Any]) -> Interconnect:
     """The interconnect fact from the parsed probe values (a failed probe: unknown, with its reason)."""
-    topo = values.get(TOPO_PROBE)
-    p2p = values.get(P2P_PROBE)
-    if not isinstance(topo, TopologyMatrix):
-        topo = TopologyMatrix(known=False, reason=missing_reason(values, TOPO_PROBE))
-    if not isinstance(p2p, P2PMatrix):
-        p2p = P2PMatrix(known=False, reason=missing_reason(values, P2P_PROBE))
+    topo = value_or_unknown(values, TOPO_PROBE, TopologyMatrix, lambda r: TopologyMatrix(known=False, reason=r))
+    p2p = value_or_unknown(values, P2P_PROBE, P2PMatrix, lambda r: P2PMatrix(known=False, reason=r))
     return summarize(topo, p2p)
 
 

@@ -10,8 +10,8 @@ scan is used.
 Trust: an entry is used only when its file name, its recorded fingerprint and the scan's own
 fingerprint agree, it is a complete scan of this scanner version, and the host named that very
 fingerprint; anything else (a torn, edited or foreign file) is ignored and the host scans again.
-Entries are written atomically (temp file and rename). The host identity only spreads entries
-over directories: correctness rests on the fingerprint, which covers the root, the python and
+Entries are written atomically (temp file and rename, ``local_memo.write_entry``). The host
+identity only spreads entries over directories: correctness rests on the fingerprint, which covers the root, the python and
 every file's size, mtime and inode.
 """
 
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from gpuops import local_memo
 from gpuops.gates.scan import SUPPORTED_SCANNER
-from gpuops.local_memo import memo_dir
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
 
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = local_memo.FORMAT  # entries are written by local_memo.write_entry
 CACHE_ENV = "GPUOPS_SCAN_CACHE"
 MAX_ENTRIES_PER_HOST = 3  # the current tree, and one or two others (another python's root, the tree before a patch)
 MAX_OFFERED = 2  # entries read and offered per command (each is parsed before the exec)
@@ -38,7 +38,7 @@ MAX_OFFERED = 2  # entries read and offered per command (each is parsed before t
 
 def cache_root() -> Path | None:
     """Where scans are kept, or None when ``$GPUOPS_SCAN_CACHE`` is ``off``."""
-    return memo_dir(CACHE_ENV, "scans")
+    return local_memo.memo_dir(CACHE_ENV, "scans")
 
 
 def host_identity(host: "Host") -> str:
@@ -94,13 +94,11 @@ class HostScanCache:
 
     def store(self, scan: Mapping[str, Any], has_sources: bool) -> None:
         """Keep a full scan (with a fingerprint) for the next command; never fails the command."""
-        import tempfile
-
         fingerprint = scan.get("fingerprint")
         if not _is_fingerprint(fingerprint) or scan.get("unchanged") or scan.get("ok") is not True:
             return
         path = self.directory / f"{fingerprint}.json"
-        entry = {"format": ENTRY_FORMAT, "fingerprint": fingerprint, "has_sources": has_sources, "scan": dict(scan)}
+        entry = {"fingerprint": fingerprint, "has_sources": has_sources, "scan": dict(scan)}
         try:
             if not has_sources and path.exists():
                 old = valid_entry(json.loads(path.read_text(encoding="utf-8")), str(fingerprint))
@@ -109,24 +107,7 @@ class HostScanCache:
                     return
         except (OSError, ValueError):
             pass
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".scan-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(entry, fh, separators=(",", ":"))
-                os.replace(tmp, path)  # atomic: a concurrent reader sees the old entry or the new one
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            self._prune()
-        except OSError:
-            pass  # no cache is only slower
-
-    def _prune(self) -> None:
-        entries = sorted(((p.stat().st_mtime_ns, p) for p in self.directory.iterdir() if p.suffix == ".json"), reverse=True)
-        for _, path in entries[MAX_ENTRIES_PER_HOST:]:
-            path.unlink(missing_ok=True)
+        local_memo.write_entry(self.directory, str(fingerprint), entry, MAX_ENTRIES_PER_HOST)  # atomic; prunes the oldest
 
 
 def for_host(host: "Host") -> HostScanCache | None:

@@ -1,4 +1,4 @@
-"""Commands the apply transaction runs on the host: plain, or polled under the lease.
+"""Commands the apply transaction runs on the host, polled under the lease (plain ones: ``service_base.run_command``).
 
 Stdlib only, Python 3.8+; bundled with ``apply_helper``.
 """
@@ -10,16 +10,6 @@ import tempfile
 import time
 
 from gpuops.remote.apply_common import POLL_S, LeaseLapsed, StepFailed
-
-
-def run_cmd(argv, timeout=600):
-    try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
-    except FileNotFoundError as exc:
-        return subprocess.CompletedProcess(argv, 127, "", str(exc))
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", "timed out after %ds" % timeout)
 
 
 def run_polled(argv, lease, where, work_dir, timeout=600):

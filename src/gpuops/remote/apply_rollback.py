@@ -15,7 +15,7 @@ from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
 from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
-from gpuops.remote.recompose import check_unchanged, undone_runs
+from gpuops.remote.recompose import check_unchanged, later_standing, undone_runs
 
 
 def pick_rollback_target(records, wanted):
@@ -31,7 +31,7 @@ def pick_rollback_target(records, wanted):
                     raise StepFailed("run %s was already rolled back" % wanted)
                 if not run.get("changes"):
                     raise StepFailed("run %s changed nothing on this host" % wanted)
-                later_conflict(runs, run, undone)
+                later_conflict(runs, run)
                 return run
         raise StepFailed("no run %s in the journal of this host" % wanted)
     for run in reversed(runs):
@@ -39,12 +39,12 @@ def pick_rollback_target(records, wanted):
             continue
         if "rolled_back" in run["events"] or not run.get("changes"):
             continue
-        later_conflict(runs, run, undone)  # a later recomposition may have rewritten its files
+        later_conflict(runs, run)  # a later recomposition may have rewritten its files
         return run
     raise StepFailed("nothing to roll back: no run still in effect on this host changed it (`gpuops history` lists them)")
 
 
-def later_conflict(runs, target, undone):
+def later_conflict(runs, target):
     """Refuse to restore the backups of a run whose files a later, still-standing run changed again.
 
     gpuops undoes such a run by recomposition instead (an apply run planned by the client,
@@ -52,14 +52,8 @@ def later_conflict(runs, target, undone):
     overlap cannot be recomposed (a later run changed a file the older one patched): the message
     names every later run that must go first, newest first."""
     paths = {c.get("path") for c in target.get("changes") or []}
-    seen, blocking, first_overlap = False, [], None
-    for run in runs:
-        if run["run_id"] == target["run_id"]:
-            seen = True
-            continue
-        if not seen or (run.get("kind") == "rollback" and not run.get("recompose")) or run["run_id"] in undone \
-                or "rolled_back" in run["events"]:
-            continue
+    blocking, first_overlap = [], None
+    for run in later_standing(runs, target):
         # a later run must go first when it touched a file of the target or of a run that must go first
         touched = {c.get("path") for c in run.get("changes") or []}
         overlap = sorted(paths & touched)

@@ -15,8 +15,8 @@ import time
 import urllib.error
 import urllib.request
 
-from gpuops.remote.apply_commands import run_cmd
 from gpuops.remote.apply_common import StepFailed
+from gpuops.remote.service_base import run_command
 
 HEALTH_PATHS = ("/health",)
 INFO_PATHS = ("/get_model_info", "/get_server_info")
@@ -183,9 +183,9 @@ def launch_view(script):
     probe = list(lines)
     # `exec X ARGS` -> `exec PY -c CODE X ARGS`: sh expands X and ARGS exactly as for the start.
     probe[execs[-1]] = "exec %s -c %s %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE), lines[execs[-1]][5:])
-    base = run_cmd(["env", "-i", "/bin/sh", "-c", "exec %s -c %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE))],
-                   timeout=60)
-    view = run_cmd(["env", "-i", "/bin/sh", "-c", "\n".join(probe)], timeout=60)
+    base = run_command(["env", "-i", "/bin/sh", "-c", "exec %s -c %s" % (sh_quote(sys.executable), sh_quote(_VIEW_CODE))],
+                       timeout=60)
+    view = run_command(["env", "-i", "/bin/sh", "-c", "\n".join(probe)], timeout=60)
     try:
         baseline = json.loads(base.stdout)["env"]
         out = json.loads(view.stdout.strip().splitlines()[-1])

@@ -126,31 +126,34 @@ def stmt_value(stmt):
     return getattr(stmt, "value", None)
 
 
-def functions_in(body):
-    """Every function under these statements, nested ones and methods included."""
-    stack = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node
-        for name in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(node, name, None)
-            if block:
-                stack.extend(block)
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")  # where statements nest (cases: match)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def statements(body):
-    """Every statement under ``body`` (not expressions), without entering nested functions."""
+def _statement_walk(body, into_scopes):
+    """Every statement under ``body`` (match cases included); nested functions and classes are
+    entered only when ``into_scopes``."""
     stack = list(body)
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if not into_scopes and isinstance(node, _SCOPES):
             continue
-        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for name in _BLOCKS:
             block = getattr(node, name, None)
             if block:
                 stack.extend(block)
+
+
+def functions_in(body):
+    """Every function under these statements, nested ones and methods included."""
+    return (node for node in _statement_walk(body, True)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def statements(body):
+    """Every statement under ``body`` (not expressions), without entering nested functions."""
+    return _statement_walk(body, False)
 
 
 def walk_no_nested(body):
