@@ -42,9 +42,7 @@ def has_atoms(tree, kinds):
 
 def is_gate_tree(tree):
     """A gate tests the GPU generation: a predicate or a capability comparison (not just CUDA-ness)."""
-    if tree.get("op") == "cap":
-        return tree["atom"]["kind"] in ("pred", "cc")
-    return any(is_gate_tree(child) for child in children(tree))
+    return has_atoms(tree, ("cap", "gen"))
 
 
 def only_atoms(tree):
