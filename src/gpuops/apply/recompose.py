@@ -143,9 +143,8 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     if _has_unfinished(journal):
         # A run died mid-way: the host rolls it back first (as history does), then we plan on
         # the files as they really are.
-        recovered = _recover(conn, variables, extra, state_dir, deadline)
-        journal = gather(conn, [journal_probe(state_dir)], preamble=preamble)["apply.journal"]
-        if isinstance(journal, ProbeFailure) or _has_unfinished(journal):
+        recovered, journal = _recover(conn, variables, extra, state_dir, deadline)  # the journal after it: no re-read
+        if _has_unfinished(journal):
             return None
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
     if recomposition is None:
@@ -203,8 +202,9 @@ def _has_unfinished(journal: list[dict[str, Any]]) -> bool:
 
 
 def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any], state_dir: str,
-             deadline: float | None) -> list[str]:
-    """The helper's journal mode: it rolls back every run whose worker died; what it did."""
+             deadline: float | None) -> tuple[list[str], list[dict[str, Any]]]:
+    """The helper's journal mode: it rolls back every run whose worker died; what it did, and the
+    journal as it reads after that (the same exec: no second read)."""
     from gpuops.apply.options import current_user, new_run_id
     from gpuops.apply.remote_exec import run_helper
 
@@ -214,7 +214,7 @@ def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any
     if result.get("status") != "journal":
         raise GpuopsError(f"{conn.host.name}: cannot finish the run that died on this host first: "
                           f"{result.get('error') or result.get('status')}")
-    return [str(r) for r in result.get("recovered") or []]
+    return [str(r) for r in result.get("recovered") or []], list(result.get("records") or [])
 
 
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],

@@ -48,7 +48,6 @@ def _suggest(name: str, value: Any, known: Mapping[str, Any]) -> str:
 
 
 def _parsed(text: str) -> Any:
-    from gpuops.errors import GpuopsError
     from gpuops.yamlfile import parse_yaml_text
 
     try:
