@@ -15,7 +15,7 @@ from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
 from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
-from gpuops.remote.recompose import check_unchanged, later_standing, undone_runs
+from gpuops.remote.recompose import check_unchanged, later_standing, pick_target, undone_runs
 
 
 def pick_rollback_target(records, wanted):
@@ -34,11 +34,8 @@ def pick_rollback_target(records, wanted):
                 later_conflict(runs, run)
                 return run
         raise StepFailed("no run %s in the journal of this host" % wanted)
-    for run in reversed(runs):
-        if run.get("kind") == "rollback" or run["run_id"] in undone:
-            continue
-        if "rolled_back" in run["events"] or not run.get("changes"):
-            continue
+    run = pick_target(runs, None)  # the newest standing apply run that changed the host
+    if run is not None:
         later_conflict(runs, run)  # a later recomposition may have rewritten its files
         return run
     raise StepFailed("nothing to roll back: no run still in effect on this host changed it (`gpuops history` lists them)")
