@@ -190,6 +190,27 @@ def test_a_dead_run_is_rolled_back_first_by_the_next_apply(tmp_path: Path) -> No
     assert ("r2", "rolled_back") in events and events[-1] == ("r3", "finished")
 
 
+def test_a_dead_run_whose_backup_is_corrupt_stays_open_and_blocks_until_it_can_be_rolled_back(tmp_path: Path) -> None:
+    """Crash recovery against a corrupted backup: nothing is written from it, the next command is
+    refused naming the dead run, the run stays open; once the backup is whole again, it recovers."""
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    a.write_bytes(b"v1\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
+    _dead_run(state, a, "r2", b"v2\n")
+    backup = state / "runs" / "r2" / "files" / "000"
+    backup.write_bytes(b"v9\n")  # corrupted after the worker died
+    refused = run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r3"))
+    assert refused["status"] == "refused" and "run r2" in refused["error"] and "damaged" in refused["error"], refused
+    assert a.read_bytes() == b"half-written\n"  # neither the bad backup nor r3's change
+    events = [(r["run_id"], r["event"]) for r in journal(state)]
+    assert ("r2", "rollback_failed") in events and ("r2", "rolled_back") not in events
+    assert not any(run_id == "r3" for run_id, _ in events)
+    backup.write_bytes(b"v2\n")
+    result = run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r4"))
+    assert result["status"] == "finished" and any("run r2" in line for line in result["recovered"]), result
+    assert a.read_bytes() == b"v3\n"
+
+
 def test_an_interrupted_rollback_is_never_a_dead_end(tmp_path: Path) -> None:
     state, a = lab_state(tmp_path), tmp_path / "a"
     a.write_bytes(b"v1\n")

@@ -147,3 +147,16 @@ def test_a_call_that_left_no_status_reads_as_a_failure(tmp_path: Path) -> None:
     done = subprocess.run(["/bin/sh", "-c", smi_script("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
     assert done.returncode == 1
     assert parse_topo(ProbeOutput(done.stdout, done.stderr, done.returncode)).reason.startswith("nvidia-smi exited with status 1")
+
+
+def test_a_wedged_call_is_cut_at_its_timeout_and_fails_only_that_fact(tmp_path: Path, monkeypatch) -> None:
+    # nvidia-smi hanging on a wedged GPU must not hold the whole gather (every fact) until the exec's timeout.
+    from gpuops.facts import smi_command
+
+    _fake_smi(tmp_path / "bin")
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.write_text(fake.read_text().replace('"topo -m") cat', '"topo -m") exec sleep 30; cat'))
+    monkeypatch.setattr(smi_command, "SMI_TIMEOUT_S", 1)
+    values = _gather(f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert gpu_fact.from_values(values)[0].known and values["gpu.p2p"].known
+    assert values["gpu.topo"].known is False and "did not answer within 1 s" in values["gpu.topo"].reason
