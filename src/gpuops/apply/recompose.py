@@ -125,6 +125,7 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     files: (its report, the target's run id); None when the plain rollback applies. Raises
     GpuopsError for an impossible undo."""
     from gpuops.apply.probes import files_probe, journal_probe
+    from gpuops.apply.recovery import has_unfinished
     from gpuops.apply.remote_exec import run_helper
     from gpuops.apply.undo import inventory_state_dir
     from gpuops.facts.python_select import preamble_for_vars
@@ -140,11 +141,11 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     if isinstance(journal, ProbeFailure):
         return None   # the helper reads (and repairs) the journal itself
     recovered: list[str] = []
-    if _has_unfinished(journal):
+    if has_unfinished(journal):
         # A run died mid-way: the host rolls it back first (as history does), then we plan on
         # the files as they really are.
         recovered, journal = _recover(conn, variables, extra, state_dir, deadline)  # the journal after it: no re-read
-        if _has_unfinished(journal):
+        if has_unfinished(journal):
             return None
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
     if recomposition is None:
@@ -193,12 +194,6 @@ def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[s
     elif status == "rolled_back":
         report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
     return report
-
-
-def _has_unfinished(journal: list[dict[str, Any]]) -> bool:
-    from gpuops.apply.journal import fold_runs
-
-    return any(str(r.get("outcome", "")).startswith("unfinished") for r in fold_runs(journal))
 
 
 def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any], state_dir: str,
