@@ -211,6 +211,28 @@ def test_a_dead_run_whose_backup_is_corrupt_stays_open_and_blocks_until_it_can_b
     assert a.read_bytes() == b"v3\n"
 
 
+def test_a_dead_run_whose_previous_server_will_not_start_is_still_closed_with_its_files_back(tmp_path: Path) -> None:
+    """Crash recovery where only the server fails (its launch script exits at once): the files are
+    put back and the run is closed as rolled back, naming the server problem; not left open forever."""
+    state, a, svc = lab_state(tmp_path), tmp_path / "a", tmp_path / "svc"
+    a.write_bytes(b"v1\n")
+    assert run_helper(payload(state, [change(a, b"v2\n", b"v1\n")], run_id="r1"))["status"] == "finished"
+    _dead_run(state, a, "r2", b"v2\n")
+    svc.mkdir()
+    (svc / "sglang-launch.sh").write_text("exit 3\n")
+    manifest = state / "runs" / "r2" / "manifest.json"
+    manifest.write_text(json.dumps(dict(json.loads(manifest.read_text()),
+                                        service={"manager": "process", "state_dir": str(svc), "port": 1, "grace": 1})))
+    with open(state / "journal.jsonl", "a") as handle:
+        handle.write(json.dumps({"run_id": "r2", "event": "server_touched"}) + "\n")
+    result = run_helper(payload(state, [change(a, b"v3\n", b"v2\n")], run_id="r3"))
+    assert result["status"] == "finished", result
+    assert any("run r2" in line and "restarting the previous server" in line for line in result["recovered"]), result
+    events = [(r["run_id"], r["event"]) for r in journal(state)]
+    assert ("r2", "rolled_back") in events and ("r2", "rollback_failed") not in events
+    assert a.read_bytes() == b"v3\n"
+
+
 def test_an_interrupted_rollback_is_never_a_dead_end(tmp_path: Path) -> None:
     state, a = lab_state(tmp_path), tmp_path / "a"
     a.write_bytes(b"v1\n")
