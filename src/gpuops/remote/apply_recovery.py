@@ -7,7 +7,7 @@ from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.apply_journal import read_journal, unfinished_runs
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest
-from gpuops.remote.apply_run import Run
+from gpuops.remote.apply_run import SERVER_PROBLEM, Run
 
 
 def recover_unfinished(state_dir, progress, notes, restored_out=None):
@@ -30,7 +30,7 @@ def recover_unfinished(state_dir, progress, notes, restored_out=None):
         run.server_touched = "server_touched" in run_record["events"]
         progress({"event": "recovering", "run_id": run_id})
         restored, problems, service_note = run.restore(manifest)
-        if problems and any(not p.startswith("restarting the previous server") for p in problems):
+        if any(not p.startswith(SERVER_PROBLEM) for p in problems):
             # Files could not all be put back: leave the run open so the next command tries again.
             run.event("rollback_failed", error=why, problems=problems)
             raise StepFailed("run %s did not finish and could not be rolled back: %s" % (run_id, "; ".join(problems)))

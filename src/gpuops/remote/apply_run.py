@@ -26,6 +26,10 @@ from gpuops.remote.container_image import build_for_run, discard_built_image, pr
 from gpuops.remote.digest import sha256_file
 
 
+# How restore() words a failure of the server alone (the files are back): recovery closes such a run.
+SERVER_PROBLEM = "restarting the previous server"
+
+
 class Run:
     def __init__(self, payload, progress, lease, faults=None):
         self.payload = payload
@@ -238,7 +242,7 @@ class Run:
                     service.stop()
                     service_note = "server stopped, as it was before"
             except Exception as exc:
-                problems.append("restarting the previous server: %s" % exc)
+                problems.append("%s: %s" % (SERVER_PROBLEM, exc))
         return restored, problems, service_note
 
     def rollback(self, manifest, why, log_tail=None):
