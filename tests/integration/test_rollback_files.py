@@ -64,6 +64,21 @@ def test_rollback_command_undoes_a_finished_run_with_created_files_and_modes(hos
     assert "SGLANG_RB_MARK" not in json.dumps(server_info(host.server_port))
 
 
+def test_a_plain_rollback_is_one_exec_on_the_host(host_and_lab, run_gpuops) -> None:
+    """One exec per host per phase: a rollback with nothing later standing on the run's files is the
+    helper's rollback mode alone (no journal read before it; it reads the journal itself)."""
+    host, lab = host_and_lab
+    before = tree_hashes(host.dir, skip_runs=True)
+    report = _apply(run_gpuops, lab, {"sglang_env": {"SGLANG_RB_MARK": "1"}})
+    assert report["rc"] == 0 and report["status"] == "finished", report
+    undone = run_gpuops("rollback", "-i", str(lab.inventory_path), "--json", "-vv", env={"XDG_STATE_HOME": ""})
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert json.loads(undone.stdout)["hosts"][host.name]["status"] == "finished"
+    execs = [line for line in undone.stderr.splitlines() if line.startswith(f"{host.name}: exec ")]
+    assert len(execs) == 1, "\n".join(execs)
+    assert tree_hashes(host.dir, skip_runs=True) == before
+
+
 def test_a_symlinked_managed_file_stays_a_link_to_the_same_bytes(lab_factory, run_gpuops) -> None:
     # An operator keeps the env file elsewhere and links it into place. Whatever gpuops does with
     # the link (refuse it, or write through it and restore), a failed run leaves link and target

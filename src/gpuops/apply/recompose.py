@@ -120,11 +120,14 @@ def contributions_before(files: Mapping[str, Any], state_dir: str, host: str,
 
 
 def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str | None, run_id: str,
-                   options: "ApplyOptions", deadline: float | None) -> "tuple[HostReport, str] | None":
-    """Undo ``target`` (or the newest standing run) by recomposition when later runs stand on its
-    files: (its report, the target's run id); None when the plain rollback applies. Raises
-    GpuopsError for an impossible undo."""
-    from gpuops.apply.probes import files_probe, journal_probe
+                   options: "ApplyOptions", deadline: float | None,
+                   answer: Mapping[str, Any]) -> "tuple[HostReport, str]":
+    """Undo ``target`` (or the newest standing run) by recomposition: the host helper's rollback
+    mode answered ``later_runs_stand`` (``answer``: the journal as it read it after rolling back
+    dead runs, and what it recovered), so no journal is read again here. (its report, the
+    target's run id). Raises GpuopsError for an impossible undo (the helper's refusal when the
+    records show no recomposition to do)."""
+    from gpuops.apply.probes import files_probe
     from gpuops.apply.recovery import has_unfinished
     from gpuops.apply.remote_exec import run_helper
     from gpuops.apply.undo import inventory_state_dir
@@ -137,19 +140,14 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     extra = {} if state_dir == inventory_state_dir(host) else {"gpuops_state_dir": state_dir}
     discovery = discover(ROLE, host.name, variables, extra)
     preamble = preamble_for_vars({**variables, **extra})
-    journal = gather(conn, [journal_probe(state_dir)], preamble=preamble)["apply.journal"]
-    if isinstance(journal, ProbeFailure):
-        return None   # the helper reads (and repairs) the journal itself
-    recovered: list[str] = []
+    journal = list(answer.get("records") or [])
+    recovered = [str(r) for r in answer.get("recovered") or []]
+    refusal = str(answer.get("error") or "later runs stand on its files")
     if has_unfinished(journal):
-        # A run died mid-way: the host rolls it back first (as history does), then we plan on
-        # the files as they really are.
-        recovered, journal = _recover(conn, variables, extra, state_dir, deadline)  # the journal after it: no re-read
-        if has_unfinished(journal):
-            return None
+        raise GpuopsError(refusal)
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
     if recomposition is None:
-        return None
+        raise GpuopsError(refusal)   # the helper's pick and ours differ: its wording stands
     tid = recomposition.target["run_id"]
     backups = [b for b in [backup_path(state_dir, recomposition.target, recomposition.desired_path)] if b]
     paths = sorted(set(discovery.paths) | set(recomposition.launch) | set(backups))
@@ -194,22 +192,6 @@ def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[s
     elif status == "rolled_back":
         report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
     return report
-
-
-def _recover(conn: "Connection", variables: dict[str, Any], extra: dict[str, Any], state_dir: str,
-             deadline: float | None) -> tuple[list[str], list[dict[str, Any]]]:
-    """The helper's journal mode: it rolls back every run whose worker died; what it did, and the
-    journal as it reads after that (the same exec: no second read)."""
-    from gpuops.apply.options import current_user, new_run_id
-    from gpuops.apply.remote_exec import run_helper
-
-    payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": state_dir,
-               "meta": {"role": "rollback", "user": current_user()}}
-    result = run_helper(conn, {**variables, **extra}, payload, deadline=deadline)
-    if result.get("status") != "journal":
-        raise GpuopsError(f"{conn.host.name}: cannot finish the run that died on this host first: "
-                          f"{result.get('error') or result.get('status')}")
-    return [str(r) for r in result.get("recovered") or []], list(result.get("records") or [])
 
 
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],

@@ -74,17 +74,21 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         payload = {
             "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
             "force": options.force, "meta": {"role": "rollback", "user": current_user()},
+            "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
+        recomposed = None
         conn = connect(host, options.connect)
         try:
-            # Later runs standing on the target's files: undone by recomposition (apply/recompose.py).
-            try:
-                recomposed = recompose_host(conn, host, state_dir, target, run_id, options, deadline)
-            except GpuopsError as exc:
-                recomposed = (HostReport(host=host.name, ok=False, status="refused", run_id=run_id, error=str(exc)),
-                              target)
-            if recomposed is None:
-                result = run_helper(conn, variables, payload, deadline=deadline)
+            # One exec for a plain rollback; a second exec (and a read of the launch files) only
+            # when later runs stand on the target's files and it is undone by recomposition.
+            result = run_helper(conn, variables, payload, deadline=deadline)
+            if result.get("status") == "later_runs_stand":
+                try:
+                    recomposed = recompose_host(conn, host, state_dir, target, run_id, options, deadline, result)
+                except GpuopsError as exc:
+                    recomposed = (HostReport(host=host.name, ok=False, status="refused", run_id=run_id,
+                                             error=str(exc), recovered=[str(r) for r in result.get("recovered") or []],
+                                             notes=[str(n) for n in result.get("notes") or []]), target)
         finally:
             conn.close()
         if recomposed is not None:

@@ -283,7 +283,10 @@ def main(payload, client_stream):
             return {"ok": True, "status": "journal", "records": read_journal(state_dir, notes), "notes": notes,
                     "run_id": payload.get("run_id")}
         prune_calls(state_dir)
-        call_dir = os.path.join(state_dir, "calls", "%s-%s" % (time.strftime("%Y%m%dT%H%M%S"), payload["run_id"]))
+        # the mode too: a rollback that finds later runs standing is followed, under the same run id and
+        # often in the same second, by the recomposition's apply call
+        call_dir = os.path.join(state_dir, "calls", "%s-%s-%s" % (time.strftime("%Y%m%dT%H%M%S"), payload["run_id"],
+                                                                   mode))
         os.makedirs(call_dir, mode=0o700)  # never an old call's folder: no stale result.json is read
     except BaseException:
         os.close(lock_fd)
