@@ -35,7 +35,7 @@ def scan_of(version: str, site: Path | None = None):
 def plan(scan, cc: str, p2p: dict, extra: dict | None = None):
     paths = discover("fusion-sm120", "h01", INVENTORY, extra or {}).paths
     facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
-                      gate_sources=scan.sources, gpu={"compute_capability": cc, "cuda": "12.8", **p2p})
+                      gpu={"compute_capability": cc, "cuda": "12.8", **p2p})
     return plan_role("fusion-sm120", facts, INVENTORY, extra or {})
 
 
@@ -84,5 +84,5 @@ def test_p2p_gaps_in_the_tp_group_are_refused_unless_allowed() -> None:
     inventory_tp4 = dict(INVENTORY, sglang_args=["--model-path", "/m", "--tp", "4"])
     paths = discover("fusion-sm120", "h01", inventory_tp4, {}).paths
     facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
-                      gate_sources=scan.sources, gpu={"compute_capability": "12.0", "cuda": "12.8", **CNS})
+                      gpu={"compute_capability": "12.0", "cuda": "12.8", **CNS})
     assert plan_role("fusion-sm120", facts, inventory_tp4, {}).changed > 0

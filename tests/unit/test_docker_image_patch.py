@@ -122,7 +122,7 @@ def facts_for(scan, container):
     files = {p: FileState(path=p, exists=False) for p in paths}
     gpu = {"compute_capability": "12.0", "cuda": "12.8", "gpu_count": 8, "nvlink": False, "p2p_all_pairs": True,
            "p2p_failed_pairs": []}
-    return PlanFacts(host="h", files=files, gate_scan=scan, gate_sources=scan.sources, gpu=gpu, container=container)
+    return PlanFacts(host="h", files=files, gate_scan=scan, gpu=gpu, container=container)
 
 
 def running(image: str = IMAGE, labels: dict | None = None) -> dict:

@@ -15,7 +15,7 @@ from gpuops.plan.model import FileState, PlanFacts, Plan
 SCAN = GateScan(known=True, root="/site/sglang", version="0.5.8", python="3.11.7", fingerprint="a" * 64,
                 sources={"srt/layers/communicator.py": "text"})
 FACTS = PlanFacts(host="h01", files={"/state/sglang.env": FileState("/state/sglang.env", True, "0" * 64, "0600", 0, 0, "A='1'\n")},
-                  gate_scan=SCAN, gate_sources=dict(SCAN.sources), gpu={"compute_capability": "12.0", "cuda": "13.0"})
+                  gate_scan=SCAN, gpu={"compute_capability": "12.0", "cuda": "13.0"})
 VARS = {"sglang_port": 30000}
 
 
@@ -61,7 +61,7 @@ def test_same_inputs_recall_the_empty_plan() -> None:
     lambda f: dataclasses.replace(f, files={"/state/sglang.env": dataclasses.replace(f.files["/state/sglang.env"], mode="0644")}),
     lambda f: dataclasses.replace(f, files={}),
     lambda f: dataclasses.replace(f, gate_scan=dataclasses.replace(SCAN, fingerprint="b" * 64)),
-    lambda f: dataclasses.replace(f, gate_sources={"srt/layers/communicator.py": "other"}),
+    lambda f: dataclasses.replace(f, gate_scan=dataclasses.replace(SCAN, sources={"srt/layers/communicator.py": "other"})),
     lambda f: dataclasses.replace(f, gpu={"compute_capability": "10.0", "cuda": "13.0"}),
     lambda f: dataclasses.replace(f, container={"name": "sglang", "image_id": "sha256:1"}),
 ], ids=["content", "mode", "file gone", "tree", "sources", "gpu", "container"])

@@ -4,6 +4,7 @@ run as a host runs the probe: its sh script under ``sh``, the real scanner, ``$G
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import subprocess
@@ -146,7 +147,10 @@ def test_hosts_keep_their_own_scans_and_old_entries_are_pruned(site: Path, cache
 def test_the_small_check_answers_a_kept_tree_and_the_scanner_never_starts(site: Path, cache_dir: Path) -> None:
     from gpuops.remote import gate_scan, scan_fingerprint
 
-    assert scan_fingerprint.SCANNER_VERSION == gate_scan.SCANNER_VERSION
+    # One source: gate_scan takes the version from scan_fingerprint and never assigns its own copy
+    # (``is`` alone would pass for two copies of a small int).
+    assert gate_scan.SCANNER_VERSION is scan_fingerprint.SCANNER_VERSION
+    assert "SCANNER_VERSION =" not in inspect.getsource(gate_scan)
     first = run_probe(site)
     probe = gate_scan_probe(host=HOST)
     assert "GPUOPS_SCAN_CHECK_EOF" in probe.script  # offered: the check comes first

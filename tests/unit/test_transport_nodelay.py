@@ -4,7 +4,24 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from gpuops.transport.known_hosts import KnownHosts, transport_factory
+
+
+@pytest.fixture
+def setsockopt_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, int, int, int]]:
+    """Every setsockopt made on any socket while the test runs, as (socket, level, option, value);
+    the real call still happens (the swapped QuickAckSocket class inherits this spy)."""
+    calls: list[tuple[object, int, int, int]] = []
+    real = socket.socket.setsockopt
+
+    def spy(self, level, option, value, *rest):  # type: ignore[no-untyped-def]
+        calls.append((self, level, option, value))
+        return real(self, level, option, value, *rest)
+
+    monkeypatch.setattr(socket.socket, "setsockopt", spy)
+    return calls
 
 
 def test_tcp_socket_gets_nodelay() -> None:
@@ -25,10 +42,37 @@ def test_tcp_socket_gets_nodelay() -> None:
             s.close()
 
 
-def test_a_non_tcp_socket_is_left_alone() -> None:
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux-only")
+def test_every_read_asks_for_an_immediate_ack(setsockopt_calls: list) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    try:
+        transport = transport_factory("127.0.0.1", "127.0.0.1", KnownHosts())(client)
+        reads = 0
+        for message in (b"one", b"two", b"three"):  # not sticky: the kernel drops it, so each read sets it again
+            peer.sendall(message)
+            got = b""
+            while len(got) < len(message):
+                got += client.recv(len(message) - len(got))
+                reads += 1
+            assert got == message
+        quick_acks = [c for c in setsockopt_calls if c[0] is client and c[1:] == (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)]
+        assert reads >= 3 and len(quick_acks) == reads
+        transport.close()
+    finally:
+        for s in (client, peer, server):
+            s.close()
+
+
+def test_a_non_tcp_socket_is_left_alone(setsockopt_calls: list) -> None:
     left, right = socket.socketpair()  # what a ProxyCommand-like pipe looks like: not TCP
     try:
         transport = transport_factory("h", "h", KnownHosts())(left)
+        assert type(left) is socket.socket  # keeps its class: no per-read setsockopt on a pipe
+        assert not [c for c in setsockopt_calls if c[0] is left]  # not even a TCP_NODELAY try
+        right.sendall(b"x")
+        assert left.recv(1) == b"x"
         transport.close()
     finally:
         left.close()

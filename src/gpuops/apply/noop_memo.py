@@ -56,8 +56,6 @@ def facts_digest(facts: "PlanFacts") -> str | None:
             value = {"fingerprint": value.fingerprint, "version": value.version, "root": value.root,
                      "python": value.python, "sources": hashlib.sha256(
                          json.dumps(dict(value.sources or {}), sort_keys=True).encode()).hexdigest()}
-        elif field.name == "gate_sources" and value is not None:
-            value = hashlib.sha256(json.dumps(dict(value), sort_keys=True).encode()).hexdigest()
         parts[field.name] = value
     blob = json.dumps(parts, sort_keys=True, default=_jsonable)
     return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()

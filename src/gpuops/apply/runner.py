@@ -66,14 +66,13 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
         raise GpuopsError(f"{host.name}: cannot read the files the role manages: {files.reason}")
     journal = values["apply.journal"]
     journal = [] if isinstance(journal, ProbeFailure) else journal
-    scan, sources = None, None
+    scan = None
     if discovery.needs_gate_scan:
         scan = values.get("gates.scan")
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
-        sources = scan.sources if scan is not None else None
     gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
-    facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gate_sources=sources, gpu=gpu,
+    facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gpu=gpu,
                       container=container_audit.container_facts(values))
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 

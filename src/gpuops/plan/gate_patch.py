@@ -29,7 +29,7 @@ def patch_changes(facts: PlanFacts | None, feature: str, target_sm: str, host: s
         raise GpuopsError(f"{host}: cannot scan the installed SGLang: {scan.reason or 'unknown reason'}")
     from gpuops.gates.patch import plan_gate_patch
 
-    plan = plan_gate_patch(scan, dict(facts.gate_sources or {}), feature, target_sm)
+    plan = plan_gate_patch(scan, dict(scan.sources or {}), feature, target_sm)
     if plan.changes and not scan.root:
         raise GpuopsError(f"{host}: the {feature} patch names {plan.changes[0].path} but the scan has no package root")
     # The plan's paths are relative to the sglang package dir the scan found.

@@ -37,8 +37,7 @@ class PlanFacts:
 
     host: str
     files: Mapping[str, FileState] = field(default_factory=dict)
-    gate_scan: GateScan | None = None      # the gate scan (when a role needs it)
-    gate_sources: Mapping[str, str] | None = None
+    gate_scan: GateScan | None = None      # the gate scan (when a role needs it), with the sources the patch planner reads
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
     # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
     gpu: Mapping[str, Any] | None = None

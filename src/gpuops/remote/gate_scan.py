@@ -42,10 +42,8 @@ import sys
 import time
 
 from gpuops.remote.scan_discovery import default_jobs, find_sglang, find_version, read_options
+from gpuops.remote.scan_fingerprint import SCANNER_VERSION  # one source: the short answer stands for this JSON
 from gpuops.remote.scan_scanner import Scanner
-
-
-SCANNER_VERSION = 1
 
 
 def gate_context(gate):

@@ -4,8 +4,9 @@ A full gate scan parses SGLang's source with ``ast`` (seconds of CPU on a real r
 depends only on the scanner's code and options, the python that parses (``ast`` differs between
 versions), the package root that python finds, the release's version string and the ``.py`` files
 under that root. So the host digests exactly those, with a stat walk instead of reading the files
-(~8 ms for SGLang 0.5.8's 1,199 files, ~22 ms for 0.5.23's 4,719, on this project's machine with a
-warm page cache), and the client that already holds the scan of that digest is told "unchanged"
+(``tree_fingerprint`` on ``~/.cache/gpuops/sglang/{0.5.8,0.5.23}/site/sglang``, SGLang 0.5.8's 1,199
+files and 0.5.23's 4,719: medians 6.7 ms and 27.9 ms of 5 runs each, page cache warm, this project's
+2-core machine at load average 2.1), and the client that already holds the scan of that digest is told "unchanged"
 instead of being sent the scan again (``gpuops/gates/scan_cache.py`` keeps them).
 
 Per file: its path under the root, size, mtime_ns and inode. Every write through a rename (gpuops'
@@ -32,7 +33,7 @@ import sys
 
 FINGERPRINT_FORMAT = 1
 NOT_KEPT = 3  # check_main's exit status when the scanner must run
-SCANNER_VERSION = 1  # of the scanner's JSON (gate_scan.SCANNER_VERSION) that the short answer stands for
+SCANNER_VERSION = 1  # of the scanner's JSON, which the short answer stands for; gate_scan imports it from here
 # Options that change what a scan finds. ``with_sources`` (which files come back whole) is not one:
 # the client keeps a scan with sources and uses it for a request without; ``jobs`` only sets the speed.
 _IGNORED_OPTIONS = ("known", "with_sources", "jobs")
