@@ -54,11 +54,18 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
     from gpuops.plan.model import PlanFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
+    kept = None
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
 
         probes.append(gate_scan_probe(with_sources=True, host=host))  # with sources: the patch planner's input; kept per host
-        probes.extend(_gpu_probes(host))  # applicability (GPU generation, P2P) is planned from these
+        gpu_probes = _gpu_probes(host)  # applicability (GPU generation, P2P) is planned from these
+        if discovery.container is None:  # docker: the stack is read inside the container, never kept
+            from gpuops.apply import kept_facts
+
+            kept = kept_facts.guard(host, gpu_probes)  # skipped on the host while its fingerprint holds
+            gpu_probes = kept.probes
+        probes.extend(gpu_probes)
     probes = container_audit.gather_probes(discovery, probes)  # docker: the SGLang in the container
     values = gather(conn, probes, preamble=preamble_for_vars(_merged(host, extra)))
     files = values["apply.files"]
@@ -71,7 +78,14 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
         scan = values.get("gates.scan")
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
-    gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
+    gpu = None
+    if discovery.needs_gate_scan:
+        if kept is None:
+            gpu = _gpu_summary(values)
+        else:
+            from gpuops.apply import kept_facts
+
+            gpu = kept_facts.summary(kept, host.name, values, _gpu_summary)
     facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gpu=gpu,
                       container=container_audit.container_facts(values))
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
