@@ -111,9 +111,11 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
 
     if path is None:
         name = "gpuops/gates/catalog.yaml"
+        from gpuops.gates import BUILTIN_CATALOG
+
         # Beside this module (what importlib.resources.files() gives for a package on disk, without
         # the ~5 ms of importing importlib.resources).
-        text = Path(__file__).with_name("catalog.yaml").read_text(encoding="utf-8")
+        text = BUILTIN_CATALOG.read_text(encoding="utf-8")
     else:
         name = str(path)
         try:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # The planning machinery (roles, module specs and planners, templating) is imported by the
 # functions that plan, not here: a no-op apply whose plan is recalled (apply/noop_memo.py) needs
-# only ``Discovery`` and ``vars_digest`` from this module, and importing the rest cost ~8 ms of
+# only ``Discovery`` and ``vars_digest`` from this module, and importing the rest cost ~5 ms of
 # its local CPU (a dozen dataclasses and regexes built at import time).
 
 _MAX_INCLUDE_DEPTH = 8
