@@ -69,7 +69,7 @@ def code_digest() -> str:
     planning renders and reads with."""
     import importlib.util
 
-    from gpuops.plan.roles import default_roles_path, shared_templates_dirs
+    from gpuops.plan.role_paths import default_roles_path, shared_templates_dirs
 
     digest = hashlib.sha256()
     digest.update(json.dumps([FORMAT, sys.version, os.environ.get("GPUOPS_ROLES_PATH", "")]).encode())

@@ -130,3 +130,67 @@ def test_fabric_imports_without_unittest_mock_and_mock_context_still_works() -> 
             "assert isinstance(ctx.run, unittest.mock.Mock)\nprint('OK')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "OK", done.stderr
+
+
+def test_paramiko_gets_its_own_version_without_importlib_metadata_and_the_real_module_still_works() -> None:
+    # The stand-in answers paramiko's one question during the import, then is gone: paramiko's
+    # version (sent in its SSH banner) is what importlib.metadata says, and a later import of
+    # importlib.metadata is the real module.
+    code = ("import sys\nfrom gpuops.transport.fabric_import import import_fabric\nimport_fabric()\n"
+            "assert 'importlib.metadata' not in sys.modules, 'stand-in left behind'\n"
+            "import paramiko\nimport importlib.metadata as md\n"
+            "assert type(md).__name__ == 'module' and hasattr(md, 'distributions'), md\n"
+            "assert paramiko.__version__ == md.version('paramiko'), (paramiko.__version__, md.version('paramiko'))\n"
+            "print('OK')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr
+
+
+def test_metadata_stand_in_defers_every_other_question_to_the_real_module() -> None:
+    code = ("import sys\nfrom gpuops.transport.fabric_import import _MetadataStandIn\n"
+            "s = _MetadataStandIn('paramiko', '0.0-standin')\nsys.modules['importlib.metadata'] = s\n"
+            "assert s.version('paramiko') == '0.0-standin'\n"
+            "v = s.version('click')\n"  # another distribution: the real module is loaded and answers
+            "import importlib.metadata as md\n"
+            "assert md is not s and v == md.version('click'), (md, v)\n"
+            "assert s.PackageNotFoundError is md.PackageNotFoundError\nprint('OK')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr
+
+
+def _fake_site(root: Path, *dist_infos: tuple[str, str]) -> None:
+    package = root / "gpuopsfakepkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name, version in dist_infos:
+        info = root / name
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: gpuopsfakepkg\nVersion: {version}\n\nVersion: not-a-header\n")
+
+
+@pytest.mark.parametrize("dist_infos, expected", [
+    ([("gpuopsfakepkg-1.2.3.dist-info", "1.2.3")], "1.2.3"),
+    ([], None),  # no dist-info: the real importlib.metadata is used
+    ([("gpuopsfakepkg-1.0.dist-info", "1.0"), ("gpuopsfakepkg-2.0.dist-info", "2.0")], None),  # ambiguous
+])
+def test_dist_info_version_reads_the_one_dist_info_beside_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      dist_infos: list[tuple[str, str]], expected: str | None) -> None:
+    from gpuops.transport.fabric_import import dist_info_version
+
+    _fake_site(tmp_path, *dist_infos)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert dist_info_version("gpuopsfakepkg") == expected
+    assert dist_info_version("gpuops-no-such-package") is None
+
+
+def test_planner_and_code_digest_leave_the_planning_machinery_unimported_until_a_plan_is_made() -> None:
+    # What a no-op apply with a recalled plan needs from the planner (Discovery, vars_digest) and
+    # the memo's code digest must not import roles, module specs or templating; planning still works.
+    heavy = ("gpuops.plan.roles", "gpuops.plan.modules", "gpuops.plan.templating", "gpuops.plan.argspec")
+    code = ("import sys\nfrom gpuops.plan.planner import Discovery, discover, plan_role, vars_digest\n"
+            "from gpuops.local_memo import code_digest\ncode_digest()\nvars_digest({}, {})\n"
+            f"early = [m for m in {heavy!r} if m in sys.modules]\nassert not early, early\n"
+            "d = discover('nccl-env', 'h', {}, {})\nassert isinstance(d, Discovery) and d.paths, d\n"
+            f"assert all(m in sys.modules for m in {heavy!r})\nprint('OK')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr

@@ -62,6 +62,8 @@ def read_home(warnings: list[str] | None = None) -> list[dict[str, Any]]:
 def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]], address: str | None = None) -> list[str]:
     """Record at home the host's outcome of every run whose outcome this machine never learnt
     (status ``unknown``); returns the run ids reconciled."""
+    if not _says_unknown(host, address):
+        return []  # no record of this host says "unknown", so no run's latest one does
     latest: dict[str, str] = {}
     for record in read_home():
         if record.get("host") == host and record.get("address") == address and record.get("run_id"):
@@ -75,6 +77,28 @@ def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]], address: str 
                          "reconciled": True, "changes": run.get("changes") or [], "error": run.get("error")})
             done.append(run_id)
     return done
+
+
+def _says_unknown(host: str, address: str | None) -> bool:
+    """Whether any home record of this host has the outcome "unknown" (rare: a connection lost
+    mid-run). The home journal grows by a line every run, and every apply asks: only lines that
+    can hold that outcome are parsed, those with the word or with a JSON escape (which could
+    spell it, as ``\\u0075nknown``)."""
+    try:
+        text = home_journal_path().read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return False
+    for line in text.splitlines():
+        if "unknown" not in line and "\\u" not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (isinstance(record, dict) and record.get("host") == host and record.get("address") == address
+                and record.get("run_id") and str(record.get("outcome")) == "unknown"):
+            return True
+    return False
 
 
 def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,7 +8,9 @@ options travel as one shell-quoted argv word of JSON.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpuops.gates.scan import GateScan, parse_scan_output, scan_from_dict, scanner_json, unknown_scan
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 PROBE_NAME = "gates.scan"
 _EOF = "GPUOPS_GATE_SCAN_EOF"
 _CHECK_EOF = "GPUOPS_SCAN_CHECK_EOF"
+MAX_KEPT_KEYWORDS = 8  # keyword lists kept (one per gpuops code and catalog version seen)
 
 
 def scanner_source() -> str:
@@ -34,11 +37,7 @@ def scan_options(with_sources: bool = False, root: str | None = None, keywords: 
     unparseable files that may matter); by default, the keywords of the catalog features with a patch. ``jobs``:
     worker processes (default: the host's CPUs, at most 8)."""
     if keywords is None:
-        from gpuops.gates.catalog import load_catalog
-
-        # Only the features a patch can change need their files whole (the fusion patch); the
-        # others are judged from the gates alone, and their files stay on the host.
-        keywords = [p.pattern for f in load_catalog().features if f.patchable for p in f.keywords]
+        keywords = patch_keywords()
     opts: dict[str, Any] = {"keywords": keywords}
     if with_sources:
         opts["with_sources"] = True
@@ -47,6 +46,45 @@ def scan_options(with_sources: bool = False, root: str | None = None, keywords: 
     if jobs:
         opts["jobs"] = int(jobs)
     return opts
+
+
+def patch_keywords(catalog_path: Path | None = None) -> list[str]:
+    """The keyword regexes of the catalog's features that have a patch: only their files are needed
+    whole (the fusion patch); the others are judged from the gates alone, and their files stay on
+    the host. ``catalog_path``: another catalog file (tests).
+
+    Kept beside the kept scans (``$GPUOPS_SCAN_CACHE/catalog``, off with them) under the digest of
+    gpuops' code (``local_memo.code_digest``, which a command that plans or judges computes anyway)
+    and of the catalog file's path, size, mtime and inode: a command with nothing to scan does not
+    import and parse the catalog just for this list (~3 ms), and any edit of the catalog or of the
+    code that reads it is a miss."""
+    from gpuops import local_memo
+    from gpuops.gates import BUILTIN_CATALOG, scan_cache
+
+    def from_catalog() -> list[str]:
+        from gpuops.gates.catalog import load_catalog
+
+        return [p.pattern for f in load_catalog(catalog_path).features if f.patchable for p in f.keywords]
+
+    path = catalog_path or BUILTIN_CATALOG
+    root = scan_cache.cache_root()
+    try:
+        info = os.stat(path)
+    except OSError:
+        return from_catalog()  # says what is wrong with the file
+    if root is None:
+        return from_catalog()
+    key = local_memo.digest_of("patch-keywords", local_memo.code_digest(), str(path), info.st_size,
+                               info.st_mtime_ns, info.st_ino)
+    directory = root / "catalog"
+    data = local_memo.read_entry(directory, key, "patch-keywords") if key else None
+    kept = data.get("keywords") if data else None
+    if isinstance(kept, list) and all(isinstance(k, str) for k in kept):
+        return kept
+    keywords = from_catalog()
+    if key:
+        local_memo.write_entry(directory, key, {"kind": "patch-keywords", "keywords": keywords}, MAX_KEPT_KEYWORDS)
+    return keywords
 
 
 def gate_scan_script(options: dict[str, Any]) -> str:

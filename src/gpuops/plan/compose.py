@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
-    from gpuops.plan.planner import PlanState
+    from gpuops.plan.state import PlanState
     from gpuops.plan.roles import Task
     from gpuops.plan.templating import VarScope
 

@@ -27,7 +27,7 @@ from gpuops.plan.diff import unified_diff
 from gpuops.plan.model import AuditCheck, Change
 
 if TYPE_CHECKING:
-    from gpuops.plan.planner import PlanState
+    from gpuops.plan.state import PlanState
     from gpuops.plan.roles import Task
 
 REPOSITORY = "gpuops"

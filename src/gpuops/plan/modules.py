@@ -24,7 +24,7 @@ from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState, Servi
 from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:
-    from gpuops.plan.planner import PlanState
+    from gpuops.plan.state import PlanState
     from gpuops.plan.roles import Task
     from gpuops.plan.templating import VarScope
 

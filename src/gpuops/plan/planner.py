@@ -10,71 +10,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.plan.argspec import check_rendered
-from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, PlanFacts, Plan, ServiceSpec
-from gpuops.plan.modules import PLANNERS, SPECS, service_handler
-from gpuops.plan.roles import Role, RoleError, Task, load_role_tree, shared_templates_dirs
-from gpuops.plan.templating import Layer, Templar, VarScope
-from gpuops.plan.varcheck import check_extra_vars, check_inventory_types
 
 if TYPE_CHECKING:
     from gpuops.facts.container_python import ContainerTarget
+    from gpuops.plan.model import HandlerRun, PlanFacts, Plan, ServiceSpec
+    from gpuops.plan.roles import Role, Task
+    from gpuops.plan.state import PlanState
+    from gpuops.plan.templating import Layer, Templar, VarScope
+
+# The planning machinery (roles, module specs and planners, templating, PlanState) is imported by
+# the functions that plan, not here: a no-op apply whose plan is recalled (apply/noop_memo.py) needs
+# only ``Discovery`` and ``vars_digest`` from this module, and importing the rest cost ~5 ms of
+# its local CPU (a dozen dataclasses and regexes built at import time).
 
 _MAX_INCLUDE_DEPTH = 8
-
-
-@dataclass
-class PlanState:
-    """What a planning pass accumulates; private to one ``plan_role`` call."""
-
-    host: str
-    templar: Templar
-    roles: Mapping[str, Role]
-    facts: PlanFacts | None
-    secrets: list[str]
-    role: str = ""                      # the role the run was asked for (keys its contribution)
-    run_id: str | None = None
-    # A rollback by recomposition: (recorded contributions, desired.json path) -> the contributions
-    # to write instead of this role's own (plan/compose.py, apply/recompose.py).
-    recompose: Callable[[dict[str, dict[str, Any]], str], dict[str, dict[str, Any]]] | None = None
-    desired_path: str | None = None     # where the compose task keeps the contributions
-    changes: list[Change] = field(default_factory=list)
-    notified: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    compile_checks: list[CompileCheck] = field(default_factory=list)
-    audit: AuditCheck | None = None
-    image: Any = None                   # plan.image_patch.ImageBuild: a derived image to build (docker)
-    registered: dict[str, Any] = field(default_factory=dict)
-    role_scopes: dict[str, VarScope] = field(default_factory=dict)
-    paths: set[str] = field(default_factory=set)
-    needs_gate_scan: bool = False
-    tasks_ok: int = 0
-
-    @property
-    def discovery(self) -> bool:
-        return self.facts is None
-
-    def add_change(self, change: Change) -> None:
-        if any(c.path == change.path for c in self.changes):
-            raise GpuopsError(f"{self.host}: {change.task}: {change.path} is changed by two tasks of one run")
-        self.changes.append(change)
-        for name in change.notify:
-            if name not in self.notified:
-                self.notified.append(name)
-
-    def warn(self, text: str) -> None:
-        if text not in self.warnings:
-            self.warnings.append(text)
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
 
 
 @dataclass(frozen=True)
@@ -94,6 +48,8 @@ class Discovery:
 def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
                 inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
                 registered: dict[str, Any]) -> VarScope:
+    from gpuops.plan.templating import Layer, VarScope
+
     # Included roles' defaults first, so the main role's own defaults win over theirs.
     order = [name for name in roles if name != main] + [main]
     layers = [Layer(roles[name].defaults, True, str(roles[name].path / "defaults.yml")) for name in order]
@@ -105,10 +61,16 @@ def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
 
 def _below_extra(scope: VarScope, layer: Layer) -> VarScope:
     """Task and include vars sit just below ``-e`` (which always wins)."""
+    from gpuops.plan.templating import VarScope
+
     return VarScope(scope.templar, scope.layers[:-1] + (layer, scope.layers[-1]))
 
 
 def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None:
+    from gpuops.plan.argspec import check_rendered
+    from gpuops.plan.modules import PLANNERS, SPECS
+    from gpuops.plan.templating import Layer
+
     if task.vars:
         scope = _below_extra(scope, Layer(task.vars, True, f"{task.where} vars"))
     if task.when is not None:
@@ -133,6 +95,8 @@ def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None
 
 def _run_role(role: Role, scope: VarScope, state: PlanState, depth: int = 0) -> None:
     if depth > _MAX_INCLUDE_DEPTH:
+        from gpuops.plan.roles import RoleError
+
         raise RoleError(f"{role.path}: roles include each other more than {_MAX_INCLUDE_DEPTH} deep")
     for dependency in role.dependencies:
         _run_role(state.roles[dependency], scope, state, depth + 1)
@@ -142,6 +106,10 @@ def _run_role(role: Role, scope: VarScope, state: PlanState, depth: int = 0) -> 
 
 
 def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
+    from gpuops.plan.model import HandlerRun
+    from gpuops.plan.modules import service_handler
+    from gpuops.plan.roles import RoleError
+
     defined: dict[str, tuple[Task, VarScope]] = {}
     for role_name, scope in state.role_scopes.items():
         for handler in state.roles[role_name].handlers:
@@ -167,6 +135,10 @@ def _layers_and_state(role_name: str, facts: PlanFacts | None, host: str,
                       inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
                       roles_path: list[Path] | None, run_id: str | None = None,
                       ) -> tuple[PlanState, VarScope, Mapping[str, Role]]:
+    from gpuops.plan.roles import load_role_tree, shared_templates_dirs
+    from gpuops.plan.state import PlanState
+    from gpuops.plan.templating import Templar
+
     roles = load_role_tree(role_name, roles_path)
     dirs = [role.templates_dir for role in roles.values()] + shared_templates_dirs()
     templar = Templar([d for d in dirs if d.is_dir()])
@@ -182,6 +154,8 @@ def _layers_and_state(role_name: str, facts: PlanFacts | None, host: str,
 def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
              roles_path: list[Path] | None = None) -> Discovery:
     """The fact-free pass: which files to gather, whether to scan gates; refuses bad input early."""
+    from gpuops.plan.varcheck import check_extra_vars, check_inventory_types
+
     state, scope, roles = _layers_and_state(role_name, None, host, inventory_vars, extra_vars, roles_path)
     check_inventory_types(host, roles, {k: v for k, v in inventory_vars.items() if k not in extra_vars})
     for warning in check_extra_vars(role_name, roles, extra_vars):
@@ -206,6 +180,9 @@ def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any
     """The changes a role would make on a host whose state is ``facts``; ``run_id`` is recorded
     with the role's contribution to the composed launch (see plan/compose.py). ``recompose``: see
     ``PlanState.recompose``."""
+    from gpuops.plan.model import Plan
+    from gpuops.plan.varcheck import check_extra_vars
+
     state, scope, roles = _layers_and_state(role_name, facts, facts.host, inventory_vars, extra_vars, roles_path, run_id)
     state.recompose = recompose
     for warning in check_extra_vars(role_name, roles, extra_vars):

@@ -6,14 +6,13 @@ is one error naming the file and the task, before anything touches a host.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from gpuops.plan.argspec import RoleError, check_task_args, closest
 from gpuops.plan.modules import SPECS
+from gpuops.plan.role_paths import default_roles_path, installed_data_dir, project_root, shared_templates_dirs  # noqa: F401  (re-exported)
 
 __all__ = ["Role", "RoleError", "Task", "load_role", "load_role_tree"]
 
@@ -46,29 +45,6 @@ class Role:
     @property
     def templates_dir(self) -> Path:
         return self.path / "templates"
-
-
-def default_roles_path() -> list[Path]:
-    """``$GPUOPS_ROLES_PATH`` (colon list), ``./roles``, then the roles that ship with gpuops."""
-    paths = [Path(p) for p in os.environ.get("GPUOPS_ROLES_PATH", "").split(os.pathsep) if p]
-    paths.append(Path.cwd() / "roles")
-    paths.append(project_root() / "roles")
-    paths.append(installed_data_dir() / "roles")
-    return paths
-
-
-def project_root() -> Path:
-    # src/gpuops/plan/roles.py -> the checkout (roles/ and templates/ live at its top)
-    return Path(__file__).resolve().parents[3]
-
-
-def installed_data_dir() -> Path:
-    # A wheel (non-editable install) puts roles/ and templates/ here (pyproject's data-files).
-    return Path(sys.prefix) / "share" / "gpuops"
-
-
-def shared_templates_dirs() -> list[Path]:
-    return [Path.cwd() / "templates", project_root() / "templates", installed_data_dir() / "templates"]
 
 
 def _read_yaml(path: Path, expected: type, empty: Any) -> Any:

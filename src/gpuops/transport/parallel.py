@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -157,6 +156,8 @@ def _run_batch(hosts: Sequence[Host], fn: Callable[[Host], T], forks: int) -> di
 
     if len(hosts) == 1:
         return {hosts[0].name: one(hosts[0])}
+    from concurrent.futures import ThreadPoolExecutor  # not imported for one host (~1.3 ms)
+
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts)))) as pool:
         outcomes = list(pool.map(one, hosts))
     return {host.name: outcome for host, outcome in zip(hosts, outcomes)}
