@@ -101,9 +101,20 @@ def test_a_no_op_skips_gpu_probes_only_while_nothing_they_read_changed(lab, run_
     assert KEPT_LINE in again.stderr and calls.read_text().count("\n") == 16
     assert _report(again) == _report(swapped)
 
+    # --flush-cache: nothing kept is offered or recalled (facts, scan, plan), the report is the same,
+    # and what it found is kept again for the next run.
+    flushed = _apply(run_gpuops, lab, env, "--flush-cache")
+    assert calls.read_text().count("\n") == 20
+    for line in (KEPT_LINE, "tree unchanged", "not planned again"):
+        assert line not in flushed.stderr, flushed.stderr
+    assert _report(flushed) == _report(swapped)
+    after = _apply(run_gpuops, lab, env)
+    assert KEPT_LINE in after.stderr and "tree unchanged" in after.stderr and "not planned again" in after.stderr
+    assert calls.read_text().count("\n") == 20
+
     # Turned off: every run gathers.
     off = _apply(run_gpuops, lab, {**env, "GPUOPS_FACTS_CACHE": "off"})
-    assert KEPT_LINE not in off.stderr and calls.read_text().count("\n") == 20
+    assert KEPT_LINE not in off.stderr and calls.read_text().count("\n") == 24
     assert _report(off) == _report(swapped)
 
 

@@ -247,3 +247,17 @@ def test_off_leaves_the_probes_alone(tmp_path: Path, monkeypatch) -> None:
     guard = kept_facts.guard(_host(), probes)
     assert guard.probes == probes and guard.directory is None
     assert kept_facts.summary(guard, "h1", {"gpu.query": "ok"}, lambda v: dict(SUMMARY)) == SUMMARY
+
+
+def test_flush_cache_offers_nothing_but_keeps_what_it_finds(tmp_path: Path, monkeypatch) -> None:
+    for _ in range(2):
+        kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(FP1), lambda v: dict(SUMMARY))
+    from gpuops.gather import Probe
+
+    probes = [Probe("gpu.query", "true", str), Probe("software.python", "true", str)]
+    flushed = kept_facts.guard(_host(), probes, offer=False)
+    assert flushed.held is not None and flushed.held.fingerprint == FP1
+    assert not any(p.unless for p in flushed.probes)  # the host runs every probe
+    fresh = {**SUMMARY, "gpu_count": 4}
+    assert kept_facts.summary(flushed, "h1", _values(FP1), lambda v: dict(fresh)) == fresh
+    assert _guard(tmp_path, monkeypatch).held == Held(FP1, ("/site",), fresh)

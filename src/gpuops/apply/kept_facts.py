@@ -129,9 +129,10 @@ def read_held(directory: Path, key: str) -> Held | None:
     return Held(fingerprint, tuple(dirs), summary)
 
 
-def guard(host: "Host", probes: Sequence["Probe[Any]"]) -> Guard:
+def guard(host: "Host", probes: Sequence["Probe[Any]"], offer: bool = True) -> Guard:
     """``probes`` (the GPU and package probes) plus the fingerprint probe; each skipped on the host
-    when the fingerprint matches the one kept. Unchanged probes when keeping is off."""
+    when the fingerprint matches the one kept. Unchanged probes when keeping is off. ``offer=False``
+    (``--flush-cache``): nothing is skipped, and what is gathered is kept as on any run."""
     from gpuops.gather import Probe
 
     key = host_key(host)
@@ -143,7 +144,7 @@ def guard(host: "Host", probes: Sequence["Probe[Any]"]) -> Guard:
     fingerprint_probe = Probe(FINGERPRINT_PROBE, f'printf "%s\\n" "${_VAR}"', _parse_fingerprint, setup=setup)
     out: list[Probe[Any]] = [fingerprint_probe]
     for probe in probes:
-        if held is not None and held.fingerprint and _guarded(probe.name):
+        if offer and held is not None and held.fingerprint and _guarded(probe.name):
             probe = replace(probe, setup=setup, unless=f'[ "${_VAR}" = {shlex.quote(held.fingerprint)} ]')
         out.append(probe)
     return Guard(out, held, directory, key)

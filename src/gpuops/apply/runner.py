@@ -47,7 +47,7 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
 
 
 def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
-            discovery: "Discovery") -> tuple[Any, dict[str, Any]]:
+            discovery: "Discovery", offer_kept: bool = True) -> tuple[Any, dict[str, Any]]:
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure, gather
@@ -58,12 +58,13 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
 
-        probes.append(gate_scan_probe(with_sources=True, host=host))  # with sources: the patch planner's input; kept per host
+        # with sources: the patch planner's input; kept per host (offered unless --flush-cache)
+        probes.append(gate_scan_probe(with_sources=True, host=host, offer=offer_kept))
         gpu_probes = _gpu_probes(host)  # applicability (GPU generation, P2P) is planned from these
         if discovery.container is None:  # docker: the stack is read inside the container, never kept
             from gpuops.apply import kept_facts
 
-            kept = kept_facts.guard(host, gpu_probes)  # skipped on the host while its fingerprint holds
+            kept = kept_facts.guard(host, gpu_probes, offer=offer_kept)  # skipped on the host while its fingerprint holds
             gpu_probes = kept.probes
         probes.extend(gpu_probes)
     probes = container_audit.gather_probes(discovery, probes)  # docker: the SGLang in the container
@@ -137,12 +138,13 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     deadline = options.deadline()
     conn = connect(host, options.connect)
     try:
-        facts, extra_facts = _gather(conn, host, extra, discovery)
+        facts, extra_facts = _gather(conn, host, extra, discovery, offer_kept=not options.flush_cache)
         with timings.span("plan", host.name):
             from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
 
             plan = plan_or_recall(role, facts, dict(host.vars or {}), dict(extra), run_id, extra_facts["journal"],
-                                  lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id))
+                                  lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id),
+                                  recall_kept=not options.flush_cache)
         report = HostReport(
             host=host.name, ok=True, status="checked", changed=plan.changed,
             changes=[c.summary() for c in plan.changes], warnings=list(plan.warnings), notes=list(plan.notes),
