@@ -208,3 +208,14 @@ def test_plan_model_builds_the_change_classes_only_when_asked_and_they_are_the_s
             "try:\n    m.NoSuchName\nexcept AttributeError:\n    print('OK')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "OK", done.stderr
+
+
+def test_server_facts_import_their_parsers_only_to_parse_a_running_server() -> None:
+    # apply gathers only the GPU facts; the server probe's parsers (launch flags, model config) are
+    # imported when a running server's output is parsed (tests/unit/test_facts_server.py parses).
+    code = ("import sys\nfrom gpuops.facts.server import ServerFacts, parse_server, server_probe\n"
+            "ServerFacts(known=False, reason='not gathered')\n"
+            "late = [m for m in ('gpuops.facts.server_args', 'gpuops.facts.served_model') if m in sys.modules]\n"
+            "assert not late, late\nprint('OK')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr
