@@ -29,6 +29,7 @@ class ProbeOutput:
     stdout: str
     stderr: str
     exit_status: int
+    kept: bool = False  # a ``kept`` frame: the host skipped the probe (its ``unless`` held)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,19 @@ class Probe(Generic[T]):
     # initialises NVML) thus cost the slowest one, not their sum; the gather waits for every start
     # just before the first probe that has one.
     start: str = ""
+    # sh text run in the script's own shell after the preamble, before any ``start`` (so it can set
+    # variables that ``unless`` tests); the same text given by several probes runs once.
+    setup: str = ""
+    # A sh condition: when it holds on the host, neither ``start`` nor ``script`` runs and the probe's
+    # value is ``ProbeKept`` (the caller already holds what it would say: apply/kept_facts.py).
+    unless: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeKept:
+    """A probe skipped on the host because its ``unless`` held: the caller keeps its answer."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,10 @@ def value_or_unknown(values: Mapping[str, Any], name: str, expected: type[T], un
     """Probe ``name``'s parsed value when it is an ``expected``, else ``unknown(why it is missing)``."""
     value = values.get(name)
     return value if isinstance(value, expected) else unknown(missing_reason(values, name))
+
+
+# The output of a probe the host skipped (a ``kept`` frame); ``parse_outputs`` turns it into ``ProbeKept``.
+KEPT = ProbeOutput("", "", 0, kept=True)
 
 
 def new_nonce() -> str:
@@ -94,13 +112,16 @@ def build_gather_script(probes: Iterable[Probe[Any]], nonce: str, preamble: str 
         "trap 'rm -rf \"$gpuops_tmp\"' EXIT",
         preamble,
     ]
+    for setup in dict.fromkeys(probe.setup for probe in probes if probe.setup):  # each once, in order
+        parts.append(setup)
     started = [probe for probe in probes if probe.start]
     for probe in started:
-        parts.append(f"(\n{probe.start}\n) </dev/null >/dev/null 2>&1 &\ngpuops_bg=\"${{gpuops_bg:-}} $!\"")
+        start = f"(\n{probe.start}\n) </dev/null >/dev/null 2>&1 &\ngpuops_bg=\"${{gpuops_bg:-}} $!\""
+        parts.append(_unless(probe, start, ":"))
     for probe in probes:
         if started and probe is started[0]:
             parts.append("wait $gpuops_bg")
-        parts.append(
+        frame = (
             f"printf '\\n{mark} begin {probe.name}\\n'\n"
             f"(\n{probe.script}\n) </dev/null 2>\"$gpuops_tmp/err\"\n"
             f"gpuops_rc=$?\n"
@@ -108,8 +129,16 @@ def build_gather_script(probes: Iterable[Probe[Any]], nonce: str, preamble: str 
             f"cat \"$gpuops_tmp/err\" 2>/dev/null\n"
             f"printf '\\n{mark} end {probe.name}\\n'"
         )
+        parts.append(_unless(probe, frame, f"printf '\\n{mark} kept {probe.name}\\n'"))
     parts.append("exit 0")
     return "\n".join(parts) + "\n"
+
+
+def _unless(probe: Probe[Any], text: str, otherwise: str) -> str:
+    """``text``, or ``otherwise`` when the probe's ``unless`` condition holds on the host."""
+    if not probe.unless:
+        return text
+    return f"if {probe.unless}\nthen\n{otherwise}\nelse\n{text}\nfi"
 
 
 def split_gather_output(stdout: str, nonce: str) -> dict[str, ProbeOutput]:
@@ -125,6 +154,8 @@ def split_gather_output(stdout: str, nonce: str) -> dict[str, ProbeOutput]:
         outputs[match.group("name")] = ProbeOutput(
             stdout=match.group("out"), stderr=match.group("err"), exit_status=int(match.group("rc"))
         )
+    for match in re.finditer(rf"\n{mark} kept (?P<name>[^\n]+)\n", stdout):
+        outputs.setdefault(match.group("name"), KEPT)
     return outputs
 
 
@@ -135,6 +166,12 @@ def parse_outputs(probes: Iterable[Probe[Any]], outputs: Mapping[str, ProbeOutpu
         output = outputs.get(probe.name)
         if output is None:
             values[probe.name] = ProbeFailure(probe.name, why_missing or "the probe's output never came back")
+            continue
+        if output.kept:
+            # Only a probe that asked to be skipped may be answered "kept": anything else printing
+            # such a frame is a confused (or hostile) script, and its probe has no value.
+            values[probe.name] = (ProbeKept(probe.name) if probe.unless
+                                  else ProbeFailure(probe.name, "the host said 'kept' for a probe that cannot be kept"))
             continue
         try:
             values[probe.name] = probe.parse(output)

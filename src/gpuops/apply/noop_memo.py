@@ -124,8 +124,10 @@ def _write(directory: Path, key: str, entry: dict[str, Any]) -> None:
 
 
 def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
-                   run_id: str | None, journal: list[dict[str, Any]], plan: Callable[[], "Plan"]) -> "Plan":
-    """``plan()``, unless the same inputs gave an empty plan before (see the module docstring)."""
+                   run_id: str | None, journal: list[dict[str, Any]], plan: Callable[[], "Plan"],
+                   recall_kept: bool = True) -> "Plan":
+    """``plan()``, unless the same inputs gave an empty plan before (see the module docstring).
+    ``recall_kept=False`` (``--flush-cache``): planned in any case, and an empty plan kept again."""
     import logging
 
     from gpuops.apply.journal import fold_runs
@@ -136,7 +138,7 @@ def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, A
     key = inputs_digest(role, facts, inventory_vars, extra_vars)
     if key is None:
         return plan()
-    recalled = recall(directory, key, facts, role)
+    recalled = recall(directory, key, facts, role) if recall_kept else None
     if recalled is not None:
         logging.getLogger(_LOG).info("%s: plan: inputs unchanged since an empty plan (digest %s), not planned again",
                                      facts.host, key[:16])

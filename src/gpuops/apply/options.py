@@ -21,6 +21,7 @@ class ApplyOptions:
     forks: int = 16
     timeout: float | None = None       # seconds per host, for everything on it (--timeout)
     force: bool = False                # rollback: overwrite files changed since the run (kept aside)
+    flush_cache: bool = False          # --flush-cache: offer no kept facts or scans, recall no no-op plan
 
     def deadline(self) -> float | None:
         """The monotonic time by which a host must be done (None: no limit)."""

@@ -47,18 +47,26 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
 
 
 def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
-            discovery: "Discovery") -> tuple[Any, dict[str, Any]]:
+            discovery: "Discovery", offer_kept: bool = True) -> tuple[Any, dict[str, Any]]:
     from gpuops.apply.probes import files_probe, journal_probe
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.model import PlanFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
+    kept = None
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
 
-        probes.append(gate_scan_probe(with_sources=True, host=host))  # with sources: the patch planner's input; kept per host
-        probes.extend(_gpu_probes(host))  # applicability (GPU generation, P2P) is planned from these
+        # with sources: the patch planner's input; kept per host (offered unless --flush-cache)
+        probes.append(gate_scan_probe(with_sources=True, host=host, offer=offer_kept))
+        gpu_probes = _gpu_probes(host)  # applicability (GPU generation, P2P) is planned from these
+        if discovery.container is None:  # docker: the stack is read inside the container, never kept
+            from gpuops.apply import kept_facts
+
+            kept = kept_facts.guard(host, gpu_probes, offer=offer_kept)  # skipped on the host while its fingerprint holds
+            gpu_probes = kept.probes
+        probes.extend(gpu_probes)
     probes = container_audit.gather_probes(discovery, probes)  # docker: the SGLang in the container
     values = gather(conn, probes, preamble=preamble_for_vars(_merged(host, extra)))
     files = values["apply.files"]
@@ -71,7 +79,14 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
         scan = values.get("gates.scan")
         if isinstance(scan, ProbeFailure):
             raise GpuopsError(f"{host.name}: the gate scan failed: {scan.reason}")
-    gpu = _gpu_summary(values) if discovery.needs_gate_scan else None
+    gpu = None
+    if discovery.needs_gate_scan:
+        if kept is None:
+            gpu = _gpu_summary(values)
+        else:
+            from gpuops.apply import kept_facts
+
+            gpu = kept_facts.summary(kept, host.name, values, _gpu_summary)
     facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gpu=gpu,
                       container=container_audit.container_facts(values))
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
@@ -123,12 +138,13 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     deadline = options.deadline()
     conn = connect(host, options.connect)
     try:
-        facts, extra_facts = _gather(conn, host, extra, discovery)
+        facts, extra_facts = _gather(conn, host, extra, discovery, offer_kept=not options.flush_cache)
         with timings.span("plan", host.name):
             from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
 
             plan = plan_or_recall(role, facts, dict(host.vars or {}), dict(extra), run_id, extra_facts["journal"],
-                                  lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id))
+                                  lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id),
+                                  recall_kept=not options.flush_cache)
         report = HostReport(
             host=host.name, ok=True, status="checked", changed=plan.changed,
             changes=[c.summary() for c in plan.changes], warnings=list(plan.warnings), notes=list(plan.notes),

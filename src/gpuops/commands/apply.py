@@ -33,7 +33,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _options(forks: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...],
              check: bool = False, diff: bool = False, rollout: Any = None,
-             timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False) -> Any:
+             timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False,
+             flush_cache: bool = False) -> Any:
     from gpuops.apply.runner import ApplyOptions
     from gpuops.transport import ConnectOptions
 
@@ -42,7 +43,7 @@ def _options(forks: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...
                                connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout,
                                command_timeout=timeout),
         check=check, diff=diff, forks=forks, rollout=rollout,
-        timeout=timeout, force=force,
+        timeout=timeout, force=force, flush_cache=flush_cache,
     )
 
 
@@ -72,9 +73,12 @@ def _hosts(inventory: Any, limit: str | None) -> list[Any]:
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS", help="key=value, YAML/JSON, or @file (repeatable; wins over everything).")
 @click.option("-C", "--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
 @click.option("-D", "--diff", is_flag=True, help="Show a unified diff of every file change.")
+@click.option("--flush-cache", "flush_cache", is_flag=True,
+              help="Gather every fact afresh: offer no kept GPU facts or gate scans, recall no no-op plan "
+                   "(what this run finds is kept again).")
 def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
-          check: bool, diff: bool, timeout: float | None, connect_timeout: float) -> None:
+          check: bool, diff: bool, timeout: float | None, connect_timeout: float, flush_cache: bool) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
@@ -90,7 +94,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     hosts = _hosts(inventory, limit)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
-                       timeout=timeout, connect_timeout=connect_timeout)
+                       timeout=timeout, connect_timeout=connect_timeout, flush_cache=flush_cache)
     run_id, reports = apply_role(hosts, role, extra, options)
     from gpuops import timings
 

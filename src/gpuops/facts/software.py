@@ -46,6 +46,7 @@ class PythonPackages:
     python_version: str | None = None
     packages: dict[str, PackageInfo | None] = field(default_factory=dict)  # by distribution name
     nccl: PackageInfo | None = None
+    search_path: tuple[str, ...] = ()  # the python's sys.path (apply/kept_facts.py fingerprints it)
 
 
 def kv_lines(text: str) -> dict[str, str]:
@@ -127,6 +128,7 @@ def parse_python_packages(out: ProbeOutput) -> PythonPackages:
         python_version=python.get("version"),
         packages=packages,
         nccl=_package(data.get("nccl")),
+        search_path=tuple(p for p in python.get("path") or () if isinstance(p, str) and p),
     )
 
 

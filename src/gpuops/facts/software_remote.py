@@ -142,6 +142,21 @@ def nccl_info(packages):
     return None
 
 
+def search_path():
+    """sys.path, and the user site dir when it is enabled but absent (a `pip install --user` creates
+    it and then shadows the site dirs): the directories a package install changes (apply/kept_facts.py)."""
+    path = [p for p in sys.path if p]
+    try:
+        import site
+
+        user = site.USER_SITE if site.ENABLE_USER_SITE else None
+    except Exception:  # -S, or an embedded python without site
+        user = None
+    if user and user not in path:
+        path.append(user)
+    return path
+
+
 def main():
     packages = {}
     for dist_name, import_name in PACKAGES:
@@ -158,6 +173,7 @@ def main():
             "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
             "implementation": platform.python_implementation(),
             "prefix": sys.prefix,
+            "path": search_path(),
         },
         "packages": packages,
         "nccl": nccl_info(packages),

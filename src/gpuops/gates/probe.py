@@ -128,12 +128,14 @@ def parse_gate_scan(out: ProbeOutput) -> GateScan:
     return parse_scan_output(out.stdout, out.stderr, out.exit_status)
 
 
-def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: Host | None = None) -> Probe[GateScan]:
+def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: Host | None = None,
+                    offer: bool = True) -> Probe[GateScan]:
     """The probe for ``gpuops.gather``; ``with_sources`` also returns the text of every file holding
     a catalog feature's gates (the patch planner's input).
 
     With ``host``, the scans kept for it (``gates/scan_cache.py``) are offered: a host whose tree is
-    unchanged answers in a line and the kept scan is used; a new scan is kept for the next command."""
+    unchanged answers in a line and the kept scan is used; a new scan is kept for the next command.
+    ``offer=False`` (``--flush-cache``): nothing offered, the host scans, the new scan is kept."""
     from gpuops.gather import Probe
     from gpuops.gates import scan_cache
 
@@ -141,7 +143,7 @@ def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: H
     cache = scan_cache.for_host(host) if host is not None else None
     if cache is None:
         return Probe(PROBE_NAME, gate_scan_script(options), parse_gate_scan)
-    held = cache.held(need_sources=with_sources)
+    held = cache.held(need_sources=with_sources) if offer else {}
     if held:
         options["known"] = sorted(held)
     return Probe(PROBE_NAME, gate_scan_script(options), _cached_parse(host.name, cache, held, with_sources))  # type: ignore[union-attr]

@@ -1,0 +1,197 @@
+"""The GPU facts an apply plans from, kept at home while the host's fingerprint of them holds.
+
+A role that patches gates plans its applicability from a summary of the host's GPUs and stack
+(compute capability, GPU count, NVLink, P2P pairs, the CUDA of torch or the driver:
+``apply/runner._gpu_summary``). Gathering it runs ``nvidia-smi`` four times and the package probe, the
+largest share of a no-op apply's time on the host (real ``nvidia-smi`` initialises NVML on every call),
+to find, again, what the last run found. So the summary is kept per host with a fingerprint of
+everything it is read from, and the next apply offers that fingerprint: the host computes it again in
+sh (no python, no NVML) and, when it matches, skips those probes and says "kept".
+
+The fingerprint (``setup_script``) covers:
+- the boot (``/proc/sys/kernel/random/boot_id``): GPUs, the PCI topology, P2P and NVLink change only
+  across a reboot (or a driver reload, below);
+- the driver (``/proc/driver/nvidia/version``) and each GPU the driver sees
+  (``/proc/driver/nvidia/gpus/*/information``: model, bus, UUID; static per GPU);
+- the ``nvidia-smi`` on PATH (path, size, mtime, ctime, inode);
+- the python the probes run with (``$GPUOPS_PY``, its stat, ``$PYTHONPATH``) and every directory on
+  its ``sys.path`` as the last full gather reported it, plus the user site dir (size, link count, mtime
+  and ctime to the nanosecond, inode, and the names in it: installing, upgrading or removing a
+  package, or a ``.pth`` adding a directory, changes its directory; a wheel's dist-info name carries
+  its version, local label included).
+
+The directories come from the previous gather, so a first run keeps the summary without a fingerprint
+and the second computes one over the directories it now knows; from the third run on, a no-op skips
+the probes. Nothing is kept from a gather where a probe failed or the GPU facts are unknown (a
+transient ``nvidia-smi`` failure must not stick), nor for a server in a container (its stack is read
+inside the container). ``$GPUOPS_FACTS_CACHE=off`` turns it off; ``inspect host`` never uses it
+(it reports live values such as memory in use).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from gpuops import local_memo
+
+if TYPE_CHECKING:
+    from gpuops.gather import Probe
+    from gpuops.inventory import Host
+
+FORMAT = 1
+CACHE_ENV = "GPUOPS_FACTS_CACHE"
+KIND = "gpu-facts"
+MAX_ENTRIES = 512
+MAX_DIRS = 64  # sys.path entries fingerprinted; a longer path is cut (then never kept: see summary())
+FINGERPRINT_PROBE = "apply.facts_fingerprint"
+_VAR = "gpuops_facts_fp"
+_HEX = re.compile(r"^[0-9a-f]{8,64}$")
+_LOG = "gpuops.transport"  # shown with -v, as the commands are
+
+
+
+def _guarded(name: str) -> bool:
+    """The probes whose values the kept summary stands for (``apply/runner._gpu_probes``)."""
+    return name.startswith("gpu.") or name == "software.python"
+
+
+@dataclass(frozen=True)
+class Held:
+    """What this client keeps for a host: the fingerprint (None until a run could compute it over
+    the directories below), the sys.path directories to stat, and the summary."""
+
+    fingerprint: str | None
+    dirs: tuple[str, ...]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The probes to send for one host, and what was held when they were built."""
+
+    probes: list["Probe[Any]"]
+    held: Held | None
+    directory: Path | None
+    key: str
+
+
+def cache_dir() -> Path | None:
+    return local_memo.memo_dir(CACHE_ENV, "facts")
+
+
+def host_key(host: "Host") -> str:
+    ident = [FORMAT, host.name, host.address, host.port, host.user, host.connection]
+    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
+
+
+def setup_script(dirs: Sequence[str]) -> str:
+    """sh that sets ``$gpuops_facts_fp`` to the digest of the summary's inputs (module docstring).
+    Every value from elsewhere (the directories) is quoted; what a read cannot find is named, so
+    a file appearing later changes the digest."""
+    # %y/%z: mtime and ctime to the nanosecond (GNU and busybox stat alike); a directory's listing
+    # too, as two entries changed within one timestamp tick would leave its times as they were.
+    stat = "stat -L -c '%n %s %h %y %z %i'"
+    quoted = " ".join(shlex.quote(d) for d in dirs)
+    # A wedged driver can block a read under /proc/driver/nvidia as it blocks nvidia-smi: each read is
+    # cut after 5 s where `timeout` exists (what it printed then differs: a miss, and the full probes
+    # run under their own timeouts).
+    lines = [
+        "gpuops_t=; command -v timeout >/dev/null 2>&1 && gpuops_t='timeout 5'",
+        f"{_VAR}=$( {{",
+        "  echo 'gpuops facts fingerprint 1'",
+        "  cat /proc/sys/kernel/random/boot_id || echo 'no boot id'",
+        "  $gpuops_t cat /proc/driver/nvidia/version || echo 'no nvidia driver'",
+        "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; $gpuops_t cat \"$gpuops_f\"; }; done",
+        f"  if gpuops_f=$(command -v nvidia-smi); then {stat} \"$gpuops_f\" || echo \"unreadable $gpuops_f\"; else echo 'no nvidia-smi'; fi",
+        f"  echo \"python ${{GPUOPS_PY:-}} PYTHONPATH=${{PYTHONPATH:-}}\"; [ -z \"${{GPUOPS_PY:-}}\" ] || {stat} \"$GPUOPS_PY\"",
+    ]
+    if dirs:
+        lines.append(f"  for gpuops_f in {quoted}; do {stat} \"$gpuops_f\" && ls -a \"$gpuops_f\" || echo \"absent $gpuops_f\"; done")
+    lines += [
+        "} 2>/dev/null | { sha256sum 2>/dev/null || cksum; } )",
+        f"{_VAR}=${{{_VAR}%% *}}",
+    ]
+    return "\n".join(lines)
+
+
+def read_held(directory: Path, key: str) -> Held | None:
+    data = local_memo.read_entry(directory, key, KIND)
+    if data is None:
+        return None
+    fingerprint, dirs, summary = data.get("fingerprint"), data.get("dirs"), data.get("summary")
+    if fingerprint is not None and not (isinstance(fingerprint, str) and _HEX.match(fingerprint)):
+        return None
+    if not (isinstance(dirs, list) and all(isinstance(d, str) for d in dirs) and isinstance(summary, dict)):
+        return None
+    return Held(fingerprint, tuple(dirs), summary)
+
+
+def guard(host: "Host", probes: Sequence["Probe[Any]"], offer: bool = True) -> Guard:
+    """``probes`` (the GPU and package probes) plus the fingerprint probe; each skipped on the host
+    when the fingerprint matches the one kept. Unchanged probes when keeping is off. ``offer=False``
+    (``--flush-cache``): nothing is skipped, and what is gathered is kept as on any run."""
+    from gpuops.gather import Probe
+
+    key = host_key(host)
+    directory = cache_dir()
+    if directory is None:
+        return Guard(list(probes), None, None, key)
+    held = read_held(directory, key)
+    setup = setup_script(held.dirs if held else ())
+    fingerprint_probe = Probe(FINGERPRINT_PROBE, f'printf "%s\\n" "${_VAR}"', _parse_fingerprint, setup=setup)
+    out: list[Probe[Any]] = [fingerprint_probe]
+    for probe in probes:
+        if offer and held is not None and held.fingerprint and _guarded(probe.name):
+            probe = replace(probe, setup=setup, unless=f'[ "${_VAR}" = {shlex.quote(held.fingerprint)} ]')
+        out.append(probe)
+    return Guard(out, held, directory, key)
+
+
+def _parse_fingerprint(out: Any) -> str | None:
+    text = out.stdout.strip()
+    return text if _HEX.match(text) else None
+
+
+def summary(guard_: Guard, host_name: str, values: Mapping[str, Any],
+            compute: Callable[[Mapping[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """The GPU summary: the kept one when the host skipped the probes, else ``compute(values)``
+    (then kept for the next run when everything it was read from is known)."""
+    from gpuops.errors import GpuopsError
+    from gpuops.facts.software import PythonPackages
+    from gpuops.gather import ProbeFailure, ProbeKept
+
+    fingerprint = values.get(FINGERPRINT_PROBE)
+    guarded = {name: value for name, value in values.items() if _guarded(name)}
+    kept = [name for name, value in guarded.items() if isinstance(value, ProbeKept)]
+    held = guard_.held
+    if kept:
+        if held is None or not held.fingerprint or fingerprint != held.fingerprint or len(kept) != len(guarded):
+            raise GpuopsError(f"{host_name}: the host skipped GPU probes ({', '.join(sorted(kept))}) "
+                              "for a fingerprint this client does not hold; rerun with --flush-cache")
+        logging.getLogger(_LOG).info("%s: GPU facts: fingerprint unchanged (%s), used the summary kept at home",
+                                     host_name, held.fingerprint[:16])
+        return dict(held.summary)
+    result = compute(values)
+    if guard_.directory is None or not isinstance(fingerprint, str):
+        return result
+    packages = guarded.get("software.python")
+    if any(isinstance(v, ProbeFailure) for v in guarded.values()) or not isinstance(packages, PythonPackages) \
+            or not packages.known or not result or result.get("compute_capability") is None \
+            or result.get("gpu_count") is None:
+        return result  # not every input known: gathered again next time
+    dirs = tuple(packages.search_path[:MAX_DIRS])
+    complete = len(packages.search_path) <= MAX_DIRS
+    # The host digested the directories this client held; the digest stands for this summary
+    # only when those are the directories the probe now reports.
+    same_dirs = held is not None and held.dirs == dirs
+    local_memo.write_entry(guard_.directory, guard_.key, {
+        "kind": KIND, "host": host_name, "fingerprint": fingerprint if (same_dirs and complete) else None,
+        "dirs": list(dirs), "summary": result}, MAX_ENTRIES)
+    return result
