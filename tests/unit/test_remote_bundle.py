@@ -156,6 +156,10 @@ def test_a_kept_bundle_is_used_while_its_files_are_unchanged(helper_tree: Path, 
     data = json.loads(kept.read_text())
     kept.write_text(json.dumps({**data, "script": "# kept"}))
     assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == "# kept"
+    # ... until one of those files changes: then the fresh bundle, never the kept text.
+    path = helper_tree / "mathops.py"
+    path.write_text(path.read_text() + "\n")
+    assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == bundled_source("entry", helper_tree)
 
 
 @pytest.mark.parametrize("edited", ["entry", "fileops", "mathops", "journal"])
