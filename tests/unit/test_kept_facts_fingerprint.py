@@ -33,7 +33,7 @@ def _fingerprint(dirs: list[str], env: dict[str, str] | None = None, proc: Path 
         mounts = (f"mount --bind {shlex.quote(str(proc / 'boot_id'))} /proc/sys/kernel/random/boot_id && "
                   f"mount --bind {shlex.quote(str(proc / 'driver'))} /proc/driver && ")
         argv = ["unshare", "--mount", "sh", "-c", mounts + script]
-    out = subprocess.run(argv, capture_output=True, text=True, env=run_env, check=True).stdout
+    out = subprocess.run(argv, capture_output=True, text=True, env=run_env, check=True, timeout=60).stdout
     assert len(out) in (64, 8, 9, 10) and out.isalnum(), out  # sha256 (or cksum's CRC without sha256sum)
     return out
 
@@ -261,3 +261,14 @@ def test_flush_cache_offers_nothing_but_keeps_what_it_finds(tmp_path: Path, monk
     fresh = {**SUMMARY, "gpu_count": 4}
     assert kept_facts.summary(flushed, "h1", _values(FP1), lambda v: dict(fresh)) == fresh
     assert _guard(tmp_path, monkeypatch).held == Held(FP1, ("/site",), fresh)
+
+
+def test_a_wedged_driver_read_is_cut_and_changes_the_fingerprint(tmp_path: Path) -> None:
+    """A read under /proc/driver/nvidia that never returns (a wedged driver) must not hang the
+    gather: it is cut after 5 s, and what it printed differs, so the full probes run."""
+    proc = _fake_proc(tmp_path / "p", "b1", "NVRM 580.65", {})
+    healthy = _fingerprint([], proc=proc)
+    version = proc / "driver" / "nvidia" / "version"
+    version.unlink()
+    os.mkfifo(version)  # reading it blocks: no writer ever comes
+    assert _fingerprint([], proc=proc) != healthy  # it returned (a hang would hit _fingerprint's 60 s timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,72 @@ def test_every_shipped_helper_bundles(path):
     """source() is what every caller ships: it must build for each helper."""
     text = remote.source(path.stem)
     compile(text, path.name, "exec")
+
+
+# ---------------------------------------------------------------- the kept scripts (bundle_cache.py)
+
+
+def test_a_kept_bundle_is_used_while_its_files_are_unchanged(helper_tree: Path, tmp_path: Path) -> None:
+    from gpuops.remote import bundle_cache
+
+    cache_dir = tmp_path / "bundles"
+    first = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    assert first == bundled_source("entry", helper_tree)
+    (kept,) = cache_dir.glob("entry-*.json")
+    assert bundle_cache.read(kept) == first
+    # What the kept file says is what is used (so the edits below must be seen to be missed).
+    data = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**data, "script": "# kept"}))
+    assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == "# kept"
+    # ... until one of those files changes: then the fresh bundle, never the kept text.
+    path = helper_tree / "mathops.py"
+    path.write_text(path.read_text() + "\n")
+    assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == bundled_source("entry", helper_tree)
+
+
+@pytest.mark.parametrize("edited", ["entry", "fileops", "mathops", "journal"])
+def test_editing_the_entry_or_any_bundled_module_bundles_again(helper_tree: Path, tmp_path: Path, edited: str) -> None:
+    cache_dir = tmp_path / "bundles"
+    before = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    path = helper_tree / f"{edited}.py"
+    path.write_text(path.read_text() + "\nEDITED = True\n")
+    after = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    assert after != before and "EDITED = True" in after
+    assert after == bundled_source("entry", helper_tree)
+
+
+def test_a_module_newly_imported_is_bundled_at_once(helper_tree: Path, tmp_path: Path) -> None:
+    cache_dir = tmp_path / "bundles"
+    bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    write(helper_tree, "mathops", "from gpuops.remote import extra\n\ndef plus(a, b):\n    return extra.add(a, b)\n")
+    write(helper_tree, "extra", "def add(a, b):\n    return a + b + 1\n")
+    script = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    assert "gpuops.remote.extra" in script
+    done = run_helper(script, {"a": 2, "b": 40}, tmp_path)
+    assert json.loads(done.stdout)["sum"] == 43, done.stderr
+
+
+def test_torn_or_foreign_kept_files_are_bundled_again(helper_tree: Path, tmp_path: Path) -> None:
+    from gpuops.remote import bundle_cache
+
+    cache_dir = tmp_path / "bundles"
+    fresh = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    (kept,) = cache_dir.glob("entry-*.json")
+    for bad in ("{torn", json.dumps({"script": "# foreign"}), json.dumps({"files": {}, "script": "# foreign"}),
+                json.dumps({"files": {str(tmp_path / "gone.py"): [1, 2]}, "script": "# foreign"})):
+        kept.write_text(bad)
+        assert bundle_cache.read(kept) is None
+        assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == fresh
+
+
+def test_source_reads_kept_helpers_without_the_bundler_and_bundles_on_a_miss(tmp_path: Path) -> None:
+    # gpuops.remote.source(): a kept helper costs no import of bundle.py; the script is the bundle.
+    code = ("import sys\nfrom gpuops.remote import source\nfrom gpuops.remote.bundle import bundled_source\n"
+            "from pathlib import Path\nimport gpuops.remote as r\n"
+            "fresh = bundled_source('gate_scan', Path(r.__file__).parent)\n"
+            "assert source('gate_scan') == fresh\n"  # kept now (or it was)
+            "del sys.modules['gpuops.remote.bundle']\n"
+            "assert source('gate_scan') == fresh and 'gpuops.remote.bundle' not in sys.modules\nprint('OK')\n")
+    env = {**os.environ, "GPUOPS_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.strip() == "OK", done.stderr

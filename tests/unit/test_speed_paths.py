@@ -194,3 +194,28 @@ def test_planner_and_code_digest_leave_the_planning_machinery_unimported_until_a
             f"assert all(m in sys.modules for m in {heavy!r})\nprint('OK')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "OK", done.stderr
+
+
+def test_plan_model_builds_the_change_classes_only_when_asked_and_they_are_the_same_classes() -> None:
+    code = ("import sys\nfrom gpuops.plan.model import FileState, Plan, PlanFacts\n"
+            "p = Plan(host='h', role='r', changes=(), handlers=(), service=None)\n"
+            "assert 'gpuops.plan.changes' not in sys.modules\n"
+            "from gpuops.plan.model import AuditCheck, Change, CompileCheck, HandlerRun, ServiceSpec, sha256_text\n"
+            "import gpuops.plan.changes as c\n"
+            "assert (Change, ServiceSpec, HandlerRun, CompileCheck, AuditCheck, sha256_text) == "
+            "(c.Change, c.ServiceSpec, c.HandlerRun, c.CompileCheck, c.AuditCheck, c.sha256_text)\n"
+            "import gpuops.plan.model as m\n"
+            "try:\n    m.NoSuchName\nexcept AttributeError:\n    print('OK')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr
+
+
+def test_server_facts_import_their_parsers_only_to_parse_a_running_server() -> None:
+    # apply gathers only the GPU facts; the server probe's parsers (launch flags, model config) are
+    # imported when a running server's output is parsed (tests/unit/test_facts_server.py parses).
+    code = ("import sys\nfrom gpuops.facts.server import ServerFacts, parse_server, server_probe\n"
+            "ServerFacts(known=False, reason='not gathered')\n"
+            "late = [m for m in ('gpuops.facts.server_args', 'gpuops.facts.served_model') if m in sys.modules]\n"
+            "assert not late, late\nprint('OK')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr

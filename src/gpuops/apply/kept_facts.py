@@ -99,12 +99,16 @@ def setup_script(dirs: Sequence[str]) -> str:
     # too, as two entries changed within one timestamp tick would leave its times as they were.
     stat = "stat -L -c '%n %s %h %y %z %i'"
     quoted = " ".join(shlex.quote(d) for d in dirs)
+    # A wedged driver can block a read under /proc/driver/nvidia as it blocks nvidia-smi: each read is
+    # cut after 5 s where `timeout` exists (what it printed then differs: a miss, and the full probes
+    # run under their own timeouts).
     lines = [
+        "gpuops_t=; command -v timeout >/dev/null 2>&1 && gpuops_t='timeout 5'",
         f"{_VAR}=$( {{",
         "  echo 'gpuops facts fingerprint 1'",
         "  cat /proc/sys/kernel/random/boot_id || echo 'no boot id'",
-        "  cat /proc/driver/nvidia/version || echo 'no nvidia driver'",
-        "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; cat \"$gpuops_f\"; }; done",
+        "  $gpuops_t cat /proc/driver/nvidia/version || echo 'no nvidia driver'",
+        "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; $gpuops_t cat \"$gpuops_f\"; }; done",
         f"  if gpuops_f=$(command -v nvidia-smi); then {stat} \"$gpuops_f\" || echo \"unreadable $gpuops_f\"; else echo 'no nvidia-smi'; fi",
         f"  echo \"python ${{GPUOPS_PY:-}} PYTHONPATH=${{PYTHONPATH:-}}\"; [ -z \"${{GPUOPS_PY:-}}\" ] || {stat} \"$GPUOPS_PY\"",
     ]
@@ -170,7 +174,7 @@ def summary(guard_: Guard, host_name: str, values: Mapping[str, Any],
     if kept:
         if held is None or not held.fingerprint or fingerprint != held.fingerprint or len(kept) != len(guarded):
             raise GpuopsError(f"{host_name}: the host skipped GPU probes ({', '.join(sorted(kept))}) "
-                              "for a fingerprint this client does not hold; rerun with GPUOPS_FACTS_CACHE=off")
+                              "for a fingerprint this client does not hold; rerun with --flush-cache")
         logging.getLogger(_LOG).info("%s: GPU facts: fingerprint unchanged (%s), used the summary kept at home",
                                      host_name, held.fingerprint[:16])
         return dict(held.summary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuops.plan.model import AuditCheck
+from gpuops.plan.changes import AuditCheck
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,15 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuops.facts.served_model import ModelFacts, model_from_config
 from gpuops.facts.software import kv_lines
-from gpuops.facts.server_args import ServerSettings, settings_from_argv
 from gpuops.secret_policy import mask_args, mask_value
 from gpuops.gather import Probe, ProbeOutput
+
+if TYPE_CHECKING:  # imported where a running server is parsed: apply's GPU facts never need them
+    from gpuops.facts.served_model import ModelFacts
+    from gpuops.facts.server_args import ServerSettings
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSHMEM_")
 HEALTH_TIMEOUT_S = 3
@@ -268,6 +270,9 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
                 listing += f" and {len(others) - 5} more"
             notes = (f"no SGLang server on port {want_port}; found {listing} (set the host var sglang_port)",)
         return ServerFacts(running=False, notes=notes, **common)  # type: ignore[arg-type]
+
+    from gpuops.facts.served_model import model_from_config
+    from gpuops.facts.server_args import settings_from_argv
 
     pid = int(v["pid"])
     if v.get("b64_error"):

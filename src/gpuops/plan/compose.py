@@ -134,7 +134,7 @@ def without_run(current: Mapping[str, Mapping[str, Any]], before: Mapping[str, M
 def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
     """No part is left: desired.json goes (as before gpuops' first contribution), not an empty file."""
     from gpuops.plan.diff import unified_diff
-    from gpuops.plan.model import Change
+    from gpuops.plan.changes import Change
     from gpuops.plan.modules import _current
 
     current = _current(state, dest, task.where)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.diff import unified_diff
-from gpuops.plan.model import AuditCheck, Change
+from gpuops.plan.changes import AuditCheck, Change
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState

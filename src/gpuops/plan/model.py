@@ -1,17 +1,27 @@
-"""Values that planning produces: what the host looks like, and what would change on it."""
+"""Values that planning produces: what the host looks like (``FileState``, ``PlanFacts``) and the
+``Plan``. What a plan holds (``Change``, ``ServiceSpec``, ``HandlerRun``, ``CompileCheck``,
+``AuditCheck``) lives in ``plan/changes.py`` and is importable from here too: a no-op apply (facts
+gathered, an empty plan recalled) does not build those classes (~2 ms of frozen dataclasses)."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
     from gpuops.gates.scan import GateScan
+    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, HandlerRun, ServiceSpec
+
+_IN_CHANGES = ("Change", "ServiceSpec", "HandlerRun", "CompileCheck", "AuditCheck", "sha256_text")
 
 
-def sha256_text(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+def __getattr__(name: str) -> Any:
+    """``from gpuops.plan.model import Change`` (and the rest of plan/changes.py), on first use."""
+    if name in _IN_CHANGES:
+        from gpuops.plan import changes
+
+        return getattr(changes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -44,86 +54,6 @@ class PlanFacts:
     # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
     # name, id, image, image_id, running, labels; None when not gathered or no such container.
     container: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Change:
-    """One file that would change. ``diff`` is redacted and safe to print; before/after are not."""
-
-    kind: str                 # "template" | "env" | "lineinfile" | "patch" | "desired"
-    path: str
-    action: str               # "create" | "update" | "mode" | "delete" (after is then "")
-    before: str | None
-    after: str
-    diff: str
-    mode: str | None          # the mode to set ("0644"); None keeps the current one
-    task: str                 # "role/tasks.yml: <task name>"
-    notify: tuple[str, ...] = ()
-
-    @property
-    def before_sha256(self) -> str | None:
-        return sha256_text(self.before)
-
-    @property
-    def after_sha256(self) -> str | None:
-        return None if self.action == "delete" else sha256_text(self.after)
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON form (documented in roles/README.md): hashes and diff, never raw contents."""
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "action": self.action,
-            "mode": self.mode,
-            "task": self.task,
-            "before_sha256": self.before_sha256,
-            "after_sha256": self.after_sha256,
-            "diff": self.diff,
-        }
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """How the server runs: enough for the helper to restart it, wait for health and show logs."""
-
-    manager: str              # "process" | "systemd" | "docker"
-    name: str
-    state_dir: str
-    port: int
-    health_timeout: float
-    grace: float
-    docker_run_script: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "manager": self.manager, "name": self.name, "state_dir": self.state_dir, "port": self.port,
-            "health_timeout": self.health_timeout, "grace": self.grace,
-            "docker_run_script": self.docker_run_script,
-        }
-
-
-@dataclass(frozen=True)
-class HandlerRun:
-    """A notified handler: restart the server (systemd needs a daemon-reload when a unit changed)."""
-
-    name: str
-    service: ServiceSpec
-    daemon_reload: bool = False
-
-
-@dataclass(frozen=True)
-class CompileCheck:
-    python: str
-    paths: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class AuditCheck:
-    """Re-run the gate scanner after patching; the feature must come out ``open`` for ``target_sm``."""
-
-    feature: str
-    target_sm: str
-    python: str
 
 
 @dataclass(frozen=True)

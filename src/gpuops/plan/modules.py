@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from gpuops.errors import GpuopsError
 from gpuops.nccl import check_nccl_env, nccl_warnings
 from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, module_table
+from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ServiceSpec
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
-from gpuops.plan.model import AuditCheck, Change, CompileCheck, FileState, ServiceSpec
+from gpuops.plan.model import FileState
 from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:

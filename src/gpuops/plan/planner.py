@@ -18,7 +18,8 @@ from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.facts.container_python import ContainerTarget
-    from gpuops.plan.model import HandlerRun, PlanFacts, Plan, ServiceSpec
+    from gpuops.plan.changes import HandlerRun, ServiceSpec
+    from gpuops.plan.model import PlanFacts, Plan
     from gpuops.plan.roles import Role, Task
     from gpuops.plan.state import PlanState
     from gpuops.plan.templating import Layer, Templar, VarScope
@@ -106,7 +107,7 @@ def _run_role(role: Role, scope: VarScope, state: PlanState, depth: int = 0) -> 
 
 
 def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
-    from gpuops.plan.model import HandlerRun
+    from gpuops.plan.changes import HandlerRun
     from gpuops.plan.modules import service_handler
     from gpuops.plan.roles import RoleError
 

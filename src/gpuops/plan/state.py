@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
-    from gpuops.plan.model import AuditCheck, Change, CompileCheck, PlanFacts
+    from gpuops.plan.changes import AuditCheck, Change, CompileCheck
+    from gpuops.plan.model import PlanFacts
     from gpuops.plan.roles import Role
     from gpuops.plan.templating import Templar, VarScope
 

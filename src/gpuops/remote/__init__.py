@@ -33,11 +33,17 @@ _STREAM_RUNNER = (
 def source(name: str) -> str:
     """The text of the helper ``gpuops/remote/<name>.py``, with the host modules it imports bundled
     in (see ``bundle.py``), ready to run as one script."""
-    from gpuops.remote.bundle import bundled_source
+    from gpuops.remote import bundle_cache
 
     # This package's directory, as importlib.resources.files() names it for a package on disk (the
     # bundler stats and reads real files); not through importlib.resources, whose import costs ~5 ms.
-    return bundled_source(name, Path(__file__).parent, cached=True)
+    directory = Path(__file__).parent
+    kept = bundle_cache.read(bundle_cache.cache_file(name, directory))  # without importing the bundler
+    if kept is not None:
+        return kept
+    from gpuops.remote.bundle import bundled_source
+
+    return bundled_source(name, directory, cached=True)
 
 
 def python_command(python: str | None = None, stream: bool = False) -> str:

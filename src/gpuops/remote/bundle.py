@@ -125,10 +125,12 @@ def bundled_source(entry: str, search_dir: Path, cached: bool = False, cache_dir
     Finding the modules parses each with ``ast`` (a large share of a command's local time for the
     gate scanner), so with ``cached`` the result is kept in ``cache_dir`` (default ``$GPUOPS_CACHE/bundles``, else
     ``~/.cache/gpuops/bundles``) with the size and mtime of every file it came from, this bundler
-    included, and is used again only while all of them are unchanged (what Python's .pyc does).
+    included, and is used again only while all of them are unchanged (``bundle_cache.py``).
     """
-    cache = _cache_file(entry, search_dir, cache_dir) if cached else None
-    hit = _read_cache(cache) if cache is not None else None
+    from gpuops.remote import bundle_cache
+
+    cache = bundle_cache.cache_file(entry, search_dir, cache_dir) if cached else None
+    hit = bundle_cache.read(cache) if cache is not None else None
     if hit is not None:
         return hit
     path = search_dir / f"{entry}.py"
@@ -136,52 +138,8 @@ def bundled_source(entry: str, search_dir: Path, cached: bool = False, cache_dir
     script = bundle.script(path.read_text(encoding="utf-8"))
     if cache is not None:
         files = [path, Path(__file__)] + [module_path(name, search_dir) for name in bundle.modules]
-        _write_cache(cache, script, [f for f in files if f is not None])
+        bundle_cache.write(cache, script, [f for f in files if f is not None])
     return script
-
-
-def _cache_file(entry: str, search_dir: Path, cache_dir: Path | None) -> Path:
-    import hashlib
-    import os
-
-    if cache_dir is None:
-        base = os.environ.get("GPUOPS_CACHE")
-        cache_dir = (Path(base).expanduser() if base else Path.home() / ".cache" / "gpuops") / "bundles"
-    where = hashlib.sha256(str(search_dir.resolve()).encode()).hexdigest()[:16]
-    return cache_dir / f"{entry}-{where}.json"
-
-
-def _stamp(path: Path) -> list[int]:
-    info = path.stat()
-    return [info.st_size, info.st_mtime_ns]
-
-
-def _read_cache(cache: Path) -> str | None:
-    import json
-
-    try:
-        data = json.loads(cache.read_text(encoding="utf-8"))
-        if all(_stamp(Path(name)) == stamp for name, stamp in data["files"].items()):
-            return str(data["script"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return None
-
-
-def _write_cache(cache: Path, script: str, files: list[Path]) -> None:
-    import json
-    import os
-    import tempfile
-
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        data = {"files": {str(f): _stamp(f) for f in files}, "script": script}
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".bundle-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, cache)  # atomic: a concurrent reader sees the old file or the new one
-    except OSError:
-        pass  # no cache is only slower
 
 
 def _under_root(name: str) -> bool:
