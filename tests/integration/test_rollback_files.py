@@ -97,3 +97,25 @@ def test_a_symlinked_managed_file_stays_a_link_to_the_same_bytes(lab_factory, ru
     assert report["rc"] == 1 and report["ok"] is False, report
     assert tree_hashes(host.dir, skip_runs=True) == before
     assert (host.state_dir / "sglang.env").is_symlink()
+
+
+@pytest.mark.parametrize("undo", ["crash", "rollback"])
+def test_an_env_file_under_two_new_directories_leaves_no_directory_behind(host_and_lab, run_gpuops, undo: str) -> None:
+    """The run creates ``state/conf/env/`` for the env file it moves; the run's own rollback (the
+    server crashes) and `gpuops rollback` both take the two directories away again."""
+    host, lab = host_and_lab
+    before = tree_hashes(host.dir, skip_runs=True)
+    created = host.state_dir / "conf" / "env" / "server.env"
+    env = {"SGLANG_RB_MARK": "1"}
+    if undo == "crash":
+        env["GPUOPS_STANDIN_CRASH_IF"] = "SGLANG_RB_MARK=1"
+    report = _apply(run_gpuops, lab, {"sglang_env_file": str(created), "sglang_env": env})
+    if undo == "crash":
+        assert report["rc"] == 1 and report["status"] == "rolled_back", report
+    else:
+        assert report["rc"] == 0 and report["status"] == "finished" and created.exists(), report
+        undone = run_gpuops("rollback", "-i", str(lab.inventory_path), env={"XDG_STATE_HOME": ""})
+        assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert not (host.state_dir / "conf").exists()
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert "SGLANG_RB_MARK" not in json.dumps(server_info(host.server_port))

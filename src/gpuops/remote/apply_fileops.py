@@ -88,3 +88,66 @@ def append_line(path, record):
 def under(path, root):
     path, root = os.path.normpath(path), os.path.normpath(root)
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+# -- directories a run creates (a managed file whose parent did not exist) and takes away again
+
+
+def missing_dirs(path):
+    """The directories above ``path`` that do not exist, deepest last: what writing it creates."""
+    missing = []
+    parent = os.path.dirname(os.path.normpath(path))
+    while parent and not os.path.lexists(parent):
+        missing.append(parent)
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    return list(reversed(missing))
+
+
+def remove_created_dirs(dirs):
+    """``rmdir`` each of ``dirs`` (a run recorded that it created them), deepest first, only while
+    empty: a directory someone put a file in since (or replaced by a link) is kept, and so is every
+    directory above it. Never a directory a run did not record. Returns (removed, kept)."""
+    removed, kept = [], []
+    for path in reversed(list(dirs or [])):
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty, or no longer a directory: not ours to take away
+            kept.append(path)
+            continue
+        fsync_dir(os.path.dirname(path) or "/")
+        removed.append(path)
+    return removed, kept
+
+
+def dir_records(dirs):
+    """Mode and owner of each existing directory of ``dirs`` (deepest last): enough to make it again."""
+    records = []
+    for path in dirs or []:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            records.append({"path": path, "mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid})
+    return records
+
+
+def recreate_dirs(records):
+    """Make again, shallowest first, each directory of ``records`` (``dir_records``) that is gone,
+    with its mode and owner: what a run removed when it deleted a file is back before the file."""
+    for record in records or []:
+        path = record["path"]
+        if os.path.lexists(path):
+            continue
+        os.mkdir(path, 0o700)
+        os.chmod(path, record["mode"])  # exact, whatever the umask
+        try:
+            os.chown(path, record.get("uid", -1), record.get("gid", -1))
+        except (PermissionError, TypeError):
+            pass  # not root: the directory stays ours, as it was when we could remove it
+        fsync_dir(os.path.dirname(path) or "/")

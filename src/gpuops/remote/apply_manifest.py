@@ -1,5 +1,6 @@
 """A run's manifest (``runs/ID/manifest.json``): the roots it may touch, and the checks that it is the
-one the run wrote, naming only files that run managed, with backups inside its own folder.
+one the run wrote, naming only files that run managed, with backups inside its own folder, and
+directories (``created_dirs``, ``removes_dirs``) only above those files.
 
 Stdlib only, Python 3.8+; bundled with ``apply_helper``.
 """
@@ -49,4 +50,17 @@ def load_manifest(state_dir, run):
         if entry.get("existed") and not under(entry.get("backup") or "", files_dir):
             raise StepFailed("tampering: the manifest of run %s takes %s's backup from %s, outside %s; refusing "
                              "to touch anything" % (run_id, where, entry.get("backup"), files_dir))
+        for directory in dirs_of(entry):
+            # An undo removes (or makes again) only directories above the entry's own file.
+            if (not isinstance(directory, str) or not os.path.isabs(directory) or os.path.normpath(directory) != directory
+                    or directory == where or not under(where, directory)):
+                raise StepFailed("tampering: the manifest of run %s names the directory %r for %s, which is not "
+                                 "above it; refusing to touch anything" % (run_id, directory, where))
     return manifest
+
+
+def dirs_of(entry):
+    """The directories a manifest entry names: those its run created, those it may remove."""
+    named = list(entry.get("created_dirs") or [])
+    named += [record.get("path") if isinstance(record, dict) else record for record in entry.get("removes_dirs") or []]
+    return named

@@ -35,10 +35,11 @@ def recover_unfinished(state_dir, progress, notes, restored_out=None):
             run.event("rollback_failed", error=why, problems=problems)
             raise StepFailed("run %s did not finish and could not be rolled back: %s" % (run_id, "; ".join(problems)))
         run.event("rolled_back", error="recovered: " + why, restored=restored, service=service_note,
-                  problems=problems or None)
+                  problems=problems or None, **run.dirs_note())
         if restored_out is not None:
             restored_out.extend(restored)
         recovered.append("run %s (%s) had not finished (%s); rolled back first: %d file(s) restored, %s%s"
                          % (run_id, run_record.get("role") or run_record.get("kind"), why, len(restored),
-                            service_note, ("; " + "; ".join(problems)) if problems else ""))
+                            service_note, ("; " + "; ".join(problems)) if problems else "")
+                         + ("; kept %s: not empty any more" % ", ".join(run.kept_dirs) if run.kept_dirs else ""))
     return recovered

@@ -111,7 +111,8 @@ def do_rollback(payload, progress, lease, faults, notes):
     run.service = Service(manifest.get("service"), run.pm, progress)
     kept = check_drift(manifest, target, payload.get("force"),
                        os.path.join(state_dir, "runs", target["run_id"], "files"))
-    changes = [{"path": entry["path"]} for entry in manifest["files"]]
+    # remove_dirs: what restoring the target may take away, so that this run's own backups can make it again
+    changes = [{"path": entry["path"], "remove_dirs": entry.get("created_dirs")} for entry in manifest["files"]]
     run.server_running_before = server_running(run) if manifest.get("service") else False
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
@@ -131,11 +132,12 @@ def do_rollback(payload, progress, lease, faults, notes):
         run.phase("confirm")
         progress({"event": "verified", "pid": None})
         lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
-        run.event("finished", kind="rollback", target=target["run_id"], restored=restored, service=service_note)
+        run.event("finished", kind="rollback", target=target["run_id"], restored=restored, service=service_note,
+                  **run.dirs_note())
         prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: the undone run's derived image, now unused
-        return {"ok": True, "status": "finished", "target": target["run_id"], "restored": restored,
-                "service": service_note, "run_id": run.run_id, "kept": kept}
+        return dict({"ok": True, "status": "finished", "target": target["run_id"], "restored": restored,
+                     "service": service_note, "run_id": run.run_id, "kept": kept}, **run.dirs_note())
 
     # A rollback that cannot finish puts back what it found (its own backups): the target stays
     # in effect and can be rolled back again; nothing is left half-undone.

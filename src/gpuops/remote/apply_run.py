@@ -15,7 +15,8 @@ import time
 
 from gpuops.remote.apply_commands import run_polled
 from gpuops.remote.apply_common import POLL_S, StepFailed, now
-from gpuops.remote.apply_fileops import append_line, atomic_write, fsync_dir
+from gpuops.remote.apply_fileops import (append_line, atomic_write, dir_records, fsync_dir, missing_dirs,
+                                        recreate_dirs, remove_created_dirs)
 from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest, managed_roots
@@ -45,6 +46,7 @@ class Run:
         self.service = Service(payload.get("service"), self.pm, progress)
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
+        self.kept_dirs = []  # directories a run created that someone filled since: left in place
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
@@ -67,14 +69,26 @@ class Run:
     # -- backups
 
     def backup(self, changes, extra=None):
-        """Copy every file the run will touch (or note its absence), mode kept; write the manifest."""
+        """Copy every file the run will touch (or note its absence), mode kept; write the manifest.
+
+        Directories are part of the way back too: ``created_dirs`` (deepest last) are those writing
+        the entry's file creates (each named by the first entry that needs it, so that the reversed
+        restore empties it first); ``removes_dirs`` those a deletion of the file may take away
+        (``change["remove_dirs"]``: the undone run's ``created_dirs``), with mode and owner."""
         files_dir = os.path.join(self.run_dir, "files")
         os.makedirs(files_dir, mode=0o700, exist_ok=True)
-        entries = []
+        entries, claimed = [], set()
         for index, change in enumerate(changes):
             path = change["path"]
             entry = {"path": path, "existed": os.path.lexists(path),
                      "after_sha256": change.get("after_sha256")}
+            if "after_b64" in change and not change.get("delete"):
+                created = [d for d in missing_dirs(path) if d not in claimed]
+                claimed.update(created)
+                if created:
+                    entry["created_dirs"] = created
+            if change.get("remove_dirs"):
+                entry["removes_dirs"] = dir_records(change["remove_dirs"])
             if entry["existed"]:
                 st = os.stat(path)
                 backup = os.path.join(files_dir, "%03d" % index)
@@ -123,6 +137,7 @@ class Run:
                 if os.path.lexists(change["path"]):
                     os.unlink(change["path"])
                     fsync_dir(os.path.dirname(change["path"]) or ".")
+                self.drop_dirs(change.get("remove_dirs"))  # and the directories that run created for it
                 self.progress({"event": "wrote", "path": change["path"]})
                 continue
             mode = int(change["mode"], 8) if change.get("mode") else None
@@ -131,7 +146,7 @@ class Run:
                 data += b"\n)(  # gpuops lab fault: does not compile\n"
             parent = os.path.dirname(change["path"])
             if parent and not os.path.isdir(parent):
-                os.makedirs(parent, mode=0o755)
+                os.makedirs(parent, mode=0o755)  # named in the manifest's created_dirs: the undo removes them
             try:
                 atomic_write(change["path"], data, mode)
             except OSError as exc:
@@ -207,22 +222,36 @@ class Run:
 
     # -- the way back
 
+    def drop_dirs(self, dirs):
+        """Remove directories a run created (deepest first), only while empty; say which stay."""
+        _, kept = remove_created_dirs(dirs)
+        for path in kept:
+            if path not in self.kept_dirs:
+                self.kept_dirs.append(path)
+                self.progress({"event": "dir_kept", "path": path, "why": "not empty (or not a directory) any more"})
+
     def restore(self, manifest):
-        """Put every file back byte for byte (mode and owner too), then the previous server, healthy."""
+        """Put every file back byte for byte (mode and owner too), then the previous server, healthy.
+
+        A file the run created goes, and so do the directories it created for it, while empty; a
+        directory the run removed with a file it deleted comes back first, mode and owner kept."""
         restored, problems = [], []
         for entry in reversed(manifest["files"]):
             path = entry["path"]
             try:
                 if entry["existed"]:
+                    recreate_dirs(entry.get("removes_dirs"))
                     with open(entry["backup"], "rb") as handle:
                         data = handle.read()
                     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                         raise OSError("backup %s is damaged" % entry["backup"])
                     if sha256_file(path) != entry["sha256"] or (os.stat(path).st_mode & 0o7777) != entry["mode"]:
                         atomic_write(path, data, entry["mode"], entry.get("uid"), entry.get("gid"))
-                elif os.path.lexists(path):
-                    os.unlink(path)
-                    fsync_dir(os.path.dirname(path) or ".")
+                else:
+                    if os.path.lexists(path):
+                        os.unlink(path)
+                        fsync_dir(os.path.dirname(path) or ".")
+                    self.drop_dirs(entry.get("created_dirs"))  # also after a crash between mkdir and write
                 restored.append(path)
             except OSError as exc:
                 problems.append("%s: %s" % (path, exc))
@@ -253,9 +282,13 @@ class Run:
             self.event("rollback_failed", error=why, problems=problems)
             return {"ok": False, "status": "rollback_failed", "error": why, "restored": restored,
                     "problems": problems, "run_id": self.run_id, "log_tail": log_tail}
-        self.event("rolled_back", error=why, restored=restored, service=service_note)
-        return {"ok": False, "status": "rolled_back", "error": why, "restored": restored,
-                "service": service_note, "run_id": self.run_id, "log_tail": log_tail}
+        self.event("rolled_back", error=why, restored=restored, service=service_note, **self.dirs_note())
+        return dict({"ok": False, "status": "rolled_back", "error": why, "restored": restored,
+                     "service": service_note, "run_id": self.run_id, "log_tail": log_tail}, **self.dirs_note())
+
+    def dirs_note(self):
+        """``kept_dirs`` for a journal record or a result, when a created directory had to stay."""
+        return {"kept_dirs": list(self.kept_dirs)} if self.kept_dirs else {}
 
 
 def guarded(run, manifest, step):
@@ -320,12 +353,12 @@ def do_apply(payload, progress, lease, faults, notes):
         answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
-        run.event("finished", pid=pid)
+        run.event("finished", pid=pid, **run.dirs_note())
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named
-        return {"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
-                "audit_verdict": verdict_reason, "target": marks.get("target"),
-                "restored": [c["path"] for c in changes] if marks else [], "kept": kept}
+        return dict({"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
+                     "audit_verdict": verdict_reason, "target": marks.get("target"),
+                     "restored": [c["path"] for c in changes] if marks else [], "kept": kept}, **run.dirs_note())
 
     return guarded(run, manifest, forward)
 

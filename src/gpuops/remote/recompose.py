@@ -165,7 +165,8 @@ def restore_changes(manifest, target, paths, force, kept_dir):
         if note:
             kept.append(note)
         if not entry.get("existed"):
-            changes.append({"path": path, "delete": True, "before_sha256": current, "after_sha256": None})
+            changes.append({"path": path, "delete": True, "before_sha256": current, "after_sha256": None,
+                            "remove_dirs": entry.get("created_dirs") or []})
             continue
         with open(entry["backup"], "rb") as handle:
             data = handle.read()
@@ -188,9 +189,18 @@ def prepare(payload, records, load_manifest, state_dir):
     if overlap:
         raise Refused("a recomposition both restores and plans %s" % ", ".join(sorted(overlap)))
     restored, kept = [], []
-    if restore:
+    # Which directories a deletion may take away is the host's to say (the target's manifest), never the payload's.
+    planned = [dict((k, v) for k, v in c.items() if k != "remove_dirs") for c in planned]
+    deletes = [c for c in planned if c.get("delete")]
+    manifest = None
+    if restore or (deletes and os.path.isfile(os.path.join(state_dir, "runs", target["run_id"], "manifest.json"))):
         manifest = load_manifest(state_dir, target)
+    if restore:
         restored, kept = restore_changes(manifest, target, restore, bool(spec.get("force")),
                                          os.path.join(state_dir, "runs", target["run_id"], "files"))
+    created = {e.get("path"): e.get("created_dirs") for e in (manifest or {}).get("files") or [] if not e.get("existed")}
+    for change in deletes:  # a planned deletion of a file the target created: the directories it made for it too
+        if created.get(change.get("path")):
+            change["remove_dirs"] = created[change["path"]]
     fields = {"kind": "rollback", "recompose": True, "target": target["run_id"]}
     return restored + planned, fields, kept

@@ -346,3 +346,60 @@ def test_the_environment_is_a_drop_in_of_its_own_and_an_old_unit_rolls_back_byte
         host.booted.run(["systemctl", "daemon-reload"])
         host.booted.run(["systemctl", "restart", host.unit])
         served(host)
+
+
+@pytest.mark.parametrize("undo", ["rollback", "client_killed"])
+def test_the_drop_in_directory_gpuops_created_is_gone_after_the_undo(host, run_gpuops, gpuops_home, undo: str) -> None:
+    """A host set up before the drop-in, with no ``sglang.service.d`` at all: the env change creates
+    the directory for gpuops' drop-in; `gpuops rollback`, and the host's own rollback after the client
+    is killed (kill -9) mid-run, leave no empty directory behind (systemd lists no drop-in path)."""
+    import signal
+
+    from gpuops.lab.systemd_host import GROUP_VARS, render_service_files
+
+    lab_files = render_service_files({**GROUP_VARS, **host.host_vars})
+    unit_path, drop_in = host.booted.path(UNIT), host.booted.path(DROP_IN)
+    old_unit = lab_files[UNIT].replace("ExecStart=", f"EnvironmentFile={ENV}\nExecStart=", 1).encode()
+    unit_path.write_bytes(old_unit)
+    drop_in.unlink()
+    drop_in.parent.rmdir()  # the lab's drop-in was its only file
+    try:
+        assert host.booted.run(["systemctl", "daemon-reload"]).returncode == 0
+        assert host.booted.run(["systemctl", "restart", host.unit]).returncode == 0
+        served(host)
+        before = files(host)
+        env = {**original_env(host), "SGLANG_NOTE": "in a new drop-in"}
+        if undo == "rollback":
+            proc = apply(run_gpuops, host, "sglang-service", "-e", json.dumps({"sglang_env": env}))
+            report = report_of(proc)
+            assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+            assert drop_in.read_text() == lab_files[DROP_IN]
+            back = run_gpuops("rollback", "-i", str(host.inventory_path), env={"XDG_STATE_HOME": ""})
+            assert back.returncode == 0, back.stdout + back.stderr
+        else:
+            state = host.booted.path("/var/lib/gpuops")
+            rolled_back_before = rolled_back_count(state)
+            client = client_paused_at(state, "health", ["apply", "sglang-service", "-i", str(host.inventory_path),
+                                                        "-e", "gpuops_lease=4", "-e", "gpuops_health_timeout=60",
+                                                        "-e", json.dumps({"sglang_env": env})], gpuops_home, 120)
+            try:
+                assert drop_in.parent.is_dir()  # made by the run, which systemd now runs
+                client.send_signal(signal.SIGKILL)
+                client.wait(timeout=30)
+            finally:
+                if client.poll() is None:
+                    client.kill()
+            wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_back_before,
+                                   time.monotonic() + 4 + 60)
+        assert files(host) == before and unit_path.read_bytes() == old_unit
+        assert not drop_in.parent.exists()
+        shown = host.systemctl_show("DropInPaths", "NeedDaemonReload", "ActiveState")
+        assert (shown["DropInPaths"], shown["NeedDaemonReload"], shown["ActiveState"]) == ("", "no", "active")
+        assert "SGLANG_NOTE" not in served(host)["env"]
+    finally:
+        for path, text in lab_files.items():
+            host.booted.path(path).parent.mkdir(parents=True, exist_ok=True)
+            host.booted.path(path).write_text(text)
+        host.booted.run(["systemctl", "daemon-reload"])
+        host.booted.run(["systemctl", "restart", host.unit])
+        served(host)
