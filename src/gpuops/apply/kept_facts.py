@@ -23,9 +23,9 @@ The fingerprint (``setup_script``) covers:
 
 The directories come from the previous gather, so a first run keeps the summary without a fingerprint
 and the second computes one over the directories it now knows; from the third run on, a no-op skips
-the probes. Nothing is kept from a gather where a probe failed or the GPU facts are unknown (a
-transient ``nvidia-smi`` failure must not stick), nor for a server in a container (its stack is read
-inside the container). ``$GPUOPS_FACTS_CACHE=off`` turns it off; ``inspect host`` never uses it
+the probes. Nothing is kept from a gather where a probe failed or any of its values is unknown (one
+``nvidia-smi`` call that timed out or failed, a transient state, must not stick until the next reboot),
+nor for a server in a container (its stack is read inside the container). ``$GPUOPS_FACTS_CACHE=off`` turns it off; ``inspect host`` never uses it
 (it reports live values such as memory in use).
 """
 
@@ -184,8 +184,11 @@ def summary(guard_: Guard, host_name: str, values: Mapping[str, Any],
     if guard_.directory is None or not isinstance(fingerprint, str):
         return result
     packages = guarded.get("software.python")
-    if any(isinstance(v, ProbeFailure) for v in guarded.values()) or not isinstance(packages, PythonPackages) \
-            or not packages.known or not result or result.get("compute_capability") is None \
+    # A call that failed or timed out parses to a value that says it is unknown (not a ProbeFailure),
+    # and the summary still looks whole (an unknown interconnect, the CUDA of torch): kept, that
+    # would be served until the next reboot, though the next live gather may read it.
+    if any(isinstance(v, ProbeFailure) or getattr(v, "known", True) is not True for v in guarded.values()) \
+            or not isinstance(packages, PythonPackages) or not result or result.get("compute_capability") is None \
             or result.get("gpu_count") is None:
         return result  # not every input known: gathered again next time
     dirs = tuple(packages.search_path[:MAX_DIRS])
