@@ -78,3 +78,81 @@ def test_a_whole_gather_is_still_kept(tmp_path: Path, monkeypatch) -> None:
     for _ in range(2):
         kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(), lambda v: dict(whole))
     assert _guard(tmp_path, monkeypatch).held.fingerprint == FP
+
+
+# --------------------------------------------------------- what decides sys.path besides its dirs
+
+
+def _fingerprint(dirs: list[str], env: dict[str, str]) -> str:
+    script = setup_script(dirs) + '\nprintf "%s" "$gpuops_facts_fp"'
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=60,
+                         env={"PATH": os.environ["PATH"], **env}).stdout
+    assert len(out) in (64, 8, 9, 10) and out.isalnum(), out
+    return out
+
+
+def test_a_python_link_moved_to_another_env_with_the_same_interpreter(tmp_path: Path) -> None:
+    """``sglang_python: /opt/bin/python3``, a link to a conda env's python. conda hard-links the
+    interpreter into every env (one inode), and that python reports its sys.path resolved (under
+    the env), so moving the link to another env changes neither the stat of ``$GPUOPS_PY`` nor any
+    directory the last gather reported: only where the link leads."""
+    pkgs = tmp_path / "pkgs" / "python3.12"
+    pkgs.parent.mkdir()
+    pkgs.write_text("an interpreter\n")
+    envs = {}
+    for name in ("sglang-a", "sglang-b"):
+        env_bin = tmp_path / "envs" / name / "bin"
+        env_bin.mkdir(parents=True)
+        os.link(pkgs, env_bin / "python3.12")
+        (tmp_path / "envs" / name / "site").mkdir()
+        envs[name] = env_bin / "python3.12"
+    link = tmp_path / "bin" / "python3"
+    link.parent.mkdir()
+    link.symlink_to(envs["sglang-a"])
+    dirs = [str(tmp_path / "envs" / "sglang-a" / "site")]
+    before = _fingerprint(dirs, {"GPUOPS_PY": str(link)})
+    link.unlink()
+    link.symlink_to(envs["sglang-b"])
+    assert _fingerprint(dirs, {"GPUOPS_PY": str(link)}) != before
+
+
+def test_a_venv_that_now_includes_the_system_site_packages(tmp_path: Path) -> None:
+    """``include-system-site-packages = true`` adds the base python's site dirs (where another torch
+    may be) to sys.path; the venv's own directories are unchanged."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to("/bin/sh")  # any file: only its stat is read
+    site = venv / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    cfg = venv / "pyvenv.cfg"
+    cfg.write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    env = {"GPUOPS_PY": str(venv / "bin" / "python")}
+    before = _fingerprint([str(site)], env)
+    cfg.write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
+    assert _fingerprint([str(site)], env) != before
+
+
+def test_a_pth_file_rewritten_in_place(tmp_path: Path) -> None:
+    """A ``.pth`` file (an editable install's, conda's) rewritten in place adds or moves a sys.path
+    directory; its directory's stat and listing stay as they were."""
+    site = tmp_path / "site"
+    site.mkdir()
+    pth = site / "__editable__.sglang-0.5.8.pth"
+    pth.write_text("/src/sglang-a/python\n")
+    info = os.stat(site)
+    before = _fingerprint([str(site)], {})
+    with open(pth, "w") as fh:  # in place: same inode, the directory untouched
+        fh.write("/src/sglang-b/python\n")
+    assert os.stat(site).st_mtime_ns == info.st_mtime_ns
+    assert _fingerprint([str(site)], {}) != before
+
+
+@pytest.mark.parametrize("name", ["HOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONHOME"])
+def test_the_environment_that_moves_sys_path(tmp_path: Path, name: str) -> None:
+    """The user site dir follows ``$HOME`` (another login user, or become keeping or setting it) and
+    ``$PYTHONUSERBASE``; ``$PYTHONNOUSERSITE`` drops it; ``$PYTHONHOME`` moves the standard library
+    and site dirs."""
+    site = tmp_path / "site"
+    site.mkdir()
+    first = _fingerprint([str(site)], {name: str(tmp_path / "a")})
+    assert _fingerprint([str(site)], {name: str(tmp_path / "b")}) != first

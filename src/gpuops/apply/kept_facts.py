@@ -15,11 +15,13 @@ The fingerprint (``setup_script``) covers:
   reload may change: ``params``, ``registry``) and each GPU the driver sees
   (``/proc/driver/nvidia/gpus/*/information``: model, bus, UUID, whether it is excluded; static per GPU);
 - the ``nvidia-smi`` on PATH (path, size, mtime, ctime, inode);
-- the python the probes run with (``$GPUOPS_PY``, its stat, ``$PYTHONPATH``) and every directory on
-  its ``sys.path`` as the last full gather reported it, plus the user site dir (size, link count, mtime
-  and ctime to the nanosecond, inode, and the names in it: installing, upgrading or removing a
-  package, or a ``.pth`` adding a directory, changes its directory; a wheel's dist-info name carries
-  its version, local label included).
+- the python the probes run with (``$GPUOPS_PY``, its stat and where a link to it leads, the venv's
+  ``pyvenv.cfg``, ``$PYTHONPATH``, and ``$HOME``, ``$PYTHONHOME``, ``$PYTHONUSERBASE``,
+  ``$PYTHONNOUSERSITE``, which move its site dirs) and every directory on its ``sys.path`` as the
+  last full gather reported it, plus the user site dir (size, link count, mtime and ctime to the
+  nanosecond, inode, the names in it, and the text of its ``.pth`` files and ``sitecustomize.py`` /
+  ``usercustomize.py``: installing, upgrading or removing a package, or a ``.pth`` adding a directory,
+  changes its directory; a wheel's dist-info name carries its version, local label included).
 
 The directories come from the previous gather, so a first run keeps the summary without a fingerprint
 and the second computes one over the directories it now knows; from the third run on, a no-op skips
@@ -113,9 +115,19 @@ def setup_script(dirs: Sequence[str]) -> str:
         "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; $gpuops_t cat \"$gpuops_f\"; }; done",
         f"  if gpuops_f=$(command -v nvidia-smi); then {stat} \"$gpuops_f\" || echo \"unreadable $gpuops_f\"; else echo 'no nvidia-smi'; fi",
         f"  echo \"python ${{GPUOPS_PY:-}} PYTHONPATH=${{PYTHONPATH:-}}\"; [ -z \"${{GPUOPS_PY:-}}\" ] || {stat} \"$GPUOPS_PY\"",
+        # What else decides sys.path: where a link to the python leads (a conda env's interpreter
+        # is one hard-linked inode in every env), a venv's pyvenv.cfg (include-system-site-packages),
+        # and the environment the user site dir and the prefix follow.
+        "  [ -z \"${GPUOPS_PY:-}\" ] || { readlink -f \"$GPUOPS_PY\"; cat \"${GPUOPS_PY%/*}/pyvenv.cfg\" \"${GPUOPS_PY%/*}/../pyvenv.cfg\"; }",
+        "  echo \"HOME=${HOME:-} PYTHONHOME=${PYTHONHOME-unset} PYTHONUSERBASE=${PYTHONUSERBASE-unset} PYTHONNOUSERSITE=${PYTHONNOUSERSITE-unset}\"",
     ]
     if dirs:
         lines.append(f"  for gpuops_f in {quoted}; do {stat} \"$gpuops_f\" && ls -a \"$gpuops_f\" || echo \"absent $gpuops_f\"; done")
+        # .pth files (and site's customize modules) rewritten in place add or move directories
+        # without touching their own directory's stat or listing.
+        pth = " ".join(f"{shlex.quote(d)}/*.pth {shlex.quote(d)}/sitecustomize.py {shlex.quote(d)}/usercustomize.py"
+                       for d in dirs)
+        lines.append(f"  cat {pth}")
     lines += [
         "} 2>/dev/null | { sha256sum 2>/dev/null || cksum; } )",
         f"{_VAR}=${{{_VAR}%% *}}",
