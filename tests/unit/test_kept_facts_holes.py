@@ -156,3 +156,26 @@ def test_the_environment_that_moves_sys_path(tmp_path: Path, name: str) -> None:
     site.mkdir()
     first = _fingerprint([str(site)], {name: str(tmp_path / "a")})
     assert _fingerprint([str(site)], {name: str(tmp_path / "b")}) != first
+
+
+def _fingerprint_with_devices(tmp_path: Path, devices: dict[str, int]) -> str:
+    """The fingerprint where /dev holds ``devices`` (name -> minor of an nvidia character device),
+    in a private mount namespace over a tmpfs: the machine's own /dev is never touched."""
+    make = " && ".join(f"mknod /dev/{name} c 195 {minor}" for name, minor in devices.items()) or "true"
+    script = setup_script([]) + '\nprintf "%s" "$gpuops_facts_fp"'
+    argv = ["unshare", "--mount", "sh", "-c",
+            f"mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && {make} && {script}"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60,
+                         env={"PATH": os.environ["PATH"]}).stdout
+    assert len(out) in (64, 8, 9, 10) and out.isalnum(), out
+    return out
+
+
+def test_a_container_given_other_gpus(tmp_path: Path) -> None:
+    """A container (reached at the same address) made again with other GPUs: the same kernel (boot
+    id), and /proc/driver/nvidia shows every GPU of the machine where the NVIDIA runtime does not
+    mask it (``docker run --device``); nvidia-smi sees only the device nodes the container was given."""
+    one = _fingerprint_with_devices(tmp_path, {"nvidia0": 0})
+    assert _fingerprint_with_devices(tmp_path, {"nvidia0": 0}) == one  # stable
+    assert _fingerprint_with_devices(tmp_path, {"nvidia0": 0, "nvidia1": 1}) != one  # a GPU more
+    assert _fingerprint_with_devices(tmp_path, {"nvidia0": 3}) != one  # --device /dev/nvidia3:/dev/nvidia0

@@ -14,6 +14,7 @@ The fingerprint (``setup_script``) covers:
 - the driver (``/proc/driver/nvidia/version``, its module parameters and registry keys, which a
   reload may change: ``params``, ``registry``) and each GPU the driver sees
   (``/proc/driver/nvidia/gpus/*/information``: model, bus, UUID, whether it is excluded; static per GPU);
+- the GPU device nodes ``/dev/nvidia[0-9]*`` (name, major, minor: a container's GPUs);
 - the ``nvidia-smi`` on PATH (path, size, mtime, ctime, inode);
 - the python the probes run with (``$GPUOPS_PY``, its stat and where a link to it leads, the venv's
   ``pyvenv.cfg``, ``$PYTHONPATH``, and ``$HOME``, ``$PYTHONHOME``, ``$PYTHONUSERBASE``,
@@ -113,6 +114,9 @@ def setup_script(dirs: Sequence[str]) -> str:
         "  $gpuops_t cat /proc/driver/nvidia/version || echo 'no nvidia driver'",
         "  $gpuops_t cat /proc/driver/nvidia/params /proc/driver/nvidia/registry",
         "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; $gpuops_t cat \"$gpuops_f\"; }; done",
+        # The GPU device nodes (name, major and minor): a container is given GPUs by them, and sees the
+        # machine's boot id and, unless the NVIDIA runtime masks it, its whole /proc/driver/nvidia.
+        "  stat -c '%n %t %T' /dev/nvidia[0-9]* || echo 'no nvidia devices'",
         f"  if gpuops_f=$(command -v nvidia-smi); then {stat} \"$gpuops_f\" || echo \"unreadable $gpuops_f\"; else echo 'no nvidia-smi'; fi",
         f"  echo \"python ${{GPUOPS_PY:-}} PYTHONPATH=${{PYTHONPATH:-}}\"; [ -z \"${{GPUOPS_PY:-}}\" ] || {stat} \"$GPUOPS_PY\"",
         # What else decides sys.path: where a link to the python leads (a conda env's interpreter
