@@ -86,7 +86,9 @@ def code_digest() -> str:
 
 def jsonable(value: Any) -> Any:
     """``json.dumps``' default for digests: dataclasses by field, sets sorted, anything else its
-    repr (an unstable repr only makes a miss, never a wrong hit)."""
+    repr. A default repr (it carries the object's id) only makes a miss; a repr that leaves out part
+    of an object's state would make a wrong hit, so what is digested must be plain data, dataclasses
+    and sets (every field of the facts and variables digested today is)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"__dataclass__": type(value).__name__, **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
     if isinstance(value, (set, frozenset)):

@@ -58,8 +58,13 @@ def test_reboot_driver_and_gpus_each_change_the_fingerprint(tmp_path: Path) -> N
     (proc / "driver" / "nvidia" / "version").write_text("NVRM 590.10\n")
     updated = _fingerprint([], proc=proc)
     assert updated not in (base, rebooted)
+    (proc / "driver" / "nvidia" / "params").write_text("EnableGpuFirmware: 18\n")
+    with_params = _fingerprint([], proc=proc)
+    (proc / "driver" / "nvidia" / "params").write_text("EnableGpuFirmware: 0\n")  # reloaded with other parameters
+    reloaded = _fingerprint([], proc=proc)
+    assert len({base, rebooted, updated, with_params, reloaded}) == 5
     _fake_proc(proc, "b2", "NVRM 590.10", {"0000:02:00.0": "Model: H200\nGPU UUID: GPU-2\n"})
-    assert _fingerprint([], proc=proc) not in (base, rebooted, updated)  # a GPU more
+    assert _fingerprint([], proc=proc) not in (base, rebooted, updated, with_params, reloaded)  # a GPU more
 
 
 def test_nvidia_smi_python_and_pythonpath_change_the_fingerprint(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ sh (no python, no NVML) and, when it matches, skips those probes and says "kept"
 The fingerprint (``setup_script``) covers:
 - the boot (``/proc/sys/kernel/random/boot_id``): GPUs, the PCI topology, P2P and NVLink change only
   across a reboot (or a driver reload, below);
-- the driver (``/proc/driver/nvidia/version``) and each GPU the driver sees
-  (``/proc/driver/nvidia/gpus/*/information``: model, bus, UUID; static per GPU);
+- the driver (``/proc/driver/nvidia/version``, its module parameters and registry keys, which a
+  reload may change: ``params``, ``registry``) and each GPU the driver sees
+  (``/proc/driver/nvidia/gpus/*/information``: model, bus, UUID, whether it is excluded; static per GPU);
 - the ``nvidia-smi`` on PATH (path, size, mtime, ctime, inode);
 - the python the probes run with (``$GPUOPS_PY``, its stat, ``$PYTHONPATH``) and every directory on
   its ``sys.path`` as the last full gather reported it, plus the user site dir (size, link count, mtime
@@ -108,6 +109,7 @@ def setup_script(dirs: Sequence[str]) -> str:
         "  echo 'gpuops facts fingerprint 1'",
         "  cat /proc/sys/kernel/random/boot_id || echo 'no boot id'",
         "  $gpuops_t cat /proc/driver/nvidia/version || echo 'no nvidia driver'",
+        "  $gpuops_t cat /proc/driver/nvidia/params /proc/driver/nvidia/registry",
         "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; $gpuops_t cat \"$gpuops_f\"; }; done",
         f"  if gpuops_f=$(command -v nvidia-smi); then {stat} \"$gpuops_f\" || echo \"unreadable $gpuops_f\"; else echo 'no nvidia-smi'; fi",
         f"  echo \"python ${{GPUOPS_PY:-}} PYTHONPATH=${{PYTHONPATH:-}}\"; [ -z \"${{GPUOPS_PY:-}}\" ] || {stat} \"$GPUOPS_PY\"",

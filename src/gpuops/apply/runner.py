@@ -93,13 +93,18 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
 
 
 def _gpu_probes(host: "Host") -> list[Any]:
-    """The facts part's GPU probes (and the package list, for torch's CUDA), by their pinned entry.
-    Gathered with the gate scan only (a role that patches): a no-op nccl-env run does not pay for
-    nvidia-smi and the package list."""
+    """The facts part's GPU probes (and the package list, for torch's CUDA): the very probes
+    ``facts.host.probes_for`` gathers under these names (tests/unit/test_gpu_probes_for_apply.py),
+    built from their own modules so a no-op whose GPU facts are kept never imports the rest of the
+    facts (server, launch, the host report: ~3 ms). Gathered with the gate scan only (a role that
+    patches): a no-op nccl-env run does not pay for nvidia-smi and the package list."""
+    del host  # the GPU probes are the same for every host (probes_for's host-specific ones are not GPU probes)
     try:
-        from gpuops.facts.host import probes_for
+        from gpuops.facts import gpu as gpu_fact
+        from gpuops.facts import topology as topology_fact
+        from gpuops.facts.software import python_packages_probe
 
-        return [p for p in probes_for(host) if p.name.startswith("gpu.") or p.name == "software.python"]
+        return [*gpu_fact.probes(), *topology_fact.probes(), python_packages_probe()]
     except Exception:  # facts help judge the re-audit; without them it is judged for the target
         return []
 
