@@ -101,13 +101,18 @@ def _paused_worker(state: Path, phase: str, earlier: set[Path], deadline: float)
     raise AssertionError(f"the worker never paused at {phase}")
 
 
-def test_a_worker_killed_after_the_write_is_recovered_without_its_directories(tmp_path: Path) -> None:
+def _run_to_pause(tmp_path: Path, phase: str) -> tuple[Path, Path, Path, dict[str, str], set[Path]]:
+    """A host tree, its state dir with the lab told to pause the next run at ``phase``, the file
+    that run creates under two new directories, the tree before it, and the call folders so far."""
     root, state = host_root(tmp_path), lab_state(tmp_path)
-    new = root / "etc" / "a" / "b" / "new.conf"
-    before = tree_hashes(root)
     state.mkdir(parents=True)
-    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "first_write", "seconds": 60}))
-    earlier, answer = _calls(state), {}
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 120}))
+    return root, state, root / "etc" / "a" / "b" / "new.conf", tree_hashes(root), _calls(state)
+
+
+def test_a_worker_killed_after_the_write_is_recovered_without_its_directories(tmp_path: Path) -> None:
+    root, state, new, before, earlier = _run_to_pause(tmp_path, "first_write")
+    answer: dict[str, Any] = {}
     runner = threading.Thread(target=lambda: answer.update(run_helper(payload(state, [change(new, b"n\n", None)]),
                                                                       lease_s=30)))
     runner.start()
@@ -137,12 +142,7 @@ run_transaction(conn, python_command(sys.executable, stream=True), body, payload
 
 
 def test_a_client_killed_mid_run_lets_the_lease_lapse_and_the_host_removes_them(tmp_path: Path) -> None:
-    root, state = host_root(tmp_path), lab_state(tmp_path)
-    new = root / "etc" / "a" / "b" / "new.conf"
-    before = tree_hashes(root)
-    state.mkdir(parents=True)
-    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "confirm", "seconds": 120}))
-    earlier = _calls(state)
+    root, state, new, before, earlier = _run_to_pause(tmp_path, "confirm")
     lease = 3
     client = subprocess.Popen([sys.executable, "-c", CLIENT, json.dumps(dict(payload(state, [change(new, b"n\n", None)]),
                                                                               lease_s=lease))],

@@ -82,6 +82,7 @@ def run_bench(
     finished = {t.host.name: threading.Event() for t in targets}
     deadlines: dict[str, float] = {}  # per host, from when its run began (--timeout)
     given_up: set[str] = set()  # hosts past their deadline: what their thread finds later is dropped
+    settled: set[str] = set()  # hosts whose results are home: never given up from then on
     lock = threading.Lock()
 
     def changed() -> None:
@@ -144,7 +145,11 @@ def run_bench(
             else:
                 result = repeats[0]
             measured = result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
-            if (measured or result["summary"].get("completed")) and name not in given_up:
+            with lock:  # one decision, taken with the wait loop's: kept (and saved), or given up (and dropped)
+                keep = name not in given_up
+                if keep:
+                    settled.add(name)
+            if (measured or result["summary"].get("completed")) and keep:
                 state.file = store.save(result)
             state.result = result
             state.error = "; ".join(result["errors"]) or None
@@ -178,7 +183,8 @@ def run_bench(
     # running thread marked as stopped (a CPython quirk), and its results would be lost.
     try:
         _wait_all(finished.values(), None, lambda: _give_up_overdue(targets, states, finished, deadlines, given_up,
-                                                                     lock, timeout, run_id, connect_options, changed))
+                                                                     settled, lock, timeout, run_id, connect_options,
+                                                                     changed))
     except KeyboardInterrupt:
         for state in states.values():
             if state.status == "running":
@@ -257,11 +263,13 @@ def _timed_out(timeout: float) -> str:
 
 
 def _give_up_overdue(targets: Sequence[BenchTarget], states: dict[str, HostBench], finished: dict[str, threading.Event],
-                     deadlines: dict[str, float], given_up: set[str], lock: threading.Lock, timeout: float | None,
-                     run_id: str, connect_options: ConnectOptions, changed: Callable[[], None]) -> None:
+                     deadlines: dict[str, float], given_up: set[str], settled: set[str], lock: threading.Lock,
+                     timeout: float | None, run_id: str, connect_options: ConnectOptions,
+                     changed: Callable[[], None]) -> None:
     """Fail every host past its deadline now, whatever its transport does with the command's time
     limit (an SSH channel's timeout is one of silence, and a client that prints progress is never
-    silent); its client is asked to stop, in the background: the host may not answer at all."""
+    silent); its client is asked to stop, in the background: the host may not answer at all. A host
+    whose results are already home (``settled``: being saved) is not given up: it is done."""
     if timeout is None:
         return
     now = time.monotonic()
@@ -269,7 +277,8 @@ def _give_up_overdue(targets: Sequence[BenchTarget], states: dict[str, HostBench
     with lock:
         for target in targets:
             name = target.host.name
-            if name in deadlines and name not in given_up and not finished[name].is_set() and now > deadlines[name]:
+            if (name in deadlines and name not in given_up and name not in settled and not finished[name].is_set()
+                    and now > deadlines[name]):
                 given_up.add(name)
                 states[name] = HostBench(name, error=_timed_out(timeout), status="failed",
                                          started_at=states[name].started_at)

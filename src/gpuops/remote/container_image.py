@@ -13,8 +13,10 @@ A tag that already holds this patch (the same hash label) is reused, not rebuilt
 recreate after someone replaced the container, costs nothing. An image this run built is removed
 again when the run rolls back (after the previous container is back); one that existed is kept.
 
-Every docker command runs with its output in files and is killed if the run's lease lapses
-(``check`` raises), so a client that dies mid-build leaves the original image running.
+Every docker command runs through the apply run's one polled runner (``apply_commands.run_watched``:
+output in files, the command's process group killed if the run's lease lapses, ``check`` raises), so
+a client that dies mid-build leaves the original image running; the build container is removed even
+then.
 """
 
 import base64
@@ -22,15 +24,12 @@ import hashlib
 import io
 import json
 import os
-import signal
-import subprocess
 import tarfile
-import tempfile
 import time
 
+from gpuops.remote.apply_commands import run_watched
 from gpuops.remote.service_base import ServiceFailed
 
-POLL_S = 0.1
 _DOCKER_TIMEOUT_S = 600
 # py_compile each path (argv) to a throwaway cfile: the image's tree gets no __pycache__ from us.
 _COMPILE = (
@@ -45,57 +44,18 @@ _COMPILE = (
 
 
 def docker(argv, check, work_dir, stdin_data=None, timeout=_DOCKER_TIMEOUT_S):
-    """``docker ARGV``: (exit status, stdout bytes, stderr text); ``check()`` is called while it runs
-    (it raises to abandon the run: the command is killed first). Input and output go through files
-    in ``work_dir`` (no pipe to fill while we poll)."""
-    fds, files = [], []
+    """``docker ARGV``: (exit status, stdout bytes, stderr text), through the apply run's one polled
+    runner (``apply_commands.run_watched``): ``check()`` is called while it runs (it raises to abandon
+    the run: the command is killed first); past ``timeout``, ServiceFailed. No docker: status 127."""
     try:
-        for prefix in ("in-", "out-", "err-"):
-            fd, path = tempfile.mkstemp(prefix="docker-" + prefix, dir=work_dir)
-            fds.append(fd)
-            files.append(path)
-        if stdin_data is not None:
-            os.write(fds[0], stdin_data)
-        os.lseek(fds[0], 0, os.SEEK_SET)
-        try:
-            proc = subprocess.Popen(["docker"] + list(argv), stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                                    start_new_session=True)
-        except FileNotFoundError:
-            return 127, b"", "docker not found on this host"
-        deadline = time.monotonic() + timeout
-        try:
-            while proc.poll() is None:
-                check()
-                if time.monotonic() > deadline:
-                    raise ServiceFailed("docker %s took longer than %ds" % (argv[0], timeout))
-                time.sleep(POLL_S)
-        except BaseException:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
+        status, out, err = run_watched(
+            ["docker"] + list(argv), work_dir, check, timeout,
+            lambda: ServiceFailed("docker %s took longer than %ds" % (argv[0], timeout)), stdin_data)
+    except FileNotFoundError as exc:
+        if exc.filename != "docker":
             raise
-        out, err = (_read_all(fd) for fd in fds[1:])
-        return proc.returncode, out, err.decode("utf-8", "replace").strip()
-    finally:
-        for fd in fds:
-            os.close(fd)
-        for path in files:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-
-
-def _read_all(fd):
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+        return 127, b"", "docker not found on this host"
+    return status, out, err.decode("utf-8", "replace").strip()
 
 
 class ImageBuilder:
@@ -154,7 +114,9 @@ class ImageBuilder:
                 changes += ["--change", "LABEL %s=%s" % (key, json.dumps(str(value)))]
             self.must("docker commit", "commit", "-m", "gpuops: patched SGLang files", *(changes + [container, self.tag]))
         finally:
-            self.run("rm", "-f", container)
+            # Not abandoned when the lease lapsed mid-build (that is when it matters): the build
+            # container goes, or the host is not as it was.
+            docker(["rm", "-f", container], lambda: None, self.work_dir, timeout=120)
         return True
 
     def patched_member(self, container, entry):

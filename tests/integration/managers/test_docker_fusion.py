@@ -379,11 +379,18 @@ def test_a_file_changed_inside_the_running_container_is_not_baked_over(fusion_ho
     served(dh)
 
 
-@pytest.mark.parametrize("phase", ["audit", "health"])
+def build_containers(dh) -> list[str]:
+    """Containers a derived image's build left (``gpuops-build-<patch>``), running or not."""
+    done = dh.daemon.run("ps", "-a", "--format", "{{.Names}}", "--filter", "name=gpuops-build-")
+    return sorted(done.stdout.decode().split())
+
+
+@pytest.mark.parametrize("phase", ["image_build", "audit", "health"])
 def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, gpuops_home, phase: str) -> None:
-    # The transaction covers the image: gpuops dies once the derived image is built and being
-    # re-audited (audit), or after the container was recreated from it (health); the host rolls
-    # itself back when the lease lapses, to the original container spec and image.
+    # The transaction covers the image: gpuops dies once the launch files name the derived image
+    # but before it is built (image_build), once it is built and being re-audited (audit), or after
+    # the container was recreated from it (health); the host rolls itself back when the lease
+    # lapses, to the original container spec, image and files, and no derived image is left.
     import signal
 
     from labtools import client_paused_at, rolled_back_count, wait_for_self_rollback
@@ -394,8 +401,14 @@ def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, 
     client = client_paused_at(state, phase, ["apply", "fusion-sm120", "-i", str(dh.lab.inventory_path),
                                              "-e", "gpuops_lease=4", "-e", "smoke_check=false"], gpuops_home, 300)
     try:
-        assert len(images(dh)) == 1  # the derived image is built
         running = dh.inspect()
+        if phase == "image_build":
+            # The launch files are written and name a tag that does not exist yet; nothing built.
+            assert host_files(dh) != ORIGINAL["files"]
+            assert "gpuops/sglang:" in (state / "sglang-docker-run.sh").read_text()
+            assert images(dh) == [] and build_containers(dh) == []
+        else:
+            assert len(images(dh)) == 1  # the derived image is built
         if phase == "health":
             assert running["Config"]["Image"].startswith("gpuops/sglang:")  # recreated from the derived image
         else:
@@ -410,8 +423,59 @@ def test_client_killed_mid_apply_leaves_the_original_image_running(fusion_host, 
     assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
     assert host_files(dh) == ORIGINAL["files"]
     assert file_in(dh, dh.container, COMMUNICATOR) == ORIGINAL["communicator"]
-    assert images(dh) == []  # built by the run that was undone: removed with it
+    assert images(dh) == []  # built by the run that was undone: removed with it (or never built)
+    assert build_containers(dh) == []
     served(dh)
+
+
+def test_client_killed_while_docker_commits_the_derived_image_leaves_nothing_built(fusion_host, gpuops_home) -> None:
+    # gpuops dies while a docker command of the build is running (here `docker commit`, made to
+    # hang by the host's docker wrapper): the host's polled runner kills that command when the lease
+    # lapses, the build container is still removed, and the host rolls back to the original.
+    import os
+    import signal
+    import sys
+
+    from labtools import rolled_back_count, wait_for_self_rollback
+
+    dh = fusion_host
+    state = dh.host.state_dir
+    wrapper = dh.host.bin_dir / "docker"
+    original_wrapper = wrapper.read_text()
+    marker = state.parent / "docker-commit.pid"
+    head, rest = original_wrapper.split("\n", 1)
+    wrapper.write_text(f"{head}\nif [ \"$1\" = commit ]; then echo $$ > '{marker}'; exec sleep 600; fi\n{rest}")
+    rolled_before = rolled_back_count(state)
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME")}
+    env["HOME"] = str(gpuops_home)
+    client = subprocess.Popen([sys.executable, "-m", "gpuops.cli", "apply", "fusion-sm120", "-i", str(dh.lab.inventory_path),
+                               "-e", "gpuops_lease=4", "-e", "smoke_check=false"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not (marker.exists() and marker.read_text().strip()):
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "docker commit never started"
+            time.sleep(0.05)
+        commit_pid = int(marker.read_text())
+        assert build_containers(dh) and images(dh) == []  # mid-build: its container exists, no image yet
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+        wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_before,
+                               time.monotonic() + 4 + 90)
+    finally:
+        if client.poll() is None:
+            client.kill()
+        wrapper.write_text(original_wrapper)
+    assert not os.path.exists(f"/proc/{commit_pid}")  # the hung docker commit was killed (and reaped)
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert images(dh) == [] and build_containers(dh) == []
+    last = json.loads((state / "journal.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "rolled_back" and "while building image gpuops/sglang:" in last["error"], last
+    served(dh)
+    marker.unlink()
 
 
 def test_rollback_of_the_fusion_run_under_a_later_nccl_run_returns_to_the_original_image(fusion_host, run_gpuops) -> None:

@@ -281,6 +281,16 @@ def test_client_killed_during_the_health_wait_the_host_rolls_back_by_itself(host
     assert host.systemctl_show("ActiveState")["ActiveState"] == "active"
 
 
+def put_back_lab_files(host, lab_files: dict[str, str]) -> None:
+    """The lab's unit and drop-in as the host started with, loaded and running (a test's cleanup)."""
+    for path, text in lab_files.items():
+        host.booted.path(path).parent.mkdir(parents=True, exist_ok=True)
+        host.booted.path(path).write_text(text)
+    host.booted.run(["systemctl", "daemon-reload"])
+    host.booted.run(["systemctl", "restart", host.unit])
+    served(host)
+
+
 def test_the_environment_is_a_drop_in_of_its_own_and_an_old_unit_rolls_back_byte_for_byte(host, run_gpuops) -> None:
     from gpuops.lab.systemd_host import GROUP_VARS, render_service_files
 
@@ -340,12 +350,7 @@ def test_the_environment_is_a_drop_in_of_its_own_and_an_old_unit_rolls_back_byte
         assert "SGLANG_NOTE" not in info["env"] and info["env"]["NCCL_DEBUG"] == "WARN"
     finally:
         operator.unlink(missing_ok=True)
-        for path, text in lab_files.items():
-            host.booted.path(path).parent.mkdir(parents=True, exist_ok=True)
-            host.booted.path(path).write_text(text)
-        host.booted.run(["systemctl", "daemon-reload"])
-        host.booted.run(["systemctl", "restart", host.unit])
-        served(host)
+        put_back_lab_files(host, lab_files)
 
 
 @pytest.mark.parametrize("undo", ["rollback", "client_killed"])
@@ -397,9 +402,4 @@ def test_the_drop_in_directory_gpuops_created_is_gone_after_the_undo(host, run_g
         assert (shown["DropInPaths"], shown["NeedDaemonReload"], shown["ActiveState"]) == ("", "no", "active")
         assert "SGLANG_NOTE" not in served(host)["env"]
     finally:
-        for path, text in lab_files.items():
-            host.booted.path(path).parent.mkdir(parents=True, exist_ok=True)
-            host.booted.path(path).write_text(text)
-        host.booted.run(["systemctl", "daemon-reload"])
-        host.booted.run(["systemctl", "restart", host.unit])
-        served(host)
+        put_back_lab_files(host, lab_files)
