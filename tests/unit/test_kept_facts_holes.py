@@ -179,3 +179,19 @@ def test_a_container_given_other_gpus(tmp_path: Path) -> None:
     assert _fingerprint_with_devices(tmp_path, {"nvidia0": 0}) == one  # stable
     assert _fingerprint_with_devices(tmp_path, {"nvidia0": 0, "nvidia1": 1}) != one  # a GPU more
     assert _fingerprint_with_devices(tmp_path, {"nvidia0": 3}) != one  # --device /dev/nvidia3:/dev/nvidia0
+
+
+def test_a_summary_kept_by_other_gpuops_code_is_not_offered(tmp_path: Path, monkeypatch) -> None:
+    """The summary is what gpuops' own parsers made of the probes' output (``facts/arch.py`` naming a
+    new GPU's compute capability, the CUDA taken from torch): after an upgrade or a fix of gpuops,
+    a summary the old code made must be gathered again, as a kept no-op plan is
+    (``local_memo.code_digest`` in its key), not served until the host reboots."""
+    from gpuops import local_memo
+
+    whole = {**DEGRADED, "nvlink": False, "p2p_all_pairs": True}
+    monkeypatch.setattr(local_memo, "code_digest", lambda: "1" * 64)
+    for _ in range(2):
+        kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(), lambda v: dict(whole))
+    assert any(p.unless for p in _guard(tmp_path, monkeypatch).probes)  # offered while the code is the same
+    monkeypatch.setattr(local_memo, "code_digest", lambda: "2" * 64)  # gpuops upgraded
+    assert not any(p.unless for p in _guard(tmp_path, monkeypatch).probes)

@@ -5,8 +5,9 @@ A role that patches gates plans its applicability from a summary of the host's G
 ``apply/runner._gpu_summary``). Gathering it runs ``nvidia-smi`` four times and the package probe, the
 largest share of a no-op apply's time on the host (real ``nvidia-smi`` initialises NVML on every call),
 to find, again, what the last run found. So the summary is kept per host with a fingerprint of
-everything it is read from, and the next apply offers that fingerprint: the host computes it again in
-sh (no python, no NVML) and, when it matches, skips those probes and says "kept".
+everything it is read from (and gpuops' code, which made it: ``host_key``), and the next apply offers
+that fingerprint: the host computes it again in sh (no python, no NVML) and, when it matches, skips
+those probes and says "kept".
 
 The fingerprint (``setup_script``) covers:
 - the boot (``/proc/sys/kernel/random/boot_id``): GPUs, the PCI topology, P2P and NVLink change only
@@ -91,7 +92,9 @@ def cache_dir() -> Path | None:
 
 
 def host_key(host: "Host") -> str:
-    ident = [FORMAT, host.name, host.address, host.port, host.user, host.connection]
+    """The host, and gpuops' code: the summary is what its parsers made of the probes' output, so
+    after an upgrade or a fix it is gathered again (the no-op plan's memo computes the same digest)."""
+    ident = [FORMAT, local_memo.code_digest(), host.name, host.address, host.port, host.user, host.connection]
     return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
 
 
