@@ -10,8 +10,10 @@ that fingerprint: the host computes it again in sh (no python, no NVML) and, whe
 those probes and says "kept".
 
 The fingerprint (``setup_script``) covers:
-- the boot (``/proc/sys/kernel/random/boot_id``): GPUs, the PCI topology, P2P and NVLink change only
-  across a reboot (or a driver reload, below);
+- the boot (``/proc/sys/kernel/random/boot_id``): GPUs, the PCI topology, P2P and NVLink are set up
+  at boot (or by a driver reload, below). What the driver holds without showing it in a file is not
+  covered: a GPU that fails or is reset, an NVLink that goes down, the NVSwitch fabric manager's
+  state (no sh-readable sign of them without NVML); after such an event ``--flush-cache`` or a reboot;
 - the driver (``/proc/driver/nvidia/version``, its module parameters and registry keys, which a
   reload may change: ``params``, ``registry``) and each GPU the driver sees
   (``/proc/driver/nvidia/gpus/*/information``: model, bus, UUID, whether it is excluded; static per GPU);
