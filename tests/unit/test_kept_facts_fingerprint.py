@@ -83,7 +83,7 @@ def test_nvidia_smi_python_and_pythonpath_change_the_fingerprint(tmp_path: Path)
     os.replace(new, smi)
     assert _fingerprint([], env={"PATH": path}) != with_smi
     python = tmp_path / "python3"
-    python.write_text("#!/bin/sh\n")
+    python.write_bytes(b"\x7fELF")  # an interpreter, not a script (a script gets no fingerprint)
     first = _fingerprint([], env={"PATH": path, "GPUOPS_PY": str(python)})
     assert first != _fingerprint([], env={"PATH": path})
     assert _fingerprint([], env={"PATH": path, "GPUOPS_PY": str(python), "PYTHONPATH": "/x"}) != first

@@ -195,3 +195,24 @@ def test_a_summary_kept_by_other_gpuops_code_is_not_offered(tmp_path: Path, monk
     assert any(p.unless for p in _guard(tmp_path, monkeypatch).probes)  # offered while the code is the same
     monkeypatch.setattr(local_memo, "code_digest", lambda: "2" * 64)  # gpuops upgraded
     assert not any(p.unless for p in _guard(tmp_path, monkeypatch).probes)
+
+
+def test_a_python_that_is_a_script_is_never_kept(tmp_path: Path) -> None:
+    """``sglang_python`` may be a wrapper script, and ``python3`` on PATH a pyenv shim: which python
+    it runs comes from what the fingerprint cannot see (a file it reads, ``pyenv global``, an
+    environment module's default), and the directories of the python it ran last stay as they were.
+    Its fingerprint is empty: the probes run every time and nothing is kept."""
+    choice = tmp_path / "active-python"
+    choice.write_text("/opt/venv-a/bin/python3\n")
+    wrapper = tmp_path / "sglang-python"
+    wrapper.write_text(f'#!/bin/sh\nexec "$(cat {choice})" "$@"\n')
+    wrapper.chmod(0o755)
+    script = setup_script([]) + '\nprintf "%s" "$gpuops_facts_fp"'
+    env = {"PATH": os.environ["PATH"], "GPUOPS_PY": str(wrapper)}
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=60, env=env).stdout
+    assert out == ""
+    elf = tmp_path / "python3"  # a real interpreter (ELF) is fingerprinted as before
+    elf.write_bytes(b"\x7fELF" + b"\0" * 60)
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=60,
+                         env={**env, "GPUOPS_PY": str(elf)}).stdout
+    assert len(out) in (64, 8, 9, 10)

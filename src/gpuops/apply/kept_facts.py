@@ -27,7 +27,8 @@ The fingerprint (``setup_script``) covers:
   ``usercustomize.py``: installing, upgrading or removing a package, or a ``.pth`` adding a directory,
   changes its directory; a wheel's dist-info name carries its version, local label included).
 
-The directories come from the previous gather, so a first run keeps the summary without a fingerprint
+A python that is a script (a wrapper, a pyenv shim) gets no fingerprint: what it runs is decided
+where the fingerprint cannot see. The directories come from the previous gather, so a first run keeps the summary without a fingerprint
 and the second computes one over the directories it now knows; from the third run on, a no-op skips
 the probes. Nothing is kept from a gather where a probe failed or any of its values is unknown (one
 ``nvidia-smi`` call that timed out or failed, a transient state, must not stick until the next reboot),
@@ -140,6 +141,10 @@ def setup_script(dirs: Sequence[str]) -> str:
     lines += [
         "} 2>/dev/null | { sha256sum 2>/dev/null || cksum; } )",
         f"{_VAR}=${{{_VAR}%% *}}",
+        # A python that is a script (a wrapper named by sglang_python, a pyenv shim on PATH) picks
+        # the interpreter it runs from what this cannot see (a file it reads, `pyenv global`): no
+        # fingerprint, so its probes always run and nothing is kept.
+        f"case $(head -c 2 \"${{GPUOPS_PY:-/dev/null}}\" 2>/dev/null) in '#!'*) {_VAR}= ;; esac",
     ]
     return "\n".join(lines)
 
