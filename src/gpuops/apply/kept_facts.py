@@ -128,16 +128,17 @@ def setup_script(dirs: Sequence[str]) -> str:
         # What else decides sys.path: where a link to the python leads (a conda env's interpreter
         # is one hard-linked inode in every env), a venv's pyvenv.cfg (include-system-site-packages),
         # and the environment the user site dir and the prefix follow.
-        "  [ -z \"${GPUOPS_PY:-}\" ] || { readlink -f \"$GPUOPS_PY\"; cat \"${GPUOPS_PY%/*}/pyvenv.cfg\" \"${GPUOPS_PY%/*}/../pyvenv.cfg\"; }",
+        "  [ -z \"${GPUOPS_PY:-}\" ] || readlink -f \"$GPUOPS_PY\"",
         "  echo \"HOME=${HOME:-} PYTHONHOME=${PYTHONHOME-unset} PYTHONUSERBASE=${PYTHONUSERBASE-unset} PYTHONNOUSERSITE=${PYTHONNOUSERSITE-unset}\"",
     ]
     if dirs:
         lines.append(f"  for gpuops_f in {quoted}; do {stat} \"$gpuops_f\" && ls -a \"$gpuops_f\" || echo \"absent $gpuops_f\"; done")
-        # .pth files (and site's customize modules) rewritten in place add or move directories
-        # without touching their own directory's stat or listing.
-        pth = " ".join(f"{shlex.quote(d)}/*.pth {shlex.quote(d)}/sitecustomize.py {shlex.quote(d)}/usercustomize.py"
-                       for d in dirs)
-        lines.append(f"  cat {pth}")
+    # One cat: the venv's pyvenv.cfg, and the .pth files (and site's customize modules) of each
+    # directory, which rewritten in place add or move directories without touching their own
+    # directory's stat or listing.
+    pth = " ".join(f"{shlex.quote(d)}/*.pth {shlex.quote(d)}/sitecustomize.py {shlex.quote(d)}/usercustomize.py"
+                   for d in dirs)
+    lines.append(f"  cat \"${{GPUOPS_PY%/*}}/pyvenv.cfg\" \"${{GPUOPS_PY%/*}}/../pyvenv.cfg\" {pth}".rstrip())
     lines += [
         "} 2>/dev/null | { sha256sum 2>/dev/null || cksum; } )",
         f"{_VAR}=${{{_VAR}%% *}}",
