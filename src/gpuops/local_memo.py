@@ -64,16 +64,26 @@ def _walk(top: Path, digest: Any) -> None:
 
 
 @functools.lru_cache(maxsize=1)  # one walk per command, however many hosts
+def package_digest() -> str:
+    """gpuops' own code (its package directory, by the stat walk) and the python running it: what a
+    result gpuops' parsers made depends on, wherever the command runs from (no roles, no cwd)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([FORMAT, sys.version]).encode())
+    _walk(Path(__file__).resolve().parent, digest)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)  # one walk per command, however many hosts
 def code_digest() -> str:
-    """gpuops' code, the directories roles and templates are looked up in, and the libraries
-    planning renders and reads with."""
+    """gpuops' code, the directories roles and templates are looked up in (some relative to the
+    working directory), and the libraries planning renders and reads with."""
     import importlib.util
 
     from gpuops.plan.role_paths import default_roles_path, shared_templates_dirs
 
     digest = hashlib.sha256()
-    digest.update(json.dumps([FORMAT, sys.version, os.environ.get("GPUOPS_ROLES_PATH", "")]).encode())
-    for top in [Path(__file__).resolve().parent, *default_roles_path(), *shared_templates_dirs()]:
+    digest.update(json.dumps([FORMAT, package_digest(), os.environ.get("GPUOPS_ROLES_PATH", "")]).encode())
+    for top in [*default_roles_path(), *shared_templates_dirs()]:
         _walk(top, digest)
     for library in ("jinja2", "markupsafe", "yaml"):
         spec = importlib.util.find_spec(library)  # finds without importing it

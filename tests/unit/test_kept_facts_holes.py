@@ -185,15 +185,15 @@ def test_a_summary_kept_by_other_gpuops_code_is_not_offered(tmp_path: Path, monk
     """The summary is what gpuops' own parsers made of the probes' output (``facts/arch.py`` naming a
     new GPU's compute capability, the CUDA taken from torch): after an upgrade or a fix of gpuops,
     a summary the old code made must be gathered again, as a kept no-op plan is
-    (``local_memo.code_digest`` in its key), not served until the host reboots."""
+    (``local_memo.package_digest`` in its key), not served until the host reboots."""
     from gpuops import local_memo
 
     whole = {**DEGRADED, "nvlink": False, "p2p_all_pairs": True}
-    monkeypatch.setattr(local_memo, "code_digest", lambda: "1" * 64)
+    monkeypatch.setattr(local_memo, "package_digest", lambda: "1" * 64)
     for _ in range(2):
         kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(), lambda v: dict(whole))
     assert any(p.unless for p in _guard(tmp_path, monkeypatch).probes)  # offered while the code is the same
-    monkeypatch.setattr(local_memo, "code_digest", lambda: "2" * 64)  # gpuops upgraded
+    monkeypatch.setattr(local_memo, "package_digest", lambda: "2" * 64)  # gpuops upgraded
     assert not any(p.unless for p in _guard(tmp_path, monkeypatch).probes)
 
 
@@ -216,3 +216,23 @@ def test_a_python_that_is_a_script_is_never_kept(tmp_path: Path) -> None:
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=60,
                          env={**env, "GPUOPS_PY": str(elf)}).stdout
     assert len(out) in (64, 8, 9, 10)
+
+
+def test_the_same_facts_are_offered_from_any_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """A role directory or templates in the working directory change what a plan is made of, not
+    what the GPU probes say: the kept facts' key leaves them out (the benchmarks' floors and a user
+    running gpuops from two directories offer the same fingerprint)."""
+    from gpuops import local_memo
+
+    whole = {**DEGRADED, "nvlink": False, "p2p_all_pairs": True}
+    here, there = tmp_path / "a", tmp_path / "b"
+    (there / "roles" / "extra").mkdir(parents=True)
+    (there / "roles" / "extra" / "tasks.yml").write_text("[]\n")
+    here.mkdir()
+    monkeypatch.chdir(here)
+    local_memo.code_digest.cache_clear()
+    for _ in range(2):
+        kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(), lambda v: dict(whole))
+    monkeypatch.chdir(there)
+    local_memo.code_digest.cache_clear()
+    assert any(p.unless for p in _guard(tmp_path, monkeypatch).probes)

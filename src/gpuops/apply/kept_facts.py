@@ -95,9 +95,10 @@ def cache_dir() -> Path | None:
 
 
 def host_key(host: "Host") -> str:
-    """The host, and gpuops' code: the summary is what its parsers made of the probes' output, so
-    after an upgrade or a fix it is gathered again (the no-op plan's memo computes the same digest)."""
-    ident = [FORMAT, local_memo.code_digest(), host.name, host.address, host.port, host.user, host.connection]
+    """The host, and gpuops' own code: the summary is what its parsers made of the probes' output,
+    so after an upgrade or a fix it is gathered again. Not the roles or the working directory
+    (``local_memo.package_digest``): a command run from another directory offers the same facts."""
+    ident = [FORMAT, local_memo.package_digest(), host.name, host.address, host.port, host.user, host.connection]
     return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
 
 
