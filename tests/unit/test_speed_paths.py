@@ -121,6 +121,12 @@ def test_paramiko_offers_fast_algorithms_first_and_config_wins() -> None:
     assert fast_first(("x", "y", "z"), ("z", "q")) == ("z", "x", "y")
 
 
+def _prints_ok(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (what it imports is the point): it must print OK."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "OK", done.stderr
+
+
 def test_fabric_imports_without_unittest_mock_and_mock_context_still_works() -> None:
     code = ("import sys\nfrom gpuops.transport.fabric_import import import_fabric\nimport_fabric()\n"
             "assert 'unittest.mock' not in sys.modules, 'stand-in left behind'\n"
@@ -128,8 +134,7 @@ def test_fabric_imports_without_unittest_mock_and_mock_context_still_works() -> 
             "ctx = invoke.MockContext(run={'true': invoke.Result('ok')})\n"
             "assert ctx.run('true').stdout == 'ok'\n"
             "assert isinstance(ctx.run, unittest.mock.Mock)\nprint('OK')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "OK", done.stderr
+    _prints_ok(code)
 
 
 def test_paramiko_gets_its_own_version_without_importlib_metadata_and_the_real_module_still_works() -> None:
@@ -142,8 +147,7 @@ def test_paramiko_gets_its_own_version_without_importlib_metadata_and_the_real_m
             "assert type(md).__name__ == 'module' and hasattr(md, 'distributions'), md\n"
             "assert paramiko.__version__ == md.version('paramiko'), (paramiko.__version__, md.version('paramiko'))\n"
             "print('OK')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "OK", done.stderr
+    _prints_ok(code)
 
 
 def test_metadata_stand_in_defers_every_other_question_to_the_real_module() -> None:
@@ -154,8 +158,7 @@ def test_metadata_stand_in_defers_every_other_question_to_the_real_module() -> N
             "import importlib.metadata as md\n"
             "assert md is not s and v == md.version('click'), (md, v)\n"
             "assert s.PackageNotFoundError is md.PackageNotFoundError\nprint('OK')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "OK", done.stderr
+    _prints_ok(code)
 
 
 def _fake_site(root: Path, *dist_infos: tuple[str, str]) -> None:
@@ -192,8 +195,7 @@ def test_planner_and_code_digest_leave_the_planning_machinery_unimported_until_a
             f"early = [m for m in {heavy!r} if m in sys.modules]\nassert not early, early\n"
             "d = discover('nccl-env', 'h', {}, {})\nassert isinstance(d, Discovery) and d.paths, d\n"
             f"assert all(m in sys.modules for m in {heavy!r})\nprint('OK')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "OK", done.stderr
+    _prints_ok(code)
 
 
 def test_plan_model_builds_the_change_classes_only_when_asked_and_they_are_the_same_classes() -> None:
@@ -206,8 +208,7 @@ def test_plan_model_builds_the_change_classes_only_when_asked_and_they_are_the_s
             "(c.Change, c.ServiceSpec, c.HandlerRun, c.CompileCheck, c.AuditCheck, c.sha256_text)\n"
             "import gpuops.plan.model as m\n"
             "try:\n    m.NoSuchName\nexcept AttributeError:\n    print('OK')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "OK", done.stderr
+    _prints_ok(code)
 
 
 def test_server_facts_import_their_parsers_only_to_parse_a_running_server() -> None:
@@ -217,5 +218,4 @@ def test_server_facts_import_their_parsers_only_to_parse_a_running_server() -> N
             "ServerFacts(known=False, reason='not gathered')\n"
             "late = [m for m in ('gpuops.facts.server_args', 'gpuops.facts.served_model') if m in sys.modules]\n"
             "assert not late, late\nprint('OK')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "OK", done.stderr
+    _prints_ok(code)
