@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.lab.processes import terminate
 
 DOCKERD = "dockerd"
 INSTALL_HINT = "apt-get install -y docker.io"
@@ -138,34 +138,13 @@ def import_root(daemon: DockerDaemon, root: Path, tag: str, changes: Sequence[st
     return done.stdout.decode().strip()
 
 
-def _terminate(pid: int, grace: float) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done = 0 if os.path.exists(f"/proc/{pid}") else pid
-        if done:
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
-
-
 def stop_dockerd(daemon: DockerDaemon) -> None:
     """Remove every container of this daemon, then stop it by pid."""
     listing = daemon.run("ps", "-aq", timeout=30)
     ids = listing.stdout.decode().split() if listing.returncode == 0 else []
     if ids:
         daemon.run("rm", "-f", *ids, timeout=120)
-    _terminate(daemon.pid, _STOP_GRACE_S)
+    terminate(daemon.pid, _STOP_GRACE_S)
     unmount_under(daemon.dir)
 
 

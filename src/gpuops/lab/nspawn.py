@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.lab import sshd
+from gpuops.lab.processes import terminate
 
 NSPAWN = "systemd-nspawn"
 NSENTER = "nsenter"
@@ -257,25 +257,7 @@ def _wait_running(booted: BootedRoot, child: subprocess.Popen, log: Path) -> Non
 
 
 def _terminate(pid: int, grace: float = _STOP_GRACE_S) -> None:
-    # nspawn turns SIGTERM into an orderly shutdown of the container's systemd.
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # not our child (another process booted it): poll /proc
-            done = 0 if os.path.exists(f"/proc/{pid}") else pid
-        if done:
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
+    terminate(pid, grace)  # nspawn turns SIGTERM into an orderly shutdown of the container's systemd
 
 
 def _is_ours(booted: BootedRoot) -> bool:
