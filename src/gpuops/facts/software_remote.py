@@ -158,6 +158,10 @@ def search_path():
 
 
 def main():
+    # `python -c` puts "" (the directory the probe happens to run in: the login directory) first on
+    # sys.path; the server never sees that directory, and the kept facts' fingerprint does not cover it.
+    while "" in sys.path:
+        sys.path.remove("")
     packages = {}
     for dist_name, import_name in PACKAGES:
         packages[dist_name] = distribution_info(dist_name, import_name)
