@@ -114,7 +114,7 @@ def _start(workdir: Path, driver: str) -> DockerDaemon:
         if socket.exists() and daemon.run("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0:
             return daemon
         time.sleep(0.2)
-    _terminate(child.pid, 5)
+    terminate(child.pid, 5)
     raise GpuopsError(f"lab: dockerd did not answer on {socket} within {_START_TIMEOUT_S:.0f} s")
 
 
