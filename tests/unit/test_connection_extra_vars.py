@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.errors import GpuopsError
-from gpuops.plan.varcheck import refuse_connection_vars
+from gpuops.transport.connvars import refuse_connection_vars
 
 
 @pytest.mark.parametrize("name, says", [

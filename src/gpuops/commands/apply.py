@@ -87,7 +87,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 
     from gpuops.transport.rollout import rollout_for
 
-    from gpuops.plan.varcheck import refuse_connection_vars
+    from gpuops.transport.connvars import refuse_connection_vars
 
     extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     refuse_connection_vars(extra)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuops.errors import TransportError
+from gpuops.errors import GpuopsError, TransportError
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -73,6 +73,21 @@ class Become:
     enabled: bool = False
     user: str | None = None
     password: str | None = field(default=None, repr=False)
+
+
+def refuse_connection_vars(extra_vars: Mapping[str, Any]) -> None:
+    """``-e ansible_become=true`` (or ``ansible_user``, ``ansible_port``, ...) would be silently ignored:
+    how a host is reached is settled from the inventory and the command's flags before any variable
+    of the run is read. Refused before any connection, naming the flag or place that works.
+    ``ansible_python_interpreter`` is not refused: the host's preamble reads it from ``-e`` too."""
+    flags = {"ansible_user": "-u USER", "ansible_ssh_user": "-u USER", "ansible_become": "-b/--become",
+             "ansible_become_password": "-K or $GPUOPS_BECOME_PASS", "ansible_become_pass": "-K or $GPUOPS_BECOME_PASS",
+             "ansible_ssh_private_key_file": "--private-key FILE", "ansible_private_key_file": "--private-key FILE"}
+    for name in extra_vars:
+        if name in IMPLEMENTED and name != "ansible_python_interpreter":
+            instead = f"use {flags[name]}, or set it" if name in flags else "set it"
+            raise GpuopsError(f"-e {name}: connection variables are not read from -e (the connection is made "
+                              f"before the run's variables); {instead} in the inventory (host_vars/group_vars)")
 
 
 def check_variables(host: Host) -> None:
