@@ -256,3 +256,20 @@ def test_a_manifest_naming_a_directory_not_above_its_file_is_refused(tmp_path: P
     assert victim.is_dir() and new.exists()
 
 
+
+
+def test_a_failed_rollback_makes_again_the_directories_it_took_when_the_file_was_already_gone(tmp_path: Path) -> None:
+    """Someone deleted the file r1 created (its directories stay, one with a mode of theirs); the
+    forced rollback takes the empty directories, then fails: its undo must make them again, though
+    there is no file to put back."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    new = root / "etc" / "a" / "b" / "new.conf"
+    assert run_helper(payload(state, [change(new, b"n\n", None)]))["status"] == "finished"
+    new.unlink()
+    (root / "etc" / "a").chmod(0o711)
+    before_rollback = tree_hashes(root)
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "confirm"}))
+    failed = rollback(state, "r2", "r1", force=True)
+    assert failed["status"] == "rolled_back", failed
+    assert tree_hashes(root) == before_rollback
+

@@ -239,8 +239,10 @@ class Run:
         for entry in reversed(manifest["files"]):
             path = entry["path"]
             try:
+                # What this run removed comes back, whether or not it had a file to delete there
+                # (a forced rollback of a file someone deleted still takes its empty directories).
+                recreate_dirs(entry.get("removes_dirs"))
                 if entry["existed"]:
-                    recreate_dirs(entry.get("removes_dirs"))
                     with open(entry["backup"], "rb") as handle:
                         data = handle.read()
                     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
