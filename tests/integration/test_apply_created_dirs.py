@@ -273,3 +273,21 @@ def test_a_failed_rollback_makes_again_the_directories_it_took_when_the_file_was
     assert failed["status"] == "rolled_back", failed
     assert tree_hashes(root) == before_rollback
 
+
+def test_a_failed_rollback_of_a_recomposition_takes_away_the_directories_it_made_again(tmp_path: Path) -> None:
+    """r3 (a recomposition) deleted r1's file and its directories; rolling r3 back makes them again,
+    then fails: its undo must take them away again, as they were before it."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    patch = root / "etc" / "patch.d" / "x" / "a.py"
+    launch = root / "etc" / "unit.service"
+    assert run_helper(payload(state, [change(patch, b"p\n", None), change(launch, b"l2\n", b"[Service]\n")],
+                              run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    done = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [patch]))
+    assert done["status"] == "finished", done
+    assert not patch.parent.parent.exists()
+    after_r3 = tree_hashes(root)
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "confirm"}))
+    failed = rollback(state, "r4", "r3")
+    assert failed["status"] == "rolled_back", failed
+    assert tree_hashes(root) == after_r3

@@ -74,7 +74,8 @@ class Run:
         Directories are part of the way back too: ``created_dirs`` (deepest last) are those writing
         the entry's file creates (each named by the first entry that needs it, so that the reversed
         restore empties it first); ``removes_dirs`` those a deletion of the file may take away
-        (``change["remove_dirs"]``: the undone run's ``created_dirs``), with mode and owner."""
+        (``change["remove_dirs"]``: the undone run's ``created_dirs``), with mode and owner. A change
+        with ``writes`` (a rollback putting a file back from backups) creates directories too."""
         files_dir = os.path.join(self.run_dir, "files")
         os.makedirs(files_dir, mode=0o700, exist_ok=True)
         entries, claimed = [], set()
@@ -82,7 +83,7 @@ class Run:
             path = change["path"]
             entry = {"path": path, "existed": os.path.lexists(path),
                      "after_sha256": change.get("after_sha256")}
-            if "after_b64" in change and not change.get("delete"):
+            if ("after_b64" in change or change.get("writes")) and not change.get("delete"):
                 created = [d for d in missing_dirs(path) if d not in claimed]
                 claimed.update(created)
                 if created:
