@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuops.facts import gpu as gpu_fact
+from gpuops.facts import server as server_fact
+from gpuops.facts import software as software_fact
 from gpuops.facts import topology as topology_fact
 from gpuops.facts.gpu import GpuQuery, SmiBanner
 from gpuops.facts.managed import managed_launch_probe
 from gpuops.facts.python_select import preamble
-from gpuops.facts.server import ServerFacts, server_probe
-from gpuops.facts.software import HostSystem, PythonPackages, host_system_probe, python_packages_probe
+from gpuops.facts.server import ServerFacts
+from gpuops.facts.software import HostSystem, PythonPackages
 from gpuops.facts.topology import Interconnect
-from gpuops.gather import Probe, value_or_unknown
+from gpuops.gather import Probe
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -57,9 +59,8 @@ def probes_for(host: Host) -> list[Probe[Any]]:
     return [
         *gpu_fact.probes(),  # the nvidia-smi calls of both facts start side by side (Probe.start)
         *topology_fact.probes(),
-        host_system_probe(),
-        python_packages_probe(),
-        server_probe(str(state_dir) if state_dir else None),
+        *software_fact.probes(),
+        *server_fact.probes(str(state_dir) if state_dir else None),
         managed_launch_probe(str(state_dir) if state_dir else None),
     ]
 
@@ -67,9 +68,8 @@ def probes_for(host: Host) -> list[Probe[Any]]:
 def host_facts(values: Mapping[str, Any]) -> HostFacts:
     """The typed facts from the parsed probe values (a failed probe becomes an unknown with reason)."""
     gpu, banner = gpu_fact.from_values(values)
-    system = value_or_unknown(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
-    packages = value_or_unknown(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
-    server = value_or_unknown(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
+    system, packages = software_fact.from_values(values)
+    server = server_fact.from_values(values)
     interconnect = topology_fact.from_values(values)
     return HostFacts(
         gpu=gpu,

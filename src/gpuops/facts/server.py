@@ -12,12 +12,13 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuops.facts.software import kv_lines
 from gpuops.secret_policy import mask_args, mask_value
-from gpuops.gather import Probe, ProbeOutput
+from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 
 if TYPE_CHECKING:  # imported where a running server is parsed: apply's GPU facts never need them
     from gpuops.facts.served_model import ModelFacts
@@ -390,6 +391,16 @@ def server_script(state_dir: str | None) -> str:
 
 def server_probe(state_dir: str | None = None) -> Probe[ServerFacts]:
     return Probe("server", server_script(state_dir), parse_server)
+
+
+def probes(state_dir: str | None = None) -> list[Probe[Any]]:
+    """The server fact's probe (the running SGLang server, and gpuops' launch files in ``state_dir``)."""
+    return [server_probe(state_dir)]
+
+
+def from_values(values: Mapping[str, Any]) -> ServerFacts:
+    """The server fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
+    return value_or_unknown(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
 
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuops.gather import Probe, ProbeOutput
+from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 
 NO_PYTHON_STATUS = 127
 
@@ -147,6 +148,18 @@ def python_packages_probe() -> Probe[PythonPackages]:
         f'"$GPUOPS_PY" -c {shlex.quote(remote_source())}'
     )
     return Probe("software.python", script, parse_python_packages)
+
+
+def probes() -> list[Probe[Any]]:
+    """The software fact's probes: the host itself (sh only) and the chosen python's packages."""
+    return [host_system_probe(), python_packages_probe()]
+
+
+def from_values(values: Mapping[str, Any]) -> tuple[HostSystem, PythonPackages]:
+    """The software fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
+    system = value_or_unknown(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
+    packages = value_or_unknown(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
+    return system, packages
 
 
 # JSON key -> distribution name
