@@ -291,3 +291,22 @@ def test_a_failed_rollback_of_a_recomposition_takes_away_the_directories_it_made
     failed = rollback(state, "r4", "r3")
     assert failed["status"] == "rolled_back", failed
     assert tree_hashes(root) == after_r3
+
+
+def test_a_recomposition_undoing_a_recomposition_makes_the_directories_again_with_their_modes(tmp_path: Path) -> None:
+    """r3 (recomposing r1 away) deleted r1's patch and its directories (one 0750); r4 rewrote the
+    launch since, so r3 is undone by recomposition too (r5): the directories come back as they were."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    patch = root / "etc" / "patch.d" / "x" / "a.py"
+    launch = root / "etc" / "unit.service"
+    assert run_helper(payload(state, [change(patch, b"p\n", None), change(launch, b"l2\n", b"[Service]\n")],
+                              run_id="r1"))["status"] == "finished"
+    patch.parent.chmod(0o750)
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    before_r3 = tree_hashes(root)
+    done = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [patch]))
+    assert done["status"] == "finished", done
+    assert run_helper(payload(state, [change(launch, b"l5\n", b"l4\n")], run_id="r4"))["status"] == "finished"
+    done = run_helper(recompose_payload(state, [change(launch, b"l3\n", b"l5\n")], "r5", "r3", [patch]))
+    assert done["status"] == "finished", done
+    assert tree_hashes(root) == before_r3

@@ -145,6 +145,7 @@ class Run:
             data = base64.b64decode(change["after_b64"])
             if self.faults.get("corrupt_patch") and change["path"].endswith(".py"):
                 data += b"\n)(  # gpuops lab fault: does not compile\n"
+            recreate_dirs(change.get("recreate_dirs"))  # a recomposition: what the undone run removed, mode and owner kept
             parent = os.path.dirname(change["path"])
             if parent and not os.path.isdir(parent):
                 os.makedirs(parent, mode=0o755)  # named in the manifest's created_dirs: the undo removes them
