@@ -311,3 +311,25 @@ def test_a_recomposition_undoing_a_recomposition_makes_the_directories_again_wit
     assert done["status"] == "finished", done
     assert tree_hashes(root) == before_r3
 
+
+def test_a_recomposition_deleting_files_in_sibling_directories_takes_their_common_parent_and_brings_it_back(
+        tmp_path: Path) -> None:
+    """r1 creates p/x/a.py (making p and p/x) and p/y/b.py (making p/y): p is named by the first
+    entry only. The recomposition deletes both in the payload's order: p must go too (it is empty
+    once both are gone), and undoing the recomposition must make p before p/y."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    first, second = root / "etc" / "p" / "x" / "a.py", root / "etc" / "p" / "y" / "b.py"
+    launch = root / "etc" / "unit.service"
+    before = tree_hashes(root)
+    assert run_helper(payload(state, [change(first, b"a\n", None), change(second, b"b\n", None),
+                                      change(launch, b"l2\n", b"[Service]\n")], run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    after_r2 = tree_hashes(root)
+    done = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [first, second]))
+    assert done["status"] == "finished", done
+    assert "kept_dirs" not in done, done
+    assert {k: v for k, v in tree_hashes(root).items() if k != "etc/unit.service"} == \
+        {k: v for k, v in before.items() if k != "etc/unit.service"}
+    undo = rollback(state, "r4", "r3")
+    assert undo["ok"], undo
+    assert tree_hashes(root) == after_r2
