@@ -333,3 +333,31 @@ def test_a_recomposition_deleting_files_in_sibling_directories_takes_their_commo
     undo = rollback(state, "r4", "r3")
     assert undo["ok"], undo
     assert tree_hashes(root) == after_r2
+
+
+def test_a_rollback_killed_after_taking_the_directories_is_recovered_with_them_back(tmp_path: Path) -> None:
+    """gpuops rollback of r1 has deleted its files and removed their directories (a shared parent
+    too) when its worker is killed: the recovery puts r1 back, directories first (modes kept);
+    the next rollback then leaves the tree as before r1."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    first, second = root / "etc" / "p" / "x" / "a.py", root / "etc" / "p" / "y" / "b.py"
+    before = tree_hashes(root)
+    assert run_helper(payload(state, [change(first, b"a\n", None), change(second, b"b\n", None)]))["status"] == "finished"
+    (root / "etc" / "p").chmod(0o711)
+    after_apply = tree_hashes(root)
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "rollback_restore", "seconds": 120}))
+    earlier = _calls(state)
+    answer: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: answer.update(run_helper(dict(ROLLBACK, state_dir=str(state), run_id="r2",
+                                                                           target="r1"), lease_s=30)))
+    runner.start()
+    try:
+        worker = _paused_worker(state, "rollback_restore", earlier, time.monotonic() + 60)
+        assert not (root / "etc" / "p").exists()  # all taken: then the OOM killer
+        os.kill(worker["pid"], signal.SIGKILL)
+    finally:
+        runner.join(timeout=120)
+    assert answer.get("ok") is not True, answer
+    assert tree_hashes(root) == after_apply
+    assert rollback(state, "r3", "r1")["ok"]
+    assert tree_hashes(root) == before
