@@ -256,3 +256,108 @@ def test_a_manifest_naming_a_directory_not_above_its_file_is_refused(tmp_path: P
     assert victim.is_dir() and new.exists()
 
 
+
+
+def test_a_failed_rollback_makes_again_the_directories_it_took_when_the_file_was_already_gone(tmp_path: Path) -> None:
+    """Someone deleted the file r1 created (its directories stay, one with a mode of theirs); the
+    forced rollback takes the empty directories, then fails: its undo must make them again, though
+    there is no file to put back."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    new = root / "etc" / "a" / "b" / "new.conf"
+    assert run_helper(payload(state, [change(new, b"n\n", None)]))["status"] == "finished"
+    new.unlink()
+    (root / "etc" / "a").chmod(0o711)
+    before_rollback = tree_hashes(root)
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "confirm"}))
+    failed = rollback(state, "r2", "r1", force=True)
+    assert failed["status"] == "rolled_back", failed
+    assert tree_hashes(root) == before_rollback
+
+
+def test_a_failed_rollback_of_a_recomposition_takes_away_the_directories_it_made_again(tmp_path: Path) -> None:
+    """r3 (a recomposition) deleted r1's file and its directories; rolling r3 back makes them again,
+    then fails: its undo must take them away again, as they were before it."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    patch = root / "etc" / "patch.d" / "x" / "a.py"
+    launch = root / "etc" / "unit.service"
+    assert run_helper(payload(state, [change(patch, b"p\n", None), change(launch, b"l2\n", b"[Service]\n")],
+                              run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    done = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [patch]))
+    assert done["status"] == "finished", done
+    assert not patch.parent.parent.exists()
+    after_r3 = tree_hashes(root)
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "confirm"}))
+    failed = rollback(state, "r4", "r3")
+    assert failed["status"] == "rolled_back", failed
+    assert tree_hashes(root) == after_r3
+
+
+def test_a_recomposition_undoing_a_recomposition_makes_the_directories_again_with_their_modes(tmp_path: Path) -> None:
+    """r3 (recomposing r1 away) deleted r1's patch and its directories (one 0750); r4 rewrote the
+    launch since, so r3 is undone by recomposition too (r5): the directories come back as they were."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    patch = root / "etc" / "patch.d" / "x" / "a.py"
+    launch = root / "etc" / "unit.service"
+    assert run_helper(payload(state, [change(patch, b"p\n", None), change(launch, b"l2\n", b"[Service]\n")],
+                              run_id="r1"))["status"] == "finished"
+    patch.parent.chmod(0o750)
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    before_r3 = tree_hashes(root)
+    done = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [patch]))
+    assert done["status"] == "finished", done
+    assert run_helper(payload(state, [change(launch, b"l5\n", b"l4\n")], run_id="r4"))["status"] == "finished"
+    done = run_helper(recompose_payload(state, [change(launch, b"l3\n", b"l5\n")], "r5", "r3", [patch]))
+    assert done["status"] == "finished", done
+    assert tree_hashes(root) == before_r3
+
+
+def test_a_recomposition_deleting_files_in_sibling_directories_takes_their_common_parent_and_brings_it_back(
+        tmp_path: Path) -> None:
+    """r1 creates p/x/a.py (making p and p/x) and p/y/b.py (making p/y): p is named by the first
+    entry only. The recomposition deletes both in the payload's order: p must go too (it is empty
+    once both are gone), and undoing the recomposition must make p before p/y."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    first, second = root / "etc" / "p" / "x" / "a.py", root / "etc" / "p" / "y" / "b.py"
+    launch = root / "etc" / "unit.service"
+    before = tree_hashes(root)
+    assert run_helper(payload(state, [change(first, b"a\n", None), change(second, b"b\n", None),
+                                      change(launch, b"l2\n", b"[Service]\n")], run_id="r1"))["status"] == "finished"
+    assert run_helper(payload(state, [change(launch, b"l3\n", b"l2\n")], run_id="r2"))["status"] == "finished"
+    after_r2 = tree_hashes(root)
+    done = run_helper(recompose_payload(state, [change(launch, b"l4\n", b"l3\n")], "r3", "r1", [first, second]))
+    assert done["status"] == "finished", done
+    assert "kept_dirs" not in done, done
+    assert {k: v for k, v in tree_hashes(root).items() if k != "etc/unit.service"} == \
+        {k: v for k, v in before.items() if k != "etc/unit.service"}
+    undo = rollback(state, "r4", "r3")
+    assert undo["ok"], undo
+    assert tree_hashes(root) == after_r2
+
+
+def test_a_rollback_killed_after_taking_the_directories_is_recovered_with_them_back(tmp_path: Path) -> None:
+    """gpuops rollback of r1 has deleted its files and removed their directories (a shared parent
+    too) when its worker is killed: the recovery puts r1 back, directories first (modes kept);
+    the next rollback then leaves the tree as before r1."""
+    root, state = host_root(tmp_path), lab_state(tmp_path)
+    first, second = root / "etc" / "p" / "x" / "a.py", root / "etc" / "p" / "y" / "b.py"
+    before = tree_hashes(root)
+    assert run_helper(payload(state, [change(first, b"a\n", None), change(second, b"b\n", None)]))["status"] == "finished"
+    (root / "etc" / "p").chmod(0o711)
+    after_apply = tree_hashes(root)
+    (state / "lab-fault.json").write_text(json.dumps({"pause_at": "rollback_restore", "seconds": 120}))
+    earlier = _calls(state)
+    answer: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: answer.update(run_helper(dict(ROLLBACK, state_dir=str(state), run_id="r2",
+                                                                           target="r1"), lease_s=30)))
+    runner.start()
+    try:
+        worker = _paused_worker(state, "rollback_restore", earlier, time.monotonic() + 60)
+        assert not (root / "etc" / "p").exists()  # all taken: then the OOM killer
+        os.kill(worker["pid"], signal.SIGKILL)
+    finally:
+        runner.join(timeout=120)
+    assert answer.get("ok") is not True, answer
+    assert tree_hashes(root) == after_apply
+    assert rollback(state, "r3", "r1")["ok"]
+    assert tree_hashes(root) == before

@@ -111,8 +111,10 @@ def do_rollback(payload, progress, lease, faults, notes):
     run.service = Service(manifest.get("service"), run.pm, progress)
     kept = check_drift(manifest, target, payload.get("force"),
                        os.path.join(state_dir, "runs", target["run_id"], "files"))
-    # remove_dirs: what restoring the target may take away, so that this run's own backups can make it again
-    changes = [{"path": entry["path"], "remove_dirs": entry.get("created_dirs")} for entry in manifest["files"]]
+    # remove_dirs: what restoring the target may take away, so that this run's own backups can make it again;
+    # writes: restoring the file may make directories again (the target removed them), which this run's undo takes
+    changes = [{"path": entry["path"], "remove_dirs": entry.get("created_dirs"), "writes": bool(entry.get("existed"))}
+               for entry in manifest["files"]]
     run.server_running_before = server_running(run) if manifest.get("service") else False
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)

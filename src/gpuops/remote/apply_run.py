@@ -74,7 +74,8 @@ class Run:
         Directories are part of the way back too: ``created_dirs`` (deepest last) are those writing
         the entry's file creates (each named by the first entry that needs it, so that the reversed
         restore empties it first); ``removes_dirs`` those a deletion of the file may take away
-        (``change["remove_dirs"]``: the undone run's ``created_dirs``), with mode and owner."""
+        (``change["remove_dirs"]``: the undone run's ``created_dirs``), with mode and owner. A change
+        with ``writes`` (a rollback putting a file back from backups) creates directories too."""
         files_dir = os.path.join(self.run_dir, "files")
         os.makedirs(files_dir, mode=0o700, exist_ok=True)
         entries, claimed = [], set()
@@ -82,7 +83,7 @@ class Run:
             path = change["path"]
             entry = {"path": path, "existed": os.path.lexists(path),
                      "after_sha256": change.get("after_sha256")}
-            if "after_b64" in change and not change.get("delete"):
+            if ("after_b64" in change or change.get("writes")) and not change.get("delete"):
                 created = [d for d in missing_dirs(path) if d not in claimed]
                 claimed.update(created)
                 if created:
@@ -128,6 +129,10 @@ class Run:
                 )
 
     def write_changes(self, changes):
+        # A recomposition: what the undone run removed comes back first, all of it, shallowest first
+        # (a directory is named by one entry only, but others' may sit in it); mode and owner kept.
+        recreate_dirs(by_depth(r for c in changes for r in c.get("recreate_dirs") or []))
+        dropped = []  # the directories the deleted files' run created: taken once all those files are gone
         for number, change in enumerate(changes):
             self.lease.check("before writing %s" % change["path"])
             current = sha256_file(change["path"])
@@ -137,7 +142,7 @@ class Run:
                 if os.path.lexists(change["path"]):
                     os.unlink(change["path"])
                     fsync_dir(os.path.dirname(change["path"]) or ".")
-                self.drop_dirs(change.get("remove_dirs"))  # and the directories that run created for it
+                dropped += change.get("remove_dirs") or []  # and the directories that run created for it
                 self.progress({"event": "wrote", "path": change["path"]})
                 continue
             mode = int(change["mode"], 8) if change.get("mode") else None
@@ -154,6 +159,7 @@ class Run:
             self.progress({"event": "wrote", "path": change["path"]})
             if number == 0:
                 self.phase("first_write")
+        self.drop_dirs(dropped)
 
     def compile_checks(self):
         for check in self.payload.get("compile", []):
@@ -224,7 +230,7 @@ class Run:
 
     def drop_dirs(self, dirs):
         """Remove directories a run created (deepest first), only while empty; say which stay."""
-        _, kept = remove_created_dirs(dirs)
+        _, kept = remove_created_dirs(by_depth(set(dirs)))
         for path in kept:
             if path not in self.kept_dirs:
                 self.kept_dirs.append(path)
@@ -235,12 +241,18 @@ class Run:
 
         A file the run created goes, and so do the directories it created for it, while empty; a
         directory the run removed with a file it deleted comes back first, mode and owner kept."""
-        restored, problems = [], []
+        restored, problems, created = [], [], []
+        try:
+            # What this run removed comes back first, all of it, shallowest first (each directory is
+            # named by one entry only), whether or not the entry had a file to delete there (a forced
+            # rollback of a file someone deleted still takes its empty directories).
+            recreate_dirs(by_depth(r for e in manifest["files"] for r in e.get("removes_dirs") or []))
+        except OSError as exc:
+            problems.append("making directories again: %s" % exc)
         for entry in reversed(manifest["files"]):
             path = entry["path"]
             try:
                 if entry["existed"]:
-                    recreate_dirs(entry.get("removes_dirs"))
                     with open(entry["backup"], "rb") as handle:
                         data = handle.read()
                     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
@@ -251,10 +263,11 @@ class Run:
                     if os.path.lexists(path):
                         os.unlink(path)
                         fsync_dir(os.path.dirname(path) or ".")
-                    self.drop_dirs(entry.get("created_dirs"))  # also after a crash between mkdir and write
+                    created += entry.get("created_dirs") or []  # also after a crash between mkdir and write
                 restored.append(path)
             except OSError as exc:
                 problems.append("%s: %s" % (path, exc))
+        self.drop_dirs(created)  # once every file is gone: a parent named by one entry may hold another's
         if self.faults.get("pause_at") == "rollback_restore":
             self.progress({"event": "paused", "phase": "rollback_restore"})
             time.sleep(float(self.faults.get("seconds", 5)))
@@ -289,6 +302,11 @@ class Run:
     def dirs_note(self):
         """``kept_dirs`` for a journal record or a result, when a created directory had to stay."""
         return {"kept_dirs": list(self.kept_dirs)} if self.kept_dirs else {}
+
+
+def by_depth(dirs):
+    """Directory paths (or ``dir_records``), shallowest first: the order to make them in; reversed, to remove."""
+    return sorted(dirs, key=lambda d: os.path.normpath(d["path"] if isinstance(d, dict) else d).count("/"))
 
 
 def guarded(run, manifest, step):

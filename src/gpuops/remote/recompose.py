@@ -173,8 +173,10 @@ def restore_changes(manifest, target, paths, force, kept_dir):
         digest = hashlib.sha256(data).hexdigest()
         if digest != entry.get("sha256"):
             raise Refused("the backup of %s (%s) is damaged; refusing to touch anything" % (path, entry["backup"]))
+        # recreate_dirs: the directories the target removed with the file, made again as they were
         changes.append({"path": path, "after_b64": base64.b64encode(data).decode(), "before_sha256": current,
-                        "after_sha256": digest, "mode": "%04o" % int(entry.get("mode") or 0o644)})
+                        "after_sha256": digest, "mode": "%04o" % int(entry.get("mode") or 0o644),
+                        "recreate_dirs": entry.get("removes_dirs") or []})
     return changes, kept
 
 
@@ -190,7 +192,7 @@ def prepare(payload, records, load_manifest, state_dir):
         raise Refused("a recomposition both restores and plans %s" % ", ".join(sorted(overlap)))
     restored, kept = [], []
     # Which directories a deletion may take away is the host's to say (the target's manifest), never the payload's.
-    planned = [dict((k, v) for k, v in c.items() if k != "remove_dirs") for c in planned]
+    planned = [dict((k, v) for k, v in c.items() if k not in ("remove_dirs", "recreate_dirs")) for c in planned]
     deletes = [c for c in planned if c.get("delete")]
     manifest = None
     if restore or (deletes and os.path.isfile(os.path.join(state_dir, "runs", target["run_id"], "manifest.json"))):
