@@ -120,11 +120,18 @@ def test_a_no_op_skips_gpu_probes_only_while_nothing_they_read_changed(lab, run_
 
 
 def test_inspect_never_uses_kept_gpu_facts(lab, run_gpuops, tmp_path: Path) -> None:
-    """inspect reports live values (memory in use, clocks): it always asks nvidia-smi."""
-    env = {"GPUOPS_FACTS_CACHE": str(tmp_path / "facts"), "GPUOPS_SCAN_CACHE": str(tmp_path / "scans")}
+    """inspect reports live values (memory in use, clocks): it always asks nvidia-smi, even for a
+    host whose GPU facts apply holds with a fingerprint (two applies first, the second kept them)."""
+    env = {"GPUOPS_FACTS_CACHE": str(tmp_path / "facts"), "GPUOPS_SCAN_CACHE": str(tmp_path / "scans"),
+           "GPUOPS_PLAN_CACHE": str(tmp_path / "plans")}
     calls = tmp_path / "smi-calls"
     _log_smi_calls(lab.hosts[0].dir, calls)
-    for expected in (1, 2, 3):
-        proc = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", env=env, timeout=300)
+    for _ in range(2):
+        _apply(run_gpuops, lab, env)
+    assert KEPT_LINE in _apply(run_gpuops, lab, env).stderr  # apply would skip nvidia-smi now
+    before = len(calls.read_text().splitlines())
+    for round_ in (1, 2):
+        proc = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", "-v", env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr
-        assert len(calls.read_text().splitlines()) >= 4 * expected
+        assert "GPU facts:" not in proc.stderr
+        assert len(calls.read_text().splitlines()) >= before + 4 * round_
