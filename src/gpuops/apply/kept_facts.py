@@ -64,7 +64,6 @@ _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 _LOG = "gpuops.transport"  # shown with -v, as the commands are
 
 
-
 def _guarded(name: str) -> bool:
     """The probes whose values the kept summary stands for (``apply/runner._gpu_probes``)."""
     return name.startswith("gpu.") or name == "software.python"
