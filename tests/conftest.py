@@ -21,8 +21,8 @@
     The temp HOME that ``run_gpuops`` uses in this test (holds an empty ``.ssh/``).
 
 ``fixtures_dir``
-    ``Path`` of the shared fixtures: ``shared/fixtures`` beside the checkout (``GPUOPS_FIXTURES``
-    overrides); the same lookup as tests/unit/facts_fixtures.py (``labtools.fixtures_path``).
+    ``Path`` of the test data, ``tests/fixtures`` (``GPUOPS_FIXTURES`` overrides); the same lookup
+    as tests/unit/facts_fixtures.py (``labtools.fixtures_path``).
 
 Skip policy (README, "Testing")
     A skipped test fails the run unless its reason is on ``ALLOWED_SKIPS`` below: a green run must

@@ -25,20 +25,14 @@ VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
 
 
 def fixtures_path() -> Path:
-    """The shared fixtures: ``$GPUOPS_FIXTURES``, else ``shared/fixtures`` beside the checkout.
-
-    CI clones the repository with ``shared/`` beside it (``../shared/fixtures`` from the repo root);
-    a git worktree nested deeper finds the nearest ``shared/fixtures`` beside one of its parents.
-    This is the one lookup every test uses (conftest's ``fixtures_dir`` and facts_fixtures.py).
+    """The test data: ``tests/fixtures`` in this checkout (real captures and hand-written shapes,
+    byte-for-byte; see its README). ``$GPUOPS_FIXTURES`` overrides it (a mutant tree in
+    benchmarks/promise_mutants points back here). Nothing in the suite reads outside the repo.
     """
     env = os.environ.get("GPUOPS_FIXTURES")
     if env:
         return Path(env)
-    for parent in REPO_ROOT.parents:
-        candidate = parent / "shared" / "fixtures"
-        if candidate.is_dir():
-            return candidate
-    return REPO_ROOT.parent / "shared" / "fixtures"
+    return REPO_ROOT / "tests" / "fixtures"
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,7 @@ A case is one run of the probe's command and the value its parser must give:
      "stdout": "..."                        the command's output, inline; or
      "stdout_file": "src/gpuops/lab/gpus/h200-x1/topo.txt"   a file of the repository (the lab's
                                             captured replay files are used here as they are), or
-                                            "shared:real/h200-x2/topo.txt" (the shared fixtures); or
+                                            "fixtures:real/h200-x2/topo.txt" (tests/fixtures); or
      "replay": "h200-x1"                    the lab's fake nvidia-smi answering the probe's own
                                             arguments for that GPU description (what a lab host prints)
      "stderr": "", "exit_status": 0,        (defaults)
@@ -71,7 +71,7 @@ def case_output(case: dict[str, Any], probe: FactProbe) -> ProbeOutput:
         stdout = case["stdout"]
     elif "stdout_file" in case:
         ref = case["stdout_file"]
-        stdout = _read(fixtures_path() / ref[len("shared:"):] if ref.startswith("shared:") else REPO_ROOT / ref)
+        stdout = _read(fixtures_path() / ref[len("fixtures:"):] if ref.startswith("fixtures:") else REPO_ROOT / ref)
     else:
         from gpuops.lab.fake_nvidia_smi import run
         from gpuops.lab.gpu_description import load_description

@@ -23,8 +23,8 @@ DRIVER_FAILURE = (
 def fixture_text(directory: Path, name: str) -> str:
     path = directory / name
     if not path.is_file():
-        # Not a skip: CI clones with shared/ beside the repo, so a missing capture is a broken setup.
-        pytest.fail(f"fixture {path} is missing (shared/fixtures beside the checkout, or $GPUOPS_FIXTURES)")
+        # Not a skip: the captures are committed under tests/fixtures, so a missing one is a broken tree.
+        pytest.fail(f"fixture {path} is missing (tests/fixtures, or $GPUOPS_FIXTURES)")
     # newline="" keeps the bytes exactly as captured (tabs, ANSI escapes, line ends).
     with open(path, encoding="utf-8", newline="") as handle:
         return handle.read()

@@ -41,8 +41,8 @@ def test_query_csv_of_the_device_parses_to_what_torch_saw() -> None:
 
 def _replayed_device(tmp_path: Path, monkeypatch) -> dict:
     """`inspect host --json` facts, computed now by gpuops' code, of a local host that is the device
-    as captured: its nvidia-smi replays the real H200 capture (the lab's replayer over shared/
-    fixtures), and its python's site holds the packages (name, version) that the device's pip listed,
+    as captured: its nvidia-smi replays the real H200 capture (the lab's replayer over
+    tests/fixtures), and its python's site holds the packages (name, version) that the device's pip listed,
     with torch's version.py as the torch wheel writes it."""
     from gpuops.facts.collect import host_json, inspect_hosts
     from gpuops.inventory import Host

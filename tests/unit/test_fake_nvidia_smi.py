@@ -1,4 +1,4 @@
-"""The lab's replaying nvidia-smi against the shared fixtures (real H200 capture, synthetic 8x RTX PRO 6000)."""
+"""The lab's replaying nvidia-smi against the captured fixtures (tests/fixtures) (real H200 capture, synthetic 8x RTX PRO 6000)."""
 
 from __future__ import annotations
 

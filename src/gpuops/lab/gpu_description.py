@@ -1,6 +1,6 @@
 """GPU descriptions for simulated lab hosts: load a YAML file, check it, expand it for the replayer.
 
-A description is the shape of ``/work/shared/fixtures/synthetic/.../host.yaml`` (that file is a
+A description is the shape of ``tests/fixtures/synthetic/.../host.yaml`` (that file is a
 valid description as it stands) plus optional keys for what the replaying ``nvidia-smi`` prints:
 
 ``gpus``                 number of GPUs, or a list of per-GPU mappings overriding the keys below
