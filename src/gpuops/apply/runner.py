@@ -21,7 +21,7 @@ from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
-    from gpuops.plan.model import Plan
+    from gpuops.plan.model import LogCheck, Plan
     from gpuops.plan.planner import Discovery
     from gpuops.transport import Connection
 
@@ -123,7 +123,14 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
             "gpu_count": len(facts.gpu.gpus) if facts.gpu.known else None,
             "nvlink": interconnect.nvlink,
             "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,
-            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs]}
+            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs],
+            # the kernel library's version (pcie-allreduce plans from it: pcie_ipc.fit)
+            "flashinfer": _package_version(facts, "flashinfer-python")}
+
+
+def _package_version(facts: Any, dist: str) -> str | None:
+    info = facts.packages.packages.get(dist) if facts.packages.known else None
+    return info.version if info is not None else None
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -188,11 +195,23 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         def on_audit(output: Any) -> tuple[bool, str]:
             return _judge(output, plan, gpu.get("cuda"))
 
-        on_verified = _smoke_check(conn, plan, variables, report)
+        smoke_after = _smoke_check(conn, plan, variables, report)
+        log_failure: list[str] = []
+
+        def on_verified(event: dict[str, Any]) -> tuple[bool, str | None]:
+            if plan.log_check is not None:
+                keep, why = _judge_log(plan.log_check, event, report, log_failure)
+                if not keep:
+                    return keep, why
+            return smoke_after() if smoke_after is not None else (True, None)
+
         result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
                             deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
                             on_verified=on_verified)
         _fold_result(report, result, secret_values(variables))
+        if log_failure and report.ok:  # committed, but the feature did not come up: the host failed its promise
+            report.ok = False
+            report.error = log_failure[0]
         _journal_home(report, role, digest, discovery.state_dir, host_key(host))
         return report
     finally:
@@ -233,6 +252,27 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
         return True, None
 
     return after_restart
+
+
+def _judge_log(check: "LogCheck", event: Mapping[str, Any], report: HostReport,
+               failure: list[str]) -> tuple[bool, str | None]:
+    """The server's log since its start (sent with "verified") judged for ``check.feature``:
+    (keep the run?, why not). A feature that fell back is rolled back with ``check.rollback``,
+    else the run stands and ``failure`` gets the line that fails the host's report."""
+    from gpuops import pcie_ipc
+
+    up, line = pcie_ipc.log_verdict(str(event.get("log") or ""))
+    if up:
+        report.notes.append(f"in effect: the server logged \"{line}\"")
+        return True, None
+    if up is None:
+        report.warnings.append(f"not confirmed in effect: {line}")
+        return True, None
+    what = f"not in effect: the server logged \"{line}\""
+    if check.rollback:
+        return False, what + " (pcie_rollback_on_fallback=true: rolled back)"
+    failure.append(what + "; the change stands (pass -e pcie_rollback_on_fallback=true to roll such a run back)")
+    return True, None
 
 
 def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
