@@ -76,6 +76,11 @@ class HostStack:
     launch_env: Mapping[str, str] = field(default_factory=dict)
     model_dtype: str | None = None           # config.json's torch_dtype, when known
     p2p_failed_pairs: Sequence[Sequence[str]] = ()
+    # What the host's own FlashInfer files say (gates/kernels.py read comm/__init__.py): True it
+    # exports PcieIpcAllReduceWorkspace, False it does not (with ``flashinfer_reason``), None not read
+    # (then the version decides).
+    flashinfer_has_kernels: bool | None = None
+    flashinfer_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,12 @@ def fit(stack: HostStack) -> Fit:
                           f"{RECOMMENDED_FLASHINFER})", Misfit.SGLANG_TOO_OLD,
                    upgrade=(RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER))
     kernels = at_least(stack.flashinfer, FIRST_FLASHINFER)
+    if stack.flashinfer_has_kernels is False and stack.flashinfer_reason:
+        return Fit(False, f"{stack.flashinfer_reason} (flashinfer.comm.PcieIpcAllReduceWorkspace; sglang "
+                          f"{RECOMMENDED_SGLANG} pins {RECOMMENDED_FLASHINFER}); SGLang would log \"falling back to "
+                          "NCCL all-reduce\"", Misfit.FLASHINFER_LACKS, upgrade=(RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER))
+    if stack.flashinfer_has_kernels is True:
+        kernels = True
     if not kernels:
         have = f"flashinfer {stack.flashinfer}" if stack.flashinfer else "no flashinfer-python is installed and it"
         return Fit(False, f"{have} has no pcie_ipc_comm (flashinfer.comm.PcieIpcAllReduceWorkspace): "

@@ -162,6 +162,7 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     Arg("python", default="python3"),
     Arg("feature", default="flashinfer_allreduce_fusion"),
     Arg("allow_without_p2p", "bool", default=False),
+    Arg("allow_without_kernel", "bool", default=False),
     Arg("launch_args", "list"),
     Arg("launch_env", "mapping"),
 ), plans=(
@@ -169,6 +170,9 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     "already admitting the target); where it does, the gate patch of catalog feature `feature` (a feature without "
     "a `patch:` section in `src/gpuops/gates/catalog.yaml` is refused before any host is reached), refused when the "
     "feature needs P2P (`patch: needs_p2p`) and GPU pairs of the TP group lack it, unless `allow_without_p2p`; "
+    "refused before that when the host's kernel library cannot build the feature's kernel for `target_sm` (the "
+    "catalog's `kernels:`, read from the installed tree: FlashInfer's `supported_major_versions`), unless "
+    "`allow_without_kernel`; "
     "registers `{changed, applies, reason, launch_flags, notes, files, image, image_base}`; adds the compile check "
     "and the re-audit. With `sglang_manager: docker` the patched files are changes of kind `image` (path "
     "`TAG:/path/in/image`): the helper builds the derived image `gpuops/<container>:<patch hash>` from the image the "
@@ -192,7 +196,7 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
                "image_base": ""}
     if state.discovery:
         return dict(nothing, applies=True)
-    from gpuops.plan.applicability import decide_for_gpu, p2p_refusal
+    from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
     from gpuops.plan.gate_patch import patch_changes
 
     assert state.facts is not None
@@ -212,9 +216,13 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
                   "by itself (no gate to widen)".replace("  ", " "))
         state.note(f"nothing to do on this host: {reason}")
         return dict(nothing, reason=reason)
-    allow = args["allow_without_p2p"]
-    if not isinstance(allow, bool):
-        allow = str(allow).strip().lower() in ("1", "true", "yes", "on")
+    error, warning = kernel_refusal(state.facts.gpu, recipe, target_sm, _truthy(args["allow_without_kernel"]),
+                                    _role_variable(task, "allow_without_kernel"))
+    if error:
+        raise GpuopsError(f"{state.host}: {state.role}: {error}")
+    if warning:
+        state.warn(warning)
+    allow = _truthy(args["allow_without_p2p"])
     launch_args = args.get("launch_args") or []
     env = args.get("launch_env") or {}
     if recipe.needs_p2p:
@@ -282,12 +290,15 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     gpu = state.facts.gpu or {}
     launch_args = args.get("launch_args") or []
     launch_env = args.get("launch_env") or {}
+    versions = gpu.get("kernel_versions") if isinstance(gpu.get("kernel_versions"), dict) else {}
+    has_kernels, kernel_reason = _flashinfer_pcie_ipc(gpu)
     stack = pcie_ipc.HostStack(
-        sglang=scan.version if scan is not None else None, flashinfer=gpu.get("flashinfer"),
+        sglang=scan.version if scan is not None else None, flashinfer=versions.get("flashinfer"),
         nvlink=gpu.get("nvlink"), gpu_count=gpu.get("gpu_count"),
         launch_args=[str(a) for a in launch_args] if isinstance(launch_args, list) else [],
         launch_env={str(k): str(v) for k, v in launch_env.items()} if isinstance(launch_env, dict) else {},
-        p2p_failed_pairs=gpu.get("p2p_failed_pairs") or [])
+        p2p_failed_pairs=gpu.get("p2p_failed_pairs") or [],
+        flashinfer_has_kernels=has_kernels, flashinfer_reason=kernel_reason)
     decision = pcie_ipc.fit(stack)
     if not decision.applies:
         state.note(f"nothing to do on this host: {decision.reason}")
@@ -302,8 +313,30 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     return {"changed": False, "applies": True, "reason": decision.reason, "env": env}
 
 
+def _flashinfer_pcie_ipc(gpu: dict | Any) -> tuple[bool | None, str]:
+    """What the host's FlashInfer files say about ``pcie_ipc_comm`` (the catalog feature's
+    flashinfer need, judged by gates/kernels.py from the software probe's reads): (True/False, the
+    reason) when read, (None, "") when only the version is known."""
+    from gpuops.gates.catalog import load_catalog
+    from gpuops.gates.kernels import KernelStatus, judge_need
+
+    reads = gpu.get("kernel_reads") if isinstance(gpu, dict) else None
+    versions = gpu.get("kernel_versions") if isinstance(gpu, dict) else None
+    if not isinstance(reads, dict):
+        return None, ""
+    feature = load_catalog().feature("pcie_ipc_allreduce")
+    for need in feature.kernels:
+        if need.provider != "flashinfer":
+            continue
+        verdict = judge_need(need, reads, versions if isinstance(versions, dict) else {}, gpu.get("compute_capability"))
+        if not verdict.read or verdict.status is KernelStatus.UNKNOWN:
+            return None, ""
+        return verdict.status is KernelStatus.OPEN, verdict.reason
+    return None, ""
+
+
 def _truthy(value: Any) -> bool:
-    return value is True or str(value).strip().lower() in ("1", "true", "yes", "on")
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def _scope_text(scope: "VarScope", name: str, default: str) -> str:
