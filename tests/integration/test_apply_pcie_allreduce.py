@@ -162,25 +162,36 @@ def test_where_it_does_not_fit_nothing_changes_and_the_reason_is_named(labs, run
     assert words in plain.stdout, plain.stdout
 
 
-def test_a_flashinfer_build_without_pcie_ipc_comm_fails_the_report_and_rolls_back_when_asked(labs, run_gpuops) -> None:
+def test_a_flashinfer_build_without_pcie_ipc_comm(labs, run_gpuops) -> None:
+    """Read from the host's own FlashInfer files: a build whose flashinfer.comm does not export
+    PcieIpcAllReduceWorkspace is refused before anything changes; one that names it but cannot load
+    it (comm/pcie_ipc_ar.py missing: SGLang's ImportError branch) logs "falling back to NCCL", which
+    fails the host's report, and is rolled back with -e pcie_rollback_on_fallback=true."""
     lab = labs()
     host = lab.hosts[0]
     pristine = tree_hashes(host.dir, skip_runs=True)
-    # A FlashInfer whose version says 0.7.2 but whose build lacks comm/pcie_ipc_ar.py (what SGLang's
-    # ImportError branch is for): the stand-in reads the package on the path as pcie_ipc_ar.py would.
-    broken = host.site_dir / "flashinfer" / "comm"
-    broken.mkdir(parents=True)
-    (broken.parent / "__init__.py").write_text("")
-    (broken / "__init__.py").write_text("")
+    package = host.site_dir / "flashinfer"
+    assert not package.exists()   # the lab's 0.7.2 is version data only here
+    (package / "comm").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
     try:
+        (package / "comm" / "__init__.py").write_text("from .trtllm_ar import trtllm_allreduce_fusion\n")
+        everything = tree_hashes(host.dir)
+        proc = apply(run_gpuops, lab, "pcie-allreduce", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        report = report_of(proc)
+        assert report["changed"] == 0 and any("has no PcieIpcAllReduceWorkspace in flashinfer/comm/__init__.py" in n
+                                              for n in report["notes"]), report["notes"]
+        assert tree_hashes(host.dir) == everything
+
+        (package / "comm" / "__init__.py").write_text(
+            "from .pcie_ipc_ar import PcieIpcAllReduceWorkspace as PcieIpcAllReduceWorkspace\n")
         proc = apply(run_gpuops, lab, "pcie-allreduce", "-e", "smoke_check=false", "--json")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         report = report_of(proc)
         assert report["status"] == "finished" and not report["ok"], report
         assert "falling back to NCCL all-reduce" in report["error"] and "pcie_rollback_on_fallback" in report["error"]
         rollback(run_gpuops, lab)
-        assert tree_hashes(host.dir, skip_runs=True) == pristine | {k: v for k, v in tree_hashes(
-            host.dir, skip_runs=True).items() if k.startswith("site/flashinfer")}
 
         pid = int((host.state_dir / "sglang.pid").read_text())
         proc = apply(run_gpuops, lab, "pcie-allreduce", "-e", "smoke_check=false", "-e",
@@ -194,5 +205,5 @@ def test_a_flashinfer_build_without_pcie_ipc_comm_fails_the_report_and_rolls_bac
     finally:
         import shutil
 
-        shutil.rmtree(host.site_dir / "flashinfer")
+        shutil.rmtree(package)
     assert tree_hashes(host.dir, skip_runs=True) == pristine

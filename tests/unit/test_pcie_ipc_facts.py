@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ from gpuops.lab.sglang_cache import cache_root, sglang_site
 from gpuops.lab.standin_process import STANDIN_PATH
 
 sys.path.insert(0, str(STANDIN_PATH.parent))
-import standin_sim  # noqa: E402  (the stand-in is run by path; its simulation is a sibling file)
+import standin_sim  # (the stand-in is run by path; its simulation is a sibling file)
 
 WITH_IT = ("0.5.21", "0.5.22", "0.5.23")
 

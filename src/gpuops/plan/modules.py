@@ -290,7 +290,8 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     gpu = state.facts.gpu or {}
     launch_args = args.get("launch_args") or []
     launch_env = args.get("launch_env") or {}
-    versions = gpu.get("kernel_versions") if isinstance(gpu.get("kernel_versions"), dict) else {}
+    found = gpu.get("kernel_versions")
+    versions: dict = found if isinstance(found, dict) else {}
     has_kernels, kernel_reason = _flashinfer_pcie_ipc(gpu)
     stack = pcie_ipc.HostStack(
         sglang=scan.version if scan is not None else None, flashinfer=versions.get("flashinfer"),
@@ -313,7 +314,7 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     return {"changed": False, "applies": True, "reason": decision.reason, "env": env}
 
 
-def _flashinfer_pcie_ipc(gpu: dict | Any) -> tuple[bool | None, str]:
+def _flashinfer_pcie_ipc(gpu: Any) -> tuple[bool | None, str]:
     """What the host's FlashInfer files say about ``pcie_ipc_comm`` (the catalog feature's
     flashinfer need, judged by gates/kernels.py from the software probe's reads): (True/False, the
     reason) when read, (None, "") when only the version is known."""
