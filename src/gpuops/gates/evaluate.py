@@ -177,8 +177,9 @@ def _judge_gate(
     server: Mapping[str, Any] | None,
     fg: FeatureGate | None,
     interconnect: Mapping[str, Any] | None = None,
-    place: Placement = Placement(),
+    place: Placement | None = None,
 ) -> dict[str, Any]:
+    place = place or Placement()
     allowed = admits(gate, book)
     verdict = cap_verdict(gate, book, gpu)
     if gpu is None:

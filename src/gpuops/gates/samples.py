@@ -77,8 +77,8 @@ def agreement(judged_gates: Sequence[Mapping[str, Any]], labels: Sequence[Mappin
         by_line.setdefault((str(gate["file"]), int(gate["condition_line"])), gate)
     out = []
     for label in labels:
-        gate = by_line.get((str(label["file"]), int(label["line"])))
-        out.append(Agreement(label, str(gate["status"]) if gate is not None else None))
+        found = by_line.get((str(label["file"]), int(label["line"])))
+        out.append(Agreement(label, str(found["status"]) if found is not None else None))
     return out
 
 

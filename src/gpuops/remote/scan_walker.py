@@ -19,8 +19,6 @@ from gpuops.remote.scan_vocabulary import PRED_NAME_RE, has_token
 
 _IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
 
-EXIT_VALUES: tuple[object, ...] = (None, False, 0, "", (), [], {})
-
 _NOTE_CALL_RE = re.compile(r"(log|warn|print|debug|info|error)", re.I)
 
 
