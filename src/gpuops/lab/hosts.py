@@ -153,8 +153,10 @@ def start_lab(
     specs: Sequence[LabSpec],
     add: bool = False,
     progress: Callable[[str], None] | None = None,
+    router: str | None = None,
 ) -> Lab:
-    """Start the hosts of ``specs`` in the lab directory ``root`` (``add``: next to existing ones)."""
+    """Start the hosts of ``specs`` in the lab directory ``root`` (``add``: next to existing ones);
+    ``router``: an sglang-router release put in front of every server of the lab (``lab/router.py``)."""
     root = Path(root).expanduser().absolute()
     say = progress or (lambda _msg: None)
     _check_root(root)
@@ -162,6 +164,8 @@ def start_lab(
     existing = load_lab(root) if (root / LAB_RECORD).exists() else None
     if existing is not None and not add:
         raise GpuopsError(f"lab: {root} already holds a lab; `gpuops lab down --dir {root}` first")
+    if router is not None and existing is not None:
+        raise GpuopsError(f"lab: a router is started with a new lab only (`gpuops lab down --dir {root}` first)")
     if existing is None and root.exists() and any(root.iterdir()):
         raise GpuopsError(f"lab: {root} exists and is not an empty directory or a lab")
     planned = _plan(specs, existing.hosts if existing else [], say)
@@ -194,6 +198,12 @@ def start_lab(
             say(f"waiting for {len(servers)} stand-in SGLang server(s) to become healthy")
             with ThreadPoolExecutor(max_workers=min(_WORKERS, len(servers))) as pool:
                 list(pool.map(_await_server, servers))
+        if router is not None:
+            from gpuops.lab import router as lab_router
+
+            say(f"starting sglang-router {router} in front of {len(servers)} server(s) (installed once; cached)")
+            lab_router.start_router(root, [f"http://127.0.0.1:{h.server_port}" for h in servers], router)
+            _write_lab_files(lab, python)  # the inventory names it now
     except BaseException:
         # A failed start leaves nothing running, and nothing at all when the lab was new; adding
         # to a running lab, only the new hosts go (the lab keeps its record from before).
@@ -430,7 +440,11 @@ def _write_lab_files(lab: Lab, python: str) -> None:
         "".join(sshd.host_key_line(h.port, h.dir / "ssh_host_ed25519_key.pub") + "\n" for h in lab.hosts)
     )
     (root / "ssh_config").write_text(lab_files.ssh_config_text(root, lab.hosts, getpass.getuser()))
-    (root / "inventory.yml").write_text(lab_files.inventory_text(root, lab.hosts, getpass.getuser(), python))
+    from gpuops.lab.router import load_router
+
+    found = load_router(root)
+    (root / "inventory.yml").write_text(lab_files.inventory_text(root, lab.hosts, getpass.getuser(), python,
+                                                                 router_url=found.url if found else None))
     _write_record(lab)
 
 
@@ -544,6 +558,10 @@ def stop_lab(
         if pid and _is_our_sshd(pid, host_dir):
             processes.kill_sshd_tree(pid)
 
+    if hosts is None:
+        from gpuops.lab.router import stop_router
+
+        stop_router(root, grace)  # first: it would mark the stopping servers unhealthy for nothing
     if host_dirs:
         # Stopping is waiting on processes to exit, not work: one thread per host.
         with ThreadPoolExecutor(max_workers=min(64, len(host_dirs))) as pool:

@@ -26,7 +26,8 @@ INVENTORY_HEADER = """\
 #   sglang_site        the dir holding the installed `sglang/` package
 #   gpuops_lab_gpu     the GPU description the host simulates
 # Group variables: gpuops_known_hosts (the lab's known_hosts: host keys are verified), become
-# (false: the lab runs as you), gpuops_health_timeout, gpuops_stop_grace (short: simulated servers).
+# (false: the lab runs as you), gpuops_health_timeout, gpuops_stop_grace (short: simulated servers);
+# with `lab up --router`, sglang_router_url (the lab's sglang-router: every host is a replica behind it).
 """
 
 
@@ -80,16 +81,20 @@ def host_vars(root: Path, host: Any, user: str, python: str) -> dict[str, Any]:
     return out
 
 
-def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str) -> dict[str, Any]:
+def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str,
+                   router_url: str | None = None) -> dict[str, Any]:
+    group_vars: dict[str, Any] = {
+        "gpuops_known_hosts": str(root / "known_hosts"),
+        # Lab hosts are run by the invoking user: no sudo, and servers that start in a blink.
+        "become": False,
+        "gpuops_health_timeout": 60,
+        "gpuops_stop_grace": 5,
+    }
+    if router_url is not None:
+        group_vars["sglang_router_url"] = router_url  # `lab up --router`: every host a replica behind it
     children: dict[str, Any] = {
         "lab": {
-            "vars": {
-                "gpuops_known_hosts": str(root / "known_hosts"),
-                # Lab hosts are run by the invoking user: no sudo, and servers that start in a blink.
-                "become": False,
-                "gpuops_health_timeout": 60,
-                "gpuops_stop_grace": 5,
-            },
+            "vars": group_vars,
             "hosts": {h.name: host_vars(root, h, user, python) for h in hosts},
         }
     }
@@ -98,7 +103,7 @@ def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str) -> 
     return {"all": {"children": children}}
 
 
-def inventory_text(root: Path, hosts: Sequence[Any], user: str, python: str) -> str:
+def inventory_text(root: Path, hosts: Sequence[Any], user: str, python: str, router_url: str | None = None) -> str:
     import yaml
 
     header = INVENTORY_HEADER.format(
@@ -106,5 +111,6 @@ def inventory_text(root: Path, hosts: Sequence[Any], user: str, python: str) -> 
         ssh_config=root / "ssh_config",
         first=hosts[0].name if hosts else "h01",
     )
-    body = yaml.safe_dump(inventory_data(root, hosts, user, python), sort_keys=False, default_flow_style=False)
+    body = yaml.safe_dump(inventory_data(root, hosts, user, python, router_url), sort_keys=False,
+                          default_flow_style=False)
     return header + body
