@@ -125,7 +125,17 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
             "gpu_count": len(facts.gpu.gpus) if facts.gpu.known else None,
             "nvlink": interconnect.nvlink,
             "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,
-            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs]}
+            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs],
+            # What the kernel libraries' files say and their versions (gates/kernels.py): a patch
+            # whose kernel the host's FlashInfer cannot build is refused (plan/modules.py).
+            "kernel_reads": facts.packages.kernels if facts.packages.known else None,
+            "kernel_versions": _kernel_versions(facts.packages)}
+
+
+def _kernel_versions(packages: Any) -> dict[str, Any]:
+    from gpuops.gates.kernels import versions_of
+
+    return versions_of(packages)
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:

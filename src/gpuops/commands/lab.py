@@ -63,6 +63,9 @@ def lab() -> None:
               help="rtx-pro-6000-x8, h200-x1, h100-x8, none, or a GPU description YAML file; repeat for a mixed lab.")
 @click.option("--sglang", "sglang_version", default="0.5.8", show_default=True, metavar="VERSION",
               help="SGLang release whose real source each host gets (downloaded once, cached).")
+@click.option("--flashinfer", "flashinfer_version", metavar="VERSION|pinned",
+              help="Also give each host a real FlashInfer Python package (downloaded once, cached): this "
+                   "release, or `pinned` for the one the SGLang release pins. Default: its version data only.")
 @click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang servers.")
 @click.option("--add", is_flag=True, help="Add the hosts to the running lab in DIR.")
 @click.option("--router", "router", is_flag=True,
@@ -72,8 +75,8 @@ def lab() -> None:
               help="The sglang-router release --router installs.")
 @dir_option
 @json_option
-def up(count: int, gpus: tuple[str, ...], sglang_version: str, no_server: bool, add: bool, router: bool,
-       router_version: str, lab_dir: str | None, as_json: bool) -> None:
+def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_version: str | None, no_server: bool,
+       add: bool, router: bool, router_version: str, lab_dir: str | None, as_json: bool) -> None:
     """Start N simulated GPU hosts and write their inventory."""
     from gpuops.errors import GpuopsError
     from gpuops.lab.hosts import LabSpec, start_lab
@@ -82,7 +85,8 @@ def up(count: int, gpus: tuple[str, ...], sglang_version: str, no_server: bool, 
     started = time.monotonic()
     # A host without GPUs (`--gpu none`) has no SGLang server to run.
     specs = [
-        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count)
+        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count,
+                flashinfer=flashinfer_version)
         for gpu in dict.fromkeys(gpus)
     ]
     if router and no_server:
