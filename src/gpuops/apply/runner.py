@@ -8,6 +8,7 @@ confirms once it has seen the verification; the host commits only then.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -42,7 +43,7 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
 
     with timings.span("plan"):
         return {host.name: discover_or_recall(role, host.name, dict(host.vars or {}), dict(extra),
-                                              lambda host=host: discover(role, host.name, dict(host.vars or {}), dict(extra)))
+                                              functools.partial(discover, role, host.name, dict(host.vars or {}), dict(extra)))
                 for host in hosts}
 
 
@@ -123,7 +124,17 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
             "gpu_count": len(facts.gpu.gpus) if facts.gpu.known else None,
             "nvlink": interconnect.nvlink,
             "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,
-            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs]}
+            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs],
+            # What the kernel libraries' files say and their versions (gates/kernels.py): a patch
+            # whose kernel the host's FlashInfer cannot build is refused (plan/modules.py).
+            "kernel_reads": facts.packages.kernels if facts.packages.known else None,
+            "kernel_versions": _kernel_versions(facts.packages)}
+
+
+def _kernel_versions(packages: Any) -> dict[str, Any]:
+    from gpuops.gates.kernels import versions_of
+
+    return versions_of(packages)
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -326,4 +337,4 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
 
 
-from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402,F811  (re-exported for callers)
+from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)

@@ -21,6 +21,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -61,12 +62,15 @@ def lab() -> None:
               help="rtx-pro-6000-x8, h200-x1, h100-x8, none, or a GPU description YAML file; repeat for a mixed lab.")
 @click.option("--sglang", "sglang_version", default="0.5.8", show_default=True, metavar="VERSION",
               help="SGLang release whose real source each host gets (downloaded once, cached).")
+@click.option("--flashinfer", "flashinfer_version", metavar="VERSION|pinned",
+              help="Also give each host a real FlashInfer Python package (downloaded once, cached): this "
+                   "release, or `pinned` for the one the SGLang release pins. Default: its version data only.")
 @click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang servers.")
 @click.option("--add", is_flag=True, help="Add the hosts to the running lab in DIR.")
 @dir_option
 @json_option
-def up(count: int, gpus: tuple[str, ...], sglang_version: str, no_server: bool, add: bool, lab_dir: str | None,
-       as_json: bool) -> None:
+def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_version: str | None, no_server: bool,
+       add: bool, lab_dir: str | None, as_json: bool) -> None:
     """Start N simulated GPU hosts and write their inventory."""
     from gpuops.lab.hosts import LabSpec, start_lab
 
@@ -74,7 +78,8 @@ def up(count: int, gpus: tuple[str, ...], sglang_version: str, no_server: bool, 
     started = time.monotonic()
     # A host without GPUs (`--gpu none`) has no SGLang server to run.
     specs = [
-        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count)
+        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count,
+                flashinfer=flashinfer_version)
         for gpu in dict.fromkeys(gpus)
     ]
     progress = None if as_json else (lambda msg: click.echo(f"lab: {msg}", err=True))
@@ -170,7 +175,7 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
 
     statuses = lab_status(lab_obj)
     models = _speed_models(lab_obj)
-    document = {
+    document: dict[str, Any] = {
         "lab": str(lab_obj.root),
         "inventory": str(lab_obj.inventory_path),
         "ssh_config": str(lab_obj.ssh_config),
@@ -217,7 +222,7 @@ def _speed_models(lab_obj) -> dict:
     from gpuops.lab import speed_model
 
     model = speed_model.load()
-    out = {}
+    out: dict[str, Any] = {}
     for host in lab_obj.hosts:
         if host.server_port is None:
             out[host.name] = None

@@ -67,6 +67,9 @@ class LabSpec:
     server_env: Mapping[str, str] = field(default_factory=dict)
     server_args: tuple[str, ...] | None = None
     groups: tuple[str, ...] = ()
+    # A real FlashInfer Python package on the host (lab/sglang_cache.flashinfer_site) instead of its
+    # simulated version data: a release version, or "pinned" for the one the SGLang release pins.
+    flashinfer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,8 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
     if plan.sglang_site is not None and packages and packages.get("sglang") != plan.spec.sglang:
         # The description's stack belongs to its own sglang: another release brings its own pins.
         packages = release_stack(plan.sglang_site, packages)
-    build_site(host_dir / "site", plan.sglang_site, packages)
+    flashinfer = _flashinfer_site(plan, packages)
+    build_site(host_dir / "site", plan.sglang_site, packages, flashinfer)
     has_server = plan.spec.server_args is not None or (description is not None and description.server is not None)
     if plan.spec.server and not has_server:
         raise GpuopsError(f"lab: {plan.name}: no server to run: the description {plan.spec.gpu!r} has no `server:` "
@@ -366,6 +370,20 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
     if plan.spec.server:
         _launch_server(root, host)
     return host
+
+
+def _flashinfer_site(plan: _Planned, packages: dict[str, str]) -> Path | None:
+    """The real FlashInfer release the spec asks for (downloaded once, cached), or None."""
+    wanted = plan.spec.flashinfer
+    if not wanted:
+        return None
+    version = packages.get("flashinfer-python") if wanted == "pinned" else wanted
+    if not version:
+        raise GpuopsError(f"lab: {plan.name}: --flashinfer pinned, but SGLang {plan.spec.sglang} pins no flashinfer-python")
+    from gpuops.lab.sglang_cache import flashinfer_site
+
+    packages["flashinfer-python"] = version
+    return flashinfer_site(version)
 
 
 def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
@@ -509,7 +527,7 @@ def lab_status(lab: Lab) -> list[HostStatus]:
 
 def _is_our_sshd(pid: int | None, host_dir: Path) -> bool:
     # The pid file may outlive sshd and the pid be reused: the config path must be on its cmdline.
-    return bool(pid) and processes.alive(pid) and str(host_dir / "sshd_config") in processes.cmdline(pid)
+    return pid is not None and pid > 0 and processes.alive(pid) and str(host_dir / "sshd_config") in processes.cmdline(pid)
 
 
 def stop_lab(

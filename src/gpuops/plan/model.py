@@ -49,7 +49,8 @@ class PlanFacts:
     files: Mapping[str, FileState] = field(default_factory=dict)
     gate_scan: GateScan | None = None      # the gate scan (when a role needs it), with the sources the patch planner reads
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
-    # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
+    # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]], kernel_reads (the
+    # software probe's `kernels`), kernel_versions {provider: version}; None when not gathered.
     gpu: Mapping[str, Any] | None = None
     # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
     # name, id, image, image_id, running, labels; None when not gathered or no such container.

@@ -29,6 +29,7 @@ from gpuops.transport.known_hosts import HostKeyRefused
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+    from gpuops.transport.stream import Stream
 
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -271,6 +272,12 @@ class SSHConnection:
         if status == -1:
             raise TransportError(self.host.name, "connection lost before the remote command finished")
         return ExecResult(b"".join(stdout_chunks), b"".join(stderr_chunks), status)
+
+    def open_stream(self, command: str) -> Stream:
+        """A new channel on the connection the gather already opened (no second handshake)."""
+        from gpuops.transport.stream import ChannelStream
+
+        return ChannelStream(self._conn.transport, command, self.options.connect_timeout, self.host.name)
 
     def close(self) -> None:
         try:
