@@ -126,8 +126,15 @@ elif [ -n "$GPUOPS_SERVER_PID" ]; then
     GPUOPS_PY=$gpuops_exe; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, /proc/PID/exe)"
   fi
   if [ -n "$GPUOPS_PY" ]; then
-    gpuops_pp=$(tr '\000' '\n' 2>/dev/null <"/proc/$GPUOPS_SERVER_PID/environ" | sed -n 's/^PYTHONPATH=//p' | head -n 1)
-    if [ -n "$gpuops_pp" ]; then PYTHONPATH=$gpuops_pp; export PYTHONPATH; fi
+    # The server's PYTHONPATH exactly: its value (an empty one too), or none when it has none (a
+    # release environment gpuops built runs without one); left alone when its environ is unreadable.
+    if gpuops_senv=$(tr '\000' '\n' 2>/dev/null <"/proc/$GPUOPS_SERVER_PID/environ"); then
+      if printf '%s\n' "$gpuops_senv" | grep -q '^PYTHONPATH='; then
+        PYTHONPATH=$(printf '%s\n' "$gpuops_senv" | sed -n 's/^PYTHONPATH=//p' | head -n 1); export PYTHONPATH
+      else
+        unset PYTHONPATH
+      fi
+    fi
   else
     gpuops_why="the server's interpreter (pid $GPUOPS_SERVER_PID) is not usable; "
   fi
