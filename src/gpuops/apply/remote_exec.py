@@ -31,7 +31,7 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
                with_preamble: bool = False, deadline: float | None = None,
                on_audit: Callable[[Any], tuple[bool, str]] | None = None,
                on_event: Callable[[dict[str, Any]], None] | None = None,
-               on_verified: Callable[[dict[str, Any]], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
+               on_verified: Callable[[], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
     """Ship apply_helper + payload in ONE exec and hold its transaction to the end (see apply.txn).
 
     Returns the helper's ``result``, or ``{"status": "unknown", ...}`` when the outcome could not

@@ -53,7 +53,7 @@ def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> di
 def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: float, deadline: float | None,
                     run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
                     on_event: Callable[[dict[str, Any]], None] | None = None,
-                    on_verified: Callable[[dict[str, Any]], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
+                    on_verified: Callable[[], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
     """Run the helper; return its ``result`` (or an ``unknown`` outcome). ``deadline``: monotonic.
 
     ``on_verified`` (the correctness smoke check) runs once the new server is healthy, before the
@@ -113,7 +113,7 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
             elif event == "verified":
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
-                keep, why = on_verified(message) if on_verified is not None else (True, None)
+                keep, why = on_verified() if on_verified is not None else (True, None)
                 if keep:
                     confirmed = stream.send(b'{"commit": true}\n')
                 else:

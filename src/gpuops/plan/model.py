@@ -68,6 +68,7 @@ class Plan:
     audit: AuditCheck | None = None
     log_check: LogCheck | None = None   # read the server's log after the restart (pcie-allreduce)
     image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
+    release: Any = None       # plan.release.ReleaseEnv (sglang-release: built before the transaction)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"
