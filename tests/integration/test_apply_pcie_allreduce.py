@@ -186,7 +186,9 @@ def test_a_flashinfer_build_without_pcie_ipc_comm(labs, run_gpuops) -> None:
 
         (package / "comm" / "__init__.py").write_text(
             "from .pcie_ipc_ar import PcieIpcAllReduceWorkspace as PcieIpcAllReduceWorkspace\n")
-        proc = apply(run_gpuops, lab, "pcie-allreduce", "-e", "smoke_check=false", "--json")
+        # An edit inside the package keeps site/'s listing, which is all the kept GPU facts'
+        # fingerprint sees of it (apply/kept_facts.py): gather afresh, as after any such edit.
+        proc = apply(run_gpuops, lab, "pcie-allreduce", "-e", "smoke_check=false", "--flush-cache", "--json")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         report = report_of(proc)
         assert report["status"] == "finished" and not report["ok"], report
