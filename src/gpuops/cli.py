@@ -51,6 +51,9 @@ def cli() -> None:
 
     Hosts come from an Ansible-compatible inventory (-i); with none, the local machine.
     """
+    from gpuops.output import guard_standard_streams
+
+    guard_standard_streams()  # whatever prints, a host's text never reaches the terminal raw
 
 
 def main(argv: list[str] | None = None) -> None:
