@@ -193,6 +193,18 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             report.status, report.run_id = "unchanged", run_id
             _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
+        if plan.release is not None:
+            # sglang-release: the new environment is built (or found) and checked before the
+            # transaction, which then only points the launch at it; a refusal stops nothing.
+            from gpuops.apply.release_env import EnvRefused, make_ready
+
+            try:
+                ready = make_ready(conn, plan.release, host.name, _merged(host, extra).get("gpuops_python"))
+            except EnvRefused as exc:
+                report.ok, report.status, report.changed, report.error = False, "refused", 0, str(exc)
+                _journal_home(report, role, digest, discovery.state_dir, host_key(host))
+                return report
+            report.notes.append(ready.note(plan.release.version))
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
         # gathered with the gate scan (plan/applicability.py).
         gpu = dict(facts.gpu or {})
