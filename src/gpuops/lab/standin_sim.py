@@ -160,8 +160,9 @@ def _env_float(environ, name):
 fusion_enabled = speed_model.fusion_enabled
 
 
-class SpeedModel(object):
-    """Per-request token rate and chunking, from the exact-rate control or the speed model."""
+class ServerSpeed(object):
+    """One stand-in server's per-request token rate and chunking: the exact-rate control, or the
+    lab's one speed model (``speed_model.SpeedModel``) predicting it for this server's settings."""
 
     def __init__(self, server_args, environ, model=None):
         self.exact_rate = _env_float(environ, "GPUOPS_STANDIN_TOKENS_PER_S")
@@ -240,7 +241,7 @@ class StandinState(object):
         self.server_args = server_args
         self.env = reported_env(environ)
         self.version = version
-        self.speed = SpeedModel(server_args, environ)
+        self.speed = ServerSpeed(server_args, environ)
         self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
         fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
         self.fail_after_tokens = None if fail is None else int(fail)
