@@ -170,7 +170,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         from gpuops.apply.journal import fold_runs, reconcile_home
 
         restarts = bool(plan.handlers) and plan.service is not None
-        if replica is not None and restarts and options.check:
+        if replica is not None and (restarts or replica.left_out) and options.check:
             report.notes.append("drain plan: " + replica.plan_line())
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
@@ -183,6 +183,10 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         if options.check:
             return report
         digest = vars_digest(dict(host.vars or {}), dict(extra))
+        if replica is not None and replica.left_out and not restarts:
+            _put_back_left_out(replica, report)  # nothing to restart: it only goes back
+            if not report.ok:
+                return report
         if not plan.changes and not plan.handlers and not pending:
             # Nothing to do and no other run open on the host: like --check, the host is left
             # untouched (no exec, no lock, no journal line there); the run is journaled at home.
@@ -251,6 +255,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
+    from gpuops.apply import replicas
+
+    try:
+        report.notes.append(replicas.put_back(replica))
+    except GpuopsError as exc:
+        report.ok, report.status = False, "failed"
+        report.error = str(exc).removeprefix(f"{replica.host}: ")
 
 
 def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
