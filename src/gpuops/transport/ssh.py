@@ -28,6 +28,9 @@ from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.connvars import SSHSettings, ssh_settings
 from gpuops.transport.known_hosts import HostKeyRefused
 from gpuops.transport.limits import BoundedBuffer, OutputOverLimit
+from gpuops.transport.verbose import quiet_paramiko
+
+quiet_paramiko()  # paramiko's own log lines only with -v (transport/verbose.py)
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -174,7 +177,9 @@ class SSHConnection:
                 f"timed out connecting to {conn.host}:{conn.port}{via} after {timeout:.0f} s",
             ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {exc}") from exc
+            # EOFError says nothing by itself: the host closed the connection
+            why = str(exc) or ("the host closed the connection" if isinstance(exc, EOFError) else type(exc).__name__)
+            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {why}") from exc
         if kex_done:  # the target's own key exchange ends last (jump hosts connect before it)
             timings.record("connect", started, kex_done[-1], host.name)
             timings.record("auth", kex_done[-1], time.monotonic(), host.name)
