@@ -77,20 +77,36 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
         raise AssertionError(f"a refused build left {refused}")
     _unchanged(host, before, pid)
 
-    # --check says what would be built and launched; nothing changes.
+    # --check says what would be built and launched; nothing changes, nothing is built.
     proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert any("SGLang 0.5.21: environment" in n and "torch 2.13.0" in n for n in report["notes"]), report
+    assert any("not on the host yet" in n for n in report["notes"]), report
     _unchanged(host, before, pid)
-    assert not list(envs.glob("sglang-*")) if envs.exists() else True
+    assert not (envs.exists() and list(envs.glob("sglang-*")))
 
-    # The switch: a new environment beside the old, holding the release's pins.
+    # Staged: the environment is built and its gate audit shown; the server keeps running the old one.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "-e", "sglang_release_stage=true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert report["status"] == "staged", report
+    audit = [n for n in report["notes"] if n.startswith("gate audit, sglang 0.5.8 (running) -> 0.5.21")]
+    assert audit and "opens" in audit[0] and "closes" in audit[0], report["notes"]
+    _unchanged(host, before, pid)
+    (env,) = envs.glob("sglang-0.5.21-*")
+    # --check now shows the same audit, from the environment that is there.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check")
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert audit[0] in report["notes"] and any("found finished" in n for n in report["notes"]), report
+    _unchanged(host, before, pid)
+
+    # The switch: the launch points at the new environment, which holds the release's pins.
     proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert report["status"] == "finished", report
-    (env,) = envs.glob("sglang-0.5.21-*")
+    assert any("found finished" in n for n in report["notes"]), report
     probe = ("import json, importlib.metadata as m; print(json.dumps({d: m.version(d) for d in "
              "('sglang', 'torch', 'flashinfer-python', 'sglang-kernel')}))")
     held = json.loads(subprocess.run([str(env / "bin" / "python"), "-c", probe], capture_output=True, text=True,
@@ -116,9 +132,3 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert tree_hashes(host.dir, skip_runs=True) == before
     assert env.is_dir(), "the release environment is kept for a switch back"
 
-    # Applying the release again finds its environment finished: no second build.
-    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)["hosts"]["rel"]
-    assert any("found finished" in n for n in report["notes"]), report
-    assert server_info(host.server_port)["version"] == "0.5.21"

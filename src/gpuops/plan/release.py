@@ -40,6 +40,7 @@ class ReleaseEnv:
     index_url: str
     wheelhouse: str                # a folder on the operator's machine, copied to the host; "" = none
     min_free_bytes: int
+    stage: bool = False            # build and audit only: the switch is left for a later run
 
     @property
     def env_dir(self) -> str:
@@ -98,6 +99,7 @@ def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
     Arg("launch_args", "list"),
     Arg("desired", doc="desired.json: other runs' launch flags are checked too"),
     Arg("min_free_gib", "number", default=20),
+    Arg("stage", "bool", default=False),
 ), plans=(
     "reads the release's own wheel on this machine (`sglang_wheelhouse`, else `pip download --no-deps` from "
     "`sglang_index_url` or pip's index, kept under `$GPUOPS_CACHE/releases`): a release that does not exist is "
@@ -107,7 +109,9 @@ def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
     "`apply` builds the environment `<envs_dir>/sglang-X-<digest>` on the host before anything stops "
     "(`remote/release_env.py`: disk space, `uv` or venv + pip, the release's `==` pins of sglang-kernel / "
     "sgl-kernel, flashinfer-python, flashinfer-cubin / -jit-cache and torch installed and checked, torch's CUDA "
-    "against the driver's); a refusal there changes nothing")))
+    "against the driver's) and shows the gate audit of the new tree against the running one (what the release opens "
+    "and closes on this GPU); a refusal there changes nothing. `stage`: only that, the switch is left for a later "
+    "run (status `staged`; `--check` then shows the audit too)")))
 def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     from gpuops.release.flags import check_launch, release_flags
     from gpuops.release.wheel import canonical, release
@@ -129,7 +133,8 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
     name = _env_name(version, requirements, index_url, wheelhouse, str(args["base_python"]))
     expect = (("sglang", version), *sorted((canonical(k), v) for k, v in found.pins.items()))
     env = ReleaseEnv(version, envs_dir.rstrip("/"), name, str(args["base_python"]), tuple(requirements), expect,
-                     index_url, wheelhouse, int(float(args["min_free_gib"]) * 2 ** 30))
+                     index_url, wheelhouse, int(float(args["min_free_gib"]) * 2 ** 30),
+                     str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"))
     result = {"python": env.python, "env_dir": env.env_dir, "name": name, "version": version, "renames": {},
               "pins": dict(found.pins)}
     if state.discovery:

@@ -14,7 +14,8 @@ the release names installed at exactly its version; torch's CUDA no newer than t
 (``nvidia-smi``'s "CUDA Version").
 
 Payload: ``envs_dir``, ``name``, ``base_python``, ``requirements``, ``expect`` ({dist: version}),
-``index_url``, ``wheelhouse`` (a host path), ``min_free_bytes``. Prints one JSON object.
+``index_url``, ``wheelhouse`` (a host path), ``min_free_bytes``; ``find_only`` (``--check``): only
+whether a finished environment is there (and checked), nothing built. Prints one JSON object.
 """
 
 import fcntl
@@ -179,6 +180,13 @@ def build(payload):
     need = int(payload.get("min_free_bytes") or 0)
     free = _free_bytes(envs_dir)
     record = _finished(env)
+    if payload.get("find_only"):  # --check: say whether it is there, build nothing
+        if record is None:
+            return {"ok": True, "found": False, "env_dir": env}
+        versions, torch_cuda, driver = _verify(env, payload)
+        return {"ok": True, "found": True, "env_dir": env, "python": os.path.join(env, "bin", "python"),
+                "reused": True, "installed": versions, "torch_cuda": torch_cuda, "driver_cuda": driver,
+                "tool": record.get("tool")}
     if record is None and free < need:
         raise Refused("disk", "%s has %.1f GiB free; the new environment needs %.1f GiB (gpuops_release_min_free_gib)"
                       % (envs_dir, free / 2.0 ** 30, need / 2.0 ** 30))
