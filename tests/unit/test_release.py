@@ -117,3 +117,27 @@ def test_host_build_refusals_change_nothing(tmp_path: Path) -> None:
     assert os.listdir(envs) == [".lock"]
     out = _helper({**base, "name": "../x"})
     assert out["ok"] is False and out["stage"] == "input"
+
+
+def test_prune_keeps_what_the_launch_and_the_runs_need(tmp_path: Path) -> None:
+    from gpuops.remote import release_env
+
+    envs, state = tmp_path / "envs", tmp_path / "state"
+    names = [f"sglang-0.5.{n}-{n:012x}" for n in (18, 19, 20, 21, 22)]
+    for i, name in enumerate(names):
+        (envs / name / "bin").mkdir(parents=True)
+        (envs / name / release_env.MARKER).write_text(json.dumps({"created": f"2026-12-0{i + 1}T00:00:00Z"}))
+    (envs / "sglang-0.5.9-00000000000a").mkdir()  # a killed build: not finished, not counted, left alone
+    state.mkdir()
+    # The launch runs 0.5.18 (the oldest); a kept run's backup (its rollback) names 0.5.19.
+    (state / "sglang-launch.sh").write_text(f"exec {envs / names[0]}/bin/python -m sglang.launch_server\n")
+    run = state / "runs" / "r1"
+    (run / "files").mkdir(parents=True)
+    (run / "files" / "001").write_text(f"exec {envs / names[1]}/bin/python -m sglang.launch_server\n")
+    (run / "manifest.json").write_text(json.dumps({"files": [{"path": str(state / "sglang-launch.sh"),
+                                                                "backup": str(run / "files" / "001")}]}))
+    removed = release_env.prune(str(envs), 1, str(state), str(envs / names[4]))
+    # Left: the one just built (0.5.22), the needed 0.5.18 and 0.5.19, the newest other (0.5.21).
+    assert removed == [str(envs / names[2])]
+    assert sorted(os.listdir(envs)) == sorted([*names[:2], *names[3:], "sglang-0.5.9-00000000000a"])
+    assert release_env.prune(str(envs), 0, str(state), str(envs / names[4])) == [str(envs / names[3])]

@@ -35,12 +35,14 @@ class EnvReady:
     driver_cuda: str | None
     tool: str | None
     seconds: float | None
+    pruned: tuple[str, ...] = ()
 
     def note(self, version: str) -> str:
         how = "found finished" if self.reused else f"built with {self.tool} in {self.seconds} s"
         cuda = f"; torch CUDA {self.torch_cuda} (driver {self.driver_cuda or 'unknown'})" if self.torch_cuda else ""
         pins = ", ".join(f"{k} {v}" for k, v in sorted(self.installed.items()))
-        return f"SGLang {version}: environment {self.env_dir} {how} ({pins}){cuda}"
+        pruned = f"; removed {len(self.pruned)} environment(s) nothing needs: {', '.join(self.pruned)}" if self.pruned else ""
+        return f"SGLang {version}: environment {self.env_dir} {how} ({pins}){cuda}{pruned}"
 
 
 class EnvRefused(GpuopsError):
@@ -100,4 +102,5 @@ def _call(conn: "Connection", env: "ReleaseEnv", host: str, python: str | None,
     if out.get("found") is False:
         return None
     return EnvReady(str(out["env_dir"]), bool(out.get("reused")), dict(out.get("installed") or {}),
-                    out.get("torch_cuda"), out.get("driver_cuda"), out.get("tool"), out.get("seconds"))
+                    out.get("torch_cuda"), out.get("driver_cuda"), out.get("tool"), out.get("seconds"),
+                    tuple(str(p) for p in out.get("pruned") or ()))
