@@ -86,8 +86,9 @@ def describe(managed: dict[str, Any] | None) -> str | None:
     if managed.get("python"):
         parts.append(f"python {managed['python']}")
     runs = ", ".join(f"{r['role']} ({r.get('run_id') or '?'})" for r in managed["runs"])
-    line = f"managed by gpuops: {'; '.join(parts) or 'nothing'}; from runs {runs or 'none'}"
+    lines = [f"managed by gpuops: {'; '.join(parts) or 'nothing'}; from runs {runs}"] if managed["runs"] else []
     for env in managed.get("environments") or []:
         mark = "launched" if env["launched"] else "kept"
-        line += f"\nrelease environment: {env['path']} (sglang {env.get('version') or '?'}, {mark}; built {env.get('created') or '?'})"
-    return line
+        lines.append(f"release environment: {env['path']} (sglang {env.get('version') or '?'}, {mark}; "
+                     f"built {env.get('created') or '?'})")
+    return "\n".join(lines) or None
