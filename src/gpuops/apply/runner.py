@@ -22,7 +22,7 @@ from gpuops.errors import GpuopsError
 if TYPE_CHECKING:
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
-    from gpuops.plan.model import Plan
+    from gpuops.plan.model import LogCheck, Plan
     from gpuops.plan.planner import Discovery
     from gpuops.transport import Connection
 
@@ -169,7 +169,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         from gpuops.apply.journal import fold_runs, reconcile_home
 
         restarts = bool(plan.handlers) and plan.service is not None
-        if replica is not None and restarts and options.check:
+        if replica is not None and (restarts or replica.left_out) and options.check:
             report.notes.append("drain plan: " + replica.plan_line())
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
@@ -182,6 +182,10 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         if options.check:
             return report
         digest = vars_digest(dict(host.vars or {}), dict(extra))
+        if replica is not None and replica.left_out and not restarts:
+            _put_back_left_out(replica, report)  # nothing to restart: it only goes back
+            if not report.ok:
+                return report
         if not plan.changes and not plan.handlers and not pending:
             # Nothing to do and no other run open on the host: like --check, the host is left
             # untouched (no exec, no lock, no journal line there); the run is journaled at home.
@@ -214,13 +218,32 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         def on_audit(output: Any) -> tuple[bool, str]:
             return _judge(output, plan, gpu.get("cuda"))
 
-        on_verified = _smoke_check(conn, plan, variables, report)
+        smoke_after = _smoke_check(conn, plan, variables, report)
+        verified_event: dict[str, Any] = {}   # the helper's "verified" event (with the server's log when asked)
+        log_failure: list[str] = []
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("event") == "verified":
+                verified_event.clear()
+                verified_event.update(event)
+
+        def checked() -> tuple[bool, str | None]:
+            if plan.log_check is not None:
+                keep, why = _judge_log(plan.log_check, verified_event, report, log_failure)
+                if not keep:
+                    return keep, why
+            return smoke_after() if smoke_after is not None else (True, None)
+
+        on_verified = checked if (plan.log_check is not None or smoke_after is not None) else None
 
         def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
             result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
                                 deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
-                                on_verified=on_verified)
+                                on_event=on_event, on_verified=on_verified)
             _fold_result(report, result, secret_values(variables))
+            if log_failure and report.ok:  # committed, but the feature did not come up: the host failed its promise
+                report.ok = False
+                report.error = log_failure[0]
 
         if replica is not None and restarts:
             assert plan.service is not None
@@ -231,6 +254,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
+    from gpuops.apply import replicas
+
+    try:
+        report.notes.append(replicas.put_back(replica))
+    except GpuopsError as exc:
+        report.ok, report.status = False, "failed"
+        report.error = str(exc).removeprefix(f"{replica.host}: ")
 
 
 def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
@@ -305,6 +338,27 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
         return True, None
 
     return after_restart
+
+
+def _judge_log(check: "LogCheck", event: Mapping[str, Any], report: HostReport,
+               failure: list[str]) -> tuple[bool, str | None]:
+    """The server's log since its start (sent with "verified") judged for ``check.feature``:
+    (keep the run?, why not). A feature that fell back is rolled back with ``check.rollback``,
+    else the run stands and ``failure`` gets the line that fails the host's report."""
+    from gpuops import pcie_ipc
+
+    up, line = pcie_ipc.log_verdict(str(event.get("log") or ""))
+    if up:
+        report.notes.append(f"in effect: the server logged \"{line}\"")
+        return True, None
+    if up is None:
+        report.warnings.append(f"not confirmed in effect: {line}")
+        return True, None
+    what = f"not in effect: the server logged \"{line}\""
+    if check.rollback:
+        return False, what + " (pcie_rollback_on_fallback=true: rolled back)"
+    failure.append(what + "; the change stands (pass -e pcie_rollback_on_fallback=true to roll such a run back)")
+    return True, None
 
 
 def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
