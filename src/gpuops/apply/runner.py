@@ -9,7 +9,6 @@ confirms once it has seen the verification; the host commits only then.
 from __future__ import annotations
 
 import functools
-import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply import container_audit
@@ -407,16 +406,13 @@ def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
 
 def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | None = None,
                   address: str | None = None) -> None:
-    from gpuops.apply.journal import append_home
+    from gpuops.apply.journal import record_run_home
     from gpuops.apply.options import current_user
 
-    append_home({
-        "run_id": report.run_id, "host": report.host, "address": address, "role": role, "user": current_user(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vars_sha256": digest,
-        "outcome": report.status, "error": report.error, "state_dir": state_dir,
-        "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
-                    for c in report.changes],
-    })
+    record_run_home(report.run_id, report.host, address, role, report.status, report.error, state_dir,
+                    [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
+                     for c in report.changes],
+                    user=current_user(), vars_sha256=digest)
 
 
 def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
