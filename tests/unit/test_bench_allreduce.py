@@ -168,3 +168,40 @@ def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(t
     # the host kept its own copy of every frame
     kept = parse_frames(keep.read_text(), "hang1")
     assert kept.allreduce == frames.allreduce and kept.errors == frames.errors
+
+
+def test_the_pcie_ipc_kernel_is_skipped_with_its_reason_where_it_cannot_run(tmp_path: Path, torch_py: str):
+    """On CPUs (gloo) the PCIe IPC kernel cannot run: every size is a skipped record saying why, in
+    the suite's summary under its own label, and nothing is timed."""
+    options = BenchOptions(suite="allreduce", allreduce=AllreduceOptions(
+        backend="gloo", world_size=2, hidden_size=1024, tokens=(1, 8), iters=4, warmup=1, trials=2,
+        kernel="pcie_ipc"))
+    target = BenchTarget(local_host(torch_py), "http://127.0.0.1:9", sys.executable)
+    states = run_bench([target], options, ResultsStore(tmp_path), ConnectOptions(), remote=False)
+    state = states["cpu-host"]
+    rows = state.result["allreduce"]
+    assert [r["tokens"] for r in rows] == [1, 8]
+    for row in rows:
+        assert not row["ok"] and row["skipped"] and row["kernel"] == "pcie_ipc" and "latency_us" not in row
+        assert row["error"] == "skipped: the PCIe IPC kernels run on CUDA GPUs only (this run is on cpu)"
+    variant = state.result["summary"]["variants"][0]
+    assert variant["label"] == "FlashInfer PCIe IPC: default" and not variant["ok"]
+    assert "run on CUDA GPUs only" in variant["error"]
+
+
+def test_pcie_ipc_reasons_for_world_size_and_dtype(torch_py: str):
+    """The worker's own checks, run with the host's torch: a world size it does not serve, a dtype
+    SGLang does not hand it."""
+    script = (
+        "import sys, torch; sys.argv = ['x']\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / 'src' / 'gpuops' / 'remote')!r})\n"
+        "import allreduce_bench as b\n"
+        "class D: type = 'cuda'\n"
+        "print(b.pcie_ipc_unavailable(D(), 16, torch.bfloat16))\n"
+        "print(b.pcie_ipc_unavailable(D(), 8, torch.float16))\n"
+    )
+    done = subprocess.run([torch_py, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    world, dtype = done.stdout.splitlines()[:2]
+    assert world == "world size 16: the PCIe IPC kernels serve 2, 4 or 8 ranks"
+    assert dtype == "float16: SGLang hands only bf16 all-reduces to the PCIe IPC kernels"

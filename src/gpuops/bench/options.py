@@ -37,6 +37,7 @@ class AllreduceOptions:
     env_variants: tuple[tuple[tuple[str, str], ...], ...] = ((),)
     cuda_graph: bool = False
     backend: str = "nccl"
+    kernel: str = "nccl"                     # allreduce: "nccl" (torch.distributed) or "pcie_ipc" (FlashInfer)
     iters: int = 50
     warmup: int = 10
     trials: int = 5
@@ -358,6 +359,7 @@ def build_payload(
             "variants": [dict(v) for v in ar.env_variants],
             "cuda_graph": ar.cuda_graph,
             "backend": ar.backend,
+            "kernel": ar.kernel,
             "iters": ar.iters,
             "warmup": ar.warmup,
             "trials": ar.trials,

@@ -81,10 +81,15 @@ def variant_label(variant: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
 
 
+def kernel_label(kernel: Any) -> str:
+    """A variant's label prefix: nothing for NCCL (the suite's own), the kernel's name else."""
+    return "FlashInfer PCIe IPC: " if kernel == "pcie_ipc" else ""
+
+
 def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any]:
     variants: dict[str, dict[str, Any]] = {}
     for row in rows:
-        label = variant_label(row.get("variant") or {})
+        label = kernel_label(row.get("kernel")) + variant_label(row.get("variant") or {})
         entry = variants.setdefault(label, {"label": label, "variant": row.get("variant") or {}, "ok": True,
                                             "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
         if row.get("ok"):

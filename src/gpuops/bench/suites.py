@@ -49,7 +49,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("serving", "Concurrency levels (or Poisson request rates): throughput, latency percentiles, goodput.",
           _REQUEST_OPTIONS + ("concurrency", "requests_per_level", "request_rate", "max_concurrency", "slo")),
     Suite("allreduce", "NCCL all-reduce latency and bus bandwidth per message size, per NCCL variant.",
-          _TORCHRUN_OPTIONS + ("cuda_graph", "backend"), torchrun_worker="allreduce_bench",
+          _TORCHRUN_OPTIONS + ("cuda_graph", "backend", "kernel"), torchrun_worker="allreduce_bench",
           default_tokens=(1, 4, 8, 16, 64)),
     Suite("fusion", "FlashInfer's fused all-reduce + RMSNorm against the unfused pair, per size.",
           _TORCHRUN_OPTIONS, torchrun_worker="fusion_bench",

@@ -77,7 +77,7 @@ _RUN_PARAMS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", 
                "output_len", "num_requests", "warmup", "seed", "concurrency", "requests_per_level", "repeat",
                "request_rate", "max_concurrency", "slo", "dataset", "dataset_path", "random_range_ratio",
                "request_timeout", "tool", "tool_args", "python", "world_size", "hidden_size", "tokens",
-               "variant_timeout", "dtype", "env_specs", "cuda_graph", "backend", "iters", "trials",
+               "variant_timeout", "dtype", "env_specs", "cuda_graph", "backend", "kernel", "iters", "trials",
                "allreduces_per_step", "accept_new_host_keys", "known_hosts", "timeout", "connect_timeout")
 
 
@@ -94,7 +94,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
     (remote, inventory, limit, as_json, results_dir, url, port, api, input_len, output_len, num_requests,
      warmup, seed, concurrency, requests_per_level, repeat, request_rate, max_concurrency, slo, dataset,
      dataset_path, random_range_ratio, request_timeout, tool, tool_args, python, world_size, hidden_size,
-     tokens, variant_timeout, dtype, env_specs, cuda_graph, backend, iters, trials, allreduces_per_step,
+     tokens, variant_timeout, dtype, env_specs, cuda_graph, backend, kernel, iters, trials, allreduces_per_step,
      accept_new_host_keys, known_hosts, timeout, connect_timeout) = (params[n] for n in _RUN_PARAMS)
     from gpuops.bench import options as opt
     from gpuops.bench.runner import run_bench, targets_for
@@ -120,7 +120,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
             suite_spec(suite).default_tokens,
             timeout_s=variant_timeout,
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
-            backend=backend, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
+            backend=backend, kernel=kernel, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
     )
     if url:
         _check_url(url)

@@ -14,6 +14,16 @@ failure is reported as a measurement error, not a crash of the whole run.
 Rank 0 prints one framed line per size (``GPUOPS-BENCH <run_id> allreduce <json>``); the latency
 of a trial is the slowest rank's, since a collective is only done when every rank is.
 
+With ``kernel: pcie_ipc`` the all-reduce is FlashInfer's PCIe IPC kernel, called as SGLang
+0.5.21+'s ``srt/distributed/device_communicators/pcie_ipc_ar.py`` calls it: one
+``flashinfer.comm.PcieIpcAllReduceWorkspace(group=..., max_numel=..., dtype=torch.bfloat16,
+tune_batches=..., tune_cache=...)`` built on the NCCL group and sized for the largest message,
+``tune([hidden], dtype=torch.bfloat16, tune_group=<gloo group>)`` once, then per call
+``rebind_stream()`` when the stream changed (graph capture, then replay) and ``all_reduce(inp)``
+(out of place); ``destroy()`` at the end. Where it cannot run (no CUDA, a world size other than
+2, 4 or 8, not bf16, a FlashInfer without ``pcie_ipc_comm``) every size is recorded as skipped
+with that one-line reason, and nothing is timed.
+
 Teardown order matters: a CUDA graph that captured NCCL calls must be gone (deleted, collected,
 device synchronized) before ``destroy_process_group``; with a graph still alive both ranks hung in
 the destroy on two H200s (torch 2.11, NCCL 2.28), after every size had been measured.
@@ -73,29 +83,32 @@ class Timer(object):
         return (time.perf_counter() - t0) / iters
 
 
-def eager_runner(tensor):
+def eager_runner(tensor, reduce=None):
+    reduce = reduce or dist.all_reduce
+
     def run(iters):
         for _ in range(iters):
-            dist.all_reduce(tensor)
+            reduce(tensor)
     return run
 
 
-def graph_runner(tensor, iters):
+def graph_runner(tensor, iters, reduce=None):
     """Capture ``iters`` all-reduces in one CUDA graph; each replay runs them all.
 
     The graph lives only in ``run.holder`` (never in a closure cell), so ``release`` can drop it.
     """
+    reduce = reduce or dist.all_reduce
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            dist.all_reduce(tensor)
+            reduce(tensor)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     holder = {"graph": torch.cuda.CUDAGraph()}
     with torch.cuda.graph(holder["graph"]):
         for _ in range(iters):
-            dist.all_reduce(tensor)
+            reduce(tensor)
     torch.cuda.synchronize()
 
     def run(replays):
@@ -118,6 +131,62 @@ def release(runner):
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)   # pcie_ipc_ar.py _SUPPORTED_WORLD_SIZES
+
+
+def pcie_ipc_unavailable(device, world, dtype):
+    """Why FlashInfer's PCIe IPC all-reduce cannot run here (one line), or None."""
+    if device.type != "cuda":
+        return "the PCIe IPC kernels run on CUDA GPUs only (this run is on %s)" % device.type
+    if world not in PCIE_IPC_WORLD_SIZES:
+        return "world size %d: the PCIe IPC kernels serve 2, 4 or 8 ranks" % world
+    if dtype != torch.bfloat16:
+        return "%s: SGLang hands only bf16 all-reduces to the PCIe IPC kernels" % str(dtype).replace("torch.", "")
+    try:
+        from flashinfer.comm import PcieIpcAllReduceWorkspace  # noqa: F401
+    except ImportError as exc:
+        try:
+            from importlib import metadata
+            version = metadata.version("flashinfer-python")
+        except Exception:
+            version = None
+        return ("FlashInfer %s has no pcie_ipc_comm (flashinfer.comm.PcieIpcAllReduceWorkspace; 0.7.0 is the first "
+                "with it): %s" % (version or "(not installed)", str(exc).splitlines()[0][:120] if str(exc) else "ImportError"))
+    return None
+
+
+class PcieIpc(object):
+    """FlashInfer's PCIe IPC all-reduce, built and called as SGLang's PcieIpcCommunicator does."""
+
+    def __init__(self, max_numel, hidden, tokens):
+        from flashinfer.comm import PcieIpcAllReduceWorkspace
+
+        self.cpu_group = dist.new_group(backend="gloo")   # autotuning rendezvouses on the host
+        tune_cache = None
+        try:
+            from flashinfer.comm.pcie_ipc_tuning import default_cache_path
+            tune_cache = str(default_cache_path(dist.get_world_size()))
+        except (AttributeError, ImportError):
+            pass
+        self.workspace = PcieIpcAllReduceWorkspace(group=dist.group.WORLD, max_numel=max_numel, dtype=torch.bfloat16,
+                                                   tune_batches=tuple(int(t) for t in tokens), tune_cache=tune_cache)
+        self.bound = None
+        try:
+            self.workspace.tune([hidden], dtype=torch.bfloat16, tune_group=self.cpu_group)
+        except Exception:
+            pass  # SGLang keeps the seed policy then, and so does this measurement
+
+    def all_reduce(self, tensor):
+        stream = torch.cuda.current_stream()
+        if self.bound is None or stream != self.bound:
+            self.workspace.rebind_stream()
+            self.bound = stream
+        return self.workspace.all_reduce(tensor)
+
+    def destroy(self):
+        self.workspace.destroy()
 
 
 def slowest_rank(seconds, device):
@@ -147,23 +216,39 @@ def main():
     trials = int(config.get("trials", 5))
     per_step = int(config.get("allreduces_per_step", 122))
     timer = Timer(device)
-    for tokens in config.get("tokens", [1, 4, 8, 16, 64]):
+    kernel = str(config.get("kernel") or "nccl")
+    sizes = [int(t) for t in config.get("tokens", [1, 4, 8, 16, 64])]
+    skipped = pcie_ipc_unavailable(device, world, dtype) if kernel == "pcie_ipc" else None
+    pcie = None
+    reduce = dist.all_reduce
+    if kernel == "pcie_ipc" and skipped is None:
+        try:
+            pcie = PcieIpc(hidden * max(sizes), hidden, sizes)
+            reduce = pcie.all_reduce
+        except Exception as exc:  # SGLang logs it and keeps NCCL: "reductions stay on NCCL"
+            skipped = "the PCIe IPC workspace failed: %s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
+    for tokens in sizes:
         tokens = int(tokens)
         numel = hidden * tokens
         record = {
             "variant": config.get("variant") or {}, "tokens": tokens, "hidden_size": hidden,
             "dtype": str(dtype).replace("torch.", ""), "bytes": numel * dtype.itemsize,
             "world_size": world, "backend": backend, "cuda_graph": use_graph, "iters": iters,
-            "allreduces_per_step": per_step,
+            "allreduces_per_step": per_step, "kernel": kernel,
         }
+        if skipped is not None:
+            record.update({"ok": False, "skipped": True, "error": "skipped: " + skipped})
+            if rank == 0:
+                emit(run_id, record)
+            continue
         if substituted:
             record["note"] = "this gloo build cannot sum %s; timed %s of the same size" % (
                 config.get("dtype"), record["dtype"])
         runner = None
         try:
             tensor = torch.zeros(numel, dtype=dtype, device=device)  # zeros: sums never overflow
-            runner = graph_runner(tensor, iters) if use_graph else eager_runner(tensor)
-            eager_runner(tensor)(warmup) if not use_graph else runner(iters)
+            runner = graph_runner(tensor, iters, reduce) if use_graph else eager_runner(tensor, reduce)
+            eager_runner(tensor, reduce)(warmup) if not use_graph else runner(iters)
             timer.sync()
             samples = []
             for _ in range(trials):
@@ -189,6 +274,8 @@ def main():
             emit(run_id, record)
         if not record["ok"]:
             break  # a failed collective leaves the communicator unusable for further sizes
+    if pcie is not None:
+        pcie.destroy()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize()
