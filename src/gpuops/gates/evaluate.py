@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
+from gpuops.gates.context import NVIDIA_HOST, Placement, Placer
 from gpuops.gates.logic import (
     Evaluator,
     GpuTarget,
@@ -69,11 +70,6 @@ def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
     return found
 
 
-_OTHER_PLATFORMS = {"_is_musa": False, "is_musa": False, "_is_hip": False, "is_hip": False, "_is_npu": False,
-                    "is_npu": False, "_is_xpu": False, "is_xpu": False, "_is_cpu": False, "is_cpu": False,
-                    "_is_cuda": True, "is_cuda": True}
-
-
 def not_on_cuda(gate: Mapping[str, Any]) -> bool:
     """A gate nested under a condition that is false on an NVIDIA host (``if _is_musa:``, ``if
     is_hip():``): not on the path of a CUDA GPU, so never judged into a feature's status."""
@@ -82,7 +78,7 @@ def not_on_cuda(gate: Mapping[str, Any]) -> bool:
         return False
     from gpuops.gates.in_effect import platform_value
 
-    return any(platform_value(str(text), _OTHER_PLATFORMS) is False for text in within)
+    return any(platform_value(str(text), NVIDIA_HOST) is False for text in within)
 
 
 def launch_flag(feature: Feature, gates: list[FeatureGate], sources: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
@@ -134,7 +130,10 @@ def judge(
     for fgs in by_feature.values():
         for fg in fgs:
             roles.setdefault(str(fg.gate["id"]), fg)
-    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"])), interconnect) for g in scan.gates]
+    placer = Placer(scan.gates, book, gpu, server, interconnect) if gpu is not None else None
+    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"])), interconnect,
+                         placer.place(g) if placer is not None else Placement())
+             for g in scan.gates]
     by_id = {g["id"]: g for g in gates}
     features = {
         f.name: _judge_feature(f, by_feature[f.name], by_id, scan, gpu, server, book)
@@ -179,7 +178,9 @@ def _judge_gate(
     server: Mapping[str, Any] | None,
     fg: FeatureGate | None,
     interconnect: Mapping[str, Any] | None = None,
+    place: Placement | None = None,
 ) -> dict[str, Any]:
+    place = place or Placement()
     allowed = admits(gate, book)
     verdict = cap_verdict(gate, book, gpu)
     if gpu is None:
@@ -190,6 +191,15 @@ def _judge_gate(
         status, reason = "open", f"admits {gpu.sm}"
     else:
         status, reason = "unknown", "; ".join(verdict.unknowns) or "cannot tell"
+    capability = status
+    if place.not_applicable:
+        # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.
+        status, reason = "not_applicable", f"not this host's platform: {place.not_applicable}"
+    elif place.outside and int(gate.get("polarity", 1)) < 0 and gpu is not None:
+        # A refusal this GPU never reaches (a minor-version raise inside `if cap[0] < 8:`) never refuses it.
+        status, reason = "open", f"never reached on {gpu.sm}: {place.unreachable}"
+    elif place.alternative is not None and status == "blocked":
+        reason += f"; {gpu.sm if gpu else 'this GPU'} takes its own path at {_where(place.alternative)}"
     clauses = []
     for part in other_clauses(gate):
         holds = Evaluator(book, gpu, server).eval(part) if server is not None else None
@@ -210,6 +220,10 @@ def _judge_gate(
         "admits": allowed,
         "status": status,
         "reason": reason,
+        "capability": capability,
+        "alternative": _where(place.alternative) if place.alternative is not None else None,
+        "unreachable": place.unreachable,
+        "shape": (gate.get("effect") or {}).get("shape"),
         "clauses": clauses,
         "condition": gate.get("text"),
         "excerpt": gate.get("excerpt"),

@@ -81,6 +81,15 @@ def _pip_reason(stderr: str, dist: str = "sglang") -> str:
     return lines[-1]
 
 
+def sglang_wheel(version: str) -> Path:
+    """The release's own wheel, as downloaded (the lab's wheelhouse installs it as it is)."""
+    site = sglang_site(version)
+    wheel = _find_wheel(site.parent / "download", version)
+    if wheel is None:
+        raise GpuopsError(f"sglang cache: {site.parent}: the wheel of sglang {version} is no longer there")
+    return wheel
+
+
 def sglang_source(version: str) -> Path:
     """The unpacked ``sglang`` package dir (the one with ``__init__.py``) of that release."""
     return sglang_site(version) / "sglang"

@@ -150,6 +150,10 @@ class StandinHandler(BaseHTTPRequestHandler):
             })
         elif path == "/get_server_info":
             self._send_json(200, self.state.server_info())
+        elif path == "/v1/loads":
+            self._send_json(200, self.state.loads())
+        elif path == "/get_load":
+            self._send_json(200, self.state.legacy_load())
         elif path == "/v1/models":
             model = self.state.server_args.get("served_model_name") or self.state.server_args.get("model_path")
             self._send_json(200, {"object": "list", "data": [

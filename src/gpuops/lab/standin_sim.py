@@ -160,8 +160,9 @@ def _env_float(environ, name):
 fusion_enabled = speed_model.fusion_enabled
 
 
-class SpeedModel(object):
-    """Per-request token rate and chunking, from the exact-rate control or the speed model."""
+class ServerSpeed(object):
+    """One stand-in server's per-request token rate and chunking: the exact-rate control, or the
+    lab's one speed model (``speed_model.SpeedModel``) predicting it for this server's settings."""
 
     def __init__(self, server_args, environ, model=None):
         self.exact_rate = _env_float(environ, "GPUOPS_STANDIN_TOKENS_PER_S")
@@ -240,7 +241,7 @@ class StandinState(object):
         self.server_args = server_args
         self.env = reported_env(environ)
         self.version = version
-        self.speed = SpeedModel(server_args, environ)
+        self.speed = ServerSpeed(server_args, environ)
         self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
         fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
         self.fail_after_tokens = None if fail is None else int(fail)
@@ -273,6 +274,22 @@ class StandinState(object):
     def current_running(self):
         with self.lock:
             return self.running
+
+    def loads(self):
+        """``/v1/loads`` as SGLang 0.5.8 answers it (``entrypoints/v1_loads.py``): one DP rank; the
+        stand-in queues nothing, so every request it holds is running."""
+        running = self.current_running()
+        row = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_total_reqs": running,
+               "num_used_tokens": 0, "token_usage": 0.0, "gen_throughput": 0.0, "utilization": 0.0}
+        return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": self.version,
+                "dp_rank_count": 1, "loads": [row],
+                "aggregate": {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running,
+                              "avg_token_usage": 0.0, "avg_throughput": 0.0, "avg_utilization": 0.0}}
+
+    def legacy_load(self):
+        """``/get_load`` (deprecated in 0.5.8): ``num_reqs`` is running plus waiting per DP rank."""
+        running = self.current_running()
+        return [{"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0}]
 
     def server_info(self):
         info = dict(self.server_args)  # real SGLang flattens its args at the top level

@@ -67,6 +67,7 @@ class Plan:
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
     image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
+    release: Any = None       # plan.release.ReleaseEnv (sglang-release: built before the transaction)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"

@@ -336,11 +336,14 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
     Arg("image"),
     Arg("image_base"),
     Arg("launch_image"),
+    Arg("python"),
+    Arg("renames", "mapping"),
     Arg("mode", "mode", default="0600"),
 ), plans=(
-    "records this run's part of the launch (flags, environment, and for docker a derived image with the inventory "
-    "image it replaces) in the host's desired-state file, keyed by the role; registers the composition of every "
-    "part still recorded: `{args, env, runs, image, image_base}` (the docker run script names `image` while "
+    "records this run's part of the launch (flags, environment, for docker a derived image with the inventory "
+    "image it replaces, for sglang-release the `python` of the release's environment and the flag `renames` it "
+    "needs) in the host's desired-state file, keyed by the role; registers the composition of every "
+    "part still recorded: `{args, env, runs, image, image_base, python, renames}` (the docker run script names `image` while "
     "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
     "run warns that the server runs it without that patch)")))
 def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
@@ -389,8 +392,10 @@ def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec
     )
 
 
+from gpuops.plan.release import plan_sglang_release  # noqa: E402  (its own module: the release concept)
+
 _PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, _plan_compose,
-                                  plan_assert, plan_fail)
+                                  plan_sglang_release, plan_assert, plan_fail)
 PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
 # Every module a task may name, in roles/README.md's order: the planners, include_role, service.
 SPECS: dict[str, ModuleSpec] = {

@@ -23,9 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops import timings
 from gpuops.errors import TransportError
+from gpuops.transport.algorithms import AlgorithmError
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.connvars import SSHSettings, ssh_settings
 from gpuops.transport.known_hosts import HostKeyRefused
+from gpuops.transport.verbose import quiet_paramiko
+
+quiet_paramiko()  # paramiko's own log lines only with -v (transport/verbose.py)
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -156,6 +160,8 @@ class SSHConnection:
             raise TransportError(host.name, str(exc)) from exc
         except HostKeyRefused as exc:  # @revoked, or a host certificate that does not hold
             raise TransportError(host.name, str(exc)) from exc
+        except AlgorithmError as exc:  # ~/.ssh/config's Ciphers etc. leave nothing paramiko speaks
+            raise TransportError(host.name, str(exc)) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(
                 host.name, f"authentication failed for {conn.user}@{conn.host}:{conn.port}{via}: {exc}"
@@ -170,7 +176,9 @@ class SSHConnection:
                 f"timed out connecting to {conn.host}:{conn.port}{via} after {timeout:.0f} s",
             ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {exc}") from exc
+            # EOFError says nothing by itself: the host closed the connection
+            why = str(exc) or ("the host closed the connection" if isinstance(exc, EOFError) else type(exc).__name__)
+            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {why}") from exc
         if kex_done:  # the target's own key exchange ends last (jump hosts connect before it)
             timings.record("connect", started, kex_done[-1], host.name)
             timings.record("auth", kex_done[-1], time.monotonic(), host.name)
@@ -183,9 +191,6 @@ class SSHConnection:
 
         The same Transport class sets the algorithm order (fast first, ~/.ssh/config's own wins).
         """
-        import paramiko
-
-        from gpuops.transport.algorithms import AlgorithmError, preferences
         from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
 
         client = conn.client
@@ -197,11 +202,8 @@ class SSHConnection:
                 except OSError as exc:
                     raise TransportError(self.host.name, f"cannot read known_hosts file {path}: {exc.strerror}") from exc
         lookup = _known_hosts_name(conn.host, conn.port)
-        try:
-            order = preferences(paramiko.Transport, dict(conn.ssh_config))
-        except AlgorithmError as exc:
-            raise TransportError(self.host.name, str(exc)) from exc
-        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known, order, on_kex_done)
+        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known, dict(conn.ssh_config),
+                                                                     on_kex_done)
         record_to = files[-1] if len(files) > 1 else files[0]
         client.set_missing_host_key_policy(_RecordNewKey(record_to) if accept_new else _RejectUnknownKey(files))
 
