@@ -359,7 +359,7 @@ def _paths(runtime: list[tuple[FeatureGate, dict[str, Any]]], sm: str, combine: 
     open and a gate on it shuts the GPU out (where, and what it admits), else unknown."""
     named: dict[str, list[dict[str, Any]]] = {}
     for fg, g in runtime:
-        if fg.path:
+        if fg.path and g["status"] != "not_applicable":  # another platform's code is on no path of this host
             named.setdefault(fg.path, []).append(g)
     out = []
     for path, gates in named.items():
