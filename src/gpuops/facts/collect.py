@@ -97,6 +97,12 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str |
     return report, None if report.known else report.reason
 
 
+def judge_facts(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str | None]:
+    """The verdicts inspect gives for ``scan`` on the host of ``facts`` (SGLang's gates AND the
+    kernel libraries'); (None, why) when they cannot be given. sglang-release judges a new tree so."""
+    return _judge(facts, scan, host_name)
+
+
 def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
     """The verdicts with what each feature's kernel library admits (gates/kernels.py) and what the
     host must be like (gates/fits.py): open only when SGLang's gates AND the library that runs the

@@ -325,6 +325,8 @@ def main(argv=None):
     log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(server_args.items())))
     log("sglang stand-in %s (simulated figures, no GPU work); env: %s" % (
         version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
+    if state.speed.pcie_ipc_line:
+        log(state.speed.pcie_ipc_line)
     bad = matching_crash_rule(rules, server_args, environ)
     if bad is not None:
         time.sleep(state.startup_s)
