@@ -9,7 +9,6 @@ confirms once it has seen the verification; the host commits only then.
 from __future__ import annotations
 
 import functools
-import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply import container_audit
@@ -181,6 +180,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 f"run {pending['run_id']} ({pending.get('role') or pending.get('kind')}) is in progress or did not "
                 "finish on this host; the next apply, rollback or history rolls it back first if it is not running")
         if options.check:
+            if plan.release is not None:
+                _release_check(conn, host, plan, report, _merged(host, extra))
             return report
         digest = vars_digest(dict(host.vars or {}), dict(extra))
         if replica is not None and replica.left_out and not restarts:
@@ -205,6 +206,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
             report.notes.append(ready.note(plan.release.version))
+            from gpuops.apply import release_audit
+
+            report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+            if plan.release.stage:  # the fleet is prepared; the switch is a later run
+                report.status, report.changed, report.run_id = "staged", 0, run_id
+                report.notes.append("staged: the environment is ready and nothing was switched; apply again "
+                                    "without sglang_release_stage to switch")
+                return report
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
         # gathered with the gate scan (plan/applicability.py).
         gpu = dict(facts.gpu or {})
@@ -305,6 +314,27 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
                 "once it serves")
 
 
+def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostReport,
+                   variables: Mapping[str, Any]) -> None:
+    """``--check`` of sglang-release: builds nothing; where the host already holds the finished
+    environment (an earlier run built it), its gate audit against the running tree is shown."""
+    from gpuops.apply import release_audit
+    from gpuops.apply.release_env import EnvRefused, find_ready
+
+    try:
+        ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+    except EnvRefused as exc:
+        report.warnings.append(str(exc))
+        return
+    if ready is None:
+        report.notes.append(f"the environment is not on the host yet: apply builds it before the server stops, "
+                            f"then shows the gate audit of the new tree (what SGLang {plan.release.version} opens "
+                            "and closes here) before the switch")
+        return
+    report.notes.append(ready.note(plan.release.version))
+    report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+
+
 def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
                  report: HostReport) -> Callable[[], tuple[bool, str | None]] | None:
     """Greedy prompts before the restart now, and after it (from the transaction, before the commit).
@@ -376,16 +406,13 @@ def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
 
 def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | None = None,
                   address: str | None = None) -> None:
-    from gpuops.apply.journal import append_home
+    from gpuops.apply.journal import record_run_home
     from gpuops.apply.options import current_user
 
-    append_home({
-        "run_id": report.run_id, "host": report.host, "address": address, "role": role, "user": current_user(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vars_sha256": digest,
-        "outcome": report.status, "error": report.error, "state_dir": state_dir,
-        "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
-                    for c in report.changes],
-    })
+    record_run_home(report.run_id, report.host, address, role, report.status, report.error, state_dir,
+                    [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
+                     for c in report.changes],
+                    user=current_user(), vars_sha256=digest)
 
 
 def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
