@@ -180,6 +180,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 f"run {pending['run_id']} ({pending.get('role') or pending.get('kind')}) is in progress or did not "
                 "finish on this host; the next apply, rollback or history rolls it back first if it is not running")
         if options.check:
+            if plan.release is not None:
+                _release_check(conn, host, plan, report, _merged(host, extra))
             return report
         digest = vars_digest(dict(host.vars or {}), dict(extra))
         if replica is not None and replica.left_out and not restarts:
@@ -204,6 +206,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
             report.notes.append(ready.note(plan.release.version))
+            from gpuops.apply import release_audit
+
+            report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+            if plan.release.stage:  # the fleet is prepared; the switch is a later run
+                report.status, report.changed, report.run_id = "staged", 0, run_id
+                report.notes.append("staged: the environment is ready and nothing was switched; apply again "
+                                    "without sglang_release_stage to switch")
+                return report
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
         # gathered with the gate scan (plan/applicability.py).
         gpu = dict(facts.gpu or {})
@@ -302,6 +312,27 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
             report.error = (report.error or report.status) + (
                 f" -- left out of router {replica.router.url}: put {replica.worker_url} back (POST /workers) "
                 "once it serves")
+
+
+def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostReport,
+                   variables: Mapping[str, Any]) -> None:
+    """``--check`` of sglang-release: builds nothing; where the host already holds the finished
+    environment (an earlier run built it), its gate audit against the running tree is shown."""
+    from gpuops.apply import release_audit
+    from gpuops.apply.release_env import EnvRefused, find_ready
+
+    try:
+        ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+    except EnvRefused as exc:
+        report.warnings.append(str(exc))
+        return
+    if ready is None:
+        report.notes.append(f"the environment is not on the host yet: apply builds it before the server stops, "
+                            f"then shows the gate audit of the new tree (what SGLang {plan.release.version} opens "
+                            "and closes here) before the switch")
+        return
+    report.notes.append(ready.note(plan.release.version))
+    report.notes.extend(release_audit.compare(conn, host, plan.release.python))
 
 
 def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
