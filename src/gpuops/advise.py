@@ -148,15 +148,22 @@ def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int |
                    f"the server runs with {pcie_ipc.ENABLE_ENV}=1 ({decision.reason})", (), evidence)
     if decision.applies:
         return Way("pcie_ipc_allreduce", title, Status.APPLY, decision.reason, ("gpuops apply pcie-allreduce",), evidence)
+    if decision.misfit is pcie_ipc.Misfit.NO_P2P:
+        # As for the fusion: the way is still this one, on a TP group within a P2P group, or told to go ahead.
+        return Way("pcie_ipc_allreduce", title, Status.APPLY, decision.reason,
+                   ("gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true",), evidence)
     if decision.upgrade is not None and decision.misfit in (pcie_ipc.Misfit.SGLANG_TOO_OLD, pcie_ipc.Misfit.FLASHINFER_LACKS):
         release, flashinfer = decision.upgrade
         after = pcie_ipc.fit(pcie_ipc.HostStack(**{**stack.__dict__, "sglang": release, "flashinfer": flashinfer,
                                                     "flashinfer_has_kernels": None, "flashinfer_reason": ""}))
-        if after.applies:
+        if after.applies or after.misfit is pcie_ipc.Misfit.NO_P2P:
             why = decision.reason
+            apply = "gpuops apply pcie-allreduce"
+            if after.misfit is pcie_ipc.Misfit.NO_P2P:
+                why += f"; then: {after.reason}"
+                apply += " -e pcie_allow_without_p2p=true"
             return Way("pcie_ipc_allreduce", title, Status.UPGRADE, why,
-                       (f"gpuops apply sglang-release -e sglang_version={release}", "gpuops apply pcie-allreduce"),
-                       evidence)
+                       (f"gpuops apply sglang-release -e sglang_version={release}", apply), evidence)
         return Way("pcie_ipc_allreduce", title, Status.NOT_FOR_HOST, f"{decision.reason}; and after it: {after.reason}")
     return Way("pcie_ipc_allreduce", title, Status.NOT_FOR_HOST, decision.reason)
 

@@ -60,6 +60,7 @@ class Misfit(enum.Enum):
     TP_SIZE = "tp_size"
     DTYPE = "dtype"
     DETERMINISTIC = "deterministic"
+    NO_P2P = "no_p2p"
     NO_GPU = "no_gpu"
     UNKNOWN = "unknown"
 
@@ -81,6 +82,7 @@ class HostStack:
     # (then the version decides).
     flashinfer_has_kernels: bool | None = None
     flashinfer_reason: str = ""
+    allow_without_p2p: bool = False          # the operator's override of the P2P refusal
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,17 @@ def fit(stack: HostStack) -> Fit:
     warnings = []
     gaps = _p2p_gaps(stack.p2p_failed_pairs, tp)
     if gaps:
-        warnings.append(f"peer-to-peer reads are not reported between {len(gaps)} GPU pair(s) of the TP group "
-                        f"({', '.join(gaps[:3])}{', ...' if len(gaps) > 3 else ''}); the kernels push over the root "
-                        "complex (SGLang measured them on such a two-socket host), and the server's log after the "
-                        "restart says whether the workspace was built")
+        # The kernels write straight into the peers' slabs through CUDA IPC pointers
+        # (flashinfer/data/csrc/pcie_ipc_all_reduce.cu: "entry i must address rank i's slab").
+        why = (f"peer-to-peer is not possible between {len(gaps)} GPU pair(s) of the TP group "
+               f"({', '.join(gaps[:3])}{', ...' if len(gaps) > 3 else ''}): the PCIe IPC kernels write into the "
+               "peers' memory through CUDA IPC")
+        if not stack.allow_without_p2p:
+            return Fit(False, why + "; keep TP within a P2P group, or pass -e pcie_allow_without_p2p=true (the "
+                                    "server's log after the restart then says whether the workspace was built)",
+                       Misfit.NO_P2P, tp)
+        warnings.append(why + " (going ahead: pcie_allow_without_p2p is true; the server's log after the restart "
+                              "says whether the workspace was built)")
     return Fit(True, f"sglang {stack.sglang} with flashinfer {stack.flashinfer}, TP {tp}, "
                      f"{dtype or 'bf16 (assumed: dtype not given)'}, PCIe only", None, tp, tuple(warnings))
 

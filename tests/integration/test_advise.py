@@ -43,8 +43,10 @@ def test_the_field_box_at_0_5_8_is_shown_the_path_to_0_5_23_and_the_pcie_all_red
     assert host["allreduces_per_pass"] == 122
     first, second = host["ranked"]
     assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "upgrade"
-    assert first["commands"] == ["gpuops apply sglang-release -e sglang_version=0.5.23", "gpuops apply pcie-allreduce"]
-    assert "0.5.21 is the first release" in first["why"]
+    # Its TP group spans both sockets, without P2P between them: the override is part of the command, and why says so.
+    assert first["commands"] == ["gpuops apply sglang-release -e sglang_version=0.5.23",
+                                 "gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true"]
+    assert "0.5.21 is the first release" in first["why"] and "peer-to-peer is not possible" in first["why"]
     assert first["evidence"]["basis"] == "published" and "pcie_ipc_ar.py" in first["evidence"]["source"]
     assert "5.3 us vs NCCL's 205.1 us" in first["evidence"]["text"] and "21.14 -> 13.62 ms" in first["evidence"]["text"]
     assert first["evidence"]["saving_ms_per_pass"] == pytest.approx(122 * (205.1 - 5.3) / 1000, abs=0.01)
@@ -60,12 +62,13 @@ def test_the_field_box_at_0_5_23_puts_pcie_allreduce_first(advice) -> None:
     host = document["hosts"]["field0523"]
     first = host["ranked"][0]
     assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "apply"
-    assert first["commands"] == ["gpuops apply pcie-allreduce"]
+    assert first["commands"] == ["gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true"]
+    assert "peer-to-peer is not possible between 16 GPU pair(s)" in first["why"]
     fusion = next(w for w in host["ranked"] + host["others"] if w["feature"] == "flashinfer_allreduce_fusion")
     assert fusion["status"] == "apply" and "fusion_allow_without_p2p=true" in fusion["commands"][0]
     section = text.split("== field0523")[1].split("== ")[0]
     assert "1. SGLang's PCIe IPC all-reduce (FlashInfer pcie_ipc_comm): apply now" in section
-    assert "$ gpuops apply pcie-allreduce" in section
+    assert "$ gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true" in section
 
 
 def test_an_nvlink_host_is_told_why_nothing_applies(advice) -> None:
@@ -84,4 +87,5 @@ def test_the_4x_workstation_at_tp_4_gets_the_pcie_all_reduce(advice) -> None:
     host = document["hosts"]["ws4"]
     first = host["ranked"][0]
     assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "apply" and "TP 4" in first["why"]
+    assert first["commands"] == ["gpuops apply pcie-allreduce"]   # one socket: P2P between all four
     assert host["allreduces_per_pass"] == 128

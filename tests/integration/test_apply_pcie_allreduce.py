@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 QUICK = ("-e", "gpuops_health_timeout=60", "-e", "gpuops_stop_grace=5")
+P2P = ("-e", "pcie_allow_without_p2p=true")   # the lab's field box lacks P2P across its sockets (refused by default)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,9 @@ def labs(lab_factory):
 
 
 def apply(run_gpuops, lab, role: str, *args: str):
-    return run_gpuops("apply", role, "-i", str(lab.inventory_path), *QUICK, *args, timeout=300)
+    extra = P2P if role == "pcie-allreduce" and "--no-p2p-override" not in args else ()
+    args = tuple(a for a in args if a != "--no-p2p-override")
+    return run_gpuops("apply", role, "-i", str(lab.inventory_path), *QUICK, *extra, *args, timeout=300)
 
 
 def report_of(proc) -> dict[str, Any]:
@@ -72,8 +75,9 @@ def test_applied_in_effect_idempotent_and_rolled_back(labs, run_gpuops) -> None:
     assert any(n.startswith('in effect: the server logged "FlashInfer PCIe-IPC all-reduce enabled (world=8')
                for n in report["notes"]), report["notes"]
     assert server_info(host.server_port)["env"].get(ENV) == "1"
-    # The lab box lacks P2P across its sockets: said, not refused (the kernels push over the root complex).
-    assert any("peer-to-peer reads are not reported between 16 GPU pair(s)" in w for w in report["warnings"])
+    # The lab box lacks P2P across its sockets: allowed by the test, still warned about.
+    assert any("peer-to-peer is not possible between 16 GPU pair(s)" in w and "going ahead" in w
+               for w in report["warnings"]), report["warnings"]
     pid = int((host.state_dir / "sglang.pid").read_text())
 
     again = report_of(apply(run_gpuops, lab, "pcie-allreduce", "--json"))
@@ -83,6 +87,17 @@ def test_applied_in_effect_idempotent_and_rolled_back(labs, run_gpuops) -> None:
     rollback(run_gpuops, lab)
     assert tree_hashes(host.dir, skip_runs=True) == pristine
     assert ENV not in server_info(host.server_port)["env"]
+
+
+def test_a_tp_group_without_p2p_is_refused_untouched(labs, run_gpuops) -> None:
+    lab = labs()
+    host = lab.hosts[0]
+    everything = tree_hashes(host.dir)
+    proc = apply(run_gpuops, lab, "pcie-allreduce", "--no-p2p-override")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "peer-to-peer is not possible between 16 GPU pair(s) of the TP group" in proc.stdout
+    assert "pcie_allow_without_p2p=true" in proc.stdout and "failed=1" in proc.stdout
+    assert tree_hashes(host.dir) == everything
 
 
 def test_max_numel_sets_the_workspace_bound_and_a_bad_one_is_refused(labs, run_gpuops) -> None:

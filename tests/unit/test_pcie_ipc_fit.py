@@ -56,9 +56,14 @@ def test_bf16_by_launch_flag_wins_over_the_config_and_1stage_off_wins_over_the_f
                      launch_env={"SGLANG_USE_1STAGE_ALLREDUCE": "0"})).applies
 
 
-def test_missing_p2p_in_the_group_is_a_warning_not_a_refusal() -> None:
-    got = fit(stack(p2p_failed_pairs=[["GPU0", "GPU4", "CNS"], ["GPU1", "GPU5", "CNS"]]))
-    assert got.applies and len(got.warnings) == 1 and "2 GPU pair(s)" in got.warnings[0]
+def test_missing_p2p_in_the_group_is_refused_unless_allowed() -> None:
+    pairs = [["GPU0", "GPU4", "CNS"], ["GPU1", "GPU5", "CNS"]]
+    refused = fit(stack(p2p_failed_pairs=pairs))
+    assert not refused.applies and refused.misfit is Misfit.NO_P2P and "2 GPU pair(s)" in refused.reason
+    assert "-e pcie_allow_without_p2p=true" in refused.reason
+    got = fit(stack(p2p_failed_pairs=pairs, allow_without_p2p=True))
+    assert got.applies and len(got.warnings) == 1 and "going ahead" in got.warnings[0]
+    assert fit(stack(p2p_failed_pairs=pairs, launch_args=["--tp", "4"])).applies   # GPUs 0-3: one socket
 
 
 def test_log_verdict_reads_the_releases_lines() -> None:

@@ -264,11 +264,14 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
     Arg("launch_args", "list"),
     Arg("launch_env", "mapping"),
     Arg("max_numel", "any", doc="empty, or a whole number for `SGLANG_PCIE_IPC_MAX_NUMEL`"),
+    Arg("allow_without_p2p", "bool", default=False),
 ), plans=(
     "decides from the host's facts (sglang from the gate scan, flashinfer-python, NVLink, GPUs, the launch's TP "
     "size, `--dtype`, deterministic inference: `gpuops/pcie_ipc.py::fit`) whether SGLang's PCIe IPC all-reduce "
     "fits; registers `{changed, applies, reason, env}`, `env` holding `SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1` (and "
-    "`SGLANG_PCIE_IPC_MAX_NUMEL`) where it applies; where it does not, notes why and plans nothing")))
+    "`SGLANG_PCIE_IPC_MAX_NUMEL`) where it applies; where it does not, notes why and plans nothing; GPU pairs of the "
+    "TP group without peer-to-peer fail the host (the kernels write into peers' memory through CUDA IPC) unless "
+    "`allow_without_p2p`")))
 def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """``pcie_allreduce``: whether SGLang's PCIe IPC all-reduce fits the host, and its environment."""
     from gpuops import pcie_ipc
@@ -299,8 +302,11 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
         launch_args=[str(a) for a in launch_args] if isinstance(launch_args, list) else [],
         launch_env={str(k): str(v) for k, v in launch_env.items()} if isinstance(launch_env, dict) else {},
         p2p_failed_pairs=gpu.get("p2p_failed_pairs") or [],
-        flashinfer_has_kernels=has_kernels, flashinfer_reason=kernel_reason)
+        flashinfer_has_kernels=has_kernels, flashinfer_reason=kernel_reason,
+        allow_without_p2p=_truthy(args.get("allow_without_p2p", False)))
     decision = pcie_ipc.fit(stack)
+    if decision.misfit is pcie_ipc.Misfit.NO_P2P:  # a host to fix, not one to skip (as fusion-sm120's P2P refusal)
+        raise GpuopsError(f"{state.host}: {state.role}: {decision.reason}; refused")
     if not decision.applies:
         state.note(f"nothing to do on this host: {decision.reason}")
         return {"changed": False, "applies": False, "reason": decision.reason, "env": {}}
