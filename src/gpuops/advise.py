@@ -143,7 +143,8 @@ def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int |
                                         f"kernel's {published_us} us per 12 KiB call is published ({pcie_ipc.PUBLISHED_SOURCE}): "
                                         f"about {saving} ms saved per pass (estimate)", f"results store: {result_id}", saving)
     env = server.get("env") or {}
-    if decision.applies and str(env.get(pcie_ipc.ENABLE_ENV, "")).strip() in ("1", "true", "True"):
+    switched_on = str(env.get(pcie_ipc.ENABLE_ENV, "")).strip() in ("1", "true", "True")
+    if switched_on and (decision.applies or decision.misfit is pcie_ipc.Misfit.NO_P2P):
         return Way("pcie_ipc_allreduce", title, Status.IN_EFFECT,
                    f"the server runs with {pcie_ipc.ENABLE_ENV}=1 ({decision.reason})", (), evidence)
     if decision.applies:

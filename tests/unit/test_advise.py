@@ -46,3 +46,10 @@ def test_json_names_every_documented_key() -> None:
     keys = set(data) | set(data["ranked"][0]) | set(data["ranked"][0]["evidence"])
     missing = [k for k in sorted(keys) if f"`{k}`" not in doc]
     assert not missing, missing
+
+
+def test_switched_on_across_a_p2p_gap_is_in_effect_not_advised_again() -> None:
+    doc = host_doc(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})
+    doc["facts"]["interconnect"]["p2p_failed_pairs"] = [["GPU0", "GPU4", "CNS"]]
+    got = advise.advise_host("h", doc)
+    assert [w.feature for w in got.others if w.status is advise.Status.IN_EFFECT] == ["pcie_ipc_allreduce"]
