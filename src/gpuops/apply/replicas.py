@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
+from gpuops.transport.limits import HTTP_REPLY_LIMIT, over_message
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -94,8 +95,10 @@ class Router:
         request = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=_REQUEST_TIMEOUT_S) as reply:
-                raw = reply.read()
+                raw = reply.read(HTTP_REPLY_LIMIT + 1)  # a router's answer is small: never read without end
                 status = reply.status
+            if len(raw) > HTTP_REPLY_LIMIT:
+                raise RouterError(f"router {self.url}: {method} {path} answered {over_message(HTTP_REPLY_LIMIT)}")
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:200].decode("utf-8", "replace").strip()
             raise RouterError(f"router {self.url}: {method} {path} answered HTTP {exc.code}"

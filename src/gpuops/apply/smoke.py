@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 # Roles whose changes touch kernels: their restarts get the check.
-KERNEL_ROLES = ("fusion-sm120",)
+KERNEL_ROLES = ("fusion-sm120", "pcie-allreduce")
 PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):",

@@ -336,6 +336,8 @@ def main(argv=None):
     log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(server_args.items())))
     log("sglang stand-in %s (simulated figures, no GPU work); env: %s" % (
         version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
+    if state.speed.pcie_ipc_line:
+        log(state.speed.pcie_ipc_line)
     try:
         state.nodes = NodeGroup(server_args, environ, log, lambda why: die(log, why))
     except NodeArgsError as exc:

@@ -208,7 +208,7 @@ def relay_call(payload, call_dir, lock_fd, hooks, client_stream):
     except StepFailed as exc:
         return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
     recovery = dict(payload, mode="recover", for_mode=payload.get("mode"), died=died)
-    pid = start_worker(recovery, call_dir, fd, {})
+    pid = start_worker(recovery, call_dir, fd, HostHooks())  # a recovery runs without the host's hooks
     os.close(fd)
     result = relay_until_done(relay, pid, call_dir)
     if result is not None:

@@ -356,7 +356,9 @@ def do_apply(payload, progress, lease, hooks, notes):
                 raise StepFailed(verdict_reason or "the gate re-audit did not show the feature open")
         pid = run.run_handlers()
         run.phase("confirm")
-        progress({"event": "verified", "pid": pid})
+        # The server's log since its start, when gpuops judges a feature by it (pcie-allreduce).
+        log = {"log": run.service.log_tail(400)} if payload.get("read_log") and pid is not None else {}
+        progress(dict({"event": "verified", "pid": pid}, **log))
         answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
