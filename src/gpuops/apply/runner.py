@@ -346,17 +346,17 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
     if not plan.handlers or plan.service is None or not smoke.wanted(plan.role, variables):
         return None
     python = str(variables.get("gpuops_python") or "python3")  # any python3 on the host sends the prompts
-    before = smoke.run_prompts(conn, plan.service.port, python)
+    limit = smoke.timeout_s(variables)
+    before = smoke.run_prompts(conn, plan.service.port, python, limit)
     if before.outputs is None:
         report.notes.append(f"smoke check skipped: the server did not answer before the restart ({before.error})")
         return None
     rollback = smoke.truthy(variables.get("smoke_rollback", False))
 
     def after_restart() -> tuple[bool, str | None]:
-        after = smoke.run_prompts(conn, plan.service.port, python)  # type: ignore[union-attr]
-        if after.outputs is None:
-            report.warnings.append(f"smoke check: the restarted server did not answer the prompts ({after.error})")
-            return True, None
+        after = smoke.run_prompts(conn, plan.service.port, python, limit)  # type: ignore[union-attr]
+        if after.outputs is None:  # it answered before the restart: a server that cannot answer now is not kept
+            return False, f"smoke check: the restarted server did not answer the prompts ({after.error})"
         changed = smoke.differences(before.outputs or [], after.outputs)
         if not changed:
             report.notes.append(f"smoke check: {len(smoke.PROMPTS)} greedy prompts answer the same after the restart")
