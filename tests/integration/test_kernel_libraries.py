@@ -4,16 +4,11 @@ by ``gates/kernels.py``: the catalog's ``first`` versions are facts of these whe
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from labtools import probe_site
 
-from gpuops.facts.software import parse_python_packages, remote_source
 from gpuops.gates.catalog import load_catalog
-from gpuops.gates.kernels import KernelStatus, judge_feature, probe_reads, versions_of
-from gpuops.gather import ProbeOutput
+from gpuops.gates.kernels import KernelStatus, judge_feature, versions_of
 from gpuops.lab.sglang_cache import flashinfer_site, sglang_site
 
 pytestmark = pytest.mark.integration
@@ -29,17 +24,6 @@ WHEELS = {
     "0.7.0": ([9, 10, 12], True),       # the first with PcieIpcAllReduceWorkspace
     "0.7.2": ([9, 10, 12], True),       # what SGLang 0.5.23 pins
 }
-
-
-def probe_site(*sites: os.PathLike[str] | str) -> object:
-    """The software probe, as a host runs it (its own text with the catalog's reads as argv), with
-    ``sites`` on the python's path; parsed by the client's parser."""
-    reads = __import__("json").dumps(probe_reads(load_catalog()))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join(str(s) for s in sites)
-    done = subprocess.run([sys.executable, "-S", "-c", remote_source(), reads], capture_output=True, text=True,
-                          env=env, timeout=60)
-    return parse_python_packages(ProbeOutput(done.stdout, done.stderr, done.returncode))
 
 
 @pytest.mark.parametrize("version", sorted(WHEELS))
@@ -105,3 +89,31 @@ def test_metadata_only_is_inferred_never_read(tmp_path) -> None:
     (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
     assert not verdict.read and verdict.status is KernelStatus.UNKNOWN
     assert "FlashInfer 0.6.1 lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120" in verdict.reason
+
+
+@pytest.mark.parametrize("version,has_pcie,custom_line", [("0.5.8", False, "custom_all_reduce.py:138"),
+                                                          ("0.5.20", False, None), ("0.5.21", True, None),
+                                                          ("0.5.23", True, "custom_all_reduce_utils.py:495")])
+def test_sglang_reads_from_the_real_releases(version: str, has_pcie: bool, custom_line: str | None) -> None:
+    """The SGLang side of the needs and fits, read from the real release by the same probe: the
+    PCIe IPC module first in 0.5.21 (the catalog's `first`), the custom all-reduce's "more than two
+    PCIe-only GPUs" line wherever it moved, the torch symmetric-memory table's keys."""
+    from gpuops.gates.fits import HostShape, judge_fits
+
+    catalog = load_catalog()
+    packages = probe_site(sglang_site(version))
+    pcie = catalog.feature("pcie_ipc_allreduce")
+    module = next(n for n in pcie.kernels if n.provider == "sglang")
+    assert module.first == "0.5.21"
+    (verdict,) = [v for v in judge_feature(pcie, packages.kernels, versions_of(packages), "12.0") if v.need == module]
+    assert verdict.status is (KernelStatus.OPEN if has_pcie else KernelStatus.BLOCKED), verdict.reason
+    shape = HostShape(tp_size=8, nvlink=False, p2p_gaps=(), capability="12.0")
+    if has_pcie:
+        sizes = next(f for f in judge_fits(pcie, shape, packages.kernels) if f.fit.kind == "tp_size")
+        assert sizes.holds is True and sizes.where and "pcie_ipc_ar.py:" in sizes.where
+    limit = judge_fits(catalog.feature("custom_allreduce"), shape, packages.kernels)[0]
+    assert limit.holds is False and limit.where is not None
+    if custom_line:
+        assert limit.where.endswith(custom_line), limit.where
+    (symm,) = judge_fits(catalog.feature("torch_symm_mem"), shape, packages.kernels)
+    assert symm.holds is False and "capability majors 9, 10" in symm.reason and symm.where.endswith("all_reduce_utils.py:3")

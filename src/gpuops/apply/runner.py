@@ -346,17 +346,17 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
     if not plan.handlers or plan.service is None or not smoke.wanted(plan.role, variables):
         return None
     python = str(variables.get("gpuops_python") or "python3")  # any python3 on the host sends the prompts
-    before = smoke.run_prompts(conn, plan.service.port, python)
+    limit = smoke.timeout_s(variables)
+    before = smoke.run_prompts(conn, plan.service.port, python, limit)
     if before.outputs is None:
         report.notes.append(f"smoke check skipped: the server did not answer before the restart ({before.error})")
         return None
     rollback = smoke.truthy(variables.get("smoke_rollback", False))
 
     def after_restart() -> tuple[bool, str | None]:
-        after = smoke.run_prompts(conn, plan.service.port, python)  # type: ignore[union-attr]
-        if after.outputs is None:
-            report.warnings.append(f"smoke check: the restarted server did not answer the prompts ({after.error})")
-            return True, None
+        after = smoke.run_prompts(conn, plan.service.port, python, limit)  # type: ignore[union-attr]
+        if after.outputs is None:  # it answered before the restart: a server that cannot answer now is not kept
+            return False, f"smoke check: the restarted server did not answer the prompts ({after.error})"
         changed = smoke.differences(before.outputs or [], after.outputs)
         if not changed:
             report.notes.append(f"smoke check: {len(smoke.PROMPTS)} greedy prompts answer the same after the restart")
@@ -464,7 +464,13 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
             report.warnings.append(warnings[host.name])
         return report
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
+    def deployment(host: "Host") -> str | None:
+        # The nodes of one multi-node server restart together: a rolling batch never splits them.
+        name = {**dict(host.vars or {}), **dict(extra)}.get("sglang_deployment")
+        return str(name) if name not in (None, "") else None
+
+    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok,
+                            together=deployment)
     reports: dict[str, HostReport] = {}
     for name, outcome in outcomes.items():
         if outcome.ok and outcome.value is not None:

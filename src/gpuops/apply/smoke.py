@@ -25,19 +25,22 @@ PROMPTS = (
     "List the first five prime numbers:",
 )
 MAX_TOKENS = 16
-TIMEOUT_S = 120.0
+# ``gpuops_smoke_timeout``: how long one prompt may take. A real server's first answer after a
+# restart can take minutes (kernels compiled, graphs captured on first use); the lease does not
+# run out meanwhile (gpuops heartbeats from its own thread), so the default is generous.
+DEFAULT_TIMEOUT_S = 600.0
 
 _CODE = r"""
 import json, sys, urllib.request
-port, max_tokens, prompts = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+port, max_tokens, prompts, timeout = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4])
 out = []
 try:
     for prompt in prompts:
         body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}})
         req = urllib.request.Request("http://127.0.0.1:%d/generate" % port, data=body.encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            out.append(json.loads(resp.read().decode()).get("text"))
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            out.append(json.loads(resp.read(1 << 20).decode()).get("text"))
     print(json.dumps({"outputs": out}))
 except Exception as exc:
     print(json.dumps({"error": "%s: %s" % (type(exc).__name__, exc)}))
@@ -62,11 +65,19 @@ def truthy(value: Any) -> bool:
     return bool(value)
 
 
-def run_prompts(conn: "Connection", port: int, python: str = "python3") -> SmokeResult:
-    command = "%s -c %s %d %d %s" % (shlex.quote(python), shlex.quote(_CODE), int(port), MAX_TOKENS,
-                                     shlex.quote(json.dumps(list(PROMPTS))))
+def timeout_s(variables: Mapping[str, Any]) -> float:
+    """``gpuops_smoke_timeout`` (seconds, >= 1; default 600): one prompt's time limit."""
+    from gpuops.apply.txn import number_var
+
+    return number_var(variables, "gpuops_smoke_timeout", DEFAULT_TIMEOUT_S, float, "a number of seconds", 1, " second")
+
+
+def run_prompts(conn: "Connection", port: int, python: str = "python3",
+                timeout: float = DEFAULT_TIMEOUT_S) -> SmokeResult:
+    command = "%s -c %s %d %d %s %s" % (shlex.quote(python), shlex.quote(_CODE), int(port), MAX_TOKENS,
+                                        shlex.quote(json.dumps(list(PROMPTS))), repr(float(timeout)))
     try:
-        done = conn.run(command, timeout=TIMEOUT_S)
+        done = conn.run(command, timeout=timeout * len(PROMPTS) + 30)
     except Exception as exc:  # a transport error: the check is skipped, never the apply failed by it
         return SmokeResult(None, f"{type(exc).__name__}: {exc}")
     lines = (done.stdout or b"").decode("utf-8", "replace").strip().splitlines()
@@ -75,7 +86,8 @@ def run_prompts(conn: "Connection", port: int, python: str = "python3") -> Smoke
     except (IndexError, ValueError):
         return SmokeResult(None, f"the prompt script printed nothing readable (rc {done.exit_status})")
     if answer.get("error"):
-        return SmokeResult(None, str(answer["error"]))
+        error = str(answer["error"])
+        return SmokeResult(None, error + (f" (gpuops_smoke_timeout={timeout:g} s)" if "timed out" in error else ""))
     return SmokeResult([str(o) for o in answer.get("outputs") or []])
 
 

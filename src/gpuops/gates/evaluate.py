@@ -32,6 +32,7 @@ class FeatureGate:
     feature: str
     role: str  # runtime | auto_enable | hardware | related
     why: str
+    path: str | None = None  # the catalog rule's `path:` (one of the feature's kernel paths)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
     for gate in gates:
         rule = feature.classify(gate, runtime_files)
         if rule is not None:
-            found.append(FeatureGate(gate, feature.name, rule.role, rule.why))
+            found.append(FeatureGate(gate, feature.name, rule.role, rule.why, rule.path))
         elif feature.names_feature(str(gate["function"]).split(".")[-1]):
             found.append(FeatureGate(gate, feature.name, "related",
                                      "another GPU test in a function of this feature; not judged into its status"))
@@ -318,17 +319,63 @@ def _feature_status(
         out["reason"] = "cannot tell: " + "; ".join(f"{_where(g)}: {g['reason']}" for g in unknown)
     else:
         out["status"] = "open"
-        parts = [f"the runtime checks admit {gpu.sm}" if runtime else f"the auto-enable check admits {gpu.sm}"]
+        paths = _paths(runtime, gpu.sm, feature.combine)
+        if paths and any(p["status"] != "open" for p in paths):
+            # Alternative paths (combine: any), one answer each under one headline.
+            opened = [p for p in paths if p["status"] == "open"]
+            parts = [f"open on {len(opened)} of {len(paths)} paths: " + "; ".join(p["text"] for p in paths)]
+        else:
+            parts = [f"the runtime checks admit {gpu.sm}" if runtime else f"the auto-enable check admits {gpu.sm}"]
+        if paths:
+            out["paths"] = [{k: v for k, v in p.items() if k != "text"} for p in paths]
         auto_blocked = [g for _, g in auto if g["status"] == "blocked"]
         if runtime and auto_blocked:
-            parts.append(f"not auto-enabled on {gpu.sm} ({_where(auto_blocked[0])}): launch with {flag_text}")
+            parts.append(f"not auto-enabled on {gpu.sm} ({_where(auto_blocked[0])})"
+                         + (f": launch with {flag_text}" if flag_text else ""))
         elif runtime and not auto:
-            parts.append(f"not auto-enabled in this release: launch with {flag_text}")
+            parts.append(_no_auto_enable(feature, flag_text))
         if not runtime:
             parts.append("no runtime GPU check found")
         out["reason"] = "; ".join(parts)
     if notes:
         out["reason"] += "; " + "; ".join(notes)
+    return out
+
+
+def _no_auto_enable(feature: Feature, flag_text: str | None) -> str:
+    """What SGLang does with the feature when no auto-enable gate of it is found (never "None")."""
+    if feature.default == "on":
+        return "used by default where they admit the GPU (no flag needed)"
+    if feature.default == "auto":
+        return "SGLang chooses it at start-up" + (f" (launch with {flag_text} to ask for it)" if flag_text else "")
+    if flag_text:
+        return f"not auto-enabled in this release: launch with {flag_text}"
+    return "not auto-enabled in this release, and no launch flag for it found in its gates"
+
+
+def _paths(runtime: list[tuple[FeatureGate, dict[str, Any]]], sm: str, combine: str) -> list[dict[str, Any]]:
+    """Per catalog ``path:`` of the runtime gates, combined as the feature's gates are (``all``:
+    open when every gate on it admits the GPU; ``any``: when one does), blocked when it is not
+    open and a gate on it shuts the GPU out (where, and what it admits), else unknown."""
+    named: dict[str, list[dict[str, Any]]] = {}
+    for fg, g in runtime:
+        if fg.path and g["status"] != "not_applicable":  # another platform's code is on no path of this host
+            named.setdefault(fg.path, []).append(g)
+    out = []
+    for path, gates in named.items():
+        blocked = [g for g in gates if g["status"] == "blocked"]
+        opened = [g for g in gates if g["status"] == "open"]
+        if combine == "any" and opened:
+            status, text = "open", f"{path} open ({_where(opened[0])})"
+        elif blocked:
+            status = "blocked"
+            text = f"{path} blocked on {sm} at {_where(blocked[0])} (admits {_names(blocked[0]['admits'])})"
+        elif len(opened) == len(gates):
+            status, text = "open", f"{path} open ({_where(gates[0])})"
+        else:
+            status, text = "unknown", f"{path} cannot tell ({_where(gates[0])})"
+        where = blocked[0] if status == "blocked" else opened[0] if opened else gates[0]
+        out.append({"path": path, "status": status, "file": where["file"], "line": where["line"], "text": text})
     return out
 
 

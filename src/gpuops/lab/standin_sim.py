@@ -316,6 +316,10 @@ class StandinState(object):
         self.version = version
         self.speed = ServerSpeed(server_args, environ)
         self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
+        # A real server's first answer after a start can take long (kernels compiled, graphs
+        # captured on first use): the first generation waits this many seconds.
+        self.first_answer_s = _env_float(environ, "GPUOPS_STANDIN_FIRST_ANSWER_S") or 0.0
+        self.answered = False
         fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
         self.fail_after_tokens = None if fail is None else int(fail)
         # Wrong answers: a lab fault for gpuops' correctness smoke check (apply/smoke.py).
@@ -327,8 +331,21 @@ class StandinState(object):
         self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
         self.recent = collections.deque(maxlen=16)  # emitted decode spans of the last generations
 
+    nodes = None  # standin_nodes.NodeGroup: the other nodes of a multi-node server (set by main)
+
     def ready(self):
-        return time.monotonic() - self.started >= self.startup_s
+        joined = self.nodes is None or self.nodes.joined.is_set()
+        return joined and time.monotonic() - self.started >= self.startup_s
+
+    def serves(self, path):
+        return self.nodes is None or self.nodes.serves(path)
+
+    def first_answer_wait(self):
+        """Sleep ``first_answer_s`` before the first generation only."""
+        with self.lock:
+            first, self.answered = not self.answered, True
+        if first and self.first_answer_s:
+            time.sleep(self.first_answer_s)
 
     def enter(self):
         with self.lock:

@@ -303,9 +303,17 @@ def guarded(run, manifest, step):
     try:
         return step()
     except StepFailed as exc:
-        return run.rollback(manifest, str(exc), exc.log_tail)
+        return answered(run, run.rollback(manifest, str(exc), exc.log_tail))
     except Exception as exc:  # a bug or an OS error: still put the host back
-        return run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc))
+        return answered(run, run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc)))
+
+
+def answered(run, result):
+    """Tell gpuops how the run ended once the journal says so (the result line follows; this one
+    is short, so it is the part most likely to get through a failing channel)."""
+    if result.get("status") == "rolled_back":
+        run.progress({"event": "rolled_back", "run_id": run.run_id, "why": result.get("error")})
+    return result
 
 
 def server_running(run):
@@ -363,6 +371,7 @@ def do_apply(payload, progress, lease, hooks, notes):
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event("finished", pid=pid, **run.dirs_note())
+        progress({"event": "committed", "run_id": run.run_id})  # the host's answer, journaled first
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named
         return dict({"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,

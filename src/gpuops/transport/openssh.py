@@ -123,10 +123,12 @@ class OpenSSHConnection:
         except OSError as exc:
             raise TransportError(self.host.name, f"cannot run ssh: {exc.strerror}") from exc
         if returncode == 255:
+            # ssh's own status for any failure of its own (a refused connection, an unknown option,
+            # a host name it rejects): never the host's answer. gpuops' remote programs do not exit 255.
             lines = [line.strip() for line in stderr.decode("utf-8", errors="replace").splitlines() if line.strip()]
             failure = next((line for line in lines if _SSH_FAILURE.search(line)), None)
-            if failure is not None or (not stdout and lines and lines[-1].startswith("ssh:")):
-                raise TransportError(self.host.name, _explain(failure or lines[-1], self._target()))
+            raise TransportError(self.host.name, _explain(failure or (lines[-1] if lines else "ssh exited with status 255"),
+                                                          self._target()))
         return ExecResult(stdout, stderr, returncode)
 
     def open_stream(self, command: str) -> Stream:
