@@ -24,6 +24,11 @@ Controls (environment):
   GPUOPS_STANDIN_ACCEPT_LENGTH     speculative decoding: average accepted tokens per verify cycle
   GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
                                    (default 0.015; 0 keeps an exact rate exact under load)
+  GPUOPS_STANDIN_JOIN_TIMEOUT_S    a node of rank > 0: how long it tries node 0's --dist-init-addr
+
+Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): ``standin_nodes.py`` (node 0
+healthy once every rank joined it, ranks > 0 serve only /ping and /health*, one node gone ends the
+others).
 
 Speed model (used when no exact rate is given; every figure is simulated and says so): the
 documented figures of ``speed_model.json`` through ``speed_model.py`` (both copied next to this
@@ -59,6 +64,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # The simulation (flags, crash rules, speed, state, pacing) is this file's sibling, copied with it
 # (hosts.STANDIN_SIBLINGS); so are speed_model.py and sglang_argv.py, which it imports.
+from standin_nodes import NodeArgsError, NodeGroup, die
 from standin_sim import (
     GenerationFailed,
     StandinState,
@@ -136,7 +142,9 @@ class StandinHandler(BaseHTTPRequestHandler):
     # ---- routes
     def do_GET(self):
         path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate"):
+        if not self.state.serves(path):
+            self._error(404, "Not Found")  # a node of rank > 0 runs SGLang's dummy health server only
+        elif path in ("/health", "/health_generate", "/ping"):
             if self.state.ready():
                 self._send_json(200, {})
             else:
@@ -164,6 +172,9 @@ class StandinHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = self.path.split("?", 1)[0]
+        if not self.state.serves(path):
+            self._error(404, "Not Found")
+            return
         try:
             body = self._read_json()
         except ValueError as exc:
@@ -330,6 +341,12 @@ def main(argv=None):
         version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
     if state.speed.pcie_ipc_line:
         log(state.speed.pcie_ipc_line)
+    try:
+        state.nodes = NodeGroup(server_args, environ, log, lambda why: die(log, why))
+    except NodeArgsError as exc:
+        time.sleep(state.startup_s)
+        log(str(exc))
+        return 1
     bad = matching_crash_rule(rules, server_args, environ)
     if bad is not None:
         time.sleep(state.startup_s)
@@ -354,12 +371,13 @@ def main(argv=None):
     serving = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1})
     serving.daemon = True
     serving.start()
+    state.nodes.start()  # node 0 waits at the init address for the others; the others join it
     log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
     log("simulated decode rate %.1f tok/s per request at batch 1 (%s)%s" % (
         state.speed.base_rate(), "stand-in model %s: %s, %s" % (
             state.speed.record()["label"], state.speed.record()["basis"], state.speed.record()["shape_reason"]),
         "; speculative accept length %.2f" % state.speed.accept_length if state.speed.speculative else ""))
-    if state.startup_s:
+    if state.startup_s or state.nodes.multi:
         while not stop.wait(0.05) and not state.ready():
             pass
     if not stop.is_set():

@@ -331,8 +331,14 @@ class StandinState(object):
         self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
         self.recent = collections.deque(maxlen=16)  # emitted decode spans of the last generations
 
+    nodes = None  # standin_nodes.NodeGroup: the other nodes of a multi-node server (set by main)
+
     def ready(self):
-        return time.monotonic() - self.started >= self.startup_s
+        joined = self.nodes is None or self.nodes.joined.is_set()
+        return joined and time.monotonic() - self.started >= self.startup_s
+
+    def serves(self, path):
+        return self.nodes is None or self.nodes.serves(path)
 
     def first_answer_wait(self):
         """Sleep ``first_answer_s`` before the first generation only."""

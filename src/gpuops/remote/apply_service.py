@@ -17,7 +17,7 @@ import urllib.request
 
 from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.service_base import run_command
-from gpuops.remote.sglang_argv import launch_args
+from gpuops.remote.sglang_argv import flag_value, launch_args
 
 HEALTH_PATHS = ("/health",)
 INFO_PATHS = ("/get_model_info", "/get_server_info")
@@ -75,8 +75,9 @@ class Service:
         return ("; port %d is held by %s" % (self.port, self.pm.describe_owners(owners))) if owners else ""
 
     def wait_healthy(self, lease, timeout=None):
-        """/health answers 200, then /get_model_info (or /get_server_info) does too, and the
-        answer comes from the server gpuops started: its process (or a child) owns the socket."""
+        """/health answers 200, then /get_model_info (or /get_server_info) does too (not on a node of
+        rank > 0: ``worker_node``), and the answer comes from the server gpuops started: its process
+        (or a child) owns the socket."""
         timeout = self.health_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         if self.backend is not None:
@@ -97,7 +98,7 @@ class Service:
                 if http_ok(base + path):
                     answered = path
                     break
-            if answered and stage is HEALTH_PATHS:
+            if answered and stage is HEALTH_PATHS and not worker_node(pid):
                 stage = INFO_PATHS
                 continue
             if answered:
@@ -193,6 +194,17 @@ def launch_view(script):
         return None
     env = {k: v for k, v in out["env"].items() if baseline.get(k) != v and k not in ("PWD", "SHLVL", "_", "OLDPWD")}
     return {"env": env, "argv": list(out["argv"])}
+
+
+def worker_node(pid):
+    """Is the server a node of rank > 0 of a multi-node server (``--node-rank N``)? SGLang 0.5.8
+    runs no API there, only ``launch_dummy_health_check_server`` (``/health``, ``/ping``) once the
+    node joined node 0: its health is ``/health`` alone."""
+    if pid is None:
+        return False
+    words = launch_args(process_view(pid)[1])
+    rank = flag_value(words, "--node-rank") if words else None
+    return bool(rank) and rank.isdigit() and int(rank) > 0
 
 
 def process_view(pid):

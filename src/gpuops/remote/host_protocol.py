@@ -13,8 +13,10 @@ One exec carries a run (``remote/apply_helper.py``, stream mode; ``apply/txn.py`
       | --- {"verdict": bool, "reason"} ---------->|  gpuops judged it (False -> roll back)
       | <-- {"event": "verified", "pid"} ----------|  server restarted, healthy, owns its port
       | --- {"commit": true} | {"commit": false} ->|  after gpuops' smoke check
-      | <-- {"result": {"status": ...}} -----------|  journal: finished | rolled_back | unchanged
-      |                                            |  (or rollback_failed: the run stays open)
+      | <-- {"event": "committed"|"rolled_back", -|  journal: finished | rolled_back (written first):
+      |      "run_id"}                             |  the answer that confirms the outcome
+      | <-- {"result": {"status": ...}} -----------|  (or unchanged; rollback_failed: the run stays open)
+      no answer: gpuops reads the host's journal again (txn.read_outcome) before it says unknown
 
 A rollback is the same exchange with ``mode: rollback`` (no audit; ``verified`` once the previous
 server runs again). Recovery: whoever takes the host's lock next (an apply, rollback or history)
@@ -53,7 +55,10 @@ EVENT_HEARTBEAT = "heartbeat"
 EVENT_RECOVERED = "recovered"
 EVENT_AUDITED = "audited"
 EVENT_VERIFIED = "verified"
-PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFIED, "recovering", "worker", "phase",
+EVENT_COMMITTED = "committed"      # the host's answer to the commit, journaled before it is sent
+EVENT_ROLLED_BACK = ROLLED_BACK    # ... or that it rolled the run back instead
+PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFIED, EVENT_COMMITTED, EVENT_ROLLED_BACK,
+                   "recovering", "worker", "phase",
                    "paused", "wrote", "dir_kept", "compiled", "healthy", "rolling_back", "image_built", "image_kept",
                    "image_removed")
 
