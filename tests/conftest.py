@@ -45,7 +45,7 @@ from gpuops.errors import GpuopsError
 
 # tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labtools import fixtures_path  # noqa: E402  (needs the path above)
+from labtools import fixtures_path  # (needs the path above)
 
 
 @pytest.fixture(scope="session")

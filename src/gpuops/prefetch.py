@@ -29,7 +29,7 @@ def _import_all(names: tuple[str, ...]) -> None:
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the caller's own import reports it
+        except Exception:  # the caller's own import reports it
             return
 
 

@@ -38,7 +38,7 @@ def _base() -> type:
 
 
 @functools.lru_cache(maxsize=None)
-def _loader(marks: bool, tags: tuple[tuple[str, TagConstructor], ...]) -> type:
+def _loader(marks: bool, tags: tuple[tuple[str, TagConstructor], ...]) -> Any:
     import yaml
 
     def construct_marked_map(loader: Any, node: Any):  # type: ignore[no-untyped-def]
@@ -63,7 +63,7 @@ def _loader(marks: bool, tags: tuple[tuple[str, TagConstructor], ...]) -> type:
             return build(str(node.value), f"{loader.gpuops_path}:{node.start_mark.line + 1}")
         return construct
 
-    loader = type("GpuopsLoader", (_base(),), {})
+    loader: Any = type("GpuopsLoader", (_base(),), {})
     if marks:
         loader.add_constructor("tag:yaml.org,2002:map", construct_marked_map)
     loader.add_constructor("!unsafe", construct_unsafe)

@@ -11,7 +11,6 @@ mode and content of every entry under the host.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ before any host is contacted."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path

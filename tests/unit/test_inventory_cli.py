@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from gpuops.inventory import load_inventory
 from gpuops.inventory.loader import InventorySpec

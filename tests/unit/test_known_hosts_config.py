@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import os
 from pathlib import Path
 
 from gpuops.transport.known_hosts_config import user_known_hosts_files

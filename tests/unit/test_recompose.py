@@ -8,7 +8,6 @@ end with a real SGLang release, in tests/integration/test_rollback_recompose.py.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from test_compose import FLAG, STATE, TREE, base, launch, roles_path, run  # noqa: F401  (fixture)

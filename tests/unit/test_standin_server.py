@@ -16,7 +16,7 @@ import pytest
 from gpuops.lab.standin_process import STANDIN_PATH, start_standin
 
 sys.path.insert(0, str(STANDIN_PATH.parent))
-import standin_sim as standin  # noqa: E402  (the stand-in is run by path; its simulation is a sibling file)
+import standin_sim as standin  # the stand-in is run by path; its simulation is a sibling file
 
 
 def get_json(url: str) -> dict:

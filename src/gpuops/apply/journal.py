@@ -70,7 +70,7 @@ def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]], address: str 
             latest[str(record["run_id"])] = str(record.get("outcome"))
     done = []
     for run in host_runs:
-        run_id = run.get("run_id")
+        run_id = str(run.get("run_id"))
         outcome = str(run.get("outcome") or "")
         if latest.get(run_id) == "unknown" and not outcome.startswith("unfinished"):
             append_home({"run_id": run_id, "host": host, "address": address, "role": run.get("role"), "outcome": outcome,

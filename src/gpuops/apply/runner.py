@@ -8,6 +8,7 @@ confirms once it has seen the verification; the host commits only then.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -42,7 +43,7 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
 
     with timings.span("plan"):
         return {host.name: discover_or_recall(role, host.name, dict(host.vars or {}), dict(extra),
-                                              lambda host=host: discover(role, host.name, dict(host.vars or {}), dict(extra)))
+                                              functools.partial(discover, role, host.name, dict(host.vars or {}), dict(extra)))
                 for host in hosts}
 
 
@@ -314,4 +315,4 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
 
 
-from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402,F811  (re-exported for callers)
+from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)

@@ -129,8 +129,8 @@ class LocalStream(Stream):
             raise TransportError(host, f"cannot run /bin/sh: {exc}") from exc
         assert self.proc.stdout is not None and self.proc.stderr is not None
         out, err = self.proc.stdout, self.proc.stderr
-        threading.Thread(target=self._pump, args=(lambda: out.read1(65536),), daemon=True).start()
-        threading.Thread(target=self._pump_stderr, args=(lambda: err.read1(65536),), daemon=True).start()
+        threading.Thread(target=self._pump, args=(lambda: out.read1(65536),), daemon=True).start()  # type: ignore[attr-defined]  # a BufferedReader
+        threading.Thread(target=self._pump_stderr, args=(lambda: err.read1(65536),), daemon=True).start()  # type: ignore[attr-defined]  # a BufferedReader
 
     def _write(self, data: bytes) -> None:
         assert self.proc.stdin is not None
@@ -166,4 +166,4 @@ def open_stream(conn: "Connection", command: str) -> Stream:
     transport = getattr(fabric_conn, "transport", None)
     if transport is None:
         raise TransportError(conn.host.name, "this connection cannot carry a transaction channel")
-    return SSHStream(transport, command, conn.options.connect_timeout, conn.host.name)  # type: ignore[attr-defined]
+    return SSHStream(transport, command, conn.options.connect_timeout, conn.host.name)  # type: ignore[attr-defined,union-attr]

@@ -76,7 +76,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             "force": options.force, "meta": {"role": "rollback", "user": current_user()},
             "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
-        recomposed = None
+        recomposed: tuple[HostReport, str | None] | None = None
         conn = connect(host, options.connect)
         try:
             # One exec for a plain rollback; a second exec (and a read of the launch files) only

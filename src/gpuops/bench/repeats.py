@@ -163,11 +163,11 @@ def median_rows(rows: Sequence[Mapping[str, Any]], fusion: bool = False) -> list
         merged["ok"] = len(good) == len(group)
         if not merged["ok"]:
             merged["error"] = next((r.get("error") for r in group if not r.get("ok")), None)
-        for key, value in group[-1].items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("tokens", "repeat"):
-                values = [r.get(key) for r in good if isinstance(r.get(key), (int, float))]
+        for name, value in group[-1].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("tokens", "repeat"):
+                values: list[Any] = [r.get(name) for r in good if isinstance(r.get(name), (int, float))]
                 if values:
-                    merged[key] = statistics.median(values)
+                    merged[name] = statistics.median(values)
         if fusion:
             merged["correct"] = all(r.get("correct") for r in group)
         out.append(merged)

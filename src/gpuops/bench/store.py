@@ -104,7 +104,8 @@ class ResultsStore:
             self._sync(db)
             rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results ORDER BY created, id").fetchall()
         booleans = ("ok", "partial", "simulated")
-        return [ResultEntry(**{c: bool(v) if c in booleans else v for c, v in zip(_COLUMNS, row)}) for row in rows]
+        return [ResultEntry(**{c: bool(v) if c in booleans else v for c, v in zip(_COLUMNS, row)})  # type: ignore[arg-type]
+                for row in rows]
 
     def resolve(self, wanted: str) -> ResultEntry:
         """An entry by id or unique id prefix (or file name)."""

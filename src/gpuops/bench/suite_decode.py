@@ -55,7 +55,7 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
 
     summaries = [r.get("summary") or {} for r in results]
     summary = dict(summaries[-1])
-    for name, path in SERVING_FIGURES:
+    for _name, path in SERVING_FIGURES:
         values = [v for v in (dig(s, path) for s in summaries) if v is not None]
         if values:
             target = summary
@@ -81,7 +81,7 @@ def plot_token_rate(results: Sequence[Mapping[str, Any]]) -> bytes | None:
         return None
     fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 3.8))
     labels = [f"{result_label(r)}\n{difference_hint(rows[0][0], r)}" for r, _ in rows]
-    values = [v for _, v in rows]
+    values: list[Any] = [v for _, v in rows]
     yerr = error_bars(values, [result_intervals(r).get("output tokens/s (per stream)") for r, _ in rows])
     bars = ax.bar(range(len(rows)), values, color="#4477aa", yerr=yerr, capsize=4)
     for bar, value, (result, _) in zip(bars, values, rows):
@@ -103,7 +103,7 @@ def plot_itl_distribution(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     series = []
     shown = []
     for result in results:
-        itls = []
+        itls: list[float] = []
         for sample in result.get("samples") or []:
             if sample.get("ok") and sample.get("chunks"):
                 itls.extend(x * 1000.0 for x in sample_figures(sample)["itls_s"])

@@ -154,13 +154,16 @@ def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, 
 PLOTS = (("fusion", "Fused vs unfused all-reduce + RMSNorm", plot_fused_vs_unfused),)
 
 
+_YES_NO: dict[Any, str] = {True: "yes", False: "NO"}
+
+
 def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
     """One row per host: the headline size's fused and unfused cost."""
     headers = ["host", "ok", "tokens", "fused us", "unfused us", "per step fused ms", "per step unfused ms",
                "saving per step ms", "correct", "error"]
     rows = [[name, "yes" if line.get("ok") else "NO", cell(line.get("headline_tokens")), cell(line.get("fused_us")),
              cell(line.get("unfused_us")), cell(line.get("fused_step_ms")), cell(line.get("unfused_step_ms")),
-             cell(line.get("saving_step_ms")), {True: "yes", False: "NO"}.get(line.get("all_correct"), "-"),
+             cell(line.get("saving_step_ms")), _YES_NO.get(line.get("all_correct"), "-"),
              line.get("error") or ""] for name, line in hosts.items()]
     return [(None, headers, rows)]
 

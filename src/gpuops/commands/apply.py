@@ -15,7 +15,7 @@ EXIT_HOST_FAILED = 1
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
+    options: list[Any] = [
         inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: roles/README.md)."),
         forks_option(),

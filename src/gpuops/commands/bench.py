@@ -136,7 +136,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
     finally:
         if progress:
             progress.close()
-    document = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
+    document: dict[str, Any] = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
     from gpuops.bench.results import headline
 
     for name, state in states.items():
@@ -335,7 +335,7 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
                f"{'  (partial)' if result.get('partial') else ''}")
     if sim:
         model = server.get("speed_model") or {}
-        click.echo(f"{stamp_text([sim_label])}: every figure marked (sim) is the model's prediction, not a "
+        click.echo(f"{stamp_text([str(sim_label)])}: every figure marked (sim) is the model's prediction, not a "
                    f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
                    f"in gpuops/lab/speed_model.json)")
         from gpuops.bench.compare import format_value

@@ -17,7 +17,7 @@ EXIT_SOME_HOST_FAILED = 1
 def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     from gpuops.commands.options import forks_option, host_key_options, inventory_options
 
-    options = [
+    options: list[Any] = [
         inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: docs/inspect-json.md)."),
         forks_option("Hosts inspected at once."),

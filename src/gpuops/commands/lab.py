@@ -21,6 +21,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -170,7 +171,7 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
 
     statuses = lab_status(lab_obj)
     models = _speed_models(lab_obj)
-    document = {
+    document: dict[str, Any] = {
         "lab": str(lab_obj.root),
         "inventory": str(lab_obj.inventory_path),
         "ssh_config": str(lab_obj.ssh_config),
@@ -217,7 +218,7 @@ def _speed_models(lab_obj) -> dict:
     from gpuops.lab import speed_model
 
     model = speed_model.load()
-    out = {}
+    out: dict[str, Any] = {}
     for host in lab_obj.hosts:
         if host.server_port is None:
             out[host.name] = None

@@ -123,11 +123,13 @@ def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any
         defaults["ansible_ssh_private_key_file"] = os.path.abspath(os.path.expanduser(flags["private_key"]))
     if flags.get("ask_become_pass"):
         password = os.environ.get(BECOME_PASS_ENV)
-        if password is None and prompt is None:
-            from gpuops.errors import GpuopsError
+        if password is None:
+            if prompt is None:
+                from gpuops.errors import GpuopsError
 
-            raise GpuopsError(f"-K/--ask-become-pass needs a terminal to ask on (or set ${BECOME_PASS_ENV})")
-        defaults["ansible_become_password"] = VaultText(password if password is not None else prompt("BECOME password: "))
+                raise GpuopsError(f"-K/--ask-become-pass needs a terminal to ask on (or set ${BECOME_PASS_ENV})")
+            password = prompt("BECOME password: ")
+        defaults["ansible_become_password"] = VaultText(password)
     elif flags.get("become") and os.environ.get(BECOME_PASS_ENV) is not None:
         defaults["ansible_become_password"] = VaultText(os.environ[BECOME_PASS_ENV])  # as -b always took it
     if flags.get("become"):

@@ -113,7 +113,7 @@ def _named_python(parse: Any, name: str) -> Any:
 
     def parse_named(output: "ProbeOutput") -> Any:
         value = parse(output)
-        if dataclasses.is_dataclass(value) and getattr(value, "chosen_python", None) == FUNCTION:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) and getattr(value, "chosen_python", None) == FUNCTION:
             return dataclasses.replace(value, chosen_python=name)
         return value
 
@@ -126,7 +126,7 @@ def _where_scanned(parse: Any, name: str) -> Any:
     def parse_where(output: "ProbeOutput") -> Any:
         value = parse(output)
         reason = getattr(value, "reason", None)
-        if dataclasses.is_dataclass(value) and not getattr(value, "known", True) and reason and name not in reason:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) and not getattr(value, "known", True) and reason and name not in reason:
             return dataclasses.replace(value, reason=f"{reason} ({name})")
         return value
 

@@ -89,7 +89,7 @@ def _missing(value: str | None) -> bool:
 
 
 def _text(value: str | None) -> str | None:
-    return None if _missing(value) else value.strip()
+    return None if value is None or _missing(value) else value.strip()
 
 
 def _number(value: str | None) -> float | None:
@@ -268,7 +268,7 @@ def parse_procfs(text: str, smi_reason: str | None) -> tuple[GpuQuery, SmiBanner
     nvrm = _NVRM_RE.search(files.get("/proc/driver/nvidia/version", ""))
     driver = nvrm.group(1) if nvrm else None
     gpus: list[Gpu] = []
-    for path, body in sorted((p, b) for p, b in files.items() if p.endswith("/information")):
+    for _path, body in sorted((p, b) for p, b in files.items() if p.endswith("/information")):
         info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in body.splitlines()) if k.strip()}
         name = info.get("Model") or "unknown GPU"
         what = identify(None, name)

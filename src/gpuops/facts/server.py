@@ -264,7 +264,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         health_error=v.get("health_error"),
     )
     if not v.get("pid", "").isdigit():
-        notes = ()
+        notes: tuple[str, ...] = ()
         if others:
             listing = ", ".join(f"pid {p} on port {port}" for p, port in others[:5])
             if len(others) > 5:
@@ -351,7 +351,8 @@ def parse_docker_inspect(raw: bytes | None, env_raw: bytes | None, digests_raw: 
         return None
     env = parse_env((env_raw or b"").replace(b"\n", b"\0"))
     # .State.Health exists only for images with a HEALTHCHECK (a template naming it fails otherwise).
-    state = info.get("state") if isinstance(info.get("state"), dict) else {}
+    raw_state = info.get("state")
+    state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
     health = state.get("Health") if isinstance(state.get("Health"), dict) else None
     return DockerContainerFacts(
         id=str(info["id"]), name=str(info.get("name") or "").lstrip("/"), image=str(info.get("image") or ""),

@@ -77,7 +77,7 @@ def pinned_requirements(dist):
     """SGLang's own Requires-Dist lines for the stack packages (without extras-only ones)."""
     out = []
     for line in dist.requires or []:
-        name = re.split(r"[\s\[<>=!~;(]", line.strip(), 1)[0].lower().replace("_", "-")
+        name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
         if name.replace("-", "_") in [p.replace("-", "_") for p in PINNED] and "extra ==" not in line:
             out.append(line.strip())
     return out

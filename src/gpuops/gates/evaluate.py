@@ -122,7 +122,7 @@ def judge(
     gpu_name = gpu.sm if gpu else None
     if not scan.known:
         reason = scan.reason or "the gate scan did not run"
-        features = {f.name: {"status": "unknown", "gates": [], "flag": None, "reason": reason,
+        features: dict[str, dict[str, Any]] = {f.name: {"status": "unknown", "gates": [], "flag": None, "reason": reason,
                              "in_effect": None, "in_effect_reason": reason} for f in catalog.features}
         return GateReport([], features, scan.version, gpu_name, known=False, reason=reason)
     if server is not None:

@@ -194,7 +194,7 @@ def in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str,
                                      for c in feature.flags if not c.inverse) or "a flag"
     default = getattr(feature, "default", "off")
     if default == "on" and not auto:
-        return True, f"SGLang uses it by default where its runtime gates admit this GPU, and they do"
+        return True, "SGLang uses it by default where its runtime gates admit this GPU, and they do"
     if not auto:
         if default == "auto":
             return None, (f"not launched with {flags}: SGLang chooses at start-up from the model and the GPU "

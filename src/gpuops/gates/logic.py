@@ -99,7 +99,8 @@ class PredicateBook:
             return self._by_key[(file, name)]
         entries = self._by_name.get(name) or []
         preferred = [e for e in entries if str(e.get("file", "")).startswith("srt/utils")]
-        return (preferred or entries or [None])[0]
+        chosen = preferred or entries
+        return chosen[0] if chosen else None
 
     def names_meaning(self, meaning_test: Callable[[Meaning], bool]) -> list[str]:
         """Predicate names whose scanned meaning passes ``meaning_test`` (e.g. "exactly SM12x")."""

@@ -423,7 +423,10 @@ def _alias_for(
     value_span = alias["expr"]["span"]
     new_value = _replace_within(lines, value_span, atom_span, new_atom)
     token = re.search(r"sm\d+|blackwell|hopper", name)
-    family = (re.search(r"sm\d+", target.predicate) or re.search(r"sm\d+", target.sm)).group(0)
+    found = re.search(r"sm\d+", target.predicate) or re.search(r"sm\d+", target.sm)
+    if found is None:
+        raise UnrecognisedLayout(f"{release}: {where}: target {target.sm!r} names no SM family")
+    family = found.group(0)
     new_name = (name[: token.start()] + family + name[token.end():]) if token else f"_is_{family}_supported"
     existing = _module_assignment(module, new_name)
     if existing is not None:
@@ -433,7 +436,8 @@ def _alias_for(
                                      f"meaning ({existing_text!r}): refusing")
         return new_name, edits
     end_line = statement.end_lineno or statement.lineno
-    indent = re.match(r"\s*", lines[statement.lineno - 1]).group(0)
+    first = lines[statement.lineno - 1]
+    indent = first[: len(first) - len(first.lstrip())]
     insertion = f"{indent}{new_name} = {new_value}\n"
     edits.append(_Edit((end_line + 1, 0), (end_line + 1, 0), insertion, f"alias:{new_name}"))
     return new_name, edits

@@ -168,7 +168,7 @@ def _cached_parse(host_name: str, cache: Any, held: dict[str, dict[str, Any]],
             if not with_sources:  # judged exactly as a scan without sources would be
                 kept = {k: v for k, v in kept.items() if k != "sources"}
             log.info("%s: gate scan: tree unchanged (fingerprint %s), used the scan kept at home",
-                     host_name, fingerprint[:16])
+                     host_name, str(fingerprint)[:16])
             return dataclasses.replace(scan_from_dict(kept), cached=True)
         scan = scan_from_dict(data)
         if scan.known and scan.fingerprint:

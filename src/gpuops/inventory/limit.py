@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from typing import Callable
 from gpuops.errors import InventoryError
 from gpuops.inventory.model import Host, Inventory
 
@@ -84,6 +85,7 @@ def _match(inventory: Inventory, term: str, limit: str) -> list[str]:
     if subscript and not term.startswith("~") and subscript.group("base") in inventory.groups:
         return _subscript(inventory, subscript, term, limit)
     names: list[str] = []
+    matches: Callable[[str], object]
     if term.startswith("~"):
         try:
             regex = re.compile(term[1:])

@@ -74,4 +74,5 @@ def load_vars_file(path: str, vault: Vault | None = None) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
-    return {list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {list: "a list", str: "a string"}
+    return kinds.get(type(value), type(value).__name__)

@@ -148,7 +148,8 @@ def describe_host(inventory: str | None, host_name: str, say: Callable[[str], No
     from gpuops.inventory import load_inventory
     from gpuops.transport import ConnectOptions
 
-    [host] = load_inventory(inventory).select(host_name)[:1] or [None]
+    selected = load_inventory(inventory).select(host_name)
+    host = selected[0] if selected else None
     if host is None:
         raise GpuopsError(f"{command}: no host {host_name!r} in the inventory")
     (say or (lambda _msg: None))(f"gathering the facts of {host.name}")

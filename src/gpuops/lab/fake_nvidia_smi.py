@@ -245,7 +245,10 @@ def summary_table(desc, now=None):
 def query_all(desc, now=None):
     """``-q`` for a generated description: the fields gpuops and operators read most."""
     stamp = time.ctime(now)
-    pad = lambda key, indent=4: " " * indent + key.ljust(55 - indent) + ": "
+
+    def pad(key, indent=4):
+        return " " * indent + key.ljust(55 - indent) + ": "
+
     out = ["\n==============NVSMI LOG==============\n\n"]
     out.append(pad("Timestamp", 0) + stamp + "\n")
     out.append(pad("Driver Version", 0) + desc["driver_version"] + "\n")

@@ -511,7 +511,7 @@ def lab_status(lab: Lab) -> list[HostStatus]:
 
 def _is_our_sshd(pid: int | None, host_dir: Path) -> bool:
     # The pid file may outlive sshd and the pid be reused: the config path must be on its cmdline.
-    return bool(pid) and processes.alive(pid) and str(host_dir / "sshd_config") in processes.cmdline(pid)
+    return pid is not None and pid > 0 and processes.alive(pid) and str(host_dir / "sshd_config") in processes.cmdline(pid)
 
 
 def stop_lab(

@@ -265,7 +265,7 @@ class SpeedModel(object):
             draft = Step("draft", settings.num_steps * float(f["draft_ms_per_step"].value), 0, 0.0)
             verify = Step("verify", float(f["verify_compute_ms"].value), allreduces,
                           float(f["verify_allreduce_us"].value) * scale * fusion("verify"))
-            steps = (draft, verify)
+            steps: tuple[Step, ...] = (draft, verify)
         else:
             accept = 1.0
             steps = (Step("decode", float(f["decode_compute_ms"].value), allreduces,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.lab.ports import free_port, free_ports  # here too: the lab's callers say sshd.free_port
+from gpuops.lab.ports import free_port, free_ports  # noqa: F401  (here too: the lab's callers say sshd.free_port)
 
 SSHD = Path("/usr/sbin/sshd")
 INSTALL_HINT = "apt-get install -y openssh-server"

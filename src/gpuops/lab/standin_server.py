@@ -247,7 +247,7 @@ class StandinHandler(BaseHTTPRequestHandler):
         if not stream:
             done = chunks = 0
             try:
-                for done, _ in generate_chunks(self.state, prompt_tokens, max_new):
+                for done, _ in generate_chunks(self.state, prompt_tokens, max_new):  # noqa: B007 (read after the loop)
                     chunks += 1
             except GenerationFailed as exc:
                 self._error(500, str(exc))
@@ -303,7 +303,7 @@ class StandinHandler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             done = 0
             try:
-                for done, _ in generate_chunks(self.state, prompt_tokens, max_new):
+                for done, _ in generate_chunks(self.state, prompt_tokens, max_new):  # noqa: B007 (read after the loop)
                     pass
             except GenerationFailed as exc:
                 self._error(500, str(exc))

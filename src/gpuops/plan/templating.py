@@ -242,7 +242,7 @@ class Templar:
 
     def render_file(self, name: str, scope: VarScope, where: str) -> str:
         try:
-            source, filename, _ = self.env.loader.get_source(self.env, name)
+            source, filename, _ = self.env.loader.get_source(self.env, name)  # type: ignore[union-attr]  # built with one
         except self._jinja2.TemplateNotFound:
             raise TemplateError(f"{where}: template {name} not found") from None
         context = self._context(source, scope, f"template {filename}")

@@ -90,7 +90,7 @@ def imported_host_modules(text: str, search_dir: Path, where: str) -> list[str]:
             candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
         for name in candidates:
             if name == "gpuops" or (name.startswith("gpuops.") and not _under_root(name)):
-                raise BundleError(f"{where}: imports {name} (line {node.lineno}), which does not run on "
+                raise BundleError(f"{where}: imports {name} (line {getattr(node, 'lineno', '?')}), which does not run on "
                                   f"hosts: host code may import only the standard library and {ROOT_PACKAGE}")
             if _under_root(name) and name != ROOT_PACKAGE and module_path(name, search_dir):
                 if name not in found:

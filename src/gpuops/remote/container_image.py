@@ -266,5 +266,5 @@ def prune_derived_images(run, notes):
                 notes.append("kept the derived image %s (docker rmi: %s)" % (tag, err[-200:]))
             run.progress({"event": "image_removed" if status == 0 else "image_kept", "tag": tag,
                           "why": "unused" if status == 0 else err[-300:]})
-    except Exception as exc:  # noqa: BLE001 - see the docstring
+    except Exception as exc:  # see the docstring
         notes.append("derived images of %s not pruned: %s: %s" % (container, type(exc).__name__, exc))

@@ -77,7 +77,7 @@ def main():
     reason = cannot_run(torch, world_env, local_rank)
     if reason is None:
         try:
-            import flashinfer  # noqa: F401
+            import flashinfer
             import flashinfer.comm as comm
             from flashinfer.norm import fused_add_rmsnorm
             base["flashinfer_version"] = getattr(flashinfer, "__version__", None)

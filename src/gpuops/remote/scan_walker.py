@@ -19,7 +19,7 @@ from gpuops.remote.scan_vocabulary import PRED_NAME_RE, has_token
 
 _IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
 
-EXIT_VALUES = (None, False, 0, "", (), [], {})
+EXIT_VALUES: tuple[object, ...] = (None, False, 0, "", (), [], {})
 
 _NOTE_CALL_RE = re.compile(r"(log|warn|print|debug|info|error)", re.I)
 
@@ -280,7 +280,7 @@ class GateWalker(object):
             self.emit_nested(stmt, fn, within, scope)
             return
         # Everything else: look inside its expressions, then its nested statements.
-        for field, value in ast.iter_fields(stmt):
+        for _field, value in ast.iter_fields(stmt):
             if isinstance(value, ast.expr):
                 self.expr_gates(stmt, value, fn, within)
             elif isinstance(value, list):

@@ -94,7 +94,7 @@ def dist_info_version(package: str) -> str | None:
 
 def import_fabric() -> None:
     if "fabric" in sys.modules or _MOCK in sys.modules:
-        import fabric  # noqa: F401  (already there, or the real mock is: nothing to save)
+        import fabric  # already there, or the real mock is: nothing to save
 
         return
     stand_in = types.ModuleType(_MOCK, "gpuops: stands in for unittest.mock while fabric is imported")

@@ -59,9 +59,10 @@ class OpenSSHConnection:
         if settings.password is not None:
             raise TransportError(host.name, "ansible_password needs the paramiko connection "
                                             "(the openssh connection authenticates with keys, agents or certificates)")
-        self._ssh = shutil.which("ssh")
-        if self._ssh is None:
+        ssh = shutil.which("ssh")
+        if ssh is None:
             raise TransportError(host.name, "the openssh connection needs OpenSSH's ssh client on PATH")
+        self._ssh: str = ssh
         self._argv = self._base_argv(settings.connect_timeout)
 
     def _base_argv(self, connect_timeout: float | None) -> list[str]:
@@ -110,7 +111,7 @@ class OpenSSHConnection:
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         timeout = timeout if timeout is not None else self.options.command_timeout
-        argv = [self._ssh, *self._argv, "--", self._target(), command]  # type: ignore[list-item]
+        argv = [self._ssh, *self._argv, "--", self._target(), command]
         try:
             done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:
@@ -128,7 +129,7 @@ class OpenSSHConnection:
         """apply's transaction channel: one ssh whose stdin/stdout stay open while the helper runs."""
         from gpuops.apply.stream import LocalStream
 
-        argv = [self._ssh, *self._argv, "--", self._target(), command]  # type: ignore[list-item]
+        argv = [self._ssh, *self._argv, "--", self._target(), command]
         return LocalStream(shlex.join(argv), self.host.name)
 
     def close(self) -> None:
