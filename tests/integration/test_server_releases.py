@@ -111,7 +111,7 @@ def test_a_release_without_the_deprecated_aliases_is_still_asked_right(tmp_path:
 class _OldServer(BaseHTTPRequestHandler):
     """A server as releases before /server_info answered (only the /get_* spelling): a real HTTP server."""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = {"/get_server_info": {"tp_size": 2, "version": "0.4.0"}, "/get_model_info": {"model_path": "/m"}}.get(self.path)
         data = json.dumps(body if body is not None else {"detail": "Not Found"}).encode()
         self.send_response(200 if body is not None else 404)

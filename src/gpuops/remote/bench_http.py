@@ -11,9 +11,8 @@ import json
 import random
 import socket
 import time
-import urllib.parse
 
-from gpuops.remote.sglang_server import ServerClient, ServerError, auth_headers, known_key, split_url  # noqa: F401 (re-exported)
+from gpuops.remote.sglang_server import ServerClient, ServerError, auth_headers, known_key, split_url
 
 
 PROMPT_WORDS = ("alpha", "river", "stone", "cloud", "maple", "signal", "copper", "orbit", "lantern",

@@ -53,7 +53,7 @@ def server_snapshot(url, pid_file=None, python=None):
     return info
 
 
-_CLIENTS = {}
+_CLIENTS = {}  # type: dict[str, ServerClient]
 
 
 def server_client(url, pid=None, python=None):

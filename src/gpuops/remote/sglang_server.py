@@ -47,7 +47,7 @@ class ServerError(Exception):
 
 # The key of each server a client was made for on this host (url -> key): the streamed requests
 # (``bench_http.stream_request``) send it too. It never leaves the host.
-_KEYS = {}
+_KEYS = {}  # type: dict[str, str]
 
 
 def known_key(url):
