@@ -42,6 +42,12 @@ class AnsibleConnection:
         rc, out, err = self._runner(command, stdin)
         return ExecResult(out, err, rc)
 
+    def open_stream(self, command: str) -> Any:
+        from gpuops.errors import TransportError
+
+        # Ansible's connection API runs a command to its end; the role action connects with gpuops' own.
+        raise TransportError(self.host.name, "Ansible's connection cannot keep a command's stdin open")
+
     def close(self) -> None:
         pass
 

@@ -54,42 +54,8 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: user errors become one line on stderr and exit status 2.
-
-    Run as the ``gpuops`` command (no ``argv``), it ends through ``_exit_fast``."""
-    if argv is None:
-        try:
-            _main(None)
-        except SystemExit as exc:
-            _exit_fast(exc.code)
-            raise
+    """Console entry point: user errors become one line on stderr and exit status 2."""
     _main(argv)
-
-
-def _exit_fast(code: object) -> None:
-    """End the process without tearing every module down (a large share of a short command's CPU).
-
-    Everything a normal exit does that anyone can see still happens: the atexit handlers run
-    (logging flushes, ``weakref.finalize`` and temp-dir clean-ups, paramiko's thread joins) and
-    stdout/stderr are flushed. Only when another non-daemon thread is still alive (a normal exit
-    would wait for it) does the exit stay the normal one.
-    """
-    import atexit
-    import os
-    import threading
-
-    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
-        return
-    status = 0 if code is None else code if isinstance(code, int) else 1
-    if not isinstance(code, (int, type(None))):
-        print(code, file=sys.stderr)  # what sys.exit("message") prints
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        status = status or 1  # a closed pipe: a normal exit would say so too
-    os._exit(status)
 
 
 def _main(argv: list[str] | None) -> None:

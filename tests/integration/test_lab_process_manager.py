@@ -135,11 +135,13 @@ def test_missing_launch_script_is_a_clear_failure(tmp_path) -> None:
 def test_runs_under_python38(tmp_path) -> None:
     py38 = require_python("3.8")
     state, port = make_state(tmp_path)
-    args = ["--state-dir", str(state), "--port", str(port)]
+    from gpuops import remote
 
     def run(action: str) -> dict:
-        done = subprocess.run([py38, process_manager.__file__, action, *args, "--grace", "5"],
-                              capture_output=True, text=True, timeout=60)
+        # As it reaches a host: bundled with the host modules it imports, on stdin of that python.
+        payload = {"action": action, "state_dir": str(state), "port": port, "grace": 5, "health_timeout": 60}
+        done = subprocess.run(["/bin/sh", "-c", remote.python_command(py38)],
+                              input=remote.python_stdin("process_manager", payload), capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 

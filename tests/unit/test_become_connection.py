@@ -80,14 +80,13 @@ def test_a_wrong_password_fails_the_command_and_runs_nothing(sudo: Path, tmp_pat
 
 
 def test_the_transaction_channel_goes_through_become_too(sudo: Path, tmp_path: Path, monkeypatch) -> None:
-    """apply's transaction is a stream (apply/stream.py), not conn.run: it must be wrapped the same way."""
-    from gpuops.apply.stream import open_stream
+    """apply's transaction is a stream (conn.open_stream), not conn.run: it must be wrapped the same way."""
     from gpuops.transport.verbose import LoggedConnection
 
     monkeypatch.setenv("FAKE_SUDO_ASKS", "1")
     host = local_hosts(tmp_path, "all:\n  hosts: {h: {ansible_connection: local}}\n")[0]
     conn = LoggedConnection(BecomeConnection(LocalConnection(host), SECRET), 0.0)  # as -v wraps it
-    stream = open_stream(conn, "cat")
+    stream = conn.open_stream("cat")
     try:
         assert stream.send(b"hello\n")
         assert stream.readline(timeout=30) == b"hello\n"

@@ -92,7 +92,7 @@ def test_verbosity_levels_add_commands_timings_then_raw_output(tmp_path: Path) -
         seen[flag] = done.stderr
     assert seen[""] == ""
     assert "here: exec " in seen["-v"] and " in 0." not in seen["-v"] and "stdout:" not in seen["-v"]
-    # history runs its helper on a transaction channel (apply.stream), not through conn.run
+    # history runs its helper on a transaction channel (conn.open_stream), not through conn.run
     assert "here: connected in " in seen["-vv"] and "here: transaction " in seen["-vv"] and "stdout:" not in seen["-vv"]
 
 

@@ -123,7 +123,7 @@ def test_declared_defaults_reach_the_planner_only_for_arguments_left_out() -> No
     spec = SPECS["gate_patch"]
     filled = spec.with_defaults({"python": "/opt/py", "allow_without_p2p": None})
     assert filled == {"python": "/opt/py", "allow_without_p2p": None, "target_sm": "sm120",
-                      "feature": "flashinfer_allreduce_fusion"}
+                      "feature": "flashinfer_allreduce_fusion", "allow_without_kernel": False}
     # One place for a default: the README's table shows the spec's, the planner gets the spec's.
     readme = (project_root() / "roles" / "README.md").read_text()
     assert "`target_sm` (default `sm120`)" in readme and "`style` (`sh` \\| `docker`, default `sh`)" in readme

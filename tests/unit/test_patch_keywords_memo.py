@@ -83,7 +83,7 @@ def test_torn_or_foreign_entries_are_read_again(scans: Path, tmp_path: Path, mon
     assert probe.patch_keywords(path) == ["allreduce_fusion"]
     (entry,) = (scans / "catalog").glob("*.json")
     data = json.loads(entry.read_text())
-    for bad in ({**data, "keywords": "allreduce_fusion"}, {**data, "keywords": [1]}, {**data, "kind": "judged"}):
+    for bad in ({**data, "value": "allreduce_fusion"}, {**data, "value": [1]}, {**data, "kind": "judged"}):
         entry.write_text(json.dumps(bad))
         loads = CountingLoads(monkeypatch)
         assert probe.patch_keywords(path) == ["allreduce_fusion"] and loads.calls == 1

@@ -36,9 +36,12 @@ def test_a_run_drives_a_process_server_with_no_process_manager_in_its_payload(tm
 
     state = tmp_path / "state"
     state.mkdir()
-    # A real process whose command line says it is a server (what the process manager checks).
+    # A real process whose command line says it is a server (what the process manager checks):
+    # python running a file at .../sglang/launch_server.py (here one that only sleeps).
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "launch_server.py").write_text("import time\ntime.sleep(60)\n")
     (state / "sglang-launch.sh").write_text(
-        f"exec {sys.executable} -c 'import time; time.sleep(60)' sglang.launch_server --port 1\n")
+        f"exec {sys.executable} {tmp_path / 'sglang' / 'launch_server.py'} --port 1\n")
     payload = {"state_dir": str(state), "run_id": "r1", "meta": {},
                "service": {"manager": "process", "state_dir": str(state), "port": 1, "grace": 5}}
     service = Run(payload, lambda event: None, NoLease()).service

@@ -289,3 +289,24 @@ def test_runs_under_python38(tmp_path):
                                                    "GPUOPS_STANDIN_TTFT_MS": "1"}) as server:
         status, raw = post(server.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}})
         assert status == 200 and json.loads(raw)["meta_info"]["completion_tokens"] == 4
+
+
+def test_load_routes_count_the_requests_in_flight(spec_server):
+    """``/v1/loads`` and ``/get_load`` as SGLang 0.5.8 shapes them: what a drain waits on."""
+    import threading
+
+    idle = get_json(spec_server.url + "/v1/loads")
+    assert idle["loads"][0]["num_running_reqs"] == 0 and idle["aggregate"]["total_reqs"] == 0
+    busy = threading.Thread(target=post, args=(spec_server.url + "/generate",
+                                               {"text": "x", "sampling_params": {"max_new_tokens": 400}}))
+    busy.start()  # ~1 s at 400 tok/s
+    try:
+        deadline = time.monotonic() + 5
+        while get_json(spec_server.url + "/v1/loads")["loads"][0]["num_running_reqs"] != 1:
+            assert time.monotonic() < deadline, "the running request was never counted"
+            time.sleep(0.02)
+        legacy = get_json(spec_server.url + "/get_load")
+        assert legacy[0]["num_reqs"] == 1 and legacy[0]["dp_rank"] == 0
+    finally:
+        busy.join()
+    assert get_json(spec_server.url + "/v1/loads")["loads"][0]["num_total_reqs"] == 0

@@ -21,6 +21,7 @@ from gpuops import timings
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
+    from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
     from gpuops.plan.model import Plan
     from gpuops.plan.planner import Discovery
@@ -124,7 +125,17 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
             "gpu_count": len(facts.gpu.gpus) if facts.gpu.known else None,
             "nvlink": interconnect.nvlink,
             "p2p_all_pairs": interconnect.p2p_all_pairs if interconnect.p2p_known else None,
-            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs]}
+            "p2p_failed_pairs": [list(p) for p in interconnect.p2p_failed_pairs],
+            # What the kernel libraries' files say and their versions (gates/kernels.py): a patch
+            # whose kernel the host's FlashInfer cannot build is refused (plan/modules.py).
+            "kernel_reads": facts.packages.kernels if facts.packages.known else None,
+            "kernel_versions": _kernel_versions(facts.packages)}
+
+
+def _kernel_versions(packages: Any) -> dict[str, Any]:
+    from gpuops.gates.kernels import versions_of
+
+    return versions_of(packages)
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -135,7 +146,7 @@ def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
-               options: ApplyOptions, run_id: str) -> HostReport:
+               options: ApplyOptions, run_id: str, replica: "Replica | None" = None) -> HostReport:
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
     from gpuops.secret_policy import secret_values
@@ -158,6 +169,9 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         )
         from gpuops.apply.journal import fold_runs, reconcile_home
 
+        restarts = bool(plan.handlers) and plan.service is not None
+        if replica is not None and restarts and options.check:
+            report.notes.append("drain plan: " + replica.plan_line())
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
@@ -175,6 +189,18 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             report.status, report.run_id = "unchanged", run_id
             _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
+        if plan.release is not None:
+            # sglang-release: the new environment is built (or found) and checked before the
+            # transaction, which then only points the launch at it; a refusal stops nothing.
+            from gpuops.apply.release_env import EnvRefused, make_ready
+
+            try:
+                ready = make_ready(conn, plan.release, host.name, _merged(host, extra).get("gpuops_python"))
+            except EnvRefused as exc:
+                report.ok, report.status, report.changed, report.error = False, "refused", 0, str(exc)
+                _journal_home(report, role, digest, discovery.state_dir, host_key(host))
+                return report
+            report.notes.append(ready.note(plan.release.version))
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
         # gathered with the gate scan (plan/applicability.py).
         gpu = dict(facts.gpu or {})
@@ -190,14 +216,60 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return _judge(output, plan, gpu.get("cuda"))
 
         on_verified = _smoke_check(conn, plan, variables, report)
-        result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
-                            deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
-                            on_verified=on_verified)
-        _fold_result(report, result, secret_values(variables))
+
+        def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
+            result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
+                                deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
+                                on_verified=on_verified)
+            _fold_result(report, result, secret_values(variables))
+
+        if replica is not None and restarts:
+            assert plan.service is not None
+            _drained_roll(replica, conn, variables, plan.service.port, report, on_verified, transaction)
+        else:
+            transaction(on_verified)
         _journal_home(report, role, digest, discovery.state_dir, host_key(host))
         return report
     finally:
         conn.close()
+
+
+def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
+                  report: HostReport, on_verified: Callable[[], tuple[bool, str | None]] | None,
+                  transaction: Callable[[Callable[[], tuple[bool, str | None]] | None], None]) -> None:
+    """A replica's restart (apply/replicas.py): out of its router, drained, changed and restarted
+    with a first answer checked before the commit, then back in the router and healthy there."""
+    from gpuops.apply import replicas
+
+    replicas.take_out(replica)  # fails the host before anything changed
+    try:
+        report.notes.append(replicas.drain(replica, conn, variables, port))
+    except BaseException:
+        replicas.put_back(replica)  # still busy (or not to be told): it serves on, unchanged
+        raise
+    answer = replicas.first_answer(replica, conn, variables, port)
+
+    def verified() -> tuple[bool, str | None]:
+        keep, why = answer()
+        if not keep or on_verified is None:
+            return keep, why
+        return on_verified()
+
+    try:
+        transaction(verified)
+    finally:
+        if report.status in ("finished", "unchanged", "rolled_back", "refused"):
+            # After a rollback the old setting serves again (the helper saw it healthy), after a refusal
+            # nothing was touched: it goes back either way. Otherwise its state is not known: it stays out.
+            try:
+                report.notes.append(replicas.put_back(replica))
+            except GpuopsError as exc:
+                report.ok = False
+                report.error = "; ".join(e for e in (report.error, str(exc).removeprefix(f"{replica.host}: ")) if e)
+        else:
+            report.error = (report.error or report.status) + (
+                f" -- left out of router {replica.router.url}: put {replica.worker_url} back (POST /workers) "
+                "once it serves")
 
 
 def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
@@ -296,11 +368,20 @@ def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str])
 def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
     from gpuops.transport import run_on_hosts
 
+    from gpuops.apply import replicas as replica_set
+
     discoveries = discover_all(hosts, role, extra)
+    # Routers are asked before any host is touched: one down is one clear error, nothing changed.
+    replicas = replica_set.preflight(hosts, extra)
+    warnings = replica_set.replica_warnings(hosts, extra, replicas,
+                                            rolling=bool(options.rollout is not None and options.rollout.sizes))
     run_id = new_run_id()
 
     def one(host: "Host") -> HostReport:
-        return apply_host(host, role, extra, discoveries[host.name], options, run_id)
+        report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name))
+        if host.name in warnings:
+            report.warnings.append(warnings[host.name])
+        return report
 
     outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
     reports: dict[str, HostReport] = {}

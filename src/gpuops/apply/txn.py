@@ -58,9 +58,7 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
 
     ``on_verified`` (the correctness smoke check) runs once the new server is healthy, before the
     confirmation; when it answers False the helper is told not to commit, and rolls the run back."""
-    from gpuops.apply.stream import open_stream
-
-    stream = open_stream(conn, command)
+    stream = conn.open_stream(command)
     stop = threading.Event()
     confirmed = False
     recovered: list[str] = []

@@ -6,7 +6,8 @@ JSON schema (``--json``, for ``up``, ``status`` and ``clone``)::
      "seconds": FLOAT (up/clone only),
      "hosts": [{"name", "address": "127.0.0.1", "port", "gpu", "sglang", "sshd_alive",
                 "server_port", "server_running", "server_healthy", "server_pid",
-                "speed_model": {"label", "shape", "basis", "reason"} or null (no server)}]}
+                "speed_model": {"label", "shape", "basis", "reason"} or null (no server)}],
+     "router": {"url", "port", "pid", "version", "alive"} or null (no `up --router`)}
 
 ``speed_model``: the stand-in speed model the host's server simulates with (gpuops/lab/speed_model.json):
 ``basis`` is ``calibrated`` (on published or measured figures) or ``assumption``.
@@ -62,24 +63,36 @@ def lab() -> None:
               help="rtx-pro-6000-x8, h200-x1, h100-x8, none, or a GPU description YAML file; repeat for a mixed lab.")
 @click.option("--sglang", "sglang_version", default="0.5.8", show_default=True, metavar="VERSION",
               help="SGLang release whose real source each host gets (downloaded once, cached).")
+@click.option("--flashinfer", "flashinfer_version", metavar="VERSION|pinned",
+              help="Also give each host a real FlashInfer Python package (downloaded once, cached): this "
+                   "release, or `pinned` for the one the SGLang release pins. Default: its version data only.")
 @click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang servers.")
 @click.option("--add", is_flag=True, help="Add the hosts to the running lab in DIR.")
+@click.option("--router", "router", is_flag=True,
+              help="Start a real sglang-router (from PyPI, installed once and cached) in front of every stand-in "
+                   "server; the inventory names it as sglang_router_url, so every host is a replica behind it.")
+@click.option("--router-version", default="0.3.2", show_default=True, metavar="VERSION",
+              help="The sglang-router release --router installs.")
 @dir_option
 @json_option
-def up(count: int, gpus: tuple[str, ...], sglang_version: str, no_server: bool, add: bool, lab_dir: str | None,
-       as_json: bool) -> None:
+def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_version: str | None, no_server: bool,
+       add: bool, router: bool, router_version: str, lab_dir: str | None, as_json: bool) -> None:
     """Start N simulated GPU hosts and write their inventory."""
+    from gpuops.errors import GpuopsError
     from gpuops.lab.hosts import LabSpec, start_lab
 
     root = _lab_dir(lab_dir)
     started = time.monotonic()
     # A host without GPUs (`--gpu none`) has no SGLang server to run.
     specs = [
-        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count)
+        LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count,
+                flashinfer=flashinfer_version)
         for gpu in dict.fromkeys(gpus)
     ]
+    if router and no_server:
+        raise GpuopsError("lab up: --router needs the stand-in servers (drop --no-server)")
     progress = None if as_json else (lambda msg: click.echo(f"lab: {msg}", err=True))
-    lab_obj = start_lab(root, specs, add=add, progress=progress)
+    lab_obj = start_lab(root, specs, add=add, progress=progress, router=router_version if router else None)
     _report(lab_obj, as_json, seconds=time.monotonic() - started, verb="up")
 
 
@@ -177,6 +190,7 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
         "ssh_config": str(lab_obj.ssh_config),
         "known_hosts": str(lab_obj.known_hosts),
         "hosts": [{**asdict(s), "address": "127.0.0.1", "speed_model": models.get(s.name)} for s in statuses],
+        "router": _router_json(lab_obj.root),
     }
     if seconds is not None:
         document["seconds"] = round(seconds, 3)
@@ -186,6 +200,10 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
     if verb is not None:
         click.echo(f"lab {verb}: {len(statuses)} host(s) in {_shown(lab_obj.root)} ({seconds:.1f} s)")
     _render_table(statuses, models)
+    if document["router"] is not None:
+        r = document["router"]
+        click.echo(f"router: sglang-router {r['version']} at {r['url']} ({'up' if r['alive'] else 'DOWN'}); "
+                   "the inventory names it as sglang_router_url")
     if any(models.values()):
         click.echo("speed model: what each stand-in server's SIMULATED speed comes from (calibrated: on published "
                    "figures; assumption: no measurement of that shape); every figure's source: "
@@ -198,6 +216,15 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
         click.echo(f"  ssh -F {_shown(lab_obj.ssh_config)} {statuses[0].name} nvidia-smi")
         click.echo(f"  gpuops apply fusion-sm120 --check -i {inv}")
         click.echo(f"  gpuops lab status{_dir_flag(lab_obj.root)}      gpuops lab down{_dir_flag(lab_obj.root)}")
+
+
+def _router_json(root: Path) -> dict | None:
+    from gpuops.lab.router import load_router
+
+    found = load_router(root)
+    if found is None:
+        return None
+    return {"url": found.url, "port": found.port, "pid": found.pid, "version": found.version, "alive": found.alive()}
 
 
 def _dir_flag(root: Path) -> str:

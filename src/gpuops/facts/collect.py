@@ -93,7 +93,30 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str |
     report = judge_or_recall(scan, facts.compute_capability, cuda, server, interconnect,
                              lambda: judge(scan, facts.compute_capability, cuda, server, interconnect=interconnect),
                              host=host_name)
+    report = with_kernels(report, facts)
     return report, None if report.known else report.reason
+
+
+def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
+    """The verdicts with what each feature's kernel library admits (gates/kernels.py): open only
+    when SGLang's gates AND the library that runs the kernel admit the GPU."""
+    import dataclasses
+
+    from gpuops.gates import kernels
+    from gpuops.gates.catalog import load_catalog
+
+    catalog = load_catalog()
+    versions = kernels.versions_of(facts.packages)
+    reads = facts.packages.kernels if facts.packages.known else None
+    features = {}
+    for name, verdict in report.features.items():
+        feature = next((f for f in catalog.features if f.name == name), None)
+        needs = kernels.judge_feature(feature, reads, versions, facts.compute_capability) if feature else []
+        if feature is not None and report.known:
+            features[name] = kernels.fold(verdict, needs, gated=bool(feature.rules))
+        else:
+            features[name] = {**verdict, "kernels": [k.to_json() for k in needs]}
+    return dataclasses.replace(report, features=features)
 
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,

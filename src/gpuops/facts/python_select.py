@@ -41,8 +41,24 @@ gpuops_flag() {  # gpuops_flag PID --name: the value of --name (or --name=value)
 gpuops_flag_in() {  # argv on stdin, one word a line: the rules of gpuops/remote/sglang_argv.py (last one wins; a switch is empty)
   awk -v f="$1" 'n{n=0; if(substr($0,1,2)!="--"||$0=="--"){v=$0;next}} $0==f{n=1;v="";next} index($0,f"=")==1{v=substr($0,length(f)+2)} END{print v}'
 }
-gpuops_is_server() {  # argv on stdin, one word a line: does it launch an SGLang server?
-  awk 'BEGIN{r=1} {if ((p=="-m" && $0=="sglang.launch_server") || (s && $0=="serve") || $0 ~ /sglang\/launch_server\.py$/) r=0; s=($0 ~ /(^|\/)sglang$/ || (p=="-m" && ($0=="sglang.cli.main" || $0=="sglang.cli"))); p=$0} END{exit r}'
+gpuops_is_server() {  # argv on stdin, one word a line: remote/sglang_argv.py's is_server_argv (tests/unit/test_server_detection.py)
+  awk 'function launch(w, n,   i, p, s) {
+    for (i = 1; i <= n; i++) {
+      if ((p == "-m" && w[i] == "sglang.launch_server") || (s && w[i] == "serve") || w[i] ~ /sglang\/launch_server\.py$/) return 1
+      s = (w[i] ~ /(^|\/)sglang$/ || (p == "-m" && (w[i] == "sglang.cli.main" || w[i] == "sglang.cli"))); p = w[i]
+    }
+    return 0
+  }
+  { a[++n] = $0 }
+  END {
+    if (launch(a, n)) exit 0
+    for (i = 2; i < n; i++) if (a[i] == "-c" && a[i - 1] ~ /(^|\/)(sh|bash|dash|zsh|ksh)$/) {
+      m = split(a[i + 1], t, /[ \t\n\r\f\v]+/); k = 0; c = 0
+      for (j = 1; j <= m; j++) if (t[j] == "exec") k = j
+      if (k) { for (j = k + 1; j <= m; j++) if (t[j] != "") r[++c] = t[j]; if (launch(r, c)) exit 0 }
+    }
+    exit 1
+  }'
 }
 gpuops_py_like() {  # an executable named like a python interpreter (the server already runs on it)
   [ -x "$1" ] && case "${1##*/}" in python|python3|python3.[0-9]|python3.[0-9][0-9]|pypy3*) true ;; *) false ;; esac
@@ -110,8 +126,15 @@ elif [ -n "$GPUOPS_SERVER_PID" ]; then
     GPUOPS_PY=$gpuops_exe; GPUOPS_PY_REASON="the running SGLang server's interpreter (pid $GPUOPS_SERVER_PID, /proc/PID/exe)"
   fi
   if [ -n "$GPUOPS_PY" ]; then
-    gpuops_pp=$(tr '\000' '\n' 2>/dev/null <"/proc/$GPUOPS_SERVER_PID/environ" | sed -n 's/^PYTHONPATH=//p' | head -n 1)
-    if [ -n "$gpuops_pp" ]; then PYTHONPATH=$gpuops_pp; export PYTHONPATH; fi
+    # The server's PYTHONPATH exactly: its value (an empty one too), or none when it has none (a
+    # release environment gpuops built runs without one); left alone when its environ is unreadable.
+    if gpuops_senv=$(tr '\000' '\n' 2>/dev/null <"/proc/$GPUOPS_SERVER_PID/environ"); then
+      if printf '%s\n' "$gpuops_senv" | grep -q '^PYTHONPATH='; then
+        PYTHONPATH=$(printf '%s\n' "$gpuops_senv" | sed -n 's/^PYTHONPATH=//p' | head -n 1); export PYTHONPATH
+      else
+        unset PYTHONPATH
+      fi
+    fi
   else
     gpuops_why="the server's interpreter (pid $GPUOPS_SERVER_PID) is not usable; "
   fi

@@ -48,6 +48,9 @@ class PythonPackages:
     packages: dict[str, PackageInfo | None] = field(default_factory=dict)  # by distribution name
     nccl: PackageInfo | None = None
     search_path: tuple[str, ...] = ()  # the python's sys.path (apply/kept_facts.py fingerprints it)
+    # What the kernel libraries' own files say (gates/kernels.py judges it): the probe's `kernels`
+    # JSON as the host sent it (untrusted data: every reader checks types); None when not read.
+    kernels: Mapping[str, Any] | None = None
 
 
 def kv_lines(text: str) -> dict[str, str]:
@@ -130,6 +133,7 @@ def parse_python_packages(out: ProbeOutput) -> PythonPackages:
         packages=packages,
         nccl=_package(data.get("nccl")),
         search_path=tuple(p for p in python.get("path") or () if isinstance(p, str) and p),
+        kernels=data["kernels"] if isinstance(data.get("kernels"), dict) else None,
     )
 
 
@@ -142,10 +146,14 @@ def host_system_probe() -> Probe[HostSystem]:
 
 
 def python_packages_probe() -> Probe[PythonPackages]:
+    from gpuops.gates.probe import kernel_reads
+
+    # What to read of the kernel libraries' files: the catalog's `kernels:` needs (gates/kernels.py).
+    reads = json.dumps(kernel_reads(), sort_keys=True)
     script = (
         '[ -n "${GPUOPS_PY:-}" ] || '
         f'{{ echo "gpuops: no python on this host (${{GPUOPS_PY_REASON:-none found}})" >&2; exit {NO_PYTHON_STATUS}; }}\n'
-        f'"$GPUOPS_PY" -c {shlex.quote(remote_source())}'
+        f'"$GPUOPS_PY" -c {shlex.quote(remote_source())} {shlex.quote(reads)}'
     )
     return Probe("software.python", script, parse_python_packages)
 
@@ -163,7 +171,9 @@ def from_values(values: Mapping[str, Any]) -> tuple[HostSystem, PythonPackages]:
 
 
 # JSON key -> distribution name
-_PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"), ("sgl_kernel", "sgl-kernel"),
+_PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"),
+                 ("flashinfer_cubin", "flashinfer-cubin"), ("flashinfer_jit_cache", "flashinfer-jit-cache"),
+                 ("sgl_kernel", "sgl-kernel"),
                  ("sglang_kernel", "sglang-kernel"), ("torch", "torch"))
 
 
@@ -197,6 +207,7 @@ def software_json(system: HostSystem, pk: PythonPackages) -> dict[str, Any]:
     for key, dist in _PACKAGE_KEYS:
         software[key] = _package_json(pk.packages.get(dist), with_cuda=key == "torch")
     software["nccl"] = _package_json(pk.nccl)
+    software["kernels"] = dict(pk.kernels) if pk.kernels is not None else None
     return software
 
 

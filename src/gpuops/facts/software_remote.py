@@ -19,6 +19,8 @@ PACKAGES = (
     ("flashinfer-python", "flashinfer"),
     ("sgl-kernel", "sgl_kernel"),
     ("sglang-kernel", None),  # sgl-kernel's later name; same import name, so metadata only
+    ("flashinfer-cubin", "flashinfer_cubin"),  # FlashInfer's prebuilt cubins (AOT)
+    ("flashinfer-jit-cache", "flashinfer_jit_cache"),  # FlashInfer's prebuilt JIT modules
     ("torch", "torch"),
     ("nvidia-nccl-cu13", None),
     ("nvidia-nccl-cu12", None),
@@ -157,6 +159,124 @@ def search_path():
     return path
 
 
+# --- What the kernel libraries themselves admit (gates/kernels.py judges it) -----------------------
+# The client names what to read (the catalog's `kernels:` needs, as the probe's argv JSON):
+#   {"flashinfer": {"jit/comm.py": {"generators": true}, "comm/__init__.py": {"symbols": [NAME]}},
+#    "sglang": {"srt/.../pcie_ipc_ar.py": {"anchors": [REGEX]}}}
+# and gets, per package and file: exists, the file's generators (`def gen_*` with the
+# `supported_major_versions=[...]` literal the JIT spec builds for, and its line), the lines
+# defining or importing each symbol, the first line matching each anchor. Read as text and with
+# `ast`, never imported.
+
+MAX_READ_FILES = 32
+
+
+def _generators(tree):
+    """{function: [def_line, majors or None (no restriction) or "unknown", majors_line]}."""
+    import ast
+
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        majors, line = None, None
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.keyword) and sub.arg == "supported_major_versions":
+                value = sub.value
+                line = getattr(value, "lineno", node.lineno)
+                if isinstance(value, (ast.List, ast.Tuple)) and all(
+                        isinstance(e, ast.Constant) and isinstance(e.value, int) for e in value.elts):
+                    majors = sorted(e.value for e in value.elts)
+                else:
+                    majors = "unknown"  # a variable: what it holds is not read here
+                break
+        out[node.name] = [node.lineno, majors, line]
+    return out
+
+
+def _symbol_lines(text, names):
+    out = {}
+    for name in names:
+        match = re.search(r"(?m)^.*\b%s\b" % re.escape(str(name)), text)
+        out[str(name)] = text.count("\n", 0, match.start()) + 1 if match else None
+    return out
+
+
+def _anchor_lines(text, patterns):
+    out = {}
+    for pattern in patterns:
+        try:
+            match = re.search(str(pattern), text, re.M)
+        except re.error:
+            match = None
+        if match:
+            line = text.count("\n", 0, match.start()) + 1
+            out[str(pattern)] = [line, text.splitlines()[line - 1].strip()[:200]]
+        else:
+            out[str(pattern)] = None
+    return out
+
+
+def read_package_files(root, wanted):
+    files = {}
+    for rel, what in sorted(wanted.items())[:MAX_READ_FILES]:
+        rel = str(rel)
+        if rel.startswith("/") or ".." in rel.split("/") or not isinstance(what, dict):
+            continue
+        text = read_text(os.path.join(root, rel), limit=4 << 20)
+        entry = {"exists": text is not None}
+        if text is not None:
+            if what.get("generators"):
+                try:
+                    import ast
+
+                    entry["generators"] = _generators(ast.parse(text))
+                except (SyntaxError, ValueError) as exc:
+                    entry["error"] = "does not parse: %s" % exc
+            if what.get("symbols"):
+                entry["symbols"] = _symbol_lines(text, what["symbols"])
+            if what.get("anchors"):
+                entry["anchors"] = _anchor_lines(text, what["anchors"])
+        files[rel] = entry
+    return files
+
+
+def nvcc_info():
+    """The host's nvcc (PATH, then /usr/local/cuda/bin) and the CUDA release it compiles for."""
+    import shutil
+    import subprocess
+
+    path = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+        text = done.stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return {"path": path, "version": None}
+    match = re.search(r"release (\d+\.\d+)", text)
+    return {"path": path, "version": match.group(1) if match else None}
+
+
+def kernel_reads(wanted, packages):
+    out = {}
+    for key, dist in (("flashinfer", "flashinfer-python"), ("sglang", "sglang")):
+        info = packages.get(dist)
+        root = info.get("path") if info else None
+        if not root or not isinstance(wanted.get(key), dict):
+            continue
+        out[key] = {"root": root, "files": read_package_files(root, wanted[key])}
+    fi = packages.get("flashinfer-python")
+    if fi and fi.get("path"):
+        aot = os.path.join(fi["path"], "data", "aot")
+        try:
+            out.setdefault("flashinfer", {"root": fi["path"], "files": {}})["aot"] = sorted(os.listdir(aot))[:400]
+        except OSError:
+            out.setdefault("flashinfer", {"root": fi["path"], "files": {}})["aot"] = None
+    out["nvcc"] = nvcc_info()
+    return out
+
+
 def main():
     # `python -c` puts "" (the directory the probe happens to run in: the login directory) first on
     # sys.path; the server never sees that directory, and the kept facts' fingerprint does not cover it.
@@ -182,6 +302,14 @@ def main():
         "packages": packages,
         "nccl": nccl_info(packages),
     }
+    wanted = {}
+    if len(sys.argv) > 1:
+        try:
+            wanted = json.loads(sys.argv[1])
+        except ValueError:
+            wanted = {}
+    if isinstance(wanted, dict) and wanted:
+        result["kernels"] = kernel_reads(wanted, packages)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

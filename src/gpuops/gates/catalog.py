@@ -57,6 +57,29 @@ class FlagChoice:
 
 
 @dataclass(frozen=True)
+class KernelNeed:
+    """What a feature needs of the library that runs its kernel (``kernels:`` in the catalog):
+    a FlashInfer JIT generator that builds for the GPU's major (``generator``), a name FlashInfer
+    exports (``symbol``) or a module of the SGLang release (``module``). ``first`` is the first
+    release that has it: one version, or by compute-capability major for a generator (``{12: 0.6.17}``),
+    each checked against the real wheels (tests/integration/test_kernel_libraries.py)."""
+
+    provider: str            # flashinfer | sglang
+    what: str                # the kernel path in words ("the fused all-reduce + RMSNorm kernel (trtllm_comm)")
+    file: str                # under the provider's package dir ("jit/comm.py")
+    name: str | None = None  # the generator or symbol in ``file``; None: the file itself (a module)
+    kind: str = "module"     # generator | symbol | module
+    first: Mapping[int, str] | str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.provider}/{self.file}"
+
+
+PROVIDERS = ("flashinfer", "sglang")
+
+
+@dataclass(frozen=True)
 class Feature:
     name: str
     title: str
@@ -70,6 +93,7 @@ class Feature:
     # `patch: needs_p2p:` why the patched feature needs peer-to-peer between the TP group's GPUs
     # (a patch is then refused where a pair lacks it, unless the role allows it); None: it does not.
     needs_p2p: str | None = None
+    kernels: tuple[KernelNeed, ...] = ()   # what the kernel library must admit too (gates/kernels.py)
 
     def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
         """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
@@ -139,8 +163,10 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
     if not isinstance(body, dict):
         raise GpuopsError(f"{where}: expected a mapping")
     rules = body.get("gates")
-    if not isinstance(rules, list) or not rules:
-        raise GpuopsError(f"{where}: 'gates' must be a non-empty list of rules")
+    # A feature SGLang does not gate by GPU generation (a module switched on by an environment
+    # variable) has no gate rules; its kernel needs then decide alone.
+    if not isinstance(rules, list) or (not rules and not body.get("kernels")):
+        raise GpuopsError(f"{where}: 'gates' must be a non-empty list of rules (or empty, with 'kernels')")
     flags = []
     for item in body.get("flags") or []:
         if not isinstance(item, dict) or not item.get("setting") or not item.get("flag"):
@@ -170,7 +196,34 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
         combine=_combine(body.get("combine", "all"), where),
         patchable="patch" in body,
         needs_p2p=" ".join(str(needs_p2p).split()) if needs_p2p else None,
+        kernels=tuple(_kernel_need(i, k, where) for i, k in enumerate(body.get("kernels") or ())),
     )
+
+
+def _kernel_need(index: int, body: Any, where: str) -> KernelNeed:
+    here = f"{where}: kernels entry {index + 1}"
+    if not isinstance(body, dict) or body.get("provider") not in PROVIDERS:
+        raise GpuopsError(f"{here}: 'provider' must be one of {', '.join(PROVIDERS)}")
+    kinds = [k for k in ("generator", "symbol", "module") if body.get(k)]
+    if len(kinds) != 1:
+        raise GpuopsError(f"{here}: give exactly one of generator (FILE::FUNCTION), symbol (FILE::NAME) or module (FILE)")
+    kind = kinds[0]
+    text = str(body[kind])
+    file, sep, name = text.partition("::")
+    if kind != "module" and (not sep or not name):
+        raise GpuopsError(f"{here}: {kind} must be written FILE::NAME (jit/comm.py::gen_trtllm_comm_module)")
+    if file.startswith("/") or ".." in file.split("/"):
+        raise GpuopsError(f"{here}: {file!r} must be a path under the package")
+    first = body.get("first")
+    if isinstance(first, dict):
+        try:
+            first = {int(k): str(v) for k, v in first.items()}
+        except ValueError:
+            raise GpuopsError(f"{here}: 'first' by major must map integers to versions") from None
+    elif first is not None:
+        first = str(first)
+    return KernelNeed(provider=str(body["provider"]), what=" ".join(str(body.get("what") or text).split()),
+                      file=file, name=name or None, kind=kind, first=first)
 
 
 def _combine(value: Any, where: str) -> str:

@@ -51,20 +51,39 @@ def scan_options(with_sources: bool = False, root: str | None = None, keywords: 
 def patch_keywords(catalog_path: Path | None = None) -> list[str]:
     """The keyword regexes of the catalog's features that have a patch: only their files are needed
     whole (the fusion patch); the others are judged from the gates alone, and their files stay on
-    the host. ``catalog_path``: another catalog file (tests).
-
-    Kept beside the kept scans (``$GPUOPS_SCAN_CACHE/catalog``, off with them) under the digest of
-    gpuops' code (``local_memo.code_digest``, which a command that plans or judges computes anyway)
-    and of the catalog file's path, size, mtime and inode: a command with nothing to scan does not
-    import and parse the catalog just for this list (~3 ms), and any edit of the catalog or of the
-    code that reads it is a miss."""
-    from gpuops import local_memo
-    from gpuops.gates import BUILTIN_CATALOG, scan_cache
+    the host. ``catalog_path``: another catalog file (tests). Kept (``catalog_derived``)."""
 
     def from_catalog() -> list[str]:
         from gpuops.gates.catalog import load_catalog
 
         return [p.pattern for f in load_catalog(catalog_path).features if f.patchable for p in f.keywords]
+
+    kept = catalog_derived("patch-keywords", from_catalog, catalog_path)
+    return kept if isinstance(kept, list) and all(isinstance(k, str) for k in kept) else from_catalog()
+
+
+def kernel_reads(catalog_path: Path | None = None) -> dict[str, Any]:
+    """What the software probe reads of the kernel libraries for the catalog's ``kernels:`` needs
+    (``gates/kernels.probe_reads``). Kept (``catalog_derived``)."""
+
+    def from_catalog() -> dict[str, Any]:
+        from gpuops.gates.catalog import load_catalog
+        from gpuops.gates.kernels import probe_reads
+
+        return probe_reads(load_catalog(catalog_path))
+
+    kept = catalog_derived("kernel-reads", from_catalog, catalog_path)
+    return kept if isinstance(kept, dict) else from_catalog()
+
+
+def catalog_derived(kind: str, from_catalog: Callable[[], Any], catalog_path: Path | None = None) -> Any:
+    """A value made from the catalog, kept beside the kept scans (``$GPUOPS_SCAN_CACHE/catalog``,
+    off with them) under the digest of gpuops' code (``local_memo.code_digest``, which a command
+    that plans or judges computes anyway) and of the catalog file's path, size, mtime and inode: a
+    command with nothing to scan does not import and parse the catalog just for this (~3 ms), and
+    any edit of the catalog or of the code that reads it is a miss."""
+    from gpuops import local_memo
+    from gpuops.gates import BUILTIN_CATALOG, scan_cache
 
     path = catalog_path or BUILTIN_CATALOG
     root = scan_cache.cache_root()
@@ -74,17 +93,16 @@ def patch_keywords(catalog_path: Path | None = None) -> list[str]:
         return from_catalog()  # says what is wrong with the file
     if root is None:
         return from_catalog()
-    key = local_memo.digest_of("patch-keywords", local_memo.code_digest(), str(path), info.st_size,
+    key = local_memo.digest_of(kind, local_memo.code_digest(), str(path), info.st_size,
                                info.st_mtime_ns, info.st_ino)
     directory = root / "catalog"
-    data = local_memo.read_entry(directory, key, "patch-keywords") if key else None
-    kept = data.get("keywords") if data else None
-    if isinstance(kept, list) and all(isinstance(k, str) for k in kept):
-        return kept
-    keywords = from_catalog()
+    data = local_memo.read_entry(directory, key, kind) if key else None
+    if data and "value" in data:
+        return data["value"]
+    value = from_catalog()
     if key:
-        local_memo.write_entry(directory, key, {"kind": "patch-keywords", "keywords": keywords}, MAX_KEPT_KEYWORDS)
-    return keywords
+        local_memo.write_entry(directory, key, {"kind": kind, "value": value}, MAX_KEPT_KEYWORDS)
+    return value
 
 
 def gate_scan_script(options: dict[str, Any]) -> str:

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -36,6 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 from gpuops.errors import GpuopsError
 from gpuops.lab import launch_files, processes, sshd
 from gpuops.lab.gpu_description import GpuDescription, load_description, with_port
+from gpuops.lab.lab_files import remove_lab_dir
+from gpuops.lab.router import stop_router
 
 LAB_RECORD = "lab.json"
 LAB_MARKER = ".gpuops-lab"
@@ -69,6 +70,9 @@ class LabSpec:
     server_env: Mapping[str, str] = field(default_factory=dict)
     server_args: tuple[str, ...] | None = None
     groups: tuple[str, ...] = ()
+    # A real FlashInfer Python package on the host (lab/sglang_cache.flashinfer_site) instead of its
+    # simulated version data: a release version, or "pinned" for the one the SGLang release pins.
+    flashinfer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,8 +159,10 @@ def start_lab(
     specs: Sequence[LabSpec],
     add: bool = False,
     progress: Callable[[str], None] | None = None,
+    router: str | None = None,
 ) -> Lab:
-    """Start the hosts of ``specs`` in the lab directory ``root`` (``add``: next to existing ones)."""
+    """Start the hosts of ``specs`` in the lab directory ``root`` (``add``: next to existing ones);
+    ``router``: an sglang-router release put in front of every server of the lab (``lab/router.py``)."""
     root = Path(root).expanduser().absolute()
     say = progress or (lambda _msg: None)
     _check_root(root)
@@ -164,6 +170,8 @@ def start_lab(
     existing = load_lab(root) if (root / LAB_RECORD).exists() else None
     if existing is not None and not add:
         raise GpuopsError(f"lab: {root} already holds a lab; `gpuops lab down --dir {root}` first")
+    if router is not None and existing is not None:
+        raise GpuopsError(f"lab: a router is started with a new lab only (`gpuops lab down --dir {root}` first)")
     if existing is None and root.exists() and any(root.iterdir()):
         raise GpuopsError(f"lab: {root} exists and is not an empty directory or a lab")
     planned = _plan(specs, existing.hosts if existing else [], say)
@@ -196,12 +204,22 @@ def start_lab(
             say(f"waiting for {len(servers)} stand-in SGLang server(s) to become healthy")
             with ThreadPoolExecutor(max_workers=min(_WORKERS, len(servers))) as pool:
                 list(pool.map(_await_server, servers))
+        if router is not None:
+            _start_router(lab, servers, router, python, say)
     except BaseException:
         # A failed start leaves nothing running, and nothing at all when the lab was new; adding
         # to a running lab, only the new hosts go (the lab keeps its record from before).
         _stop_started(root, None if existing is None else [p.name for p in planned])
         raise
     return lab
+
+
+def _start_router(lab: Lab, servers: Sequence[LabHost], version: str, python: str, say) -> None:
+    from gpuops.lab.router import start_router
+
+    say(f"starting sglang-router {version} in front of {len(servers)} server(s) (installed once; cached)")
+    start_router(lab.root, [f"http://127.0.0.1:{h.server_port}" for h in servers], version)
+    _write_lab_files(lab, python)  # the inventory names it now
 
 
 def _stop_started(root: Path, new_hosts: list[str] | None) -> None:
@@ -328,7 +346,8 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
     if plan.sglang_site is not None and packages and packages.get("sglang") != plan.spec.sglang:
         # The description's stack belongs to its own sglang: another release brings its own pins.
         packages = release_stack(plan.sglang_site, packages)
-    build_site(host_dir / "site", plan.sglang_site, packages)
+    flashinfer = _flashinfer_site(plan, packages)
+    build_site(host_dir / "site", plan.sglang_site, packages, flashinfer)
     has_server = plan.spec.server_args is not None or (description is not None and description.server is not None)
     if plan.spec.server and not has_server:
         raise GpuopsError(f"lab: {plan.name}: no server to run: the description {plan.spec.gpu!r} has no `server:` "
@@ -368,6 +387,20 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
     if plan.spec.server:
         _launch_server(root, host)
     return host
+
+
+def _flashinfer_site(plan: _Planned, packages: dict[str, str]) -> Path | None:
+    """The real FlashInfer release the spec asks for (downloaded once, cached), or None."""
+    wanted = plan.spec.flashinfer
+    if not wanted:
+        return None
+    version = packages.get("flashinfer-python") if wanted == "pinned" else wanted
+    if not version:
+        raise GpuopsError(f"lab: {plan.name}: --flashinfer pinned, but SGLang {plan.spec.sglang} pins no flashinfer-python")
+    from gpuops.lab.sglang_cache import flashinfer_site
+
+    packages["flashinfer-python"] = version
+    return flashinfer_site(version)
 
 
 def _write_server_files(host_dir: Path, plan: _Planned, port: int) -> None:
@@ -546,38 +579,13 @@ def stop_lab(
         if pid and _is_our_sshd(pid, host_dir):
             processes.kill_sshd_tree(pid)
 
+    if hosts is None:  # the router first: it would only see the servers go
+        stop_router(root, grace)
     if host_dirs:
         # Stopping is waiting on processes to exit, not work: one thread per host.
         with ThreadPoolExecutor(max_workers=min(64, len(host_dirs))) as pool:
             list(pool.map(stop_host, host_dirs))
     leftovers = processes.sweep(root) if sweep else []
     if remove:
-        _remove_dir(root)
+        remove_lab_dir(root)
     return leftovers
-
-
-def _remove_dir(root: Path) -> None:
-    """Remove the lab directory: at once from the user's view, its files in the background.
-
-    A lab holds tens of thousands of hard links (one SGLang tree per host); unlinking them takes
-    seconds on a busy machine. Nothing runs any more, so the tree is renamed aside (a hidden
-    sibling) and deleted by a detached ``rm -rf``; without ``rm``, here and now.
-    """
-    trash = root.with_name(f".{root.name}.removing-{os.getpid()}-{time.monotonic_ns()}")
-    try:
-        os.rename(root, trash)
-    except OSError:
-        shutil.rmtree(root)
-        return
-    rm = shutil.which("rm")
-    if rm is None:
-        shutil.rmtree(trash, ignore_errors=True)
-        return
-    subprocess.Popen(
-        [rm, "-rf", "--", str(trash)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )

@@ -1,4 +1,5 @@
-"""The files a lab hands to its user: ``ssh_config`` and ``inventory.yml`` (text from values).
+"""The files a lab hands to its user: ``ssh_config`` and ``inventory.yml`` (text from values); and
+the removal of a stopped lab's directory (``remove_lab_dir``).
 
 Every host variable the roles use is written for every lab host; ``inventory/lab.yml`` in the
 repository is a commented example of this output.
@@ -7,6 +8,10 @@ repository is a commented example of this output.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,7 +31,8 @@ INVENTORY_HEADER = """\
 #   sglang_site        the dir holding the installed `sglang/` package
 #   gpuops_lab_gpu     the GPU description the host simulates
 # Group variables: gpuops_known_hosts (the lab's known_hosts: host keys are verified), become
-# (false: the lab runs as you), gpuops_health_timeout, gpuops_stop_grace (short: simulated servers).
+# (false: the lab runs as you), gpuops_health_timeout, gpuops_stop_grace (short: simulated servers);
+# with `lab up --router`, sglang_router_url (the lab's sglang-router: every host is a replica behind it).
 """
 
 
@@ -80,16 +86,20 @@ def host_vars(root: Path, host: Any, user: str, python: str) -> dict[str, Any]:
     return out
 
 
-def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str) -> dict[str, Any]:
+def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str,
+                   router_url: str | None = None) -> dict[str, Any]:
+    group_vars: dict[str, Any] = {
+        "gpuops_known_hosts": str(root / "known_hosts"),
+        # Lab hosts are run by the invoking user: no sudo, and servers that start in a blink.
+        "become": False,
+        "gpuops_health_timeout": 60,
+        "gpuops_stop_grace": 5,
+    }
+    if router_url is not None:
+        group_vars["sglang_router_url"] = router_url  # `lab up --router`: every host a replica behind it
     children: dict[str, Any] = {
         "lab": {
-            "vars": {
-                "gpuops_known_hosts": str(root / "known_hosts"),
-                # Lab hosts are run by the invoking user: no sudo, and servers that start in a blink.
-                "become": False,
-                "gpuops_health_timeout": 60,
-                "gpuops_stop_grace": 5,
-            },
+            "vars": group_vars,
             "hosts": {h.name: host_vars(root, h, user, python) for h in hosts},
         }
     }
@@ -101,10 +111,43 @@ def inventory_data(root: Path, hosts: Sequence[Any], user: str, python: str) -> 
 def inventory_text(root: Path, hosts: Sequence[Any], user: str, python: str) -> str:
     import yaml
 
+    from gpuops.lab.router import load_router
+
+    router = load_router(root)  # `lab up --router`: the inventory names it
+    router_url = router.url if router is not None else None
+
     header = INVENTORY_HEADER.format(
         inventory=root / "inventory.yml",
         ssh_config=root / "ssh_config",
         first=hosts[0].name if hosts else "h01",
     )
-    body = yaml.safe_dump(inventory_data(root, hosts, user, python), sort_keys=False, default_flow_style=False)
+    body = yaml.safe_dump(inventory_data(root, hosts, user, python, router_url), sort_keys=False,
+                          default_flow_style=False)
     return header + body
+
+
+def remove_lab_dir(root: Path) -> None:
+    """Remove the lab directory: at once from the user's view, its files in the background.
+
+    A lab holds tens of thousands of hard links (one SGLang tree per host); unlinking them takes
+    seconds on a busy machine. Nothing runs any more, so the tree is renamed aside (a hidden
+    sibling) and deleted by a detached ``rm -rf``; without ``rm``, here and now.
+    """
+    trash = root.with_name(f".{root.name}.removing-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(root, trash)
+    except OSError:
+        shutil.rmtree(root)
+        return
+    rm = shutil.which("rm")
+    if rm is None:
+        shutil.rmtree(trash, ignore_errors=True)
+        return
+    subprocess.Popen(
+        [rm, "-rf", "--", str(trash)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )

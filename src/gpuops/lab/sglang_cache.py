@@ -1,9 +1,13 @@
-"""A local cache of real SGLang releases, unpacked from their PyPI wheels.
+"""A local cache of real SGLang releases (and of the FlashInfer releases they pin), unpacked from
+their PyPI wheels.
 
 Tests and the lab read real SGLang source (never a copy committed here). Each release is fetched
 once with ``pip download --no-deps`` and its wheel unpacked into ``<cache>/<version>/site/``, which
 holds ``sglang/`` and ``sglang-<version>.dist-info/`` so that a python with that dir on its
 ``PYTHONPATH`` sees both the package and its version through ``importlib.metadata``.
+``flashinfer_site`` does the same for ``flashinfer-python`` under ``$GPUOPS_CACHE/flashinfer``:
+its Python package and ``.dist-info`` only (not ``flashinfer/data/``, the C++ sources and headers
+its JIT compiles from, ~400 MB in 0.7.2, which nothing here reads).
 
 Tests run in parallel processes, so the fill is guarded by an exclusive file lock and finished by
 an atomic rename: a reader either sees a complete ``site/`` or none at all.
@@ -37,23 +41,33 @@ def cache_root() -> Path:
 
 def sglang_site(version: str) -> Path:
     """The unpacked wheel of sglang==``version``: a dir with ``sglang/`` and its ``.dist-info``."""
+    return _release_site("sglang", "sglang", version, cache_root() / version)
+
+
+def flashinfer_site(version: str) -> Path:
+    """The unpacked wheel of flashinfer-python==``version`` (without ``flashinfer/data/``): a dir
+    with ``flashinfer/`` and ``flashinfer_python-<version>.dist-info``."""
+    return _release_site("flashinfer-python", "flashinfer", version, cache_root().parent / "flashinfer" / version,
+                         skip=("flashinfer/data/",))
+
+
+def _release_site(dist: str, package: str, version: str, release_dir: Path, skip: tuple[str, ...] = ()) -> Path:
     if not _VERSION_RE.match(version):
-        raise GpuopsError(f"sglang cache: {version!r} is not a release version")
-    release_dir = cache_root() / version
+        raise GpuopsError(f"{package} cache: {version!r} is not a release version")
     site = release_dir / "site"
-    if (site / "sglang" / "__init__.py").is_file():
+    if (site / package / "__init__.py").is_file():
         return site
     release_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(release_dir / ".lock"):
         # Another process may have filled it while we waited for the lock.
-        if (site / "sglang" / "__init__.py").is_file():
+        if (site / package / "__init__.py").is_file():
             return site
-        wheel = _download_wheel(version, release_dir)
-        _unpack_atomically(wheel, site)
+        wheel = _download_wheel(version, release_dir, dist)
+        _unpack_atomically(wheel, site, package, skip)
     return site
 
 
-def _pip_reason(stderr: str) -> str:
+def _pip_reason(stderr: str, dist: str = "sglang") -> str:
     """pip's own reason, with what the index offered when it answered (so "no such release" and
     "no index reachable", which end on the same last line, read differently)."""
     lines = stderr.strip().splitlines() or ["no wheel downloaded"]
@@ -62,9 +76,18 @@ def _pip_reason(stderr: str) -> str:
         if offered:
             versions = [v.strip() for v in offered.group(1).split(",") if v.strip() and v.strip() != "none"]
             if not versions:
-                return "the package index offered no sglang release (is it reachable?)"
+                return f"the package index offered no {dist} release (is it reachable?)"
             return f"no such release (the package index offers {len(versions)}: {versions[0]} ... {versions[-1]})"
     return lines[-1]
+
+
+def sglang_wheel(version: str) -> Path:
+    """The release's own wheel, as downloaded (the lab's wheelhouse installs it as it is)."""
+    site = sglang_site(version)
+    wheel = _find_wheel(site.parent / "download", version)
+    if wheel is None:
+        raise GpuopsError(f"sglang cache: {site.parent}: the wheel of sglang {version} is no longer there")
+    return wheel
 
 
 def sglang_source(version: str) -> Path:
@@ -72,45 +95,45 @@ def sglang_source(version: str) -> Path:
     return sglang_site(version) / "sglang"
 
 
-def _download_wheel(version: str, release_dir: Path) -> Path:
+def _download_wheel(version: str, release_dir: Path, dist: str = "sglang") -> Path:
     download_dir = release_dir / "download"
-    existing = _find_wheel(download_dir, version)
+    existing = _find_wheel(download_dir, version, dist)
     if existing is not None:
         return existing
     download_dir.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", f"sglang=={version}", "-d", str(download_dir),
+        "--disable-pip-version-check", "-q", f"{dist}=={version}", "-d", str(download_dir),
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_DOWNLOAD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {exc}") from None
-    wheel = _find_wheel(download_dir, version)
+        raise GpuopsError(f"{dist} cache: pip download {dist}=={version} failed: {exc}") from None
+    wheel = _find_wheel(download_dir, version, dist)
     if done.returncode != 0 or wheel is None:
-        raise GpuopsError(f"sglang cache: pip download sglang=={version} failed: {_pip_reason(done.stderr)}")
+        raise GpuopsError(f"{dist} cache: pip download {dist}=={version} failed: {_pip_reason(done.stderr, dist)}")
     return wheel
 
 
-def _find_wheel(download_dir: Path, version: str) -> Path | None:
+def _find_wheel(download_dir: Path, version: str, dist: str = "sglang") -> Path | None:
     if not download_dir.is_dir():
         return None
-    wheels = sorted(download_dir.glob(f"sglang-{version}-*.whl"))
+    wheels = sorted(download_dir.glob(f"{re.sub(r'[-_.]+', '_', dist)}-{version}-*.whl"))
     return wheels[0] if wheels else None
 
 
-def _unpack_atomically(wheel: Path, site: Path) -> None:
+def _unpack_atomically(wheel: Path, site: Path, package: str = "sglang", skip: tuple[str, ...] = ()) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=site.parent))
     try:
         try:
             with zipfile.ZipFile(wheel) as archive:
                 _check_member_paths(archive, wheel)
-                archive.extractall(staging)
+                archive.extractall(staging, [n for n in archive.namelist() if not n.startswith(skip)])
         except zipfile.BadZipFile as exc:
             wheel.unlink(missing_ok=True)  # so that the next call downloads it again
-            raise GpuopsError(f"sglang cache: {wheel}: not a readable wheel ({exc})") from None
-        if not (staging / "sglang" / "__init__.py").is_file():
-            raise GpuopsError(f"sglang cache: {wheel}: no sglang/__init__.py inside")
+            raise GpuopsError(f"{package} cache: {wheel}: not a readable wheel ({exc})") from None
+        if not (staging / package / "__init__.py").is_file():
+            raise GpuopsError(f"{package} cache: {wheel}: no {package}/__init__.py inside")
         if site.exists():
             shutil.rmtree(site)  # a half-made site from a killed run (we hold the lock)
         os.rename(staging, site)

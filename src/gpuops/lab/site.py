@@ -102,16 +102,23 @@ def write_nccl_header(site: Path, version: str) -> None:
     )
 
 
-def build_site(site: Path, sglang_site: Path | None, packages: Mapping[str, str]) -> int:
-    """Fill ``site`` (a fresh dir); returns how many SGLang files were linked."""
+def build_site(site: Path, sglang_site: Path | None, packages: Mapping[str, str],
+               flashinfer_site: Path | None = None) -> int:
+    """Fill ``site`` (a fresh dir); returns how many SGLang files were linked. ``flashinfer_site``:
+    a real FlashInfer release's unpacked wheel, linked in as the SGLang release is (then no
+    simulated flashinfer-python version data is written)."""
     site.mkdir(parents=True, exist_ok=True)
     linked = 0
     if sglang_site is not None:
         if not (sglang_site / "sglang" / "__init__.py").is_file():
             raise GpuopsError(f"lab: {sglang_site} holds no sglang package")
         linked = link_tree(sglang_site, site)
+    if flashinfer_site is not None:
+        if not (flashinfer_site / "flashinfer" / "__init__.py").is_file():
+            raise GpuopsError(f"lab: {flashinfer_site} holds no flashinfer package")
+        link_tree(flashinfer_site, site)
     for dist, version in packages.items():
-        if dist == "sglang":
+        if dist == "sglang" or (dist == "flashinfer-python" and flashinfer_site is not None):
             continue  # the real release's own .dist-info came with the link tree
         write_dist_info(site, dist, version)
         if dist == "torch":

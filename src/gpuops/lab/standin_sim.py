@@ -299,10 +299,32 @@ class StandinState(object):
         with self.lock:
             return self.running
 
+<<<<<<< HEAD
     def server_info(self, surface=None):
         # real SGLang flattens its args at the top level: the release's fields, as resolved
         info = surface.server_info(self.server_args, self.launch_words) if surface else dict(self.server_args)
         info["server_args"] = dict(self.server_args)  # the flags as given (the stand-in's own key)
+=======
+    def loads(self):
+        """``/v1/loads`` as SGLang 0.5.8 answers it (``entrypoints/v1_loads.py``): one DP rank; the
+        stand-in queues nothing, so every request it holds is running."""
+        running = self.current_running()
+        row = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_total_reqs": running,
+               "num_used_tokens": 0, "token_usage": 0.0, "gen_throughput": 0.0, "utilization": 0.0}
+        return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": self.version,
+                "dp_rank_count": 1, "loads": [row],
+                "aggregate": {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running,
+                              "avg_token_usage": 0.0, "avg_throughput": 0.0, "avg_utilization": 0.0}}
+
+    def legacy_load(self):
+        """``/get_load`` (deprecated in 0.5.8): ``num_reqs`` is running plus waiting per DP rank."""
+        running = self.current_running()
+        return [{"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0}]
+
+    def server_info(self):
+        info = dict(self.server_args)  # real SGLang flattens its args at the top level
+        info["server_args"] = dict(self.server_args)
+>>>>>>> main
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True

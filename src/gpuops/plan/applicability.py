@@ -110,3 +110,36 @@ def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: 
     if allow:
         return None, why + f" (going ahead: {switch} is true)"
     return why + f"; refused: keep TP within a P2P group, or pass -e {switch}=true to patch anyway", None
+
+
+def kernel_refusal(gpu: Mapping[str, Any] | None, feature: Feature, target_sm: str, allow: bool,
+                   switch: str) -> tuple[str | None, str | None]:
+    """(error, warning): an error when the library that runs the patched feature's kernel cannot
+    build it for ``target_sm`` on this host (the catalog's ``kernels:`` needs, judged from the
+    host's installed tree by gates/kernels.py) and ``allow`` is false: widening SGLang's gate
+    would only move the failure to the server's start-up (FlashInfer 0.6.1 on sm120: "No supported
+    CUDA architectures found for major versions [9, 10]" at CUDA-graph capture, then a rollback).
+    A need that cannot be told (the package's files are not on the host) is a warning."""
+    from gpuops.gates.kernels import KernelStatus, judge_feature
+
+    gpu = gpu or {}
+    reads = gpu.get("kernel_reads")
+    versions = gpu.get("kernel_versions")
+    verdicts = judge_feature(feature, reads if isinstance(reads, dict) else None,
+                             versions if isinstance(versions, dict) else {}, _capability(target_sm))
+    blocked = [v for v in verdicts if v.status is KernelStatus.BLOCKED]
+    unknown = [v for v in verdicts if v.status is KernelStatus.UNKNOWN]
+    if blocked:
+        why = "; ".join(v.reason for v in blocked)
+        if allow:
+            return None, f"{why} (going ahead: {switch} is true; the server will likely fail to start and be rolled back)"
+        needed = ", ".join(f"{_DISTRIBUTION[v.need.provider]} {v.first} or later" for v in blocked if v.first)
+        fix = f"install {needed}" if needed else "install a build that has it"
+        return (f"{why}; widening SGLang's gate would only make the server fail at start-up; refused: {fix}, "
+                f"or pass -e {switch}=true to patch anyway"), None
+    if unknown:
+        return None, "kernel library: " + "; ".join(v.reason for v in unknown)
+    return None, None
+
+
+_DISTRIBUTION = {"flashinfer": "flashinfer-python", "sglang": "sglang"}

@@ -81,33 +81,43 @@ def composed(contributions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     it stands in for (``image_base``: the launch uses it only while the inventory still names that)."""
     args = merge_flags(*[c.get("args") or [] for c in contributions.values()])
     env: dict[str, str] = {}
-    image, image_base = "", ""
+    image, image_base, python = "", "", ""
+    renames: dict[str, list[str]] = {}
     for contribution in contributions.values():
         env.update({str(k): str(v) for k, v in (contribution.get("env") or {}).items()})
         if contribution.get("image"):
             image, image_base = str(contribution["image"]), str(contribution.get("image_base") or "")
+        if contribution.get("python"):  # sglang-release: the environment the launch runs from
+            python = str(contribution["python"])
+            renames = {str(k): [str(w) for w in v] for k, v in (contribution.get("renames") or {}).items()}
     runs = [{"role": role, "run_id": c.get("run_id")} for role, c in contributions.items()]
-    return {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base}
+    return {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base, "python": python,
+            "renames": renames}
 
 
 def _part(contribution: Mapping[str, Any]) -> dict[str, Any]:
     part = {"args": list(contribution.get("args") or []), "env": dict(contribution.get("env") or {})}
     if contribution.get("image"):
         part.update(image=str(contribution["image"]), image_base=str(contribution.get("image_base") or ""))
+    if contribution.get("python"):
+        part.update(python=str(contribution["python"]),
+                    renames={str(k): [str(w) for w in v] for k, v in (contribution.get("renames") or {}).items()})
     return part
 
 
 def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str, args: list[str],
                       env: Mapping[str, str], run_id: str | None, image: str = "",
-                      image_base: str = "") -> dict[str, dict[str, Any]]:
+                      image_base: str = "", python: str = "",
+                      renames: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """``contributions`` with ``role``'s part replaced: kept as is when equal, dropped when empty."""
     out = {k: dict(v) for k, v in contributions.items()}
-    mine = _part({"args": list(args), "env": dict(sorted(env.items())), "image": image, "image_base": image_base})
+    mine = _part({"args": list(args), "env": dict(sorted(env.items())), "image": image, "image_base": image_base,
+                  "python": python, "renames": dict(renames or {})})
     old = out.get(role)
     if old is not None and _part(old) == mine:
         return out
     out.pop(role, None)
-    if mine["args"] or mine["env"] or mine.get("image"):
+    if mine["args"] or mine["env"] or mine.get("image") or mine.get("python"):
         out[role] = {**mine, "run_id": run_id}
     return out
 
@@ -160,7 +170,8 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     state.desired_path = dest
     if state.discovery:
         state.paths.add(dest)
-        return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "changed": False}
+        return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "python": "", "renames": {},
+                "changed": False}
     current = _current(state, dest, task.where)
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
     if state.recompose is not None:  # a rollback by recomposition: everything but the undone run's part
@@ -171,7 +182,12 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
                              if wanted else _delete_desired(state, task, dest))
         return result
     image, image_base = str(args.get("image") or ""), str(args.get("image_base") or "")
-    wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id, image, image_base)
+    python = str(args.get("python") or "")
+    renames = args.get("renames") or {}
+    if not isinstance(renames, dict):
+        raise GpuopsError(f"{where}: compose renames must map a flag to its replacement words, not {renames!r}")
+    wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id, image, image_base,
+                               python, renames)
     changed = False
     if wanted != recorded and (current.exists or wanted):
         mode = normalize_mode(args.get("mode", "0600"), task.where)

@@ -49,7 +49,8 @@ class PlanFacts:
     files: Mapping[str, FileState] = field(default_factory=dict)
     gate_scan: GateScan | None = None      # the gate scan (when a role needs it), with the sources the patch planner reads
     # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
-    # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]]; None when not gathered.
+    # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]], kernel_reads (the
+    # software probe's `kernels`), kernel_versions {provider: version}; None when not gathered.
     gpu: Mapping[str, Any] | None = None
     # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
     # name, id, image, image_id, running, labels; None when not gathered or no such container.
@@ -66,6 +67,7 @@ class Plan:
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
     image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
+    release: Any = None       # plan.release.ReleaseEnv (sglang-release: built before the transaction)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"

@@ -162,6 +162,7 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     Arg("python", default="python3"),
     Arg("feature", default="flashinfer_allreduce_fusion"),
     Arg("allow_without_p2p", "bool", default=False),
+    Arg("allow_without_kernel", "bool", default=False),
     Arg("launch_args", "list"),
     Arg("launch_env", "mapping"),
 ), plans=(
@@ -169,6 +170,9 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     "already admitting the target); where it does, the gate patch of catalog feature `feature` (a feature without "
     "a `patch:` section in `src/gpuops/gates/catalog.yaml` is refused before any host is reached), refused when the "
     "feature needs P2P (`patch: needs_p2p`) and GPU pairs of the TP group lack it, unless `allow_without_p2p`; "
+    "refused before that when the host's kernel library cannot build the feature's kernel for `target_sm` (the "
+    "catalog's `kernels:`, read from the installed tree: FlashInfer's `supported_major_versions`), unless "
+    "`allow_without_kernel`; "
     "registers `{changed, applies, reason, launch_flags, notes, files, image, image_base}`; adds the compile check "
     "and the re-audit. With `sglang_manager: docker` the patched files are changes of kind `image` (path "
     "`TAG:/path/in/image`): the helper builds the derived image `gpuops/<container>:<patch hash>` from the image the "
@@ -192,7 +196,7 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
                "image_base": ""}
     if state.discovery:
         return dict(nothing, applies=True)
-    from gpuops.plan.applicability import decide_for_gpu, p2p_refusal
+    from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
     from gpuops.plan.gate_patch import patch_changes
 
     assert state.facts is not None
@@ -212,9 +216,13 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
                   "by itself (no gate to widen)".replace("  ", " "))
         state.note(f"nothing to do on this host: {reason}")
         return dict(nothing, reason=reason)
-    allow = args["allow_without_p2p"]
-    if not isinstance(allow, bool):
-        allow = str(allow).strip().lower() in ("1", "true", "yes", "on")
+    error, warning = kernel_refusal(state.facts.gpu, recipe, target_sm, _truthy(args["allow_without_kernel"]),
+                                    _role_variable(task, "allow_without_kernel"))
+    if error:
+        raise GpuopsError(f"{state.host}: {state.role}: {error}")
+    if warning:
+        state.warn(warning)
+    allow = _truthy(args["allow_without_p2p"])
     launch_args = args.get("launch_args") or []
     env = args.get("launch_env") or {}
     if recipe.needs_p2p:
@@ -250,6 +258,10 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
         state.audit = AuditCheck(feature=feature, target_sm=target_sm, python=python)
     return {"changed": bool(changed_paths), "applies": True, "launch_flags": list(patch.launch_flags),
             "notes": list(patch.notes), "files": changed_paths}
+
+
+def _truthy(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def _scope_text(scope: "VarScope", name: str, default: str) -> str:
@@ -324,11 +336,14 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
     Arg("image"),
     Arg("image_base"),
     Arg("launch_image"),
+    Arg("python"),
+    Arg("renames", "mapping"),
     Arg("mode", "mode", default="0600"),
 ), plans=(
-    "records this run's part of the launch (flags, environment, and for docker a derived image with the inventory "
-    "image it replaces) in the host's desired-state file, keyed by the role; registers the composition of every "
-    "part still recorded: `{args, env, runs, image, image_base}` (the docker run script names `image` while "
+    "records this run's part of the launch (flags, environment, for docker a derived image with the inventory "
+    "image it replaces, for sglang-release the `python` of the release's environment and the flag `renames` it "
+    "needs) in the host's desired-state file, keyed by the role; registers the composition of every "
+    "part still recorded: `{args, env, runs, image, image_base, python, renames}` (the docker run script names `image` while "
     "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
     "run warns that the server runs it without that patch)")))
 def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
@@ -377,8 +392,10 @@ def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec
     )
 
 
+from gpuops.plan.release import plan_sglang_release  # noqa: E402  (its own module: the release concept)
+
 _PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, _plan_compose,
-                                  plan_assert, plan_fail)
+                                  plan_sglang_release, plan_assert, plan_fail)
 PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
 # Every module a task may name, in roles/README.md's order: the planners, include_role, service.
 SPECS: dict[str, ModuleSpec] = {

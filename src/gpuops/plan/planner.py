@@ -194,7 +194,7 @@ def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any
     return Plan(
         host=facts.host, role=role_name, changes=tuple(state.changes), handlers=tuple(handlers),
         service=service, compile_checks=tuple(state.compile_checks), audit=state.audit, image=state.image,
-        warnings=tuple(state.warnings), notes=tuple(state.notes), tasks_ok=state.tasks_ok,
+        release=state.release, warnings=tuple(state.warnings), notes=tuple(state.notes), tasks_ok=state.tasks_ok,
         state_dir=state_dir,
     )
 

@@ -38,6 +38,7 @@ class PlanState:
     compile_checks: list[CompileCheck] = field(default_factory=list)
     audit: AuditCheck | None = None
     image: Any = None                   # plan.image_patch.ImageBuild: a derived image to build (docker)
+    release: Any = None                 # plan.release.ReleaseEnv: an environment the host builds first
     registered: dict[str, Any] = field(default_factory=dict)
     role_scopes: dict[str, VarScope] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)

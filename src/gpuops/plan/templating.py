@@ -137,6 +137,12 @@ def _merge_flags(*groups: Iterable[Any]) -> list[str]:
     return merge_flags(*groups)
 
 
+def _rename_flags(args: Iterable[Any], renames: Mapping[str, Any]) -> list[str]:
+    from gpuops.release.flags import rename_flags
+
+    return rename_flags([str(a) for a in args], {str(k): [str(w) for w in v] for k, v in (renames or {}).items()})
+
+
 def _systemd_quote(word: Any) -> str:
     text = str(word).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{text}"'
@@ -162,6 +168,7 @@ class Templar:
             to_json=lambda v: json.dumps(v, sort_keys=True),
             unique_flags=_unique_flags,
             merge_flags=_merge_flags,
+            rename_flags=_rename_flags,
         )
         self.env.tests["match"] = lambda value, pattern: re.match(pattern, str(value)) is not None
         self.env.tests["mapping"] = lambda value: isinstance(value, Mapping)

@@ -17,6 +17,9 @@ from gpuops.errors import GpuopsError
 # Read by gpuops itself (connection, inventory, apply), whatever the role.
 _GLOBAL_PREFIXES = ("ansible_", "gpuops_")
 _NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+# Read by apply itself around a replica's restart (apply/replicas.py; tests hold the two lists equal).
+RUN_VARIABLES = ("sglang_router_url", "sglang_worker_url", "sglang_router_api_key", "sglang_drain_timeout",
+                 "sglang_router_health_timeout")
 
 
 def known_variables(roles: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,7 +65,7 @@ def check_extra_vars(role: str, roles: Mapping[str, Any], extra_vars: Mapping[st
     known = known_variables(roles)
     warnings = []
     for name, value in extra_vars.items():
-        if name.startswith(_GLOBAL_PREFIXES):
+        if name.startswith(_GLOBAL_PREFIXES) or name in RUN_VARIABLES:
             continue
         if name not in known:
             warnings.append(f"-e {name}: no task of role {role} reads this variable, so it changes nothing; "

@@ -15,6 +15,7 @@ import time
 
 from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.service_base import run_command
+from gpuops.remote.sglang_argv import launch_args
 from gpuops.remote.sglang_server import HEALTH_ROUTE, ServerClient, ServerError
 
 _VIEW_CODE = "import json,os,sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
@@ -142,10 +143,9 @@ class Service:
                 raise StepFailed("the server (pid %d) does not run with the environment its launch script sets: "
                                  "%s is %s there" % (pid, name, "missing" if name not in environ else "different"),
                                  self.log_tail())
-        wanted = launched["argv"]
-        if "sglang.launch_server" in wanted and "sglang.launch_server" in cmdline:
-            want = wanted[wanted.index("sglang.launch_server") + 1:]
-            have = cmdline[cmdline.index("sglang.launch_server") + 1:]
+        # The flags after the launch, however each side spells it (-m sglang.launch_server, sglang serve, ...).
+        want, have = launch_args(launched["argv"]), launch_args(cmdline)
+        if want is not None and have is not None:
             if want != have:
                 raise StepFailed("the server (pid %d) does not run with the flags its launch script gives (%s)"
                                  % (pid, " ".join(have)[:300]), self.log_tail())

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Run an SGLang server as a plain detached process: start, stop, restart, status.
 
-Stdlib only, Python 3.8+, one self-contained file: the apply helper imports it (bundled with it by
+Stdlib only, Python 3.8+, a host module: the apply helper imports it (bundled with it by
 ``remote/bundle.py``, like every host module) for the ``process`` service manager, the lab imports
-it, and it runs on its own from the command line or on stdin. It works on a host's state directory:
+it, and it runs on stdin (``remote.python_stdin``, bundled with ``sglang_argv``, whose
+``is_server_argv`` is the one rule for "this pid is the server"). It works on a host's state directory:
 
     sglang-launch.sh   the launch script (``exec <python> -m sglang.launch_server ...``), given
     sglang.pid         written here, atomically (temp file + rename)
     sglang.log         the server's stdout+stderr, appended, one marker line per start
 
-    python3 process_manager.py start|stop|restart|status --state-dir D [--port P]
+    python3 -m gpuops.remote.process_manager start|stop|restart|status --state-dir D [--port P]
                                [--grace S] [--health-timeout S]
 
 Every action prints one JSON object: ``{"running", "pid", "healthy", ...}``; ``healthy`` is null
@@ -32,11 +33,11 @@ import time
 import urllib.error
 import urllib.request
 
+from gpuops.remote.sglang_argv import is_server_argv
+
 PID_FILE = "sglang.pid"
 LOG_FILE = "sglang.log"
 LAUNCH_SCRIPT = "sglang-launch.sh"
-# What a server's command line contains at some point of its exec chain (sh -> wrapper -> python).
-SERVER_MARKERS = (b"sglang.launch_server", LAUNCH_SCRIPT.encode())
 DEFAULT_GRACE_S = 10.0
 DEFAULT_HEALTH_TIMEOUT_S = 60.0
 _POLL_S = 0.05
@@ -171,7 +172,7 @@ def port_owners(port):
     out = []
     for inode, uid in sorted(inodes.items()):
         pid = holders.get(inode)
-        cmdline = _cmdline(pid).decode("utf-8", "replace").strip() if pid else ""
+        cmdline = " ".join(_cmdline(pid)) if pid else ""
         out.append({"pid": pid, "uid": uid, "cmdline": cmdline})
     return out
 
@@ -272,15 +273,17 @@ def process_state(pid):
 
 
 def _cmdline(pid):
+    """The process's argv as words (empty when unreadable, or for an instant inside execve)."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            return handle.read().replace(b"\0", b" ")
+            return [w.decode("utf-8", "replace") for w in handle.read().split(b"\0") if w]
     except OSError:
         pass
-    try:  # no /proc (not Linux)
-        return subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True).stdout
+    try:  # no /proc (not Linux): ps's one line, split at spaces
+        return subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True).stdout.decode(
+            "utf-8", "replace").split()
     except OSError:
-        return b""
+        return []
 
 
 def _is_server(pid):
@@ -291,8 +294,9 @@ def _is_server(pid):
         if not alive(pid):
             return False
         cmdline = _cmdline(pid)
-        if cmdline.strip():
-            return any(marker in cmdline for marker in SERVER_MARKERS)
+        if cmdline:
+            # sh -> the launch script -> a wrapper -> python: the one rule, at any point of that chain
+            return is_server_argv(cmdline, scripts=(LAUNCH_SCRIPT,))
         time.sleep(0.01)
     return False
 

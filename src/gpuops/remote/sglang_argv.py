@@ -60,6 +60,37 @@ def _is_sglang_script(word):
     return word == "sglang" or word.endswith("/sglang")
 
 
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
+
+
+def is_server_argv(argv, scripts=()):
+    """Does a process with this argv run an SGLang server? The one rule: inspect's gather applies it
+    (in awk, ``gpuops_is_server`` in ``facts/python_select.py``, held to this function by
+    ``tests/unit/test_server_detection.py``) and so does every service manager.
+
+      * ``launch_args`` finds a launch anywhere in argv (``-m sglang.launch_server``, the ``sglang
+        serve`` console script or ``-m sglang.cli.main serve``, a path ending in
+        ``sglang/launch_server.py``), so a wrapper that keeps the command in its own argv counts
+        too: a venv shim (``/venv/bin/python3 /venv/bin/sglang serve``), ``uv run ...``, ``env
+        K=V ...``, ``numactl ... --``;
+      * a shell given the command as text (``sh -c '... exec python3 -m sglang.launch_server ...'``):
+        the words after its last ``exec``, by the rule above;
+      * a word naming one of ``scripts`` (a path, or a name matched as the last part of a path):
+        a launch script known to exec a server, before it has (gpuops' own ``sglang-launch.sh``).
+    """
+    argv = list(argv)
+    if launch_args(argv) is not None:
+        return True
+    for i, word in enumerate(argv[1:], 1):
+        if word == "-c" and argv[i - 1].rsplit("/", 1)[-1] in SHELLS and i + 1 < len(argv):
+            words = argv[i + 1].split()
+            if "exec" in words:
+                after = words[len(words) - words[::-1].index("exec"):]
+                if launch_args(after) is not None:
+                    return True
+    return any(word == script or word.endswith("/" + script) for word in argv for script in scripts)
+
+
 def parse_flags(words):
     """``--tp 8 --trust-remote-code --cuda-graph-bs 1 2 4`` -> ({"tp": "8", "trust_remote_code":
     True, "cuda_graph_bs": ["1", "2", "4"]}, positionals). Values stay strings."""

@@ -19,13 +19,13 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# ssh_config keyword (lower case, as paramiko's SSHConfig gives it) ->
-# (paramiko Transport attribute holding the order, attribute holding every name it implements)
+# ssh_config keyword (lower case, as paramiko's SSHConfig gives it) -> the field of paramiko's
+# SecurityOptions (``Transport.get_security_options()``, its public way to order algorithms) it sets
 CONFIG_KEYWORDS = {
-    "kexalgorithms": ("_preferred_kex", "_kex_info"),
-    "ciphers": ("_preferred_ciphers", "_cipher_info"),
-    "macs": ("_preferred_macs", "_mac_info"),
-    "hostkeyalgorithms": ("_preferred_keys", "_key_info"),
+    "kexalgorithms": "kex",
+    "ciphers": "ciphers",
+    "macs": "digests",
+    "hostkeyalgorithms": "key_types",
 }
 # OpenSSH's names for algorithms paramiko knows under another
 ALIASES = {"curve25519-sha256": "curve25519-sha256@libssh.org"}
@@ -72,19 +72,31 @@ def _matching(pattern: str, supported: Sequence[str]) -> list[str]:
     return [pattern] if pattern in supported else []
 
 
-def preferences(transport_class: Any, ssh_config: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """The preferred-algorithm attributes to set on a paramiko Transport for this host's config."""
+def preferences(offered: Mapping[str, Sequence[str]], ssh_config: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The SecurityOptions fields to set for this host's config, from paramiko's own ``offered`` order
+    of each (``kex``, ``ciphers``, ``digests``, ``key_types``): what it offers is what it implements,
+    host key types also as certificates (paramiko offers a ``-cert-v01@openssh.com`` form of each)."""
     result: dict[str, tuple[str, ...]] = {
-        "_preferred_ciphers": fast_first(transport_class._preferred_ciphers, FAST_CIPHERS),
-        "_preferred_macs": fast_first(transport_class._preferred_macs, FAST_MACS),
+        "ciphers": fast_first(offered["ciphers"], FAST_CIPHERS),
+        "digests": fast_first(offered["digests"], FAST_MACS),
     }
-    for keyword, (attribute, implemented) in CONFIG_KEYWORDS.items():
+    for keyword, field in CONFIG_KEYWORDS.items():
         value = ssh_config.get(keyword)
         if not value:
             continue
         if isinstance(value, (list, tuple)):
             value = ",".join(str(v) for v in value)
-        supported = tuple(getattr(transport_class, implemented, None) or getattr(transport_class, attribute))
-        current = result.get(attribute, supported)
-        result[attribute] = apply_config(current, str(value), supported, keyword)
+        supported = tuple(offered[field])
+        if field == "key_types":
+            supported += tuple(f"{name}-cert-v01@openssh.com" for name in supported if "-cert-v01@" not in name)
+        current = result.get(field, tuple(offered[field]))
+        result[field] = apply_config(current, str(value), supported, keyword)
     return result
+
+
+def order_algorithms(transport: Any, ssh_config: Mapping[str, Any]) -> None:
+    """Set a paramiko Transport's algorithm order (before it starts) through its SecurityOptions."""
+    options = transport.get_security_options()
+    offered = {field: tuple(getattr(options, field)) for field in CONFIG_KEYWORDS.values()}
+    for field, order in preferences(offered, ssh_config).items():
+        setattr(options, field, order)

@@ -1,7 +1,9 @@
-"""What every transport gives: run a command with bytes on stdin, get bytes back.
+"""What every transport gives: run a command with bytes on stdin, get bytes back; or open a
+command as a stream that stays open while it runs.
 
 Everything gpuops does on a host is one `run` per phase: the program to run travels on stdin, so no
-file is ever copied and no second round trip is needed.
+file is ever copied and no second round trip is needed. apply's transaction is the one exception:
+it talks to its helper while it runs (``open_stream``, ``gpuops.transport.stream``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+    from gpuops.transport.stream import Stream
 
 
 @dataclass(frozen=True)
@@ -52,5 +55,9 @@ class Connection(Protocol):
     host: Host
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult: ...
+
+    def open_stream(self, command: str) -> Stream:
+        """``command`` started on the host, its stdout read as lines while its stdin stays open."""
+        ...
 
     def close(self) -> None: ...

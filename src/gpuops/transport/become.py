@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpuops.transport.base import Connection, ExecResult
+    from gpuops.transport.stream import Stream
 
 BECOME_MARK = "gpuops-become-stdin-starts-here"
 
@@ -37,7 +38,10 @@ def become_wrap(command: str, password: str | None, user: str | None = None) -> 
 
 def become_connection(conn: "Connection") -> "BecomeConnection | None":
     """The become wrapper of ``conn`` (under -v/--timings' logging wrapper), if it has one."""
-    conn = getattr(conn, "wrapped", conn)
+    from gpuops.transport.verbose import LoggedConnection
+
+    if isinstance(conn, LoggedConnection):
+        conn = conn.wrapped
     return conn if isinstance(conn, BecomeConnection) else None
 
 
@@ -57,6 +61,14 @@ class BecomeConnection:
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> "ExecResult":
         wrapped, prefix = self.wrap(command)
         return self.inner.run(wrapped, stdin=prefix + stdin, timeout=timeout)
+
+    def open_stream(self, command: str) -> "Stream":
+        # sudo around the stream's command as around any other; its stdin starts after the
+        # become prefix (password line, marker), sent before anything the caller sends.
+        wrapped, prefix = self.wrap(command)
+        stream = self.inner.open_stream(wrapped)
+        stream.send(prefix)
+        return stream
 
     def refusal(self, result: "ExecResult") -> str | None:
         """Why sudo refused to run a command whose output shows it never ran, else None.

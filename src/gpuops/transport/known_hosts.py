@@ -17,7 +17,7 @@ import base64
 import binascii
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,14 +231,19 @@ class HostKeyRefused(Exception):
 
 
 def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
-                      preferences: dict[str, tuple[str, ...]] | None = None,
+                      ssh_config: Mapping[str, Any] | None = None,
                       on_kex_done: Any = None) -> Any:
     """A paramiko Transport class for one connection that checks @revoked and host certificates.
 
-    ``preferences`` sets the algorithm order (``gpuops.transport.algorithms``); ``on_kex_done()``
-    is called once the key exchange has finished (for ``--timings``).
+    Built on paramiko's public hooks only: ``SSHClient.connect(transport_factory=...)`` builds it,
+    its ``SecurityOptions`` take the algorithm order (``gpuops.transport.algorithms``, from
+    ``ssh_config``), and ``start_client`` returns once the key exchange has verified the server's
+    signature, before any authentication: the key it proved is judged there. ``on_kex_done()`` is
+    called once the key exchange has finished (for ``--timings``).
     """
     import paramiko
+
+    from gpuops.transport.algorithms import order_algorithms
 
     class RefusedHostKey(paramiko.SSHException, HostKeyRefused):
         pass
@@ -248,15 +253,20 @@ def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            for attribute, order in (preferences or {}).items():
-                setattr(self, attribute, order)
+            order_algorithms(self, ssh_config or {})  # an AlgorithmError here: before any byte is sent
             no_delay(self.sock)  # socket tuning, not host keys: transport/tcp_tuning.py
 
-        def start_client(self, *args: Any, **kwargs: Any) -> Any:
-            result = super().start_client(*args, **kwargs)
+        def start_client(self, event: Any = None, timeout: float | None = None) -> None:
+            if event is not None:  # paramiko's SSHClient waits for the key exchange; gpuops needs it done here
+                raise ValueError("CheckingTransport.start_client judges the host key: call it without an event")
+            super().start_client(timeout=timeout)
             if on_kex_done is not None:
                 on_kex_done()
-            return result
+            try:
+                self.judge_host_key()
+            except RefusedHostKey:
+                self.close()
+                raise
 
         @property
         def preferred_keys(self):  # type: ignore[override]
@@ -266,9 +276,9 @@ def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
             # A CA vouches for this host: ask for its certificate first, as OpenSSH does.
             return tuple([k for k in keys if "-cert-v01@" in k] + [k for k in keys if "-cert-v01@" not in k])
 
-        def _verify_key(self, host_key, sig):  # type: ignore[override]
-            super()._verify_key(host_key, sig)
-            key = self.host_key
+        def judge_host_key(self) -> None:
+            """Refuse a revoked key, or a certificate that does not hold where a CA vouches for the host."""
+            key = self.get_remote_server_key()
             revoked = known.revoked_entry(key.asbytes())
             if revoked is not None:
                 raise RefusedHostKey(f"host key {key.get_name()} {key.fingerprint} of {lookup_name} is REVOKED "

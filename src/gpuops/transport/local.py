@@ -10,6 +10,7 @@ from gpuops.transport.base import ExecResult
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+    from gpuops.transport.stream import Stream
 
 
 class LocalConnection:
@@ -30,6 +31,11 @@ class LocalConnection:
         except OSError as exc:
             raise TransportError(self.host.name, f"cannot run /bin/sh: {exc}") from exc
         return ExecResult(proc.stdout, proc.stderr, proc.returncode)
+
+    def open_stream(self, command: str) -> Stream:
+        from gpuops.transport.stream import ProcessStream
+
+        return ProcessStream(["/bin/sh", "-c", command], self.host.name)
 
     def close(self) -> None:
         pass

@@ -20,13 +20,14 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+    from gpuops.transport.stream import Stream
 
 DEFAULT_PERSIST = "60s"
 CONTROL_DIR_ENV = "GPUOPS_SSH_CONTROL_DIR"
@@ -125,12 +126,11 @@ class OpenSSHConnection:
                 raise TransportError(self.host.name, _explain(failure or lines[-1], self._target()))
         return ExecResult(done.stdout, done.stderr, done.returncode)
 
-    def open_stream(self, command: str) -> Any:
-        """apply's transaction channel: one ssh whose stdin/stdout stay open while the helper runs."""
-        from gpuops.apply.stream import LocalStream
+    def open_stream(self, command: str) -> Stream:
+        """One ssh whose stdin/stdout stay open while the command runs (over the shared master)."""
+        from gpuops.transport.stream import ProcessStream
 
-        argv = [self._ssh, *self._argv, "--", self._target(), command]
-        return LocalStream(shlex.join(argv), self.host.name)
+        return ProcessStream([self._ssh, *self._argv, "--", self._target(), command], self.host.name)
 
     def close(self) -> None:
         pass  # the master stays for ControlPersist: the next command within the window skips the handshake

@@ -88,10 +88,8 @@ def prepare_ssh(hosts: Sequence[Host]) -> None:
     if any(h.connection != "local" and not _on_openssh(h) for h in hosts):
         from gpuops import timings
 
-        from gpuops.transport.fabric_import import import_fabric
-
         with timings.span("ssh-import"):
-            import_fabric()
+            import fabric  # noqa: F401  (once, in this thread)
 
 
 def _on_openssh(host: Host) -> bool:

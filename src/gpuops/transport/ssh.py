@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops import timings
 from gpuops.errors import TransportError
+from gpuops.transport.algorithms import AlgorithmError
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.connvars import SSHSettings, ssh_settings
 from gpuops.transport.known_hosts import HostKeyRefused
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
+    from gpuops.transport.stream import Stream
 
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -155,6 +157,8 @@ class SSHConnection:
             raise TransportError(host.name, str(exc)) from exc
         except HostKeyRefused as exc:  # @revoked, or a host certificate that does not hold
             raise TransportError(host.name, str(exc)) from exc
+        except AlgorithmError as exc:  # ~/.ssh/config's Ciphers etc. leave nothing paramiko speaks
+            raise TransportError(host.name, str(exc)) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(
                 host.name, f"authentication failed for {conn.user}@{conn.host}:{conn.port}{via}: {exc}"
@@ -182,9 +186,6 @@ class SSHConnection:
 
         The same Transport class sets the algorithm order (fast first, ~/.ssh/config's own wins).
         """
-        import paramiko
-
-        from gpuops.transport.algorithms import AlgorithmError, preferences
         from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
 
         client = conn.client
@@ -196,11 +197,8 @@ class SSHConnection:
                 except OSError as exc:
                     raise TransportError(self.host.name, f"cannot read known_hosts file {path}: {exc.strerror}") from exc
         lookup = _known_hosts_name(conn.host, conn.port)
-        try:
-            order = preferences(paramiko.Transport, dict(conn.ssh_config))
-        except AlgorithmError as exc:
-            raise TransportError(self.host.name, str(exc)) from exc
-        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known, order, on_kex_done)
+        conn.connect_kwargs["transport_factory"] = transport_factory(conn.host, lookup, known, dict(conn.ssh_config),
+                                                                     on_kex_done)
         record_to = files[-1] if len(files) > 1 else files[0]
         client.set_missing_host_key_policy(_RecordNewKey(record_to) if accept_new else _RejectUnknownKey(files))
 
@@ -271,6 +269,12 @@ class SSHConnection:
         if status == -1:
             raise TransportError(self.host.name, "connection lost before the remote command finished")
         return ExecResult(b"".join(stdout_chunks), b"".join(stderr_chunks), status)
+
+    def open_stream(self, command: str) -> Stream:
+        """A new channel on the connection the gather already opened (no second handshake)."""
+        from gpuops.transport.stream import ChannelStream
+
+        return ChannelStream(self._conn.transport, command, self.options.connect_timeout, self.host.name)
 
     def close(self) -> None:
         try:

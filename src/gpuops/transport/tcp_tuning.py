@@ -6,19 +6,17 @@ Socket options, not host keys: called where the paramiko Transport is built
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 
 def no_delay(sock: Any) -> None:
-    """Stop TCP's small-packet delays on a connection's socket (a ProxyCommand's pipe is left alone).
+    """Turn Nagle's algorithm off on a connection's TCP socket (a ProxyCommand's pipe is left alone).
 
-    SSH trades small packets that wait on each other. Two delays meet there, each ~40 ms on every
-    connection: with Nagle's algorithm on (paramiko leaves it on), our small write that follows
-    an unacknowledged one waits for the server's delayed ACK (user authentication); and the
-    server's Nagle holds its channel-open confirmation until we acknowledge its previous packet,
-    which Linux delays. So: TCP_NODELAY, and on Linux an immediate ACK after every read
-    (TCP_QUICKACK is not sticky, hence per read: one cheap setsockopt).
+    SSH trades small packets that wait on each other: with Nagle on (paramiko leaves it on), our
+    small write that follows an unacknowledged one waits for the server's delayed ACK (~40 ms, in
+    user authentication). One public setsockopt. (An immediate ACK after every read, TCP_QUICKACK,
+    would need a hook into every recv of paramiko's; gpuops once swapped the live socket's class
+    for it, and dropped that: benchmarks/README.md records what it bought.)
     """
     import socket
 
@@ -28,23 +26,3 @@ def no_delay(sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError:
         return  # only a speed-up: a socket that refuses it still works
-    if hasattr(socket, "TCP_QUICKACK"):
-        sock.__class__ = _quick_ack_socket_class()
-
-
-@functools.cache  # one class for every connection
-def _quick_ack_socket_class() -> type:
-    import socket
-
-    class QuickAckSocket(socket.socket):
-        __slots__ = ()  # same layout as socket.socket: an open socket can take this class
-
-        def recv(self, bufsize: int, flags: int = 0) -> bytes:
-            data = super().recv(bufsize, flags)
-            try:
-                self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-            except OSError:
-                pass
-            return data
-
-    return QuickAckSocket

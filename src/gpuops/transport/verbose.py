@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpuops.inventory import Host
     from gpuops.transport.base import Connection, ExecResult
+    from gpuops.transport.stream import Stream
 
 LOGGER = logging.getLogger("gpuops.transport")
 COMMANDS, TIMINGS, RAW = logging.INFO, 15, logging.DEBUG
@@ -47,7 +48,7 @@ class LoggedConnection:
 
     def __init__(self, inner: Connection, connect_seconds: float) -> None:
         self._inner = inner
-        self.wrapped = inner  # for what needs the transport itself (apply's transaction channel)
+        self.wrapped = inner  # what it logs for (become_connection asks whether that is become)
         self.host: Host = inner.host
         LOGGER.log(TIMINGS, "%s: connected in %.3f s", self.host.name, connect_seconds)
 
@@ -73,6 +74,10 @@ class LoggedConnection:
                     LOGGER.log(RAW, "%s: %s:\n%s", self.host.name, name, _masked(data[:_RAW_LIMIT], secrets)
                                + ("\n... (cut)" if len(data) > _RAW_LIMIT else ""))
         return result
+
+    def open_stream(self, command: str) -> Stream:
+        # Logged by its caller when it ends (log_stream): a stream has no single exit to time here.
+        return self._inner.open_stream(command)
 
     def close(self) -> None:
         self._inner.close()

@@ -2,8 +2,11 @@
 
 ``Connection.run`` sends all of stdin and waits for the end; the transaction needs more: lines read
 as they come, messages written while the command runs (heartbeats, the verdict, the commit), and a
-close that can be forced at any moment (a per-host deadline). Both transports are covered: SSH (one
-paramiko channel on the host's existing connection) and the local machine (a subprocess).
+close that can be forced at any moment (a per-host deadline). Every connection opens its own with
+``Connection.open_stream(command)``: paramiko's a ``ChannelStream`` (one more channel on the
+host's existing connection, no second handshake), the local machine's and OpenSSH's a
+``ProcessStream`` (``/bin/sh -c`` or ``ssh ... -- command`` as a subprocess); become and -v's
+logging wrap whatever their inner connection opens.
 """
 
 from __future__ import annotations
@@ -11,12 +14,10 @@ from __future__ import annotations
 import queue
 import subprocess
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from gpuops.errors import TransportError
-
-if TYPE_CHECKING:
-    from gpuops.transport import Connection
 
 
 class Stream:
@@ -101,7 +102,9 @@ class Stream:
             pass
 
 
-class SSHStream(Stream):
+class ChannelStream(Stream):
+    """A new session channel on a live paramiko ``Transport``, running ``command``."""
+
     def __init__(self, transport: Any, command: str, connect_timeout: float, host: str) -> None:
         super().__init__()
         try:
@@ -119,14 +122,16 @@ class SSHStream(Stream):
         self.channel.close()
 
 
-class LocalStream(Stream):
-    def __init__(self, command: str, host: str) -> None:
+class ProcessStream(Stream):
+    """A local subprocess ``argv`` (``/bin/sh -c ...`` or ``ssh ... -- ...``) with piped stdio."""
+
+    def __init__(self, argv: Sequence[str], host: str) -> None:
         super().__init__()
         try:
-            self.proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
-            raise TransportError(host, f"cannot run /bin/sh: {exc}") from exc
+            raise TransportError(host, f"cannot run {argv[0]}: {exc}") from exc
         assert self.proc.stdout is not None and self.proc.stderr is not None
         out, err = self.proc.stdout, self.proc.stderr
         threading.Thread(target=self._pump, args=(lambda: out.read1(65536),), daemon=True).start()  # type: ignore[attr-defined]  # a BufferedReader
@@ -142,28 +147,3 @@ class LocalStream(Stream):
         if self.proc.stdin is not None:
             self.proc.stdin.close()
 
-
-def open_stream(conn: "Connection", command: str) -> Stream:
-    from gpuops.transport.become import BecomeConnection
-    from gpuops.transport.local import LocalConnection
-
-    conn = getattr(conn, "wrapped", conn)  # -v/--timings wrap the connection; the stream needs the real one
-    if isinstance(conn, BecomeConnection):
-        # sudo around the transaction's command as around any other; its stdin starts after the
-        # become prefix (password line, marker), sent before anything the caller sends.
-        command, prefix = conn.wrap(command)
-        stream = open_stream(conn.inner, command)
-        stream.send(prefix)
-        return stream
-    # A transport that streams its own way (the openssh connection) says how.
-    opener = getattr(type(conn), "open_stream", None)
-    if opener is not None:
-        return opener(conn, command)
-    if isinstance(conn, LocalConnection):
-        return LocalStream(command, conn.host.name)
-    # SSH: a new channel on the connection the gather already opened (no second handshake).
-    fabric_conn = getattr(conn, "_conn", None)
-    transport = getattr(fabric_conn, "transport", None)
-    if transport is None:
-        raise TransportError(conn.host.name, "this connection cannot carry a transaction channel")
-    return SSHStream(transport, command, conn.options.connect_timeout, conn.host.name)  # type: ignore[attr-defined,union-attr]

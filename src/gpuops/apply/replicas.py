@@ -1,0 +1,329 @@
+"""Replicas behind an SGLang router: each restart is drained first, so a rolling change loses no request.
+
+A host whose variables name ``sglang_router_url`` is a replica behind that router (sglang-router,
+the Rust gateway on PyPI). When its run restarts the server, gpuops, from the client:
+
+  1. takes the replica out of the router (``DELETE /workers/{id}``) and waits until ``GET /workers``
+     no longer lists it (the router sends it nothing new);
+  2. waits on the host until the server holds no request (``remote/replica_drain.py``), at most
+     ``sglang_drain_timeout`` seconds (default 120); still busy then: it is put back, unchanged;
+  3. runs the transaction (change, restart, health) with one more check before the commit: a first
+     good answer from ``/generate`` (no answer rolls the change back);
+  4. puts the replica back (``POST /workers {"url": ...}``) -- after a commit or a rollback alike,
+     the old setting serves again after a rollback -- and waits until the router lists it healthy
+     (``sglang_router_health_timeout``, default 60 s) before the roll moves on.
+
+The worker API is the one sglang-router 0.3.2 serves (checked against the installed release: the
+legacy ``/add_worker``, ``/remove_worker`` and ``/list_workers`` routes answer 404 there). The
+replica's URL as the router knows it: ``sglang_worker_url``, else ``http://ADDRESS:sglang_port``.
+Everything is checked before any host is touched (``preflight``): every router answers, every
+replica is one of its workers, and no replica is the router itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport import Connection
+
+ROUTER_VAR = "sglang_router_url"
+WORKER_URL_VAR = "sglang_worker_url"
+ROUTER_KEY_VAR = "sglang_router_api_key"
+DRAIN_VAR, DRAIN_DEFAULT_S = "sglang_drain_timeout", 120.0
+ROUTER_HEALTH_VAR, ROUTER_HEALTH_DEFAULT_S = "sglang_router_health_timeout", 60.0
+_REQUEST_TIMEOUT_S = 10.0
+_LISTING_TIMEOUT_S = 30.0  # the router's job queue applies a removal within this
+_POLL_S = 0.2
+
+
+class RouterError(GpuopsError):
+    """The router cannot be asked, or refused: names the router and what failed."""
+
+
+def normal_url(url: str) -> str:
+    """``url`` as compared with the router's worker URLs: scheme and host lower-case, the port
+    written out, no trailing slash."""
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s)://HOST:PORT URL")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname.lower()
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+@dataclass(frozen=True)
+class Worker:
+    id: str
+    url: str
+    healthy: bool
+    load: int | None
+
+
+@dataclass(frozen=True)
+class Router:
+    url: str
+    api_key: str | None = None
+
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=_REQUEST_TIMEOUT_S) as reply:
+                raw = reply.read()
+                status = reply.status
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:200].decode("utf-8", "replace").strip()
+            raise RouterError(f"router {self.url}: {method} {path} answered HTTP {exc.code}"
+                              + (f": {detail}" if detail else "")) from None
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RouterError(f"router {self.url}: cannot reach it ({method} {path}: {reason})") from None
+        try:
+            return status, json.loads(raw.decode("utf-8")) if raw else None
+        except ValueError:
+            raise RouterError(f"router {self.url}: {method} {path} did not answer JSON") from None
+
+    def workers(self) -> list[Worker]:
+        _, body = self._call("GET", "/workers")
+        try:
+            return [Worker(id=str(w["id"]), url=str(w["url"]), healthy=bool(w.get("is_healthy")),
+                           load=w.get("load") if isinstance(w.get("load"), int) else None)
+                    for w in body["workers"]]
+        except (KeyError, TypeError):
+            raise RouterError(f"router {self.url}: GET /workers answered no worker list "
+                              "(is it an sglang-router 0.3?)") from None
+
+    def find(self, worker_url: str) -> Worker | None:
+        wanted = normal_url(worker_url)
+        for worker in self.workers():
+            try:
+                if normal_url(worker.url) == wanted:
+                    return worker
+            except ValueError:
+                continue  # a gRPC worker or a URL we do not compare: never ours
+        return None
+
+    def remove(self, worker: Worker) -> None:
+        self._call("DELETE", "/workers/" + urllib.parse.quote(worker.id, safe=""))
+
+    def add(self, worker_url: str) -> None:
+        self._call("POST", "/workers", {"url": worker_url})
+
+
+@dataclass(frozen=True)
+class Replica:
+    host: str
+    router: Router
+    worker_url: str
+    drain_timeout_s: float
+    healthy_timeout_s: float
+
+    def plan_line(self) -> str:
+        return (f"{self.worker_url} is a replica behind router {self.router.url}: before its restart it is taken out "
+                f"of the router and drained (at most {self.drain_timeout_s:g} s, {DRAIN_VAR}); after the restart a "
+                f"first answer is checked, then it is put back and awaited healthy in the router (at most "
+                f"{self.healthy_timeout_s:g} s) before the roll moves on")
+
+
+def _seconds(variables: Mapping[str, Any], name: str, default: float, host: str) -> float:
+    raw = variables.get(name, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise GpuopsError(f"{host}: {name} must be a number of seconds, not {raw!r}") from None
+    if not value > 0:
+        raise GpuopsError(f"{host}: {name} must be above 0 seconds, not {raw!r}")
+    return value
+
+
+def replica_for(host: "Host", variables: Mapping[str, Any]) -> Replica | None:
+    """The host as a replica of its router (None: no ``sglang_router_url``), checked offline."""
+    router_url = variables.get(ROUTER_VAR)
+    if router_url in (None, ""):
+        return None
+    if not isinstance(router_url, str):
+        raise GpuopsError(f"{host.name}: {ROUTER_VAR} must be a URL, not {router_url!r}")
+    worker_url = variables.get(WORKER_URL_VAR) or f"http://{host.address or host.name}:{variables.get('sglang_port', 30000)}"
+    for name, url in ((ROUTER_VAR, router_url), (WORKER_URL_VAR, str(worker_url))):
+        try:
+            normal_url(url)
+        except ValueError as exc:
+            raise GpuopsError(f"{host.name}: {name}: {exc}") from None
+    if normal_url(str(worker_url)) == normal_url(router_url):
+        raise GpuopsError(f"{host.name}: its server {worker_url} is the router {ROUTER_VAR} names: the router "
+                          "itself is never taken out (set sglang_worker_url to the replica's own URL)")
+    key = variables.get(ROUTER_KEY_VAR)
+    return Replica(host=host.name, router=Router(router_url.rstrip("/"), str(key) if key else None),
+                   worker_url=str(worker_url),
+                   drain_timeout_s=_seconds(variables, DRAIN_VAR, DRAIN_DEFAULT_S, host.name),
+                   healthy_timeout_s=_seconds(variables, ROUTER_HEALTH_VAR, ROUTER_HEALTH_DEFAULT_S, host.name))
+
+
+def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Replica]:
+    """Every replica of the run, checked against its router before any host is touched: one clear
+    error (exit 2) when a router cannot be asked or does not list a replica."""
+    replicas: dict[str, Replica] = {}
+    for host in hosts:
+        replica = replica_for(host, {**dict(host.vars or {}), **dict(extra)})
+        if replica is not None:
+            replicas[host.name] = replica
+    listed: dict[Router, list[Worker]] = {}
+    for replica in replicas.values():
+        if replica.router not in listed:
+            listed[replica.router] = replica.router.workers()
+        urls = {_comparable(w.url) for w in listed[replica.router]}
+        if normal_url(replica.worker_url) not in urls:
+            shown = ", ".join(sorted(w.url for w in listed[replica.router])) or "none"
+            raise RouterError(f"{replica.host}: {replica.worker_url} is not one of router {replica.router.url}'s "
+                              f"workers ({shown}); add it to the router, or set {WORKER_URL_VAR} to the URL the "
+                              "router knows it by")
+    return replicas
+
+
+def _comparable(url: str) -> str:
+    try:
+        return normal_url(url)
+    except ValueError:
+        return url
+
+
+def replica_warnings(hosts: Sequence["Host"], extra: Mapping[str, Any], replicas: Mapping[str, Replica],
+                     rolling: bool) -> dict[str, str]:
+    """Hosts rolled with --serial that serve the same model and name no router: their restarts drop
+    the requests they hold. One warning per such host."""
+    if not rolling:
+        return {}
+    by_model: dict[str, list[str]] = {}
+    for host in hosts:
+        if host.name in replicas:
+            continue
+        model = _model_path({**dict(host.vars or {}), **dict(extra)})
+        if model:
+            by_model.setdefault(model, []).append(host.name)
+    out: dict[str, str] = {}
+    for model, names in by_model.items():
+        if len(names) < 2:
+            continue
+        for name in names:
+            out[name] = (f"{', '.join(names)} serve the same model ({model}) and are rolled with --serial, but name "
+                         f"no router ({ROUTER_VAR}): each restart drops the requests that replica holds; name the "
+                         "router they serve behind to take each out and drain it first")
+    return out
+
+
+def _model_path(variables: Mapping[str, Any]) -> str | None:
+    from gpuops.remote.sglang_argv import flag_value
+
+    args = variables.get("sglang_args")
+    if not isinstance(args, list):
+        return None
+    words = [str(a) for a in args] + [str(a) for a in variables.get("sglang_extra_args") or [] if isinstance(a, (str, int))]
+    served = flag_value(words, "--served-model-name")
+    if served:
+        return served
+    # The model's own name: replicas keep their weights wherever each host does (/models/X, /data/X).
+    value = flag_value(words, "--model-path") or flag_value(words, "--model")
+    return value.rstrip("/").rsplit("/", 1)[-1] or None if isinstance(value, str) else None
+
+
+# ---------------------------------------------------------------- one replica's roll
+
+
+def _host_call(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from gpuops.remote import python_command, python_stdin
+
+    python = variables.get("gpuops_python")
+    done = conn.run(python_command(str(python) if python else None), python_stdin("replica_drain", payload),
+                    timeout=timeout)
+    lines = done.stdout_text().strip().splitlines()
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
+        raise GpuopsError(f"{conn.host.name}: the drain helper printed nothing readable ({tail})") from None
+    if not isinstance(answer, dict):
+        raise GpuopsError(f"{conn.host.name}: the drain helper answered {answer!r}")
+    return answer
+
+
+def _await(what: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if what():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+
+
+def take_out(replica: Replica) -> None:
+    """Out of the router, and awaited until the router lists it no more."""
+    worker = replica.router.find(replica.worker_url)
+    if worker is None:
+        raise RouterError(f"{replica.host}: {replica.worker_url} is no longer one of router {replica.router.url}'s "
+                          "workers; nothing changed")
+    replica.router.remove(worker)
+    if not _await(lambda: replica.router.find(replica.worker_url) is None, _LISTING_TIMEOUT_S):
+        raise RouterError(f"{replica.host}: router {replica.router.url} still lists {replica.worker_url} "
+                          f"{_LISTING_TIMEOUT_S:g} s after its removal")
+
+
+def drain(replica: Replica, conn: "Connection", variables: Mapping[str, Any], port: int) -> str:
+    """Wait on the host until the server holds no request; the note to report. Raises when it
+    cannot be told or the requests outlast ``sglang_drain_timeout``."""
+    answer = _host_call(conn, variables, {"mode": "drain", "port": port, "timeout_s": replica.drain_timeout_s},
+                        timeout=replica.drain_timeout_s + 60)
+    if answer.get("drained"):
+        return (f"drained: out of router {replica.router.url}, no request in flight after "
+                f"{float(answer.get('waited_s') or 0):.1f} s ({answer.get('source')})")
+    if answer.get("error"):
+        raise GpuopsError(f"{replica.host}: cannot drain: {answer['error']}")
+    raise GpuopsError(f"{replica.host}: still {answer.get('in_flight')} request(s) in flight after "
+                      f"{replica.drain_timeout_s:g} s ({DRAIN_VAR})")
+
+
+def first_answer(replica: Replica, conn: "Connection", variables: Mapping[str, Any],
+                 port: int) -> Callable[[], tuple[bool, str | None]]:
+    """The check before the commit: the restarted server answers a generation."""
+
+    def check() -> tuple[bool, str | None]:
+        try:
+            answer = _host_call(conn, variables, {"mode": "answer", "port": port, "timeout_s": 60}, timeout=90)
+        except Exception as exc:  # a transport error is a failed check: the replica must answer
+            return False, f"the restarted server's first answer could not be asked for ({exc})"
+        if answer.get("ok"):
+            return True, None
+        return False, f"the restarted server gave no first answer: {answer.get('error')}"
+
+    return check
+
+
+def put_back(replica: Replica) -> str:
+    """Back into the router, awaited until the router lists it healthy; the note to report."""
+    if replica.router.find(replica.worker_url) is None:
+        replica.router.add(replica.worker_url)
+    started = time.monotonic()
+
+    def healthy() -> bool:
+        worker = replica.router.find(replica.worker_url)
+        return worker is not None and worker.healthy
+
+    if not _await(healthy, replica.healthy_timeout_s):
+        raise RouterError(f"{replica.host}: router {replica.router.url} did not list {replica.worker_url} as healthy "
+                          f"within {replica.healthy_timeout_s:g} s ({ROUTER_HEALTH_VAR}) after it was put back")
+    return f"put back: router {replica.router.url} lists it healthy after {time.monotonic() - started:.1f} s"

@@ -1,0 +1,224 @@
+"""Capability along the whole stack: does the library that runs a feature's kernel admit this GPU?
+
+SGLang's gates are only half of the answer. SGLang 0.5.8 admits sm120 for FlashInfer's all-reduce
+fusion once its gate is widened, but the FlashInfer it pins (0.6.1) builds that kernel
+(``flashinfer/jit/comm.py::gen_trtllm_comm_module``) for compute-capability majors 9 and 10 only:
+the server dies at CUDA-graph capture with "No supported CUDA architectures found for major
+versions [9, 10]". So each catalog feature names what it needs of its kernel provider
+(``kernels:``, ``catalog.KernelNeed``), the software probe reads exactly that from the host's
+installed tree (``facts/software_remote.py``: the generator's ``supported_major_versions``, an
+exported name, a module of the release), and this module judges it (pure) and folds it into the
+feature's verdict, citing the library's file:line.
+
+Where the host has only a package's metadata and not its files (a broken install, or a lab host
+without a real tree), the need is judged from the catalog's ``first`` versions (checked against
+the real wheels) and said to be inferred, never read.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from gpuops.gates.catalog import Catalog, Feature, KernelNeed
+
+# The distribution that carries each provider's version.
+_DISTRIBUTIONS = {"flashinfer": "flashinfer-python", "sglang": "sglang"}
+_TITLES = {"flashinfer": "FlashInfer", "sglang": "SGLang"}
+
+
+class KernelStatus(enum.Enum):
+    OPEN = "open"
+    BLOCKED = "blocked"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class KernelVerdict:
+    need: KernelNeed
+    status: KernelStatus
+    reason: str
+    line: int | None = None        # in ``need.where`` on the host
+    version: str | None = None     # the provider's installed version
+    first: str | None = None       # the first version that has it (for this GPU), from the catalog
+    read: bool = True              # False: judged from the version alone (the files were not there)
+
+    @property
+    def where(self) -> str:
+        return f"{self.need.where}:{self.line}" if self.line else self.need.where
+
+    def to_json(self) -> dict[str, Any]:
+        return {"provider": self.need.provider, "what": self.need.what, "status": self.status.value,
+                "reason": self.reason, "file": self.need.where, "line": self.line, "version": self.version,
+                "first": self.first, "read": self.read}
+
+
+def probe_reads(catalog: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
+    """What the software probe reads for the catalog's needs (its argv JSON): per provider and file,
+    ``generators`` (every ``def`` with its ``supported_major_versions``), ``symbols`` or nothing (the
+    file's presence)."""
+    reads: dict[str, dict[str, dict[str, Any]]] = {}
+    for feature in catalog.features:
+        for need in feature.kernels:
+            entry = reads.setdefault(need.provider, {}).setdefault(need.file, {})
+            if need.kind == "generator":
+                entry["generators"] = True
+            elif need.kind == "symbol":
+                entry.setdefault("symbols", [])
+                if need.name not in entry["symbols"]:
+                    entry["symbols"].append(need.name)
+    return reads
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:4])
+
+
+def at_least(version: str | None, first: str | None) -> bool | None:
+    if not version or not first:
+        return None
+    return _version_key(version) >= _version_key(first)
+
+
+def _major(capability: str | None) -> int | None:
+    text = str(capability or "").partition(".")[0]
+    return int(text) if text.isdigit() else None
+
+
+def _sm(capability: str | None) -> str:
+    major, _, minor = str(capability or "").partition(".")
+    return f"sm{major}{minor or '0'}" if major.isdigit() else "this GPU"
+
+
+def _first_for(need: KernelNeed, major: int | None) -> str | None:
+    if isinstance(need.first, Mapping):
+        return need.first.get(major) if major is not None else None
+    return need.first
+
+
+def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Mapping[str, str | None],
+               capability: str | None) -> KernelVerdict:
+    """One need against what the host's probe read (``kernels``: the probe's ``kernels`` JSON) and
+    the installed versions (by provider)."""
+    title = _TITLES[need.provider]
+    version = versions.get(need.provider)
+    named = f"{title} {version}" if version else title
+    major = _major(capability)
+    first = _first_for(need, major)
+    package = (kernels or {}).get(need.provider) if isinstance(kernels, Mapping) else None
+    files = package.get("files") if isinstance(package, Mapping) else None
+    entry = files.get(need.file) if isinstance(files, Mapping) else None
+    if not isinstance(entry, Mapping):
+        return _from_version(need, named, version, first, capability, kernels is not None)
+    if not entry.get("exists"):
+        return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} has no {need.where} ({need.what})"
+                             + (f"; {title} {first} is the first with it" if first else ""),
+                             version=version, first=first)
+    if entry.get("error"):
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"cannot tell: {need.where} {entry['error']}", version=version,
+                             first=first)
+    if need.kind == "module":
+        return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.where}", version=version, first=first)
+    if need.kind == "symbol":
+        line = (entry.get("symbols") or {}).get(need.name)
+        if isinstance(line, int):
+            return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.name} ({need.where}:{line})", line,
+                                 version, first)
+        return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} has no {need.name} in {need.where} ({need.what})"
+                             + (f"; {title} {first} is the first with it" if first else ""), version=version,
+                             first=first)
+    generator = (entry.get("generators") or {}).get(need.name)
+    if not isinstance(generator, list) or len(generator) != 3:
+        return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} has no {need.name} in {need.where} ({need.what})"
+                             + (f"; {title} {first} is the first with it" if first else ""), version=version,
+                             first=first)
+    def_line, majors, majors_line = generator
+    if majors is None:
+        return KernelVerdict(need, KernelStatus.OPEN, f"{named} builds {need.what} for every GPU it builds for "
+                             f"({need.where}:{def_line}: no architecture list)", def_line, version, first)
+    if not isinstance(majors, list):
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"cannot tell which GPUs {named} builds {need.what} for "
+                             f"({need.where}:{majors_line}: the list is not a literal)", majors_line, version, first)
+    listed = ", ".join(str(m) for m in majors)
+    where = f"{need.where}:{majors_line}"
+    if major is None:
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named} builds {need.what} for majors [{listed}] ({where}); "
+                             "the GPU's compute capability is not known", majors_line, version, first)
+    if major in majors:
+        return KernelVerdict(need, KernelStatus.OPEN, f"{named} builds {need.what} for major {major} "
+                             f"({where}: supported_major_versions=[{listed}])", majors_line, version, first)
+    reason = (f"{named} cannot build {need.what} for {_sm(capability)}: {where} builds majors [{listed}] only")
+    if first:
+        reason += f"; {title} {first} is the first that builds it for major {major}"
+    return KernelVerdict(need, KernelStatus.BLOCKED, reason, majors_line, version, first)
+
+
+def _from_version(need: KernelNeed, named: str, version: str | None, first: str | None, capability: str | None,
+                  probed: bool) -> KernelVerdict:
+    """No files read (not installed, metadata only, or an older probe): judged by the catalog's
+    ``first`` version, marked as inferred."""
+    title = _TITLES[need.provider]
+    if version is None:
+        if not probed:
+            return KernelVerdict(need, KernelStatus.UNKNOWN, f"{title}'s files were not read on this host", read=False)
+        return KernelVerdict(need, KernelStatus.BLOCKED, f"{title} is not installed for this python (it runs {need.what})",
+                             first=first, read=False)
+    has = at_least(version, first)
+    if has is None:
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only): "
+                             f"cannot read whether it has {need.what}", version=version, first=first, read=False)
+    gpu = f" for {_sm(capability)}" if isinstance(need.first, Mapping) else ""
+    if has:
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only); "
+                             f"by the releases, {title} {first}+ has {need.what}{gpu}, not read here",
+                             version=version, first=first, read=False)
+    return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only); by the "
+                         f"releases, {named} lacks {need.what}{gpu} ({title} {first} is the first with it), not read "
+                         "here", version=version, first=first, read=False)
+
+
+def judge_feature(feature: Feature, kernels: Mapping[str, Any] | None, versions: Mapping[str, str | None],
+                  capability: str | None) -> list[KernelVerdict]:
+    return [judge_need(need, kernels, versions, capability) for need in feature.kernels]
+
+
+def versions_of(packages: Any) -> dict[str, str | None]:
+    """The providers' installed versions from ``facts.software.PythonPackages``."""
+    found = getattr(packages, "packages", None) or {}
+    out: dict[str, str | None] = {}
+    for provider, dist in _DISTRIBUTIONS.items():
+        info = found.get(dist)
+        out[provider] = getattr(info, "version", None) if info is not None else None
+    return out
+
+
+def fold(verdict: Mapping[str, Any], kernel: list[KernelVerdict], gated: bool = True) -> dict[str, Any]:
+    """The feature's verdict with its kernel provider's: open only when SGLang's gates AND the
+    library admit the GPU. A closed library closes the feature (reason and file:line first); one
+    that cannot be told is said beside an open verdict; each need is listed under ``kernels``.
+    ``gated=False``: a feature SGLang does not gate by GPU generation (no gate rules in the
+    catalog): its needs decide alone."""
+    out = dict(verdict)
+    out["kernels"] = [k.to_json() for k in kernel]
+    if not kernel:
+        return out
+    blocked = [k for k in kernel if k.status is KernelStatus.BLOCKED]
+    unknown = [k for k in kernel if k.status is KernelStatus.UNKNOWN]
+    if not gated:
+        out["status"] = "blocked" if blocked else "unknown" if unknown else "open"
+        out["reason"] = "; ".join(k.reason for k in (blocked or unknown or kernel))
+        return out
+    sglang = str(out.get("reason") or "")
+    if blocked:
+        lead = "; ".join(k.reason for k in blocked)
+        if out.get("status") == "open":
+            out["status"] = "blocked"
+            out["reason"] = f"{lead}; SGLang's own gates admit it ({sglang})"
+        else:
+            out["reason"] = f"{sglang}; and {lead}" if sglang else lead
+    elif unknown:
+        out["reason"] = f"{sglang}; kernel library: {'; '.join(k.reason for k in unknown)}" if sglang else \
+            "; ".join(k.reason for k in unknown)
+    return out

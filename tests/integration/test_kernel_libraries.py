@@ -1,0 +1,107 @@
+"""What the kernel libraries themselves admit, read from the real FlashInfer wheels (cached under
+``$GPUOPS_CACHE/flashinfer``, never committed) by the very software probe a host runs, and judged
+by ``gates/kernels.py``: the catalog's ``first`` versions are facts of these wheels, checked here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpuops.facts.software import parse_python_packages, remote_source
+from gpuops.gates.catalog import load_catalog
+from gpuops.gates.kernels import KernelStatus, judge_feature, probe_reads, versions_of
+from gpuops.gather import ProbeOutput
+from gpuops.lab.sglang_cache import flashinfer_site, sglang_site
+
+pytestmark = pytest.mark.integration
+
+# FlashInfer release -> the majors gen_trtllm_comm_module builds for (read from each wheel by hand:
+# `supported_major_versions=[...]` in flashinfer/jit/comm.py), and whether it has pcie_ipc_comm.
+WHEELS = {
+    "0.6.1": ([9, 10], False),
+    "0.6.13": ([9, 10], False),
+    "0.6.16.post4": ([9, 10], False),   # the last release before 0.6.17
+    "0.6.17": ([9, 10, 12], False),     # the first that builds the fused kernel for major 12
+    "0.6.18": ([9, 10, 12], False),     # what SGLang 0.5.20 and 0.5.21 pin: no PcieIpcAllReduceWorkspace
+    "0.7.0": ([9, 10, 12], True),       # the first with PcieIpcAllReduceWorkspace
+    "0.7.2": ([9, 10, 12], True),       # what SGLang 0.5.23 pins
+}
+
+
+def probe_site(*sites: os.PathLike[str] | str) -> object:
+    """The software probe, as a host runs it (its own text with the catalog's reads as argv), with
+    ``sites`` on the python's path; parsed by the client's parser."""
+    reads = __import__("json").dumps(probe_reads(load_catalog()))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(str(s) for s in sites)
+    done = subprocess.run([sys.executable, "-S", "-c", remote_source(), reads], capture_output=True, text=True,
+                          env=env, timeout=60)
+    return parse_python_packages(ProbeOutput(done.stdout, done.stderr, done.returncode))
+
+
+@pytest.mark.parametrize("version", sorted(WHEELS))
+def test_fusion_kernel_majors_read_from_the_real_wheel(version: str) -> None:
+    majors, _ = WHEELS[version]
+    packages = probe_site(flashinfer_site(version))
+    assert packages.known and packages.kernels is not None
+    fusion = load_catalog().feature("flashinfer_allreduce_fusion")
+    for capability in ("9.0", "10.0", "12.0"):
+        (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), capability)
+        assert verdict.read and verdict.version == version
+        want = KernelStatus.OPEN if int(capability.split(".")[0]) in majors else KernelStatus.BLOCKED
+        assert verdict.status is want, (capability, verdict.reason)
+        assert verdict.where.startswith("flashinfer/jit/comm.py:") and verdict.line
+        if want is KernelStatus.BLOCKED:
+            assert f"FlashInfer {version} cannot build" in verdict.reason
+            assert "FlashInfer 0.6.17 is the first that builds it for major 12" in verdict.reason
+    # The line cited is the line of the list in that wheel.
+    text = (flashinfer_site(version) / "flashinfer" / "jit" / "comm.py").read_text().splitlines()
+    (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
+    assert f"supported_major_versions=[{', '.join(str(m) for m in majors)}]" in text[verdict.line - 1]
+
+
+def test_the_catalogs_first_versions_are_the_wheels() -> None:
+    """``first`` in catalog.yaml: the first wheel above that has it, the one before lacks it."""
+    catalog = load_catalog()
+    fusion = catalog.feature("flashinfer_allreduce_fusion").kernels[0]
+    assert fusion.first == {12: "0.6.17"}
+    ordered = sorted(WHEELS, key=lambda v: tuple(int(p) for p in v.replace("post", "").split(".")))
+    first_12 = next(v for v in ordered if 12 in WHEELS[v][0])
+    assert first_12 == "0.6.17" and ordered[ordered.index(first_12) - 1] == "0.6.16.post4"
+    pcie = [n for f in catalog.features for n in f.kernels if n.name == "PcieIpcAllReduceWorkspace"]
+    for need in pcie:
+        assert need.first == next(v for v in ordered if WHEELS[v][1]) == "0.7.0"
+
+
+@pytest.mark.parametrize("version", ["0.6.18", "0.7.0", "0.7.2"])
+def test_pcie_ipc_workspace_read_from_the_real_wheel(version: str) -> None:
+    catalog = load_catalog()
+    needs = [(f, n) for f in catalog.features for n in f.kernels if n.name == "PcieIpcAllReduceWorkspace"]
+    if not needs:
+        pytest.fail("no catalog feature needs FlashInfer's PcieIpcAllReduceWorkspace")
+    packages = probe_site(flashinfer_site(version))
+    for feature, need in needs:
+        verdict = next(v for v in judge_feature(feature, packages.kernels, versions_of(packages), "12.0")
+                       if v.need == need)
+        if WHEELS[version][1]:
+            assert verdict.status is KernelStatus.OPEN and verdict.line, verdict.reason
+        else:
+            assert verdict.status is KernelStatus.BLOCKED
+            assert f"FlashInfer {version} has no PcieIpcAllReduceWorkspace" in verdict.reason
+            assert "FlashInfer 0.7.0 is the first with it" in verdict.reason
+
+
+def test_metadata_only_is_inferred_never_read(tmp_path) -> None:
+    """A FlashInfer with its .dist-info but no package files (the lab's simulated stack): judged
+    from the catalog's first versions and marked as not read."""
+    from gpuops.lab.site import write_dist_info
+
+    write_dist_info(tmp_path, "flashinfer-python", "0.6.1")
+    packages = probe_site(tmp_path, sglang_site("0.5.8"))
+    fusion = load_catalog().feature("flashinfer_allreduce_fusion")
+    (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
+    assert not verdict.read and verdict.status is KernelStatus.UNKNOWN
+    assert "FlashInfer 0.6.1 lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120" in verdict.reason

@@ -1,0 +1,173 @@
+"""Replicas behind the real sglang-router (0.3.2 from PyPI, cached): a rolling change loses no request.
+
+Three lab hosts with a real router in front of their stand-ins (``gpuops lab up --router``), a
+bounded load through the router (``loadgen``: a fixed number of streaming requests, each counted)
+during ``gpuops apply nccl-env --serial 1``. Without the router named the same roll drops
+requests (the issue's failure, reproduced); with it, none.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from loadgen import StreamingLoad
+from labtools import tree_hashes
+
+from gpuops.lab.hosts import Lab, LabSpec, start_lab, stop_lab
+from gpuops.lab.router import load_router
+
+CLIENTS, PER_CLIENT = 4, 80
+
+
+@pytest.fixture
+def router_lab(tmp_path_factory: pytest.TempPathFactory, request: Any) -> Iterator[Lab]:
+    specs = getattr(request, "param", None) or [LabSpec(count=3)]
+    root = tmp_path_factory.mktemp("routerlab") / "lab"
+    lab = start_lab(root, specs, router="0.3.2")
+    try:
+        yield lab
+    finally:
+        stop_lab(lab.root)
+
+
+def _router_url(lab: Lab) -> str:
+    found = load_router(lab.root)
+    assert found is not None
+    return found.url
+
+
+def _workers(lab: Lab) -> dict[str, bool]:
+    with urllib.request.urlopen(_router_url(lab) + "/workers", timeout=10) as reply:
+        return {w["url"]: w["is_healthy"] for w in json.loads(reply.read())["workers"]}
+
+
+def _all_in_router(lab: Lab) -> dict[str, bool]:
+    return {f"http://127.0.0.1:{h.server_port}": True for h in lab.hosts}
+
+
+def _apply_under_load(run_gpuops: Any, lab: Lab, *args: str) -> tuple[subprocess.CompletedProcess, Any, int]:
+    """The apply, with the bounded load running through the router from before it until after it."""
+    load = StreamingLoad(_router_url(lab), clients=CLIENTS, requests_per_client=PER_CLIENT).start()
+    load.wait_started(CLIENTS)
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *args, timeout=400)
+    served_during = load.done_count
+    result = load.join()
+    assert result.total == CLIENTS * PER_CLIENT
+    # The load outlasted the roll: every restart happened while requests streamed.
+    assert served_during < result.total, "the load ended before the roll did: make it longer"
+    return proc, result, served_during
+
+
+def _env(lab: Lab, name: str) -> str:
+    return (lab.host(name).state_dir / "sglang.env").read_text()
+
+
+def test_a_roll_behind_the_router_loses_no_request(router_lab: Lab, run_gpuops: Any) -> None:
+    lab = router_lab
+    assert _workers(lab) == _all_in_router(lab)
+    # First as a new user ran it: the router not named (-e empties the lab's group var). The
+    # restarts cut streams short: the failure the issue reports.
+    proc, before_fix, _ = _apply_under_load(run_gpuops, lab, "--serial", "1", "-e",
+                                            '{"nccl_env": {"NCCL_MIN_NCHANNELS": "8"}, "sglang_router_url": ""}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "name no router (sglang_router_url)" in proc.stdout  # the warning for look-alike replicas
+    print(f"without the drain: {before_fix.summary()}")
+    assert before_fix.failed > 0, "the load generator saw no failure where restarts cut streams"
+
+    proc, result, _ = _apply_under_load(run_gpuops, lab, "--serial", "1", "--json",
+                                        "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(f"with the drain: {result.summary()}")
+    assert result.failed == 0, result.failures[:5]
+    hosts = json.loads(proc.stdout)["hosts"]
+    for host in lab.hosts:
+        assert hosts[host.name]["status"] == "finished"
+        assert "NCCL_MIN_NCHANNELS='4'" in _env(lab, host.name)
+        notes = " | ".join(hosts[host.name]["notes"])
+        assert "drained: out of router" in notes and "put back: router" in notes, notes
+    assert _workers(lab) == _all_in_router(lab)  # every replica back and healthy
+
+
+@pytest.mark.parametrize("router_lab", [[
+    LabSpec(count=1, names=("h01",)),
+    LabSpec(count=1, names=("h02",), server_env={"GPUOPS_STANDIN_CRASH_IF": "NCCL_MIN_NCHANNELS=2"}),
+    LabSpec(count=1, names=("h03",)),
+]], indirect=True)
+def test_a_failing_replica_is_rolled_back_put_back_and_stops_the_roll(router_lab: Lab, run_gpuops: Any) -> None:
+    lab = router_lab
+    h02_before = tree_hashes(lab.host("h02").dir, skip_runs=True)
+    h03_before = tree_hashes(lab.host("h03").dir)
+    proc, result, _ = _apply_under_load(run_gpuops, lab, "--serial", "1", "--max-fail-percentage", "0", "--json",
+                                        "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "2"}}')
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert hosts["h01"]["status"] == "finished"
+    assert hosts["h02"]["status"] == "rolled_back", hosts["h02"]
+    assert hosts["h03"]["status"] == "skipped"
+    assert "put back: router" in " | ".join(hosts["h02"]["notes"])  # the old setting serves again
+    assert result.failed == 0, result.failures[:5]
+    assert "NCCL_MIN_NCHANNELS='2'" in _env(lab, "h01")
+    assert tree_hashes(lab.host("h02").dir, skip_runs=True) == h02_before
+    assert tree_hashes(lab.host("h03").dir) == h03_before  # never touched
+    assert _workers(lab) == _all_in_router(lab)
+
+
+def test_check_shows_the_drain_plan_and_a_router_down_is_one_clear_error(router_lab: Lab, run_gpuops: Any) -> None:
+    lab = router_lab
+    before = {h.name: tree_hashes(h.dir) for h in lab.hosts}
+    inventory = str(lab.inventory_path)
+    extra = '{"nccl_env": {"NCCL_MIN_NCHANNELS": "8"}}'
+    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--check", "--serial", "1", "-e", extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("drain plan: ") == 3
+    assert f"behind router {_router_url(lab)}: before its restart it is taken out" in proc.stdout
+    assert _workers(lab) == _all_in_router(lab)  # --check takes nothing out
+
+    found = load_router(lab.root)
+    assert found is not None
+    from gpuops.lab.router import stop_router
+
+    stop_router(lab.root)
+    deadline = time.monotonic() + 10
+    while found.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--serial", "1", "-e", extra)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpuops: error: router {found.url}: cannot reach it"), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert {h.name: tree_hashes(h.dir) for h in lab.hosts} == before
+
+
+def test_lab_up_router_cli(tmp_path: Path, run_gpuops: Any) -> None:
+    """``gpuops lab up --router``: the router runs, the inventory names it, status and down see it."""
+    lab_dir = tmp_path / "lab"
+    proc = run_gpuops("lab", "up", "--hosts", "2", "--router", "--dir", str(lab_dir), "--json", timeout=300)
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        doc = json.loads(proc.stdout)
+        router = doc["router"]
+        assert router["version"] == "0.3.2" and router["alive"] is True
+        import yaml
+
+        inventory = yaml.safe_load(Path(doc["inventory"]).read_text())
+        assert inventory["all"]["children"]["lab"]["vars"]["sglang_router_url"] == router["url"]
+        with urllib.request.urlopen(router["url"] + "/workers", timeout=10) as reply:
+            listed = sorted(w["url"] for w in json.loads(reply.read())["workers"])
+        assert listed == sorted(f"http://127.0.0.1:{h['server_port']}" for h in doc["hosts"])
+    finally:
+        down = run_gpuops("lab", "down", "--dir", str(lab_dir), "--json")
+    assert down.returncode == 0, down.stderr
+    assert json.loads(down.stdout)["swept_pids"] == []  # the router was stopped by its pid, not swept
+    assert not _pid_alive(router["pid"])
+
+
+def _pid_alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()

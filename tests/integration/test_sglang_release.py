@@ -1,0 +1,124 @@
+"""gpuops apply sglang-release on a lab host: 0.5.8 -> 0.5.21 -> back, for real.
+
+The new environment is built on the host from a wheelhouse copied from here: the real sglang
+0.5.21 wheel plus the lab's stand-ins for what it requires (gpuops/lab/wheelhouse.py). The lab's
+stand-in server then serves the release that environment holds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from gpuops.lab.hosts import LabSpec
+from gpuops.lab.wheelhouse import build_wheelhouse
+from labtools import server_info, tree_hashes
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"), ["0.5.21"])
+
+
+def _apply(run_gpuops, lab, envs: Path, wheelhouse: Path, *args: str):
+    return run_gpuops("apply", "sglang-release", "-i", str(lab.inventory_path), "-e", f"gpuops_envs_dir={envs}",
+                      "-e", f"sglang_wheelhouse={wheelhouse}", "--json", *args, timeout=600)
+
+
+def _pid(state: Path) -> str:
+    return (state / "sglang.pid").read_text().strip()
+
+
+def _unchanged(host, before: dict[str, str], pid: str, version: str = "0.5.8") -> None:
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert _pid(host.state_dir) == pid, "the server was restarted"
+    assert server_info(host.server_port)["version"] == version
+
+
+def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhouse, tmp_path) -> None:
+    lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("rel",)))
+    host = lab.hosts[0]
+    envs = tmp_path / "envs"
+    before = tree_hashes(host.dir, skip_runs=True)
+    old_tree = tree_hashes(host.dir / "site")
+    pid = _pid(host.state_dir)
+    assert server_info(host.server_port)["version"] == "0.5.8"
+
+    # A release that does not exist: refused before any host is reached.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.999")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "holds no wheel of sglang 0.5.999" in proc.stderr and "Traceback" not in proc.stderr
+    # A flag the new release's parser does not have (0.5.21 dropped --torchao-config).
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21",
+                  "-e", '{"sglang_extra_args": ["--torchao-config", "int4wo-128"]}')
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "SGLang 0.5.21's server has no flag --torchao-config" in proc.stdout + proc.stderr
+    # Not enough disk for the new environment.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21",
+                  "-e", "gpuops_release_min_free_gib=1000000")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert report["status"] == "refused" and "GiB free" in report["error"], report
+    # A pin that cannot be installed: the wheelhouse lacks the torch the release pins.
+    partial = tmp_path / "partial-wheelhouse"
+    shutil.copytree(wheelhouse, partial, ignore=shutil.ignore_patterns("torch-*"))
+    proc = _apply(run_gpuops, lab, envs, partial, "-e", "sglang_version=0.5.21")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert report["status"] == "refused" and "torch" in report["error"], report
+    assert "refused before the server stopped" in report["error"]
+    for refused in (envs.glob("sglang-*") if envs.exists() else []):
+        raise AssertionError(f"a refused build left {refused}")
+    _unchanged(host, before, pid)
+
+    # --check says what would be built and launched; nothing changes.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert any("SGLang 0.5.21: environment" in n and "torch 2.13.0" in n for n in report["notes"]), report
+    _unchanged(host, before, pid)
+    assert not list(envs.glob("sglang-*")) if envs.exists() else True
+
+    # The switch: a new environment beside the old, holding the release's pins.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert report["status"] == "finished", report
+    (env,) = envs.glob("sglang-0.5.21-*")
+    probe = ("import json, importlib.metadata as m; print(json.dumps({d: m.version(d) for d in "
+             "('sglang', 'torch', 'flashinfer-python', 'sglang-kernel')}))")
+    held = json.loads(subprocess.run([str(env / "bin" / "python"), "-c", probe], capture_output=True, text=True,
+                                     env={"PATH": "/usr/bin:/bin"}, check=True).stdout)
+    assert held == {"sglang": "0.5.21", "torch": "2.13.0+cu130", "flashinfer-python": "0.6.18",
+                    "sglang-kernel": "0.4.7"}, held  # 0.5.21's own pins (its METADATA)
+    assert server_info(host.server_port)["version"] == "0.5.21"
+    assert tree_hashes(host.dir / "site") == old_tree  # the old environment, untouched
+    inspect = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", timeout=300)
+    assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    software = json.loads(inspect.stdout)["hosts"]["rel"]["facts"]["software"]
+    assert software["sglang"]["version"] == "0.5.21", software
+    assert software["python"]["executable"] == str(env / "bin" / "python"), software
+    assert software["torch"]["version"] == "2.13.0+cu130", software
+
+    # Back: gpuops rollback is a restart of the old environment, in seconds.
+    started = time.monotonic()
+    proc = run_gpuops("rollback", "-i", str(lab.inventory_path), "--json", timeout=300)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert took < 20, f"rollback took {took:.1f} s"
+    assert server_info(host.server_port)["version"] == "0.5.8"
+    assert tree_hashes(host.dir, skip_runs=True) == before
+    assert env.is_dir(), "the release environment is kept for a switch back"
+
+    # Applying the release again finds its environment finished: no second build.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert any("found finished" in n for n in report["notes"]), report
+    assert server_info(host.server_port)["version"] == "0.5.21"

@@ -1,0 +1,75 @@
+"""apply/replicas.py offline: which hosts are replicas, their URLs, the checks made before any host."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.apply import replicas
+from gpuops.errors import GpuopsError
+from gpuops.inventory import Host
+from gpuops.plan import varcheck
+
+
+def _host(name: str, address: str | None = "10.0.0.1", **variables: object) -> Host:
+    return Host(name=name, address=address, port=None, user=None, key_file=None, connection="ssh", groups=("all",),
+                vars=dict(variables))
+
+
+def test_normal_url_compares_as_the_router_lists_workers() -> None:
+    assert replicas.normal_url("HTTP://Node1:30000/") == "http://node1:30000"
+    assert replicas.normal_url("http://node1") == "http://node1:80"
+    assert replicas.normal_url("http://[::1]:8000") == "http://[::1]:8000"
+    with pytest.raises(ValueError):
+        replicas.normal_url("node1:30000")
+
+
+def test_a_host_without_a_router_is_no_replica() -> None:
+    assert replicas.replica_for(_host("a"), {}) is None
+    assert replicas.replica_for(_host("a"), {"sglang_router_url": ""}) is None  # -e emptied it
+
+
+def test_the_worker_url_is_the_address_and_sglang_port_unless_given() -> None:
+    replica = replicas.replica_for(_host("a"), {"sglang_router_url": "http://gw:30550/", "sglang_port": 30001})
+    assert replica is not None
+    assert replica.worker_url == "http://10.0.0.1:30001" and replica.router.url == "http://gw:30550"
+    assert replica.drain_timeout_s == 120 and replica.healthy_timeout_s == 60
+    given = replicas.replica_for(_host("a"), {"sglang_router_url": "http://gw:30550",
+                                              "sglang_worker_url": "http://a.internal:30000",
+                                              "sglang_drain_timeout": "30"})
+    assert given is not None and given.worker_url == "http://a.internal:30000" and given.drain_timeout_s == 30
+
+
+def test_the_router_itself_is_never_taken_out() -> None:
+    with pytest.raises(GpuopsError, match="the router itself is never taken out"):
+        replicas.replica_for(_host("gw", address="gw"), {"sglang_router_url": "http://gw:30000"})
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"sglang_router_url": "gw:30550"}, "sglang_router_url: 'gw:30550' is not an http"),
+    ({"sglang_router_url": "http://gw:1", "sglang_drain_timeout": "soon"}, "sglang_drain_timeout must be a number"),
+    ({"sglang_router_url": "http://gw:1", "sglang_drain_timeout": 0}, "must be above 0"),
+    ({"sglang_router_url": 5}, "sglang_router_url must be a URL"),
+])
+def test_bad_replica_variables_are_one_clear_error_naming_the_host(variables: dict, message: str) -> None:
+    with pytest.raises(GpuopsError, match=message) as caught:
+        replicas.replica_for(_host("a"), variables)
+    assert str(caught.value).startswith("a: ")
+
+
+def test_look_alike_replicas_rolled_without_a_router_are_warned_about() -> None:
+    hosts = [_host(n, sglang_args=["--model-path", f"/data/{n}/Kimi-K2.5", "--tp", "8"]) for n in ("a", "b")]
+    hosts.append(_host("c", sglang_args=["--model-path", "/models/other"]))
+    warnings = replicas.replica_warnings(hosts, {}, {}, rolling=True)
+    assert set(warnings) == {"a", "b"} and "a, b serve the same model (Kimi-K2.5)" in warnings["a"]
+    assert replicas.replica_warnings(hosts, {}, {}, rolling=False) == {}
+    named = {"a": object(), "b": object()}
+    assert replicas.replica_warnings(hosts, {}, named, rolling=True) == {}  # type: ignore[arg-type]
+
+
+def test_preflight_of_hosts_without_routers_asks_nothing() -> None:
+    assert replicas.preflight([_host("a"), _host("b")], {}) == {}
+
+
+def test_the_variable_check_knows_every_replica_variable() -> None:
+    assert set(varcheck.RUN_VARIABLES) == {replicas.ROUTER_VAR, replicas.WORKER_URL_VAR, replicas.ROUTER_KEY_VAR,
+                                           replicas.DRAIN_VAR, replicas.ROUTER_HEALTH_VAR}

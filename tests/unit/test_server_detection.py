@@ -1,0 +1,76 @@
+"""One rule for "is this process an SGLang server" (``remote/sglang_argv.py::is_server_argv``):
+inspect's gather (its awk ``gpuops_is_server``) and the process service manager (``_is_server``,
+which apply asks whether the server it started still runs) agree with it on every form, recorded
+from real processes (``tests/fixtures/recorded/server-argv.json`` and live, ``tests/server_forms.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuops.facts.python_select import _FUNCTIONS
+from gpuops.remote import process_manager
+from gpuops.remote.sglang_argv import is_server_argv
+
+from server_forms import forms, make_package, recorded_argv  # tests/ is on the path (conftest.py)
+
+CASES = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "server-argv.json").read_text())["cases"]
+
+
+def gather_says_server(argv: list[str]) -> bool:
+    """The gather's own sh function, fed the argv one word a line as it reads /proc/PID/cmdline."""
+    done = subprocess.run(["/bin/sh", "-c", _FUNCTIONS + '\nprintf "%s\\n" "$@" | gpuops_is_server', "sh", *argv],
+                          capture_output=True, timeout=30)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["form"] for c in CASES])
+def test_every_recorded_form_is_judged_alike_by_inspect_and_the_rule(case: dict) -> None:
+    assert is_server_argv(case["argv"]) is case["server"], case
+    assert gather_says_server(case["argv"]) is case["server"], case
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return make_package(tmp_path_factory.mktemp("sglang-standin"))
+
+
+def test_live_processes_in_every_form_are_judged_by_their_real_cmdline(standin: dict[str, str]) -> None:
+    for name, argv, expected in forms(standin):
+        seen = recorded_argv(argv, standin["root"])
+        assert seen, name
+        assert is_server_argv(seen) is expected, (name, seen)
+        assert gather_says_server(seen) is expected, (name, seen)
+
+
+def test_a_launch_script_counts_by_its_name_before_it_execs(standin: dict[str, str]) -> None:
+    argv = ["/bin/sh", standin["run_script"]]
+    assert not is_server_argv(argv)
+    assert is_server_argv(argv, scripts=("run-sglang.sh",)) and is_server_argv(argv, scripts=(standin["run_script"],))
+
+
+def test_a_server_started_as_sglang_serve_runs_for_the_process_manager(standin: dict[str, str], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply's process manager starts the launch script, then asks status() whether the server runs
+    (apply_service.wait_healthy): a server launched by SGLang's console script must not read as
+    "exited during start-up"."""
+    from gpuops.lab.ports import free_port
+
+    port = free_port()
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / process_manager.LAUNCH_SCRIPT).write_text(f"exec {standin['script']} serve --model-path /m --port {port}\n")
+    monkeypatch.setenv("PYTHONPATH", standin["root"])
+    monkeypatch.setenv("GPUOPS_FORM_HEALTH_PORT", str(port))
+    started = process_manager.start(str(state), port=port, health_timeout=60)
+    try:
+        assert started["ok"] and started["healthy"], started
+        status = process_manager.status(str(state), port)
+        assert status["running"] and status["healthy"] and status["pid"] == started["pid"], status
+    finally:
+        process_manager.stop(str(state), grace=5)
+    assert not process_manager.status(str(state))["running"]
