@@ -164,7 +164,6 @@ class StandinHandler(BaseHTTPRequestHandler):
                 "is_generation": True,
                 "simulated": True,
             })
-<<<<<<< HEAD
         elif path in ("/server_info", "/get_server_info"):
             self._send_json(200, self.state.server_info(self.server.surface))
         elif path == "/metrics":
@@ -175,18 +174,9 @@ class StandinHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
         elif path == "/v1/loads":
-            self._send_json(200, {"version": self.state.version, "loads": [
-                {"dp_rank": 0, "num_running_reqs": self.state.current_running(), "num_waiting_reqs": 0}]})
-        elif path == "/get_load":
-            self._send_json(200, [{"dp_rank": 0, "num_reqs": self.state.current_running(), "num_waiting_reqs": 0}])
-=======
-        elif path == "/get_server_info":
-            self._send_json(200, self.state.server_info())
-        elif path == "/v1/loads":
             self._send_json(200, self.state.loads())
         elif path == "/get_load":
             self._send_json(200, self.state.legacy_load())
->>>>>>> main
         elif path == "/v1/models":
             model = self.state.server_args.get("served_model_name") or self.state.server_args.get("model_path")
             self._send_json(200, {"object": "list", "data": [

@@ -299,12 +299,6 @@ class StandinState(object):
         with self.lock:
             return self.running
 
-<<<<<<< HEAD
-    def server_info(self, surface=None):
-        # real SGLang flattens its args at the top level: the release's fields, as resolved
-        info = surface.server_info(self.server_args, self.launch_words) if surface else dict(self.server_args)
-        info["server_args"] = dict(self.server_args)  # the flags as given (the stand-in's own key)
-=======
     def loads(self):
         """``/v1/loads`` as SGLang 0.5.8 answers it (``entrypoints/v1_loads.py``): one DP rank; the
         stand-in queues nothing, so every request it holds is running."""
@@ -321,10 +315,10 @@ class StandinState(object):
         running = self.current_running()
         return [{"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0}]
 
-    def server_info(self):
-        info = dict(self.server_args)  # real SGLang flattens its args at the top level
-        info["server_args"] = dict(self.server_args)
->>>>>>> main
+    def server_info(self, surface=None):
+        # real SGLang flattens its args at the top level: the release's fields, as resolved
+        info = surface.server_info(self.server_args, self.launch_words) if surface else dict(self.server_args)
+        info["server_args"] = dict(self.server_args)  # the flags as given (the stand-in's own key)
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True
