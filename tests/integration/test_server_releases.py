@@ -178,3 +178,16 @@ def test_in_flight_counts_the_requests_the_server_holds(tmp_path: Path) -> None:
         assert client.in_flight().total == 0
         after = client.metrics()["values"]
         assert after["sglang:num_requests_total"] == 3 and after["sglang:generation_tokens_total"] == 120
+
+
+@pytest.mark.parametrize("version, serving, decode", [
+    ("0.5.8", "sglang.bench_serving", "sglang.bench_one_batch_server"),
+    ("0.5.16", "sglang.benchmark.serving", "sglang.benchmark.one_batch_server"),
+    ("0.5.23", "sglang.benchmark.serving", "sglang.benchmark.one_batch_server"),
+])
+def test_tool_sglang_runs_the_benchmark_module_where_the_release_has_it(version: str, serving: str, decode: str) -> None:
+    from gpuops.remote.bench_tool import tool_module
+
+    assert tool_module("sglang.bench_serving", root(version)) == serving
+    assert tool_module("sglang.bench_one_batch_server", root(version)) == decode
+    assert tool_module("sglang.bench_serving", None) == "sglang.bench_serving"

@@ -77,3 +77,21 @@ def test_counters_sum_over_ranks_and_gauges_average() -> None:
     values = prom_text.summarise(page)["values"]
     assert values == {"sglang:generation_tokens_total": 40.0, "sglang:spec_accept_length": 2.5}
     assert prom_text.run_deltas(None, {"values": values}) is None
+
+
+def test_the_bench_line_says_what_the_server_did() -> None:
+    from gpuops.bench.server_metrics import metrics_line
+
+    deltas = {"requests": 4, "generation_tokens": 100, "spec_verify_calls": 40, "tokens_per_verify": 2.5,
+              "spec_accept_length": 2.4, "decode_cuda_graph_passes": 30, "decode_eager_passes": 10,
+              "cuda_graph_share": 0.75, "queue_time_mean_s": 0.005, "ttft_mean_s": 0.05}
+    assert metrics_line(deltas) == ("requests 4, tokens 100, verify calls 40 (2.50 tokens each; accept length 2.40), "
+                                    "CUDA-graph decode 75% (eager 10), queue 5.0 ms, TTFT 50.0 ms")
+    assert metrics_line(None) is None and metrics_line({}) is None
+
+
+def test_a_mode_never_counted_is_zero() -> None:
+    page = ("# TYPE sglang:cuda_graph_passes_total counter\n"
+            'sglang:cuda_graph_passes_total{mode="decode_cuda_graph"} %s\n')
+    d = prom_text.run_deltas(prom_text.summarise(page % 10), prom_text.summarise(page % 30))
+    assert d["decode_cuda_graph_passes"] == 20 and d["decode_eager_passes"] == 0 and d["cuda_graph_share"] == 1.0

@@ -318,7 +318,10 @@ class StandinState(object):
     def server_info(self, surface=None):
         # real SGLang flattens its args at the top level: the release's fields, as resolved
         info = surface.server_info(self.server_args, self.launch_words) if surface else dict(self.server_args)
-        info["server_args"] = dict(self.server_args)  # the flags as given (the stand-in's own key)
+        if not (surface and surface.fields):
+            # without the release's fields (no release on the path): the flags as given, under a
+            # key of the stand-in's own; with them, the shape of the release and nothing else
+            info["server_args"] = dict(self.server_args)
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True

@@ -101,6 +101,8 @@ def run_deltas(before, after):
     b, a = before.get("values") or {}, after.get("values") or {}
     graph = _delta(b, a, "sglang:cuda_graph_passes_total{mode=decode_cuda_graph}")
     eager = _delta(b, a, "sglang:cuda_graph_passes_total{mode=decode_none}")
+    if (graph is None) != (eager is None):  # a label set never counted is not exported: it is 0
+        graph, eager = graph or 0.0, eager or 0.0
     verify = _delta(b, a, "sglang:spec_verify_calls_total")
     tokens = _delta(b, a, "sglang:generation_tokens_total")
     out = {
