@@ -218,3 +218,22 @@ def client_paused_at(state_dir: Path, phase: str, args: list[str], home: Path, t
             client.kill()
             client.wait(timeout=30)
         raise
+
+
+def probe_site(*sites: "os.PathLike[str] | str") -> Any:
+    """The software probe as a host runs it (its own text, the catalog's kernel reads as argv) with
+    ``sites`` on the python's path, parsed by the client's parser (``facts.software.PythonPackages``)."""
+    import json as _json
+    import sys as _sys
+
+    from gpuops.facts.software import parse_python_packages, remote_source
+    from gpuops.gates.catalog import load_catalog
+    from gpuops.gates.kernels import probe_reads
+    from gpuops.gather import ProbeOutput
+
+    reads = _json.dumps(probe_reads(load_catalog()))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(str(s) for s in sites)
+    done = subprocess.run([_sys.executable, "-S", "-c", remote_source(), reads], capture_output=True, text=True,
+                          env=env, timeout=60)
+    return parse_python_packages(ProbeOutput(done.stdout, done.stderr, done.returncode))

@@ -21,7 +21,7 @@ if port:
 
     class H(BaseHTTPRequestHandler):
         def do_GET(self):
-            self.send_response(200 if self.path == "/health" else 404)
+            self.send_response(200)  # /health, /get_model_info, ...: what apply's health wait asks
             self.end_headers()
 
         def log_message(self, *args):

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gpuops.commands.bench:bench", "Benchmark on the host and bring the results home."),
     "results": ("gpuops.commands.bench:results", "List, show and compare stored results."),
     "report": ("gpuops.commands.bench:report", "Write an HTML report with plots of results."),
+    "advise": ("gpuops.commands.advise:advise", "Rank the ways to cut each host's all-reduce cost, with evidence."),
     "tune": ("gpuops.commands.tune:tune", "Sweep NCCL variants safely, benchmark and rank them."),
     "lab": ("gpuops.commands.lab:lab", "Throwaway simulated GPU hosts on loopback to rehearse on."),
 }
@@ -51,6 +52,9 @@ def cli() -> None:
 
     Hosts come from an Ansible-compatible inventory (-i); with none, the local machine.
     """
+    from gpuops.output import guard_standard_streams
+
+    guard_standard_streams()  # whatever prints, a host's text never reaches the terminal raw
 
 
 def main(argv: list[str] | None = None) -> None:

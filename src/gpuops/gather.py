@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from gpuops.transport.limits import MiB, over_message
 
 if TYPE_CHECKING:
     from gpuops.transport.base import Connection
@@ -24,12 +26,21 @@ T = TypeVar("T")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
+# What one probe may print (its stdout) unless it declares more (``Probe.output_limit``): the host
+# cuts it one byte past the limit, so a runaway probe (a replaced nvidia-smi printing 300 MB) fails
+# its own fact ("output over 4 MiB") and the others still parse. The whole exec is bounded too
+# (``transport.limits.EXEC_OUTPUT_LIMIT``). stderr is cut at the same limit (only its tail is read).
+PROBE_OUTPUT_LIMIT = 4 * MiB
+LARGE_PROBE_OUTPUT_LIMIT = 32 * MiB  # declared by the gate scan, the journal and apply's file contents
+
+
 @dataclass(frozen=True)
 class ProbeOutput:
     stdout: str
     stderr: str
     exit_status: int
     kept: bool = False  # a ``kept`` frame: the host skipped the probe (its ``unless`` held)
+    size: int = field(default=-1, compare=False)  # bytes of stdout as the host sent them (-1: not counted)
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,9 @@ class Probe(Generic[T]):
     # A sh condition: when it holds on the host, neither ``start`` nor ``script`` runs and the probe's
     # value is ``ProbeKept`` (the caller already holds what it would say: apply/kept_facts.py).
     unless: str = ""
+    # The most stdout this probe may print (bytes); more fails this probe only. Declared larger by
+    # the probes whose answers are big by nature (the gate scan's report, the journal, file contents).
+    output_limit: int = PROBE_OUTPUT_LIMIT
 
 
 @dataclass(frozen=True)
@@ -121,12 +135,16 @@ def build_gather_script(probes: Iterable[Probe[Any]], nonce: str, preamble: str 
     for probe in probes:
         if started and probe is started[0]:
             parts.append("wait $gpuops_bg")
+        # The probe's stdout passes through head: one byte past its limit head ends, the probe
+        # gets SIGPIPE, and the client sees the size (so nothing unbounded is ever sent). Its exit
+        # status comes back through a file (the pipeline's status is head's); `read` is a builtin.
         frame = (
             f"printf '\\n{mark} begin {probe.name}\\n'\n"
-            f"(\n{probe.script}\n) </dev/null 2>\"$gpuops_tmp/err\"\n"
-            f"gpuops_rc=$?\n"
+            f"{{ (\n{probe.script}\n) </dev/null 2>\"$gpuops_tmp/err\"; echo $? >\"$gpuops_tmp/rc\"; }}"
+            f" | head -c {probe.output_limit + 1}\n"
+            f"read gpuops_rc <\"$gpuops_tmp/rc\" || gpuops_rc=141\n"
             f"printf '\\n{mark} stderr {probe.name} %d\\n' \"$gpuops_rc\"\n"
-            f"cat \"$gpuops_tmp/err\" 2>/dev/null\n"
+            f"tail -c {probe.output_limit} \"$gpuops_tmp/err\" 2>/dev/null\n"
             f"printf '\\n{mark} end {probe.name}\\n'"
         )
         parts.append(_unless(probe, frame, f"printf '\\n{mark} kept {probe.name}\\n'"))
@@ -141,21 +159,27 @@ def _unless(probe: Probe[Any], text: str, otherwise: str) -> str:
     return f"if {probe.unless}\nthen\n{otherwise}\nelse\n{text}\nfi"
 
 
-def split_gather_output(stdout: str, nonce: str) -> dict[str, ProbeOutput]:
-    """The framed output of ``build_gather_script``, back into one ``ProbeOutput`` per probe."""
-    mark = re.escape(f"@@gpuops:{nonce}")
+def split_gather_output(stdout: bytes | str, nonce: str) -> dict[str, ProbeOutput]:
+    """The framed output of ``build_gather_script``, back into one ``ProbeOutput`` per probe.
+
+    Split as bytes and decoded one frame at a time, so each probe's size is what the host sent
+    and the whole output is never decoded at once."""
+    data = stdout.encode("utf-8", "surrogateescape") if isinstance(stdout, str) else stdout
+    mark = re.escape(f"@@gpuops:{nonce}".encode())
     frame = re.compile(
-        rf"\n{mark} begin (?P<name>[^\n]+)\n(?P<out>.*?)\n{mark} stderr (?P=name) (?P<rc>-?\d+)\n"
-        rf"(?P<err>.*?)\n{mark} end (?P=name)\n",
+        rb"\n" + mark + rb" begin (?P<name>[^\n]+)\n(?P<out>.*?)\n" + mark + rb" stderr (?P=name) (?P<rc>-?\d+)\n"
+        rb"(?P<err>.*?)\n" + mark + rb" end (?P=name)\n",
         re.DOTALL,
     )
     outputs: dict[str, ProbeOutput] = {}
-    for match in frame.finditer(stdout):
-        outputs[match.group("name")] = ProbeOutput(
-            stdout=match.group("out"), stderr=match.group("err"), exit_status=int(match.group("rc"))
+    for match in frame.finditer(data):
+        out = match.group("out")
+        outputs[match.group("name").decode("utf-8", "replace")] = ProbeOutput(
+            stdout=out.decode("utf-8", "replace"), stderr=match.group("err").decode("utf-8", "replace"),
+            exit_status=int(match.group("rc")), size=len(out),
         )
-    for match in re.finditer(rf"\n{mark} kept (?P<name>[^\n]+)\n", stdout):
-        outputs.setdefault(match.group("name"), KEPT)
+    for match in re.finditer(rb"\n" + mark + rb" kept (?P<name>[^\n]+)\n", data):
+        outputs.setdefault(match.group("name").decode("utf-8", "replace"), KEPT)
     return outputs
 
 
@@ -172,6 +196,9 @@ def parse_outputs(probes: Iterable[Probe[Any]], outputs: Mapping[str, ProbeOutpu
             # such a frame is a confused (or hostile) script, and its probe has no value.
             values[probe.name] = (ProbeKept(probe.name) if probe.unless
                                   else ProbeFailure(probe.name, "the host said 'kept' for a probe that cannot be kept"))
+            continue
+        if output.size > probe.output_limit:  # cut by the host's head; a hostile host is held by the exec limit
+            values[probe.name] = ProbeFailure(probe.name, f"{over_message(probe.output_limit)} (probe {probe.name})")
             continue
         try:
             values[probe.name] = probe.parse(output)
@@ -193,7 +220,7 @@ def gather(conn: Connection, probes: Iterable[Probe[Any]], preamble: str = "", t
     from gpuops import timings
 
     with timings.span("parse", getattr(getattr(conn, "host", None), "name", None)):
-        outputs = split_gather_output(result.stdout_text(), nonce)
+        outputs = split_gather_output(result.stdout, nonce)
         why = ""
         if len(outputs) < len(probes):
             tail = result.stderr_text().strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]

@@ -22,10 +22,19 @@ from typing import Any
 FORMAT = 1
 
 
+OFF = ("off", "0", "no", "false")
+# One switch for every kept result (scans and what is kept beside them, no-op plans, GPU facts):
+# ``GPUOPS_KEEP=off`` keeps and recalls nothing; each kind's own variable still picks its directory.
+KEEP_ENV = "GPUOPS_KEEP"
+
+
 def memo_dir(env: str, name: str) -> Path | None:
-    """``$<env>`` (``off`` disables), else ``$GPUOPS_CACHE/<name>``, else ``~/.cache/gpuops/<name>``."""
+    """None when ``$GPUOPS_KEEP`` or ``$<env>`` is ``off``; else ``$<env>``, else
+    ``$GPUOPS_CACHE/<name>``, else ``~/.cache/gpuops/<name>``."""
+    if os.environ.get(KEEP_ENV, "").strip().lower() in OFF:
+        return None
     value = os.environ.get(env, "").strip()
-    if value.lower() in ("off", "0", "no", "false"):
+    if value.lower() in OFF:
         return None
     if value:
         return Path(value).expanduser()

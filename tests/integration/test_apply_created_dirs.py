@@ -28,15 +28,15 @@ from typing import Any
 
 import pytest
 from labtools import tree_hashes, wait_for_self_rollback
-from test_apply_helper import change, journal, lab_state, payload, recompose_payload, run_helper
+from test_apply_helper import change, journal, lab_hooks, lab_state, payload, recompose_payload, run_helper
 
 ROLLBACK = {"mode": "rollback", "meta": {}}
 
 
 @pytest.fixture(autouse=True)
-def lab_session(monkeypatch) -> None:
+def lab_session(monkeypatch, tmp_path_factory) -> None:
     """A lab host's session (so that the lab fault file is honoured), with a known umask."""
-    monkeypatch.setenv("GPUOPS_LAB_HOST", "h")
+    lab_hooks(monkeypatch, tmp_path_factory.mktemp("lab-site"))
     old = os.umask(0o022)
     yield
     os.umask(old)

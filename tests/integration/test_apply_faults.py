@@ -2,7 +2,7 @@
 
 Real sshd lab hosts, the real gpuops client in a subprocess, the stand-in server (and the real
 SGLang 0.5.8 source for fusion-sm120). Faults come from outside gpuops' code path: the lab's fault
-file (``STATE/lab-fault.json``, honoured on lab hosts only; see ``remote/apply_helper.py``) pauses
+file (``STATE/lab-fault.json``, honoured on lab hosts only; see ``gpuops/lab/host_faults.py``, installed as the hosts' ``gpuops_host_hooks``) pauses
 the host-side worker at a named phase, then the test kills, with SIGKILL, one of:
 
   client   the gpuops process (laptop closed, kill -9)

@@ -2,8 +2,10 @@
 
 It is driven exactly as gpuops drives it: the stream runner, helper + payload on stdin, then the
 client's own transaction code (``gpuops.apply.txn``: heartbeats, verdict, commit) over a local
-connection. The state dirs sit in a fake lab (``lab/h/state`` with ``lab/.gpuops-lab``) so that the
-lab fault file can be used; one test shows that the same file is ignored anywhere else.
+connection. The state dirs sit in a fake lab (``lab/h/state`` with ``lab/.gpuops-lab``) and the lab's
+fault hooks (``gpuops/lab/host_faults.py``, as ``gpuops_host_hooks``) are on PYTHONPATH, as on a lab
+host, so that the lab fault file can be used; tests show it is ignored anywhere else, and that
+without the hooks the product never reads it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,18 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def lab_hooks(monkeypatch, directory: Path) -> None:
+    """What a lab host's sessions carry: GPUOPS_LAB_HOST, and the lab's fault hooks on PYTHONPATH."""
+    from gpuops.lab import host_faults
+
+    host_faults.install(directory)
+    monkeypatch.setenv("GPUOPS_LAB_HOST", "h")
+    monkeypatch.setenv("PYTHONPATH", str(directory))
+
+
 @pytest.fixture(autouse=True)
-def lab_session(monkeypatch) -> None:
-    monkeypatch.setenv("GPUOPS_LAB_HOST", "h")  # what a lab host's sessions carry
+def lab_session(monkeypatch, tmp_path_factory) -> None:
+    lab_hooks(monkeypatch, tmp_path_factory.mktemp("lab-site"))
 
 
 def lab_state(tmp_path: Path) -> Path:
@@ -126,6 +137,17 @@ def test_the_fault_file_is_ignored_off_a_lab_host(tmp_path: Path, monkeypatch) -
     state2.mkdir(parents=True)
     (state2 / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
     assert run_helper(payload(state2, [change(b, b"x\n", None)]))["status"] == "finished"
+
+
+def test_without_the_labs_hooks_on_the_path_the_product_reads_no_fault_file(tmp_path: Path, monkeypatch) -> None:
+    # A lab session and a lab dir, but no gpuops_host_hooks importable: the helper itself never
+    # looks at the fault file (the injection lives in gpuops/lab/host_faults.py, not in the product).
+    monkeypatch.delenv("PYTHONPATH")
+    state, a = lab_state(tmp_path), tmp_path / "a"
+    state.mkdir(parents=True)
+    (state / "lab-fault.json").write_text(json.dumps({"fail_at": "after_writes"}))
+    assert run_helper(payload(state, [change(a, b"x\n", None)]))["status"] == "finished"
+    assert (state / "lab-fault.json").exists()  # not even read
 
 
 def test_a_failed_verdict_rolls_back(tmp_path: Path) -> None:

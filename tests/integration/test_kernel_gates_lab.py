@@ -70,6 +70,24 @@ def test_inspect_calls_fusion_blocked_by_flashinfer_with_its_file_line(fleet, ru
     hopper = doc["hosts"]["hopper"]["features"]["flashinfer_allreduce_fusion"]
     assert hopper["status"] == "open" and hopper["kernels"][0]["status"] == "open", hopper
 
+    # The all-reduce paths SGLang decides by the host's shape, each with the release's file:line.
+    field = doc["hosts"]["field"]["features"]
+    custom = field["custom_allreduce"]
+    assert custom["status"] == "blocked" and custom["in_effect"] is False
+    assert "TP 8 over PCIe only: SGLang turns it off on more than 2 PCIe-only GPUs " \
+           "(sglang/srt/distributed/device_communicators/custom_all_reduce.py:138)" in custom["reason"]
+    assert "on by default (off with --disable-custom-all-reduce)" in custom["reason"]
+    symm = field["torch_symm_mem"]
+    assert symm["status"] == "blocked" and "capability majors 9, 10" in symm["reason"]
+    assert "all_reduce_utils.py:3" in symm["reason"] and "none for 12" in symm["reason"]
+    hopper = doc["hosts"]["hopper"]["features"]
+    assert hopper["torch_symm_mem"]["status"] == "open", hopper["torch_symm_mem"]
+    assert hopper["pcie_ipc_allreduce"]["status"] == "blocked"
+    assert "this host has NVLink, whose all-reduce is already fast" in hopper["pcie_ipc_allreduce"]["reason"]
+    pcie = ws["pcie_ipc_allreduce"]
+    assert "pcie_ipc_ar.py:77" in pcie["reason"] and pcie["in_effect"] is False, pcie
+    assert "launch with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1" in pcie["reason"]
+
 
 def test_fusion_refused_before_touching_anything_where_flashinfer_cannot_build_it(fleet, run_gpuops) -> None:
     inv = str(fleet.inventory_path)

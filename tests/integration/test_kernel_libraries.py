@@ -4,16 +4,11 @@ by ``gates/kernels.py``: the catalog's ``first`` versions are facts of these whe
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from labtools import probe_site
 
-from gpuops.facts.software import parse_python_packages, remote_source
 from gpuops.gates.catalog import load_catalog
-from gpuops.gates.kernels import KernelStatus, judge_feature, probe_reads, versions_of
-from gpuops.gather import ProbeOutput
+from gpuops.gates.kernels import KernelStatus, judge_feature, versions_of
 from gpuops.lab.sglang_cache import flashinfer_site, sglang_site
 
 pytestmark = pytest.mark.integration
@@ -29,17 +24,6 @@ WHEELS = {
     "0.7.0": ([9, 10, 12], True),       # the first with PcieIpcAllReduceWorkspace
     "0.7.2": ([9, 10, 12], True),       # what SGLang 0.5.23 pins
 }
-
-
-def probe_site(*sites: os.PathLike[str] | str) -> object:
-    """The software probe, as a host runs it (its own text with the catalog's reads as argv), with
-    ``sites`` on the python's path; parsed by the client's parser."""
-    reads = __import__("json").dumps(probe_reads(load_catalog()))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join(str(s) for s in sites)
-    done = subprocess.run([sys.executable, "-S", "-c", remote_source(), reads], capture_output=True, text=True,
-                          env=env, timeout=60)
-    return parse_python_packages(ProbeOutput(done.stdout, done.stderr, done.returncode))
 
 
 @pytest.mark.parametrize("version", sorted(WHEELS))

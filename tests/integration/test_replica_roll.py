@@ -23,7 +23,9 @@ from labtools import tree_hashes
 from gpuops.lab.hosts import Lab, LabSpec, start_lab, stop_lab
 from gpuops.lab.router import load_router
 
-CLIENTS, PER_CLIENT = 4, 80
+# Requests of ~2 s each (128 tokens at the stand-in's ~60 tok/s): long enough that a replica stopped
+# without waiting for its requests cuts them (a take-out alone, with the restart's own delay, is not).
+CLIENTS, PER_CLIENT, TOKENS = 4, 30, 128
 
 
 @pytest.fixture
@@ -54,7 +56,8 @@ def _all_in_router(lab: Lab) -> dict[str, bool]:
 
 def _apply_under_load(run_gpuops: Any, lab: Lab, *args: str) -> tuple[subprocess.CompletedProcess, Any, int]:
     """The apply, with the bounded load running through the router from before it until after it."""
-    load = StreamingLoad(_router_url(lab), clients=CLIENTS, requests_per_client=PER_CLIENT).start()
+    load = StreamingLoad(_router_url(lab), clients=CLIENTS, requests_per_client=PER_CLIENT,
+                         max_new_tokens=TOKENS).start()
     load.wait_started(CLIENTS)
     proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *args, timeout=400)
     served_during = load.done_count
@@ -171,3 +174,42 @@ def test_lab_up_router_cli(tmp_path: Path, run_gpuops: Any) -> None:
 
 def _pid_alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_client_killed_mid_roll_leaves_word_and_the_next_run_puts_the_replica_back(
+        router_lab: Lab, run_gpuops: Any, gpuops_home: Path) -> None:
+    from labtools import client_paused_at, rolled_back_count
+
+    lab = router_lab
+    h01 = lab.host("h01")
+    inventory = str(lab.inventory_path)
+    extra = json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": "8"}, "gpuops_lease": 3})
+    load = StreamingLoad(_router_url(lab), clients=CLIENTS, requests_per_client=45, max_new_tokens=TOKENS).start()
+    load.wait_started(CLIENTS)
+    # h01 out of the router, drained, restarted: the client dies while its worker checks health.
+    client = client_paused_at(h01.state_dir, "health", ["apply", "nccl-env", "-i", inventory, "--serial", "1",
+                                                        "-e", extra], gpuops_home, timeout=120)
+    assert f"http://127.0.0.1:{h01.server_port}" not in _workers(lab)
+    client.kill()
+    client.wait(timeout=30)
+    records = list((gpuops_home / ".local" / "state" / "gpuops" / "replicas-out").glob("*.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["host"] == "h01"
+    deadline = time.monotonic() + 60
+    while rolled_back_count(h01.state_dir) < 1:  # the host rolls itself back once its lease lapses
+        assert time.monotonic() < deadline, "h01 never rolled itself back"
+        time.sleep(0.2)
+    assert f"http://127.0.0.1:{h01.server_port}" not in _workers(lab)  # still out: nobody put it back
+
+    check = run_gpuops("apply", "nccl-env", "-i", inventory, "--check", "-e", extra)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "taken out of router" in check.stdout and "by an earlier gpuops run that did not finish" in check.stdout
+    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--serial", "1", "--json", "-e", extra, timeout=400)
+    served_during = load.done_count
+    result = load.join()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert all(hosts[h.name]["status"] == "finished" for h in lab.hosts), hosts
+    assert "nothing to drain" in " | ".join(hosts["h01"]["notes"])
+    assert _workers(lab) == _all_in_router(lab)
+    assert not list(records[0].parent.glob("*.json"))  # the word is taken back with the replica
+    assert served_during < result.total and result.failed == 0, result.summary()

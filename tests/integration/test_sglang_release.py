@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from gpuops.lab.hosts import LabSpec
 from gpuops.lab.wheelhouse import build_wheelhouse
 from labtools import server_info, tree_hashes
@@ -31,6 +32,15 @@ def _apply(run_gpuops, lab, envs: Path, wheelhouse: Path, *args: str):
                       "-e", f"sglang_wheelhouse={wheelhouse}", "--json", *args, timeout=600)
 
 
+def _with_envs_dir(inventory: Path, envs: Path, out: Path) -> Path:
+    """The lab's inventory with the host var gpuops_envs_dir (inspect lists the environments there)."""
+    data = yaml.safe_load(inventory.read_text())
+    for host_vars in data["all"]["children"]["lab"]["hosts"].values():
+        host_vars["gpuops_envs_dir"] = str(envs)
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
 def _pid(state: Path) -> str:
     return (state / "sglang.pid").read_text().strip()
 
@@ -41,6 +51,7 @@ def _unchanged(host, before: dict[str, str], pid: str, version: str = "0.5.8") -
     assert server_info(host.server_port)["version"] == version
 
 
+@pytest.mark.timeout(1200)  # a real venv + pip install of ~80 wheels, on a shared machine
 def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhouse, tmp_path) -> None:
     lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("rel",)))
     host = lab.hosts[0]
@@ -77,20 +88,36 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
         raise AssertionError(f"a refused build left {refused}")
     _unchanged(host, before, pid)
 
-    # --check says what would be built and launched; nothing changes.
+    # --check says what would be built and launched; nothing changes, nothing is built.
     proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert any("SGLang 0.5.21: environment" in n and "torch 2.13.0" in n for n in report["notes"]), report
+    assert any("not on the host yet" in n for n in report["notes"]), report
     _unchanged(host, before, pid)
-    assert not list(envs.glob("sglang-*")) if envs.exists() else True
+    assert not (envs.exists() and list(envs.glob("sglang-*")))
 
-    # The switch: a new environment beside the old, holding the release's pins.
+    # Staged: the environment is built and its gate audit shown; the server keeps running the old one.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "-e", "sglang_release_stage=true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert report["status"] == "staged", report
+    audit = [n for n in report["notes"] if n.startswith("gate audit, sglang 0.5.8 (running) -> 0.5.21")]
+    assert audit and "opens" in audit[0] and "closes" in audit[0], report["notes"]
+    _unchanged(host, before, pid)
+    (env,) = envs.glob("sglang-0.5.21-*")
+    # --check now shows the same audit, from the environment that is there.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check")
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert audit[0] in report["notes"] and any("found finished" in n for n in report["notes"]), report
+    _unchanged(host, before, pid)
+
+    # The switch: the launch points at the new environment, which holds the release's pins.
     proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert report["status"] == "finished", report
-    (env,) = envs.glob("sglang-0.5.21-*")
+    assert any("found finished" in n for n in report["notes"]), report
     probe = ("import json, importlib.metadata as m; print(json.dumps({d: m.version(d) for d in "
              "('sglang', 'torch', 'flashinfer-python', 'sglang-kernel')}))")
     held = json.loads(subprocess.run([str(env / "bin" / "python"), "-c", probe], capture_output=True, text=True,
@@ -99,8 +126,14 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
                     "sglang-kernel": "0.4.7"}, held  # 0.5.21's own pins (its METADATA)
     assert server_info(host.server_port)["version"] == "0.5.21"
     assert tree_hashes(host.dir / "site") == old_tree  # the old environment, untouched
-    inspect = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", timeout=300)
+    inventory = _with_envs_dir(lab.inventory_path, envs, tmp_path / "inventory.yml")
+    inspect = run_gpuops("inspect", "host", "-i", str(inventory), "--json", timeout=300)
     assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    managed = json.loads(inspect.stdout)["hosts"]["rel"]["managed_launch"]
+    assert managed["python"] == str(env / "bin" / "python"), managed
+    assert [(e["path"], e["version"], e["launched"]) for e in managed["environments"]] == [(str(env), "0.5.21", True)]
+    text = run_gpuops("inspect", "host", "-i", str(inventory), timeout=300).stdout
+    assert f"release environment: {env} (sglang 0.5.21, launched" in text, text
     software = json.loads(inspect.stdout)["hosts"]["rel"]["facts"]["software"]
     assert software["sglang"]["version"] == "0.5.21", software
     assert software["python"]["executable"] == str(env / "bin" / "python"), software
@@ -116,9 +149,3 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert tree_hashes(host.dir, skip_runs=True) == before
     assert env.is_dir(), "the release environment is kept for a switch back"
 
-    # Applying the release again finds its environment finished: no second build.
-    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)["hosts"]["rel"]
-    assert any("found finished" in n for n in report["notes"]), report
-    assert server_info(host.server_port)["version"] == "0.5.21"

@@ -145,12 +145,14 @@ def test_noise_before_the_json_line_is_ignored():
 def test_probe_script_keeps_options_and_text_out_of_the_shell(tmp_path):
     hostile = {"root": str(tmp_path / "a'b $(touch pwned) `x`"), "keywords": ["it's"]}
     script = gate_scan_script(hostile)
-    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=tmp_path,
+    # On stdin, as the gather sends it (`sh -s`): the bundled scanner is over the 128 KiB one
+    # argument may hold, so `sh -c script` is refused by the kernel (E2BIG) before sh runs.
+    done = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, cwd=tmp_path,
                           env={"GPUOPS_PY": "python3", "PATH": "/usr/bin:/bin:/usr/local/bin"})
     scan = parse_gate_scan(type("Out", (), {"stdout": done.stdout, "stderr": done.stderr, "exit_status": done.returncode})())
     assert not (tmp_path / "pwned").exists()
     assert not scan.known and "no sglang package at" in (scan.reason or "") and "$(touch pwned)" in scan.reason
-    no_python = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"GPUOPS_PY": ""})
+    no_python = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, env={"GPUOPS_PY": ""})
     assert "no python 3.8+ found on the host" in no_python.stdout
 
 

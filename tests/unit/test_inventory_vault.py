@@ -81,10 +81,10 @@ def test_values_and_files_from_ansible_vault_decrypt_with_their_passwords(invent
 
 def test_without_a_password_a_selected_host_fails_naming_file_and_variable(inventory: Path) -> None:
     os.environ.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
-    # The whole-file vault in host_vars/gpu01.yml is needed to load gpu01 at all ...
+    # The whole-file vault in host_vars/gpu01.yml is needed for gpu01's variables: selecting gpu01 fails ...
     with pytest.raises(InventoryError) as caught:
-        load_inventory(str(inventory))
-    assert str(caught.value).startswith(f"{inventory}/host_vars/gpu01.yml is vault-encrypted (vault id 'prod')")
+        load_inventory(str(inventory)).select("gpu01")
+    assert str(caught.value).startswith(f"{inventory}/host_vars/gpu01.yml is vault-encrypted (variables of host gpu01)")
     # ... and an inline !vault value fails only the command that selects a host using it.
     (inventory / "host_vars" / "gpu01.yml").unlink()
     loaded = load_inventory(str(inventory))
@@ -93,6 +93,24 @@ def test_without_a_password_a_selected_host_fails_naming_file_and_variable(inven
     message = str(caught.value)
     assert message.startswith(f"{inventory}/group_vars/all.yml:1: variable db_password (host gpu02) is vault-encrypted")
     assert "--vault-password-file" in message and "\n" not in message
+
+
+def test_a_host_left_out_by_limit_needs_no_password_for_its_encrypted_vars_file(tmp_path: Path) -> None:
+    """``-l a3`` over an inventory whose host_vars/a1.yml is vault-encrypted as a whole: as in
+    Ansible, only what the selected hosts need is decrypted, so no password is asked for."""
+    os.environ.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
+    inv = write(tmp_path / "inv" / "hosts.yml", "all:\n  hosts:\n    a1:\n    a2:\n    a3: {ansible_port: 2203}\n").parent
+    write(inv / "host_vars" / "a1.yml", WHOLE_FILE_12)
+    write(tmp_path / "pw2", "prod-pw\n")
+    loaded = load_inventory(str(inv))
+    assert [h.name for h in loaded.select("a3")] == ["a3"] and loaded.select("a3")[0].port == 2203
+    assert [h.name for h in loaded.select("a2:a3")] == ["a2", "a3"]
+    for limit in ("a1", None, "all"):
+        with pytest.raises(InventoryError, match=r"host_vars/a1.yml is vault-encrypted \(variables of host a1\): give"):
+            loaded.select(limit)
+    assert all("<vault-encrypted file>" not in h.vars for h in loaded.hosts)  # never a variable
+    opened = load_inventory(InventorySpec((str(inv),), vault_from_options(vault_ids=[f"prod@{tmp_path / 'pw2'}"])))
+    assert opened.select("a1")[0].vars["whole_file_var"] == "from-encrypted-file"
 
 
 def test_a_wrong_password_is_one_line_and_never_echoes_secrets(inventory: Path, tmp_path: Path) -> None:

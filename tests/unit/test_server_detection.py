@@ -74,3 +74,30 @@ def test_a_server_started_as_sglang_serve_runs_for_the_process_manager(standin: 
     finally:
         process_manager.stop(str(state), grace=5)
     assert not process_manager.status(str(state))["running"]
+
+
+def test_apply_does_not_declare_a_sglang_serve_server_exited_during_start_up(standin: dict[str, str], tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The apply helper's own service steps (remote/apply_service.py, process manager): start, the
+    health wait that asks "is the server I started still running" every quarter second, the port
+    ownership and the launch check, for a server launched by SGLang's console script."""
+    from gpuops.lab.ports import free_port
+    from gpuops.remote.apply_lease import NoLease
+    from gpuops.remote.apply_run import Run
+
+    port = free_port()
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / process_manager.LAUNCH_SCRIPT).write_text(f"exec {standin['script']} serve --model-path /m --port {port}\n")
+    monkeypatch.setenv("PYTHONPATH", standin["root"])
+    monkeypatch.setenv("GPUOPS_FORM_HEALTH_PORT", str(port))
+    payload = {"state_dir": str(state), "run_id": "r1", "meta": {},
+               "service": {"manager": "process", "state_dir": str(state), "port": port, "grace": 5, "health_timeout": 60}}
+    service = Run(payload, lambda event: None, NoLease()).service
+    service.start()
+    try:
+        assert service.wait_healthy(NoLease()) in ("/get_model_info", "/get_server_info")
+        assert service.running()[0]
+    finally:
+        service.stop()
+    assert service.running() == (False, None)

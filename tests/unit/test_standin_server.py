@@ -64,23 +64,23 @@ def test_missing_model_path_is_refused_like_sglang():
 
 def test_speed_model_matches_the_field_report_story():
     # No GPU description: the "unmeasured" default shape, which borrows the field report's figures.
-    base = standin.SpeedModel(standin.build_server_args(["--model-path", "m", "--tp", "8"]), {})
+    base = standin.ServerSpeed(standin.build_server_args(["--model-path", "m", "--tp", "8"]), {})
     assert base.base_rate() == pytest.approx(82.0, abs=0.1)
     spec_flags = ["--model-path", "m", "--tp", "8", "--speculative-algorithm", "EAGLE3",
                   "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4"]
-    spec = standin.SpeedModel(standin.build_server_args(spec_flags), {})
-    fused = standin.SpeedModel(
+    spec = standin.ServerSpeed(standin.build_server_args(spec_flags), {})
+    fused = standin.ServerSpeed(
         standin.build_server_args(spec_flags + ["--enable-flashinfer-allreduce-fusion"]), {})
     assert spec.base_rate() == pytest.approx(60.0, abs=0.05)  # the report's EAGLE-3 figure
     assert spec.base_rate() < base.base_rate()  # EAGLE-3 loses to plain decode before the fix
     assert fused.base_rate() > 1.3 * spec.base_rate()  # fusion: a visible gain (an assumed factor)
-    backend = standin.SpeedModel(standin.build_server_args(
+    backend = standin.ServerSpeed(standin.build_server_args(
         spec_flags + ["--flashinfer-allreduce-fusion-backend", "trtllm"]), {})
     assert backend.base_rate() == pytest.approx(fused.base_rate())
-    auto = standin.SpeedModel(standin.build_server_args(
+    auto = standin.ServerSpeed(standin.build_server_args(
         spec_flags + ["--flashinfer-allreduce-fusion-backend", "auto"]), {})
     assert auto.base_rate() == pytest.approx(spec.base_rate())
-    tp1 = standin.SpeedModel(standin.build_server_args(["--model-path", "m"]), {})
+    tp1 = standin.ServerSpeed(standin.build_server_args(["--model-path", "m"]), {})
     assert tp1.prediction.steps[0].allreduces == 0
     assert tp1.base_rate() == pytest.approx(1000 / tp1.prediction.steps[0].compute_ms)
     record = base.record()
@@ -96,7 +96,7 @@ def test_speed_model_shape_comes_from_the_hosts_gpu_description(tmp_path: Path):
     model_dir = tmp_path / "Kimi"
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps({"num_hidden_layers": 61}))
-    server = standin.SpeedModel(standin.build_server_args(["--model-path", str(model_dir), "--tp", "8"]),
+    server = standin.ServerSpeed(standin.build_server_args(["--model-path", str(model_dir), "--tp", "8"]),
                                 {"GPUOPS_LAB_GPU": str(gpu_json)})
     record = server.record()
     assert record["shape"] == "rtx-pro-6000-pcie-x8" and record["basis"] == "calibrated"
@@ -107,25 +107,25 @@ def test_speed_model_shape_comes_from_the_hosts_gpu_description(tmp_path: Path):
         "decode_tokens_per_s": "published", "allreduces_per_step": "published"}  # every input, traced
     assert server.base_rate() == pytest.approx(82.0, abs=0.05)
     (model_dir / "config.json").write_text(json.dumps({"num_hidden_layers": 80}))
-    deeper = standin.SpeedModel(standin.build_server_args(["--model-path", str(model_dir), "--tp", "8"]),
+    deeper = standin.ServerSpeed(standin.build_server_args(["--model-path", str(model_dir), "--tp", "8"]),
                                 {"GPUOPS_LAB_GPU": str(gpu_json)})
     assert deeper.record()["steps"][0]["allreduces"] == 160 and deeper.base_rate() < 82.0
 
 
 def test_exact_rate_and_concurrency_slowdown():
-    model = standin.SpeedModel({"tp_size": 8}, {"GPUOPS_STANDIN_TOKENS_PER_S": "500"})
+    model = standin.ServerSpeed({"tp_size": 8}, {"GPUOPS_STANDIN_TOKENS_PER_S": "500"})
     assert model.rate(1) == 500
     assert model.rate(11) == pytest.approx(500 / 1.15)
-    flat = standin.SpeedModel({}, {"GPUOPS_STANDIN_TOKENS_PER_S": "500",
+    flat = standin.ServerSpeed({}, {"GPUOPS_STANDIN_TOKENS_PER_S": "500",
                                    "GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN": "0"})
     assert flat.rate(64) == 500
 
 
 def test_chunk_sizes_group_tokens_by_verify_cycle():
-    spec = standin.SpeedModel({"speculative_algorithm": "EAGLE3"}, {"GPUOPS_STANDIN_ACCEPT_LENGTH": "2.5"})
+    spec = standin.ServerSpeed({"speculative_algorithm": "EAGLE3"}, {"GPUOPS_STANDIN_ACCEPT_LENGTH": "2.5"})
     sizes = spec.chunk_sizes(11)
     assert sizes[0] == 1 and sum(sizes) == 11 and set(sizes[1:]) <= {2, 3}
-    plain = standin.SpeedModel({}, {})
+    plain = standin.ServerSpeed({}, {})
     assert plain.chunk_sizes(5) == [1, 1, 1, 1, 1]
     assert plain.chunk_sizes(0) == []
 

@@ -13,7 +13,7 @@ class HostReport:
 
     host: str
     ok: bool
-    status: str                      # checked | unchanged | finished | rolled_back | refused | failed | unknown
+    status: str                      # checked | staged | unchanged | finished | rolled_back | refused | failed | unknown
     changed: int = 0
     changes: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -20,6 +21,16 @@ from gpuops.remote.apply_journal import TERMINAL_EVENTS
 def home_journal_path() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "gpuops" / "journal.jsonl"
+
+
+def record_run_home(run_id: str | None, host: str, address: str | None, role: str, outcome: str,
+                    error: str | None, state_dir: str | None, changes: list[dict[str, Any]],
+                    **extra: Any) -> None:
+    """The one writer of a run's record in the home journal (apply, rollback, recomposition):
+    the same keys for every kind, ``extra`` for a kind's own (``target``, ``recompose``, ``user``...)."""
+    append_home({"run_id": run_id, "host": host, "address": address, "role": role,
+                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": outcome, "error": error,
+                 "state_dir": state_dir, "changes": changes, **extra})
 
 
 def append_home(record: dict[str, Any]) -> None:

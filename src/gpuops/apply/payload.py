@@ -40,6 +40,7 @@ def apply_payload(plan: Plan, run_id: str, vars_sha256: str, audit_sh: str | Non
         "handlers": [{"name": h.name, "daemon_reload": h.daemon_reload} for h in plan.handlers],
         "service": plan.service.to_json() if plan.service else None,
         "audit": {"sh": audit_sh} if (plan.audit and audit_sh) else None,
+        "read_log": plan.log_check is not None,   # the server's log comes back with "verified"
         "image": image_build(plan),
     }
 

@@ -11,7 +11,7 @@ import json
 import shlex
 from typing import Any
 
-from gpuops.gather import Probe, ProbeOutput
+from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe, ProbeOutput
 from gpuops.plan.model import FileState
 from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records
 
@@ -62,7 +62,8 @@ def _python_expr() -> str:
 def files_probe(paths: list[str] | tuple[str, ...]) -> Probe[dict[str, Any]]:
     words = " ".join(shlex.quote(p) for p in paths)
     script = f"{_python_expr()} -c {shlex.quote(_FILES_CODE)} {MAX_FILE_BYTES} {words}"
-    return Probe(name="apply.files", script=script, parse=parse_files)
+    # each file up to MAX_FILE_BYTES, base64 in JSON: the probe may say more than the default
+    return Probe(name="apply.files", script=script, parse=parse_files, output_limit=LARGE_PROBE_OUTPUT_LIMIT)
 
 
 def parse_files(output: ProbeOutput) -> dict[str, Any]:
@@ -92,7 +93,9 @@ def parse_files(output: ProbeOutput) -> dict[str, Any]:
 
 def journal_probe(state_dir: str) -> Probe[list[dict[str, Any]]]:
     path = shlex.quote(state_dir.rstrip("/") + "/" + JOURNAL_FILE)
-    return Probe(name="apply.journal", script=f"cat {path} 2>/dev/null; exit 0", parse=parse_journal)
+    # a journal grows with every run on the host
+    return Probe(name="apply.journal", script=f"cat {path} 2>/dev/null; exit 0", parse=parse_journal,
+                 output_limit=LARGE_PROBE_OUTPUT_LIMIT)
 
 
 def parse_journal(output: ProbeOutput) -> list[dict[str, Any]]:

@@ -35,12 +35,14 @@ class EnvReady:
     driver_cuda: str | None
     tool: str | None
     seconds: float | None
+    pruned: tuple[str, ...] = ()
 
     def note(self, version: str) -> str:
         how = "found finished" if self.reused else f"built with {self.tool} in {self.seconds} s"
         cuda = f"; torch CUDA {self.torch_cuda} (driver {self.driver_cuda or 'unknown'})" if self.torch_cuda else ""
         pins = ", ".join(f"{k} {v}" for k, v in sorted(self.installed.items()))
-        return f"SGLang {version}: environment {self.env_dir} {how} ({pins}){cuda}"
+        pruned = f"; removed {len(self.pruned)} environment(s) nothing needs: {', '.join(self.pruned)}" if self.pruned else ""
+        return f"SGLang {version}: environment {self.env_dir} {how} ({pins}){cuda}{pruned}"
 
 
 class EnvRefused(GpuopsError):
@@ -68,11 +70,23 @@ def _copy_wheelhouse(conn: "Connection", env: "ReleaseEnv", host: str) -> str:
     return target
 
 
+def find_ready(conn: "Connection", env: "ReleaseEnv", host: str, python: str | None) -> EnvReady | None:
+    """``--check``: the finished environment when the host already has it (checked), else None."""
+    return _call(conn, env, host, python, {**env.payload(None), "find_only": True})
+
+
 def make_ready(conn: "Connection", env: "ReleaseEnv", host: str, python: str | None) -> EnvReady:
+    wheelhouse = _copy_wheelhouse(conn, env, host) if env.wheelhouse else None
+    ready = _call(conn, env, host, python, env.payload(wheelhouse))
+    assert ready is not None
+    return ready
+
+
+def _call(conn: "Connection", env: "ReleaseEnv", host: str, python: str | None,
+          payload: dict[str, Any]) -> EnvReady | None:
     from gpuops.remote import python_command, python_stdin
 
-    wheelhouse = _copy_wheelhouse(conn, env, host) if env.wheelhouse else None
-    done = conn.run(python_command(python), stdin=python_stdin("release_env", env.payload(wheelhouse)), timeout=7200)
+    done = conn.run(python_command(python), stdin=python_stdin("release_env", payload), timeout=7200)
     text = done.stdout_text().strip().splitlines()
     try:
         out: dict[str, Any] = json.loads(text[-1]) if text else {}
@@ -85,5 +99,8 @@ def make_ready(conn: "Connection", env: "ReleaseEnv", host: str, python: str | N
         tail = str(out.get("log_tail") or "")
         raise EnvRefused(f"{host}: SGLang {env.version}: {out.get('error')} -- refused before the server stopped, "
                          f"nothing was changed" + (f"\n{tail}" if tail else ""))
+    if out.get("found") is False:
+        return None
     return EnvReady(str(out["env_dir"]), bool(out.get("reused")), dict(out.get("installed") or {}),
-                    out.get("torch_cuda"), out.get("driver_cuda"), out.get("tool"), out.get("seconds"))
+                    out.get("torch_cuda"), out.get("driver_cuda"), out.get("tool"), out.get("seconds"),
+                    tuple(str(p) for p in out.get("pruned") or ()))

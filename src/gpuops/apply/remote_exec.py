@@ -50,10 +50,37 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     started = time.monotonic()
     with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
         result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event,
-                                 on_verified)
+                                 on_verified, read_outcome=journal_reader(conn, payload))
     if verbose.enabled():
         verbose.log_stream(conn.host.name, command, len(body), time.monotonic() - started, str(result.get("status")))
     return result
+
+
+def journal_reader(conn: "Connection", payload: Mapping[str, Any]) -> Callable[[], Mapping[str, Any] | None]:
+    """Reads the host's journal for this run (its last lines), over the connection or, when that
+    is gone, a new one: how a lost answer is replaced by what the host itself recorded."""
+
+    from gpuops.errors import TransportError
+    from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records, runs_by_id
+
+    run_id = payload.get("run_id")
+    command = "tail -n 400 " + shlex.quote(str(payload["state_dir"]).rstrip("/") + "/" + JOURNAL_FILE)
+
+    def read() -> Mapping[str, Any] | None:
+        try:
+            done = conn.run(command, timeout=30)
+        except TransportError:
+            from gpuops.transport import ConnectOptions, connect
+
+            fresh = connect(conn.host, getattr(conn, "options", None) or ConnectOptions())
+            try:
+                done = fresh.run(command, timeout=30)
+            finally:
+                fresh.close()
+        runs = runs_by_id(journal_records(done.stdout_text().splitlines()))
+        return next((run for run in runs if run.get("run_id") == run_id), None)
+
+    return read
 
 
 def keep_runs(variables: Mapping[str, Any]) -> int:

@@ -7,23 +7,36 @@ from typing import Any, Callable, Mapping
 import click
 
 from gpuops.apply.host_report import HostReport
+from gpuops.output import safe_text
 
 
-def _style(text: str, color: str, enabled: bool) -> str:
-    return click.style(text, fg=color) if enabled else text
+Say = Callable[..., None]
+
+
+def _sayer(echo: Callable[[str], None], color: bool) -> Say:
+    """One line out: host text in it (paths, errors, log tails, warnings) through ``safe_text``,
+    then gpuops' own colour. With colour, ``echo`` writes around the stream guard
+    (``output.echo_trusted``), so this is where a host's escape sequences are neutralised."""
+
+    def say(text: str, fg: str | None = None) -> None:
+        line = safe_text(text)
+        echo(click.style(line, fg=fg) if (color and fg) else line)
+
+    return say
 
 
 def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, show_diff: bool,
                    echo: Callable[[str], None], color: bool) -> None:
+    say = _sayer(echo, color)
     mode = " (check mode: nothing changed)" if check else ""
-    echo(f"ROLE [{role}]{mode}")
+    say(f"ROLE [{role}]{mode}")
     for name, report in reports.items():
-        echo("")
+        say("")
         head = "SKIPPED" if report.status == "skipped" else {True: "ok", False: "FAILED"}[report.ok]
         run = f", run {report.run_id}" if report.run_id else ""
-        echo(_style(f"{name}: {head} ({report.status}{run})", "green" if report.ok else "red", color))
+        say(f"{name}: {head} ({report.status}{run})", "green" if report.ok else "red")
         for line in report.recovered:
-            echo(_style(f"  recovered first: {line}", "magenta", color))
+            say(f"  recovered first: {line}", "magenta")
         if check:
             verb = "would change"
         elif report.ok:
@@ -33,35 +46,36 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
         else:
             verb = "planned, not applied"
         for change in report.changes:
-            echo(_style(f"  {verb} {change['path']} ({change['action']}, {change['kind']})", "yellow", color))
+            say(f"  {verb} {change['path']} ({change['action']}, {change['kind']})", "yellow")
             if show_diff and change.get("diff"):
                 for line in change["diff"].rstrip("\n").splitlines():
                     tint = "green" if line.startswith("+") else "red" if line.startswith("-") else None
-                    echo("    " + (click.style(line, fg=tint) if (color and tint) else line))
+                    say("    " + line, tint)
         for handler in report.handlers:
             if check:
-                echo(f"  would run handler: {handler}")
+                say(f"  would run handler: {handler}")
             elif report.ok and report.status == "finished":
                 pid = f" (pid {report.pid})" if report.pid else ""
-                echo(f"  ran handler: {handler}{pid}, server healthy")
+                say(f"  ran handler: {handler}{pid}, server healthy")
         for warning in report.warnings:
-            echo(_style(f"  warning: {warning}", "magenta", color))
+            say(f"  warning: {warning}", "magenta")
         for note in report.notes:
-            echo(f"  note: {note}")
+            say(f"  note: {note}")
         if report.error:
-            echo(_style(f"  error: {report.error}", "red", color))
+            say(f"  error: {report.error}", "red")
         if report.log_tail:
-            echo("  server log (last start):")
+            say("  server log (last start):")
             for line in report.log_tail.splitlines():
-                echo("    | " + line)
+                say("    | " + line)
         if report.restored and not report.ok:
-            echo(f"  restored: {', '.join(report.restored)}")
+            say(f"  restored: {', '.join(report.restored)}")
     render_recap(reports, echo, color)
 
 
 def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None], color: bool) -> None:
-    echo("")
-    echo("RECAP")
+    say = _sayer(echo, color)
+    say("")
+    say("RECAP")
     width = max((len(n) for n in reports), default=4)
     for name, report in reports.items():
         skipped = 1 if report.status == "skipped" else 0  # not attempted: a rollout stopped first
@@ -71,25 +85,26 @@ def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None],
                     f"itself; run `gpuops history` failed={failed} skipped={skipped}")
         else:
             line = f"{name.ljust(width)} : ok={report.tasks_ok} changed={report.changed} failed={failed} skipped={skipped}"
-        echo(_style(line, "green" if report.ok else "red", color))
+        say(line, "green" if report.ok else "red")
 
 
 def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    say = _sayer(echo, False)
     for name, value in runs_by_host.items():
-        echo(f"{name}:")
+        say(f"{name}:")
         if isinstance(value, str):
-            echo(f"  error: {value}")
+            say(f"  error: {value}")
             continue
         runs = value.get("runs", []) if isinstance(value, dict) else value
         for note in (value.get("notes", []) if isinstance(value, dict) else []):
-            echo(f"  note: {note}")
+            say(f"  note: {note}")
         if not runs:
-            echo("  (no runs)")
+            say("  (no runs)")
         for run in runs:
             what = run.get("role") or "?"
             if run.get("kind") == "rollback":
                 what = f"rollback of {run.get('target')}" + (" (recomposed)" if run.get("recompose") else "")
             outcome = run["outcome"] + (f", undone by {run['undone_by']}" if run.get("undone_by") else "")
             error = f"  ({str(run['error']).splitlines()[0]})" if run.get("error") else ""
-            echo(f"  {run['run_id']}  {run.get('time') or '':20}  {what:16} changed={run['changed']}  "
+            say(f"  {run['run_id']}  {run.get('time') or '':20}  {what:16} changed={run['changed']}  "
                  f"{outcome}  by {run.get('user') or '?'}{error}")

@@ -18,20 +18,31 @@ legacy ``/add_worker``, ``/remove_worker`` and ``/list_workers`` routes answer 4
 replica's URL as the router knows it: ``sglang_worker_url``, else ``http://ADDRESS:sglang_port``.
 Everything is checked before any host is touched (``preflight``): every router answers, every
 replica is one of its workers, and no replica is the router itself.
+
+A replica gpuops took out is recorded at home (``<state>/gpuops/replicas-out/``, beside the home
+journal) before the router is asked, and the record goes once it is back: a run that died between
+the two (the client killed, the connection lost) leaves the record, and the next run on that
+replica finds it missing from the router *with* the record, rolls it as one already out (no
+second removal, nothing to drain) and puts it back; a replica missing without a record was taken
+out by someone else, and is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
+from gpuops.transport.limits import HTTP_REPLY_LIMIT, over_message
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -84,8 +95,10 @@ class Router:
         request = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=_REQUEST_TIMEOUT_S) as reply:
-                raw = reply.read()
+                raw = reply.read(HTTP_REPLY_LIMIT + 1)  # a router's answer is small: never read without end
                 status = reply.status
+            if len(raw) > HTTP_REPLY_LIMIT:
+                raise RouterError(f"router {self.url}: {method} {path} answered {over_message(HTTP_REPLY_LIMIT)}")
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:200].decode("utf-8", "replace").strip()
             raise RouterError(f"router {self.url}: {method} {path} answered HTTP {exc.code}"
@@ -132,8 +145,13 @@ class Replica:
     worker_url: str
     drain_timeout_s: float
     healthy_timeout_s: float
+    left_out: bool = False  # out of the router since an earlier gpuops run that did not finish
 
     def plan_line(self) -> str:
+        if self.left_out:
+            return (f"{self.worker_url} was taken out of router {self.router.url} by an earlier gpuops run that did "
+                    "not finish: this run puts it back once it serves (awaited healthy in the router, at most "
+                    f"{self.healthy_timeout_s:g} s)")
         return (f"{self.worker_url} is a replica behind router {self.router.url}: before its restart it is taken out "
                 f"of the router and drained (at most {self.drain_timeout_s:g} s, {DRAIN_VAR}); after the restart a "
                 f"first answer is checked, then it is put back and awaited healthy in the router (at most "
@@ -183,11 +201,13 @@ def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Re
         if replica is not None:
             replicas[host.name] = replica
     listed: dict[Router, list[Worker]] = {}
-    for replica in replicas.values():
+    for replica in list(replicas.values()):
         if replica.router not in listed:
             listed[replica.router] = replica.router.workers()
         urls = {_comparable(w.url) for w in listed[replica.router]}
-        if normal_url(replica.worker_url) not in urls:
+        if normal_url(replica.worker_url) not in urls and _record_path(replica).exists():
+            replicas[replica.host] = replace(replica, left_out=True)
+        elif normal_url(replica.worker_url) not in urls:
             shown = ", ".join(sorted(w.url for w in listed[replica.router])) or "none"
             raise RouterError(f"{replica.host}: {replica.worker_url} is not one of router {replica.router.url}'s "
                               f"workers ({shown}); add it to the router, or set {WORKER_URL_VAR} to the URL the "
@@ -271,12 +291,31 @@ def _await(what: Callable[[], bool], timeout_s: float) -> bool:
         time.sleep(_POLL_S)
 
 
+def _record_path(replica: Replica) -> Path:
+    from gpuops.apply.journal import home_journal_path
+
+    key = hashlib.sha256(f"{normal_url(replica.router.url)} {normal_url(replica.worker_url)}".encode()).hexdigest()
+    return home_journal_path().parent / "replicas-out" / f"{key[:24]}.json"
+
+
+def _record_out(replica: Replica) -> None:
+    path = _record_path(replica)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"host": replica.host, "router": replica.router.url, "worker_url": replica.worker_url,
+                               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
+    os.replace(tmp, path)
+
+
 def take_out(replica: Replica) -> None:
-    """Out of the router, and awaited until the router lists it no more."""
+    """Out of the router, and awaited until the router lists it no more (recorded at home first)."""
+    if replica.left_out:
+        return  # an earlier run took it out: the router sends it nothing
     worker = replica.router.find(replica.worker_url)
     if worker is None:
         raise RouterError(f"{replica.host}: {replica.worker_url} is no longer one of router {replica.router.url}'s "
                           "workers; nothing changed")
+    _record_out(replica)  # before the router is asked: a run killed after it still leaves word
     replica.router.remove(worker)
     if not _await(lambda: replica.router.find(replica.worker_url) is None, _LISTING_TIMEOUT_S):
         raise RouterError(f"{replica.host}: router {replica.router.url} still lists {replica.worker_url} "
@@ -286,6 +325,8 @@ def take_out(replica: Replica) -> None:
 def drain(replica: Replica, conn: "Connection", variables: Mapping[str, Any], port: int) -> str:
     """Wait on the host until the server holds no request; the note to report. Raises when it
     cannot be told or the requests outlast ``sglang_drain_timeout``."""
+    if replica.left_out:
+        return f"out of router {replica.router.url} since an earlier gpuops run that did not finish: nothing to drain"
     answer = _host_call(conn, variables, {"mode": "drain", "port": port, "timeout_s": replica.drain_timeout_s},
                         timeout=replica.drain_timeout_s + 60)
     if answer.get("drained"):
@@ -326,4 +367,5 @@ def put_back(replica: Replica) -> str:
     if not _await(healthy, replica.healthy_timeout_s):
         raise RouterError(f"{replica.host}: router {replica.router.url} did not list {replica.worker_url} as healthy "
                           f"within {replica.healthy_timeout_s:g} s ({ROUTER_HEALTH_VAR}) after it was put back")
+    _record_path(replica).unlink(missing_ok=True)
     return f"put back: router {replica.router.url} lists it healthy after {time.monotonic() - started:.1f} s"

@@ -9,7 +9,6 @@ confirms once it has seen the verification; the host commits only then.
 from __future__ import annotations
 
 import functools
-import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply import container_audit
@@ -23,7 +22,7 @@ from gpuops.errors import GpuopsError
 if TYPE_CHECKING:
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
-    from gpuops.plan.model import Plan
+    from gpuops.plan.model import LogCheck, Plan
     from gpuops.plan.planner import Discovery
     from gpuops.transport import Connection
 
@@ -170,7 +169,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         from gpuops.apply.journal import fold_runs, reconcile_home
 
         restarts = bool(plan.handlers) and plan.service is not None
-        if replica is not None and restarts and options.check:
+        if replica is not None and (restarts or replica.left_out) and options.check:
             report.notes.append("drain plan: " + replica.plan_line())
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
@@ -181,8 +180,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 f"run {pending['run_id']} ({pending.get('role') or pending.get('kind')}) is in progress or did not "
                 "finish on this host; the next apply, rollback or history rolls it back first if it is not running")
         if options.check:
+            if plan.release is not None:
+                _release_check(conn, host, plan, report, _merged(host, extra))
             return report
         digest = vars_digest(dict(host.vars or {}), dict(extra))
+        if replica is not None and replica.left_out and not restarts:
+            _put_back_left_out(replica, report)  # nothing to restart: it only goes back
+            if not report.ok:
+                return report
         if not plan.changes and not plan.handlers and not pending:
             # Nothing to do and no other run open on the host: like --check, the host is left
             # untouched (no exec, no lock, no journal line there); the run is journaled at home.
@@ -201,6 +206,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
             report.notes.append(ready.note(plan.release.version))
+            from gpuops.apply import release_audit
+
+            report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+            if plan.release.stage:  # the fleet is prepared; the switch is a later run
+                report.status, report.changed, report.run_id = "staged", 0, run_id
+                report.notes.append("staged: the environment is ready and nothing was switched; apply again "
+                                    "without sglang_release_stage to switch")
+                return report
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
         # gathered with the gate scan (plan/applicability.py).
         gpu = dict(facts.gpu or {})
@@ -215,13 +228,32 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         def on_audit(output: Any) -> tuple[bool, str]:
             return _judge(output, plan, gpu.get("cuda"))
 
-        on_verified = _smoke_check(conn, plan, variables, report)
+        smoke_after = _smoke_check(conn, plan, variables, report)
+        verified_event: dict[str, Any] = {}   # the helper's "verified" event (with the server's log when asked)
+        log_failure: list[str] = []
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("event") == "verified":
+                verified_event.clear()
+                verified_event.update(event)
+
+        def checked() -> tuple[bool, str | None]:
+            if plan.log_check is not None:
+                keep, why = _judge_log(plan.log_check, verified_event, report, log_failure)
+                if not keep:
+                    return keep, why
+            return smoke_after() if smoke_after is not None else (True, None)
+
+        on_verified = checked if (plan.log_check is not None or smoke_after is not None) else None
 
         def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
             result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
                                 deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
-                                on_verified=on_verified)
+                                on_event=on_event, on_verified=on_verified)
             _fold_result(report, result, secret_values(variables))
+            if log_failure and report.ok:  # committed, but the feature did not come up: the host failed its promise
+                report.ok = False
+                report.error = log_failure[0]
 
         if replica is not None and restarts:
             assert plan.service is not None
@@ -232,6 +264,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
+    from gpuops.apply import replicas
+
+    try:
+        report.notes.append(replicas.put_back(replica))
+    except GpuopsError as exc:
+        report.ok, report.status = False, "failed"
+        report.error = str(exc).removeprefix(f"{replica.host}: ")
 
 
 def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
@@ -272,6 +314,27 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
                 "once it serves")
 
 
+def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostReport,
+                   variables: Mapping[str, Any]) -> None:
+    """``--check`` of sglang-release: builds nothing; where the host already holds the finished
+    environment (an earlier run built it), its gate audit against the running tree is shown."""
+    from gpuops.apply import release_audit
+    from gpuops.apply.release_env import EnvRefused, find_ready
+
+    try:
+        ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+    except EnvRefused as exc:
+        report.warnings.append(str(exc))
+        return
+    if ready is None:
+        report.notes.append(f"the environment is not on the host yet: apply builds it before the server stops, "
+                            f"then shows the gate audit of the new tree (what SGLang {plan.release.version} opens "
+                            "and closes here) before the switch")
+        return
+    report.notes.append(ready.note(plan.release.version))
+    report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+
+
 def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
                  report: HostReport) -> Callable[[], tuple[bool, str | None]] | None:
     """Greedy prompts before the restart now, and after it (from the transaction, before the commit).
@@ -283,17 +346,17 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
     if not plan.handlers or plan.service is None or not smoke.wanted(plan.role, variables):
         return None
     python = str(variables.get("gpuops_python") or "python3")  # any python3 on the host sends the prompts
-    before = smoke.run_prompts(conn, plan.service.port, python)
+    limit = smoke.timeout_s(variables)
+    before = smoke.run_prompts(conn, plan.service.port, python, limit)
     if before.outputs is None:
         report.notes.append(f"smoke check skipped: the server did not answer before the restart ({before.error})")
         return None
     rollback = smoke.truthy(variables.get("smoke_rollback", False))
 
     def after_restart() -> tuple[bool, str | None]:
-        after = smoke.run_prompts(conn, plan.service.port, python)  # type: ignore[union-attr]
-        if after.outputs is None:
-            report.warnings.append(f"smoke check: the restarted server did not answer the prompts ({after.error})")
-            return True, None
+        after = smoke.run_prompts(conn, plan.service.port, python, limit)  # type: ignore[union-attr]
+        if after.outputs is None:  # it answered before the restart: a server that cannot answer now is not kept
+            return False, f"smoke check: the restarted server did not answer the prompts ({after.error})"
         changed = smoke.differences(before.outputs or [], after.outputs)
         if not changed:
             report.notes.append(f"smoke check: {len(smoke.PROMPTS)} greedy prompts answer the same after the restart")
@@ -306,6 +369,27 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
         return True, None
 
     return after_restart
+
+
+def _judge_log(check: "LogCheck", event: Mapping[str, Any], report: HostReport,
+               failure: list[str]) -> tuple[bool, str | None]:
+    """The server's log since its start (sent with "verified") judged for ``check.feature``:
+    (keep the run?, why not). A feature that fell back is rolled back with ``check.rollback``,
+    else the run stands and ``failure`` gets the line that fails the host's report."""
+    from gpuops import pcie_ipc
+
+    up, line = pcie_ipc.log_verdict(str(event.get("log") or ""))
+    if up:
+        report.notes.append(f"in effect: the server logged \"{line}\"")
+        return True, None
+    if up is None:
+        report.warnings.append(f"not confirmed in effect: {line}")
+        return True, None
+    what = f"not in effect: the server logged \"{line}\""
+    if check.rollback:
+        return False, what + " (pcie_rollback_on_fallback=true: rolled back)"
+    failure.append(what + "; the change stands (pass -e pcie_rollback_on_fallback=true to roll such a run back)")
+    return True, None
 
 
 def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
@@ -322,16 +406,13 @@ def _judge(output: Any, plan: "Plan", cuda: str | None) -> tuple[bool, str]:
 
 def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | None = None,
                   address: str | None = None) -> None:
-    from gpuops.apply.journal import append_home
+    from gpuops.apply.journal import record_run_home
     from gpuops.apply.options import current_user
 
-    append_home({
-        "run_id": report.run_id, "host": report.host, "address": address, "role": role, "user": current_user(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vars_sha256": digest,
-        "outcome": report.status, "error": report.error, "state_dir": state_dir,
-        "changes": [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
-                    for c in report.changes],
-    })
+    record_run_home(report.run_id, report.host, address, role, report.status, report.error, state_dir,
+                    [{"path": c["path"], "before_sha256": c["before_sha256"], "after_sha256": c["after_sha256"]}
+                     for c in report.changes],
+                    user=current_user(), vars_sha256=digest)
 
 
 def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:

@@ -18,14 +18,17 @@ if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 # Roles whose changes touch kernels: their restarts get the check.
-KERNEL_ROLES = ("fusion-sm120",)
+KERNEL_ROLES = ("fusion-sm120", "pcie-allreduce")
 PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):",
     "List the first five prime numbers:",
 )
 MAX_TOKENS = 16
-TIMEOUT_S = 120.0
+# ``gpuops_smoke_timeout``: how long one prompt may take. A real server's first answer after a
+# restart can take minutes (kernels compiled, graphs captured on first use); the lease does not
+# run out meanwhile (gpuops heartbeats from its own thread), so the default is generous.
+DEFAULT_TIMEOUT_S = 600.0
 
 
 
@@ -47,14 +50,23 @@ def truthy(value: Any) -> bool:
     return bool(value)
 
 
-def run_prompts(conn: "Connection", port: int, python: str = "python3") -> SmokeResult:
+def timeout_s(variables: Mapping[str, Any]) -> float:
+    """``gpuops_smoke_timeout`` (seconds, >= 1; default 600): one prompt's time limit."""
+    from gpuops.apply.txn import number_var
+
+    return number_var(variables, "gpuops_smoke_timeout", DEFAULT_TIMEOUT_S, float, "a number of seconds", 1, " second")
+
+
+def run_prompts(conn: "Connection", port: int, python: str = "python3",
+                timeout: float = DEFAULT_TIMEOUT_S) -> SmokeResult:
     from gpuops import remote
 
     # On the host, through the one server client (remote/smoke_prompts.py, remote/sglang_server.py).
     command = remote.python_command(python)
-    stdin = remote.python_stdin("smoke_prompts", {"port": int(port), "max_tokens": MAX_TOKENS, "prompts": list(PROMPTS)})
+    stdin = remote.python_stdin("smoke_prompts", {"port": int(port), "max_tokens": MAX_TOKENS, "prompts": list(PROMPTS),
+                                                  "timeout": float(timeout)})
     try:
-        done = conn.run(command, stdin=stdin, timeout=TIMEOUT_S)
+        done = conn.run(command, stdin=stdin, timeout=timeout * len(PROMPTS) + 30)
     except Exception as exc:  # a transport error: the check is skipped, never the apply failed by it
         return SmokeResult(None, f"{type(exc).__name__}: {exc}")
     lines = (done.stdout or b"").decode("utf-8", "replace").strip().splitlines()
@@ -63,7 +75,8 @@ def run_prompts(conn: "Connection", port: int, python: str = "python3") -> Smoke
     except (IndexError, ValueError):
         return SmokeResult(None, f"the prompt script printed nothing readable (rc {done.exit_status})")
     if answer.get("error"):
-        return SmokeResult(None, str(answer["error"]))
+        error = str(answer["error"])
+        return SmokeResult(None, error + (f" (gpuops_smoke_timeout={timeout:g} s)" if "timed out" in error else ""))
     return SmokeResult([str(o) for o in answer.get("outputs") or []])
 
 

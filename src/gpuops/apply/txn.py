@@ -42,25 +42,48 @@ def lease_seconds(variables: Mapping[str, Any]) -> float:
 
 
 def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> dict[str, Any]:
+    """No answer from the host and its journal could not be read: say what is known, never guess."""
     if confirmed:
-        then = "gpuops had already confirmed the run, so the host has most likely committed it"
+        then = ("gpuops had sent its confirmation, but the host's answer never came and its journal "
+                "could not be read")
     else:
         then = f"the host rolls itself back within its lease ({lease_s:.0f} s)"
     return {"ok": False, "status": "unknown", "run_id": run_id, "confirmed": confirmed,
             "error": f"{why}; {then}; `gpuops history` shows what it did"}
 
 
+def from_journal(run: Mapping[str, Any] | None, why: str, lease_s: float, confirmed: bool,
+                 run_id: str | None) -> dict[str, Any]:
+    """The outcome the host journaled for ``run_id`` (``runs_by_id`` entry), read after the answer
+    was lost: exactly what the host did, or ``unknown`` when it has not ended the run."""
+    if run is None or run.get("last_event") not in ("finished", "rolled_back"):
+        return unknown(why + "; the host's journal has no outcome for it yet", lease_s, confirmed, run_id)
+    note = f"{why}; the host's journal, read again, says {run['last_event']} {run_id}"
+    if run["last_event"] == "finished":
+        return {"ok": True, "status": "finished", "run_id": run_id, "pid": run.get("pid"), "notes": [note]}
+    return {"ok": False, "status": "rolled_back", "run_id": run_id,
+            "error": f"{run.get('error') or 'rolled back'} ({note})"}
+
+
 def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: float, deadline: float | None,
                     run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
                     on_event: Callable[[dict[str, Any]], None] | None = None,
-                    on_verified: Callable[[], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
-    """Run the helper; return its ``result`` (or an ``unknown`` outcome). ``deadline``: monotonic.
+                    on_verified: Callable[[], tuple[bool, str | None]] | None = None,
+                    read_outcome: Callable[[], Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Run the helper; return its ``result`` (or the journal's outcome, or ``unknown``).
 
-    ``on_verified`` (the correctness smoke check) runs once the new server is healthy, before the
-    confirmation; when it answers False the helper is told not to commit, and rolls the run back."""
+    ``deadline``: monotonic. ``on_verified`` (the correctness smoke check) runs once the new server
+    is healthy, before the confirmation; when it answers False the helper is told not to commit,
+    and rolls the run back. The heartbeat goes on from its own thread while this side runs its own
+    steps (the audit's judgement, the smoke check, a slow first answer), and the host's silence is
+    judged only when nothing it sent is waiting to be read (a client that was busy or frozen has
+    not heard a silent host). The commit is confirmed only by the host's answer (``committed`` /
+    ``rolled_back``, journaled before it is sent); when the answer does not come, ``read_outcome``
+    (the host's journal, read again) says what the host did."""
     stream = conn.open_stream(command)
     stop = threading.Event()
-    confirmed = False
+    sent_commit = False
+    answer: dict[str, Any] | None = None
     recovered: list[str] = []
     verdict_reason: str | None = None
 
@@ -69,6 +92,27 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
         while not stop.wait(interval):
             if not stream.send(b'{"hb": 1}\n'):
                 return
+
+    def lost(why: str) -> dict[str, Any]:
+        if answer is not None:  # the host answered; only its result line was lost
+            return answer
+        if not sent_commit or read_outcome is None:
+            return unknown(why, lease_s, sent_commit, run_id)
+        # The host decides within its lease (the commit in its inbox, or the lease lapsing).
+        waited_until = time.monotonic() + lease_s + 15
+        while True:
+            try:
+                run = read_outcome()
+            except Exception as exc:  # a transport error: try again until the host must have decided
+                run, why_not = None, f"{type(exc).__name__}: {exc}"
+            else:
+                why_not = ""
+            if run is not None and run.get("last_event") in ("finished", "rolled_back"):
+                return from_journal(run, why, lease_s, sent_commit, run_id)
+            if time.monotonic() > waited_until:
+                return from_journal(None, why + (f" (reading the journal: {why_not})" if why_not else ""),
+                                    lease_s, sent_commit, run_id)
+            time.sleep(2.0)
 
     heart = threading.Thread(target=beat, daemon=True)
     try:
@@ -79,17 +123,18 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
         while True:
             now = time.monotonic()
             if deadline is not None and now > deadline:
-                return unknown("the host did not finish within --timeout", lease_s, confirmed, run_id)
-            if now - last_heard > max(lease_s, 5.0):
-                return unknown(f"the host went silent for {now - last_heard:.0f} s", lease_s, confirmed, run_id)
+                if sent_commit:
+                    return lost("the host did not finish within --timeout")
+                return unknown("the host did not finish within --timeout", lease_s, False, run_id)
             wait = 0.5 if deadline is None else max(0.01, min(0.5, deadline - now))
             line = stream.readline(wait)
             if line is None:
+                if time.monotonic() - last_heard > max(lease_s, 5.0):
+                    return lost(f"the host went silent for {time.monotonic() - last_heard:.0f} s")
                 continue
             if line == b"":
                 tail = (stream.stderr_text().strip().splitlines() or ["the channel closed"])[-1]
-                return unknown(f"the connection to the host was lost before the result ({tail})", lease_s,
-                               confirmed, run_id)
+                return lost(f"the connection to the host was lost before the result ({tail})")
             last_heard = time.monotonic()
             try:
                 message = json.loads(line)
@@ -108,14 +153,21 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 on_event(message)
             if event == "recovered" and message.get("note"):
                 recovered.append(str(message["note"]))
+            elif event == "committed" and message.get("run_id") == run_id:
+                answer = {"ok": True, "status": "finished", "run_id": run_id, "recovered": recovered}
+            elif event == "rolled_back" and message.get("run_id") == run_id:
+                answer = {"ok": False, "status": "rolled_back", "run_id": run_id, "recovered": recovered,
+                          "error": str(message.get("why") or "rolled back")}
             elif event == "audited":
                 ok, verdict_reason = on_audit(message.get("audit_output")) if on_audit else (False, "no judge")
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
+                last_heard = time.monotonic()  # this side was busy, not the host silent
             elif event == "verified":
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
                 keep, why = on_verified() if on_verified is not None else (True, None)
+                last_heard = time.monotonic()  # the smoke check may wait long on a first answer
                 if keep:
-                    confirmed = stream.send(b'{"commit": true}\n')
+                    sent_commit = stream.send(b'{"commit": true}\n')
                 else:
                     stream.send((json.dumps({"commit": False, "reason": why}) + "\n").encode())
     finally:

@@ -7,7 +7,6 @@ and any ``-e gpuops_state_dir=...`` an earlier apply recorded in the home journa
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from gpuops.apply.host_report import HostReport
@@ -61,7 +60,7 @@ def _rollback_state_dir(host: "Host", target: str | None) -> str:
 
 
 def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
-    from gpuops.apply.journal import append_home
+    from gpuops.apply.journal import record_run_home
     from gpuops.apply.recompose import recompose_host
     from gpuops.transport import connect, run_on_hosts
 
@@ -93,11 +92,8 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             conn.close()
         if recomposed is not None:
             report, undid = recomposed
-            append_home({"run_id": run_id, "host": host.name, "address": host_key(host), "role": "rollback",
-                         "target": undid, "recompose": True,
-                         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": report.status,
-                         "state_dir": state_dir, "changes": [{"path": p} for p in report.restored],
-                         "error": report.error})
+            record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
+                            [{"path": p} for p in report.restored], target=undid, recompose=True)
             return report
         ok = bool(result.get("ok"))
         status = result.get("status", "failed")
@@ -113,10 +109,8 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
                 report.notes.append(f"--force: the later version of {kept}")
         elif status == "rolled_back":
             report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
-        append_home({"run_id": run_id, "host": host.name, "address": host_key(host), "role": "rollback", "target": result.get("target"),
-                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "outcome": report.status,
-                     "state_dir": state_dir, "changes": [{"path": p} for p in report.restored],
-                     "error": report.error})
+        record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
+                        [{"path": p} for p in report.restored], target=result.get("target"))
         return report
 
     outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)

@@ -30,6 +30,7 @@ from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.fingerprint import config_differences
 from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
 from gpuops.errors import GpuopsError
+from gpuops.output import safe_text
 
 
 def result_label(result: Mapping[str, Any]) -> str:
@@ -245,8 +246,9 @@ def write_report(results: Sequence[Mapping[str, Any]], html_path: Path) -> tuple
     md_path = html_path.with_suffix(".md")
     try:
         html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(render_html(results, plots), encoding="utf-8")
-        md_path.write_text(render_markdown(results, list(plots), html_path.name), encoding="utf-8")
+        html_path.write_text(safe_text(render_html(results, plots)), encoding="utf-8")
+        # markdown is read in a terminal as often as rendered: host text in it is shown escaped
+        md_path.write_text(safe_text(render_markdown(results, list(plots), html_path.name)), encoding="utf-8")
     except OSError as exc:
         raise GpuopsError(f"report: cannot write {html_path}: {exc.strerror}") from None
     return html_path, md_path

@@ -83,7 +83,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import apply_role
     from gpuops.extravars import parse_extra_vars
-    from gpuops.output import use_color
+    from gpuops.output import echo_trusted, use_color
 
     from gpuops.transport.rollout import rollout_for
 
@@ -103,7 +103,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
             click.echo(json.dumps({"role": role, "check": check, "run_id": run_id,
                                    "hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
         else:
-            render_reports(reports, role, check, diff, click.echo, color=use_color())
+            render_reports(reports, role, check, diff, echo_trusted if use_color() else click.echo, color=use_color())
     if not all(r.ok for r in reports.values()):
         sys.exit(EXIT_HOST_FAILED)
 
@@ -119,7 +119,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
-    from gpuops.output import use_color
+    from gpuops.output import echo_trusted, use_color
 
     from gpuops.transport.rollout import rollout_for
 
@@ -130,7 +130,8 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
     else:
-        render_reports(reports, "rollback", False, False, click.echo, color=use_color())
+        render_reports(reports, "rollback", False, False, echo_trusted if use_color() else click.echo,
+                       color=use_color())
     if not all(r.ok for r in reports.values()):
         sys.exit(EXIT_HOST_FAILED)
 

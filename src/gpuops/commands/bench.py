@@ -451,7 +451,11 @@ def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, outp
     table = rows(store.load(i) for i in ids)
     text = {"csv": to_csv, "jsonl": to_jsonl, "prometheus": to_prometheus}[fmt](table)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        from gpuops.output import safe_text
+
+        # a text file is read with cat and less too: host text in csv/prometheus cells is shown
+        # escaped; jsonl keeps every value (json.dumps encodes the controls)
+        Path(output).write_text(text if fmt == "jsonl" else safe_text(text), encoding="utf-8")
         click.echo(f"wrote {output} ({len(table)} rows from {len(ids)} results)", err=True)
     else:
         click.echo(text, nl=False)

@@ -263,17 +263,19 @@ def _render_table(statuses, models) -> None:
          f"{models[s.name]['label']} ({models[s.name]['basis']})" if models.get(s.name) else "-"]
         for s in statuses
     ]
-    from gpuops.output import is_tty, make_console
+    from gpuops.output import is_tty, make_console, safe_text
 
     if is_tty():
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(*headers)
         for row in rows:
             style = None if row[2] == "up" and "healthy" in row[5] and "un" not in row[5] else "yellow"
-            table.add_row(*row, style=style)
+            table.add_row(*(Text(safe_text(cell, newlines=False)) for cell in row), style=style)
         make_console().print(table)
         return
+    rows = [[safe_text(cell, newlines=False) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     for line in [headers, *rows]:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())

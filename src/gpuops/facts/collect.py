@@ -100,26 +100,50 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str |
     return report, None if report.known else report.reason
 
 
-def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
-    """The verdicts with what each feature's kernel library admits (gates/kernels.py): open only
-    when SGLang's gates AND the library that runs the kernel admit the GPU."""
-    import dataclasses
+def judge_facts(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str | None]:
+    """The verdicts inspect gives for ``scan`` on the host of ``facts`` (SGLang's gates AND the
+    kernel libraries'); (None, why) when they cannot be given. sglang-release judges a new tree so."""
+    return _judge(facts, scan, host_name)
 
-    from gpuops.gates import kernels
+
+def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
+    """The verdicts with what each feature's kernel library admits (gates/kernels.py) and what the
+    host must be like (gates/fits.py): open only when SGLang's gates AND the library that runs the
+    kernel admit the GPU; a feature without GPU-generation gates is decided by those alone."""
+    from gpuops.gates import fits, kernels
     from gpuops.gates.catalog import load_catalog
 
-    catalog = load_catalog()
     versions = kernels.versions_of(facts.packages)
     reads = facts.packages.kernels if facts.packages.known else None
-    features = {}
-    for name, verdict in report.features.items():
-        feature = next((f for f in catalog.features if f.name == name), None)
-        needs = kernels.judge_feature(feature, reads, versions, facts.compute_capability) if feature else []
-        if feature is not None and report.known:
-            features[name] = kernels.fold(verdict, needs, gated=bool(feature.rules))
-        else:
-            features[name] = {**verdict, "kernels": [k.to_json() for k in needs]}
-    return dataclasses.replace(report, features=features)
+    return fits.fold_stack(report, load_catalog(), reads, versions, host_shape(facts))
+
+
+def host_shape(facts: HostFacts) -> Any:
+    """What the catalog's ``fits:`` are judged against, from the host's facts."""
+    from gpuops.gates.fits import HostShape, p2p_gaps
+
+    settings = facts.server.settings if facts.server.known and facts.server.running else None
+    model = facts.server.model
+    dtype = None
+    deterministic = None
+    group: list[int] | None = None
+    if settings is not None:
+        given = settings.args.get("dtype")
+        dtype = str(given) if isinstance(given, str) and given != "auto" else None
+        deterministic = settings.args.get("enable_deterministic_inference") not in (None, False, "false", "False")
+        visible = str((facts.server.env or {}).get("CUDA_VISIBLE_DEVICES") or "")
+        devices = [int(d) for d in visible.split(",") if d.strip().isdigit()] or list(range(len(facts.gpu.gpus)))
+        group = devices[:settings.tp_size]
+    if dtype is None and model is not None and model.known:
+        dtype = model.torch_dtype
+    ic = facts.interconnect
+    gaps = None
+    if group is not None and ic.p2p_known:
+        gaps = p2p_gaps([list(p) for p in ic.p2p_failed_pairs], group)
+    return HostShape(tp_size=settings.tp_size if settings else None, dtype=dtype, deterministic=deterministic,
+                     nvlink=ic.nvlink, p2p_gaps=gaps, capability=facts.compute_capability,
+                     server_args=settings.args if settings else None,
+                     server_env=facts.server.env if settings else None)
 
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,

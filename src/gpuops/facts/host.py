@@ -61,7 +61,8 @@ def probes_for(host: Host) -> list[Probe[Any]]:
         *topology_fact.probes(),
         *software_fact.probes(),
         *server_fact.probes(str(state_dir) if state_dir else None),
-        managed_launch_probe(str(state_dir) if state_dir else None),
+        managed_launch_probe(str(state_dir) if state_dir else None,
+                             str((host.vars or {}).get("gpuops_envs_dir") or "") or None),
     ]
 
 

@@ -165,7 +165,8 @@ def search_path():
 #    "sglang": {"srt/.../pcie_ipc_ar.py": {"anchors": [REGEX]}}}
 # and gets, per package and file: exists, the file's generators (`def gen_*` with the
 # `supported_major_versions=[...]` literal the JIT spec builds for, and its line), the lines
-# defining or importing each symbol, the first line matching each anchor. Read as text and with
+# defining or importing each symbol, the first line matching each anchor (and its text), the int
+# keys of each named top-level dict literal (`dicts`). Read as text and with
 # `ast`, never imported.
 
 MAX_READ_FILES = 32
@@ -191,6 +192,20 @@ def _generators(tree):
                     majors = "unknown"  # a variable: what it holds is not read here
                 break
         out[node.name] = [node.lineno, majors, line]
+    return out
+
+
+def _dict_keys(tree, names):
+    """{NAME: [line, sorted int keys] or None} for top-level ``NAME = {9: ..., 10: ...}``."""
+    import ast
+
+    out = {str(n): None for n in names}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in out:
+                    keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, int)]
+                    out[target.id] = [node.lineno, sorted(keys)]
     return out
 
 
@@ -226,11 +241,15 @@ def read_package_files(root, wanted):
         text = read_text(os.path.join(root, rel), limit=4 << 20)
         entry = {"exists": text is not None}
         if text is not None:
-            if what.get("generators"):
+            if what.get("generators") or what.get("dicts"):
                 try:
                     import ast
 
-                    entry["generators"] = _generators(ast.parse(text))
+                    tree = ast.parse(text)
+                    if what.get("generators"):
+                        entry["generators"] = _generators(tree)
+                    if what.get("dicts"):
+                        entry["dicts"] = _dict_keys(tree, what["dicts"])
                 except (SyntaxError, ValueError) as exc:
                     entry["error"] = "does not parse: %s" % exc
             if what.get("symbols"):

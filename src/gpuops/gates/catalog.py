@@ -27,6 +27,7 @@ class GateRule:
     message: re.Pattern[str] | None = None
     function: tuple[str, ...] = ()
     kind: tuple[str, ...] = ()  # the gate's kind (if, guard, assert, return, assign, expr)
+    path: str | None = None  # which of the feature's kernel paths the gate is on ("CUTLASS FP8 MoE runner")
 
     def matches(self, gate: Mapping[str, Any]) -> bool:
         effect = gate.get("effect") or {}
@@ -77,6 +78,22 @@ class KernelNeed:
 
 
 PROVIDERS = ("flashinfer", "sglang")
+FIT_KINDS = ("tp_size", "tp_at_most_without_nvlink", "dtype", "deterministic", "interconnect", "p2p",
+             "capability_major_in")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A condition of the host (not of its GPU generation) under which SGLang runs a feature
+    (``fits:`` in the catalog; judged by gates/fits.py): ``kind`` one of ``FIT_KINDS`` with its
+    ``value``; ``at``: where the release says so, ``(FILE, REGEX)`` candidates under the sglang
+    package tried in order (the first that matches on the host gives file:line, and for
+    ``tp_size`` its own list); ``capability_major_in`` names a dict whose int keys are read there."""
+
+    kind: str
+    value: Any
+    why: str
+    at: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,9 @@ class Feature:
     # (a patch is then refused where a pair lacks it, unless the role allows it); None: it does not.
     needs_p2p: str | None = None
     kernels: tuple[KernelNeed, ...] = ()   # what the kernel library must admit too (gates/kernels.py)
+    fits: tuple[Fit, ...] = ()             # what the host must be like (gates/fits.py)
+    # The environment that switches the feature on (`env:`, SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
         """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
@@ -197,7 +217,24 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
         patchable="patch" in body,
         needs_p2p=" ".join(str(needs_p2p).split()) if needs_p2p else None,
         kernels=tuple(_kernel_need(i, k, where) for i, k in enumerate(body.get("kernels") or ())),
+        fits=tuple(_fit(i, f, where) for i, f in enumerate(body.get("fits") or ())),
+        env={str(k): str(v) for k, v in (body.get("env") or {}).items()},
     )
+
+
+def _fit(index: int, body: Any, where: str) -> Fit:
+    here = f"{where}: fits entry {index + 1}"
+    kinds = [k for k in FIT_KINDS if isinstance(body, dict) and k in body]
+    if len(kinds) != 1:
+        raise GpuopsError(f"{here}: give exactly one of {', '.join(FIT_KINDS)}")
+    at = []
+    for item in _strings(body.get("at")):
+        file, sep, pattern = item.partition("::")
+        if not sep or not pattern or file.startswith("/") or ".." in file.split("/"):
+            raise GpuopsError(f"{here}: 'at' must be FILE::REGEX under the sglang package")
+        _regex(pattern, here)
+        at.append((file, pattern))
+    return Fit(kind=kinds[0], value=body[kinds[0]], why=" ".join(str(body.get("why") or "").split()), at=tuple(at))
 
 
 def _kernel_need(index: int, body: Any, where: str) -> KernelNeed:
@@ -252,6 +289,7 @@ def _rule(index: int, rule: Any, where: str) -> GateRule:
         message=_regex(match["message"], here) if "message" in match else None,
         function=tuple(_strings(match.get("function"))),
         kind=tuple(_strings(match.get("kind"))),
+        path=" ".join(str(rule["path"]).split()) if rule.get("path") else None,
     )
 
 

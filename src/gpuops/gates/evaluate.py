@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
+from gpuops.gates.context import NVIDIA_HOST, Placement, Placer
 from gpuops.gates.logic import (
     Evaluator,
     GpuTarget,
@@ -31,6 +32,7 @@ class FeatureGate:
     feature: str
     role: str  # runtime | auto_enable | hardware | related
     why: str
+    path: str | None = None  # the catalog rule's `path:` (one of the feature's kernel paths)
 
 
 @dataclass(frozen=True)
@@ -60,17 +62,12 @@ def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
     for gate in gates:
         rule = feature.classify(gate, runtime_files)
         if rule is not None:
-            found.append(FeatureGate(gate, feature.name, rule.role, rule.why))
+            found.append(FeatureGate(gate, feature.name, rule.role, rule.why, rule.path))
         elif feature.names_feature(str(gate["function"]).split(".")[-1]):
             found.append(FeatureGate(gate, feature.name, "related",
                                      "another GPU test in a function of this feature; not judged into its status"))
     found.sort(key=lambda f: (str(f.gate["file"]), int(f.gate["line"])))
     return found
-
-
-_OTHER_PLATFORMS = {"_is_musa": False, "is_musa": False, "_is_hip": False, "is_hip": False, "_is_npu": False,
-                    "is_npu": False, "_is_xpu": False, "is_xpu": False, "_is_cpu": False, "is_cpu": False,
-                    "_is_cuda": True, "is_cuda": True}
 
 
 def not_on_cuda(gate: Mapping[str, Any]) -> bool:
@@ -81,7 +78,7 @@ def not_on_cuda(gate: Mapping[str, Any]) -> bool:
         return False
     from gpuops.gates.in_effect import platform_value
 
-    return any(platform_value(str(text), _OTHER_PLATFORMS) is False for text in within)
+    return any(platform_value(str(text), NVIDIA_HOST) is False for text in within)
 
 
 def launch_flag(feature: Feature, gates: list[FeatureGate], sources: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
@@ -133,7 +130,10 @@ def judge(
     for fgs in by_feature.values():
         for fg in fgs:
             roles.setdefault(str(fg.gate["id"]), fg)
-    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"])), interconnect) for g in scan.gates]
+    placer = Placer(scan.gates, book, gpu, server, interconnect) if gpu is not None else None
+    gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"])), interconnect,
+                         placer.place(g) if placer is not None else Placement())
+             for g in scan.gates]
     by_id = {g["id"]: g for g in gates}
     features = {
         f.name: _judge_feature(f, by_feature[f.name], by_id, scan, gpu, server, book)
@@ -178,7 +178,9 @@ def _judge_gate(
     server: Mapping[str, Any] | None,
     fg: FeatureGate | None,
     interconnect: Mapping[str, Any] | None = None,
+    place: Placement | None = None,
 ) -> dict[str, Any]:
+    place = place or Placement()
     allowed = admits(gate, book)
     verdict = cap_verdict(gate, book, gpu)
     if gpu is None:
@@ -189,6 +191,15 @@ def _judge_gate(
         status, reason = "open", f"admits {gpu.sm}"
     else:
         status, reason = "unknown", "; ".join(verdict.unknowns) or "cannot tell"
+    capability = status
+    if place.not_applicable:
+        # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.
+        status, reason = "not_applicable", f"not this host's platform: {place.not_applicable}"
+    elif place.outside and int(gate.get("polarity", 1)) < 0 and gpu is not None:
+        # A refusal this GPU never reaches (a minor-version raise inside `if cap[0] < 8:`) never refuses it.
+        status, reason = "open", f"never reached on {gpu.sm}: {place.unreachable}"
+    elif place.alternative is not None and status == "blocked":
+        reason += f"; {gpu.sm if gpu else 'this GPU'} takes its own path at {_where(place.alternative)}"
     clauses = []
     for part in other_clauses(gate):
         holds = Evaluator(book, gpu, server).eval(part) if server is not None else None
@@ -209,6 +220,10 @@ def _judge_gate(
         "admits": allowed,
         "status": status,
         "reason": reason,
+        "capability": capability,
+        "alternative": _where(place.alternative) if place.alternative is not None else None,
+        "unreachable": place.unreachable,
+        "shape": (gate.get("effect") or {}).get("shape"),
         "clauses": clauses,
         "condition": gate.get("text"),
         "excerpt": gate.get("excerpt"),
@@ -304,17 +319,63 @@ def _feature_status(
         out["reason"] = "cannot tell: " + "; ".join(f"{_where(g)}: {g['reason']}" for g in unknown)
     else:
         out["status"] = "open"
-        parts = [f"the runtime checks admit {gpu.sm}" if runtime else f"the auto-enable check admits {gpu.sm}"]
+        paths = _paths(runtime, gpu.sm, feature.combine)
+        if paths and any(p["status"] != "open" for p in paths):
+            # Alternative paths (combine: any), one answer each under one headline.
+            opened = [p for p in paths if p["status"] == "open"]
+            parts = [f"open on {len(opened)} of {len(paths)} paths: " + "; ".join(p["text"] for p in paths)]
+        else:
+            parts = [f"the runtime checks admit {gpu.sm}" if runtime else f"the auto-enable check admits {gpu.sm}"]
+        if paths:
+            out["paths"] = [{k: v for k, v in p.items() if k != "text"} for p in paths]
         auto_blocked = [g for _, g in auto if g["status"] == "blocked"]
         if runtime and auto_blocked:
-            parts.append(f"not auto-enabled on {gpu.sm} ({_where(auto_blocked[0])}): launch with {flag_text}")
+            parts.append(f"not auto-enabled on {gpu.sm} ({_where(auto_blocked[0])})"
+                         + (f": launch with {flag_text}" if flag_text else ""))
         elif runtime and not auto:
-            parts.append(f"not auto-enabled in this release: launch with {flag_text}")
+            parts.append(_no_auto_enable(feature, flag_text))
         if not runtime:
             parts.append("no runtime GPU check found")
         out["reason"] = "; ".join(parts)
     if notes:
         out["reason"] += "; " + "; ".join(notes)
+    return out
+
+
+def _no_auto_enable(feature: Feature, flag_text: str | None) -> str:
+    """What SGLang does with the feature when no auto-enable gate of it is found (never "None")."""
+    if feature.default == "on":
+        return "used by default where they admit the GPU (no flag needed)"
+    if feature.default == "auto":
+        return "SGLang chooses it at start-up" + (f" (launch with {flag_text} to ask for it)" if flag_text else "")
+    if flag_text:
+        return f"not auto-enabled in this release: launch with {flag_text}"
+    return "not auto-enabled in this release, and no launch flag for it found in its gates"
+
+
+def _paths(runtime: list[tuple[FeatureGate, dict[str, Any]]], sm: str, combine: str) -> list[dict[str, Any]]:
+    """Per catalog ``path:`` of the runtime gates, combined as the feature's gates are (``all``:
+    open when every gate on it admits the GPU; ``any``: when one does), blocked when it is not
+    open and a gate on it shuts the GPU out (where, and what it admits), else unknown."""
+    named: dict[str, list[dict[str, Any]]] = {}
+    for fg, g in runtime:
+        if fg.path and g["status"] != "not_applicable":  # another platform's code is on no path of this host
+            named.setdefault(fg.path, []).append(g)
+    out = []
+    for path, gates in named.items():
+        blocked = [g for g in gates if g["status"] == "blocked"]
+        opened = [g for g in gates if g["status"] == "open"]
+        if combine == "any" and opened:
+            status, text = "open", f"{path} open ({_where(opened[0])})"
+        elif blocked:
+            status = "blocked"
+            text = f"{path} blocked on {sm} at {_where(blocked[0])} (admits {_names(blocked[0]['admits'])})"
+        elif len(opened) == len(gates):
+            status, text = "open", f"{path} open ({_where(gates[0])})"
+        else:
+            status, text = "unknown", f"{path} cannot tell ({_where(gates[0])})"
+        where = blocked[0] if status == "blocked" else opened[0] if opened else gates[0]
+        out.append({"path": path, "status": status, "file": where["file"], "line": where["line"], "text": text})
     return out
 
 

@@ -61,6 +61,13 @@ def probe_reads(catalog: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
     file's presence)."""
     reads: dict[str, dict[str, dict[str, Any]]] = {}
     for feature in catalog.features:
+        for fit in feature.fits:
+            for file, pattern in fit.at:
+                entry = reads.setdefault("sglang", {}).setdefault(file, {})
+                key = "dicts" if fit.kind == "capability_major_in" else "anchors"
+                item = fit.value if key == "dicts" else pattern
+                if item not in entry.setdefault(key, []):
+                    entry[key].append(item)
         for need in feature.kernels:
             entry = reads.setdefault(need.provider, {}).setdefault(need.file, {})
             if need.kind == "generator":
@@ -148,11 +155,41 @@ def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Ma
                              "the GPU's compute capability is not known", majors_line, version, first)
     if major in majors:
         return KernelVerdict(need, KernelStatus.OPEN, f"{named} builds {need.what} for major {major} "
-                             f"({where}: supported_major_versions=[{listed}])", majors_line, version, first)
+                             f"({where}: supported_major_versions=[{listed}]); {_build_note(need, kernels, versions, major)}",
+                             majors_line, version, first)
     reason = (f"{named} cannot build {need.what} for {_sm(capability)}: {where} builds majors [{listed}] only")
     if first:
         reason += f"; {title} {first} is the first that builds it for major {major}"
     return KernelVerdict(need, KernelStatus.BLOCKED, reason, majors_line, version, first)
+
+
+# The first CUDA release whose nvcc targets each compute-capability major (CUDA 12.8 added the
+# Blackwell targets sm_100 and sm_120; 11.8 added sm_90).
+_NVCC_FIRST = {9: "11.8", 10: "12.8", 12: "12.8"}
+
+
+def _build_note(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Mapping[str, str | None],
+                major: int) -> str:
+    """How the JIT module would be had on this host: prebuilt (flashinfer-jit-cache, or an AOT
+    directory of that name), else compiled by nvcc, which must target the GPU's major. Said, not
+    judged: FlashInfer may also find an nvcc through CUDA_HOME or the nvidia-cuda-nvcc package."""
+    cache = versions.get("flashinfer_jit_cache")
+    if cache:
+        return f"prebuilt JIT modules installed (flashinfer-jit-cache {cache})"
+    package = (kernels or {}).get(need.provider) if isinstance(kernels, Mapping) else None
+    aot = package.get("aot") if isinstance(package, Mapping) else None
+    if isinstance(aot, list) and aot:
+        return f"{len(aot)} prebuilt module(s) in {need.provider}/data/aot"
+    nvcc = (kernels or {}).get("nvcc") if isinstance(kernels, Mapping) else None
+    if not isinstance(nvcc, Mapping) or not nvcc.get("path"):
+        return ("no prebuilt module found: it is compiled at first use, and no nvcc is on the host's PATH or in "
+                "/usr/local/cuda/bin (FlashInfer may find one through CUDA_HOME)")
+    found = str(nvcc.get("version") or "")
+    wanted = _NVCC_FIRST.get(major)
+    if found and wanted and at_least(found, wanted) is False:
+        return (f"no prebuilt module found: it is compiled at first use, and {nvcc['path']} is CUDA {found}, which "
+                f"cannot target major {major} (CUDA {wanted} is the first that can)")
+    return f"compiled at first use with {nvcc['path']} (CUDA {found or 'version unknown'})"
 
 
 def _from_version(need: KernelNeed, named: str, version: str | None, first: str | None, capability: str | None,
@@ -188,7 +225,7 @@ def versions_of(packages: Any) -> dict[str, str | None]:
     """The providers' installed versions from ``facts.software.PythonPackages``."""
     found = getattr(packages, "packages", None) or {}
     out: dict[str, str | None] = {}
-    for provider, dist in _DISTRIBUTIONS.items():
+    for provider, dist in (*_DISTRIBUTIONS.items(), ("flashinfer_jit_cache", "flashinfer-jit-cache")):
         info = found.get(dist)
         out[provider] = getattr(info, "version", None) if info is not None else None
     return out

@@ -154,17 +154,18 @@ def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: H
     With ``host``, the scans kept for it (``gates/scan_cache.py``) are offered: a host whose tree is
     unchanged answers in a line and the kept scan is used; a new scan is kept for the next command.
     ``offer=False`` (``--flush-cache``): nothing offered, the host scans, the new scan is kept."""
-    from gpuops.gather import Probe
+    from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe
     from gpuops.gates import scan_cache
 
     options = scan_options(with_sources, root)
     cache = scan_cache.for_host(host) if host is not None else None
     if cache is None:
-        return Probe(PROBE_NAME, gate_scan_script(options), parse_gate_scan)
+        return Probe(PROBE_NAME, gate_scan_script(options), parse_gate_scan, output_limit=LARGE_PROBE_OUTPUT_LIMIT)
     held = cache.held(need_sources=with_sources) if offer else {}
     if held:
         options["known"] = sorted(held)
-    return Probe(PROBE_NAME, gate_scan_script(options), _cached_parse(host.name, cache, held, with_sources))  # type: ignore[union-attr]
+    return Probe(PROBE_NAME, gate_scan_script(options), _cached_parse(host.name, cache, held, with_sources),  # type: ignore[union-attr]
+                 output_limit=LARGE_PROBE_OUTPUT_LIMIT)  # a scan's report with its source excerpts
 
 
 def _cached_parse(host_name: str, cache: Any, held: dict[str, dict[str, Any]],

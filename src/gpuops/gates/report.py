@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from gpuops.gates.evaluate import GateReport
 
-_STYLE = {"blocked": "bold red", "open": "green", "unknown": "yellow"}
+_STYLE = {"blocked": "bold red", "open": "green", "unknown": "yellow", "not_applicable": "dim"}
 _HOLDS = {True: "holds", False: "does not hold", None: "not known"}
 
 
@@ -42,14 +42,28 @@ def render_gate_summary(report: GateReport, console: Console) -> None:
                                   f"(admits {', '.join(gate['admits']) or 'none'})")
         if feature.get("flag") and status != "unknown":
             _say(console, f"         flag: {feature['flag']}")
-    counts = Counter(g["status"] for g in report.gates)
-    gpu = report.gpu or "this GPU"
-    _say(console, f"{len(report.gates)} capability gates in sglang {report.version or '?'}: "
-                  f"{counts.get('blocked', 0)} blocked, {counts.get('open', 0)} open, "
-                  f"{counts.get('unknown', 0)} unknown on {gpu} (gpuops inspect gates for detail)")
+    _say(console, gate_count_line(report))
     if report.errors:
         files = ", ".join(e["file"] for e in report.errors[:5])
         _say(console, f"{len(report.errors)} file(s) could not be parsed: {files}", _STYLE["unknown"])
+
+
+def gate_count_line(report: GateReport) -> str:
+    """One line of counts: what "blocked" costs (shut out, or sent to its own path), open,
+    unknown, other platforms' gates, and those this host's configuration never reaches."""
+    gpu = report.gpu or "this GPU"
+    counts = Counter(g["status"] for g in report.gates)
+    blocked = [g for g in report.gates if g["status"] == "blocked"]
+    own = sum(1 for g in blocked if g.get("alternative"))
+    unreached = sum(1 for g in blocked if not g.get("alternative") and g.get("unreachable"))
+    shut = len(blocked) - own - unreached
+    parts = [f"{len(blocked)} blocked ({shut} shut {gpu} out, {own} send it to its own path"
+             + (f", {unreached} not reached on this host" if unreached else "") + ")",
+             f"{counts.get('open', 0)} open", f"{counts.get('unknown', 0)} unknown"]
+    if counts.get("not_applicable"):
+        parts.append(f"{counts['not_applicable']} for another platform")
+    return (f"{len(report.gates)} capability gates in sglang {report.version or '?'} on {gpu}: "
+            + ", ".join(parts) + " (gpuops inspect gates for detail)")
 
 
 def render_gate_detail(report: GateReport, console: Console, feature: str | None = None, show_all: bool = False) -> None:
@@ -81,9 +95,13 @@ def _render_gates(console: Console, gates: Iterable[dict[str, Any]]) -> None:
         role = f"[{gate['role']}] " if gate.get("role") else ""
         _say(console, f"-- {role}{_where(gate)} {gate['function']}: {gate['status']}", _STYLE.get(gate["status"]))
         line = f"   admits: {', '.join(gate['admits']) or 'none'}"
-        if gate["status"] == "unknown":
+        if gate["status"] in ("unknown", "not_applicable"):
             line += f"; {gate['reason']}"
         _say(console, line)
+        if gate.get("alternative"):
+            _say(console, f"   its own path: {gate['alternative']}")
+        if gate.get("unreachable"):
+            _say(console, f"   not reached here: {gate['unreachable']}")
         if gate.get("meaning"):
             _say(console, f"   what it is: {gate['meaning']}")
         for clause in gate.get("clauses") or ():

@@ -8,6 +8,7 @@ variable merge in Ansible's precedence order.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from gpuops.errors import InventoryError
 from gpuops.inventory.model import Group, Host, Inventory
 from gpuops.inventory.vault import Vault, decrypt_values
+from gpuops.inventory.varsfiles import UNREAD_VAULT_FILE
 
 ALL = "all"
 UNGROUPED = "ungrouped"
@@ -123,7 +125,9 @@ def resolve(
         # Inline !vault values are decrypted where a password was given; the rest stay encrypted
         # and only fail a command that selects a host using them (Inventory.select).
         merged = decrypt_values(merged, vault)
-        hosts.append(_make_host(name, tuple(host_groups), copy.deepcopy(merged), source, base_dir))
+        unread = merged.pop(UNREAD_VAULT_FILE, None)  # a whole vars file nobody could decrypt
+        host = _make_host(name, tuple(host_groups), copy.deepcopy(merged), source, base_dir)
+        hosts.append(dataclasses.replace(host, unread_vault_file=unread) if unread else host)
     return Inventory(source=source, hosts=tuple(hosts), groups=MappingProxyType(groups))
 
 

@@ -28,6 +28,9 @@ class Host:
     # Merged: inventory group vars (all < parent < child) < group_vars files (same order)
     #         < inventory host vars < host_vars files. Read-only at the top level.
     vars: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    # A group_vars/host_vars file of this host encrypted as a whole, that no password given could
+    # open: its variables are unknown, so selecting the host fails (Inventory.select), not loading.
+    unread_vault_file: str | None = None
 
     @property
     def is_local(self) -> bool:
@@ -89,6 +92,9 @@ def _refuse_encrypted(host: Host) -> None:
     """A selected host whose variables still hold a vault value nobody could decrypt: one clear line."""
     from gpuops.inventory.vault import NO_PASSWORD_HINT, find_encrypted
 
+    if host.unread_vault_file is not None:
+        raise InventoryError(f"{host.unread_vault_file} is vault-encrypted (variables of host {host.name}): "
+                             f"{NO_PASSWORD_HINT}")
     for name, value in (host.vars or {}).items():
         found = find_encrypted(value, name)
         if found:

@@ -10,8 +10,13 @@ import os
 from typing import Any
 
 from gpuops.errors import InventoryError
-from gpuops.inventory.vault import Vault, decrypt_values
-from gpuops.inventory.yamlfile import load_yaml_file, plain
+from gpuops.inventory.vault import Vault, decrypt_values, is_encrypted
+from gpuops.inventory.yamlfile import load_yaml_file, plain, read_text
+
+# Where a vars file is vault-encrypted as a whole and no password was given: its variables are
+# unknown, so this key (never a variable name Ansible allows) names the file instead, and only a
+# host a command selects fails for it (Inventory.select), as Ansible decrypts only what it needs.
+UNREAD_VAULT_FILE = "<vault-encrypted file>"
 
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
@@ -61,7 +66,10 @@ def _files_under(directory: str) -> list[str]:
 
 
 def load_vars_file(path: str, vault: Vault | None = None) -> dict[str, Any]:
-    """A vars file's mapping: ``!vault`` values decrypted when `vault` has a password, else kept encrypted."""
+    """A vars file's mapping: ``!vault`` values decrypted when `vault` has a password, else kept
+    encrypted; a file encrypted as a whole, with no password given: ``{UNREAD_VAULT_FILE: path}``."""
+    if (vault is None or not vault.secrets) and is_encrypted(read_text(path)):
+        return {UNREAD_VAULT_FILE: path}
     data = load_yaml_file(path, vault)
     if data is None:
         return {}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
-from gpuops.lab import launch_files, processes, sshd
+from gpuops.lab import host_faults, launch_files, processes, sshd
 from gpuops.lab.gpu_description import GpuDescription, load_description, with_port
 from gpuops.lab.lab_files import remove_lab_dir
 from gpuops.lab.router import stop_router
@@ -348,6 +348,7 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
         packages = release_stack(plan.sglang_site, packages)
     flashinfer = _flashinfer_site(plan, packages)
     build_site(host_dir / "site", plan.sglang_site, packages, flashinfer)
+    host_faults.install(host_dir / "site")  # the lab's fault injection, as the host's hooks (remote/host_hooks.py)
     has_server = plan.spec.server_args is not None or (description is not None and description.server is not None)
     if plan.spec.server and not has_server:
         raise GpuopsError(f"lab: {plan.name}: no server to run: the description {plan.spec.gpu!r} has no `server:` "

@@ -73,6 +73,7 @@ class Settings:
     num_draft_tokens: int = 4
     nccl_proto: str = ""
     p2p_disable: bool = False
+    pcie_ipc: bool = False  # SGLang's PCIe IPC all-reduce runs (the stand-in decides as pcie_ipc_ar.py does)
     num_layers: Optional[int] = None  # from the served model's config.json, when readable
 
 
@@ -240,7 +241,11 @@ class SpeedModel(object):
         scale *= float((self.common_value("nccl_proto_factor") or {}).get(settings.nccl_proto, 1.0))
         if settings.p2p_disable:
             scale *= float(self.common_value("p2p_disable_factor") or 1.0)
-        used = [] if tp == 1 else ["calibrated_tp"] + ([] if settings.num_layers else ["allreduces_per_step"])
+        pcie_used = []  # type: List[str]
+        if settings.pcie_ipc and tp > 1 and "pcie_ipc_factor" in f:
+            scale *= float(f["pcie_ipc_factor"].value)
+            pcie_used = ["pcie_ipc_factor"]
+        used = [] if tp == 1 else ["calibrated_tp"] + ([] if settings.num_layers else ["allreduces_per_step"]) + pcie_used
         if settings.speculative:
             used += ["verify_compute_ms"] + ([] if tp == 1 else ["verify_allreduce_us"]) + ["draft_ms_per_step", "accept_p"]
         else:
@@ -324,6 +329,10 @@ def _derive(own: Dict[str, Figure], shape: str) -> None:
             (1000.0 / value("decode_tokens_per_s") - value("decode_compute_ms")) * 1000.0 / value("allreduces_per_step"),
             "us per all-reduce", ("decode_tokens_per_s", "decode_compute_ms", "allreduces_per_step"),
             "(1000 / decode_tokens_per_s - decode_compute_ms) / allreduces_per_step")
+    if have("pcie_ipc_12kib_us", "nccl_12kib_us"):
+        put("pcie_ipc_factor", value("pcie_ipc_12kib_us") / value("nccl_12kib_us"), "x all-reduce time",
+            ("pcie_ipc_12kib_us", "nccl_12kib_us"),
+            "pcie_ipc_12kib_us / nccl_12kib_us: FlashInfer's PCIe IPC all-reduce against NCCL at 12 KiB")
     for kind in ("decode", "verify"):
         fused, unfused = "fused_%s_us" % kind, "unfused_%s_us" % kind
         if have(fused, unfused):
@@ -356,7 +365,7 @@ def _positive_int(value: Any, default: int) -> int:
 
 
 def settings_from_server(server_args: Mapping[str, Any], environ: Mapping[str, str],
-                         num_layers: Optional[int] = None) -> Settings:
+                         num_layers: Optional[int] = None, pcie_ipc: bool = False) -> Settings:
     steps = _positive_int(server_args.get("speculative_num_steps"), 3)
     return Settings(
         tp=_positive_int(server_args.get("tp_size"), 1),
@@ -366,6 +375,7 @@ def settings_from_server(server_args: Mapping[str, Any], environ: Mapping[str, s
         num_draft_tokens=_positive_int(server_args.get("speculative_num_draft_tokens"), steps + 1),
         nccl_proto=str(environ.get("NCCL_PROTO", "")),
         p2p_disable=environ.get("NCCL_P2P_DISABLE") == "1",
+        pcie_ipc=pcie_ipc,
         num_layers=num_layers,
     )
 

@@ -14,6 +14,7 @@ Controls (environment):
   GPUOPS_STANDIN_TOKENS_PER_S      exact decode rate per request (tokens/s); no speed model
   GPUOPS_STANDIN_TTFT_MS           fixed time to first token (default: modelled from prompt length)
   GPUOPS_STANDIN_STARTUP_S         seconds before /health answers 200 (the port is open at once)
+  GPUOPS_STANDIN_FIRST_ANSWER_S    seconds the first generation waits (a real server compiling on first use)
   GPUOPS_STANDIN_CRASH_IF          KEY=VALUE[,KEY=VALUE...]: when an env var or a flag matches, log a
                                    realistic error and exit 1 at start-up (after STARTUP_S)
   GPUOPS_STANDIN_FAIL_AFTER_TOKENS N: every generation fails with an error chunk after N tokens
@@ -197,6 +198,8 @@ class StandinHandler(BaseHTTPRequestHandler):
             self._error(503, "server is starting")
             return
         try:
+            if path in ("/generate", "/v1/completions", "/v1/chat/completions"):
+                self.state.first_answer_wait()
             if path == "/generate":
                 self._native_generate(body)
             elif path == "/v1/completions":
@@ -369,6 +372,8 @@ def main(argv=None):
     log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(server_args.items())))
     log("sglang stand-in %s (simulated figures, no GPU work); env: %s" % (
         version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
+    if state.speed.pcie_ipc_line:
+        log(state.speed.pcie_ipc_line)
     bad = matching_crash_rule(rules, server_args, environ)
     if bad is not None:
         time.sleep(state.startup_s)

@@ -160,8 +160,81 @@ def _env_float(environ, name):
 fusion_enabled = speed_model.fusion_enabled
 
 
-class SpeedModel(object):
-    """Per-request token rate and chunking, from the exact-rate control or the speed model."""
+# SGLang 0.5.21+'s PCIe IPC all-reduce, decided as its pcie_ipc_ar.py decides at start-up (the
+# texts are that file's log lines; gpuops/pcie_ipc.py holds the same facts for the client side).
+PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+PCIE_IPC_SGLANG_FILE = os.path.join("srt", "distributed", "device_communicators", "pcie_ipc_ar.py")
+PCIE_IPC_ENABLED = ("FlashInfer PCIe-IPC all-reduce enabled (world=%d, workspace sized on first reduction)")
+PCIE_IPC_FALLBACK = ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
+                     "falling back to NCCL all-reduce.")
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _package_dir(name):
+    """The directory ``import name`` would load, without importing it (None when absent)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _version_at_least(text, first):
+    def parts(v):
+        out = []
+        for piece in str(v).split(".")[:3]:
+            digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
+            if not digits:
+                break
+            out.append(int(digits))
+        return tuple(out)
+    have = parts(text)
+    return bool(have) and have >= parts(first)
+
+
+def flashinfer_has_pcie_ipc():
+    """A real FlashInfer on the path has ``comm/pcie_ipc_ar.py`` or not; the lab's simulated one
+    (version data only) answers by its version: 0.7.0 is the first release with the kernels."""
+    package = _package_dir("flashinfer")
+    if package is not None:
+        return os.path.isfile(os.path.join(package, "comm", "pcie_ipc_ar.py"))
+    try:
+        from importlib import metadata
+        return _version_at_least(metadata.version("flashinfer-python"), "0.7.0")
+    except Exception:
+        return False
+
+
+def pcie_ipc_decision(server_args, environ):
+    """(in effect?, the line pcie_ipc_ar.py logs or None) for this launch."""
+    if not _truthy(environ.get(PCIE_IPC_ENV, "")):
+        return False, None
+    sglang = _package_dir("sglang")
+    if sglang is None or not os.path.isfile(os.path.join(sglang, PCIE_IPC_SGLANG_FILE)):
+        return False, None  # a release without it ignores the variable
+    tp = server_args.get("tp_size") or 1
+    if "SGLANG_USE_1STAGE_ALLREDUCE" in environ:
+        deterministic = _truthy(environ["SGLANG_USE_1STAGE_ALLREDUCE"])
+    else:
+        deterministic = server_args.get("enable_deterministic_inference") is True
+    if not isinstance(tp, int) or tp <= 1 or deterministic:
+        return False, None
+    if tp not in (2, 4, 8):
+        return False, None  # logged at debug level only
+    if not flashinfer_has_pcie_ipc():
+        return False, PCIE_IPC_FALLBACK
+    return True, PCIE_IPC_ENABLED % tp
+
+
+class ServerSpeed(object):
+    """One stand-in server's per-request token rate and chunking: the exact-rate control, or the
+    lab's one speed model (``speed_model.SpeedModel``) predicting it for this server's settings."""
 
     def __init__(self, server_args, environ, model=None):
         self.exact_rate = _env_float(environ, "GPUOPS_STANDIN_TOKENS_PER_S")
@@ -176,8 +249,9 @@ class SpeedModel(object):
         self.slowdown = float(model.common_value("concurrency_slowdown")) if slowdown is None else slowdown
         self.ttft_base_ms = float(model.common_value("ttft_base_ms"))
         self.ttft_per_token_ms = float(model.common_value("ttft_per_prompt_token_ms"))
+        self.pcie_ipc, self.pcie_ipc_line = pcie_ipc_decision(server_args, environ)
         settings = speed_model.settings_from_server(
-            server_args, environ, speed_model.model_layers(server_args.get("model_path")))
+            server_args, environ, speed_model.model_layers(server_args.get("model_path")), pcie_ipc=self.pcie_ipc)
         shape, reason = model.shape_for(speed_model.read_gpu_doc(environ.get("GPUOPS_LAB_GPU")))
         self.prediction = model.predict(shape, settings, reason)
         self.speculative = settings.speculative
@@ -241,8 +315,12 @@ class StandinState(object):
         self.launch_words = list(launch_words)
         self.env = reported_env(environ)
         self.version = version
-        self.speed = SpeedModel(server_args, environ)
+        self.speed = ServerSpeed(server_args, environ)
         self.startup_s = _env_float(environ, "GPUOPS_STANDIN_STARTUP_S") or 0.0
+        # A real server's first answer after a start can take long (kernels compiled, graphs
+        # captured on first use): the first generation waits this many seconds.
+        self.first_answer_s = _env_float(environ, "GPUOPS_STANDIN_FIRST_ANSWER_S") or 0.0
+        self.answered = False
         fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
         self.fail_after_tokens = None if fail is None else int(fail)
         # Wrong answers: a lab fault for gpuops' correctness smoke check (apply/smoke.py).
@@ -259,6 +337,13 @@ class StandinState(object):
 
     def ready(self):
         return time.monotonic() - self.started >= self.startup_s
+
+    def first_answer_wait(self):
+        """Sleep ``first_answer_s`` before the first generation only."""
+        with self.lock:
+            first, self.answered = not self.answered, True
+        if first and self.first_answer_s:
+            time.sleep(self.first_answer_s)
 
     def enter(self):
         with self.lock:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
-from gpuops.lab import sshd
+from gpuops.lab import host_faults, sshd
 from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab.nspawn import BootedRoot, boot_root
 
@@ -34,6 +34,7 @@ WRAPPER = "/usr/local/bin/python-sglang"
 STATE_DIR = "/var/lib/gpuops"
 UNIT_DIR = "/etc/systemd/system"
 HOST_NAME = "sd1"
+HOOKS_DIR = "/opt/gpuops-lab/hooks"  # on the sessions' PYTHONPATH: the lab's gpuops_host_hooks
 # The inventory's group vars (short: the stand-in starts and stops in a blink).
 GROUP_VARS = {"become": False, "gpuops_health_timeout": 60, "gpuops_stop_grace": 5}
 
@@ -101,10 +102,11 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
     if not key.exists():
         sshd.generate_key(key, "gpuops-lab-systemd-client")
     booted = boot_root(lower, workdir / "container", key.with_name("client_key.pub").read_text(),
-                       sshd_extra=f"SetEnv GPUOPS_LAB_HOST={HOST_NAME}\n")
+                       sshd_extra=f"SetEnv GPUOPS_LAB_HOST={HOST_NAME} PYTHONPATH={HOOKS_DIR}\n")
     try:
         server_port = sshd.free_port()
         (booted.path("/opt/gpuops-lab")).mkdir(parents=True, exist_ok=True)
+        host_faults.install(booted.path(HOOKS_DIR))  # the lab's fault injection (remote/host_hooks.py)
         shutil.copyfile(STANDIN, booted.path("/opt/gpuops-lab/standin_server.py"))
         for sibling in STANDIN_SIBLINGS:  # the stand-in imports its speed model from its own dir
             shutil.copyfile(sibling, booted.path(f"/opt/gpuops-lab/{sibling.name}"))
@@ -131,7 +133,7 @@ def start_systemd_host(lower: Path, workdir: Path, server_args: Sequence[str] = 
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             target.chmod(0o600 if path.endswith(".env") else 0o644)
-        # A lab host, as the apply helper knows one (so the lab's fault file is honoured here,
+        # A lab host, as the lab's fault hooks know one (so its fault file is honoured here,
         # never on a real host): the session says so, and a marker sits two levels above the
         # state dir (/var/lib/gpuops -> /var/.gpuops-lab), inside this container only.
         booted.path("/var/.gpuops-lab").write_text("a gpuops lab container (systemd_host)\n")

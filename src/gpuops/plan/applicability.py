@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import Feature
+from gpuops.gates.fits import p2p_gaps
 from gpuops.gates.scan import GateScan
 
 
@@ -85,12 +86,6 @@ def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int 
     if tp is None:
         return devices, f"all {len(devices)} GPUs (no --tp in sglang_args)"
     return devices[:tp], f"TP {tp}"
-
-
-def p2p_gaps(failed_pairs: Sequence[Sequence[str]], group: Sequence[int]) -> list[str]:
-    """The pairs of ``group`` without peer-to-peer ("GPU0-GPU4 (CNS)")."""
-    members = {f"GPU{i}" for i in group}
-    return [f"{a}-{b} ({status})" for a, b, status in failed_pairs if a in members and b in members]
 
 
 def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: Mapping[str, Any],

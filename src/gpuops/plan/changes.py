@@ -84,6 +84,16 @@ class CompileCheck:
 
 
 @dataclass(frozen=True)
+class LogCheck:
+    """After the restart, read the server's log since its start and judge whether ``feature`` came
+    up (``pcie_ipc_allreduce``: pcie_ipc.log_verdict); ``rollback``: a feature that did not is
+    rolled back instead of reported."""
+
+    feature: str
+    rollback: bool
+
+
+@dataclass(frozen=True)
 class AuditCheck:
     """Re-run the gate scanner after patching; the feature must come out ``open`` for ``target_sm``."""
 

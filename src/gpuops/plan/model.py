@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
     from gpuops.gates.scan import GateScan
-    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, HandlerRun, ServiceSpec
+    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, HandlerRun, LogCheck, ServiceSpec
 
-_IN_CHANGES = ("Change", "ServiceSpec", "HandlerRun", "CompileCheck", "AuditCheck", "sha256_text")
+_IN_CHANGES = ("Change", "ServiceSpec", "HandlerRun", "CompileCheck", "AuditCheck", "LogCheck", "sha256_text")
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +66,7 @@ class Plan:
     service: ServiceSpec | None
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
+    log_check: LogCheck | None = None   # read the server's log after the restart (pcie-allreduce)
     image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
     release: Any = None       # plan.release.ReleaseEnv (sglang-release: built before the transaction)
     warnings: tuple[str, ...] = ()

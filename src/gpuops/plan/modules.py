@@ -260,6 +260,82 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
             "notes": list(patch.notes), "files": changed_paths}
 
 
+@declares(ModuleSpec("pcie_allreduce", (
+    Arg("launch_args", "list"),
+    Arg("launch_env", "mapping"),
+    Arg("max_numel", "any", doc="empty, or a whole number for `SGLANG_PCIE_IPC_MAX_NUMEL`"),
+), plans=(
+    "decides from the host's facts (sglang from the gate scan, flashinfer-python, NVLink, GPUs, the launch's TP "
+    "size, `--dtype`, deterministic inference: `gpuops/pcie_ipc.py::fit`) whether SGLang's PCIe IPC all-reduce "
+    "fits; registers `{changed, applies, reason, env}`, `env` holding `SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1` (and "
+    "`SGLANG_PCIE_IPC_MAX_NUMEL`) where it applies; where it does not, notes why and plans nothing")))
+def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    """``pcie_allreduce``: whether SGLang's PCIe IPC all-reduce fits the host, and its environment."""
+    from gpuops import pcie_ipc
+
+    env = {pcie_ipc.ENABLE_ENV: "1"}
+    max_numel = args.get("max_numel")
+    if max_numel not in (None, ""):
+        text = str(max_numel).strip()
+        if not text.isdigit() or int(text) <= 0 or int(text) % 8:
+            raise GpuopsError(f"{state.host}: {task.where}: {_role_variable(task, 'max_numel')} must be a positive "
+                              f"whole number of elements, a multiple of 8 (FlashInfer's 16-byte bf16 packs), "
+                              f"not {max_numel!r}")
+        env[pcie_ipc.MAX_NUMEL_ENV] = text
+    state.needs_gate_scan = True  # the release's version comes with the scan, the GPUs and FlashInfer with it
+    if state.discovery:
+        return {"changed": False, "applies": True, "reason": "", "env": env}
+    assert state.facts is not None
+    scan = state.facts.gate_scan
+    gpu = state.facts.gpu or {}
+    launch_args = args.get("launch_args") or []
+    launch_env = args.get("launch_env") or {}
+    found = gpu.get("kernel_versions")
+    versions: dict = found if isinstance(found, dict) else {}
+    has_kernels, kernel_reason = _flashinfer_pcie_ipc(gpu)
+    stack = pcie_ipc.HostStack(
+        sglang=scan.version if scan is not None else None, flashinfer=versions.get("flashinfer"),
+        nvlink=gpu.get("nvlink"), gpu_count=gpu.get("gpu_count"),
+        launch_args=[str(a) for a in launch_args] if isinstance(launch_args, list) else [],
+        launch_env={str(k): str(v) for k, v in launch_env.items()} if isinstance(launch_env, dict) else {},
+        p2p_failed_pairs=gpu.get("p2p_failed_pairs") or [],
+        flashinfer_has_kernels=has_kernels, flashinfer_reason=kernel_reason)
+    decision = pcie_ipc.fit(stack)
+    if not decision.applies:
+        state.note(f"nothing to do on this host: {decision.reason}")
+        return {"changed": False, "applies": False, "reason": decision.reason, "env": {}}
+    for warning in decision.warnings:
+        state.warn(warning)
+    state.note(f"PCIe IPC all-reduce fits: {decision.reason}")
+    from gpuops.plan.changes import LogCheck
+
+    rollback = scope.get("pcie_rollback_on_fallback") if "pcie_rollback_on_fallback" in scope else False
+    state.log_check = LogCheck("pcie_ipc_allreduce", _truthy(rollback))
+    return {"changed": False, "applies": True, "reason": decision.reason, "env": env}
+
+
+def _flashinfer_pcie_ipc(gpu: Any) -> tuple[bool | None, str]:
+    """What the host's FlashInfer files say about ``pcie_ipc_comm`` (the catalog feature's
+    flashinfer need, judged by gates/kernels.py from the software probe's reads): (True/False, the
+    reason) when read, (None, "") when only the version is known."""
+    from gpuops.gates.catalog import load_catalog
+    from gpuops.gates.kernels import KernelStatus, judge_need
+
+    reads = gpu.get("kernel_reads") if isinstance(gpu, dict) else None
+    versions = gpu.get("kernel_versions") if isinstance(gpu, dict) else None
+    if not isinstance(reads, dict):
+        return None, ""
+    feature = load_catalog().feature("pcie_ipc_allreduce")
+    for need in feature.kernels:
+        if need.provider != "flashinfer":
+            continue
+        verdict = judge_need(need, reads, versions if isinstance(versions, dict) else {}, gpu.get("compute_capability"))
+        if not verdict.read or verdict.status is KernelStatus.UNKNOWN:
+            return None, ""
+        return verdict.status is KernelStatus.OPEN, verdict.reason
+    return None, ""
+
+
 def _truthy(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
@@ -394,8 +470,8 @@ def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec
 
 from gpuops.plan.release import plan_sglang_release  # noqa: E402  (its own module: the release concept)
 
-_PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, _plan_compose,
-                                  plan_sglang_release, plan_assert, plan_fail)
+_PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, plan_pcie_allreduce,
+                                  _plan_compose, plan_sglang_release, plan_assert, plan_fail)
 PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
 # Every module a task may name, in roles/README.md's order: the planners, include_role, service.
 SPECS: dict[str, ModuleSpec] = {

@@ -193,8 +193,9 @@ def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     return Plan(
         host=facts.host, role=role_name, changes=tuple(state.changes), handlers=tuple(handlers),
-        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit, image=state.image,
-        release=state.release, warnings=tuple(state.warnings), notes=tuple(state.notes), tasks_ok=state.tasks_ok,
+        service=service, compile_checks=tuple(state.compile_checks), audit=state.audit, log_check=state.log_check,
+        image=state.image, release=state.release, warnings=tuple(state.warnings), notes=tuple(state.notes),
+        tasks_ok=state.tasks_ok,
         state_dir=state_dir,
     )
 

@@ -40,6 +40,9 @@ class ReleaseEnv:
     index_url: str
     wheelhouse: str                # a folder on the operator's machine, copied to the host; "" = none
     min_free_bytes: int
+    stage: bool = False            # build and audit only: the switch is left for a later run
+    keep_envs: int = 2             # finished environments kept besides those the launch or a run needs
+    state_dir: str = ""            # where the launch files and the runs' backups are (what needs an env)
 
     @property
     def env_dir(self) -> str:
@@ -53,6 +56,7 @@ class ReleaseEnv:
         return {"version": self.version, "envs_dir": self.envs_dir, "name": self.name, "base_python": self.base_python,
                 "requirements": list(self.requirements), "expect": dict(self.expect), "index_url": self.index_url,
                 "wheelhouse": host_wheelhouse, "min_free_bytes": self.min_free_bytes,
+                "keep_envs": self.keep_envs, "state_dir": self.state_dir,
                 "source": self.wheelhouse and "wheelhouse" or self.index_url or "the host's index"}
 
 
@@ -98,6 +102,9 @@ def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
     Arg("launch_args", "list"),
     Arg("desired", doc="desired.json: other runs' launch flags are checked too"),
     Arg("min_free_gib", "number", default=20),
+    Arg("stage", "bool", default=False),
+    Arg("keep_envs", "number", default=2),
+    Arg("state_dir", doc="absolute: its launch files and runs' backups say which environments are needed"),
 ), plans=(
     "reads the release's own wheel on this machine (`sglang_wheelhouse`, else `pip download --no-deps` from "
     "`sglang_index_url` or pip's index, kept under `$GPUOPS_CACHE/releases`): a release that does not exist is "
@@ -107,7 +114,10 @@ def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
     "`apply` builds the environment `<envs_dir>/sglang-X-<digest>` on the host before anything stops "
     "(`remote/release_env.py`: disk space, `uv` or venv + pip, the release's `==` pins of sglang-kernel / "
     "sgl-kernel, flashinfer-python, flashinfer-cubin / -jit-cache and torch installed and checked, torch's CUDA "
-    "against the driver's); a refusal there changes nothing")))
+    "against the driver's) and shows the gate audit of the new tree against the running one (what the release opens "
+    "and closes on this GPU); a refusal there changes nothing. `stage`: only that, the switch is left for a later "
+    "run (status `staged`; `--check` then shows the audit too). After a build, finished environments beyond the "
+    "`keep_envs` newest are removed unless the launch files or a kept run's backups (its rollback) name them")))
 def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     from gpuops.release.flags import check_launch, release_flags
     from gpuops.release.wheel import canonical, release
@@ -129,7 +139,9 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
     name = _env_name(version, requirements, index_url, wheelhouse, str(args["base_python"]))
     expect = (("sglang", version), *sorted((canonical(k), v) for k, v in found.pins.items()))
     env = ReleaseEnv(version, envs_dir.rstrip("/"), name, str(args["base_python"]), tuple(requirements), expect,
-                     index_url, wheelhouse, int(float(args["min_free_gib"]) * 2 ** 30))
+                     index_url, wheelhouse, int(float(args["min_free_gib"]) * 2 ** 30),
+                     str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"),
+                     int(float(args["keep_envs"])), str(args.get("state_dir") or ""))
     result = {"python": env.python, "env_dir": env.env_dir, "name": name, "version": version, "renames": {},
               "pins": dict(found.pins)}
     if state.discovery:

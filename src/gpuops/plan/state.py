@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
-    from gpuops.plan.changes import AuditCheck, Change, CompileCheck
+    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, LogCheck
     from gpuops.plan.model import PlanFacts
     from gpuops.plan.roles import Role
     from gpuops.plan.templating import Templar, VarScope
@@ -37,6 +37,7 @@ class PlanState:
     notes: list[str] = field(default_factory=list)
     compile_checks: list[CompileCheck] = field(default_factory=list)
     audit: AuditCheck | None = None
+    log_check: LogCheck | None = None
     image: Any = None                   # plan.image_patch.ImageBuild: a derived image to build (docker)
     release: Any = None                 # plan.release.ReleaseEnv: an environment the host builds first
     registered: dict[str, Any] = field(default_factory=dict)

@@ -33,13 +33,11 @@ journal and the lock free: whoever takes the lock next (the relay of this call a
 next gpuops apply, rollback or history on this host) rolls that run back from its manifest first,
 and says so (`recovered`). Restoring is idempotent, so a recovery that dies is simply done again.
 
-Faults for tests come from outside this code path's inputs: signals, and a fault file the lab puts
-at ``STATE/lab-fault.json`` (``{"pause_at": PHASE, "seconds": S}``, ``{"fail_at": PHASE}``,
-``{"corrupt_patch": true}``, ``{"empty_audit": true}``), read once (renamed to
-``lab-fault.used``) and honoured only on a lab host: the session has ``GPUOPS_LAB_HOST`` and the
-state dir lies in a lab directory (``../../.gpuops-lab``). Phases: before_write, first_write,
-after_writes, compile, audit, verdict, server_stop, server_start, health, confirm,
-rollback_restore. A paused worker reports ``{"event": "paused", "phase": P}`` in its progress file.
+Faults for tests come from outside this code: signals, killed processes, and the host's hooks
+(``host_hooks.py``: a ``gpuops_host_hooks`` module on the host's python path, which the lab
+installs on its hosts, ``gpuops/lab/host_faults.py``). Phases a hook sees: before_write,
+first_write, after_writes, compile, audit, verdict, server_stop, server_start, health, confirm,
+image_build, rollback_restore.
 
 This module is the entry (modes, the worker, the relay, detaching); the rest is bundled with it
 (``bundle.py``), one concern a module: ``apply_run`` (the transaction and the apply mode),
@@ -65,34 +63,15 @@ from gpuops.remote.apply_prune import prune_calls
 from gpuops.remote.apply_recovery import recover_unfinished
 from gpuops.remote.apply_rollback import do_rollback
 from gpuops.remote.apply_run import do_apply
+from gpuops.remote.host_hooks import HostHooks, load_hooks
 
-LAB_FAULT_FILE = "lab-fault.json"
-LAB_MARKER = ".gpuops-lab"
-
-
-def lab_faults(state_dir):
-    """The lab's fault file, once; {} anywhere but on a lab host (see the module docstring)."""
-    if not os.environ.get("GPUOPS_LAB_HOST"):
-        return {}
-    if not os.path.isfile(os.path.join(state_dir, os.pardir, os.pardir, LAB_MARKER)):
-        return {}
-    path = os.path.join(state_dir, LAB_FAULT_FILE)
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            faults = json.load(handle)
-        os.rename(path, os.path.join(state_dir, "lab-fault.used"))
-    except (OSError, ValueError):
-        return {}
-    return faults if isinstance(faults, dict) else {}
-
-
-def do_recover(payload, progress, lease, faults, notes):
+def do_recover(payload, progress, lease, hooks, notes):
     """The worker that replaces one that died: worker_main has rolled its run back already."""
     return {"ok": False, "status": "rolled_back" if payload.get("for_mode") in ("apply", "rollback") else "refused",
             "error": payload.get("died"), "restored": [], "run_id": payload.get("run_id")}
 
 
-def do_journal(payload, progress, lease, faults, notes):
+def do_journal(payload, progress, lease, hooks, notes):
     return {"ok": True, "status": "journal", "records": read_journal(payload["state_dir"], notes),
             "run_id": payload.get("run_id")}
 
@@ -100,7 +79,7 @@ def do_journal(payload, progress, lease, faults, notes):
 WORK = {"apply": do_apply, "rollback": do_rollback, "journal": do_journal, "recover": do_recover}
 
 
-def worker_main(payload, call_dir, faults):
+def worker_main(payload, call_dir, hooks):
     """In the detached worker: finish dead runs, then the mode's work; the result to a file."""
     progress_path = os.path.join(call_dir, "progress.jsonl")
 
@@ -117,7 +96,7 @@ def worker_main(payload, call_dir, faults):
                                        restored)
         for line in recovered:
             progress({"event": "recovered", "note": line})
-        result = WORK[mode](payload, progress, lease, faults, notes)
+        result = WORK[mode](payload, progress, lease, hooks, notes)
         result["recovered"] = recovered
         if mode == "recover":
             result["restored"] = restored
@@ -187,7 +166,7 @@ class Relay:
             self._last_beat = time.monotonic()
 
 
-def start_worker(payload, call_dir, lock_fd, faults):
+def start_worker(payload, call_dir, lock_fd, hooks):
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
@@ -203,16 +182,16 @@ def start_worker(payload, call_dir, lock_fd, faults):
             note_lock_holder(lock_fd)  # the lock is the worker's now (same open file, inherited)
             append_line(os.path.join(call_dir, "progress.jsonl"),
                         {"event": "worker", "pid": os.getpid(), "relay": os.getppid()})
-            worker_main(payload, call_dir, faults)
+            worker_main(payload, call_dir, hooks)
         finally:
             os._exit(0)
     return pid
 
 
-def relay_call(payload, call_dir, lock_fd, faults, client_stream):
+def relay_call(payload, call_dir, lock_fd, hooks, client_stream):
     relay = Relay(call_dir)
     relay.touch_lease()
-    pid = start_worker(payload, call_dir, lock_fd, faults)
+    pid = start_worker(payload, call_dir, lock_fd, hooks)
     os.close(lock_fd)  # the worker keeps the lock until it is done, whatever happens to us
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -229,7 +208,7 @@ def relay_call(payload, call_dir, lock_fd, faults, client_stream):
     except StepFailed as exc:
         return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
     recovery = dict(payload, mode="recover", for_mode=payload.get("mode"), died=died)
-    pid = start_worker(recovery, call_dir, fd, {})
+    pid = start_worker(recovery, call_dir, fd, HostHooks())  # a recovery runs without the host's hooks
     os.close(fd)
     result = relay_until_done(relay, pid, call_dir)
     if result is not None:
@@ -277,7 +256,7 @@ def main(payload, client_stream):
         return {"ok": True, "status": "journal", "records": read_journal(state_dir, notes), "busy": True,
                 "notes": notes, "run_id": payload.get("run_id")}
     try:
-        faults = lab_faults(state_dir) if mode != "journal" else {}
+        hooks = load_hooks() if mode != "journal" else HostHooks()
         if mode == "journal" and not unfinished_runs(read_journal(state_dir)):
             notes = []
             return {"ok": True, "status": "journal", "records": read_journal(state_dir, notes), "notes": notes,
@@ -291,7 +270,7 @@ def main(payload, client_stream):
     except BaseException:
         os.close(lock_fd)
         raise
-    return relay_call(payload, call_dir, lock_fd, faults, client_stream)
+    return relay_call(payload, call_dir, lock_fd, hooks, client_stream)
 
 
 def entry():

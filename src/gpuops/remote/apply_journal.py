@@ -13,8 +13,9 @@ Stdlib only, Python 3.8+: bundled with ``apply_helper`` for the host, and import
 import json
 import os
 
+from gpuops.remote.host_protocol import TERMINAL_EVENTS  # the schema lives in host_protocol
+
 JOURNAL_FILE = "journal.jsonl"
-TERMINAL_EVENTS = ("finished", "rolled_back", "unchanged", "reverted_by_rollback")
 
 
 def read_journal(state_dir, warnings=None):

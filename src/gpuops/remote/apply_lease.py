@@ -47,9 +47,11 @@ class Lease:
             raise LeaseLapsed("%s (%s); the host was rolled back" % (why, where))
 
     def wait_message(self, key, where):
-        """The next message from gpuops that carries ``key``; the lease is checked meanwhile."""
+        """The next message from gpuops that carries ``key``; the lease is checked meanwhile.
+
+        The inbox is read before the lease is judged: a commit gpuops sent is its confirmation even
+        when the channel closed right after it (or gpuops then went quiet), so it is never thrown away."""
         while True:
-            self.check(where)
             complete, self._inbox_offset = read_complete_lines(self.inbox, self._inbox_offset)
             for line in complete.splitlines():
                 try:
@@ -58,6 +60,7 @@ class Lease:
                     continue
                 if isinstance(message, dict) and key in message:
                     return message
+            self.check(where)
             time.sleep(POLL_S)
 
 

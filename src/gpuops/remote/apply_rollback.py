@@ -88,7 +88,7 @@ def check_drift(manifest, target, force, later_dir):
     return kept
 
 
-def do_rollback(payload, progress, lease, faults, notes):
+def do_rollback(payload, progress, lease, hooks, notes):
     """Undo a run from its backups, as a run of its own (backed up and journaled too)."""
     state_dir = payload["state_dir"]
     records = read_journal(state_dir, notes)
@@ -99,15 +99,10 @@ def do_rollback(payload, progress, lease, faults, notes):
             raise
         # The client may undo it by recomposition (apply/recompose.py): it gets the journal as read
         # here, after dead runs were rolled back, so it needs no second read. Nothing was changed;
-        # a lab fault is put back for the call that changes something (the recomposition's).
-        if faults:
-            used = os.path.join(state_dir, "lab-fault.used")
-            if os.path.isfile(used):
-                os.rename(used, os.path.join(state_dir, "lab-fault.json"))
         return {"ok": False, "status": "later_runs_stand", "error": str(exc), "records": records,
                 "run_id": payload.get("run_id")}
     manifest = load_manifest(state_dir, target)
-    run = Run(payload, progress, lease, faults)
+    run = Run(payload, progress, lease, hooks)
     run.service = Service(manifest.get("service"), run.pm, progress)
     kept = check_drift(manifest, target, payload.get("force"),
                        os.path.join(state_dir, "runs", target["run_id"], "files"))

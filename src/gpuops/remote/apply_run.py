@@ -11,10 +11,9 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
 from gpuops.remote.apply_commands import run_polled
-from gpuops.remote.apply_common import POLL_S, StepFailed, now
+from gpuops.remote.apply_common import StepFailed, now
 from gpuops.remote.apply_fileops import (append_line, atomic_write, dir_records, fsync_dir, missing_dirs,
                                         recreate_dirs, remove_created_dirs)
 from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
@@ -25,6 +24,7 @@ from gpuops.remote import process_manager
 from gpuops.remote.apply_service import Service, backend_call, previous_service
 from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
+from gpuops.remote.host_hooks import HostHooks
 
 
 # How restore() words a failure of the server alone (the files are back): recovery closes such a run.
@@ -32,14 +32,14 @@ SERVER_PROBLEM = "restarting the previous server"
 
 
 class Run:
-    def __init__(self, payload, progress, lease, faults=None):
+    def __init__(self, payload, progress, lease, hooks=None):
         self.payload = payload
         self.state_dir = payload["state_dir"]
         self.run_id = payload["run_id"]
         self.run_dir = os.path.join(self.state_dir, "runs", self.run_id)
         self.progress = progress
         self.lease = lease
-        self.faults = faults or {}
+        self.hooks = hooks if hooks is not None else HostHooks()  # what the host installed (host_hooks.py)
         self.journal = os.path.join(self.state_dir, JOURNAL_FILE)
         self.meta = payload.get("meta", {})
         self.pm = process_manager  # bundled with the helper (remote/bundle.py), like every host module
@@ -55,15 +55,9 @@ class Run:
         self.progress({"event": event, "run_id": self.run_id})
 
     def phase(self, name):
-        """A named point of the run: the lease is checked; the lab may pause or fail here."""
+        """A named point of the run: the host's hooks may act here, then the lease is checked."""
         self.progress({"event": "phase", "phase": name})
-        if self.faults.get("pause_at") == name:
-            self.progress({"event": "paused", "phase": name})
-            until = time.monotonic() + float(self.faults.get("seconds", 5))
-            while time.monotonic() < until and not self.lease.lapsed():
-                time.sleep(POLL_S)
-        if self.faults.get("fail_at") == name:
-            raise StepFailed("injected fault at %s (lab fault file)" % name)
+        self.hooks.at_phase(self, name)
         self.lease.check("at " + name)
 
     # -- backups
@@ -146,9 +140,7 @@ class Run:
                 self.progress({"event": "wrote", "path": change["path"]})
                 continue
             mode = int(change["mode"], 8) if change.get("mode") else None
-            data = base64.b64decode(change["after_b64"])
-            if self.faults.get("corrupt_patch") and change["path"].endswith(".py"):
-                data += b"\n)(  # gpuops lab fault: does not compile\n"
+            data = self.hooks.written_data(self, change["path"], base64.b64decode(change["after_b64"]))
             parent = os.path.dirname(change["path"])
             if parent and not os.path.isdir(parent):
                 os.makedirs(parent, mode=0o755)  # named in the manifest's created_dirs: the undo removes them
@@ -199,8 +191,7 @@ class Run:
             status, out, err = run_polled(["/bin/sh", script], self.lease, "the gate re-audit", self.run_dir)
         except OSError as exc:
             raise StepFailed("the gate re-audit could not run: %s" % exc)
-        if self.faults.get("empty_audit"):
-            out = b""
+        out = self.hooks.audit_output(self, out)
         return {"stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")[-2000:],
                 "exit_status": status}
 
@@ -268,9 +259,7 @@ class Run:
             except OSError as exc:
                 problems.append("%s: %s" % (path, exc))
         self.drop_dirs(created)  # once every file is gone: a parent named by one entry may hold another's
-        if self.faults.get("pause_at") == "rollback_restore":
-            self.progress({"event": "paused", "phase": "rollback_restore"})
-            time.sleep(float(self.faults.get("seconds", 5)))
+        self.hooks.at_phase(self, "rollback_restore")
         service_note = "server left as it was"
         if self.server_touched and manifest.get("service"):
             service = Service(previous_service(manifest.get("service")), self.pm, self.progress)
@@ -314,9 +303,17 @@ def guarded(run, manifest, step):
     try:
         return step()
     except StepFailed as exc:
-        return run.rollback(manifest, str(exc), exc.log_tail)
+        return answered(run, run.rollback(manifest, str(exc), exc.log_tail))
     except Exception as exc:  # a bug or an OS error: still put the host back
-        return run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc))
+        return answered(run, run.rollback(manifest, "%s: %s" % (type(exc).__name__, exc)))
+
+
+def answered(run, result):
+    """Tell gpuops how the run ended once the journal says so (the result line follows; this one
+    is short, so it is the part most likely to get through a failing channel)."""
+    if result.get("status") == "rolled_back":
+        run.progress({"event": "rolled_back", "run_id": run.run_id, "why": result.get("error")})
+    return result
 
 
 def server_running(run):
@@ -328,8 +325,8 @@ def server_running(run):
         return False
 
 
-def do_apply(payload, progress, lease, faults, notes):
-    run = Run(payload, progress, lease, faults)
+def do_apply(payload, progress, lease, hooks, notes):
+    run = Run(payload, progress, lease, hooks)
     changes = payload.get("changes", [])
     marks, kept = {}, []
     if payload.get("recompose"):  # the undo of an older run by recomposition (remote/recompose.py)
@@ -367,11 +364,14 @@ def do_apply(payload, progress, lease, faults, notes):
                 raise StepFailed(verdict_reason or "the gate re-audit did not show the feature open")
         pid = run.run_handlers()
         run.phase("confirm")
-        progress({"event": "verified", "pid": pid})
+        # The server's log since its start, when gpuops judges a feature by it (pcie-allreduce).
+        log = {"log": run.service.log_tail(400)} if payload.get("read_log") and pid is not None else {}
+        progress(dict({"event": "verified", "pid": pid}, **log))
         answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event("finished", pid=pid, **run.dirs_note())
+        progress({"event": "committed", "run_id": run.run_id})  # the host's answer, journaled first
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named
         return dict({"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,

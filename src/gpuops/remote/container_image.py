@@ -61,12 +61,13 @@ def docker(argv, check, work_dir, stdin_data=None, timeout=_DOCKER_TIMEOUT_S):
 class ImageBuilder:
     """Builds and checks one derived image (``spec``: the payload's ``image``)."""
 
-    def __init__(self, spec, check, work_dir, corrupt=False):
+    def __init__(self, spec, check, work_dir, written=None):
         self.spec = spec
         self.tag = spec["tag"]
         self.check = check
         self.work_dir = work_dir
-        self.corrupt = corrupt  # lab fault ``corrupt_patch``: the image's files do not compile
+        # (path, bytes) -> the bytes to put in the image: the host's hooks (host_hooks.py) may see them
+        self.written = written if written is not None else (lambda path, data: data)
 
     def run(self, *argv, **kwargs):
         return docker(list(argv), self.check, self.work_dir, **kwargs)
@@ -136,9 +137,7 @@ class ImageBuilder:
                 "%s in image %s is not what gpuops planned from (sha256 %s, plan saw %s: the container's copy "
                 "differs from its image, or the image changed); nothing was changed, run gpuops apply again"
                 % (path, self.spec["base"][:19], digest[:12], (entry.get("before_sha256") or "absent")[:12]))
-        new = base64.b64decode(entry["after_b64"])
-        if self.corrupt:
-            new += b"\n)(  # gpuops lab fault: does not compile\n"
+        new = self.written(path, base64.b64decode(entry["after_b64"]))
         info = tarfile.TarInfo(path.lstrip("/"))
         info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
         info.uname, info.gname = member.uname, member.gname
@@ -177,7 +176,7 @@ def build_for_run(run):
         return None
     run.phase("image_build")
     builder = ImageBuilder(spec, lambda: run.lease.check("while building image %s" % spec["tag"]), run.run_dir,
-                           corrupt=bool((getattr(run, "faults", None) or {}).get("corrupt_patch")))
+                           written=lambda path, data: run.hooks.written_data(run, path, data))
     started = time.monotonic()
     if builder.build():
         run.built_image = spec["tag"]

@@ -14,7 +14,10 @@ the release names installed at exactly its version; torch's CUDA no newer than t
 (``nvidia-smi``'s "CUDA Version").
 
 Payload: ``envs_dir``, ``name``, ``base_python``, ``requirements``, ``expect`` ({dist: version}),
-``index_url``, ``wheelhouse`` (a host path), ``min_free_bytes``. Prints one JSON object.
+``index_url``, ``wheelhouse`` (a host path), ``min_free_bytes``, ``keep_envs`` and ``state_dir`` (after a
+build, finished environments beyond the ``keep_envs`` newest are removed unless the launch files or
+a kept run's backups name them: the server's, and every rollback's, stay); ``find_only`` (``--check``): only
+whether a finished environment is there (and checked), nothing built. Prints one JSON object.
 """
 
 import fcntl
@@ -171,7 +174,75 @@ def _finished(env):
         return None
 
 
+def _small_text(path, limit=1 << 20):
+    try:
+        if os.path.getsize(path) > limit:
+            return ""
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _texts_runs_need(state_dir):
+    """The launch files now, and every backup a kept run would restore: an environment one of them
+    names is needed (by the server, or by a rollback), whatever its age."""
+    texts = []
+    runs = os.path.join(state_dir, "runs")
+    for run in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        try:
+            with open(os.path.join(runs, run, "manifest.json")) as handle:
+                manifest = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        for entry in manifest.get("files") or []:
+            if isinstance(entry, dict):
+                for key in ("backup", "path"):
+                    if isinstance(entry.get(key), str):
+                        texts.append(_small_text(entry[key]))
+    for name in ("desired.json", "sglang-launch.sh"):
+        texts.append(_small_text(os.path.join(state_dir, name)))
+    return texts
+
+
+def prune(envs_dir, keep, state_dir, current):
+    """Finished environments beyond the ``keep`` newest that nothing needs: removed (marker first,
+    so a removal cut short is an unfinished build, never a finished environment with holes)."""
+    if keep is None or not state_dir:
+        return []
+    texts = _texts_runs_need(state_dir)
+    candidates = []
+    for name in sorted(os.listdir(envs_dir)):
+        path = os.path.join(envs_dir, name)
+        record = _finished(path) if _NAME.match(name) else None
+        if record is None or path == current:
+            continue
+        if any(path + "/" in text for text in texts):
+            continue  # the launch, or a run's backup (its rollback), names it
+        candidates.append((str(record.get("created") or ""), path))
+    candidates.sort(reverse=True)
+    removed = []
+    for _, path in candidates[int(keep):]:
+        try:
+            os.unlink(os.path.join(path, MARKER))
+            shutil.rmtree(path)
+            removed.append(path)
+        except OSError:
+            pass  # left for the next prune
+    return removed
+
+
 def build(payload):
+    out = _build_or_find(payload)
+    if out.get("ok") and not payload.get("find_only") and out.get("env_dir"):
+        with open(os.path.join(payload["envs_dir"], ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            out["pruned"] = prune(payload["envs_dir"], payload.get("keep_envs"), payload.get("state_dir"),
+                                  out["env_dir"])
+    return out
+
+
+def _build_or_find(payload):
     envs_dir, name = payload["envs_dir"], payload["name"]
     if not os.path.isabs(envs_dir) or not _NAME.match(name):
         raise Refused("input", "bad environment %r under %r" % (name, envs_dir))
@@ -179,6 +250,13 @@ def build(payload):
     need = int(payload.get("min_free_bytes") or 0)
     free = _free_bytes(envs_dir)
     record = _finished(env)
+    if payload.get("find_only"):  # --check: say whether it is there, build nothing
+        if record is None:
+            return {"ok": True, "found": False, "env_dir": env}
+        versions, torch_cuda, driver = _verify(env, payload)
+        return {"ok": True, "found": True, "env_dir": env, "python": os.path.join(env, "bin", "python"),
+                "reused": True, "installed": versions, "torch_cuda": torch_cuda, "driver_cuda": driver,
+                "tool": record.get("tool")}
     if record is None and free < need:
         raise Refused("disk", "%s has %.1f GiB free; the new environment needs %.1f GiB (gpuops_release_min_free_gib)"
                       % (envs_dir, free / 2.0 ** 30, need / 2.0 ** 30))

@@ -19,27 +19,90 @@ from gpuops.remote.scan_vocabulary import PRED_NAME_RE, has_token
 
 _IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
 
-EXIT_VALUES: tuple[object, ...] = (None, False, 0, "", (), [], {})
-
 _NOTE_CALL_RE = re.compile(r"(log|warn|print|debug|info|error)", re.I)
 
 
-def is_guard_body(body):
-    """Does this if-body only refuse (raise, or return nothing/False after at most some logging)?
-    A body that does the work and then returns is a branch, not a guard."""
-    if not body or not is_denying_exit(body[-1]):
-        return False
-    if isinstance(body[-1], ast.Raise):
+# Names of a function's accumulators of reasons it refuses (`errors.append(...)`, then raised or
+# returned) and of the variables a refusal's message is kept in (`disable_reason = "..."`).
+_REFUSAL_NAME_RE = re.compile(r"(^|_)(errors?|reasons?|problems?|issues?|unsupported|failures?|why|msg|message)$", re.I)
+# A message is prose: a string with a space in it. `return "mnnvl"` selects a backend, it refuses nothing.
+_PROSE_RE = re.compile(r"\w\s+\w")
+# ... and a refusal says so: "device is not SM120", "requires Hopper" ("sm120 kernel" is a value).
+_REFUSAL_WORD_RE = re.compile(r"\b(not|only|requires?|required|needs?|unsupported|cannot|can't|must|disabled?|"
+                              r"unavailable|incompatible|lacks?|no)\b", re.I)
+
+
+def rejection_shape(body, stmt=None, follows=False, fn_name=""):
+    """The way this if-body refuses the path it guards, by name (the catalogue of effect shapes in
+    gates/README.md), or None when the body is the work itself (a branch):
+
+    - ``raise``: ends in a raise;
+    - ``exit``: returns nothing, False, None, 0 or an empty literal (or ``continue``);
+    - ``error_string``: returns a message (prose) that the caller turns into a fallback;
+    - ``reason``: keeps a message in a refusal variable (``disable_reason = "..."``);
+    - ``accumulate``: appends to an error accumulator (``errors.append(...)``);
+    - ``fallback``: ``if not <GPU test>: return <value>`` with the work following the if: an early
+      return of what the GPU gets instead (``return AttnMethod.MHA_CHUNKED_KV``);
+    - ``restrict``: only asserts (``if is_blackwell(): assert backend in (...)``): what the GPU it
+      names may use is restricted, so that GPU does not get the path freely.
+
+    Only logging may come before the refusal. ``stmt`` is the ``if`` (its test decides ``fallback``),
+    ``follows`` whether statements follow it in its block, ``fn_name`` the function's name (a
+    ``*_reason`` function's strings are its refusals)."""
+    if not body:
+        return None
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return "raise"  # whatever it did before, the path ends here
+    if all(isinstance(s, ast.Assert) or _is_note(s) for s in body) and any(isinstance(s, ast.Assert) for s in body):
+        return "restrict"
+    if not all(_is_note(s) for s in body[:-1]):
+        return None
+    if is_denying_exit(last):
+        return "exit"
+    if isinstance(last, ast.Return) and _is_prose(last.value) and (
+            _REFUSAL_WORD_RE.search(string_of(last.value) or "") or _REFUSAL_NAME_RE.search(fn_name or "")):
+        return "error_string"
+    if isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple) and last.value.elts \
+            and literal(last.value.elts[0]) in (False, None) and any(_is_prose(e) for e in last.value.elts[1:]):
+        return "exit"  # `return False, "needs SM100"`: the refusal and its reason
+    if isinstance(last, (ast.Assign, ast.AnnAssign)) and last.value is not None and _is_prose(last.value):
+        targets = last.targets if isinstance(last, ast.Assign) else [last.target]
+        if all(_REFUSAL_NAME_RE.search(last_name(t) or "") for t in targets if isinstance(t, (ast.Name, ast.Attribute))):
+            return "reason"
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and isinstance(last.value.func, ast.Attribute) \
+            and last.value.func.attr in ("append", "add", "extend") \
+            and _REFUSAL_NAME_RE.search(last_name(last.value.func.value) or ""):
+        return "accumulate"
+    if isinstance(last, ast.Return) and last.value is not None and follows and isinstance(stmt, ast.If) \
+            and not stmt.orelse and _negated(stmt.test) and len(body) <= 3:
+        return "fallback"
+    return None
+
+
+def _is_note(stmt):
+    """Logging, a docstring or ``pass``: what may come before a refusal."""
+    if isinstance(stmt, ast.Pass):
         return True
-    for stmt in body[:-1]:
-        if isinstance(stmt, ast.Pass):
-            continue
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _NOTE_CALL_RE.search(dotted(stmt.value.func) or ""):
-            continue
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
-            continue
-        return False
-    return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _NOTE_CALL_RE.search(dotted(stmt.value.func) or ""):
+        return True
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+
+
+def _is_prose(node):
+    text = string_of(node) if node is not None else None
+    return bool(text) and bool(_PROSE_RE.search(text))
+
+
+def _negated(test):
+    """Is the test written as "not this GPU" (``not is_sm100()``, ``cap != (9, 0)``, ``major not in ...``)?"""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.NotIn)):
+        return True
+    if isinstance(test, ast.BoolOp):
+        return all(_negated(v) for v in test.values)
+    return False
 
 
 def is_denying_exit(stmt):
@@ -155,19 +218,29 @@ class GateWalker(object):
     def walk_body(self, body, fn, within):
         line0 = self.locator.line0
         source = self.info.source
-        for stmt in body:
+        for index, stmt in enumerate(body):
             first = stmt.lineno + line0
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.decorator_list:
                 first = min(first, stmt.decorator_list[0].lineno + line0)
             last = (getattr(stmt, "end_lineno", None) or stmt.lineno) + line0
             if not source.mentions_words(first, last) and not (fn.words and fn.mentions(source, first, last)):
                 continue  # nothing a gate is made of is written in this statement
-            self.walk_stmt(stmt, fn, within)
+            self.walk_stmt(stmt, fn, within, follows=index + 1 < len(body))
 
     def scope(self, fn):
         return Scope(self.scanner, self.info, self.locator, fn.local_aliases, fn.cc_vars, fn)
 
-    def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope):
+    def chain_head(self, stmt):
+        """The line of the first ``if`` of the if/elif chain ``stmt`` belongs to (the branches of
+        one dispatch), or None when it has no elif and is no elif."""
+        head = getattr(stmt, "_gpuops_chain", None)
+        if head is None and len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If):
+            head = stmt.lineno + self.locator.line0
+        if head is not None and len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If):
+            stmt.orelse[0]._gpuops_chain = head  # set before the orelse is walked
+        return head
+
+    def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope, chain=None):
         line = tree["span"][0]
         end = max(tree["span"][2], line)
         stmt_line = stmt.lineno + self.locator.line0
@@ -199,6 +272,8 @@ class GateWalker(object):
             "doc": fn.doc,
             "excerpt": self.locator.excerpt(min(stmt_line, line), max(excerpt_end, line)),
         })
+        if chain is not None:
+            self.found[-1]["chain"] = chain
         for nested_node, nested_tree in self.drain_nested(scope):
             self.emit(stmt, nested_node, nested_tree, fn, within, "expr", 1, {}, scope)
 
@@ -218,7 +293,7 @@ class GateWalker(object):
         found = bool_roots(node, scope)
         return found, scope
 
-    def walk_stmt(self, stmt, fn, within):
+    def walk_stmt(self, stmt, fn, within, follows=False):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined = self.info.predicates.get(stmt.name) or {}
             if stmt.name in self.info.helpers or (PRED_NAME_RE.match(stmt.name) and defined and (
@@ -238,14 +313,18 @@ class GateWalker(object):
             self.walk_body(stmt.body, FunctionContext(qual, docstring_line(stmt), {}, {}), [])
             return
         if isinstance(stmt, (ast.If, ast.While)):
+            chain = self.chain_head(stmt) if isinstance(stmt, ast.If) else None
             found, scope = self.roots(stmt.test, fn)
             test_is_root = any(n is stmt.test for n, _ in found)
             for node, tree in found:
                 if node is stmt.test:
-                    deny = isinstance(stmt, ast.If) and is_guard_body(stmt.body)
-                    kind = "guard" if deny else ("if" if isinstance(stmt, ast.If) else "while")
-                    self.emit(stmt, node, tree, fn, within, kind, -1 if deny else 1,
-                              body_effect(stmt.body, self.locator), scope)
+                    shape = rejection_shape(stmt.body, stmt, follows, fn.qual.split(".")[-1]) if isinstance(stmt, ast.If) else None
+                    kind = "guard" if shape else ("if" if isinstance(stmt, ast.If) else "while")
+                    effect = body_effect(stmt.body, self.locator)
+                    if shape:
+                        effect["shape"] = shape  # how the body refuses: gates/README.md's catalogue
+                    self.emit(stmt, node, tree, fn, within, kind, -1 if shape else 1, effect, scope,
+                              chain=chain)
                 else:
                     self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
             if not test_is_root:

@@ -1,6 +1,7 @@
 """The correctness smoke check's prompts, sent on the host through the one server client
 (``sglang_server``: the server's own ``--api-key`` read from its command line). Stdlib only,
-Python 3.8+; shipped on stdin by ``apply/smoke.py`` with ``{"port", "max_tokens", "prompts"}``.
+Python 3.8+; shipped on stdin by ``apply/smoke.py`` with ``{"port", "max_tokens", "prompts", "timeout"}`` (one
+prompt's time limit, ``gpuops_smoke_timeout``).
 
 Prints one JSON line: ``{"outputs": [...]}`` or ``{"error": "..."}``.
 """
@@ -13,12 +14,13 @@ from gpuops.remote.sglang_server import ServerClient, ServerError, find_server_p
 
 def run(payload):
     url = "http://127.0.0.1:%d" % int(payload["port"])
-    client = ServerClient.for_process(url, find_server_pid(url), timeout=60.0)
+    timeout = float(payload.get("timeout") or 600.0)
+    client = ServerClient.for_process(url, find_server_pid(url), timeout=timeout)
     out = []
     try:
         for prompt in payload["prompts"]:
             body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": int(payload["max_tokens"])}}
-            out.append(client.get_json("/generate", body, timeout=60.0).get("text"))
+            out.append(client.get_json("/generate", body, timeout=timeout).get("text"))
     except ServerError as exc:
         return {"error": "ServerError: %s" % exc}
     return {"outputs": out}

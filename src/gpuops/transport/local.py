@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpuops.errors import TransportError
 from gpuops.transport.base import ExecResult
+from gpuops.transport.limits import OutputOverLimit, run_bounded
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -19,18 +20,14 @@ class LocalConnection:
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         try:
-            proc = subprocess.run(
-                ["/bin/sh", "-c", command],
-                input=stdin,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
-            )
+            stdout, stderr, returncode = run_bounded(["/bin/sh", "-c", command], stdin, timeout)
         except subprocess.TimeoutExpired as exc:
             raise TransportError(self.host.name, f"command timed out after {timeout:.0f} s") from exc
+        except OutputOverLimit as exc:
+            raise TransportError(self.host.name, f"{exc} from one command: stopped") from exc
         except OSError as exc:
             raise TransportError(self.host.name, f"cannot run /bin/sh: {exc}") from exc
-        return ExecResult(proc.stdout, proc.stderr, proc.returncode)
+        return ExecResult(stdout, stderr, returncode)
 
     def open_stream(self, command: str) -> Stream:
         from gpuops.transport.stream import ProcessStream

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
+from gpuops.transport.limits import OutputOverLimit, run_bounded
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -114,17 +115,21 @@ class OpenSSHConnection:
         timeout = timeout if timeout is not None else self.options.command_timeout
         argv = [self._ssh, *self._argv, "--", self._target(), command]
         try:
-            done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
+            stdout, stderr, returncode = run_bounded(argv, stdin, timeout)
         except subprocess.TimeoutExpired as exc:
             raise TransportError(self.host.name, f"remote command timed out after {timeout:.0f} s") from exc
+        except OutputOverLimit as exc:
+            raise TransportError(self.host.name, f"{exc} from one command: stopped (gpuops reads no more from a host)") from exc
         except OSError as exc:
             raise TransportError(self.host.name, f"cannot run ssh: {exc.strerror}") from exc
-        if done.returncode == 255:
-            lines = [line.strip() for line in done.stderr.decode("utf-8", errors="replace").splitlines() if line.strip()]
+        if returncode == 255:
+            # ssh's own status for any failure of its own (a refused connection, an unknown option,
+            # a host name it rejects): never the host's answer. gpuops' remote programs do not exit 255.
+            lines = [line.strip() for line in stderr.decode("utf-8", errors="replace").splitlines() if line.strip()]
             failure = next((line for line in lines if _SSH_FAILURE.search(line)), None)
-            if failure is not None or (not done.stdout and lines and lines[-1].startswith("ssh:")):
-                raise TransportError(self.host.name, _explain(failure or lines[-1], self._target()))
-        return ExecResult(done.stdout, done.stderr, done.returncode)
+            raise TransportError(self.host.name, _explain(failure or (lines[-1] if lines else "ssh exited with status 255"),
+                                                          self._target()))
+        return ExecResult(stdout, stderr, returncode)
 
     def open_stream(self, command: str) -> Stream:
         """One ssh whose stdin/stdout stay open while the command runs (over the shared master)."""

@@ -27,6 +27,10 @@ from gpuops.transport.algorithms import AlgorithmError
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.connvars import SSHSettings, ssh_settings
 from gpuops.transport.known_hosts import HostKeyRefused
+from gpuops.transport.limits import BoundedBuffer, OutputOverLimit
+from gpuops.transport.verbose import quiet_paramiko
+
+quiet_paramiko()  # paramiko's own log lines only with -v (transport/verbose.py)
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -173,7 +177,9 @@ class SSHConnection:
                 f"timed out connecting to {conn.host}:{conn.port}{via} after {timeout:.0f} s",
             ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {exc}") from exc
+            # EOFError says nothing by itself: the host closed the connection
+            why = str(exc) or ("the host closed the connection" if isinstance(exc, EOFError) else type(exc).__name__)
+            raise TransportError(host.name, f"ssh to {conn.host}:{conn.port}{via} failed: {why}") from exc
         if kex_done:  # the target's own key exchange ends last (jump hosts connect before it)
             timings.record("connect", started, kex_done[-1], host.name)
             timings.record("auth", kex_done[-1], time.monotonic(), host.name)
@@ -234,7 +240,7 @@ class SSHConnection:
             except (OSError, EOFError):
                 pass  # the remote side closed its stdin early; its exit status says why
 
-        stderr_chunks: list[bytes] = []
+        stderr_chunks = BoundedBuffer()
 
         def drain_stderr() -> None:
             try:
@@ -242,7 +248,9 @@ class SSHConnection:
                     chunk = channel.recv_stderr(65536)
                     if not chunk:
                         return
-                    stderr_chunks.append(chunk)
+                    if not stderr_chunks.add(chunk):
+                        channel.close()  # over the limit: stop the command (the stdout loop ends too)
+                        return
             except (OSError, EOFError):
                 return
 
@@ -250,25 +258,30 @@ class SSHConnection:
         errs = threading.Thread(target=drain_stderr, daemon=True)
         feeder.start()
         errs.start()
-        stdout_chunks: list[bytes] = []
+        stdout_chunks = BoundedBuffer()
         try:
             while True:
                 chunk = channel.recv(65536)
-                if not chunk:
+                if not chunk or not stdout_chunks.add(chunk):
                     break
-                stdout_chunks.append(chunk)
+            if stdout_chunks.over:
+                channel.close()  # stop the command: gpuops reads no more from this host
             errs.join(timeout)
+            if stdout_chunks.over or stderr_chunks.over:
+                raise OutputOverLimit(stdout_chunks.limit)
             status = channel.recv_exit_status()
         except (socket.timeout, TimeoutError) as exc:
             channel.close()
             raise TransportError(self.host.name, f"remote command timed out after {timeout:.0f} s") from exc
+        except OutputOverLimit as exc:
+            raise TransportError(self.host.name, f"{exc} from one command: stopped (gpuops reads no more from a host)") from exc
         except (OSError, EOFError) as exc:
             raise TransportError(self.host.name, f"connection lost: {exc}") from exc
         finally:
             feeder.join(1)
         if status == -1:
             raise TransportError(self.host.name, "connection lost before the remote command finished")
-        return ExecResult(b"".join(stdout_chunks), b"".join(stderr_chunks), status)
+        return ExecResult(stdout_chunks.value(), stderr_chunks.value(), status)
 
     def open_stream(self, command: str) -> Stream:
         """A new channel on the connection the gather already opened (no second handshake)."""

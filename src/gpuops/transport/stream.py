@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuops.errors import TransportError
+from gpuops.transport.limits import STREAM_LINE_LIMIT, STREAM_STDERR_LIMIT, over_message
 
 
 class Stream:
@@ -26,6 +27,7 @@ class Stream:
     def __init__(self) -> None:
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._stderr: list[bytes] = []
+        self._stderr_size = 0
         self._send_lock = threading.Lock()
         self._closed = False
 
@@ -48,6 +50,10 @@ class Stream:
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
                     self._lines.put(line + b"\n")
+                if len(pending) > STREAM_LINE_LIMIT:  # a line without end: the host is not speaking the protocol
+                    self._stderr_add(f"gpuops: a line from the host was {over_message(STREAM_LINE_LIMIT)}\n".encode())
+                    pending = b""
+                    break
         except (OSError, EOFError, ValueError):
             pass
         if pending:
@@ -60,9 +66,19 @@ class Stream:
                 chunk = read()
                 if not chunk:
                     return
-                self._stderr.append(chunk)
+                self._stderr_add(chunk)
         except (OSError, EOFError, ValueError):
             return
+
+    def _stderr_add(self, chunk: bytes) -> None:
+        """Keep the stderr's last STREAM_STDERR_LIMIT bytes (its tail says why a command failed)."""
+        self._stderr.append(chunk)
+        self._stderr_size += len(chunk)
+        while self._stderr_size > STREAM_STDERR_LIMIT and len(self._stderr) > 1:
+            self._stderr_size -= len(self._stderr.pop(0))
+        if self._stderr_size > STREAM_STDERR_LIMIT:
+            self._stderr[0] = self._stderr[0][-STREAM_STDERR_LIMIT:]
+            self._stderr_size = len(self._stderr[0])
 
     # the interface
     def send(self, data: bytes) -> bool:

@@ -5,7 +5,10 @@
     -vvv   + the raw output of each command (stdout and stderr, secrets of the host's vars masked)
 
 Records go through the ``gpuops.transport`` logger; ``configure(verbosity)`` attaches the stderr
-handler once per command line.
+handler once per command line. paramiko's own logger goes the same way: shown from -v on (its
+warnings and errors; everything at -vvv), never otherwise. Without that, Python's last-resort
+handler printed paramiko's traceback for a host that resets the connection during the banner, above
+gpuops' one line about that host.
 """
 
 from __future__ import annotations
@@ -21,21 +24,33 @@ if TYPE_CHECKING:
     from gpuops.transport.stream import Stream
 
 LOGGER = logging.getLogger("gpuops.transport")
+PARAMIKO = logging.getLogger("paramiko")
 COMMANDS, TIMINGS, RAW = logging.INFO, 15, logging.DEBUG
 _RAW_LIMIT = 100_000  # characters of each stream shown at -vvv
 _COMMAND_LIMIT = 400
 
 
+def quiet_paramiko() -> None:
+    """paramiko's records go nowhere unless -v routed them (a NullHandler keeps Python's last-resort
+    handler, which prints a traceback to stderr, from ever taking them)."""
+    if not PARAMIKO.handlers:
+        PARAMIKO.addHandler(logging.NullHandler())
+    PARAMIKO.propagate = False
+
+
 def configure(verbosity: int) -> None:
+    quiet_paramiko()
     if verbosity <= 0:
         return
     level = {1: COMMANDS, 2: TIMINGS}.get(verbosity, RAW)
     LOGGER.setLevel(level)
-    if not any(getattr(h, "gpuops_verbose", False) for h in LOGGER.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler.gpuops_verbose = True  # type: ignore[attr-defined]
-        LOGGER.addHandler(handler)
+    PARAMIKO.setLevel(logging.DEBUG if verbosity >= 3 else logging.WARNING)
+    for logger, shape in ((LOGGER, "%(message)s"), (PARAMIKO, "%(name)s: %(message)s")):
+        if not any(getattr(h, "gpuops_verbose", False) for h in logger.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter(shape))
+            handler.gpuops_verbose = True  # type: ignore[attr-defined]
+            logger.addHandler(handler)
     LOGGER.propagate = False
 
 

@@ -1,0 +1,239 @@
+"""`gpuops advise`: for one host, the ranked ways to cut its all-reduce cost, each with its
+evidence and the exact command, and why the others do not apply (pure: inspect's JSON of the
+host and the results it has stored in, a document out; schema in docs/advise-json.md).
+
+The ways known: SGLang's PCIe IPC all-reduce (role ``pcie-allreduce``; where it fits is
+``pcie_ipc.fit``) and FlashInfer's all-reduce + RMSNorm fusion on SM120 (role ``fusion-sm120``,
+judged by the gate audit and the kernel library's own reads: ``features`` of ``inspect host
+--json``). Evidence is measured on this host when ``gpuops bench`` stored an all-reduce result for
+it, else the published figure with its source, marked ``published``; an estimate per forward pass
+says what it multiplies.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gpuops import pcie_ipc
+
+SCHEMA = 1
+
+# Measured by gpuops on real GPUs, kept in the repo (README "Two GPUs, NVLink"): 2x H200 (SM90)
+# over NVLink, TP 2, hidden 7168 bf16, one token in a CUDA graph.
+FUSION_MEASURED = ("benchmarks/results/h200-x2/ (2x H200 over NVLink, TP 2; not this host's hardware)",
+                   5.13, 10.64)   # fused us, NCCL all-reduce then add+RMSNorm us
+
+
+class Status(enum.Enum):
+    APPLY = "apply"            # fits now: the command applies it
+    UPGRADE = "upgrade"        # fits after the named upgrade
+    IN_EFFECT = "in_effect"    # already runs
+    NOT_FOR_HOST = "not_for_host"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    basis: str                 # "measured" (this host, gpuops bench) | "published" | "measured elsewhere"
+    text: str
+    source: str
+    saving_ms_per_pass: float | None = None   # the estimate the ranking uses
+
+
+@dataclass(frozen=True)
+class Way:
+    feature: str
+    title: str
+    status: Status
+    why: str
+    commands: tuple[str, ...] = ()
+    evidence: Evidence | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        ev = self.evidence
+        return {"feature": self.feature, "title": self.title, "status": self.status.value, "why": self.why,
+                "commands": list(self.commands),
+                "evidence": None if ev is None else {"basis": ev.basis, "text": ev.text, "source": ev.source,
+                                                     "saving_ms_per_pass": ev.saving_ms_per_pass}}
+
+
+@dataclass(frozen=True)
+class HostAdvice:
+    host: str
+    ranked: tuple[Way, ...]          # what to do, best first
+    others: tuple[Way, ...] = ()     # in effect already, or not for this host (with why)
+    allreduces_per_pass: int | None = None
+    allreduces_from: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "error": None, "allreduces_per_pass": self.allreduces_per_pass,
+                "allreduces_from": self.allreduces_from, "ranked": [w.to_json() for w in self.ranked],
+                "others": [w.to_json() for w in self.others], "notes": list(self.notes)}
+
+
+def _allreduces(model: Mapping[str, Any]) -> tuple[int | None, str]:
+    layers = model.get("num_hidden_layers") if isinstance(model, Mapping) else None
+    if isinstance(layers, int) and layers > 0:
+        return 2 * layers, f"2 x num_hidden_layers ({layers}) of the served model's config.json"
+    return None, "the served model's config.json was not read"
+
+
+def _launch_args(server: Mapping[str, Any]) -> list[str]:
+    argv = [str(a) for a in server.get("argv") or []]
+    if "sglang.launch_server" in argv:
+        return argv[argv.index("sglang.launch_server") + 1:]
+    return argv
+
+
+def stack_of(facts: Mapping[str, Any], features: Mapping[str, Any]) -> pcie_ipc.HostStack:
+    """``pcie_ipc.HostStack`` from inspect's JSON of a host."""
+    software = facts.get("software") or {}
+    server = facts.get("server") or {}
+    model = facts.get("model") or {}
+    kernel = next((k for k in (features.get("pcie_ipc_allreduce") or {}).get("kernels") or []
+                   if k.get("provider") == "flashinfer"), None)
+    has: bool | None = None
+    reason = ""
+    if kernel and kernel.get("read"):
+        has = {"open": True, "blocked": False}.get(str(kernel.get("status")))
+        reason = str(kernel.get("reason") or "") if has is False else ""
+    return pcie_ipc.HostStack(
+        sglang=(software.get("sglang") or {}).get("version"), flashinfer=(software.get("flashinfer") or {}).get("version"),
+        nvlink=(facts.get("interconnect") or {}).get("nvlink"), gpu_count=facts.get("gpu_count"),
+        launch_args=_launch_args(server), launch_env={str(k): str(v) for k, v in (server.get("env") or {}).items()},
+        model_dtype=model.get("torch_dtype"), p2p_failed_pairs=(facts.get("interconnect") or {}).get("p2p_failed_pairs") or [],
+        flashinfer_has_kernels=has, flashinfer_reason=reason)
+
+
+def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
+    """(per call us, per pass ms, result id) of NCCL's smallest message in the newest all-reduce
+    result stored for the host, or None."""
+    for result in results:
+        summary = result.get("summary") or {}
+        tokens = summary.get("ranked_at_tokens")
+        for variant in summary.get("variants") or []:
+            if not variant.get("ok") or "pcie" in str(variant.get("label")):
+                continue
+            key = str(tokens)
+            if key in (variant.get("latency_us") or {}) and key in (variant.get("step_cost_ms") or {}):
+                return float(variant["latency_us"][key]), float(variant["step_cost_ms"][key]), str(result.get("id"))
+    return None
+
+
+def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int | None,
+              measured: tuple[float, float, str] | None) -> Way:
+    title = "SGLang's PCIe IPC all-reduce (FlashInfer pcie_ipc_comm)"
+    decision = pcie_ipc.fit(stack)
+    published_us, published_nccl_us = pcie_ipc.PUBLISHED_PER_CALL_US["12 KiB"]
+    nccl_tpot, pcie_tpot = pcie_ipc.PUBLISHED_TPOT_MS
+    text = (f"{published_us} us vs NCCL's {published_nccl_us} us for a 12 KiB all-reduce; TPOT {nccl_tpot} -> "
+            f"{pcie_tpot} ms at TP 8 on 8x SM120")
+    saving = None
+    if count:
+        saving = round(count * (published_nccl_us - published_us) / 1000.0, 2)
+        text += f"; x {count} all-reduces per forward pass: about {saving} ms saved per pass (estimate)"
+    evidence = Evidence("published", text, pcie_ipc.PUBLISHED_SOURCE, saving)
+    if measured is not None and count:
+        per_call, per_pass, result_id = measured
+        saving = round(per_pass - count * published_us / 1000.0, 2)
+        evidence = Evidence("measured", f"NCCL measured on this host: {per_call:.1f} us per call, {per_pass:.2f} ms "
+                                        f"per forward pass (gpuops bench allreduce, result {result_id}); the PCIe IPC "
+                                        f"kernel's {published_us} us per 12 KiB call is published ({pcie_ipc.PUBLISHED_SOURCE}): "
+                                        f"about {saving} ms saved per pass (estimate)", f"results store: {result_id}", saving)
+    env = server.get("env") or {}
+    if decision.applies and str(env.get(pcie_ipc.ENABLE_ENV, "")).strip() in ("1", "true", "True"):
+        return Way("pcie_ipc_allreduce", title, Status.IN_EFFECT,
+                   f"the server runs with {pcie_ipc.ENABLE_ENV}=1 ({decision.reason})", (), evidence)
+    if decision.applies:
+        return Way("pcie_ipc_allreduce", title, Status.APPLY, decision.reason, ("gpuops apply pcie-allreduce",), evidence)
+    if decision.upgrade is not None and decision.misfit in (pcie_ipc.Misfit.SGLANG_TOO_OLD, pcie_ipc.Misfit.FLASHINFER_LACKS):
+        release, flashinfer = decision.upgrade
+        after = pcie_ipc.fit(pcie_ipc.HostStack(**{**stack.__dict__, "sglang": release, "flashinfer": flashinfer,
+                                                    "flashinfer_has_kernels": None, "flashinfer_reason": ""}))
+        if after.applies:
+            why = decision.reason
+            return Way("pcie_ipc_allreduce", title, Status.UPGRADE, why,
+                       (f"gpuops apply sglang-release -e sglang_version={release}", "gpuops apply pcie-allreduce"),
+                       evidence)
+        return Way("pcie_ipc_allreduce", title, Status.NOT_FOR_HOST, f"{decision.reason}; and after it: {after.reason}")
+    return Way("pcie_ipc_allreduce", title, Status.NOT_FOR_HOST, decision.reason)
+
+
+def _fusion_way(facts: Mapping[str, Any], features: Mapping[str, Any], count: int | None) -> Way:
+    title = "FlashInfer all-reduce + RMSNorm fusion (fusion-sm120)"
+    verdict = features.get("flashinfer_allreduce_fusion") or {}
+    fused_us, unfused_us = FUSION_MEASURED[1], FUSION_MEASURED[2]
+    saving = round(count * (unfused_us - fused_us) / 1000.0, 2) if count else None
+    evidence = Evidence("measured elsewhere", f"{fused_us} us fused vs {unfused_us} us all-reduce then add+RMSNorm per "
+                        "call at 1 token in a CUDA graph" + (f"; x {count}: about {saving} ms per pass (estimate, other "
+                                                              "hardware)" if saving else ""), FUSION_MEASURED[0], saving)
+    sm = facts.get("sm")
+    if verdict.get("in_effect") is True:
+        return Way("flashinfer_allreduce_fusion", title, Status.IN_EFFECT, verdict.get("in_effect_reason") or "in effect")
+    if sm != "sm120":
+        why = f"fusion-sm120 opens the fusion for sm120; this host's GPUs are {sm or 'unknown'}"
+        if verdict.get("status") == "open":
+            why += " (where SGLang runs it already: launch with its flag)"
+        return Way("flashinfer_allreduce_fusion", title, Status.NOT_FOR_HOST, why)
+    blocked = [k for k in verdict.get("kernels") or [] if k.get("status") == "blocked"
+               or (not k.get("read") and "lacks" in str(k.get("reason")))]
+    if blocked:
+        need = blocked[0]
+        first = need.get("first")
+        why = (f"fusion-sm120 needs a newer FlashInfer: {need.get('reason')}")
+        commands = (f"gpuops apply sglang-release -e sglang_version={pcie_ipc.RECOMMENDED_SGLANG}",
+                    "gpuops apply fusion-sm120") if first else ()
+        if first:
+            why += (f"; sglang {pcie_ipc.RECOMMENDED_SGLANG} pins flashinfer {pcie_ipc.RECOMMENDED_FLASHINFER} "
+                    f"({first}+ builds it for sm120)")
+        return Way("flashinfer_allreduce_fusion", title, Status.UPGRADE, why, commands, evidence)
+    if (facts.get("interconnect") or {}).get("p2p_all_pairs") is False:
+        return Way("flashinfer_allreduce_fusion", title, Status.APPLY,
+                   f"{verdict.get('reason') or 'SGLang closes it on sm120'}; GPU pairs lack peer-to-peer (the fused "
+                   "kernel's IPC buffers need it): refused unless told", ("gpuops apply fusion-sm120 -e "
+                                                                          "fusion_allow_without_p2p=true",), evidence)
+    return Way("flashinfer_allreduce_fusion", title, Status.APPLY, verdict.get("reason") or "SGLang closes it on sm120",
+               ("gpuops apply fusion-sm120",), evidence)
+
+
+def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mapping[str, Any]] = ()) -> HostAdvice:
+    """``document``: the host's entry of ``inspect host --json``; ``results``: its stored
+    all-reduce results, newest first."""
+    facts = document.get("facts") or {}
+    features = document.get("features") or {}
+    count, count_from = _allreduces(facts.get("model") or {})
+    server = facts.get("server") or {}
+    ways = [_pcie_way(stack_of(facts, features), server, count, measured_nccl(results)),
+            _fusion_way(facts, features, count)]
+    actionable = [w for w in ways if w.status in (Status.APPLY, Status.UPGRADE)]
+    # Biggest estimated saving first; a way that applies now before one that needs an upgrade.
+    actionable.sort(key=lambda w: (-(w.evidence.saving_ms_per_pass or 0.0) if w.evidence else 0.0,
+                                   w.status is Status.UPGRADE))
+    others = [w for w in ways if w not in actionable]
+    notes = []
+    if (facts.get("interconnect") or {}).get("nvlink"):
+        notes.append("NVLink host: SGLang's custom all-reduce already serves the TP group over NVLink")
+    return HostAdvice(host, tuple(actionable), tuple(others), count, count_from, tuple(notes))
+
+
+def render(advice: HostAdvice) -> list[str]:
+    """The text form, one host."""
+    lines = []
+    if advice.allreduces_per_pass:
+        lines.append(f"all-reduces per forward pass: {advice.allreduces_per_pass} ({advice.allreduces_from})")
+    if not advice.ranked:
+        lines.append("nothing to apply for the all-reduce on this host")
+    for rank, way in enumerate(advice.ranked, 1):
+        lines.append(f"{rank}. {way.title}: {'apply now' if way.status is Status.APPLY else 'after an upgrade'}")
+        lines.append(f"   why: {way.why}")
+        if way.evidence is not None:
+            lines.append(f"   evidence ({way.evidence.basis}): {way.evidence.text} [{way.evidence.source}]")
+        for command in way.commands:
+            lines.append(f"   $ {command}")
+    for way in advice.others:
+        label = "in effect" if way.status is Status.IN_EFFECT else "does not apply"
+        lines.append(f"-  {way.title}: {label}: {way.why}")
+    lines.extend(f"note: {n}" for n in advice.notes)
+    return lines

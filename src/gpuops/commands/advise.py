@@ -1,0 +1,64 @@
+"""`gpuops advise`: per host, the ranked ways to cut its all-reduce cost, with evidence and the
+exact command (thin: gather as `inspect host` does, read the results store, call gpuops.advise)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from gpuops.commands.bench_options import results_dir_option
+from gpuops.commands.inspect import _host_options, _host_title, _run
+
+
+def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
+    """The host's stored all-reduce results, newest first (an unreadable store counts as empty)."""
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+
+    store = ResultsStore(results_dir)
+    try:
+        entries = [e for e in store.entries() if e.host == host and e.suite == "allreduce" and e.ok
+                   and not e.simulated]
+        return [store.load(e.id) for e in reversed(entries)]
+    except (GpuopsError, OSError, ValueError):
+        return []
+
+
+@click.command("advise")
+@_host_options
+@results_dir_option
+def advise(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
+           known_hosts: tuple[str, ...], timeout: float, results_dir: str) -> None:
+    """The ranked ways to cut each host's all-reduce cost: evidence, the command, why not the others."""
+    from gpuops import advise as advice_of
+    from gpuops.facts.collect import host_json
+    from gpuops.output import make_console, print_json
+
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    answers: dict[str, Any] = {}
+    for host_ in hosts:
+        outcome = outcomes[host_.name]
+        if not outcome.ok:
+            answers[host_.name] = {"ok": False, "error": outcome.error}
+            continue
+        answers[host_.name] = advice_of.advise_host(host_.name, host_json(outcome),
+                                                    _stored_allreduce(results_dir, host_.name))
+    if as_json:
+        print_json({"schema": advice_of.SCHEMA, "hosts": {name: a if isinstance(a, dict) else a.to_json()
+                                                          for name, a in answers.items()}})
+    else:
+        console = make_console()
+        for index, host_ in enumerate(hosts):
+            answer = answers[host_.name]
+            if index:
+                console.print()
+            if isinstance(answer, dict):
+                console.print(f"== {_host_title(host_)}: FAILED: {answer['error']}", style="bold red", markup=False,
+                              highlight=False)
+                continue
+            console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
+            for line in advice_of.render(answer):
+                console.print(line, markup=False, highlight=False)
+    sys.exit(0 if all(o.ok for o in outcomes.values()) else 1)

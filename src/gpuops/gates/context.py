@@ -1,0 +1,194 @@
+"""Where a gate sits, judged for one host (pure): the platform of the branches around it, an
+enclosing GPU test that is false for this GPU, the sibling branch of its dispatch that serves the
+GPU instead, and the clauses that are false for this host's configuration.
+
+A gate's own condition says which GPUs pass it (``logic.cap_verdict``); its place says whether that
+verdict costs this host anything:
+
+- inside ``if _is_hip:`` (or with an ``_is_npu and ...`` conjunct) it is **not applicable** on an
+  NVIDIA host: never open, never blocked;
+- inside an enclosing GPU test that this GPU fails (``if cap[0] < 8:`` around a minor-version
+  raise) it is **not reached**: a refusal there never refuses this GPU;
+- a branch this GPU fails while a sibling of the same if/elif chain admits it (``elif is_sm120():``)
+  **sends it to its own path** (``alternative``): blocked, but the GPU is served;
+- a branch or refusal with a clause false on this host (``tp_size == 1`` under TP 8, a multicast
+  check on a PCIe-only host) is **not reached here**, with the clause.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from gpuops.gates.in_effect import platform_value, unreachable
+from gpuops.gates.logic import (
+    Evaluator, GpuTarget, PredicateBook, cap_verdict, node_text, normalise_args, other_clauses,
+)
+from gpuops.remote.gate_tree import clause_nodes
+
+# What the platform names SGLang branches on are on an NVIDIA host. ``_use_aiter`` is an AMD
+# library switch (``get_bool_env_var("SGLANG_USE_AITER") and _is_hip``); gfx names are AMD GPUs.
+NVIDIA_HOST: dict[str, bool] = {
+    **{name: False for base in ("musa", "hip", "npu", "xpu", "cpu", "mps", "hpu", "gfx95_supported", "gfx1250")
+       for name in (f"_is_{base}", f"is_{base}")},
+    "_use_aiter": False, "use_aiter": False,
+    "_is_cuda": True, "is_cuda": True,
+}
+_TRUE_PLATFORMS = ("cuda", "cuda_alike")
+# The host's configuration a clause may be judged by: how the GPUs are split and the data types.
+# Feature switches are not among them (a gate the flag is off for still costs the GPU the feature).
+CONFIGURATION = ("tp_size", "nnodes", "dp_size", "pp_size", "ep_size", "moe_ep_size", "attn_cp_size",
+                 "attn_tp_size", "dtype", "kv_cache_dtype")
+# Clauses about a multi-GPU fabric (NVLink multicast, MNNVL): false on a PCIe-only host.
+_FABRIC_RE = re.compile(r"multicast|mnnvl|nvlink|nvls", re.I)
+
+
+@dataclass(frozen=True)
+class Placement:
+    not_applicable: str | None = None  # why the gate is for another platform than this host's
+    outside: str | None = None  # an enclosing GPU test false for this GPU (its text)
+    alternative: Mapping[str, Any] | None = None  # the sibling branch that admits the GPU
+    unreachable: str | None = None  # why it is not reached on this host (with its configuration)
+
+
+def other_platform(gate: Mapping[str, Any]) -> str | None:
+    """Why the gate is on another platform's path (an enclosing ``if _is_hip:``, a conjunct
+    ``_is_npu``), or None."""
+    for text in gate.get("within") or ():
+        if platform_value(str(text), NVIDIA_HOST) is False:
+            return f"inside `{_short(text)}`, false on an NVIDIA host"
+    tree = gate.get("condition") or {}
+    if int(gate.get("polarity", 1)) > 0:
+        parts = tree.get("args") if tree.get("op") == "and" else [tree]
+        for part in parts or ():
+            if _platform_false(part):
+                return f"`{_short(node_text(part))}` is false on an NVIDIA host"
+    return None
+
+
+def _platform_false(node: Mapping[str, Any]) -> bool:
+    """A conjunct that names only platforms, and is false on an NVIDIA host: ``_is_hip``,
+    ``_use_aiter`` (an alias of ``... and _is_hip``, or a name the scan could not read)."""
+    op = node.get("op")
+    if op == "platform":
+        return node.get("name") not in _TRUE_PLATFORMS
+    if op == "clause":
+        return NVIDIA_HOST.get(str(node.get("ref") or node.get("text") or "").split(".")[-1].rstrip("()")) is False
+    if op == "alias":
+        return _platform_false(node.get("expr") or {})
+    if op == "and":
+        return any(_platform_false(a) for a in node.get("args") or ())
+    if op == "or":
+        return all(_platform_false(a) for a in node.get("args") or ())
+    return False
+
+
+class Placer:
+    """Places every gate of one scan for one GPU (and, with ``server``, one host's settings)."""
+
+    def __init__(self, gates: Sequence[Mapping[str, Any]], book: PredicateBook, gpu: GpuTarget,
+                 server: Mapping[str, Any] | None = None, interconnect: Mapping[str, Any] | None = None) -> None:
+        self.book = book
+        self.gpu = gpu
+        self.server = _configuration(server)
+        self.pcie_only = (interconnect or {}).get("nvlink") is False
+        self.by_function: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for gate in gates:
+            self.by_function.setdefault((str(gate["file"]), str(gate["function"])), []).append(gate)
+        self._admits: dict[str, bool] = {}
+
+    def admits(self, gate: Mapping[str, Any]) -> bool:
+        key = str(gate["id"])
+        if key not in self._admits:
+            self._admits[key] = cap_verdict(gate, self.book, self.gpu).status == "open"
+        return self._admits[key]
+
+    def place(self, gate: Mapping[str, Any]) -> Placement:
+        na = other_platform(gate)
+        if na is not None:
+            return Placement(not_applicable=na)
+        neighbours = self.by_function.get((str(gate["file"]), str(gate["function"])), [])
+        outside = self.outside(gate, neighbours)
+        alternative = None if outside else self.sibling(gate, neighbours)
+        why = f"inside `{_short(outside)}`, false on {self.gpu.sm}" if outside else self.false_clause(gate)
+        return Placement(outside=outside, alternative=alternative, unreachable=why)
+
+    def outside(self, gate: Mapping[str, Any], neighbours: Sequence[Mapping[str, Any]]) -> str | None:
+        for text in gate.get("within") or ():
+            if unreachable({**gate, "within": [text]}, neighbours, self.book, self.gpu):
+                return str(text)
+        return None
+
+    def sibling(self, gate: Mapping[str, Any], neighbours: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """The first other branch of the gate's if/elif chain whose own test admits this GPU, when
+        the gate's does not (a plain ``else`` is no such branch: it is what every GPU falls to)."""
+        chain = gate.get("chain")
+        if chain is None or gate.get("kind") != "if" or self.admits(gate):
+            return None
+        for other in neighbours:
+            if other is not gate and other.get("chain") == chain and other.get("kind") == "if" \
+                    and self.admits(other) and other_platform(other) is None:
+                return other
+        return None
+
+    def false_clause(self, gate: Mapping[str, Any]) -> str | None:
+        """A conjunct of the condition that is false for this host's settings or interconnect: the
+        branch is not taken here, and a refusal ``if x and not gpu: raise`` never fires here."""
+        tree = gate.get("condition") or {}
+        if tree.get("op") != "and" or (self.server is None and not self.pcie_only):
+            return None
+        fabric = {tuple(c["span"]): False for c in clause_nodes(tree)
+                  if self.pcie_only and c.get("span") and _FABRIC_RE.search(node_text(c))}
+        for part in other_clauses(gate):
+            if self._false_whatever_the_gpu(part, fabric):
+                setting = "its interconnect: PCIe only" if any(
+                    tuple(c.get("span") or ()) in fabric for c in clause_nodes(part)) else "its configuration"
+                return f"`{_short(node_text(part))}` is false on this host ({setting})"
+        return None
+
+
+    def _false_whatever_the_gpu(self, part: Mapping[str, Any], fabric: Mapping[tuple[int, ...], bool]) -> bool:
+        """Is ``part`` false for every value of the GPU tests inside it (``uses_sm100_x`` mixes
+        ``is_sm100`` with ``kv_cache_dtype == "nvfp4"``: only the clause may make it false)?"""
+        spans = sorted({tuple(n["span"]) for n in _cap_nodes(part) if n.get("span")})
+        if len(spans) > 4:
+            return False
+        for values in itertools.product((False, True), repeat=len(spans)):
+            overrides = {**fabric, **dict(zip(spans, values))}
+            if Evaluator(self.book, self.gpu, self.server, overrides=overrides).eval(part) is not False:
+                return False
+        return True
+
+
+def _cap_nodes(node: Any) -> list[Mapping[str, Any]]:
+    """The GPU tests (``cap`` atoms) anywhere under ``node``, through aliases."""
+    found: list[Mapping[str, Any]] = []
+    if isinstance(node, dict):
+        if node.get("op") == "cap":
+            return [node]
+        for value in node.values():
+            if isinstance(value, (dict, list)):
+                found.extend(_cap_nodes(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_cap_nodes(item))
+    return found
+
+
+def _configuration(server: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Only the host's configuration of the server's settings (``CONFIGURATION``)."""
+    if server is None:
+        return None
+    args = {k: v for k, v in normalise_args(server.get("args")).items() if k in CONFIGURATION}
+    defaults = {k: v for k, v in normalise_args(server.get("defaults")).items() if k in CONFIGURATION}
+    return {"args": args, "defaults": defaults, "architecture": None}
+
+
+def _short(text: Any, limit: int = 80) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+__all__ = ["NVIDIA_HOST", "Placement", "Placer", "other_platform"]

@@ -1,0 +1,241 @@
+"""What the host must be like for SGLang to run a feature, beyond its GPU generation (pure).
+
+Some of SGLang's all-reduce paths are decided by the shape of the host and the launch, not by a
+capability gate: the PCIe IPC all-reduce serves world sizes 2, 4 and 8, bf16 only, not with
+deterministic inference, on PCIe-only hosts with peer-to-peer between the TP group's GPUs; the
+custom all-reduce turns itself off on more than two PCIe-only GPUs ("not supported on more than
+two PCIe-only GPUs"); torch symmetric-memory all-reduce has sizes only for the capability majors
+its table lists. The catalog says so per feature (``fits:``, ``catalog.Fit``), with where the
+release says it (``at:``); the software probe reads those lines (and the table's keys) from the
+host's SGLang, and each fit is judged here against the host's facts.
+
+A feature without GPU-generation gates (``gates: []``) is decided by its kernel needs and its fits
+(``decide``), and whether it is in effect by its switch (flag or environment) in the running server.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from gpuops.gates.catalog import Feature, Fit
+from gpuops.gates.kernels import KernelStatus, KernelVerdict
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """The facts fits are judged against (None: not known, e.g. no server runs)."""
+
+    tp_size: int | None = None
+    dtype: str | None = None           # the served model's dtype ("bfloat16")
+    deterministic: bool | None = None  # --enable-deterministic-inference
+    nvlink: bool | None = None         # any NVLink between the host's GPUs
+    p2p_gaps: tuple[str, ...] | None = None  # pairs of the TP group without peer-to-peer
+    capability: str | None = None
+    server_args: Mapping[str, Any] | None = None  # the running server's flags (None: no server)
+    server_env: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class FitVerdict:
+    fit: Fit
+    holds: bool | None
+    reason: str
+    where: str | None = None  # "sglang/srt/...:77" on the host
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.fit.kind, "holds": self.holds, "reason": self.reason, "where": self.where}
+
+
+def _anchor(fit: Fit, kernels: Mapping[str, Any] | None) -> tuple[str | None, str | None, Any]:
+    """(file:line, line text, dict entry) of the first ``at`` candidate found on the host."""
+    package = (kernels or {}).get("sglang") if isinstance(kernels, Mapping) else None
+    files = package.get("files") if isinstance(package, Mapping) else None
+    if not isinstance(files, Mapping):
+        return None, None, None
+    for file, pattern in fit.at:
+        entry = files.get(file)
+        if not isinstance(entry, Mapping) or not entry.get("exists"):
+            continue
+        if fit.kind == "capability_major_in":
+            found = (entry.get("dicts") or {}).get(str(fit.value))
+            if isinstance(found, list) and len(found) == 2 and isinstance(found[0], int):
+                return f"sglang/{file}:{found[0]}", None, found[1]
+            continue
+        hit = (entry.get("anchors") or {}).get(pattern)
+        if isinstance(hit, list) and len(hit) == 2 and isinstance(hit[0], int):
+            return f"sglang/{file}:{hit[0]}", str(hit[1]), None
+    return None, None, None
+
+
+def _ints(text: str | None) -> list[int] | None:
+    match = re.search(r"[\[(]([\d,\s]+)[\])]", text or "")
+    if not match:
+        return None
+    values = [int(v) for v in re.findall(r"\d+", match.group(1))]
+    return values or None
+
+
+def _names(values: Sequence[Any]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _dtype(text: str | None) -> str | None:
+    low = str(text or "").lower().removeprefix("torch.")
+    return {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}.get(low, low or None)
+
+
+def judge_fit(fit: Fit, shape: HostShape, kernels: Mapping[str, Any] | None) -> FitVerdict:
+    where, text, keys = _anchor(fit, kernels)
+    cite = f" ({where})" if where else ""
+    if fit.kind == "tp_size":
+        sizes = _ints(text) or [int(v) for v in fit.value]
+        if shape.tp_size is None:
+            return FitVerdict(fit, None, f"serves TP {_names(sizes)}{cite}; this host's TP is not known", where)
+        ok = shape.tp_size in sizes
+        return FitVerdict(fit, ok, f"TP {shape.tp_size} {'is' if ok else 'is not'} among the sizes it serves "
+                                   f"({_names(sizes)}){cite}", where)
+    if fit.kind == "tp_at_most_without_nvlink":
+        limit = int(fit.value)
+        if shape.tp_size is None or shape.nvlink is None:
+            return FitVerdict(fit, None, f"off on more than {limit} PCIe-only GPUs{cite}; this host's TP or "
+                                         "interconnect is not known", where)
+        ok = shape.tp_size <= limit or shape.nvlink
+        how = "NVLink" if shape.nvlink else "PCIe only"
+        return FitVerdict(fit, ok, f"TP {shape.tp_size} over {how}: SGLang turns it off on more than {limit} "
+                                   f"PCIe-only GPUs{cite}" if not ok else
+                          f"TP {shape.tp_size} over {how}{cite}", where)
+    if fit.kind == "dtype":
+        wanted = [_dtype(v) for v in fit.value]
+        if shape.dtype is None:
+            return FitVerdict(fit, None, f"serves {_names(wanted)} models only{cite}; the served model's dtype is not known",
+                              where)
+        ok = _dtype(shape.dtype) in wanted
+        return FitVerdict(fit, ok, f"the model is {_dtype(shape.dtype)}; it serves {_names(wanted)} only{cite}", where)
+    if fit.kind == "deterministic":
+        if shape.deterministic is None:
+            return FitVerdict(fit, None, f"not with deterministic inference{cite}; no server to read its flags from",
+                              where)
+        ok = shape.deterministic is bool(fit.value)
+        said = "runs with" if shape.deterministic else "runs without"
+        return FitVerdict(fit, ok, f"the server {said} --enable-deterministic-inference"
+                                   + ("" if ok else f"; deterministic inference turns it off{cite}"), where)
+    if fit.kind == "interconnect":
+        if shape.nvlink is None:
+            return FitVerdict(fit, None, "for PCIe-only hosts; this host's interconnect is not known", where)
+        ok = shape.nvlink is False
+        return FitVerdict(fit, ok, "this host is PCIe-only" if ok else
+                          "for PCIe-only hosts; this host has NVLink, whose all-reduce is already fast", where)
+    if fit.kind == "p2p":
+        if shape.p2p_gaps is None:
+            return FitVerdict(fit, None, "needs peer-to-peer between the TP group's GPUs; not known here", where)
+        if shape.p2p_gaps:
+            shown = ", ".join(shape.p2p_gaps[:4]) + (f", ... ({len(shape.p2p_gaps)} pairs)" if len(shape.p2p_gaps) > 4 else "")
+            return FitVerdict(fit, False, f"needs peer-to-peer between the TP group's GPUs (CUDA IPC); "
+                                          f"{len(shape.p2p_gaps)} pair(s) lack it: {shown}", where)
+        return FitVerdict(fit, True, "peer-to-peer between every pair of the TP group's GPUs", where)
+    if fit.kind == "capability_major_in":
+        major = str(shape.capability or "").partition(".")[0]
+        if keys is None:
+            return FitVerdict(fit, None, f"cannot read {fit.value} in the release", where)
+        if not major.isdigit():
+            return FitVerdict(fit, None, f"sizes for capability majors {_names(keys)}{cite}; the GPU's is not known",
+                              where)
+        ok = int(major) in keys
+        return FitVerdict(fit, ok, f"{fit.value} has sizes for capability majors {_names(keys)}{cite}"
+                                   + ("" if ok else f"; none for {major}: SGLang falls back to NCCL"), where)
+    return FitVerdict(fit, None, f"unknown fit {fit.kind}", where)
+
+
+def judge_fits(feature: Feature, shape: HostShape, kernels: Mapping[str, Any] | None) -> list[FitVerdict]:
+    return [judge_fit(fit, shape, kernels) for fit in feature.fits]
+
+
+def decide(feature: Feature, verdict: Mapping[str, Any], needs: Sequence[KernelVerdict],
+           fits: Sequence[FitVerdict], shape: HostShape) -> dict[str, Any]:
+    """The verdict of a feature without GPU-generation gates: blocked by a need or a fit that fails,
+    unknown while a need cannot be told, else open; in effect by its switch in the running server."""
+    out = dict(verdict)
+    out["kernels"] = [k.to_json() for k in needs]
+    out["fits"] = [f.to_json() for f in fits]
+    blocked = [k.reason for k in needs if k.status is KernelStatus.BLOCKED]
+    failing = [f.reason for f in fits if f.holds is False]
+    unknown = [k.reason for k in needs if k.status is KernelStatus.UNKNOWN]
+    untold = [f.reason for f in fits if f.holds is None]
+    if blocked or failing:
+        out["status"] = "blocked"
+        out["reason"] = "; ".join(blocked + ([f"does not fit this host: {'; '.join(failing)}"] if failing else []))
+    elif unknown:
+        out["status"] = "unknown"
+        out["reason"] = "cannot tell: " + "; ".join(unknown)
+    else:
+        out["status"] = "open"
+        parts = [k.reason for k in needs] + [f.reason for f in fits if f.holds]
+        out["reason"] = "; ".join(parts) or "nothing on its path tests the GPU"
+        if untold:
+            out["reason"] += "; not known here: " + "; ".join(untold)
+    out["reason"] += "; " + _switch_text(feature)
+    value, why = _in_effect(feature, out["status"], shape)
+    out["in_effect"], out["in_effect_reason"] = value, why
+    return out
+
+
+def _switch_text(feature: Feature) -> str:
+    inverse = [c.flag for c in feature.flags if c.inverse]
+    switches = [c.flag for c in feature.flags if not c.inverse]
+    env = " ".join(f"{k}={v}" for k, v in feature.env.items())
+    if feature.default == "on":
+        return "on by default" + (f" (off with {' or '.join(inverse)})" if inverse else "")
+    what = " or ".join([*switches, *([env] if env else [])])
+    return f"off by default: launch with {what}" if what else "off by default"
+
+
+def _in_effect(feature: Feature, status: str, shape: HostShape) -> tuple[bool | None, str]:
+    if shape.server_args is None:
+        return None, "no running server to tell from"
+    args = shape.server_args
+    env = shape.server_env or {}
+    asked = any(args.get(c.setting) not in (None, False, "false", "False") for c in feature.flags if not c.inverse) or \
+        (bool(feature.env) and all(env.get(k) == v for k, v in feature.env.items()))
+    refused = any(args.get(c.setting) not in (None, False, "false", "False") for c in feature.flags if c.inverse)
+    on = (feature.default == "on" and not refused) or (feature.default != "on" and asked)
+    if not on:
+        return False, "the running server does not switch it on" if feature.default != "on" else \
+            "the running server switches it off"
+    if status == "blocked":
+        return False, "the running server asks for it, but it does not run on this host (see the reason)"
+    if status == "open":
+        return True, "the running server switches it on and it fits this host" if feature.default != "on" else \
+            "on by default, and it fits this host"
+    return None, "the running server asks for it; whether it runs cannot be told"
+
+
+def p2p_gaps(failed_pairs: Sequence[Sequence[str]], group: Sequence[int]) -> tuple[str, ...]:
+    """The pairs of ``group`` without peer-to-peer ("GPU0-GPU4 (CNS)")."""
+    members = {f"GPU{i}" for i in group}
+    return tuple(f"{a}-{b} ({status})" for a, b, status in failed_pairs if a in members and b in members)
+
+
+def fold_stack(report: Any, catalog: Any, reads: Mapping[str, Any] | None, versions: Mapping[str, str | None],
+               shape: HostShape) -> Any:
+    """``report`` (an ``evaluate.GateReport``) with every feature's kernel needs and fits folded in
+    (``kernels.fold``; ``decide`` for a feature without GPU-generation gates)."""
+    import dataclasses
+
+    from gpuops.gates import kernels
+
+    features = {}
+    for name, verdict in report.features.items():
+        feature = next((f for f in catalog.features if f.name == name), None)
+        if feature is None:
+            features[name] = dict(verdict)
+            continue
+        needs = kernels.judge_feature(feature, reads, versions, shape.capability)
+        if not report.known:
+            features[name] = {**verdict, "kernels": [k.to_json() for k in needs]}
+        elif not feature.rules:
+            features[name] = decide(feature, verdict, needs, judge_fits(feature, shape, reads), shape)
+        else:
+            features[name] = kernels.fold(verdict, needs)
+    return dataclasses.replace(report, features=features)

@@ -1,0 +1,69 @@
+"""The apply host protocol, in one place: what gpuops and the apply helper say to each other over
+the transaction channel, what the helper's result is, and what the journal records.
+Stdlib only, Python 3.8+: bundled with the helper for the host and imported by the client.
+
+One exec carries a run (``remote/apply_helper.py``, stream mode; ``apply/txn.py`` on the client):
+
+    gpuops (apply/txn.py)                       host (remote/apply_helper.py: relay -> worker)
+      | --- payload (length-prefixed JSON) ------->|  lock, recover dead runs   journal: started
+      | <-- {"event": "recovered", "note"} --------|  (a dead run rolled back first)
+      | --- {"hb": 1} every lease/5 -------------->|  (the lease: no message for a lease -> roll back)
+      | <-- {"event": "phase"|"wrote"|...} --------|  backups, writes               server_touched
+      | <-- {"event": "audited", "audit_output"} --|  the gate re-audit ran on the patched tree
+      | --- {"verdict": bool, "reason"} ---------->|  gpuops judged it (False -> roll back)
+      | <-- {"event": "verified", "pid"} ----------|  server restarted, healthy, owns its port
+      | --- {"commit": true} | {"commit": false} ->|  after gpuops' smoke check
+      | <-- {"event": "committed"|"rolled_back", -|  journal: finished | rolled_back (written first):
+      |      "run_id"}                             |  the answer that confirms the outcome
+      | <-- {"result": {"status": ...}} -----------|  (or unchanged; rollback_failed: the run stays open)
+      no answer: gpuops reads the host's journal again (txn.read_outcome) before it says unknown
+
+A rollback is the same exchange with ``mode: rollback`` (no audit; ``verified`` once the previous
+server runs again). Recovery: whoever takes the host's lock next (an apply, rollback or history)
+rolls back any run that is ``started`` without a terminal event, and says so (``recovered``).
+The client never learns an outcome it did not read: then its status is ``unknown``.
+"""
+
+# Journal events (STATE/journal.jsonl, remote/apply_journal.py): a run's records in order.
+STARTED = "started"
+SERVER_TOUCHED = "server_touched"
+FINISHED = "finished"
+ROLLED_BACK = "rolled_back"
+UNCHANGED = "unchanged"
+ROLLBACK_FAILED = "rollback_failed"  # the run stays open: the next command tries again
+REVERTED_BY_ROLLBACK = "reverted_by_rollback"  # not written by this version; still read as closed
+TERMINAL_EVENTS = (FINISHED, ROLLED_BACK, UNCHANGED, REVERTED_BY_ROLLBACK)
+JOURNAL_EVENTS = (STARTED, SERVER_TOUCHED, ROLLBACK_FAILED) + TERMINAL_EVENTS
+
+# The helper's result ``status`` (host side), and the client's own for what it could not learn.
+STATUS_FINISHED = FINISHED
+STATUS_UNCHANGED = UNCHANGED
+STATUS_ROLLED_BACK = ROLLED_BACK
+STATUS_ROLLBACK_FAILED = ROLLBACK_FAILED
+STATUS_REFUSED = "refused"            # nothing changed: the host refused the run (drift, a lock, ...)
+STATUS_LATER_RUNS_STAND = "later_runs_stand"  # a rollback whose target later runs stand on
+STATUS_JOURNAL = "journal"            # a history call: the journal, nothing changed
+STATUS_ERROR = "error"
+# Nobody knows yet: the client's when the channel ended before the result; the relay's when its
+# worker died and the lock could not be taken to roll the run back (the next command will).
+STATUS_UNKNOWN = "unknown"
+RESULT_STATUSES = (STATUS_FINISHED, STATUS_UNCHANGED, STATUS_ROLLED_BACK, STATUS_ROLLBACK_FAILED, STATUS_REFUSED,
+                   STATUS_LATER_RUNS_STAND, STATUS_JOURNAL, STATUS_ERROR, STATUS_UNKNOWN)
+
+# Host -> client, one JSON object a line: {"event": NAME, ...}; the last line is {"result": {...}}.
+EVENT_HEARTBEAT = "heartbeat"
+EVENT_RECOVERED = "recovered"
+EVENT_AUDITED = "audited"
+EVENT_VERIFIED = "verified"
+EVENT_COMMITTED = "committed"      # the host's answer to the commit, journaled before it is sent
+EVENT_ROLLED_BACK = ROLLED_BACK    # ... or that it rolled the run back instead
+PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFIED, EVENT_COMMITTED, EVENT_ROLLED_BACK,
+                   "recovering", "worker", "phase",
+                   "paused", "wrote", "dir_kept", "compiled", "healthy", "rolling_back", "image_built", "image_kept",
+                   "image_removed")
+
+# Client -> host, one JSON object a line, after the payload: the key says which.
+MESSAGE_HEARTBEAT = "hb"      # {"hb": 1}: renews the lease
+MESSAGE_VERDICT = "verdict"   # {"verdict": bool, "reason": str}: gpuops' judgement of the re-audit
+MESSAGE_COMMIT = "commit"     # {"commit": true} or {"commit": false, "reason": str}
+CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT)

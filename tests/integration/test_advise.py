@@ -1,0 +1,87 @@
+"""gpuops advise on the lab's shapes, over real sshd with real SGLang releases: the field box at
+0.5.8 (the path to 0.5.23 and the PCIe all-reduce first, fusion-sm120 needing a newer FlashInfer),
+the field box at 0.5.23 (pcie-allreduce first, apply now), an 8x H100 on NVLink (nothing to apply:
+both say why) and a 4x RTX PRO 6000 workstation at 0.5.23 (TP 4: pcie-allreduce applies). Text and
+--json (docs/advise-json.md) both."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuops.lab.hosts import LabSpec
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):
+    return lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("field058",)),
+                       LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.23", names=("field0523",)),
+                       LabSpec(gpu="h100-x8", sglang="0.5.23", names=("h100",)),
+                       LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.23", names=("ws4",)))
+
+
+@pytest.fixture(scope="module")
+def advice(lab, tmp_path_factory):
+    import subprocess
+    import sys
+
+    cwd = tmp_path_factory.mktemp("advise")
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gpuops.cli", "advise", "-i", str(lab.inventory_path), *args],
+                              capture_output=True, text=True, cwd=cwd, timeout=300)
+    text, document = run(), run("--json")
+    assert text.returncode == 0 and document.returncode == 0, text.stdout + text.stderr + document.stderr
+    return text.stdout, json.loads(document.stdout)
+
+
+def test_the_field_box_at_0_5_8_is_shown_the_path_to_0_5_23_and_the_pcie_all_reduce(advice) -> None:
+    text, document = advice
+    host = document["hosts"]["field058"]
+    assert host["allreduces_per_pass"] == 122
+    first, second = host["ranked"]
+    assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "upgrade"
+    assert first["commands"] == ["gpuops apply sglang-release -e sglang_version=0.5.23", "gpuops apply pcie-allreduce"]
+    assert "0.5.21 is the first release" in first["why"]
+    assert first["evidence"]["basis"] == "published" and "pcie_ipc_ar.py" in first["evidence"]["source"]
+    assert "5.3 us vs NCCL's 205.1 us" in first["evidence"]["text"] and "21.14 -> 13.62 ms" in first["evidence"]["text"]
+    assert first["evidence"]["saving_ms_per_pass"] == pytest.approx(122 * (205.1 - 5.3) / 1000, abs=0.01)
+    assert second["feature"] == "flashinfer_allreduce_fusion" and second["status"] == "upgrade"
+    assert "needs a newer FlashInfer" in second["why"] and "0.6.1" in second["why"]
+    section = text.split("== field058")[1].split("== ")[0]
+    assert "1. SGLang's PCIe IPC all-reduce" in section and "$ gpuops apply sglang-release -e sglang_version=0.5.23" in section
+    assert "2. FlashInfer all-reduce + RMSNorm fusion" in section and "None" not in section
+
+
+def test_the_field_box_at_0_5_23_puts_pcie_allreduce_first(advice) -> None:
+    text, document = advice
+    host = document["hosts"]["field0523"]
+    first = host["ranked"][0]
+    assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "apply"
+    assert first["commands"] == ["gpuops apply pcie-allreduce"]
+    fusion = next(w for w in host["ranked"] + host["others"] if w["feature"] == "flashinfer_allreduce_fusion")
+    assert fusion["status"] == "apply" and "fusion_allow_without_p2p=true" in fusion["commands"][0]
+    section = text.split("== field0523")[1].split("== ")[0]
+    assert "1. SGLang's PCIe IPC all-reduce (FlashInfer pcie_ipc_comm): apply now" in section
+    assert "$ gpuops apply pcie-allreduce" in section
+
+
+def test_an_nvlink_host_is_told_why_nothing_applies(advice) -> None:
+    text, document = advice
+    host = document["hosts"]["h100"]
+    assert host["ranked"] == []
+    reasons = {w["feature"]: w["why"] for w in host["others"]}
+    assert "for PCIe-only hosts; NVLink all-reduce is already fast" in reasons["pcie_ipc_allreduce"]
+    assert "this host's GPUs are sm90" in reasons["flashinfer_allreduce_fusion"]
+    section = text.split("== h100")[1].split("== ")[0]
+    assert "nothing to apply for the all-reduce on this host" in section and "does not apply" in section
+
+
+def test_the_4x_workstation_at_tp_4_gets_the_pcie_all_reduce(advice) -> None:
+    _, document = advice
+    host = document["hosts"]["ws4"]
+    first = host["ranked"][0]
+    assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "apply" and "TP 4" in first["why"]
+    assert host["allreduces_per_pass"] == 128

@@ -1,0 +1,242 @@
+"""A gate read by its effect and its place (issue 29): the ways a body refuses (gates/README.md's
+catalogue of effect shapes), platform branches, enclosing GPU tests, the sibling branch that serves
+the GPU, and clauses false for the host's configuration. The scanner runs as on a host (a
+subprocess with python3) on one small package; the judging is gpuops' own."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from gpuops.gates.evaluate import judge
+from gpuops.gates.report import gate_count_line, render_gate_detail
+from test_gate_scanner_snippets import scan_files
+
+FILES = {
+    # -- effect shapes: each a refusal, so the GPU that passes is the one the code after serves
+    "srt/error_string.py": """
+        import torch
+
+        def fallback_reason(q):
+            if not q.is_cuda:
+                return "non-CUDA tensors"
+            if torch.cuda.get_device_capability(q.device) != (12, 0):
+                return "device is not SM120"
+            return None
+        """,
+    "srt/reason.py": """
+        import torch
+
+        def disable_reason(config):
+            reason = None
+            major, _ = torch.cuda.get_device_capability()
+            if major < 9:
+                reason = "shared experts fusion needs Hopper or newer"
+            return reason
+        """,
+    "srt/accumulate.py": """
+        import torch
+
+        def check(device_capability):
+            errors = []
+            if torch.cuda.get_device_capability()[0] < 9:
+                errors.append("CUDA compute capability 9.0 or newer is required")
+            if errors:
+                raise ValueError("; ".join(errors))
+        """,
+    "srt/fallback.py": """
+        from sglang.srt.utils import is_sm100_supported
+
+        def attn_method(batch):
+            if not is_sm100_supported():
+                return AttnMethod.MHA_CHUNKED_KV
+            prepare(batch)
+            return AttnMethod.TRTLLM
+        """,
+    "srt/selects.py": """
+        from sglang.srt.utils import is_sm100_supported
+
+        def resolve():
+            if is_sm100_supported():
+                return "mnnvl"
+            return "trtllm"
+        """,
+    "srt/refusal_tuple.py": """
+        import torch
+
+        def qmul4_supported():
+            major, minor = torch.cuda.get_device_capability()
+            if major < 10:
+                return False, f"QMUL4 kernel requires SM100/SM103, got sm{major}{minor}"
+            return True, ""
+        """,
+    "srt/restrict.py": """
+        from sglang.srt.utils import is_blackwell
+
+        def pick(backend):
+            if is_blackwell():
+                assert backend in ("triton", "trtllm_mha"), "only these on Blackwell"
+            return backend
+        """,
+    # -- place: platform branches, enclosing GPU tests, sibling branches
+    "srt/hip.py": """
+        import torch
+        from sglang.srt.utils import is_hip
+
+        _is_hip = is_hip()
+
+        def use_rowwise():
+            if _is_hip:
+                return torch.cuda.get_device_capability() >= (9, 4)
+            return False
+        """,
+    "srt/aiter.py": """
+        import os
+        import torch
+        from sglang.srt.utils import is_hip
+
+        _is_hip = is_hip()
+        _use_aiter = os.environ.get("SGLANG_USE_AITER") == "1" and _is_hip
+
+        def backend():
+            if torch.cuda.get_device_capability() >= (9, 4) and _use_aiter:
+                return "aiter"
+            return "triton"
+        """,
+    "srt/nested.py": """
+        import torch
+
+        def load_model():
+            if torch.cuda.get_device_capability()[0] < 8:
+                dtype = "float16"
+                if torch.cuda.get_device_capability()[1] < 5:
+                    raise RuntimeError("SGLang only supports sm75 and above.")
+            return "bfloat16"
+        """,
+    "srt/dispatch.py": """
+        from sglang.srt.utils import is_sm100_supported, is_sm120_supported, is_sm90_supported
+
+        def gemm():
+            if is_sm100_supported():
+                return "cutlass_sm100"
+            elif is_sm120_supported():
+                return "cutlass_sm120"
+            return "triton"
+
+        def attention():
+            if is_sm100_supported():
+                return "trtllm_mha"
+            elif is_sm90_supported():
+                return "fa3"
+            else:
+                return "triton"
+        """,
+    "srt/config.py": """
+        from sglang.srt.utils import is_sm100_supported
+
+        class Model:
+            def forward(self, server_args):
+                if self.tp_size == 1 and is_sm100_supported():
+                    return "single"
+                if server_args.enable_fast_path and is_sm100_supported():
+                    return "fast"
+                if is_multicast_supported() and is_sm100_supported():
+                    return "multicast"
+                return "plain"
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("effects"), FILES)
+
+
+def gates_of(scan, file):
+    return [g for g in scan.gates if g["file"] == file]
+
+
+def judged(scan, file, gpu="12.0", **kwargs):
+    report = judge(scan, gpu, "13.0", **kwargs)
+    return [g for g in report.gates if g["file"] == file]
+
+
+@pytest.mark.parametrize("file, shape, on_sm120, on_other", [
+    ("srt/error_string.py", "error_string", "open", ("9.0", "blocked")),
+    ("srt/reason.py", "reason", "open", ("8.0", "blocked")),
+    ("srt/accumulate.py", "accumulate", "open", ("8.0", "blocked")),
+    ("srt/fallback.py", "fallback", "blocked", ("10.0", "open")),
+    ("srt/refusal_tuple.py", "exit", "open", ("9.0", "blocked")),
+    # The snippets' is_blackwell means major 10 only: sm100 is the GPU restricted here.
+    ("srt/restrict.py", "restrict", "open", ("10.0", "blocked")),
+])
+def test_a_refusal_that_is_not_a_raise_flips_the_sense(scan, file, shape, on_sm120, on_other):
+    gate = [g for g in gates_of(scan, file) if g["kind"] == "guard"]
+    assert len(gate) == 1, [(g["kind"], g["text"]) for g in gates_of(scan, file)]
+    assert gate[0]["polarity"] == -1 and gate[0]["effect"]["shape"] == shape
+    mine = next(g for g in judged(scan, file) if g["id"] == gate[0]["id"])
+    assert (mine["status"], mine["shape"]) == (on_sm120, shape)
+    other_gpu, other_status = on_other
+    assert next(g for g in judged(scan, file, other_gpu) if g["id"] == gate[0]["id"])["status"] == other_status
+
+
+def test_a_selected_value_is_a_branch_not_a_refusal(scan):
+    (gate,) = gates_of(scan, "srt/selects.py")
+    assert gate["kind"] == "if" and gate["polarity"] == 1 and "shape" not in gate["effect"]
+    assert judged(scan, "srt/selects.py")[0]["status"] == "blocked"  # sm120 does not get "mnnvl"
+    assert judged(scan, "srt/selects.py", "10.0")[0]["status"] == "open"
+
+
+@pytest.mark.parametrize("file", ["srt/hip.py", "srt/aiter.py"])
+def test_another_platforms_branch_is_not_applicable_never_open(scan, file):
+    (gate,) = judged(scan, file)
+    assert gate["capability"] == "open"  # (12, 0) >= (9, 4): what a CUDA reading would say
+    assert gate["status"] == "not_applicable"
+    assert "NVIDIA host" in gate["reason"]
+
+
+def test_a_refusal_inside_an_enclosing_test_the_gpu_fails_never_refuses_it(scan):
+    inner = next(g for g in judged(scan, "srt/nested.py") if "[1] < 5" in g["condition"])
+    assert inner["capability"] == "blocked"  # minor 0 < 5, read on its own
+    assert inner["status"] == "open"
+    assert "[0] < 8" in inner["unreachable"]
+    # sm75 reaches it, and passes; sm70 is refused (a 7.x GPU, where the enclosing test holds).
+    assert next(g for g in judged(scan, "srt/nested.py", "7.0") if g["id"] == inner["id"])["status"] == "blocked"
+
+
+def test_blocked_with_a_sibling_that_serves_the_gpu_names_it(scan):
+    gemm = [g for g in judged(scan, "srt/dispatch.py") if g["function"] == "gemm"]
+    first = next(g for g in gemm if "is_sm100" in g["condition"])
+    elif_line = next(g for g in gemm if "is_sm120" in g["condition"])["line"]
+    assert first["status"] == "blocked" and first["alternative"] == f"srt/dispatch.py:{elif_line}"
+    attention = [g for g in judged(scan, "srt/dispatch.py") if g["function"] == "attention"]
+    # A plain `else:` is what every GPU falls to: sm120 loses trtllm_mha and fa3, shut out.
+    assert [g["alternative"] for g in attention] == [None, None]
+    assert all(g["status"] == "blocked" for g in attention)
+
+
+def test_a_clause_false_for_the_hosts_configuration_marks_it_not_reached(scan):
+    server = {"args": {"tp_size": "8"}, "architecture": None}
+    by_text = {g["condition"]: g for g in judged(scan, "srt/config.py", "10.0", server=server,
+                                                   interconnect={"nvlink": False})}
+    single = by_text["self.tp_size == 1 and is_sm100_supported()"]
+    assert single["capability"] == single["status"] == "open"  # the capability verdict is kept
+    assert "tp_size == 1" in single["unreachable"] and "configuration" in single["unreachable"]
+    # A feature switch is not the host's configuration: the gate still costs a GPU the feature.
+    assert by_text["server_args.enable_fast_path and is_sm100_supported()"]["unreachable"] is None
+    assert "PCIe" in by_text["is_multicast_supported() and is_sm100_supported()"]["unreachable"]
+    # Without the host's facts nothing is said to be out of reach.
+    assert all(g["unreachable"] is None for g in judged(scan, "srt/config.py", "10.0"))
+
+
+def test_the_count_line_says_what_blocked_costs(scan):
+    report = judge(scan, "12.0", "13.0")
+    line = gate_count_line(report)
+    blocked = [g for g in report.gates if g["status"] == "blocked"]
+    own = [g for g in blocked if g["alternative"]]
+    assert len(own) == 1
+    assert f"{len(blocked)} blocked ({len(blocked) - 1} shut sm120 out, 1 send it to its own path)" in line
+    assert "2 for another platform" in line
+    console = Console(record=True, width=200)
+    render_gate_detail(report, console, show_all=True)
+    assert f"its own path: {own[0]['alternative']}" in console.export_text()

@@ -1,0 +1,71 @@
+"""The apply host protocol has one schema (``gpuops.remote.host_protocol``): every event, journal
+event, client message and result status that either side's code spells out is one it names, and
+the home journal's run records come from one writer (``apply/journal.record_run_home``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import gpuops
+from gpuops.remote import host_protocol as hp
+
+SRC = Path(gpuops.__file__).parent
+HOST_SIDE = sorted((SRC / "remote").glob("apply*.py")) + [SRC / "remote" / "container_image.py",
+                                                         SRC / "remote" / "recompose.py"]
+CLIENT_SIDE = [SRC / "apply" / "txn.py"]
+
+
+def _found(pattern: str, paths: list[Path]) -> set[str]:
+    return {m for p in paths for m in re.findall(pattern, p.read_text(encoding="utf-8"))}
+
+
+def test_every_progress_event_either_side_names_is_in_the_schema() -> None:
+    spelled = _found(r'"event": "([a-z_]+)"', HOST_SIDE) | _found(r'event == "([a-z_]+)"', CLIENT_SIDE)
+    assert spelled and spelled <= set(hp.PROGRESS_EVENTS), spelled - set(hp.PROGRESS_EVENTS)
+
+
+def test_every_journal_event_the_host_writes_is_in_the_schema() -> None:
+    written = _found(r'\bevent\("([a-z_]+)"', HOST_SIDE)
+    assert {hp.STARTED, hp.FINISHED, hp.ROLLED_BACK} <= written <= set(hp.JOURNAL_EVENTS), written
+
+
+def test_every_client_message_is_in_the_schema() -> None:
+    sent = _found(r"""stream\.send\(\(?(?:json\.dumps\()?b?'?\{["']([a-z]+)["']""", CLIENT_SIDE)
+    awaited = _found(r'wait_message\("([a-z_]+)"', HOST_SIDE)
+    assert {"hb", "verdict", "commit"} <= sent | awaited
+    assert (sent | awaited) <= set(hp.CLIENT_MESSAGES), (sent | awaited) - set(hp.CLIENT_MESSAGES)
+
+
+def test_every_result_status_the_host_returns_is_in_the_schema() -> None:
+    returned = _found(r'"status": "([a-z_]+)"', HOST_SIDE)
+    assert returned and returned <= set(hp.RESULT_STATUSES), returned - set(hp.RESULT_STATUSES)
+    client = _found(r'"status": "([a-z_]+)"', CLIENT_SIDE)
+    assert client <= set(hp.RESULT_STATUSES), client
+
+
+def test_the_journal_reader_closes_runs_by_the_schemas_terminal_events() -> None:
+    from gpuops.remote.apply_journal import TERMINAL_EVENTS
+
+    assert TERMINAL_EVENTS is hp.TERMINAL_EVENTS
+
+
+def test_apply_and_rollback_records_at_home_come_from_one_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuops.apply.journal import home_journal_path, record_run_home
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    record_run_home("r1", "h1", "10.0.0.1:22", "nccl-env", hp.STATUS_FINISHED, None, "/var/lib/gpuops",
+                    [{"path": "/etc/x"}], user="me", vars_sha256="ab")
+    record_run_home("r2", "h1", "10.0.0.1:22", "rollback", hp.STATUS_ROLLED_BACK, "why", "/var/lib/gpuops", [],
+                    target="r1")
+    first, second = [json.loads(line) for line in home_journal_path().read_text().splitlines()]
+    common = {"run_id", "host", "address", "role", "time", "outcome", "error", "state_dir", "changes"}
+    assert common <= set(first) and common <= set(second)
+    assert (first["user"], second["target"], second["outcome"]) == ("me", "r1", "rolled_back")
+    # no other module writes a run record by hand
+    by_hand = [p.name for p in (SRC / "apply").glob("*.py") if p.name != "journal.py"
+               and re.search(r"append_home\(\{", p.read_text(encoding="utf-8"))]
+    assert by_hand == []

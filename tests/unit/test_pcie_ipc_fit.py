@@ -1,0 +1,70 @@
+"""Where SGLang's PCIe IPC all-reduce fits (gpuops/pcie_ipc.py::fit), one test per reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops import pcie_ipc
+from gpuops.pcie_ipc import HostStack, Misfit, fit
+
+FIELD_ARGS = ["--model-path", "/models/Kimi-K2.5", "--tp", "8", "--speculative-algorithm", "EAGLE3"]
+
+
+def stack(**changes) -> HostStack:
+    base = dict(sglang="0.5.23", flashinfer="0.7.2", nvlink=False, gpu_count=8, launch_args=FIELD_ARGS,
+                model_dtype="bfloat16")
+    base.update(changes)
+    return HostStack(**base)
+
+
+def test_the_field_box_on_a_current_release_fits() -> None:
+    got = fit(stack())
+    assert got.applies and got.tp == 8 and got.misfit is None, got
+
+
+@pytest.mark.parametrize("changes, misfit, words", [
+    (dict(nvlink=True), Misfit.NVLINK, "for PCIe-only hosts; NVLink all-reduce is already fast"),
+    (dict(sglang="0.5.8", flashinfer="0.6.1"), Misfit.SGLANG_TOO_OLD, "0.5.21 is the first release"),
+    (dict(sglang="0.5.20"), Misfit.SGLANG_TOO_OLD, "sglang 0.5.20 has no PCIe IPC all-reduce"),
+    (dict(sglang="0.5.21", flashinfer="0.6.18"), Misfit.FLASHINFER_LACKS, "flashinfer 0.6.18 has no pcie_ipc_comm"),
+    (dict(flashinfer=None), Misfit.FLASHINFER_LACKS, "0.7.0 is the first FlashInfer"),
+    (dict(launch_args=["--tp", "1"]), Misfit.TP_SIZE, "TP 1:"),
+    (dict(launch_args=["--model-path", "/m"]), Misfit.TP_SIZE, "TP 1:"),
+    (dict(launch_args=["--tp", "16"]), Misfit.TP_SIZE, "TP 16:"),
+    (dict(launch_args=["--tp-size", "6"]), Misfit.TP_SIZE, "TP 6:"),
+    (dict(model_dtype="float16"), Misfit.DTYPE, "serves bf16 only"),
+    (dict(launch_args=FIELD_ARGS + ["--dtype", "half"]), Misfit.DTYPE, "runs in float16"),
+    (dict(launch_args=FIELD_ARGS + ["--enable-deterministic-inference"]), Misfit.DETERMINISTIC, "deterministic"),
+    (dict(launch_env={"SGLANG_USE_1STAGE_ALLREDUCE": "1"}), Misfit.DETERMINISTIC, "deterministic"),
+    (dict(launch_args=[]), Misfit.UNKNOWN, "cannot tell its TP size"),
+])
+def test_each_misfit_is_named(changes, misfit, words) -> None:
+    got = fit(stack(**changes))
+    assert not got.applies and got.misfit is misfit, got
+    assert words in got.reason and "\n" not in got.reason and "None" not in got.reason
+
+
+def test_too_old_names_the_upgrade() -> None:
+    got = fit(stack(sglang="0.5.8", flashinfer="0.6.1"))
+    assert got.upgrade == (pcie_ipc.RECOMMENDED_SGLANG, pcie_ipc.RECOMMENDED_FLASHINFER)
+    assert "upgrade to 0.5.23" in got.reason
+
+
+def test_bf16_by_launch_flag_wins_over_the_config_and_1stage_off_wins_over_the_flag() -> None:
+    assert fit(stack(model_dtype="float16", launch_args=FIELD_ARGS + ["--dtype", "bfloat16"])).applies
+    assert fit(stack(launch_args=FIELD_ARGS + ["--enable-deterministic-inference"],
+                     launch_env={"SGLANG_USE_1STAGE_ALLREDUCE": "0"})).applies
+
+
+def test_missing_p2p_in_the_group_is_a_warning_not_a_refusal() -> None:
+    got = fit(stack(p2p_failed_pairs=[["GPU0", "GPU4", "CNS"], ["GPU1", "GPU5", "CNS"]]))
+    assert got.applies and len(got.warnings) == 1 and "2 GPU pair(s)" in got.warnings[0]
+
+
+def test_log_verdict_reads_the_releases_lines() -> None:
+    assert pcie_ipc.log_verdict("x\n[t] FlashInfer PCIe-IPC all-reduce enabled (world=8, workspace sized on first "
+                                "reduction)\n")[0] is True
+    assert pcie_ipc.log_verdict("[t] WARNING " + pcie_ipc.FALLBACK_LINE + "\n") == (False, pcie_ipc.FALLBACK_LINE)
+    bad = "FlashInfer PCIe-IPC workspace (max_numel=458752) failed: boom; reductions stay on NCCL"
+    assert pcie_ipc.log_verdict("ok\n" + bad)[0] is False
+    assert pcie_ipc.log_verdict("nothing here")[0] is None
