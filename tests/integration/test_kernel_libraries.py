@@ -89,3 +89,31 @@ def test_metadata_only_is_inferred_never_read(tmp_path) -> None:
     (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
     assert not verdict.read and verdict.status is KernelStatus.UNKNOWN
     assert "FlashInfer 0.6.1 lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120" in verdict.reason
+
+
+@pytest.mark.parametrize("version,has_pcie,custom_line", [("0.5.8", False, "custom_all_reduce.py:138"),
+                                                          ("0.5.20", False, None), ("0.5.21", True, None),
+                                                          ("0.5.23", True, "custom_all_reduce_utils.py:495")])
+def test_sglang_reads_from_the_real_releases(version: str, has_pcie: bool, custom_line: str | None) -> None:
+    """The SGLang side of the needs and fits, read from the real release by the same probe: the
+    PCIe IPC module first in 0.5.21 (the catalog's `first`), the custom all-reduce's "more than two
+    PCIe-only GPUs" line wherever it moved, the torch symmetric-memory table's keys."""
+    from gpuops.gates.fits import HostShape, judge_fits
+
+    catalog = load_catalog()
+    packages = probe_site(sglang_site(version))
+    pcie = catalog.feature("pcie_ipc_allreduce")
+    module = next(n for n in pcie.kernels if n.provider == "sglang")
+    assert module.first == "0.5.21"
+    (verdict,) = [v for v in judge_feature(pcie, packages.kernels, versions_of(packages), "12.0") if v.need == module]
+    assert verdict.status is (KernelStatus.OPEN if has_pcie else KernelStatus.BLOCKED), verdict.reason
+    shape = HostShape(tp_size=8, nvlink=False, p2p_gaps=(), capability="12.0")
+    if has_pcie:
+        sizes = next(f for f in judge_fits(pcie, shape, packages.kernels) if f.fit.kind == "tp_size")
+        assert sizes.holds is True and sizes.where and "pcie_ipc_ar.py:" in sizes.where
+    limit = judge_fits(catalog.feature("custom_allreduce"), shape, packages.kernels)[0]
+    assert limit.holds is False and limit.where is not None
+    if custom_line:
+        assert limit.where.endswith(custom_line), limit.where
+    (symm,) = judge_fits(catalog.feature("torch_symm_mem"), shape, packages.kernels)
+    assert symm.holds is False and "capability majors 9, 10" in symm.reason and symm.where.endswith("all_reduce_utils.py:3")

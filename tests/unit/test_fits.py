@@ -97,3 +97,14 @@ def test_torch_symm_mem_sizes_by_capability_major() -> None:
     assert fit.holds is True
     (fit,) = judge_fits(feature, FIELD, {})
     assert fit.holds is None
+
+
+def test_hostile_reads_never_crash() -> None:
+    for bad in ({"sglang": {"files": {PCIE_FILE: {"exists": True, "anchors": "x"}}}},
+                {"sglang": {"files": {PCIE_FILE: {"exists": True, "anchors": {"^_SUPPORTED_WORLD_SIZES\\s*=": "x"}}}}},
+                {"sglang": {"files": []}}, {"sglang": "x"}, []):
+        assert holds(FIELD, bad)["tp_size"] is True  # the catalog's own sizes, no line cited
+    feature = load_catalog().feature("torch_symm_mem")
+    file = "srt/distributed/device_communicators/all_reduce_utils.py"
+    (fit,) = judge_fits(feature, FIELD, {"sglang": {"files": {file: {"exists": True, "dicts": ["x"]}}}})
+    assert fit.holds is None

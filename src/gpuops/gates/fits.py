@@ -59,11 +59,13 @@ def _anchor(fit: Fit, kernels: Mapping[str, Any] | None) -> tuple[str | None, st
         if not isinstance(entry, Mapping) or not entry.get("exists"):
             continue
         if fit.kind == "capability_major_in":
-            found = (entry.get("dicts") or {}).get(str(fit.value))
+            dicts = entry.get("dicts")
+            found = dicts.get(str(fit.value)) if isinstance(dicts, Mapping) else None
             if isinstance(found, list) and len(found) == 2 and isinstance(found[0], int):
                 return f"sglang/{file}:{found[0]}", None, found[1]
             continue
-        hit = (entry.get("anchors") or {}).get(pattern)
+        anchors = entry.get("anchors")
+        hit = anchors.get(pattern) if isinstance(anchors, Mapping) else None
         if isinstance(hit, list) and len(hit) == 2 and isinstance(hit[0], int):
             return f"sglang/{file}:{hit[0]}", str(hit[1]), None
     return None, None, None

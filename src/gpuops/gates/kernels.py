@@ -129,14 +129,14 @@ def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Ma
     if need.kind == "module":
         return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.where}", version=version, first=first)
     if need.kind == "symbol":
-        line = (entry.get("symbols") or {}).get(need.name)
+        line = _mapping(entry.get("symbols")).get(str(need.name))
         if isinstance(line, int):
             return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.name} ({need.where}:{line})", line,
                                  version, first)
         return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} has no {need.name} in {need.where} ({need.what})"
                              + (f"; {title} {first} is the first with it" if first else ""), version=version,
                              first=first)
-    generator = (entry.get("generators") or {}).get(need.name)
+    generator = _mapping(entry.get("generators")).get(str(need.name))
     if not isinstance(generator, list) or len(generator) != 3:
         return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} has no {need.name} in {need.where} ({need.what})"
                              + (f"; {title} {first} is the first with it" if first else ""), version=version,
@@ -190,6 +190,11 @@ def _build_note(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: M
         return (f"no prebuilt module found: it is compiled at first use, and {nvcc['path']} is CUDA {found}, which "
                 f"cannot target major {major} (CUDA {wanted} is the first that can)")
     return f"compiled at first use with {nvcc['path']} (CUDA {found or 'version unknown'})"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A host's JSON value where a mapping is expected (anything else reads as empty)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _from_version(need: KernelNeed, named: str, version: str | None, first: str | None, capability: str | None,
@@ -252,9 +257,15 @@ def fold(verdict: Mapping[str, Any], kernel: list[KernelVerdict], gated: bool = 
         lead = "; ".join(k.reason for k in blocked)
         if out.get("status") == "open":
             out["status"] = "blocked"
-            out["reason"] = f"{lead}; SGLang's own gates admit it ({sglang})"
+            # SGLang's words on whether the server runs it are no longer the verdict's (set below).
+            admitted = re.sub(r"; (not )?in effect(: cannot tell)? in the running server: .*$", "", sglang)
+            out["reason"] = f"{lead}; SGLang's own gates admit it ({admitted})"
         else:
             out["reason"] = f"{sglang}; and {lead}" if sglang else lead
+        if out.get("in_effect") is True:
+            # What the server's flags ask for cannot run: the library has no kernel for this GPU.
+            out["in_effect"] = False
+            out["in_effect_reason"] = f"the running server asks for it, but {blocked[0].reason}"
     elif unknown:
         out["reason"] = f"{sglang}; kernel library: {'; '.join(k.reason for k in unknown)}" if sglang else \
             "; ".join(k.reason for k in unknown)

@@ -24,6 +24,11 @@ Controls (environment):
   GPUOPS_STANDIN_ACCEPT_LENGTH     speculative decoding: average accepted tokens per verify cycle
   GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
                                    (default 0.015; 0 keeps an exact rate exact under load)
+  GPUOPS_STANDIN_JOIN_TIMEOUT_S    a node of rank > 0: how long it tries node 0's --dist-init-addr
+
+Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): ``standin_nodes.py`` (node 0
+healthy once every rank joined it, ranks > 0 serve only /ping and /health*, one node gone ends the
+others).
 
 Speed model (used when no exact rate is given; every figure is simulated and says so): the
 documented figures of ``speed_model.json`` through ``speed_model.py`` (both copied next to this
@@ -59,6 +64,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # The simulation (flags, crash rules, speed, state, pacing) is this file's sibling, copied with it
 # (hosts.STANDIN_SIBLINGS); so are speed_model.py and sglang_argv.py, which it imports.
+from standin_nodes import NodeArgsError, NodeGroup, die
 from standin_surface import Surface, metrics_page
 from standin_sim import (
     GenerationFailed,
@@ -140,6 +146,9 @@ class StandinHandler(BaseHTTPRequestHandler):
         answer is sent here (404 as FastAPI words it, 401 as SGLang's --api-key middleware) and None."""
         path = self.path.split("?", 1)[0]
         surface = self.server.surface
+        if not self.state.serves(path):
+            self._error(404, "Not Found")  # a node of rank > 0 runs SGLang's dummy health server only
+            return None
         if not surface.authorised(path, self.headers, self.state.server_args):
             self._send_json(401, {"error": "Unauthorized"})
             return None
@@ -152,7 +161,7 @@ class StandinHandler(BaseHTTPRequestHandler):
         path = self._route("GET")
         if path is None:
             return
-        if path in ("/health", "/health_generate", "/ready"):
+        if path in ("/health", "/health_generate", "/ready", "/ping"):
             if self.state.ready():
                 self._send_json(200, {})
             else:
@@ -374,6 +383,12 @@ def main(argv=None):
         version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
     if state.speed.pcie_ipc_line:
         log(state.speed.pcie_ipc_line)
+    try:
+        state.nodes = NodeGroup(server_args, environ, log, lambda why: die(log, why))
+    except NodeArgsError as exc:
+        time.sleep(state.startup_s)
+        log(str(exc))
+        return 1
     bad = matching_crash_rule(rules, server_args, environ)
     if bad is not None:
         time.sleep(state.startup_s)
@@ -401,12 +416,13 @@ def main(argv=None):
     serving = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1})
     serving.daemon = True
     serving.start()
+    state.nodes.start()  # node 0 waits at the init address for the others; the others join it
     log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
     log("simulated decode rate %.1f tok/s per request at batch 1 (%s)%s" % (
         state.speed.base_rate(), "stand-in model %s: %s, %s" % (
             state.speed.record()["label"], state.speed.record()["basis"], state.speed.record()["shape_reason"]),
         "; speculative accept length %.2f" % state.speed.accept_length if state.speed.speculative else ""))
-    if state.startup_s:
+    if state.startup_s or state.nodes.multi:
         while not stop.wait(0.05) and not state.ready():
             pass
     if not stop.is_set():

@@ -335,8 +335,14 @@ class StandinState(object):
         self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0,
                        "decode_passes": 0, "ttft_sum": 0.0}
 
+    nodes = None  # standin_nodes.NodeGroup: the other nodes of a multi-node server (set by main)
+
     def ready(self):
-        return time.monotonic() - self.started >= self.startup_s
+        joined = self.nodes is None or self.nodes.joined.is_set()
+        return joined and time.monotonic() - self.started >= self.startup_s
+
+    def serves(self, path):
+        return self.nodes is None or self.nodes.serves(path)
 
     def first_answer_wait(self):
         """Sleep ``first_answer_s`` before the first generation only."""

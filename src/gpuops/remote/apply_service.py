@@ -15,7 +15,7 @@ import time
 
 from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.service_base import run_command
-from gpuops.remote.sglang_argv import launch_args
+from gpuops.remote.sglang_argv import flag_value, launch_args
 from gpuops.remote.sglang_server import HEALTH_ROUTE, ServerClient, ServerError
 
 _VIEW_CODE = "import json,os,sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
@@ -73,8 +73,8 @@ class Service:
 
     def wait_healthy(self, lease, timeout=None):
         """/health answers 200, then the model's or the server's report does too (asked the way the
-        release answers: ``sglang_server``), and the answer comes from the server gpuops started:
-        its process (or a child) owns the socket."""
+        release answers: ``sglang_server``; not on a node of rank > 0: ``worker_node``), and the
+        answer comes from the server gpuops started: its process (or a child) owns the socket."""
         timeout = self.health_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         if self.backend is not None:
@@ -99,7 +99,7 @@ class Service:
                 answered = HEALTH_ROUTE if client.healthy() else None
             else:
                 answered = info_route(client)
-            if answered and stage == "health":
+            if answered and stage == "health" and not worker_node(pid):
                 stage = "info"
                 continue
             if answered:
@@ -195,6 +195,17 @@ def launch_view(script):
         return None
     env = {k: v for k, v in out["env"].items() if baseline.get(k) != v and k not in ("PWD", "SHLVL", "_", "OLDPWD")}
     return {"env": env, "argv": list(out["argv"])}
+
+
+def worker_node(pid):
+    """Is the server a node of rank > 0 of a multi-node server (``--node-rank N``)? SGLang 0.5.8
+    runs no API there, only ``launch_dummy_health_check_server`` (``/health``, ``/ping``) once the
+    node joined node 0: its health is ``/health`` alone."""
+    if pid is None:
+        return False
+    words = launch_args(process_view(pid)[1])
+    rank = flag_value(words, "--node-rank") if words else None
+    return bool(rank) and rank.isdigit() and int(rank) > 0
 
 
 def process_view(pid):

@@ -1,0 +1,62 @@
+"""A FlashInfer generator need judged from what a host sends (gates/kernels.py): the major list and
+its line, and how the JIT module would be had there (prebuilt, or the host's nvcc)."""
+
+from __future__ import annotations
+
+from gpuops.gates.catalog import load_catalog
+from gpuops.gates.kernels import KernelStatus, fold, judge_need
+
+
+def need():
+    return load_catalog().feature("flashinfer_allreduce_fusion").kernels[0]
+
+
+def reads(majors, nvcc=None, aot=None) -> dict:
+    return {"flashinfer": {"root": "/site/flashinfer", "aot": aot, "files": {"jit/comm.py": {
+        "exists": True, "generators": {"gen_trtllm_comm_module": [190, majors, 192]}}}}, "nvcc": nvcc}
+
+
+def test_a_major_outside_the_list_is_blocked_with_its_line_and_the_first_that_builds_it() -> None:
+    verdict = judge_need(need(), reads([9, 10]), {"flashinfer": "0.6.16.post4"}, "12.0")
+    assert verdict.status is KernelStatus.BLOCKED and verdict.where == "flashinfer/jit/comm.py:192"
+    assert verdict.reason == ("FlashInfer 0.6.16.post4 cannot build the fused all-reduce + RMSNorm kernel (trtllm_comm) "
+                              "for sm120: flashinfer/jit/comm.py:192 builds majors [9, 10] only; FlashInfer 0.6.17 is "
+                              "the first that builds it for major 12")
+    assert judge_need(need(), reads([9, 10]), {"flashinfer": "0.6.1"}, "9.0").status is KernelStatus.OPEN
+
+
+def test_how_the_jit_module_would_be_had() -> None:
+    versions = {"flashinfer": "0.7.2"}
+    old = judge_need(need(), reads([9, 10, 12], {"path": "/usr/local/cuda/bin/nvcc", "version": "12.4"}), versions, "12.0")
+    assert old.status is KernelStatus.OPEN and "CUDA 12.4, which cannot target major 12 (CUDA 12.8" in old.reason
+    none = judge_need(need(), reads([9, 10, 12]), versions, "12.0")
+    assert "no nvcc is on the host's PATH" in none.reason
+    aot = judge_need(need(), reads([9, 10, 12], aot=["trtllm_comm"]), versions, "12.0")
+    assert "1 prebuilt module(s) in flashinfer/data/aot" in aot.reason
+    cache = judge_need(need(), reads([9, 10, 12]), {**versions, "flashinfer_jit_cache": "0.7.2"}, "12.0")
+    assert "flashinfer-jit-cache 0.7.2" in cache.reason
+
+
+def test_hostile_or_missing_reads_never_crash_and_never_open() -> None:
+    for bad in ({"flashinfer": {"files": {"jit/comm.py": {"exists": True, "generators": {"gen_trtllm_comm_module": "x"}}}}},
+                {"flashinfer": {"files": {"jit/comm.py": {"exists": True, "generators": "gen_trtllm_comm_module"}}}},
+                {"flashinfer": {"files": {"jit/comm.py": {"exists": True, "generators": []}}}},
+                {"flashinfer": {"files": {"jit/comm.py": "x"}}}, {"flashinfer": []}, {}):
+        verdict = judge_need(need(), bad, {"flashinfer": "0.7.2"}, "12.0")
+        assert verdict.status is not KernelStatus.OPEN, bad
+
+
+def test_a_blocked_library_closes_an_open_feature_reason_first() -> None:
+    blocked = judge_need(need(), reads([9, 10]), {"flashinfer": "0.6.1"}, "12.0")
+    out = fold({"status": "open", "reason": "the runtime checks admit sm120"}, [blocked])
+    assert out["status"] == "blocked" and out["reason"].startswith("FlashInfer 0.6.1 cannot build")
+    assert out["reason"].endswith("SGLang's own gates admit it (the runtime checks admit sm120)")
+    assert out["kernels"][0]["line"] == 192
+
+
+def test_a_server_asking_for_a_kernel_the_library_lacks_does_not_have_it_in_effect() -> None:
+    blocked = judge_need(need(), reads([9, 10]), {"flashinfer": "0.6.1"}, "12.0")
+    out = fold({"status": "open", "in_effect": True, "in_effect_reason": "the running server has it on",
+                "reason": "the runtime checks admit sm120; in effect in the running server: it has it on"}, [blocked])
+    assert out["in_effect"] is False and "FlashInfer 0.6.1 cannot build" in out["in_effect_reason"]
+    assert "in effect" not in out["reason"] and out["reason"].endswith("(the runtime checks admit sm120)")
