@@ -68,6 +68,7 @@ def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="gpuops", standalone_mode=False)
     except click.exceptions.Abort:
+        _say_open_runs()
         click.echo("gpuops: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
@@ -77,12 +78,30 @@ def _main(argv: list[str] | None) -> None:
         click.echo(f"gpuops: error: {exc}", err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
+        _say_open_runs()
         click.echo("gpuops: interrupted", err=True)
         sys.exit(130)
     except SystemExit:
         raise
     else:
         sys.exit(0)
+
+
+def _say_open_runs() -> None:
+    """On Ctrl-C during apply/rollback: per host, its run, what it does now, how to check. A second
+    Ctrl-C while these lines print ends the process at once, printing them again."""
+    inflight = sys.modules.get("gpuops.apply.inflight")  # loaded only by a command that opened a run
+    if inflight is None:
+        return
+    lines = inflight.interrupt_lines()
+    try:
+        for line in lines:
+            click.echo(line, err=True)
+    except KeyboardInterrupt:
+        for line in lines:
+            click.echo(line, err=True)
+        click.echo("gpuops: interrupted", err=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

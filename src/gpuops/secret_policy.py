@@ -11,6 +11,12 @@ Secret:
   credential), ``ansible_ssh_private_key_file`` (a path);
 - the credentials inside a URL (``https://user:pass@host``, ``https://TOKEN@host``).
 
+Secrets inside values that a server, a host or a process reports (``mask_reported``): the values
+under secret names at any depth, the value of a secret flag inside a command line held as a string
+(``launch_command``, ``cmd``, a unit's ``ExecStart``: ``--api-key K``, ``--api-key=K``, ``HF_TOKEN=K``)
+or as a list of words under any key, URL credentials; and then each secret so found wherever else it
+appears in the same document (an error message that quotes it).
+
 Masked form: ``<masked:1a2b3c4d>``, the first 8 hex digits of the value's sha256 (32 bits: enough
 to tell two values apart in a diff, too few to look a strong secret up).
 """
@@ -172,9 +178,77 @@ def mask_text(text: str, secrets: Iterable[str] = ()) -> str:
     return mask_url_credentials(text)
 
 
+_FLAG_IN_TEXT = re.compile(r"(?<![\w-])(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<sep>=|[ \t]+)"
+                           r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)")
+_ASSIGN_IN_TEXT = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\",)]+)")
+
+
+def _unquoted(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def command_line_secrets(text: str) -> list[str]:
+    """The values of secret flags (``--api-key K``, ``--api-key=K``) and secret assignments
+    (``HF_TOKEN=K``, ``api_key='K'``) inside one string."""
+    found = []
+    for match in _FLAG_IN_TEXT.finditer(text):
+        value = _unquoted(match.group("value"))
+        if is_secret_name(match.group("flag")) and not value.startswith("--") and not _MASKED.fullmatch(value):
+            found.append(value)
+    for match in _ASSIGN_IN_TEXT.finditer(text):
+        value = _unquoted(match.group("value"))
+        if is_secret_name(match.group("name")) and not _MASKED.fullmatch(value):
+            found.append(value)
+    return [v for v in found if len(v) >= _MIN_LENGTH]
+
+
+def _reported_secrets(value: Any, found: set[str]) -> None:
+    if isinstance(value, Mapping):
+        for inner in value.values():
+            _reported_secrets(inner, found)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            _reported_secrets(inner, found)
+    elif isinstance(value, str):
+        found.update(command_line_secrets(value))
+
+
+def reported_secrets(*documents: Any) -> list[str]:
+    """Every secret in what a server, host or process reported (longest first): under secret names,
+    after secret flags in argv lists and in command-line strings, in URLs."""
+    found = set(secret_values(*documents))
+    for document in documents:
+        _reported_secrets(document, found)
+    return sorted((s for s in found if not _MASKED.fullmatch(s)), key=len, reverse=True)
+
+
+def _mask_reported(name: str, value: Any, secrets: Sequence[str]) -> Any:
+    if value is None or isinstance(value, bool) or value == "":
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _mask_reported(str(k), v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if any(isinstance(v, str) and v.startswith("--") for v in value) and all(isinstance(v, str) for v in value):
+            value = mask_args(value)  # argv under any key
+        return [_mask_reported(name, v, secrets) for v in value]
+    if is_secret_name(name) or _from_vault(value):
+        return value if isinstance(value, str) and _MASKED.fullmatch(value) else mask(value)
+    if isinstance(value, str):
+        return mask_text(value, secrets)
+    return value
+
+
+def mask_reported(document: Any, also: Iterable[str] = ()) -> Any:
+    """``document`` (JSON-like: what a server, host or process reported) with every secret in it
+    masked, wherever it appears (see the module's docstring); ``also``: secrets known from elsewhere."""
+    secrets = sorted(set(reported_secrets(document)) | {s for s in also if s and len(s) >= _MIN_LENGTH},
+                     key=len, reverse=True)
+    return _mask_reported("", document, secrets)
+
+
 def is_masked(text: str) -> bool:
     return bool(_MASKED.fullmatch(text))
 
 
-__all__ = ["is_secret_name", "mask", "mask_args", "mask_env", "mask_mapping", "mask_text", "mask_url_credentials",
-           "mask_value", "secret_values", "short_hash"]
+__all__ = ["command_line_secrets", "is_secret_name", "mask", "mask_args", "mask_env", "mask_mapping", "mask_reported",
+           "mask_text", "mask_url_credentials", "mask_value", "reported_secrets", "secret_values", "short_hash"]

@@ -321,6 +321,54 @@ def test_a_stalled_host_fails_alone_within_timeout_and_rolls_itself_back(lab_fac
     lab.stop(remove=True)
 
 
+def test_apply_timeout_ends_a_run_whose_connection_stays_healthy(lab_factory, run_gpuops, gpuops_home) -> None:
+    """The worker pauses at the health step for 300 s while its SSH session stays healthy (gpuops'
+    heartbeats keep the lease, so only ``--timeout 10`` can end it): gpuops ends within ~30 s naming
+    the time limit, and the host, past the same limit, rolls back. (Its only other test, a stalled
+    sshd, is ended by the lease first, so it passed with --timeout ignored.)"""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 300}))
+    earlier = calls(host)
+    started = time.monotonic()
+    proc = client(lab, "nccl-env", *lab_args("nccl-env", 5)[:-2], "-e", "gpuops_lease=30", "-e",
+                  json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 5}}), "--timeout", "10", "--json", home=gpuops_home)
+    where = paused(host, "health", proc, earlier)
+    out, err = proc.communicate(timeout=60)  # without --timeout the pause (and the run) lasts 300 s
+    took = time.monotonic() - started
+    report = json.loads(out)["hosts"][host.name]
+    assert took < 40, f"apply --timeout 10 took {took:.0f} s"
+    assert proc.returncode == 1 and report["status"] == "unknown", report
+    assert "--timeout" in report["error"], report["error"]
+    wait_host_settled(host, where)
+    assert journal_events(host)[-1][1] == "rolled_back"
+    assert fingerprint(host.dir) == before and server_view(host) == served
+
+
+def test_ctrl_c_during_apply_says_per_host_what_the_host_does_and_how_to_check(lab_factory, gpuops_home) -> None:
+    """Ctrl-C while the worker is at the health step: the run id, the phase, that the host rolls it
+    back (gpuops had not confirmed), the command to check; exit 130; the host does roll back."""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    before = fingerprint(host.dir)
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 300}))
+    earlier = calls(host)
+    proc = client(lab, "nccl-env", *lab_args("nccl-env", 6), home=gpuops_home)
+    where = paused(host, "health", proc, earlier)
+    time.sleep(1.5)  # the client has read the "phase" event
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    text = err.decode()
+    run_id = journal_events(host)[-1][0]
+    assert proc.returncode == 130, text
+    assert f"gpuops: {host.name}: run {run_id} was at health" in text, text
+    assert "the host rolls it back now" in text and f"gpuops history -l {host.name}" in text, text
+    wait_host_settled(host, where)
+    assert journal_events(host)[-1][1] == "rolled_back"
+    assert fingerprint(host.dir) == before
+
+
 def test_a_port_held_by_another_process_fails_the_run_naming_it(lab_factory, run_gpuops) -> None:
     """The pid file is gone but the old server still listens: the new server cannot bind, and the
     answer on the port must not pass for it. The run fails naming the holder and rolls back."""

@@ -79,3 +79,59 @@ def test_mnnvl_text_follows_the_interconnect() -> None:
         report = judge(scan, "9.0", "12.8", None, interconnect={"nvlink": nvlink})
         texts = [g["meaning"] for g in report.gates if g["feature"] == FUSION and g["role"] == "hardware"]
         assert texts and all(wanted in t and unwanted not in t for t in texts), texts
+
+
+def reporting(base: dict, **settings: object) -> dict:
+    """``base`` with the settings the server reports for itself (``server.reported``, /server_info)."""
+    return {**base, "reported": {"route": "/server_info", "settings": dict(settings), "error": None}}
+
+
+def test_the_server_word_agrees_with_the_judgement() -> None:
+    """0.5.23 resolves the auto-enable into flashinfer_allreduce_fusion_backend='auto'
+    (arg_groups/overrides.py): the server's word, and gpuops' own judgement agreeing."""
+    said = reporting(server("DeepseekV3ForCausalLM"), enable_flashinfer_allreduce_fusion=False,
+                     flashinfer_allreduce_fusion_backend="auto")
+    fusion = judge(scan_of("0.5.23"), "9.0", "12.8", said).features[FUSION]
+    assert fusion["in_effect"] is True
+    why = fusion["in_effect_reason"]
+    assert "the server reports flashinfer_allreduce_fusion_backend='auto' in its resolved settings (/server_info)" in why
+    assert "agrees" in why and "turns it on by itself" in why
+
+
+def test_the_server_word_is_taken_where_the_judgement_differs_and_both_are_said() -> None:
+    # --enforce-disable-flashinfer-allreduce-fusion resolves the backend to None: off, although the
+    # auto-enable gate holds for this server
+    said = reporting(server("DeepseekV3ForCausalLM"), enable_flashinfer_allreduce_fusion=False,
+                     flashinfer_allreduce_fusion_backend=None)
+    fusion = judge(scan_of("0.5.23"), "9.0", "12.8", said).features[FUSION]
+    assert fusion["in_effect"] is False
+    why = fusion["in_effect_reason"]
+    assert "the server reports flashinfer_allreduce_fusion_backend=None, enable_flashinfer_allreduce_fusion=False" in why
+    assert "the server's word is taken; gpuops' own judgement says on" in why and "turns it on by itself" in why
+    # the other way round: on by the server's word where gpuops' judgement says off (TP 1)
+    on = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("DeepseekV3ForCausalLM", tp="1"),
+                                                          flashinfer_allreduce_fusion_backend="trtllm")).features[FUSION]
+    assert on["in_effect"] is True and "gpuops' own judgement says off" in on["in_effect_reason"]
+    # and where gpuops cannot tell (a LLaMA: a clause it cannot judge), the server's word decides
+    llama = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("LlamaForCausalLM"),
+                                                             flashinfer_allreduce_fusion_backend="trtllm")).features[FUSION]
+    assert llama["in_effect"] is True and "could not tell" in llama["in_effect_reason"]
+    # an attention backend the server chose by itself (no flag given)
+    fa3 = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("LlamaForCausalLM"), attention_backend="fa3"))
+    assert fa3.features["fa3"]["in_effect"] is True, fa3.features["fa3"]
+
+
+def test_a_runtime_gate_still_closes_what_the_server_asks_for() -> None:
+    said = reporting(server("DeepseekV3ForCausalLM", ("enable_flashinfer_allreduce_fusion", True),
+                            gpu="NVIDIA RTX PRO 6000 Blackwell Server Edition"), enable_flashinfer_allreduce_fusion=True)
+    fusion = judge(scan_of("0.5.8"), "12.0", "12.8", said).features[FUSION]
+    assert fusion["in_effect"] is False
+    assert "the server reports enable_flashinfer_allreduce_fusion=True" in fusion["in_effect_reason"]
+    assert "never runs" in fusion["in_effect_reason"]
+
+
+def test_a_failed_report_leaves_the_judgement() -> None:
+    failed = {**server("DeepseekV3ForCausalLM"), "reported": {"route": None, "settings": None, "error": "HTTP 401"}}
+    fusion = judge(scan_of("0.5.23"), "9.0", "12.8", failed).features[FUSION]
+    assert fusion["in_effect"] is True and "turns it on by itself" in fusion["in_effect_reason"]
+    assert "server reports" not in fusion["in_effect_reason"]

@@ -1,9 +1,11 @@
 """The secret never appears in anything gpuops printed or wrote at home (one policy everywhere).
 
 A lab host whose server runs with ``--api-key`` and an ``HF_TOKEN`` in its environment; every
-command an operator would run (inspect, apply --check --diff text and JSON, a failed apply with its
-log tail, history, bench, results show/list, report) and then a grep over every output and every
-file under the operator's home and results dir.
+command an operator would run (inspect text and JSON, apply --check --diff text and JSON, a failed
+apply with its log tail, history, bench, results show/list/export, report) and then a grep over every
+output and every file under the operator's home and results dir. On 0.5.8 and on 0.5.23, whose
+``/server_info`` carries the key in ``api_key`` and, in plain text, in ``launch_command``; the
+server itself enforces the key (a 401 without it), so every answer gpuops got was asked with it.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ API_KEY = "sk-gpuops-leakcheck-7f3a9c"
 HF_TOKEN = "hf_leakcheck_Q2w3E4r5"
 
 
-def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, gpuops_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["0.5.8", "0.5.23"])
+def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, gpuops_home: Path, tmp_path: Path,
+                                                      version: str) -> None:
     from gpuops.lab.hosts import LabSpec
 
     lab = lab_factory(LabSpec(
-        gpu="rtx-pro-6000-ws-x4", sglang="0.5.8", names=("h01",),
-        server_args=("--model-path", "/models/Qwen3-32B", "--tp", "4", "--api-key", API_KEY),
+        gpu="rtx-pro-6000-ws-x4", sglang=version, names=("h01",),
+        server_args=("--model-path", "/models/Qwen3-32B", "--tp", "4", "--api-key", API_KEY, "--enable-metrics"),
         server_env={"SGLANG_HF_TOKEN": HF_TOKEN, "GPUOPS_STANDIN_CRASH_IF": "NCCL_ALGO=Tree"},
     ))
     inv = str(lab.inventory_path)
@@ -37,8 +41,22 @@ def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, g
         outputs.append(proc.stdout + proc.stderr)
         return proc.stdout
 
+    import urllib.error
+    import urllib.request
+
+    port = lab.hosts[0].server_port
+    with pytest.raises(urllib.error.HTTPError, match="401"):  # the server itself wants the key
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/server_info", headers={"Authorization": f"Bearer {API_KEY}"})
+    info = json.loads(urllib.request.urlopen(request, timeout=10).read())
+    assert info["api_key"] == API_KEY
+    if version == "0.5.23":
+        assert f"--api-key {API_KEY}" in info["launch_command"]
+
     run("inspect", "host", "-i", inv)
-    run("inspect", "host", "-i", inv, "--json")
+    inspected = json.loads(run("inspect", "host", "-i", inv, "--json"))
+    reported = json.dumps(inspected)
+    assert '"route": "/server_info"' in reported and "<masked:" in reported
     # A change to the launch that carries the key: the diff shows the file, masked.
     check = run("apply", "nccl-env", "-i", inv, "--check", "--diff", "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}}', *fast)
     assert "<masked:" in check or "NCCL_MIN_NCHANNELS" in check, check
@@ -53,7 +71,11 @@ def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, g
                 "--warmup", "0", "--input-len", "16", "--output-len", "16", "--json")
     result_id = json.loads(bench)["hosts"]["h01"]["result_id"]
     run("results", "list", "--results-dir", str(results), "--json")
-    run("results", "show", "--results-dir", str(results), result_id, "--json")
+    shown = run("results", "show", "--results-dir", str(results), result_id, "--json")
+    assert "<masked:" in shown  # the key is there, as its masked token with its short hash
+    run("results", "show", "--results-dir", str(results), result_id)
+    for form in ("csv", "jsonl", "prometheus"):
+        run("results", "export", "--results-dir", str(results), "--format", form)
     run("report", "--results-dir", str(results), "-o", str(tmp_path / "report.html"), result_id)
 
     for secret in (API_KEY, HF_TOKEN):

@@ -32,7 +32,7 @@ def staged(lab_factory, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("release")
     wheelhouse = build_wheelhouse(base / "wheelhouse", ["0.5.21"])
     args = ["-e", f"gpuops_envs_dir={base / 'envs'}", "-e", f"sglang_wheelhouse={wheelhouse}", "-e", "sglang_version=0.5.21",
-            "-e", "gpuops_lease=4", "-e", "smoke_check=false"]
+            "-e", "gpuops_lease=10", "-e", "smoke_check=false"]  # a lease a loaded machine renews
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUOPS_LAB_DIR")}
     env["HOME"] = str(base / "home")
     done = subprocess.run([sys.executable, "-m", "gpuops.cli", "apply", "sglang-release", "-i", str(lab.inventory_path),

@@ -144,6 +144,46 @@ FILES = {
                     return "multicast"
                 return "plain"
         """,
+    # -- a capability held in a constant method or a parameter
+    "srt/quant.py": """
+        import torch
+        from sglang.srt.utils import get_device_sm
+
+        _is_npu = False
+
+        class QuantConfig:
+            @classmethod
+            def get_min_capability(cls) -> int:
+                \"\"\"Minimum capability.\"\"\"
+                raise NotImplementedError
+
+        class AWQConfig(QuantConfig):
+            @classmethod
+            def get_min_capability(cls) -> int:
+                return 75
+
+        class Fp8Config(QuantConfig):
+            def get_min_capability(self) -> int:
+                if _is_npu:
+                    return 0
+                return 100 if self.use_mxfp8 else 89
+
+        def check(quant_config):
+            capability = get_device_sm()
+            if capability < quant_config.get_min_capability():
+                raise ValueError("the quantization method is not supported on this GPU")
+        """,
+    "srt/at_least.py": """
+        import torch
+
+        _MIN_SM = (10, 0)
+
+        def is_cuda_sm_at_least(min_sm):
+            return torch.cuda.get_device_capability() >= min_sm
+
+        def vae_output_fusable():
+            return is_cuda_sm_at_least(_MIN_SM)
+        """,
 }
 
 
@@ -240,3 +280,19 @@ def test_the_count_line_says_what_blocked_costs(scan):
     console = Console(record=True, width=200)
     render_gate_detail(report, console, show_all=True)
     assert f"its own path: {own[0]['alternative']}" in console.export_text()
+
+
+@pytest.mark.parametrize("gpu, status", [("12.0", "open"), ("10.0", "open"), ("9.0", "unknown"), ("7.0", "blocked")])
+def test_a_constant_method_is_read_over_every_class_that_defines_it(scan, gpu, status):
+    # Its values: 75 (AWQ), 100 or 89 (FP8; the NPU branch's 0 is not a CUDA host's); the base
+    # class raises. Which class runs is chosen at run time: decided where every value agrees.
+    (gate,) = judged(scan, "srt/quant.py", gpu)
+    assert gate["status"] == status, gate["reason"]
+    if status == "unknown":
+        assert "one of 75, 89, 100" in gate["reason"]
+
+
+def test_a_parameter_every_caller_passes_a_constant_is_decided(scan):
+    gate = next(g for g in judged(scan, "srt/at_least.py") if "min_sm" in g["condition"])
+    assert gate["status"] == "open"  # (12, 0) >= (10, 0)
+    assert next(g for g in judged(scan, "srt/at_least.py", "9.0") if g["id"] == gate["id"])["status"] == "blocked"

@@ -52,3 +52,11 @@ def test_a_blocked_library_closes_an_open_feature_reason_first() -> None:
     assert out["status"] == "blocked" and out["reason"].startswith("FlashInfer 0.6.1 cannot build")
     assert out["reason"].endswith("SGLang's own gates admit it (the runtime checks admit sm120)")
     assert out["kernels"][0]["line"] == 192
+
+
+def test_a_server_asking_for_a_kernel_the_library_lacks_does_not_have_it_in_effect() -> None:
+    blocked = judge_need(need(), reads([9, 10]), {"flashinfer": "0.6.1"}, "12.0")
+    out = fold({"status": "open", "in_effect": True, "in_effect_reason": "the running server has it on",
+                "reason": "the runtime checks admit sm120; in effect in the running server: it has it on"}, [blocked])
+    assert out["in_effect"] is False and "FlashInfer 0.6.1 cannot build" in out["in_effect_reason"]
+    assert "in effect" not in out["reason"] and out["reason"].endswith("(the runtime checks admit sm120)")

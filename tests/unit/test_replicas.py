@@ -72,4 +72,4 @@ def test_preflight_of_hosts_without_routers_asks_nothing() -> None:
 
 def test_the_variable_check_knows_every_replica_variable() -> None:
     assert set(varcheck.RUN_VARIABLES) == {replicas.ROUTER_VAR, replicas.WORKER_URL_VAR, replicas.ROUTER_KEY_VAR,
-                                           replicas.DRAIN_VAR, replicas.ROUTER_HEALTH_VAR}
+                                           replicas.DRAIN_VAR, replicas.ROUTER_HEALTH_VAR, "sglang_deployment"}

@@ -87,3 +87,15 @@ def test_the_inventory_may_set_the_rollout_when_the_command_line_does_not(tmp_pa
         rollout_for(load_inventory(str(path)).select(None), None)
     path.write_text("all:\n  hosts: {a: , b: }\n")
     assert rollout_for(load_inventory(str(path)).select(None), None) is None
+
+
+def test_a_batch_never_splits_a_deployment() -> None:
+    """The nodes of one multi-node server (sglang_deployment) go in the batch that takes the first."""
+    rollout = Rollout.parse("1")
+    assert rollout is not None
+    deployment = {"a": "big", "c": "big", "d": "other", "e": "other"}
+    batches = rollout.batches(list("abcde"), together=deployment.get)
+    assert batches == [["a", "c"], ["b"], ["d", "e"]]
+    assert Rollout.parse("2").batches(list("abcde"), together=deployment.get) == [  # type: ignore[union-attr]
+        ["a", "b", "c"], ["d", "e"]]
+    assert rollout.batches(list("abc")) == [["a"], ["b"], ["c"]]

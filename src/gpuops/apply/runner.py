@@ -464,7 +464,13 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
             report.warnings.append(warnings[host.name])
         return report
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
+    def deployment(host: "Host") -> str | None:
+        # The nodes of one multi-node server restart together: a rolling batch never splits them.
+        name = {**dict(host.vars or {}), **dict(extra)}.get("sglang_deployment")
+        return str(name) if name not in (None, "") else None
+
+    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok,
+                            together=deployment)
     reports: dict[str, HostReport] = {}
     for name, outcome in outcomes.items():
         if outcome.ok and outcome.value is not None:

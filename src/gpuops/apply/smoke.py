@@ -4,13 +4,13 @@ Greedy decoding (temperature 0) of a few short prompts is deterministic for one 
 on one host, so a kernel change that alters numerics enough to change the argmax shows up as a
 different answer. Equal answers prove little; different ones are worth a warning (and, with
 ``-e smoke_rollback=true``, a rollback). The prompts are sent from the host itself (one small exec
-over the same SSH connection), to the port the role's service answers on.
+over the same SSH connection, ``remote/smoke_prompts.py`` through the one server client), to the
+port the role's service answers on.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -30,21 +30,6 @@ MAX_TOKENS = 16
 # run out meanwhile (gpuops heartbeats from its own thread), so the default is generous.
 DEFAULT_TIMEOUT_S = 600.0
 
-_CODE = r"""
-import json, sys, urllib.request
-port, max_tokens, prompts, timeout = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4])
-out = []
-try:
-    for prompt in prompts:
-        body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}})
-        req = urllib.request.Request("http://127.0.0.1:%d/generate" % port, data=body.encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            out.append(json.loads(resp.read(1 << 20).decode()).get("text"))
-    print(json.dumps({"outputs": out}))
-except Exception as exc:
-    print(json.dumps({"error": "%s: %s" % (type(exc).__name__, exc)}))
-"""
 
 
 @dataclass
@@ -74,10 +59,14 @@ def timeout_s(variables: Mapping[str, Any]) -> float:
 
 def run_prompts(conn: "Connection", port: int, python: str = "python3",
                 timeout: float = DEFAULT_TIMEOUT_S) -> SmokeResult:
-    command = "%s -c %s %d %d %s %s" % (shlex.quote(python), shlex.quote(_CODE), int(port), MAX_TOKENS,
-                                        shlex.quote(json.dumps(list(PROMPTS))), repr(float(timeout)))
+    from gpuops import remote
+
+    # On the host, through the one server client (remote/smoke_prompts.py, remote/sglang_server.py).
+    command = remote.python_command(python)
+    stdin = remote.python_stdin("smoke_prompts", {"port": int(port), "max_tokens": MAX_TOKENS, "prompts": list(PROMPTS),
+                                                  "timeout": float(timeout)})
     try:
-        done = conn.run(command, timeout=timeout * len(PROMPTS) + 30)
+        done = conn.run(command, stdin=stdin, timeout=timeout * len(PROMPTS) + 30)
     except Exception as exc:  # a transport error: the check is skipped, never the apply failed by it
         return SmokeResult(None, f"{type(exc).__name__}: {exc}")
     lines = (done.stdout or b"").decode("utf-8", "replace").strip().splitlines()

@@ -80,7 +80,12 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
     not heard a silent host). The commit is confirmed only by the host's answer (``committed`` /
     ``rolled_back``, journaled before it is sent); when the answer does not come, ``read_outcome``
     (the host's journal, read again) says what the host did."""
+    from gpuops.apply import inflight
+
+    host_name = conn.host.name
     stream = conn.open_stream(command)
+    inflight.opened(host_name, run_id, lease_s)
+    interrupted = False
     stop = threading.Event()
     sent_commit = False
     answer: dict[str, Any] | None = None
@@ -151,6 +156,8 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
             event = message.get("event")
             if on_event is not None and event not in (None, "heartbeat"):
                 on_event(message)
+            if event == "phase" and message.get("phase"):
+                inflight.at_phase(host_name, str(message["phase"]))
             if event == "recovered" and message.get("note"):
                 recovered.append(str(message["note"]))
             elif event == "committed" and message.get("run_id") == run_id:
@@ -168,8 +175,15 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 last_heard = time.monotonic()  # the smoke check may wait long on a first answer
                 if keep:
                     sent_commit = stream.send(b'{"commit": true}\n')
+                    if sent_commit:
+                        inflight.commit_sent(host_name)
                 else:
                     stream.send((json.dumps({"commit": False, "reason": why}) + "\n").encode())
+    except KeyboardInterrupt:
+        interrupted = True  # the run stays listed: cli.py says what the host does now
+        raise
     finally:
         stop.set()
         stream.close()
+        if not interrupted:
+            inflight.closed(host_name)

@@ -3,6 +3,10 @@
 Every record is one line ``GPUOPS-BENCH <run_id> <kind> <json>``; anything else on stdout (a tool's
 chatter, a torch warning) is ignored, and a line cut short by an interrupt is dropped, so a partial
 run still yields every record that made it home whole.
+
+Everything the host sent passes the secrets policy here, before anything prints or stores it
+(``secret_policy.mask_reported``): the server's ``api_key`` and ``launch_command``, argv lists, URLs,
+and each secret found in one record wherever it appears in another.
 """
 
 from __future__ import annotations
@@ -73,4 +77,20 @@ def parse_frames(stdout: str, run_id: str) -> RemoteRun:
             run.notes.append(str(record.get("message", "")))
         elif kind == "error":
             run.errors.append(record)
+    return masked_run(run)
+
+
+_REPORTED = ("start", "host", "server", "server_after", "samples", "levels", "allreduce", "fusion", "progress",
+             "tool", "notes", "errors", "end")
+
+
+def masked_run(run: RemoteRun) -> RemoteRun:
+    """``run`` with every secret its records carry masked (one pass finds them all first)."""
+    from gpuops.secret_policy import mask_reported, reported_secrets
+
+    secrets = reported_secrets(*(getattr(run, name) for name in _REPORTED if getattr(run, name)))
+    for name in _REPORTED:
+        value = getattr(run, name)
+        if value:
+            setattr(run, name, mask_reported(value, secrets))
     return run

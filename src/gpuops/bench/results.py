@@ -9,7 +9,8 @@ Schema ``gpuops.bench.result/1`` (top-level keys): ``schema``, ``id``, ``run_id`
 (``url``, ``server_args``, ``env``, ``version``, ``model_path``, ``simulated``, and from a stand-in
 ``speed_model``: its name, version, shape, label and figures), ``host_facts``,
 ``configuration`` (the fingerprint's inputs), ``fingerprint``, ``summary``, ``levels`` (serving),
-``allreduce`` (rows), ``samples`` (raw).
+``allreduce`` (rows), ``samples`` (raw), ``server_metrics`` (the server's ``/metrics`` deltas over
+the run: ``exposed``, ``deltas``, ``error``; null when no server was asked).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from gpuops.bench.suites import is_torchrun, reader
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
 _INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "speed_model", "env", "server_args", "status",
-                            "max_total_num_tokens", "max_req_input_len", "memory_usage"})
+                            "max_total_num_tokens", "max_req_input_len", "memory_usage", "launch_command",
+                            "startup_time", "frontend", "kv_events"})
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,12 @@ def server_record(run: RemoteRun) -> dict[str, Any]:
         "model_path": model,
         "simulated": bool(info.get("simulated")),
         "internal_states": info.get("internal_states"),
+        "launch_command": info.get("launch_command"),  # 0.5.23+: the command line as given (masked on arrival)
     }
     if record["simulated"]:
         # Where a simulated figure comes from travels with it (the stand-in's model, shape, version).
         record["speed_model"] = info.get("speed_model") if isinstance(info.get("speed_model"), dict) else None
+    record["routes"] = snapshot.get("routes")  # which routes answered (/server_info or /get_server_info ...)
     for key in ("server_info_error", "model_info_error", "pid", "process_cmdline"):
         if snapshot.get(key) is not None:
             record[key] = snapshot[key]
@@ -121,12 +125,28 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         "allreduce": rows,
         "fusion": list(run.fusion),
         "samples": samples,
+        "server_metrics": server_metrics(run),
     }
     from gpuops.bench.repeats import within_run
     from gpuops.bench.stats import intervals_json
 
     document["intervals"] = intervals_json(within_run(document))
     return document
+
+
+def server_metrics(run: RemoteRun) -> dict[str, Any] | None:
+    """What the run made the server do, from its ``/metrics`` before and after (``prom_text``):
+    ``{"exposed": bool, "deltas": {...} | None, "error"}``; None when the suite asks no server."""
+    from gpuops.remote.prom_text import run_deltas
+
+    snapshot = run.server or {}
+    if not snapshot:
+        return None
+    after = run.server_after or {}
+    exposed = bool(snapshot.get("metrics_exposed"))
+    return {"exposed": exposed,
+            "deltas": run_deltas(snapshot.get("metrics"), after.get("metrics")) if exposed else None,
+            "error": snapshot.get("metrics_error") or after.get("metrics_error")}
 
 
 def headline(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,6 +167,7 @@ def headline(result: Mapping[str, Any]) -> dict[str, Any]:
         "simulated": bool((result.get("server") or {}).get("simulated")),
         "speed_model": model_label(result),
         "error": "; ".join(result.get("errors") or []) or None,
+        "server_metrics": ((result.get("server_metrics") or {}).get("deltas")),
     }
     line.update(reader(result.get("suite")).headline(summary, result))
     return line

@@ -273,6 +273,12 @@ def _render_bench(document: dict[str, Any]) -> None:
                 click.echo()
             click.echo(format_table(headers, rows))
     _sim_footnote([line.get("speed_model") or "unrecorded" for line in hosts.values() if line.get("simulated")])
+    from gpuops.bench.server_metrics import metrics_line
+
+    for name, line in hosts.items():
+        said = metrics_line(line.get("server_metrics"))
+        if said:
+            click.echo(f"{name}: server /metrics over the run: {said}")
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:
         click.echo(f"results: {', '.join(saved)}")

@@ -83,6 +83,9 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str |
         reason = scan.reason if isinstance(scan, ProbeFailure) else None
         scan = GateScan(known=False, reason=reason or "the gate scan did not run")
     server = dict(facts_json(facts)["server"])
+    if server.get("reported"):
+        # what in_effect believes first; the live parts (requests in flight) would make every verdict new
+        server["reported"] = {k: server["reported"].get(k) for k in ("route", "settings", "error")}
     model = facts.server.model
     server["architecture"] = model.architecture if model is not None and model.known else None
     server["gpu_name"] = facts.gpu.gpus[0].name if facts.gpu.known and facts.gpu.gpus else None

@@ -23,6 +23,7 @@ from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 if TYPE_CHECKING:  # imported where a running server is parsed: apply's GPU facts never need them
     from gpuops.facts.served_model import ModelFacts
     from gpuops.facts.server_args import ServerSettings
+    from gpuops.facts.server_report import ServerReport
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSHMEM_")
 HEALTH_TIMEOUT_S = 3
@@ -133,6 +134,13 @@ except Exception as e:
 else
   echo "health_error=no python or curl on the host to ask /health with"
 fi
+# What the server says about itself, asked with its own python through gpuops' one server client.
+if [ -n "$gpuops_pid" ] && [ -n "$GPUOPS_PY" ]; then
+  echo "reported_b64=$("$GPUOPS_PY" - "http://$gpuops_host:$GPUOPS_SERVER_PORT" "$gpuops_pid" 2>/dev/null <<'GPUOPS_SERVER_REPORT' | gpuops_b64
+@SERVER_REPORT@
+GPUOPS_SERVER_REPORT
+)"
+fi
 """
 
 
@@ -160,6 +168,16 @@ class ServerFacts:
     notes: tuple[str, ...] = field(default_factory=tuple)
     systemd: SystemdUnitFacts | None = None  # what systemd says, when a unit runs the server
     docker: DockerContainerFacts | None = None  # what docker says, when a container runs it
+    reported: ServerReport | None = None  # what the server says about itself (/server_info)
+
+    @property
+    def metrics_enabled(self) -> bool | None:
+        """Whether /metrics is on: the server's own word, else its launch flag."""
+        if self.reported is not None and self.reported.metrics_enabled is not None:
+            return self.reported.metrics_enabled
+        if self.settings is None:
+            return None
+        return bool(self.settings.args.get("enable_metrics"))
 
 
 @dataclass(frozen=True)
@@ -274,6 +292,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
 
     from gpuops.facts.served_model import model_from_config
     from gpuops.facts.server_args import settings_from_argv
+    from gpuops.facts.server_report import parse_report
 
     pid = int(v["pid"])
     if v.get("b64_error"):
@@ -307,6 +326,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         model=model,
         systemd=systemd,
         docker=docker,
+        reported=parse_report(_b64(v.get("reported_b64"))),
         **common,  # type: ignore[arg-type]
     )
 
@@ -386,8 +406,15 @@ def server_script(state_dir: str | None) -> str:
         .replace("@DOCKER_FORMAT@", DOCKER_FORMAT)
         .replace("@SYSTEMD_PROPS@", " ".join(f"-p {p}" for p in SYSTEMD_PROPERTIES))
         .strip()
+        .replace("@SERVER_REPORT@", _report_source())
     )
     return f"gpuops_state_dir={shlex.quote(state_dir or '')}\n{script}"
+
+
+def _report_source() -> str:
+    from gpuops import remote
+
+    return remote.source("server_report").rstrip("\n")
 
 
 def server_probe(state_dir: str | None = None) -> Probe[ServerFacts]:
@@ -441,7 +468,15 @@ def server_json(server: ServerFacts) -> dict[str, Any]:
         "notes": list(server.notes),
         "systemd": _systemd_json(server),
         "docker": _docker_json(server),
+        "reported": _reported_json(server),
+        "metrics_enabled": server.metrics_enabled,
     }
+
+
+def _reported_json(server: ServerFacts) -> dict[str, Any] | None:
+    from gpuops.facts.server_report import report_json
+
+    return report_json(server.reported)
 
 
 def _docker_json(server: ServerFacts) -> dict[str, Any] | None:
@@ -511,6 +546,9 @@ def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[s
                          f"{model['num_hidden_layers']} layers")
         else:
             lines.append(f"model {model['path']}: {model['reason']}")
+    from gpuops.facts.server_report import report_lines
+
+    lines.extend(report_lines(server.get("reported"), server.get("metrics_enabled")))
     if server["env"] is None:
         lines.append(f"environment unknown: {server['env_reason']}")
     else:

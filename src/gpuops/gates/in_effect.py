@@ -1,7 +1,14 @@
 """Whether a catalogued feature is in effect in the RUNNING server (pure): true, false or null
 (cannot tell), with the reason.
 
-It combines three things, in this order:
+The server's own word comes first: where it reports its resolved settings (``/server_info``, every
+decision SGLang made applied: ``facts/server_report.py``), the feature's settings there decide,
+and the reason says so; where gpuops' own judgement below differs, the reason gives both. A
+runtime gate that closes the feature on this GPU still wins over a setting that asks for it (the
+setting is on, the kernel never runs), and the reason says that too.
+
+Without a report (no server, a release that reports nothing, a report that failed) the judgement
+combines three things, in this order:
 1. the runtime gates: closed on this GPU means the feature never runs, whatever the flags say;
 2. the launch flags: the server was started with the feature's flag on (or explicitly off);
 3. SGLang's own auto-enable decision, when no flag was given: each auto-enable gate is judged
@@ -172,9 +179,57 @@ def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:
     return any(re.search(rf"\b{re.escape(s)}\s*=\s*(False|None|\"none\"|'none')", text) for s in settings)
 
 
+def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool | None, str | None]:
+    """(on, text) from the settings the server reports for itself; (None, None) when it reports
+    none of the feature's settings. On when any of them asks for it (a release may report the old
+    switch and the new backend setting side by side), off when every one it reports is off."""
+    reported = (server or {}).get("reported") or {}
+    settings = reported.get("settings") if isinstance(reported, Mapping) and not reported.get("error") else None
+    if not isinstance(settings, Mapping):
+        return None, None
+    said = []
+    for choice in feature.flags:
+        if choice.setting not in settings:
+            continue
+        value = settings[choice.setting]
+        said.append(f"{choice.setting}={value!r}")
+        if choice.inverse:
+            if value not in _OFF:
+                return False, f"the server reports {choice.setting}={value!r}"
+            continue
+        on = str(value) in choice.values if choice.selects else value not in _OFF
+        if on:
+            return True, f"the server reports {choice.setting}={value!r}"
+    if not said:
+        return None, None
+    return False, "the server reports " + ", ".join(said)
+
+
 def in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str, Any]], book: PredicateBook,
               gpu: GpuTarget | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
               status: str, flag_text: str | None) -> tuple[bool | None, str]:
+    judged, why = judged_in_effect(feature, fgs, by_id, book, gpu, server, all_gates, status, flag_text)
+    said, text = reported_state(feature, server)
+    if said is None or not (server or {}).get("running", True):
+        return judged, why
+    route = ((server or {}).get("reported") or {}).get("route") or "/server_info"
+    text = f"{text} in its resolved settings ({route})"
+    blocked = [by_id[str(fg.gate["id"])] for fg in fgs
+               if fg.role == "runtime" and by_id[str(fg.gate["id"])]["status"] == "blocked"]
+    if said and blocked:
+        return False, f"{text}, but {why}"
+    if judged is None:
+        return said, f"{text} (gpuops' own judgement could not tell: {why})"
+    if judged == said:
+        return said, f"{text}; gpuops' own judgement agrees: {why}"
+    return said, (f"{text}, and the server's word is taken; gpuops' own judgement says "
+                  f"{'on' if judged else 'off'}: {why}")
+
+
+def judged_in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str, Any]], book: PredicateBook,
+                     gpu: GpuTarget | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
+                     status: str, flag_text: str | None) -> tuple[bool | None, str]:
+    """gpuops' own judgement: the runtime gates, the launch flags, SGLang's auto-enable gates."""
     if server is None:
         return None, "no server settings to judge against"
     if not server.get("running", True):

@@ -257,9 +257,15 @@ def fold(verdict: Mapping[str, Any], kernel: list[KernelVerdict], gated: bool = 
         lead = "; ".join(k.reason for k in blocked)
         if out.get("status") == "open":
             out["status"] = "blocked"
-            out["reason"] = f"{lead}; SGLang's own gates admit it ({sglang})"
+            # SGLang's words on whether the server runs it are no longer the verdict's (set below).
+            admitted = re.sub(r"; (not )?in effect(: cannot tell)? in the running server: .*$", "", sglang)
+            out["reason"] = f"{lead}; SGLang's own gates admit it ({admitted})"
         else:
             out["reason"] = f"{sglang}; and {lead}" if sglang else lead
+        if out.get("in_effect") is True:
+            # What the server's flags ask for cannot run: the library has no kernel for this GPU.
+            out["in_effect"] = False
+            out["in_effect_reason"] = f"the running server asks for it, but {blocked[0].reason}"
     elif unknown:
         out["reason"] = f"{sglang}; kernel library: {'; '.join(k.reason for k in unknown)}" if sglang else \
             "; ".join(k.reason for k in unknown)

@@ -373,6 +373,18 @@ class Evaluator:
                 subject_value = None
         fn = _CMP.get(str(atom.get("cmp")))
         value = _tuples(atom.get("value"))
+        if value is None and atom.get("any_of") and subject_value is not None and fn is not None:
+            # A constant method or parameter with several values (one per class or call site):
+            # decided only where every one of them gives the same answer.
+            try:
+                answers = {bool(fn(subject_value, _tuples(v))) for v in atom["any_of"]}
+            except TypeError:
+                answers = set()
+            if len(answers) == 1:
+                return answers.pop()
+            self._note(f"compared with one of {', '.join(map(str, atom['any_of']))}, which depends on "
+                       "what runs (a class or a caller chosen at run time)")
+            return None
         if subject_value is None or fn is None or value is None:
             self._note("a compute-capability comparison against a value gpuops cannot read")
             return None

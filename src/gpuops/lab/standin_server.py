@@ -24,6 +24,11 @@ Controls (environment):
   GPUOPS_STANDIN_ACCEPT_LENGTH     speculative decoding: average accepted tokens per verify cycle
   GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
                                    (default 0.015; 0 keeps an exact rate exact under load)
+  GPUOPS_STANDIN_JOIN_TIMEOUT_S    a node of rank > 0: how long it tries node 0's --dist-init-addr
+
+Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): ``standin_nodes.py`` (node 0
+healthy once every rank joined it, ranks > 0 serve only /ping and /health*, one node gone ends the
+others).
 
 Speed model (used when no exact rate is given; every figure is simulated and says so): the
 documented figures of ``speed_model.json`` through ``speed_model.py`` (both copied next to this
@@ -59,6 +64,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # The simulation (flags, crash rules, speed, state, pacing) is this file's sibling, copied with it
 # (hosts.STANDIN_SIBLINGS); so are speed_model.py and sglang_argv.py, which it imports.
+from standin_nodes import NodeArgsError, NodeGroup, die
+from standin_surface import Surface, metrics_page
 from standin_sim import (
     GenerationFailed,
     StandinState,
@@ -133,15 +140,33 @@ class StandinHandler(BaseHTTPRequestHandler):
         self.wfile.write(("data: %s\n\n" % data).encode())
         self.wfile.flush()
 
-    # ---- routes
-    def do_GET(self):
+    # ---- routes (those of the installed release: standin_surface)
+    def _route(self, method):
+        """The path when the release serves ``method path`` and the caller may ask it; else the
+        answer is sent here (404 as FastAPI words it, 401 as SGLang's --api-key middleware) and None."""
         path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate"):
+        surface = self.server.surface
+        if not self.state.serves(path):
+            self._error(404, "Not Found")  # a node of rank > 0 runs SGLang's dummy health server only
+            return None
+        if not surface.authorised(path, self.headers, self.state.server_args):
+            self._send_json(401, {"error": "Unauthorized"})
+            return None
+        if surface.route_for(method, path, self.state.server_args) is None:
+            self._send_json(404, {"detail": "Not Found"})
+            return None
+        return path
+
+    def do_GET(self):
+        path = self._route("GET")
+        if path is None:
+            return
+        if path in ("/health", "/health_generate", "/ready", "/ping"):
             if self.state.ready():
                 self._send_json(200, {})
             else:
                 self._error(503, "server is starting")
-        elif path == "/get_model_info":
+        elif path in ("/model_info", "/get_model_info"):
             self._send_json(200, {
                 "model_path": self.state.server_args.get("model_path"),
                 "tokenizer_path": self.state.server_args.get("tokenizer_path")
@@ -149,8 +174,15 @@ class StandinHandler(BaseHTTPRequestHandler):
                 "is_generation": True,
                 "simulated": True,
             })
-        elif path == "/get_server_info":
-            self._send_json(200, self.state.server_info())
+        elif path in ("/server_info", "/get_server_info"):
+            self._send_json(200, self.state.server_info(self.server.surface))
+        elif path == "/metrics":
+            data = metrics_page(self.server.surface, self.state.counters(), self.state.server_args).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         elif path == "/v1/loads":
             self._send_json(200, self.state.loads())
         elif path == "/get_load":
@@ -159,11 +191,13 @@ class StandinHandler(BaseHTTPRequestHandler):
             model = self.state.server_args.get("served_model_name") or self.state.server_args.get("model_path")
             self._send_json(200, {"object": "list", "data": [
                 {"id": model, "object": "model", "owned_by": "sglang", "root": model}]})
-        else:
-            self._error(404, "no route %s" % path)
+        else:  # a route of the release the stand-in does not simulate: answered, and says so
+            self._send_json(200, {"simulated": True, "route": path})
 
     def do_POST(self):
-        path = self.path.split("?", 1)[0]
+        path = self._route("POST")
+        if path is None:
+            return
         try:
             body = self._read_json()
         except ValueError as exc:
@@ -182,9 +216,20 @@ class StandinHandler(BaseHTTPRequestHandler):
             elif path == "/v1/chat/completions":
                 self._openai(body, chat=True)
             else:
-                self._error(404, "no route %s" % path)
+                self._send_json(200, {"simulated": True, "route": path})
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away (Ctrl-C on the bench side): nothing to tell it
+
+    def do_PUT(self):
+        self._other("PUT")
+
+    def do_DELETE(self):
+        self._other("DELETE")
+
+    def _other(self, method):
+        path = self._route(method)
+        if path is not None:
+            self._send_json(200, {"simulated": True, "route": path})
 
     def _native_generate(self, body):
         prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
@@ -318,18 +363,32 @@ def installed_sglang_version():
         return STANDIN_VERSION
 
 
+def sglang_argv_words(argv):
+    """The launch words SGLang's ``launch_command`` joins: those after ``-m sglang.launch_server``."""
+    import sglang_argv
+
+    words = sglang_argv.launch_args(argv)
+    return list(argv if words is None else words)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     server_args = build_server_args(argv)
     environ = dict(os.environ)
     rules = parse_crash_rules(environ.get("GPUOPS_STANDIN_CRASH_IF"))
     version = installed_sglang_version()
-    state = StandinState(server_args, environ, version)
+    state = StandinState(server_args, environ, version, launch_words=sglang_argv_words(argv))
     log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(server_args.items())))
     log("sglang stand-in %s (simulated figures, no GPU work); env: %s" % (
         version, " ".join("%s=%s" % kv for kv in sorted(state.env.items())) or "-"))
     if state.speed.pcie_ipc_line:
         log(state.speed.pcie_ipc_line)
+    try:
+        state.nodes = NodeGroup(server_args, environ, log, lambda why: die(log, why))
+    except NodeArgsError as exc:
+        time.sleep(state.startup_s)
+        log(str(exc))
+        return 1
     bad = matching_crash_rule(rules, server_args, environ)
     if bad is not None:
         time.sleep(state.startup_s)
@@ -344,6 +403,9 @@ def main(argv=None):
         log("ERROR: cannot listen on %s:%d: %s" % (host, port, exc))
         return 1
     httpd.standin_state = state
+    httpd.surface = Surface(environ)
+    log("routes of %s: %d (%s)" % ("sglang " + version if httpd.surface.root else "the stand-in's own list",
+                                   len(httpd.surface.routes), httpd.surface.root or "no release on the path"))
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -354,12 +416,13 @@ def main(argv=None):
     serving = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1})
     serving.daemon = True
     serving.start()
+    state.nodes.start()  # node 0 waits at the init address for the others; the others join it
     log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
     log("simulated decode rate %.1f tok/s per request at batch 1 (%s)%s" % (
         state.speed.base_rate(), "stand-in model %s: %s, %s" % (
             state.speed.record()["label"], state.speed.record()["basis"], state.speed.record()["shape_reason"]),
         "; speculative accept length %.2f" % state.speed.accept_length if state.speed.speculative else ""))
-    if state.startup_s:
+    if state.startup_s or state.nodes.multi:
         while not stop.wait(0.05) and not state.ready():
             pass
     if not stop.is_set():

@@ -310,8 +310,9 @@ class ServerSpeed(object):
 # --------------------------------------------------------------------------- server state
 
 class StandinState(object):
-    def __init__(self, server_args, environ, version):
+    def __init__(self, server_args, environ, version, launch_words=()):
         self.server_args = server_args
+        self.launch_words = list(launch_words)
         self.env = reported_env(environ)
         self.version = version
         self.speed = ServerSpeed(server_args, environ)
@@ -330,9 +331,18 @@ class StandinState(object):
         self.running = 0
         self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
         self.recent = collections.deque(maxlen=16)  # emitted decode spans of the last generations
+        # What /metrics counts (standin_surface.metrics_page): SGLang's counters, simulated.
+        self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0,
+                       "decode_passes": 0, "ttft_sum": 0.0}
+
+    nodes = None  # standin_nodes.NodeGroup: the other nodes of a multi-node server (set by main)
 
     def ready(self):
-        return time.monotonic() - self.started >= self.startup_s
+        joined = self.nodes is None or self.nodes.joined.is_set()
+        return joined and time.monotonic() - self.started >= self.startup_s
+
+    def serves(self, path):
+        return self.nodes is None or self.nodes.serves(path)
 
     def first_answer_wait(self):
         """Sleep ``first_answer_s`` before the first generation only."""
@@ -355,6 +365,27 @@ class StandinState(object):
             self.completed += 1
             self.recent.append({"decode_tokens": decode_tokens, "decode_s": round(decode_s, 6)})
 
+    def tally(self, prompt_tokens, tokens, chunks, ttft_s):
+        """A generation finished: SGLang's counters (one decode pass per chunk after the first: a
+        verify cycle with speculative decoding)."""
+        with self.lock:
+            t = self.totals
+            t["requests"] += 1
+            t["prompt_tokens"] += prompt_tokens
+            t["generation_tokens"] += tokens
+            t["decode_passes"] += max(0, chunks - 1)
+            if self.speed.speculative:
+                t["verify_calls"] += max(0, chunks - 1)
+            t["ttft_sum"] += ttft_s
+
+    def counters(self):
+        with self.lock:
+            out = dict(self.totals)
+            out["running"] = self.running
+        out["speculative"] = bool(self.speed.speculative)
+        out["accept_length"] = round(self.speed.accept_length, 4)
+        return out
+
     def current_running(self):
         with self.lock:
             return self.running
@@ -375,9 +406,13 @@ class StandinState(object):
         running = self.current_running()
         return [{"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0}]
 
-    def server_info(self):
-        info = dict(self.server_args)  # real SGLang flattens its args at the top level
-        info["server_args"] = dict(self.server_args)
+    def server_info(self, surface=None):
+        # real SGLang flattens its args at the top level: the release's fields, as resolved
+        info = surface.server_info(self.server_args, self.launch_words) if surface else dict(self.server_args)
+        if not (surface and surface.fields):
+            # without the release's fields (no release on the path): the flags as given, under a
+            # key of the stand-in's own; with them, the shape of the release and nothing else
+            info["server_args"] = dict(self.server_args)
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True
@@ -444,5 +479,6 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
                 first_sent, first_size = sent, size
             if done >= max_new_tokens:
                 state.count_completed(done - first_size, sent - first_sent)
+                state.tally(prompt_tokens, done, index + 1, first_sent - t_arrival)
     finally:
         state.leave()

@@ -70,6 +70,16 @@ class Run:
         restore empties it first); ``removes_dirs`` those a deletion of the file may take away
         (``change["remove_dirs"]``: the undone run's ``created_dirs``), with mode and owner. A change
         with ``writes`` (a rollback putting a file back from backups) creates directories too."""
+        try:
+            return self._backup(changes, extra)
+        except OSError as exc:
+            # A backup that cannot be completed (a full state dir: ENOSPC) is no way back: nothing
+            # of it stays (the run has journaled nothing yet), and the cause is named with its path.
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise StepFailed("cannot back up the files before changing them: %s (%s)" % (
+                _os_error(exc), "nothing was changed; the partial backup was removed"))
+
+    def _backup(self, changes, extra):
         files_dir = os.path.join(self.run_dir, "files")
         os.makedirs(files_dir, mode=0o700, exist_ok=True)
         entries, claimed = [], set()
@@ -89,7 +99,7 @@ class Run:
                 backup = os.path.join(files_dir, "%03d" % index)
                 with open(path, "rb") as handle:
                     data = handle.read()
-                atomic_write(backup, data, st.st_mode & 0o7777)  # the original's mode (a 0600 env stays 0600)
+                _named(backup, atomic_write, backup, data, st.st_mode & 0o7777)  # the original's mode (a 0600 env stays 0600)
                 entry.update(backup=backup, mode=st.st_mode & 0o7777, uid=st.st_uid, gid=st.st_gid,
                              sha256=hashlib.sha256(data).hexdigest())
             entries.append(entry)
@@ -105,7 +115,8 @@ class Run:
         }
         manifest.update(extra or {})
         text = json.dumps(manifest, indent=1, sort_keys=True).encode()
-        atomic_write(os.path.join(self.run_dir, "manifest.json"), text, 0o600)
+        _named(os.path.join(self.run_dir, "manifest.json"), atomic_write, os.path.join(self.run_dir, "manifest.json"),
+               text, 0o600)
         fsync_dir(files_dir)
         manifest["_sha256"] = hashlib.sha256(text).hexdigest()
         return manifest
@@ -147,7 +158,7 @@ class Run:
             try:
                 atomic_write(change["path"], data, mode)
             except OSError as exc:
-                raise StepFailed("writing %s failed: %s" % (change["path"], exc.strerror or exc))
+                raise StepFailed("writing %s failed: %s" % (change["path"], _os_error(exc)))
             self.progress({"event": "wrote", "path": change["path"]})
             if number == 0:
                 self.phase("first_write")
@@ -164,6 +175,7 @@ class Run:
                 "for i,p in enumerate(sys.argv[2:]):\n"
                 "    try: py_compile.compile(p, cfile=os.path.join(sys.argv[1], '%d.pyc' % i), doraise=True)\n"
                 "    except py_compile.PyCompileError as e: bad=1; sys.stderr.write(str(e.msg).strip()+'\\n')\n"
+                "    except Exception as e: bad=1; sys.stderr.write('%s: %s\\n' % (p, e))\n"
                 "sys.exit(bad)\n"
             )
             try:
@@ -174,8 +186,8 @@ class Run:
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
             if status != 0:
-                raise StepFailed("the patched files do not compile with %s: %s"
-                                 % (check["python"], (err or out).decode("utf-8", "replace").strip()[-800:]))
+                reason = (err or out).decode("utf-8", "replace").strip()[-800:] or silent_failure(status, self.run_dir)
+                raise StepFailed("the patched files do not compile with %s: %s" % (check["python"], reason))
             self.progress({"event": "compiled", "paths": check["paths"]})
 
     def audit(self):
@@ -296,6 +308,38 @@ class Run:
 def by_depth(dirs):
     """Directory paths (or ``dir_records``), shallowest first: the order to make them in; reversed, to remove."""
     return sorted(dirs, key=lambda d: os.path.normpath(d["path"] if isinstance(d, dict) else d).count("/"))
+
+
+def _named(path, write, *args):
+    """``write(*args)``; an OSError it raises carries ``path`` (a failed write() names no file)."""
+    try:
+        return write(*args)
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+
+
+def _os_error(exc):
+    """An OSError as its real cause: the errno's name, the message and the path."""
+    import errno
+
+    name = errno.errorcode.get(exc.errno or 0, "error")
+    where = exc.filename or ""
+    return "%s %s%s" % (name, exc.strerror or exc, (": " + str(where)) if where else "")
+
+
+def silent_failure(status, work_dir):
+    """Why a command of the run said nothing: its output files could not be written when the
+    run's directory is full (ENOSPC), which is then named with the directory."""
+    try:
+        st = os.statvfs(work_dir)
+        full = st.f_bavail * st.f_frsize < 1024 * 1024
+    except OSError:
+        full = False
+    if full:
+        return "exit status %d and no message: ENOSPC: no space left on %s" % (status, work_dir)
+    return "exit status %d and no message" % status
 
 
 def guarded(run, manifest, step):

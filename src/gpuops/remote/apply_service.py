@@ -12,15 +12,12 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 
 from gpuops.remote.apply_common import StepFailed
 from gpuops.remote.service_base import run_command
-from gpuops.remote.sglang_argv import launch_args
+from gpuops.remote.sglang_argv import flag_value, launch_args
+from gpuops.remote.sglang_server import HEALTH_ROUTE, ServerClient, ServerError
 
-HEALTH_PATHS = ("/health",)
-INFO_PATHS = ("/get_model_info", "/get_server_info")
 _VIEW_CODE = "import json,os,sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
 
 
@@ -75,7 +72,8 @@ class Service:
         return ("; port %d is held by %s" % (self.port, self.pm.describe_owners(owners))) if owners else ""
 
     def wait_healthy(self, lease, timeout=None):
-        """/health answers 200, then /get_model_info (or /get_server_info) does too, and the
+        """/health answers 200, then the model's or the server's report does too (asked the way the
+        release answers: ``sglang_server``; not on a node of rank > 0: ``worker_node``), and the
         answer comes from the server gpuops started: its process (or a child) owns the socket."""
         timeout = self.health_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -83,22 +81,26 @@ class Service:
             # The port the server was really launched with (a rollback may have moved it back).
             self.port = backend_call(self.backend.launch_port) or self.port
         base = "http://127.0.0.1:%d" % self.port
-        stage = HEALTH_PATHS
+        stage = "health"
+        client, client_pid = None, None
         while True:
             lease.check("during the health wait")
             running, pid = self.running()
+            if client is None or client_pid != pid:
+                # the one server client, with the server's own --api-key (read from its command line)
+                client, client_pid = ServerClient.for_process(base, pid, timeout=2.0), pid
             if not running:
                 why = "the server exited during start-up%s" % self.port_note()
                 if self.backend is not None:
                     why = backend_call(self.backend.why_not_running)
                 raise StepFailed(why, self.log_tail())
             answered = None
-            for path in stage:
-                if http_ok(base + path):
-                    answered = path
-                    break
-            if answered and stage is HEALTH_PATHS:
-                stage = INFO_PATHS
+            if stage == "health":
+                answered = HEALTH_ROUTE if client.healthy() else None
+            else:
+                answered = info_route(client)
+            if answered and stage == "health" and not worker_node(pid):
+                stage = "info"
                 continue
             if answered:
                 self.check_owner(pid)
@@ -195,6 +197,17 @@ def launch_view(script):
     return {"env": env, "argv": list(out["argv"])}
 
 
+def worker_node(pid):
+    """Is the server a node of rank > 0 of a multi-node server (``--node-rank N``)? SGLang 0.5.8
+    runs no API there, only ``launch_dummy_health_check_server`` (``/health``, ``/ping``) once the
+    node joined node 0: its health is ``/health`` alone."""
+    if pid is None:
+        return False
+    words = launch_args(process_view(pid)[1])
+    rank = flag_value(words, "--node-rank") if words else None
+    return bool(rank) and rank.isdigit() and int(rank) > 0
+
+
 def process_view(pid):
     """(environment, argv) of a running process from /proc; (None, []) when not readable."""
     try:
@@ -257,11 +270,12 @@ def previous_service(spec):
     return spec
 
 
-def http_ok(url):
-    # No proxies: an http_proxy in the SSH session must not swallow a loopback health check.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as response:
-            return 200 <= response.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+def info_route(client):
+    """The route that answered the model's (else the server's) report, or None: not yet."""
+    for ask in (client.model_info, client.server_info):
+        try:
+            ask()
+        except ServerError:
+            continue
+        return client.answered.get("model_info") or client.answered.get("server_info")
+    return None

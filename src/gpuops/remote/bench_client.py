@@ -10,7 +10,7 @@ SIGINT to this process through its pid file) still leaves every finished measure
 
     GPUOPS-BENCH <run_id> <kind> <json>
 
-kinds: ``start``, ``server`` (its /get_server_info and /get_model_info), ``host`` (a light facts
+kinds: ``start``, ``server`` (its /server_info and /model_info, or their older aliases, and /metrics), ``host`` (a light facts
 snapshot), ``sample`` (one measured request), ``level`` (a serving concurrency level finished),
 ``allreduce`` (one all-reduce measurement), ``fusion`` (one fused-vs-unfused measurement),
 ``progress`` (which level or variant starts), ``tool`` (a line of sglang.bench_* JSONL output),
@@ -30,8 +30,8 @@ import time
 
 from gpuops.remote import bench_collectives, bench_decode, bench_serving, bench_tool
 from gpuops.remote.bench_frames import Emitter
-from gpuops.remote.bench_http import ServerError, http_json
-from gpuops.remote.bench_snapshot import host_snapshot, patched_sources, server_snapshot
+from gpuops.remote.bench_http import ServerError
+from gpuops.remote.bench_snapshot import host_snapshot, patched_sources, server_client, server_snapshot
 
 # The suites this client runs, by the payload's ``suite``. Each module provides NEEDS_SERVER,
 # SERVER_AFTER, expected_records(payload) and run_suite(payload, snapshot, emitter, stop).
@@ -91,18 +91,27 @@ def run(payload, emitter):
             raise ServerError("unknown suite %r" % suite)
         snapshot = None
         if module.NEEDS_SERVER:
-            snapshot = server_snapshot(payload["url"], payload.get("server_pid_file"))
+            snapshot = server_snapshot(payload["url"], payload.get("server_pid_file"), payload.get("server_python"))
             emitter.emit("server", snapshot)
             if "server_info_error" in snapshot and "model_info_error" in snapshot:
                 raise ServerError(snapshot["server_info_error"])
         module.run_suite(payload, snapshot, emitter, stop)
         if module.SERVER_AFTER:
             # after the run: the server's accept length reflects what was just measured
+            # and /metrics after minus before is what the run made the server do
+            client = server_client(payload["url"])
+            after = {}
             try:
-                info = http_json(payload["url"], "/get_server_info", timeout=10)
-                emitter.emit("server_after", {"internal_states": info.get("internal_states")})
+                after["internal_states"] = client.server_info(timeout=10).get("internal_states")
             except ServerError:
                 pass
+            if (snapshot or {}).get("metrics_exposed"):
+                try:
+                    after["metrics"] = client.metrics(timeout=10)
+                except ServerError as exc:
+                    after["metrics_error"] = str(exc)
+            if after:
+                emitter.emit("server_after", after)
     except ServerError as exc:
         emitter.emit("error", {"message": str(exc)})
         status = 3

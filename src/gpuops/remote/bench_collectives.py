@@ -9,7 +9,8 @@ import json
 import os
 import subprocess
 
-from gpuops.remote.bench_http import ServerError, http_json
+from gpuops.remote.bench_http import ServerError
+from gpuops.remote.bench_snapshot import server_client
 from gpuops.remote.bench_torchrun import run_watched, variant_timeout
 from gpuops.remote.bench_workdir import in_temp_dir
 
@@ -40,7 +41,7 @@ def gpu_count():
 def served_hidden_size(url):
     """hidden_size from the served model's config.json (text_config for multimodal wrappers)."""
     try:
-        model_path = http_json(url, "/get_model_info", timeout=5).get("model_path")
+        model_path = server_client(url).model_info(timeout=5).get("model_path")
     except ServerError:
         return None, "server not reachable"
     if not model_path:

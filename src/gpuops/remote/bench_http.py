@@ -11,42 +11,17 @@ import json
 import random
 import socket
 import time
-import urllib.parse
+
+from gpuops.remote.sglang_server import ServerClient, ServerError, auth_headers, known_key, split_url
 
 
 PROMPT_WORDS = ("alpha", "river", "stone", "cloud", "maple", "signal", "copper", "orbit", "lantern",
                 "meadow", "falcon", "harbor", "cipher", "ember", "glacier", "violet")
 
 
-class ServerError(Exception):
-    pass
-
-
-def split_url(url):
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "") or not parts.hostname:
-        raise ServerError("unsupported server URL %r (http://HOST:PORT)" % url)
-    return parts.hostname, parts.port or 80, parts.path.rstrip("/")
-
-
 def http_json(url, path, body=None, timeout=30.0):
-    host, port, base = split_url(url)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        conn.request("POST" if data is not None else "GET", base + path, body=data, headers=headers)
-        reply = conn.getresponse()
-        raw = reply.read()
-        if reply.status != 200:
-            raise ServerError("%s%s answered HTTP %d: %s" % (url, path, reply.status, raw[:200].decode("utf-8", "replace")))
-        return json.loads(raw.decode("utf-8")) if raw else {}
-    except (OSError, socket.timeout) as exc:
-        raise ServerError("cannot reach the server at %s%s: %s" % (url, path, exc))
-    except ValueError:
-        raise ServerError("%s%s did not answer JSON" % (url, path))
-    finally:
-        conn.close()
+    """One JSON request (``/generate`` without streaming, ...) through the server client."""
+    return ServerClient(url, api_key=known_key(url), timeout=timeout).get_json(path, body, timeout)
 
 
 def make_prompt_ids(seed, length):
@@ -127,8 +102,9 @@ def stream_request(url, api, path, body, timeout=600.0, stop=None):
     try:
         data = json.dumps(body).encode()
         t_send = time.perf_counter()
-        conn.request("POST", base + path, body=data, headers={"Content-Type": "application/json",
-                                                              "Accept": "text/event-stream"})
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers.update(auth_headers(url))
+        conn.request("POST", base + path, body=data, headers=headers)
         reply = conn.getresponse()
         if reply.status != 200:
             raw = reply.read()

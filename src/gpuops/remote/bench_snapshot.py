@@ -1,5 +1,5 @@
 """What the bench client records about the host and the server before it measures: the server's own
-reports (``/get_server_info``, ``/get_model_info``), its process's command line and tuning
+reports (``/server_info`` or ``/get_server_info``, ``/model_info`` or ``/get_model_info``, ``/metrics``), its process's command line and tuning
 environment, the GPUs, the serving stack's package versions, and which gate patches are in place.
 
 Stdlib only, Python 3.8+.
@@ -12,32 +12,56 @@ import subprocess
 import sys
 
 from gpuops.remote.apply_journal import read_journal, runs_by_id
-from gpuops.remote.bench_http import ServerError, http_json, split_url
+from gpuops.remote.bench_http import ServerError
 from gpuops.remote.digest import sha256_file
-from gpuops.remote.sglang_argv import flag_value, launch_args
+from gpuops.remote.sglang_server import ServerClient, find_server_pid, process_cmdline
 
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASHINFER_", "SGL_")
 
 
-def server_snapshot(url, pid_file=None):
+def server_snapshot(url, pid_file=None, python=None):
+    """What the server says about itself (through the one server client, asked the way its release
+    answers: which route answered is kept under ``routes``), its process and whether it exposes
+    ``/metrics`` (then ``metrics``: the summarised page before the run)."""
     info = {"url": url}
-    try:
-        info["server_info"] = http_json(url, "/get_server_info", timeout=10)
-    except ServerError as exc:
-        info["server_info_error"] = str(exc)
-    try:
-        info["model_info"] = http_json(url, "/get_model_info", timeout=10)
-    except ServerError as exc:
-        info["model_info_error"] = str(exc)
     pid = read_pid(pid_file) if pid_file else None
     if pid is None:
         pid = find_server_pid(url)
+    client = server_client(url, pid, python)
+    try:
+        info["server_info"] = client.server_info()
+    except ServerError as exc:
+        info["server_info_error"] = str(exc)
+    try:
+        info["model_info"] = client.model_info()
+    except ServerError as exc:
+        info["model_info_error"] = str(exc)
+    try:
+        metrics = client.metrics()
+    except ServerError as exc:
+        metrics, info["metrics_error"] = None, str(exc)
+    info["metrics_exposed"] = metrics is not None
+    if metrics is not None:
+        info["metrics"] = metrics
+    info["routes"] = dict(client.answered)
+    info["release_routes_known"] = client.routes is not None
     if pid is not None:
         info["pid"] = pid
-        info["process_env"] = process_env(pid)
-        info["process_cmdline"] = process_cmdline(pid)
+        info["process_env"] = client.hide(process_env(pid))
+        info["process_cmdline"] = client.hide(process_cmdline(pid))
     return info
+
+
+_CLIENTS = {}  # type: dict[str, ServerClient]
+
+
+def server_client(url, pid=None, python=None):
+    """The one ``ServerClient`` of this run for ``url`` (its key from the server's command line):
+    the suites' requests and the after-run questions reuse it."""
+    if url not in _CLIENTS:
+        _CLIENTS[url] = ServerClient.for_process(url, pid if pid is not None else find_server_pid(url), python)
+    return _CLIENTS[url]
 
 
 def model_name(snapshot):
@@ -52,34 +76,6 @@ def read_pid(path):
         with open(path) as handle:
             return int(handle.read().strip().split()[0])
     except (OSError, ValueError, IndexError):
-        return None
-
-
-def find_server_pid(url):
-    """The pid of the process that runs sglang.launch_server on the URL's port, if visible."""
-    try:
-        _, port, _ = split_url(url)
-    except ServerError:
-        return None
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        args = launch_args(process_cmdline(int(entry)) or [])
-        given = None if args is None else flag_value(args, "--port")
-        if args is not None and (given is None or given == str(port)):  # no --port: SGLang's default, unchecked
-            return int(entry)
-    return None
-
-
-def process_cmdline(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            return [w.decode("utf-8", "replace") for w in handle.read().split(b"\0") if w]
-    except OSError:
         return None
 
 

@@ -11,6 +11,21 @@ import subprocess
 
 from gpuops.remote.bench_http import ServerError
 from gpuops.remote.bench_workdir import in_temp_dir
+from gpuops.remote.sglang_server import installed_root
+
+# Where later releases moved SGLang's benchmark modules (0.5.16+: sglang/benchmark/; the old
+# top-level modules stay as deprecation shims that warn): the new home is used where it exists.
+NEW_HOMES = {"sglang.bench_serving": "sglang.benchmark.serving",
+             "sglang.bench_one_batch_server": "sglang.benchmark.one_batch_server"}
+
+
+def tool_module(module, root):
+    """The module to run for ``module`` in the release at ``root`` (its ``sglang/`` dir): the new
+    home where that release has it, else ``module`` (also when the release cannot be read)."""
+    newer = NEW_HOMES.get(module)
+    if newer and root and os.path.isfile(os.path.join(root, *newer.split(".")[1:]) + ".py"):
+        return newer
+    return module
 
 NEEDS_SERVER = True
 SERVER_AFTER = False  # the tool's own line carries what it measured
@@ -35,14 +50,15 @@ def _suite_tool(payload, emitter, stop, out_dir):
     appends its result line to the output file, which is read back once per run.
     """
     tool = payload["tool"]
+    module = tool_module(tool["module"], installed_root(tool.get("python")))
     for run_index, tail_args in enumerate(tool.get("runs") or [[]]):
         if stop.is_set():
             break
         out_file = os.path.join(out_dir, "result-%d.jsonl" % run_index)
-        argv = [tool.get("python") or "python3", "-m", tool["module"], "--base-url", payload["url"]]
+        argv = [tool.get("python") or "python3", "-m", module, "--base-url", payload["url"]]
         argv += [str(a) for a in tail_args]
         argv += [tool.get("output_flag", "--output-file"), out_file]
-        emitter.emit("note", {"message": "running %s %s" % (tool["module"], " ".join(argv[5:]))})
+        emitter.emit("note", {"message": "running %s %s" % (module, " ".join(argv[5:]))})
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
@@ -75,4 +91,4 @@ def _suite_tool(payload, emitter, stop, out_dir):
                 record["_run_index"] = run_index
             emitter.emit("tool", record)
         if (proc.returncode != 0 or not lines) and not stop.is_set():
-            raise ServerError("%s exited %s: %s" % (tool["module"], proc.returncode, " | ".join(tail[-5:])))
+            raise ServerError("%s exited %s: %s" % (module, proc.returncode, " | ".join(tail[-5:])))

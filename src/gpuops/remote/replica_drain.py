@@ -8,52 +8,41 @@ Prints one JSON line.
     {"mode": "answer", "port": 30000, "timeout_s": 60}
       -> {"ok": true, "text": "..."}  or  {"ok": false, "error": "..."}
 
-The in-flight count is the server's own (``in_flight``: the one place it is read; issue 26's
-server client replaces it once landed): ``/v1/loads``' running + waiting requests over every DP
-rank (SGLang 0.5.x, ``entrypoints/v1_loads.py``), else ``/get_load``'s ``num_reqs`` (running +
-waiting, ``scheduler_metrics_mixin.get_load``). A server that answers neither cannot be drained
-safely, and says so.
+The in-flight count is the server's own, read by the one server client
+(``sglang_server.ServerClient.in_flight``, with the server's own ``--api-key``): ``/v1/loads``'
+running + waiting requests over every DP rank (SGLang 0.5.x, ``entrypoints/v1_loads.py``), else
+``/get_load``'s ``num_reqs`` (running + waiting, ``scheduler_metrics_mixin.get_load``), else
+``/metrics``' ``num_running_reqs`` + ``num_queue_reqs``. A server that answers none cannot be
+drained safely, and says so.
 """
 
 import json
 import time
-import urllib.error
-import urllib.request
 
-LOAD_ROUTES = ("/v1/loads", "/get_load")
+from gpuops.remote.sglang_server import ServerClient, ServerError, find_server_pid
 
 
 class NoLoad(Exception):
     pass
 
 
-def _get(port, path, timeout):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as reply:
-        return json.loads(reply.read().decode("utf-8"))
+_CLIENTS = {}  # type: dict[int, ServerClient]
+
+
+def _client(port, timeout):
+    """The one server client for the replica on ``port`` (its --api-key read from its command line)."""
+    if port not in _CLIENTS:
+        url = "http://127.0.0.1:%d" % port
+        _CLIENTS[port] = ServerClient.for_process(url, find_server_pid(url), timeout=timeout)
+    return _CLIENTS[port]
 
 
 def in_flight(port, timeout=5.0):
     """(requests the server holds, the route that said so); NoLoad when no route answers."""
-    problems = []
-    for path in LOAD_ROUTES:
-        try:
-            body = _get(port, path, timeout)
-        except urllib.error.HTTPError as exc:
-            problems.append("%s: HTTP %d" % (path, exc.code))
-            continue
-        except (OSError, ValueError) as exc:
-            problems.append("%s: %s" % (path, exc))
-            continue
-        try:
-            if path == "/v1/loads":
-                rows = body["loads"]
-                return sum(int(r.get("num_running_reqs") or 0) + int(r.get("num_waiting_reqs") or 0)
-                           for r in rows), path
-            rows = body if isinstance(body, list) else [body]
-            return sum(int(r.get("num_reqs") or 0) for r in rows), path
-        except (KeyError, TypeError, ValueError, AttributeError):
-            problems.append("%s: an answer without request counts" % path)
-    raise NoLoad("; ".join(problems))
+    seen = _client(port, timeout).in_flight(timeout)
+    if seen is None:
+        raise NoLoad("none of /v1/loads, /get_load, /metrics answered with request counts")
+    return seen.total, seen.source
 
 
 def drain(port, timeout_s, settle_s=0.5, poll_s=0.2):
@@ -82,17 +71,11 @@ def drain(port, timeout_s, settle_s=0.5, poll_s=0.2):
 
 def answer(port, timeout_s):
     """One short greedy generation: the restarted server answers, not only its /health."""
-    body = json.dumps({"text": "The capital of France is",
-                       "sampling_params": {"temperature": 0, "max_new_tokens": 8}}).encode()
-    request = urllib.request.Request("http://127.0.0.1:%d/generate" % port, data=body,
-                                     headers={"Content-Type": "application/json"})
+    body = {"text": "The capital of France is", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            text = json.loads(reply.read().decode("utf-8")).get("text")
-    except urllib.error.HTTPError as exc:
-        return {"ok": False, "error": "/generate answered HTTP %d" % exc.code}
-    except (OSError, ValueError, AttributeError) as exc:
-        return {"ok": False, "error": "/generate: %s: %s" % (type(exc).__name__, exc)}
+        text = _client(port, timeout_s).get_json("/generate", body, timeout=timeout_s).get("text")
+    except (ServerError, AttributeError) as exc:
+        return {"ok": False, "error": "/generate: %s" % exc}
     if not isinstance(text, str) or not text:
         return {"ok": False, "error": "/generate answered no text"}
     return {"ok": True, "text": text[:80]}

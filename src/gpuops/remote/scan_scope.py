@@ -47,6 +47,7 @@ class FunctionContext(object):
         self.cc_vars = cc_vars
         self.params = list(params)
         self.first_is_self = first_is_self
+        self.values = {}  # name -> value node of a local assigned once (set by the walker)
         # Names that mean something local here, never the module's predicate of that name.
         self.shadow = set(params) | set(assigned)
         names = list(local_aliases) + [n for n, v in cc_vars.items() if v]

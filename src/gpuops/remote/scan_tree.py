@@ -11,6 +11,7 @@ from gpuops.remote.scan_ast import (
     AST_INDEX, CMP_OPS, NO_VALUE, boolish, dotted, flip, last_name, literal, version_tuple,
 )
 from gpuops.remote.scan_discovery import module_files
+from gpuops.remote.scan_constants import constant_choices
 from gpuops.remote.scan_scope import Scope
 from gpuops.remote.scan_values import cc_subject, cuda_subject, member_values, param_shaped, self_subjects
 from gpuops.remote.scan_vocabulary import (
@@ -256,8 +257,18 @@ def compare_atoms(node, scope):
             val = member_values(value, scope)
             if flipped and opname in ("in", "not in"):
                 val = NO_VALUE  # `x in <capability>`: not a comparison gpuops reads
+            choices = []
+            if val is NO_VALUE and opname not in ("in", "not in"):
+                # A constant method or parameter: every value it can have (scan_constants).
+                found = constant_choices(value, scope)
+                choices = [] if found is NO_VALUE else sorted({repr(v): v for v in found}.values(),
+                                                                 key=lambda v: (isinstance(v, list), v))
+                if len(choices) == 1:
+                    val, choices = choices[0], []
             atom = {"kind": "cc", "subject": subject, "cmp": flip(opname) if flipped else opname,
                     "value": None if val is NO_VALUE else val}
+            if choices:
+                atom["any_of"] = choices
             atoms.append({"op": "cap", "atom": atom})
             continue
         if cuda_subject(left) or cuda_subject(right):

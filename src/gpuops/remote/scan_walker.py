@@ -10,6 +10,7 @@ from gpuops.remote.gate_tree import only_atoms
 from gpuops.remote.scan_ast import (
     NO_VALUE, boolish, docstring_line, dotted, last_name, literal, params_of, statements, string_of,
 )
+from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_locator import TEXT_MAX
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import bool_roots, build, interesting
@@ -306,6 +307,7 @@ class GateWalker(object):
                 self.expr_gates(stmt, deco, fn, within)
             inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars, params, assigned,
                                     first_is_self=bool(params) and params[0] in ("self", "cls"))
+            inner.values = local_values(stmt)  # what a compared name holds (scan_constants)
             self.walk_body(stmt.body, inner, [])
             return
         if isinstance(stmt, ast.ClassDef):

@@ -107,6 +107,7 @@ def run_on_hosts(
     forks: int = DEFAULT_FORKS,
     rollout: Rollout | None = None,
     failed: Callable[[T], bool] | None = None,
+    together: Callable[[Host], str | None] | None = None,
 ) -> dict[str, HostOutcome[T]]:
     """Call ``fn(host)`` for every host, at most ``forks`` at a time; results keyed by host name.
 
@@ -115,18 +116,20 @@ def run_on_hosts(
 
     With a ``rollout``, hosts go in batches, each finished before the next starts; once a batch
     fails past its threshold the rest are not attempted (``skipped``). ``failed(value)`` says
-    whether a host that returned a value still failed (an apply that rolled back, for instance).
+    whether a host that returned a value still failed (an apply that rolled back, for instance);
+    ``together(host)`` names hosts no batch may split (``Rollout.batches``).
     """
     prepare_ssh(hosts)
     if rollout is not None:
-        return _run_in_batches(hosts, fn, forks, rollout, failed or (lambda _: False))
+        return _run_in_batches(hosts, fn, forks, rollout, failed or (lambda _: False), together)
     return _run_batch(hosts, fn, forks)
 
 
 def _run_in_batches(hosts: Sequence[Host], fn: Callable[[Host], T], forks: int, rollout: Rollout,
-                    failed: Callable[[T], bool]) -> dict[str, HostOutcome[T]]:
+                    failed: Callable[[T], bool],
+                    together: Callable[[Host], str | None] | None = None) -> dict[str, HostOutcome[T]]:
     results: dict[str, HostOutcome[T]] = {}
-    batches = rollout.batches(list(hosts))
+    batches = rollout.batches(list(hosts), together)
     for number, batch in enumerate(batches, start=1):
         outcomes = _run_batch(batch, fn, forks)
         results.update(outcomes)

@@ -11,7 +11,7 @@ failed stops the rollout.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -55,17 +55,24 @@ class Rollout:
             raise RolloutError(f"--max-fail-percentage {max_fail_percentage:g} must be between 0 and 100")
         return Rollout(tuple(sizes), max_fail_percentage)
 
-    def batches(self, hosts: Sequence[T]) -> list[list[T]]:
-        """The hosts cut into batches, in inventory order; the last size repeats (as in Ansible)."""
+    def batches(self, hosts: Sequence[T], together: Callable[[T], str | None] | None = None) -> list[list[T]]:
+        """The hosts cut into batches, in inventory order; the last size repeats (as in Ansible).
+
+        ``together(host)``: a name shared by hosts that must never be split (the nodes of one
+        multi-node deployment, ``sglang_deployment``): a batch that takes one takes them all."""
         total = len(hosts)
         if not self.sizes:
             return [list(hosts)] if hosts else []
+        keys = [together(h) if together else None for h in hosts]
+        left = list(range(total))  # positions not yet in a batch, in order
         out: list[list[T]] = []
-        start, index = 0, 0
-        while start < total:
+        index = 0
+        while left:
             size = self.sizes[min(index, len(self.sizes) - 1)].of(total)
-            out.append(list(hosts[start:start + size]))
-            start += size
+            names = {keys[i] for i in left[:size]} - {None}
+            taken = left[:size] + [i for i in left[size:] if keys[i] in names]
+            out.append([hosts[i] for i in sorted(taken)])
+            left = [i for i in left if i not in set(taken)]
             index += 1
         return out
 

@@ -1,0 +1,146 @@
+"""What the lab's stand-in answers, derived from the SGLang release installed on its host (stdlib
+only, Python 3.8+): the routes of that release's ``http_server.py``, the fields of its
+``/server_info`` (with ``launch_command`` where the release reports it), the ``sglang:`` series of
+its metrics collector, and its ``--api-key`` rule. Read through ``sglang_release`` (copied next to
+this file with it: ``hosts.STANDIN_SIBLINGS``); the release is found on the stand-in's
+``PYTHONPATH`` and never imported.
+
+Without a readable release (the stand-in run in place by a test) it answers as 0.5.8 did.
+
+Controls (environment):
+  GPUOPS_STANDIN_DROP_DEPRECATED  1: the routes the release marks deprecated are not served (a
+                                  later release that dropped ``/get_server_info``, ``/get_model_info``)
+  GPUOPS_STANDIN_RESOLVE          KEY=VALUE[,...]: what the server's own resolution decided, reported
+                                  by ``/server_info`` over what the flags say (SGLang turning a
+                                  feature on, or off, by itself)
+"""
+
+import os
+import re
+import sys
+
+try:  # a sibling (the lab copies it next to this file); run in place from the package: ../remote
+    import sglang_release
+except ImportError:
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "remote"))
+    import sglang_release
+
+
+# Served when no release can be read: the routes of 0.5.8 that the stand-in simulates.
+FALLBACK_GET = ("/health", "/health_generate", "/ping", "/get_model_info", "/model_info", "/get_server_info", "/server_info",
+                "/get_load", "/v1/loads", "/v1/models", "/metrics")
+FALLBACK_POST = ("/generate", "/v1/completions", "/v1/chat/completions")
+# Routes SGLang answers without the API key (srt/utils/auth.py: decide_request_auth).
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+def _template(path):
+    """A route path with ``{param}`` / ``{param:path}`` parts as a regex."""
+    out = ""
+    for part in re.split(r"(\{[^}]+\})", path):
+        if part.startswith("{") and part.endswith("}"):
+            out += ".+" if part.endswith(":path}") else "[^/]+"
+        else:
+            out += re.escape(part)
+    return re.compile("^%s$" % out)
+
+
+class Surface(object):
+    def __init__(self, environ):
+        self.root = sglang_release.find_root()
+        drop = environ.get("GPUOPS_STANDIN_DROP_DEPRECATED") in ("1", "true", "yes")
+        self.routes = None
+        self.fields = {}
+        self.launch_command = False
+        self.metric_names = set()
+        if self.root:
+            try:
+                self.routes = [r for r in sglang_release.release_routes(self.root) if not (drop and r.deprecated)]
+                self.fields = sglang_release.server_arg_fields(self.root)
+                self.launch_command = sglang_release.reports_launch_command(self.root)
+                self.metric_names = sglang_release.metric_names(self.root)
+            except (OSError, SyntaxError, ValueError):
+                self.routes = None
+        if self.routes is None:
+            self.routes = [sglang_release.Route(("GET",), p, 0, "fallback", needs="enable_metrics" if p == "/metrics" else None)
+                           for p in FALLBACK_GET] + [sglang_release.Route(("POST",), p, 0, "fallback") for p in FALLBACK_POST]
+        self.resolved = parse_pairs(environ.get("GPUOPS_STANDIN_RESOLVE"))
+        self._patterns = [(r, _template(r.path)) for r in self.routes]
+
+    def route_for(self, method, path, server_args):
+        """The release's route for ``method path`` (None: the release has no such route)."""
+        for route, pattern in self._patterns:
+            if (method in route.methods or (method == "GET" and "HEAD" in route.methods)) and pattern.match(path):
+                if route.needs and not server_args.get(route.needs):
+                    return None  # /metrics without --enable-metrics: not mounted
+                return route
+        return None
+
+    def authorised(self, path, headers, server_args):
+        """SGLang's --api-key rule: every route but health, readiness and metrics needs the key."""
+        key = server_args.get("api_key")
+        if not key or path.startswith(OPEN_PREFIXES):
+            return True
+        return (headers.get("Authorization") or "") == "Bearer %s" % key
+
+    def server_info(self, server_args, launch_words):
+        """The release's ``/server_info`` fields (defaults, then the flags, then what resolution decided)."""
+        info = dict(self.fields)
+        info.update(server_args)
+        info.update(self.resolved)
+        if self.launch_command:
+            info["launch_command"] = " ".join(launch_words)  # as redact_watermark_command_line joins argv
+        return info
+
+    def has_metric(self, name):
+        return not self.metric_names or name in self.metric_names
+
+
+def parse_pairs(text):
+    from standin_sim import _coerce
+
+    out = {}
+    for item in (text or "").split(","):
+        key, sep, value = item.strip().partition("=")
+        if sep and key.strip():
+            out[key.strip()] = _coerce(value.strip())
+    return out
+
+
+def metrics_page(surface, counters, server_args):
+    """The stand-in's ``/metrics`` in Prometheus text (0.0.4), the series SGLang's collector names
+    for what the stand-in simulates, each labelled as SGLang labels them."""
+    labels = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0"' % str(
+        server_args.get("served_model_name") or server_args.get("model_path") or "default").replace('"', "")
+    lines = []
+
+    def series(name, kind, value, extra=""):
+        if not surface.has_metric(name):
+            return
+        lines.append("# HELP %s %s" % (name, "simulated by the gpuops stand-in"))
+        lines.append("# TYPE %s %s" % (name, kind))
+        for label_text, number in (value if isinstance(value, list) else [(extra, value)]):
+            lines.append("%s{%s%s} %s" % (name, labels, label_text, repr(float(number))))
+
+    series("sglang:num_running_reqs", "gauge", counters["running"])
+    series("sglang:num_queue_reqs", "gauge", 0)
+    series("sglang:token_usage", "gauge", 0.0)
+    series("sglang:num_requests_total", "counter", counters["requests"])
+    series("sglang:prompt_tokens_total", "counter", counters["prompt_tokens"])
+    series("sglang:generation_tokens_total", "counter", counters["generation_tokens"])
+    if counters["speculative"]:
+        series("sglang:spec_accept_length", "gauge", counters["accept_length"])
+        series("sglang:spec_verify_calls_total", "counter", counters["verify_calls"])
+    graph = "decode_none" if server_args.get("disable_cuda_graph") else "decode_cuda_graph"
+    series("sglang:cuda_graph_passes_total", "counter",
+           [(',mode="%s"' % graph, counters["decode_passes"]), (',mode="prefill_none"', counters["requests"])])
+    for name, total, count in (("sglang:queue_time_seconds", 0.0, counters["requests"]),
+                               ("sglang:time_to_first_token_seconds", counters["ttft_sum"], counters["requests"])):
+        if not surface.has_metric(name):
+            continue
+        lines.append("# HELP %s simulated by the gpuops stand-in" % name)
+        lines.append("# TYPE %s histogram" % name)
+        lines.append('%s_bucket{%s,le="+Inf"} %s' % (name, labels, repr(float(count))))
+        lines.append("%s_sum{%s} %s" % (name, labels, repr(float(total))))
+        lines.append("%s_count{%s} %s" % (name, labels, repr(float(count))))
+    return "\n".join(lines) + "\n"

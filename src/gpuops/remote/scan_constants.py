@@ -1,0 +1,201 @@
+"""Gate scan, condition tree: a capability compared with a value held in a constant method or a
+parameter. ``capability < self.get_min_capability()`` where every definition of
+``get_min_capability`` in the tree (the class's, its subclasses', any class's: which one runs is
+chosen at run time) returns a literal, and ``capability >= min_capability`` where every call site in
+the tree passes a literal, a module constant or such a method: the comparison is with one of those
+values (``Choices``); gpuops decides it where they all agree for the GPU, and only then.
+Host code: stdlib only, Python 3.8+."""
+
+import ast
+import re
+
+from gpuops.remote.scan_ast import NO_VALUE, last_name, literal, walk_no_nested
+from gpuops.remote.scan_scope import Scope
+
+# More files than this define or call the name: too common a name to prove anything about.
+_MAX_HOLDERS = 80
+
+
+class Choices(list):
+    """The values a comparison's other side can have (one per definition or call site)."""
+
+
+def local_values(func):
+    """{name: value node} of the names ``func`` assigns exactly once (``x = Cls.get_min_capability()``)."""
+    counts, values = {}, {}
+    for node in walk_no_nested(func.body):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                for sub in ast.walk(target) if target is not None else ():
+                    if isinstance(sub, ast.Name):
+                        counts[sub.id] = counts.get(sub.id, 0) + 1
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                values[node.targets[0].id] = node.value
+    return {name: value for name, value in values.items() if counts.get(name) == 1}
+
+
+def constant_choices(node, scope, depth=0):
+    """The values ``node`` can have, as ``Choices``, or NO_VALUE."""
+    if depth > 3 or scope.scanner is None:
+        return NO_VALUE
+    value = _plain(node)
+    if value is not NO_VALUE:
+        return Choices([value])
+    if isinstance(node, ast.Call) and not node.args and not node.keywords and last_name(node.func):
+        return method_values(scope.scanner, last_name(node.func))
+    if isinstance(node, ast.Name):
+        fn = scope.fn
+        if fn is not None and node.id in getattr(fn, "values", {}):
+            return constant_choices(fn.values[node.id], scope, depth + 1)
+        if fn is not None and node.id in fn.params and fn.qual:
+            return param_values(scope.scanner, fn, node.id)
+        if node.id in scope.info.aliases:
+            value = _plain(scope.info.aliases[node.id][0])
+            if value is not NO_VALUE:
+                return Choices([value])
+        constant = scope.scanner.constant(scope.info, node.id)  # `_MIN_SM = (10, 0)`, here or imported
+        if isinstance(constant, list) and len(constant) == 2 and all(isinstance(v, int) for v in constant):
+            return Choices([constant])
+    return NO_VALUE
+
+
+def _plain(node):
+    value = literal(node)
+    if isinstance(value, bool) or value is None:
+        return NO_VALUE
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return list(value)
+    return NO_VALUE
+
+
+def method_values(scanner, name):
+    """The literal every definition of the method or function ``name`` in the tree returns
+    can return (``_returned_constants``; a base class's ``raise NotImplementedError`` adds
+    nothing), or NO_VALUE when one returns anything else."""
+    cache = scanner.__dict__.setdefault("_method_values", {})
+    if name in cache:
+        return cache[name]
+    cache[name] = NO_VALUE
+    needle = ("def " + name + "(").encode()
+    holders = [rel for rel in sorted(scanner.texts) if needle in scanner.texts[rel]]
+    found = Choices()
+    if not holders or len(holders) > _MAX_HOLDERS:
+        return NO_VALUE
+    for rel in holders:
+        try:
+            info = scanner.site_info(rel)
+            pieces = scanner.statements_naming(info, name) if info is not None else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            pieces = None
+        if pieces is None:
+            return NO_VALUE
+        for piece in pieces:
+            for func in ast.walk(piece.tree):
+                if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name == name:
+                    if _abstract(func.body):
+                        continue  # a base class's `raise NotImplementedError`: it returns nothing
+                    values = _returned_constants(func)
+                    if values is NO_VALUE:
+                        return NO_VALUE
+                    found.extend(values)
+    if not found:
+        return NO_VALUE
+    cache[name] = found
+    return found
+
+
+def _abstract(body):
+    """Only a docstring, ``pass``/``...`` or a raise (or ``return NotImplementedError``, written
+    by mistake for a raise): a method that returns nothing of its own."""
+    rest = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+            and not isinstance(s, ast.Pass)]
+    return all(isinstance(s, ast.Raise) or (isinstance(s, ast.Return) and s.value is not None and
+                                            (last_name(s.value) or "").startswith("NotImplemented")) for s in rest)
+
+
+_OTHER_PLATFORM_RE = re.compile(r"^_?is_(npu|musa|hip|xpu|cpu|mps|hpu)$")
+
+
+def _on_cuda(body):
+    """``body`` without the branches of ``if <another platform>:`` (their else kept)."""
+    out = []
+    for stmt in body:
+        if isinstance(stmt, ast.If) and _OTHER_PLATFORM_RE.match(last_name(stmt.test) or ""):
+            out.extend(_on_cuda(stmt.orelse))
+        else:
+            out.append(stmt)
+    return out
+
+
+def _returned_constants(func):
+    """Every value ``func`` can return, when each of its returns is a literal, a conditional
+    expression of literals or a call of a method of the same name (``return
+    Fp8Config.get_min_capability()``, whose values are already among those collected), as a
+    list; else NO_VALUE. What another platform's branch returns (``if is_npu(): return 0``) is
+    left out: it is not what a CUDA host gets."""
+    values = []
+    returns = [n for n in walk_no_nested(_on_cuda(func.body)) if isinstance(n, ast.Return)]
+    if not returns:
+        return NO_VALUE
+    for ret in returns:
+        node = ret.value
+        options = [node.body, node.orelse] if isinstance(node, ast.IfExp) else [node]
+        for option in options:
+            if isinstance(option, ast.Call) and not option.args and last_name(option.func) == func.name:
+                continue
+            value = _plain(option) if option is not None else NO_VALUE
+            if value is NO_VALUE:
+                return NO_VALUE
+            values.append(value)
+    return values
+
+
+def param_values(scanner, fn, param):
+    """The values every call of ``fn`` in the tree passes for ``param`` (a literal, a module
+    constant of the caller, a constant method), or NO_VALUE. A call that forwards the parameter
+    of an override of the same name (``super().f(capability)``) adds nothing of its own."""
+    name = fn.qual.split(".")[-1]
+    cache = scanner.__dict__.setdefault("_param_values", {})
+    key = (fn.qual, param)
+    if key in cache:
+        return cache[key]
+    cache[key] = NO_VALUE
+    if param not in fn.params or len(name) <= 3 or name.startswith("__"):
+        return NO_VALUE
+    position = fn.params.index(param) - (1 if fn.first_is_self else 0)
+    needle = name.encode()
+    holders = [rel for rel in sorted(scanner.texts) if needle in scanner.texts[rel]]
+    if len(holders) > _MAX_HOLDERS:
+        return NO_VALUE
+    found = Choices()
+    for rel in holders:
+        try:
+            info = scanner.site_info(rel)
+            pieces = scanner.statements_naming(info, name) if info is not None else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            pieces = None
+        if pieces is None:
+            return NO_VALUE
+        for piece in pieces:
+            for caller in [piece.tree] + [n for n in ast.walk(piece.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+                body = caller.body
+                for call in (n for n in walk_no_nested(body) if isinstance(n, ast.Call) and last_name(n.func) == name):
+                    arg = next((k.value for k in call.keywords if k.arg == param), None)
+                    if arg is None and 0 <= position < len(call.args):
+                        arg = call.args[position]
+                    if arg is None:
+                        return NO_VALUE  # its default, or a call gpuops cannot read
+                    if isinstance(caller, ast.FunctionDef) and caller.name == name and isinstance(arg, ast.Name) \
+                            and arg.id == param:
+                        continue  # an override forwarding its own parameter
+                    value = constant_choices(arg, Scope(scanner, info, None), 1)
+                    if value is NO_VALUE:
+                        return NO_VALUE
+                    found.extend(value)
+    if not found:
+        return NO_VALUE
+    cache[key] = found
+    return found

@@ -1,0 +1,245 @@
+"""The HTTP surface of an SGLang release, read from its own source (stdlib only, Python 3.8+;
+imports nothing from gpuops): the routes its ``srt/entrypoints/http_server.py`` serves, and the
+fields its ``/server_info`` reports (``server_arg_fields``).
+
+Read, never imported (importing SGLang starts CUDA and takes seconds). Used on both sides: the
+server client on the host (``sglang_server``: which of ``/server_info`` and ``/get_server_info`` this
+release answers), the lab's stand-in (a copied sibling, ``lab/hosts.STANDIN_SIBLINGS``: it answers
+the routes of the release installed on its host) and the tests that hold the stand-in to a release.
+
+What counts as a route, as FastAPI registers it:
+  * ``@app.get(PATH)`` / ``post`` / ``put`` / ``delete`` / ``head`` / ``patch`` / ``websocket`` and
+    ``@app.api_route(PATH, methods=[...])`` (GET when no methods are given), at any depth (0.5.23
+    registers some inside ``if``); a PATH of ``os.environ.get("NAME", "/default")`` is its default;
+  * the routes of a router the file includes (``app.include_router(NAME)`` with ``NAME`` imported
+    as ``from sglang.x.y import router as NAME``): read from that module's file the same way
+    (``/v1/loads`` lives in ``v1_loads.py``);
+  * ``/metrics``, mounted at start-up by ``add_prometheus_middleware`` when the server runs with
+    ``--enable-metrics``: a route with ``needs="enable_metrics"``.
+"""
+
+import ast
+import os
+
+HTTP_SERVER = os.path.join("srt", "entrypoints", "http_server.py")
+_METHODS = ("get", "post", "put", "delete", "head", "patch", "websocket")
+
+
+class Route(object):
+    __slots__ = ("methods", "path", "line", "file", "needs", "deprecated")
+
+    def __init__(self, methods, path, line, file, needs=None, deprecated=False):
+        self.methods = tuple(methods)
+        self.path = path
+        self.line = line
+        self.file = file
+        self.needs = needs  # a server setting the route exists only with (``enable_metrics``)
+        self.deprecated = deprecated
+
+    def as_record(self):
+        return {"methods": list(self.methods), "path": self.path, "file": self.file, "line": self.line,
+                "needs": self.needs, "deprecated": self.deprecated}
+
+    def __repr__(self):
+        return "Route(%s %s @%s:%s)" % ("|".join(self.methods), self.path, self.file, self.line)
+
+
+def _path_of(node):
+    """A decorator's path argument: a string, or ``os.environ.get("NAME", "/default")``'s default."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Str):  # Python 3.7 hosts
+        return node.s
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and len(node.args) == 2):
+        return _path_of(node.args[1])
+    if isinstance(node, ast.Name):
+        return None  # a variable (0.5.23's _ollama_root_route): resolved by _assigned_paths
+    return None
+
+
+def _assigned_paths(tree):
+    """``name = "/path"`` or ``name = os.environ.get("X", "/path")`` at module level: paths by name."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            path = _path_of(node.value)
+            if path is not None and path.startswith("/"):
+                found[node.targets[0].id] = path
+    return found
+
+
+def _methods_of(call, method):
+    if method == "api_route":
+        for keyword in call.keywords:
+            if keyword.arg == "methods" and isinstance(keyword.value, (ast.List, ast.Tuple)):
+                names = [_path_of(e) for e in keyword.value.elts]
+                return tuple(n.upper() for n in names if n)
+        return ("GET",)
+    return (method.upper(),)
+
+
+def routes_in_source(text, owners=("app",), file_name="http_server.py"):
+    """Every route decorated on one of ``owners`` (``app``, ``router``) in the Python ``text``."""
+    tree = ast.parse(text)
+    names = _assigned_paths(tree)
+    routes = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for deco in node.decorator_list:
+            if not (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute)
+                    and isinstance(deco.func.value, ast.Name) and deco.func.value.id in owners):
+                continue
+            method = deco.func.attr
+            if method not in _METHODS and method != "api_route":
+                continue
+            if not deco.args:
+                continue
+            arg = deco.args[0]
+            path = names.get(arg.id) if isinstance(arg, ast.Name) else _path_of(arg)
+            if path is None:
+                continue
+            doc = (ast.get_docstring(node) or "").lower()
+            routes.append(Route(_methods_of(deco, method), path, deco.lineno, file_name,
+                                deprecated="deprecated" in doc))
+    return routes, tree
+
+
+def _included_routers(tree):
+    """Module names of the routers ``app.include_router(NAME)`` adds (``from M import router as NAME``)."""
+    imported = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if alias.name == "router":
+                    imported[alias.asname or alias.name] = node.module
+    modules = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "include_router"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "app" and node.args
+                and isinstance(node.args[0], ast.Name) and node.args[0].id in imported):
+            modules.append(imported[node.args[0].id])
+    return modules
+
+
+def _mounts_metrics(text):
+    return "add_prometheus_middleware(" in text
+
+
+def release_routes(root):
+    """The routes of the SGLang package at ``root`` (the ``sglang/`` directory): a list of
+    ``Route``; raises OSError when its ``http_server.py`` cannot be read, SyntaxError when it is not
+    Python."""
+    main_file = os.path.join(root, HTTP_SERVER)
+    with open(main_file, "r", encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    rel = "sglang/" + HTTP_SERVER.replace(os.sep, "/")
+    routes, tree = routes_in_source(text, ("app",), rel)
+    for module in _included_routers(tree):
+        if not module.startswith("sglang."):
+            continue
+        parts = module.split(".")[1:]
+        path = os.path.join(root, *parts) + ".py"
+        try:
+            with open(path, "r", encoding="utf-8", errors="replace") as handle:
+                inner = handle.read()
+            found, _ = routes_in_source(inner, ("router",), "sglang/" + "/".join(parts) + ".py")
+        except (OSError, SyntaxError, ValueError):
+            continue  # an included router that cannot be read: its routes are unknown, the rest stand
+        routes.extend(found)
+    if _mounts_metrics(text):
+        line = next((i + 1 for i, row in enumerate(text.splitlines()) if "add_prometheus_middleware(app" in row), 0)
+        routes.append(Route(("GET",), "/metrics", line, rel, needs="enable_metrics"))
+    return routes
+
+
+def route_paths(routes, method="GET"):
+    """The paths of ``routes`` that answer ``method`` (a set)."""
+    return set(r.path for r in routes if method in r.methods)
+
+
+def _class_fields(cls):
+    """{name: default} of a class body's annotated fields (a default that is not a literal: None)."""
+    fields = {}
+    for item in cls.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and not item.target.id.startswith("_"):
+            default = None
+            if item.value is not None:
+                try:
+                    default = ast.literal_eval(item.value)
+                except ValueError:
+                    default = None
+            fields[item.target.id] = default
+    return fields
+
+
+def _parse_file(path):
+    with open(path, "r", encoding="utf-8", errors="replace") as handle:
+        return ast.parse(handle.read())
+
+
+def server_arg_fields(root):
+    """``{field: default}`` of the release's server arguments, as ``/server_info`` reports them."""
+    tree = _parse_file(os.path.join(root, "srt", "server_args.py"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
+            fields = _class_fields(node)
+            if fields:
+                return fields
+    fields = {}
+    folder = os.path.join(root, "srt", "arg_groups", "fields")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        if not name.endswith(".py"):
+            continue
+        for node in _parse_file(os.path.join(folder, name)).body:
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(i, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in i.targets)
+                    for i in node.body):
+                fields.update(_class_fields(node))
+    return fields
+
+
+def reports_launch_command(root):
+    """Whether the release's ``/server_info`` carries ``launch_command`` (set by ``build_server_info``)."""
+    for rel in (("srt", "utils", "common.py"), ("srt", "utils.py"), ("srt", "entrypoints", "http_server.py")):
+        path = os.path.join(root, *rel)
+        try:
+            with open(path, "r", encoding="utf-8", errors="replace") as handle:
+                if '"launch_command"' in handle.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+_COLLECTORS = (("srt", "observability", "metrics_collector.py"), ("srt", "metrics", "collector.py"))
+
+
+def metric_names(root):
+    """The ``sglang:`` series names the release's metrics collector declares (a set; empty when
+    its collector cannot be read)."""
+    import re
+
+    names = set()
+    for rel in _COLLECTORS:
+        try:
+            with open(os.path.join(root, *rel), "r", encoding="utf-8", errors="replace") as handle:
+                names.update(re.findall(r'name="(sglang:[A-Za-z0-9_]+)"', handle.read()))
+        except OSError:
+            continue
+    return names
+
+
+def find_root():
+    """The ``sglang`` package directory this python would import (found, not imported), or None."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("sglang")
+    except Exception:
+        return None
+    for location in list(spec.submodule_search_locations or []) if spec else []:
+        if os.path.isfile(os.path.join(location, "__init__.py")):
+            return location
+    return None

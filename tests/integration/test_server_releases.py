@@ -1,0 +1,193 @@
+"""The server as each release speaks: routes and ``/server_info`` fields read from the real releases'
+source (0.5.8, 0.5.16, 0.5.23 wheels, cached), the stand-in answering exactly those, and the one
+server client asking each the way it answers (``remote/sglang_server.py``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpuops.lab.sglang_cache import sglang_site
+from gpuops.lab.standin_process import start_standin
+from gpuops.remote import sglang_release
+from gpuops.remote.sglang_server import ServerClient, ServerError, find_server_pid
+
+pytestmark = pytest.mark.integration
+
+RELEASES = ("0.5.8", "0.5.16", "0.5.23")
+API_KEY = "sk-release-check-4d2b1e"
+
+
+def root(version: str) -> str:
+    return str(sglang_site(version) / "sglang")
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_routes_are_read_from_the_release_source(version: str) -> None:
+    routes = sglang_release.release_routes(root(version))
+    gets = sglang_release.route_paths(routes, "GET")
+    posts = sglang_release.route_paths(routes, "POST")
+    # Every release 0.5.8-0.5.23 has both spellings; the old one says it is deprecated.
+    assert {"/health", "/server_info", "/get_server_info", "/model_info", "/get_model_info"} <= gets
+    assert {"/generate", "/v1/completions", "/v1/chat/completions"} <= posts
+    deprecated = {r.path for r in routes if r.deprecated}
+    assert {"/get_server_info", "/get_model_info"} <= deprecated and "/server_info" not in deprecated
+    # /v1/loads comes from the router http_server.py includes (v1_loads.py), not from the file itself
+    loads = [r for r in routes if r.path == "/v1/loads"]
+    assert loads and loads[0].file == "sglang/srt/entrypoints/v1_loads.py"
+    # /metrics is mounted only with --enable-metrics
+    assert [r.needs for r in routes if r.path == "/metrics"] == ["enable_metrics"]
+    assert ("/get_load" in gets) == (version != "0.5.23")  # 0.5.23 dropped the /get_load alias
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_server_info_fields_are_the_release_server_args(version: str) -> None:
+    fields = sglang_release.server_arg_fields(root(version))
+    for name in ("api_key", "attention_backend", "enable_flashinfer_allreduce_fusion", "disable_custom_all_reduce",
+                 "speculative_algorithm", "speculative_num_steps", "enable_metrics", "tp_size"):
+        assert name in fields, name
+    assert fields["enable_metrics"] is False and fields["api_key"] is None
+    # launch_command: only 0.5.23's build_server_info reports it
+    assert sglang_release.reports_launch_command(root(version)) == (version == "0.5.23")
+    names = sglang_release.metric_names(root(version))
+    assert {"sglang:num_running_reqs", "sglang:cuda_graph_passes_total", "sglang:queue_time_seconds"} <= names
+    assert ("sglang:spec_verify_calls_total" in names) == (version != "0.5.8")
+
+
+def _standin(tmp_path: Path, version: str, flags: tuple[str, ...] = (), **env: str):
+    return start_standin(tmp_path / "logs", flags=("--model-path", "/models/Qwen3-32B", "--tp", "4", *flags),
+                         env={"PYTHONPATH": str(sglang_site(version)), "GPUOPS_STANDIN_TOKENS_PER_S": "2000", **env})
+
+
+def _status(url: str, method: str = "GET", key: str | None = None) -> int:
+    data = b"{}" if method in ("POST", "PUT") else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_standin_answers_every_route_of_its_release(tmp_path: Path, version: str) -> None:
+    routes = sglang_release.release_routes(root(version))
+    with _standin(tmp_path, version, ("--enable-metrics",)) as server:
+        missing = []
+        for route in routes:
+            if "{" in route.path or "WEBSOCKET" in route.methods:
+                continue
+            for method in route.methods:
+                if method not in ("GET", "POST", "PUT", "DELETE"):
+                    continue
+                if _status(server.url + route.path, method) == 404:
+                    missing.append(f"{method} {route.path} ({route.file}:{route.line})")
+        assert not missing, missing
+        assert _status(server.url + "/no_such_route") == 404
+        info = json.loads(urllib.request.urlopen(server.url + "/server_info", timeout=10).read())
+        assert info["version"] == version
+        assert set(sglang_release.server_arg_fields(root(version))) <= set(info)
+        assert ("launch_command" in info) == (version == "0.5.23")
+
+
+def test_a_release_without_the_deprecated_aliases_is_still_asked_right(tmp_path: Path) -> None:
+    with _standin(tmp_path, "0.5.23", GPUOPS_STANDIN_DROP_DEPRECATED="1") as server:
+        assert _status(server.url + "/get_server_info") == 404 and _status(server.url + "/get_model_info") == 404
+        for routes in (None, sglang_release.route_paths(sglang_release.release_routes(root("0.5.23")))):
+            client = ServerClient(server.url, routes=routes)
+            assert client.server_info()["tp_size"] == 4
+            assert client.model_info()["model_path"] == "/models/Qwen3-32B"
+            assert client.answered == {"server_info": "/server_info", "model_info": "/model_info"}
+
+
+class _OldServer(BaseHTTPRequestHandler):
+    """A server as releases before /server_info answered (only the /get_* spelling): a real HTTP server."""
+
+    def do_GET(self) -> None:
+        body = {"/get_server_info": {"tp_size": 2, "version": "0.4.0"}, "/get_model_info": {"model_path": "/m"}}.get(self.path)
+        data = json.dumps(body if body is not None else {"detail": "Not Found"}).encode()
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_older_release_is_asked_its_own_spelling() -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _OldServer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = ServerClient(f"http://127.0.0.1:{httpd.server_address[1]}")
+        assert client.server_info()["tp_size"] == 2 and client.model_info()["model_path"] == "/m"
+        assert client.answered == {"server_info": "/get_server_info", "model_info": "/get_model_info"}
+        assert client.metrics() is None and client.in_flight() is None
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_api_key_server_is_asked_with_its_key_which_never_comes_back(tmp_path: Path) -> None:
+    with _standin(tmp_path, "0.5.23", ("--api-key", API_KEY, "--enable-metrics")) as server:
+        assert _status(server.url + "/server_info") == 401 and _status(server.url + "/health") == 200
+        assert _status(server.url + "/metrics") == 200  # health and metrics are open, as in srt/utils/auth.py
+        with pytest.raises(ServerError, match="401"):
+            ServerClient(server.url).server_info()
+        pid = find_server_pid(server.url)
+        assert pid == server.process.pid
+        client = ServerClient.for_process(server.url, pid)
+        info = client.server_info()
+        text = json.dumps(info)
+        assert API_KEY not in text
+        assert info["api_key"].startswith("<masked:") and "--api-key <masked:" in info["launch_command"]
+        assert client.model_info()["model_path"] == "/models/Qwen3-32B"
+
+
+def test_in_flight_counts_the_requests_the_server_holds(tmp_path: Path) -> None:
+    with _standin(tmp_path, "0.5.23", ("--enable-metrics",), GPUOPS_STANDIN_TOKENS_PER_S="20") as server:
+        client = ServerClient(server.url)
+        assert client.in_flight().total == 0
+        body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 40}, "stream": False}).encode()
+
+        def one() -> None:
+            request = urllib.request.Request(server.url + "/generate", data=body, headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=30).read()
+
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        import time
+
+        deadline = time.monotonic() + 5
+        seen = client.in_flight()
+        while seen.total < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = client.in_flight()
+        assert seen.total == 3 and seen.source == "/v1/loads", seen.as_record()
+        for thread in threads:
+            thread.join()
+        assert client.in_flight().total == 0
+        after = client.metrics()["values"]
+        assert after["sglang:num_requests_total"] == 3 and after["sglang:generation_tokens_total"] == 120
+
+
+@pytest.mark.parametrize("version, serving, decode", [
+    ("0.5.8", "sglang.bench_serving", "sglang.bench_one_batch_server"),
+    ("0.5.16", "sglang.benchmark.serving", "sglang.benchmark.one_batch_server"),
+    ("0.5.23", "sglang.benchmark.serving", "sglang.benchmark.one_batch_server"),
+])
+def test_tool_sglang_runs_the_benchmark_module_where_the_release_has_it(version: str, serving: str, decode: str) -> None:
+    from gpuops.remote.bench_tool import tool_module
+
+    assert tool_module("sglang.bench_serving", root(version)) == serving
+    assert tool_module("sglang.bench_one_batch_server", root(version)) == decode
+    assert tool_module("sglang.bench_serving", None) == "sglang.bench_serving"

@@ -1,0 +1,55 @@
+"""Secrets inside values a server reports (``secret_policy.mask_reported``) and the frames a bench
+host sends home (``bench/frames.parse_frames``): masked wherever they appear, with the short hash
+that lets two configurations be told apart."""
+
+from __future__ import annotations
+
+import json
+
+from gpuops.bench.frames import parse_frames
+from gpuops.remote.sglang_server import hide, masked
+from gpuops.secret_policy import command_line_secrets, mask, mask_reported
+
+KEY = "sk-reported-5e6f7a"
+ADMIN = "adm-reported-0b1c2d"
+TOKEN = "hf_reportedQ1w2E3"
+
+
+def test_a_server_info_of_0_5_23_is_masked_in_fields_command_lines_and_free_text() -> None:
+    info = {
+        "api_key": KEY, "admin_api_key": ADMIN, "tp_size": 8, "max_total_tokens": 123456,
+        "launch_command": f"--model-path /m --api-key {KEY} --admin-api-key={ADMIN} --tp 8 --enable-metrics",
+        "internal_states": [{"note": f"rejected Bearer {KEY}"}],
+        "docker": {"cmd": ["python3", "-m", "sglang.launch_server", "--api-key", KEY]},
+        "unit": {"exec_start": f"{{ argv[]=/usr/bin/env HF_TOKEN={TOKEN} python3 -m sglang.launch_server }}"},
+        "log": f"ServerArgs(api_key='{KEY}', tokenizer_path=None)",
+        "url": "http://user:pw-9z8y@127.0.0.1:30000",
+    }
+    out = mask_reported(info)
+    text = json.dumps(out)
+    for secret in (KEY, ADMIN, TOKEN, "pw-9z8y"):
+        assert secret not in text, secret
+    assert out["api_key"] == mask(KEY) and out["tp_size"] == 8 and out["max_total_tokens"] == 123456
+    assert out["launch_command"] == f"--model-path /m --api-key {mask(KEY)} --admin-api-key={mask(ADMIN)} --tp 8 --enable-metrics"
+    assert out["docker"]["cmd"][-1] == mask(KEY)
+    # a switch followed by another flag is not a value: nothing to hide
+    assert command_line_secrets("--api-key --tp 8") == []
+    # the two configurations differ by their keys' hashes, not by the keys
+    assert mask_reported({"api_key": "sk-other-1234"})["api_key"] != out["api_key"]
+
+
+def test_the_host_side_mask_is_the_policy_mask() -> None:
+    assert masked(KEY) == mask(KEY)
+    assert hide({"a": [f"x {KEY} y"]}, [KEY]) == {"a": [f"x {mask(KEY)} y"]}
+
+
+def test_bench_frames_are_masked_across_records() -> None:
+    run_id = "r1"
+    lines = [
+        f"GPUOPS-BENCH {run_id} server " + json.dumps({"server_info": {"api_key": KEY, "launch_command": f"--api-key {KEY}"}}),
+        f"GPUOPS-BENCH {run_id} error " + json.dumps({"message": f"HTTP 401 for key {KEY}"}),
+        f"GPUOPS-BENCH {run_id} end " + json.dumps({"partial": False}),
+    ]
+    run = parse_frames("\n".join(lines), run_id)
+    text = json.dumps([run.server, run.errors])
+    assert KEY not in text and mask(KEY) in run.errors[0]["message"]
