@@ -200,7 +200,11 @@ def test_inspect_after_apply_audits_the_patched_container(fusion_host, run_gpuop
     data = json.loads(proc.stdout)
     entry = data["hosts"][dh.host.name]
     assert entry["facts"]["software"]["sglang"]["path"].startswith(site_in_image())
-    assert fusion_feature(data, dh.host.name)["status"] == "open", fusion_feature(data, dh.host.name)
+    # SGLang's gates in the patched image admit sm120 now; the feature still counts as blocked because
+    # the lab image carries no FlashInfer at all, and the verdict reads the kernel library too (issue 25).
+    feature = fusion_feature(data, dh.host.name)
+    assert feature["status"] == "blocked", feature
+    assert "SGLang's own gates admit it" in feature["reason"] and "FlashInfer is not installed" in feature["reason"], feature
     assert entry["facts"]["server"]["docker"]["image"].startswith("gpuops/sglang:")
 
 
