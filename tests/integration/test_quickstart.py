@@ -45,7 +45,7 @@ def test_demo_walks_the_whole_job(tmp_path: Path) -> None:
     # Benchmarks before and after, compared: tokens/s figures and the configuration difference.
     rates = [float(x) for x in re.findall(r"h01: ([\d.]+) output tok/s", out)]
     assert len(rates) == 2 and all(r > 0 for r in rates) and rates[1] > rates[0]
-    assert "env SGLANG_ENABLE_PCIE_IPC_ALLREDUCE:" in out.split("differs from")[1]
+    assert "env SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: (unset) -> '1'" in out.split("differs from")[1]
     # Every figure from the stand-in says so: the lab names the model, the summaries and the compare
     # table mark every figure and verdict, and the report's plots carry the stamp.
     assert re.search(r"h01 .* rtx-pro-6000-pcie-x8 v\d+ \(calibrated\)", out)

@@ -93,3 +93,10 @@ def test_bad_input_is_one_line(tmp_path: Path, args, message):
 def test_a_suite_command_refuses_another_suites_option(tmp_path: Path):
     done = gpuops("bench", "fusion", "--backend", "gloo", cwd=tmp_path)
     assert done.returncode == 2 and "No such option" in done.stderr and "--backend" in done.stderr
+
+
+def test_compare_prints_a_setting_one_run_lacks_as_unset():
+    from gpuops.commands.bench import shown_setting
+
+    assert shown_setting(None) == "(unset)"
+    assert shown_setting("1") == "'1'" and shown_setting(False) == "False" and shown_setting("None") == "'None'"

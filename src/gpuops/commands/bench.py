@@ -428,7 +428,13 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
             continue
         click.echo(f"{diff['id']} differs from {diff['against']}:")
         for d in diff["differences"]:
-            click.echo(f"  {d['section']} {d['key']}: {d['a']!r} -> {d['b']!r}")
+            click.echo(f"  {d['section']} {d['key']}: {shown_setting(d['a'])} -> {shown_setting(d['b'])}")
+
+
+def shown_setting(value: object) -> str:
+    """A configuration value as `results compare` prints it: a setting one run lacks is "(unset)",
+    never Python's "None" (an operator reads "None" as a value someone set)."""
+    return "(unset)" if value is None else repr(value)
 
 
 @results.command("export")
