@@ -108,3 +108,36 @@ def test_hostile_reads_never_crash() -> None:
     file = "srt/distributed/device_communicators/all_reduce_utils.py"
     (fit,) = judge_fits(feature, FIELD, {"sglang": {"files": {file: {"exists": True, "dicts": ["x"]}}}})
     assert fit.holds is None
+
+
+def test_custom_allreduce_in_effect_from_the_servers_resolved_settings() -> None:
+    """The server's word first (issue 26): ``disable_custom_all_reduce`` in its resolved settings
+    decides, and the judgement from its flags is named beside it; a blocked fit still wins."""
+    import dataclasses
+
+    feature = load_catalog().feature("custom_allreduce")
+    need = feature.kernels[0]
+    opened = [KernelVerdict(need, KernelStatus.OPEN, "SGLang has it")]
+
+    def decided(shape: HostShape) -> dict:
+        return decide(feature, {}, opened, judge_fits(feature, shape, {}), shape)
+
+    two = dataclasses.replace(FIELD, tp_size=2, server_args={"tp_size": 2})
+    report = {"route": "/server_info", "settings": {"disable_custom_all_reduce": False}}
+    agreed = decided(dataclasses.replace(two, server_report=report))
+    assert agreed["in_effect"] is True and agreed["in_effect_reason"].startswith(
+        "the server reports disable_custom_all_reduce=False in its resolved settings (/server_info); "
+        "gpuops' own judgement agrees"), agreed["in_effect_reason"]
+    # The launch flags say nothing about it, the server resolved it off: the server's word is taken.
+    off = {"route": "/server_info", "settings": {"disable_custom_all_reduce": True}}
+    taken = decided(dataclasses.replace(two, server_report=off))
+    assert taken["in_effect"] is False and "the server's word is taken; gpuops' own judgement says on" in \
+        taken["in_effect_reason"], taken["in_effect_reason"]
+    # Eight PCIe-only GPUs: SGLang turns it off itself, whatever the setting says.
+    eight = decided(dataclasses.replace(FIELD, server_report=report))
+    assert eight["status"] == "blocked" and eight["in_effect"] is False
+    assert "but it does not run on this host" in eight["in_effect_reason"]
+    # A report that names none of its settings, or failed: the judgement from the flags stands.
+    for unsaid in ({"route": "/server_info", "settings": {}}, {"route": "/server_info", "error": "HTTP 500"}):
+        plain = decided(dataclasses.replace(two, server_report=unsaid))
+        assert plain["in_effect"] is True and "resolved settings" not in plain["in_effect_reason"]

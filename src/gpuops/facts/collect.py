@@ -143,7 +143,16 @@ def host_shape(facts: HostFacts) -> Any:
     return HostShape(tp_size=settings.tp_size if settings else None, dtype=dtype, deterministic=deterministic,
                      nvlink=ic.nvlink, p2p_gaps=gaps, capability=facts.compute_capability,
                      server_args=settings.args if settings else None,
-                     server_env=facts.server.env if settings else None)
+                     server_env=facts.server.env if settings else None,
+                     server_report=_reported_settings(facts) if settings else None)
+
+
+def _reported_settings(facts: HostFacts) -> dict[str, Any] | None:
+    """The server's own report, as the gated features' in_effect reads it (route, settings, error)."""
+    from gpuops.facts.server_report import report_json
+
+    report = report_json(facts.server.reported)
+    return {k: report.get(k) for k in ("route", "settings", "error")} if report else None
 
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,

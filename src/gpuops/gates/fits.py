@@ -35,6 +35,9 @@ class HostShape:
     capability: str | None = None
     server_args: Mapping[str, Any] | None = None  # the running server's flags (None: no server)
     server_env: Mapping[str, str] | None = None
+    # What the running server reports about itself (inspect's ``server.reported``: route, resolved
+    # settings, error); None where it reports nothing. Its word comes first for in_effect.
+    server_report: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -179,8 +182,30 @@ def decide(feature: Feature, verdict: Mapping[str, Any], needs: Sequence[KernelV
             out["reason"] += "; not known here: " + "; ".join(untold)
     out["reason"] += "; " + _switch_text(feature)
     value, why = _in_effect(feature, out["status"], shape)
-    out["in_effect"], out["in_effect_reason"] = value, why
+    out["in_effect"], out["in_effect_reason"] = _server_first(feature, out["status"], shape, value, why)
     return out
+
+
+def _server_first(feature: Feature, status: str, shape: HostShape, judged: bool | None,
+                  why: str) -> tuple[bool | None, str]:
+    """The server's resolved settings decide where it reports one of the feature's switches (e.g.
+    ``disable_custom_all_reduce``), as for gated features (``in_effect.in_effect``); the judgement
+    from its flags stays the answer otherwise, and is named beside the server's word."""
+    from gpuops.gates.in_effect import reported_state
+
+    if shape.server_args is None or not shape.server_report:
+        return judged, why
+    said, text = reported_state(feature, {"reported": shape.server_report})
+    if said is None:
+        return judged, why
+    text = f"{text} in its resolved settings ({shape.server_report.get('route') or '/server_info'})"
+    if said and status == "blocked":
+        return False, f"{text}, but it does not run on this host (see the reason)"
+    if judged is None:
+        return said, f"{text} (gpuops' own judgement could not tell: {why})"
+    if judged == said:
+        return said, f"{text}; gpuops' own judgement agrees: {why}"
+    return said, f"{text}, and the server's word is taken; gpuops' own judgement says {'on' if judged else 'off'}: {why}"
 
 
 def _switch_text(feature: Feature) -> str:

@@ -188,6 +188,7 @@ def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool
     if not isinstance(settings, Mapping):
         return None, None
     said = []
+    plain_reported = False
     for choice in feature.flags:
         if choice.setting not in settings:
             continue
@@ -197,11 +198,15 @@ def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool
             if value not in _OFF:
                 return False, f"the server reports {choice.setting}={value!r}"
             continue
+        plain_reported = True
         on = str(value) in choice.values if choice.selects else value not in _OFF
         if on:
             return True, f"the server reports {choice.setting}={value!r}"
     if not said:
         return None, None
+    if not plain_reported and getattr(feature, "default", None) == "on":
+        # only its off switches were reported, none set: a default-on feature (custom all-reduce) runs
+        return True, "the server reports " + ", ".join(said)
     return False, "the server reports " + ", ".join(said)
 
 
