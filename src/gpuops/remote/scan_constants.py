@@ -85,11 +85,7 @@ def method_values(scanner, name):
     if not holders or len(holders) > _MAX_HOLDERS:
         return NO_VALUE
     for rel in holders:
-        try:
-            info = scanner.site_info(rel)
-            pieces = scanner.statements_naming(info, name) if info is not None else None
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            pieces = None
+        info, pieces = _statements_naming(scanner, rel, name)
         if pieces is None:
             return NO_VALUE
         for piece in pieces:
@@ -172,11 +168,7 @@ def param_values(scanner, fn, param):
         return NO_VALUE
     found = Choices()
     for rel in holders:
-        try:
-            info = scanner.site_info(rel)
-            pieces = scanner.statements_naming(info, name) if info is not None else None
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            pieces = None
+        info, pieces = _statements_naming(scanner, rel, name)
         if pieces is None:
             return NO_VALUE
         for piece in pieces:
@@ -199,3 +191,13 @@ def param_values(scanner, fn, param):
         return NO_VALUE
     cache[key] = found
     return found
+
+
+def _statements_naming(scanner, rel, name):
+    """(site info, the statements of ``rel`` that name ``name``); pieces None where the file cannot be
+    read or parsed, and the caller then cannot tell (NO_VALUE). The one reading both lookups share."""
+    try:
+        info = scanner.site_info(rel)
+        return info, (scanner.statements_naming(info, name) if info is not None else None)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None, None
