@@ -1,10 +1,13 @@
 """The server as each release speaks: routes and ``/server_info`` fields read from the real releases'
-source (0.5.8, 0.5.16, 0.5.23 wheels, cached), the stand-in answering exactly those, and the one
-server client asking each the way it answers (``remote/sglang_server.py``)."""
+source (0.5.8, 0.5.16, 0.5.23 wheels, cached; the route choice for every release 0.5.7-0.5.23), the
+stand-in answering exactly those, and the one server client asking each the way it answers
+(``remote/sglang_server.py``)."""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -16,11 +19,16 @@ import pytest
 from gpuops.lab.sglang_cache import sglang_site
 from gpuops.lab.standin_process import start_standin
 from gpuops.remote import sglang_release
+from gpuops.facts.server_report import HEADLINE
+from gpuops.remote import sglang_server
 from gpuops.remote.sglang_server import ServerClient, ServerError, find_server_pid
 
 pytestmark = pytest.mark.integration
 
 RELEASES = ("0.5.8", "0.5.16", "0.5.23")
+# Every release the issue names (0.5.7-0.5.23), each only its sglang wheel (cached, shared with the
+# other tests of the release cache).
+EVERY_RELEASE = tuple(f"0.5.{n}" for n in range(7, 24))
 API_KEY = "sk-release-check-4d2b1e"
 
 
@@ -44,6 +52,59 @@ def test_routes_are_read_from_the_release_source(version: str) -> None:
     # /metrics is mounted only with --enable-metrics
     assert [r.needs for r in routes if r.path == "/metrics"] == ["enable_metrics"]
     assert ("/get_load" in gets) == (version != "0.5.23")  # 0.5.23 dropped the /get_load alias
+
+
+def _served(text: str, owner: str, path: str) -> bool:
+    """Whether ``text`` registers GET ``path`` on ``owner``: a plain reading of FastAPI's decorator,
+    independent of ``sglang_release``'s AST walk."""
+    return re.search(rf'@{owner}\.(get|api_route)\(\s*"{re.escape(path)}"', text) is not None
+
+
+def _release_python(tmp_path: Path, version: str) -> str:
+    """A python that imports that release, as a host's server python does (found, not imported)."""
+    python = tmp_path / f"python-{version}"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={sglang_site(version)} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize("version", EVERY_RELEASE)
+def test_the_client_asks_every_release_its_own_routes(tmp_path: Path, version: str) -> None:
+    """Each release 0.5.7-0.5.23: the routes the client asks (found from the release's python, as
+    ``ServerClient.for_process`` does on a host) are the ones its ``http_server.py`` registers, the
+    current spelling first and no route it lacks, so no question relies on a 404 to move on."""
+    sglang = Path(root(version))
+    text = (sglang / "srt" / "entrypoints" / "http_server.py").read_text()
+    loads_file = sglang / "srt" / "entrypoints" / "v1_loads.py"
+    loads = ("v1_loads import router" in text and loads_file.is_file()
+             and _served(loads_file.read_text(), "router", "/v1/loads"))
+    expected = {
+        "server_info": [p for p in ("/server_info", "/get_server_info") if _served(text, "app", p)],
+        "model_info": [p for p in ("/model_info", "/get_model_info") if _served(text, "app", p)],
+        "load": (["/v1/loads"] if loads else []) + (["/get_load"] if _served(text, "app", "/get_load") else []),
+    }
+    routes = sglang_server.installed_get_routes(_release_python(tmp_path, version))
+    assert routes is not None, f"{version}: the release's routes were not read"
+    client = ServerClient("http://127.0.0.1:9", routes=routes)
+    asked = {"server_info": client.ordered(sglang_server.SERVER_INFO_ROUTES),
+             "model_info": client.ordered(sglang_server.MODEL_INFO_ROUTES),
+             "load": client.ordered(sglang_server.LOAD_ROUTES)}
+    assert asked == expected, version
+    assert all(asked.values()), f"{version}: a question no route of the release answers"
+    # /metrics exists with --enable-metrics wherever the release mounts its Prometheus app
+    assert ("/metrics" in routes) == ("add_prometheus_middleware(" in text)
+    # /server_info's fields: the settings in_effect and the report read, where the release has them
+    fields = sglang_release.server_arg_fields(str(sglang))
+    args_text = "".join(f.read_text() for f in (sglang / "srt").glob("**/*.py")
+                        if f.name == "server_args.py" or "arg_groups" in f.parts)
+    for name in HEADLINE:
+        assert (name in fields) == (re.search(rf"^\s+{name}\s*:", args_text, re.M) is not None), (version, name)
+    assert {"api_key", "tp_size", "speculative_algorithm", "enable_metrics"} <= set(fields)
+    # launch_command: reported by the releases whose /server_info builder sets it
+    builder = text + ((sglang / "srt" / "utils" / "common.py").read_text()
+                      if (sglang / "srt" / "utils" / "common.py").is_file() else "")
+    sets_it = re.search(r'"launch_command":\s*server_args\.launch_command|result\["launch_command"\]', builder)
+    assert sglang_release.reports_launch_command(str(sglang)) == (sets_it is not None), version
 
 
 @pytest.mark.parametrize("version", RELEASES)
