@@ -252,3 +252,43 @@ def test_tool_sglang_runs_the_benchmark_module_where_the_release_has_it(version:
     assert tool_module("sglang.bench_serving", root(version)) == serving
     assert tool_module("sglang.bench_one_batch_server", root(version)) == decode
     assert tool_module("sglang.bench_serving", None) == "sglang.bench_serving"
+
+
+ADMIN_KEY = "sk-admin-frames-9c1e77"
+HF_TOKEN = "hf_frames_Z8x7C6v5"
+
+
+def test_the_frames_the_host_writes_are_masked_on_the_host(tmp_path: Path) -> None:
+    """The bench client masks every frame on the host with the secrets policy, before stdout and
+    before the host's own frames file: the server's key (which it asks with), a secret flag of its
+    command line (``--admin-api-key``, also in 0.5.23's ``launch_command`` and ``admin_api_key``) and
+    a secret in its environment. Home masks again (``tests/unit/test_reported_secrets.py``)."""
+    import subprocess
+
+    from gpuops.bench.frames import parse_frames
+    from gpuops.bench.options import BenchOptions, build_payload
+    from gpuops.remote import python_command, python_stdin
+
+    flags = ("--api-key", API_KEY, "--admin-api-key", ADMIN_KEY)
+    with _standin(tmp_path, "0.5.23", flags, SGLANG_HF_TOKEN=HF_TOKEN) as server:
+        payload = build_payload(BenchOptions(suite="decode", num_requests=1, warmup=0, input_len=8, output_len=8),
+                                "maskedframes", server.url, {})
+        frames_file = tmp_path / "host" / "maskedframes.frames"
+        payload.update(record_file=str(frames_file), pid_file=str(tmp_path / "bench.pid"),
+                       progress_file=str(tmp_path / "bench.progress"))
+        done = subprocess.run(["sh", "-c", python_command(sys.executable)], input=python_stdin("bench_client", payload),
+                              capture_output=True, timeout=120)
+    out = done.stdout.decode()
+    assert done.returncode == 0, out[-2000:] + done.stderr.decode()[-2000:]
+    kept = frames_file.read_text()
+    assert "GPUOPS-BENCH maskedframes server" in kept and "GPUOPS-BENCH maskedframes end" in kept
+    for secret in (API_KEY, ADMIN_KEY, HF_TOKEN):
+        assert secret not in kept and secret not in out, secret
+    server_frame = next(json.loads(line.split(" ", 3)[3]) for line in kept.splitlines() if " server " in line)
+    from gpuops.secret_policy import mask
+
+    assert server_frame["process_env"]["SGLANG_HF_TOKEN"] == mask(HF_TOKEN)
+    assert server_frame["server_info"]["admin_api_key"] == mask(ADMIN_KEY)
+    assert f"--admin-api-key {mask(ADMIN_KEY)}" in server_frame["server_info"]["launch_command"]
+    run = parse_frames(out, "maskedframes")
+    assert run.finished and len(run.samples) == 1 and run.samples[0]["ok"], run.errors
