@@ -292,3 +292,78 @@ def test_the_frames_the_host_writes_are_masked_on_the_host(tmp_path: Path) -> No
     assert f"--admin-api-key {mask(ADMIN_KEY)}" in server_frame["server_info"]["launch_command"]
     run = parse_frames(out, "maskedframes")
     assert run.finished and len(run.samples) == 1 and run.samples[0]["ok"], run.errors
+
+
+def _tool_release(tmp_path: Path, version: str) -> str:
+    """A python whose ``sglang`` is a slim package holding SGLang's benchmark modules: ``serving`` is
+    the release's own ``get_auth_headers`` (read from its ``benchmark/serving.py``) driving requests
+    to the server and writing one ``bench_serving``-shaped line; ``one_batch_server`` is the release's
+    real file. The real ``bench_serving`` needs transformers and a tokenizer, which no test host
+    has; its authentication is exactly that function."""
+    import ast
+
+    real = Path(root(version)) / "benchmark"
+    source = (real / "serving.py").read_text()
+    function = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "get_auth_headers")
+    site = tmp_path / f"tool-site-{version}"
+    package = site / "sglang" / "benchmark"
+    package.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "one_batch_server.py").write_text((real / "one_batch_server.py").read_text())
+    (package / "serving.py").write_text("\n".join([
+        "import argparse, json, os, time, urllib.request",
+        "from typing import Dict",
+        ast.get_source_segment(source, function) or "",
+        "p = argparse.ArgumentParser()",
+        "p.add_argument('--base-url'); p.add_argument('--output-file'); p.add_argument('--max-concurrency', type=int)",
+        "p.add_argument('--num-prompts', type=int, default=1); p.add_argument('--random-output-len', type=int, default=8)",
+        "args, _ = p.parse_known_args()",
+        "start, tokens = time.perf_counter(), 0",
+        "for _ in range(args.num_prompts):",
+        "    body = {'text': 'hi', 'sampling_params': {'max_new_tokens': args.random_output_len, 'ignore_eos': True}}",
+        "    req = urllib.request.Request(args.base_url + '/generate', data=json.dumps(body).encode(),",
+        "                                 headers={'Content-Type': 'application/json', **get_auth_headers()})",
+        "    tokens += json.loads(urllib.request.urlopen(req, timeout=30).read())['meta_info']['completion_tokens']",
+        "took = time.perf_counter() - start",
+        "line = {'max_concurrency': args.max_concurrency, 'completed': args.num_prompts, 'duration': took,",
+        "        'output_throughput': tokens / took, 'total_output_tokens': tokens}",
+        "open(args.output_file, 'a').write(json.dumps(line) + '\\n')",
+        "",
+    ]))
+    python = tmp_path / f"tool-python-{version}"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_tool_sglang_benches_a_server_that_wants_its_key(tmp_path: Path) -> None:
+    """``--tool sglang`` against a server started with ``--api-key`` (the stand-in enforces it as
+    ``srt/utils/auth.py`` does): the tool gets the server's key in ``OPENAI_API_KEY``, the release's
+    own ``get_auth_headers`` sends it, and the key is nowhere in what comes back or is stored; the
+    decode suite's ``one_batch_server``, which sends no key, is refused up front, saying why."""
+    from types import MappingProxyType
+
+    from gpuops.bench.options import BenchOptions
+    from gpuops.bench.runner import BenchTarget, run_bench
+    from gpuops.bench.store import ResultsStore
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions
+
+    python = _tool_release(tmp_path, "0.5.23")
+    with _standin(tmp_path, "0.5.23", ("--api-key", API_KEY)) as server:
+        assert _status(server.url + "/generate", "POST") == 401
+        host = Host(name="keyed", address=None, port=None, user=None, key_file=None, connection="local",
+                    groups=("all",), vars=MappingProxyType({"sglang_python": python}))
+        store = ResultsStore(tmp_path / "results")
+        target = [BenchTarget(host, server.url, sys.executable)]
+        serving = run_bench(target, BenchOptions(suite="serving", tool="sglang", concurrency=(1,), output_len=8,
+                                                 requests_per_level=2), store, ConnectOptions(), remote=False)["keyed"]
+        decode = run_bench(target, BenchOptions(suite="decode", tool="sglang", num_requests=1, output_len=8),
+                           store, ConnectOptions(), remote=False)["keyed"]
+    assert serving.status == "done" and serving.error is None, serving.error
+    level = serving.result["levels"][0]
+    assert level["source"] == "sglang.bench_serving" and level["completed"] == 2 and level["output_tokens"] == 16
+    assert decode.status == "failed" and "sends no API key" in decode.error and "--tool gpuops" in decode.error
+    stored = serving.file.read_text()
+    assert API_KEY not in stored and API_KEY not in decode.error and "<masked:" in stored
