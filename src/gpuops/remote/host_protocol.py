@@ -57,7 +57,14 @@ EVENT_AUDITED = "audited"
 EVENT_VERIFIED = "verified"
 EVENT_COMMITTED = "committed"      # the host's answer to the commit, journaled before it is sent
 EVENT_ROLLED_BACK = ROLLED_BACK    # ... or that it rolled the run back instead
+# A node of a multi-node server (payload "deployment", apply/deployment.py) holds at three points
+# until gpuops lets it go: before it stops its server, after it stopped it, and in a rollback after
+# it stopped the new server (before the previous one starts). Without a client, a hold is a lapsed lease.
+EVENT_STOP_READY = "stop_ready"
+EVENT_STOPPED = "stopped"
+EVENT_ROLLBACK_STOPPED = "rollback_stopped"
 PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFIED, EVENT_COMMITTED, EVENT_ROLLED_BACK,
+                   EVENT_STOP_READY, EVENT_STOPPED, EVENT_ROLLBACK_STOPPED,
                    "recovering", "worker", "phase",
                    "paused", "wrote", "dir_kept", "compiled", "healthy", "rolling_back", "image_built", "image_kept",
                    "image_removed")
@@ -66,4 +73,10 @@ PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFI
 MESSAGE_HEARTBEAT = "hb"      # {"hb": 1}: renews the lease
 MESSAGE_VERDICT = "verdict"   # {"verdict": bool, "reason": str}: gpuops' judgement of the re-audit
 MESSAGE_COMMIT = "commit"     # {"commit": true} or {"commit": false, "reason": str}
-CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT)
+MESSAGE_STOP = "stop"         # {"stop": true} or {"stop": false, "reason": str}: a node may stop its server
+MESSAGE_START = "start"       # ... start the new one (every node stopped)
+MESSAGE_RESTART = "restart"   # ... start the previous one in a rollback (every node stopped)
+MESSAGE_ABORT = "abort"       # {"abort": why}: another node failed, roll back now (honoured at any wait)
+HOLDS = {EVENT_STOP_READY: MESSAGE_STOP, EVENT_STOPPED: MESSAGE_START, EVENT_ROLLBACK_STOPPED: MESSAGE_RESTART}
+CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT, MESSAGE_STOP, MESSAGE_START, MESSAGE_RESTART,
+                   MESSAGE_ABORT)
