@@ -132,7 +132,8 @@ def test_a_node_failing_at_any_phase_rolls_back_both(nodes: tuple[Lab, int], run
     code, hosts = _apply(run_gpuops, lab, port, 6)
     assert code != 0
     assert hosts["n1"]["status"] == "rolled_back", hosts
-    assert hosts["n0"]["status"] == "rolled_back", hosts
+    # Before any server stopped, node 0 may still be before its first write: refused, nothing changed.
+    assert hosts["n0"]["status"] in (("rolled_back", "refused") if phase == "after_writes" else ("rolled_back",)), hosts
     assert "node n1 of deployment kimi failed" in hosts["n0"]["error"], hosts["n0"]
     _settled(lab, 4)
 
