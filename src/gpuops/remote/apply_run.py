@@ -25,6 +25,7 @@ from gpuops.remote.apply_service import Service, backend_call, previous_service
 from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.host_hooks import HostHooks
+from gpuops.remote.secret_mask import mask_reported
 
 
 # How restore() words a failure of the server alone (the files are back): recovery closes such a run.
@@ -50,7 +51,9 @@ class Run:
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
-        record.update(fields)
+        # What the journal keeps passes the secrets policy first: an error may quote the server's
+        # own command line (its flags checked against the launch script's), --api-key and all.
+        record.update(mask_reported(fields))
         append_line(self.journal, record)
         self.progress({"event": event, "run_id": self.run_id})
 
