@@ -61,11 +61,12 @@ def test_the_host_journal_keeps_a_quoted_command_line_masked(tmp_path) -> None:
     script's, ``apply_service``) keeps its ``--api-key`` as the masked token."""
     from gpuops.remote.apply_journal import read_journal
     from gpuops.remote.apply_run import Run
+    from gpuops.remote.host_protocol import ROLLED_BACK
 
     run = Run({"state_dir": str(tmp_path), "run_id": "r1"}, lambda record: None, None)
     why = f"the server (pid 7) does not run with the flags its launch script gives (-m sglang.launch_server --api-key {KEY} --tp 8)"
-    run.event("rolled_back", error=why, restored=["/etc/gpuops/sglang.env"])
+    run.event(ROLLED_BACK, error=why, restored=["/etc/gpuops/sglang.env"])
     text = (tmp_path / "journal.jsonl").read_text()
     assert KEY not in text and f"--api-key {mask(KEY)} --tp 8" in text
     records = read_journal(str(tmp_path))
-    assert records[-1]["event"] == "rolled_back" and records[-1]["restored"] == ["/etc/gpuops/sglang.env"]
+    assert records[-1]["event"] == ROLLED_BACK and records[-1]["restored"] == ["/etc/gpuops/sglang.env"]
