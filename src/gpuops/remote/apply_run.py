@@ -28,6 +28,7 @@ from gpuops.remote.container_image import build_for_run, discard_built_image, pr
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.host_hooks import HostHooks
 from gpuops.remote.host_protocol import EVENT_ROLLBACK_STOPPED, EVENT_STOP_READY, EVENT_STOPPED, EVENT_AUDITED, EVENT_COMMITTED, EVENT_COMPILED, EVENT_DIR_KEPT, EVENT_HEALTHY, EVENT_PHASE, EVENT_ROLLED_BACK, EVENT_ROLLING_BACK, EVENT_VERIFIED, EVENT_WROTE, FINISHED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, UNCHANGED
+from gpuops.remote.secret_mask import mask_reported
 
 
 # How restore() words a failure of the server alone (the files are back): recovery closes such a run.
@@ -55,7 +56,9 @@ class Run:
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
-        record.update(fields)
+        # What the journal keeps passes the secrets policy first: an error may quote the server's
+        # own command line (its flags checked against the launch script's), --api-key and all.
+        record.update(mask_reported(fields))
         append_line(self.journal, record)
         self.progress({"event": event, "run_id": self.run_id})
 
