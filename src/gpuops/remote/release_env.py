@@ -33,9 +33,9 @@ MARKER = ".gpuops-env.json"
 _NAME = re.compile(r"^sglang-[0-9A-Za-z.+]+-[0-9a-f]{12}$")
 _INSTALL_TIMEOUT_S = 3600
 
-# Run by the new environment's python: what it holds, and torch's CUDA build read from
+# Run by the new environment's python (or a new image's: apply/release_image.py): what it holds, and torch's CUDA build read from
 # torch/version.py without importing torch (a torch that needs a newer driver must still be read).
-_PROBE = r"""
+PROBE = r"""
 import json, re, sys
 from importlib import metadata
 from importlib.util import find_spec
@@ -133,7 +133,7 @@ def _public(version):
 
 
 def _probe(env, names):
-    text = _run([os.path.join(env, "bin", "python"), "-c", _PROBE, json.dumps(sorted(names))], "verify", timeout=120)
+    text = _run([os.path.join(env, "bin", "python"), "-c", PROBE, json.dumps(sorted(names))], "verify", timeout=120)
     return json.loads(text.strip().splitlines()[-1])
 
 
