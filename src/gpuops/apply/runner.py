@@ -206,23 +206,20 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
         if plan.release is not None:
-            # sglang-release: the new environment is built (or found) and checked before the
-            # transaction, which then only points the launch at it; a refusal stops nothing.
-            from gpuops.apply.release_env import EnvRefused, make_ready
+            # sglang-release: the new environment is built (or found), or the new image pulled (or
+            # found), and checked before the transaction, which then only points the launch at it;
+            # a refusal stops nothing.
+            from gpuops.apply.release_env import EnvRefused
 
             try:
-                ready = make_ready(conn, plan.release, host.name, _merged(host, extra).get("gpuops_python"))
+                report.notes.extend(_release_ready(conn, host, plan, _merged(host, extra)))
             except EnvRefused as exc:
                 report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, str(exc)
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
-            report.notes.append(ready.note(plan.release.version))
-            from gpuops.apply import release_audit
-
-            report.notes.extend(release_audit.compare(conn, host, plan.release.python))
             if plan.release.stage:  # the fleet is prepared; the switch is a later run
                 report.status, report.changed, report.run_id = "staged", 0, run_id
-                report.notes.append("staged: the environment is ready and nothing was switched; apply again "
+                report.notes.append("staged: the release is ready on the host and nothing was switched; apply again "
                                     "without sglang_release_stage to switch")
                 return report
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
@@ -333,25 +330,73 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
                 "once it serves")
 
 
+def _release_ready(conn: "Connection", host: "Host", plan: "Plan", variables: Mapping[str, Any]) -> list[str]:
+    """sglang-release before anything stops: the environment built (or found) or the image pulled
+    (or found) and checked, then the gate audit of the new tree against the running one, and each
+    standing source patch judged on the new tree. Raises ``EnvRefused`` (nothing changed)."""
+    from gpuops.apply.release_env import EnvRefused
+    from gpuops.plan.release import ReleaseImage
+
+    release = plan.release
+    if isinstance(release, ReleaseImage):
+        from gpuops.apply import release_image
+
+        ready_image = release_image.make_ready(conn, release, host.name)
+        assert ready_image is not None
+        notes = [ready_image.note(release.version)]
+    else:
+        from gpuops.apply.release_env import make_ready
+
+        notes = [make_ready(conn, release, host.name, variables.get("gpuops_python")).note(release.version)]
+    audit_notes, refusal = _release_audit(conn, host, release)
+    if refusal is not None:
+        raise EnvRefused(f"{host.name}: {refusal}")
+    return notes + audit_notes
+
+
+def _release_audit(conn: "Connection", host: "Host", release: Any) -> tuple[list[str], str | None]:
+    """The gate audit notes of the new tree (environment or image), and a standing patch's refusal."""
+    from gpuops.apply import release_audit
+    from gpuops.plan.release import ReleaseImage
+
+    image = release.tag if isinstance(release, ReleaseImage) else None
+    old, new = release_audit.audits(conn, host, None if image else release.python, image)
+    patch_notes, refusal = release_audit.judge_patches(release.patches, old, new, release.version)
+    return release_audit.notes(old, new) + patch_notes, refusal
+
+
 def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostReport,
                    variables: Mapping[str, Any]) -> None:
-    """``--check`` of sglang-release: builds nothing; where the host already holds the finished
-    environment (an earlier run built it), its gate audit against the running tree is shown."""
-    from gpuops.apply import release_audit
+    """``--check`` of sglang-release: builds and pulls nothing; where the host already holds the
+    finished environment (an earlier run built it) or the image, its gate audit against the running
+    tree is shown."""
     from gpuops.apply.release_env import EnvRefused, find_ready
+    from gpuops.plan.release import ReleaseImage
 
+    image = plan.release if isinstance(plan.release, ReleaseImage) else None
     try:
-        ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+        if image is not None:
+            from gpuops.apply import release_image
+
+            found = release_image.make_ready(conn, image, host.name, pull_missing=False)
+            note = found.note(image.version) if found is not None else None
+        else:
+            ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+            note = ready.note(plan.release.version) if ready is not None else None
     except EnvRefused as exc:
         report.warnings.append(str(exc))
         return
-    if ready is None:
-        report.notes.append(f"the environment is not on the host yet: apply builds it before the server stops, "
-                            f"then shows the gate audit of the new tree (what SGLang {plan.release.version} opens "
-                            "and closes here) before the switch")
+    if note is None:
+        what = f"the image {image.tag} is not on the host yet: apply pulls it" if image is not None else \
+            "the environment is not on the host yet: apply builds it"
+        report.notes.append(f"{what} before the server stops, then shows the gate audit of the new tree (what SGLang "
+                            f"{plan.release.version} opens and closes here) before the switch")
         return
-    report.notes.append(ready.note(plan.release.version))
-    report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+    report.notes.append(note)
+    audit_notes, refusal = _release_audit(conn, host, plan.release)
+    report.notes.extend(audit_notes)
+    if refusal is not None:
+        report.warnings.append(f"apply would refuse: {refusal}")
 
 
 def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
