@@ -206,3 +206,33 @@ def test_inspect_shows_the_deployment_as_one_server(nodes: tuple[Lab, int], run_
     assert kimi["init_addr"] == f"127.0.0.1:{port}" and kimi["warnings"] == [], kimi
     assert kimi["nodes"]["n0"]["healthy"] and kimi["nodes"]["n1"]["running"], kimi
     assert kimi["nodes"]["n1"]["launch"] == {"nnodes": "2", "node_rank": "1", "dist_init_addr": f"127.0.0.1:{port}"}
+
+
+def test_a_change_on_one_node_restarts_every_node(nodes: tuple[Lab, int], run_gpuops: Any, tmp_path: Path) -> None:
+    """Only node 1's launch changes (a host var of its own): node 0, with nothing to change,
+    restarts with it (node 1's restart alone would take the leader down), and both commit. The
+    same way a deployment whose nodes ended on different settings is brought back to one."""
+    import yaml
+
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    leader_pid = _pid(lab, "n0")
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    data["all"]["children"]["lab"]["hosts"]["n1"]["sglang_env"]["GPUOPS_TEST_NODE"] = "one"
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    proc = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json", *_extra(port, 4), timeout=300)
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert proc.returncode == 0, hosts
+    assert hosts["n0"]["status"] == hosts["n1"]["status"] == "finished", hosts
+    assert hosts["n0"]["changed"] == 0 and any("restarted with the other nodes" in n for n in hosts["n0"]["notes"])
+    assert "GPUOPS_TEST_NODE='one'" in _env_file(lab, "n1") and "GPUOPS_TEST_NODE" not in _env_file(lab, "n0")
+    _settled(lab, 4)
+    assert _pid(lab, "n0") != leader_pid  # the leader was restarted with its worker
+    code, hosts = _apply(run_gpuops, lab, port, 4)  # back to the lab's own inventory: node 1 changes again
+    assert code == 0 and "GPUOPS_TEST_NODE" not in _env_file(lab, "n1"), hosts
+    _settled(lab, 4)
+
+
+def _pid(lab: Lab, name: str) -> int:
+    return int((lab.host(name).state_dir / "sglang.pid").read_text().split()[0])
