@@ -114,9 +114,9 @@ def do_rollback(payload, progress, lease, hooks, notes):
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     own_manifest = run.backup(changes, {"kind": "rollback", "target": target["run_id"]})
-    run.event("started", kind="rollback", target=target["run_id"], role=target.get("role"),
-              user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
-              managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
+    run.journal_started(kind="rollback", target=target["run_id"], role=target.get("role"),
+                        user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
+                        managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
 
     def forward():
         run.phase("before_write")
