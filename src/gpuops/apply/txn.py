@@ -70,7 +70,9 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                     run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
                     on_event: Callable[[dict[str, Any]], None] | None = None,
                     on_verified: Callable[[], tuple[bool, str | None]] | None = None,
-                    read_outcome: Callable[[], Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
+                    read_outcome: Callable[[], Mapping[str, Any] | None] | None = None,
+                    on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
+                    on_hold: Callable[[str], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
     """Run the helper; return its ``result`` (or the journal's outcome, or ``unknown``).
 
     ``deadline``: monotonic. ``on_verified`` (the correctness smoke check) runs once the new server
@@ -80,7 +82,12 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
     judged only when nothing it sent is waiting to be read (a client that was busy or frozen has
     not heard a silent host). The commit is confirmed only by the host's answer (``committed`` /
     ``rolled_back``, journaled before it is sent); when the answer does not come, ``read_outcome``
-    (the host's journal, read again) says what the host did."""
+    (the host's journal, read again) says what the host did.
+
+    A node of a multi-node server (``apply/deployment.py``) holds at ``host_protocol.HOLDS``: its
+    event calls ``on_hold(event)`` (which waits for the other nodes) and the answer lets it go on
+    or not; ``on_open`` gets, once the channel is open, how to send the host a message (an abort)."""
+    from gpuops.remote.host_protocol import HOLDS
     from gpuops.apply import inflight
 
     host_name = conn.host.name
@@ -120,8 +127,13 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                                     lease_s, sent_commit, run_id)
             time.sleep(2.0)
 
+    def send(message: dict[str, Any]) -> bool:
+        return stream.send((json.dumps(message) + "\n").encode())
+
     heart = threading.Thread(target=beat, daemon=True)
     try:
+        if on_open is not None:
+            on_open(send)
         if not stream.send(body):
             return unknown("the host closed the channel before the helper started", lease_s, False, run_id)
         heart.start()
@@ -170,6 +182,10 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 ok, verdict_reason = on_audit(message.get("audit_output")) if on_audit else (False, "no judge")
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
                 last_heard = time.monotonic()  # this side was busy, not the host silent
+            elif event in HOLDS:
+                go, why = on_hold(event) if on_hold is not None else (False, "not a node of a deployment")
+                last_heard = time.monotonic()  # this side waited for the other nodes, not the host
+                stream.send((json.dumps({HOLDS[event]: go, "reason": why}) + "\n").encode())
             elif event == EVENT_VERIFIED:
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
                 keep, why = on_verified() if on_verified is not None else (True, None)
