@@ -185,3 +185,24 @@ def test_a_node_left_out_by_limit_is_refused(nodes: tuple[Lab, int], run_gpuops:
     assert "n1: deployment kimi" in proc.stderr and "n0" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     _settled(lab, 4)
+
+
+def test_inspect_shows_the_deployment_as_one_server(nodes: tuple[Lab, int], run_gpuops: Any,
+                                                    tmp_path: Path) -> None:
+    """The inventory names the deployment as a group var (as an operator writes it); inspect sees
+    the two nodes as one server, healthy, on one configuration."""
+    import yaml
+
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    data["all"]["children"]["lab"]["vars"].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    proc = run_gpuops("inspect", "host", "-i", str(inventory), "--json", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    kimi = json.loads(proc.stdout)["deployments"]["kimi"]
+    assert kimi["members"] == ["n0", "n1"] and kimi["leader"] == "n0", kimi
+    assert kimi["init_addr"] == f"127.0.0.1:{port}" and kimi["warnings"] == [], kimi
+    assert kimi["nodes"]["n0"]["healthy"] and kimi["nodes"]["n1"]["running"], kimi
+    assert kimi["nodes"]["n1"]["launch"] == {"nnodes": "2", "node_rank": "1", "dist_init_addr": f"127.0.0.1:{port}"}

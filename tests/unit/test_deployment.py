@@ -149,3 +149,44 @@ def test_plans_that_restart_some_nodes_only_are_refused_on_every_node() -> None:
     got["n1"] = txn.planned("n1", False)
     thread.join(10)
     assert got["n0"] == got["n1"] and "n0 would restart and n1 not" in got["n0"]
+
+
+# ---------------------------------------------------------------- inspect: one server
+
+
+def _entry(rank: int, env: dict[str, str] | None = None, version: str = "0.5.8", running: bool = True,
+           **args: Any) -> dict[str, Any]:
+    flags = {"model_path": "/m", "tp_size": "16", "nnodes": "2", "node_rank": str(rank),
+             "dist_init_addr": "10.0.0.1:20000", "port": str(30000 + rank), **args}
+    return {"ok": True, "facts": {"server": {"running": running, "healthy": running, "args": flags,
+                                             "env": env or {"NCCL_MIN_NCHANNELS": "4"}},
+                                  "software": {"sglang": {"version": version}}}}
+
+
+def test_inspect_sees_one_deployment_with_its_nodes() -> None:
+    from gpuops.facts.deployment import deployments_json, report_lines
+
+    hosts = [_host("a", "10.0.0.1"), _host("b", "10.0.0.2")]
+    view = deployments_json(hosts, {"a": _entry(0), "b": _entry(1)})
+    kimi = view["deployments"]["kimi"]
+    assert kimi["members"] == ["a", "b"] and kimi["leader"] == "a" and kimi["warnings"] == []
+    assert kimi["nodes"]["b"]["role"] == "worker" and kimi["nodes"]["b"]["launch"]["node_rank"] == "1"
+    text = [line for line, _ in report_lines(view)]
+    assert text[0].startswith("== deployment kimi: one SGLang server over 2 nodes (leader a")
+
+
+@pytest.mark.parametrize("entries, warning", [
+    ({"a": _entry(0), "b": _entry(1, {"NCCL_MIN_NCHANNELS": "8"})},
+     "b runs a different configuration from a (a split deployment): NCCL_MIN_NCHANNELS='8' vs '4'"),
+    ({"a": _entry(0), "b": _entry(1, version="0.5.9")}, "b runs SGLang 0.5.9, a 0.5.8"),
+    ({"a": _entry(0), "b": _entry(1, running=False)}, "b (node 1) runs no SGLang server"),
+    ({"a": _entry(0), "b": _entry(0)}, "b runs --node-rank 0, the inventory makes it 1"),
+    ({"a": _entry(0), "b": _entry(1, cuda_graph_max_bs="8")}, "--cuda-graph-max-bs '8' vs None"),
+    ({"a": _entry(0), "b": {"ok": False, "error": "connection refused"}}, "b (node 1) did not answer"),
+])
+def test_inspect_warns_of_a_split_or_broken_deployment(entries: dict[str, Any], warning: str) -> None:
+    from gpuops.facts.deployment import deployments_json
+
+    view = deployments_json([_host("a", "10.0.0.1"), _host("b", "10.0.0.2")], entries)
+    warnings = view["deployments"]["kimi"]["warnings"]
+    assert any(warning in w for w in warnings), warnings
