@@ -11,24 +11,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def run_pytest(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+def run_pytest(tmp_path: Path, body: str, *options: str) -> subprocess.CompletedProcess:
     for name in ("conftest.py", "labtools.py"):
         shutil.copy(TESTS / name, tmp_path / name)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_throwaway.py").write_text("import pytest\n\n" + body)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, str(tmp_path)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
 
 
-def test_unlisted_skips_and_xfails_fail_the_run_allowed_ones_are_printed(tmp_path: Path) -> None:
+# README's command runs two xdist workers: the skips happen there, the verdict is the controller's.
+@pytest.mark.parametrize("options", [(), ("-n", "2", "--dist", "loadgroup")], ids=["serial", "two-workers"])
+def test_unlisted_skips_and_xfails_fail_the_run_allowed_ones_are_printed(tmp_path: Path, options: tuple[str, ...]) -> None:
     done = run_pytest(tmp_path, (
         "def test_ok():\n    pass\n\n"
         "def test_loaded():\n    pytest.skip('machine too loaded')\n\n"
         "@pytest.mark.xfail(reason='flaky')\ndef test_x():\n    assert False\n\n"
-        "def test_old():\n    pytest.skip('no python3.7 interpreter (searched PATH and pyenv)')\n"))
+        "def test_old():\n    pytest.skip('no python3.7 interpreter (searched PATH and pyenv)')\n"), *options)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "NOT ALLOWED: test_throwaway.py::test_loaded: machine too loaded" in done.stdout
     assert "NOT ALLOWED: test_throwaway.py::test_x: xfail: flaky" in done.stdout

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 DEFAULT_LEASE_S = 30.0
+STALL_S = 2.0  # a wait for the host's next line that overran by this much: this side was not running
 
 
 def number_var(variables: Mapping[str, Any], name: str, default: float, cast: Callable[[Any], float],
@@ -89,6 +90,7 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
     or not; ``on_open`` gets, once the channel is open, how to send the host a message (an abort)."""
     from gpuops.remote.host_protocol import HOLDS
     from gpuops.apply import inflight
+    from gpuops.transport.verbose import COMMANDS, LOGGER
 
     host_name = conn.host.name
     stream = conn.open_stream(command)
@@ -146,6 +148,10 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 return unknown("the host did not finish within --timeout", lease_s, False, run_id)
             wait = 0.5 if deadline is None else max(0.01, min(0.5, deadline - now))
             line = stream.readline(wait)
+            if time.monotonic() - now > wait + STALL_S:
+                # This process did not run (frozen, suspended, starved): what the host sent meanwhile
+                # may not even have been read off the socket yet. Its silence is judged afresh.
+                last_heard = time.monotonic()
             if line is None:
                 if time.monotonic() - last_heard > max(lease_s, 5.0):
                     return lost(f"the host went silent for {time.monotonic() - last_heard:.0f} s")
@@ -171,6 +177,8 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 on_event(message)
             if event == EVENT_PHASE and message.get("phase"):
                 inflight.at_phase(host_name, str(message["phase"]))
+                # -v: where the run is, logged once this side knows it (what a Ctrl-C now reports)
+                LOGGER.log(COMMANDS, "%s: run %s at %s", host_name, run_id, message["phase"])
             if event == EVENT_RECOVERED and message.get("note"):
                 recovered.append(str(message["note"]))
             elif event == EVENT_COMMITTED and message.get("run_id") == run_id:
@@ -188,12 +196,16 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 stream.send((json.dumps({HOLDS[event]: go, "reason": why}) + "\n").encode())
             elif event == EVENT_VERIFIED:
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
+                inflight.at_phase(host_name, EVENT_VERIFIED)
+                LOGGER.log(COMMANDS, "%s: run %s verified on the host; gpuops checks it before the commit",
+                           host_name, run_id)
                 keep, why = on_verified() if on_verified is not None else (True, None)
                 last_heard = time.monotonic()  # the smoke check may wait long on a first answer
                 if keep:
                     sent_commit = stream.send(b'{"commit": true}\n')
                     if sent_commit:
                         inflight.commit_sent(host_name)
+                        LOGGER.log(COMMANDS, "%s: run %s: commit sent", host_name, run_id)
                 else:
                     stream.send((json.dumps({"commit": False, "reason": why}) + "\n").encode())
     except KeyboardInterrupt:

@@ -59,8 +59,19 @@ class Run:
         # What the journal keeps passes the secrets policy first: an error may quote the server's
         # own command line (its flags checked against the launch script's), --api-key and all.
         record.update(mask_reported(fields))
-        append_line(self.journal, record)
+        _named(self.journal, append_line, self.journal, record)
         self.progress({"event": event, "run_id": self.run_id})
+
+    def journal_started(self, **fields):
+        """The run's first journal record, once its backup is complete. A journal that cannot take
+        it (a full state dir: ENOSPC) ends the run before any change: its backup is removed and the
+        cause named with the journal's path."""
+        try:
+            self.event(STARTED, **fields)
+        except OSError as exc:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise StepFailed("cannot journal the run: %s (nothing was changed; its backup was removed)"
+                             % _os_error(exc))
 
     def phase(self, name):
         """A named point of the run: the host's hooks may act here, then the lease is checked."""
@@ -433,13 +444,13 @@ def do_apply(payload, progress, lease, hooks, notes):
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     run.phase("before_backup")
     manifest = run.backup(changes)
-    run.event(STARTED, role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
-              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
-              managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
-              changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
-                        "after_sha256": c.get("after_sha256")} for c in changes],
-              handlers=[h["name"] for h in payload.get("handlers", [])],
-              **({"deployment": payload["deployment"]} if payload.get("deployment") else {}))
+    run.journal_started(role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
+                        vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
+                        managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
+                        changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
+                                  "after_sha256": c.get("after_sha256")} for c in changes],
+                        handlers=[h["name"] for h in payload.get("handlers", [])],
+                        **({"deployment": payload["deployment"]} if payload.get("deployment") else {}))
 
     def forward():
         run.phase("before_write")
@@ -465,6 +476,7 @@ def do_apply(payload, progress, lease, hooks, notes):
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event(FINISHED, pid=pid, **run.dirs_note())
+        run.hooks.at_committed(run)
         progress({"event": EVENT_COMMITTED, "run_id": run.run_id})  # the host's answer, journaled first
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named
