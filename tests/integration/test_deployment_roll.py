@@ -233,3 +233,40 @@ def test_a_change_on_one_node_restarts_every_node(nodes: tuple[Lab, int], run_gp
 
 def _pid(lab: Lab, name: str) -> int:
     return int((lab.host(name).state_dir / "sglang.pid").read_text().split()[0])
+
+
+def test_three_nodes_change_and_roll_back_as_one(lab_factory: Any, run_gpuops: Any) -> None:
+    """Three nodes (TP 24 over 3 hosts): each launched with its own derived rank; node 1 failing
+    after it was verified rolls all three back, and the server is healthy on the old setting."""
+    from gpuops.lab.hosts import stop_lab
+
+    port = free_port()
+    names = ("m0", "m1", "m2")
+    lab = lab_factory(*[LabSpec(count=1, names=(n,), server_args=(
+        "--model-path", "/models/Kimi-K2.5", "--tp", "24", "--nnodes", "3", "--node-rank", str(rank),
+        "--dist-init-addr", f"127.0.0.1:{port}")) for rank, n in enumerate(names)])
+    try:
+        def settled(value: int) -> None:
+            deadline = time.monotonic() + 90
+            while True:
+                files = all(f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, n) for n in names)
+                status, body = _get(lab.host("m0").server_port, "/get_server_info")
+                served = json.loads(body).get("env", {}).get("NCCL_MIN_NCHANNELS") if status == 200 else None
+                workers = [_get(lab.host(n).server_port, "/health")[0] for n in names[1:]]
+                if files and served == str(value) and workers == [200, 200]:
+                    return
+                assert time.monotonic() < deadline, (files, served, workers)
+                time.sleep(0.2)
+
+        code, hosts = _apply(run_gpuops, lab, port, 4)
+        assert code == 0 and all(hosts[n]["status"] == "finished" for n in names), hosts
+        settled(4)
+        for rank, name in enumerate(names):
+            script = (lab.host(name).state_dir / "sglang-launch.sh").read_text()
+            assert f"--nnodes 3 --node-rank {rank} --dist-init-addr 127.0.0.1:{port}" in script, script
+        _fault(lab, "m1", {"fail_at": "confirm"})
+        code, hosts = _apply(run_gpuops, lab, port, 6)
+        assert code != 0 and all(hosts[n]["status"] == "rolled_back" for n in names), hosts
+        settled(4)
+    finally:
+        stop_lab(lab.root)
