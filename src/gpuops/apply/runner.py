@@ -18,9 +18,10 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_VERIFIED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
+    from gpuops.apply.deployment import DeploymentTxn
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
     from gpuops.plan.model import LogCheck, Plan
@@ -146,7 +147,8 @@ def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
-               options: ApplyOptions, run_id: str, replica: "Replica | None" = None) -> HostReport:
+               options: ApplyOptions, run_id: str, replica: "Replica | None" = None,
+               deployment: "DeploymentTxn | None" = None) -> HostReport:
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
     from gpuops.secret_policy import secret_values
@@ -172,6 +174,29 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         restarts = bool(plan.handlers) and plan.service is not None
         if replica is not None and (restarts or replica.left_out) and options.check:
             report.notes.append("drain plan: " + replica.plan_line())
+        if deployment is not None:
+            if options.check:
+                report.notes.append(deployment.deployment.plan_line(host.name))
+            else:
+                refused = deployment.planned(host.name, restarts)
+                if refused is not None:
+                    report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, refused
+                    return report
+                if not restarts and deployment.restarts():
+                    # Another node restarts: this one goes down with it, so it restarts with the others.
+                    if plan.service is None:  # a recalled no-op plan names no server: plan for real
+                        plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
+                    if plan.service is None:
+                        why = (f"deployment {deployment.deployment.name}: the other nodes restart and this role "
+                               "names no server to restart here; nothing changed")
+                        deployment.fail(host.name, why)
+                        report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, why
+                        return report
+                    plan = multi_node_restart(plan)
+                    restarts = True
+                    report.handlers = [h.name for h in plan.handlers]
+                    report.notes.append(f"nothing to change here; restarted with the other nodes of deployment "
+                                        f"{deployment.deployment.name}")
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
@@ -234,6 +259,9 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             if event.get("event") == EVENT_VERIFIED:
                 verified_event.clear()
                 verified_event.update(event)
+            elif event.get("event") in (EVENT_ROLLING_BACK, EVENT_RECOVERING) and deployment is not None:
+                # the others roll back too (a recovering relay: this node's worker died)
+                deployment.fail(host.name, str(event.get("why") or "its host-side worker died"))
 
         def checked() -> tuple[bool, str | None]:
             if plan.log_check is not None:
@@ -243,11 +271,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return smoke_after() if smoke_after is not None else (True, None)
 
         on_verified = checked if (plan.log_check is not None or smoke_after is not None) else None
+        if deployment is not None:
+            payload["deployment"] = deployment.deployment.record(host.name)
+            on_verified = deployment.commit_gate(host.name, on_verified)
 
         def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
             result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
                                 deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
-                                on_event=on_event, on_verified=on_verified)
+                                on_event=on_event, on_verified=on_verified,
+                                on_open=None if deployment is None else functools.partial(deployment.opened, host.name),
+                                on_hold=None if deployment is None else functools.partial(deployment.hold, host.name))
             _fold_result(report, result, secret_values(variables))
             if log_failure and report.ok:  # committed, but the feature did not come up: the host failed its promise
                 report.ok = False
@@ -262,6 +295,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def multi_node_restart(plan: "Plan") -> "Plan":
+    """``plan`` with its server's restart, for a node of a deployment whose other nodes restart."""
+    import dataclasses
+
+    from gpuops.plan.changes import HandlerRun
+
+    assert plan.service is not None
+    return dataclasses.replace(plan, handlers=(HandlerRun(name="restart sglang", service=plan.service),))
 
 
 def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
@@ -497,25 +540,46 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
     from gpuops.apply import replicas as replica_set
 
+    from gpuops.apply import deployment as multi_node
+
+    # The nodes of a multi-node server: their launch flags derived (and checked) before anything else.
+    deployments = multi_node.plan_deployments(hosts, extra)
+    hosts = [multi_node.with_launch_flags(h, deployments[name]) if name is not None else h
+             for h in hosts for name in [multi_node.deployment_name(_merged(h, extra))]]
     discoveries = discover_all(hosts, role, extra)
     # Routers are asked before any host is touched: one down is one clear error, nothing changed.
     replicas = replica_set.preflight(hosts, extra)
     warnings = replica_set.replica_warnings(hosts, extra, replicas,
                                             rolling=bool(options.rollout is not None and options.rollout.sizes))
     run_id = new_run_id()
+    txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
 
     def one(host: "Host") -> HostReport:
-        report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name))
+        name = multi_node.deployment_name(_merged(host, extra))
+        txn = txns.get(name) if name is not None else None
+        ok = False
+        why: str | None = "failed before its transaction"
+        try:
+            report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name),
+                                txn)
+            ok, why = report.ok, report.error
+        except GpuopsError as exc:
+            why = str(exc)
+            raise
+        finally:
+            if txn is not None:
+                txn.ended(host.name, ok, why)  # whatever happened: the other nodes never wait for it
         if host.name in warnings:
             report.warnings.append(warnings[host.name])
         return report
 
     def deployment(host: "Host") -> str | None:
         # The nodes of one multi-node server restart together: a rolling batch never splits them.
-        name = {**dict(host.vars or {}), **dict(extra)}.get("sglang_deployment")
-        return str(name) if name not in (None, "") else None
+        return multi_node.deployment_name(_merged(host, extra))
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok,
+    # Every node of a deployment runs at once (each waits for the others at its holds).
+    forks = max([options.forks] + [d.nnodes for d in deployments.values()])
+    outcomes = run_on_hosts(hosts, one, forks=forks, rollout=options.rollout, failed=lambda r: not r.ok,
                             together=deployment)
     reports: dict[str, HostReport] = {}
     for name, outcome in outcomes.items():
