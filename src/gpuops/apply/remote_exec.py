@@ -32,7 +32,9 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
                with_preamble: bool = False, deadline: float | None = None,
                on_audit: Callable[[Any], tuple[bool, str]] | None = None,
                on_event: Callable[[dict[str, Any]], None] | None = None,
-               on_verified: Callable[[], tuple[bool, str | None]] | None = None) -> "HelperResult":
+               on_verified: Callable[[], tuple[bool, str | None]] | None = None,
+               on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
+               on_hold: Callable[[str], tuple[bool, str | None]] | None = None) -> "HelperResult":
     """Ship apply_helper + payload in ONE exec and hold its transaction to the end (see apply.txn).
 
     Returns the helper's result, typed (``host_protocol.HelperResult``), status ``unknown`` when
@@ -53,7 +55,8 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     started = time.monotonic()
     with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
         result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event,
-                                 on_verified, read_outcome=journal_reader(conn, payload))
+                                 on_verified, read_outcome=journal_reader(conn, payload), on_open=on_open,
+                                 on_hold=on_hold)
     if verbose.enabled():
         verbose.log_stream(conn.host.name, command, len(body), time.monotonic() - started, str(result.get("status")))
     return HelperResult.from_json(result)

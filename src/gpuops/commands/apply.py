@@ -89,7 +89,12 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 
     extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     refuse_connection_vars(extra)
-    hosts = _hosts(inventory, limit)
+    from gpuops.apply.deployment import check_whole
+    from gpuops.inventory import load_inventory
+
+    everyone = load_inventory(inventory)
+    hosts = everyone.select(limit)
+    check_whole(hosts, everyone.hosts, extra)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout, flush_cache=flush_cache)

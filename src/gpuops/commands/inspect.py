@@ -79,7 +79,10 @@ def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_ne
         if as_json:
             from gpuops.output import print_json
 
-            print_json({"schema": 1, "hosts": {name: host_json(outcome) for name, outcome in outcomes.items()}})
+            from gpuops.facts.deployment import deployments_json
+
+            entries = {name: host_json(outcome) for name, outcome in outcomes.items()}
+            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries)})
         else:
             _render_hosts(hosts, outcomes)
     sys.exit(_exit_status(outcomes))
@@ -116,6 +119,11 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
         managed = describe(outcome.value.facts.managed)
         if managed:
             console.print(managed, markup=False, highlight=False)
+    from gpuops.facts.deployment import deployments_json, report_lines
+
+    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()})
+    for text, style in report_lines(view):  # the nodes of a multi-node server, as one server
+        console.print(text, style=style, markup=False, highlight=False)
     failed = [name for name, o in outcomes.items() if not o.ok]
     console.print()
     console.print(

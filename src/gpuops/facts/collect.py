@@ -57,15 +57,18 @@ _PARSE_MODULES = ("gpuops.gates.evaluate", "gpuops.gates.judge_memo", "gpuops.pl
 _READS_SGLANG = ("host.system", "software.python", "gates.scan")
 
 
-def _in_container(host: Host, probes: list[Any]) -> list[Any]:
+def sglang_probes_in_docker(host: Host, probes: list[Any], image: str | None = None) -> list[Any]:
     """On a docker-managed host, the probes that read SGLang (its packages, the gate scan) run with
     the container's python: the SGLang that matters is the one in the container. The system probe
-    gets the same ``$GPUOPS_PY`` so that it reports which python that was, and why."""
-    from gpuops.facts.container_python import docker_target, in_container
+    gets the same ``$GPUOPS_PY`` so that it reports which python that was, and why. ``image``:
+    with that image's python instead (sglang-release's audit of a new image, before it runs)."""
+    from gpuops.facts.container_python import docker_target, in_container, in_image_probe
 
     target = docker_target(host.vars or {})
     if target is None:
         return probes
+    if image is not None:
+        return [in_image_probe(p, image, target.python) if p.name in _READS_SGLANG else p for p in probes]
     return [in_container(p, target) if p.name in _READS_SGLANG else p for p in probes]
 
 
@@ -170,7 +173,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     gate_probe, gates_error = _gate_probe(with_sources, host, offer=recall) if with_gates else (None, None)
     if gate_probe is not None:
         probes.append(gate_probe)
-    probes = _in_container(host, probes)
+    probes = sglang_probes_in_docker(host, probes)
     journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
     script_preamble = preamble(host)
     recovered: list[str] = []

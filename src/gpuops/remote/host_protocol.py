@@ -72,10 +72,16 @@ EVENT_ROLLING_BACK = "rolling_back"
 EVENT_IMAGE_BUILT = "image_built"
 EVENT_IMAGE_KEPT = "image_kept"
 EVENT_IMAGE_REMOVED = "image_removed"
+# A node of a multi-node server (payload "deployment", apply/deployment.py) holds at three points
+# until gpuops lets it go: before it stops its server, after it stopped it, and in a rollback after
+# it stopped the new server (before the previous one starts). Without a client, a hold is a lapsed lease.
+EVENT_STOP_READY = "stop_ready"
+EVENT_STOPPED = "stopped"
+EVENT_ROLLBACK_STOPPED = "rollback_stopped"
 PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFIED, EVENT_COMMITTED, EVENT_ROLLED_BACK,
                    EVENT_RECOVERING, EVENT_WORKER, EVENT_PHASE, EVENT_PAUSED, EVENT_WROTE, EVENT_DIR_KEPT,
                    EVENT_COMPILED, EVENT_HEALTHY, EVENT_ROLLING_BACK, EVENT_IMAGE_BUILT, EVENT_IMAGE_KEPT,
-                   EVENT_IMAGE_REMOVED)
+                   EVENT_IMAGE_REMOVED, EVENT_STOP_READY, EVENT_STOPPED, EVENT_ROLLBACK_STOPPED)
 
 # The payload's ``mode``: what the helper is asked to do.
 MODE_APPLY = "apply"
@@ -88,7 +94,13 @@ MODES = (MODE_APPLY, MODE_ROLLBACK, MODE_JOURNAL, MODE_RECOVER)
 MESSAGE_HEARTBEAT = "hb"      # {"hb": 1}: renews the lease
 MESSAGE_VERDICT = "verdict"   # {"verdict": bool, "reason": str}: gpuops' judgement of the re-audit
 MESSAGE_COMMIT = "commit"     # {"commit": true} or {"commit": false, "reason": str}
-CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT)
+MESSAGE_STOP = "stop"         # {"stop": true} or {"stop": false, "reason": str}: a node may stop its server
+MESSAGE_START = "start"       # ... start the new one (every node stopped)
+MESSAGE_RESTART = "restart"   # ... start the previous one in a rollback (every node stopped)
+MESSAGE_ABORT = "abort"       # {"abort": why}: another node failed, roll back now (honoured at any wait)
+HOLDS = {EVENT_STOP_READY: MESSAGE_STOP, EVENT_STOPPED: MESSAGE_START, EVENT_ROLLBACK_STOPPED: MESSAGE_RESTART}
+CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT, MESSAGE_STOP, MESSAGE_START, MESSAGE_RESTART,
+                   MESSAGE_ABORT)
 
 
 # The client's own statuses for a host it could not run (not from the helper).
