@@ -213,23 +213,15 @@ class DeploymentTxn:
             send({hp.MESSAGE_ABORT: failure})
 
     def planned(self, host: str, restarts: bool) -> str | None:
-        """Wait for every node's plan; why this node must not go on (None: go on)."""
+        """Wait for every node's plan; why this node must not go on (None: go on). Whether it then
+        restarts is ``restarts()``: every node does when any does (one node's restart takes the
+        whole server down), so a node with nothing to change restarts with the others."""
         with self._cond:
             self._restarts[host] = restarts
             self._cond.notify_all()
             self._cond.wait_for(lambda: self.failure is not None
                                 or all(n in self._restarts or n in self._ended for n in self.deployment.members))
-            if self.failure is not None:
-                return self.failure
-            if len(set(self._restarts.values())) > 1:
-                restarting = sorted(n for n, r in self._restarts.items() if r)
-                still = sorted(n for n, r in self._restarts.items() if not r)
-                self.failure = (f"deployment {self.deployment.name}: {', '.join(restarting)} would restart and "
-                                f"{', '.join(still)} not; its nodes restart together (one node's restart takes the "
-                                "whole server down): nothing changed")
-                self._cond.notify_all()
-                return self.failure
-            return None
+            return self.failure
 
     def restarts(self) -> bool:
         with self._cond:

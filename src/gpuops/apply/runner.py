@@ -182,6 +182,21 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 if refused is not None:
                     report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, refused
                     return report
+                if not restarts and deployment.restarts():
+                    # Another node restarts: this one goes down with it, so it restarts with the others.
+                    if plan.service is None:  # a recalled no-op plan names no server: plan for real
+                        plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
+                    if plan.service is None:
+                        why = (f"deployment {deployment.deployment.name}: the other nodes restart and this role "
+                               "names no server to restart here; nothing changed")
+                        deployment.fail(host.name, why)
+                        report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, why
+                        return report
+                    plan = multi_node_restart(plan)
+                    restarts = True
+                    report.handlers = [h.name for h in plan.handlers]
+                    report.notes.append(f"nothing to change here; restarted with the other nodes of deployment "
+                                        f"{deployment.deployment.name}")
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
@@ -280,6 +295,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def multi_node_restart(plan: "Plan") -> "Plan":
+    """``plan`` with its server's restart, for a node of a deployment whose other nodes restart."""
+    import dataclasses
+
+    from gpuops.plan.changes import HandlerRun
+
+    assert plan.service is not None
+    return dataclasses.replace(plan, handlers=(HandlerRun(name="restart sglang", service=plan.service),))
 
 
 def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
