@@ -12,6 +12,7 @@ says what it multiplies.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -92,19 +93,13 @@ def stack_of(facts: Mapping[str, Any], features: Mapping[str, Any]) -> pcie_ipc.
     software = facts.get("software") or {}
     server = facts.get("server") or {}
     model = facts.get("model") or {}
-    kernel = next((k for k in (features.get("pcie_ipc_allreduce") or {}).get("kernels") or []
-                   if k.get("provider") == "flashinfer"), None)
-    has: bool | None = None
-    reason = ""
-    if kernel and kernel.get("read"):
-        has = {"open": True, "blocked": False}.get(str(kernel.get("status")))
-        reason = str(kernel.get("reason") or "") if has is False else ""
+    reads = software.get("kernels")
     return pcie_ipc.HostStack(
         sglang=(software.get("sglang") or {}).get("version"), flashinfer=(software.get("flashinfer") or {}).get("version"),
         nvlink=(facts.get("interconnect") or {}).get("nvlink"), gpu_count=facts.get("gpu_count"),
         launch_args=_launch_args(server), launch_env={str(k): str(v) for k, v in (server.get("env") or {}).items()},
         model_dtype=model.get("torch_dtype"), p2p_failed_pairs=(facts.get("interconnect") or {}).get("p2p_failed_pairs") or [],
-        flashinfer_has_kernels=has, flashinfer_reason=reason)
+        kernel_reads=reads if isinstance(reads, Mapping) else None)
 
 
 def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
@@ -155,8 +150,8 @@ def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int |
                    ("gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true",), evidence)
     if decision.upgrade is not None and decision.misfit in (pcie_ipc.Misfit.SGLANG_TOO_OLD, pcie_ipc.Misfit.FLASHINFER_LACKS):
         release, flashinfer = decision.upgrade
-        after = pcie_ipc.fit(pcie_ipc.HostStack(**{**stack.__dict__, "sglang": release, "flashinfer": flashinfer,
-                                                    "flashinfer_has_kernels": None, "flashinfer_reason": ""}))
+        # After the upgrade the host's files are the new release's: judged by its versions.
+        after = pcie_ipc.fit(dataclasses.replace(stack, sglang=release, flashinfer=flashinfer, kernel_reads=None))
         if after.applies or after.misfit is pcie_ipc.Misfit.NO_P2P:
             why = decision.reason
             apply = "gpuops apply pcie-allreduce"

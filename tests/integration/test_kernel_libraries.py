@@ -78,17 +78,31 @@ def test_pcie_ipc_workspace_read_from_the_real_wheel(version: str) -> None:
             assert "FlashInfer 0.7.0 is the first with it" in verdict.reason
 
 
-def test_metadata_only_is_inferred_never_read(tmp_path) -> None:
-    """A FlashInfer with its .dist-info but no package files (the lab's simulated stack): judged
-    from the catalog's first versions and marked as not read."""
+def test_metadata_only_is_judged_by_the_version_rule_never_read(tmp_path) -> None:
+    """A FlashInfer with its .dist-info but no package files (the lab's simulated stack): judged by
+    the version rule (the catalog's first versions, the facts of the wheels above) and marked as not
+    read. Below the first with the kernel is a known no (blocked: fusion-sm120 refuses on it), at or
+    above it a yes; unknown only where no rule decides (no rule for this GPU's major)."""
     from gpuops.lab.site import write_dist_info
 
-    write_dist_info(tmp_path, "flashinfer-python", "0.6.1")
-    packages = probe_site(tmp_path, sglang_site("0.5.8"))
     fusion = load_catalog().feature("flashinfer_allreduce_fusion")
-    (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
-    assert not verdict.read and verdict.status is KernelStatus.UNKNOWN
-    assert "FlashInfer 0.6.1 lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120" in verdict.reason
+    got = {}
+    for version in ("0.6.1", "0.6.16.post4", "0.6.17", "0.7.2"):
+        site = tmp_path / version
+        write_dist_info(site, "flashinfer-python", version)
+        packages = probe_site(site)
+        (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
+        assert not verdict.read and verdict.version == version, verdict
+        got[version] = verdict
+    for old in ("0.6.1", "0.6.16.post4"):
+        assert got[old].status is KernelStatus.BLOCKED, got[old].reason
+        assert got[old].reason.startswith(f"FlashInfer {old} lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) "
+                                          "for sm120 by its version (version rule: FlashInfer 0.6.17 is the first")
+        assert "metadata only" in got[old].reason and got[old].first == "0.6.17"
+    for new in ("0.6.17", "0.7.2"):
+        assert got[new].status is KernelStatus.OPEN and "by its version" in got[new].reason, got[new].reason
+    (sm90,) = judge_feature(fusion, probe_site(tmp_path / "0.6.1").kernels, {"flashinfer": "0.6.1"}, "9.0")
+    assert sm90.status is KernelStatus.UNKNOWN and "no version rule" in sm90.reason
 
 
 @pytest.mark.parametrize("version,has_pcie,custom_line", [("0.5.8", False, "custom_all_reduce.py:138"),

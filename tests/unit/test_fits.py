@@ -38,7 +38,7 @@ def test_each_misfit_is_named_with_the_releases_line() -> None:
         "dtype": (dataclasses.replace(FIELD, dtype="float16"), "the model is float16; it serves bfloat16 only"),
         "deterministic": (dataclasses.replace(FIELD, deterministic=True), "deterministic inference turns it off "
                           f"(sglang/{PCIE_FILE}:111)"),
-        "interconnect": (dataclasses.replace(FIELD, nvlink=True), "this host has NVLink, whose all-reduce is already fast"),
+        "interconnect": (dataclasses.replace(FIELD, nvlink=True), "for PCIe-only hosts; NVLink all-reduce is already fast"),
         "p2p": (dataclasses.replace(FIELD, p2p_gaps=("GPU0-GPU4 (CNS)",)), "1 pair(s) lack it: GPU0-GPU4 (CNS)"),
     }
     for kind, (shape, text) in cases.items():

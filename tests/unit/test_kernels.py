@@ -41,9 +41,24 @@ def test_hostile_or_missing_reads_never_crash_and_never_open() -> None:
     for bad in ({"flashinfer": {"files": {"jit/comm.py": {"exists": True, "generators": {"gen_trtllm_comm_module": "x"}}}}},
                 {"flashinfer": {"files": {"jit/comm.py": {"exists": True, "generators": "gen_trtllm_comm_module"}}}},
                 {"flashinfer": {"files": {"jit/comm.py": {"exists": True, "generators": []}}}},
-                {"flashinfer": {"files": {"jit/comm.py": "x"}}}, {"flashinfer": []}, {}):
+                {"flashinfer": {"files": {"jit/comm.py": "x"}}}, {"flashinfer": []}, {"flashinfer": {"files": []}}):
         verdict = judge_need(need(), bad, {"flashinfer": "0.7.2"}, "12.0")
         assert verdict.status is not KernelStatus.OPEN, bad
+
+
+def test_metadata_only_is_decided_by_the_version_rule() -> None:
+    """No files read for the package (the probe found its .dist-info but no directory): below the
+    catalog's first version is blocked (fusion-sm120 refuses on it), at or above it open, both not
+    read; no version at all is blocked as not installed; no rule for the GPU's major is unknown."""
+    old = judge_need(need(), {}, {"flashinfer": "0.6.1"}, "12.0")
+    assert old.status is KernelStatus.BLOCKED and not old.read and old.first == "0.6.17", old
+    assert "version rule: FlashInfer 0.6.17 is the first with it for sm120" in old.reason
+    assert "metadata only" in old.reason
+    new = judge_need(need(), {}, {"flashinfer": "0.6.17"}, "12.0")
+    assert new.status is KernelStatus.OPEN and not new.read, new
+    assert judge_need(need(), {}, {}, "12.0").status is KernelStatus.BLOCKED
+    assert judge_need(need(), {}, {"flashinfer": "0.6.1"}, "9.0").status is KernelStatus.UNKNOWN
+    assert judge_need(need(), None, {"flashinfer": "0.6.1"}, "12.0").status is KernelStatus.BLOCKED
 
 
 def test_a_blocked_library_closes_an_open_feature_reason_first() -> None:

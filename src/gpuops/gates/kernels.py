@@ -11,8 +11,9 @@ exported name, a module of the release), and this module judges it (pure) and fo
 feature's verdict, citing the library's file:line.
 
 Where the host has only a package's metadata and not its files (a broken install, or a lab host
-without a real tree), the need is judged from the catalog's ``first`` versions (checked against
-the real wheels) and said to be inferred, never read.
+without a real tree), the need is judged by the version rule, the catalog's ``first`` versions
+(checked against the real wheels): a version below it is blocked, one at or above it open, both
+said to be inferred, never read; unknown only where no rule decides.
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Ma
     package = (kernels or {}).get(need.provider) if isinstance(kernels, Mapping) else None
     files = package.get("files") if isinstance(package, Mapping) else None
     entry = files.get(need.file) if isinstance(files, Mapping) else None
+    if package is not None and not isinstance(entry, Mapping) and (
+            not isinstance(package, Mapping) or not isinstance(files, Mapping) or need.file in files):
+        # The host sent a read of the package that is not of the probe's shape: neither the files
+        # nor the version (host data as well) are taken as a yes.
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"cannot tell: the host's read of {need.where} is malformed",
+                             version=version, first=first)
     if not isinstance(entry, Mapping):
         return _from_version(need, named, version, first, capability, kernels is not None)
     if not entry.get("exists"):
@@ -199,8 +206,11 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _from_version(need: KernelNeed, named: str, version: str | None, first: str | None, capability: str | None,
                   probed: bool) -> KernelVerdict:
-    """No files read (not installed, metadata only, or an older probe): judged by the catalog's
-    ``first`` version, marked as inferred."""
+    """No files read (not installed, metadata only, or an older probe): judged by the version rule,
+    the catalog's ``first`` (held to the real wheels by tests/integration/test_kernel_libraries.py),
+    marked as inferred (``read`` false). A version below the first with the kernel is a known no;
+    one at or above it a yes by the releases; unknown only when neither the files nor the version
+    decide (no version, or no rule for this GPU)."""
     title = _TITLES[need.provider]
     if version is None:
         if not probed:
@@ -209,16 +219,18 @@ def _from_version(need: KernelNeed, named: str, version: str | None, first: str 
                              first=first, read=False)
     has = at_least(version, first)
     if has is None:
-        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only): "
-                             f"cannot read whether it has {need.what}", version=version, first=first, read=False)
-    gpu = f" for {_sm(capability)}" if isinstance(need.first, Mapping) else ""
-    if has:
-        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only); "
-                             f"by the releases, {title} {first}+ has {need.what}{gpu}, not read here",
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only), and no "
+                             f"version rule says whether it has {need.what}" + (f" for {_sm(capability)}" if
+                                                                                 isinstance(need.first, Mapping) else ""),
                              version=version, first=first, read=False)
-    return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only); by the "
-                         f"releases, {named} lacks {need.what}{gpu} ({title} {first} is the first with it), not read "
-                         "here", version=version, first=first, read=False)
+    gpu = f" for {_sm(capability)}" if isinstance(need.first, Mapping) else ""
+    rule = f"version rule: {title} {first} is the first with it{gpu}, from the real wheels (gates/catalog.yaml)"
+    files = "its files are not on this host (metadata only)" if probed else "its files were not read"
+    if has:
+        return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.what}{gpu} by its version ({rule}); {files}",
+                             version=version, first=first, read=False)
+    return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} lacks {need.what}{gpu} by its version ({rule}); {files}",
+                         version=version, first=first, read=False)
 
 
 def judge_feature(feature: Feature, kernels: Mapping[str, Any] | None, versions: Mapping[str, str | None],
