@@ -4,6 +4,8 @@ by ``gates/kernels.py``: the catalog's ``first`` versions are facts of these whe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from labtools import probe_site
 
@@ -131,3 +133,39 @@ def test_sglang_reads_from_the_real_releases(version: str, has_pcie: bool, custo
         assert limit.where.endswith(custom_line), limit.where
     (symm,) = judge_fits(catalog.feature("torch_symm_mem"), shape, packages.kernels)
     assert symm.holds is False and "capability majors 9, 10" in symm.reason and symm.where.endswith("all_reduce_utils.py:3")
+
+
+def test_sgl_kernel_compiled_architectures_read_from_the_real_wheel() -> None:
+    """sgl-kernel 0.3.21 (what SGLang 0.5.8 pins; the wheel is 536 MB, cached, its largest members
+    left unpacked: lab/sglang_cache.sgl_kernel_site): the software probe reads each build's
+    .nv_fatbin. Its common_ops (the custom all-reduce's and the CUTLASS FP8 kernels) carries SASS
+    for sm_80, 89, 90, 100 and 120; its FlashMLA extension only sm_90 and sm_100. A wrong offset in
+    the fatbin reader, or a wrong compatibility rule, changes these."""
+    import importlib.util
+
+    from gpuops.lab.sglang_cache import sgl_kernel_site
+
+    site = sgl_kernel_site("0.3.21")
+    packages = probe_site(site)
+    assert versions_of(packages)["sgl_kernel"] == "0.3.21"
+    read = packages.kernels["sgl_kernel"]["files"]["common_ops"]
+    assert read["arches"] == {"sm100/common_ops.abi3.so": {"sass": [80, 89, 90, 100, 120], "ptx": []}}, read
+    catalog = load_catalog()
+    for name in ("custom_allreduce", "cutlass_fp8"):
+        feature = catalog.feature(name)
+        need = next(n for n in feature.kernels if n.provider == "sgl_kernel")
+        verdicts = {cc: next(v for v in judge_feature(feature, packages.kernels, versions_of(packages), cc)
+                             if v.need == need) for cc in ("12.0", "9.0", "7.5")}
+        assert verdicts["12.0"].status is KernelStatus.OPEN and verdicts["9.0"].status is KernelStatus.OPEN
+        assert verdicts["12.0"].where == "sgl_kernel/sm100/common_ops.abi3.so", verdicts["12.0"]
+        assert "carries device code for sm120" in verdicts["12.0"].reason
+        assert verdicts["7.5"].status is KernelStatus.BLOCKED, verdicts["7.5"].reason
+        assert "no device code for sm75" in verdicts["7.5"].reason and "SASS sm_80, sm_89, sm_90, sm_100, sm_120" in \
+            verdicts["7.5"].reason
+    spec = importlib.util.spec_from_file_location("software_remote", Path(__file__).resolve().parents[2] / "src" /
+                                                  "gpuops" / "facts" / "software_remote.py")
+    assert spec is not None and spec.loader is not None
+    remote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(remote)
+    assert remote.fatbin_arches(str(site / "sgl_kernel" / "flashmla_ops.abi3.so")) == {"sass": [90, 100], "ptx": []}
+    assert remote.fatbin_arches(str(site / "sgl_kernel" / "__init__.py")) is None   # not an ELF file

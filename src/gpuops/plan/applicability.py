@@ -134,4 +134,4 @@ def kernel_refusal(gpu: Mapping[str, Any] | None, feature: Feature, target_sm: s
     return None, None
 
 
-_DISTRIBUTION = {"flashinfer": "flashinfer-python", "sglang": "sglang"}
+_DISTRIBUTION = {"flashinfer": "flashinfer-python", "sglang": "sglang", "sgl_kernel": "sgl-kernel"}
