@@ -181,7 +181,7 @@ def decide(feature: Feature, verdict: Mapping[str, Any], needs: Sequence[KernelV
         out["reason"] = "; ".join(parts) or "nothing on its path tests the GPU"
         if untold:
             out["reason"] += "; not known here: " + "; ".join(untold)
-    out["reason"] += "; " + _switch_text(feature)
+    out["reason"] += "; " + switch_text(feature)
     value, why = _in_effect(feature, out["status"], shape)
     out["in_effect"], out["in_effect_reason"] = _server_first(feature, out["status"], shape, value, why)
     return out
@@ -209,7 +209,8 @@ def _server_first(feature: Feature, status: str, shape: HostShape, judged: bool 
     return said, f"{text}, and the server's word is taken; gpuops' own judgement says {'on' if judged else 'off'}: {why}"
 
 
-def _switch_text(feature: Feature) -> str:
+def switch_text(feature: Feature) -> str:
+    """How a feature is switched, in words ("on by default (off with ...)", "off by default: launch with ...")."""
     inverse = [c.flag for c in feature.flags if c.inverse]
     switches = [c.flag for c in feature.flags if not c.inverse]
     env = " ".join(f"{k}={v}" for k, v in feature.env.items())
