@@ -26,7 +26,7 @@ def test_the_field_box_on_a_current_release_fits() -> None:
     (dict(nvlink=True), Misfit.NVLINK, "for PCIe-only hosts; NVLink all-reduce is already fast"),
     (dict(sglang="0.5.8", flashinfer="0.6.1"), Misfit.SGLANG_TOO_OLD, "SGLang 0.5.21 is the first with it"),
     (dict(sglang="0.5.20"), Misfit.SGLANG_TOO_OLD, "SGLang 0.5.20 lacks the PCIe IPC all-reduce module"),
-    (dict(sglang="0.5.21", flashinfer="0.6.18"), Misfit.FLASHINFER_LACKS, "FlashInfer 0.6.18 lacks FlashInfer's PCIe IPC"),
+    (dict(sglang="0.5.21", flashinfer="0.6.18"), Misfit.FLASHINFER_LACKS, "FlashInfer 0.6.18 lacks the PCIe IPC all-reduce (pcie_ipc_comm) by its version"),
     (dict(flashinfer=None), Misfit.FLASHINFER_LACKS, "FlashInfer 0.7.0 is the first with it"),
     (dict(launch_args=["--tp", "1"]), Misfit.TP_SIZE, "TP 1 is not among the sizes it serves (2, 4, 8)"),
     (dict(launch_args=["--model-path", "/m"]), Misfit.TP_SIZE, "TP 1 is not among"),
