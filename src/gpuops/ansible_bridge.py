@@ -67,8 +67,8 @@ def host_from_vars(name: str, variables: Mapping[str, Any], own_connection: bool
             if (not k.startswith("ansible_") or k in wanted) and k not in MAGIC_VARS}
     builder = InventoryBuilder()
     builder.add_host(name, "ungrouped", kept)
-    inventory = resolve(builder, source=f"ansible host {name}", base_dir=".", group_vars=lambda _: {},
-                        host_vars=lambda _: {})
+    inventory = resolve(builder, source=f"ansible host {name}", base_dir=".", group_vars=lambda *_: {},
+                        host_vars=lambda *_: {})
     return inventory.hosts[0]
 
 

@@ -14,6 +14,9 @@ pytestmark = pytest.mark.integration
 ARGS = ("--model-path", "/models/Qwen3-32B", "--tp", "4", "--enable-metrics",
         "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", "4")
+# The host without aliases asks for 8 draft tokens at top-k 1; SGLang runs steps + 1 = 4
+# (srt/arg_groups/speculative_hook.py), and its /server_info says so.
+BARE_ARGS = tuple("8" if i > 0 and ARGS[i - 1] == "--speculative-num-draft-tokens" else w for i, w in enumerate(ARGS))
 FAST = ("-e", "gpuops_health_timeout=60", "-e", "gpuops_stop_grace=5")
 
 
@@ -25,9 +28,10 @@ def test_apply_inspect_and_bench_on_each_release(lab_factory, run_gpuops, tmp_pa
         LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.8", names=("r058",), server_args=ARGS, server_env=base),
         LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.16", names=("r0516",), server_args=ARGS, server_env=base),
         LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.23", names=("r0523",), server_args=ARGS, server_env=base),
-        LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.23", names=("bare",), server_args=ARGS,
+        LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.23", names=("bare",), server_args=BARE_ARGS,
                 server_env={**base, "GPUOPS_STANDIN_DROP_DEPRECATED": "1",
-                            "GPUOPS_STANDIN_RESOLVE": "attention_backend=flashinfer,disable_custom_all_reduce=true"}),
+                            "GPUOPS_STANDIN_RESOLVE": "attention_backend=flashinfer,disable_custom_all_reduce=true,"
+                                                      "speculative_num_draft_tokens=4"}),
     )
     inv = str(lab.inventory_path)
     versions = {"r058": "0.5.8", "r0516": "0.5.16", "r0523": "0.5.23", "bare": "0.5.23"}
@@ -58,11 +62,19 @@ def test_apply_inspect_and_bench_on_each_release(lab_factory, run_gpuops, tmp_pa
         assert reported["version"] == version and reported["settings"]["speculative_algorithm"] == "EAGLE3"
         assert server["metrics_enabled"] is True
         assert ("launch_command" in reported and reported["launch_command"] is not None) == (version == "0.5.23")
+        # speculative decoding as the server runs it, from its own resolved settings
+        speculative = server["speculative_in_effect"]
+        assert speculative["in_effect"] is True and speculative["source"] == "/server_info", speculative
+        assert speculative["settings"] == {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+        assert speculative["disagreements"] == (
+            ["launched with --speculative-num-draft-tokens 8, the server runs 4"] if name == "bare" else []), speculative
     bare_settings = (doc["hosts"]["bare"].get("facts") or doc["hosts"]["bare"])["server"]["reported"]["settings"]
     assert bare_settings["attention_backend"] == "flashinfer" and bare_settings["disable_custom_all_reduce"] is True
     text = run_gpuops("inspect", "host", "-i", inv, "-l", "bare", timeout=400).stdout
     assert "the server reports (via /server_info, version 0.5.23)" in text and "attention_backend=flashinfer" in text
     assert "metrics: on (/metrics)" in text
+    assert ("speculative decoding on: the server reports EAGLE3 (steps 3, topk 1, draft tokens 4) in its resolved "
+            "settings (/server_info)") in text and "launched with --speculative-num-draft-tokens 8, the server runs 4" in text
 
     # bench: each server asked right, and its /metrics deltas over the run kept
     results = tmp_path / "results"
@@ -85,3 +97,11 @@ def test_apply_inspect_and_bench_on_each_release(lab_factory, run_gpuops, tmp_pa
         if version != "0.5.8":
             assert 2.0 <= deltas["tokens_per_verify"] <= 3.2, deltas
         assert line["server_metrics"] == deltas
+        # the bench's record of speculative decoding: the server's resolved settings, the flags beside them
+        speculative = stored["server"]["speculative_in_effect"]
+        assert speculative["source"] == "/server_info" and speculative["settings"]["num_draft_tokens"] == 4
+        assert bool(speculative["disagreements"]) == (name == "bare") and line["speculative"] == speculative
+        assert stored["configuration"]["server_args"]["speculative_num_draft_tokens"] == 4
+    shown = run_gpuops("bench", "--remote", "-i", inv, "-l", "bare", "--suite", "decode", "--results-dir", str(results),
+                       "--num-requests", "1", "--warmup", "0", "--input-len", "16", "--output-len", "8", timeout=400)
+    assert "bare: speculative decoding on: the server reports EAGLE3" in shown.stdout, shown.stdout + shown.stderr

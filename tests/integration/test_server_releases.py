@@ -1,10 +1,13 @@
 """The server as each release speaks: routes and ``/server_info`` fields read from the real releases'
-source (0.5.8, 0.5.16, 0.5.23 wheels, cached), the stand-in answering exactly those, and the one
-server client asking each the way it answers (``remote/sglang_server.py``)."""
+source (0.5.8, 0.5.16, 0.5.23 wheels, cached; the route choice for every release 0.5.7-0.5.23), the
+stand-in answering exactly those, and the one server client asking each the way it answers
+(``remote/sglang_server.py``)."""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -16,11 +19,16 @@ import pytest
 from gpuops.lab.sglang_cache import sglang_site
 from gpuops.lab.standin_process import start_standin
 from gpuops.remote import sglang_release
+from gpuops.facts.server_report import HEADLINE
+from gpuops.remote import sglang_server
 from gpuops.remote.sglang_server import ServerClient, ServerError, find_server_pid
 
 pytestmark = pytest.mark.integration
 
 RELEASES = ("0.5.8", "0.5.16", "0.5.23")
+# Every release the issue names (0.5.7-0.5.23), each only its sglang wheel (cached, shared with the
+# other tests of the release cache).
+EVERY_RELEASE = tuple(f"0.5.{n}" for n in range(7, 24))
 API_KEY = "sk-release-check-4d2b1e"
 
 
@@ -44,6 +52,59 @@ def test_routes_are_read_from_the_release_source(version: str) -> None:
     # /metrics is mounted only with --enable-metrics
     assert [r.needs for r in routes if r.path == "/metrics"] == ["enable_metrics"]
     assert ("/get_load" in gets) == (version != "0.5.23")  # 0.5.23 dropped the /get_load alias
+
+
+def _served(text: str, owner: str, path: str) -> bool:
+    """Whether ``text`` registers GET ``path`` on ``owner``: a plain reading of FastAPI's decorator,
+    independent of ``sglang_release``'s AST walk."""
+    return re.search(rf'@{owner}\.(get|api_route)\(\s*"{re.escape(path)}"', text) is not None
+
+
+def _release_python(tmp_path: Path, version: str) -> str:
+    """A python that imports that release, as a host's server python does (found, not imported)."""
+    python = tmp_path / f"python-{version}"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={sglang_site(version)} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize("version", EVERY_RELEASE)
+def test_the_client_asks_every_release_its_own_routes(tmp_path: Path, version: str) -> None:
+    """Each release 0.5.7-0.5.23: the routes the client asks (found from the release's python, as
+    ``ServerClient.for_process`` does on a host) are the ones its ``http_server.py`` registers, the
+    current spelling first and no route it lacks, so no question relies on a 404 to move on."""
+    sglang = Path(root(version))
+    text = (sglang / "srt" / "entrypoints" / "http_server.py").read_text()
+    loads_file = sglang / "srt" / "entrypoints" / "v1_loads.py"
+    loads = ("v1_loads import router" in text and loads_file.is_file()
+             and _served(loads_file.read_text(), "router", "/v1/loads"))
+    expected = {
+        "server_info": [p for p in ("/server_info", "/get_server_info") if _served(text, "app", p)],
+        "model_info": [p for p in ("/model_info", "/get_model_info") if _served(text, "app", p)],
+        "load": (["/v1/loads"] if loads else []) + (["/get_load"] if _served(text, "app", "/get_load") else []),
+    }
+    routes = sglang_server.installed_get_routes(_release_python(tmp_path, version))
+    assert routes is not None, f"{version}: the release's routes were not read"
+    client = ServerClient("http://127.0.0.1:9", routes=routes)
+    asked = {"server_info": client.ordered(sglang_server.SERVER_INFO_ROUTES),
+             "model_info": client.ordered(sglang_server.MODEL_INFO_ROUTES),
+             "load": client.ordered(sglang_server.LOAD_ROUTES)}
+    assert asked == expected, version
+    assert all(asked.values()), f"{version}: a question no route of the release answers"
+    # /metrics exists with --enable-metrics wherever the release mounts its Prometheus app
+    assert ("/metrics" in routes) == ("add_prometheus_middleware(" in text)
+    # /server_info's fields: the settings in_effect and the report read, where the release has them
+    fields = sglang_release.server_arg_fields(str(sglang))
+    args_text = "".join(f.read_text() for f in (sglang / "srt").glob("**/*.py")
+                        if f.name == "server_args.py" or "arg_groups" in f.parts)
+    for name in HEADLINE:
+        assert (name in fields) == (re.search(rf"^\s+{name}\s*:", args_text, re.M) is not None), (version, name)
+    assert {"api_key", "tp_size", "speculative_algorithm", "enable_metrics"} <= set(fields)
+    # launch_command: reported by the releases whose /server_info builder sets it
+    builder = text + ((sglang / "srt" / "utils" / "common.py").read_text()
+                      if (sglang / "srt" / "utils" / "common.py").is_file() else "")
+    sets_it = re.search(r'"launch_command":\s*server_args\.launch_command|result\["launch_command"\]', builder)
+    assert sglang_release.reports_launch_command(str(sglang)) == (sets_it is not None), version
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -77,7 +138,10 @@ def _status(url: str, method: str = "GET", key: str | None = None) -> int:
         return exc.code
 
 
-@pytest.mark.parametrize("version", RELEASES)
+# The stand-in against the releases that change its surface: 0.5.7 (the oldest the issue names: no
+# /v1/loads router), 0.5.8 (/v1/loads), 0.5.16, 0.5.20 (launch_command in /server_info), 0.5.23
+# (no /get_load); the client's choice for every release between is test_the_client_asks_every_release_its_own_routes.
+@pytest.mark.parametrize("version", ("0.5.7", "0.5.8", "0.5.16", "0.5.20", "0.5.23"))
 def test_the_standin_answers_every_route_of_its_release(tmp_path: Path, version: str) -> None:
     routes = sglang_release.release_routes(root(version))
     with _standin(tmp_path, version, ("--enable-metrics",)) as server:
@@ -95,7 +159,7 @@ def test_the_standin_answers_every_route_of_its_release(tmp_path: Path, version:
         info = json.loads(urllib.request.urlopen(server.url + "/server_info", timeout=10).read())
         assert info["version"] == version
         assert set(sglang_release.server_arg_fields(root(version))) <= set(info)
-        assert ("launch_command" in info) == (version == "0.5.23")
+        assert ("launch_command" in info) == (version in ("0.5.20", "0.5.23"))
 
 
 def test_a_release_without_the_deprecated_aliases_is_still_asked_right(tmp_path: Path) -> None:
@@ -191,3 +255,118 @@ def test_tool_sglang_runs_the_benchmark_module_where_the_release_has_it(version:
     assert tool_module("sglang.bench_serving", root(version)) == serving
     assert tool_module("sglang.bench_one_batch_server", root(version)) == decode
     assert tool_module("sglang.bench_serving", None) == "sglang.bench_serving"
+
+
+ADMIN_KEY = "sk-admin-frames-9c1e77"
+HF_TOKEN = "hf_frames_Z8x7C6v5"
+
+
+def test_the_frames_the_host_writes_are_masked_on_the_host(tmp_path: Path) -> None:
+    """The bench client masks every frame on the host with the secrets policy, before stdout and
+    before the host's own frames file: the server's key (which it asks with), a secret flag of its
+    command line (``--admin-api-key``, also in 0.5.23's ``launch_command`` and ``admin_api_key``) and
+    a secret in its environment. Home masks again (``tests/unit/test_reported_secrets.py``)."""
+    import subprocess
+
+    from gpuops.bench.frames import parse_frames
+    from gpuops.bench.options import BenchOptions, build_payload
+    from gpuops.remote import python_command, python_stdin
+
+    flags = ("--api-key", API_KEY, "--admin-api-key", ADMIN_KEY)
+    with _standin(tmp_path, "0.5.23", flags, SGLANG_HF_TOKEN=HF_TOKEN) as server:
+        payload = build_payload(BenchOptions(suite="decode", num_requests=1, warmup=0, input_len=8, output_len=8),
+                                "maskedframes", server.url, {})
+        frames_file = tmp_path / "host" / "maskedframes.frames"
+        payload.update(record_file=str(frames_file), pid_file=str(tmp_path / "bench.pid"),
+                       progress_file=str(tmp_path / "bench.progress"))
+        done = subprocess.run(["sh", "-c", python_command(sys.executable)], input=python_stdin("bench_client", payload),
+                              capture_output=True, timeout=120)
+    out = done.stdout.decode()
+    assert done.returncode == 0, out[-2000:] + done.stderr.decode()[-2000:]
+    kept = frames_file.read_text()
+    assert "GPUOPS-BENCH maskedframes server" in kept and "GPUOPS-BENCH maskedframes end" in kept
+    for secret in (API_KEY, ADMIN_KEY, HF_TOKEN):
+        assert secret not in kept and secret not in out, secret
+    server_frame = next(json.loads(line.split(" ", 3)[3]) for line in kept.splitlines() if " server " in line)
+    from gpuops.secret_policy import mask
+
+    assert server_frame["process_env"]["SGLANG_HF_TOKEN"] == mask(HF_TOKEN)
+    assert server_frame["server_info"]["admin_api_key"] == mask(ADMIN_KEY)
+    assert f"--admin-api-key {mask(ADMIN_KEY)}" in server_frame["server_info"]["launch_command"]
+    run = parse_frames(out, "maskedframes")
+    assert run.finished and len(run.samples) == 1 and run.samples[0]["ok"], run.errors
+
+
+def _tool_release(tmp_path: Path, version: str) -> str:
+    """A python whose ``sglang`` is a slim package holding SGLang's benchmark modules: ``serving`` is
+    the release's own ``get_auth_headers`` (read from its ``benchmark/serving.py``) driving requests
+    to the server and writing one ``bench_serving``-shaped line; ``one_batch_server`` is the release's
+    real file. The real ``bench_serving`` needs transformers and a tokenizer, which no test host
+    has; its authentication is exactly that function."""
+    import ast
+
+    real = Path(root(version)) / "benchmark"
+    source = (real / "serving.py").read_text()
+    function = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "get_auth_headers")
+    site = tmp_path / f"tool-site-{version}"
+    package = site / "sglang" / "benchmark"
+    package.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "one_batch_server.py").write_text((real / "one_batch_server.py").read_text())
+    (package / "serving.py").write_text("\n".join([
+        "import argparse, json, os, time, urllib.request",
+        "from typing import Dict",
+        ast.get_source_segment(source, function) or "",
+        "p = argparse.ArgumentParser()",
+        "p.add_argument('--base-url'); p.add_argument('--output-file'); p.add_argument('--max-concurrency', type=int)",
+        "p.add_argument('--num-prompts', type=int, default=1); p.add_argument('--random-output-len', type=int, default=8)",
+        "args, _ = p.parse_known_args()",
+        "start, tokens = time.perf_counter(), 0",
+        "for _ in range(args.num_prompts):",
+        "    body = {'text': 'hi', 'sampling_params': {'max_new_tokens': args.random_output_len, 'ignore_eos': True}}",
+        "    req = urllib.request.Request(args.base_url + '/generate', data=json.dumps(body).encode(),",
+        "                                 headers={'Content-Type': 'application/json', **get_auth_headers()})",
+        "    tokens += json.loads(urllib.request.urlopen(req, timeout=30).read())['meta_info']['completion_tokens']",
+        "took = time.perf_counter() - start",
+        "line = {'max_concurrency': args.max_concurrency, 'completed': args.num_prompts, 'duration': took,",
+        "        'output_throughput': tokens / took, 'total_output_tokens': tokens}",
+        "open(args.output_file, 'a').write(json.dumps(line) + '\\n')",
+        "",
+    ]))
+    python = tmp_path / f"tool-python-{version}"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_tool_sglang_benches_a_server_that_wants_its_key(tmp_path: Path) -> None:
+    """``--tool sglang`` against a server started with ``--api-key`` (the stand-in enforces it as
+    ``srt/utils/auth.py`` does): the tool gets the server's key in ``OPENAI_API_KEY``, the release's
+    own ``get_auth_headers`` sends it, and the key is nowhere in what comes back or is stored; the
+    decode suite's ``one_batch_server``, which sends no key, is refused up front, saying why."""
+    from types import MappingProxyType
+
+    from gpuops.bench.options import BenchOptions
+    from gpuops.bench.runner import BenchTarget, run_bench
+    from gpuops.bench.store import ResultsStore
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions
+
+    python = _tool_release(tmp_path, "0.5.23")
+    with _standin(tmp_path, "0.5.23", ("--api-key", API_KEY)) as server:
+        assert _status(server.url + "/generate", "POST") == 401
+        host = Host(name="keyed", address=None, port=None, user=None, key_file=None, connection="local",
+                    groups=("all",), vars=MappingProxyType({"sglang_python": python}))
+        store = ResultsStore(tmp_path / "results")
+        target = [BenchTarget(host, server.url, sys.executable)]
+        serving = run_bench(target, BenchOptions(suite="serving", tool="sglang", concurrency=(1,), output_len=8,
+                                                 requests_per_level=2), store, ConnectOptions(), remote=False)["keyed"]
+        decode = run_bench(target, BenchOptions(suite="decode", tool="sglang", num_requests=1, output_len=8),
+                           store, ConnectOptions(), remote=False)["keyed"]
+    assert serving.status == "done" and serving.error is None, serving.error
+    level = serving.result["levels"][0]
+    assert level["source"] == "sglang.bench_serving" and level["completed"] == 2 and level["output_tokens"] == 16
+    assert decode.status == "failed" and "sends no API key" in decode.error and "--tool gpuops" in decode.error
+    stored = serving.file.read_text()
+    assert API_KEY not in stored and API_KEY not in decode.error and "<masked:" in stored

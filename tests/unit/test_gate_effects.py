@@ -78,6 +78,60 @@ FILES = {
                 assert backend in ("triton", "trtllm_mha"), "only these on Blackwell"
             return backend
         """,
+    "srt/sentinel.py": """
+        import torch
+
+        def tiny_gemm_max_tokens(weight_dtype):
+            major, _ = torch.cuda.get_device_capability()
+            if major < 9 or weight_dtype != torch.bfloat16:
+                return -1
+            return 16
+        """,
+    # a predicate whose definition also tests what its caller passes (dtype, device)
+    "srt/argument_predicate.py": """
+        import torch
+
+        def can_use_fused_rope(*, dtype, device):
+            if not (device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)):
+                return False
+            major, _ = torch.cuda.get_device_capability(device)
+            return major >= 9
+
+        def can_use_named(arch, dtype):
+            if not (arch in SUPPORTED_ARCHS and dtype == torch.float16):
+                return False
+            major, _ = torch.cuda.get_device_capability()
+            return major >= 9
+
+        def apply_fused_rope(q):
+            if not can_use_fused_rope(dtype=q.dtype, device=q.device):
+                raise ValueError("Unsupported fused rope inputs")
+            return q
+
+        def apply_named(q, arch):
+            if not can_use_named(arch, q.dtype):
+                raise ValueError("Unsupported")
+            return q
+        """,
+    # a comparison for tuple arguments, while every caller passes a number
+    "srt/tuple_param.py": """
+        import torch
+
+        class Platform:
+            @classmethod
+            def has_device_capability(cls, capability, device_id=0):
+                current_capability = torch.cuda.get_device_capability(device_id)
+                if isinstance(capability, tuple):
+                    return current_capability >= capability
+                return current_capability[0] * 10 + current_capability[1] >= capability
+
+        class CudaPlatform(Platform):
+            @classmethod
+            def backend(cls):
+                if not cls.has_device_capability(80):
+                    return "torch_sdpa"
+                return "flash_attn"
+        """,
     # -- place: platform branches, enclosing GPU tests, sibling branches
     "srt/hip.py": """
         import torch
@@ -207,6 +261,7 @@ def judged(scan, file, gpu="12.0", **kwargs):
     ("srt/accumulate.py", "accumulate", "open", ("8.0", "blocked")),
     ("srt/fallback.py", "fallback", "blocked", ("10.0", "open")),
     ("srt/refusal_tuple.py", "exit", "open", ("9.0", "blocked")),
+    ("srt/sentinel.py", "sentinel", "open", ("8.0", "blocked")),
     # The snippets' is_blackwell means major 10 only: sm100 is the GPU restricted here.
     ("srt/restrict.py", "restrict", "open", ("10.0", "blocked")),
 ])
@@ -296,3 +351,25 @@ def test_a_parameter_every_caller_passes_a_constant_is_decided(scan):
     gate = next(g for g in judged(scan, "srt/at_least.py") if "min_sm" in g["condition"])
     assert gate["status"] == "open"  # (12, 0) >= (10, 0)
     assert next(g for g in judged(scan, "srt/at_least.py", "9.0") if g["id"] == gate["id"])["status"] == "blocked"
+
+
+def test_a_predicates_tests_of_its_arguments_are_the_calls_clauses_not_unreadable(scan):
+    # `device.type == "cuda"`, `dtype in (...)` in the definition test what the caller passes: the
+    # GPU test is `major >= 9` (sm120 passes it, sm80 does not).
+    gate = next(g for g in judged(scan, "srt/argument_predicate.py") if g["function"] == "apply_fused_rope")
+    assert (gate["kind"], gate["status"]) == ("guard", "open"), gate["reason"]
+    other = next(g for g in judged(scan, "srt/argument_predicate.py", "8.0") if g["id"] == gate["id"])
+    assert other["status"] == "blocked"
+    # An argument that names an architecture is part of the GPU test gpuops cannot read: unknown.
+    named = next(g for g in judged(scan, "srt/argument_predicate.py") if g["function"] == "apply_named")
+    assert named["status"] == "unknown" and "SUPPORTED_ARCHS" in named["reason"]
+
+
+def test_a_comparison_no_caller_passes_a_value_of_its_kind_to_is_never_reached(scan):
+    gates = {g["condition"]: g for g in judged(scan, "srt/tuple_param.py")}
+    tuple_path = gates["current_capability >= capability"]
+    assert tuple_path["status"] == "open" and "passes as 80" in tuple_path["unreachable"]
+    # The number path is the one the caller's 80 takes: decided (sm75 fails it).
+    number_path = gates["current_capability[0] * 10 + current_capability[1] >= capability"]
+    assert number_path["status"] == "open" and number_path["unreachable"] is None
+    assert next(g for g in judged(scan, "srt/tuple_param.py", "7.5") if g["id"] == number_path["id"])["status"] == "blocked"

@@ -113,11 +113,36 @@ def test_a_host_left_out_by_limit_needs_no_password_for_its_encrypted_vars_file(
     assert opened.select("a1")[0].vars["whole_file_var"] == "from-encrypted-file"
 
 
+def test_with_a_password_only_the_selected_hosts_are_decrypted(tmp_path: Path) -> None:
+    """With a password given, a host left out by --limit is never decrypted: a wrong password still
+    serves ``-l a3`` (plain vars), and selecting a1 or a2 names that host's own file."""
+    inv = write(tmp_path / "inv" / "hosts.yml", "all:\n  hosts:\n    a1:\n    a2:\n    a3: {ansible_port: 2203}\n").parent
+    write(inv / "host_vars" / "a1.yml", WHOLE_FILE_12)  # encrypted with prod-pw
+    write(inv / "host_vars" / "a2.yml", "a2_token: " + API_TOKEN_12.split(": ", 1)[1])  # inline, also prod-pw
+    write(inv / "host_vars" / "a3.yml", "plain: yes\n")
+    write(tmp_path / "pw", "prod-pw\n")
+    write(tmp_path / "bad", "not-the-password\n")
+    wrong = load_inventory(InventorySpec((str(inv),), vault_from_options(password_files=[str(tmp_path / "bad")])))
+    assert [(h.name, h.port) for h in wrong.select("a3")] == [("a3", 2203)]  # nothing decrypted
+    for limit, named in (("a1", "a1.yml"), ("a2", "a2.yml:1"), ("a3:a2", "a2.yml:1"), (None, "a1.yml")):
+        with pytest.raises(InventoryError) as caught:
+            wrong.select(limit)
+        message = str(caught.value)
+        assert message.startswith(f"{inv}/host_vars/{named}") and "no vault password given decrypts it" in message
+        assert "\n" not in message and "not-the-password" not in message
+    right = load_inventory(InventorySpec((str(inv),), vault_from_options(password_files=[str(tmp_path / "pw")])))
+    assert right.select("a2")[0].vars["a2_token"] == "prod-token-value"
+    assert right.select("a1")[0].vars["whole_file_var"] == "from-encrypted-file"
+    assert right.select("a1")[0].vars["port"] == 30001
+    assert [h.name for h in right.select("a2:a3")] == ["a2", "a3"]
+
+
 def test_a_wrong_password_is_one_line_and_never_echoes_secrets(inventory: Path, tmp_path: Path) -> None:
     write(tmp_path / "bad", "not-the-password\n")
     (inventory / "host_vars" / "gpu01.yml").unlink()
+    loaded = load_inventory(InventorySpec((str(inventory),), vault_from_options(password_files=[str(tmp_path / "bad")])))
     with pytest.raises(InventoryError) as caught:
-        load_inventory(InventorySpec((str(inventory),), vault_from_options(password_files=[str(tmp_path / "bad")])))
+        loaded.select("gpu01")  # decrypted when a command selects the host
     message = str(caught.value)
     assert "group_vars/all.yml:1" in message and "no vault password given decrypts it" in message
     assert "not-the-password" not in message and "s3cret" not in message

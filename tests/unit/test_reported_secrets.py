@@ -53,3 +53,20 @@ def test_bench_frames_are_masked_across_records() -> None:
     run = parse_frames("\n".join(lines), run_id)
     text = json.dumps([run.server, run.errors])
     assert KEY not in text and mask(KEY) in run.errors[0]["message"]
+
+
+def test_the_host_journal_keeps_a_quoted_command_line_masked(tmp_path) -> None:
+    """The apply journal on the host (``remote/apply_run.Run.event``) masks with the same policy: a
+    rollback's reason quoting the server's own command line (its flags checked against the launch
+    script's, ``apply_service``) keeps its ``--api-key`` as the masked token."""
+    from gpuops.remote.apply_journal import read_journal
+    from gpuops.remote.apply_run import Run
+    from gpuops.remote.host_protocol import ROLLED_BACK
+
+    run = Run({"state_dir": str(tmp_path), "run_id": "r1"}, lambda record: None, None)
+    why = f"the server (pid 7) does not run with the flags its launch script gives (-m sglang.launch_server --api-key {KEY} --tp 8)"
+    run.event(ROLLED_BACK, error=why, restored=["/etc/gpuops/sglang.env"])
+    text = (tmp_path / "journal.jsonl").read_text()
+    assert KEY not in text and f"--api-key {mask(KEY)} --tp 8" in text
+    records = read_journal(str(tmp_path))
+    assert records[-1]["event"] == ROLLED_BACK and records[-1]["restored"] == ["/etc/gpuops/sglang.env"]

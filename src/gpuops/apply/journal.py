@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuops.remote.apply_journal import TERMINAL_EVENTS
+from gpuops.remote.host_protocol import FINISHED, STARTED, STATUS_UNKNOWN, UNCHANGED
 
 
 def home_journal_path() -> Path:
@@ -83,7 +84,7 @@ def reconcile_home(host: str, host_runs: Iterable[dict[str, Any]], address: str 
     for run in host_runs:
         run_id = str(run.get("run_id"))
         outcome = str(run.get("outcome") or "")
-        if latest.get(run_id) == "unknown" and not outcome.startswith("unfinished"):
+        if latest.get(run_id) == STATUS_UNKNOWN and not outcome.startswith("unfinished"):
             append_home({"run_id": run_id, "host": host, "address": address, "role": run.get("role"), "outcome": outcome,
                          "reconciled": True, "changes": run.get("changes") or [], "error": run.get("error")})
             done.append(run_id)
@@ -107,7 +108,7 @@ def _says_unknown(host: str, address: str | None) -> bool:
         except ValueError:
             continue
         if (isinstance(record, dict) and record.get("host") == host and record.get("address") == address
-                and record.get("run_id") and str(record.get("outcome")) == "unknown"):
+                and record.get("run_id") and str(record.get("outcome")) == STATUS_UNKNOWN):
             return True
     return False
 
@@ -127,7 +128,7 @@ def fold_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 run[key] = record[key]
         if record.get("changes"):
             run["changes"] = record["changes"]
-        if event in ("started", "unchanged") or "time" not in run:
+        if event in (STARTED, UNCHANGED) or "time" not in run:
             run.setdefault("time", record.get("time"))
         if record.get("error"):
             run["error"] = record["error"]
@@ -144,7 +145,7 @@ def _mark_undone(runs: dict[str, dict[str, Any]]) -> None:
     """``undone_by``: the finished rollback that took a run out of effect. Undoing a rollback by
     recomposition puts the run it had undone back in effect (remote/recompose.py::undone_runs)."""
     for run in runs.values():
-        if run.get("kind") != "rollback" or "finished" not in run["events"]:
+        if run.get("kind") != "rollback" or FINISHED not in run["events"]:
             continue
         target = runs.get(str(run.get("target")))
         if target is None:

@@ -8,6 +8,7 @@ import socket
 from typing import Any
 
 from gpuops.plan.model import Plan
+from gpuops.remote.host_protocol import MODE_APPLY
 
 
 def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
@@ -20,7 +21,7 @@ def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
 
 def apply_payload(plan: Plan, run_id: str, vars_sha256: str, audit_sh: str | None) -> dict[str, Any]:
     return {
-        "mode": "apply",
+        "mode": MODE_APPLY,
         "run_id": run_id,
         "state_dir": plan.state_dir,
         "meta": run_meta(plan, vars_sha256),

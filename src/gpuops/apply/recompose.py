@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.remote.host_protocol import (STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK,
+                                         STATUS_UNKNOWN)
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -169,7 +171,7 @@ def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[s
 
     secrets = secret_values(dict(host.vars or {}))
     ok, status = bool(result.get("ok")), str(result.get("status", "failed"))
-    known = ("finished", "rolled_back", "refused", "rollback_failed", "unknown")
+    known = (STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_UNKNOWN)
     restored = list(result.get("restored") or [])
     target = recomposition.target
     report = HostReport(host=host.name, ok=ok, status=status if status in known else "failed", run_id=run_id,
@@ -189,7 +191,7 @@ def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[s
                             f"inventory plus the runs still in effect ({runs}); {len(recomposition.restore)} file(s) "
                             "of it restored from its backups")
         report.notes.extend(f"--force: the later version of {kept}" for kept in result.get("kept") or [])
-    elif status == "rolled_back":
+    elif status == STATUS_ROLLED_BACK:
         report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
     return report
 

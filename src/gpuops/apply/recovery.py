@@ -9,6 +9,7 @@ shows an unfinished run, makes one helper exec that rolls it back first, then ga
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from gpuops.remote.host_protocol import MODE_JOURNAL, STATUS_JOURNAL
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -38,11 +39,11 @@ def recover_host(conn: "Connection", host: "Host") -> list[str]:
     from gpuops.apply.remote_exec import run_helper
     from gpuops.apply.undo import inventory_state_dir
 
-    payload = {"mode": "journal", "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
+    payload = {"mode": MODE_JOURNAL, "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
                "meta": {"role": "inspect", "user": current_user()}}
     result = run_helper(conn, dict(host.vars or {}), payload)
     notes = [f"recovered first: {line}" for line in result.get("recovered") or []]
-    if result.get("status") != "journal":
+    if result.get("status") != STATUS_JOURNAL:
         notes.append(f"an unfinished gpuops run could not be rolled back: {result.get('error') or result.get('status')}")
     elif result.get("busy"):
         notes.append("a gpuops run is in progress on this host (it holds the lock); it ends or rolls back by itself")

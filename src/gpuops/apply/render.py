@@ -8,6 +8,7 @@ import click
 
 from gpuops.apply.host_report import HostReport
 from gpuops.output import safe_text
+from gpuops.remote.host_protocol import STATUS_FINISHED, STATUS_UNKNOWN
 
 
 Say = Callable[..., None]
@@ -41,7 +42,7 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
             verb = "would change"
         elif report.ok:
             verb = "changed"
-        elif report.status == "unknown":
+        elif report.status == STATUS_UNKNOWN:
             verb = "planned (outcome unknown)"
         else:
             verb = "planned, not applied"
@@ -54,7 +55,7 @@ def render_reports(reports: Mapping[str, HostReport], role: str, check: bool, sh
         for handler in report.handlers:
             if check:
                 say(f"  would run handler: {handler}")
-            elif report.ok and report.status == "finished":
+            elif report.ok and report.status == STATUS_FINISHED:
                 pid = f" (pid {report.pid})" if report.pid else ""
                 say(f"  ran handler: {handler}{pid}, server healthy")
         for warning in report.warnings:
@@ -80,7 +81,7 @@ def render_recap(reports: Mapping[str, HostReport], echo: Callable[[str], None],
     for name, report in reports.items():
         skipped = 1 if report.status == "skipped" else 0  # not attempted: a rollout stopped first
         failed = 0 if report.ok or skipped else 1
-        if report.status == "unknown":
+        if report.status == STATUS_UNKNOWN:
             line = (f"{name.ljust(width)} : ok={report.tasks_ok} unknown: the host will finish or roll back by "
                     f"itself; run `gpuops history` failed={failed} skipped={skipped}")
         else:

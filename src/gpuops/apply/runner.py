@@ -18,6 +18,7 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
+from gpuops.remote.host_protocol import EVENT_VERIFIED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.apply.replicas import Replica
@@ -191,7 +192,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         if not plan.changes and not plan.handlers and not pending:
             # Nothing to do and no other run open on the host: like --check, the host is left
             # untouched (no exec, no lock, no journal line there); the run is journaled at home.
-            report.status, report.run_id = "unchanged", run_id
+            report.status, report.run_id = STATUS_UNCHANGED, run_id
             _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
         if plan.release is not None:
@@ -202,7 +203,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             try:
                 ready = make_ready(conn, plan.release, host.name, _merged(host, extra).get("gpuops_python"))
             except EnvRefused as exc:
-                report.ok, report.status, report.changed, report.error = False, "refused", 0, str(exc)
+                report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, str(exc)
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
             report.notes.append(ready.note(plan.release.version))
@@ -233,7 +234,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         log_failure: list[str] = []
 
         def on_event(event: dict[str, Any]) -> None:
-            if event.get("event") == "verified":
+            if event.get("event") == EVENT_VERIFIED:
                 verified_event.clear()
                 verified_event.update(event)
 
@@ -300,7 +301,7 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
     try:
         transaction(verified)
     finally:
-        if report.status in ("finished", "unchanged", "rolled_back", "refused"):
+        if report.status in (STATUS_FINISHED, STATUS_UNCHANGED, STATUS_ROLLED_BACK, STATUS_REFUSED):
             # After a rollback the old setting serves again (the helper saw it healthy), after a refusal
             # nothing was touched: it goes back either way. Otherwise its state is not known: it stays out.
             try:
@@ -426,23 +427,23 @@ def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str])
     report.restored = list(result.get("restored", []))
     report.recovered = [redact_text(r, secrets) for r in result.get("recovered") or []]
     report.notes.extend(redact_text(str(n), secrets) for n in result.get("notes") or [])
-    if status in ("finished", "unchanged"):
+    if status in (STATUS_FINISHED, STATUS_UNCHANGED):
         report.status = status
         report.ok = True
-        if status == "unchanged":
+        if status == STATUS_UNCHANGED:
             report.changed = 0
         if result.get("audit_verdict"):
             report.notes.append("gate re-audit: " + result["audit_verdict"])
         return
     report.ok = False
-    known = ("rolled_back", "refused", "rollback_failed", "unknown")
+    known = (STATUS_ROLLED_BACK, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_UNKNOWN)
     report.status = status if status in known else "failed"
     report.error = redact_text(result.get("error") or f"the helper ended with status {status!r}", secrets)
-    if status != "unknown":
+    if status != STATUS_UNKNOWN:
         report.changed = 0  # whatever was planned, nothing of it stands on the host now
-    if status == "rolled_back":
+    if status == STATUS_ROLLED_BACK:
         report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.get('service', '')}".rstrip("; ")
-    elif status == "rollback_failed":
+    elif status == STATUS_ROLLBACK_FAILED:
         report.error += " -- ROLLBACK FAILED: " + "; ".join(result.get("problems", []))
 
 

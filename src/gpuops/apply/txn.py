@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -48,7 +49,7 @@ def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> di
                 "could not be read")
     else:
         then = f"the host rolls itself back within its lease ({lease_s:.0f} s)"
-    return {"ok": False, "status": "unknown", "run_id": run_id, "confirmed": confirmed,
+    return {"ok": False, "status": STATUS_UNKNOWN, "run_id": run_id, "confirmed": confirmed,
             "error": f"{why}; {then}; `gpuops history` shows what it did"}
 
 
@@ -56,12 +57,12 @@ def from_journal(run: Mapping[str, Any] | None, why: str, lease_s: float, confir
                  run_id: str | None) -> dict[str, Any]:
     """The outcome the host journaled for ``run_id`` (``runs_by_id`` entry), read after the answer
     was lost: exactly what the host did, or ``unknown`` when it has not ended the run."""
-    if run is None or run.get("last_event") not in ("finished", "rolled_back"):
+    if run is None or run.get("last_event") not in (FINISHED, ROLLED_BACK):
         return unknown(why + "; the host's journal has no outcome for it yet", lease_s, confirmed, run_id)
     note = f"{why}; the host's journal, read again, says {run['last_event']} {run_id}"
-    if run["last_event"] == "finished":
-        return {"ok": True, "status": "finished", "run_id": run_id, "pid": run.get("pid"), "notes": [note]}
-    return {"ok": False, "status": "rolled_back", "run_id": run_id,
+    if run["last_event"] == FINISHED:
+        return {"ok": True, "status": STATUS_FINISHED, "run_id": run_id, "pid": run.get("pid"), "notes": [note]}
+    return {"ok": False, "status": STATUS_ROLLED_BACK, "run_id": run_id,
             "error": f"{run.get('error') or 'rolled back'} ({note})"}
 
 
@@ -112,7 +113,7 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 run, why_not = None, f"{type(exc).__name__}: {exc}"
             else:
                 why_not = ""
-            if run is not None and run.get("last_event") in ("finished", "rolled_back"):
+            if run is not None and run.get("last_event") in (FINISHED, ROLLED_BACK):
                 return from_journal(run, why, lease_s, sent_commit, run_id)
             if time.monotonic() > waited_until:
                 return from_journal(None, why + (f" (reading the journal: {why_not})" if why_not else ""),
@@ -154,22 +155,22 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                     result["audit_verdict"] = verdict_reason
                 return result
             event = message.get("event")
-            if on_event is not None and event not in (None, "heartbeat"):
+            if on_event is not None and event not in (None, EVENT_HEARTBEAT):
                 on_event(message)
-            if event == "phase" and message.get("phase"):
+            if event == EVENT_PHASE and message.get("phase"):
                 inflight.at_phase(host_name, str(message["phase"]))
-            if event == "recovered" and message.get("note"):
+            if event == EVENT_RECOVERED and message.get("note"):
                 recovered.append(str(message["note"]))
-            elif event == "committed" and message.get("run_id") == run_id:
-                answer = {"ok": True, "status": "finished", "run_id": run_id, "recovered": recovered}
-            elif event == "rolled_back" and message.get("run_id") == run_id:
-                answer = {"ok": False, "status": "rolled_back", "run_id": run_id, "recovered": recovered,
+            elif event == EVENT_COMMITTED and message.get("run_id") == run_id:
+                answer = {"ok": True, "status": STATUS_FINISHED, "run_id": run_id, "recovered": recovered}
+            elif event == EVENT_ROLLED_BACK and message.get("run_id") == run_id:
+                answer = {"ok": False, "status": STATUS_ROLLED_BACK, "run_id": run_id, "recovered": recovered,
                           "error": str(message.get("why") or "rolled back")}
-            elif event == "audited":
+            elif event == EVENT_AUDITED:
                 ok, verdict_reason = on_audit(message.get("audit_output")) if on_audit else (False, "no judge")
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
                 last_heard = time.monotonic()  # this side was busy, not the host silent
-            elif event == "verified":
+            elif event == EVENT_VERIFIED:
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
                 keep, why = on_verified() if on_verified is not None else (True, None)
                 last_heard = time.monotonic()  # the smoke check may wait long on a first answer

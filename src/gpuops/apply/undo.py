@@ -13,6 +13,7 @@ from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions, current_user, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
+from gpuops.remote.host_protocol import MODE_JOURNAL, MODE_ROLLBACK, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -71,7 +72,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         variables = dict(host.vars or {})
         state_dir = _rollback_state_dir(host, target)
         payload = {
-            "mode": "rollback", "run_id": run_id, "state_dir": state_dir, "target": target,
+            "mode": MODE_ROLLBACK, "run_id": run_id, "state_dir": state_dir, "target": target,
             "force": options.force, "meta": {"role": "rollback", "user": current_user()},
             "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
@@ -81,11 +82,11 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             # One exec for a plain rollback; a second exec (and a read of the launch files) only
             # when later runs stand on the target's files and it is undone by recomposition.
             result = run_helper(conn, variables, payload, deadline=deadline)
-            if result.get("status") == "later_runs_stand":
+            if result.get("status") == STATUS_LATER_RUNS_STAND:
                 try:
                     recomposed = recompose_host(conn, host, state_dir, target, run_id, options, deadline, result)
                 except GpuopsError as exc:
-                    recomposed = (HostReport(host=host.name, ok=False, status="refused", run_id=run_id,
+                    recomposed = (HostReport(host=host.name, ok=False, status=STATUS_REFUSED, run_id=run_id,
                                              error=str(exc), recovered=[str(r) for r in result.get("recovered") or []],
                                              notes=[str(n) for n in result.get("notes") or []]), target)
         finally:
@@ -107,7 +108,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             report.notes.append(f"undid run {result.get('target')}: {result.get('service', '')}")
             for kept in result.get("kept") or []:
                 report.notes.append(f"--force: the later version of {kept}")
-        elif status == "rolled_back":
+        elif status == STATUS_ROLLED_BACK:
             report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
         record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
                         [{"path": p} for p in report.restored], target=result.get("target"))
@@ -135,10 +136,10 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
         conn = connect(host, options.connect)
         try:
             for state_dir in state_dirs_of(host):
-                payload = {"mode": "journal", "run_id": call_id, "state_dir": state_dir,
+                payload = {"mode": MODE_JOURNAL, "run_id": call_id, "state_dir": state_dir,
                            "meta": {"role": "history", "user": current_user()}}
                 result = run_helper(conn, variables, payload, deadline=deadline)
-                if result.get("status") != "journal":
+                if result.get("status") != STATUS_JOURNAL:
                     raise GpuopsError(f"{host.name}: cannot read the journal in {state_dir}: "
                                       f"{result.get('error') or result.get('status')}")
                 notes.extend(f"{state_dir}: {n}" for n in result.get("recovered") or [])

@@ -73,7 +73,22 @@ def server_record(run: RemoteRun) -> dict[str, Any]:
     for key in ("server_info_error", "model_info_error", "pid", "process_cmdline"):
         if snapshot.get(key) is not None:
             record[key] = snapshot[key]
+    record["speculative_in_effect"] = _speculative(snapshot, args) if snapshot else None
     return record
+
+
+def _speculative(snapshot: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
+    """Speculative decoding as the benched server ran it: its resolved settings (``args``, from
+    ``/server_info``) first, its command line's flags beside them (``facts/speculative.py``)."""
+    from gpuops.facts.server_args import settings_from_argv
+    from gpuops.facts.speculative import judge
+
+    argv = snapshot.get("process_cmdline")
+    launched = settings_from_argv([str(w) for w in argv]).speculative if isinstance(argv, list) else None
+    info = snapshot.get("server_info")
+    reported = ({"route": (snapshot.get("routes") or {}).get("server_info"), "settings": dict(args)}
+                if isinstance(info, Mapping) else {"error": snapshot.get("server_info_error") or "no server_info"})
+    return judge(launched, reported, running=True).to_json()
 
 
 def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = None) -> dict[str, Any]:
@@ -168,6 +183,7 @@ def headline(result: Mapping[str, Any]) -> dict[str, Any]:
         "speed_model": model_label(result),
         "error": "; ".join(result.get("errors") or []) or None,
         "server_metrics": ((result.get("server_metrics") or {}).get("deltas")),
+        "speculative": (result.get("server") or {}).get("speculative_in_effect"),
     }
     line.update(reader(result.get("suite")).headline(summary, result))
     return line

@@ -279,6 +279,9 @@ def _render_bench(document: dict[str, Any]) -> None:
         said = metrics_line(line.get("server_metrics"))
         if said:
             click.echo(f"{name}: server /metrics over the run: {said}")
+        speculative = line.get("speculative") or {}
+        if speculative.get("in_effect") or speculative.get("disagreements"):
+            click.echo(f"{name}: speculative decoding {speculative['reason']}")
     saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
     if saved:
         click.echo(f"results: {', '.join(saved)}")

@@ -470,7 +470,17 @@ def server_json(server: ServerFacts) -> dict[str, Any]:
         "docker": _docker_json(server),
         "reported": _reported_json(server),
         "metrics_enabled": server.metrics_enabled,
+        "speculative_in_effect": _speculative_json(server),
     }
+
+
+def _speculative_json(server: ServerFacts) -> dict[str, Any]:
+    """Speculative decoding as the server runs it: its resolved settings first (``facts/speculative.py``)."""
+    from gpuops.facts.speculative import judge
+
+    settings = server.settings
+    return judge(settings.speculative if settings else None, _reported_json(server),
+                 bool(server.known and server.running)).to_json()
 
 
 def _reported_json(server: ServerFacts) -> dict[str, Any] | None:
@@ -549,6 +559,9 @@ def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[s
     from gpuops.facts.server_report import report_lines
 
     lines.extend(report_lines(server.get("reported"), server.get("metrics_enabled")))
+    speculative = server.get("speculative_in_effect") or {}
+    if speculative.get("in_effect") or speculative.get("disagreements") or server.get("speculative"):
+        lines.append(f"speculative decoding {speculative['reason']}")
     if server["env"] is None:
         lines.append(f"environment unknown: {server['env_reason']}")
     else:

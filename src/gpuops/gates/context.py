@@ -51,6 +51,7 @@ class Placement:
     outside: str | None = None  # an enclosing GPU test false for this GPU (its text)
     alternative: Mapping[str, Any] | None = None  # the sibling branch that admits the GPU
     unreachable: str | None = None  # why it is not reached on this host (with its configuration)
+    uncalled: str | None = None  # why no caller in the tree reaches it (whatever the host)
 
 
 def other_platform(gate: Mapping[str, Any]) -> str | None:
@@ -109,6 +110,9 @@ class Placer:
         na = other_platform(gate)
         if na is not None:
             return Placement(not_applicable=na)
+        uncalled = unmatched_callers(gate)
+        if uncalled is not None:
+            return Placement(uncalled=uncalled, unreachable=uncalled)
         neighbours = self.by_function.get((str(gate["file"]), str(gate["function"])), [])
         outside = self.outside(gate, neighbours)
         alternative = None if outside else self.sibling(gate, neighbours)
@@ -160,6 +164,20 @@ class Placer:
             if Evaluator(self.book, self.gpu, self.server, overrides=overrides).eval(part) is not False:
                 return False
         return True
+
+
+def unmatched_callers(gate: Mapping[str, Any]) -> str | None:
+    """Why no caller reaches the gate: a comparison of a parameter no call site in the tree passes
+    a value of its kind (``if isinstance(capability, tuple): return cap >= capability`` while every
+    caller passes 80; the scanner's ``unmatched``), or None."""
+    for node in _cap_nodes(gate.get("condition") or {}):
+        unmatched = (node.get("atom") or {}).get("unmatched")
+        if isinstance(unmatched, dict):
+            kind = "a (major, minor) tuple" if (node.get("atom") or {}).get("subject") == "cc" else "a number"
+            passed = ", ".join(str(tuple(v) if isinstance(v, list) else v) for v in unmatched.get("passed") or ())
+            return (f"`{_short(node_text(node))}` compares {kind} with `{unmatched.get('param')}`, which every "
+                    f"caller in the tree passes as {passed}")
+    return None
 
 
 def _cap_nodes(node: Any) -> list[Mapping[str, Any]]:

@@ -195,6 +195,9 @@ def _judge_gate(
     if place.not_applicable:
         # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.
         status, reason = "not_applicable", f"not this host's platform: {place.not_applicable}"
+    elif place.uncalled and gpu is not None:
+        # No caller passes what it compares: it decides nothing, for this GPU or any other.
+        status, reason = "open", f"never reached: {place.uncalled}"
     elif place.outside and int(gate.get("polarity", 1)) < 0 and gpu is not None:
         # A refusal this GPU never reaches (a minor-version raise inside `if cap[0] < 8:`) never refuses it.
         status, reason = "open", f"never reached on {gpu.sm}: {place.unreachable}"

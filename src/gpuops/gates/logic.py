@@ -16,7 +16,7 @@ import operator
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from gpuops.gates.predicates import PLATFORM_FALLBACK, Meaning, check, fallback_meaning, meaning_from_entry
 from gpuops.gates.scan import GateScan
@@ -237,7 +237,7 @@ class Evaluator:
         gpu: GpuTarget | None,
         server: Mapping[str, Any] | None = None,
         unknown_cap: bool | None = None,
-        overrides: Mapping[tuple[int, ...], bool] | None = None,
+        overrides: Mapping[tuple[Any, ...], bool] | None = None,
     ) -> None:
         self.book = book
         self.gpu = gpu
@@ -246,7 +246,7 @@ class Evaluator:
         self.unknown_cap = unknown_cap
         self.overrides = dict(overrides or {})
         self.unknowns: list[str] = []
-        self._defining: list[str] = []
+        self._defining: list[tuple[str, str]] = []  # the predicates being expanded: (name, file)
 
     def _note(self, why: str) -> None:
         if why not in self.unknowns:
@@ -287,11 +287,16 @@ class Evaluator:
             return value
         if op == "clause":
             if self._defining:
+                name, file = self._defining[-1]
+                if node.get("argument") and span is not None:
+                    # A test of what the caller passes (`dtype in (...)`): an ordinary clause of
+                    # the call, its value enumerated like the gate's own (``definition_clauses``).
+                    return self.overrides.get(argument_key(file, span))
                 # Part of a predicate's definition gpuops cannot read: the predicate is not known,
                 # never an ordinary (non-GPU) clause.
                 if self.unknown_cap is not None:
                     return self.unknown_cap
-                self._note(f"cannot read `{node_text(node)}` in the definition of {self._defining[-1]}")
+                self._note(f"cannot read `{node_text(node)}` in the definition of {name}")
                 return None
             return self.clause(node)
         return None
@@ -335,7 +340,7 @@ class Evaluator:
             if "same_as" in entry:
                 return self.predicate(str(entry["same_as"]), entry.get("file"), depth + 1)
             if "expr" in entry and isinstance(entry["expr"], dict):
-                self._defining.append(name)
+                self._defining.append((name, str(entry.get("file"))))
                 try:
                     return self.eval(entry["expr"], depth + 1)
                 finally:
@@ -513,15 +518,17 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[GpuTar
         return [v for v in out if v is not None]
     # One value per setting: `ENABLE_X` read here and `wrapper.ENABLE_X` read through an alias of
     # another module are the same clause.
-    groups: dict[Any, list[tuple[int, ...]]] = defaultdict(list)
+    groups: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
     for c in clause_nodes(gate["condition"]):
         if c.get("span") is not None:
             groups[_clause_key(c)].append(tuple(c["span"]))
+    for key in definition_clauses(gate["condition"], book):
+        groups[key].append(key)
     clause_groups = [groups[k] for k in sorted(groups, key=repr)]
     cases = (list(itertools.product((False, True), repeat=len(clause_groups)))
              if len(clause_groups) <= _MAX_CLAUSES else None)
 
-    def overrides_of(case: tuple[bool, ...]) -> dict[tuple[int, ...], bool]:
+    def overrides_of(case: tuple[bool, ...]) -> dict[tuple[Any, ...], bool]:
         return {span: value for spans, value in zip(clause_groups, case) for span in spans}
     others = [GpuTarget(major, minor, RECENT_CUDA) for _, major, minor in book.candidates]
     table: dict[tuple[Any, ...], list[bool | None]] = {}
@@ -559,6 +566,39 @@ def cap_verdicts(gate: Mapping[str, Any], book: PredicateBook, gpus: list[GpuTar
         else:
             out[i] = CapVerdict("unknown", unknowns or ("cannot tell",))
     return [v for v in out if v is not None]
+
+
+def argument_key(file: str, span: Sequence[int]) -> tuple[Any, ...]:
+    """The override key of a predicate definition's argument clause (its file and span)."""
+    return ("argument", file, *span)
+
+
+def definition_clauses(tree: Mapping[str, Any], book: PredicateBook, depth: int = 0) -> list[tuple[Any, ...]]:
+    """The argument clauses of the predicates a condition calls (their definitions marked by the
+    scanner, ``scan_scanner.mark_argument_clauses``), as override keys: ``if not
+    can_use_fused_rope(dtype=q.dtype): raise`` fails for a dtype, not only for a GPU."""
+    found: list[tuple[Any, ...]] = []
+    stack: list[Any] = [tree]
+    while stack and depth < 8:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        atom = node.get("atom") if node.get("op") == "cap" else None
+        if isinstance(atom, dict) and atom.get("kind") == "pred":
+            file = atom.get("def")
+            attr = atom.get("attr")
+            entry = book.entry(str(atom.get("name")), file) if (file or attr is None) else book.entry(str(atom.get("name")), None)
+            if entry is not None and isinstance(entry.get("expr"), dict):
+                for c in clause_nodes(entry["expr"]):
+                    if c.get("argument") and c.get("span") is not None:
+                        found.append(argument_key(str(entry.get("file")), c["span"]))
+                found.extend(definition_clauses(entry["expr"], book, depth + 1))
+            continue
+        stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+    return sorted(set(found), key=repr)
 
 
 def _clause_key(node: Mapping[str, Any]) -> Any:

@@ -6,8 +6,9 @@ scan (``draw``) and labelled from the source printed without gpuops' verdicts, f
 field box: sm120, CUDA 13.0, TP 8, PCIe only). Each label is ``open`` (this GPU runs the code the gate
 protects), ``blocked`` (it does not: refused, or sent elsewhere) or ``not_applicable`` (another
 platform's code), or several of them joined by ``|`` where the reading allows either; ``part``
-is ``tuning`` (samples the scanner was changed against) or ``held_out`` (drawn and labelled after
-the change, never tuned to). Used by ``benchmarks/gate_sample`` and ``tests/integration/test_gate_samples.py``.
+is ``tuning`` (samples the scanner was changed against), ``held_out`` (drawn and labelled after
+the change, never tuned to) or ``independent`` (drawn fresh and labelled by a second reader, not the
+engineer who changed the scanner, before any verdict of gpuops was seen). Used by ``benchmarks/gate_sample`` and ``tests/integration/test_gate_samples.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpuops.gates.accuracy import CORPUS_DIR
 
 SAMPLES_FILE = CORPUS_DIR / "samples.json"
 LABELS = ("open", "blocked", "not_applicable")
+PARTS = ("tuning", "held_out", "independent")
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ def load_samples(path: Path = SAMPLES_FILE) -> tuple[Host, list[Mapping[str, Any
     labels = list(data["labels"])
     for entry in labels:
         wanted = str(entry["sm120"]).split("|")
-        if not set(wanted) <= set(LABELS) or entry.get("part") not in ("tuning", "held_out"):
+        if not set(wanted) <= set(LABELS) or entry.get("part") not in PARTS:
             raise ValueError(f"{path}: {entry['release']} {entry['file']}:{entry['line']}: bad label {entry}")
     server = {"args": dict(host.get("args") or {}), "architecture": host.get("architecture")}
     return Host(str(host["compute_capability"]), str(host["cuda"]), server, dict(host.get("interconnect") or {})), labels
@@ -96,4 +98,4 @@ def summary(rows: Sequence[Agreement]) -> dict[str, Any]:
                       + (" (FALSE OPEN)" if r.false_open else "") for r in rows if not r.agrees]}
 
 
-__all__ = ["Agreement", "Host", "LABELS", "SAMPLES_FILE", "agreement", "draw", "load_samples", "summary"]
+__all__ = ["Agreement", "Host", "LABELS", "PARTS", "SAMPLES_FILE", "agreement", "draw", "load_samples", "summary"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuops.errors import InventoryError
 from gpuops.inventory.model import Group, Host, Inventory
-from gpuops.inventory.vault import Vault, decrypt_values
+from gpuops.inventory.vault import Vault, decrypt_values, find_encrypted
 from gpuops.inventory.varsfiles import UNREAD_VAULT_FILE
 
 ALL = "all"
@@ -68,8 +68,9 @@ class InventoryBuilder:
         self.group(group).vars.update(variables)
 
 
-# Loads the group_vars/ or host_vars/ variables for one name ({} when there are none).
-VarsLookup = Callable[[str], dict[str, Any]]
+# Loads the group_vars/ or host_vars/ variables for one name ({} when there are none), opening
+# vault-encrypted files with the given vault (None: an encrypted file is named, not opened).
+VarsLookup = Callable[[str, "Vault | None"], dict[str, Any]]
 
 
 def resolve(
@@ -89,7 +90,6 @@ def resolve(
     members = _members(builder)
 
     ordered_groups = sorted(builder.groups, key=lambda g: (depths[g], g))
-    file_group_vars = {name: group_vars(name) for name in ordered_groups}
 
     groups = {
         name: Group(
@@ -103,6 +103,24 @@ def resolve(
         for name in ordered_groups
     }
 
+    def merged_vars(name: str, host_groups: list[str], opening: Vault | None) -> dict[str, Any]:
+        # Ansible's order: all's inventory vars < other groups' inventory vars (by depth, name)
+        # < group_vars/all < group_vars/<group> (by depth, name) < inventory host vars < host_vars/.
+        others = [g for g in host_groups if g != ALL]
+        merged: dict[str, Any] = dict(defaults or {})  # command-line flags rank below the inventory
+        for group in [ALL, *others]:
+            merged.update(builder.groups[group].vars)
+        for group in [ALL, *others]:
+            merged.update(group_vars(group, opening))
+        merged.update(builder.host_vars[name])
+        merged.update(host_vars(name, opening))
+        return decrypt_values(merged, opening)
+
+    def make(name: str, host_groups: list[str], merged: dict[str, Any]) -> Host:
+        unread = merged.pop(UNREAD_VAULT_FILE, None)  # a whole vars file nobody could decrypt
+        host = _make_host(name, tuple(host_groups), copy.deepcopy(merged), source, base_dir)
+        return dataclasses.replace(host, unread_vault_file=unread) if unread else host
+
     hosts: list[Host] = []
     for name in builder.host_vars:
         host_groups = [g for g in ordered_groups if name in members[g]]
@@ -112,23 +130,23 @@ def resolve(
             members[UNGROUPED].add(name)
             host_groups = [ALL, UNGROUPED]
             groups[UNGROUPED] = _with_host(groups[UNGROUPED], name)
-        others = [g for g in host_groups if g != ALL]
-        # Ansible's order: all's inventory vars < other groups' inventory vars (by depth, name)
-        # < group_vars/all < group_vars/<group> (by depth, name) < inventory host vars < host_vars/.
-        merged: dict[str, Any] = dict(defaults or {})  # command-line flags rank below the inventory
-        for group in [ALL, *others]:
-            merged.update(builder.groups[group].vars)
-        for group in [ALL, *others]:
-            merged.update(file_group_vars[group])
-        merged.update(builder.host_vars[name])
-        merged.update(host_vars(name))
-        # Inline !vault values are decrypted where a password was given; the rest stay encrypted
-        # and only fail a command that selects a host using them (Inventory.select).
-        merged = decrypt_values(merged, vault)
-        unread = merged.pop(UNREAD_VAULT_FILE, None)  # a whole vars file nobody could decrypt
-        host = _make_host(name, tuple(host_groups), copy.deepcopy(merged), source, base_dir)
-        hosts.append(dataclasses.replace(host, unread_vault_file=unread) if unread else host)
+        # Read without opening the vault: encrypted values and files stay encrypted. Where a
+        # password was given and this host's variables hold something encrypted, the host is
+        # opened only when a command selects it (Inventory.select), as Ansible decrypts only what
+        # the selected hosts need: a host left out by --limit never needs the password.
+        merged = merged_vars(name, host_groups, None)
+        host = make(name, host_groups, merged)
+        if vault is not None and vault.secrets and (host.unread_vault_file is not None or _holds_encrypted(merged)):
+            def opened(name: str = name, host_groups: list[str] = host_groups) -> Host:
+                return make(name, host_groups, merged_vars(name, host_groups, vault))
+
+            host = dataclasses.replace(host, open_vault=opened)
+        hosts.append(host)
     return Inventory(source=source, hosts=tuple(hosts), groups=MappingProxyType(groups))
+
+
+def _holds_encrypted(merged: Mapping[str, Any]) -> bool:
+    return any(find_encrypted(value, name) for name, value in merged.items())
 
 
 def _with_host(group: Group, host: str) -> Group:

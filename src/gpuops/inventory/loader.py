@@ -89,8 +89,8 @@ def _load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Invento
         builder = InventoryBuilder()
         data = ansible_list(sources, spec.vault_args, plugin)
         read_json_inventory(data, f"ansible-inventory -i {' -i '.join(sources)}", builder)
-        return resolve(builder, source=label, base_dir=os.getcwd(), group_vars=lambda _: {},
-                       host_vars=lambda _: {}, vault=spec.vault, defaults=spec.defaults)
+        return resolve(builder, source=label, base_dir=os.getcwd(), group_vars=lambda *_: {},
+                       host_vars=lambda *_: {}, vault=spec.vault, defaults=spec.defaults)
     builder = InventoryBuilder()
     base_dirs: list[str] = []
     for source, files in plan:
@@ -105,8 +105,8 @@ def _load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Invento
         builder,
         source=label,
         base_dir=base_dir,
-        group_vars=VarsDirectory([os.path.join(d, "group_vars") for d in base_dirs], spec.vault),
-        host_vars=VarsDirectory([os.path.join(d, "host_vars") for d in base_dirs], spec.vault),
+        group_vars=VarsDirectory([os.path.join(d, "group_vars") for d in base_dirs]),
+        host_vars=VarsDirectory([os.path.join(d, "host_vars") for d in base_dirs]),
         vault=spec.vault,
         defaults=spec.defaults,
     )
@@ -206,7 +206,7 @@ def _inventory_files(directory: str) -> list[str]:
 def _host_list_inventory(spec: str, defaults: Mapping[str, Any] | None = None) -> Inventory:
     builder = InventoryBuilder()
     _read_host_list(spec, builder)
-    return resolve(builder, source=spec, base_dir=os.getcwd(), group_vars=lambda _: {}, host_vars=lambda _: {},
+    return resolve(builder, source=spec, base_dir=os.getcwd(), group_vars=lambda *_: {}, host_vars=lambda *_: {},
                    defaults=defaults)
 
 

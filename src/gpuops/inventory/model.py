@@ -7,7 +7,7 @@ plus the merged variables that roles read.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,10 @@ class Host:
     # A group_vars/host_vars file of this host encrypted as a whole, that no password given could
     # open: its variables are unknown, so selecting the host fails (Inventory.select), not loading.
     unread_vault_file: str | None = None
+    # Where a vault password was given and these variables hold something encrypted: the same
+    # host with its vault values and files opened (a wrong password names the file). Called by
+    # Inventory.select for the hosts a command acts on only (inventory/builder.resolve).
+    open_vault: Callable[[], "Host"] | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def is_local(self) -> bool:
@@ -78,6 +82,7 @@ class Inventory:
                 raise InventoryError(f"no hosts in inventory {self.source}")
         else:
             selected = select_hosts(self, limit)
+        selected = [host.open_vault() if host.open_vault is not None else host for host in selected]
         for host in selected:
             _refuse_encrypted(host)
             if host.key_file is not None and not os.path.isfile(host.key_file):

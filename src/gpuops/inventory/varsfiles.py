@@ -22,21 +22,23 @@ VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
 
 class VarsDirectory:
-    """The group_vars/ (or host_vars/) directories of an inventory, read lazily, once per name."""
+    """The group_vars/ (or host_vars/) directories of an inventory, read lazily, once per name and
+    per vault: with ``None``, an encrypted file is named and its values stay encrypted (what every
+    host is read with first); with the vault, they are opened (a host a command selects)."""
 
-    def __init__(self, directories: list[str], vault: Vault | None = None) -> None:
+    def __init__(self, directories: list[str]) -> None:
         self._directories = [d for d in directories if os.path.isdir(d)]
-        self._vault = vault
-        self._cache: dict[str, dict[str, Any]] = {}
+        self._cache: dict[tuple[str, bool], dict[str, Any]] = {}
 
-    def __call__(self, name: str) -> dict[str, Any]:
-        if name not in self._cache:
+    def __call__(self, name: str, vault: Vault | None = None) -> dict[str, Any]:
+        key = (name, vault is not None)
+        if key not in self._cache:
             merged: dict[str, Any] = {}
             for directory in self._directories:
                 for path in _files_for(directory, name):
-                    merged.update(load_vars_file(path, self._vault))
-            self._cache[name] = merged
-        return self._cache[name]
+                    merged.update(load_vars_file(path, vault))
+            self._cache[key] = merged
+        return self._cache[key]
 
 
 def _files_for(directory: str, name: str) -> list[str]:

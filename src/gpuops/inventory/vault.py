@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.errors import InventoryError
+from gpuops.remote.secret_mask import SecretText
 
 HEADER = "$ANSIBLE_VAULT"
 DEFAULT_ID = "default"
@@ -32,8 +33,9 @@ PASSWORD_FILE_ENV = "ANSIBLE_VAULT_PASSWORD_FILE"
 _PASSWORD_SCRIPT_TIMEOUT = 60.0
 
 
-class VaultText(str):
-    """A value that came out of a vault: a secret (never printed, journaled or stored)."""
+class VaultText(SecretText):
+    """A value that came out of a vault: a secret (never printed, journaled or stored; the secrets
+    policy masks a ``SecretText`` whatever its name)."""
 
     __slots__ = ()
 

@@ -64,19 +64,20 @@ from gpuops.remote.apply_recovery import recover_unfinished
 from gpuops.remote.apply_rollback import do_rollback
 from gpuops.remote.apply_run import do_apply
 from gpuops.remote.host_hooks import HostHooks, load_hooks
+from gpuops.remote.host_protocol import EVENT_RECOVERED, EVENT_WORKER, MODE_APPLY, MODE_JOURNAL, MODE_RECOVER, MODE_ROLLBACK, STATUS_ERROR, STATUS_JOURNAL, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
 
 def do_recover(payload, progress, lease, hooks, notes):
     """The worker that replaces one that died: worker_main has rolled its run back already."""
-    return {"ok": False, "status": "rolled_back" if payload.get("for_mode") in ("apply", "rollback") else "refused",
+    return {"ok": False, "status": STATUS_ROLLED_BACK if payload.get("for_mode") in (MODE_APPLY, MODE_ROLLBACK) else STATUS_REFUSED,
             "error": payload.get("died"), "restored": [], "run_id": payload.get("run_id")}
 
 
 def do_journal(payload, progress, lease, hooks, notes):
-    return {"ok": True, "status": "journal", "records": read_journal(payload["state_dir"], notes),
+    return {"ok": True, "status": STATUS_JOURNAL, "records": read_journal(payload["state_dir"], notes),
             "run_id": payload.get("run_id")}
 
 
-WORK = {"apply": do_apply, "rollback": do_rollback, "journal": do_journal, "recover": do_recover}
+WORK = {MODE_APPLY: do_apply, MODE_ROLLBACK: do_rollback, MODE_JOURNAL: do_journal, MODE_RECOVER: do_recover}
 
 
 def worker_main(payload, call_dir, hooks):
@@ -95,16 +96,16 @@ def worker_main(payload, call_dir, hooks):
         recovered = recover_unfinished(payload["state_dir"], progress, notes,
                                        restored)
         for line in recovered:
-            progress({"event": "recovered", "note": line})
+            progress({"event": EVENT_RECOVERED, "note": line})
         result = WORK[mode](payload, progress, lease, hooks, notes)
         result["recovered"] = recovered
-        if mode == "recover":
+        if mode == MODE_RECOVER:
             result["restored"] = restored
     except StepFailed as exc:
-        status = "rollback_failed" if mode == "recover" else "refused"
+        status = STATUS_ROLLBACK_FAILED if mode == MODE_RECOVER else STATUS_REFUSED
         result = {"ok": False, "status": status, "error": str(exc), "run_id": payload.get("run_id")}
     except Exception as exc:
-        result = {"ok": False, "status": "error", "error": "%s: %s" % (type(exc).__name__, exc),
+        result = {"ok": False, "status": STATUS_ERROR, "error": "%s: %s" % (type(exc).__name__, exc),
                   "run_id": payload.get("run_id")}
     result["notes"] = notes + list(result.get("notes") or [])
     atomic_write(os.path.join(call_dir, "result.json"), json.dumps(result).encode(), 0o600)
@@ -181,7 +182,7 @@ def start_worker(payload, call_dir, lock_fd, hooks):
             os.dup2(log, 2)
             note_lock_holder(lock_fd)  # the lock is the worker's now (same open file, inherited)
             append_line(os.path.join(call_dir, "progress.jsonl"),
-                        {"event": "worker", "pid": os.getpid(), "relay": os.getppid()})
+                        {"event": EVENT_WORKER, "pid": os.getpid(), "relay": os.getppid()})
             worker_main(payload, call_dir, hooks)
         finally:
             os._exit(0)
@@ -206,14 +207,14 @@ def relay_call(payload, call_dir, lock_fd, hooks, client_stream):
     try:
         fd = take_lock(payload["state_dir"])
     except StepFailed as exc:
-        return {"ok": False, "status": "unknown", "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
-    recovery = dict(payload, mode="recover", for_mode=payload.get("mode"), died=died)
+        return {"ok": False, "status": STATUS_UNKNOWN, "error": "%s; %s" % (died, exc), "run_id": payload.get("run_id")}
+    recovery = dict(payload, mode=MODE_RECOVER, for_mode=payload.get("mode"), died=died)
     pid = start_worker(recovery, call_dir, fd, HostHooks())  # a recovery runs without the host's hooks
     os.close(fd)
     result = relay_until_done(relay, pid, call_dir)
     if result is not None:
         return result
-    return {"ok": False, "status": "rollback_failed", "run_id": payload.get("run_id"),
+    return {"ok": False, "status": STATUS_ROLLBACK_FAILED, "run_id": payload.get("run_id"),
             "error": "%s, and so did the worker rolling it back; the next gpuops apply, rollback or history on "
                      "this host rolls it back first" % died}
 
@@ -243,23 +244,23 @@ def main(payload, client_stream):
     if mode not in WORK:
         raise StepFailed("unknown mode %r" % mode)
     state_dir = payload["state_dir"]
-    if mode == "journal" and not os.path.isdir(state_dir):
-        return {"ok": True, "status": "journal", "records": [], "run_id": payload.get("run_id")}
+    if mode == MODE_JOURNAL and not os.path.isdir(state_dir):
+        return {"ok": True, "status": STATUS_JOURNAL, "records": [], "run_id": payload.get("run_id")}
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     try:
         lock_fd = take_lock(state_dir)
     except StepFailed:
-        if mode != "journal":
+        if mode != MODE_JOURNAL:
             raise
         # A run holds the host: show the journal as it stands, change nothing.
         notes = []
-        return {"ok": True, "status": "journal", "records": read_journal(state_dir, notes), "busy": True,
+        return {"ok": True, "status": STATUS_JOURNAL, "records": read_journal(state_dir, notes), "busy": True,
                 "notes": notes, "run_id": payload.get("run_id")}
     try:
-        hooks = load_hooks() if mode != "journal" else HostHooks()
-        if mode == "journal" and not unfinished_runs(read_journal(state_dir)):
+        hooks = load_hooks() if mode != MODE_JOURNAL else HostHooks()
+        if mode == MODE_JOURNAL and not unfinished_runs(read_journal(state_dir)):
             notes = []
-            return {"ok": True, "status": "journal", "records": read_journal(state_dir, notes), "notes": notes,
+            return {"ok": True, "status": STATUS_JOURNAL, "records": read_journal(state_dir, notes), "notes": notes,
                     "run_id": payload.get("run_id")}
         prune_calls(state_dir)
         # the mode too: a rollback that finds later runs standing is followed, under the same run id and
@@ -283,9 +284,9 @@ def entry():
     try:
         result = main(payload, client_stream)
     except StepFailed as exc:
-        result = {"ok": False, "status": "refused", "error": str(exc), "run_id": payload.get("run_id")}
+        result = {"ok": False, "status": STATUS_REFUSED, "error": str(exc), "run_id": payload.get("run_id")}
     except OSError as exc:  # before any change: e.g. a state dir this user may not create
-        result = {"ok": False, "status": "refused", "run_id": payload.get("run_id"),
+        result = {"ok": False, "status": STATUS_REFUSED, "run_id": payload.get("run_id"),
                   "error": "cannot use the state dir %s: %s (set gpuops_state_dir, or --become)"
                            % (payload.get("state_dir"), exc.strerror or exc)}
     try:

@@ -14,6 +14,7 @@ import json
 import os
 
 from gpuops.remote.host_protocol import TERMINAL_EVENTS  # the schema lives in host_protocol
+from gpuops.remote.host_protocol import STARTED
 
 JOURNAL_FILE = "journal.jsonl"
 
@@ -60,7 +61,7 @@ def runs_by_id(records):
                 run.setdefault(key, value)
         run["last_event"] = record.get("event")
         run["last_time"] = record.get("time")
-        if record.get("event") == "started":
+        if record.get("event") == STARTED:
             run["started"] = record.get("time")
         if record.get("error"):
             run["error"] = record.get("error")
@@ -69,4 +70,4 @@ def runs_by_id(records):
 
 def unfinished_runs(records):
     return [run for run in runs_by_id(records)
-            if "started" in run["events"] and not any(e in TERMINAL_EVENTS for e in run["events"])]
+            if STARTED in run["events"] and not any(e in TERMINAL_EVENTS for e in run["events"])]

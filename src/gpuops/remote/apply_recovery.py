@@ -8,6 +8,7 @@ from gpuops.remote.apply_journal import read_journal, unfinished_runs
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest
 from gpuops.remote.apply_run import SERVER_PROBLEM, Run
+from gpuops.remote.host_protocol import EVENT_RECOVERING, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED
 
 
 def recover_unfinished(state_dir, progress, notes, restored_out=None):
@@ -23,18 +24,18 @@ def recover_unfinished(state_dir, progress, notes, restored_out=None):
         except StepFailed as exc:
             # No manifest: the worker died before its first write (backups come first), or the
             # backups were pruned/tampered. Nothing can be restored from here; say so and close it.
-            run.event("rolled_back", error=why, restored=[], problems=[str(exc)])
+            run.event(ROLLED_BACK, error=why, restored=[], problems=[str(exc)])
             recovered.append("run %s (%s): %s; %s" % (run_id, run_record.get("role"), why, exc))
             continue
         run.payload = dict(fake, service=manifest.get("service"), handlers=manifest.get("handlers", []))
-        run.server_touched = "server_touched" in run_record["events"]
-        progress({"event": "recovering", "run_id": run_id})
+        run.server_touched = SERVER_TOUCHED in run_record["events"]
+        progress({"event": EVENT_RECOVERING, "run_id": run_id})
         restored, problems, service_note = run.restore(manifest)
         if any(not p.startswith(SERVER_PROBLEM) for p in problems):
             # Files could not all be put back: leave the run open so the next command tries again.
-            run.event("rollback_failed", error=why, problems=problems)
+            run.event(ROLLBACK_FAILED, error=why, problems=problems)
             raise StepFailed("run %s did not finish and could not be rolled back: %s" % (run_id, "; ".join(problems)))
-        run.event("rolled_back", error="recovered: " + why, restored=restored, service=service_note,
+        run.event(ROLLED_BACK, error="recovered: " + why, restored=restored, service=service_note,
                   problems=problems or None, **run.dirs_note())
         if restored_out is not None:
             restored_out.extend(restored)

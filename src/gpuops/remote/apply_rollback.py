@@ -16,6 +16,7 @@ from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
 from gpuops.remote.recompose import check_unchanged, later_standing, pick_target, undone_runs
+from gpuops.remote.host_protocol import EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
 
 
 class LaterRunsStand(StepFailed):
@@ -31,7 +32,7 @@ def pick_rollback_target(records, wanted):
                 if run.get("kind") == "rollback" and not run.get("recompose"):
                     raise StepFailed("run %s is itself a rollback; name the run it undid (%s), or apply again"
                                      % (wanted, run.get("target")))
-                if "rolled_back" in run["events"] or wanted in undone:
+                if ROLLED_BACK in run["events"] or wanted in undone:
                     raise StepFailed("run %s was already rolled back" % wanted)
                 if not run.get("changes"):
                     raise StepFailed("run %s changed nothing on this host" % wanted)
@@ -99,7 +100,7 @@ def do_rollback(payload, progress, lease, hooks, notes):
             raise
         # The client may undo it by recomposition (apply/recompose.py): it gets the journal as read
         # here, after dead runs were rolled back, so it needs no second read. Nothing was changed;
-        return {"ok": False, "status": "later_runs_stand", "error": str(exc), "records": records,
+        return {"ok": False, "status": STATUS_LATER_RUNS_STAND, "error": str(exc), "records": records,
                 "run_id": payload.get("run_id")}
     manifest = load_manifest(state_dir, target)
     run = Run(payload, progress, lease, hooks)
@@ -114,7 +115,7 @@ def do_rollback(payload, progress, lease, hooks, notes):
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     own_manifest = run.backup(changes, {"kind": "rollback", "target": target["run_id"]})
-    run.event("started", kind="rollback", target=target["run_id"], role=target.get("role"),
+    run.event(STARTED, kind="rollback", target=target["run_id"], role=target.get("role"),
               user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
               managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
 
@@ -122,18 +123,18 @@ def do_rollback(payload, progress, lease, hooks, notes):
         run.phase("before_write")
         run.server_touched = bool(manifest.get("service"))
         if run.server_touched:
-            run.event("server_touched")
+            run.event(SERVER_TOUCHED)
         restored, problems, service_note = run.restore(manifest)
         if problems:
             raise StepFailed("; ".join(problems))
         run.phase("confirm")
-        progress({"event": "verified", "pid": None})
+        progress({"event": EVENT_VERIFIED, "pid": None})
         lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
-        run.event("finished", kind="rollback", target=target["run_id"], restored=restored, service=service_note,
+        run.event(FINISHED, kind="rollback", target=target["run_id"], restored=restored, service=service_note,
                   **run.dirs_note())
         prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: the undone run's derived image, now unused
-        return dict({"ok": True, "status": "finished", "target": target["run_id"], "restored": restored,
+        return dict({"ok": True, "status": STATUS_FINISHED, "target": target["run_id"], "restored": restored,
                      "service": service_note, "run_id": run.run_id, "kept": kept}, **run.dirs_note())
 
     # A rollback that cannot finish puts back what it found (its own backups): the target stays

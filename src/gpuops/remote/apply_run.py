@@ -25,6 +25,8 @@ from gpuops.remote.apply_service import Service, backend_call, previous_service
 from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.host_hooks import HostHooks
+from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_COMPILED, EVENT_DIR_KEPT, EVENT_HEALTHY, EVENT_PHASE, EVENT_ROLLED_BACK, EVENT_ROLLING_BACK, EVENT_VERIFIED, EVENT_WROTE, FINISHED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, UNCHANGED
+from gpuops.remote.secret_mask import mask_reported
 
 
 # How restore() words a failure of the server alone (the files are back): recovery closes such a run.
@@ -50,13 +52,15 @@ class Run:
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
-        record.update(fields)
+        # What the journal keeps passes the secrets policy first: an error may quote the server's
+        # own command line (its flags checked against the launch script's), --api-key and all.
+        record.update(mask_reported(fields))
         append_line(self.journal, record)
         self.progress({"event": event, "run_id": self.run_id})
 
     def phase(self, name):
         """A named point of the run: the host's hooks may act here, then the lease is checked."""
-        self.progress({"event": "phase", "phase": name})
+        self.progress({"event": EVENT_PHASE, EVENT_PHASE: name})
         self.hooks.at_phase(self, name)
         self.lease.check("at " + name)
 
@@ -148,7 +152,7 @@ class Run:
                     os.unlink(change["path"])
                     fsync_dir(os.path.dirname(change["path"]) or ".")
                 dropped += change.get("remove_dirs") or []  # and the directories that run created for it
-                self.progress({"event": "wrote", "path": change["path"]})
+                self.progress({"event": EVENT_WROTE, "path": change["path"]})
                 continue
             mode = int(change["mode"], 8) if change.get("mode") else None
             data = self.hooks.written_data(self, change["path"], base64.b64decode(change["after_b64"]))
@@ -159,7 +163,7 @@ class Run:
                 atomic_write(change["path"], data, mode)
             except OSError as exc:
                 raise StepFailed("writing %s failed: %s" % (change["path"], _os_error(exc)))
-            self.progress({"event": "wrote", "path": change["path"]})
+            self.progress({"event": EVENT_WROTE, "path": change["path"]})
             if number == 0:
                 self.phase("first_write")
         self.drop_dirs(dropped)
@@ -188,7 +192,7 @@ class Run:
             if status != 0:
                 reason = (err or out).decode("utf-8", "replace").strip()[-800:] or silent_failure(status, self.run_dir)
                 raise StepFailed("the patched files do not compile with %s: %s" % (check["python"], reason))
-            self.progress({"event": "compiled", "paths": check["paths"]})
+            self.progress({"event": EVENT_COMPILED, "paths": check["paths"]})
 
     def audit(self):
         spec = self.payload.get("audit")
@@ -214,7 +218,7 @@ class Run:
         self.phase("server_stop")
         # Durable before the server is touched: a recovery must know to bring the old one back.
         self.server_touched = True
-        self.event("server_touched")
+        self.event(SERVER_TOUCHED)
         try:
             self.service.stop()
             self.phase("server_start")
@@ -226,7 +230,7 @@ class Run:
         self.phase("health")
         info = self.service.wait_healthy(self.lease)
         running, pid = self.service.running()
-        self.progress({"event": "healthy", "pid": pid, "checked": info})
+        self.progress({"event": EVENT_HEALTHY, "pid": pid, "checked": info})
         return pid
 
     # -- the way back
@@ -237,7 +241,7 @@ class Run:
         for path in kept:
             if path not in self.kept_dirs:
                 self.kept_dirs.append(path)
-                self.progress({"event": "dir_kept", "path": path, "why": "not empty (or not a directory) any more"})
+                self.progress({"event": EVENT_DIR_KEPT, "path": path, "why": "not empty (or not a directory) any more"})
 
     def restore(self, manifest):
         """Put every file back byte for byte (mode and owner too), then the previous server, healthy.
@@ -289,15 +293,15 @@ class Run:
         return restored, problems, service_note
 
     def rollback(self, manifest, why, log_tail=None):
-        self.progress({"event": "rolling_back", "why": why})
+        self.progress({"event": EVENT_ROLLING_BACK, "why": why})
         restored, problems, service_note = self.restore(manifest)
         discard_built_image(self)  # docker: an image this run built, now that the previous container is back
         if problems:
-            self.event("rollback_failed", error=why, problems=problems)
-            return {"ok": False, "status": "rollback_failed", "error": why, "restored": restored,
+            self.event(ROLLBACK_FAILED, error=why, problems=problems)
+            return {"ok": False, "status": STATUS_ROLLBACK_FAILED, "error": why, "restored": restored,
                     "problems": problems, "run_id": self.run_id, "log_tail": log_tail}
-        self.event("rolled_back", error=why, restored=restored, service=service_note, **self.dirs_note())
-        return dict({"ok": False, "status": "rolled_back", "error": why, "restored": restored,
+        self.event(ROLLED_BACK, error=why, restored=restored, service=service_note, **self.dirs_note())
+        return dict({"ok": False, "status": STATUS_ROLLED_BACK, "error": why, "restored": restored,
                      "service": service_note, "run_id": self.run_id, "log_tail": log_tail}, **self.dirs_note())
 
     def dirs_note(self):
@@ -355,8 +359,8 @@ def guarded(run, manifest, step):
 def answered(run, result):
     """Tell gpuops how the run ended once the journal says so (the result line follows; this one
     is short, so it is the part most likely to get through a failing channel)."""
-    if result.get("status") == "rolled_back":
-        run.progress({"event": "rolled_back", "run_id": run.run_id, "why": result.get("error")})
+    if result.get("status") == STATUS_ROLLED_BACK:
+        run.progress({"event": EVENT_ROLLED_BACK, "run_id": run.run_id, "why": result.get("error")})
     return result
 
 
@@ -377,14 +381,14 @@ def do_apply(payload, progress, lease, hooks, notes):
         changes, marks, kept = recomposition(payload, notes)
     run.check_unchanged_since_plan(changes)
     if not changes and not payload.get("handlers"):
-        run.event("unchanged", role=run.meta.get("role"), user=run.meta.get("user"),
+        run.event(UNCHANGED, role=run.meta.get("role"), user=run.meta.get("user"),
                   client=run.meta.get("client"), vars_sha256=run.meta.get("vars_sha256"), changes=[])
-        return {"ok": True, "status": "unchanged", "run_id": run.run_id}
+        return {"ok": True, "status": STATUS_UNCHANGED, "run_id": run.run_id}
     run.server_running_before = server_running(run)
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     run.phase("before_backup")
     manifest = run.backup(changes)
-    run.event("started", role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
+    run.event(STARTED, role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
               vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
               managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
               changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
@@ -400,7 +404,7 @@ def do_apply(payload, progress, lease, hooks, notes):
         audit_output = run.audit()
         verdict_reason = None
         if payload.get("audit"):
-            progress({"event": "audited", "audit_output": audit_output})
+            progress({"event": EVENT_AUDITED, "audit_output": audit_output})
             run.phase("verdict")
             verdict = lease.wait_message("verdict", "while waiting for gpuops' verdict on the re-audit")
             verdict_reason = verdict.get("reason")
@@ -410,15 +414,15 @@ def do_apply(payload, progress, lease, hooks, notes):
         run.phase("confirm")
         # The server's log since its start, when gpuops judges a feature by it (pcie-allreduce).
         log = {"log": run.service.log_tail(400)} if payload.get("read_log") and pid is not None else {}
-        progress(dict({"event": "verified", "pid": pid}, **log))
+        progress(dict({"event": EVENT_VERIFIED, "pid": pid}, **log))
         answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
-        run.event("finished", pid=pid, **run.dirs_note())
-        progress({"event": "committed", "run_id": run.run_id})  # the host's answer, journaled first
+        run.event(FINISHED, pid=pid, **run.dirs_note())
+        progress({"event": EVENT_COMMITTED, "run_id": run.run_id})  # the host's answer, journaled first
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named
-        return dict({"ok": True, "status": "finished", "pid": pid, "run_id": run.run_id,
+        return dict({"ok": True, "status": STATUS_FINISHED, "pid": pid, "run_id": run.run_id,
                      "audit_verdict": verdict_reason, "target": marks.get("target"),
                      "restored": [c["path"] for c in changes] if marks else [], "kept": kept}, **run.dirs_note())
 

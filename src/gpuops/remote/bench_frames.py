@@ -1,6 +1,11 @@
 """Framed output of the bench client on the host: one line per record, ``GPUOPS-BENCH <run_id> <kind>
 <json>``, written to stdout, to the host's own copy of the frames and to a small progress file.
 
+Every record passes the secrets policy (``secret_mask.mask_reported``, the one home uses) before it
+is written anywhere: the server's command line and environment, an error quoting them, a tool's
+chatter. Each secret found is remembered, so a later frame that quotes it is masked too; home masks
+the whole run again across all its frames (``bench/frames.masked_run``).
+
 Stdlib only, Python 3.8+ (bundled into ``bench_client`` by ``gpuops.remote.bundle``).
 """
 
@@ -9,6 +14,9 @@ import os
 import sys
 import threading
 import time
+
+from gpuops.remote.secret_mask import mask_reported, reported_secrets
+from gpuops.remote.sglang_server import known_keys
 
 
 FRAME = "GPUOPS-BENCH"
@@ -45,6 +53,7 @@ class Emitter(object):
         self.progress = None  # {"done", "total", "stage", ...}: written to progress_path as frames go by
         self.progress_path = None
         self.progress_written = 0.0
+        self.secrets = set()  # every secret a frame carried so far: masked in each later frame too
 
     def track(self, path, total):
         """Keep a small JSON progress file at ``path`` (read by the operator's progress display)."""
@@ -87,9 +96,17 @@ class Emitter(object):
             self.keep = None
             return "not kept (%s)" % exc
 
+    def masked(self, record):
+        """``record`` as it may leave this process: every secret in it, or in an earlier frame, or a
+        server's key this client asked with, masked."""
+        self.secrets.update(reported_secrets(record))
+        self.secrets.update(known_keys())
+        return mask_reported(record, self.secrets)
+
     def emit(self, kind, record):
-        line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
         with self.lock:
+            record = self.masked(record)
+            line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
             if self.progress is not None:
                 if kind in ("sample", "allreduce", "fusion"):
                     self.progress["done"] += 1

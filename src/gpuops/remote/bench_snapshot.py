@@ -15,6 +15,7 @@ from gpuops.remote.apply_journal import read_journal, runs_by_id
 from gpuops.remote.bench_http import ServerError
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.sglang_server import ServerClient, find_server_pid, process_cmdline
+from gpuops.remote.host_protocol import FINISHED, ROLLED_BACK
 
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASHINFER_", "SGL_")
@@ -109,7 +110,7 @@ def patched_sources(state_dir):
         return []
     found = set()
     for run in runs:
-        if "finished" not in run["events"] or "rolled_back" in run["events"]:
+        if FINISHED not in run["events"] or ROLLED_BACK in run["events"]:
             continue
         for change in run.get("changes") or []:
             path = change.get("path") or ""

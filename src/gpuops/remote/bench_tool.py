@@ -1,17 +1,24 @@
 """SGLang's own benchmark module (``--tool sglang``), run on the host with the server's python; its
 JSONL result lines are relayed as ``tool`` frames.
 
+A server started with ``--api-key`` answers its requests only with the key. SGLang's
+``bench_serving`` takes no key flag: it reads ``OPENAI_API_KEY`` from its environment
+(``get_auth_headers``: ``Authorization: Bearer KEY``), so the tool runs with the server's own key
+there (never on its command line, which ``ps`` shows and the notes carry). A module whose source
+reads no key (``bench_one_batch_server``) cannot bench such a server: refused, saying so.
+
 Stdlib only, Python 3.8+ (bundled into ``bench_client``).
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 
 from gpuops.remote.bench_http import ServerError
 from gpuops.remote.bench_workdir import in_temp_dir
-from gpuops.remote.sglang_server import installed_root
+from gpuops.remote.sglang_server import installed_root, known_key
 
 # Where later releases moved SGLang's benchmark modules (0.5.16+: sglang/benchmark/; the old
 # top-level modules stay as deprecation shims that warn): the new home is used where it exists.
@@ -26,6 +33,46 @@ def tool_module(module, root):
     if newer and root and os.path.isfile(os.path.join(root, *newer.split(".")[1:]) + ".py"):
         return newer
     return module
+
+# How SGLang's benchmark modules take a server's key: ``os.environ.get("OPENAI_API_KEY")``.
+KEY_ENV = "OPENAI_API_KEY"
+_READS_KEY = re.compile(r"""os\.environ\.get\(\s*["']%s["']|os\.environ\[\s*["']%s["']\s*\]""" % (KEY_ENV, KEY_ENV))
+
+
+def module_file(module, root):
+    """The source file of ``module`` (``sglang.x.y``) in the release at ``root``, or None."""
+    if not root or not module.startswith("sglang."):
+        return None
+    path = os.path.join(root, *module.split(".")[1:]) + ".py"
+    return path if os.path.isfile(path) else None
+
+
+def reads_key(module, root):
+    """Whether the release's ``module`` sends a key it reads from ``OPENAI_API_KEY`` (None: its
+    source cannot be read)."""
+    path = module_file(module, root)
+    if path is None:
+        return None
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return _READS_KEY.search(handle.read()) is not None
+    except OSError:
+        return None
+
+
+def tool_env(module, root, url):
+    """The tool's environment: this process's, with the server's key as ``OPENAI_API_KEY`` when the
+    server has one. Raises ServerError when the server wants a key and the module sends none."""
+    env = dict(os.environ)
+    env.pop(KEY_ENV, None)  # never another server's key
+    key = known_key(url)
+    if not key:
+        return env
+    if reads_key(module, root) is False:
+        raise ServerError("%s sends no API key (its source reads no %s) and the server at %s was started with "
+                          "--api-key: bench it with --tool gpuops" % (module, KEY_ENV, url))
+    env[KEY_ENV] = key
+    return env
 
 NEEDS_SERVER = True
 SERVER_AFTER = False  # the tool's own line carries what it measured
@@ -50,7 +97,9 @@ def _suite_tool(payload, emitter, stop, out_dir):
     appends its result line to the output file, which is read back once per run.
     """
     tool = payload["tool"]
-    module = tool_module(tool["module"], installed_root(tool.get("python")))
+    root = installed_root(tool.get("python"))
+    module = tool_module(tool["module"], root)
+    env = tool_env(module, root, payload["url"])
     for run_index, tail_args in enumerate(tool.get("runs") or [[]]):
         if stop.is_set():
             break
@@ -61,7 +110,7 @@ def _suite_tool(payload, emitter, stop, out_dir):
         emitter.emit("note", {"message": "running %s %s" % (module, " ".join(argv[5:]))})
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, env=env)
         except OSError as exc:
             raise ServerError("cannot run %s: %s" % (argv[0], exc))
         tail = []

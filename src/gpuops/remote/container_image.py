@@ -29,6 +29,7 @@ import time
 
 from gpuops.remote.apply_commands import run_watched
 from gpuops.remote.service_base import ServiceFailed
+from gpuops.remote.host_protocol import EVENT_COMPILED, EVENT_IMAGE_BUILT, EVENT_IMAGE_KEPT, EVENT_IMAGE_REMOVED
 
 _DOCKER_TIMEOUT_S = 600
 # py_compile each path (argv) to a throwaway cfile: the image's tree gets no __pycache__ from us.
@@ -180,10 +181,10 @@ def build_for_run(run):
     started = time.monotonic()
     if builder.build():
         run.built_image = spec["tag"]
-    run.progress({"event": "image_built", "tag": spec["tag"], "built": bool(getattr(run, "built_image", None)),
+    run.progress({"event": EVENT_IMAGE_BUILT, "tag": spec["tag"], "built": bool(getattr(run, "built_image", None)),
                   "seconds": round(time.monotonic() - started, 2)})
     builder.compile_check()
-    run.progress({"event": "compiled", "paths": [f["path"] for f in spec["files"]], "image": spec["tag"]})
+    run.progress({"event": EVENT_COMPILED, "paths": [f["path"] for f in spec["files"]], "image": spec["tag"]})
     return spec["tag"]
 
 
@@ -194,9 +195,9 @@ def discard_built_image(run):
         return
     try:
         removed, err = ImageBuilder(run.payload.get("image") or {"tag": tag}, lambda: None, run.run_dir).remove()
-        run.progress({"event": "image_removed" if removed else "image_kept", "tag": tag, "why": err[-300:]})
+        run.progress({"event": EVENT_IMAGE_REMOVED if removed else EVENT_IMAGE_KEPT, "tag": tag, "why": err[-300:]})
     except Exception as exc:  # a leftover tagged image is harmless; a rollback must not fail for it
-        run.progress({"event": "image_kept", "tag": tag, "why": "%s: %s" % (type(exc).__name__, exc)})
+        run.progress({"event": EVENT_IMAGE_KEPT, "tag": tag, "why": "%s: %s" % (type(exc).__name__, exc)})
 
 
 def _names_in_effect(state_dir, script):
@@ -263,7 +264,7 @@ def prune_derived_images(run, notes):
                 notes.append("removed the derived image %s: no run still in effect names it" % tag)
             else:
                 notes.append("kept the derived image %s (docker rmi: %s)" % (tag, err[-200:]))
-            run.progress({"event": "image_removed" if status == 0 else "image_kept", "tag": tag,
+            run.progress({"event": EVENT_IMAGE_REMOVED if status == 0 else EVENT_IMAGE_KEPT, "tag": tag,
                           "why": "unused" if status == 0 else err[-300:]})
     except Exception as exc:  # see the docstring
         notes.append("derived images of %s not pruned: %s: %s" % (container, type(exc).__name__, exc))

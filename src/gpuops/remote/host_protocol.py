@@ -57,10 +57,29 @@ EVENT_AUDITED = "audited"
 EVENT_VERIFIED = "verified"
 EVENT_COMMITTED = "committed"      # the host's answer to the commit, journaled before it is sent
 EVENT_ROLLED_BACK = ROLLED_BACK    # ... or that it rolled the run back instead
+EVENT_RECOVERING = "recovering"    # a dead run found: rolling it back before this one
+EVENT_WORKER = "worker"            # the relay started its worker (pid)
+EVENT_PHASE = "phase"              # a step of the run began (backups, writes, restart, ...)
+EVENT_PAUSED = "paused"            # a host hook held the run (the lab's pause_at)
+EVENT_WROTE = "wrote"              # a managed file written
+EVENT_DIR_KEPT = "dir_kept"        # a created directory left in place (not empty)
+EVENT_COMPILED = "compiled"        # a patched module byte-compiled
+EVENT_HEALTHY = "healthy"          # the restarted server answered its health check
+EVENT_ROLLING_BACK = "rolling_back"
+EVENT_IMAGE_BUILT = "image_built"
+EVENT_IMAGE_KEPT = "image_kept"
+EVENT_IMAGE_REMOVED = "image_removed"
 PROGRESS_EVENTS = (EVENT_HEARTBEAT, EVENT_RECOVERED, EVENT_AUDITED, EVENT_VERIFIED, EVENT_COMMITTED, EVENT_ROLLED_BACK,
-                   "recovering", "worker", "phase",
-                   "paused", "wrote", "dir_kept", "compiled", "healthy", "rolling_back", "image_built", "image_kept",
-                   "image_removed")
+                   EVENT_RECOVERING, EVENT_WORKER, EVENT_PHASE, EVENT_PAUSED, EVENT_WROTE, EVENT_DIR_KEPT,
+                   EVENT_COMPILED, EVENT_HEALTHY, EVENT_ROLLING_BACK, EVENT_IMAGE_BUILT, EVENT_IMAGE_KEPT,
+                   EVENT_IMAGE_REMOVED)
+
+# The payload's ``mode``: what the helper is asked to do.
+MODE_APPLY = "apply"
+MODE_ROLLBACK = "rollback"
+MODE_JOURNAL = "journal"   # read the journal (gpuops history, a reconcile), recovering a dead run first
+MODE_RECOVER = "recover"   # roll back a dead run only
+MODES = (MODE_APPLY, MODE_ROLLBACK, MODE_JOURNAL, MODE_RECOVER)
 
 # Client -> host, one JSON object a line, after the payload: the key says which.
 MESSAGE_HEARTBEAT = "hb"      # {"hb": 1}: renews the lease

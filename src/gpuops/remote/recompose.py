@@ -28,6 +28,7 @@ import shutil
 
 from gpuops.remote.apply_journal import runs_by_id
 from gpuops.remote.digest import sha256_file
+from gpuops.remote.host_protocol import FINISHED, ROLLED_BACK
 
 
 class Refused(Exception):
@@ -50,7 +51,7 @@ def undone_runs(runs):
     by_id = {run["run_id"]: run for run in runs}
     undone = set()
     for run in runs:
-        if not is_rollback(run) or "finished" not in run["events"]:
+        if not is_rollback(run) or FINISHED not in run["events"]:
             continue
         target = run.get("target")
         undone.add(target)
@@ -62,7 +63,7 @@ def undone_runs(runs):
 
 def standing(run, undone):
     """A run whose changes are in effect: it finished, was not rolled back, nor undone since."""
-    return "finished" in run["events"] and "rolled_back" not in run["events"] and run["run_id"] not in undone
+    return FINISHED in run["events"] and ROLLED_BACK not in run["events"] and run["run_id"] not in undone
 
 
 def paths_of(run):

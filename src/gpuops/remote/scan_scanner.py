@@ -14,7 +14,7 @@ from gpuops.remote.scan_pieces import FileSource
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import build
 from gpuops.remote.scan_values import self_subjects
-from gpuops.remote.scan_vocabulary import TOKENS
+from gpuops.remote.scan_vocabulary import CAP_NAME_RE, TOKENS, has_token
 from gpuops.remote.scan_walker import GateWalker, function_locals
 from gpuops.remote.scan_workers import run_forked
 
@@ -210,4 +210,29 @@ class Scanner(SiteLookups):
             else:
                 tree = {"op": "and", "args": [{"op": "not", "arg": test, "span": test["span"], "text": test.get("text")},
                                               tree], "span": test["span"], "text": test.get("text")}
+        mark_argument_clauses(tree, [p for p in params if p not in ("self", "cls")])
         return tree
+
+
+def mark_argument_clauses(tree, params):
+    """Mark the clauses of a predicate's definition that test only what its caller passes
+    (``dtype in (torch.bfloat16, torch.float16)``, ``device.type == "cuda"``): they are the call's
+    ordinary conditions, not a part of the GPU test gpuops cannot read. A clause that names a
+    capability (``arch in SUPPORTED``, ``min_capability``) stays unreadable."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if node.get("op") == "clause":
+            refs = [str(node.get(k)) for k in ("ref", "value_ref") if node.get(k)]
+            text = str(node.get("text") or "")
+            if node.get("ref") and str(node["ref"]).split(".")[0] in params and not has_token(text, ()) \
+                    and not any(CAP_NAME_RE.search(part) for ref in refs for part in ref.split(".")):
+                node["argument"] = str(node["ref"]).split(".")[0]
+            continue
+        for value in node.values():
+            if isinstance(value, dict):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, dict))

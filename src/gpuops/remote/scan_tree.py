@@ -257,18 +257,28 @@ def compare_atoms(node, scope):
             val = member_values(value, scope)
             if flipped and opname in ("in", "not in"):
                 val = NO_VALUE  # `x in <capability>`: not a comparison gpuops reads
-            choices = []
+            choices, unmatched = [], None
             if val is NO_VALUE and opname not in ("in", "not in"):
                 # A constant method or parameter: every value it can have (scan_constants).
                 found = constant_choices(value, scope)
                 choices = [] if found is NO_VALUE else sorted({repr(v): v for v in found}.values(),
                                                                  key=lambda v: (isinstance(v, list), v))
+                passed = choices
+                if choices and subject in ("cc", "major", "minor", "sm") and _is_param(value, scope):
+                    # What the callers pass, of the kind this comparison takes: a (major, minor)
+                    # tuple for a tuple, a number for a number (`if isinstance(capability,
+                    # tuple): return cap >= capability` is for tuple arguments only).
+                    choices = [v for v in choices if isinstance(v, list) == (subject == "cc")]
                 if len(choices) == 1:
                     val, choices = choices[0], []
+                elif passed and not choices:
+                    unmatched = {"param": value.id, "passed": passed}
             atom = {"kind": "cc", "subject": subject, "cmp": flip(opname) if flipped else opname,
                     "value": None if val is NO_VALUE else val}
             if choices:
                 atom["any_of"] = choices
+            if unmatched:
+                atom["unmatched"] = unmatched  # no caller passes a value this comparison is made with
             atoms.append({"op": "cap", "atom": atom})
             continue
         if cuda_subject(left) or cuda_subject(right):
@@ -282,6 +292,10 @@ def compare_atoms(node, scope):
     if len(atoms) == 1:
         return atoms[0]
     return {"op": "and", "args": atoms}
+
+
+def _is_param(node, scope):
+    return isinstance(node, ast.Name) and scope.fn is not None and node.id in (scope.fn.params or ())
 
 
 def table_lookup(node, scope):

@@ -39,6 +39,8 @@ def rejection_shape(body, stmt=None, follows=False, fn_name=""):
 
     - ``raise``: ends in a raise;
     - ``exit``: returns nothing, False, None, 0 or an empty literal (or ``continue``);
+    - ``sentinel``: returns a negative integer (``return -1``: "none", where the value is a count or
+      a size the caller checks);
     - ``error_string``: returns a message (prose) that the caller turns into a fallback;
     - ``reason``: keeps a message in a refusal variable (``disable_reason = "..."``);
     - ``accumulate``: appends to an error accumulator (``errors.append(...)``);
@@ -61,6 +63,8 @@ def rejection_shape(body, stmt=None, follows=False, fn_name=""):
         return None
     if is_denying_exit(last):
         return "exit"
+    if isinstance(last, ast.Return) and last.value is not None and _is_negative_int(last.value):
+        return "sentinel"
     if isinstance(last, ast.Return) and _is_prose(last.value) and (
             _REFUSAL_WORD_RE.search(string_of(last.value) or "") or _REFUSAL_NAME_RE.search(fn_name or "")):
         return "error_string"
@@ -79,6 +83,11 @@ def rejection_shape(body, stmt=None, follows=False, fn_name=""):
             and not stmt.orelse and _negated(stmt.test) and len(body) <= 3:
         return "fallback"
     return None
+
+
+def _is_negative_int(node):
+    value = literal(node)
+    return isinstance(value, int) and not isinstance(value, bool) and value < 0
 
 
 def _is_note(stmt):

@@ -79,12 +79,29 @@ def _methods_of(call, method):
     return (method.upper(),)
 
 
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statements(nodes):
+    """Every statement of ``nodes`` and of the blocks inside them (``if``, ``try``, functions,
+    classes), at any depth, without walking into expressions: routes, imports and
+    ``include_router`` calls are statements, and a whole-tree walk of http_server.py's expressions
+    took most of a second (every stand-in start and every ``ServerClient.for_process``)."""
+    for node in nodes:
+        yield node
+        for name in _BLOCKS:
+            inner = getattr(node, name, None)
+            if isinstance(inner, list):
+                for found in _statements(inner):
+                    yield found
+
+
 def routes_in_source(text, owners=("app",), file_name="http_server.py"):
     """Every route decorated on one of ``owners`` (``app``, ``router``) in the Python ``text``."""
     tree = ast.parse(text)
     names = _assigned_paths(tree)
     routes = []
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for deco in node.decorator_list:
@@ -109,13 +126,15 @@ def routes_in_source(text, owners=("app",), file_name="http_server.py"):
 def _included_routers(tree):
     """Module names of the routers ``app.include_router(NAME)`` adds (``from M import router as NAME``)."""
     imported = {}
-    for node in ast.walk(tree):
+    statements = list(_statements(tree.body))
+    for node in statements:
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 if alias.name == "router":
                     imported[alias.asname or alias.name] = node.module
     modules = []
-    for node in ast.walk(tree):
+    for statement in statements:
+        node = statement.value if isinstance(statement, ast.Expr) else None
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "include_router"
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == "app" and node.args
                 and isinstance(node.args[0], ast.Name) and node.args[0].id in imported):

@@ -20,7 +20,6 @@ way it answers:
 waits on.
 """
 
-import hashlib
 import http.client
 import json
 import os
@@ -29,7 +28,7 @@ import subprocess
 import sys
 import urllib.parse
 
-from gpuops.remote import prom_text, sglang_argv, sglang_release
+from gpuops.remote import prom_text, secret_mask, sglang_argv, sglang_release
 
 SERVER_INFO_ROUTES = ("/server_info", "/get_server_info")
 MODEL_INFO_ROUTES = ("/model_info", "/get_model_info")
@@ -54,6 +53,11 @@ def known_key(url):
     return _KEYS.get(url.rstrip("/"))
 
 
+def known_keys():
+    """Every server key a client of this process was made with (what its frames must never carry)."""
+    return list(_KEYS.values())
+
+
 def auth_headers(url):
     key = known_key(url)
     return {"Authorization": "Bearer %s" % key} if key else {}
@@ -67,8 +71,8 @@ def split_url(url):
 
 
 def masked(value):
-    """The secrets policy's masked form of ``value`` (``gpuops.secret_policy.mask``, the same bytes)."""
-    return "<masked:%s>" % hashlib.sha256(str(value).encode("utf-8", "replace")).hexdigest()[:8]
+    """The secrets policy's masked form of ``value``."""
+    return secret_mask.mask(value)
 
 
 def hide(value, secrets):

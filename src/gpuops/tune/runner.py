@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
+from gpuops.remote.host_protocol import STATUS_ROLLED_BACK
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -61,7 +62,7 @@ def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, ap
 
 def _failed_apply(report: HostReport, variant: Variant) -> Trial:
     why = report.error or report.status
-    if report.status == "rolled_back":
+    if report.status == STATUS_ROLLED_BACK:
         why = f"{why} (rolled back: the host runs its previous configuration)"
     return Trial(host=report.host, variant=variant.label, env=dict(variant.env), status="apply_failed",
                  run_id=report.run_id, error=why)
