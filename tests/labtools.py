@@ -243,3 +243,61 @@ def probe_site(*sites: "os.PathLike[str] | str") -> Any:
     done = subprocess.run([_sys.executable, "-S", "-c", remote_source(), reads], capture_output=True, text=True,
                           env=env, timeout=60)
     return parse_python_packages(ProbeOutput(done.stdout, done.stderr, done.returncode))
+
+
+class WatchedClient:
+    """``gpuops ARGS`` started as a user would (its own HOME, no ssh agent), its stderr read as it
+    comes, so that a test acts once the client has *said* something (``wait_for``: with ``-v`` the
+    client logs each phase of a run once it knows it) rather than after a fixed sleep."""
+
+    def __init__(self, args: list[str], home: Path) -> None:
+        import threading
+
+        from gpuops.lab.sglang_cache import cache_root
+
+        env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "XDG_STATE_HOME", "GPUOPS_LAB_DIR")}
+        env.update(HOME=str(home), GPUOPS_CACHE=str(cache_root().parent))
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpuops.cli", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env)
+        self._lines: list[str] = []
+        self._out: list[bytes] = []
+        self._cond = threading.Condition()
+        self._readers = [threading.Thread(target=self._read_err, daemon=True),
+                         threading.Thread(target=self._read_out, daemon=True)]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            with self._cond:
+                self._lines.append(raw.decode("utf-8", "replace"))
+                self._cond.notify_all()
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        self._out.append(self.proc.stdout.read())
+
+    def wait_for(self, text: str, timeout: float = 120) -> None:
+        """Until a line of stderr holds ``text``; fails (naming what it saw) if the client exits first."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not any(text in line for line in self._lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._readers[0].is_alive()):
+                    raise AssertionError(f"the client never said {text!r}: {''.join(self._lines)[-3000:]}")
+                self._cond.wait(min(left, 0.2))
+
+    def finish(self, timeout: float = 180) -> tuple[str, str, int]:
+        """stdout, stderr and the exit status once the client has ended."""
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(30)
+        return b"".join(self._out).decode("utf-8", "replace"), "".join(self._lines), self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)

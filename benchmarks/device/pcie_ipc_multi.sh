@@ -33,6 +33,10 @@ imp() { python3 -c 'import flashinfer, flashinfer.comm; from flashinfer.comm imp
   if ! imp; then   # the pruned package missed a module: unpack the rest of its .py files and retry
     echo "pruned import failed; unpacking .carry/py-rest.tgz"; tar -C $ROOT/.carry/site -xzf $ROOT/.carry/py-rest.tgz && imp
   fi
+  # JIT-build pcie_ipc_comm from the carried sources once (cached for the check and the bench); on a
+  # one-GPU kind this is all the recipe can show: the carried tree imports and its kernel compiles.
+  python3 -c 'import time; t=time.time(); from flashinfer.comm.pcie_ipc_ar import get_pcie_ipc_comm_module as g; m=g(); print("pcie_ipc_comm built in", round(time.time()-t, 1), "s:", m)' \
+    || echo "pcie_ipc_comm JIT build failed"
   nproc; free -g | head -2
 } > $OUT/facts.txt 2>&1
 g() { # one gpuops bench call; $1: name of its --json document, rest: arguments

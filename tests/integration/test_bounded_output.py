@@ -99,3 +99,62 @@ def test_a_runaway_probe_fails_its_fact_and_memory_stays_bounded(lab, gpuops_hom
         assert facts["server"]["known"] and facts["software"], "the other facts still parse"
         # before the limits: 2.2 GB for the 300 MB probe; now the host cuts it at 4 MiB
         assert rss < baseline_rss + 64 * 1024, (size, rss, baseline_rss)
+
+
+# Copies a wheelhouse to the lab host as sglang-release does, in a process of its own, and prints
+# its peak memory before and after the copy (the kernel's count, getrusage).
+_COPY = """
+import dataclasses, json, resource, sys
+from gpuops.apply.release_env import copy_wheelhouse
+from gpuops.inventory import load_inventory
+from gpuops.plan.release import ReleaseEnv
+from gpuops.transport import ConnectOptions, connect
+
+inventory, transport, envs, folder = sys.argv[1:5]
+host = load_inventory(inventory).select(None)[0]
+host = dataclasses.replace(host, vars={**host.vars, "gpuops_connection": transport})
+conn = connect(host, ConnectOptions())
+conn.run("true", timeout=60)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+env = ReleaseEnv("0.5.21", envs, "sglang-0.5.21-000000000000", "python3", (), (), "", folder, 0)
+target = copy_wheelhouse(conn, env, host.name)
+conn.close()
+print(json.dumps({"target": target, "before_kib": before,
+                  "after_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+@pytest.mark.parametrize("transport", ["paramiko", "openssh"])
+def test_a_large_wheelhouse_is_streamed_to_the_host_in_bounded_memory(lab, transport: str, tmp_path: Path) -> None:
+    """sglang-release copies the operator's wheelhouse to hosts without internet (torch's CUDA
+    wheels alone are GiBs): it streams, so gpuops' memory does not grow with the wheelhouse
+    (before: the whole tar in a BytesIO, then a copy of it, 2x the wheelhouse)."""
+    import hashlib
+    import json
+    import shutil
+
+    folder = tmp_path / "wheelhouse"
+    folder.mkdir()
+    size = 160 * 1024 * 1024
+    with open(folder / "big-1.0-py3-none-any.whl", "wb") as handle:
+        handle.truncate(size)  # sparse here; read as zeros and sent whole
+    small = os.urandom(300_000)
+    (folder / "small-1.0-py3-none-any.whl").write_bytes(small)
+    (folder / "notes.txt").write_text("not a distribution: left out")
+    envs = lab.host("h01").dir / f"envs-{transport}"
+    done = subprocess.run([sys.executable, "-c", _COPY, str(lab.inventory_path), transport, str(envs), str(folder)],
+                          capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"})
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        target = Path(out["target"])
+        print(f"{transport}: a {size >> 20} MiB wheelhouse copied; max RSS {out['before_kib']} KiB before, "
+              f"{out['after_kib']} KiB after")
+        assert sorted(p.name for p in target.iterdir()) == ["big-1.0-py3-none-any.whl", "small-1.0-py3-none-any.whl"]
+        assert (target / "big-1.0-py3-none-any.whl").stat().st_size == size
+        assert hashlib.sha256((target / "small-1.0-py3-none-any.whl").read_bytes()).digest() == hashlib.sha256(small).digest()
+        assert not list(target.parent.glob("*.partial"))
+        assert out["after_kib"] - out["before_kib"] < 48 * 1024, out  # before the fix: > 320 MiB more
+    finally:
+        shutil.rmtree(envs, ignore_errors=True)

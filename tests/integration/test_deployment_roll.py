@@ -1,14 +1,30 @@
-"""A multi-node SGLang server on lab hosts (the stand-in's --nnodes/--node-rank/--dist-init-addr):
-a rolling apply never splits its nodes, and a node of rank > 0 is healthy by /health alone."""
+"""A multi-node SGLang server on lab hosts changed as ONE server (apply/deployment.py).
+
+Two lab nodes running the stand-in as SGLang's nodes (``--nnodes 2 --node-rank R --dist-init-addr``:
+node 0 healthy only once node 1 joined, one node gone takes the other down), one lab for the
+module (each test leaves it healthy on a setting of its own). Faults come from the lab's fault
+file (``lab/host_faults.py``) and SIGKILLs from outside gpuops' code path. After every fault the
+promise is the same: never a split configuration, both nodes on one setting, the server healthy.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
-from gpuops.lab.hosts import LabSpec
+import pytest
+
+from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
+
+from gpuops.lab.hosts import Lab, LabSpec
 from gpuops.lab.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+LEASE = 4
 
 
 def _node_args(rank: int, addr: str) -> tuple[str, ...]:
@@ -16,21 +32,241 @@ def _node_args(rank: int, addr: str) -> tuple[str, ...]:
             "--dist-init-addr", addr)
 
 
-def test_serial_1_rolls_the_nodes_of_a_deployment_together(lab_factory: Any, run_gpuops: Any) -> None:
-    addr = f"127.0.0.1:{free_port()}"
+@pytest.fixture(scope="module")
+def nodes(lab_factory: Any) -> Iterator[tuple[Lab, int]]:
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
     lab = lab_factory(LabSpec(count=1, names=("n0",), server_args=_node_args(0, addr)),
                       LabSpec(count=1, names=("n1",), server_args=_node_args(1, addr)))
-    extra = json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}, "gpuops_health_timeout": 20})
-    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--serial", "1", "--json", "-e", extra,
-                      "-e", '{"sglang_deployment": "kimi"}', timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    hosts = json.loads(proc.stdout)["hosts"]
+    yield lab, port
+
+
+def _extra(port: int, value: int, *more: str) -> list[str]:
+    return ["-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": str(value)}, "sglang_deployment": "kimi",
+                              "sglang_dist_port": port, "gpuops_health_timeout": 30, "gpuops_lease": LEASE}),
+            *more]
+
+
+def _env_file(lab: Lab, name: str) -> str:
+    return (lab.host(name).state_dir / "sglang.env").read_text()
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read()
+    except OSError:
+        return 0, b""
+
+
+def _settled(lab: Lab, value: int, timeout: float = 90) -> None:
+    """Both nodes' launch files hold ``value``, the leader serves it, the worker answers /health:
+    polled, since a rollback's restart may still be under way when the client returns."""
+    want = f"NCCL_MIN_NCHANNELS='{value}'"
+    deadline = time.monotonic() + timeout
+    seen: Any = None
+    while time.monotonic() < deadline:
+        files = {n: want in _env_file(lab, n) for n in ("n0", "n1")}
+        status, body = _get(lab.host("n0").server_port, "/get_server_info")
+        served = json.loads(body).get("env", {}).get("NCCL_MIN_NCHANNELS") if status == 200 else None
+        worker = _get(lab.host("n1").server_port, "/health")[0]
+        seen = (files, served, worker)
+        if all(files.values()) and served == str(value) and worker == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not settled on {value}: files {seen[0]}, leader serves {seen[1]!r}, worker /health {seen[2]}")
+
+
+def _baseline(run_gpuops: Any, lab: Lab, port: int) -> None:
+    """Both nodes on NCCL_MIN_NCHANNELS=4 (a no-op when an earlier test left them there)."""
+    code, hosts = _apply(run_gpuops, lab, port, 4)
+    assert code == 0, hosts
+    _settled(lab, 4)
+
+
+def _fault(lab: Lab, name: str, fault: dict[str, Any]) -> None:
+    (lab.host(name).state_dir / "lab-fault.json").write_text(json.dumps(fault))
+
+
+def _apply(run_gpuops: Any, lab: Lab, port: int, value: int, *more: str) -> tuple[int, dict[str, Any]]:
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *_extra(port, value), *more,
+                      timeout=300)
+    return proc.returncode, json.loads(proc.stdout)["hosts"]
+
+
+def test_serial_1_changes_both_nodes_as_one_server(nodes: tuple[Lab, int], run_gpuops: Any) -> None:
+    lab, port = nodes
+    code, hosts = _apply(run_gpuops, lab, port, 4, "--serial", "1")
+    assert code == 0, hosts
     assert hosts["n0"]["status"] == hosts["n1"]["status"] == "finished", hosts
+    _settled(lab, 4)
+    status, body = _get(lab.host("n0").server_port, "/get_server_info")
+    assert status == 200 and json.loads(body)["nnodes"] == 2
+    # The derived launch flags are each node's own (the inventory spells the same; merged, not doubled).
+    for rank, name in enumerate(("n0", "n1")):
+        script = (lab.host(name).state_dir / "sglang-launch.sh").read_text()
+        assert f"--node-rank {rank} " in script and script.count("--nnodes") == 1, script
+        assert f"--dist-init-addr 127.0.0.1:{port}" in script
+    # Each node's journal names the deployment and its members (how any node finds the others).
     for name in ("n0", "n1"):
-        assert "NCCL_MIN_NCHANNELS='4'" in (lab.host(name).state_dir / "sglang.env").read_text()
-    leader = lab.host("n0")
-    with urllib.request.urlopen(f"http://127.0.0.1:{leader.server_port}/get_server_info", timeout=10) as reply:
-        info = json.loads(reply.read())
-    assert info["env"]["NCCL_MIN_NCHANNELS"] == "4" and info["nnodes"] == 2
-    with urllib.request.urlopen(f"http://127.0.0.1:{lab.host('n1').server_port}/health", timeout=10) as reply:
-        assert reply.status == 200
+        records = [json.loads(l) for l in (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()]
+        started = [r for r in records if r["event"] == "started"][-1]
+        assert started["deployment"]["members"] == ["n0", "n1"] and started["deployment"]["name"] == "kimi"
+
+
+def test_check_shows_the_deployment_plan(nodes: tuple[Lab, int], run_gpuops: Any) -> None:
+    lab, port = nodes
+    code, hosts = _apply(run_gpuops, lab, port, 5, "--check")
+    assert code == 0, hosts
+    assert any("node 1 of 2 (n0, n1), a worker" in n for n in hosts["n1"]["notes"]), hosts["n1"]["notes"]
+
+
+@pytest.mark.parametrize("phase", ["after_writes", "health", "confirm"])
+def test_a_node_failing_at_any_phase_rolls_back_both(nodes: tuple[Lab, int], run_gpuops: Any, phase: str) -> None:
+    """The worker fails (after its writes, at its health, after it was verified): the leader, which
+    would be healthy (it sees the worker join), is rolled back too. Without the commit waiting for
+    every node, n0 commits 6 while n1 rolls back to 4: the split this test exists for."""
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    _fault(lab, "n1", {"fail_at": phase})
+    code, hosts = _apply(run_gpuops, lab, port, 6)
+    assert code != 0
+    assert hosts["n1"]["status"] == "rolled_back", hosts
+    # Before any server stopped, node 0 may still be before its first write: refused, nothing changed.
+    assert hosts["n0"]["status"] in (("rolled_back", "refused") if phase == "after_writes" else ("rolled_back",)), hosts
+    assert "node n1 of deployment kimi failed" in hosts["n0"]["error"], hosts["n0"]
+    _settled(lab, 4)
+
+
+@pytest.mark.parametrize("phase", ["server_start", "confirm"])
+def test_client_killed_rolls_back_every_node(nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any,
+                                             phase: str) -> None:
+    """gpuops SIGKILLed while the worker node waits (started, or healthy before the commit): both
+    leases lapse, both nodes roll back by themselves, the server comes back on the old setting."""
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    earlier = {name: calls(lab.host(name)) for name in ("n0", "n1")}
+    _fault(lab, "n1", {"pause_at": phase, "seconds": 60})
+    proc = client(lab, "nccl-env", *_extra(port, 7), home=gpuops_home)
+    where = paused(lab.host("n1"), phase, proc, earlier["n1"])
+    kill("client", where, proc)
+    proc.communicate()
+    wait_host_settled(lab.host("n1"), where)
+    _settled(lab, 4)
+    for name in ("n0", "n1"):
+        events = [e for _, e in journal_events(lab.host(name))]
+        assert events[-1] == "rolled_back", (name, events[-3:])
+
+
+def test_worker_killed_on_the_leader_rolls_back_every_node(nodes: tuple[Lab, int], gpuops_home: Path,
+                                                           run_gpuops: Any) -> None:
+    """The leader's host-side worker dies (OOM killer) during its health wait: its relay rolls it
+    back, the client aborts the worker node, both come back on the old setting."""
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    earlier = calls(lab.host("n0"))
+    _fault(lab, "n0", {"pause_at": "health", "seconds": 60})
+    proc = client(lab, "nccl-env", "--json", *_extra(port, 8), home=gpuops_home)
+    where = paused(lab.host("n0"), "health", proc, earlier)
+    kill("worker", where, proc)
+    out, _ = proc.communicate(timeout=240)
+    hosts = json.loads(out)["hosts"]
+    assert hosts["n0"]["status"] == hosts["n1"]["status"] == "rolled_back", hosts
+    _settled(lab, 4)
+
+
+def test_a_node_left_out_by_limit_is_refused(nodes: tuple[Lab, int], run_gpuops: Any) -> None:
+    lab, port = nodes
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "-l", "n1", *_extra(port, 9), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "n1: deployment kimi" in proc.stderr and "n0" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    _settled(lab, 4)
+
+
+def test_inspect_shows_the_deployment_as_one_server(nodes: tuple[Lab, int], run_gpuops: Any,
+                                                    tmp_path: Path) -> None:
+    """The inventory names the deployment as a group var (as an operator writes it); inspect sees
+    the two nodes as one server, healthy, on one configuration."""
+    import yaml
+
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    data["all"]["children"]["lab"]["vars"].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    proc = run_gpuops("inspect", "host", "-i", str(inventory), "--json", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    kimi = json.loads(proc.stdout)["deployments"]["kimi"]
+    assert kimi["members"] == ["n0", "n1"] and kimi["leader"] == "n0", kimi
+    assert kimi["init_addr"] == f"127.0.0.1:{port}" and kimi["warnings"] == [], kimi
+    assert kimi["nodes"]["n0"]["healthy"] and kimi["nodes"]["n1"]["running"], kimi
+    assert kimi["nodes"]["n1"]["launch"] == {"nnodes": "2", "node_rank": "1", "dist_init_addr": f"127.0.0.1:{port}"}
+
+
+def test_a_change_on_one_node_restarts_every_node(nodes: tuple[Lab, int], run_gpuops: Any, tmp_path: Path) -> None:
+    """Only node 1's launch changes (a host var of its own): node 0, with nothing to change,
+    restarts with it (node 1's restart alone would take the leader down), and both commit. The
+    same way a deployment whose nodes ended on different settings is brought back to one."""
+    import yaml
+
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    leader_pid = _pid(lab, "n0")
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    data["all"]["children"]["lab"]["hosts"]["n1"]["sglang_env"]["GPUOPS_TEST_NODE"] = "one"
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    proc = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json", *_extra(port, 4), timeout=300)
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert proc.returncode == 0, hosts
+    assert hosts["n0"]["status"] == hosts["n1"]["status"] == "finished", hosts
+    assert hosts["n0"]["changed"] == 0 and any("restarted with the other nodes" in n for n in hosts["n0"]["notes"])
+    assert "GPUOPS_TEST_NODE='one'" in _env_file(lab, "n1") and "GPUOPS_TEST_NODE" not in _env_file(lab, "n0")
+    _settled(lab, 4)
+    assert _pid(lab, "n0") != leader_pid  # the leader was restarted with its worker
+    code, hosts = _apply(run_gpuops, lab, port, 4)  # back to the lab's own inventory: node 1 changes again
+    assert code == 0 and "GPUOPS_TEST_NODE" not in _env_file(lab, "n1"), hosts
+    _settled(lab, 4)
+
+
+def _pid(lab: Lab, name: str) -> int:
+    return int((lab.host(name).state_dir / "sglang.pid").read_text().split()[0])
+
+
+def test_three_nodes_change_and_roll_back_as_one(lab_factory: Any, run_gpuops: Any) -> None:
+    """Three nodes (TP 24 over 3 hosts): each launched with its own derived rank; node 1 failing
+    after it was verified rolls all three back, and the server is healthy on the old setting."""
+    from gpuops.lab.hosts import stop_lab
+
+    port = free_port()
+    names = ("m0", "m1", "m2")
+    lab = lab_factory(*[LabSpec(count=1, names=(n,), server_args=(
+        "--model-path", "/models/Kimi-K2.5", "--tp", "24", "--nnodes", "3", "--node-rank", str(rank),
+        "--dist-init-addr", f"127.0.0.1:{port}")) for rank, n in enumerate(names)])
+    try:
+        def settled(value: int) -> None:
+            deadline = time.monotonic() + 90
+            while True:
+                files = all(f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, n) for n in names)
+                status, body = _get(lab.host("m0").server_port, "/get_server_info")
+                served = json.loads(body).get("env", {}).get("NCCL_MIN_NCHANNELS") if status == 200 else None
+                workers = [_get(lab.host(n).server_port, "/health")[0] for n in names[1:]]
+                if files and served == str(value) and workers == [200, 200]:
+                    return
+                assert time.monotonic() < deadline, (files, served, workers)
+                time.sleep(0.2)
+
+        code, hosts = _apply(run_gpuops, lab, port, 4)
+        assert code == 0 and all(hosts[n]["status"] == "finished" for n in names), hosts
+        settled(4)
+        for rank, name in enumerate(names):
+            script = (lab.host(name).state_dir / "sglang-launch.sh").read_text()
+            assert f"--nnodes 3 --node-rank {rank} --dist-init-addr 127.0.0.1:{port}" in script, script
+        _fault(lab, "m1", {"fail_at": "confirm"})
+        code, hosts = _apply(run_gpuops, lab, port, 6)
+        assert code != 0 and all(hosts[n]["status"] == "rolled_back" for n in names), hosts
+        settled(4)
+    finally:
+        stop_lab(lab.root)

@@ -78,7 +78,11 @@ def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, g
         run("results", "export", "--results-dir", str(results), "--format", form)
     run("report", "--results-dir", str(results), "-o", str(tmp_path / "report.html"), result_id)
 
+    # the host's own apply journal (the failed run's reason included) is masked on the host
+    host_journal = lab.hosts[0].state_dir / "journal.jsonl"
+    assert host_journal.is_file() and "rolled_back" in host_journal.read_text()
     for secret in (API_KEY, HF_TOKEN):
+        assert secret not in host_journal.read_text(), host_journal
         for text in outputs:
             assert secret not in text, text[:2000]
         for root in (gpuops_home, results, tmp_path / "report.html"):

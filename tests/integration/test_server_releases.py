@@ -91,14 +91,16 @@ def test_the_client_asks_every_release_its_own_routes(tmp_path: Path, version: s
              "load": client.ordered(sglang_server.LOAD_ROUTES)}
     assert asked == expected, version
     assert all(asked.values()), f"{version}: a question no route of the release answers"
+    # the health wait's route, served by every release
+    assert sglang_server.HEALTH_ROUTE in routes and _served(text, "app", sglang_server.HEALTH_ROUTE)
     # /metrics exists with --enable-metrics wherever the release mounts its Prometheus app
     assert ("/metrics" in routes) == ("add_prometheus_middleware(" in text)
     # /server_info's fields: the settings in_effect and the report read, where the release has them
     fields = sglang_release.server_arg_fields(str(sglang))
-    args_text = "".join(f.read_text() for f in (sglang / "srt").glob("**/*.py")
-                        if f.name == "server_args.py" or "arg_groups" in f.parts)
+    args_text = "".join(f.read_text() for f in [sglang / "srt" / "server_args.py",
+                                                 *(sglang / "srt" / "arg_groups").glob("**/*.py")])
     for name in HEADLINE:
-        assert (name in fields) == (re.search(rf"^\s+{name}\s*:", args_text, re.M) is not None), (version, name)
+        assert (name in fields) == (re.search(rf"^[ \t]+{name}[ \t]*:", args_text, re.M) is not None), (version, name)
     assert {"api_key", "tp_size", "speculative_algorithm", "enable_metrics"} <= set(fields)
     # launch_command: reported by the releases whose /server_info builder sets it
     builder = text + ((sglang / "srt" / "utils" / "common.py").read_text()

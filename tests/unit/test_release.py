@@ -141,3 +141,31 @@ def test_prune_keeps_what_the_launch_and_the_runs_need(tmp_path: Path) -> None:
     assert removed == [str(envs / names[2])]
     assert sorted(os.listdir(envs)) == sorted([*names[:2], *names[3:], "sglang-0.5.9-00000000000a"])
     assert release_env.prune(str(envs), 0, str(state), str(envs / names[4])) == [str(envs / names[3])]
+
+
+def test_release_tag_follows_the_running_images_repository() -> None:
+    from gpuops.plan.release import release_tag
+
+    assert release_tag("lmsysorg/sglang:latest", "0.5.21") == "lmsysorg/sglang:v0.5.21"
+    assert release_tag("registry.local:5000/ml/sglang:v0.5.8-cu129", "0.5.21") == "registry.local:5000/ml/sglang:v0.5.21"
+    assert release_tag("registry.local:5000/sglang", "0.5.21") == "registry.local:5000/sglang:v0.5.21"
+    assert release_tag("lmsysorg/sglang@sha256:" + "0" * 64, "0.5.21") == "lmsysorg/sglang:v0.5.21"
+
+
+def test_a_standing_source_patch_is_judged_on_the_new_tree() -> None:
+    """fusion-sm120's patch of the running release is never carried over: the new tree's verdict for
+    its feature decides (open by itself: a note; otherwise refused, naming the run and the way)."""
+    from gpuops.apply.release_audit import TreeVerdicts, judge_patches
+    from gpuops.plan.release import StandingPatch
+
+    patch = (StandingPatch("fusion-sm120", "20261201-1", "flashinfer_allreduce_fusion"),)
+    old = TreeVerdicts("0.5.8", {"flashinfer_allreduce_fusion": "open"}, ())
+    notes, refusal = judge_patches(patch, old, TreeVerdicts("0.5.21", {"flashinfer_allreduce_fusion": "blocked"}, ()), "0.5.21")
+    assert refusal is not None and notes == []
+    assert "fusion-sm120 (run 20261201-1) patched SGLang 0.5.8" in refusal and "blocked" in refusal
+    assert "gpuops rollback --run 20261201-1" in refusal and "nothing was changed" in refusal
+    notes, refusal = judge_patches(patch, old, TreeVerdicts("0.5.23", {"flashinfer_allreduce_fusion": "open"}, ()), "0.5.23")
+    assert refusal is None and "opens flashinfer_allreduce_fusion on this host by itself" in notes[0]
+    # A new tree without the feature at all is not "open".
+    assert judge_patches(patch, old, TreeVerdicts("0.6.0", {}, ()), "0.6.0")[1] is not None
+    assert judge_patches((), old, TreeVerdicts("0.6.0", {}, ()), "0.6.0") == ([], None)

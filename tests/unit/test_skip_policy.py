@@ -14,12 +14,12 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def run_pytest(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+def run_pytest(tmp_path: Path, body: str, *options: str) -> subprocess.CompletedProcess:
     for name in ("conftest.py", "labtools.py"):
         shutil.copy(TESTS / name, tmp_path / name)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_throwaway.py").write_text("import pytest\n\n" + body)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, str(tmp_path)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
 
 

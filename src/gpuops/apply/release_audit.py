@@ -4,7 +4,9 @@ Once the release's environment is ready on the host (``apply/release_env.py``), 
 whole-stack gate audit run twice, as ``inspect host`` runs them: on the running tree, and with the
 new environment's python (no ``PYTHONPATH``: the environment is the whole stack). The two sets of
 verdicts, judged for this host's GPU with the same judge, become the notes of the run: which
-features the new release opens, which it closes, and the stack problems the new tree has.
+features the new release opens, which it closes, and the stack problems the new tree has. On a
+docker host the running tree is the container's and the new one the new image's (a throwaway
+container of it, no network), as inspect reads a docker server.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpuops.inventory import Host
+    from gpuops.plan.release import StandingPatch
     from gpuops.transport import Connection
 
 
@@ -26,8 +31,8 @@ class TreeVerdicts:
     error: str | None = None
 
 
-def _audit(conn: "Connection", host: "Host", python: str | None) -> TreeVerdicts:
-    from gpuops.facts.collect import judge_facts
+def _audit(conn: "Connection", host: "Host", python: str | None, image: str | None = None) -> TreeVerdicts:
+    from gpuops.facts.collect import judge_facts, sglang_probes_in_docker
     from gpuops.facts.host import host_facts, preamble, probes_for
     from gpuops.facts.software_stack import stack_problems
     from gpuops.gates.probe import gate_scan_probe
@@ -39,7 +44,8 @@ def _audit(conn: "Connection", host: "Host", python: str | None) -> TreeVerdicts
         # After the usual choice (the running server's interpreter): the new environment's instead.
         script += (f"\nGPUOPS_PY={shlex.quote(python)}; GPUOPS_PY_REASON='the new release environment'; "
                    "export GPUOPS_PY GPUOPS_PY_REASON; unset PYTHONPATH\n")
-    values = gather(conn, [*probes_for(host), gate], preamble=script, timeout=600)
+    probes = sglang_probes_in_docker(host, [*probes_for(host), gate], image)
+    values = gather(conn, probes, preamble=script, timeout=600)
     facts = host_facts(values)
     report, error = judge_facts(facts, values.get(gate.name), host.name)
     if report is None:
@@ -49,16 +55,45 @@ def _audit(conn: "Connection", host: "Host", python: str | None) -> TreeVerdicts
     return TreeVerdicts(report.version, features, stack, error)
 
 
-def compare(conn: "Connection", host: "Host", new_python: str) -> list[str]:
+def audits(conn: "Connection", host: "Host", new_python: str | None,
+           new_image: str | None = None) -> tuple[TreeVerdicts, TreeVerdicts]:
+    """The running tree's verdicts and the new one's (the new environment's python, or image)."""
+    return _audit(conn, host, None), _audit(conn, host, new_python, new_image)
+
+
+def compare(conn: "Connection", host: "Host", new_python: str | None, new_image: str | None = None) -> list[str]:
     """Notes: what the new tree opens and closes against the running one, and its stack problems."""
-    old = _audit(conn, host, None)
-    new = _audit(conn, host, new_python)
+    return notes(*audits(conn, host, new_python, new_image))
+
+
+def notes(old: TreeVerdicts, new: TreeVerdicts) -> list[str]:
     if new.error and not new.features:
         return [f"gate audit of the new tree: {new.error}"]
     opened = sorted(f for f, s in new.features.items() if s == "open" and old.features.get(f) != "open")
     closed = sorted(f for f, s in old.features.items() if s == "open" and new.features.get(f) != "open")
-    notes = [f"gate audit, sglang {old.version or '?'} (running) -> {new.version or '?'} (new environment): "
+    out = [f"gate audit, sglang {old.version or '?'} (running) -> {new.version or '?'} (new environment): "
              f"opens {', '.join(opened) or 'nothing'}; closes {', '.join(closed) or 'nothing'} "
              f"({sum(1 for s in new.features.values() if s == 'open')} of {len(new.features)} features open)"]
-    notes.extend(f"stack of the new environment: {problem}" for problem in new.stack)
-    return notes
+    out.extend(f"stack of the new environment: {problem}" for problem in new.stack)
+    return out
+
+
+def judge_patches(patches: "Sequence[StandingPatch]", old: TreeVerdicts, new: TreeVerdicts,
+                  version: str) -> tuple[list[str], str | None]:
+    """A standing source patch of the running release (fusion-sm120's) on the new tree: where the
+    new release opens the feature by itself, the switch goes on (a note); otherwise it is refused,
+    before anything stops: the patch was planned on the old tree and is never copied over."""
+    notes: list[str] = []
+    for patch in patches:
+        status = new.features.get(patch.feature, "absent")
+        if status == "open":
+            notes.append(f"{patch.role} (run {patch.run_id}): SGLang {version} opens {patch.feature} on this host by "
+                         f"itself, without that run's patch of {old.version or 'the running release'}; its launch "
+                         "flag stays")
+            continue
+        return notes, (f"{patch.role} (run {patch.run_id}) patched SGLang {old.version or 'the running release'} to "
+                       f"open {patch.feature}; SGLang {version} as published has it {status} on this host and gpuops "
+                       f"never copies a patch to another release: roll that run back first (gpuops rollback --run "
+                       f"{patch.run_id}), switch, then apply {patch.role} again to re-plan its patch on the new tree "
+                       "-- refused before the server stopped, nothing was changed")
+    return notes, None

@@ -10,7 +10,6 @@ and its environment are as they were.
 
 from __future__ import annotations
 
-import io
 import json
 import posixpath
 import shlex
@@ -24,6 +23,7 @@ from gpuops.errors import GpuopsError
 if TYPE_CHECKING:
     from gpuops.plan.release import ReleaseEnv
     from gpuops.transport import Connection
+    from gpuops.transport.stream import Stream
 
 
 @dataclass(frozen=True)
@@ -49,24 +49,57 @@ class EnvRefused(GpuopsError):
     """The host could not make the new environment ready; nothing was changed."""
 
 
-def _copy_wheelhouse(conn: "Connection", env: "ReleaseEnv", host: str) -> str:
+# The wheelhouse goes to the host as one tar stream, written as it is read (a few hundred KiB at a
+# time, never the whole folder in memory: a wheelhouse of torch and its CUDA wheels is several GiB).
+_CHUNK = 1 << 20
+_COPIED = "gpuops-wheelhouse-copied"
+_COPY_TIMEOUT_S = 3600
+
+
+class _StreamWriter:
+    """A file object for ``tarfile`` (mode ``w|``) whose writes go straight to the host's tar."""
+
+    def __init__(self, stream: "Stream", host: str, target: str) -> None:
+        self.stream, self.host, self.target = stream, host, target
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        for start in range(0, len(view), _CHUNK):
+            if not self.stream.send(bytes(view[start:start + _CHUNK])):
+                raise EnvRefused(f"{self.host}: the copy of the wheelhouse to {self.target} was cut off: "
+                                 f"{self.stream.stderr_text().strip()[-300:]} (nothing was changed)")
+        return len(data)
+
+
+def copy_wheelhouse(conn: "Connection", env: "ReleaseEnv", host: str) -> str:
+    """Copy the operator's wheelhouse to ``<envs_dir>/.wheelhouse/<digest>`` (skipped when there).
+
+    GNU tar on the host stops at the archive's end marker, so the command ends without the
+    stream's stdin being closed, and says how it ended on its stdout."""
     from gpuops.plan.release import wheelhouse_digest
 
     folder = Path(env.wheelhouse).expanduser()
     target = posixpath.join(env.envs_dir, ".wheelhouse", wheelhouse_digest(env.wheelhouse)[:16])
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path in sorted(folder.iterdir()):
-            if path.is_file() and path.name.endswith((".whl", ".tar.gz", ".zip")):
-                archive.add(str(path), arcname=path.name)
     quoted, partial = shlex.quote(target), shlex.quote(target + ".partial")
+    probe = conn.run(f"test -d {quoted}", timeout=60)
+    if probe.ok:
+        return target
     # Unpacked beside its final name and renamed once complete: a wheelhouse that is there is whole.
-    command = (f"test -d {quoted} && exit 0; rm -rf {partial} && mkdir -p {partial} && tar -x -C {partial} "
-               f"&& mv {partial} {quoted}")
-    done = conn.run(command, stdin=buffer.getvalue(), timeout=3600)
-    if not done.ok:
-        raise EnvRefused(f"{host}: cannot copy the wheelhouse {env.wheelhouse} to {target}: "
-                         f"{done.stderr_text().strip()[-300:]} (nothing was changed)")
+    command = (f"rm -rf {partial} && mkdir -p {partial} && tar -x -C {partial} && mv {partial} {quoted} "
+               f"&& echo {_COPIED} || echo gpuops-wheelhouse-failed")
+    stream = conn.open_stream(command)
+    try:
+        with tarfile.open(fileobj=_StreamWriter(stream, host, target), mode="w|") as archive:  # type: ignore[call-overload]
+            for path in sorted(folder.iterdir()):
+                if path.is_file() and path.name.endswith((".whl", ".tar.gz", ".zip")):
+                    archive.add(str(path), arcname=path.name)
+        line = stream.readline(timeout=_COPY_TIMEOUT_S)
+        if line is None or line.strip() != _COPIED.encode():
+            raise EnvRefused(f"{host}: cannot copy the wheelhouse {env.wheelhouse} to {target}: "
+                             f"{stream.stderr_text().strip()[-300:] or 'tar on the host did not finish'} "
+                             "(nothing was changed)")
+    finally:
+        stream.close()
     return target
 
 
@@ -76,7 +109,7 @@ def find_ready(conn: "Connection", env: "ReleaseEnv", host: str, python: str | N
 
 
 def make_ready(conn: "Connection", env: "ReleaseEnv", host: str, python: str | None) -> EnvReady:
-    wheelhouse = _copy_wheelhouse(conn, env, host) if env.wheelhouse else None
+    wheelhouse = copy_wheelhouse(conn, env, host) if env.wheelhouse else None
     ready = _call(conn, env, host, python, env.payload(wheelhouse))
     assert ready is not None
     return ready

@@ -18,9 +18,11 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_VERIFIED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
+    from gpuops.apply.deployment import DeploymentTxn
+    from gpuops.remote.host_protocol import HelperResult
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
     from gpuops.plan.model import LogCheck, Plan
@@ -146,7 +148,8 @@ def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
-               options: ApplyOptions, run_id: str, replica: "Replica | None" = None) -> HostReport:
+               options: ApplyOptions, run_id: str, replica: "Replica | None" = None,
+               deployment: "DeploymentTxn | None" = None) -> HostReport:
     from gpuops.apply.payload import apply_payload
     from gpuops.plan.planner import plan_role, vars_digest
     from gpuops.secret_policy import secret_values
@@ -172,6 +175,29 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         restarts = bool(plan.handlers) and plan.service is not None
         if replica is not None and (restarts or replica.left_out) and options.check:
             report.notes.append("drain plan: " + replica.plan_line())
+        if deployment is not None:
+            if options.check:
+                report.notes.append(deployment.deployment.plan_line(host.name))
+            else:
+                refused = deployment.planned(host.name, restarts)
+                if refused is not None:
+                    report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, refused
+                    return report
+                if not restarts and deployment.restarts():
+                    # Another node restarts: this one goes down with it, so it restarts with the others.
+                    if plan.service is None:  # a recalled no-op plan names no server: plan for real
+                        plan = plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
+                    if plan.service is None:
+                        why = (f"deployment {deployment.deployment.name}: the other nodes restart and this role "
+                               "names no server to restart here; nothing changed")
+                        deployment.fail(host.name, why)
+                        report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, why
+                        return report
+                    plan = multi_node_restart(plan)
+                    restarts = True
+                    report.handlers = [h.name for h in plan.handlers]
+                    report.notes.append(f"nothing to change here; restarted with the other nodes of deployment "
+                                        f"{deployment.deployment.name}")
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
         pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
@@ -196,23 +222,20 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             _journal_home(report, role, digest, discovery.state_dir, host_key(host))
             return report
         if plan.release is not None:
-            # sglang-release: the new environment is built (or found) and checked before the
-            # transaction, which then only points the launch at it; a refusal stops nothing.
-            from gpuops.apply.release_env import EnvRefused, make_ready
+            # sglang-release: the new environment is built (or found), or the new image pulled (or
+            # found), and checked before the transaction, which then only points the launch at it;
+            # a refusal stops nothing.
+            from gpuops.apply.release_env import EnvRefused
 
             try:
-                ready = make_ready(conn, plan.release, host.name, _merged(host, extra).get("gpuops_python"))
+                report.notes.extend(_release_ready(conn, host, plan, _merged(host, extra)))
             except EnvRefused as exc:
                 report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, str(exc)
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
-            report.notes.append(ready.note(plan.release.version))
-            from gpuops.apply import release_audit
-
-            report.notes.extend(release_audit.compare(conn, host, plan.release.python))
             if plan.release.stage:  # the fleet is prepared; the switch is a later run
                 report.status, report.changed, report.run_id = "staged", 0, run_id
-                report.notes.append("staged: the environment is ready and nothing was switched; apply again "
+                report.notes.append("staged: the release is ready on the host and nothing was switched; apply again "
                                     "without sglang_release_stage to switch")
                 return report
         # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
@@ -237,6 +260,9 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             if event.get("event") == EVENT_VERIFIED:
                 verified_event.clear()
                 verified_event.update(event)
+            elif event.get("event") in (EVENT_ROLLING_BACK, EVENT_RECOVERING) and deployment is not None:
+                # the others roll back too (a recovering relay: this node's worker died)
+                deployment.fail(host.name, str(event.get("why") or "its host-side worker died"))
 
         def checked() -> tuple[bool, str | None]:
             if plan.log_check is not None:
@@ -246,11 +272,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return smoke_after() if smoke_after is not None else (True, None)
 
         on_verified = checked if (plan.log_check is not None or smoke_after is not None) else None
+        if deployment is not None:
+            payload["deployment"] = deployment.deployment.record(host.name)
+            on_verified = deployment.commit_gate(host.name, on_verified)
 
         def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
             result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
                                 deadline=deadline, on_audit=on_audit if plan.audit is not None else None,
-                                on_event=on_event, on_verified=on_verified)
+                                on_event=on_event, on_verified=on_verified,
+                                on_open=None if deployment is None else functools.partial(deployment.opened, host.name),
+                                on_hold=None if deployment is None else functools.partial(deployment.hold, host.name))
             _fold_result(report, result, secret_values(variables))
             if log_failure and report.ok:  # committed, but the feature did not come up: the host failed its promise
                 report.ok = False
@@ -265,6 +296,16 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def multi_node_restart(plan: "Plan") -> "Plan":
+    """``plan`` with its server's restart, for a node of a deployment whose other nodes restart."""
+    import dataclasses
+
+    from gpuops.plan.changes import HandlerRun
+
+    assert plan.service is not None
+    return dataclasses.replace(plan, handlers=(HandlerRun(name="restart sglang", service=plan.service),))
 
 
 def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
@@ -315,25 +356,73 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
                 "once it serves")
 
 
+def _release_ready(conn: "Connection", host: "Host", plan: "Plan", variables: Mapping[str, Any]) -> list[str]:
+    """sglang-release before anything stops: the environment built (or found) or the image pulled
+    (or found) and checked, then the gate audit of the new tree against the running one, and each
+    standing source patch judged on the new tree. Raises ``EnvRefused`` (nothing changed)."""
+    from gpuops.apply.release_env import EnvRefused
+    from gpuops.plan.release import ReleaseImage
+
+    release = plan.release
+    if isinstance(release, ReleaseImage):
+        from gpuops.apply import release_image
+
+        ready_image = release_image.make_ready(conn, release, host.name)
+        assert ready_image is not None
+        notes = [ready_image.note(release.version)]
+    else:
+        from gpuops.apply.release_env import make_ready
+
+        notes = [make_ready(conn, release, host.name, variables.get("gpuops_python")).note(release.version)]
+    audit_notes, refusal = _release_audit(conn, host, release)
+    if refusal is not None:
+        raise EnvRefused(f"{host.name}: {refusal}")
+    return notes + audit_notes
+
+
+def _release_audit(conn: "Connection", host: "Host", release: Any) -> tuple[list[str], str | None]:
+    """The gate audit notes of the new tree (environment or image), and a standing patch's refusal."""
+    from gpuops.apply import release_audit
+    from gpuops.plan.release import ReleaseImage
+
+    image = release.tag if isinstance(release, ReleaseImage) else None
+    old, new = release_audit.audits(conn, host, None if image else release.python, image)
+    patch_notes, refusal = release_audit.judge_patches(release.patches, old, new, release.version)
+    return release_audit.notes(old, new) + patch_notes, refusal
+
+
 def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostReport,
                    variables: Mapping[str, Any]) -> None:
-    """``--check`` of sglang-release: builds nothing; where the host already holds the finished
-    environment (an earlier run built it), its gate audit against the running tree is shown."""
-    from gpuops.apply import release_audit
+    """``--check`` of sglang-release: builds and pulls nothing; where the host already holds the
+    finished environment (an earlier run built it) or the image, its gate audit against the running
+    tree is shown."""
     from gpuops.apply.release_env import EnvRefused, find_ready
+    from gpuops.plan.release import ReleaseImage
 
+    image = plan.release if isinstance(plan.release, ReleaseImage) else None
     try:
-        ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+        if image is not None:
+            from gpuops.apply import release_image
+
+            found = release_image.make_ready(conn, image, host.name, pull_missing=False)
+            note = found.note(image.version) if found is not None else None
+        else:
+            ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
+            note = ready.note(plan.release.version) if ready is not None else None
     except EnvRefused as exc:
         report.warnings.append(str(exc))
         return
-    if ready is None:
-        report.notes.append(f"the environment is not on the host yet: apply builds it before the server stops, "
-                            f"then shows the gate audit of the new tree (what SGLang {plan.release.version} opens "
-                            "and closes here) before the switch")
+    if note is None:
+        what = f"the image {image.tag} is not on the host yet: apply pulls it" if image is not None else \
+            "the environment is not on the host yet: apply builds it"
+        report.notes.append(f"{what} before the server stops, then shows the gate audit of the new tree (what SGLang "
+                            f"{plan.release.version} opens and closes here) before the switch")
         return
-    report.notes.append(ready.note(plan.release.version))
-    report.notes.extend(release_audit.compare(conn, host, plan.release.python))
+    report.notes.append(note)
+    audit_notes, refusal = _release_audit(conn, host, plan.release)
+    report.notes.extend(audit_notes)
+    if refusal is not None:
+        report.warnings.append(f"apply would refuse: {refusal}")
 
 
 def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
@@ -416,35 +505,35 @@ def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | N
                     user=current_user(), vars_sha256=digest)
 
 
-def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
+def _fold_result(report: HostReport, result: "HelperResult", secrets: list[str]) -> None:
     from gpuops.secret_policy import mask_text as redact_text
 
-    status = result.get("status", "failed")
-    if result.get("log_tail"):
-        report.log_tail = redact_text(str(result["log_tail"]), secrets)
-    report.run_id = result.get("run_id") or report.run_id
-    report.pid = result.get("pid")
-    report.restored = list(result.get("restored", []))
-    report.recovered = [redact_text(r, secrets) for r in result.get("recovered") or []]
-    report.notes.extend(redact_text(str(n), secrets) for n in result.get("notes") or [])
+    status = result.status
+    if result.log_tail:
+        report.log_tail = redact_text(result.log_tail, secrets)
+    report.run_id = result.run_id or report.run_id
+    report.pid = result.pid
+    report.restored = list(result.restored)
+    report.recovered = [redact_text(r, secrets) for r in result.recovered]
+    report.notes.extend(redact_text(n, secrets) for n in result.notes)
     if status in (STATUS_FINISHED, STATUS_UNCHANGED):
         report.status = status
         report.ok = True
         if status == STATUS_UNCHANGED:
             report.changed = 0
-        if result.get("audit_verdict"):
-            report.notes.append("gate re-audit: " + result["audit_verdict"])
+        if result.audit_verdict:
+            report.notes.append("gate re-audit: " + result.audit_verdict)
         return
     report.ok = False
     known = (STATUS_ROLLED_BACK, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_UNKNOWN)
-    report.status = status if status in known else "failed"
-    report.error = redact_text(result.get("error") or f"the helper ended with status {status!r}", secrets)
+    report.status = status if status in known else STATUS_FAILED
+    report.error = redact_text(result.error or f"the helper ended with status {status!r}", secrets)
     if status != STATUS_UNKNOWN:
         report.changed = 0  # whatever was planned, nothing of it stands on the host now
     if status == STATUS_ROLLED_BACK:
-        report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.get('service', '')}".rstrip("; ")
+        report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.service or ''}".rstrip("; ")
     elif status == STATUS_ROLLBACK_FAILED:
-        report.error += " -- ROLLBACK FAILED: " + "; ".join(result.get("problems", []))
+        report.error += " -- ROLLBACK FAILED: " + "; ".join(result.problems)
 
 
 def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
@@ -452,25 +541,46 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
 
     from gpuops.apply import replicas as replica_set
 
+    from gpuops.apply import deployment as multi_node
+
+    # The nodes of a multi-node server: their launch flags derived (and checked) before anything else.
+    deployments = multi_node.plan_deployments(hosts, extra)
+    hosts = [multi_node.with_launch_flags(h, deployments[name]) if name is not None else h
+             for h in hosts for name in [multi_node.deployment_name(_merged(h, extra))]]
     discoveries = discover_all(hosts, role, extra)
     # Routers are asked before any host is touched: one down is one clear error, nothing changed.
     replicas = replica_set.preflight(hosts, extra)
     warnings = replica_set.replica_warnings(hosts, extra, replicas,
                                             rolling=bool(options.rollout is not None and options.rollout.sizes))
     run_id = new_run_id()
+    txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
 
     def one(host: "Host") -> HostReport:
-        report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name))
+        name = multi_node.deployment_name(_merged(host, extra))
+        txn = txns.get(name) if name is not None else None
+        ok = False
+        why: str | None = "failed before its transaction"
+        try:
+            report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name),
+                                txn)
+            ok, why = report.ok, report.error
+        except GpuopsError as exc:
+            why = str(exc)
+            raise
+        finally:
+            if txn is not None:
+                txn.ended(host.name, ok, why)  # whatever happened: the other nodes never wait for it
         if host.name in warnings:
             report.warnings.append(warnings[host.name])
         return report
 
     def deployment(host: "Host") -> str | None:
         # The nodes of one multi-node server restart together: a rolling batch never splits them.
-        name = {**dict(host.vars or {}), **dict(extra)}.get("sglang_deployment")
-        return str(name) if name not in (None, "") else None
+        return multi_node.deployment_name(_merged(host, extra))
 
-    outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok,
+    # Every node of a deployment runs at once (each waits for the others at its holds).
+    forks = max([options.forks] + [d.nnodes for d in deployments.values()])
+    outcomes = run_on_hosts(hosts, one, forks=forks, rollout=options.rollout, failed=lambda r: not r.ok,
                             together=deployment)
     reports: dict[str, HostReport] = {}
     for name, outcome in outcomes.items():

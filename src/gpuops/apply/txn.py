@@ -14,12 +14,13 @@ import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 DEFAULT_LEASE_S = 30.0
+STALL_S = 2.0  # a wait for the host's next line that overran by this much: this side was not running
 
 
 def number_var(variables: Mapping[str, Any], name: str, default: float, cast: Callable[[Any], float],
@@ -70,7 +71,10 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                     run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
                     on_event: Callable[[dict[str, Any]], None] | None = None,
                     on_verified: Callable[[], tuple[bool, str | None]] | None = None,
-                    read_outcome: Callable[[], Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
+                    read_outcome: Callable[[], Mapping[str, Any] | None] | None = None,
+                    on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
+                    on_hold: Callable[[str], tuple[bool, str | None]] | None = None,
+                    mode: str = MODE_APPLY) -> dict[str, Any]:
     """Run the helper; return its ``result`` (or the journal's outcome, or ``unknown``).
 
     ``deadline``: monotonic. ``on_verified`` (the correctness smoke check) runs once the new server
@@ -80,12 +84,18 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
     judged only when nothing it sent is waiting to be read (a client that was busy or frozen has
     not heard a silent host). The commit is confirmed only by the host's answer (``committed`` /
     ``rolled_back``, journaled before it is sent); when the answer does not come, ``read_outcome``
-    (the host's journal, read again) says what the host did."""
+    (the host's journal, read again) says what the host did.
+
+    A node of a multi-node server (``apply/deployment.py``) holds at ``host_protocol.HOLDS``: its
+    event calls ``on_hold(event)`` (which waits for the other nodes) and the answer lets it go on
+    or not; ``on_open`` gets, once the channel is open, how to send the host a message (an abort)."""
+    from gpuops.remote.host_protocol import HOLDS
     from gpuops.apply import inflight
+    from gpuops.transport.verbose import COMMANDS, LOGGER
 
     host_name = conn.host.name
     stream = conn.open_stream(command)
-    inflight.opened(host_name, run_id, lease_s)
+    inflight.opened(host_name, run_id, lease_s, mode)
     interrupted = False
     stop = threading.Event()
     sent_commit = False
@@ -120,8 +130,13 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                                     lease_s, sent_commit, run_id)
             time.sleep(2.0)
 
+    def send(message: dict[str, Any]) -> bool:
+        return stream.send((json.dumps(message) + "\n").encode())
+
     heart = threading.Thread(target=beat, daemon=True)
     try:
+        if on_open is not None:
+            on_open(send)
         if not stream.send(body):
             return unknown("the host closed the channel before the helper started", lease_s, False, run_id)
         heart.start()
@@ -134,6 +149,10 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 return unknown("the host did not finish within --timeout", lease_s, False, run_id)
             wait = 0.5 if deadline is None else max(0.01, min(0.5, deadline - now))
             line = stream.readline(wait)
+            if time.monotonic() - now > wait + STALL_S:
+                # This process did not run (frozen, suspended, starved): what the host sent meanwhile
+                # may not even have been read off the socket yet. Its silence is judged afresh.
+                last_heard = time.monotonic()
             if line is None:
                 if time.monotonic() - last_heard > max(lease_s, 5.0):
                     return lost(f"the host went silent for {time.monotonic() - last_heard:.0f} s")
@@ -159,6 +178,8 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 on_event(message)
             if event == EVENT_PHASE and message.get("phase"):
                 inflight.at_phase(host_name, str(message["phase"]))
+                # -v: where the run is, logged once this side knows it (what a Ctrl-C now reports)
+                LOGGER.log(COMMANDS, "%s: run %s at %s", host_name, run_id, message["phase"])
             if event == EVENT_RECOVERED and message.get("note"):
                 recovered.append(str(message["note"]))
             elif event == EVENT_COMMITTED and message.get("run_id") == run_id:
@@ -170,14 +191,22 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 ok, verdict_reason = on_audit(message.get("audit_output")) if on_audit else (False, "no judge")
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
                 last_heard = time.monotonic()  # this side was busy, not the host silent
+            elif event in HOLDS:
+                go, why = on_hold(event) if on_hold is not None else (False, "not a node of a deployment")
+                last_heard = time.monotonic()  # this side waited for the other nodes, not the host
+                stream.send((json.dumps({HOLDS[event]: go, "reason": why}) + "\n").encode())
             elif event == EVENT_VERIFIED:
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
+                inflight.at_phase(host_name, EVENT_VERIFIED)
+                LOGGER.log(COMMANDS, "%s: run %s verified on the host; gpuops checks it before the commit",
+                           host_name, run_id)
                 keep, why = on_verified() if on_verified is not None else (True, None)
                 last_heard = time.monotonic()  # the smoke check may wait long on a first answer
                 if keep:
                     sent_commit = stream.send(b'{"commit": true}\n')
                     if sent_commit:
                         inflight.commit_sent(host_name)
+                        LOGGER.log(COMMANDS, "%s: run %s: commit sent", host_name, run_id)
                 else:
                     stream.send((json.dumps({"commit": False, "reason": why}) + "\n").encode())
     except KeyboardInterrupt:

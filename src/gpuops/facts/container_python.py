@@ -102,6 +102,19 @@ def in_container(probe: "Probe[Any]", target: ContainerTarget) -> "Probe[Any]":
     return Probe(probe.name, container_python_sh(target) + "\n" + probe.script, parse)
 
 
+def in_image_probe(probe: "Probe[Any]", image: str, python: str) -> "Probe[Any]":
+    """``probe`` with ``$GPUOPS_PY`` pointed into a throwaway container of ``image``."""
+    from gpuops.gather import Probe
+
+    name = f"{python} in image {image}"
+    parse = probe.parse
+    if probe.name in ("software.python", "host.system"):
+        parse = _named_python(probe.parse, name)
+    elif probe.name == "gates.scan":
+        parse = _where_scanned(probe.parse, name)
+    return Probe(probe.name, image_python_sh(image, python) + "\n" + probe.script, parse)
+
+
 def in_image(script: str, image: str, python: str) -> str:
     """A probe's script run with ``python`` of ``image`` (the derived image's re-audit)."""
     return image_python_sh(image, python) + "\n" + script

@@ -35,11 +35,16 @@ exec /usr/bin/python3 "$@"
 """
 
 
-def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | None = None) -> str:
-    """Tag of the lab's SGLang image (built once per daemon; tagged by what went into it)."""
+def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | None = None,
+                  stack: Mapping[str, str] | None = None) -> str:
+    """Tag of the lab's SGLang image (built once per daemon; tagged by what went into it).
+    ``stack``: distributions the image holds beside the release ({dist: version}, e.g. the release's
+    own pins from ``lab.site.release_stack``), as the lab's simulated version data (``lab/site.py``)."""
     base = f"gpuops-lab/debian:{debian_root.parent.name}"
     import_root(daemon, debian_root, base)
     parts = [STANDIN.read_bytes(), _PYTHON_WRAPPER.encode(), str(sglang_site).encode()]
+    if stack:
+        parts.append(repr(sorted(stack.items())).encode())
     digest = hashlib.sha256(b"\0".join(parts + [s.read_bytes() for s in STANDIN_SIBLINGS])).hexdigest()
     tag = f"gpuops-lab/sglang-standin:{digest[:12]}"
     if daemon.run("image", "inspect", tag, timeout=30).returncode == 0:
@@ -57,6 +62,11 @@ def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | N
         if sglang_site is not None:
             shutil.copytree(sglang_site, ctx / "site", symlinks=False)
             lines.append(f"COPY site/ {SITE_IN_IMAGE}/")
+        if stack:
+            from gpuops.lab.site import build_site
+
+            build_site(ctx / "stack", None, dict(stack))
+            lines.append(f"COPY stack/ {SITE_IN_IMAGE}/")
         (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
         done = subprocess.run(daemon.cli("build", "-q", "-t", tag, str(ctx)), capture_output=True, text=True,
                               timeout=600, stdin=subprocess.DEVNULL, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin"})

@@ -9,13 +9,20 @@ transaction (``apply/release_env.py``, host side ``remote/release_env.py``); the
 only points the launch at the new python (the role's contribution to desired.json, see
 plan/compose.py) and restarts, so its rollback, like ``gpuops rollback``, is a restart of the old
 environment, which nothing touched.
+
+A docker server's release is its image (``ReleaseImage``): the same checks, then the new image is
+pulled (or found) and checked from inside before anything stops (``apply/release_image.py``), and
+the transaction points the docker run script at it; the old image is never removed, so rollback
+recreates the old container from it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +50,7 @@ class ReleaseEnv:
     stage: bool = False            # build and audit only: the switch is left for a later run
     keep_envs: int = 2             # finished environments kept besides those the launch or a run needs
     state_dir: str = ""            # where the launch files and the runs' backups are (what needs an env)
+    patches: tuple["StandingPatch", ...] = ()  # standing source patches of the running release
 
     @property
     def env_dir(self) -> str:
@@ -60,6 +68,30 @@ class ReleaseEnv:
                 "source": self.wheelhouse and "wheelhouse" or self.index_url or "the host's index"}
 
 
+@dataclass(frozen=True)
+class ReleaseImage:
+    """The image a docker host must hold before the switch (pulled, or found, then checked inside)."""
+    version: str
+    tag: str                       # the image the container is recreated from
+    base: str                      # sglang_docker_image: the image it stands in for (the old one)
+    expect: tuple[tuple[str, str], ...]  # (dist, version) the image must hold: sglang and its pins
+    stage: bool = False
+    python: str = "python3"        # the interpreter the run script launches in the image
+    patches: tuple["StandingPatch", ...] = ()  # standing source patches of the running release (image)
+
+
+def release_tag(current_image: str, version: str) -> str:
+    """``lmsysorg/sglang:latest`` -> ``lmsysorg/sglang:v0.5.21`` (the release's tag of that repository)."""
+    repository = current_image.split("@", 1)[0]
+    if repository.rfind(":") > repository.rfind("/"):
+        repository = repository[:repository.rfind(":")]
+    return f"{repository}:v{version}"
+
+
+# What docker accepts as a reference (repository[:tag][@digest]); anything else is refused at plan time.
+_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@+-]{0,254}$", re.I)
+
+
 def wheelhouse_digest(folder: str) -> str:
     """Names and sizes of the wheelhouse's files: a changed wheelhouse is another environment."""
     from pathlib import Path
@@ -74,22 +106,34 @@ def _env_name(version: str, requirements: list[str], index_url: str, wheelhouse:
     return f"sglang-{version}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
-    """Launch flags other gpuops runs still in effect add (fusion-sm120's flag): checked too."""
+# Roles whose runs patch the running release's source, and the catalog feature each patch opens.
+# Such a patch belongs to the tree it was planned on: never copied to a new release; the switch
+# asks the new tree's own verdict for that feature (apply/runner.py::_release_ready).
+SOURCE_PATCH_ROLES = {"fusion-sm120": "flashinfer_allreduce_fusion"}
+
+
+@dataclass(frozen=True)
+class StandingPatch:
+    """A standing run that patched the running release's source (its part of desired.json)."""
+    role: str
+    run_id: str
+    feature: str
+
+
+def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[StandingPatch, ...]]:
+    """Launch flags other gpuops runs still in effect add (fusion-sm120's flag): checked too; and
+    the runs among them that patched the running release's source."""
     from gpuops.plan.compose import composed, read_desired
     from gpuops.plan.modules import _current
 
     if not desired:
-        return []
+        return [], ()
     current = _current(state, desired, "sglang_release")
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {desired}")
     others = {role: c for role, c in recorded.items() if role != state.role}
-    if "fusion-sm120" in others:
-        state.warn("fusion-sm120 (run %s) patched the SGLang files of the running environment; the new one holds the "
-                   "release as published, never a copy of that patch: apply fusion-sm120 again after the switch "
-                   "(it re-plans on the new tree, or says the release admits the GPU by itself)"
-                   % (others["fusion-sm120"].get("run_id") or "?"))
-    return list(composed(others)["args"])
+    patches = tuple(StandingPatch(role, str(others[role].get("run_id") or "?"), feature)
+                    for role, feature in sorted(SOURCE_PATCH_ROLES.items()) if role in others)
+    return list(composed(others)["args"]), patches
 
 
 @declares(ModuleSpec("sglang_release", (
@@ -105,6 +149,9 @@ def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
     Arg("stage", "bool", default=False),
     Arg("keep_envs", "number", default=2),
     Arg("state_dir", doc="absolute: its launch files and runs' backups say which environments are needed"),
+    Arg("manager", default="process", doc="process, systemd or docker"),
+    Arg("image", doc="docker: the release's image (default: `sglang_docker_image`'s repository, tag `vX`)"),
+    Arg("current_image", doc="docker: `sglang_docker_image`, the image it replaces"),
 ), plans=(
     "reads the release's own wheel on this machine (`sglang_wheelhouse`, else `pip download --no-deps` from "
     "`sglang_index_url` or pip's index, kept under `$GPUOPS_CACHE/releases`): a release that does not exist is "
@@ -117,7 +164,11 @@ def _other_parts_args(state: "PlanState", desired: str) -> list[str]:
     "against the driver's) and shows the gate audit of the new tree against the running one (what the release opens "
     "and closes on this GPU); a refusal there changes nothing. `stage`: only that, the switch is left for a later "
     "run (status `staged`; `--check` then shows the audit too). After a build, finished environments beyond the "
-    "`keep_envs` newest are removed unless the launch files or a kept run's backups (its rollback) name them")))
+    "`keep_envs` newest are removed unless the launch files or a kept run's backups (its rollback) name them. "
+    "`manager: docker`: the release is the `image` (registered as `image`, with `image_base` the `current_image`): "
+    "`apply` pulls it before anything stops (its progress on stderr), unless the host has it, and checks inside it "
+    "that it holds `sglang==X` and the release's pins, then the gate audit of the image against the running "
+    "container; the transaction recreates the container from it, and its rollback from the old image, never removed")))
 def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     from gpuops.release.flags import check_launch, release_flags
     from gpuops.release.wheel import canonical, release
@@ -135,6 +186,8 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
         found = release(version, wheelhouse or None, index_url or None)
     except GpuopsError as exc:
         raise GpuopsError(f"{task.where}: {exc}") from None
+    if str(args.get("manager") or "process") == "docker":
+        return _plan_image(task, args, state, found, version, desired, where)
     requirements = found.install_requirements() + extra
     name = _env_name(version, requirements, index_url, wheelhouse, str(args["base_python"]))
     expect = (("sglang", version), *sorted((canonical(k), v) for k, v in found.pins.items()))
@@ -142,17 +195,58 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
                      index_url, wheelhouse, int(float(args["min_free_gib"]) * 2 ** 30),
                      str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"),
                      int(float(args["keep_envs"])), str(args.get("state_dir") or ""))
+    # The environment is the whole stack: a PYTHONPATH from the login or the inventory would put
+    # another release's packages before its own (an empty PYTHONPATH is no path at all).
     result = {"python": env.python, "env_dir": env.env_dir, "name": name, "version": version, "renames": {},
-              "pins": dict(found.pins)}
+              "pins": dict(found.pins), "image": "", "image_base": "", "env": {"PYTHONPATH": ""}}
     if state.discovery:
         if desired:
             state.paths.add(desired)
         return result
-    launch = [str(a) for a in args.get("launch_args") or []] + _other_parts_args(state, desired)
+    others, patches = _other_parts(state, desired)
+    launch = [str(a) for a in args.get("launch_args") or []] + others
     checked = check_launch(launch, release_flags(found.sources), version, where)
     for note in checked.notes:
         state.note(note)
+    _note_patches(state, patches, version)
     state.note(f"SGLang {version}: environment {env.env_dir} ({', '.join(f'{d} {v}' for d, v in expect)}"
                f"{', +' + ' '.join(extra) if extra else ''}); built or found before the server stops")
-    state.release = env
+    state.release = dataclasses.replace(env, patches=patches)
     return dict(result, renames={k: list(v) for k, v in checked.renames.items()})
+
+
+def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, version: str, desired: str,
+                where: str) -> dict:
+    """sglang-release on a docker host: the release's image, checked flags, nothing built here."""
+    from gpuops.release.flags import check_launch, release_flags
+    from gpuops.release.wheel import canonical
+
+    current = str(args.get("current_image") or "")
+    tag = str(args.get("image") or "") or (release_tag(current, version) if current else "")
+    if not tag or not _IMAGE_REF.match(tag) or tag.startswith("-"):
+        raise GpuopsError(f"{where}: sglang_release_image {tag!r} is not an image reference (e.g. lmsysorg/sglang:v{version})")
+    expect = (("sglang", version), *sorted((canonical(k), v) for k, v in found.pins.items()))
+    image = ReleaseImage(version, tag, current, expect, str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"))
+    result = {"python": "", "env_dir": "", "name": tag, "version": version, "renames": {}, "pins": dict(found.pins),
+              "image": tag, "image_base": current, "env": {}}
+    if state.discovery:
+        if desired:
+            state.paths.add(desired)
+        return result
+    others, patches = _other_parts(state, desired)
+    launch = [str(a) for a in args.get("launch_args") or []] + others
+    checked = check_launch(launch, release_flags(found.sources), version, where)
+    for note in checked.notes:
+        state.note(note)
+    _note_patches(state, patches, version)
+    state.note(f"SGLang {version}: image {tag} (replacing {current or '?'}; it must hold "
+               f"{', '.join(f'{d} {v}' for d, v in expect)}); pulled or found before the container stops")
+    state.release = dataclasses.replace(image, patches=patches)
+    return dict(result, renames={k: list(v) for k, v in checked.renames.items()})
+
+
+def _note_patches(state: "PlanState", patches: tuple[StandingPatch, ...], version: str) -> None:
+    for patch in patches:
+        state.note(f"{patch.role} (run {patch.run_id}) patched the running release's source for {patch.feature}; "
+                   f"that patch is not copied to SGLang {version}: the new tree's own gate audit decides, before "
+                   f"the server stops (open there: the switch goes on; not open: refused, with the way through)")

@@ -19,7 +19,7 @@ _GLOBAL_PREFIXES = ("ansible_", "gpuops_")
 _NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 # Read by apply itself around a replica's restart (apply/replicas.py; tests hold the two lists equal).
 RUN_VARIABLES = ("sglang_router_url", "sglang_worker_url", "sglang_router_api_key", "sglang_drain_timeout",
-                 "sglang_router_health_timeout", "sglang_deployment")
+                 "sglang_router_health_timeout", "sglang_deployment", "sglang_node_rank", "sglang_dist_port")
 
 
 def known_variables(roles: Mapping[str, Any]) -> dict[str, Any]:

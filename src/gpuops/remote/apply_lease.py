@@ -8,8 +8,9 @@ import json
 import os
 import time
 
-from gpuops.remote.apply_common import POLL_S, LeaseLapsed
+from gpuops.remote.apply_common import POLL_S, LeaseLapsed, StepFailed
 from gpuops.remote.apply_fileops import read_complete_lines
+from gpuops.remote.host_protocol import MESSAGE_ABORT as ABORT
 
 DEFAULT_LEASE_S = 30.0
 
@@ -25,6 +26,8 @@ class Lease:
         self.seconds = float(seconds)
         self.deadline = time.monotonic() + float(deadline_s) if deadline_s else None
         self._inbox_offset = 0
+        self._abort_offset = 0
+        self._abort = None
 
     def lapsed(self):
         """None while gpuops holds the lease, else why it lapsed (one line)."""
@@ -41,27 +44,51 @@ class Lease:
             return "the run went past gpuops' time limit for this host (--timeout)"
         return None
 
+    def aborted(self):
+        """Why gpuops aborted this run (``{"abort": why}``: another node of its deployment
+        failed), or None. Read from the inbox on its own, so no wait misses it."""
+        if self._abort is None:
+            complete, self._abort_offset = read_complete_lines(self.inbox, self._abort_offset)
+            for line in complete.splitlines():
+                message = _message(line)
+                if message is not None and ABORT in message:
+                    self._abort = str(message[ABORT] or "aborted")
+        return self._abort
+
     def check(self, where):
         why = self.lapsed()
         if why:
             raise LeaseLapsed("%s (%s); the host was rolled back" % (why, where))
+        why = self.aborted()
+        if why:
+            raise StepFailed("gpuops aborted the run %s: %s" % (where, why))
 
-    def wait_message(self, key, where):
-        """The next message from gpuops that carries ``key``; the lease is checked meanwhile.
+    def wait_message(self, key, where, abortable=True):
+        """The next message from gpuops that carries ``key``; the lease (and, when ``abortable``,
+        an abort) is checked meanwhile.
 
         The inbox is read before the lease is judged: a commit gpuops sent is its confirmation even
         when the channel closed right after it (or gpuops then went quiet), so it is never thrown away."""
         while True:
             complete, self._inbox_offset = read_complete_lines(self.inbox, self._inbox_offset)
             for line in complete.splitlines():
-                try:
-                    message = json.loads(line.decode("utf-8"))
-                except ValueError:
-                    continue
-                if isinstance(message, dict) and key in message:
+                message = _message(line)
+                if message is not None and key in message:
                     return message
-            self.check(where)
+            why = self.lapsed()
+            if why:
+                raise LeaseLapsed("%s (%s); the host was rolled back" % (why, where))
+            if abortable and self.aborted():
+                raise StepFailed("gpuops aborted the run %s: %s" % (where, self.aborted()))
             time.sleep(POLL_S)
+
+
+def _message(line):
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
 
 
 class NoLease:
@@ -73,5 +100,8 @@ class NoLease:
     def check(self, where):
         return None
 
-    def wait_message(self, key, where):
+    def aborted(self):
+        return None
+
+    def wait_message(self, key, where, abortable=True):
         raise LeaseLapsed("nobody to confirm %s" % where)

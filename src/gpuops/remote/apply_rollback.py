@@ -16,7 +16,7 @@ from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
 from gpuops.remote.recompose import check_unchanged, later_standing, pick_target, undone_runs
-from gpuops.remote.host_protocol import EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
+from gpuops.remote.host_protocol import EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
 
 
 class LaterRunsStand(StepFailed):
@@ -115,9 +115,9 @@ def do_rollback(payload, progress, lease, hooks, notes):
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     own_manifest = run.backup(changes, {"kind": "rollback", "target": target["run_id"]})
-    run.event(STARTED, kind="rollback", target=target["run_id"], role=target.get("role"),
-              user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
-              managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
+    run.journal_started(kind="rollback", target=target["run_id"], role=target.get("role"),
+                        user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
+                        managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
 
     def forward():
         run.phase("before_write")

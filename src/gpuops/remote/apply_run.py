@@ -11,12 +11,14 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 from gpuops.remote.apply_commands import run_polled
 from gpuops.remote.apply_common import StepFailed, now
 from gpuops.remote.apply_fileops import (append_line, atomic_write, dir_records, fsync_dir, missing_dirs,
                                         recreate_dirs, remove_created_dirs)
 from gpuops.remote.apply_journal import JOURNAL_FILE, read_journal
+from gpuops.remote.apply_common import LeaseLapsed
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest, managed_roots
 from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
@@ -25,7 +27,7 @@ from gpuops.remote.apply_service import Service, backend_call, previous_service
 from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.host_hooks import HostHooks
-from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_COMPILED, EVENT_DIR_KEPT, EVENT_HEALTHY, EVENT_PHASE, EVENT_ROLLED_BACK, EVENT_ROLLING_BACK, EVENT_VERIFIED, EVENT_WROTE, FINISHED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, UNCHANGED
+from gpuops.remote.host_protocol import EVENT_ROLLBACK_STOPPED, EVENT_STOP_READY, EVENT_STOPPED, EVENT_AUDITED, EVENT_COMMITTED, EVENT_COMPILED, EVENT_DIR_KEPT, EVENT_HEALTHY, EVENT_PHASE, EVENT_ROLLED_BACK, EVENT_ROLLING_BACK, EVENT_VERIFIED, EVENT_WROTE, FINISHED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, UNCHANGED
 from gpuops.remote.secret_mask import mask_reported
 
 
@@ -49,14 +51,27 @@ class Run:
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
         self.kept_dirs = []  # directories a run created that someone filled since: left in place
+        # A node of a multi-node server (apply/deployment.py): it holds where gpuops says (HOLDS).
+        self.deployment = payload.get("deployment")
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
         # What the journal keeps passes the secrets policy first: an error may quote the server's
         # own command line (its flags checked against the launch script's), --api-key and all.
         record.update(mask_reported(fields))
-        append_line(self.journal, record)
+        _named(self.journal, append_line, self.journal, record)
         self.progress({"event": event, "run_id": self.run_id})
+
+    def journal_started(self, **fields):
+        """The run's first journal record, once its backup is complete. A journal that cannot take
+        it (a full state dir: ENOSPC) ends the run before any change: its backup is removed and the
+        cause named with the journal's path."""
+        try:
+            self.event(STARTED, **fields)
+        except OSError as exc:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise StepFailed("cannot journal the run: %s (nothing was changed; its backup was removed)"
+                             % _os_error(exc))
 
     def phase(self, name):
         """A named point of the run: the host's hooks may act here, then the lease is checked."""
@@ -115,6 +130,7 @@ class Run:
             "service": self.payload.get("service"),
             "handlers": self.payload.get("handlers", []),
             "server_running_before": self.server_running_before,
+            "deployment": self.deployment,
             "managed_roots": managed_roots(self.state_dir, [c["path"] for c in changes]),
         }
         manifest.update(extra or {})
@@ -215,12 +231,21 @@ class Run:
         handlers = self.payload.get("handlers", [])
         if not handlers:
             return None
+        if self.deployment:
+            # No node stops before every node has written and passed its checks: a failure up to
+            # here leaves every node's server as it was (one node's stop takes them all down).
+            self.progress({"event": EVENT_STOP_READY})
+            self.released(self.lease.wait_message("stop", "before stopping the server"), "stop")
         self.phase("server_stop")
         # Durable before the server is touched: a recovery must know to bring the old one back.
         self.server_touched = True
         self.event(SERVER_TOUCHED)
         try:
             self.service.stop()
+            if self.deployment:
+                # No node starts before every node has stopped: a new node must never join an old one.
+                self.progress({"event": EVENT_STOPPED})
+                self.released(self.lease.wait_message("start", "before starting the server"), "start")
             self.phase("server_start")
             self.service.start(daemon_reload=any(h.get("daemon_reload") for h in handlers))
         except StepFailed:
@@ -232,6 +257,10 @@ class Run:
         running, pid = self.service.running()
         self.progress({"event": EVENT_HEALTHY, "pid": pid, "checked": info})
         return pid
+
+    def released(self, answer, key):
+        if answer.get(key) is not True:
+            raise StepFailed(answer.get("reason") or "gpuops stopped the deployment's run (%s: false)" % key)
 
     # -- the way back
 
@@ -282,8 +311,11 @@ class Run:
             try:
                 if manifest.get("server_running_before", True):
                     service.stop()
-                    service.start(daemon_reload=any(h.get("daemon_reload") for h in manifest.get("handlers", [])))
-                    service.wait_healthy(NoLease())
+                    reload = any(h.get("daemon_reload") for h in manifest.get("handlers", []))
+                    if manifest.get("deployment"):
+                        self.hold_restart()
+                    service.start(daemon_reload=reload)
+                    previous_healthy(service, manifest, reload)
                     service_note = "previous server configuration restarted and healthy (pid %s)" % service.running()[1]
                 else:
                     service.stop()
@@ -291,6 +323,15 @@ class Run:
             except Exception as exc:
                 problems.append("%s: %s" % (SERVER_PROBLEM, exc))
         return restored, problems, service_note
+
+    def hold_restart(self):
+        """A node of a multi-node server in a rollback: the previous server starts once every node
+        has stopped the new one (gpuops' ``restart``); with nobody to wait for, at once."""
+        self.progress({"event": EVENT_ROLLBACK_STOPPED})
+        try:
+            self.lease.wait_message("restart", "before restarting the previous server", abortable=False)
+        except LeaseLapsed:
+            pass
 
     def rollback(self, manifest, why, log_tail=None):
         self.progress({"event": EVENT_ROLLING_BACK, "why": why})
@@ -307,6 +348,21 @@ class Run:
     def dirs_note(self):
         """``kept_dirs`` for a journal record or a result, when a created directory had to stay."""
         return {"kept_dirs": list(self.kept_dirs)} if self.kept_dirs else {}
+
+
+def previous_healthy(service, manifest, reload):
+    """The previous server healthy again. A node of rank > 0 of a multi-node server whose rollback
+    nobody orders (gpuops gone) may join a leader that then restarts and takes it down: it is
+    started again while the health wait lasts, as SGLang's own launchers retry a worker."""
+    rank = (manifest.get("deployment") or {}).get("rank")
+    deadline = time.monotonic() + service.health_timeout
+    while True:
+        try:
+            return service.wait_healthy(NoLease())
+        except StepFailed:
+            if not rank or time.monotonic() > deadline or service.running()[0]:
+                raise
+            service.start(daemon_reload=reload)
 
 
 def by_depth(dirs):
@@ -388,12 +444,13 @@ def do_apply(payload, progress, lease, hooks, notes):
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     run.phase("before_backup")
     manifest = run.backup(changes)
-    run.event(STARTED, role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
-              vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
-              managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
-              changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
-                        "after_sha256": c.get("after_sha256")} for c in changes],
-              handlers=[h["name"] for h in payload.get("handlers", [])])
+    run.journal_started(role=run.meta.get("role"), user=run.meta.get("user"), client=run.meta.get("client"),
+                        vars_sha256=run.meta.get("vars_sha256"), manifest_sha256=manifest["_sha256"], **marks,
+                        managed_roots=manifest["managed_roots"], lease_s=lease.seconds if hasattr(lease, "seconds") else None,
+                        changes=[{"path": c["path"], "before_sha256": c.get("before_sha256"),
+                                  "after_sha256": c.get("after_sha256")} for c in changes],
+                        handlers=[h["name"] for h in payload.get("handlers", [])],
+                        **({"deployment": payload["deployment"]} if payload.get("deployment") else {}))
 
     def forward():
         run.phase("before_write")
@@ -419,6 +476,7 @@ def do_apply(payload, progress, lease, hooks, notes):
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
         run.event(FINISHED, pid=pid, **run.dirs_note())
+        run.hooks.at_committed(run)
         progress({"event": EVENT_COMMITTED, "run_id": run.run_id})  # the host's answer, journaled first
         prune_runs(run.state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: images only the undone or pruned runs named

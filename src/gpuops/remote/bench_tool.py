@@ -61,10 +61,10 @@ def reads_key(module, root):
 
 
 def tool_env(module, root, url):
-    """The tool's environment: this process's, with the server's key as ``OPENAI_API_KEY`` when the
-    server has one. Raises ServerError when the server wants a key and the module sends none."""
+    """The tool's environment: this process's, with the server's key as ``OPENAI_API_KEY`` when its
+    command line gives one (a key the host's environment already holds is left to the operator).
+    Raises ServerError when the server wants a key and the module sends none."""
     env = dict(os.environ)
-    env.pop(KEY_ENV, None)  # never another server's key
     key = known_key(url)
     if not key:
         return env

@@ -9,7 +9,10 @@ never asks whether it runs in the lab.
 A hooks module may define any of:
 
     at_phase(run, name)          at each named phase of a run (``Run.phase``, plus
-                                 ``rollback_restore``); may wait, or raise to fail the run
+                                 ``rollback_restore``); may wait, or raise to fail the run;
+                                 also at ``committed`` (the journal says finished, the host has
+                                 not answered gpuops yet): it may wait there, and whatever it
+                                 raises is ignored, since nothing can undo a commit
     written_data(run, path, data)  the bytes about to be written for ``path`` (host files and the
                                    files of a derived image); returns the bytes to write
     audit_output(run, stdout)      the gate re-audit's stdout; returns what the run judges
@@ -35,6 +38,13 @@ class HostHooks:
         hook = self._get("at_phase")
         if hook is not None:
             hook(run, name)
+
+    def at_committed(self, run):
+        """``at_phase(run, "committed")``, which cannot fail a run already journaled finished."""
+        try:
+            self.at_phase(run, "committed")
+        except Exception:
+            pass
 
     def written_data(self, run, path, data):
         hook = self._get("written_data")

@@ -8,7 +8,8 @@ once ``.gpuops-env.json`` is written, last; a directory without it (a build that
 removed and built again. A failed build removes what it made and nothing else.
 
 Steps, each refusing with one line: free disk space under ``envs_dir``; ``uv venv`` + ``uv pip
-install`` when ``uv`` is on PATH, else ``python -m venv`` + ``pip install``, from the host's index,
+install`` when ``uv`` is on PATH, else ``python -m venv`` + ``pip install`` (a python without ensurepip,
+as Debian's without python3-venv: ``venv --without-pip`` and the wheelhouse's pip wheel), from the host's index,
 the operator's ``index_url``, or a wheelhouse copied here (``--no-index --find-links``); every pin
 the release names installed at exactly its version; torch's CUDA no newer than the driver's
 (``nvidia-smi``'s "CUDA Version").
@@ -33,9 +34,9 @@ MARKER = ".gpuops-env.json"
 _NAME = re.compile(r"^sglang-[0-9A-Za-z.+]+-[0-9a-f]{12}$")
 _INSTALL_TIMEOUT_S = 3600
 
-# Run by the new environment's python: what it holds, and torch's CUDA build read from
+# Run by the new environment's python (or a new image's: apply/release_image.py): what it holds, and torch's CUDA build read from
 # torch/version.py without importing torch (a torch that needs a newer driver must still be read).
-_PROBE = r"""
+PROBE = r"""
 import json, re, sys
 from importlib import metadata
 from importlib.util import find_spec
@@ -122,10 +123,30 @@ def _build(env, payload):
         _run([uv, "pip", "install", "--quiet", "--python", python] + (["--no-config"] if closed else [])
              + _source_flags(payload) + requirements, "install", env=pip_env)
         return "uv"
-    _run([base, "-m", "venv", env], "venv", timeout=600)
-    _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q"]
+    pip = [python, "-m", "pip"]
+    try:
+        _run([base, "-m", "venv", env], "venv", timeout=600)
+    except Refused as exc:
+        # Debian's python3 without python3-venv has no ensurepip: with a pip wheel in the wheelhouse,
+        # the environment is made without pip and that wheel runs the install (pip runs from its
+        # own wheel), so a host without internet needs no package of its own for it.
+        wheel = _pip_wheel(payload.get("wheelhouse"))
+        if wheel is None or "ensurepip" not in exc.message + exc.log_tail:
+            raise
+        shutil.rmtree(env, ignore_errors=True)
+        _run([base, "-m", "venv", "--without-pip", env], "venv", timeout=600)
+        pip = [python, os.path.join(wheel, "pip")]
+    _run(pip + ["install", "--disable-pip-version-check", "--no-input", "-q"]
          + _source_flags(payload) + requirements, "install", env=pip_env)
-    return "venv + pip"
+    return "venv + pip" if pip[1] == "-m" else "venv + pip from the wheelhouse"
+
+
+def _pip_wheel(wheelhouse):
+    """A pip wheel of the wheelhouse (a host path; the last by name), or None."""
+    if not wheelhouse or not os.path.isdir(wheelhouse):
+        return None
+    names = sorted(n for n in os.listdir(wheelhouse) if re.match(r"^pip-[0-9][^-]*-py3(\.py\d+)?-none-any\.whl$", n))
+    return os.path.join(wheelhouse, names[-1]) if names else None
 
 
 def _public(version):
@@ -133,7 +154,7 @@ def _public(version):
 
 
 def _probe(env, names):
-    text = _run([os.path.join(env, "bin", "python"), "-c", _PROBE, json.dumps(sorted(names))], "verify", timeout=120)
+    text = _run([os.path.join(env, "bin", "python"), "-c", PROBE, json.dumps(sorted(names))], "verify", timeout=120)
     return json.loads(text.strip().splitlines()[-1])
 
 

@@ -1,6 +1,7 @@
 """-v/-vv/-vvv: what gpuops does on each host, on stderr, as Ansible's verbosity shows it.
 
-    -v     each remote command (the command line; programs travel on stdin and are not shown)
+    -v     each remote command (the command line; programs travel on stdin and are not shown);
+           in apply/rollback each step of a host's run once gpuops knows it (``apply/txn.py``)
     -vv    + timings: connect, and each command's duration, exit status and bytes moved
     -vvv   + the raw output of each command (stdout and stderr, secrets of the host's vars masked)
 

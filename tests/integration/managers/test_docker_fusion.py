@@ -506,3 +506,103 @@ def test_rollback_of_the_fusion_run_under_a_later_nccl_run_returns_to_the_origin
     assert info["Image"] == ORIGINAL["image"] and "NCCL_MIN_NCHANNELS=8" not in info["Config"]["Env"]
     assert host_files(dh) == ORIGINAL["files"]
     served(dh)
+
+
+NEW_RELEASE = "0.5.21"
+
+
+@pytest.mark.timeout(900)  # two gate audits of real SGLang trees in containers (about 150 s on a quiet machine)
+def test_sglang_release_moves_the_container_to_the_new_image_and_back(fusion_host, debian_root, run_gpuops) -> None:
+    """sglang-release on a docker server: the release is an image. Refused before anything stops
+    (an image that cannot be pulled, one holding another release); then switched (the container
+    recreated from the new image, which holds 0.5.21 and its pins), and back with gpuops rollback
+    to the original image, byte for byte."""
+    from gpuops.lab.docker_host import standin_image
+    from gpuops.lab.sglang_cache import sglang_site, sglang_wheel
+    from gpuops.release.wheel import read_release
+
+    dh = fusion_host
+    pins = read_release(NEW_RELEASE, sglang_wheel(NEW_RELEASE)).pins  # the release's own METADATA
+    new_image = standin_image(dh.daemon, debian_root, sglang_site(NEW_RELEASE), stack=pins)
+    before, files_before = dh.inspect(), host_files(dh)
+    assert before["Config"]["Image"] == ORIGINAL["ref"]
+
+    def release(*args: str) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+        proc = gpuops(run_gpuops, dh, "apply", "sglang-release", "-e", f"sglang_version={NEW_RELEASE}", "--json", *args)
+        return proc, report_of(proc, dh.host.name)
+
+    def unchanged() -> None:
+        info = dh.inspect()
+        assert info["Id"] == before["Id"] and info["State"]["Running"], "the container was touched"
+        assert host_files(dh) == files_before
+        assert served(dh)["version"] == RELEASE
+
+    # An image the host does not have and cannot pull (the lab's daemon reaches no registry).
+    proc, report = release("-e", "sglang_release_image=gpuops-lab/no-such-sglang:v0.5.21")
+    assert proc.returncode == 1 and report["status"] == "refused", proc.stdout + proc.stderr
+    assert "docker pull gpuops-lab/no-such-sglang:v0.5.21 failed" in report["error"], report
+    assert "docker pull gpuops-lab/no-such-sglang:v0.5.21:" in proc.stderr  # its progress, as it came
+    unchanged()
+    # An image holding another release than the one named.
+    proc, report = release("-e", f"sglang_release_image={ORIGINAL['ref']}")
+    assert proc.returncode == 1 and report["status"] == "refused", proc.stdout + proc.stderr
+    assert f"does not hold the release: sglang {RELEASE}, not {NEW_RELEASE}, " in report["error"], report
+    unchanged()
+
+    # The switch: pulled or found, checked inside, audited, then one transaction.
+    proc, report = release("-e", f"sglang_release_image={new_image}")
+    assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
+    notes = "\n".join(report["notes"])
+    assert f"SGLang {NEW_RELEASE}: image {new_image}" in notes and "found on the host" in notes, notes
+    assert all(f"{dist} {version}" in notes for dist, version in pins.items()), notes
+    assert f"gate audit, sglang {RELEASE} (running) -> {NEW_RELEASE} (new environment)" in notes, notes
+    info = dh.inspect()
+    assert info["Id"] != before["Id"] and info["Config"]["Image"] == new_image and info["State"]["Running"]
+    assert report["pid"] == info["State"]["Pid"]
+    assert served(dh)["version"] == NEW_RELEASE
+    assert dh.daemon.run("image", "inspect", ORIGINAL["ref"]).returncode == 0  # the old image stays
+
+    # Back: the container recreated from the original image, the launch files byte for byte.
+    started = time.monotonic()
+    back = gpuops(run_gpuops, dh, "rollback")
+    took = time.monotonic() - started
+    assert back.returncode == 0, back.stdout + back.stderr
+    print(f"\nsglang-release on docker: rollback to {RELEASE} in {took:.1f} s", flush=True)
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert served(dh)["version"] == RELEASE
+    assert took < 60, took
+
+
+def test_client_killed_after_the_container_moved_to_the_new_image_goes_back(fusion_host, debian_root,
+                                                                             gpuops_home) -> None:
+    """gpuops dies after the container was recreated from the release's image (health): the lease
+    lapses and the host recreates it from the original image, the launch files byte for byte."""
+    import signal
+
+    from gpuops.lab.docker_host import standin_image
+    from gpuops.lab.sglang_cache import sglang_site, sglang_wheel
+    from gpuops.release.wheel import read_release
+    from labtools import client_paused_at, rolled_back_count, wait_for_self_rollback
+
+    dh = fusion_host
+    state = dh.host.state_dir
+    pins = read_release(NEW_RELEASE, sglang_wheel(NEW_RELEASE)).pins
+    new_image = standin_image(dh.daemon, debian_root, sglang_site(NEW_RELEASE), stack=pins)  # built by the test above
+    rolled_before = rolled_back_count(state)
+    client = client_paused_at(state, "health", ["apply", "sglang-release", "-i", str(dh.lab.inventory_path),
+                                                "-e", f"sglang_version={NEW_RELEASE}", "-e", f"sglang_release_image={new_image}",
+                                                "-e", "gpuops_lease=4", "-e", "smoke_check=false"], gpuops_home, 600)
+    try:
+        assert dh.inspect()["Config"]["Image"] == new_image  # recreated from the release's image
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_before, time.monotonic() + 4 + 90)
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert served(dh)["version"] == RELEASE

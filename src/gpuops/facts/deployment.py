@@ -1,0 +1,107 @@
+"""``inspect host``: the nodes of a multi-node SGLang server (``sglang_deployment``) as one server.
+
+Pure: from the inventory's hosts (their ranks and init address, as apply derives them:
+``apply/deployment.plan_deployments``) and each node's inspected facts, one entry per deployment
+with its nodes (rank, leader or worker, running, healthy, release, the flags the node really runs)
+and warnings: a node down or unanswered, a node whose running --nnodes / --node-rank /
+--dist-init-addr differ from the inventory's, nodes that run different configurations (flags or
+environment, its own rank aside) or different SGLang releases: a deployment split.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+
+# The flags that differ by node on purpose (and the port each node's own HTTP server takes).
+_PER_NODE = ("node_rank",)
+_DERIVED = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("dist_init_addr", "--dist-init-addr"))
+
+
+def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``{"deployments": {NAME: {...}}, "deployments_error": None | one line}`` (docs/inspect-json.md)."""
+    from gpuops.apply.deployment import plan_deployments
+
+    try:
+        found = plan_deployments(hosts, {})
+    except GpuopsError as exc:  # the inventory contradicts itself: apply refuses it too
+        return {"deployments": {}, "deployments_error": str(exc)}
+    return {"deployments": {name: _one(d, entries) for name, d in found.items()}, "deployments_error": None}
+
+
+def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    nodes: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+    for name in deployment.members:
+        entry = entries.get(name) or {}
+        facts = entry.get("facts") or {}
+        server = facts.get("server") or {}
+        sglang = (facts.get("software") or {}).get("sglang") or {}
+        args = dict(server.get("args") or {})
+        node = {"rank": deployment.rank(name), "role": "leader" if deployment.rank(name) == 0 else "worker",
+                "answered": bool(entry.get("ok")), "running": bool(server.get("running")),
+                "healthy": server.get("healthy"), "sglang": sglang.get("version"),
+                "launch": {key: args.get(key) for key, _ in _DERIVED}}
+        nodes[name] = node
+        if not node["answered"]:
+            warnings.append(f"{name} (node {node['rank']}) did not answer: {entry.get('error') or 'unknown error'}")
+            continue
+        if not node["running"]:
+            warnings.append(f"{name} (node {node['rank']}) runs no SGLang server: the deployment is down")
+            continue
+        want = dict(zip((k for k, _ in _DERIVED), deployment.launch_flags(name)[1::2]))
+        for key, flag in _DERIVED:
+            if args.get(key) is not None and str(args.get(key)) != want[key]:
+                warnings.append(f"{name} runs {flag} {args.get(key)}, the inventory makes it {want[key]}")
+    running = [n for n in deployment.members if nodes[n]["running"]]
+    warnings += _differences(running, entries, nodes)
+    return {"members": list(deployment.members), "leader": deployment.leader, "init_addr": deployment.init_addr,
+            "nnodes": deployment.nnodes, "nodes": nodes, "warnings": warnings}
+
+
+def _config(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    server = (entry.get("facts") or {}).get("server") or {}
+    args = {k: v for k, v in dict(server.get("args") or {}).items() if k not in _PER_NODE and k != "port"}
+    return args, dict(server.get("env") or {})
+
+
+def _differences(running: list[str], entries: Mapping[str, Mapping[str, Any]],
+                 nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per node that runs otherwise than the first running node (its configuration, its release)."""
+    if len(running) < 2:
+        return []
+    first = running[0]
+    base_args, base_env = _config(entries[first])
+    out = []
+    for name in running[1:]:
+        args, env = _config(entries[name])
+        diffs = [f"--{k.replace('_', '-')} {args.get(k)!r} vs {base_args.get(k)!r}"
+                 for k in sorted(set(args) | set(base_args)) if args.get(k) != base_args.get(k)]
+        diffs += [f"{k}={env.get(k)!r} vs {base_env.get(k)!r}" for k in sorted(set(env) | set(base_env))
+                  if env.get(k) != base_env.get(k)]
+        if diffs:
+            out.append(f"{name} runs a different configuration from {first} (a split deployment): " + "; ".join(diffs))
+        if nodes[name]["sglang"] != nodes[first]["sglang"]:
+            out.append(f"{name} runs SGLang {nodes[name]['sglang']}, {first} {nodes[first]['sglang']}")
+    return out
+
+
+def report_lines(view: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """The text report's lines (text, style) for ``deployments_json``'s result."""
+    lines: list[tuple[str, str | None]] = []
+    if view.get("deployments_error"):
+        lines.append((f"DEPLOYMENT  {view['deployments_error']}", "yellow"))
+    for name, d in (view.get("deployments") or {}).items():
+        lines.append((f"== deployment {name}: one SGLang server over {d['nnodes']} nodes "
+                      f"(leader {d['leader']}, --dist-init-addr {d['init_addr']})", "bold"))
+        for host, node in d["nodes"].items():
+            state = ("did not answer" if not node["answered"] else "not running" if not node["running"]
+                     else "healthy" if node["healthy"] else "running, not healthy")
+            lines.append((f"   node {node['rank']}  {host:<12} {node['role']:<7} {state:<22} "
+                          f"sglang {node['sglang'] or '?'}", None))
+        lines += [(f"WARNING  {w}", "yellow") for w in d["warnings"]]
+    return lines

@@ -1,0 +1,192 @@
+"""A multi-node server's nodes (apply/deployment.py): ranks, init address, the launch flags the
+sglang-service role renders for each node, the inventory's contradictions refused naming the host,
+and the two-phase commit's holds (threads, no hosts)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from gpuops.apply import deployment as dep
+from gpuops.errors import GpuopsError
+from gpuops.inventory import Host
+from gpuops.remote import host_protocol as hp
+
+
+def _host(name: str, address: str | None = None, **variables: Any) -> Host:
+    return Host(name=name, address=address, port=None, user=None, key_file=None, connection="ssh", groups=("all",),
+                vars={"sglang_deployment": "kimi", **variables})
+
+
+def test_ranks_follow_inventory_order_and_the_leader_gives_the_init_address() -> None:
+    found = dep.plan_deployments([_host("a", "10.0.0.1"), _host("b", "10.0.0.2"), _host("c", "10.0.0.3")], {})
+    kimi = found["kimi"]
+    assert kimi.members == ("a", "b", "c") and kimi.init_addr == "10.0.0.1:20000"
+    assert kimi.launch_flags("c") == ["--nnodes", "3", "--node-rank", "2", "--dist-init-addr", "10.0.0.1:20000"]
+
+
+def test_sglang_node_rank_and_dist_port_decide_when_given() -> None:
+    hosts = [_host("a", "10.0.0.1", sglang_node_rank=1), _host("b", "fd00::2", sglang_node_rank=0,
+                                                                sglang_dist_port=5000)]
+    kimi = dep.plan_deployments(hosts, {})["kimi"]
+    assert kimi.members == ("b", "a") and kimi.init_addr == "[fd00::2]:5000"
+
+
+@pytest.mark.parametrize("hosts, message", [
+    ([_host("a", sglang_node_rank=0), _host("b")], "b: sglang_node_rank is set on other nodes"),
+    ([_host("a", sglang_node_rank=0), _host("b", sglang_node_rank=0)], "b: sglang_node_rank 0 is also a's"),
+    ([_host("a", sglang_node_rank=0), _host("b", sglang_node_rank=2)], "b: sglang_node_rank 2 is outside 0..1"),
+    ([_host("a", sglang_node_rank="x"), _host("b", sglang_node_rank=1)], "a: sglang_node_rank must be a whole"),
+    ([_host("a", sglang_dist_port=70000), _host("b")], "a: sglang_dist_port must be a TCP port"),
+    ([_host("a", "10.0.0.1", sglang_args=["--tp", "16", "--nnodes", "3"]), _host("b")],
+     "a: the launch flags say --nnodes 3 but deployment kimi has 2 nodes (a, b)"),
+    ([_host("a", "10.0.0.1"), _host("b", sglang_extra_args=["--node-rank=0"])],
+     "b: the launch flags say --node-rank 0 but it is node 1 of deployment kimi"),
+    ([_host("a", "10.0.0.1"), _host("b", sglang_args=["--dist-init-addr", "10.0.0.9:20000"])],
+     "b: the launch flags say --dist-init-addr 10.0.0.9:20000 but deployment kimi's leader a is at 10.0.0.1:20000"),
+])
+def test_contradictions_are_one_line_naming_the_host(hosts: list[Host], message: str) -> None:
+    with pytest.raises(GpuopsError) as err:
+        dep.plan_deployments(hosts, {})
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_flags_that_agree_are_accepted() -> None:
+    hosts = [_host("a", "10.0.0.1", sglang_args=["--nnodes", "2", "--node-rank", "0"]),
+             _host("b", sglang_args=["--dist-init-addr=10.0.0.1:20000", "--node-rank", "1"])]
+    assert dep.plan_deployments(hosts, {})["kimi"].nnodes == 2
+
+
+def test_a_run_leaving_a_node_out_is_refused() -> None:
+    a, b, c = _host("a"), _host("b"), Host(name="c", address=None, port=None, user=None, key_file=None,
+                                         connection="ssh", groups=("all",), vars={})
+    dep.check_whole([a, b], [a, b, c], {})
+    with pytest.raises(GpuopsError, match="^b: deployment kimi also has a, left out of this run"):
+        dep.check_whole([b, c], [a, b, c], {})
+
+
+def test_the_role_renders_each_nodes_derived_flags_into_the_launch() -> None:
+    """The launch script the sglang-service role writes for node 1 carries its rank (not the
+    inventory's flags alone: they name none here)."""
+    from gpuops.plan.model import FileState, PlanFacts
+    from gpuops.plan.planner import discover, plan_role
+
+    hosts = [_host("a", "10.0.0.1"), _host("b", "10.0.0.2")]
+    kimi = dep.plan_deployments(hosts, {})["kimi"]
+    node = dep.with_launch_flags(hosts[1], kimi)
+    role_vars = {**dict(node.vars), "sglang_manager": "process", "sglang_args": ["--model-path", "/m", "--tp", "16"],
+                 "gpuops_state_dir": "/var/lib/gpuops"}
+    paths = discover("sglang-service", "b", role_vars, {}).paths
+    facts = PlanFacts(host="b", files={p: FileState(path=p, exists=False) for p in paths})
+    script = next(c.after for c in plan_role("sglang-service", facts, role_vars, {}).changes
+                  if c.path.endswith("sglang-launch.sh"))
+    assert "--tp 16 --nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.1:20000" in script, script
+
+
+# ---------------------------------------------------------------- the two-phase commit's holds
+
+
+def _txn(n: int = 3) -> dep.DeploymentTxn:
+    return dep.DeploymentTxn(dep.Deployment("kimi", tuple(f"n{i}" for i in range(n)), "10.0.0.1:20000"))
+
+
+def _in_threads(txn: dep.DeploymentTxn, point: str, names: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def one(name: str) -> None:
+        result = txn.hold(name, point)
+        with lock:
+            out[name] = result
+            order.append(name)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "a hold never returned"
+    out["order"] = order
+    return out
+
+
+def test_every_node_goes_on_only_when_all_reached_the_point_and_the_leader_starts_last() -> None:
+    txn = _txn()
+    out = _in_threads(txn, hp.EVENT_STOPPED, ["n0", "n1", "n2"])
+    assert out["n0"] == out["n1"] == out["n2"] == (True, None)
+    assert out["order"][-1] == "n0", out["order"]  # workers let go before the leader
+
+
+def test_one_node_failing_releases_the_others_with_its_reason_and_aborts_them() -> None:
+    txn = _txn(2)
+    sent: list[dict[str, Any]] = []
+    txn.opened("n0", lambda m: sent.append(m) or True)
+    txn.opened("n1", lambda m: True)
+    waiting: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: waiting.update(r=txn.hold("n0", txn.VERIFIED)))
+    thread.start()
+    txn.ended("n1", False, "injected fault at health")
+    thread.join(10)
+    assert waiting["r"] == (False, "node n1 of deployment kimi failed: injected fault at health")
+    assert sent == [{"abort": "node n1 of deployment kimi failed: injected fault at health"}]
+
+
+def test_a_rollback_hold_waits_for_every_node_even_after_a_failure() -> None:
+    txn = _txn(2)
+    txn.fail("n1", "health")
+    out = _in_threads(txn, hp.EVENT_ROLLBACK_STOPPED, ["n0", "n1"])
+    assert out["n0"] == out["n1"] == (True, None) and out["order"] == ["n1", "n0"]
+
+
+def test_when_one_node_restarts_every_node_does() -> None:
+    txn = _txn(2)
+    got: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: got.update(n0=txn.planned("n0", True)))
+    thread.start()
+    got["n1"] = txn.planned("n1", False)
+    thread.join(10)
+    assert got == {"n0": None, "n1": None} and txn.restarts()
+
+
+# ---------------------------------------------------------------- inspect: one server
+
+
+def _entry(rank: int, env: dict[str, str] | None = None, version: str = "0.5.8", running: bool = True,
+           **args: Any) -> dict[str, Any]:
+    flags = {"model_path": "/m", "tp_size": "16", "nnodes": "2", "node_rank": str(rank),
+             "dist_init_addr": "10.0.0.1:20000", "port": str(30000 + rank), **args}
+    return {"ok": True, "facts": {"server": {"running": running, "healthy": running, "args": flags,
+                                             "env": env or {"NCCL_MIN_NCHANNELS": "4"}},
+                                  "software": {"sglang": {"version": version}}}}
+
+
+def test_inspect_sees_one_deployment_with_its_nodes() -> None:
+    from gpuops.facts.deployment import deployments_json, report_lines
+
+    hosts = [_host("a", "10.0.0.1"), _host("b", "10.0.0.2")]
+    view = deployments_json(hosts, {"a": _entry(0), "b": _entry(1)})
+    kimi = view["deployments"]["kimi"]
+    assert kimi["members"] == ["a", "b"] and kimi["leader"] == "a" and kimi["warnings"] == []
+    assert kimi["nodes"]["b"]["role"] == "worker" and kimi["nodes"]["b"]["launch"]["node_rank"] == "1"
+    text = [line for line, _ in report_lines(view)]
+    assert text[0].startswith("== deployment kimi: one SGLang server over 2 nodes (leader a")
+
+
+@pytest.mark.parametrize("entries, warning", [
+    ({"a": _entry(0), "b": _entry(1, {"NCCL_MIN_NCHANNELS": "8"})},
+     "b runs a different configuration from a (a split deployment): NCCL_MIN_NCHANNELS='8' vs '4'"),
+    ({"a": _entry(0), "b": _entry(1, version="0.5.9")}, "b runs SGLang 0.5.9, a 0.5.8"),
+    ({"a": _entry(0), "b": _entry(1, running=False)}, "b (node 1) runs no SGLang server"),
+    ({"a": _entry(0), "b": _entry(0)}, "b runs --node-rank 0, the inventory makes it 1"),
+    ({"a": _entry(0), "b": _entry(1, cuda_graph_max_bs="8")}, "--cuda-graph-max-bs '8' vs None"),
+    ({"a": _entry(0), "b": {"ok": False, "error": "connection refused"}}, "b (node 1) did not answer"),
+])
+def test_inspect_warns_of_a_split_or_broken_deployment(entries: dict[str, Any], warning: str) -> None:
+    from gpuops.facts.deployment import deployments_json
+
+    view = deployments_json([_host("a", "10.0.0.1"), _host("b", "10.0.0.2")], entries)
+    warnings = view["deployments"]["kimi"]["warnings"]
+    assert any(warning in w for w in warnings), warnings
