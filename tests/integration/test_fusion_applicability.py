@@ -96,19 +96,24 @@ def test_the_pinned_flashinfer_known_only_by_its_version_decides_by_the_version_
     """A lab host (or any host) whose FlashInfer is only its .dist-info: the FlashInfer each real
     release pins (what the lab installs beside it: lab/site.release_stack) decides by the version
     rule. fusion-sm120 is refused on sm120 below 0.6.17, the first that builds the fused kernel for
-    major 12, naming both versions and nothing planned; at or above it the patch is planned."""
+    major 12, naming both versions; at or above it nothing refuses. (The kernel check alone for each
+    release; the whole plan for 0.5.8, whose scan this module shares.)"""
+    from gpuops.gates.catalog import load_catalog
     from gpuops.lab.site import release_stack
+    from gpuops.plan.applicability import kernel_refusal
 
     assert release_stack(sglang_site(release), {"flashinfer-python": "x"})["flashinfer-python"] == pinned
-    gpu = {"kernel_reads": {"nvcc": None}, "kernel_versions": {"flashinfer": pinned, "sglang": release}}
-    if refused:
-        with pytest.raises(GpuopsError) as error:
-            plan(scan_of(release), "12.0", {**P2P_OK, **gpu})
-        text = str(error.value)
-        assert f"FlashInfer {pinned} lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120 by its " \
-               "version (version rule: FlashInfer 0.6.17 is the first with it for sm120" in text, text
-        assert "refused: install flashinfer-python 0.6.17 or later" in text and "\n" not in text
-    else:
-        result = plan(scan_of(release), "12.0", {**P2P_OK, **gpu})
-        assert not any("kernel library" in w for w in result.warnings), result.warnings
-        assert result.changed > 0 or any("already" in n for n in result.notes), result.notes
+    gpu = {**P2P_OK, "kernel_reads": {"nvcc": None}, "kernel_versions": {"flashinfer": pinned, "sglang": release}}
+    error, warning = kernel_refusal(gpu, load_catalog().feature("flashinfer_allreduce_fusion"), "sm120", False,
+                                    "fusion_allow_without_kernel")
+    assert warning is None
+    if not refused:
+        assert error is None
+        return
+    assert error is not None and "\n" not in error
+    assert f"FlashInfer {pinned} lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120 by its " \
+           "version (version rule: FlashInfer 0.6.17 is the first with it for sm120" in error, error
+    assert "refused: install flashinfer-python 0.6.17 or later" in error
+    if release == "0.5.8":
+        with pytest.raises(GpuopsError, match="lacks the fused all-reduce"):
+            plan(scan_of(release), "12.0", gpu)
