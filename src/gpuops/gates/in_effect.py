@@ -173,6 +173,16 @@ def platform_value(text: str, platforms: Mapping[str, bool]) -> bool | None:
     return _eval_text(tree, dict(platforms), None, lambda _text: None)
 
 
+def settings_value(text: str, args: Mapping[str, Any]) -> bool | None:
+    """The truth of an enclosing condition's text from the server's settings in ``args`` alone
+    (``self.tp_size == 1`` False under TP 8); None when it depends on anything else."""
+    try:
+        tree = ast.parse("(" + text.strip() + ")", mode="eval").body
+    except SyntaxError:
+        return None
+    return _eval_text(tree, args, None, lambda _text: None)
+
+
 def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:
     """An auto-enable-role gate whose branch switches the feature OFF (``x = False``)."""
     text = str(gate.get("excerpt") or "")
