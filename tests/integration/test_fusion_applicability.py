@@ -86,3 +86,29 @@ def test_p2p_gaps_in_the_tp_group_are_refused_unless_allowed() -> None:
     facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
                       gpu={"compute_capability": "12.0", "cuda": "12.8", **CNS})
     assert plan_role("fusion-sm120", facts, inventory_tp4, {}).changed > 0
+
+
+@pytest.mark.parametrize("release, pinned, refused", [
+    ("0.5.8", "0.6.1", True), ("0.5.14", "0.6.12", True), ("0.5.20", "0.6.18", False), ("0.5.23", "0.7.2", False),
+])
+def test_the_pinned_flashinfer_known_only_by_its_version_decides_by_the_version_rule(release: str, pinned: str,
+                                                                                    refused: bool) -> None:
+    """A lab host (or any host) whose FlashInfer is only its .dist-info: the FlashInfer each real
+    release pins (what the lab installs beside it: lab/site.release_stack) decides by the version
+    rule. fusion-sm120 is refused on sm120 below 0.6.17, the first that builds the fused kernel for
+    major 12, naming both versions and nothing planned; at or above it the patch is planned."""
+    from gpuops.lab.site import release_stack
+
+    assert release_stack(sglang_site(release), {"flashinfer-python": "x"})["flashinfer-python"] == pinned
+    gpu = {"kernel_reads": {"nvcc": None}, "kernel_versions": {"flashinfer": pinned, "sglang": release}}
+    if refused:
+        with pytest.raises(GpuopsError) as error:
+            plan(scan_of(release), "12.0", {**P2P_OK, **gpu})
+        text = str(error.value)
+        assert f"FlashInfer {pinned} lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120 by its " \
+               "version (version rule: FlashInfer 0.6.17 is the first with it for sm120" in text, text
+        assert "refused: install flashinfer-python 0.6.17 or later" in text and "\n" not in text
+    else:
+        result = plan(scan_of(release), "12.0", {**P2P_OK, **gpu})
+        assert not any("kernel library" in w for w in result.warnings), result.warnings
+        assert result.changed > 0 or any("already" in n for n in result.notes), result.notes

@@ -43,6 +43,7 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
 
     from gpuops.apply.txn import lease_seconds, run_transaction
     from gpuops.remote import python_stdin
+    from gpuops.remote.host_protocol import MODE_APPLY
 
     lease_s = lease_seconds(variables)
     remaining = None if deadline is None else max(1.0, deadline - time.monotonic())
@@ -56,7 +57,7 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
         result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event,
                                  on_verified, read_outcome=journal_reader(conn, payload), on_open=on_open,
-                                 on_hold=on_hold)
+                                 on_hold=on_hold, mode=str(payload.get("mode") or MODE_APPLY))
     if verbose.enabled():
         verbose.log_stream(conn.host.name, command, len(body), time.monotonic() - started, str(result.get("status")))
     return HelperResult.from_json(result)
