@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from labtools import FUSION_FLASHINFER
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ FUSION = "flashinfer_allreduce_fusion"
 
 @pytest.fixture()
 def lab(lab_factory):
-    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8")  # its own: the test patches it
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8", flashinfer=FUSION_FLASHINFER)  # its own: the test patches it
 
 
 def inspect(run_gpuops, lab, env: dict[str, str], *args: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from gpuops.remote.bundle import BundleError, bundled_source, find_bundle
 REMOTE_DIR = Path(remote.__file__).parent
 
 # What the host's own GPU stack provides to the benchmark helpers (never installed by gpuops).
-HOST_STACK = {"torch", "flashinfer", "sgl_kernel"}
+HOST_STACK = {"torch", "flashinfer", "sgl_kernel", "sglang"}  # sglang: its custom all-reduce, measured
 
 
 def write(directory: Path, name: str, text: str) -> None:

@@ -18,7 +18,7 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_STAGED, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.apply.deployment import DeploymentTxn
@@ -234,7 +234,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
             if plan.release.stage:  # the fleet is prepared; the switch is a later run
-                report.status, report.changed, report.run_id = "staged", 0, run_id
+                report.status, report.changed, report.run_id = STATUS_STAGED, 0, run_id
                 report.notes.append("staged: the release is ready on the host and nothing was switched; apply again "
                                     "without sglang_release_stage to switch")
                 return report

@@ -123,7 +123,7 @@ def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
 
 def host_shape(facts: HostFacts) -> Any:
     """What the catalog's ``fits:`` are judged against, from the host's facts."""
-    from gpuops.gates.fits import HostShape, p2p_gaps
+    from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group
 
     settings = facts.server.settings if facts.server.known and facts.server.running else None
     model = facts.server.model
@@ -133,10 +133,8 @@ def host_shape(facts: HostFacts) -> Any:
     if settings is not None:
         given = settings.args.get("dtype")
         dtype = str(given) if isinstance(given, str) and given != "auto" else None
-        deterministic = settings.args.get("enable_deterministic_inference") not in (None, False, "false", "False")
-        visible = str((facts.server.env or {}).get("CUDA_VISIBLE_DEVICES") or "")
-        devices = [int(d) for d in visible.split(",") if d.strip().isdigit()] or list(range(len(facts.gpu.gpus)))
-        group = devices[:settings.tp_size]
+        deterministic = deterministic_collectives(settings.args, facts.server.env or {})
+        group = tp_group((facts.server.env or {}).get("CUDA_VISIBLE_DEVICES"), len(facts.gpu.gpus), settings.tp_size)
     if dtype is None and model is not None and model.known:
         dtype = model.torch_dtype
     ic = facts.interconnect

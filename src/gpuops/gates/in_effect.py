@@ -203,15 +203,17 @@ def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool
         if choice.setting not in settings:
             continue
         value = settings[choice.setting]
-        said.append(f"{choice.setting}={value!r}")
+        # A setting the server reports as null is said as its JSON spelling, never Python's "None".
+        shown = f"{choice.setting}=null" if value is None else f"{choice.setting}={value!r}"
+        said.append(shown)
         if choice.inverse:
             if value not in _OFF:
-                return False, f"the server reports {choice.setting}={value!r}"
+                return False, f"the server reports {shown}"
             continue
         plain_reported = True
         on = str(value) in choice.values if choice.selects else value not in _OFF
         if on:
-            return True, f"the server reports {choice.setting}={value!r}"
+            return True, f"the server reports {shown}"
     if not said:
         return None, None
     if not plain_reported and getattr(feature, "default", None) == "on":

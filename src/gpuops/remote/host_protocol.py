@@ -106,6 +106,7 @@ CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT, MESSAGE_S
 # The client's own statuses for a host it could not run (not from the helper).
 STATUS_FAILED = "failed"     # the helper's answer was not a known status, or the host failed before it
 STATUS_SKIPPED = "skipped"   # a rollout stopped before this host
+STATUS_STAGED = "staged"     # sglang-release -e sglang_release_stage=true: the release made ready, nothing switched
 
 
 def _texts(value: object) -> tuple[str, ...]:

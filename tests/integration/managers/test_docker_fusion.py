@@ -549,6 +549,13 @@ def test_sglang_release_moves_the_container_to_the_new_image_and_back(fusion_hos
     assert f"does not hold the release: sglang {RELEASE}, not {NEW_RELEASE}, " in report["error"], report
     unchanged()
 
+    # --check: the image is on the host, so it is checked inside and its gate audit shown; nothing changes.
+    proc, report = release("-e", f"sglang_release_image={new_image}", "--check")
+    assert proc.returncode == 0 and report["status"] == "checked", proc.stdout + proc.stderr
+    assert any(f"image {new_image}" in n and "found on the host" in n for n in report["notes"]), report["notes"]
+    assert any(n.startswith(f"gate audit, sglang {RELEASE} (running) -> {NEW_RELEASE}") for n in report["notes"]), report
+    unchanged()
+
     # The switch: pulled or found, checked inside, audited, then one transaction.
     proc, report = release("-e", f"sglang_release_image={new_image}")
     assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr

@@ -408,9 +408,10 @@ def test_the_drop_in_directory_gpuops_created_is_gone_after_the_undo(host, run_g
 @pytest.mark.timeout(1500)  # a real venv + pip install of the lab wheelhouse inside the booted root, on a shared machine
 def test_sglang_release_switches_the_unit_to_a_new_environment_and_back(systemd_host_factory, run_gpuops,
                                                                         tmp_path_factory) -> None:
-    """sglang-release under real systemd: the environment is built inside the booted root (whose
-    Debian python3 has no ensurepip: the wheelhouse's pip wheel installs), the unit's ExecStart
-    points at it and systemd restarts it; gpuops rollback puts the unit back byte for byte."""
+    """sglang-release under real systemd: a build on a disk that fills up is refused with nothing
+    changed; then the environment is built inside the booted root (whose Debian python3 has no
+    ensurepip: the wheelhouse's pip wheel installs), the unit's ExecStart points at it and systemd
+    restarts it; gpuops rollback puts the unit back byte for byte."""
     import ensurepip
     import shutil
     from pathlib import Path
@@ -434,6 +435,23 @@ def test_sglang_release_switches_the_unit_to_a_new_environment_and_back(systemd_
             shutil.copyfile(source, lib / source.name)
         before, pid = files(sd), sd.systemctl_show("MainPID")["MainPID"]
         old_version = wait_server_info(sd.server_port, 60)["version"]
+
+        # A disk that fills up during the build (a 48 MiB tmpfs: the wheelhouse fits, the installed
+        # release does not; the free-space preflight is set to 0 so that the build really starts).
+        small = sd.booted.run(["sh", "-c", "mkdir -p /opt/small && mount -t tmpfs -o size=48m tmpfs /opt/small"])
+        assert small.returncode == 0, small.stderr
+        full = run_gpuops("apply", "sglang-release", "-i", str(sd.inventory_path), "--json",
+                          "-e", "sglang_version=0.5.21", "-e", f"sglang_wheelhouse={wheelhouse}",
+                          "-e", "gpuops_envs_dir=/opt/small/envs", "-e", "gpuops_release_min_free_gib=0",
+                          env={"XDG_STATE_HOME": ""}, timeout=1200)
+        refused = json.loads(full.stdout)["hosts"]["sd1"]
+        assert full.returncode == 1 and refused["status"] == "refused", full.stdout + full.stderr
+        assert "No space left on device" in refused["error"], refused["error"]
+        assert "refused before the server stopped, nothing was changed" in refused["error"]
+        left = sd.booted.run(["sh", "-c", "ls -A /opt/small/envs"])  # inside: the tmpfs is the container's mount
+        assert left.returncode == 0 and not [n for n in left.stdout.split() if n.startswith("sglang-")], left.stdout
+        assert files(sd) == before and sd.systemctl_show("MainPID")["MainPID"] == pid
+
         proc = run_gpuops("apply", "sglang-release", "-i", str(sd.inventory_path), "--json",
                           "-e", "sglang_version=0.5.21", "-e", f"sglang_wheelhouse={wheelhouse}",
                           "-e", "gpuops_health_timeout=60", "-e", "gpuops_stop_grace=5",
