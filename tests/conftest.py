@@ -115,25 +115,6 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
     return run
 
 
-# -- parallel runs (pytest-xdist, README's test command) ------------------------------------------
-
-_INTEGRATION = Path(__file__).resolve().parent / "integration"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` an integration module runs whole on one worker, so its module
-    fixtures (a lab, a release tree) are built once, as in a serial run; the service-manager tests
-    share one worker because they boot the same cached Debian root and start private dockerds.
-    Unit tests carry no group and are spread test by test."""
-    for item in items:
-        path = Path(str(item.fspath)).resolve()
-        if _INTEGRATION not in path.parents:
-            continue
-        rel = path.relative_to(_INTEGRATION)
-        group = "managers" if rel.parts[0] == "managers" else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 # -- skip policy ---------------------------------------------------------------------------------
 
 # (pattern of the skip reason, why this absence is acceptable). Short on purpose: anything else that

@@ -20,6 +20,12 @@ from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# The FlashInfer a lab host needs for fusion-sm120 to apply on sm120 (a real wheel, cached): 0.6.17
+# is the first whose gen_trtllm_comm_module builds for major 12 (tests/integration/test_kernel_libraries.py).
+# With the FlashInfer SGLang 0.5.8 or 0.5.14 pins (0.6.1, 0.6.12) the role refuses by its version,
+# as it should on the real box; tests of the patch transaction itself give their host this one.
+FUSION_FLASHINFER = "0.6.17"
+
 # Files that move on their own (logs, pid files): never part of "the host is as it was".
 VOLATILE = {"sshd.log", "sglang.log", "sglang.pid", "sshd.pid"}
 

@@ -12,6 +12,7 @@ says what it multiplies.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -31,6 +32,20 @@ class Status(enum.Enum):
     UPGRADE = "upgrade"        # fits after the named upgrade
     IN_EFFECT = "in_effect"    # already runs
     NOT_FOR_HOST = "not_for_host"
+    AVAILABLE = "available"    # runs on this host, not switched on: the launch flag says how
+    UNKNOWN = "unknown"        # whether it runs here cannot be told (the reason says what is missing)
+
+
+# The other all-reduce paths SGLang picks by itself (no gpuops role: said, with why, not ranked),
+# and the other gated features that matter for a model, each with why it matters.
+OTHER_ALLREDUCE = ("custom_allreduce", "torch_symm_mem", "mnnvl_allreduce")
+MODEL_FEATURES = {
+    "fa3": "an attention backend: every forward pass runs it",
+    "trtllm_attention": "an attention backend (trtllm_mla for MLA models such as DeepSeek V3 / Kimi K2, trtllm_mha "
+                        "otherwise): every forward pass runs it",
+    "deepgemm": "FP8 GEMM and MoE kernels: they run for FP8 (block-quantized) weights",
+    "cutlass_fp8": "FP8 GEMM and MoE kernels: they run for FP8 (block-quantized) weights",
+}
 
 
 @dataclass(frozen=True)
@@ -66,11 +81,13 @@ class HostAdvice:
     allreduces_per_pass: int | None = None
     allreduces_from: str = ""
     notes: tuple[str, ...] = field(default=())
+    features: tuple[Way, ...] = ()   # the other gated features that matter for the model
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": True, "error": None, "allreduces_per_pass": self.allreduces_per_pass,
                 "allreduces_from": self.allreduces_from, "ranked": [w.to_json() for w in self.ranked],
-                "others": [w.to_json() for w in self.others], "notes": list(self.notes)}
+                "others": [w.to_json() for w in self.others], "features": [w.to_json() for w in self.features],
+                "notes": list(self.notes)}
 
 
 def _allreduces(model: Mapping[str, Any]) -> tuple[int | None, str]:
@@ -92,19 +109,13 @@ def stack_of(facts: Mapping[str, Any], features: Mapping[str, Any]) -> pcie_ipc.
     software = facts.get("software") or {}
     server = facts.get("server") or {}
     model = facts.get("model") or {}
-    kernel = next((k for k in (features.get("pcie_ipc_allreduce") or {}).get("kernels") or []
-                   if k.get("provider") == "flashinfer"), None)
-    has: bool | None = None
-    reason = ""
-    if kernel and kernel.get("read"):
-        has = {"open": True, "blocked": False}.get(str(kernel.get("status")))
-        reason = str(kernel.get("reason") or "") if has is False else ""
+    reads = software.get("kernels")
     return pcie_ipc.HostStack(
         sglang=(software.get("sglang") or {}).get("version"), flashinfer=(software.get("flashinfer") or {}).get("version"),
         nvlink=(facts.get("interconnect") or {}).get("nvlink"), gpu_count=facts.get("gpu_count"),
         launch_args=_launch_args(server), launch_env={str(k): str(v) for k, v in (server.get("env") or {}).items()},
         model_dtype=model.get("torch_dtype"), p2p_failed_pairs=(facts.get("interconnect") or {}).get("p2p_failed_pairs") or [],
-        flashinfer_has_kernels=has, flashinfer_reason=reason)
+        kernel_reads=reads if isinstance(reads, Mapping) else None)
 
 
 def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
@@ -114,7 +125,8 @@ def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, s
         summary = result.get("summary") or {}
         tokens = summary.get("ranked_at_tokens")
         for variant in summary.get("variants") or []:
-            if not variant.get("ok") or "pcie" in str(variant.get("label")):
+            kernel = variant.get("kernel") or ("pcie_ipc" if "PCIe IPC" in str(variant.get("label")) else "nccl")
+            if not variant.get("ok") or kernel != "nccl":
                 continue
             key = str(tokens)
             if key in (variant.get("latency_us") or {}) and key in (variant.get("step_cost_ms") or {}):
@@ -155,8 +167,8 @@ def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int |
                    ("gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true",), evidence)
     if decision.upgrade is not None and decision.misfit in (pcie_ipc.Misfit.SGLANG_TOO_OLD, pcie_ipc.Misfit.FLASHINFER_LACKS):
         release, flashinfer = decision.upgrade
-        after = pcie_ipc.fit(pcie_ipc.HostStack(**{**stack.__dict__, "sglang": release, "flashinfer": flashinfer,
-                                                    "flashinfer_has_kernels": None, "flashinfer_reason": ""}))
+        # After the upgrade the host's files are the new release's: judged by its versions.
+        after = pcie_ipc.fit(dataclasses.replace(stack, sglang=release, flashinfer=flashinfer, kernel_reads=None))
         if after.applies or after.misfit is pcie_ipc.Misfit.NO_P2P:
             why = decision.reason
             apply = "gpuops apply pcie-allreduce"
@@ -206,6 +218,38 @@ def _fusion_way(facts: Mapping[str, Any], features: Mapping[str, Any], count: in
                ("gpuops apply fusion-sm120",), evidence)
 
 
+def _feature_way(name: str, verdict: Mapping[str, Any], matters: str = "") -> Way:
+    """A catalog feature as inspect judged it on this host (SGLang's gates, the kernel library's
+    builds, the host's shape), with that verdict as its evidence: its reason carries the file:line
+    of each gate, need and fit that decided it."""
+    from gpuops.gates.catalog import load_catalog
+
+    feature = next((f for f in load_catalog().features if f.name == name), None)
+    title = feature.title if feature is not None else name
+    reason = str(verdict.get("reason") or "not judged on this host")
+    status_text = str(verdict.get("status") or "unknown")
+    cited = [str(k.get("file")) + (f":{k['line']}" if k.get("line") else "") for k in verdict.get("kernels") or []
+             if isinstance(k, Mapping) and k.get("file")]
+    cited += [str(f.get("where")) for f in verdict.get("fits") or [] if isinstance(f, Mapping) and f.get("where")]
+    source = "gpuops inspect host: " + ("; ".join(cited) if cited else "the release's gates (file:line in the text)")
+    evidence = Evidence("gate audit", f"{status_text}: {reason}", source)
+    why = f"{matters}; " if matters else ""
+    if verdict.get("in_effect") is True:
+        return Way(name, title, Status.IN_EFFECT, why + str(verdict.get("in_effect_reason") or "in effect"), (), evidence)
+    if status_text == "blocked":
+        return Way(name, title, Status.NOT_FOR_HOST, why + reason, (), evidence)
+    if status_text == "open":
+        how = ""
+        if feature is not None:
+            from gpuops.gates.fits import switch_text
+
+            how = switch_text(feature)
+        said = str(verdict.get("in_effect_reason") or "")
+        return Way(name, title, Status.AVAILABLE, why + f"open on this host ({how})" + (f"; {said}" if said else ""),
+                   (), evidence)
+    return Way(name, title, Status.UNKNOWN, why + reason, (), evidence)
+
+
 def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mapping[str, Any]] = ()) -> HostAdvice:
     """``document``: the host's entry of ``inspect host --json``; ``results``: its stored
     all-reduce results, newest first."""
@@ -220,10 +264,13 @@ def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mappin
     actionable.sort(key=lambda w: (-(w.evidence.saving_ms_per_pass or 0.0) if w.evidence else 0.0,
                                    w.status is Status.UPGRADE))
     others = [w for w in ways if w not in actionable]
+    others += [_feature_way(name, features[name]) for name in OTHER_ALLREDUCE if isinstance(features.get(name), Mapping)]
+    model_features = tuple(_feature_way(name, features[name], matters) for name, matters in MODEL_FEATURES.items()
+                           if isinstance(features.get(name), Mapping))
     notes = []
     if (facts.get("interconnect") or {}).get("nvlink"):
         notes.append("NVLink host: SGLang's custom all-reduce already serves the TP group over NVLink")
-    return HostAdvice(host, tuple(actionable), tuple(others), count, count_from, tuple(notes))
+    return HostAdvice(host, tuple(actionable), tuple(others), count, count_from, tuple(notes), model_features)
 
 
 def render(advice: HostAdvice) -> list[str]:
@@ -241,7 +288,16 @@ def render(advice: HostAdvice) -> list[str]:
         for command in way.commands:
             lines.append(f"   $ {command}")
     for way in advice.others:
-        label = "in effect" if way.status is Status.IN_EFFECT else "does not apply"
-        lines.append(f"-  {way.title}: {label}: {way.why}")
+        lines.append(f"-  {way.title}: {_LABELS[way.status]}: {way.why}")
+    if advice.features:
+        lines.append("other gated features for this model:")
+    for way in advice.features:
+        lines.append(f"-  {way.title}: {_LABELS[way.status]}: {way.why}")
+        if way.evidence is not None:
+            lines.append(f"   evidence ({way.evidence.basis}): {way.evidence.source}")
     lines.extend(f"note: {n}" for n in advice.notes)
     return lines
+
+
+_LABELS = {Status.IN_EFFECT: "in effect", Status.NOT_FOR_HOST: "does not apply", Status.AVAILABLE: "available",
+           Status.UNKNOWN: "cannot tell", Status.APPLY: "apply now", Status.UPGRADE: "after an upgrade"}

@@ -17,7 +17,10 @@ kernels (``srt/distributed/device_communicators/pcie_ipc_ar.py``), switched on b
 - It does not probe for NVLink: SGLang's custom all-reduce is picked before it (parallel_state's
   dispatch order), and on an NVLink host that is the faster backend anyway.
 
-The role ``pcie-allreduce`` plans from ``fit``; ``gpuops advise`` ranks it with the same ``fit``.
+Where it fits is one set of rules, the catalog's ``pcie_ipc_allreduce`` (``kernels:`` and
+``fits:``, judged by gates/kernels.py and gates/fits.py): ``inspect host`` folds them into the
+feature's verdict, and ``fit`` here names the first that fails (with the upgrade that would cure
+it) for the role ``pcie-allreduce`` and for ``gpuops advise``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ FIRST_FLASHINFER = "0.7.0"
 # The release a host should move to: the newest checked, whose own pin has the kernels.
 RECOMMENDED_SGLANG = "0.5.23"
 RECOMMENDED_FLASHINFER = "0.7.2"   # what sglang 0.5.23 pins
-WORLD_SIZES = (2, 4, 8)
 
 # The lines pcie_ipc_ar.py logs (its exact text; tests hold them to the real file).
 ENABLED_LINE = "FlashInfer PCIe-IPC all-reduce enabled (world="
@@ -77,11 +79,9 @@ class HostStack:
     launch_env: Mapping[str, str] = field(default_factory=dict)
     model_dtype: str | None = None           # config.json's torch_dtype, when known
     p2p_failed_pairs: Sequence[Sequence[str]] = ()
-    # What the host's own FlashInfer files say (gates/kernels.py read comm/__init__.py): True it
-    # exports PcieIpcAllReduceWorkspace, False it does not (with ``flashinfer_reason``), None not read
-    # (then the version decides).
-    flashinfer_has_kernels: bool | None = None
-    flashinfer_reason: str = ""
+    # What the host's own SGLang and FlashInfer files say (the software probe's ``kernels`` reads,
+    # judged by gates/kernels.py); None where they were not read: then the versions decide.
+    kernel_reads: Mapping[str, Any] | None = None
     allow_without_p2p: bool = False          # the operator's override of the P2P refusal
 
 
@@ -113,10 +113,6 @@ def at_least(version: str | None, first: str) -> bool | None:
     return have >= want
 
 
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 def launch_flags(args: Sequence[str]) -> dict[str, Any]:
     from gpuops.remote.sglang_argv import parse_flags
 
@@ -132,18 +128,6 @@ def tp_size(args: Sequence[str], gpu_count: int | None) -> int | None:
     return 1 if text is None and args else None
 
 
-def deterministic(args: Sequence[str], env: Mapping[str, str]) -> bool:
-    """SGLang's ``_deterministic_collectives_enabled``: ``SGLANG_USE_1STAGE_ALLREDUCE`` when set,
-    else the launch flag (which sets ``SGLANG_ENABLE_DETERMINISTIC_INFERENCE`` itself)."""
-    if "SGLANG_USE_1STAGE_ALLREDUCE" in env:
-        return _truthy(env["SGLANG_USE_1STAGE_ALLREDUCE"])
-    flag = launch_flags(args).get("enable_deterministic_inference")
-    return flag is True or (isinstance(flag, str) and _truthy(flag))
-
-
-_BF16 = ("bfloat16", "bf16")
-
-
 def activation_dtype(args: Sequence[str], model_dtype: str | None) -> str | None:
     """The dtype the server's activations (and so its all-reduces) run in; None when unknown."""
     given = launch_flags(args).get("dtype")
@@ -152,55 +136,64 @@ def activation_dtype(args: Sequence[str], model_dtype: str | None) -> str | None
     return model_dtype
 
 
+_UPGRADE = (RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER)
+
+
 def fit(stack: HostStack) -> Fit:
-    """Whether SGLang's PCIe IPC all-reduce fits this host, and why (checked in this order: an
-    NVLink host never wants it; then the release, FlashInfer, the TP size, dtype, determinism)."""
-    if stack.nvlink:
-        return Fit(False, "for PCIe-only hosts; NVLink all-reduce is already fast (this host has NVLink)",
-                   Misfit.NVLINK)
+    """Whether SGLang's PCIe IPC all-reduce fits this host, and why. The rules are the catalog's
+    (``pcie_ipc_allreduce``: its ``kernels:`` judged by gates/kernels.py, its ``fits:`` by
+    gates/fits.py, as ``inspect host`` judges them); this names the first that fails, in this
+    order: an NVLink host never wants it; then the release, FlashInfer, the TP size, dtype,
+    determinism, peer-to-peer, and what would make it fit."""
+    from gpuops.gates import fits, kernels
+    from gpuops.gates.catalog import load_catalog
+
+    feature = load_catalog().feature("pcie_ipc_allreduce")
+    # A stack's versions are what a probe found: None is "not installed" (judged against the reads
+    # when there are some, else against nothing read at all).
+    reads = stack.kernel_reads if stack.kernel_reads is not None else {}
+    tp = tp_size(stack.launch_args, stack.gpu_count)
+    group = fits.tp_group(stack.launch_env.get("CUDA_VISIBLE_DEVICES"), stack.gpu_count, tp)
+    shape = fits.HostShape(
+        tp_size=tp, dtype=activation_dtype(stack.launch_args, stack.model_dtype),
+        deterministic=fits.deterministic_collectives(launch_flags(stack.launch_args), stack.launch_env),
+        nvlink=stack.nvlink, p2p_gaps=fits.p2p_gaps(stack.p2p_failed_pairs, group))
+    judged = {v.fit.kind: v for v in fits.judge_fits(feature, shape, reads)}
+    needs = {n.need.provider: n for n in kernels.judge_feature(feature, reads, {"sglang": stack.sglang,
+                                                                                "flashinfer": stack.flashinfer}, None)}
+
+    def failing(kind: str) -> fits.FitVerdict | None:
+        verdict = judged.get(kind)
+        return verdict if verdict is not None and verdict.holds is False else None
+
+    if failing("interconnect"):
+        return Fit(False, judged["interconnect"].reason, Misfit.NVLINK)
     if not stack.gpu_count:
         return Fit(False, "no GPUs found on this host", Misfit.NO_GPU)
-    release = at_least(stack.sglang, FIRST_SGLANG)
-    if release is None:
-        return Fit(False, f"the SGLang release is unknown ({stack.sglang or 'not found'}); "
-                          f"the PCIe IPC all-reduce needs sglang >= {FIRST_SGLANG}", Misfit.UNKNOWN)
-    if not release:
-        return Fit(False, f"sglang {stack.sglang} has no PCIe IPC all-reduce: {FIRST_SGLANG} is the first release "
-                          f"with it ({SGLANG_MODULE}); upgrade to {RECOMMENDED_SGLANG} (it pins flashinfer "
-                          f"{RECOMMENDED_FLASHINFER})", Misfit.SGLANG_TOO_OLD,
-                   upgrade=(RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER))
-    kernels = at_least(stack.flashinfer, FIRST_FLASHINFER)
-    if stack.flashinfer_has_kernels is False and stack.flashinfer_reason:
-        return Fit(False, f"{stack.flashinfer_reason} (flashinfer.comm.PcieIpcAllReduceWorkspace; sglang "
-                          f"{RECOMMENDED_SGLANG} pins {RECOMMENDED_FLASHINFER}); SGLang would log \"falling back to "
-                          "NCCL all-reduce\"", Misfit.FLASHINFER_LACKS, upgrade=(RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER))
-    if stack.flashinfer_has_kernels is True:
-        kernels = True
-    if not kernels:
-        have = f"flashinfer {stack.flashinfer}" if stack.flashinfer else "no flashinfer-python is installed and it"
-        return Fit(False, f"{have} has no pcie_ipc_comm (flashinfer.comm.PcieIpcAllReduceWorkspace): "
-                          f"{FIRST_FLASHINFER} is the first FlashInfer with it (sglang {RECOMMENDED_SGLANG} pins "
-                          f"{RECOMMENDED_FLASHINFER}); SGLang would log \"falling back to NCCL all-reduce\"",
-                   Misfit.FLASHINFER_LACKS, upgrade=(RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER))
-    tp = tp_size(stack.launch_args, stack.gpu_count)
+    release = needs["sglang"]
+    if stack.sglang is None or release.status is kernels.KernelStatus.UNKNOWN:
+        return Fit(False, f"the SGLang release is unknown ({stack.sglang or 'not found'}); the PCIe IPC all-reduce "
+                          f"needs sglang >= {FIRST_SGLANG} ({release.reason})", Misfit.UNKNOWN)
+    if release.status is kernels.KernelStatus.BLOCKED:
+        return Fit(False, f"{release.reason}; upgrade to {RECOMMENDED_SGLANG} (it pins flashinfer "
+                          f"{RECOMMENDED_FLASHINFER})", Misfit.SGLANG_TOO_OLD, upgrade=_UPGRADE)
+    library = needs["flashinfer"]
+    if library.status is not kernels.KernelStatus.OPEN:
+        first = "" if FIRST_FLASHINFER in library.reason else f"; FlashInfer {FIRST_FLASHINFER} is the first with it"
+        return Fit(False, f"{library.reason}{first} (sglang {RECOMMENDED_SGLANG} pins {RECOMMENDED_FLASHINFER}); "
+                          "SGLang would log \"falling back to NCCL all-reduce\"", Misfit.FLASHINFER_LACKS,
+                   upgrade=_UPGRADE)
     if tp is None:
         return Fit(False, "the server's launch (sglang_args) is unknown: cannot tell its TP size", Misfit.UNKNOWN)
-    if tp not in WORLD_SIZES:
-        return Fit(False, f"TP {tp}: the PCIe IPC kernels serve TP groups of 2, 4 or 8 GPUs only "
-                          "(pcie_ipc_ar.py _SUPPORTED_WORLD_SIZES)", Misfit.TP_SIZE, tp)
-    dtype = activation_dtype(stack.launch_args, stack.model_dtype)
-    if dtype is not None and dtype not in _BF16:
-        return Fit(False, f"the model runs in {dtype}: the PCIe IPC all-reduce serves bf16 only "
-                          "(other dtypes stay on NCCL)", Misfit.DTYPE, tp)
-    if deterministic(stack.launch_args, stack.launch_env):
-        return Fit(False, "deterministic inference is on (--enable-deterministic-inference or "
-                          "SGLANG_USE_1STAGE_ALLREDUCE=1): SGLang leaves the PCIe IPC all-reduce off", Misfit.DETERMINISTIC,
-                   tp)
+    for kind, misfit in (("tp_size", Misfit.TP_SIZE), ("dtype", Misfit.DTYPE), ("deterministic", Misfit.DETERMINISTIC)):
+        verdict = failing(kind)
+        if verdict is not None:
+            return Fit(False, verdict.reason, misfit, tp)
     warnings = []
-    gaps = _p2p_gaps(stack.p2p_failed_pairs, tp)
-    if gaps:
+    if failing("p2p"):
         # The kernels write straight into the peers' slabs through CUDA IPC pointers
         # (flashinfer/data/csrc/pcie_ipc_all_reduce.cu: "entry i must address rank i's slab").
+        gaps = shape.p2p_gaps or ()
         why = (f"peer-to-peer is not possible between {len(gaps)} GPU pair(s) of the TP group "
                f"({', '.join(gaps[:3])}{', ...' if len(gaps) > 3 else ''}): the PCIe IPC kernels write into the "
                "peers' memory through CUDA IPC")
@@ -211,12 +204,7 @@ def fit(stack: HostStack) -> Fit:
         warnings.append(why + " (going ahead: pcie_allow_without_p2p is true; the server's log after the restart "
                               "says whether the workspace was built)")
     return Fit(True, f"sglang {stack.sglang} with flashinfer {stack.flashinfer}, TP {tp}, "
-                     f"{dtype or 'bf16 (assumed: dtype not given)'}, PCIe only", None, tp, tuple(warnings))
-
-
-def _p2p_gaps(failed_pairs: Sequence[Sequence[str]], tp: int) -> list[str]:
-    members = {f"GPU{i}" for i in range(tp)}
-    return [f"{p[0]}-{p[1]}" for p in failed_pairs if len(p) >= 2 and p[0] in members and p[1] in members]
+                     f"{shape.dtype or 'bf16 (assumed: dtype not given)'}, PCIe only", None, tp, tuple(warnings))
 
 
 def log_verdict(log: str) -> tuple[bool | None, str]:

@@ -256,6 +256,35 @@ def test_ctrl_c_says_what_the_host_does_and_the_journal_agrees(host, gpuops_home
         cell.close()
 
 
+def test_ctrl_c_during_gpuops_rollback_undoes_the_rollback_and_says_so(host, gpuops_home, run_gpuops) -> None:
+    """Ctrl-C while ``gpuops rollback`` is at its first write: the line says the host undoes this
+    rollback and the run it was undoing stays in effect; the journal and the files agree."""
+    lab_host, inventory = host
+    applied = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json", *_change(33))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    in_effect = tree_hashes(lab_host.dir, skip_runs=True)
+    calls = set((lab_host.state_dir / "calls").glob("*"))
+    (lab_host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "before_write", "seconds": 60}))
+    client = WatchedClient(["rollback", "-i", str(inventory), "-v"], gpuops_home)
+    try:
+        _poll(lambda: '"paused"' in (text := _progress(lab_host, calls)) and '"phase": "before_write"' in text,
+              "the rollback never paused at before_write")
+        client.wait_for(" at before_write\n")
+        run_id = _last_started(lab_host)
+        client.proc.send_signal(signal.SIGINT)
+        _, err, status = client.finish(timeout=60)
+        _settled(lab_host, run_id)
+        assert status == 130, err[-2000:]
+        assert f"gpuops: h01: run {run_id} was at before_write;" in err, err[-2000:]
+        assert "so the host undoes this rollback now" in err and "the run it was undoing stays in effect" in err, err
+        assert [e for e in _events(lab_host, run_id) if e in ("finished", "rolled_back")] == ["rolled_back"]
+        assert tree_hashes(lab_host.dir, skip_runs=True) == in_effect
+        assert "NCCL_MIN_NCHANNELS='33'" in (lab_host.state_dir / "sglang.env").read_text()
+    finally:
+        client.kill()
+        (lab_host.state_dir / "lab-fault.json").unlink(missing_ok=True)
+
+
 def test_a_smoke_limit_below_the_first_answer_rolls_back_and_says_so(host, run_gpuops) -> None:
     lab_host, inventory = host
     _first_answer(lab_host.server_port, FIRST_ANSWER_S + 30)  # the "before" prompts answer at once

@@ -46,7 +46,7 @@ def test_the_field_box_at_0_5_8_is_shown_the_path_to_0_5_23_and_the_pcie_all_red
     # Its TP group spans both sockets, without P2P between them: the override is part of the command, and why says so.
     assert first["commands"] == ["gpuops apply sglang-release -e sglang_version=0.5.23",
                                  "gpuops apply pcie-allreduce -e pcie_allow_without_p2p=true"]
-    assert "0.5.21 is the first release" in first["why"] and "peer-to-peer is not possible" in first["why"]
+    assert "SGLang 0.5.21 is the first with it" in first["why"] and "peer-to-peer is not possible" in first["why"]
     assert first["evidence"]["basis"] == "published" and "pcie_ipc_ar.py" in first["evidence"]["source"]
     assert "5.3 us vs NCCL's 205.1 us" in first["evidence"]["text"] and "21.14 -> 13.62 ms" in first["evidence"]["text"]
     assert first["evidence"]["saving_ms_per_pass"] == pytest.approx(122 * (205.1 - 5.3) / 1000, abs=0.01)
@@ -55,6 +55,16 @@ def test_the_field_box_at_0_5_8_is_shown_the_path_to_0_5_23_and_the_pcie_all_red
     section = text.split("== field058")[1].split("== ")[0]
     assert "1. SGLang's PCIe IPC all-reduce" in section and "$ gpuops apply sglang-release -e sglang_version=0.5.23" in section
     assert "2. FlashInfer all-reduce + RMSNorm fusion" in section and "None" not in section
+    # SGLang's own all-reduce paths and the model's other gated features, each with inspect's verdict.
+    others = {w["feature"]: w for w in host["others"]}
+    assert others["custom_allreduce"]["status"] == "not_for_host"
+    assert "more than 2 PCIe-only GPUs" in others["custom_allreduce"]["why"]
+    assert "custom_all_reduce.py:138" in others["custom_allreduce"]["evidence"]["source"]
+    assert others["torch_symm_mem"]["status"] == "not_for_host" and "none for 12" in others["torch_symm_mem"]["why"]
+    features = {w["feature"]: w for w in host["features"]}
+    assert set(features) == {"fa3", "trtllm_attention", "deepgemm", "cutlass_fp8"}, features
+    assert all(w["evidence"]["basis"] == "gate audit" and w["why"] for w in features.values())
+    assert "other gated features for this model:" in section
 
 
 def test_the_field_box_at_0_5_23_puts_pcie_allreduce_first(advice) -> None:
@@ -80,6 +90,9 @@ def test_an_nvlink_host_is_told_why_nothing_applies(advice) -> None:
     assert "this host's GPUs are sm90" in reasons["flashinfer_allreduce_fusion"]
     section = text.split("== h100")[1].split("== ")[0]
     assert "nothing to apply for the all-reduce on this host" in section and "does not apply" in section
+    others = {w["feature"]: w for w in host["others"]}
+    assert others["custom_allreduce"]["status"] in ("in_effect", "unknown"), others["custom_allreduce"]
+    assert "None" not in section
 
 
 def test_the_4x_workstation_at_tp_4_gets_the_pcie_all_reduce(advice) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import server_info
+from labtools import FUSION_FLASHINFER, server_info
 
 pytestmark = pytest.mark.integration
 
@@ -222,7 +222,7 @@ def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, r
 
 @pytest.fixture(scope="module")
 def fusion_lab(lab_factory):
-    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8")
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8", flashinfer=FUSION_FLASHINFER)
 
 
 FUSION_CELLS = [("client", "compile"), ("client", "verdict"), ("sshd", "server_start"), ("worker", "audit"),

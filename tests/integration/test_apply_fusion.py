@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import pytest
-from labtools import server_info, tree_hashes
+from labtools import FUSION_FLASHINFER, server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def release_lab(lab_factory):
 
     def get(release: str):
         if release not in labs:
-            labs[release] = lab_factory(gpu="rtx-pro-6000-x8", sglang=release)
+            labs[release] = lab_factory(gpu="rtx-pro-6000-x8", sglang=release, flashinfer=FUSION_FLASHINFER)
         return labs[release]
 
     return get

@@ -488,3 +488,41 @@ def test_a_recomposition_deletes_what_the_plan_deletes(tmp_path: Path) -> None:
                        "run_id": "r4", "target": "r3"})
     assert undo["ok"], undo
     assert desired.read_bytes() == b"{}\n" and launch.read_bytes() == b"l3\n"
+
+
+def test_a_state_dir_that_fills_mid_run_is_reported_as_the_journal_says_naming_enospc(tmp_path: Path) -> None:
+    """The state dir fills while the worker waits for gpuops' confirmation: gpuops' commit cannot be
+    passed on to the worker (its inbox is in the state dir), so the run rolls back, and its result
+    file cannot be written either. What gpuops is told is the journal's outcome (rolled_back, the
+    file back), naming ENOSPC and the inbox, never "the worker died" or "rollback_failed" (before:
+    rollback_failed, "the host-side worker died ... and so did the worker rolling it back")."""
+    import threading
+
+    state = lab_state(tmp_path)
+    state.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(state)], check=True)
+    try:
+        target = tmp_path / "a.env"
+        target.write_bytes(b"A=1\n")
+        (state / "lab-fault.json").write_text(json.dumps({"pause_at": "confirm", "seconds": 3}))
+        done: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: done.update(
+            result=run_helper(payload(state, [change(target, b"A=2\n", b"A=1\n")]))))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not any('"paused"' in p.read_text() for p in state.glob("calls/*/progress.jsonl")):
+            assert time.monotonic() < deadline, "the worker never paused at confirm"
+            time.sleep(0.02)
+        free = os.statvfs(state)
+        try:
+            (state / "filler").write_bytes(b"\0" * (free.f_bavail * free.f_frsize + 8192))
+        except OSError:
+            pass  # full now
+        worker.join(120)
+        result = done["result"]
+        assert [r["event"] for r in journal(state)][-1] == "rolled_back"
+        assert result["status"] == "rolled_back", result
+        assert "ENOSPC" in result["error"] and str(state) in result["error"], result["error"]
+        assert target.read_bytes() == b"A=1\n"
+    finally:
+        subprocess.run(["umount", "-l", str(state)], check=False)

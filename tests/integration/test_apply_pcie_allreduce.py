@@ -152,13 +152,13 @@ def test_composes_with_the_other_roles_in_both_orders(labs, run_gpuops, other, o
 
 @pytest.mark.parametrize("gpu, release, server_args, words", [
     ("h100-x8", "0.5.23", None, "for PCIe-only hosts; NVLink all-reduce is already fast"),
-    ("rtx-pro-6000-x8", "0.5.8", None, "sglang 0.5.8 has no PCIe IPC all-reduce: 0.5.21 is the first release"),
-    ("rtx-pro-6000-x8", "0.5.21", None, "flashinfer 0.6.18 has no pcie_ipc_comm"),
-    ("rtx-pro-6000-x8", "0.5.23", ("--model-path", "/models/Kimi-K2.5", "--port", "30000"), "TP 1:"),
+    ("rtx-pro-6000-x8", "0.5.8", None, "SGLang 0.5.21 is the first with it; upgrade to 0.5.23"),
+    ("rtx-pro-6000-x8", "0.5.21", None, "FlashInfer 0.6.18 lacks the PCIe IPC all-reduce (pcie_ipc_comm)"),
+    ("rtx-pro-6000-x8", "0.5.23", ("--model-path", "/models/Kimi-K2.5", "--port", "30000"), "TP 1 is not among the sizes it serves (2, 4, 8)"),
     ("rtx-pro-6000-x8", "0.5.23", ("--model-path", "/models/Kimi-K2.5", "--tp", "8", "--port", "30000",
-                                   "--enable-deterministic-inference"), "deterministic inference is on"),
+                                   "--enable-deterministic-inference"), "deterministic inference turns it off"),
     ("rtx-pro-6000-x8", "0.5.23", ("--model-path", "/models/Kimi-K2.5", "--tp", "8", "--port", "30000",
-                                   "--dtype", "float16"), "serves bf16 only"),
+                                   "--dtype", "float16"), "it serves bfloat16 only"),
 ])
 def test_where_it_does_not_fit_nothing_changes_and_the_reason_is_named(labs, run_gpuops, gpu, release,
                                                                        server_args, words) -> None:

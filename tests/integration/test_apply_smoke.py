@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 from gpuops.lab.hosts import LabSpec
-from labtools import server_info, tree_hashes
+from labtools import FUSION_FLASHINFER, server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +35,9 @@ def apply(run_gpuops, lab, *args: str):
 
 
 def test_smoke_check_same_different_and_rollback(lab_factory, run_gpuops) -> None:
-    lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("same",)),
-                      LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("wrong",), server_env=WRONG))
+    lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("same",), flashinfer=FUSION_FLASHINFER),
+                      LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("wrong",), server_env=WRONG,
+                              flashinfer=FUSION_FLASHINFER))
     same, wrong = lab.hosts
     before = tree_hashes(wrong.dir, skip_runs=True)
     answer = greedy(wrong.server_port)

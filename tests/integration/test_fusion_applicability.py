@@ -86,3 +86,34 @@ def test_p2p_gaps_in_the_tp_group_are_refused_unless_allowed() -> None:
     facts = PlanFacts(host="h01", files={p: FileState(path=p, exists=False) for p in paths}, gate_scan=scan,
                       gpu={"compute_capability": "12.0", "cuda": "12.8", **CNS})
     assert plan_role("fusion-sm120", facts, inventory_tp4, {}).changed > 0
+
+
+@pytest.mark.parametrize("release, pinned, refused", [
+    ("0.5.8", "0.6.1", True), ("0.5.14", "0.6.12", True), ("0.5.20", "0.6.18", False), ("0.5.23", "0.7.2", False),
+])
+def test_the_pinned_flashinfer_known_only_by_its_version_decides_by_the_version_rule(release: str, pinned: str,
+                                                                                    refused: bool) -> None:
+    """A lab host (or any host) whose FlashInfer is only its .dist-info: the FlashInfer each real
+    release pins (what the lab installs beside it: lab/site.release_stack) decides by the version
+    rule. fusion-sm120 is refused on sm120 below 0.6.17, the first that builds the fused kernel for
+    major 12, naming both versions; at or above it nothing refuses. (The kernel check alone for each
+    release; the whole plan for 0.5.8, whose scan this module shares.)"""
+    from gpuops.gates.catalog import load_catalog
+    from gpuops.lab.site import release_stack
+    from gpuops.plan.applicability import kernel_refusal
+
+    assert release_stack(sglang_site(release), {"flashinfer-python": "x"})["flashinfer-python"] == pinned
+    gpu = {**P2P_OK, "kernel_reads": {"nvcc": None}, "kernel_versions": {"flashinfer": pinned, "sglang": release}}
+    error, warning = kernel_refusal(gpu, load_catalog().feature("flashinfer_allreduce_fusion"), "sm120", False,
+                                    "fusion_allow_without_kernel")
+    assert warning is None
+    if not refused:
+        assert error is None
+        return
+    assert error is not None and "\n" not in error
+    assert f"FlashInfer {pinned} lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120 by its " \
+           "version (version rule: FlashInfer 0.6.17 is the first with it for sm120" in error, error
+    assert "refused: install flashinfer-python 0.6.17 or later" in error
+    if release == "0.5.8":
+        with pytest.raises(GpuopsError, match="lacks the fused all-reduce"):
+            plan(scan_of(release), "12.0", gpu)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from labtools import FUSION_FLASHINFER
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +23,11 @@ FUSION = "flashinfer_allreduce_fusion"
 
 @pytest.fixture()
 def lab(lab_factory):
-    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8")  # its own: the test patches it
+    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8", flashinfer=FUSION_FLASHINFER)  # its own: the test patches it
 
 
-def inspect(run_gpuops, lab, env: dict[str, str]) -> dict[str, Any]:
-    proc = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", env=env, timeout=300)
+def inspect(run_gpuops, lab, env: dict[str, str], *args: str) -> dict[str, Any]:
+    proc = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "--json", *args, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)["hosts"]["h01"]
 
@@ -40,7 +41,7 @@ def apply(run_gpuops, lab, env: dict[str, str], *args: str):
 
 
 def test_kept_scan_is_used_only_while_the_tree_is_unchanged(lab, run_gpuops, tmp_path: Path) -> None:
-    env = {"GPUOPS_SCAN_CACHE": str(tmp_path / "scans")}
+    env = {"GPUOPS_KEEP": str(tmp_path / "kept")}
     host = lab.hosts[0]
 
     first = inspect(run_gpuops, lab, env)
@@ -49,6 +50,10 @@ def test_kept_scan_is_used_only_while_the_tree_is_unchanged(lab, run_gpuops, tmp
     second = inspect(run_gpuops, lab, env)
     assert second["gate_scan"] == {"cached": True, "fingerprint": first["gate_scan"]["fingerprint"]}
     assert second["gates"] == first["gates"] and second["features"] == first["features"]
+    # --flush-cache: nothing kept is offered (the host scans) nor recalled (judged again), same report
+    flushed = inspect(run_gpuops, lab, env, "--flush-cache")
+    assert flushed["gate_scan"] == {"cached": False, "fingerprint": first["gate_scan"]["fingerprint"]}
+    assert flushed["gates"] == first["gates"] and flushed["features"] == first["features"]
 
     # gpuops' own patch: the very next command sees the patched tree, never the kept scan.
     patched = apply(run_gpuops, lab, env)
@@ -88,7 +93,7 @@ def test_kept_scan_is_used_only_while_the_tree_is_unchanged(lab, run_gpuops, tmp
 def test_same_size_rewrite_with_the_old_mtime_is_still_seen(lab, run_gpuops, tmp_path: Path) -> None:
     """A file replaced through a rename with the same size and the old mtime put back (what a careful
     copy tool does) has a new inode: scanned again, and the change is in the result."""
-    env = {"GPUOPS_SCAN_CACHE": str(tmp_path / "scans")}
+    env = {"GPUOPS_KEEP": str(tmp_path / "kept")}
     comm = lab.hosts[0].site_dir / "sglang" / "srt" / "layers" / "communicator.py"
     first = inspect(run_gpuops, lab, env)
     assert inspect(run_gpuops, lab, env)["gate_scan"]["cached"] is True
@@ -119,7 +124,7 @@ def _report(proc) -> dict[str, Any]:
 def test_noop_plan_is_recalled_only_while_every_input_matches(lab, run_gpuops, tmp_path: Path) -> None:
     """apply/noop_memo.py: the second no-op skips planning (its report the same as a planned one);
     drift on the host, other variables or another tree are planned again, and fixed."""
-    env = {"GPUOPS_SCAN_CACHE": str(tmp_path / "scans"), "GPUOPS_PLAN_CACHE": str(tmp_path / "plans")}
+    env = {"GPUOPS_KEEP": str(tmp_path / "kept")}
     host = lab.hosts[0]
     first = apply(run_gpuops, lab, env, "--json")
     assert json.loads(first.stdout)["hosts"]["h01"]["status"] == "finished"

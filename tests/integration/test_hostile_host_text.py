@@ -2,7 +2,8 @@
 
 A lab host whose replayed nvidia-smi reports a GPU name, and whose server reports a version and a
 served model name, each carrying ``ESC ] 0;pwned BEL`` (retitle), ``ESC [2J`` (clear), ``ESC [31m``
-(colour) and C1 CSI (U+009B). Every command an operator would run prints them as ``\\x1b``-style
+(colour) and C1 CSI (U+009B). Every command an operator would run (inspect, apply, history, bench,
+results, report, tune, advise, lab) prints them as ``\\x1b``-style
 escapes (text) or keeps the exact value (JSON); the files gpuops writes at home say the same.
 """
 
@@ -97,6 +98,11 @@ def test_host_text_is_escaped_in_every_command_and_exact_in_json(lab_factory, ru
     text("report", "--results-dir", str(results), "-o", str(report), result_id, shows=False)
     for written in (report, report.with_suffix(".md")):
         _assert_safe(written.read_text(), written.name)
+    # tune: its ranking table, the crashing variant's error (the host's log tail carries the served
+    # model name) and its notes, all host text
+    text("tune", "-i", inv, "--sweep", "NCCL_ALGO=Tree", "--results-dir", str(tmp_path / "tuned"),
+         "--num-requests", "2", "--warmup", "0", "--input-len", "16", "--output-len", "16")
+    text("advise", "-i", inv, "--results-dir", str(results), shows=False)  # facts and its own words only
     text("lab", "status", "--dir", str(lab.root), shows=False)
     stored = ResultsStore(results).load(result_id)
     assert any(HOSTILE in value for value in _strings(stored)), "the stored result keeps the exact value"

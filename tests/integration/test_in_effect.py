@@ -106,7 +106,7 @@ def test_the_server_word_is_taken_where_the_judgement_differs_and_both_are_said(
     fusion = judge(scan_of("0.5.23"), "9.0", "12.8", said).features[FUSION]
     assert fusion["in_effect"] is False
     why = fusion["in_effect_reason"]
-    assert "the server reports flashinfer_allreduce_fusion_backend=None, enable_flashinfer_allreduce_fusion=False" in why
+    assert "the server reports flashinfer_allreduce_fusion_backend=null, enable_flashinfer_allreduce_fusion=False" in why
     assert "the server's word is taken; gpuops' own judgement says on" in why and "turns it on by itself" in why
     # the other way round: on by the server's word where gpuops' judgement says off (TP 1)
     on = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("DeepseekV3ForCausalLM", tp="1"),

@@ -83,7 +83,7 @@ def test_inspect_calls_fusion_blocked_by_flashinfer_with_its_file_line(fleet, ru
     hopper = doc["hosts"]["hopper"]["features"]
     assert hopper["torch_symm_mem"]["status"] == "open", hopper["torch_symm_mem"]
     assert hopper["pcie_ipc_allreduce"]["status"] == "blocked"
-    assert "this host has NVLink, whose all-reduce is already fast" in hopper["pcie_ipc_allreduce"]["reason"]
+    assert "for PCIe-only hosts; NVLink all-reduce is already fast" in hopper["pcie_ipc_allreduce"]["reason"]
     pcie = ws["pcie_ipc_allreduce"]
     assert "pcie_ipc_ar.py:77" in pcie["reason"] and pcie["in_effect"] is False, pcie
     assert "launch with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1" in pcie["reason"]

@@ -4,6 +4,8 @@ by ``gates/kernels.py``: the catalog's ``first`` versions are facts of these whe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from labtools import probe_site
 
@@ -78,17 +80,31 @@ def test_pcie_ipc_workspace_read_from_the_real_wheel(version: str) -> None:
             assert "FlashInfer 0.7.0 is the first with it" in verdict.reason
 
 
-def test_metadata_only_is_inferred_never_read(tmp_path) -> None:
-    """A FlashInfer with its .dist-info but no package files (the lab's simulated stack): judged
-    from the catalog's first versions and marked as not read."""
+def test_metadata_only_is_judged_by_the_version_rule_never_read(tmp_path) -> None:
+    """A FlashInfer with its .dist-info but no package files (the lab's simulated stack): judged by
+    the version rule (the catalog's first versions, the facts of the wheels above) and marked as not
+    read. Below the first with the kernel is a known no (blocked: fusion-sm120 refuses on it), at or
+    above it a yes; unknown only where no rule decides (no rule for this GPU's major)."""
     from gpuops.lab.site import write_dist_info
 
-    write_dist_info(tmp_path, "flashinfer-python", "0.6.1")
-    packages = probe_site(tmp_path, sglang_site("0.5.8"))
     fusion = load_catalog().feature("flashinfer_allreduce_fusion")
-    (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
-    assert not verdict.read and verdict.status is KernelStatus.UNKNOWN
-    assert "FlashInfer 0.6.1 lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) for sm120" in verdict.reason
+    got = {}
+    for version in ("0.6.1", "0.6.16.post4", "0.6.17", "0.7.2"):
+        site = tmp_path / version
+        write_dist_info(site, "flashinfer-python", version)
+        packages = probe_site(site)
+        (verdict,) = judge_feature(fusion, packages.kernels, versions_of(packages), "12.0")
+        assert not verdict.read and verdict.version == version, verdict
+        got[version] = verdict
+    for old in ("0.6.1", "0.6.16.post4"):
+        assert got[old].status is KernelStatus.BLOCKED, got[old].reason
+        assert got[old].reason.startswith(f"FlashInfer {old} lacks the fused all-reduce + RMSNorm kernel (trtllm_comm) "
+                                          "for sm120 by its version (version rule: FlashInfer 0.6.17 is the first")
+        assert "metadata only" in got[old].reason and got[old].first == "0.6.17"
+    for new in ("0.6.17", "0.7.2"):
+        assert got[new].status is KernelStatus.OPEN and "by its version" in got[new].reason, got[new].reason
+    (sm90,) = judge_feature(fusion, probe_site(tmp_path / "0.6.1").kernels, {"flashinfer": "0.6.1"}, "9.0")
+    assert sm90.status is KernelStatus.UNKNOWN and "no version rule" in sm90.reason
 
 
 @pytest.mark.parametrize("version,has_pcie,custom_line", [("0.5.8", False, "custom_all_reduce.py:138"),
@@ -117,3 +133,39 @@ def test_sglang_reads_from_the_real_releases(version: str, has_pcie: bool, custo
         assert limit.where.endswith(custom_line), limit.where
     (symm,) = judge_fits(catalog.feature("torch_symm_mem"), shape, packages.kernels)
     assert symm.holds is False and "capability majors 9, 10" in symm.reason and symm.where.endswith("all_reduce_utils.py:3")
+
+
+def test_sgl_kernel_compiled_architectures_read_from_the_real_wheel() -> None:
+    """sgl-kernel 0.3.21 (what SGLang 0.5.8 pins; the wheel is 536 MB, cached, its largest members
+    left unpacked: lab/sglang_cache.sgl_kernel_site): the software probe reads each build's
+    .nv_fatbin. Its common_ops (the custom all-reduce's and the CUTLASS FP8 kernels) carries SASS
+    for sm_80, 89, 90, 100 and 120; its FlashMLA extension only sm_90 and sm_100. A wrong offset in
+    the fatbin reader, or a wrong compatibility rule, changes these."""
+    import importlib.util
+
+    from gpuops.lab.sglang_cache import sgl_kernel_site
+
+    site = sgl_kernel_site("0.3.21")
+    packages = probe_site(site)
+    assert versions_of(packages)["sgl_kernel"] == "0.3.21"
+    read = packages.kernels["sgl_kernel"]["files"]["common_ops"]
+    assert read["arches"] == {"sm100/common_ops.abi3.so": {"sass": [80, 89, 90, 100, 120], "ptx": []}}, read
+    catalog = load_catalog()
+    for name in ("custom_allreduce", "cutlass_fp8"):
+        feature = catalog.feature(name)
+        need = next(n for n in feature.kernels if n.provider == "sgl_kernel")
+        verdicts = {cc: next(v for v in judge_feature(feature, packages.kernels, versions_of(packages), cc)
+                             if v.need == need) for cc in ("12.0", "9.0", "7.5")}
+        assert verdicts["12.0"].status is KernelStatus.OPEN and verdicts["9.0"].status is KernelStatus.OPEN
+        assert verdicts["12.0"].where == "sgl_kernel/sm100/common_ops.abi3.so", verdicts["12.0"]
+        assert "carries device code for sm120" in verdicts["12.0"].reason
+        assert verdicts["7.5"].status is KernelStatus.BLOCKED, verdicts["7.5"].reason
+        assert "no device code for sm75" in verdicts["7.5"].reason and "SASS sm_80, sm_89, sm_90, sm_100, sm_120" in \
+            verdicts["7.5"].reason
+    spec = importlib.util.spec_from_file_location("software_remote", Path(__file__).resolve().parents[2] / "src" /
+                                                  "gpuops" / "facts" / "software_remote.py")
+    assert spec is not None and spec.loader is not None
+    remote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(remote)
+    assert remote.fatbin_arches(str(site / "sgl_kernel" / "flashmla_ops.abi3.so")) == {"sass": [90, 100], "ptx": []}
+    assert remote.fatbin_arches(str(site / "sgl_kernel" / "__init__.py")) is None   # not an ELF file

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from labtools import launched, tree_hashes
+from labtools import FUSION_FLASHINFER, launched, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -28,9 +28,9 @@ def fleet(lab_factory):
     from gpuops.lab.hosts import LabSpec
 
     return lab_factory(
-        LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("field",)),
+        LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("field",), flashinfer=FUSION_FLASHINFER),
         LabSpec(gpu="h100-x8", sglang="0.5.23", names=("hopper",)),
-        LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.14", names=("ws",)),
+        LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.14", names=("ws",), flashinfer=FUSION_FLASHINFER),
     )
 
 

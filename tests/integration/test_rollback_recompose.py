@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import launched, tree_hashes
+from labtools import FUSION_FLASHINFER, launched, tree_hashes
 from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,8 @@ LAUNCH_FILES = ("desired.json", "sglang.env", "sglang-launch.sh")
 def pair(lab_factory):
     from gpuops.lab.hosts import LabSpec
 
-    return lab_factory(LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.14", count=2, names=("x", "y")))
+    return lab_factory(LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.14", count=2, names=("x", "y"),
+                               flashinfer=FUSION_FLASHINFER))
 
 
 def gpuops_json(run_gpuops, *args: str, **kwargs: Any) -> dict[str, Any]:

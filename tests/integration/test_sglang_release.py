@@ -134,8 +134,12 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert [(e["path"], e["version"], e["launched"]) for e in managed["environments"]] == [(str(env), "0.5.21", True)]
     text = run_gpuops("inspect", "host", "-i", str(inventory), timeout=300).stdout
     assert f"release environment: {env} (sglang 0.5.21, launched" in text, text
-    software = json.loads(inspect.stdout)["hosts"]["rel"]["facts"]["software"]
+    entry = json.loads(inspect.stdout)["hosts"]["rel"]
+    software = entry["facts"]["software"]
     assert software["sglang"]["version"] == "0.5.21", software
+    assert software["sglang"]["path"].startswith(str(env)), software["sglang"]  # its gates: the new tree's
+    assert entry["gates_error"] is None and entry["gates"], entry.get("gates_error")
+    assert "capability gates in sglang 0.5.21" in text, text
     assert software["python"]["executable"] == str(env / "bin" / "python"), software
     assert software["torch"]["version"] == "2.13.0+cu130", software
 
@@ -149,3 +153,19 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert tree_hashes(host.dir, skip_runs=True) == before
     assert env.is_dir(), "the release environment is kept for a switch back"
 
+
+    # A source patch of the running release (fusion-sm120 on 0.5.8) is not carried to 0.5.21: the new
+    # tree's own verdict decides, before anything stops. 0.5.21 as published keeps the fusion closed
+    # on SM120, so the switch is refused, naming the run and the way through.
+    fusion = run_gpuops("apply", "fusion-sm120", "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=60",
+                        "-e", "gpuops_stop_grace=5", "-e", "fusion_allow_without_p2p=true", "--json", timeout=300)
+    assert fusion.returncode == 0, fusion.stdout + fusion.stderr
+    fusion_run = json.loads(fusion.stdout)["hosts"]["rel"]["run_id"]
+    patched, pid = tree_hashes(host.dir, skip_runs=True), _pid(host.state_dir)
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)["hosts"]["rel"]
+    assert report["status"] == "refused", report
+    assert f"fusion-sm120 (run {fusion_run}) patched SGLang 0.5.8 to open flashinfer_allreduce_fusion" in report["error"]
+    assert f"gpuops rollback --run {fusion_run}" in report["error"] and "nothing was changed" in report["error"]
+    assert tree_hashes(host.dir, skip_runs=True) == patched and _pid(host.state_dir) == pid

@@ -3,12 +3,18 @@
 The release environment is built once (a staged run), so each cell is only the switch. The lab's
 fault file pauses the host-side worker at a phase, then the test kills the client (kill -9) or the
 worker (OOM killer) there: the launch files come back byte for byte and the server that answers is
-the old environment's, 0.5.8; the new environment stays for the next try, which switches.
+the old environment's, 0.5.8; the new environment stays for the next try, which switches. The
+lease cell stops the client (SIGSTOP: its connection stays up, its heartbeats stop) while the worker
+is paused: the lease lapses on the host, which rolls back by itself. And a build that fails on its
+way (its pip killed) refuses the switch and leaves nothing of itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +25,15 @@ from test_apply_faults import calls, client, fingerprint, journal_events, kill, 
 
 pytestmark = pytest.mark.integration
 
-CELLS = [("client", "server_stop"), ("client", "health"), ("worker", "server_start"), ("worker", "confirm")]
+# Each state the switch passes through: a launch file half written (first_write), all written with
+# the old server still up (server_stop), no server (server_start), the new one up (health), the
+# commit pending (confirm).
+CELLS = [("worker", "first_write"), ("client", "server_stop"), ("client", "health"), ("worker", "server_start"),
+         ("worker", "confirm"), ("lease", "server_start")]
 
 
 @pytest.fixture(scope="module")
 def staged(lab_factory, tmp_path_factory: pytest.TempPathFactory):
-    import os
     import subprocess
     import sys
 
@@ -53,7 +62,14 @@ def test_release_switch_fault(staged, what: str, phase: str, gpuops_home: Path) 
     earlier = calls(host)
     proc = client(lab, "sglang-release", *args, home=gpuops_home)
     where = paused(host, phase, proc, earlier)
-    kill(what, where, proc)
+    if what == "lease":  # the client freezes mid-switch: no heartbeat reaches the host for a lease
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            wait_host_settled(host, where)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+    else:
+        kill(what, where, proc)
     out, _ = proc.communicate(timeout=120)
     wait_host_settled(host, where)
     assert fingerprint(host.dir) == before
@@ -62,3 +78,40 @@ def test_release_switch_fault(staged, what: str, phase: str, gpuops_home: Path) 
     if what == "worker":
         assert proc.returncode == 1 and b"rolled back" in out.lower(), out
     assert len(list(envs.glob("sglang-0.5.21-*"))) == 1  # kept, finished, for the next try
+
+
+def _pip_of(envs: Path) -> int | None:
+    """The pid of a pip that installs into an environment under ``envs``, if one runs."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].startswith(str(envs).encode()) and b"pip" in argv and b"install" in argv:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.timeout(600)
+def test_a_build_whose_pip_is_killed_refuses_and_leaves_nothing(staged, gpuops_home: Path, tmp_path: Path) -> None:
+    lab, args, _ = staged
+    host = lab.hosts[0]
+    envs = tmp_path / "envs"  # another environment directory: a build from scratch
+    args = [f"gpuops_envs_dir={envs}" if a.startswith("gpuops_envs_dir=") else a for a in args]
+    before = fingerprint(host.dir)
+    proc = client(lab, "sglang-release", *args, "--json", home=gpuops_home)
+    deadline = time.monotonic() + 300
+    while (pip := _pip_of(envs)) is None:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(pip, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out + err
+    report = json.loads(out)["hosts"]["rel"]
+    assert report["status"] == "refused" and "exited -9" in report["error"], report
+    assert "refused before the server stopped, nothing was changed" in report["error"]
+    assert not list(envs.glob("sglang-*")), "the killed build left its environment"
+    assert fingerprint(host.dir) == before
+    assert server_info(host.server_port)["version"] == "0.5.8"

@@ -42,8 +42,9 @@ def test_json_names_every_documented_key() -> None:
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "advise-json.md").read_text()
-    data = advise.advise_host("h", host_doc()).to_json()
-    keys = set(data) | set(data["ranked"][0]) | set(data["ranked"][0]["evidence"])
+    data = advise.advise_host("h", with_features(host_doc())).to_json()
+    keys = set(data) | set(data["ranked"][0]) | set(data["ranked"][0]["evidence"]) | {
+        w["status"] for w in data["others"] + data["features"]} | {w["evidence"]["basis"] for w in data["features"]}
     missing = [k for k in sorted(keys) if f"`{k}`" not in doc]
     assert not missing, missing
 
@@ -53,3 +54,49 @@ def test_switched_on_across_a_p2p_gap_is_in_effect_not_advised_again() -> None:
     doc["facts"]["interconnect"]["p2p_failed_pairs"] = [["GPU0", "GPU4", "CNS"]]
     got = advise.advise_host("h", doc)
     assert [w.feature for w in got.others if w.status is advise.Status.IN_EFFECT] == ["pcie_ipc_allreduce"]
+
+
+def with_features(doc: dict) -> dict:
+    """The verdicts inspect gives the field box at 0.5.23 for the features advise reports beside
+    the ranked ways (reasons abridged, file:line kept)."""
+    doc["features"].update({
+        "custom_allreduce": {"status": "blocked", "in_effect": False, "reason": "does not fit this host: TP 8 over PCIe "
+                             "only: SGLang turns it off on more than 2 PCIe-only GPUs (sglang/srt/distributed/"
+                             "device_communicators/custom_all_reduce_utils.py:495); on by default",
+                             "fits": [{"kind": "tp_at_most_without_nvlink", "holds": False, "where":
+                                       "sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py:495"}]},
+        "torch_symm_mem": {"status": "blocked", "in_effect": False, "reason": "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES "
+                           "has sizes for capability majors 9, 10 (sglang/srt/distributed/device_communicators/"
+                           "all_reduce_utils.py:3); none for 12"},
+        "fa3": {"status": "blocked", "in_effect": False, "reason": "blocked on sm120 at srt/layers/attention/"
+                "flashattention_backend.py:40"},
+        "cutlass_fp8": {"status": "open", "in_effect": None, "in_effect_reason": "SGLang chooses at start-up",
+                        "reason": "open on 1 of 2 paths", "kernels": [{"provider": "sgl_kernel", "status": "open",
+                                                                        "file": "sgl_kernel/sm100/common_ops.abi3.so"}]},
+        "deepgemm": {"status": "unknown", "in_effect": None, "reason": "cannot tell: the gate reads a variable"},
+    })
+    return doc
+
+
+def test_the_other_gated_features_come_with_the_verdicts_evidence() -> None:
+    """SGLang's own all-reduce paths join `others` (not ranked: no gpuops role switches them), the
+    model's other gated features `features`, each with the verdict as evidence and its file:line."""
+    got = advise.advise_host("h", with_features(host_doc()))
+    others = {w.feature: w for w in got.others}
+    custom = others["custom_allreduce"]
+    assert custom.status is advise.Status.NOT_FOR_HOST and "more than 2 PCIe-only GPUs" in custom.why
+    assert custom.evidence is not None and custom.evidence.basis == "gate audit"
+    assert "custom_all_reduce_utils.py:495" in custom.evidence.source
+    assert others["torch_symm_mem"].status is advise.Status.NOT_FOR_HOST
+    features = {w.feature: w for w in got.features}
+    assert list(features) == ["fa3", "deepgemm", "cutlass_fp8"]   # in MODEL_FEATURES order, those judged
+    assert features["fa3"].status is advise.Status.NOT_FOR_HOST and "flashattention_backend.py:40" in features["fa3"].why
+    assert features["fa3"].why.startswith("an attention backend")
+    fp8 = features["cutlass_fp8"]
+    assert fp8.status is advise.Status.AVAILABLE and "launch with --moe-runner-backend" in fp8.why, fp8.why
+    assert fp8.evidence is not None and "sgl_kernel/sm100/common_ops.abi3.so" in fp8.evidence.source
+    assert features["deepgemm"].status is advise.Status.UNKNOWN
+    assert [w.feature for w in got.ranked] == ["pcie_ipc_allreduce", "flashinfer_allreduce_fusion"]
+    text = "\n".join(advise.render(got))
+    assert "other gated features for this model:" in text and "FlashAttention-3 attention backend: does not apply" in text
+    assert "None" not in text

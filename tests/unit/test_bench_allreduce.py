@@ -170,23 +170,46 @@ def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(t
     assert kept.allreduce == frames.allreduce and kept.errors == frames.errors
 
 
-def test_the_pcie_ipc_kernel_is_skipped_with_its_reason_where_it_cannot_run(tmp_path: Path, torch_py: str):
-    """On CPUs (gloo) the PCIe IPC kernel cannot run: every size is a skipped record saying why, in
-    the suite's summary under its own label, and nothing is timed."""
+def test_kernels_side_by_side_in_one_launch_each_skipped_with_its_reason_where_it_cannot_run(tmp_path: Path,
+                                                                                              torch_py: str):
+    """--kernel nccl,pcie_ipc,custom: one launch measures NCCL's (here gloo's) all-reduce, then tries
+    FlashInfer's PCIe IPC kernel and SGLang's custom all-reduce; on CPUs both are skipped at every
+    size with a one-line reason (nothing timed), each under its own label, and the one that ran is
+    ranked. Fails if the worker stops after the first kernel, or times a kernel it skipped."""
+    from gpuops.bench.options import check_kernels
+
     options = BenchOptions(suite="allreduce", allreduce=AllreduceOptions(
         backend="gloo", world_size=2, hidden_size=1024, tokens=(1, 8), iters=4, warmup=1, trials=2,
-        kernel="pcie_ipc"))
+        kernels=check_kernels(["nccl,pcie_ipc", "custom"])))
     target = BenchTarget(local_host(torch_py), "http://127.0.0.1:9", sys.executable)
     states = run_bench([target], options, ResultsStore(tmp_path), ConnectOptions(), remote=False)
     state = states["cpu-host"]
     rows = state.result["allreduce"]
-    assert [r["tokens"] for r in rows] == [1, 8]
+    assert [(r["kernel"], r["tokens"]) for r in rows] == [("nccl", 1), ("nccl", 8), ("pcie_ipc", 1), ("pcie_ipc", 8),
+                                                         ("custom", 1), ("custom", 8)]
+    assert all(r["ok"] and r["latency_us"] > 0 for r in rows if r["kernel"] == "nccl")
+    reasons = {"pcie_ipc": "skipped: the PCIe IPC kernels run on CUDA GPUs only (this run is on cpu)",
+               "custom": "skipped: SGLang's custom all-reduce runs on CUDA GPUs only (this run is on cpu)"}
     for row in rows:
-        assert not row["ok"] and row["skipped"] and row["kernel"] == "pcie_ipc" and "latency_us" not in row
-        assert row["error"] == "skipped: the PCIe IPC kernels run on CUDA GPUs only (this run is on cpu)"
-    variant = state.result["summary"]["variants"][0]
-    assert variant["label"] == "FlashInfer PCIe IPC: default" and not variant["ok"]
-    assert "run on CUDA GPUs only" in variant["error"]
+        if row["kernel"] != "nccl":
+            assert not row["ok"] and row["skipped"] and "latency_us" not in row
+            assert row["error"] == reasons[row["kernel"]]
+    summary = state.result["summary"]
+    variants = {v["label"]: v for v in summary["variants"]}
+    assert set(variants) == {"default", "FlashInfer PCIe IPC: default", "SGLang custom all-reduce: default"}
+    assert variants["default"]["ok"] and variants["default"]["kernel"] == "nccl"
+    assert not variants["SGLang custom all-reduce: default"]["ok"]
+    assert "run on CUDA GPUs only" in variants["FlashInfer PCIe IPC: default"]["error"]
+    assert summary["best_variant"] == "default"
+
+
+def test_kernel_names_are_checked_before_anything_runs() -> None:
+    from gpuops.bench.options import check_kernels
+    from gpuops.errors import GpuopsError
+
+    assert check_kernels(()) == ("nccl",) and check_kernels(["custom", "nccl,custom"]) == ("custom", "nccl")
+    with pytest.raises(GpuopsError, match="--kernel 'pcie' is not one of nccl, pcie_ipc, custom"):
+        check_kernels(["nccl,pcie"])
 
 
 def test_pcie_ipc_reasons_for_world_size_and_dtype(torch_py: str):

@@ -38,7 +38,7 @@ def test_each_misfit_is_named_with_the_releases_line() -> None:
         "dtype": (dataclasses.replace(FIELD, dtype="float16"), "the model is float16; it serves bfloat16 only"),
         "deterministic": (dataclasses.replace(FIELD, deterministic=True), "deterministic inference turns it off "
                           f"(sglang/{PCIE_FILE}:111)"),
-        "interconnect": (dataclasses.replace(FIELD, nvlink=True), "this host has NVLink, whose all-reduce is already fast"),
+        "interconnect": (dataclasses.replace(FIELD, nvlink=True), "for PCIe-only hosts; NVLink all-reduce is already fast"),
         "p2p": (dataclasses.replace(FIELD, p2p_gaps=("GPU0-GPU4 (CNS)",)), "1 pair(s) lack it: GPU0-GPU4 (CNS)"),
     }
     for kind, (shape, text) in cases.items():
@@ -141,3 +141,15 @@ def test_custom_allreduce_in_effect_from_the_servers_resolved_settings() -> None
     for unsaid in ({"route": "/server_info", "settings": {}}, {"route": "/server_info", "error": "HTTP 500"}):
         plain = decided(dataclasses.replace(two, server_report=unsaid))
         assert plain["in_effect"] is True and "resolved settings" not in plain["in_effect_reason"]
+
+
+def test_a_setting_the_server_reports_as_null_reads_null_never_none() -> None:
+    """SGLang's /server_info reports attention_backend null when it chooses at start-up: the
+    in-effect text says null (its JSON spelling), not Python's None (seen in gpuops advise on the lab's H100)."""
+    from gpuops.gates.in_effect import reported_state
+
+    fa3 = load_catalog().feature("fa3")
+    said, text = reported_state(fa3, {"reported": {"settings": {"attention_backend": None}}})
+    assert said is False and text == "the server reports attention_backend=null", text
+    said, text = reported_state(fa3, {"reported": {"settings": {"attention_backend": "fa3"}}})
+    assert said is True and text == "the server reports attention_backend='fa3'"

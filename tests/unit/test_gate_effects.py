@@ -132,6 +132,70 @@ FILES = {
                     return "torch_sdpa"
                 return "flash_attn"
         """,
+    "srt/logged_exit.py": """
+        from sglang.srt.utils import get_device_sm
+
+        def init_state(explicit, world_size):
+            device_sm = get_device_sm()
+            if device_sm not in (100, 103) or world_size not in (4, 8):
+                message = (
+                    "collective requires SM100/SM103 and TP4/TP8; using NCCL (sm=%s)" % (device_sm,)
+                )
+                (logger.warning if explicit else logger.info)(message)
+                return None
+            return build_state()
+        """,
+    # capabilities held in a function that returns a module constant, and in a local constant
+    "srt/supported_table.py": """
+        import torch
+
+        SUPPORTED_CAPABILITIES = frozenset({(9, 0), (10, 0), (12, 0), (12, 1)})
+
+        def supported_capabilities():
+            return SUPPORTED_CAPABILITIES
+
+        def unavailable_reason():
+            capability = torch.cuda.get_device_capability()
+            if capability not in supported_capabilities():
+                return unsupported_reason(capability)
+            return None
+
+        def free_memory(gpu_id):
+            SHARED_SYSMEM_SMS = (87, 110, 121)
+            if torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1] in SHARED_SYSMEM_SMS:
+                return sysmem_available()
+            return torch.cuda.mem_get_info(gpu_id)[0]
+        """,
+    # -- reachability through callers: functions written for one GPU, called where it is tested
+    "srt/callers.py": """
+        import torch
+        from sglang.srt.utils import is_sm100_supported
+
+        def _gemm_sm100(x):
+            if torch.cuda.get_device_capability()[0] != 10:
+                raise ValueError("the SM100 kernel runs on SM100 only")
+            return x
+
+        def _attn_sm100(x):
+            if torch.cuda.get_device_capability()[0] != 10:
+                raise ValueError("the SM100 kernel runs on SM100 only")
+            return x
+
+        def _norm_sm100(x):
+            if torch.cuda.get_device_capability()[0] != 10:
+                raise ValueError("the SM100 kernel runs on SM100 only")
+            return x
+
+        KERNELS = {"norm": _norm_sm100}
+
+        def gemm(x):
+            if is_sm100_supported():
+                return _gemm_sm100(x)
+            return x
+
+        def attention(x):
+            return _attn_sm100(x)
+        """,
     # -- place: platform branches, enclosing GPU tests, sibling branches
     "srt/hip.py": """
         import torch
@@ -196,6 +260,12 @@ FILES = {
                     return "fast"
                 if is_multicast_supported() and is_sm100_supported():
                     return "multicast"
+                return "plain"
+
+            def single_gpu_path(self):
+                if self.tp_size == 1:
+                    if not is_sm100_supported():
+                        raise ValueError("the single-GPU path needs SM100")
                 return "plain"
         """,
     # -- a capability held in a constant method or a parameter
@@ -262,6 +332,8 @@ def judged(scan, file, gpu="12.0", **kwargs):
     ("srt/fallback.py", "fallback", "blocked", ("10.0", "open")),
     ("srt/refusal_tuple.py", "exit", "open", ("9.0", "blocked")),
     ("srt/sentinel.py", "sentinel", "open", ("8.0", "blocked")),
+    # the message written and logged (by either of two loggers) before the refusal
+    ("srt/logged_exit.py", "exit", "blocked", ("10.0", "open")),
     # The snippets' is_blackwell means major 10 only: sm100 is the GPU restricted here.
     ("srt/restrict.py", "restrict", "open", ("10.0", "blocked")),
 ])
@@ -373,3 +445,33 @@ def test_a_comparison_no_caller_passes_a_value_of_its_kind_to_is_never_reached(s
     number_path = gates["current_capability[0] * 10 + current_capability[1] >= capability"]
     assert number_path["status"] == "open" and number_path["unreachable"] is None
     assert next(g for g in judged(scan, "srt/tuple_param.py", "7.5") if g["id"] == number_path["id"])["status"] == "blocked"
+
+
+def test_a_capability_held_in_a_function_returning_a_constant_or_in_a_local_constant_is_read(scan):
+    (table,) = [g for g in judged(scan, "srt/supported_table.py") if g["function"] == "unavailable_reason"]
+    assert table["status"] == "open" and table["admits"] == ["sm90", "sm100", "sm120", "sm121"]
+    assert next(g for g in judged(scan, "srt/supported_table.py", "10.3") if g["id"] == table["id"])["status"] == "blocked"
+    (local,) = [g for g in judged(scan, "srt/supported_table.py") if g["function"] == "free_memory"]
+    assert local["status"] == "blocked" and local["admits"] == ["sm87", "sm110", "sm121"]
+
+
+def test_a_refusal_inside_a_condition_false_for_the_hosts_configuration_never_refuses_it(scan):
+    def refusal(**kwargs):
+        return next(g for g in judged(scan, "srt/config.py", **kwargs) if g["function"] == "Model.single_gpu_path")
+    assert refusal()["status"] == "blocked"  # without the host's settings: it refuses sm120
+    tp8 = refusal(server={"args": {"tp_size": "8"}, "architecture": None})
+    assert (tp8["capability"], tp8["status"]) == ("blocked", "open")
+    assert "self.tp_size == 1" in tp8["unreachable"] and "configuration" in tp8["unreachable"]
+    assert refusal(server={"args": {"tp_size": "1"}, "architecture": None})["status"] == "blocked"
+
+
+def test_a_gate_whose_every_caller_is_closed_on_the_gpu_is_not_reached(scan):
+    by_function = {g["function"]: g for g in judged(scan, "srt/callers.py")}
+    gemm = by_function["_gemm_sm100"]
+    assert (gemm["capability"], gemm["status"]) == ("blocked", "open")
+    assert "every caller is closed on sm120" in gemm["unreachable"] and "is_sm100_supported()" in gemm["unreachable"]
+    # sm100 reaches it through the same caller, and passes
+    assert next(g for g in judged(scan, "srt/callers.py", "10.0") if g["id"] == gemm["id"])["status"] == "open"
+    # called with no test around it; or stored in a table (called from anywhere): it refuses sm120
+    assert by_function["_attn_sm100"]["status"] == "blocked" and by_function["_attn_sm100"]["unreachable"] is None
+    assert by_function["_norm_sm100"]["status"] == "blocked" and by_function["_norm_sm100"]["unreachable"] is None

@@ -76,3 +76,24 @@ def test_apply_and_rollback_records_at_home_come_from_one_writer(tmp_path: Path,
     by_hand = [p.name for p in (SRC / "apply").glob("*.py") if p.name != "journal.py"
                and re.search(r"append_home\(\{", p.read_text(encoding="utf-8"))]
     assert by_hand == []
+
+
+def test_the_helper_result_is_read_typed_and_as_untrusted_data() -> None:
+    """apply/ reads the helper's answer through ``HelperResult`` only: known statuses pass, anything
+    else is ``failed`` naming what came; a field of the wrong type reads as absent."""
+    good = hp.HelperResult.from_json({"ok": True, "status": "finished", "run_id": "r1", "pid": 42,
+                                      "restored": ["/etc/a"], "notes": ["n"], "records": [{"event": "started"}, 3]})
+    assert (good.status, good.ok, good.run_id, good.pid, good.restored, good.notes, good.records) == \
+        (hp.STATUS_FINISHED, True, "r1", 42, ("/etc/a",), ("n",), ({"event": "started"},))
+    odd = hp.HelperResult.from_json({"ok": "yes", "status": "exploded", "pid": True, "restored": "/etc/a",
+                                     "error": ["x"], "busy": 1})
+    assert (odd.status, odd.ok, odd.pid, odd.restored, odd.busy) == (hp.STATUS_FAILED, False, None, (), False)
+    assert odd.error == "the helper ended with status 'exploded'"
+    assert hp.HelperResult.from_json([1]).status == hp.STATUS_FAILED
+    assert hp.HelperResult.from_json({"status": "rolled_back", "error": "why"}) == \
+        hp.HelperResult(hp.STATUS_ROLLED_BACK, error="why")
+    # apply/ reads no helper result as a dict any more, but where it comes off the channel
+    # (txn.py) and is turned into a HelperResult (remote_exec.py)
+    by_dict = [p.name for p in (SRC / "apply").glob("*.py") if p.name not in ("txn.py", "remote_exec.py")
+               if re.search(r'result\.get\("(status|ok|restored|recovered|notes|error)"', p.read_text(encoding="utf-8"))]
+    assert by_dict == []

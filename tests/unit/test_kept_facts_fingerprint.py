@@ -140,7 +140,7 @@ def _values(fingerprint: str, kept: bool = False, packages: Any = None, query: A
 
 
 def _guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probes: list[Any] | None = None) -> Guard:
-    monkeypatch.setenv("GPUOPS_FACTS_CACHE", str(tmp_path / "facts"))
+    monkeypatch.setenv("GPUOPS_KEEP", str(tmp_path / "kept"))
     from gpuops.gather import Probe
 
     return kept_facts.guard(_host(), probes if probes is not None else
@@ -228,8 +228,8 @@ def test_kept_without_the_matching_fingerprint_fails_the_host(tmp_path: Path, mo
 @pytest.mark.parametrize("entry", ['{"format": 1', '[]', '{"kind": "gpu-facts"}'])
 def test_a_torn_or_foreign_entry_is_not_held(tmp_path: Path, monkeypatch, entry: str) -> None:
     guard = _guard(tmp_path, monkeypatch)
-    (tmp_path / "facts").mkdir(exist_ok=True)
-    (tmp_path / "facts" / f"{guard.key}.json").write_text(entry)
+    (tmp_path / "kept" / "facts").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "kept" / "facts" / f"{guard.key.digest}.json").write_text(entry)
     assert _guard(tmp_path, monkeypatch).held is None
 
 
@@ -237,9 +237,9 @@ def test_bad_fingerprint_in_an_entry_is_not_offered_to_the_shell(tmp_path: Path,
     import json
 
     guard = _guard(tmp_path, monkeypatch)
-    (tmp_path / "facts").mkdir(exist_ok=True)
-    (tmp_path / "facts" / f"{guard.key}.json").write_text(json.dumps(
-        {"format": 1, "key": guard.key, "kind": "gpu-facts", "fingerprint": "x' ]; rm -rf /; [ '", "dirs": [],
+    (tmp_path / "kept" / "facts").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "kept" / "facts" / f"{guard.key.digest}.json").write_text(json.dumps(
+        {"format": 1, "key": guard.key.digest, "kind": "facts", "fingerprint": "x' ]; rm -rf /; [ '", "dirs": [],
          "summary": {}}))
     assert _guard(tmp_path, monkeypatch).held is None
 
@@ -247,10 +247,10 @@ def test_bad_fingerprint_in_an_entry_is_not_offered_to_the_shell(tmp_path: Path,
 def test_off_leaves_the_probes_alone(tmp_path: Path, monkeypatch) -> None:
     from gpuops.gather import Probe
 
-    monkeypatch.setenv("GPUOPS_FACTS_CACHE", "off")
+    monkeypatch.setenv("GPUOPS_KEEP", "off")
     probes = [Probe("gpu.query", "true", str)]
     guard = kept_facts.guard(_host(), probes)
-    assert guard.probes == probes and guard.directory is None
+    assert guard.probes == probes and guard.key is None
     assert kept_facts.summary(guard, "h1", {"gpu.query": "ok"}, lambda v: dict(SUMMARY)) == SUMMARY
 
 

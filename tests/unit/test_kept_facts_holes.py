@@ -31,7 +31,7 @@ def _host() -> Host:
 
 
 def _guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> kept_facts.Guard:
-    monkeypatch.setenv("GPUOPS_FACTS_CACHE", str(tmp_path / "facts"))
+    monkeypatch.setenv("GPUOPS_KEEP", str(tmp_path / "kept"))
     names = ["gpu.query", "gpu.banner", "gpu.procfs", "gpu.topo", "gpu.p2p", "software.python"]
     return kept_facts.guard(_host(), [Probe(name, "true", str) for name in names])
 
@@ -185,15 +185,15 @@ def test_a_summary_kept_by_other_gpuops_code_is_not_offered(tmp_path: Path, monk
     """The summary is what gpuops' own parsers made of the probes' output (``facts/arch.py`` naming a
     new GPU's compute capability, the CUDA taken from torch): after an upgrade or a fix of gpuops,
     a summary the old code made must be gathered again, as a kept no-op plan is
-    (``local_memo.package_digest`` in its key), not served until the host reboots."""
-    from gpuops import local_memo
+    (``memo.package_digest`` in its key), not served until the host reboots."""
+    from gpuops import memo
 
     whole = {**DEGRADED, "nvlink": False, "p2p_all_pairs": True}
-    monkeypatch.setattr(local_memo, "package_digest", lambda: "1" * 64)
+    monkeypatch.setattr(memo, "package_digest", lambda: "1" * 64)
     for _ in range(2):
         kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(), lambda v: dict(whole))
     assert any(p.unless for p in _guard(tmp_path, monkeypatch).probes)  # offered while the code is the same
-    monkeypatch.setattr(local_memo, "package_digest", lambda: "2" * 64)  # gpuops upgraded
+    monkeypatch.setattr(memo, "package_digest", lambda: "2" * 64)  # gpuops upgraded
     assert not any(p.unless for p in _guard(tmp_path, monkeypatch).probes)
 
 
@@ -222,7 +222,7 @@ def test_the_same_facts_are_offered_from_any_working_directory(tmp_path: Path, m
     """A role directory or templates in the working directory change what a plan is made of, not
     what the GPU probes say: the kept facts' key leaves them out (the benchmarks' floors and a user
     running gpuops from two directories offer the same fingerprint)."""
-    from gpuops import local_memo
+    from gpuops import memo
 
     whole = {**DEGRADED, "nvlink": False, "p2p_all_pairs": True}
     here, there = tmp_path / "a", tmp_path / "b"
@@ -230,9 +230,9 @@ def test_the_same_facts_are_offered_from_any_working_directory(tmp_path: Path, m
     (there / "roles" / "extra" / "tasks.yml").write_text("[]\n")
     here.mkdir()
     monkeypatch.chdir(here)
-    local_memo.code_digest.cache_clear()
+    memo.code_digest.cache_clear()
     for _ in range(2):
         kept_facts.summary(_guard(tmp_path, monkeypatch), "h1", _values(), lambda v: dict(whole))
     monkeypatch.chdir(there)
-    local_memo.code_digest.cache_clear()
+    memo.code_digest.cache_clear()
     assert any(p.unless for p in _guard(tmp_path, monkeypatch).probes)

@@ -21,9 +21,8 @@ VARS = {"sglang_port": 30000}
 
 @pytest.fixture(autouse=True)
 def memo_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    where = tmp_path / "plans"
-    monkeypatch.setenv(noop_memo.CACHE_ENV, str(where))
-    return where
+    monkeypatch.setenv("GPUOPS_KEEP", str(tmp_path / "kept"))
+    return tmp_path / "kept" / "plans"
 
 
 def empty_plan(**fields) -> Plan:
@@ -122,7 +121,7 @@ def test_torn_or_foreign_entries_are_ignored(memo_dir: Path) -> None:
 
 
 def test_off_plans_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(noop_memo.CACHE_ENV, "off")
+    monkeypatch.setenv("GPUOPS_KEEP", "off")
     planner = Planner(empty_plan())
     run(planner)
     run(planner)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import local_memo
+from gpuops import memo
 from gpuops.gates import BUILTIN_CATALOG, catalog, probe
 
 
@@ -24,7 +24,7 @@ def _catalog_text(*keywords: str) -> str:
 @pytest.fixture
 def scans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     where = tmp_path / "scans"
-    monkeypatch.setenv("GPUOPS_SCAN_CACHE", str(where))
+    monkeypatch.setenv("GPUOPS_KEEP", str(where))
     return where
 
 
@@ -49,7 +49,7 @@ def test_the_builtin_catalog_keywords_are_kept_and_equal_to_a_fresh_read(scans: 
     assert probe.scan_options()["keywords"] == fresh and loads.calls == 2
     assert BUILTIN_CATALOG == Path(catalog.__file__).with_name("catalog.yaml")
     # Another gpuops (an upgrade, an edited catalog.yaml: both are in the code digest) reads it again.
-    monkeypatch.setattr(local_memo, "code_digest", lambda: "another gpuops")
+    monkeypatch.setattr(memo, "code_digest", lambda: "another gpuops")
     assert probe.patch_keywords() == fresh and loads.calls == 3
 
 
@@ -73,7 +73,7 @@ def test_other_gpuops_code_reads_the_catalog_again(scans: Path, tmp_path: Path, 
     path.write_text(_catalog_text("allreduce_fusion"))
     assert probe.patch_keywords(path) == ["allreduce_fusion"]
     loads = CountingLoads(monkeypatch)
-    monkeypatch.setattr(local_memo, "code_digest", lambda: "another gpuops")
+    monkeypatch.setattr(memo, "code_digest", lambda: "another gpuops")
     assert probe.patch_keywords(path) == ["allreduce_fusion"] and loads.calls == 1
 
 
@@ -92,7 +92,7 @@ def test_torn_or_foreign_entries_are_read_again(scans: Path, tmp_path: Path, mon
 
 
 def test_off_reads_the_catalog_every_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUOPS_SCAN_CACHE", "off")
+    monkeypatch.setenv("GPUOPS_KEEP", "off")
     monkeypatch.setenv("GPUOPS_CACHE", str(tmp_path / "cache"))
     loads = CountingLoads(monkeypatch)
     probe.patch_keywords()

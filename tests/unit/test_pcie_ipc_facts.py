@@ -56,7 +56,10 @@ def test_the_first_release_with_the_module_is_0_5_21() -> None:
 def test_world_sizes_dtype_and_log_lines_are_the_releases_own(version: str) -> None:
     source = module_source(version)
     sizes = re.search(r"^_SUPPORTED_WORLD_SIZES = \(([^)]*)\)", source, re.M)
-    assert sizes and tuple(int(s) for s in sizes.group(1).split(",")) == pcie_ipc.WORLD_SIZES
+    from gpuops.gates.catalog import load_catalog
+
+    (rule,) = [f for f in load_catalog().feature("pcie_ipc_allreduce").fits if f.kind == "tp_size"]
+    assert sizes and [int(s) for s in sizes.group(1).split(",")] == [int(v) for v in rule.value]
     strings = string_constants(source)
     assert pcie_ipc.FALLBACK_LINE in strings
     assert pcie_ipc.FALLBACK_LINE == standin_sim.PCIE_IPC_FALLBACK

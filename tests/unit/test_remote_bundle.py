@@ -19,7 +19,7 @@ from gpuops.remote.bundle import BundleError, bundled_source, find_bundle
 REMOTE_DIR = Path(remote.__file__).parent
 
 # What the host's own GPU stack provides to the benchmark helpers (never installed by gpuops).
-HOST_STACK = {"torch", "flashinfer", "sgl_kernel"}
+HOST_STACK = {"torch", "flashinfer", "sgl_kernel", "sglang"}  # sglang: its custom all-reduce, measured
 
 
 def write(directory: Path, name: str, text: str) -> None:
@@ -114,7 +114,8 @@ def test_bundled_helper_serves_its_own_modules_before_an_installed_gpuops(helper
 
 
 def _host_modules() -> list[Path]:
-    return sorted(p for p in REMOTE_DIR.glob("*.py") if p.name not in {"__init__.py", "bundle.py"})
+    # The bundler and its kept scripts (bundle_cache.py, on the memo layer) run on the client only.
+    return sorted(p for p in REMOTE_DIR.glob("*.py") if p.name not in {"__init__.py", "bundle.py", "bundle_cache.py"})
 
 
 @pytest.mark.parametrize("path", _host_modules(), ids=lambda p: p.name)
@@ -144,41 +145,54 @@ def test_every_shipped_helper_bundles(path):
 # ---------------------------------------------------------------- the kept scripts (bundle_cache.py)
 
 
+@pytest.fixture(autouse=True)
+def _keep_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUOPS_KEEP", str(tmp_path / "kept"))
+
+
+def keep_bundles(tmp_path: Path) -> Path:
+    """Where the memo layer keeps bundled scripts for this test (GPUOPS_KEEP set above)."""
+    return tmp_path / "kept" / "bundles"
+
+
 def test_a_kept_bundle_is_used_while_its_files_are_unchanged(helper_tree: Path, tmp_path: Path) -> None:
     from gpuops.remote import bundle_cache
 
-    cache_dir = tmp_path / "bundles"
-    first = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    cache_dir = keep_bundles(tmp_path)
+    first = bundled_source("entry", helper_tree, cached=True)
     assert first == bundled_source("entry", helper_tree)
-    (kept,) = cache_dir.glob("entry-*.json")
-    assert bundle_cache.read(kept) == first
+    (kept,) = cache_dir.glob("*.json")
+    key = bundle_cache.bundle_key("entry", helper_tree)
+    assert key is not None and bundle_cache.read(key) == first
     # What the kept file says is what is used (so the edits below must be seen to be missed).
     data = json.loads(kept.read_text())
     kept.write_text(json.dumps({**data, "script": "# kept"}))
-    assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == "# kept"
+    assert bundled_source("entry", helper_tree, cached=True) == "# kept"
     # ... until one of those files changes: then the fresh bundle, never the kept text.
     path = helper_tree / "mathops.py"
     path.write_text(path.read_text() + "\n")
-    assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == bundled_source("entry", helper_tree)
+    assert bundled_source("entry", helper_tree, cached=True) == bundled_source("entry", helper_tree)
 
 
 @pytest.mark.parametrize("edited", ["entry", "fileops", "mathops", "journal"])
 def test_editing_the_entry_or_any_bundled_module_bundles_again(helper_tree: Path, tmp_path: Path, edited: str) -> None:
-    cache_dir = tmp_path / "bundles"
-    before = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    cache_dir = keep_bundles(tmp_path)
+    before = bundled_source("entry", helper_tree, cached=True)
+    assert len(list(cache_dir.glob("*.json"))) == 1  # kept: what follows must see the edit past it
     path = helper_tree / f"{edited}.py"
     path.write_text(path.read_text() + "\nEDITED = True\n")
-    after = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    after = bundled_source("entry", helper_tree, cached=True)
     assert after != before and "EDITED = True" in after
     assert after == bundled_source("entry", helper_tree)
 
 
 def test_a_module_newly_imported_is_bundled_at_once(helper_tree: Path, tmp_path: Path) -> None:
-    cache_dir = tmp_path / "bundles"
-    bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    cache_dir = keep_bundles(tmp_path)
+    bundled_source("entry", helper_tree, cached=True)
+    assert len(list(cache_dir.glob("*.json"))) == 1
     write(helper_tree, "mathops", "from gpuops.remote import extra\n\ndef plus(a, b):\n    return extra.add(a, b)\n")
     write(helper_tree, "extra", "def add(a, b):\n    return a + b + 1\n")
-    script = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
+    script = bundled_source("entry", helper_tree, cached=True)
     assert "gpuops.remote.extra" in script
     done = run_helper(script, {"a": 2, "b": 40}, tmp_path)
     assert json.loads(done.stdout)["sum"] == 43, done.stderr
@@ -187,14 +201,18 @@ def test_a_module_newly_imported_is_bundled_at_once(helper_tree: Path, tmp_path:
 def test_torn_or_foreign_kept_files_are_bundled_again(helper_tree: Path, tmp_path: Path) -> None:
     from gpuops.remote import bundle_cache
 
-    cache_dir = tmp_path / "bundles"
-    fresh = bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir)
-    (kept,) = cache_dir.glob("entry-*.json")
-    for bad in ("{torn", json.dumps({"script": "# foreign"}), json.dumps({"files": {}, "script": "# foreign"}),
-                json.dumps({"files": {str(tmp_path / "gone.py"): [1, 2]}, "script": "# foreign"})):
+    cache_dir = keep_bundles(tmp_path)
+    fresh = bundled_source("entry", helper_tree, cached=True)
+    (kept,) = cache_dir.glob("*.json")
+    key = bundle_cache.bundle_key("entry", helper_tree)
+    assert key is not None
+    whole = {"format": 1, "key": key.digest, "kind": "bundles"}
+    for bad in ("{torn", json.dumps({**whole, "script": "# foreign"}), json.dumps({**whole, "files": {}, "script": "# foreign"}),
+                json.dumps({**whole, "files": {str(tmp_path / "gone.py"): [1, 2]}, "script": "# foreign"}),
+                json.dumps({**json.loads(kept.read_text()), "kind": "plans", "script": "# foreign"})):
         kept.write_text(bad)
-        assert bundle_cache.read(kept) is None
-        assert bundled_source("entry", helper_tree, cached=True, cache_dir=cache_dir) == fresh
+        assert bundle_cache.read(key) is None
+        assert bundled_source("entry", helper_tree, cached=True) == fresh
 
 
 def test_source_reads_kept_helpers_without_the_bundler_and_bundles_on_a_miss(tmp_path: Path) -> None:

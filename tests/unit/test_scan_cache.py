@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuops import memo
 from gpuops.gates import scan_cache
 from gpuops.gates.probe import gate_scan_probe
 from gpuops.gates.scan import GateScan
@@ -25,7 +26,7 @@ GATED = "from sglang.srt.utils import is_sm90_supported\n\ndef apply_allreduce_f
 @pytest.fixture()
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     where = tmp_path / "scans"
-    monkeypatch.setenv(scan_cache.CACHE_ENV, str(where))
+    monkeypatch.setenv("GPUOPS_KEEP", str(where))
     return where
 
 
@@ -52,8 +53,8 @@ def run_probe(site: Path, with_sources: bool = False, host: Host | None = HOST) 
 
 
 def entries(cache_dir: Path) -> list[Path]:
-    """The kept scans (one directory per host), not the other memos kept beside them."""
-    return sorted(p for p in cache_dir.glob("*/*.json") if p.parent.name not in ("judged", "catalog"))
+    """The kept scans (one scope per host), not the other memos kept beside them."""
+    return sorted(cache_dir.glob("scans/*/*.json"))
 
 
 def test_second_scan_of_an_unchanged_tree_is_the_kept_one(site: Path, cache_dir: Path) -> None:
@@ -127,7 +128,7 @@ def test_sources_kept_serve_a_scan_without_and_not_the_other_way(site: Path, cac
 def test_no_host_or_cache_off_means_a_full_scan_every_time(site: Path, cache_dir: Path, monkeypatch) -> None:
     assert not run_probe(site, host=None).cached
     assert entries(cache_dir) == []
-    monkeypatch.setenv(scan_cache.CACHE_ENV, "off")
+    monkeypatch.setenv("GPUOPS_KEEP", "off")
     assert scan_cache.for_host(HOST) is None
     assert not run_probe(site).cached and not run_probe(site).cached
 
@@ -137,11 +138,11 @@ def test_hosts_keep_their_own_scans_and_old_entries_are_pruned(site: Path, cache
     other = Host(name="h02", address="127.0.0.1", port=2223, user="root", key_file=None, connection="ssh", groups=("all",))
     assert not run_probe(site, host=other).cached  # another host: its own directory
     path = site / "sglang" / "srt" / "communicator.py"
-    for index in range(scan_cache.MAX_ENTRIES_PER_HOST + 2):
+    for index in range(memo.Kind.SCANS.max_entries + 2):
         path.write_text(GATED + "\n" * (index + 1))
         run_probe(site)
     kept = [p for p in entries(cache_dir) if p.parent.name == scan_cache.host_identity(HOST)]
-    assert len(kept) == scan_cache.MAX_ENTRIES_PER_HOST
+    assert len(kept) == memo.Kind.SCANS.max_entries
     assert not list(cache_dir.glob("*/.scan-*"))  # no temp files left behind
 
 

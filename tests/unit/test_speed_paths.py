@@ -145,7 +145,7 @@ def test_planner_and_code_digest_leave_the_planning_machinery_unimported_until_a
     # the memo's code digest must not import roles, module specs or templating; planning still works.
     heavy = ("gpuops.plan.roles", "gpuops.plan.modules", "gpuops.plan.templating", "gpuops.plan.argspec")
     code = ("import sys\nfrom gpuops.plan.planner import Discovery, discover, plan_role, vars_digest\n"
-            "from gpuops.local_memo import code_digest\ncode_digest()\nvars_digest({}, {})\n"
+            "from gpuops.memo import code_digest\ncode_digest()\nvars_digest({}, {})\n"
             f"early = [m for m in {heavy!r} if m in sys.modules]\nassert not early, early\n"
             "d = discover('nccl-env', 'h', {}, {})\nassert isinstance(d, Discovery) and d.paths, d\n"
             f"assert all(m in sys.modules for m in {heavy!r})\nprint('OK')\n")

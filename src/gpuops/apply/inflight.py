@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from gpuops.remote.host_protocol import MODE_APPLY, MODE_ROLLBACK
+
 _lock = threading.Lock()
 
 
@@ -20,6 +22,7 @@ class OpenRun:
     host: str
     run_id: str | None
     lease_s: float
+    mode: str = MODE_APPLY  # the helper's mode: MODE_ROLLBACK undoes an earlier run
     phase: str = "starting"
     commit_sent: bool = False
 
@@ -27,9 +30,9 @@ class OpenRun:
 _open: dict[str, OpenRun] = {}
 
 
-def opened(host: str, run_id: str | None, lease_s: float) -> None:
+def opened(host: str, run_id: str | None, lease_s: float, mode: str = MODE_APPLY) -> None:
     with _lock:
-        _open[host] = OpenRun(host, run_id, lease_s)
+        _open[host] = OpenRun(host, run_id, lease_s, mode)
 
 
 def at_phase(host: str, phase: str) -> None:
@@ -57,6 +60,9 @@ def interrupt_lines() -> list[str]:
     for run in runs:
         if run.commit_sent:
             then = "gpuops had confirmed it, so the host finishes the commit"
+        elif run.mode == MODE_ROLLBACK:  # rolling a rollback back puts the run it was undoing back in effect
+            then = (f"gpuops had not confirmed it, so the host undoes this rollback now (at the latest within "
+                    f"its lease, {run.lease_s:.0f} s) and the run it was undoing stays in effect")
         else:
             then = (f"gpuops had not confirmed it, so the host rolls it back now (at the latest within "
                     f"its lease, {run.lease_s:.0f} s)")

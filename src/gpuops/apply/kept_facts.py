@@ -32,31 +32,25 @@ where the fingerprint cannot see. The directories come from the previous gather,
 and the second computes one over the directories it now knows; from the third run on, a no-op skips
 the probes. Nothing is kept from a gather where a probe failed or any of its values is unknown (one
 ``nvidia-smi`` call that timed out or failed, a transient state, must not stick until the next reboot),
-nor for a server in a container (its stack is read inside the container). ``$GPUOPS_FACTS_CACHE=off`` turns it off; ``inspect host`` never uses it
+nor for a server in a container (its stack is read inside the container). Kept by the memo layer
+(``memo.Kind.FACTS``; ``GPUOPS_KEEP=off`` turns it off); ``inspect host`` never uses it
 (it reports live values such as memory in use).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from gpuops import local_memo
+from gpuops import memo
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe
     from gpuops.inventory import Host
 
-FORMAT = 1
-CACHE_ENV = "GPUOPS_FACTS_CACHE"
-KIND = "gpu-facts"
-MAX_ENTRIES = 512
 MAX_DIRS = 64  # sys.path entries fingerprinted; a longer path is cut (then never kept: see summary())
 FINGERPRINT_PROBE = "apply.facts_fingerprint"
 _VAR = "gpuops_facts_fp"
@@ -85,20 +79,16 @@ class Guard:
 
     probes: list["Probe[Any]"]
     held: Held | None
-    directory: Path | None
-    key: str
+    key: memo.Key | None  # None: keeping is off
 
 
-def cache_dir() -> Path | None:
-    return local_memo.memo_dir(CACHE_ENV, "facts")
-
-
-def host_key(host: "Host") -> str:
+def host_key(host: "Host") -> memo.Key | None:
     """The host, and gpuops' own code: the summary is what its parsers made of the probes' output,
     so after an upgrade or a fix it is gathered again. Not the roles or the working directory
-    (``local_memo.package_digest``): a command run from another directory offers the same facts."""
-    ident = [FORMAT, local_memo.package_digest(), host.name, host.address, host.port, host.user, host.connection]
-    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
+    (``memo.package_digest``): a command run from another directory offers the same facts. What
+    the summary is read from is the fingerprint the host computes, kept in the entry."""
+    return memo.key(memo.Kind.FACTS, memo.package_digest(), host.name, host.address, host.port, host.user,
+                    host.connection)
 
 
 def setup_script(dirs: Sequence[str]) -> str:
@@ -150,8 +140,8 @@ def setup_script(dirs: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def read_held(directory: Path, key: str) -> Held | None:
-    data = local_memo.read_entry(directory, key, KIND)
+def read_held(key: memo.Key) -> Held | None:
+    data = memo.get(key)
     if data is None:
         return None
     fingerprint, dirs, summary = data.get("fingerprint"), data.get("dirs"), data.get("summary")
@@ -168,11 +158,10 @@ def guard(host: "Host", probes: Sequence["Probe[Any]"], offer: bool = True) -> G
     (``--flush-cache``): nothing is skipped, and what is gathered is kept as on any run."""
     from gpuops.gather import Probe
 
-    key = host_key(host)
-    directory = cache_dir()
-    if directory is None:
-        return Guard(list(probes), None, None, key)
-    held = read_held(directory, key)
+    key = host_key(host) if memo.root() is not None else None
+    if key is None:
+        return Guard(list(probes), None, None)
+    held = read_held(key)
     setup = setup_script(held.dirs if held else ())
     fingerprint_probe = Probe(FINGERPRINT_PROBE, f'printf "%s\\n" "${_VAR}"', _parse_fingerprint, setup=setup)
     out: list[Probe[Any]] = [fingerprint_probe]
@@ -180,7 +169,7 @@ def guard(host: "Host", probes: Sequence["Probe[Any]"], offer: bool = True) -> G
         if offer and held is not None and held.fingerprint and _guarded(probe.name):
             probe = replace(probe, setup=setup, unless=f'[ "${_VAR}" = {shlex.quote(held.fingerprint)} ]')
         out.append(probe)
-    return Guard(out, held, directory, key)
+    return Guard(out, held, key)
 
 
 def _parse_fingerprint(out: Any) -> str | None:
@@ -208,7 +197,7 @@ def summary(guard_: Guard, host_name: str, values: Mapping[str, Any],
                                      host_name, held.fingerprint[:16])
         return dict(held.summary)
     result = compute(values)
-    if guard_.directory is None or not isinstance(fingerprint, str):
+    if guard_.key is None or not isinstance(fingerprint, str):
         return result
     packages = guarded.get("software.python")
     # A call that failed or timed out parses to a value that says it is unknown (not a ProbeFailure),
@@ -223,7 +212,7 @@ def summary(guard_: Guard, host_name: str, values: Mapping[str, Any],
     # The host digested the directories this client held; the digest stands for this summary
     # only when those are the directories the probe now reports.
     same_dirs = held is not None and held.dirs == dirs
-    local_memo.write_entry(guard_.directory, guard_.key, {
-        "kind": KIND, "host": host_name, "fingerprint": fingerprint if (same_dirs and complete) else None,
-        "dirs": list(dirs), "summary": result}, MAX_ENTRIES)
+    memo.put(guard_.key, {
+        "host": host_name, "fingerprint": fingerprint if (same_dirs and complete) else None,
+        "dirs": list(dirs), "summary": result})
     return result

@@ -13,34 +13,24 @@ variables make another digest and a real plan. Only empty plans are kept (a plan
 always computed: its diffs and payload are needed), never when another run is unfinished on the host
 (that run needs the full plan), and never when the gate scan has no fingerprint. gpuops' code and
 the role and template directories are in the digest by a stat walk (path, size, mtime, inode), as
-Python's own .pyc check does. ``$GPUOPS_PLAN_CACHE=off`` turns it off.
+Python's own .pyc check does. Kept by the memo layer (``memo.Kind.PLANS``, ``memo.Kind.DISCOVERY``;
+``GPUOPS_KEEP=off`` turns it off).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from gpuops import local_memo
+from gpuops import memo
 
 if TYPE_CHECKING:
     from gpuops.plan.model import PlanFacts, Plan
 
-MEMO_FORMAT = 1
-CACHE_ENV = "GPUOPS_PLAN_CACHE"
-MAX_ENTRIES = 256
 _LOG = "gpuops.transport"  # shown with -v, as the commands are
 
-
-def memo_dir() -> Path | None:
-    return local_memo.memo_dir(CACHE_ENV, "plans")
-
-
-code_digest = local_memo.code_digest
-_jsonable = local_memo.jsonable
+code_digest = memo.code_digest
+_jsonable = memo.jsonable
 
 
 def facts_digest(facts: "PlanFacts") -> str | None:
@@ -54,46 +44,40 @@ def facts_digest(facts: "PlanFacts") -> str | None:
                 return None
             # The scan is what its tree fingerprint says (remote/scan_fingerprint.py); its sources too.
             value = {"fingerprint": value.fingerprint, "version": value.version, "root": value.root,
-                     "python": value.python, "sources": hashlib.sha256(
-                         json.dumps(dict(value.sources or {}), sort_keys=True).encode()).hexdigest()}
+                     "python": value.python, "sources": memo.digest_of(dict(value.sources or {}))}
         parts[field.name] = value
-    blob = json.dumps(parts, sort_keys=True, default=_jsonable)
-    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()
+    return memo.digest_of(parts)
 
 
 def _vars_digest(inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any]) -> str | None:
-    try:
-        variables = json.dumps({"inventory": inventory_vars, "extra": extra_vars}, sort_keys=True, default=_jsonable)
-    except (TypeError, ValueError):
-        return None
-    return hashlib.sha256(variables.encode("utf-8", "surrogateescape")).hexdigest()
+    return memo.digest_of({"inventory": inventory_vars, "extra": extra_vars})
 
 
-def inputs_digest(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any],
-                  extra_vars: Mapping[str, Any]) -> str | None:
+def plan_key(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any],
+             extra_vars: Mapping[str, Any]) -> memo.Key | None:
+    """Every input of planning: gpuops' code, roles and templates, the role, the host, the facts
+    gathered and the variables."""
     facts_part = facts_digest(facts)
     variables = _vars_digest(inventory_vars, extra_vars)
     if facts_part is None or variables is None:
         return None
-    blob = json.dumps([MEMO_FORMAT, "plan", code_digest(), role, facts.host, facts_part, variables])
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return memo.key(memo.Kind.PLANS, code_digest(), role, facts.host, facts_part, variables)
 
 
-def _entry_path(directory: Path, key: str) -> Path:
-    return directory / f"{key}.json"
+def discovery_key(role: str, host: str, inventory_vars: Mapping[str, Any],
+                  extra_vars: Mapping[str, Any]) -> memo.Key | None:
+    """Every input of the fact-free pass: gpuops' code, roles and templates, the role, the host and
+    the variables."""
+    variables = _vars_digest(inventory_vars, extra_vars)
+    return None if variables is None else memo.key(memo.Kind.DISCOVERY, code_digest(), role, host, variables)
 
 
-def recall(directory: Path, key: str, facts: "PlanFacts", role: str) -> "Plan | None":
+def recall(key: memo.Key, facts: "PlanFacts", role: str) -> "Plan | None":
     """The empty plan kept under ``key``, or None (absent, torn, or not this key's)."""
     from gpuops.plan.model import Plan
 
-    try:
-        data = json.loads(_entry_path(directory, key).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != MEMO_FORMAT or data.get("key") != key:
-        return None
-    if data.get("kind") != "plan" or data.get("host") != facts.host or data.get("role") != role:
+    data = memo.get(key)
+    if data is None or data.get("host") != facts.host or data.get("role") != role:
         return None
     warnings, notes = data.get("warnings"), data.get("notes")
     if not (isinstance(warnings, list) and isinstance(notes, list) and all(isinstance(t, str) for t in warnings + notes)):
@@ -107,20 +91,15 @@ def recall(directory: Path, key: str, facts: "PlanFacts", role: str) -> "Plan | 
         return None
 
 
-def remember(directory: Path, key: str, plan: "Plan", run_id: str | None) -> None:
+def remember(key: memo.Key, plan: "Plan", run_id: str | None) -> None:
     """Keep an empty plan's report part; never fails the command."""
     if plan.changes or plan.handlers or plan.audit is not None or getattr(plan, "image", None) is not None:
         return
     texts = list(plan.warnings) + list(plan.notes)
     if run_id and any(run_id in t for t in texts):
         return  # the report names this run: it would be wrong for the next one
-    _write(directory, key, {"format": MEMO_FORMAT, "key": key, "kind": "plan", "host": plan.host, "role": plan.role,
-                            "warnings": list(plan.warnings), "notes": list(plan.notes), "tasks_ok": plan.tasks_ok,
-                            "state_dir": plan.state_dir})
-
-
-def _write(directory: Path, key: str, entry: dict[str, Any]) -> None:
-    local_memo.write_entry(directory, key, entry, MAX_ENTRIES)
+    memo.put(key, {"host": plan.host, "role": plan.role, "warnings": list(plan.warnings), "notes": list(plan.notes),
+                   "tasks_ok": plan.tasks_ok, "state_dir": plan.state_dir})
 
 
 def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
@@ -132,19 +111,18 @@ def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, A
 
     from gpuops.apply.journal import fold_runs
 
-    directory = memo_dir()
-    if directory is None or any(r["outcome"].startswith("unfinished") for r in fold_runs(journal)):
+    if memo.root() is None or any(r["outcome"].startswith("unfinished") for r in fold_runs(journal)):
         return plan()
-    key = inputs_digest(role, facts, inventory_vars, extra_vars)
+    key = plan_key(role, facts, inventory_vars, extra_vars)
     if key is None:
         return plan()
-    recalled = recall(directory, key, facts, role) if recall_kept else None
+    recalled = recall(key, facts, role) if recall_kept else None
     if recalled is not None:
         logging.getLogger(_LOG).info("%s: plan: inputs unchanged since an empty plan (digest %s), not planned again",
-                                     facts.host, key[:16])
+                                     facts.host, key.digest[:16])
         return recalled
     computed = plan()
-    remember(directory, key, computed, run_id)
+    remember(key, computed, run_id)
     return computed
 
 
@@ -169,17 +147,15 @@ def discover_or_recall(role: str, host: str, inventory_vars: Mapping[str, Any], 
     """``discover()`` (the planner's fact-free pass: pure in gpuops' code, the role and the
     variables), or what it returned before for the same inputs. Refusals are never kept: they
     are raised again by ``discover()`` itself."""
-    directory = memo_dir()
-    variables = _vars_digest(inventory_vars, extra_vars)
-    if directory is None or variables is None or not _discovery_shape_known():
+    key = discovery_key(role, host, inventory_vars, extra_vars) if memo.root() is not None else None
+    if key is None or not _discovery_shape_known():
         return discover()
-    key = hashlib.sha256(json.dumps([MEMO_FORMAT, "discovery", code_digest(), role, host, variables]).encode()).hexdigest()
-    recalled = _recall_discovery(directory, key, role, host)
+    recalled = _recall_discovery(key, role, host)
     if recalled is not None:
         return recalled
     found = discover()
     container = found.container
-    _write(directory, key, {"format": MEMO_FORMAT, "key": key, "kind": "discovery", "host": host, "role": role,
+    memo.put(key, {"host": host, "role": role,
                             "paths": list(found.paths), "needs_gate_scan": bool(found.needs_gate_scan),
                             "state_dir": found.state_dir, "python": found.python, "warnings": list(found.warnings),
                             "desired_path": found.desired_path,
@@ -187,14 +163,13 @@ def discover_or_recall(role: str, host: str, inventory_vars: Mapping[str, Any], 
     return found
 
 
-def _recall_discovery(directory: Path, key: str, role: str, host: str) -> Any:
+def _recall_discovery(key: memo.Key, role: str, host: str) -> Any:
     from gpuops.facts.container_python import ContainerTarget
     from gpuops.plan.planner import Discovery
 
     try:
-        data = json.loads(_entry_path(directory, key).read_text(encoding="utf-8"))
-        if (data.get("format") != MEMO_FORMAT or data.get("key") != key or data.get("kind") != "discovery"
-                or data.get("host") != host or data.get("role") != role):
+        data = memo.get(key)
+        if data is None or data.get("host") != host or data.get("role") != role:
             return None
         container = data["container"]
         if container is not None:

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import (STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK,
+from gpuops.remote.host_protocol import (STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK,
                                          STATUS_UNKNOWN)
 
 if TYPE_CHECKING:
+    from gpuops.remote.host_protocol import HelperResult
     from gpuops.apply.host_report import HostReport
     from gpuops.apply.options import ApplyOptions
     from gpuops.inventory import Host
@@ -123,7 +124,7 @@ def contributions_before(files: Mapping[str, Any], state_dir: str, host: str,
 
 def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str | None, run_id: str,
                    options: "ApplyOptions", deadline: float | None,
-                   answer: Mapping[str, Any]) -> "tuple[HostReport, str]":
+                   answer: "HelperResult") -> "tuple[HostReport, str]":
     """Undo ``target`` (or the newest standing run) by recomposition: the host helper's rollback
     mode answered ``later_runs_stand`` (``answer``: the journal as it read it after rolling back
     dead runs, and what it recovered), so no journal is read again here. (its report, the
@@ -142,9 +143,9 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     extra = {} if state_dir == inventory_state_dir(host) else {"gpuops_state_dir": state_dir}
     discovery = discover(ROLE, host.name, variables, extra)
     preamble = preamble_for_vars({**variables, **extra})
-    journal = list(answer.get("records") or [])
-    recovered = [str(r) for r in answer.get("recovered") or []]
-    refusal = str(answer.get("error") or "later runs stand on its files")
+    journal = [dict(r) for r in answer.records]
+    recovered = list(answer.recovered)
+    refusal = answer.error or "later runs stand on its files"
     if has_unfinished(journal):
         raise GpuopsError(refusal)
     recomposition = judge(journal, target, set(discovery.paths), discovery.desired_path)
@@ -162,7 +163,7 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     return _report(host, run_id, result, recovered, plan, recomposition), tid
 
 
-def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[str], plan: "Plan",
+def _report(host: "Host", run_id: str, result: "HelperResult", recovered: list[str], plan: "Plan",
             recomposition: Recomposition) -> "HostReport":
     """The host's outcome as a rollback report (secrets of the host's variables masked)."""
     from gpuops.apply.host_report import HostReport
@@ -170,17 +171,17 @@ def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[s
     from gpuops.secret_policy import mask_text, secret_values
 
     secrets = secret_values(dict(host.vars or {}))
-    ok, status = bool(result.get("ok")), str(result.get("status", "failed"))
+    ok, status = result.ok, result.status
     known = (STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_UNKNOWN)
-    restored = list(result.get("restored") or [])
+    restored = list(result.restored)
     target = recomposition.target
-    report = HostReport(host=host.name, ok=ok, status=status if status in known else "failed", run_id=run_id,
+    report = HostReport(host=host.name, ok=ok, status=status if status in known else STATUS_FAILED, run_id=run_id,
                         restored=restored, changed=len(restored) if ok else 0,
-                        error=None if ok else mask_text(str(result.get("error") or status), secrets),
-                        recovered=[mask_text(r, secrets) for r in recovered + list(result.get("recovered") or [])],
-                        notes=[mask_text(str(n), secrets) for n in result.get("notes") or []])
-    if result.get("log_tail"):
-        report.log_tail = mask_text(str(result["log_tail"]), secrets)
+                        error=None if ok else mask_text(result.error or status, secrets),
+                        recovered=[mask_text(r, secrets) for r in recovered + list(result.recovered)],
+                        notes=[mask_text(n, secrets) for n in result.notes])
+    if result.log_tail:
+        report.log_tail = mask_text(result.log_tail, secrets)
     report.notes.insert(0, f"later runs stand on its files ({', '.join(r['run_id'] for r in recomposition.later)}): "
                            "recomposed instead of restoring its backups")
     if ok:
@@ -190,7 +191,7 @@ def _report(host: "Host", run_id: str, result: dict[str, Any], recovered: list[s
         report.notes.append(f"undid run {target['run_id']} ({target.get('role')}) by recomposition: the launch is the "
                             f"inventory plus the runs still in effect ({runs}); {len(recomposition.restore)} file(s) "
                             "of it restored from its backups")
-        report.notes.extend(f"--force: the later version of {kept}" for kept in result.get("kept") or [])
+        report.notes.extend(f"--force: the later version of {kept}" for kept in result.kept)
     elif status == STATUS_ROLLED_BACK:
         report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
     return report

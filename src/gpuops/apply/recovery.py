@@ -42,9 +42,9 @@ def recover_host(conn: "Connection", host: "Host") -> list[str]:
     payload = {"mode": MODE_JOURNAL, "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
                "meta": {"role": "inspect", "user": current_user()}}
     result = run_helper(conn, dict(host.vars or {}), payload)
-    notes = [f"recovered first: {line}" for line in result.get("recovered") or []]
-    if result.get("status") != STATUS_JOURNAL:
-        notes.append(f"an unfinished gpuops run could not be rolled back: {result.get('error') or result.get('status')}")
-    elif result.get("busy"):
+    notes = [f"recovered first: {line}" for line in result.recovered]
+    if result.status != STATUS_JOURNAL:
+        notes.append(f"an unfinished gpuops run could not be rolled back: {result.error or result.status}")
+    elif result.busy:
         notes.append("a gpuops run is in progress on this host (it holds the lock); it ends or rolls back by itself")
     return notes

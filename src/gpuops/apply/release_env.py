@@ -1,8 +1,8 @@
 """The environment of an SGLang release, made ready on a host before the switch (client side).
 
 ``gpuops apply sglang-release`` runs this between the plan and the transaction: the wheelhouse
-the operator named is copied to the host (once per content: ``<envs_dir>/.wheelhouse/<digest>``),
-then ``remote/release_env.py`` builds the environment, or finds it finished, and checks it. A
+the operator named is streamed to the host as one tar (once per content:
+``<envs_dir>/.wheelhouse/<digest>``; never held in memory here), then ``remote/release_env.py`` builds the environment, or finds it finished, and checks it. A
 refusal here (disk, an install that fails, a pin the environment does not hold, torch's CUDA
 against the driver) ends the host's run before anything stopped: the server, its launch files
 and its environment are as they were.

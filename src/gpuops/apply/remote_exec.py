@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
+    from gpuops.remote.host_protocol import HelperResult
     from gpuops.transport import Connection
 
 
@@ -33,13 +34,16 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
                on_event: Callable[[dict[str, Any]], None] | None = None,
                on_verified: Callable[[], tuple[bool, str | None]] | None = None,
                on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
-               on_hold: Callable[[str], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
+               on_hold: Callable[[str], tuple[bool, str | None]] | None = None) -> "HelperResult":
     """Ship apply_helper + payload in ONE exec and hold its transaction to the end (see apply.txn).
 
-    Returns the helper's ``result``, or ``{"status": "unknown", ...}`` when the outcome could not
-    be learnt (per-host deadline, connection lost)."""
+    Returns the helper's result, typed (``host_protocol.HelperResult``), status ``unknown`` when
+    the outcome could not be learnt (per-host deadline, connection lost)."""
+    from gpuops.remote.host_protocol import HelperResult
+
     from gpuops.apply.txn import lease_seconds, run_transaction
     from gpuops.remote import python_stdin
+    from gpuops.remote.host_protocol import MODE_APPLY
 
     lease_s = lease_seconds(variables)
     remaining = None if deadline is None else max(1.0, deadline - time.monotonic())
@@ -53,10 +57,10 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
         result = run_transaction(conn, command, body, lease_s, deadline, payload.get("run_id"), on_audit, on_event,
                                  on_verified, read_outcome=journal_reader(conn, payload), on_open=on_open,
-                                 on_hold=on_hold)
+                                 on_hold=on_hold, mode=str(payload.get("mode") or MODE_APPLY))
     if verbose.enabled():
         verbose.log_stream(conn.host.name, command, len(body), time.monotonic() - started, str(result.get("status")))
-    return result
+    return HelperResult.from_json(result)
 
 
 def journal_reader(conn: "Connection", payload: Mapping[str, Any]) -> Callable[[], Mapping[str, Any] | None]:

@@ -18,10 +18,11 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_STAGED, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.apply.deployment import DeploymentTxn
+    from gpuops.remote.host_protocol import HelperResult
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
     from gpuops.plan.model import LogCheck, Plan
@@ -235,7 +236,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
             if plan.release.stage:  # the fleet is prepared; the switch is a later run
-                report.status, report.changed, report.run_id = "staged", 0, run_id
+                report.status, report.changed, report.run_id = STATUS_STAGED, 0, run_id
                 report.notes.append("staged: the release is ready on the host and nothing was switched; apply again "
                                     "without sglang_release_stage to switch")
                 return report
@@ -512,35 +513,35 @@ def _journal_home(report: HostReport, role: str, digest: str, state_dir: str | N
                     user=current_user(), vars_sha256=digest)
 
 
-def _fold_result(report: HostReport, result: dict[str, Any], secrets: list[str]) -> None:
+def _fold_result(report: HostReport, result: "HelperResult", secrets: list[str]) -> None:
     from gpuops.secret_policy import mask_text as redact_text
 
-    status = result.get("status", "failed")
-    if result.get("log_tail"):
-        report.log_tail = redact_text(str(result["log_tail"]), secrets)
-    report.run_id = result.get("run_id") or report.run_id
-    report.pid = result.get("pid")
-    report.restored = list(result.get("restored", []))
-    report.recovered = [redact_text(r, secrets) for r in result.get("recovered") or []]
-    report.notes.extend(redact_text(str(n), secrets) for n in result.get("notes") or [])
+    status = result.status
+    if result.log_tail:
+        report.log_tail = redact_text(result.log_tail, secrets)
+    report.run_id = result.run_id or report.run_id
+    report.pid = result.pid
+    report.restored = list(result.restored)
+    report.recovered = [redact_text(r, secrets) for r in result.recovered]
+    report.notes.extend(redact_text(n, secrets) for n in result.notes)
     if status in (STATUS_FINISHED, STATUS_UNCHANGED):
         report.status = status
         report.ok = True
         if status == STATUS_UNCHANGED:
             report.changed = 0
-        if result.get("audit_verdict"):
-            report.notes.append("gate re-audit: " + result["audit_verdict"])
+        if result.audit_verdict:
+            report.notes.append("gate re-audit: " + result.audit_verdict)
         return
     report.ok = False
     known = (STATUS_ROLLED_BACK, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_UNKNOWN)
-    report.status = status if status in known else "failed"
-    report.error = redact_text(result.get("error") or f"the helper ended with status {status!r}", secrets)
+    report.status = status if status in known else STATUS_FAILED
+    report.error = redact_text(result.error or f"the helper ended with status {status!r}", secrets)
     if status != STATUS_UNKNOWN:
         report.changed = 0  # whatever was planned, nothing of it stands on the host now
     if status == STATUS_ROLLED_BACK:
-        report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.get('service', '')}".rstrip("; ")
+        report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.service or ''}".rstrip("; ")
     elif status == STATUS_ROLLBACK_FAILED:
-        report.error += " -- ROLLBACK FAILED: " + "; ".join(result.get("problems", []))
+        report.error += " -- ROLLBACK FAILED: " + "; ".join(result.problems)
 
 
 def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:

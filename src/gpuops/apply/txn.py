@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -73,7 +73,8 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                     on_verified: Callable[[], tuple[bool, str | None]] | None = None,
                     read_outcome: Callable[[], Mapping[str, Any] | None] | None = None,
                     on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
-                    on_hold: Callable[[str], tuple[bool, str | None]] | None = None) -> dict[str, Any]:
+                    on_hold: Callable[[str], tuple[bool, str | None]] | None = None,
+                    mode: str = MODE_APPLY) -> dict[str, Any]:
     """Run the helper; return its ``result`` (or the journal's outcome, or ``unknown``).
 
     ``deadline``: monotonic. ``on_verified`` (the correctness smoke check) runs once the new server
@@ -94,7 +95,7 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
 
     host_name = conn.host.name
     stream = conn.open_stream(command)
-    inflight.opened(host_name, run_id, lease_s)
+    inflight.opened(host_name, run_id, lease_s, mode)
     interrupted = False
     stop = threading.Event()
     sent_commit = False

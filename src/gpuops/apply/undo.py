@@ -13,7 +13,7 @@ from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions, current_user, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import MODE_JOURNAL, MODE_ROLLBACK, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK
+from gpuops.remote.host_protocol import MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -82,13 +82,13 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             # One exec for a plain rollback; a second exec (and a read of the launch files) only
             # when later runs stand on the target's files and it is undone by recomposition.
             result = run_helper(conn, variables, payload, deadline=deadline)
-            if result.get("status") == STATUS_LATER_RUNS_STAND:
+            if result.status == STATUS_LATER_RUNS_STAND:
                 try:
                     recomposed = recompose_host(conn, host, state_dir, target, run_id, options, deadline, result)
                 except GpuopsError as exc:
                     recomposed = (HostReport(host=host.name, ok=False, status=STATUS_REFUSED, run_id=run_id,
-                                             error=str(exc), recovered=[str(r) for r in result.get("recovered") or []],
-                                             notes=[str(n) for n in result.get("notes") or []]), target)
+                                             error=str(exc), recovered=list(result.recovered),
+                                             notes=list(result.notes)), target)
         finally:
             conn.close()
         if recomposed is not None:
@@ -96,27 +96,27 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
                             [{"path": p} for p in report.restored], target=undid, recompose=True)
             return report
-        ok = bool(result.get("ok"))
-        status = result.get("status", "failed")
+        ok = result.ok
+        status = result.status
         report = HostReport(host=host.name, ok=ok, status=status, run_id=run_id,
-                            restored=list(result.get("restored", [])),
-                            changed=len(result.get("restored", [])) if ok else 0,
-                            error=None if ok else result.get("error"),
-                            recovered=list(result.get("recovered") or []),
-                            notes=[str(n) for n in result.get("notes") or []])
+                            restored=list(result.restored),
+                            changed=len(result.restored) if ok else 0,
+                            error=None if ok else result.error,
+                            recovered=list(result.recovered),
+                            notes=list(result.notes))
         if ok:
-            report.notes.append(f"undid run {result.get('target')}: {result.get('service', '')}")
-            for kept in result.get("kept") or []:
+            report.notes.append(f"undid run {result.target}: {result.service or ''}")
+            for kept in result.kept:
                 report.notes.append(f"--force: the later version of {kept}")
         elif status == STATUS_ROLLED_BACK:
             report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
         record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
-                        [{"path": p} for p in report.restored], target=result.get("target"))
+                        [{"path": p} for p in report.restored], target=result.target)
         return report
 
     outcomes = run_on_hosts(hosts, one, forks=options.forks, rollout=options.rollout, failed=lambda r: not r.ok)
     return {name: (o.value if o.ok and o.value is not None
-                   else HostReport(host=name, ok=False, status="skipped" if o.skipped else "failed", error=o.error))
+                   else HostReport(host=name, ok=False, status=STATUS_SKIPPED if o.skipped else STATUS_FAILED, error=o.error))
             for name, o in outcomes.items()}
 
 
@@ -139,14 +139,14 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
                 payload = {"mode": MODE_JOURNAL, "run_id": call_id, "state_dir": state_dir,
                            "meta": {"role": "history", "user": current_user()}}
                 result = run_helper(conn, variables, payload, deadline=deadline)
-                if result.get("status") != STATUS_JOURNAL:
+                if result.status != STATUS_JOURNAL:
                     raise GpuopsError(f"{host.name}: cannot read the journal in {state_dir}: "
-                                      f"{result.get('error') or result.get('status')}")
-                notes.extend(f"{state_dir}: {n}" for n in result.get("recovered") or [])
-                notes.extend(str(n) for n in result.get("notes") or [])
-                if result.get("busy"):
+                                      f"{result.error or result.status}")
+                notes.extend(f"{state_dir}: {n}" for n in result.recovered)
+                notes.extend(result.notes)
+                if result.busy:
                     notes.append(f"{state_dir}: a run is in progress on this host (it holds the lock)")
-                records = [r for r in result.get("records") or [] if isinstance(r, dict)]
+                records = [dict(r) for r in result.records]
                 folded = fold_runs(records)
                 for run in folded:
                     run["state_dir"] = state_dir

@@ -26,6 +26,18 @@ DEFAULT_HIDDEN_SIZE = 7168  # Kimi-K2.5 / DeepSeek-V3, the field report's model 
 DEFAULT_ALLREDUCES_PER_STEP = 122  # field report: 122 all-reduces ~ 25 ms per verify pass on 8x PCIe
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DTYPES = ("bfloat16", "float16", "float32")
+KERNELS = ("nccl", "pcie_ipc", "custom")
+
+
+def check_kernels(given: Sequence[str] | str | None) -> tuple[str, ...]:
+    """``--kernel`` (repeatable, or comma-separated): the kernels to measure side by side, each
+    once, in the order given; NCCL alone when none is given."""
+    items = [given] if isinstance(given, str) else list(given or ())
+    names = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
+    unknown = [n for n in names if n not in KERNELS]
+    if unknown:
+        raise GpuopsError(f"bench: --kernel {unknown[0]!r} is not one of {', '.join(KERNELS)}")
+    return tuple(dict.fromkeys(names)) or ("nccl",)
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,9 @@ class AllreduceOptions:
     env_variants: tuple[tuple[tuple[str, str], ...], ...] = ((),)
     cuda_graph: bool = False
     backend: str = "nccl"
-    kernel: str = "nccl"                     # allreduce: "nccl" (torch.distributed) or "pcie_ipc" (FlashInfer)
+    # allreduce: measured side by side in each launch: "nccl" (torch.distributed), "pcie_ipc"
+    # (FlashInfer's PCIe IPC all-reduce, as SGLang calls it), "custom" (SGLang's custom all-reduce)
+    kernels: tuple[str, ...] = ("nccl",)
     iters: int = 50
     warmup: int = 10
     trials: int = 5
@@ -359,7 +373,7 @@ def build_payload(
             "variants": [dict(v) for v in ar.env_variants],
             "cuda_graph": ar.cuda_graph,
             "backend": ar.backend,
-            "kernel": ar.kernel,
+            "kernels": list(ar.kernels),
             "iters": ar.iters,
             "warmup": ar.warmup,
             "trials": ar.trials,

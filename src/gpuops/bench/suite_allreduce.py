@@ -81,9 +81,13 @@ def variant_label(variant: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
 
 
+KERNEL_TITLES = {"pcie_ipc": "FlashInfer PCIe IPC", "custom": "SGLang custom all-reduce"}
+
+
 def kernel_label(kernel: Any) -> str:
     """A variant's label prefix: nothing for NCCL (the suite's own), the kernel's name else."""
-    return "FlashInfer PCIe IPC: " if kernel == "pcie_ipc" else ""
+    title = KERNEL_TITLES.get(str(kernel))
+    return f"{title}: " if title else ""
 
 
 def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any]:
@@ -91,6 +95,7 @@ def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) 
     for row in rows:
         label = kernel_label(row.get("kernel")) + variant_label(row.get("variant") or {})
         entry = variants.setdefault(label, {"label": label, "variant": row.get("variant") or {}, "ok": True,
+                                            "kernel": str(row.get("kernel") or "nccl"),
                                             "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
         if row.get("ok"):
             key = str(row["tokens"])

@@ -30,13 +30,13 @@ def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
 @_host_options
 @results_dir_option
 def advise(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
-           known_hosts: tuple[str, ...], timeout: float, results_dir: str) -> None:
+           known_hosts: tuple[str, ...], timeout: float, results_dir: str, flush_cache: bool = False) -> None:
     """The ranked ways to cut each host's all-reduce cost: evidence, the command, why not the others."""
     from gpuops import advise as advice_of
     from gpuops.facts.collect import host_json
     from gpuops.output import make_console, print_json
 
-    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
     answers: dict[str, Any] = {}
     for host_ in hosts:
         outcome = outcomes[host_.name]

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gpuops.commands.options import forks_option, host_key_options, inventory_options, rollout_options
+from gpuops.commands.options import flush_cache_option, forks_option, host_key_options, inventory_options, rollout_options
 
 EXIT_HOST_FAILED = 1
 
@@ -73,9 +73,7 @@ def _hosts(inventory: Any, limit: str | None) -> list[Any]:
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS", help="key=value, YAML/JSON, or @file (repeatable; wins over everything).")
 @click.option("-C", "--check", is_flag=True, help="Plan only: show what would change, change nothing on the host.")
 @click.option("-D", "--diff", is_flag=True, help="Show a unified diff of every file change.")
-@click.option("--flush-cache", "flush_cache", is_flag=True,
-              help="Gather every fact afresh: offer no kept GPU facts or gate scans, recall no no-op plan "
-                   "(what this run finds is kept again).")
+@flush_cache_option
 def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: int,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
           check: bool, diff: bool, timeout: float | None, connect_timeout: float, flush_cache: bool) -> None:

@@ -120,7 +120,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
             suite_spec(suite).default_tokens,
             timeout_s=variant_timeout,
             dtype=opt.check_dtype(dtype), env_variants=opt.expand_env_variants(env_specs), cuda_graph=cuda_graph,
-            backend=backend, kernel=kernel, iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
+            backend=backend, kernels=opt.check_kernels(kernel), iters=iters, trials=trials, allreduces_per_step=allreduces_per_step),
     )
     if url:
         _check_url(url)

@@ -60,9 +60,11 @@ BENCH_OPTIONS: list[tuple[str, Callable[[Any], Any]]] = [
     ("cuda_graph", click.option("--cuda-graph", is_flag=True, help="allreduce: capture the all-reduces in a CUDA graph.")),
     ("backend", click.option("--backend", type=click.Choice(["nccl", "gloo"]), default="nccl", show_default=True,
                   help="allreduce: gloo runs on CPUs.")),
-    ("kernel", click.option("--kernel", type=click.Choice(["nccl", "pcie_ipc"]), default="nccl", show_default=True,
-                  help="allreduce: torch.distributed's all-reduce (NCCL), or FlashInfer's PCIe IPC all-reduce the way "
-                       "SGLang's pcie_ipc_ar.py calls it (skipped with the reason where it cannot run).")),
+    ("kernel", click.option("--kernel", multiple=True, metavar="nccl|pcie_ipc|custom",
+                  help="allreduce: the kernels to measure side by side in each launch (repeatable or comma-separated; "
+                       "default nccl): torch.distributed's all-reduce (NCCL), FlashInfer's PCIe IPC all-reduce the way "
+                       "SGLang's pcie_ipc_ar.py calls it, SGLang's custom all-reduce (CustomAllreduce); each one that "
+                       "cannot run is skipped with the reason.")),
     ("iters", click.option("--iters", type=click.IntRange(1, 100_000), default=50, show_default=True, help="allreduce: calls per trial.")),
     ("trials", click.option("--trials", type=click.IntRange(1, 1000), default=5, show_default=True, help="allreduce: trials (median kept).")),
     ("allreduces_per_step", click.option("--allreduces-per-step", type=click.IntRange(1, 100_000), default=122, show_default=True,

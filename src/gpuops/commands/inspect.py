@@ -15,7 +15,7 @@ EXIT_SOME_HOST_FAILED = 1
 
 
 def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from gpuops.commands.options import forks_option, host_key_options, inventory_options
+    from gpuops.commands.options import flush_cache_option, forks_option, host_key_options, inventory_options
 
     options: list[Any] = [
         inventory_options,
@@ -23,6 +23,7 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         forks_option("Hosts inspected at once."),
         host_key_options,
         click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True, help="Seconds allowed per host."),
+        flush_cache_option,
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -30,7 +31,8 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bool,
-         known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False) -> tuple[list[Any], dict[str, Any]]:
+         known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False,
+         flush_cache: bool = False) -> tuple[list[Any], dict[str, Any]]:
     from gpuops.facts.collect import inspect_hosts
     from gpuops.inventory import load_inventory
     from gpuops.transport import ConnectOptions
@@ -42,7 +44,8 @@ def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bo
         command_timeout=timeout,
         known_hosts_files=tuple(known_hosts),
     )
-    outcomes = inspect_hosts(hosts, options, forks=forks, with_gates=True, with_sources=with_sources, timeout=timeout)
+    outcomes = inspect_hosts(hosts, options, forks=forks, with_gates=True, with_sources=with_sources, timeout=timeout,
+                             recall=not flush_cache)
     return hosts, outcomes
 
 
@@ -65,13 +68,13 @@ def inspect() -> None:
 @inspect.command("host")
 @_host_options
 def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
-         known_hosts: tuple[str, ...], timeout: float) -> None:
+         known_hosts: tuple[str, ...], timeout: float, flush_cache: bool) -> None:
     """GPUs, interconnect, software, the running SGLang server and its blocked features."""
     from gpuops.facts.collect import host_json
 
     from gpuops import timings
 
-    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
     with timings.span("render"):
         if as_json:
             from gpuops.output import print_json
@@ -146,13 +149,13 @@ def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | No
 @click.option("--all", "show_all", is_flag=True, help="Every capability gate the scan found, not only the catalogued ones.")
 @_host_options
 def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None, as_json: bool, forks: int,
-          accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float) -> None:
+          accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float, flush_cache: bool) -> None:
     """Where the installed SGLang switches performance features off for this hardware (file:line)."""
     from gpuops.facts.collect import gate_json
 
     if feature:
         _check_feature(feature)  # bad input: exit 2 before any connection
-    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout)
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
     if as_json:
         from gpuops.output import print_json
 

@@ -186,3 +186,10 @@ def rollout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
+
+
+# One switch for what gpuops keeps between runs (gpuops/memo.py), on every command that recalls it.
+flush_cache_option = click.option(
+    "--flush-cache", "flush_cache", is_flag=True,
+    help="Recall nothing kept between runs (GPU facts, gate scans, verdicts, no-op plans): gather, scan, "
+         "judge and plan afresh; what this run finds is kept again. GPUOPS_KEEP=off keeps nothing at all.")

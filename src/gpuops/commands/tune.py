@@ -11,6 +11,7 @@ from gpuops.commands.apply import _common, _hosts, _options
 from gpuops.commands.options import rollout_options
 
 EXIT_HOST_FAILED = 1
+LOG_LINES = 10  # of a failed variant's server log, under its row (--json has the whole tail)
 
 
 @click.command("tune")
@@ -115,6 +116,11 @@ def _render(document: dict) -> None:
                            + "  ".join(f"{mark(x, sim):>{8 + sim_width}}" for x in figures) + f"  {t['result_id']}{note}")
             else:
                 click.echo(f"   -  {t['variant']:<{width}}  {'FAILED':>8}  {t['status']}: {t['error']}")
+                tail = (t.get("log_tail") or "").strip().splitlines()[-LOG_LINES:]
+                if tail:  # why the variant's server died, in its own words
+                    click.echo(f"      the server's log ends (last {len(tail)} lines):")
+                    for line in tail:
+                        click.echo(f"      | {line}")
         if host.get("best"):
             click.echo(f"  best: {host['best']}" + ("" if host["best"] != "baseline (as configured)" else
                                                      " (no variant beat it beyond noise)"))

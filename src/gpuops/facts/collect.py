@@ -32,12 +32,12 @@ class HostInspection:
     stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
 
 
-def _gate_probe(with_sources: bool, host: Host) -> tuple[Any, str | None]:
+def _gate_probe(with_sources: bool, host: Host, offer: bool = True) -> tuple[Any, str | None]:
     try:
         from gpuops.gates.probe import gate_scan_probe
     except ImportError as exc:
         return None, f"the gate scanner is not available in this gpuops ({exc})"
-    return gate_scan_probe(with_sources=with_sources, host=host), None  # offers the scans kept for this host
+    return gate_scan_probe(with_sources=with_sources, host=host, offer=offer), None  # offers the scans kept for this host
 
 
 def _scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def sglang_probes_in_docker(host: Host, probes: list[Any], image: str | None = N
     return [in_container(p, target) if p.name in _READS_SGLANG else p for p in probes]
 
 
-def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str | None]:
+def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True) -> tuple[Any, str | None]:
     try:
         from gpuops.gates.evaluate import judge
         from gpuops.gates.scan import GateScan
@@ -98,7 +98,7 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str |
 
     report = judge_or_recall(scan, facts.compute_capability, cuda, server, interconnect,
                              lambda: judge(scan, facts.compute_capability, cuda, server, interconnect=interconnect),
-                             host=host_name)
+                             host=host_name, recall=recall)
     report = with_kernels(report, facts)
     return report, None if report.known else report.reason
 
@@ -123,7 +123,7 @@ def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
 
 def host_shape(facts: HostFacts) -> Any:
     """What the catalog's ``fits:`` are judged against, from the host's facts."""
-    from gpuops.gates.fits import HostShape, p2p_gaps
+    from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group
 
     settings = facts.server.settings if facts.server.known and facts.server.running else None
     model = facts.server.model
@@ -133,10 +133,8 @@ def host_shape(facts: HostFacts) -> Any:
     if settings is not None:
         given = settings.args.get("dtype")
         dtype = str(given) if isinstance(given, str) and given != "auto" else None
-        deterministic = settings.args.get("enable_deterministic_inference") not in (None, False, "false", "False")
-        visible = str((facts.server.env or {}).get("CUDA_VISIBLE_DEVICES") or "")
-        devices = [int(d) for d in visible.split(",") if d.strip().isdigit()] or list(range(len(facts.gpu.gpus)))
-        group = devices[:settings.tp_size]
+        deterministic = deterministic_collectives(settings.args, facts.server.env or {})
+        group = tp_group((facts.server.env or {}).get("CUDA_VISIBLE_DEVICES"), len(facts.gpu.gpus), settings.tp_size)
     if dtype is None and model is not None and model.known:
         dtype = model.torch_dtype
     ic = facts.interconnect
@@ -159,8 +157,10 @@ def _reported_settings(facts: HostFacts) -> dict[str, Any] | None:
 
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
-                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Any] = ()) -> HostInspection:
-    """Everything `gpuops inspect` knows about one host, from ONE remote exec."""
+                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Any] = (),
+                 recall: bool = True) -> HostInspection:
+    """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
+    (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
     from gpuops.gather import gather
     from gpuops.transport import connect
 
@@ -168,7 +168,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     from gpuops.prefetch import prefetch
 
     probes: list[Any] = probes_for(host) + list(extra_probes)
-    gate_probe, gates_error = _gate_probe(with_sources, host) if with_gates else (None, None)
+    gate_probe, gates_error = _gate_probe(with_sources, host, offer=recall) if with_gates else (None, None)
     if gate_probe is not None:
         probes.append(gate_probe)
     probes = sglang_probes_in_docker(host, probes)
@@ -197,7 +197,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
         facts = host_facts(values)
         report = None
         if gate_probe is not None:
-            report, gates_error = _judge(facts, values.get(gate_probe.name), host.name)
+            report, gates_error = _judge(facts, values.get(gate_probe.name), host.name, recall=recall)
     extra = {p.name: values.get(p.name) for p in extra_probes}
     if gate_probe is not None:
         extra["gpuops.gate_scan"] = _scan_summary(values.get(gate_probe.name))
@@ -217,12 +217,14 @@ def _stack(facts: HostFacts, report: GateReport | None) -> list[str]:
 
 
 def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
-                  with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, HostOutcome[HostInspection]]:
+                  with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S,
+                  recall: bool = True) -> dict[str, HostOutcome[HostInspection]]:
     from gpuops.transport import run_on_hosts
 
     return run_on_hosts(
         hosts,
-        lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout),
+        lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout,
+                                  recall=recall),
         forks=forks,
     )
 

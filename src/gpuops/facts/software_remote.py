@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import struct
 import sys
 
 # distribution name -> top-level import name (to find where it is installed without importing it)
@@ -277,6 +278,102 @@ def nvcc_info():
     return {"path": path, "version": match.group(1) if match else None}
 
 
+FATBIN_MAGIC = 0xBA55ED50
+MAX_EXTENSION_FILES = 8
+MAX_FATBIN_STEPS = 200000
+
+
+def elf_section(f, name):
+    """(offset, size) of section ``name`` (bytes) of a 64-bit little-endian ELF file, else None."""
+    f.seek(0)
+    head = f.read(64)
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        return None
+    shoff = struct.unpack_from("<Q", head, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+    if shentsize < 64 or not 0 < shnum <= 65535 or shstrndx >= shnum:
+        return None
+    f.seek(shoff)
+    table = f.read(shentsize * shnum)
+    if len(table) < shentsize * shnum:
+        return None
+
+    def header(i):  # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size
+        return struct.unpack_from("<IIQQQQ", table, i * shentsize)
+
+    strtab = header(shstrndx)
+    f.seek(strtab[4])
+    names = f.read(min(strtab[5], 1 << 20))
+    for i in range(shnum):
+        entry = header(i)
+        start = entry[0]
+        if names[start:names.find(b"\0", start)] == name:
+            return entry[4], entry[5]
+    return None
+
+
+def fatbin_arches(path):
+    """The GPU architectures a CUDA extension carries device code for, from its ``.nv_fatbin``
+    section (what cuobjdump lists): ``{"sass": [90, 100, 120], "ptx": [...]}`` (sm_XY as XY), None
+    when the file has no such section. Only the entries' headers are read (by seeking), so a
+    file of hundreds of MB costs a few thousand small reads. The layout: fatbin headers (magic
+    0xBA55ED50, u16 version, u16 header size, u64 size of its entries), each followed by entries
+    whose header holds the kind (u16 at 0: 1 PTX, 2 ELF/SASS), its own size (u32 at 4), the
+    payload's size (u64 at 8) and the architecture (u32 at 28)."""
+    sass, ptx = set(), set()
+    with open(path, "rb") as f:
+        found = elf_section(f, b".nv_fatbin")
+        if found is None:
+            return None
+        pos, end = found[0], found[0] + found[1]
+        steps = 0
+        while pos + 16 <= end and steps < MAX_FATBIN_STEPS:
+            steps += 1
+            f.seek(pos)
+            magic, _, header_size, size = struct.unpack("<IHHQ", f.read(16))
+            if magic != FATBIN_MAGIC:
+                pos += 8  # fatbins sit 8-byte aligned in the section
+                continue
+            entry, stop = pos + header_size, min(pos + header_size + size, end)
+            while entry + 32 <= stop and steps < MAX_FATBIN_STEPS:
+                steps += 1
+                f.seek(entry)
+                raw = f.read(32)
+                kind, _, entry_size, payload = struct.unpack_from("<HHIQ", raw, 0)
+                arch = struct.unpack_from("<I", raw, 28)[0]
+                if kind == 1:
+                    ptx.add(arch)
+                elif kind == 2:
+                    sass.add(arch)
+                if entry_size == 0:
+                    break
+                entry += entry_size + payload
+            pos = max(stop, pos + 16)
+    return {"sass": sorted(sass), "ptx": sorted(ptx)}
+
+
+def read_extensions(root, wanted):
+    """For each wanted extension name (``common_ops``): the compiled files of that name in the
+    package and one directory down (sgl-kernel ships ``sm90/`` and ``sm100/`` builds and loads
+    one by the GPU), each with the architectures its device code is built for."""
+    out = {}
+    for name, what in sorted(wanted.items())[:MAX_READ_FILES]:
+        name = str(name)
+        if not isinstance(what, dict) or not what.get("arches") or not re.match(r"^[A-Za-z0-9_]+$", name):
+            continue
+        paths = sorted(glob.glob(os.path.join(root, name + "*.so")) + glob.glob(os.path.join(root, "*", name + "*.so")))
+        arches = {}
+        for path in paths[:MAX_EXTENSION_FILES]:
+            rel = os.path.relpath(path, root)
+            try:
+                found = fatbin_arches(path)
+                arches[rel] = found if found is not None else {"error": "no .nv_fatbin section (no device code)"}
+            except (OSError, ValueError, struct.error) as exc:
+                arches[rel] = {"error": "cannot read: %s" % exc}
+        out[name] = {"exists": bool(paths), "arches": arches}
+    return out
+
+
 def kernel_reads(wanted, packages):
     out = {}
     for key, dist in (("flashinfer", "flashinfer-python"), ("sglang", "sglang")):
@@ -285,6 +382,11 @@ def kernel_reads(wanted, packages):
         if not root or not isinstance(wanted.get(key), dict):
             continue
         out[key] = {"root": root, "files": read_package_files(root, wanted[key])}
+    # sgl-kernel and its later name sglang-kernel share the import name sgl_kernel.
+    kernel = packages.get("sgl-kernel") or packages.get("sglang-kernel")
+    root = (kernel.get("path") if kernel else None) or (package_dir("sgl_kernel") if kernel else None)
+    if root and isinstance(wanted.get("sgl_kernel"), dict):
+        out["sgl_kernel"] = {"root": root, "files": read_extensions(root, wanted["sgl_kernel"])}
     fi = packages.get("flashinfer-python")
     if fi and fi.get("path"):
         aot = os.path.join(fi["path"], "data", "aot")

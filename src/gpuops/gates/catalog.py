@@ -61,15 +61,18 @@ class FlagChoice:
 class KernelNeed:
     """What a feature needs of the library that runs its kernel (``kernels:`` in the catalog):
     a FlashInfer JIT generator that builds for the GPU's major (``generator``), a name FlashInfer
-    exports (``symbol``) or a module of the SGLang release (``module``). ``first`` is the first
+    exports (``symbol``), a module of the SGLang release (``module``), or a compiled extension of
+    sgl-kernel / sglang-kernel whose device code must be built for the GPU (``arch``: the
+    extension's name, ``common_ops``; its SASS and PTX architectures are read from the ELF's
+    ``.nv_fatbin`` section on the host). ``first`` is the first
     release that has it: one version, or by compute-capability major for a generator (``{12: 0.6.17}``),
     each checked against the real wheels (tests/integration/test_kernel_libraries.py)."""
 
-    provider: str            # flashinfer | sglang
+    provider: str            # flashinfer | sglang | sgl_kernel
     what: str                # the kernel path in words ("the fused all-reduce + RMSNorm kernel (trtllm_comm)")
     file: str                # under the provider's package dir ("jit/comm.py")
     name: str | None = None  # the generator or symbol in ``file``; None: the file itself (a module)
-    kind: str = "module"     # generator | symbol | module
+    kind: str = "module"     # generator | symbol | module | arch
     first: Mapping[int, str] | str | None = None
 
     @property
@@ -77,7 +80,7 @@ class KernelNeed:
         return f"{self.provider}/{self.file}"
 
 
-PROVIDERS = ("flashinfer", "sglang")
+PROVIDERS = ("flashinfer", "sglang", "sgl_kernel")
 FIT_KINDS = ("tp_size", "tp_at_most_without_nvlink", "dtype", "deterministic", "interconnect", "p2p",
              "capability_major_in")
 
@@ -241,13 +244,16 @@ def _kernel_need(index: int, body: Any, where: str) -> KernelNeed:
     here = f"{where}: kernels entry {index + 1}"
     if not isinstance(body, dict) or body.get("provider") not in PROVIDERS:
         raise GpuopsError(f"{here}: 'provider' must be one of {', '.join(PROVIDERS)}")
-    kinds = [k for k in ("generator", "symbol", "module") if body.get(k)]
+    kinds = [k for k in ("generator", "symbol", "module", "arch") if body.get(k)]
     if len(kinds) != 1:
-        raise GpuopsError(f"{here}: give exactly one of generator (FILE::FUNCTION), symbol (FILE::NAME) or module (FILE)")
+        raise GpuopsError(f"{here}: give exactly one of generator (FILE::FUNCTION), symbol (FILE::NAME), module (FILE) "
+                          "or arch (an extension's name)")
     kind = kinds[0]
+    if (kind == "arch") != (body.get("provider") == "sgl_kernel"):
+        raise GpuopsError(f"{here}: arch (compiled architectures) is for the sgl_kernel provider, and only it")
     text = str(body[kind])
     file, sep, name = text.partition("::")
-    if kind != "module" and (not sep or not name):
+    if kind not in ("module", "arch") and (not sep or not name):
         raise GpuopsError(f"{here}: {kind} must be written FILE::NAME (jit/comm.py::gen_trtllm_comm_module)")
     if file.startswith("/") or ".." in file.split("/"):
         raise GpuopsError(f"{here}: {file!r} must be a path under the package")

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from gpuops.gates.in_effect import platform_value, unreachable
+from gpuops.gates.in_effect import platform_value, settings_value, unreachable
 from gpuops.gates.logic import (
     Evaluator, GpuTarget, PredicateBook, cap_verdict, node_text, normalise_args, other_clauses,
 )
@@ -48,7 +48,7 @@ _FABRIC_RE = re.compile(r"multicast|mnnvl|nvlink|nvls", re.I)
 @dataclass(frozen=True)
 class Placement:
     not_applicable: str | None = None  # why the gate is for another platform than this host's
-    outside: str | None = None  # an enclosing GPU test false for this GPU (its text)
+    outside: str | None = None  # an enclosing test false for this GPU or this host's configuration (its text)
     alternative: Mapping[str, Any] | None = None  # the sibling branch that admits the GPU
     unreachable: str | None = None  # why it is not reached on this host (with its configuration)
     uncalled: str | None = None  # why no caller in the tree reaches it (whatever the host)
@@ -115,9 +115,46 @@ class Placer:
             return Placement(uncalled=uncalled, unreachable=uncalled)
         neighbours = self.by_function.get((str(gate["file"]), str(gate["function"])), [])
         outside = self.outside(gate, neighbours)
+        if outside:
+            why: str | None = f"inside `{_short(outside)}`, false on {self.gpu.sm}"
+        elif (closed := self.callers_closed(gate)) is not None:
+            outside, why = closed, closed
+        else:
+            outside = self.outside_configuration(gate)
+            why = f"inside `{_short(outside)}`, false on this host (its configuration)" if outside \
+                else self.false_clause(gate)
         alternative = None if outside else self.sibling(gate, neighbours)
-        why = f"inside `{_short(outside)}`, false on {self.gpu.sm}" if outside else self.false_clause(gate)
         return Placement(outside=outside, alternative=alternative, unreachable=why)
+
+    def callers_closed(self, gate: Mapping[str, Any]) -> str | None:
+        """Why no caller leads here on this GPU: every call of the gate's function (the scan's
+        ``callers``, each with the tests around it) sits in another platform's branch or inside a
+        test false for this GPU (``if is_sm100_supported(): forward_sm100(...)``), or None."""
+        sites = gate.get("callers")
+        if not sites:
+            return None
+        closed = []
+        for site in sites:
+            place = {"file": site.get("file"), "function": site.get("function"), "within": site.get("within") or []}
+            if other_platform(place) is not None:
+                closed.append(f"{site.get('file')}:{site.get('line')} (another platform's branch)")
+                continue
+            neighbours = self.by_function.get((str(site.get("file")), str(site.get("function"))), [])
+            text = self.outside(place, neighbours)
+            if text is None:
+                return None
+            closed.append(f"{site.get('file')}:{site.get('line')} inside `{_short(text, 60)}`")
+        return f"every caller is closed on {self.gpu.sm}: " + "; ".join(closed)
+
+    def outside_configuration(self, gate: Mapping[str, Any]) -> str | None:
+        """An enclosing condition false for this host's configuration (``if self.tp_size == 1:``
+        around the gate under TP 8), or None; feature switches are not read (``CONFIGURATION``)."""
+        if self.server is None:
+            return None
+        for text in gate.get("within") or ():
+            if settings_value(str(text), {**self.server["defaults"], **self.server["args"]}) is False:
+                return str(text)
+        return None
 
     def outside(self, gate: Mapping[str, Any], neighbours: Sequence[Mapping[str, Any]]) -> str | None:
         for text in gate.get("within") or ():

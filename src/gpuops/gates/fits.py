@@ -124,14 +124,15 @@ def judge_fit(fit: Fit, shape: HostShape, kernels: Mapping[str, Any] | None) -> 
                               where)
         ok = shape.deterministic is bool(fit.value)
         said = "runs with" if shape.deterministic else "runs without"
-        return FitVerdict(fit, ok, f"the server {said} --enable-deterministic-inference"
+        return FitVerdict(fit, ok, f"the server {said} deterministic collectives (--enable-deterministic-inference, "
+                                   "or SGLANG_USE_1STAGE_ALLREDUCE where set)"
                                    + ("" if ok else f"; deterministic inference turns it off{cite}"), where)
     if fit.kind == "interconnect":
         if shape.nvlink is None:
             return FitVerdict(fit, None, "for PCIe-only hosts; this host's interconnect is not known", where)
         ok = shape.nvlink is False
         return FitVerdict(fit, ok, "this host is PCIe-only" if ok else
-                          "for PCIe-only hosts; this host has NVLink, whose all-reduce is already fast", where)
+                          "for PCIe-only hosts; NVLink all-reduce is already fast (this host has NVLink)", where)
     if fit.kind == "p2p":
         if shape.p2p_gaps is None:
             return FitVerdict(fit, None, "needs peer-to-peer between the TP group's GPUs; not known here", where)
@@ -180,7 +181,7 @@ def decide(feature: Feature, verdict: Mapping[str, Any], needs: Sequence[KernelV
         out["reason"] = "; ".join(parts) or "nothing on its path tests the GPU"
         if untold:
             out["reason"] += "; not known here: " + "; ".join(untold)
-    out["reason"] += "; " + _switch_text(feature)
+    out["reason"] += "; " + switch_text(feature)
     value, why = _in_effect(feature, out["status"], shape)
     out["in_effect"], out["in_effect_reason"] = _server_first(feature, out["status"], shape, value, why)
     return out
@@ -208,7 +209,8 @@ def _server_first(feature: Feature, status: str, shape: HostShape, judged: bool 
     return said, f"{text}, and the server's word is taken; gpuops' own judgement says {'on' if judged else 'off'}: {why}"
 
 
-def _switch_text(feature: Feature) -> str:
+def switch_text(feature: Feature) -> str:
+    """How a feature is switched, in words ("on by default (off with ...)", "off by default: launch with ...")."""
     inverse = [c.flag for c in feature.flags if c.inverse]
     switches = [c.flag for c in feature.flags if not c.inverse]
     env = " ".join(f"{k}={v}" for k, v in feature.env.items())
@@ -241,7 +243,24 @@ def _in_effect(feature: Feature, status: str, shape: HostShape) -> tuple[bool | 
 def p2p_gaps(failed_pairs: Sequence[Sequence[str]], group: Sequence[int]) -> tuple[str, ...]:
     """The pairs of ``group`` without peer-to-peer ("GPU0-GPU4 (CNS)")."""
     members = {f"GPU{i}" for i in group}
-    return tuple(f"{a}-{b} ({status})" for a, b, status in failed_pairs if a in members and b in members)
+    return tuple(f"{p[0]}-{p[1]} ({p[2] if len(p) > 2 else 'no P2P'})" for p in failed_pairs
+                 if len(p) >= 2 and p[0] in members and p[1] in members)
+
+
+def tp_group(visible: str | None, gpu_count: int | None, tp: int | None) -> list[int]:
+    """The GPU indices of the TP group: the first ``tp`` of CUDA_VISIBLE_DEVICES (else of all the
+    host's GPUs); all of them when ``tp`` is not known."""
+    devices = [int(d) for d in str(visible or "").split(",") if d.strip().isdigit()] or list(range(gpu_count or 0))
+    return devices[:tp] if tp is not None else devices
+
+
+def deterministic_collectives(flags: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+    """SGLang's ``_deterministic_collectives_enabled`` (pcie_ipc_ar.py): ``SGLANG_USE_1STAGE_ALLREDUCE``
+    when set, else ``--enable-deterministic-inference`` (which sets its own environment)."""
+    if "SGLANG_USE_1STAGE_ALLREDUCE" in env:
+        return str(env["SGLANG_USE_1STAGE_ALLREDUCE"]).strip().lower() in ("1", "true", "yes", "on")
+    flag = flags.get("enable_deterministic_inference")
+    return flag is True or (isinstance(flag, str) and flag.strip().lower() in ("1", "true", "yes", "on"))
 
 
 def fold_stack(report: Any, catalog: Any, reads: Mapping[str, Any] | None, versions: Mapping[str, str | None],

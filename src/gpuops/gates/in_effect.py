@@ -173,6 +173,16 @@ def platform_value(text: str, platforms: Mapping[str, bool]) -> bool | None:
     return _eval_text(tree, dict(platforms), None, lambda _text: None)
 
 
+def settings_value(text: str, args: Mapping[str, Any]) -> bool | None:
+    """The truth of an enclosing condition's text from the server's settings in ``args`` alone
+    (``self.tp_size == 1`` False under TP 8); None when it depends on anything else."""
+    try:
+        tree = ast.parse("(" + text.strip() + ")", mode="eval").body
+    except SyntaxError:
+        return None
+    return _eval_text(tree, args, None, lambda _text: None)
+
+
 def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:
     """An auto-enable-role gate whose branch switches the feature OFF (``x = False``)."""
     text = str(gate.get("excerpt") or "")
@@ -193,15 +203,17 @@ def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool
         if choice.setting not in settings:
             continue
         value = settings[choice.setting]
-        said.append(f"{choice.setting}={value!r}")
+        # A setting the server reports as null is said as its JSON spelling, never Python's "None".
+        shown = f"{choice.setting}=null" if value is None else f"{choice.setting}={value!r}"
+        said.append(shown)
         if choice.inverse:
             if value not in _OFF:
-                return False, f"the server reports {choice.setting}={value!r}"
+                return False, f"the server reports {shown}"
             continue
         plain_reported = True
         on = str(value) in choice.values if choice.selects else value not in _OFF
         if on:
-            return True, f"the server reports {choice.setting}={value!r}"
+            return True, f"the server reports {shown}"
     if not said:
         return None, None
     if not plain_reported and getattr(feature, "default", None) == "on":

@@ -11,8 +11,9 @@ exported name, a module of the release), and this module judges it (pure) and fo
 feature's verdict, citing the library's file:line.
 
 Where the host has only a package's metadata and not its files (a broken install, or a lab host
-without a real tree), the need is judged from the catalog's ``first`` versions (checked against
-the real wheels) and said to be inferred, never read.
+without a real tree), the need is judged by the version rule, the catalog's ``first`` versions
+(checked against the real wheels): a version below it is blocked, one at or above it open, both
+said to be inferred, never read; unknown only where no rule decides.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any, Mapping
 from gpuops.gates.catalog import Catalog, Feature, KernelNeed
 
 # The distribution that carries each provider's version.
-_DISTRIBUTIONS = {"flashinfer": "flashinfer-python", "sglang": "sglang"}
-_TITLES = {"flashinfer": "FlashInfer", "sglang": "SGLang"}
+_DISTRIBUTIONS = {"flashinfer": "flashinfer-python", "sglang": "sglang", "sgl_kernel": "sgl-kernel"}
+_TITLES = {"flashinfer": "FlashInfer", "sglang": "SGLang", "sgl_kernel": "sgl-kernel"}
 
 
 class KernelStatus(enum.Enum):
@@ -44,15 +45,17 @@ class KernelVerdict:
     version: str | None = None     # the provider's installed version
     first: str | None = None       # the first version that has it (for this GPU), from the catalog
     read: bool = True              # False: judged from the version alone (the files were not there)
+    file: str | None = None        # the file read, where it is not the need's own (an arch need's .so)
 
     @property
     def where(self) -> str:
-        return f"{self.need.where}:{self.line}" if self.line else self.need.where
+        base = f"{self.need.provider}/{self.file}" if self.file else self.need.where
+        return f"{base}:{self.line}" if self.line else base
 
     def to_json(self) -> dict[str, Any]:
         return {"provider": self.need.provider, "what": self.need.what, "status": self.status.value,
-                "reason": self.reason, "file": self.need.where, "line": self.line, "version": self.version,
-                "first": self.first, "read": self.read}
+                "reason": self.reason, "file": f"{self.need.provider}/{self.file}" if self.file else self.need.where,
+                "line": self.line, "version": self.version, "first": self.first, "read": self.read}
 
 
 def probe_reads(catalog: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
@@ -72,6 +75,8 @@ def probe_reads(catalog: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
             entry = reads.setdefault(need.provider, {}).setdefault(need.file, {})
             if need.kind == "generator":
                 entry["generators"] = True
+            elif need.kind == "arch":
+                entry["arches"] = True
             elif need.kind == "symbol":
                 entry.setdefault("symbols", [])
                 if need.name not in entry["symbols"]:
@@ -117,6 +122,12 @@ def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Ma
     package = (kernels or {}).get(need.provider) if isinstance(kernels, Mapping) else None
     files = package.get("files") if isinstance(package, Mapping) else None
     entry = files.get(need.file) if isinstance(files, Mapping) else None
+    if package is not None and not isinstance(entry, Mapping) and (
+            not isinstance(package, Mapping) or not isinstance(files, Mapping) or need.file in files):
+        # The host sent a read of the package that is not of the probe's shape: neither the files
+        # nor the version (host data as well) are taken as a yes.
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"cannot tell: the host's read of {need.where} is malformed",
+                             version=version, first=first)
     if not isinstance(entry, Mapping):
         return _from_version(need, named, version, first, capability, kernels is not None)
     if not entry.get("exists"):
@@ -128,6 +139,8 @@ def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Ma
                              first=first)
     if need.kind == "module":
         return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.where}", version=version, first=first)
+    if need.kind == "arch":
+        return _judge_arches(need, named, version, _mapping(entry.get("arches")), capability)
     if need.kind == "symbol":
         line = _mapping(entry.get("symbols")).get(str(need.name))
         if isinstance(line, int):
@@ -161,6 +174,57 @@ def judge_need(need: KernelNeed, kernels: Mapping[str, Any] | None, versions: Ma
     if first:
         reason += f"; {title} {first} is the first that builds it for major {major}"
     return KernelVerdict(need, KernelStatus.BLOCKED, reason, majors_line, version, first)
+
+
+def _arch_list(values: Any) -> list[int]:
+    return sorted({v for v in values if isinstance(v, int) and not isinstance(v, bool)}) if isinstance(values, list) else []
+
+
+def runs_on(sass: list[int], ptx: list[int], major: int, minor: int) -> str | None:
+    """How device code of these architectures runs on a GPU of ``major.minor``: "sass" (a cubin of
+    the same major and a minor not above the GPU's: CUDA's binary compatibility), "ptx" (PTX of an
+    architecture not above the GPU's, compiled by the driver at load), else None."""
+    gpu = major * 10 + minor
+    if any(a // 10 == major and a % 10 <= minor for a in sass):
+        return "sass"
+    if any(a <= gpu for a in ptx):
+        return "ptx"
+    return None
+
+
+def _judge_arches(need: KernelNeed, named: str, version: str | None, files: Mapping[str, Any],
+                  capability: str | None) -> KernelVerdict:
+    """An extension's compiled architectures (read from each build's ``.nv_fatbin``) against the
+    GPU: open when a build of it carries device code that runs there (sgl-kernel loads one of its
+    builds by the GPU, so one that runs is enough), blocked when none does."""
+    def shown(arches: Mapping[str, Any]) -> str:
+        sass = ", ".join(f"sm_{a}" for a in _arch_list(arches.get("sass")))
+        ptx = ", ".join(f"compute_{a}" for a in _arch_list(arches.get("ptx")))
+        return "; ".join(p for p in (f"SASS {sass}" if sass else "", f"PTX {ptx}" if ptx else "") if p) or "none"
+
+    read = {str(rel): arches for rel, arches in files.items() if isinstance(arches, Mapping) and not arches.get("error")}
+    major, _, minor_text = str(capability or "").partition(".")
+    if not read:
+        errors = "; ".join(f"{rel}: {a.get('error')}" for rel, a in files.items() if isinstance(a, Mapping)) or \
+            "no build read"
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"cannot tell which GPUs {named}'s {need.file} extension is "
+                             f"built for ({errors})", version=version)
+    if not major.isdigit():
+        rel = next(iter(sorted(read)))
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named} builds {need.what} for {shown(read[rel])} "
+                             f"({need.provider}/{rel}); the GPU's compute capability is not known", version=version,
+                             file=rel)
+    minor = int(minor_text) if minor_text.isdigit() else 0
+    for rel in sorted(read):
+        how = runs_on(_arch_list(read[rel].get("sass")), _arch_list(read[rel].get("ptx")), int(major), minor)
+        if how is not None:
+            said = "device code for" if how == "sass" else "PTX the driver compiles at load for"
+            return KernelVerdict(need, KernelStatus.OPEN, f"{named}'s {need.provider}/{rel} carries {said} "
+                                 f"{_sm(capability)} ({need.what}; its .nv_fatbin: {shown(read[rel])})", version=version,
+                                 file=rel)
+    builds = "; ".join(f"{need.provider}/{rel}: {shown(read[rel])}" for rel in sorted(read))
+    return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} has no device code for {_sm(capability)} in {need.what} "
+                         f"(its .nv_fatbin: {builds})", version=version, file=sorted(read)[0])
 
 
 # The first CUDA release whose nvcc targets each compute-capability major (CUDA 12.8 added the
@@ -199,8 +263,11 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _from_version(need: KernelNeed, named: str, version: str | None, first: str | None, capability: str | None,
                   probed: bool) -> KernelVerdict:
-    """No files read (not installed, metadata only, or an older probe): judged by the catalog's
-    ``first`` version, marked as inferred."""
+    """No files read (not installed, metadata only, or an older probe): judged by the version rule,
+    the catalog's ``first`` (held to the real wheels by tests/integration/test_kernel_libraries.py),
+    marked as inferred (``read`` false). A version below the first with the kernel is a known no;
+    one at or above it a yes by the releases; unknown only when neither the files nor the version
+    decide (no version, or no rule for this GPU)."""
     title = _TITLES[need.provider]
     if version is None:
         if not probed:
@@ -209,16 +276,18 @@ def _from_version(need: KernelNeed, named: str, version: str | None, first: str 
                              first=first, read=False)
     has = at_least(version, first)
     if has is None:
-        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only): "
-                             f"cannot read whether it has {need.what}", version=version, first=first, read=False)
-    gpu = f" for {_sm(capability)}" if isinstance(need.first, Mapping) else ""
-    if has:
-        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only); "
-                             f"by the releases, {title} {first}+ has {need.what}{gpu}, not read here",
+        return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only), and no "
+                             f"version rule says whether it has {need.what}" + (f" for {_sm(capability)}" if
+                                                                                 isinstance(need.first, Mapping) else ""),
                              version=version, first=first, read=False)
-    return KernelVerdict(need, KernelStatus.UNKNOWN, f"{named}'s files are not on this host (metadata only); by the "
-                         f"releases, {named} lacks {need.what}{gpu} ({title} {first} is the first with it), not read "
-                         "here", version=version, first=first, read=False)
+    gpu = f" for {_sm(capability)}" if isinstance(need.first, Mapping) else ""
+    rule = f"version rule: {title} {first} is the first with it{gpu}, from the real wheels (gates/catalog.yaml)"
+    files = "its files are not on this host (metadata only)" if probed else "its files were not read"
+    if has:
+        return KernelVerdict(need, KernelStatus.OPEN, f"{named} has {need.what}{gpu} by its version ({rule}); {files}",
+                             version=version, first=first, read=False)
+    return KernelVerdict(need, KernelStatus.BLOCKED, f"{named} lacks {need.what}{gpu} by its version ({rule}); {files}",
+                         version=version, first=first, read=False)
 
 
 def judge_feature(feature: Feature, kernels: Mapping[str, Any] | None, versions: Mapping[str, str | None],
@@ -232,6 +301,8 @@ def versions_of(packages: Any) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for provider, dist in (*_DISTRIBUTIONS.items(), ("flashinfer_jit_cache", "flashinfer-jit-cache")):
         info = found.get(dist)
+        if info is None and provider == "sgl_kernel":
+            info = found.get("sglang-kernel")  # sgl-kernel's later name, the same import name
         out[provider] = getattr(info, "version", None) if info is not None else None
     return out
 

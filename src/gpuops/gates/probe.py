@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 PROBE_NAME = "gates.scan"
 _EOF = "GPUOPS_GATE_SCAN_EOF"
 _CHECK_EOF = "GPUOPS_SCAN_CHECK_EOF"
-MAX_KEPT_KEYWORDS = 8  # keyword lists kept (one per gpuops code and catalog version seen)
 
 
 def scanner_source() -> str:
@@ -76,32 +75,37 @@ def kernel_reads(catalog_path: Path | None = None) -> dict[str, Any]:
     return kept if isinstance(kept, dict) else from_catalog()
 
 
-def catalog_derived(kind: str, from_catalog: Callable[[], Any], catalog_path: Path | None = None) -> Any:
-    """A value made from the catalog, kept beside the kept scans (``$GPUOPS_SCAN_CACHE/catalog``,
-    off with them) under the digest of gpuops' code (``local_memo.code_digest``, which a command
-    that plans or judges computes anyway) and of the catalog file's path, size, mtime and inode: a
-    command with nothing to scan does not import and parse the catalog just for this (~3 ms), and
-    any edit of the catalog or of the code that reads it is a miss."""
-    from gpuops import local_memo
-    from gpuops.gates import BUILTIN_CATALOG, scan_cache
+def catalog_key(kind: str, catalog_path: Path | None = None) -> "Any":
+    """The memo key of a value made from the catalog: gpuops' code (``memo.code_digest``, which a
+    command that plans or judges computes anyway) and the catalog file's path, size, mtime and
+    inode. None when the file cannot be read (then it is parsed, and says what is wrong)."""
+    from gpuops import memo
+    from gpuops.gates import BUILTIN_CATALOG
 
     path = catalog_path or BUILTIN_CATALOG
-    root = scan_cache.cache_root()
     try:
         info = os.stat(path)
     except OSError:
-        return from_catalog()  # says what is wrong with the file
-    if root is None:
+        return None
+    return memo.key(memo.Kind.CATALOG, kind, memo.code_digest(), str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def catalog_derived(kind: str, from_catalog: Callable[[], Any], catalog_path: Path | None = None) -> Any:
+    """A value made from the catalog, kept (``memo.Kind.CATALOG``) under ``catalog_key``: a command
+    with nothing to scan does not import and parse the catalog just for this (~3 ms), and any edit
+    of the catalog or of the code that reads it is a miss."""
+    from gpuops import memo
+
+    if memo.root() is None:
         return from_catalog()
-    key = local_memo.digest_of(kind, local_memo.code_digest(), str(path), info.st_size,
-                               info.st_mtime_ns, info.st_ino)
-    directory = root / "catalog"
-    data = local_memo.read_entry(directory, key, kind) if key else None
+    key = catalog_key(kind, catalog_path)
+    if key is None:
+        return from_catalog()
+    data = memo.get(key)
     if data and "value" in data:
         return data["value"]
     value = from_catalog()
-    if key:
-        local_memo.write_entry(directory, key, {"kind": kind, "value": value}, MAX_KEPT_KEYWORDS)
+    memo.put(key, {"value": value})
     return value
 
 

@@ -8,7 +8,8 @@ protects), ``blocked`` (it does not: refused, or sent elsewhere) or ``not_applic
 platform's code), or several of them joined by ``|`` where the reading allows either; ``part``
 is ``tuning`` (samples the scanner was changed against), ``held_out`` (drawn and labelled after
 the change, never tuned to) or ``independent`` (drawn fresh and labelled by a second reader, not the
-engineer who changed the scanner, before any verdict of gpuops was seen). Used by ``benchmarks/gate_sample`` and ``tests/integration/test_gate_samples.py``.
+engineer who changed the scanner, before any verdict of gpuops was seen) or ``independent-2`` (the
+same, by a third reader, on fresh draws of its own). Used by ``benchmarks/gate_sample`` and ``tests/integration/test_gate_samples.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpuops.gates.accuracy import CORPUS_DIR
 
 SAMPLES_FILE = CORPUS_DIR / "samples.json"
 LABELS = ("open", "blocked", "not_applicable")
-PARTS = ("tuning", "held_out", "independent")
+PARTS = ("tuning", "held_out", "independent", "independent-2")
 
 
 @dataclass(frozen=True)

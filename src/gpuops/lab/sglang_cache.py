@@ -51,6 +51,21 @@ def flashinfer_site(version: str) -> Path:
                          skip=("flashinfer/data/",))
 
 
+# What sgl_kernel_site leaves out of the wheel (1.6 GB unpacked): the flash-attention extension
+# (850 MB), the sm90/ build of common_ops (sgl-kernel loads sm100/ on every GPU but sm90, and the
+# two list the same architectures in 0.3.21), the bundled DeepGEMM and mscclpp, headers.
+_SGL_KERNEL_SKIP = ("sgl_kernel/flash_ops", "sgl_kernel/sm90/", "deep_gemm/", "lib/", "lib64/", "include/",
+                    "share/", "_mscclpp", "mscclpp")
+
+
+def sgl_kernel_site(version: str) -> Path:
+    """The unpacked wheel of sgl-kernel==``version`` (its Python files, its sm100/ common_ops build
+    and its small extensions; the largest members left out: ``_SGL_KERNEL_SKIP``), under
+    ``$GPUOPS_CACHE/sgl-kernel``: the compiled architectures the probe reads are the real build's."""
+    return _release_site("sgl-kernel", "sgl_kernel", version, cache_root().parent / "sgl-kernel" / version,
+                         skip=_SGL_KERNEL_SKIP)
+
+
 def _release_site(dist: str, package: str, version: str, release_dir: Path, skip: tuple[str, ...] = ()) -> Path:
     if not _VERSION_RE.match(version):
         raise GpuopsError(f"{package} cache: {version!r} is not a release version")

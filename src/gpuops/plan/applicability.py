@@ -11,7 +11,6 @@ group with a pair lacking P2P is refused unless the operator says otherwise.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -74,18 +73,16 @@ def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str
 
 
 def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int | None) -> tuple[list[int], str]:
-    """The GPU indices of the TP group (first ``--tp`` visible GPUs) and how it was found."""
+    """The GPU indices of the TP group (first ``--tp`` visible GPUs: ``fits.tp_group``) and how it was found."""
+    from gpuops.gates.fits import tp_group as group_of
     from gpuops.remote.sglang_argv import first_of, parse_flags
 
     text = first_of(parse_flags([str(a) for a in launch_args or ()])[0], "tp_size")
     tp = int(text) if isinstance(text, str) and text.isdigit() else None
-    visible = str((env or {}).get("CUDA_VISIBLE_DEVICES") or "")
-    devices = [int(d) for d in re.split(r"\s*,\s*", visible) if d.isdigit()] if visible else []
-    if not devices:
-        devices = list(range(gpu_count or 0))
+    devices = group_of(str((env or {}).get("CUDA_VISIBLE_DEVICES") or ""), gpu_count, tp)
     if tp is None:
         return devices, f"all {len(devices)} GPUs (no --tp in sglang_args)"
-    return devices[:tp], f"TP {tp}"
+    return devices, f"TP {tp}"
 
 
 def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: Mapping[str, Any],
@@ -137,4 +134,4 @@ def kernel_refusal(gpu: Mapping[str, Any] | None, feature: Feature, target_sm: s
     return None, None
 
 
-_DISTRIBUTION = {"flashinfer": "flashinfer-python", "sglang": "sglang"}
+_DISTRIBUTION = {"flashinfer": "flashinfer-python", "sglang": "sglang", "sgl_kernel": "sgl-kernel"}

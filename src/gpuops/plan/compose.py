@@ -195,9 +195,10 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     result = composed(wanted)
     result["changed"] = changed
     launch_image = str(args.get("launch_image") or "")
-    if result["image"] and launch_image and result["image_base"] != launch_image:
+    if result["image"] and launch_image and result["image_base"] != launch_image and result["image"] != launch_image:
         # The derived image patches another image than the one the inventory now names (an upgrade):
-        # the launch takes the new image, unpatched. Said out loud, never silently.
+        # the launch takes the new image, unpatched. Said out loud, never silently. (The inventory
+        # naming the very image a run put in place, sglang-release's, is no such upgrade.)
         owner = next((role for role, c in wanted.items() if c.get("image") == result["image"]), "a gpuops run")
         state.warn(f"the image {result['image']} that {owner} built patches {result['image_base']}, but "
                    f"sglang_docker_image is now {launch_image}: the server runs {launch_image} without that patch; "

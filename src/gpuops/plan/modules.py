@@ -295,14 +295,14 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     launch_env = args.get("launch_env") or {}
     found = gpu.get("kernel_versions")
     versions: dict = found if isinstance(found, dict) else {}
-    has_kernels, kernel_reason = _flashinfer_pcie_ipc(gpu)
+    reads = gpu.get("kernel_reads")
     stack = pcie_ipc.HostStack(
         sglang=scan.version if scan is not None else None, flashinfer=versions.get("flashinfer"),
         nvlink=gpu.get("nvlink"), gpu_count=gpu.get("gpu_count"),
         launch_args=[str(a) for a in launch_args] if isinstance(launch_args, list) else [],
         launch_env={str(k): str(v) for k, v in launch_env.items()} if isinstance(launch_env, dict) else {},
         p2p_failed_pairs=gpu.get("p2p_failed_pairs") or [],
-        flashinfer_has_kernels=has_kernels, flashinfer_reason=kernel_reason,
+        kernel_reads=reads if isinstance(reads, dict) else None,
         allow_without_p2p=_truthy(args.get("allow_without_p2p", False)))
     decision = pcie_ipc.fit(stack)
     if decision.misfit is pcie_ipc.Misfit.NO_P2P:  # a host to fix, not one to skip (as fusion-sm120's P2P refusal)
@@ -318,28 +318,6 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     rollback = scope.get("pcie_rollback_on_fallback") if "pcie_rollback_on_fallback" in scope else False
     state.log_check = LogCheck("pcie_ipc_allreduce", _truthy(rollback))
     return {"changed": False, "applies": True, "reason": decision.reason, "env": env}
-
-
-def _flashinfer_pcie_ipc(gpu: Any) -> tuple[bool | None, str]:
-    """What the host's FlashInfer files say about ``pcie_ipc_comm`` (the catalog feature's
-    flashinfer need, judged by gates/kernels.py from the software probe's reads): (True/False, the
-    reason) when read, (None, "") when only the version is known."""
-    from gpuops.gates.catalog import load_catalog
-    from gpuops.gates.kernels import KernelStatus, judge_need
-
-    reads = gpu.get("kernel_reads") if isinstance(gpu, dict) else None
-    versions = gpu.get("kernel_versions") if isinstance(gpu, dict) else None
-    if not isinstance(reads, dict):
-        return None, ""
-    feature = load_catalog().feature("pcie_ipc_allreduce")
-    for need in feature.kernels:
-        if need.provider != "flashinfer":
-            continue
-        verdict = judge_need(need, reads, versions if isinstance(versions, dict) else {}, gpu.get("compute_capability"))
-        if not verdict.read or verdict.status is KernelStatus.UNKNOWN:
-            return None, ""
-        return verdict.status is KernelStatus.OPEN, verdict.reason
-    return None, ""
 
 
 def _truthy(value: Any) -> bool:

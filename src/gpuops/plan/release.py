@@ -168,7 +168,9 @@ def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[Sta
     "`manager: docker`: the release is the `image` (registered as `image`, with `image_base` the `current_image`): "
     "`apply` pulls it before anything stops (its progress on stderr), unless the host has it, and checks inside it "
     "that it holds `sglang==X` and the release's pins, then the gate audit of the image against the running "
-    "container; the transaction recreates the container from it, and its rollback from the old image, never removed")))
+    "container; the transaction recreates the container from it, and its rollback from the old image, never removed. "
+    "A standing run of a role that patched the running release's source (fusion-sm120) is judged on the new tree "
+    "before anything stops: its feature open there by itself, a note; otherwise refused, naming the run")))
 def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     from gpuops.release.flags import check_launch, release_flags
     from gpuops.release.wheel import canonical, release

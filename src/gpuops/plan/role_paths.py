@@ -1,6 +1,6 @@
 """Where roles and shared templates are looked up: ``$GPUOPS_ROLES_PATH``, ./roles, the checkout,
 the installed data files. Kept apart from ``roles.py`` (which loads and checks roles, and so
-imports every module's argument spec) because the no-op memo's ``local_memo.code_digest`` needs
+imports every module's argument spec) because the no-op memo's ``memo.code_digest`` needs
 only these directories."""
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def source(name: str) -> str:
     # This package's directory, as importlib.resources.files() names it for a package on disk (the
     # bundler stats and reads real files); not through importlib.resources, whose import costs ~5 ms.
     directory = Path(__file__).parent
-    kept = bundle_cache.read(bundle_cache.cache_file(name, directory))  # without importing the bundler
+    key = bundle_cache.bundle_key(name, directory)
+    kept = bundle_cache.read(key) if key is not None else None  # without importing the bundler
     if kept is not None:
         return kept
     from gpuops.remote.bundle import bundled_source

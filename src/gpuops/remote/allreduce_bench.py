@@ -24,6 +24,17 @@ tune_batches=..., tune_cache=...)`` built on the NCCL group and sized for the la
 2, 4 or 8, not bf16, a FlashInfer without ``pcie_ipc_comm``) every size is recorded as skipped
 with that one-line reason, and nothing is timed.
 
+With ``kernel: custom`` it is SGLang's own custom all-reduce (``srt/distributed/device_communicators/
+custom_all_reduce.py::CustomAllreduce`` on a gloo group of the same ranks, as SGLang builds it):
+``custom_all_reduce(inp)`` per call, the CUDA graph captured inside its ``capture()`` (which
+registers the graph's buffers at the end, as SGLang's graph runner does). Where SGLang turns it off
+(``disabled``: more than two PCIe-only GPUs, no P2P, a world size outside 2, 4, 6, 8, no sgl-kernel
+ops) or cannot be imported, every size is skipped with that reason.
+
+``kernels`` lists several of them: each is measured in turn in the same launch (the same process
+group and GPUs), its records marked with its name, so NCCL, the PCIe IPC kernel and SGLang's custom
+all-reduce come out side by side; one that cannot run is skipped and the next is measured.
+
 Teardown order matters: a CUDA graph that captured NCCL calls must be gone (deleted, collected,
 device synchronized) before ``destroy_process_group``; with a graph still alive both ranks hung in
 the destroy on two H200s (torch 2.11, NCCL 2.28), after every size had been measured.
@@ -92,23 +103,29 @@ def eager_runner(tensor, reduce=None):
     return run
 
 
-def graph_runner(tensor, iters, reduce=None):
-    """Capture ``iters`` all-reduces in one CUDA graph; each replay runs them all.
+def graph_runner(tensor, iters, reduce=None, capture=None):
+    """Capture ``iters`` all-reduces in one CUDA graph; each replay runs them all. ``capture``: a
+    context manager the warm-up and capture run inside (SGLang's custom all-reduce registers the
+    graph's buffers when its ``capture()`` ends).
 
     The graph lives only in ``run.holder`` (never in a closure cell), so ``release`` can drop it.
     """
+    import contextlib
+
     reduce = reduce or dist.all_reduce
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            reduce(tensor)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
     holder = {"graph": torch.cuda.CUDAGraph()}
-    with torch.cuda.graph(holder["graph"]):
-        for _ in range(iters):
-            reduce(tensor)
+    context = capture() if capture is not None else contextlib.nullcontext()
+    with context:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                reduce(tensor)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(holder["graph"]):
+            for _ in range(iters):
+                reduce(tensor)
     torch.cuda.synchronize()
 
     def run(replays):
@@ -189,6 +206,75 @@ class PcieIpc(object):
         self.workspace.destroy()
 
 
+def custom_unavailable(device):
+    """Why SGLang's custom all-reduce cannot even be tried here (one line), or None."""
+    if device.type != "cuda":
+        return "SGLang's custom all-reduce runs on CUDA GPUs only (this run is on %s)" % device.type
+    try:
+        from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce  # noqa: F401
+    except Exception as exc:  # ImportError, or the release's own import-time checks
+        return "SGLang's custom all-reduce cannot be imported: %s: %s" % (
+            type(exc).__name__, (str(exc).splitlines() or [""])[0][:160])
+    return None
+
+
+class CustomAr(object):
+    """SGLang's custom all-reduce, built as its parallel state builds it (a gloo group of the same
+    ranks, this rank's device), called through ``custom_all_reduce`` as its communicator does."""
+
+    def __init__(self, device):
+        from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce
+
+        self.cpu_group = dist.new_group(backend="gloo")
+        self.comm = CustomAllreduce(group=self.cpu_group, device=device)
+        if self.comm.disabled:
+            raise Unavailable("SGLang's CustomAllreduce turned itself off on this host (it does on more than two "
+                              "PCIe-only GPUs, without P2P between the ranks, or outside world sizes 2, 4, 6, 8; "
+                              "its warning is in the worker's log)")
+        self.capture = self.comm.capture
+
+    def all_reduce(self, tensor):
+        out = self.comm.custom_all_reduce(tensor)
+        if out is None:  # larger than its buffer, or not 16-byte aligned: SGLang uses NCCL then
+            raise Unavailable("SGLang's custom all-reduce does not take a %d-byte message (max_size %d)"
+                              % (tensor.numel() * tensor.element_size(), self.comm.max_size))
+        return out
+
+    def destroy(self):
+        self.comm.close()
+
+
+class Unavailable(Exception):
+    """The kernel cannot run here; the message is the one-line reason (sizes are skipped with it)."""
+
+
+def open_kernel(kernel, device, world, dtype, hidden, sizes):
+    """(the communicator, or None for NCCL's own; the reason it is skipped, or None)."""
+    if kernel == "nccl":
+        return None, None
+    if kernel == "pcie_ipc":
+        skipped = pcie_ipc_unavailable(device, world, dtype)
+        if skipped is not None:
+            return None, skipped
+        try:
+            return PcieIpc(hidden * max(sizes), hidden, sizes), None
+        except Exception as exc:  # SGLang logs it and keeps NCCL: "reductions stay on NCCL"
+            return None, "the PCIe IPC workspace failed: %s: %s" % (type(exc).__name__,
+                                                                    (str(exc).splitlines() or [""])[0][:200])
+    if kernel == "custom":
+        skipped = custom_unavailable(device)
+        if skipped is not None:
+            return None, skipped
+        try:
+            return CustomAr(device), None
+        except Unavailable as exc:
+            return None, str(exc)
+        except Exception as exc:
+            return None, "SGLang's custom all-reduce failed to start: %s: %s" % (
+                type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
+    return None, "unknown kernel %r (nccl, pcie_ipc or custom)" % kernel
+
+
 def slowest_rank(seconds, device):
     value = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
@@ -216,66 +302,66 @@ def main():
     trials = int(config.get("trials", 5))
     per_step = int(config.get("allreduces_per_step", 122))
     timer = Timer(device)
-    kernel = str(config.get("kernel") or "nccl")
+    kernels = [str(k) for k in (config.get("kernels") or [config.get("kernel") or "nccl"])]
     sizes = [int(t) for t in config.get("tokens", [1, 4, 8, 16, 64])]
-    skipped = pcie_ipc_unavailable(device, world, dtype) if kernel == "pcie_ipc" else None
-    pcie = None
-    reduce = dist.all_reduce
-    if kernel == "pcie_ipc" and skipped is None:
-        try:
-            pcie = PcieIpc(hidden * max(sizes), hidden, sizes)
-            reduce = pcie.all_reduce
-        except Exception as exc:  # SGLang logs it and keeps NCCL: "reductions stay on NCCL"
-            skipped = "the PCIe IPC workspace failed: %s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
-    for tokens in sizes:
-        tokens = int(tokens)
-        numel = hidden * tokens
-        record = {
-            "variant": config.get("variant") or {}, "tokens": tokens, "hidden_size": hidden,
-            "dtype": str(dtype).replace("torch.", ""), "bytes": numel * dtype.itemsize,
-            "world_size": world, "backend": backend, "cuda_graph": use_graph, "iters": iters,
-            "allreduces_per_step": per_step, "kernel": kernel,
-        }
-        if skipped is not None:
-            record.update({"ok": False, "skipped": True, "error": "skipped: " + skipped})
+    for kernel in kernels:
+        comm, skipped = open_kernel(kernel, device, world, dtype, hidden, sizes)
+        reduce = comm.all_reduce if comm is not None else dist.all_reduce
+        capture = getattr(comm, "capture", None)
+        failed = False
+        for tokens in sizes:
+            numel = hidden * tokens
+            record = {
+                "variant": config.get("variant") or {}, "tokens": tokens, "hidden_size": hidden,
+                "dtype": str(dtype).replace("torch.", ""), "bytes": numel * dtype.itemsize,
+                "world_size": world, "backend": backend, "cuda_graph": use_graph, "iters": iters,
+                "allreduces_per_step": per_step, "kernel": kernel,
+            }
+            if skipped is not None:
+                record.update({"ok": False, "skipped": True, "error": "skipped: " + skipped})
+                if rank == 0:
+                    emit(run_id, record)
+                continue
+            if substituted:
+                record["note"] = "this gloo build cannot sum %s; timed %s of the same size" % (
+                    config.get("dtype"), record["dtype"])
+            runner = None
+            try:
+                tensor = torch.zeros(numel, dtype=dtype, device=device)  # zeros: sums never overflow
+                runner = graph_runner(tensor, iters, reduce, capture) if use_graph else eager_runner(tensor, reduce)
+                eager_runner(tensor, reduce)(warmup) if not use_graph else runner(iters)
+                timer.sync()
+                samples = []
+                for _ in range(trials):
+                    dist.barrier()
+                    samples.append(slowest_rank(timer.time(runner, iters), device))
+                seconds = statistics.median(samples)
+                record.update({
+                    "ok": True,
+                    "latency_us": seconds * 1e6,
+                    "latency_us_min": min(samples) * 1e6,
+                    "latency_us_trials": [s * 1e6 for s in samples],
+                    "algbw_gbps": record["bytes"] / seconds / 1e9,
+                    "busbw_gbps": 2.0 * (world - 1) / world * record["bytes"] / seconds / 1e9,
+                    "step_cost_ms": seconds * per_step * 1e3,
+                })
+            except Unavailable as exc:  # this size only (e.g. past the custom all-reduce's buffer)
+                record.update({"ok": False, "skipped": True, "error": "skipped: %s" % exc})
+            except Exception as exc:  # e.g. NCCL refusing a setting inside graph capture
+                record.update({"ok": False, "error": "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])})
+                failed = True
+            finally:
+                if runner is not None:
+                    release(runner)
+                runner = None
             if rank == 0:
                 emit(run_id, record)
-            continue
-        if substituted:
-            record["note"] = "this gloo build cannot sum %s; timed %s of the same size" % (
-                config.get("dtype"), record["dtype"])
-        runner = None
-        try:
-            tensor = torch.zeros(numel, dtype=dtype, device=device)  # zeros: sums never overflow
-            runner = graph_runner(tensor, iters, reduce) if use_graph else eager_runner(tensor, reduce)
-            eager_runner(tensor, reduce)(warmup) if not use_graph else runner(iters)
-            timer.sync()
-            samples = []
-            for _ in range(trials):
-                dist.barrier()
-                samples.append(slowest_rank(timer.time(runner, iters), device))
-            seconds = statistics.median(samples)
-            record.update({
-                "ok": True,
-                "latency_us": seconds * 1e6,
-                "latency_us_min": min(samples) * 1e6,
-                "latency_us_trials": [s * 1e6 for s in samples],
-                "algbw_gbps": record["bytes"] / seconds / 1e9,
-                "busbw_gbps": 2.0 * (world - 1) / world * record["bytes"] / seconds / 1e9,
-                "step_cost_ms": seconds * per_step * 1e3,
-            })
-        except Exception as exc:  # e.g. NCCL refusing a setting inside graph capture
-            record.update({"ok": False, "error": "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])})
-        finally:
-            if runner is not None:
-                release(runner)
-            runner = None
-        if rank == 0:
-            emit(run_id, record)
-        if not record["ok"]:
-            break  # a failed collective leaves the communicator unusable for further sizes
-    if pcie is not None:
-        pcie.destroy()
+            if failed:
+                break  # a failed collective leaves the communicator unusable for further sizes
+        if comm is not None:
+            comm.destroy()
+        if failed and kernel == "nccl":
+            break  # NCCL's own communicator is the process group's: nothing after it can be trusted
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -64,7 +64,7 @@ from gpuops.remote.apply_recovery import recover_unfinished
 from gpuops.remote.apply_rollback import do_rollback
 from gpuops.remote.apply_run import do_apply
 from gpuops.remote.host_hooks import HostHooks, load_hooks
-from gpuops.remote.host_protocol import EVENT_RECOVERED, EVENT_WORKER, MODE_APPLY, MODE_JOURNAL, MODE_RECOVER, MODE_ROLLBACK, STATUS_ERROR, STATUS_JOURNAL, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import FINISHED, ROLLBACK_FAILED, ROLLED_BACK, STATUS_FINISHED, EVENT_RECOVERED, EVENT_WORKER, MODE_APPLY, MODE_JOURNAL, MODE_RECOVER, MODE_ROLLBACK, STATUS_ERROR, STATUS_JOURNAL, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
 
 def do_recover(payload, progress, lease, hooks, notes):
     """The worker that replaces one that died: worker_main has rolled its run back already."""
@@ -120,6 +120,7 @@ class Relay:
         self.inbox = os.path.join(call_dir, "inbox.jsonl")
         self.gone_path = os.path.join(call_dir, "client_gone")
         self.out_ok = True
+        self.inbox_failure = None  # why gpuops' messages could not be passed on (the worker saw gpuops go)
         self._offset = 0
         self._last_beat = 0.0
 
@@ -139,11 +140,16 @@ class Relay:
                 self.touch_lease()
                 text = line.strip()
                 if text and not text.startswith(b'{"hb"'):
-                    fd = os.open(self.inbox, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                     try:
-                        os.write(fd, text + b"\n")
-                    finally:
-                        os.close(fd)
+                        fd = os.open(self.inbox, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                        try:
+                            os.write(fd, text + b"\n")
+                        finally:
+                            os.close(fd)
+                    except OSError as exc:  # a full state dir (ENOSPC): named in the result
+                        self.inbox_failure = "gpuops' message could not be passed on to the worker: %s" % (
+                            os_error(exc, self.inbox))
+                        raise
         except (OSError, ValueError):
             pass
         self.mark_gone()
@@ -189,6 +195,50 @@ def start_worker(payload, call_dir, lock_fd, hooks):
     return pid
 
 
+def os_error(exc, path):
+    """An OSError as its real cause: the errno's name, the message and the path."""
+    import errno
+
+    return "%s %s: %s" % (errno.errorcode.get(exc.errno or 0, "error"), exc.strerror or exc, exc.filename or path)
+
+
+def state_dir_full(state_dir):
+    """"ENOSPC: no space left on STATE_DIR" when the state dir is (nearly) full, else None."""
+    try:
+        st = os.statvfs(state_dir)
+    except OSError:
+        return None
+    if st.f_bavail * st.f_frsize < 1024 * 1024:
+        return "ENOSPC: no space left on %s" % state_dir
+    return None
+
+
+def journaled_end(payload):
+    """This run's last terminal journal record (finished, rolled_back, rollback_failed), or None."""
+    try:
+        records = read_journal(payload["state_dir"])
+    except OSError:
+        return None
+    ends = [r for r in records if r.get("run_id") == payload.get("run_id") and r.get("event") in (FINISHED, ROLLED_BACK, ROLLBACK_FAILED)]
+    return ends[-1] if ends else None
+
+
+def from_journal_end(payload, record, cause):
+    note = "its result could not be written (%s); the host's journal says %s" % (cause, record["event"])
+    if record["event"] == FINISHED:
+        return {"ok": True, "status": STATUS_FINISHED, "run_id": payload.get("run_id"), "notes": [note]}
+    status = STATUS_ROLLED_BACK if record["event"] == ROLLED_BACK else STATUS_ROLLBACK_FAILED
+    return {"ok": False, "status": status, "run_id": payload.get("run_id"),
+            "error": "%s (%s)" % (record.get("error") or record["event"], note)}
+
+
+def with_relay_failure(result, failure):
+    """A result whose run ended because gpuops' messages could not reach the worker names that."""
+    if failure and not result.get("ok"):
+        result = dict(result, error="%s (%s)" % (result.get("error") or result.get("status"), failure))
+    return result
+
+
 def relay_call(payload, call_dir, lock_fd, hooks, client_stream):
     relay = Relay(call_dir)
     relay.touch_lease()
@@ -200,10 +250,16 @@ def relay_call(payload, call_dir, lock_fd, hooks, client_stream):
     reader.start()
     result = relay_until_done(relay, pid, call_dir)
     if result is not None:
-        return result
+        return with_relay_failure(result, relay.inbox_failure)
+    cause = relay.inbox_failure or state_dir_full(payload["state_dir"])
+    ended = journaled_end(payload)
+    if ended is not None:
+        # The worker ended the run (its journal says how) but could not write its result: that
+        # outcome, not a guess, with the reason its result is missing.
+        return from_journal_end(payload, ended, cause or "the worker (pid %d) left no result" % pid)
     # The worker died without a result: a second worker rolls its run back now, under the lock,
     # while this relay goes on heart-beating to gpuops (a restart can take a while).
-    died = "the host-side worker (pid %d) died before the run ended" % pid
+    died = "the host-side worker (pid %d) died before the run ended%s" % (pid, " (%s)" % cause if cause else "")
     try:
         fd = take_lock(payload["state_dir"])
     except StepFailed as exc:

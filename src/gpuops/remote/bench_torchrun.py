@@ -25,7 +25,8 @@ def variant_timeout(spec, kind):
     sizes = len(spec.get("tokens") or [1])
     if kind == "fusion":
         return 600.0 + 30.0 * sizes  # first call compiles FlashInfer's kernels (minutes)
-    return 90.0 + 15.0 * sizes * (2 if spec.get("cuda_graph") else 1)
+    kernels = max(1, len(spec.get("kernels") or [1]))  # measured one after the other in one launch
+    return 90.0 * kernels + 15.0 * sizes * kernels * (2 if spec.get("cuda_graph") else 1)
 
 
 def kill_group(proc, grace=5.0):

@@ -119,26 +119,26 @@ def find_bundle(entry: str, search_dir: Path) -> Bundle:
     return Bundle(entry=entry_name, modules=modules)
 
 
-def bundled_source(entry: str, search_dir: Path, cached: bool = False, cache_dir: Path | None = None) -> str:
+def bundled_source(entry: str, search_dir: Path, cached: bool = False) -> str:
     """The entry's text with its host modules bundled in (unchanged when it imports none).
 
     Finding the modules parses each with ``ast`` (a large share of a command's local time for the
-    gate scanner), so with ``cached`` the result is kept in ``cache_dir`` (default ``$GPUOPS_CACHE/bundles``, else
-    ``~/.cache/gpuops/bundles``) with the size and mtime of every file it came from, this bundler
-    included, and is used again only while all of them are unchanged (``bundle_cache.py``).
+    gate scanner), so with ``cached`` the result is kept by the memo layer with the size and mtime
+    of every file it came from, this bundler included, and is used again only while all of them are
+    unchanged (``bundle_cache.py``).
     """
     from gpuops.remote import bundle_cache
 
-    cache = bundle_cache.cache_file(entry, search_dir, cache_dir) if cached else None
-    hit = bundle_cache.read(cache) if cache is not None else None
+    key = bundle_cache.bundle_key(entry, search_dir) if cached else None
+    hit = bundle_cache.read(key) if key is not None else None
     if hit is not None:
         return hit
     path = search_dir / f"{entry}.py"
     bundle = find_bundle(entry, search_dir)
     script = bundle.script(path.read_text(encoding="utf-8"))
-    if cache is not None:
+    if key is not None:
         files = [path, Path(__file__)] + [module_path(name, search_dir) for name in bundle.modules]
-        bundle_cache.write(cache, script, [f for f in files if f is not None])
+        bundle_cache.write(key, script, [f for f in files if f is not None])
     return script
 
 

@@ -24,6 +24,9 @@ rolls back any run that is ``started`` without a terminal event, and says so (``
 The client never learns an outcome it did not read: then its status is ``unknown``.
 """
 
+from __future__ import annotations
+
+
 # Journal events (STATE/journal.jsonl, remote/apply_journal.py): a run's records in order.
 STARTED = "started"
 SERVER_TOUCHED = "server_touched"
@@ -98,3 +101,81 @@ MESSAGE_ABORT = "abort"       # {"abort": why}: another node failed, roll back n
 HOLDS = {EVENT_STOP_READY: MESSAGE_STOP, EVENT_STOPPED: MESSAGE_START, EVENT_ROLLBACK_STOPPED: MESSAGE_RESTART}
 CLIENT_MESSAGES = (MESSAGE_HEARTBEAT, MESSAGE_VERDICT, MESSAGE_COMMIT, MESSAGE_STOP, MESSAGE_START, MESSAGE_RESTART,
                    MESSAGE_ABORT)
+
+
+# The client's own statuses for a host it could not run (not from the helper).
+STATUS_FAILED = "failed"     # the helper's answer was not a known status, or the host failed before it
+STATUS_SKIPPED = "skipped"   # a rollout stopped before this host
+STATUS_STAGED = "staged"     # sglang-release -e sglang_release_stage=true: the release made ready, nothing switched
+
+
+def _texts(value: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class HelperResult:
+    """The helper's last line, ``{"result": {...}}``, as the client reads it (``from_json``): each
+    field checked for its type, since what a host sends is untrusted data (a wrong type reads as
+    absent), and a status outside ``RESULT_STATUSES`` read as ``failed`` with the status named.
+    A plain class (no dataclasses, no typing at run time): this module is bundled into every apply
+    helper, and those imports would cost each exec ~10 ms on the host."""
+
+    __slots__ = ("status", "ok", "run_id", "error", "pid", "restored", "recovered", "notes", "problems", "kept",
+                 "log_tail", "audit_verdict", "service", "target", "records", "busy")
+    status: str
+    ok: bool
+    run_id: str | None
+    error: str | None
+    pid: int | None
+    restored: tuple[str, ...]    # files put back from backups
+    recovered: tuple[str, ...]   # what the helper rolled back first (dead runs)
+    notes: tuple[str, ...]
+    problems: tuple[str, ...]    # why a rollback failed
+    kept: tuple[str, ...]        # --force: later versions kept beside the backups
+    log_tail: str | None
+    audit_verdict: str | None
+    service: str | None          # what was done to the server
+    target: str | None           # the run a rollback undid
+    records: tuple[dict[str, object], ...]  # the journal (journal mode; later_runs_stand)
+    busy: bool                   # journal mode: another run holds the lock
+
+    def __init__(self, status: str, ok: bool = False, run_id: str | None = None, error: str | None = None,
+                 pid: int | None = None, restored: tuple[str, ...] = (), recovered: tuple[str, ...] = (),
+                 notes: tuple[str, ...] = (), problems: tuple[str, ...] = (), kept: tuple[str, ...] = (),
+                 log_tail: str | None = None, audit_verdict: str | None = None, service: str | None = None,
+                 target: str | None = None, records: tuple[dict[str, object], ...] = (), busy: bool = False) -> None:
+        self.status, self.ok, self.run_id, self.error, self.pid = status, ok, run_id, error, pid
+        self.restored, self.recovered, self.notes, self.problems, self.kept = restored, recovered, notes, problems, kept
+        self.log_tail, self.audit_verdict, self.service, self.target = log_tail, audit_verdict, service, target
+        self.records, self.busy = records, busy
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HelperResult) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        return "HelperResult(%s)" % ", ".join("%s=%r" % (n, getattr(self, n)) for n in self.__slots__)
+
+    @classmethod
+    def from_json(cls, data: object) -> HelperResult:
+        if not isinstance(data, dict):
+            return cls(STATUS_FAILED, error="the helper's result is not a JSON object")
+        status = data.get("status")
+        error = _text(data.get("error"))
+        if not isinstance(status, str) or status not in RESULT_STATUSES:
+            error = error or "the helper ended with status %r" % (status,)
+            status = STATUS_FAILED
+        pid = data.get("pid")
+        records = data.get("records")
+        return cls(status=status, ok=data.get("ok") is True, run_id=_text(data.get("run_id")), error=error,
+                   pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                   restored=_texts(data.get("restored")), recovered=_texts(data.get("recovered")),
+                   notes=_texts(data.get("notes")), problems=_texts(data.get("problems")),
+                   kept=_texts(data.get("kept")), log_tail=_text(data.get("log_tail")),
+                   audit_verdict=_text(data.get("audit_verdict")), service=_text(data.get("service")),
+                   target=_text(data.get("target")),
+                   records=tuple(r for r in records if isinstance(r, dict)) if isinstance(records, list) else (),
+                   busy=data.get("busy") is True)

@@ -9,7 +9,9 @@ Host code: stdlib only, Python 3.8+."""
 import ast
 import re
 
-from gpuops.remote.scan_ast import NO_VALUE, last_name, literal, walk_no_nested
+from gpuops.remote.scan_ast import NO_VALUE, last_name, literal, literal_collection, walk_no_nested
+from gpuops.remote.scan_discovery import module_files
+from gpuops.remote.scan_fileinfo import import_in_text
 from gpuops.remote.scan_scope import Scope
 
 # More files than this define or call the name: too common a name to prove anything about.
@@ -191,6 +193,43 @@ def param_values(scanner, fn, param):
         return NO_VALUE
     cache[key] = found
     return found
+
+
+def returned_collection(scanner, info, name, depth=0):
+    """The literal collection the function ``name`` (defined in this module or imported from
+    another) returns when its every return is one, written out or a module constant
+    (``def supported_capabilities(): return SUPPORTED_CAPABILITIES``), or NO_VALUE."""
+    if scanner is None or depth > 2:
+        return NO_VALUE
+    imported = info.imports.get(name) or import_in_text(info, name)
+    if imported:
+        module, original = imported
+        for rel in module_files(module):
+            if rel in scanner.texts:
+                other, _ = _statements_naming(scanner, rel, original)
+                if other is not None:
+                    return returned_collection(scanner, other, original, depth + 1)
+        return NO_VALUE
+    try:
+        pieces = scanner.statements_naming(info, name)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return NO_VALUE
+    funcs = [n for piece in pieces if not piece.in_class for n in piece.tree.body
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    if len(funcs) != 1:
+        return NO_VALUE
+    returns = [n for n in walk_no_nested(_on_cuda(funcs[0].body)) if isinstance(n, ast.Return)]
+    values = []
+    for ret in returns:
+        if ret.value is None:
+            return NO_VALUE
+        value = literal_collection(ret.value)
+        if value is NO_VALUE and isinstance(ret.value, ast.Name):
+            value = scanner.constant(info, ret.value.id)
+        if value is NO_VALUE or not isinstance(value, list):
+            return NO_VALUE
+        values.append(value)
+    return values[0] if values and all(v == values[0] for v in values) else NO_VALUE
 
 
 def _statements_naming(scanner, rel, name):

@@ -6,6 +6,7 @@ import ast
 import os
 
 from gpuops.remote.scan_ast import literal_return
+from gpuops.remote.scan_callers import call_sites
 from gpuops.remote.scan_discovery import walk_python_files
 from gpuops.remote.scan_fileinfo import FileInfo, gate_alias_names, load_info, parse_file
 from gpuops.remote.scan_locator import Locator
@@ -152,6 +153,11 @@ class Scanner(SiteLookups):
                 # One odd file must not cost the whole report: it is listed as not understood.
                 self.errors.append({"file": rel, "error": "scanner could not read it (%s)" % type(exc).__name__})
                 continue
+            for gate in found:
+                if gate["function"] != "<module>":
+                    sites = call_sites(self, gate["function"].split(".")[-1], rel, gate["function"])
+                    if sites:
+                        gate["callers"] = sites  # who calls its function, and inside which tests
             gates.extend(found)
         return gates
 

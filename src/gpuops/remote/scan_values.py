@@ -225,8 +225,18 @@ def member_values(node, scope):
             and node.value.id in ("self", "cls") and scope.fn is not None and "." in (scope.fn.qual or "")):
         # `cls.supported_capabilities`: a literal assigned in the class body.
         value = class_constant(scope.info, scope.fn.qual.split(".")[-2], node.attr)
+    if value is NO_VALUE and isinstance(node, ast.Name) and scope.fn is not None \
+            and node.id in (getattr(scope.fn, "values", None) or {}):
+        # a local the function assigns once: `SHARED_SYSMEM_SMS = (87, 110, 121)` before the test
+        value = literal_collection(scope.fn.values[node.id])
     if value is NO_VALUE and isinstance(node, ast.Name) and scope.scanner is not None and not scope.shadowed(node.id):
         value = scope.scanner.constant(scope.info, node.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
+    if value is NO_VALUE and isinstance(node, ast.Call) and not node.args and not node.keywords \
+            and isinstance(node.func, ast.Name) and not scope.shadowed(node.func.id):
+        # `cap not in supported_capabilities()`, a function that returns a module constant
+        # (imported here: scan_constants imports scan_fileinfo, which imports this module)
+        from gpuops.remote.scan_constants import returned_collection
+        value = returned_collection(scope.scanner, scope.info, node.func.id)
     return value
 
 

@@ -91,10 +91,18 @@ def _is_negative_int(node):
 
 
 def _is_note(stmt):
-    """Logging, a docstring or ``pass``: what may come before a refusal."""
+    """Logging, a docstring, ``pass``, or the message being written for the log (``message =
+    "... requires SM100 ..." % (...)``): what may come before a refusal."""
     if isinstance(stmt, ast.Pass):
         return True
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _NOTE_CALL_RE.search(dotted(stmt.value.func) or ""):
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        # `(logger.warning if explicit else logger.info)(message)`: a log call either way
+        callees = [func.body, func.orelse] if isinstance(func, ast.IfExp) else [func]
+        if all(_NOTE_CALL_RE.search(dotted(c) or "") for c in callees):
+            return True
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and _is_prose(stmt.value):
         return True
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 

@@ -65,7 +65,7 @@ def _failed_apply(report: HostReport, variant: Variant) -> Trial:
     if report.status == STATUS_ROLLED_BACK:
         why = f"{why} (rolled back: the host runs its previous configuration)"
     return Trial(host=report.host, variant=variant.label, env=dict(variant.env), status="apply_failed",
-                 run_id=report.run_id, error=why)
+                 run_id=report.run_id, error=why, log_tail=report.log_tail)
 
 
 def run_sweep(

@@ -40,6 +40,7 @@ class Trial:
     error: str | None = None
     interval: Interval | None = None  # 95% bootstrap interval of output tokens/s (see gpuops.bench.stats)
     speed_model: str | None = None  # from a stand-in server: its model's label (the figures are simulated)
+    log_tail: str | None = None  # the server's log after a variant's failed start (host text, redacted)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,7 @@ class Trial:
             "result_id": self.result_id, "apply_run_id": self.run_id, "error": self.error,
             "interval": self.interval.as_json() if self.interval else None,
             "simulated": self.speed_model is not None, "speed_model": self.speed_model,
+            "log_tail": self.log_tail,
         }
 
 

@@ -511,6 +511,7 @@ def test_rollback_of_the_fusion_run_under_a_later_nccl_run_returns_to_the_origin
 NEW_RELEASE = "0.5.21"
 
 
+@pytest.mark.timeout(900)  # two gate audits of real SGLang trees in containers (about 150 s on a quiet machine)
 def test_sglang_release_moves_the_container_to_the_new_image_and_back(fusion_host, debian_root, run_gpuops) -> None:
     """sglang-release on a docker server: the release is an image. Refused before anything stops
     (an image that cannot be pulled, one holding another release); then switched (the container
@@ -548,6 +549,13 @@ def test_sglang_release_moves_the_container_to_the_new_image_and_back(fusion_hos
     assert f"does not hold the release: sglang {RELEASE}, not {NEW_RELEASE}, " in report["error"], report
     unchanged()
 
+    # --check: the image is on the host, so it is checked inside and its gate audit shown; nothing changes.
+    proc, report = release("-e", f"sglang_release_image={new_image}", "--check")
+    assert proc.returncode == 0 and report["status"] == "checked", proc.stdout + proc.stderr
+    assert any(f"image {new_image}" in n and "found on the host" in n for n in report["notes"]), report["notes"]
+    assert any(n.startswith(f"gate audit, sglang {RELEASE} (running) -> {NEW_RELEASE}") for n in report["notes"]), report
+    unchanged()
+
     # The switch: pulled or found, checked inside, audited, then one transaction.
     proc, report = release("-e", f"sglang_release_image={new_image}")
     assert proc.returncode == 0 and report["status"] == "finished", proc.stdout + proc.stderr
@@ -572,3 +580,36 @@ def test_sglang_release_moves_the_container_to_the_new_image_and_back(fusion_hos
     assert host_files(dh) == ORIGINAL["files"]
     assert served(dh)["version"] == RELEASE
     assert took < 60, took
+
+
+def test_client_killed_after_the_container_moved_to_the_new_image_goes_back(fusion_host, debian_root,
+                                                                             gpuops_home) -> None:
+    """gpuops dies after the container was recreated from the release's image (health): the lease
+    lapses and the host recreates it from the original image, the launch files byte for byte."""
+    import signal
+
+    from gpuops.lab.docker_host import standin_image
+    from gpuops.lab.sglang_cache import sglang_site, sglang_wheel
+    from gpuops.release.wheel import read_release
+    from labtools import client_paused_at, rolled_back_count, wait_for_self_rollback
+
+    dh = fusion_host
+    state = dh.host.state_dir
+    pins = read_release(NEW_RELEASE, sglang_wheel(NEW_RELEASE)).pins
+    new_image = standin_image(dh.daemon, debian_root, sglang_site(NEW_RELEASE), stack=pins)  # built by the test above
+    rolled_before = rolled_back_count(state)
+    client = client_paused_at(state, "health", ["apply", "sglang-release", "-i", str(dh.lab.inventory_path),
+                                                "-e", f"sglang_version={NEW_RELEASE}", "-e", f"sglang_release_image={new_image}",
+                                                "-e", "gpuops_lease=4", "-e", "smoke_check=false"], gpuops_home, 600)
+    try:
+        assert dh.inspect()["Config"]["Image"] == new_image  # recreated from the release's image
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    wait_for_self_rollback(state / "lock", lambda: rolled_back_count(state) > rolled_before, time.monotonic() + 4 + 90)
+    info = dh.inspect()
+    assert info["Image"] == ORIGINAL["image"] and info["Config"]["Image"] == ORIGINAL["ref"] and info["State"]["Running"]
+    assert host_files(dh) == ORIGINAL["files"]
+    assert served(dh)["version"] == RELEASE

@@ -403,3 +403,77 @@ def test_the_drop_in_directory_gpuops_created_is_gone_after_the_undo(host, run_g
         assert "SGLANG_NOTE" not in served(host)["env"]
     finally:
         put_back_lab_files(host, lab_files)
+
+
+@pytest.mark.timeout(1500)  # a real venv + pip install of the lab wheelhouse inside the booted root, on a shared machine
+def test_sglang_release_switches_the_unit_to_a_new_environment_and_back(systemd_host_factory, run_gpuops,
+                                                                        tmp_path_factory) -> None:
+    """sglang-release under real systemd: a build on a disk that fills up is refused with nothing
+    changed; then the environment is built inside the booted root (whose Debian python3 has no
+    ensurepip: the wheelhouse's pip wheel installs), the unit's ExecStart points at it and systemd
+    restarts it; gpuops rollback puts the unit back byte for byte."""
+    import ensurepip
+    import shutil
+    from pathlib import Path
+
+    from gpuops.lab.hosts import STANDIN_SIBLINGS
+    from gpuops.lab.systemd_host import STANDIN
+    from gpuops.lab.wheelhouse import build_wheelhouse
+
+    wheelhouse = build_wheelhouse(tmp_path_factory.mktemp("sd-wheelhouse"), ["0.5.21"])
+    pip = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl")) or sorted(
+        Path("/usr/share/python-wheels").glob("pip-*-py3-none-any.whl"))
+    assert pip, "no pip wheel on this machine to put in the wheelhouse"
+    shutil.copy2(pip[-1], wheelhouse / pip[-1].name)
+    # The new environment's python runs the lab's stand-in for `-m sglang.launch_server` (its
+    # gpuops-lab-launch hook reads $GPUOPS_LAB_DIR/lib/standin_server.py).
+    sd = systemd_host_factory(server_env={"GPUOPS_LAB_DIR": "/opt/gpuops-lab"})
+    try:
+        lib = sd.booted.path("/opt/gpuops-lab/lib")
+        lib.mkdir(parents=True, exist_ok=True)
+        for source in (STANDIN, *STANDIN_SIBLINGS):
+            shutil.copyfile(source, lib / source.name)
+        before, pid = files(sd), sd.systemctl_show("MainPID")["MainPID"]
+        old_version = wait_server_info(sd.server_port, 60)["version"]
+
+        # A disk that fills up during the build (a 48 MiB tmpfs: the wheelhouse fits, the installed
+        # release does not; the free-space preflight is set to 0 so that the build really starts).
+        small = sd.booted.run(["sh", "-c", "mkdir -p /opt/small && mount -t tmpfs -o size=48m tmpfs /opt/small"])
+        assert small.returncode == 0, small.stderr
+        full = run_gpuops("apply", "sglang-release", "-i", str(sd.inventory_path), "--json",
+                          "-e", "sglang_version=0.5.21", "-e", f"sglang_wheelhouse={wheelhouse}",
+                          "-e", "gpuops_envs_dir=/opt/small/envs", "-e", "gpuops_release_min_free_gib=0",
+                          env={"XDG_STATE_HOME": ""}, timeout=1200)
+        refused = json.loads(full.stdout)["hosts"]["sd1"]
+        assert full.returncode == 1 and refused["status"] == "refused", full.stdout + full.stderr
+        assert "No space left on device" in refused["error"], refused["error"]
+        assert "refused before the server stopped, nothing was changed" in refused["error"]
+        left = sd.booted.run(["sh", "-c", "ls -A /opt/small/envs"])  # inside: the tmpfs is the container's mount
+        assert left.returncode == 0 and not [n for n in left.stdout.split() if n.startswith("sglang-")], left.stdout
+        assert files(sd) == before and sd.systemctl_show("MainPID")["MainPID"] == pid
+
+        proc = run_gpuops("apply", "sglang-release", "-i", str(sd.inventory_path), "--json",
+                          "-e", "sglang_version=0.5.21", "-e", f"sglang_wheelhouse={wheelhouse}",
+                          "-e", "gpuops_health_timeout=60", "-e", "gpuops_stop_grace=5",
+                          env={"XDG_STATE_HOME": ""}, timeout=1200)
+        report = json.loads(proc.stdout)["hosts"]["sd1"] if proc.stdout.strip().startswith("{") else {}
+        assert proc.returncode == 0 and report.get("status") == "finished", proc.stdout + proc.stderr
+        notes = "\n".join(report["notes"])
+        assert "built with venv + pip from the wheelhouse" in notes, notes
+        (env,) = sd.booted.path("/opt/gpuops/envs").glob("sglang-0.5.21-*")
+        shown = sd.systemctl_show("ExecStart", "MainPID", "ActiveState")
+        assert f"/opt/gpuops/envs/{env.name}/bin/python" in shown["ExecStart"], shown
+        assert shown["ActiveState"] == "active" and shown["MainPID"] != pid
+        assert wait_server_info(sd.server_port, 60)["version"] == "0.5.21"
+
+        started = time.monotonic()
+        back = run_gpuops("rollback", "-i", str(sd.inventory_path), "--json", env={"XDG_STATE_HOME": ""}, timeout=300)
+        took = time.monotonic() - started
+        assert back.returncode == 0, back.stdout + back.stderr
+        print(f"\nsglang-release under systemd: rollback in {took:.1f} s", flush=True)
+        assert files(sd) == before
+        assert "/opt/gpuops/envs/" not in sd.systemctl_show("ExecStart")["ExecStart"]
+        assert wait_server_info(sd.server_port, 60)["version"] == old_version
+        assert env.is_dir()  # kept for a switch back
+    finally:
+        sd.stop()
