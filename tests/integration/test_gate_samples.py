@@ -17,11 +17,7 @@ pytestmark = pytest.mark.integration
 HOST, LABELS = load_samples()
 RELEASES = sorted({str(e["release"]) for e in LABELS}, key=lambda v: [int(p) for p in v.split(".")])
 # Lines gpuops still does not agree on, per part (a fix removes its line; a new miss fails).
-KNOWN_MISSES: set[tuple[str, str, int]] = {
-    # independent-2: `capability not in cls.supported_capabilities`, a class attribute set to a module constant
-    ("0.5.22", "multimodal_gen/runtime/platforms/cuda.py", 275),
-    ("0.5.23", "multimodal_gen/runtime/platforms/cuda.py", 285),
-}
+KNOWN_MISSES: set[tuple[str, str, int]] = set()
 
 
 def test_the_samples_are_what_they_say():

@@ -166,6 +166,36 @@ FILES = {
                 return sysmem_available()
             return torch.cuda.mem_get_info(gpu_id)[0]
         """,
+    # a class attribute set to a module constant; a subclass that sets its own makes it run-time
+    "srt/class_table.py": """
+        import torch
+
+        H3_CAPABILITIES = frozenset({(8, 0), (9, 0), (10, 0), (10, 3)})
+        OTHER_CAPABILITIES = frozenset({(12, 0)})
+
+        class H3Resolver:
+            supported_capabilities = H3_CAPABILITIES
+
+            @classmethod
+            def resolve(cls):
+                capability = torch.cuda.get_device_capability()
+                if capability not in cls.supported_capabilities:
+                    raise ValueError("H3 needs compute capability 8.0, 9.0, 10.0 or 10.3")
+                return "h3"
+
+        class BaseResolver:
+            supported_capabilities = H3_CAPABILITIES
+
+            @classmethod
+            def resolve(cls):
+                capability = torch.cuda.get_device_capability()
+                if capability not in cls.supported_capabilities:
+                    raise ValueError("not supported on this device")
+                return "base"
+
+        class OtherResolver(BaseResolver):
+            supported_capabilities = OTHER_CAPABILITIES
+        """,
     # -- reachability through callers: functions written for one GPU, called where it is tested
     "srt/callers.py": """
         import torch
@@ -475,3 +505,10 @@ def test_a_gate_whose_every_caller_is_closed_on_the_gpu_is_not_reached(scan):
     # called with no test around it; or stored in a table (called from anywhere): it refuses sm120
     assert by_function["_attn_sm100"]["status"] == "blocked" and by_function["_attn_sm100"]["unreachable"] is None
     assert by_function["_norm_sm100"]["status"] == "blocked" and by_function["_norm_sm100"]["unreachable"] is None
+
+
+def test_a_class_attribute_naming_a_module_constant_is_read_unless_a_subclass_sets_its_own(scan):
+    by_function = {g["function"]: g for g in judged(scan, "srt/class_table.py")}
+    h3 = by_function["H3Resolver.resolve"]
+    assert h3["status"] == "blocked" and h3["admits"] == ["sm80", "sm90", "sm100", "sm103"]
+    assert by_function["BaseResolver.resolve"]["status"] == "unknown"  # OtherResolver's differs

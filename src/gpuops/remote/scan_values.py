@@ -224,7 +224,13 @@ def member_values(node, scope):
     if (value is NO_VALUE and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             and node.value.id in ("self", "cls") and scope.fn is not None and "." in (scope.fn.qual or "")):
         # `cls.supported_capabilities`: a literal assigned in the class body.
-        value = class_constant(scope.info, scope.fn.qual.split(".")[-2], node.attr)
+        cls = scope.fn.qual.split(".")[-2]
+        value = class_constant(scope.info, cls, node.attr)
+        if value is NO_VALUE and scope.scanner is not None and not _overridden(scope.scanner, cls, node.attr):
+            # `supported_capabilities = VSA_H3_CAPABILITIES`: the module constant it names
+            held = class_constant(scope.info, cls, node.attr, names=True)
+            if isinstance(held, str):
+                value = scope.scanner.constant(scope.info, held)
     if value is NO_VALUE and isinstance(node, ast.Name) and scope.fn is not None \
             and node.id in (getattr(scope.fn, "values", None) or {}):
         # a local the function assigns once: `SHARED_SYSMEM_SMS = (87, 110, 121)` before the test
@@ -240,8 +246,28 @@ def member_values(node, scope):
     return value
 
 
-def class_constant(info, cls, name):
-    """The literal ``name = ...`` in the body of class ``cls`` of this file, or NO_VALUE."""
+def _overridden(scanner, cls, name):
+    """Does a subclass of ``cls`` anywhere in the tree assign its own ``name`` (then which value
+    ``cls.name`` has is chosen at run time)?"""
+    header = re.compile(r"^class\s+\w+\s*\([^)]*\b%s\b" % re.escape(cls), re.M)
+    assigns = re.compile(r"^\s+%s\s*(?::[^=]*)?=" % re.escape(name), re.M)
+    needle = cls.encode()
+    for rel in sorted(scanner.texts):
+        if needle not in scanner.texts[rel]:
+            continue
+        text = scanner.texts[rel].decode("utf-8", "replace")
+        for match in header.finditer(text):
+            start = text.find("\n", match.end()) + 1 or len(text)  # the class body: from the next line
+            following = re.search(r"^\S", text[start:], re.M)  # to the next top-level statement
+            body = text[start: start + following.start()] if following else text[start:]
+            if assigns.search(body):
+                return True
+    return False
+
+
+def class_constant(info, cls, name, names=False):
+    """The literal ``name = ...`` in the body of class ``cls`` of this file, or NO_VALUE; with
+    ``names``, the module name it is set to instead (``name = SUPPORTED``) when it is one."""
     for piece in info.pieces:
         bodies = []
         if piece.in_class and piece.qual == cls:
@@ -252,6 +278,8 @@ def class_constant(info, cls, name):
             for stmt in body:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
                 if stmt_value(stmt) is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    if names:
+                        return stmt.value.id if isinstance(stmt.value, ast.Name) else NO_VALUE
                     value = literal_collection(stmt.value)
                     if value is not NO_VALUE:
                         return value
