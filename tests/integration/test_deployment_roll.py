@@ -10,6 +10,7 @@ promise is the same: never a split configuration, both nodes on one setting, the
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from pathlib import Path
@@ -80,7 +81,7 @@ def _settled(lab: Lab, value: int, timeout: float = 90) -> None:
 def _baseline(run_gpuops: Any, lab: Lab, port: int) -> None:
     """Both nodes on NCCL_MIN_NCHANNELS=4 (a no-op when an earlier test left them there)."""
     code, hosts = _apply(run_gpuops, lab, port, 4)
-    assert code == 0, hosts
+    assert code == 0, {n: (h["status"], h.get("error"), h.get("notes")) for n, h in hosts.items()}
     _settled(lab, 4)
 
 
@@ -270,3 +271,56 @@ def test_three_nodes_change_and_roll_back_as_one(lab_factory: Any, run_gpuops: A
         settled(4)
     finally:
         stop_lab(lab.root)
+
+
+def test_a_node_rolled_back_by_its_lease_is_not_left_beside_a_committed_one(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """Node 1 healthy and waiting for its commit, its session frozen (SIGSTOP of its relay): its
+    lease lapses and it rolls back, which takes node 0's new server down while node 0 is still
+    before its commit. Node 0 then gets its commit but does not commit a server that is gone:
+    both nodes end on the old setting (before: node 0 committed 11 with no server running)."""
+    import signal
+
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
+    _fault(lab, "n0", {"pause_at": "confirm", "seconds": 15})  # node 0 verifies last, long after node 1
+    proc = client(lab, "nccl-env", "--json", *_extra(port, 11), home=gpuops_home)
+    paused(lab.host("n0"), "confirm", proc, earlier["n0"])
+    worker = _worker_of(lab.host("n1"), earlier["n1"])
+    deadline = time.monotonic() + 60
+    while not _verified(worker["dir"]):  # node 1 waits for its commit
+        assert time.monotonic() < deadline, "node 1 was never verified"
+        time.sleep(0.05)
+    time.sleep(2)  # the relay has passed "verified" on to gpuops (it pumps every POLL_S): gpuops waits at the commit
+    os.kill(worker["relay"], signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 90
+        while not {"rolled_back", "rollback_failed"} & {e for _, e in journal_events(lab.host("n1"))[-1:]}:
+            assert time.monotonic() < deadline, "node 1 never rolled back by its lease"
+            time.sleep(0.1)
+    finally:
+        os.kill(worker["relay"], signal.SIGCONT)
+    out, _ = proc.communicate(timeout=240)
+    hosts = json.loads(out)["hosts"]
+    assert hosts["n0"]["status"] != "finished" and hosts["n1"]["status"] != "finished", hosts
+    assert "NCCL_MIN_NCHANNELS='11'" not in _env_file(lab, "n0")
+    _baseline(run_gpuops, lab, port)  # the next command: one server on one setting again
+
+
+def _worker_of(host: Any, earlier: set[Path]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for progress in sorted(p / "progress.jsonl" for p in calls(host) - earlier):
+            if progress.exists():
+                for line in progress.read_text().splitlines():
+                    record = json.loads(line) if line.strip() else {}
+                    if record.get("event") == "worker":
+                        return {"dir": progress.parent, "worker": record["pid"], "relay": record["relay"]}
+        time.sleep(0.05)
+    raise AssertionError("no worker")
+
+
+def _verified(call_dir: Path) -> bool:
+    progress = call_dir / "progress.jsonl"
+    return progress.exists() and '"event": "verified"' in progress.read_text()

@@ -175,11 +175,14 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         restarts = bool(plan.handlers) and plan.service is not None
         if replica is not None and (restarts or replica.left_out) and options.check:
             report.notes.append("drain plan: " + replica.plan_line())
+        pending = _unfinished(extra_facts["journal"])
         if deployment is not None:
             if options.check:
                 report.notes.append(deployment.deployment.plan_line(host.name))
             else:
-                refused = deployment.planned(host.name, restarts)
+                # A run left open here (its rollback failed) is finished first on the host, which
+                # restarts this node alone: every node then restarts, together, after it.
+                refused = deployment.planned(host.name, restarts or pending is not None)
                 if refused is not None:
                     report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, refused
                     return report
@@ -199,7 +202,6 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                     report.notes.append(f"nothing to change here; restarted with the other nodes of deployment "
                                         f"{deployment.deployment.name}")
         reconcile_home(host.name, fold_runs(extra_facts["journal"]), host_key(host))
-        pending = _unfinished(extra_facts["journal"])
         if pending and options.check:
             # The next real run on this host rolls it back first (unless its worker is still alive
             # and holds the lock, in which case that run finishes or rolls back by itself).
@@ -260,9 +262,15 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             if event.get("event") == EVENT_VERIFIED:
                 verified_event.clear()
                 verified_event.update(event)
-            elif event.get("event") in (EVENT_ROLLING_BACK, EVENT_RECOVERING) and deployment is not None:
-                # the others roll back too (a recovering relay: this node's worker died)
-                deployment.fail(host.name, str(event.get("why") or "its host-side worker died"))
+            elif (deployment is not None and (event.get("event") == EVENT_ROLLING_BACK or (
+                    event.get("event") == EVENT_RECOVERING and event.get("run_id") == run_id))):
+                # the others roll back too (this run recovered by its relay: this node's worker died;
+                # an earlier run left open, recovered first, is no failure of this one)
+                why = str(event.get("why") or "its host-side worker died")
+                if event.get("event") == EVENT_RECOVERING:
+                    deployment.ended(host.name, False, why)  # its recovery holds nowhere: nobody waits for it
+                else:
+                    deployment.fail(host.name, why)
 
         def checked() -> tuple[bool, str | None]:
             if plan.log_check is not None:

@@ -18,6 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+# The GPU a gate is judged for has its own module; its names are imported from here too.
+from gpuops.gates.gpu_target import GpuTarget, make_gpu, parse_capability, parse_cuda  # noqa: F401
 from gpuops.gates.predicates import PLATFORM_FALLBACK, Meaning, check, fallback_meaning, meaning_from_entry
 from gpuops.gates.scan import GateScan
 # The tree's walks are written once, in the host module that builds the tree (the scanner's
@@ -37,49 +39,6 @@ _MAJORS = range(7, 14)  # what a capability's major can plausibly be (Volta .. b
 # A CUDA runtime recent enough for every predicate: ``admits`` is about the GPU, not the toolkit.
 RECENT_CUDA = (13, 0)
 _TRUE_PLATFORMS = {"cuda", "cuda_alike"}
-
-
-@dataclass(frozen=True)
-class GpuTarget:
-    """The GPU a gate is judged for: its compute capability and CUDA version (not a device as
-    nvidia-smi reports it: that is ``gpuops.facts.gpu.Gpu``)."""
-
-    major: int
-    minor: int
-    cuda: tuple[int, int] | None = None
-
-    @property
-    def sm(self) -> str:
-        return f"sm{self.major}{self.minor}"
-
-
-def parse_capability(text: str | None) -> tuple[int, int] | None:
-    """``"12.0"``, ``"12"``, ``"sm120"``, ``"SM_90"`` -> (major, minor); None when unreadable."""
-    if text is None:
-        return None
-    value = str(text).strip().lower().replace("sm_", "sm")
-    match = re.fullmatch(r"(\d+)\.(\d+)", value)
-    if match:
-        return int(match.group(1)), int(match.group(2))
-    match = re.fullmatch(r"(?:sm)?(\d{2,3})", value)
-    if match:
-        major, minor = divmod(int(match.group(1)), 10)
-        return major, minor
-    return None
-
-
-def parse_cuda(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    match = re.match(r"\s*(\d+)\.(\d+)", str(text))
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def make_gpu(compute_capability: str | None, cuda_version: str | None) -> GpuTarget | None:
-    cc = parse_capability(compute_capability)
-    if cc is None:
-        return None
-    return GpuTarget(cc[0], cc[1], parse_cuda(cuda_version))
 
 
 class PredicateBook:

@@ -327,6 +327,8 @@ class Run:
     def hold_restart(self):
         """A node of a multi-node server in a rollback: the previous server starts once every node
         has stopped the new one (gpuops' ``restart``); with nobody to wait for, at once."""
+        if isinstance(self.lease, NoLease):
+            return  # a recovery of a dead run: nobody to wait for (and no hold for gpuops to answer)
         self.progress({"event": EVENT_ROLLBACK_STOPPED})
         try:
             self.lease.wait_message("restart", "before restarting the previous server", abortable=False)
@@ -475,6 +477,11 @@ def do_apply(payload, progress, lease, hooks, notes):
         answer = lease.wait_message("commit", "while waiting for gpuops to confirm")
         if answer.get("commit") is False:  # gpuops' smoke check asked for the change to be undone
             raise StepFailed(answer.get("reason") or "gpuops did not confirm the run")
+        if run.deployment and pid is not None and not run.service.running()[0]:
+            # A node of a multi-node server goes down with any other node (a peer that rolled back
+            # by its lease): a server that died since its health check is not committed.
+            raise StepFailed("the server exited after its health check (another node of deployment %s went away?)"
+                             % run.deployment.get("name"), run.service.log_tail())
         run.event(FINISHED, pid=pid, **run.dirs_note())
         run.hooks.at_committed(run)
         progress({"event": EVENT_COMMITTED, "run_id": run.run_id})  # the host's answer, journaled first
