@@ -193,8 +193,11 @@ class DeploymentTxn:
 
     VERIFIED = "verified"  # the client's own hold: the commit waits for every node healthy
 
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, undoing: bool = False) -> None:
         self.deployment = deployment
+        # ``gpuops rollback`` of the deployment's run: its ``rollback_stopped`` hold is the way
+        # forward (every node stopped, then the previous servers start), not a node failing.
+        self.undoing = undoing
         self._cond = threading.Condition()
         self._reached: dict[str, set[str]] = {name: set() for name in deployment.members}
         self._released: dict[str, set[str]] = {name: set() for name in deployment.members}
@@ -231,7 +234,7 @@ class DeploymentTxn:
         """``point``: a host hold (``hp.HOLDS``) or ``VERIFIED``. Ordered: at the start holds, a
         node of rank > 0 goes first and the leader only once every worker was let go."""
         rollback = point == hp.EVENT_ROLLBACK_STOPPED
-        if rollback:
+        if rollback and not self.undoing:
             self.fail(host, "it is rolling back")  # (a recovery of its dead worker says no more)
         with self._cond:
             self._reached[host].add(point)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+import threading
+
+from gpuops.apply.deployment import Deployment, DeploymentTxn
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions, current_user, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
+from gpuops.remote.host_protocol import EVENT_STOP_READY, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -60,12 +63,47 @@ def _rollback_state_dir(host: "Host", target: str | None) -> str:
     return chosen or inventory_state_dir(host)
 
 
+class DeploymentRollbacks:
+    """The deployments whose runs one ``gpuops rollback`` undoes, met as their nodes name them.
+
+    A run of a multi-node server is undone on every node as one (``apply/deployment.py``): a node
+    whose target run belongs to a deployment says so before it changes anything (the ``stop_ready``
+    hold, with the journal's deployment record); this refuses it, nothing changed, when a member
+    is not in the rollback, else holds it with the other nodes: nobody starts its previous server
+    before every node stopped the new one, the workers go before the leader, and nobody commits
+    before every node is back and healthy."""
+
+    def __init__(self, selected: Sequence[str]) -> None:
+        self.selected = set(selected)
+        self._lock = threading.Lock()
+        self._txns: dict[str, DeploymentTxn] = {}
+
+    def join(self, host: str, record: Any) -> tuple[DeploymentTxn | None, str | None]:
+        """The deployment's transaction for this node, or why it is refused."""
+        if not isinstance(record, dict) or not isinstance(record.get("members"), list) \
+                or not all(isinstance(m, str) for m in record["members"]) or host not in record["members"]:
+            return None, f"{host}: the run's deployment record is not readable: {str(record)[:200]!r}"
+        name = str(record.get("name") or "")
+        missing = [m for m in record["members"] if m not in self.selected]
+        if missing:
+            return None, (f"{host}: the run belongs to deployment {name} whose other nodes {', '.join(missing)} "
+                          "are not in this rollback (-l): a multi-node server is rolled back with all its nodes")
+        with self._lock:
+            txn = self._txns.get(name)
+            if txn is None or list(txn.deployment.members) != record["members"]:
+                txn = self._txns[name] = DeploymentTxn(
+                    Deployment(name=name, members=tuple(record["members"]),
+                               init_addr=str(record.get("init_addr") or "")), undoing=True)
+        return txn, None
+
+
 def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
     from gpuops.apply.journal import record_run_home
     from gpuops.apply.recompose import recompose_host
     from gpuops.transport import connect, run_on_hosts
 
     run_id = new_run_id()
+    deployments = DeploymentRollbacks([h.name for h in hosts])
 
     def one(host: "Host") -> HostReport:
         deadline = options.deadline()
@@ -77,11 +115,41 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
         recomposed: tuple[HostReport, str | None] | None = None
+        node: dict[str, Any] = {}  # this host as a node of a deployment: its record, sender, transaction
+
+        def on_event(message: dict[str, Any]) -> None:
+            if message.get("event") == EVENT_STOP_READY:
+                node["record"] = message.get("deployment")
+
+        def on_hold(event: str) -> tuple[bool, str | None]:
+            if event == EVENT_STOP_READY:
+                txn, why = deployments.join(host.name, node.get("record"))
+                if txn is None:
+                    return False, why
+                node["txn"] = txn
+                txn.opened(host.name, node["send"])
+            txn = node.get("txn")
+            if txn is None:
+                return False, "not a node of a deployment"
+            return txn.hold(host.name, event)
+
+        def on_verified() -> tuple[bool, str | None]:
+            txn = node.get("txn")
+            return (True, None) if txn is None else txn.commit_gate(host.name, None)()
+
         conn = connect(host, options.connect)
         try:
             # One exec for a plain rollback; a second exec (and a read of the launch files) only
             # when later runs stand on the target's files and it is undone by recomposition.
-            result = run_helper(conn, variables, payload, deadline=deadline)
+            result = None
+            try:
+                result = run_helper(conn, variables, payload, deadline=deadline, on_event=on_event,
+                                    on_hold=on_hold, on_verified=on_verified,
+                                    on_open=lambda send: node.__setitem__("send", send))
+            finally:
+                if node.get("txn") is not None:  # whatever happened: the other nodes never wait for it
+                    node["txn"].ended(host.name, bool(result is not None and result.ok),
+                                      "its rollback failed" if result is None else result.error)
             if result.status == STATUS_LATER_RUNS_STAND:
                 try:
                     recomposed = recompose_host(conn, host, state_dir, target, run_id, options, deadline, result)

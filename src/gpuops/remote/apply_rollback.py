@@ -16,7 +16,7 @@ from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
 from gpuops.remote.recompose import check_unchanged, later_standing, pick_target, undone_runs
-from gpuops.remote.host_protocol import EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
+from gpuops.remote.host_protocol import EVENT_STOP_READY, EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
 
 
 class LaterRunsStand(StepFailed):
@@ -103,6 +103,15 @@ def do_rollback(payload, progress, lease, hooks, notes):
         return {"ok": False, "status": STATUS_LATER_RUNS_STAND, "error": str(exc), "records": records,
                 "run_id": payload.get("run_id")}
     manifest = load_manifest(state_dir, target)
+    if manifest.get("deployment"):
+        # A node of a multi-node server: its nodes are rolled back as one, so gpuops first learns
+        # which deployment the run belongs to and lets this node go only once every node is here
+        # (or refuses, nothing changed, when some are missing from the rollback).
+        progress({"event": EVENT_STOP_READY, "deployment": manifest["deployment"]})
+        answer = lease.wait_message("stop", "before rolling back a node of deployment %s"
+                                    % manifest["deployment"].get("name"))
+        if answer.get("stop") is not True:
+            raise StepFailed(answer.get("reason") or "gpuops stopped the rollback of this deployment node")
     run = Run(payload, progress, lease, hooks)
     run.service = Service(manifest.get("service"), run.pm, progress)
     kept = check_drift(manifest, target, payload.get("force"),
