@@ -338,6 +338,74 @@ FILES = {
         def vae_output_fusable():
             return is_cuda_sm_at_least(_MIN_SM)
         """,
+    # -- issue 29, part independent-3's patterns
+    "srt/exit_call.py": """
+        import sys
+        from sglang.srt.utils import is_sm100_supported
+
+        _SUPPORTED = is_sm100_supported()
+
+        if __name__ == "__main__":
+            if not _SUPPORTED:
+                print("[skip] needs sm100")
+                sys.exit(0)
+            run()
+        """,
+    "srt/requirements.py": """
+        import torch
+
+        class Kernel:
+            def __init__(self):
+                sm_major = torch.cuda.get_device_capability()[0]
+                if sm_major == 9:
+                    if self._prefill_fn is None:
+                        raise RuntimeError("prefill kernel is unavailable.")
+                    if self._mtp_fn is None:
+                        raise RuntimeError("MTP kernel is unavailable.")
+                self.ready = True
+
+        def resolve(trtllm_gen):
+            if not trtllm_gen and torch.cuda.get_device_capability() == (9, 0):
+                try:
+                    from sageattention.sm90_compile import fixed_binding  # noqa: F401
+                except ImportError:
+                    logger.warning("missing the SM90 binding fix; falling back")
+                    return "fa"
+            return "sage"
+        """,
+    "srt/divert.py": """
+        from sglang.srt.utils import is_sm100_supported
+
+        def backend(target_backend, head_size, supported_sizes):
+            if target_backend == "fa":
+                fa4_head_size = is_sm100_supported() and head_size % 8 == 0
+                if head_size not in supported_sizes and not fa4_head_size:
+                    logger.info("Cannot use FlashAttention for head size %d.", head_size)
+                    target_backend = "torch_sdpa"
+            return target_backend
+        """,
+    "srt/nested_branch.py": """
+        import torch
+        from sglang.srt.utils import is_blackwell
+
+        def select():
+            major, _ = torch.cuda.get_device_capability()
+            if major == 9:
+                if major >= 9:
+                    return "triton_attn"
+                return "fa3"
+            return "sdpa"
+        """,
+    "srt/sail.py": """
+        import torch
+
+        def target_flags(arch):
+            if is_sail_runtime():
+                major, _ = torch.cuda.get_device_capability()
+                if major < 13:
+                    raise ValueError("unsupported SAIL arch")
+            return ["-arch=sm_120"]
+        """,
 }
 
 
@@ -366,9 +434,16 @@ def judged(scan, file, gpu="12.0", **kwargs):
     ("srt/logged_exit.py", "exit", "blocked", ("10.0", "open")),
     # The snippets' is_blackwell means major 10 only: sm100 is the GPU restricted here.
     ("srt/restrict.py", "restrict", "open", ("10.0", "blocked")),
+    # `print(...); sys.exit(0)` under `if not _SUPPORTED:` at module level: sm120 stops there
+    ("srt/exit_call.py", "exit", "blocked", ("10.0", "open")),
+    # a GPU test whose body is only more refusals: an extra requirement for sm90, sm120 passes on
+    ("srt/requirements.py", "requirements", "open", ("8.0", "open")),
+    # inside `if target_backend == "fa":`, setting target_backend elsewhere: sm120 falls to SDPA
+    ("srt/divert.py", "divert", "blocked", ("10.0", "open")),
 ])
 def test_a_refusal_that_is_not_a_raise_flips_the_sense(scan, file, shape, on_sm120, on_other):
-    gate = [g for g in gates_of(scan, file) if g["kind"] == "guard"]
+    gate = [g for g in gates_of(scan, file) if g["kind"] == "guard"
+            and (file != "srt/requirements.py" or "sm_major" in g["text"])]
     assert len(gate) == 1, [(g["kind"], g["text"]) for g in gates_of(scan, file)]
     assert gate[0]["polarity"] == -1 and gate[0]["effect"]["shape"] == shape
     mine = next(g for g in judged(scan, file) if g["id"] == gate[0]["id"])
@@ -432,8 +507,12 @@ def test_the_count_line_says_what_blocked_costs(scan):
     blocked = [g for g in report.gates if g["status"] == "blocked"]
     own = [g for g in blocked if g["alternative"]]
     assert len(own) == 1
-    assert f"{len(blocked)} blocked ({len(blocked) - 1} shut sm120 out, 1 send it to its own path)" in line
-    assert "2 for another platform" in line
+    # srt/nested_branch.py's inner branch: blocked because sm120 never reaches it, counted apart
+    unreached = [g for g in blocked if not g["alternative"] and g["unreachable"]]
+    assert len(unreached) == 1
+    assert (f"{len(blocked)} blocked ({len(blocked) - 2} shut sm120 out, 1 send it to its own path, "
+            "1 not reached on this host)") in line
+    assert "3 for another platform" in line
     console = Console(record=True, width=200)
     render_gate_detail(report, console, show_all=True)
     assert f"its own path: {own[0]['alternative']}" in console.export_text()
@@ -512,3 +591,20 @@ def test_a_class_attribute_naming_a_module_constant_is_read_unless_a_subclass_se
     h3 = by_function["H3Resolver.resolve"]
     assert h3["status"] == "blocked" and h3["admits"] == ["sm80", "sm90", "sm100", "sm103"]
     assert by_function["BaseResolver.resolve"]["status"] == "unknown"  # OtherResolver's differs
+
+
+def test_a_try_import_whose_except_falls_back_is_a_requirement(scan):
+    gate = next(g for g in judged(scan, "srt/requirements.py") if g["function"] == "resolve")
+    assert (gate["status"], gate["shape"]) == ("open", "requirements")
+
+
+def test_a_branch_inside_an_enclosing_test_the_gpu_fails_is_blocked_not_open(scan):
+    inner = next(g for g in judged(scan, "srt/nested_branch.py") if g["condition"] == "major >= 9")
+    assert inner["capability"] == "open"  # 12 >= 9, read on its own
+    assert inner["status"] == "blocked" and "major == 9" in inner["unreachable"]
+    assert next(g for g in judged(scan, "srt/nested_branch.py", "9.0") if g["id"] == inner["id"])["status"] == "open"
+
+
+def test_a_sail_runtime_branch_is_not_applicable(scan):
+    (gate,) = [g for g in judged(scan, "srt/sail.py") if g["kind"] == "guard"]
+    assert gate["status"] == "not_applicable" and "is_sail_runtime" in gate["reason"]

@@ -8,7 +8,8 @@ verdict costs this host anything:
 - inside ``if _is_hip:`` (or with an ``_is_npu and ...`` conjunct) it is **not applicable** on an
   NVIDIA host: never open, never blocked;
 - inside an enclosing GPU test that this GPU fails (``if cap[0] < 8:`` around a minor-version
-  raise) it is **not reached**: a refusal there never refuses this GPU;
+  raise) it is **not reached**: a refusal there never refuses this GPU, and a branch there
+  (``if major == 9: if is_blackwell: ...``) is never taken by it: blocked;
 - a branch this GPU fails while a sibling of the same if/elif chain admits it (``elif is_sm120():``)
   **sends it to its own path** (``alternative``): blocked, but the GPU is served;
 - a branch or refusal with a clause false on this host (``tp_size == 1`` under TP 8, a multicast
@@ -29,9 +30,11 @@ from gpuops.gates.logic import (
 from gpuops.remote.gate_tree import clause_nodes
 
 # What the platform names SGLang branches on are on an NVIDIA host. ``_use_aiter`` is an AMD
-# library switch (``get_bool_env_var("SGLANG_USE_AITER") and _is_hip``); gfx names are AMD GPUs.
+# library switch (``get_bool_env_var("SGLANG_USE_AITER") and _is_hip``); gfx names are AMD GPUs;
+# ``is_sail_runtime()`` is a T-HEAD SAIL device ("ZW" in its name), not an NVIDIA GPU.
 NVIDIA_HOST: dict[str, bool] = {
-    **{name: False for base in ("musa", "hip", "npu", "xpu", "cpu", "mps", "hpu", "gfx95_supported", "gfx1250")
+    **{name: False for base in ("musa", "hip", "npu", "xpu", "cpu", "mps", "hpu", "gfx95_supported", "gfx1250",
+                                                          "sail_runtime")
        for name in (f"_is_{base}", f"is_{base}")},
     "_use_aiter": False, "use_aiter": False,
     "_is_cuda": True, "is_cuda": True,
@@ -49,6 +52,9 @@ _FABRIC_RE = re.compile(r"multicast|mnnvl|nvlink|nvls", re.I)
 class Placement:
     not_applicable: str | None = None  # why the gate is for another platform than this host's
     outside: str | None = None  # an enclosing test false for this GPU or this host's configuration (its text)
+    # That enclosing test is a GPU test this GPU fails (``if major == 9:``), not the ``else`` of one
+    # (an elif after an if that already catches the GPU is read by samples.json's convention: open).
+    gpu_outside: bool = False
     alternative: Mapping[str, Any] | None = None  # the sibling branch that admits the GPU
     unreachable: str | None = None  # why it is not reached on this host (with its configuration)
     uncalled: str | None = None  # why no caller in the tree reaches it (whatever the host)
@@ -124,7 +130,9 @@ class Placer:
             why = f"inside `{_short(outside)}`, false on this host (its configuration)" if outside \
                 else self.false_clause(gate)
         alternative = None if outside else self.sibling(gate, neighbours)
-        return Placement(outside=outside, alternative=alternative, unreachable=why)
+        return Placement(outside=outside, alternative=alternative, unreachable=why,
+                         gpu_outside=bool(outside) and why == f"inside `{_short(outside)}`, false on {self.gpu.sm}"
+                         and not str(outside).startswith("not ("))
 
     def callers_closed(self, gate: Mapping[str, Any]) -> str | None:
         """Why no caller leads here on this GPU: every call of the gate's function (the scan's

@@ -201,6 +201,10 @@ def _judge_gate(
     elif place.outside and int(gate.get("polarity", 1)) < 0 and gpu is not None:
         # A refusal this GPU never reaches (a minor-version raise inside `if cap[0] < 8:`) never refuses it.
         status, reason = "open", f"never reached on {gpu.sm}: {place.unreachable}"
+    elif place.gpu_outside and int(gate.get("polarity", 1)) > 0 and status == "open" and gpu is not None:
+        # A branch inside a GPU test this GPU fails (`if major == 9: if is_blackwell: ...`): its own
+        # test admits the GPU, but the GPU never gets there, so it never gets what the branch does.
+        status, reason = "blocked", f"admits {gpu.sm} on its own, but never reached on it: {place.unreachable}"
     elif place.alternative is not None and status == "blocked":
         reason += f"; {gpu.sm if gpu else 'this GPU'} takes its own path at {_where(place.alternative)}"
     clauses = []

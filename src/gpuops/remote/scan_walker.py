@@ -33,7 +33,7 @@ _REFUSAL_WORD_RE = re.compile(r"\b(not|only|requires?|required|needs?|unsupporte
                               r"unavailable|incompatible|lacks?|no)\b", re.I)
 
 
-def rejection_shape(body, stmt=None, follows=False, fn_name=""):
+def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     """The way this if-body refuses the path it guards, by name (the catalogue of effect shapes in
     gates/README.md), or None when the body is the work itself (a branch):
 
@@ -47,7 +47,13 @@ def rejection_shape(body, stmt=None, follows=False, fn_name=""):
     - ``fallback``: ``if not <GPU test>: return <value>`` with the work following the if: an early
       return of what the GPU gets instead (``return AttnMethod.MHA_CHUNKED_KV``);
     - ``restrict``: only asserts (``if is_blackwell(): assert backend in (...)``): what the GPU it
-      names may use is restricted, so that GPU does not get the path freely.
+      names may use is restricted, so that GPU does not get the path freely;
+    - ``requirements``: only further refusals (``if sm_major == 9: if self._mtp_fn is None: raise``,
+      or a ``try: import`` whose ``except`` returns or raises): an extra requirement for the GPU
+      it names; every other GPU passes on to the work after it;
+    - ``divert``: a test written "not this GPU" inside ``if x == A:`` that sets ``x`` to something
+      else (``if ... and not fa4_head_size: target_backend = TORCH_SDPA``): the GPU that enters is
+      sent away from A (``if backend == "auto": if is_sm100: backend = ...`` selects: a branch).
 
     Only logging may come before the refusal. ``stmt`` is the ``if`` (its test decides ``fallback``),
     ``follows`` whether statements follow it in its block, ``fn_name`` the function's name (a
@@ -59,9 +65,11 @@ def rejection_shape(body, stmt=None, follows=False, fn_name=""):
         return "raise"  # whatever it did before, the path ends here
     if all(isinstance(s, ast.Assert) or _is_note(s) for s in body) and any(isinstance(s, ast.Assert) for s in body):
         return "restrict"
+    if all(_is_note(s) or _is_refusal(s) for s in body) and any(_is_refusal(s) for s in body):
+        return "requirements"
     if not all(_is_note(s) for s in body[:-1]):
         return None
-    if is_denying_exit(last):
+    if is_denying_exit(last) or _is_exit_call(last):
         return "exit"
     if isinstance(last, ast.Return) and last.value is not None and _is_negative_int(last.value):
         return "sentinel"
@@ -82,7 +90,27 @@ def rejection_shape(body, stmt=None, follows=False, fn_name=""):
     if isinstance(last, ast.Return) and last.value is not None and follows and isinstance(stmt, ast.If) \
             and not stmt.orelse and _negated(stmt.test) and len(body) <= 3:
         return "fallback"
+    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
+            and isinstance(stmt, ast.If) and _negated(stmt.test) and any(re.search(r"(^|[^\w.])%s\s*==" % re.escape(last.targets[0].id), str(t)) for t in within):
+        return "divert"
     return None
+
+
+def _is_refusal(stmt):
+    """A nested refusal: an ``if`` (no else) whose body refuses, or a ``try`` of imports whose every
+    ``except`` ends in a return or a raise (the requirement is that the import works)."""
+    if isinstance(stmt, ast.If):
+        return not stmt.orelse and rejection_shape(stmt.body, stmt) is not None
+    if isinstance(stmt, ast.Try):
+        return bool(stmt.handlers) and all(isinstance(s, (ast.Import, ast.ImportFrom)) or _is_note(s) for s in stmt.body) \
+            and all(h.body and isinstance(h.body[-1], (ast.Return, ast.Raise)) for h in stmt.handlers)
+    return False
+
+
+def _is_exit_call(stmt):
+    """``sys.exit(...)``, ``exit()``, ``os._exit(...)``: the program stops here."""
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+        and dotted(stmt.value.func) in ("sys.exit", "exit", "quit", "os._exit")
 
 
 def _is_negative_int(node):
@@ -337,7 +365,7 @@ class GateWalker(object):
             test_is_root = any(n is stmt.test for n, _ in found)
             for node, tree in found:
                 if node is stmt.test:
-                    shape = rejection_shape(stmt.body, stmt, follows, fn.qual.split(".")[-1]) if isinstance(stmt, ast.If) else None
+                    shape = rejection_shape(stmt.body, stmt, follows, fn.qual.split(".")[-1], within) if isinstance(stmt, ast.If) else None
                     kind = "guard" if shape else ("if" if isinstance(stmt, ast.If) else "while")
                     effect = body_effect(stmt.body, self.locator)
                     if shape:
