@@ -1,8 +1,9 @@
 """gpuops advise on the lab's shapes, over real sshd with real SGLang releases: the field box at
 0.5.8 (the path to 0.5.23 and the PCIe all-reduce first, fusion-sm120 needing a newer FlashInfer),
 the field box at 0.5.23 (pcie-allreduce first, apply now), an 8x H100 on NVLink (nothing to apply:
-both say why) and a 4x RTX PRO 6000 workstation at 0.5.23 (TP 4: pcie-allreduce applies). Text and
---json (docs/advise-json.md) both."""
+both say why), a 4x RTX PRO 6000 workstation at 0.5.23 (TP 4: pcie-allreduce applies) and the field
+box's GPUs in a server with P2P across its sockets (no override in the command). Text and --json
+(docs/advise-json.md) both."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def lab(lab_factory):
     return lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("field058",)),
                        LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.23", names=("field0523",)),
                        LabSpec(gpu="h100-x8", sglang="0.5.23", names=("h100",)),
-                       LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.23", names=("ws4",)))
+                       LabSpec(gpu="rtx-pro-6000-ws-x4", sglang="0.5.23", names=("ws4",)),
+                       LabSpec(gpu="rtx-pro-6000-p2p-x8", sglang="0.5.23", names=("p2p0523",)))
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +104,11 @@ def test_the_4x_workstation_at_tp_4_gets_the_pcie_all_reduce(advice) -> None:
     assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "apply" and "TP 4" in first["why"]
     assert first["commands"] == ["gpuops apply pcie-allreduce"]   # one socket: P2P between all four
     assert host["allreduces_per_pass"] == 128
+
+
+def test_a_server_with_p2p_across_its_sockets_gets_pcie_allreduce_without_the_override(advice) -> None:
+    _, document = advice
+    first = document["hosts"]["p2p0523"]["ranked"][0]
+    assert first["feature"] == "pcie_ipc_allreduce" and first["status"] == "apply", first
+    assert first["commands"] == ["gpuops apply pcie-allreduce"], first
+    assert "peer-to-peer" not in first["why"], first["why"]

@@ -89,6 +89,21 @@ def test_applied_in_effect_idempotent_and_rolled_back(labs, run_gpuops) -> None:
     assert ENV not in server_info(host.server_port)["env"]
 
 
+def test_a_server_with_p2p_across_its_sockets_needs_no_override(labs, run_gpuops) -> None:
+    """The field box's GPUs in a server whose sockets do forward P2P: applied as it stands, no
+    peer-to-peer warning, in effect; rolled back."""
+    lab = labs(gpu="rtx-pro-6000-p2p-x8")
+    host = lab.hosts[0]
+    pristine = tree_hashes(host.dir, skip_runs=True)
+    report = report_of(apply(run_gpuops, lab, "pcie-allreduce", "--no-p2p-override", "--json"))
+    assert report["status"] == "finished", report
+    assert not [w for w in report["warnings"] if "peer-to-peer" in w], report["warnings"]
+    assert any(n.startswith("in effect:") for n in report["notes"]), report["notes"]
+    assert server_info(host.server_port)["env"].get(ENV) == "1"
+    rollback(run_gpuops, lab)
+    assert tree_hashes(host.dir, skip_runs=True) == pristine
+
+
 def test_a_tp_group_without_p2p_is_refused_untouched(labs, run_gpuops) -> None:
     lab = labs()
     host = lab.hosts[0]

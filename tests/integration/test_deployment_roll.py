@@ -158,9 +158,13 @@ def test_client_killed_rolls_back_every_node(nodes: tuple[Lab, int], gpuops_home
     wait_host_settled(lab.host("n1"), where)
     _settled(lab, 4)
     for name in ("n0", "n1"):
-        events = [e for _, e in journal_events(lab.host(name))]
         # Killed while n1 prepares (no server stopped yet), n0 may not have opened its run at all.
         ended = ("rolled_back", "finished", "unchanged") if phase == "after_writes" and name == "n0" else ("rolled_back",)
+        # polled: n0's lease-lapse rollback journals its end just after its previous server is back
+        deadline = time.monotonic() + 60
+        while (events := [e for _, e in journal_events(lab.host(name))])[-1] not in ended \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert events[-1] in ended, (name, events[-3:])
 
 
@@ -183,12 +187,13 @@ def test_worker_killed_on_the_leader_rolls_back_every_node(nodes: tuple[Lab, int
 
 def test_rollback_undoes_every_node_as_one(nodes: tuple[Lab, int], run_gpuops: Any) -> None:
     """`gpuops rollback` of a run committed on both nodes: one node alone is refused (nothing
-    changed), both together come back on the old setting with the server healthy. Rolled back one
-    by one, node 0's previous server waited for a node 1 that its own restart had taken down, and
-    the rollback failed: the split this test exists for."""
+    changed), both together come back on the old setting with the server healthy, however slow one
+    node is. Node 1 pauses in its rollback (restoring its files) for longer than the run's health
+    timeout: without the nodes held together, node 0's previous leader waited alone for a node 1
+    not yet back, its rollback failed and was undone (node 0 on 10, node 1 on 4: a split)."""
     lab, port = nodes
     _baseline(run_gpuops, lab, port)
-    code, hosts = _apply(run_gpuops, lab, port, 10)
+    code, hosts = _apply(run_gpuops, lab, port, 10, "-e", json.dumps({"gpuops_health_timeout": 4}))
     assert code == 0, hosts
     _settled(lab, 10)
     inventory = str(lab.inventory_path)
@@ -197,6 +202,7 @@ def test_rollback_undoes_every_node_as_one(nodes: tuple[Lab, int], run_gpuops: A
     refused = json.loads(alone.stdout)["hosts"]["n1"]
     assert refused["status"] == "refused" and "deployment kimi" in refused["error"] and "n0" in refused["error"], refused
     _settled(lab, 10)
+    _fault(lab, "n1", {"pause_at": "rollback_restore", "seconds": 8})
     proc = run_gpuops("rollback", "-i", inventory, "--json", timeout=300)
     hosts = json.loads(proc.stdout)["hosts"]
     assert proc.returncode == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}

@@ -135,19 +135,25 @@ def test_sglang_reads_from_the_real_releases(version: str, has_pcie: bool, custo
     assert symm.holds is False and "capability majors 9, 10" in symm.reason and symm.where.endswith("all_reduce_utils.py:3")
 
 
-def test_sgl_kernel_compiled_architectures_read_from_the_real_wheel() -> None:
-    """sgl-kernel 0.3.21 (what SGLang 0.5.8 pins; the wheel is 536 MB, cached, its largest members
-    left unpacked: lab/sglang_cache.sgl_kernel_site): the software probe reads each build's
-    .nv_fatbin. Its common_ops (the custom all-reduce's and the CUTLASS FP8 kernels) carries SASS
-    for sm_80, 89, 90, 100 and 120; its FlashMLA extension only sm_90 and sm_100. A wrong offset in
-    the fatbin reader, or a wrong compatibility rule, changes these."""
+# (dist, version, FlashMLA's SASS): sgl-kernel 0.3.21 is SGLang 0.5.8's pin (536 MB), sglang-kernel
+# 0.4.10 (its later name, 373 MB) SGLang 0.5.23's; both cached, their largest members left unpacked.
+KERNEL_WHEELS = [("sgl-kernel", "0.3.21", [90, 100]), ("sglang-kernel", "0.4.10", [90, 100, 103])]
+
+
+@pytest.mark.parametrize("dist, version, flashmla", KERNEL_WHEELS, ids=[w[1] for w in KERNEL_WHEELS])
+def test_sgl_kernel_compiled_architectures_read_from_the_real_wheel(dist: str, version: str, flashmla: list[int]) -> None:
+    """The real wheels (lab/sglang_cache.sgl_kernel_site / sglang_kernel_site): the software probe
+    reads each build's .nv_fatbin. Their common_ops (the custom all-reduce's and the CUTLASS FP8
+    kernels) carries SASS for sm_80, 89, 90, 100 and 120; their FlashMLA extension no sm120 code. A
+    wrong offset in the fatbin reader, a wrong compatibility rule, or a layout the probe does not
+    find under sgl-kernel's later name changes these."""
     import importlib.util
 
-    from gpuops.lab.sglang_cache import sgl_kernel_site
+    from gpuops.lab.sglang_cache import sgl_kernel_site, sglang_kernel_site
 
-    site = sgl_kernel_site("0.3.21")
+    site = (sgl_kernel_site if dist == "sgl-kernel" else sglang_kernel_site)(version)
     packages = probe_site(site)
-    assert versions_of(packages)["sgl_kernel"] == "0.3.21"
+    assert versions_of(packages)["sgl_kernel"] == version
     read = packages.kernels["sgl_kernel"]["files"]["common_ops"]
     assert read["arches"] == {"sm100/common_ops.abi3.so": {"sass": [80, 89, 90, 100, 120], "ptx": []}}, read
     catalog = load_catalog()
@@ -167,5 +173,5 @@ def test_sgl_kernel_compiled_architectures_read_from_the_real_wheel() -> None:
     assert spec is not None and spec.loader is not None
     remote = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(remote)
-    assert remote.fatbin_arches(str(site / "sgl_kernel" / "flashmla_ops.abi3.so")) == {"sass": [90, 100], "ptx": []}
+    assert remote.fatbin_arches(str(site / "sgl_kernel" / "flashmla_ops.abi3.so")) == {"sass": flashmla, "ptx": []}
     assert remote.fatbin_arches(str(site / "sgl_kernel" / "__init__.py")) is None   # not an ELF file

@@ -190,3 +190,51 @@ def test_inspect_warns_of_a_split_or_broken_deployment(entries: dict[str, Any], 
     view = deployments_json([_host("a", "10.0.0.1"), _host("b", "10.0.0.2")], entries)
     warnings = view["deployments"]["kimi"]["warnings"]
     assert any(warning in w for w in warnings), warnings
+
+
+# ---------------------------------------------------------------- gpuops rollback of a deployment's run
+
+_RECORD = {"name": "kimi", "rank": 1, "nnodes": 2, "members": ["n0", "n1"], "init_addr": "10.0.0.1:20000"}
+
+
+def test_a_rollback_of_a_deployment_run_holds_its_nodes_together_without_aborting_them() -> None:
+    from gpuops.apply.undo import DeploymentRollbacks
+
+    rollbacks = DeploymentRollbacks([["n0", "n1", "x"]], forks=16)
+    (a, why_a), (b, why_b) = rollbacks.join("n0", _RECORD), rollbacks.join("n1", _RECORD)
+    assert a is b and a is not None and why_a is why_b is None
+    sent: list[dict[str, Any]] = []
+    a.opened("n1", lambda m: sent.append(m) or True)
+    out = _in_threads(a, hp.EVENT_ROLLBACK_STOPPED, ["n0", "n1"])
+    # the rollback's own rollback_stopped is the way forward: no abort, workers before the leader
+    assert out["n0"] == out["n1"] == (True, None) and out["order"] == ["n1", "n0"] and sent == []
+
+
+@pytest.mark.parametrize(("batches", "forks", "record", "says"), [
+    ([["n1"]], 16, _RECORD, "other nodes n0 are not in this rollback (-l)"),
+    ([["n1"], ["n0"]], 16, _RECORD, "nodes n0 fall in another batch (--serial)"),
+    ([["n0", "n1"]], 1, _RECORD, "2 nodes, more than --forks 1"),
+    ([["n0", "n1"]], 16, {"name": "kimi", "members": "n0"}, "deployment record is not readable"),
+    ([["n0", "n1"]], 16, {**_RECORD, "members": ["n0", "n2"]}, "deployment record is not readable"),
+])
+def test_a_rollback_that_cannot_take_every_node_at_once_is_refused(batches: list[list[str]], forks: int,
+                                                                   record: Any, says: str) -> None:
+    from gpuops.apply.undo import DeploymentRollbacks
+
+    txn, why = DeploymentRollbacks(batches, forks).join("n1", record)
+    assert txn is None and why is not None and why.startswith("n1: ") and says in why, why
+
+
+def test_a_refused_node_releases_the_nodes_held_for_it() -> None:
+    from gpuops.apply.undo import DeploymentRollbacks
+
+    rollbacks = DeploymentRollbacks([["n0"], ["n1"]], forks=16)
+    txn, why = rollbacks.join("n0", _RECORD)
+    assert txn is None and why is not None
+    # n1 joins the same deployment's transaction (as its own batch would find it): its stop_ready
+    # hold returns at once, refused, instead of waiting for an n0 that never comes
+    held = dep.DeploymentTxn(dep.Deployment("kimi", ("n0", "n1"), "10.0.0.1:20000"), undoing=True)
+    rollbacks._txns["kimi"] = held
+    rollbacks.join("n0", _RECORD)
+    out = _in_threads(held, hp.EVENT_STOP_READY, ["n1"])
+    assert out["n1"][0] is False and "fall in another batch" in str(out["n1"][1])

@@ -125,6 +125,7 @@ def test_measured_fusion_factors_come_from_the_two_h200_kernel_times(model):
 
 @pytest.mark.parametrize("gpu, shape, basis", [
     ("rtx-pro-6000-x8", "rtx-pro-6000-pcie-x8", "calibrated"),
+    ("rtx-pro-6000-p2p-x8", "rtx-pro-6000-pcie-x8", "calibrated"),  # the same GPUs and links; P2P is no speed input
     ("h100-x8", "nvlink-x8", "assumption"),
     ("h200-x1", "single-gpu", "assumption"),
     ("rtx-pro-6000-ws-x4", "unmeasured", "assumption"),  # same GPUs, but not the 8 the report measured

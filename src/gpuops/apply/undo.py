@@ -73,27 +73,40 @@ class DeploymentRollbacks:
     before every node stopped the new one, the workers go before the leader, and nobody commits
     before every node is back and healthy."""
 
-    def __init__(self, selected: Sequence[str]) -> None:
-        self.selected = set(selected)
+    def __init__(self, batches: Sequence[Sequence[str]], forks: int) -> None:
+        # The nodes must run at once: every one selected, in one batch (--serial), within --forks.
+        self.batch_of = {name: number for number, batch in enumerate(batches) for name in batch}
+        self.forks = forks
         self._lock = threading.Lock()
         self._txns: dict[str, DeploymentTxn] = {}
 
     def join(self, host: str, record: Any) -> tuple[DeploymentTxn | None, str | None]:
-        """The deployment's transaction for this node, or why it is refused."""
+        """The deployment's transaction for this node, or why it is refused (nothing changed)."""
         if not isinstance(record, dict) or not isinstance(record.get("members"), list) \
                 or not all(isinstance(m, str) for m in record["members"]) or host not in record["members"]:
             return None, f"{host}: the run's deployment record is not readable: {str(record)[:200]!r}"
         name = str(record.get("name") or "")
-        missing = [m for m in record["members"] if m not in self.selected]
-        if missing:
-            return None, (f"{host}: the run belongs to deployment {name} whose other nodes {', '.join(missing)} "
-                          "are not in this rollback (-l): a multi-node server is rolled back with all its nodes")
+        members: list[str] = record["members"]
         with self._lock:
             txn = self._txns.get(name)
-            if txn is None or list(txn.deployment.members) != record["members"]:
+            if txn is None or list(txn.deployment.members) != members:
                 txn = self._txns[name] = DeploymentTxn(
-                    Deployment(name=name, members=tuple(record["members"]),
-                               init_addr=str(record.get("init_addr") or "")), undoing=True)
+                    Deployment(name=name, members=tuple(members), init_addr=str(record.get("init_addr") or "")),
+                    undoing=True)
+        missing = [m for m in members if m not in self.batch_of]
+        split = [m for m in members if m not in missing and self.batch_of[m] != self.batch_of[host]]
+        why = None
+        if missing:
+            why = (f"{host}: the run belongs to deployment {name} whose other nodes {', '.join(missing)} are not in "
+                   "this rollback (-l): a multi-node server is rolled back with all its nodes")
+        elif split:
+            why = (f"{host}: deployment {name}'s nodes {', '.join(split)} fall in another batch (--serial): a "
+                   "multi-node server is rolled back with all its nodes in one batch")
+        elif len(members) > self.forks:
+            why = f"{host}: deployment {name} has {len(members)} nodes, more than --forks {self.forks}"
+        if why is not None:
+            txn.ended(host, False, why)  # the other nodes, held for it, are refused too
+            return None, why
         return txn, None
 
 
@@ -103,7 +116,8 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
     from gpuops.transport import connect, run_on_hosts
 
     run_id = new_run_id()
-    deployments = DeploymentRollbacks([h.name for h in hosts])
+    batches = options.rollout.batches(list(hosts)) if options.rollout is not None else [list(hosts)]
+    deployments = DeploymentRollbacks([[h.name for h in batch] for batch in batches], options.forks)
 
     def one(host: "Host") -> HostReport:
         deadline = options.deadline()

@@ -66,6 +66,13 @@ def sgl_kernel_site(version: str) -> Path:
                          skip=_SGL_KERNEL_SKIP)
 
 
+def sglang_kernel_site(version: str) -> Path:
+    """The same for sglang-kernel==``version``, sgl-kernel's later name (SGLang 0.5.23 pins 0.4.10):
+    the same import name and layout, under ``$GPUOPS_CACHE/sglang-kernel``."""
+    return _release_site("sglang-kernel", "sgl_kernel", version, cache_root().parent / "sglang-kernel" / version,
+                         skip=_SGL_KERNEL_SKIP)
+
+
 def _release_site(dist: str, package: str, version: str, release_dir: Path, skip: tuple[str, ...] = ()) -> Path:
     if not _VERSION_RE.match(version):
         raise GpuopsError(f"{package} cache: {version!r} is not a release version")
