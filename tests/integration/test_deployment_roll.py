@@ -319,7 +319,10 @@ def test_a_node_rolled_back_by_its_lease_is_not_left_beside_a_committed_one(
     _baseline(run_gpuops, lab, port)
     earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
     _fault(lab, "n0", {"pause_at": "confirm", "seconds": 15})  # node 0 verifies last, long after node 1
-    proc = client(lab, "nccl-env", "--json", *_extra(port, 11), home=gpuops_home)
+    # A short health timeout for this run: node 1's rollback by its lease waits for a leader that is
+    # gone, and that wait (the run's timeout) is most of this test's time.
+    proc = client(lab, "nccl-env", "--json", *_extra(port, 11), "-e", json.dumps({"gpuops_health_timeout": 6}),
+                  home=gpuops_home)
     paused(lab.host("n0"), "confirm", proc, earlier["n0"])
     worker = _worker_of(lab.host("n1"), earlier["n1"])
     deadline = time.monotonic() + 60
