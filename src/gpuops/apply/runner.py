@@ -116,6 +116,7 @@ def _gpu_probes(host: "Host") -> list[Any]:
 def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
     """Compute capability and CUDA version from the facts probes (None where unknown)."""
     from gpuops.facts.host import host_facts
+    from gpuops.gates.kernels import versions_of
 
     try:
         facts = host_facts(values)
@@ -131,13 +132,7 @@ def _gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
             # What the kernel libraries' files say and their versions (gates/kernels.py): a patch
             # whose kernel the host's FlashInfer cannot build is refused (plan/modules.py).
             "kernel_reads": facts.packages.kernels if facts.packages.known else None,
-            "kernel_versions": _kernel_versions(facts.packages)}
-
-
-def _kernel_versions(packages: Any) -> dict[str, Any]:
-    from gpuops.gates.kernels import versions_of
-
-    return versions_of(packages)
+            "kernel_versions": versions_of(facts.packages)}
 
 
 def _unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
