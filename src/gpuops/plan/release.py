@@ -172,7 +172,6 @@ def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[Sta
     "A standing run of a role that patched the running release's source (fusion-sm120) is judged on the new tree "
     "before anything stops: its feature open there by itself, a note; otherwise refused, naming the run")))
 def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
-    from gpuops.release.flags import check_launch, release_flags
     from gpuops.release.wheel import canonical, release
 
     where = f"{state.host}: {task.where}"
@@ -201,26 +200,14 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
     # another release's packages before its own (an empty PYTHONPATH is no path at all).
     result = {"python": env.python, "env_dir": env.env_dir, "name": name, "version": version, "renames": {},
               "pins": dict(found.pins), "image": "", "image_base": "", "env": {"PYTHONPATH": ""}}
-    if state.discovery:
-        if desired:
-            state.paths.add(desired)
-        return result
-    others, patches = _other_parts(state, desired)
-    launch = [str(a) for a in args.get("launch_args") or []] + others
-    checked = check_launch(launch, release_flags(found.sources), version, where)
-    for note in checked.notes:
-        state.note(note)
-    _note_patches(state, patches, version)
-    state.note(f"SGLang {version}: environment {env.env_dir} ({', '.join(f'{d} {v}' for d, v in expect)}"
-               f"{', +' + ' '.join(extra) if extra else ''}); built or found before the server stops")
-    state.release = dataclasses.replace(env, patches=patches)
-    return dict(result, renames={k: list(v) for k, v in checked.renames.items()})
+    return _checked_release(state, args, found, version, desired, where, result, env,
+                            f"SGLang {version}: environment {env.env_dir} ({', '.join(f'{d} {v}' for d, v in expect)}"
+                            f"{', +' + ' '.join(extra) if extra else ''}); built or found before the server stops")
 
 
 def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, version: str, desired: str,
                 where: str) -> dict:
     """sglang-release on a docker host: the release's image, checked flags, nothing built here."""
-    from gpuops.release.flags import check_launch, release_flags
     from gpuops.release.wheel import canonical
 
     current = str(args.get("current_image") or "")
@@ -231,6 +218,18 @@ def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, versio
     image = ReleaseImage(version, tag, current, expect, str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"))
     result = {"python": "", "env_dir": "", "name": tag, "version": version, "renames": {}, "pins": dict(found.pins),
               "image": tag, "image_base": current, "env": {}}
+    return _checked_release(state, args, found, version, desired, where, result, image,
+                            f"SGLang {version}: image {tag} (replacing {current or '?'}; it must hold "
+                            f"{', '.join(f'{d} {v}' for d, v in expect)}); pulled or found before the container stops")
+
+
+def _checked_release(state: "PlanState", args: dict, found: Any, version: str, desired: str, where: str,
+                     result: dict, planned: Any, summary: str) -> dict:
+    """What both kinds of release (an environment, an image) plan alike: in discovery only the path
+    the launch will take; else the launch flags checked against the new release's own parsers, the
+    standing source patches judged, the summary noted and the release recorded."""
+    from gpuops.release.flags import check_launch, release_flags
+
     if state.discovery:
         if desired:
             state.paths.add(desired)
@@ -241,9 +240,8 @@ def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, versio
     for note in checked.notes:
         state.note(note)
     _note_patches(state, patches, version)
-    state.note(f"SGLang {version}: image {tag} (replacing {current or '?'}; it must hold "
-               f"{', '.join(f'{d} {v}' for d, v in expect)}); pulled or found before the container stops")
-    state.release = dataclasses.replace(image, patches=patches)
+    state.note(summary)
+    state.release = dataclasses.replace(planned, patches=patches)
     return dict(result, renames={k: list(v) for k, v in checked.renames.items()})
 
 
