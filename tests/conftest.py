@@ -78,6 +78,21 @@ def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
                 pass  # already stopped and removed by the test
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _child_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite starts a few thousand Pythons (every ``gpuops`` command, helpers run by path):
+    under ``PYTHONDONTWRITEBYTECODE`` each of them compiled gpuops' ~100 modules from source again
+    (~0.2 s of CPU a command). They keep their bytecode in one directory of this session's temp
+    dir instead (``PYTHONPYCACHEPREFIX``), so nothing is written into the source tree either way."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONDONTWRITEBYTECODE")
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
+
+
 @pytest.fixture
 def gpuops_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("home")
