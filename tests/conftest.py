@@ -24,6 +24,11 @@
     ``Path`` of the test data, ``tests/fixtures`` (``GPUOPS_FIXTURES`` overrides); the same lookup
     as tests/unit/facts_fixtures.py (``labtools.fixtures_path``).
 
+Bytecode of child processes (session scope, automatic)
+    Under ``PYTHONDONTWRITEBYTECODE`` the suite's child Pythons (every ``gpuops`` command) would
+    compile gpuops from source each time; for the session they keep bytecode in its temp dir
+    (``PYTHONPYCACHEPREFIX``) instead, never in the source tree.
+
 Skip policy (README, "Testing")
     A skipped test fails the run unless its reason is on ``ALLOWED_SKIPS`` below: a green run must
     mean every promise was checked. Every skip and its reason is printed at the end of the run,
