@@ -112,7 +112,7 @@ def test_a_node_of_the_split_left_out_by_limit_is_refused(monkeypatch: pytest.Mo
     journals = {"n0": run(LAST, "finished"), "n1": run(LAST, "rolled_back")}
     read: list[list[str]] = []
 
-    def fake_journals(hosts: Any, options: Any) -> dict[str, Any]:
+    def fake_journals(hosts: Any, extra: Any, options: Any) -> dict[str, Any]:
         read.append([h.name for h in hosts])
         return {h.name: journals[h.name] for h in hosts}
 

@@ -147,8 +147,10 @@ def find_split(name: str, journals: Mapping[str, Sequence[Mapping[str, Any]] | s
 # ---------------------------------------------------------------- reading the nodes, repairing
 
 
-def _journals(hosts: Sequence["Host"], options: "ApplyOptions") -> dict[str, list[dict[str, Any]] | str]:
-    """Each node's journal (its inventory state dir; one read-only exec each): records, or why not."""
+def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
+              options: "ApplyOptions") -> dict[str, list[dict[str, Any]] | str]:
+    """Each node's journal (its state dir: ``-e``'s, else the inventory's; one read-only exec
+    each): records, or why not."""
     from gpuops.apply.probes import journal_probe
     from gpuops.apply.undo import inventory_state_dir
     from gpuops.gather import ProbeFailure, gather
@@ -157,7 +159,8 @@ def _journals(hosts: Sequence["Host"], options: "ApplyOptions") -> dict[str, lis
     def one(host: "Host") -> list[dict[str, Any]] | str:
         conn = connect(host, options.connect)
         try:
-            value = gather(conn, [journal_probe(inventory_state_dir(host))]).get("apply.journal")
+            state_dir = str(extra.get("gpuops_state_dir") or inventory_state_dir(host))
+            value = gather(conn, [journal_probe(state_dir)]).get("apply.journal")
         finally:
             conn.close()
         return value.reason if isinstance(value, ProbeFailure) else list(value or [])
@@ -177,7 +180,7 @@ def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mappi
         return []
     nodes = {name: [h for h in inventory if deployment_name({**dict(h.vars or {}), **dict(extra)}) == name]
              for name in names}
-    journals = _journals([h for name in sorted(names) for h in nodes[name]], options)
+    journals = _journals([h for name in sorted(names) for h in nodes[name]], extra, options)
     chosen = {h.name for h in selected}
     found = []
     for name in sorted(names):
