@@ -1,4 +1,4 @@
-"""Replicas behind the real sglang-router (0.3.2 from PyPI, cached): a rolling change loses no request.
+"""Replicas behind the real sglang-router (0.3.2, and 0.2.4 once, from PyPI, cached): a rolling change loses no request.
 
 Three lab hosts with a real router in front of their stand-ins (``gpuops lab up --router``), a
 bounded load through the router (``loadgen``: a fixed number of streaming requests, each counted)
@@ -43,6 +43,35 @@ def _router_url(lab: Lab) -> str:
     found = load_router(lab.root)
     assert found is not None
     return found.url
+
+
+def test_a_roll_behind_the_older_router_0_2_loses_no_request(tmp_path: Path, run_gpuops: Any) -> None:
+    """sglang-router 0.2.4 names a worker by its URL (``/workers/{url}``) where 0.3 takes a UUID:
+    gpuops tells which from the router's answers. One cheap roll: two replicas, a short load."""
+    lab = start_lab(tmp_path / "lab", [LabSpec(count=2)], router="0.2.4")
+    try:
+        assert _workers(lab) == _all_in_router(lab)
+        # Requests of ~1 s (64 tokens), enough to be cut by a restart that does not drain; ~24 s of
+        # them, where the roll of two replicas takes ~14 s here.
+        load = StreamingLoad(_router_url(lab), clients=2, requests_per_client=24, max_new_tokens=64).start()
+        load.wait_started(2)
+        proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--serial", "1", "--json",
+                          "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}}', timeout=300)
+        served_during = load.done_count
+        result = load.join()
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        print(f"0.2.4, with the drain: {result.summary()} ({served_during} served during the roll)")
+        assert result.total == 48 and served_during < result.total, "the load ended before the roll did"
+        assert result.failed == 0, result.failures[:5]
+        hosts = json.loads(proc.stdout)["hosts"]
+        for host in lab.hosts:
+            assert hosts[host.name]["status"] == "finished", hosts[host.name]
+            assert "NCCL_MIN_NCHANNELS='4'" in _env(lab, host.name)
+            notes = " | ".join(hosts[host.name]["notes"])
+            assert "drained: out of router" in notes and "put back: router" in notes, notes
+        assert _workers(lab) == _all_in_router(lab)  # every replica back and healthy
+    finally:
+        stop_lab(lab.root)
 
 
 def _workers(lab: Lab) -> dict[str, bool]:
