@@ -21,7 +21,8 @@ RELEASES = sorted({str(e["release"]) for e in LABELS}, key=lambda v: [int(p) for
 # once: 0.5.10 37/40, 0.5.23 35/40; the scanner was then tuned to six of them (effect shapes `exit`
 # by sys.exit, `requirements`, `divert`; a branch inside a GPU test the GPU fails; the SAIL
 # platform), so the part is no longer held out. The two elif lines left are read blocked
-# by that reader ("sm120 goes to its own path") where samples.json's `about` calls such an elif open.
+# by that reader ("sm120 goes to its own path") where samples.json's `about` (its convention for an elif after
+# a branch that catches the GPU) calls such an elif open.
 # Part independent-4 (blind, drawn after all of those fixes, scored once at a311546): 0.5.10 39/40,
 # 0.5.23 40/40; its one miss is an elif of the same kind (fp8_utils.py:451, after an if that admits sm120).
 KNOWN_MISSES: set[tuple[str, str, int]] = {

@@ -13,11 +13,10 @@ the Rust gateway on PyPI). When its run restarts the server, gpuops, from the cl
      the old setting serves again after a rollback -- and waits until the router lists it healthy
      (``sglang_router_health_timeout``, default 60 s) before the roll moves on.
 
-The worker API is the one sglang-router 0.3.2 serves (checked against the installed release: the
-legacy ``/add_worker``, ``/remove_worker`` and ``/list_workers`` routes answer 404 there). The
-replica's URL as the router knows it: ``sglang_worker_url``, else ``http://ADDRESS:sglang_port``.
-Everything is checked before any host is touched (``preflight``): every router answers, every
-replica is one of its workers, and no replica is the router itself.
+The router's worker API (sglang-router 0.2 or 0.3, told apart by asking the router) is
+``apply/router_api.py``. The replica's URL as the router knows it: ``sglang_worker_url``, else ``http://ADDRESS:sglang_port``.
+Everything is checked before any host is touched (``preflight``): every router answers with a worker
+API gpuops knows, every replica is one of its workers, and no replica is the router itself.
 
 A replica gpuops took out is recorded at home (``<state>/gpuops/replicas-out/``, beside the home
 journal) before the router is asked, and the record goes once it is back: a run that died between
@@ -33,16 +32,13 @@ import hashlib
 import json
 import os
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuops.apply.router_api import Router, RouterError, Worker, comparable, normal_url
 from gpuops.errors import GpuopsError
-from gpuops.transport.limits import HTTP_REPLY_LIMIT, over_message
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -53,89 +49,8 @@ WORKER_URL_VAR = "sglang_worker_url"
 ROUTER_KEY_VAR = "sglang_router_api_key"
 DRAIN_VAR, DRAIN_DEFAULT_S = "sglang_drain_timeout", 120.0
 ROUTER_HEALTH_VAR, ROUTER_HEALTH_DEFAULT_S = "sglang_router_health_timeout", 60.0
-_REQUEST_TIMEOUT_S = 10.0
 _LISTING_TIMEOUT_S = 30.0  # the router's job queue applies a removal within this
 _POLL_S = 0.2
-
-
-class RouterError(GpuopsError):
-    """The router cannot be asked, or refused: names the router and what failed."""
-
-
-def normal_url(url: str) -> str:
-    """``url`` as compared with the router's worker URLs: scheme and host lower-case, the port
-    written out, no trailing slash."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http(s)://HOST:PORT URL")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = parts.hostname.lower()
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
-
-
-@dataclass(frozen=True)
-class Worker:
-    id: str
-    url: str
-    healthy: bool
-    load: int | None
-
-
-@dataclass(frozen=True)
-class Router:
-    url: str
-    api_key: str | None = None
-
-    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=_REQUEST_TIMEOUT_S) as reply:
-                raw = reply.read(HTTP_REPLY_LIMIT + 1)  # a router's answer is small: never read without end
-                status = reply.status
-            if len(raw) > HTTP_REPLY_LIMIT:
-                raise RouterError(f"router {self.url}: {method} {path} answered {over_message(HTTP_REPLY_LIMIT)}")
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:200].decode("utf-8", "replace").strip()
-            raise RouterError(f"router {self.url}: {method} {path} answered HTTP {exc.code}"
-                              + (f": {detail}" if detail else "")) from None
-        except (OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise RouterError(f"router {self.url}: cannot reach it ({method} {path}: {reason})") from None
-        try:
-            return status, json.loads(raw.decode("utf-8")) if raw else None
-        except ValueError:
-            raise RouterError(f"router {self.url}: {method} {path} did not answer JSON") from None
-
-    def workers(self) -> list[Worker]:
-        _, body = self._call("GET", "/workers")
-        try:
-            return [Worker(id=str(w["id"]), url=str(w["url"]), healthy=bool(w.get("is_healthy")),
-                           load=w.get("load") if isinstance(w.get("load"), int) else None)
-                    for w in body["workers"]]
-        except (KeyError, TypeError):
-            raise RouterError(f"router {self.url}: GET /workers answered no worker list "
-                              "(is it an sglang-router 0.3?)") from None
-
-    def find(self, worker_url: str) -> Worker | None:
-        wanted = normal_url(worker_url)
-        for worker in self.workers():
-            try:
-                if normal_url(worker.url) == wanted:
-                    return worker
-            except ValueError:
-                continue  # a gRPC worker or a URL we do not compare: never ours
-        return None
-
-    def remove(self, worker: Worker) -> None:
-        self._call("DELETE", "/workers/" + urllib.parse.quote(worker.id, safe=""))
-
-    def add(self, worker_url: str) -> None:
-        self._call("POST", "/workers", {"url": worker_url})
 
 
 @dataclass(frozen=True)
@@ -200,26 +115,21 @@ def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Re
         replica = replica_for(host, {**dict(host.vars or {}), **dict(extra)})
         if replica is not None:
             replicas[host.name] = replica
-    listed: dict[Router, list[Worker]] = {}
+    detected: dict[Router, tuple[Router, list[Worker]]] = {}
     for replica in list(replicas.values()):
-        if replica.router not in listed:
-            listed[replica.router] = replica.router.workers()
-        urls = {_comparable(w.url) for w in listed[replica.router]}
+        if replica.router not in detected:
+            detected[replica.router] = replica.router.detect()
+        router, workers = detected[replica.router]
+        replica = replicas[replica.host] = replace(replica, router=router)
+        urls = {comparable(w.url) for w in workers}
         if normal_url(replica.worker_url) not in urls and _record_path(replica).exists():
             replicas[replica.host] = replace(replica, left_out=True)
         elif normal_url(replica.worker_url) not in urls:
-            shown = ", ".join(sorted(w.url for w in listed[replica.router])) or "none"
+            shown = ", ".join(sorted(w.url for w in workers)) or "none"
             raise RouterError(f"{replica.host}: {replica.worker_url} is not one of router {replica.router.url}'s "
                               f"workers ({shown}); add it to the router, or set {WORKER_URL_VAR} to the URL the "
                               "router knows it by")
     return replicas
-
-
-def _comparable(url: str) -> str:
-    try:
-        return normal_url(url)
-    except ValueError:
-        return url
 
 
 def replica_warnings(hosts: Sequence["Host"], extra: Mapping[str, Any], replicas: Mapping[str, Replica],

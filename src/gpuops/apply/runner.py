@@ -540,11 +540,8 @@ def _fold_result(report: HostReport, result: "HelperResult", secrets: list[str])
 
 
 def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
+    from gpuops.apply import deployment as multi_node, deployment_repair, replicas as replica_set
     from gpuops.transport import run_on_hosts
-
-    from gpuops.apply import replicas as replica_set
-
-    from gpuops.apply import deployment as multi_node
 
     # The nodes of a multi-node server: their launch flags derived (and checked) before anything else.
     deployments = multi_node.plan_deployments(hosts, extra)
@@ -555,7 +552,11 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
     replicas = replica_set.preflight(hosts, extra)
     warnings = replica_set.replica_warnings(hosts, extra, replicas,
                                             rolling=bool(options.rollout is not None and options.rollout.sizes))
+    # Every input checked: a deployment left split between its commits is rolled back as one first.
+    repaired, split_warnings = deployment_repair.before_command(hosts, hosts, extra, options)
     run_id = new_run_id()
+    if not all(r.ok for r in repaired.values()):
+        return run_id, deployment_repair.stopped_after(hosts, repaired)
     txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
 
     def one(host: "Host") -> HostReport:
@@ -589,9 +590,8 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
         else:
             reports[name] = HostReport(host=name, ok=False, status="skipped" if outcome.skipped else "failed",
                                        error=outcome.error)
+    deployment_repair.fold_into(reports, repaired, split_warnings)
     return run_id, reports
-
-
 
 
 from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)

@@ -135,7 +135,11 @@ class DeploymentRollbacks:
         return txn, None
 
 
-def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
+def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions,
+                   finish_split: bool = False) -> dict[str, HostReport]:
+    """``finish_split``: ``target`` is a deployment's run that committed on some of ``hosts`` and
+    rolled back on the others (apply/deployment_repair.py): undone on every node as one, the nodes
+    where it rolled back already restarting with the others."""
     from gpuops.apply.journal import record_run_home
     from gpuops.apply.recompose import recompose_host
     from gpuops.transport import connect, run_on_hosts
@@ -156,6 +160,8 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             "force": options.force, "meta": {"role": "rollback", "user": current_user()},
             "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
+        if finish_split:
+            payload["finish_split"] = True
         recomposed: tuple[HostReport, str | None] | None = None
         node: dict[str, Any] = {}  # this host as a node of a deployment: its record, sender, transaction
 

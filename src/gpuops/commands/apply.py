@@ -128,7 +128,11 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
 
     from gpuops.transport.rollout import rollout_for
 
-    hosts = _hosts(inventory, limit)
+    from gpuops.apply import deployment_repair
+    from gpuops.inventory import load_inventory
+
+    everyone = load_inventory(inventory)
+    hosts = everyone.select(limit)
     options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                        timeout=timeout, connect_timeout=connect_timeout, force=force)
     if check:
@@ -144,7 +148,11 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
             click.echo(f"batch {number} of {len(plan)}: {', '.join(batch['hosts'])}"
                        + (f" ({together})" if together else ""))
         return
-    reports = rollback_hosts(hosts, run_id, options)
+    # A deployment split by its last run: finishing its rollback on every node is this rollback there.
+    reports, _ = deployment_repair.before_command(hosts, everyone.hosts, {}, options)
+    rest = [h for h in hosts if h.name not in reports]
+    if rest:
+        reports.update(rollback_hosts(rest, run_id, options))
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
     else:

@@ -82,10 +82,16 @@ def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_ne
             from gpuops.facts.deployment import deployments_json
 
             entries = {name: host_json(outcome) for name, outcome in outcomes.items()}
-            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries)})
+            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries, _journals(outcomes))})
         else:
             _render_hosts(hosts, outcomes)
     sys.exit(_exit_status(outcomes))
+
+
+def _journals(outcomes: dict[str, Any]) -> dict[str, Any]:
+    """Each host's apply journal as inspect read it (None where it was not): a split deployment's run."""
+    return {name: o.value.extra.get("gpuops.journal") if o.ok and o.value is not None else None
+            for name, o in outcomes.items()}
 
 
 def _each_answered_host(console: Any, hosts: list[Any], outcomes: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
@@ -121,7 +127,7 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
             console.print(managed, markup=False, highlight=False)
     from gpuops.facts.deployment import deployments_json, report_lines
 
-    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()})
+    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, _journals(outcomes))
     for text, style in report_lines(view):  # the nodes of a multi-node server, as one server
         console.print(text, style=style, markup=False, highlight=False)
     failed = [name for name, o in outcomes.items() if not o.ok]

@@ -72,7 +72,7 @@ def lab() -> None:
               help="Start a real sglang-router (from PyPI, installed once and cached) in front of every stand-in "
                    "server; the inventory names it as sglang_router_url, so every host is a replica behind it.")
 @click.option("--router-version", default="0.3.2", show_default=True, metavar="VERSION",
-              help="The sglang-router release --router installs.")
+              help="The sglang-router release --router installs (0.2.x or 0.3.x: apply drains through either's worker API).")
 @dir_option
 @json_option
 def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_version: str | None, no_server: bool,

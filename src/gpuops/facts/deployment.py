@@ -22,18 +22,39 @@ _PER_NODE = ("node_rank",)
 _DERIVED = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("dist_init_addr", "--dist-init-addr"))
 
 
-def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """``{"deployments": {NAME: {...}}, "deployments_error": None | one line}`` (docs/inspect-json.md)."""
+def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]],
+                     journals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"deployments": {NAME: {...}}, "deployments_error": None | one line}`` (docs/inspect-json.md).
+    ``journals``: each node's apply journal as inspect read it (records, else not known), for the
+    split left by a client that died between its commits (``apply/deployment_repair.py``)."""
     from gpuops.apply.deployment import plan_deployments
 
     try:
         found = plan_deployments(hosts, {})
     except GpuopsError as exc:  # the inventory contradicts itself: apply refuses it too
         return {"deployments": {}, "deployments_error": str(exc)}
-    return {"deployments": {name: _one(d, entries) for name, d in found.items()}, "deployments_error": None}
+    return {"deployments": {name: _one(d, entries, journals or {}) for name, d in found.items()},
+            "deployments_error": None}
 
 
-def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _split_warning(deployment: Any, journals: Mapping[str, Any]) -> list[str]:
+    """The deployment's last run committed on some nodes and rolled back on others: named, with
+    the command that rolls it back on every node."""
+    from gpuops.apply.deployment_repair import find_split
+
+    known = {name: records if isinstance(records, list) else "its journal was not read"
+             for name in deployment.members for records in [journals.get(name)]}
+    try:
+        split = find_split(deployment.name, known)
+    except GpuopsError:
+        return []  # a node not read: the lines above say which did not answer
+    if split is None:
+        return []
+    return [f"{split.line()}: `gpuops rollback -l {','.join(split.deployment.members)}` (or the next `gpuops "
+            "apply` on its nodes) rolls it back on every node as one"]
+
+
+def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Mapping[str, Any]) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     for name in deployment.members:
@@ -59,6 +80,7 @@ def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]]) -> dict[str,
                 warnings.append(f"{name} runs {flag} {args.get(key)}, the inventory makes it {want[key]}")
     running = [n for n in deployment.members if nodes[n]["running"]]
     warnings += _differences(running, entries, nodes)
+    warnings += _split_warning(deployment, journals)
     return {"members": list(deployment.members), "leader": deployment.leader, "init_addr": deployment.init_addr,
             "nnodes": deployment.nnodes, "nodes": nodes, "warnings": warnings}
 

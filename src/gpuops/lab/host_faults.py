@@ -7,6 +7,7 @@ once (renamed to ``lab-fault.used``):
 
     {"pause_at": PHASE, "seconds": S}   wait at PHASE (reports {"event": "paused"}; ends early if
                                         the lease lapses, except at rollback_restore)
+        ..., "until": NAME}             ... or once the test made STATE/NAME (a release it controls)
     Phases besides the run's own (``Run.phase``): rollback_restore (a rollback's files are back,
     no server touched yet), rollback_health (the previous server started, before its health)
     {"fail_at": PHASE}                  fail the run at PHASE ("injected fault at PHASE")
@@ -59,7 +60,9 @@ def at_phase(run, name):
     if faults.get("pause_at") == name:
         run.progress({"event": "paused", "phase": name})
         until = time.monotonic() + float(faults.get("seconds", 5))
-        while time.monotonic() < until and (name == "rollback_restore" or not run.lease.lapsed()):
+        released = os.path.join(run.state_dir, str(faults["until"])) if faults.get("until") else None
+        while time.monotonic() < until and (name == "rollback_restore" or not run.lease.lapsed()) \
+                and not (released and os.path.exists(released)):
             time.sleep(0.05)
     if faults.get("fail_at") == name:
         from gpuops.remote.apply_common import StepFailed

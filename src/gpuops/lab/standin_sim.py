@@ -330,7 +330,7 @@ class StandinState(object):
         self.lock = threading.Lock()
         self.running = 0
         self.completed = 0  # generations finished (a simulator's counter: lets tests see progress)
-        self.recent = collections.deque(maxlen=16)  # emitted decode spans of the last generations
+        self.recent = collections.deque(maxlen=64)  # what the last generations really emitted
         # What /metrics counts (standin_surface.metrics_page): SGLang's counters, simulated.
         self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0,
                        "decode_passes": 0, "ttft_sum": 0.0}
@@ -359,11 +359,13 @@ class StandinState(object):
         with self.lock:
             self.running -= 1
 
-    def count_completed(self, decode_tokens, decode_s):
-        """A generation finished: keep what the server really did, for tests to hold a client to."""
+    def count_completed(self, decode_tokens, decode_s, ttft_s):
+        """A generation finished: keep what the server really did, for tests to hold a client to
+        (its first token's time from the request's arrival, its decode span after that token)."""
         with self.lock:
             self.completed += 1
-            self.recent.append({"decode_tokens": decode_tokens, "decode_s": round(decode_s, 6)})
+            self.recent.append({"decode_tokens": decode_tokens, "decode_s": round(decode_s, 6),
+                                "ttft_s": round(ttft_s, 6)})
 
     def tally(self, prompt_tokens, tokens, chunks, ttft_s):
         """A generation finished: SGLang's counters (one decode pass per chunk after the first: a
@@ -478,7 +480,7 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
                 deadline = sent
                 first_sent, first_size = sent, size
             if done >= max_new_tokens:
-                state.count_completed(done - first_size, sent - first_sent)
+                state.count_completed(done - first_size, sent - first_sent, first_sent - t_arrival)
                 state.tally(prompt_tokens, done, index + 1, first_sent - t_arrival)
     finally:
         state.leave()
