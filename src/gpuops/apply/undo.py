@@ -16,7 +16,7 @@ from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions, current_user, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_ROLLING_BACK, EVENT_STOP_READY, MODE_JOURNAL, STATUS_FINISHED, MODE_ROLLBACK, STATUS_FAILED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
+from gpuops.remote.host_protocol import EVENT_ROLLING_BACK, EVENT_STOP_READY, KIND_ROLLBACK, HostEvent, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_FINISHED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -157,7 +157,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         state_dir = _rollback_state_dir(host, target)
         payload = {
             "mode": MODE_ROLLBACK, "run_id": run_id, "state_dir": state_dir, "target": target,
-            "force": options.force, "meta": {"role": "rollback", "user": current_user()},
+            "force": options.force, "meta": {"role": KIND_ROLLBACK, "user": current_user()},
             "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
         if finish_split:
@@ -165,12 +165,12 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         recomposed: tuple[HostReport, str | None] | None = None
         node: dict[str, Any] = {}  # this host as a node of a deployment: its record, sender, transaction
 
-        def on_event(message: dict[str, Any]) -> None:
-            if message.get("event") == EVENT_STOP_READY and "txn" not in node:
-                node["record"], node["manifest"] = message.get("deployment"), message.get("manifest")
-            elif message.get("event") == EVENT_ROLLING_BACK and node.get("txn") is not None:
+        def on_event(event: HostEvent) -> None:
+            if event.name == EVENT_STOP_READY and "txn" not in node:
+                node["record"], node["manifest"] = event.deployment, event.manifest
+            elif event.name == EVENT_ROLLING_BACK and node.get("txn") is not None:
                 # its rollback failed: every node undoes it, restarted together again
-                node["txn"].rolling_back(host.name, str(message.get("why") or "its rollback failed"))
+                node["txn"].rolling_back(host.name, event.why or "its rollback failed")
 
         def on_hold(event: str) -> tuple[bool, str | None]:
             txn = node.get("txn")
@@ -228,7 +228,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             node_of[host.name] = node["txn"]
         if recomposed is not None:
             report, undid = recomposed
-            record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
+            record_run_home(run_id, host.name, host_key(host), KIND_ROLLBACK, report.status, report.error, state_dir,
                             [{"path": p} for p in report.restored], target=undid, recompose=True)
             return report
         ok = result.ok
@@ -245,7 +245,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
                 report.notes.append(f"--force: the later version of {kept}")
         elif status == STATUS_ROLLED_BACK:
             report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
-        record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
+        record_run_home(run_id, host.name, host_key(host), KIND_ROLLBACK, report.status, report.error, state_dir,
                         [{"path": p} for p in report.restored], target=result.target)
         return report
 
