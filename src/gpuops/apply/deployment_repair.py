@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply.deployment import Deployment, deployment_name
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import FINISHED, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, STATUS_FINISHED, STATUS_ROLLED_BACK, UNCHANGED
+from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, STATUS_FINISHED, STATUS_ROLLED_BACK, UNCHANGED
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -90,7 +90,7 @@ def outcome(records: Sequence[Mapping[str, Any]], run_id: str, name: str) -> Out
         return Outcome.ABSENT
     events = [r.get("event") for r in mine]
     if FINISHED in events:
-        undone = any(r.get("event") == FINISHED and r.get("kind") == "rollback" and r.get("target") == run_id
+        undone = any(r.get("event") == FINISHED and r.get("kind") == KIND_ROLLBACK and r.get("target") == run_id
                      for r in records)
         return Outcome.ROLLED_BACK if undone else Outcome.COMMITTED
     if ROLLED_BACK in events or REVERTED_BY_ROLLBACK in events or ROLLBACK_FAILED in events:

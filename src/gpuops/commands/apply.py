@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from gpuops.commands.options import flush_cache_option, forks_option, host_key_options, inventory_options, rollout_options
+from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, host_key_options, inventory_options,
+                                     rollout_options)
 
 EXIT_HOST_FAILED = 1
 
@@ -95,6 +96,8 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     everyone = load_inventory(inventory)
     hosts = everyone.select(limit)
     check_whole(hosts, everyone.hosts, extra)
+    if flush_cache:
+        forget_kept(hosts)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout, flush_cache=flush_cache)

@@ -33,11 +33,14 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False,
          flush_cache: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    from gpuops.commands.options import forget_kept
     from gpuops.facts.collect import inspect_hosts
     from gpuops.inventory import load_inventory
     from gpuops.transport import ConnectOptions
 
     hosts = load_inventory(inventory).select(limit)
+    if flush_cache:
+        forget_kept(hosts)
     options = ConnectOptions(
         accept_new_host_keys=accept_new_host_keys,
         connect_timeout=min(10.0, timeout),

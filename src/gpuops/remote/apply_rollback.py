@@ -17,7 +17,7 @@ from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.recompose import check_unchanged, later_standing, pick_target, undone_runs
-from gpuops.remote.host_protocol import EVENT_STOP_READY, EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
+from gpuops.remote.host_protocol import EVENT_STOP_READY, EVENT_VERIFIED, FINISHED, KIND_ROLLBACK, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
 
 
 class LaterRunsStand(StepFailed):
@@ -34,7 +34,7 @@ def pick_rollback_target(records, wanted, finish_split=False):
     if wanted:
         for run in runs:
             if run["run_id"] == wanted:
-                if run.get("kind") == "rollback" and not run.get("recompose"):
+                if run.get("kind") == KIND_ROLLBACK and not run.get("recompose"):
                     raise StepFailed("run %s is itself a rollback; name the run it undid (%s), or apply again"
                                      % (wanted, run.get("target")))
                 if finish_split and run.get("deployment") and (ROLLED_BACK in run["events"] or wanted in undone):
@@ -145,8 +145,8 @@ def do_rollback(payload, progress, lease, hooks, notes):
     run.server_running_before = server_running(run) if manifest.get("service") else False
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
-    own_manifest = run.backup(changes, {"kind": "rollback", "target": target["run_id"]})
-    run.journal_started(kind="rollback", target=target["run_id"], role=target.get("role"),
+    own_manifest = run.backup(changes, {"kind": KIND_ROLLBACK, "target": target["run_id"]})
+    run.journal_started(kind=KIND_ROLLBACK, target=target["run_id"], role=target.get("role"),
                         user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
                         managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
 
@@ -161,7 +161,7 @@ def do_rollback(payload, progress, lease, hooks, notes):
         run.phase("confirm")
         progress({"event": EVENT_VERIFIED, "pid": None})
         lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
-        run.event(FINISHED, kind="rollback", target=target["run_id"], restored=restored, service=service_note,
+        run.event(FINISHED, kind=KIND_ROLLBACK, target=target["run_id"], restored=restored, service=service_note,
                   **run.dirs_note())
         prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: the undone run's derived image, now unused
