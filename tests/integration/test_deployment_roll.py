@@ -555,12 +555,15 @@ def _wait_event(host: Any, events: tuple[str, ...], after: int, run_id: str | No
 
 
 def _undone_on_both(lab: Lab, run_id: str) -> None:
-    """Each node's journal: a finished rollback of ``run_id`` (the repair), the run itself not standing."""
+    """Each node's journal: a finished rollback of ``run_id`` (the repair) that restarted its
+    previous server, the node that had rolled the run back already too (with the others)."""
     for name in ("n0", "n1"):
         lines = (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
-        assert any(r["event"] == "finished" and r.get("kind") == "rollback" and r.get("target") == run_id
-                   for r in records), (name, records[-4:])
+        undone = [r for r in records if r["event"] == "finished" and r.get("kind") == "rollback"
+                  and r.get("target") == run_id]
+        assert undone and "previous server configuration restarted and healthy" in undone[-1].get("service", ""), \
+            (name, records[-4:])
 
 
 def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
