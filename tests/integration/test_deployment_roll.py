@@ -363,13 +363,145 @@ def _verified(call_dir: Path) -> bool:
     return progress.exists() and '"event": "verified"' in progress.read_text()
 
 
+# ---------------------------------------------------------------- gpuops rollback: whatever fails, one server
 
-def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str) -> str:
+
+def _committed(run_gpuops: Any, lab: Lab, port: int, value: int) -> None:
+    """Both nodes on the old setting 4, then ``value`` applied and committed (the run to undo)."""
+    _baseline(run_gpuops, lab, port)
+    code, hosts = _apply(run_gpuops, lab, port, value, "-e", json.dumps({"gpuops_health_timeout": 6}))
+    assert code == 0, hosts
+    _settled(lab, value)
+
+
+def _rollback(run_gpuops: Any, lab: Lab, *more: str) -> tuple[int, dict[str, Any]]:
+    proc = run_gpuops("rollback", "-i", str(lab.inventory_path), "--json", *more, timeout=300)
+    return proc.returncode, json.loads(proc.stdout)["hosts"]
+
+
+@pytest.mark.parametrize("failing", ["n1", "n0"])
+def test_a_rollback_failing_on_one_node_is_undone_on_every_node(nodes: tuple[Lab, int], run_gpuops: Any,
+                                                                failing: str) -> None:
+    """One node's previous server does not come healthy during `gpuops rollback` (the worker's, or
+    the leader's): its rollback is undone, and so is every other node's, all restarted together on
+    the configuration they ran before it; both said so, with the deployment's outcome. Before: the
+    failing node undid its rollback alone (its server restarted beside a peer still on the old
+    setting), and the others were aborted without being held together."""
+    lab, port = nodes
+    _committed(run_gpuops, lab, port, 12)
+    before = {n: _pid(lab, n) for n in ("n0", "n1")}
+    _fault(lab, failing, {"fail_at": "rollback_health", "times": 1})
+    code, hosts = _rollback(run_gpuops, lab)
+    assert code != 0
+    for name in ("n0", "n1"):
+        assert hosts[name]["status"] == "rolled_back", hosts
+        assert "the rollback was undone" in hosts[name]["error"], hosts[name]
+        outcome = [n for n in hosts[name]["notes"] if n.startswith("deployment kimi (n0, n1): ")]
+        assert len(outcome) == 1 and f"node {failing} of deployment kimi failed" in outcome[0], hosts[name]["notes"]
+        assert "every node restarted together on it, healthy" in outcome[0], outcome
+    assert "injected fault at rollback_health" in hosts[failing]["error"]
+    _settled(lab, 12)
+    # Both servers are new processes: the undo restarted every node, not the failing one alone.
+    assert all(_pid(lab, n) != before[n] for n in ("n0", "n1"))
+
+
+def test_an_unreadable_record_on_one_node_releases_the_others_at_once(nodes: tuple[Lab, int],
+                                                                      run_gpuops: Any) -> None:
+    """Node 1's copy of the run's record (its manifest) is damaged: node 1 is refused, naming its
+    file, and node 0, already held for it, is let go at once instead of at --timeout; nothing
+    changed on either node."""
+    lab, port = nodes
+    _committed(run_gpuops, lab, port, 13)
+    journal = lab.host("n1").state_dir / "journal.jsonl"
+    run = [json.loads(l) for l in journal.read_text().splitlines() if '"started"' in l][-1]["run_id"]
+    manifest = lab.host("n1").state_dir / "runs" / run / "manifest.json"
+    good = manifest.read_bytes()
+    manifest.write_bytes(good[: len(good) // 2])
+    lines = {n: len((lab.host(n).state_dir / "journal.jsonl").read_text().splitlines()) for n in ("n0", "n1")}
+    try:
+        started = time.monotonic()
+        code, hosts = _rollback(run_gpuops, lab, "--timeout", "90")
+        took = time.monotonic() - started
+    finally:
+        manifest.write_bytes(good)
+    assert code != 0 and took < 30, (took, hosts)
+    assert str(manifest) in hosts["n1"]["error"] and "not valid JSON" in hosts["n1"]["error"], hosts["n1"]
+    assert hosts["n0"]["status"] == "refused" and "node n1" in hosts["n0"]["error"], hosts["n0"]
+    assert "nothing was changed" in hosts["n0"]["error"], hosts["n0"]
+    for name in ("n0", "n1"):  # no run of the rollback journaled (nothing started)
+        records = (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()[lines[name]:]
+        assert not [r for r in records if '"started"' in r], records
+    _settled(lab, 13)
+
+
+def test_rollback_serial_keeps_a_deployments_nodes_in_one_batch(nodes: tuple[Lab, int], lab_factory: Any,
+                                                                 run_gpuops: Any, tmp_path: Path) -> None:
+    """`gpuops rollback --serial 1` over the two nodes (named a deployment by the inventory, as an
+    operator writes it) and a lone host: the nodes are one batch, as apply makes them, the lone
+    host the next; --check shows it. Before: the nodes fell in two batches and were refused."""
+    import yaml
+
+    lab, port = nodes
+    solo = lab_factory(LabSpec(count=1, names=("solo",)))
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    for name in ("n0", "n1"):
+        data["all"]["children"]["lab"]["hosts"][name].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
+    data["all"]["children"]["solo"] = yaml.safe_load(solo.inventory_path.read_text())["all"]["children"]["lab"]
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    _baseline(run_gpuops, lab, port)
+    nccl = json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": "14"}, "gpuops_health_timeout": 6, "gpuops_lease": LEASE})
+    proc = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json", "-e", nccl, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _settled(lab, 14)
+    check = run_gpuops("rollback", "-i", str(inventory), "--serial", "1", "--check", "--json", timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert json.loads(check.stdout)["batches"] == [{"hosts": ["n0", "n1"], "deployments": {"kimi": ["n0", "n1"]}},
+                                                   {"hosts": ["solo"], "deployments": {}}], check.stdout
+    text = run_gpuops("rollback", "-i", str(inventory), "--serial", "1", "--check", timeout=60)
+    assert "batch 1 of 2: n0, n1 (deployment kimi: rolled back as one server)" in text.stdout, text.stdout
+    proc = run_gpuops("rollback", "-i", str(inventory), "--serial", "1", "--json", timeout=300)
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert proc.returncode == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
+    assert all(hosts[n]["status"] == "finished" for n in ("n0", "n1", "solo")), hosts
+    assert any("its nodes in one batch (--serial): batch 1 of 2" in n for n in hosts["n0"]["notes"]), hosts["n0"]
+    _settled(lab, 4)
+    assert "NCCL_MIN_NCHANNELS='14'" not in (solo.host("solo").state_dir / "sglang.env").read_text()
+
+
+def test_client_killed_while_a_deployment_rollback_prepares_stops_no_server(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """gpuops SIGKILLed during `gpuops rollback` while node 1 restores its files (node 0 held
+    before stopping its server): both leases lapse, both undo their rollback without touching a
+    server, and the deployment stays on the run's setting, healthy, its servers never restarted."""
+    lab, port = nodes
+    _committed(run_gpuops, lab, port, 15)
+    before = {n: _pid(lab, n) for n in ("n0", "n1")}
+    earlier = calls(lab.host("n1"))
+    _fault(lab, "n1", {"pause_at": "rollback_restore", "seconds": 6})
+    proc = client(lab, "rollback", home=gpuops_home)
+    where = paused(lab.host("n1"), "rollback_restore", proc, earlier)
+    kill("client", where, proc)
+    proc.communicate()
+    wait_host_settled(lab.host("n1"), where)
+    for name in ("n0", "n1"):
+        deadline = time.monotonic() + 60
+        while (events := [e for _, e in journal_events(lab.host(name))])[-1] != "rolled_back" \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert events[-1] == "rolled_back" and "server_touched" not in events[-3:], (name, events[-4:])
+    _settled(lab, 15)
+    assert {n: _pid(lab, n) for n in ("n0", "n1")} == before
+
+
+
+def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str,
+           kill: bool = True) -> tuple[str, bytes]:
     """Run ``value`` committed on node ``committed`` and rolled back on the other by its lease,
     deterministically: the committing node holds at its confirm until released, the other's
     session is frozen (SIGSTOP of its relay) once gpuops has heard it verified, so the commit sent
-    to it stays unread; once the first node has committed the client is SIGKILLed, and the frozen
-    node's lease lapses. Returns the run id."""
+    to it stays unread; once the first node has committed the client is SIGKILLed (unless not
+    ``kill``), and the frozen node's lease lapses. Returns the run id and the client's stdout."""
     import signal
     import threading
 
@@ -378,7 +510,7 @@ def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, 
     earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
     seen = {n: len(journal_events(lab.host(n))) for n in ("n0", "n1")}
     _fault(lab, committed, {"pause_at": "confirm", "seconds": 120, "until": "lab-release"})
-    proc = client(lab, "nccl-env", "-v", *_extra(port, value), "-e",
+    proc = client(lab, "nccl-env", "-v", "--json", *_extra(port, value), "-e",
                   json.dumps({"gpuops_health_timeout": 6, "gpuops_lease": 8}), home=gpuops_home)
     heard: list[bytes] = []
     stderr = proc.stderr
@@ -395,16 +527,20 @@ def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, 
     try:
         release.touch()
         run_id = _wait_event(lab.host(committed), ("finished",), seen[committed])
-        proc.kill()
-        proc.communicate()
+        if kill:
+            proc.kill()
+            proc.communicate()
         _wait_event(lab.host(frozen), ("rolled_back", "rollback_failed"), seen[frozen], run_id)
     finally:
         os.kill(worker["relay"], signal.SIGCONT)
         release.unlink(missing_ok=True)
+    if not kill:
+        out, _ = proc.communicate(timeout=240)
+        return run_id, out
     wait_host_settled(lab.host(frozen), worker)
     assert f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, committed)
     assert f"NCCL_MIN_NCHANNELS='{value}'" not in _env_file(lab, frozen)  # split: the state this test is for
-    return run_id
+    return run_id, b""
 
 
 def _wait_event(host: Any, events: tuple[str, ...], after: int, run_id: str | None = None) -> str:
@@ -419,12 +555,15 @@ def _wait_event(host: Any, events: tuple[str, ...], after: int, run_id: str | No
 
 
 def _undone_on_both(lab: Lab, run_id: str) -> None:
-    """Each node's journal: a finished rollback of ``run_id`` (the repair), the run itself not standing."""
+    """Each node's journal: a finished rollback of ``run_id`` (the repair) that restarted its
+    previous server, the node that had rolled the run back already too (with the others)."""
     for name in ("n0", "n1"):
         lines = (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
-        assert any(r["event"] == "finished" and r.get("kind") == "rollback" and r.get("target") == run_id
-                   for r in records), (name, records[-4:])
+        undone = [r for r in records if r["event"] == "finished" and r.get("kind") == "rollback"
+                  and r.get("target") == run_id]
+        assert undone and "previous server configuration restarted and healthy" in undone[-1].get("service", ""), \
+            (name, records[-4:])
 
 
 def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
@@ -435,7 +574,7 @@ def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
     is then nothing to change. Before: the apply changed node 0 back by a run of its own while run
     12 still stood in its journal, and `--check` said nothing."""
     lab, port = nodes
-    run_id = _split(run_gpuops, lab, port, gpuops_home, 12, committed="n0")
+    run_id, _ = _split(run_gpuops, lab, port, gpuops_home, 12, committed="n0")
     code, hosts = _apply(run_gpuops, lab, port, 4, "--check")
     assert code == 0 and any(f"deployment kimi is split: its run {run_id} committed on n0 and rolled back on n1" in w
                              for w in hosts["n1"]["warnings"]), hosts["n1"]
@@ -459,7 +598,7 @@ def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_rollback(
     import yaml
 
     lab, port = nodes
-    run_id = _split(run_gpuops, lab, port, gpuops_home, 13, committed="n1")
+    run_id, _ = _split(run_gpuops, lab, port, gpuops_home, 13, committed="n1")
     data = yaml.safe_load(lab.inventory_path.read_text())
     data["all"]["children"]["lab"]["vars"].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
     inventory = tmp_path / "inventory.yml"
@@ -476,5 +615,22 @@ def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_rollback(
     hosts = json.loads(proc.stdout)["hosts"]
     assert proc.returncode == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
     assert hosts["n0"]["status"] == hosts["n1"]["status"] == "finished", hosts
+    _settled(lab, 4)
+    _undone_on_both(lab, run_id)
+
+
+def test_a_split_the_run_leaves_itself_is_rolled_back_before_it_returns(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """The same split with the client alive (node 1's session frozen past its lease while node 0
+    committed): the apply itself rolls the run back on every node as one before it returns, and
+    says so on both nodes. Before: node 0 reported "finished" for a server its partner's rollback
+    had taken down, and stayed on 14."""
+    lab, port = nodes
+    run_id, out = _split(run_gpuops, lab, port, gpuops_home, 14, committed="n0", kill=False)
+    hosts = json.loads(out)["hosts"]
+    for name in ("n0", "n1"):
+        assert hosts[name]["status"] == "rolled_back", (name, hosts[name]["status"], hosts[name]["error"])
+        assert f"its run {run_id} committed on n0" in hosts[name]["error"], hosts[name]["error"]
+        assert "rolled back on every node as one" in hosts[name]["error"], hosts[name]["error"]
     _settled(lab, 4)
     _undone_on_both(lab, run_id)
