@@ -133,8 +133,10 @@ def _device_overrides(fgs: Sequence[Any], gpu_name: Any) -> dict[tuple[int, ...]
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _normal(text: str) -> str:
-    """Source text of a condition, spelled one way (spacing, quotes, line breaks)."""
+    """Source text of a condition, spelled one way (spacing, quotes, line breaks). Kept per text:
+    ``unreachable`` spells every gate of the function again for each gate it is asked about."""
     try:
         return ast.unparse(ast.parse("(" + text.strip() + ")", mode="eval").body)
     except SyntaxError:

@@ -37,7 +37,7 @@ Faults for tests come from outside this code: signals, killed processes, and the
 (``host_hooks.py``: a ``gpuops_host_hooks`` module on the host's python path, which the lab
 installs on its hosts, ``gpuops/lab/host_faults.py``). Phases a hook sees: before_write,
 first_write, after_writes, compile, audit, verdict, server_stop, server_start, health, confirm,
-image_build, rollback_restore.
+image_build, rollback_restore, rollback_health.
 
 This module is the entry (modes, the worker, the relay, detaching); the rest is bundled with it
 (``bundle.py``), one concern a module: ``apply_run`` (the transaction and the apply mode),
