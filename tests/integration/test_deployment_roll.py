@@ -237,6 +237,7 @@ def test_inspect_shows_the_deployment_as_one_server(nodes: tuple[Lab, int], run_
     assert kimi["members"] == ["n0", "n1"] and kimi["leader"] == "n0", kimi
     assert kimi["init_addr"] == f"127.0.0.1:{port}" and kimi["warnings"] == [], kimi
     assert kimi["nodes"]["n0"]["healthy"] and kimi["nodes"]["n1"]["running"], kimi
+    assert kimi["serving"] is True and kimi["answer"]["ok"] is True, kimi  # the leader answered a generation
     assert kimi["nodes"]["n1"]["launch"] == {"nnodes": "2", "node_rank": "1", "dist_init_addr": f"127.0.0.1:{port}"}
 
 
