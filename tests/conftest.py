@@ -24,6 +24,11 @@
     ``Path`` of the test data, ``tests/fixtures`` (``GPUOPS_FIXTURES`` overrides); the same lookup
     as tests/unit/facts_fixtures.py (``labtools.fixtures_path``).
 
+Bytecode of child processes (session scope, automatic)
+    Under ``PYTHONDONTWRITEBYTECODE`` the suite's child Pythons (every ``gpuops`` command) would
+    compile gpuops from source each time; for the session they keep bytecode in its temp dir
+    (``PYTHONPYCACHEPREFIX``) instead, never in the source tree.
+
 Skip policy (README, "Testing")
     A skipped test fails the run unless its reason is on ``ALLOWED_SKIPS`` below: a green run must
     mean every promise was checked. Every skip and its reason is printed at the end of the run,
@@ -76,6 +81,21 @@ def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
                 stop_lab(lab.root)
             except GpuopsError:
                 pass  # already stopped and removed by the test
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _child_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite starts a few thousand Pythons (every ``gpuops`` command, helpers run by path):
+    under ``PYTHONDONTWRITEBYTECODE`` each of them compiled gpuops' ~100 modules from source again
+    (~0.2 s of CPU a command). They keep their bytecode in one directory of this session's temp
+    dir instead (``PYTHONPYCACHEPREFIX``), so nothing is written into the source tree either way."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONDONTWRITEBYTECODE")
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
 
 
 @pytest.fixture

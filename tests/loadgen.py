@@ -4,6 +4,12 @@
     load.start(); ...; result = load.join()
     result.total == 200; result.failed == 0, else result.failures says which and why
 
+``requests_per_client`` bounds each client. To load something only while it happens (a roll),
+``load.stop()`` once it is over: each client finishes the request it is streaming and starts no
+other; ``result.clients_cut_short == clients`` then says every client was still sending when it
+was stopped (none ran out of requests first), so the load covered all of it without streaming on
+for nothing afterwards.
+
 A request counts as good only when it answered 200 and streamed to SGLang's ``data: [DONE]`` with a
 finished last chunk (``meta_info.finish_reason``) and no error chunk; anything else (a refused
 connection, an HTTP error, a stream cut short: ``IncompleteRead``, a reset) is a failure, with its
@@ -27,6 +33,7 @@ class LoadResult:
     ok: int = 0
     failures: list[str] = field(default_factory=list)
     by_worker_seen: Counter = field(default_factory=Counter)
+    clients_cut_short: int = 0  # clients that still had requests to send when stop() came
 
     @property
     def failed(self) -> int:
@@ -47,6 +54,7 @@ class StreamingLoad:
         self.result = LoadResult()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
         self.done_count = 0
 
     def _one(self) -> str | None:
@@ -84,6 +92,10 @@ class StreamingLoad:
 
     def _client(self) -> None:
         for _ in range(self.per_client):
+            if self._stop.is_set():
+                with self._lock:
+                    self.result.clients_cut_short += 1
+                return
             why = self._one()
             with self._lock:
                 self.result.total += 1
@@ -105,6 +117,11 @@ class StreamingLoad:
         deadline = time.monotonic() + timeout_s
         while self.done_count < count and time.monotonic() < deadline:
             time.sleep(0.05)
+
+    def stop(self) -> "StreamingLoad":
+        """Start no more requests; those streaming now finish (and are counted) by ``join``."""
+        self._stop.set()
+        return self
 
     def join(self, timeout_s: float = 600.0) -> LoadResult:
         deadline = time.monotonic() + timeout_s

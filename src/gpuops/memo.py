@@ -6,9 +6,9 @@ a typed ``Key`` from a kind and every input the result depends on (one fingerpri
 the canonical JSON of the inputs, with the format and the kind), ``get``/``put`` read and write an
 entry under it, and every entry lives below one directory, ``root()``. One switch: ``GPUOPS_KEEP``
 (``off``: nothing is kept or recalled; a path: the root; unset: ``$GPUOPS_CACHE/kept``, else
-``~/.cache/gpuops/kept``); removing the root (``clear()``) forgets everything. ``apply --flush-cache``
-recalls nothing for one run and keeps what that run finds. docs/ARCHITECTURE.md has the table of
-what each kind's key holds and what it cannot see.
+``~/.cache/gpuops/kept``); removing the root (``clear()``) forgets everything. ``--flush-cache``
+(``forget_hosts``) forgets what is kept for the selected hosts, recalls nothing for that run and keeps
+what it finds. docs/ARCHITECTURE.md has the table of what each kind's key holds and what it cannot see.
 
 A key made from gpuops' own results includes ``code_digest()`` (or ``package_digest()``): gpuops'
 package, the directories roles and templates are looked up in and the libraries planning renders
@@ -28,7 +28,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
 
 FORMAT = 1
 KEEP_ENV = "GPUOPS_KEEP"
@@ -65,6 +68,16 @@ class Key:
         return f"{self.kind.directory}/{self.scope + '/' if self.scope else ''}{self.digest}"
 
 
+# Where kept results lived before this layer (each kind its own directory beside the wheels and
+# rootfs in the cache; verdicts and catalog values inside scans/): what is still there is never read.
+OLD_LAYOUT = ("scans", "plans", "facts", "bundles")
+
+
+def _cache_base() -> Path:
+    base = os.environ.get("GPUOPS_CACHE")
+    return Path(base).expanduser() if base else Path.home() / ".cache" / "gpuops"
+
+
 def root() -> Path | None:
     """The one directory every kept result lives below; None when ``$GPUOPS_KEEP`` is ``off``."""
     value = os.environ.get(KEEP_ENV, "").strip()
@@ -72,8 +85,32 @@ def root() -> Path | None:
         return None
     if value and value.lower() not in ("on", "1", "yes", "true"):
         return Path(value).expanduser()
-    base = os.environ.get("GPUOPS_CACHE")
-    return (Path(base).expanduser() if base else Path.home() / ".cache" / "gpuops") / "kept"
+    return _cache_base() / "kept"
+
+
+@functools.lru_cache(maxsize=1)  # once per command: a few stats when there is nothing left to remove
+def remove_old_layout(base: Path) -> int:
+    """Delete the entries an older gpuops kept at ``base/<kind>/`` (``OLD_LAYOUT``), which this
+    layout never reads, so the cache does not keep them for ever: only their ``.json`` entries and
+    the directories that leaves empty (nothing else there is gpuops' to remove). Returns how many went."""
+    removed = 0
+    for name in OLD_LAYOUT:
+        old = base / name
+        if not old.is_dir() or old.is_symlink():
+            continue
+        for dirpath, _, filenames in os.walk(old, topdown=False):
+            for filename in filenames:
+                if filename.endswith(".json"):
+                    try:
+                        os.unlink(os.path.join(dirpath, filename))
+                        removed += 1
+                    except OSError:
+                        pass
+            try:
+                os.rmdir(dirpath)  # only when empty
+            except OSError:
+                pass
+    return removed
 
 
 def directory(kind: Kind, scope: str = "") -> Path | None:
@@ -90,6 +127,54 @@ def clear() -> None:
     top = root()
     if top is not None:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def forget(kind: Kind, scope: str = "", match: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    """Remove the entries of ``kind`` in ``scope`` that ``match`` (every one, torn ones too, when
+    None; a scope left empty goes with them); the whole entries removed, for what depends on them."""
+    where = directory(kind, scope)
+    if where is None:
+        return []
+    try:
+        paths = [p for p in where.iterdir() if p.suffix == ".json"]
+    except OSError:
+        return []
+    removed: list[dict[str, Any]] = []
+    for path in paths:
+        data = _read(path, Key(kind, path.stem, scope))
+        if match is not None and (data is None or not match(data)):
+            continue
+        path.unlink(missing_ok=True)
+        if data is not None:
+            removed.append(data)
+    if scope:
+        try:
+            where.rmdir()  # only when empty
+        except OSError:
+            pass
+    return removed
+
+
+def forget_hosts(hosts: Iterable["Host"]) -> int:
+    """``--flush-cache``: forget every result kept for these hosts, as Ansible's flag clears their
+    facts: their GPU facts, no-op plans and discoveries (each entry names its host), their gate
+    scans (a scope per host) and the verdicts judged from those scans (each names its scan's
+    fingerprint). What is not a host's (the catalog's values, bundled helpers: stamped by local
+    files) stays. Returns how many entries went."""
+    from gpuops.gates.scan_cache import host_identity
+
+    hosts = list(hosts)
+    names = {host.name for host in hosts}
+    removed = 0
+    fingerprints: set[str] = set()
+    for host in hosts:
+        scans = forget(Kind.SCANS, host_identity(host))
+        fingerprints.update(str(entry.get("fingerprint")) for entry in scans)
+        removed += len(scans)
+    for kind in (Kind.FACTS, Kind.PLANS, Kind.DISCOVERY):
+        removed += len(forget(kind, match=lambda entry: entry.get("host") in names))
+    removed += len(forget(Kind.JUDGED, match=lambda entry: entry.get("fingerprint") in fingerprints))
+    return removed
 
 
 def key(kind: Kind, *inputs: Any, scope: str = "") -> Key | None:
@@ -111,6 +196,8 @@ def put(key: Key, entry: dict[str, Any]) -> None:
     where = directory(key.kind, key.scope)
     if where is not None:
         _write(where, key, entry)
+        if root() == _cache_base() / "kept":  # the default place: the old one was beside it
+            remove_old_layout(_cache_base())
 
 
 def touch(key: Key) -> None:

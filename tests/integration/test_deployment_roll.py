@@ -362,3 +362,120 @@ def _worker_of(host: Any, earlier: set[Path]) -> dict[str, Any]:
 def _verified(call_dir: Path) -> bool:
     progress = call_dir / "progress.jsonl"
     return progress.exists() and '"event": "verified"' in progress.read_text()
+
+
+
+def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str) -> str:
+    """Run ``value`` committed on node ``committed`` and rolled back on the other by its lease,
+    deterministically: the committing node holds at its confirm until released, the other's
+    session is frozen (SIGSTOP of its relay) once gpuops has heard it verified, so the commit sent
+    to it stays unread; once the first node has committed the client is SIGKILLed, and the frozen
+    node's lease lapses. Returns the run id."""
+    import signal
+    import threading
+
+    frozen = "n1" if committed == "n0" else "n0"
+    _baseline(run_gpuops, lab, port)
+    earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
+    seen = {n: len(journal_events(lab.host(n))) for n in ("n0", "n1")}
+    _fault(lab, committed, {"pause_at": "confirm", "seconds": 120, "until": "lab-release"})
+    proc = client(lab, "nccl-env", "-v", *_extra(port, value), "-e",
+                  json.dumps({"gpuops_health_timeout": 6, "gpuops_lease": 8}), home=gpuops_home)
+    heard: list[bytes] = []
+    stderr = proc.stderr
+    assert stderr is not None
+    threading.Thread(target=lambda: heard.extend(iter(stderr.readline, b"")), daemon=True).start()
+    paused(lab.host(committed), "confirm", proc, earlier[committed])
+    worker = _worker_of(lab.host(frozen), earlier[frozen])
+    deadline = time.monotonic() + 60
+    while not any(f"{frozen}: run ".encode() in line and b"verified on the host" in line for line in heard):
+        assert time.monotonic() < deadline and proc.poll() is None, b"".join(heard)[-2000:]
+        time.sleep(0.05)
+    os.kill(worker["relay"], signal.SIGSTOP)
+    release = lab.host(committed).state_dir / "lab-release"
+    try:
+        release.touch()
+        run_id = _wait_event(lab.host(committed), ("finished",), seen[committed])
+        proc.kill()
+        proc.communicate()
+        _wait_event(lab.host(frozen), ("rolled_back", "rollback_failed"), seen[frozen], run_id)
+    finally:
+        os.kill(worker["relay"], signal.SIGCONT)
+        release.unlink(missing_ok=True)
+    wait_host_settled(lab.host(frozen), worker)
+    assert f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, committed)
+    assert f"NCCL_MIN_NCHANNELS='{value}'" not in _env_file(lab, frozen)  # split: the state this test is for
+    return run_id
+
+
+def _wait_event(host: Any, events: tuple[str, ...], after: int, run_id: str | None = None) -> str:
+    """The run id of the run that ``host``'s journal (past its first ``after`` records) ends with one of ``events``."""
+    deadline = time.monotonic() + 90
+    while True:
+        for rid, event in journal_events(host)[after:]:
+            if event in events and run_id in (None, rid):
+                return rid
+        assert time.monotonic() < deadline, (events, journal_events(host)[-4:])
+        time.sleep(0.1)
+
+
+def _undone_on_both(lab: Lab, run_id: str) -> None:
+    """Each node's journal: a finished rollback of ``run_id`` (the repair), the run itself not standing."""
+    for name in ("n0", "n1"):
+        lines = (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        assert any(r["event"] == "finished" and r.get("kind") == "rollback" and r.get("target") == run_id
+                   for r in records), (name, records[-4:])
+
+
+def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """Node 0 committed run 12, node 1's lease rolled it back (the client died between the two
+    commit messages). `apply --check` names the split; the next `gpuops apply` first rolls the run
+    back on every node as one (node 1 restarting with node 0), then goes on: the same old setting
+    is then nothing to change. Before: the apply changed node 0 back by a run of its own while run
+    12 still stood in its journal, and `--check` said nothing."""
+    lab, port = nodes
+    run_id = _split(run_gpuops, lab, port, gpuops_home, 12, committed="n0")
+    code, hosts = _apply(run_gpuops, lab, port, 4, "--check")
+    assert code == 0 and any(f"deployment kimi is split: its run {run_id} committed on n0 and rolled back on n1" in w
+                             for w in hosts["n1"]["warnings"]), hosts["n1"]
+    code, hosts = _apply(run_gpuops, lab, port, 4)
+    assert code == 0, {n: (h["status"], h.get("error"), h.get("notes")) for n, h in hosts.items()}
+    for name in ("n0", "n1"):
+        assert hosts[name]["status"] == "unchanged", (name, hosts[name])
+        assert any(f"its run {run_id} committed on n0" in n and "finished that rollback on every node" in n
+                   for n in hosts[name]["notes"]), (name, hosts[name]["notes"])
+    _settled(lab, 4)
+    _undone_on_both(lab, run_id)
+
+
+def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_rollback(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any, tmp_path: Path) -> None:
+    """The other way round: the worker (node 1) committed run 13 and the leader rolled it back.
+    inspect names the split run and the command that repairs it; `gpuops rollback -l n0` is refused
+    naming n1, nothing changed; `gpuops rollback` of both
+    finishes the split run's rollback (and only that): both on the old setting, healthy, each
+    journal with the rollback of run 13. Before: each node rolled back its own last run."""
+    import yaml
+
+    lab, port = nodes
+    run_id = _split(run_gpuops, lab, port, gpuops_home, 13, committed="n1")
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    data["all"]["children"]["lab"]["vars"].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    seen = run_gpuops("inspect", "host", "-i", str(inventory), "--json", timeout=240)
+    warnings = json.loads(seen.stdout)["deployments"]["kimi"]["warnings"]
+    assert any(f"its run {run_id} committed on n1 and rolled back on n0" in w and "gpuops rollback -l n0,n1" in w
+               for w in warnings), warnings
+    alone = run_gpuops("rollback", "-i", str(inventory), "-l", "n0", timeout=120)
+    assert alone.returncode == 2 and "Traceback" not in alone.stderr, alone.stdout + alone.stderr
+    assert f"n1: deployment kimi is split: its run {run_id} committed on n1 and rolled back on n0" in alone.stderr
+    assert "NCCL_MIN_NCHANNELS='13'" in _env_file(lab, "n1")  # nothing changed
+    proc = run_gpuops("rollback", "-i", str(inventory), "--json", timeout=300)
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert proc.returncode == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
+    assert hosts["n0"]["status"] == hosts["n1"]["status"] == "finished", hosts
+    _settled(lab, 4)
+    _undone_on_both(lab, run_id)

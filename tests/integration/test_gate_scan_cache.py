@@ -50,10 +50,20 @@ def test_kept_scan_is_used_only_while_the_tree_is_unchanged(lab, run_gpuops, tmp
     second = inspect(run_gpuops, lab, env)
     assert second["gate_scan"] == {"cached": True, "fingerprint": first["gate_scan"]["fingerprint"]}
     assert second["gates"] == first["gates"] and second["features"] == first["features"]
-    # --flush-cache: nothing kept is offered (the host scans) nor recalled (judged again), same report
+    # --flush-cache: the host's kept scans and their verdicts are deleted (an older tree's entry too),
+    # the host scans and judges again, same report, and what it found is kept again.
+    kept = tmp_path / "kept"
+    (scope,) = (kept / "scans").iterdir()
+    fingerprint = first["gate_scan"]["fingerprint"]
+    older = "c" * 64
+    for entry in (scope / f"{fingerprint}.json", *(kept / "judged").glob("*.json")):
+        text = entry.read_text().replace(fingerprint, older)
+        (entry.parent / f"{older}.json").write_text(text.replace(entry.stem, older))
     flushed = inspect(run_gpuops, lab, env, "--flush-cache")
-    assert flushed["gate_scan"] == {"cached": False, "fingerprint": first["gate_scan"]["fingerprint"]}
+    assert flushed["gate_scan"] == {"cached": False, "fingerprint": fingerprint}
     assert flushed["gates"] == first["gates"] and flushed["features"] == first["features"]
+    assert not (scope / f"{older}.json").exists() and not (kept / "judged" / f"{older}.json").exists()
+    assert (scope / f"{fingerprint}.json").exists() and len(list((kept / "judged").glob("*.json"))) == 1
 
     # gpuops' own patch: the very next command sees the patched tree, never the kept scan.
     patched = apply(run_gpuops, lab, env)

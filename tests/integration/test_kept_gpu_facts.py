@@ -104,20 +104,23 @@ def test_a_no_op_skips_gpu_probes_only_while_nothing_they_read_changed(lab, run_
     assert KEPT_LINE in again.stderr and calls.read_text().count("\n") == 16
     assert _report(again) == _report(swapped)
 
-    # --flush-cache: nothing kept is offered or recalled (facts, scan, plan), the report is the same,
-    # and what it found is kept again for the next run.
+    # --flush-cache: the host's kept facts, scans and plans are deleted first (memo.forget_hosts), so
+    # nothing is offered or recalled; the report is the same, and what it found is kept again: the
+    # next run recalls the scan and the plan, and gathers the GPU facts once more, as after a first
+    # run (the summary is kept at once, its fingerprint needs the directories this gather reported).
     flushed = _apply(run_gpuops, lab, env, "--flush-cache")
     assert calls.read_text().count("\n") == 20
     for line in (KEPT_LINE, "tree unchanged", "not planned again"):
         assert line not in flushed.stderr, flushed.stderr
     assert _report(flushed) == _report(swapped)
+    assert [json.loads(p.read_text())["fingerprint"] for p in (tmp_path / "kept" / "facts").glob("*.json")] == [None]
     after = _apply(run_gpuops, lab, env)
-    assert KEPT_LINE in after.stderr and "tree unchanged" in after.stderr and "not planned again" in after.stderr
-    assert calls.read_text().count("\n") == 20
+    assert KEPT_LINE not in after.stderr and "tree unchanged" in after.stderr and "not planned again" in after.stderr
+    assert calls.read_text().count("\n") == 24
 
     # Turned off: every run gathers.
     off = _apply(run_gpuops, lab, {**env, "GPUOPS_KEEP": "off"})
-    assert KEPT_LINE not in off.stderr and calls.read_text().count("\n") == 24
+    assert KEPT_LINE not in off.stderr and calls.read_text().count("\n") == 28
     assert _report(off) == _report(swapped)
 
 

@@ -1,8 +1,8 @@
 """Replicas behind the real sglang-router (0.3.2, and 0.2.4 once, from PyPI, cached): a rolling change loses no request.
 
 Three lab hosts with a real router in front of their stand-ins (``gpuops lab up --router``), a
-bounded load through the router (``loadgen``: a fixed number of streaming requests, each counted)
-during ``gpuops apply nccl-env --serial 1``. Without the router named the same roll drops
+bounded load through the router (``loadgen``: streaming requests, each counted, from before the
+apply until it is over) during ``gpuops apply nccl-env --serial 1``. Without the router named the same roll drops
 requests (the issue's failure, reproduced); with it, none.
 """
 
@@ -25,7 +25,9 @@ from gpuops.lab.router import load_router
 
 # Requests of ~2 s each (128 tokens at the stand-in's ~60 tok/s): long enough that a replica stopped
 # without waiting for its requests cuts them (a take-out alone, with the restart's own delay, is not).
-CLIENTS, PER_CLIENT, TOKENS = 4, 30, 128
+CLIENTS, PER_CLIENT, TOKENS = 4, 60, 128
+# PER_CLIENT bounds a client (a roll that hangs must not stream on forever); the load stops once the
+# apply is over (``load.stop()``), and every client must still have been sending then.
 
 
 @pytest.fixture
@@ -51,17 +53,17 @@ def test_a_roll_behind_the_older_router_0_2_loses_no_request(tmp_path: Path, run
     lab = start_lab(tmp_path / "lab", [LabSpec(count=2)], router="0.2.4")
     try:
         assert _workers(lab) == _all_in_router(lab)
-        # Requests of ~1 s (64 tokens), enough to be cut by a restart that does not drain; ~24 s of
-        # them, where the roll of two replicas takes ~14 s here.
-        load = StreamingLoad(_router_url(lab), clients=2, requests_per_client=24, max_new_tokens=64).start()
+        # Requests of ~1 s (64 tokens), enough to be cut by a restart that does not drain, until the
+        # roll is over (the roll of two replicas takes ~14 s here; 120 per client only bounds it).
+        load = StreamingLoad(_router_url(lab), clients=2, requests_per_client=120, max_new_tokens=64).start()
         load.wait_started(2)
         proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--serial", "1", "--json",
                           "-e", '{"nccl_env": {"NCCL_MIN_NCHANNELS": "4"}}', timeout=300)
         served_during = load.done_count
-        result = load.join()
+        result = load.stop().join()
         assert proc.returncode == 0, proc.stdout + proc.stderr
         print(f"0.2.4, with the drain: {result.summary()} ({served_during} served during the roll)")
-        assert result.total == 48 and served_during < result.total, "the load ended before the roll did"
+        assert result.clients_cut_short == 2 and served_during < result.total, "the load ended before the roll did"
         assert result.failed == 0, result.failures[:5]
         hosts = json.loads(proc.stdout)["hosts"]
         for host in lab.hosts:
@@ -90,10 +92,10 @@ def _apply_under_load(run_gpuops: Any, lab: Lab, *args: str) -> tuple[subprocess
     load.wait_started(CLIENTS)
     proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *args, timeout=400)
     served_during = load.done_count
-    result = load.join()
-    assert result.total == CLIENTS * PER_CLIENT
-    # The load outlasted the roll: every restart happened while requests streamed.
-    assert served_during < result.total, "the load ended before the roll did: make it longer"
+    result = load.stop().join()
+    # The load outlasted the roll: every restart happened while every client streamed.
+    assert result.clients_cut_short == CLIENTS, "a client ran out of requests before the roll ended: raise PER_CLIENT"
+    assert served_during < result.total <= CLIENTS * PER_CLIENT
     return proc, result, served_during
 
 
@@ -213,7 +215,8 @@ def test_a_client_killed_mid_roll_leaves_word_and_the_next_run_puts_the_replica_
     h01 = lab.host("h01")
     inventory = str(lab.inventory_path)
     extra = json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": "8"}, "gpuops_lease": 3})
-    load = StreamingLoad(_router_url(lab), clients=CLIENTS, requests_per_client=45, max_new_tokens=TOKENS).start()
+    load = StreamingLoad(_router_url(lab), clients=CLIENTS, requests_per_client=2 * PER_CLIENT,
+                         max_new_tokens=TOKENS).start()
     load.wait_started(CLIENTS)
     # h01 out of the router, drained, restarted: the client dies while its worker checks health.
     client = client_paused_at(h01.state_dir, "health", ["apply", "nccl-env", "-i", inventory, "--serial", "1",
@@ -234,11 +237,12 @@ def test_a_client_killed_mid_roll_leaves_word_and_the_next_run_puts_the_replica_
     assert "taken out of router" in check.stdout and "by an earlier gpuops run that did not finish" in check.stdout
     proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--serial", "1", "--json", "-e", extra, timeout=400)
     served_during = load.done_count
-    result = load.join()
+    result = load.stop().join()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hosts = json.loads(proc.stdout)["hosts"]
     assert all(hosts[h.name]["status"] == "finished" for h in lab.hosts), hosts
     assert "nothing to drain" in " | ".join(hosts["h01"]["notes"])
     assert _workers(lab) == _all_in_router(lab)
     assert not list(records[0].parent.glob("*.json"))  # the word is taken back with the replica
+    assert result.clients_cut_short == CLIENTS, "a client ran out of requests before the roll ended"
     assert served_during < result.total and result.failed == 0, result.summary()

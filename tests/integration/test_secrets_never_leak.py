@@ -81,8 +81,14 @@ def test_secret_never_appears_in_output_or_home_files(lab_factory, run_gpuops, g
     # the host's own apply journal (the failed run's reason included) is masked on the host
     host_journal = lab.hosts[0].state_dir / "journal.jsonl"
     assert host_journal.is_file() and "rolled_back" in host_journal.read_text()
+    # ... and so is what the helper keeps of each call on the host (its progress, with the server's
+    # log tail as the server wrote it, api_key=... included; its result; the worker's own log)
+    calls = [path for path in (lab.hosts[0].state_dir / "calls").rglob("*") if path.is_file()]
+    assert any(path.name == "result.json" and "log_tail" in path.read_text() for path in calls), calls
     for secret in (API_KEY, HF_TOKEN):
         assert secret not in host_journal.read_text(), host_journal
+        for path in calls:
+            assert secret.encode() not in path.read_bytes(), path
         for text in outputs:
             assert secret not in text, text[:2000]
         for root in (gpuops_home, results, tmp_path / "report.html"):

@@ -259,12 +259,12 @@ def test_a_deployment_serves_only_with_every_node_up_and_the_leaders_first_answe
 
     hosts = [_host("a", "10.0.0.1"), _host("b", "10.0.0.2")]
     up = {"a": _entry(0), "b": _entry(1)}
-    answered = deployments_json(hosts, up, {"kimi": {"ok": True, "error": None, "seconds": 0.4}})
+    answered = deployments_json(hosts, up, answers={"kimi": {"ok": True, "error": None, "seconds": 0.4}})
     assert answered["deployments"]["kimi"]["serving"] is True
     assert [t for t, _ in report_lines(answered)][0].endswith(": serving; first answer in 0.4 s")
     assert deployments_json(hosts, up)["deployments"]["kimi"]["serving"] is False  # not asked: not shown to serve
-    hung = deployments_json(hosts, up, {"kimi": {"ok": False, "error": "no answer within 3s (timed out)",
-                                                 "seconds": None}})["deployments"]["kimi"]
+    hung = deployments_json(hosts, up, answers={"kimi": {"ok": False, "error": "no answer within 3s (timed out)",
+                                                         "seconds": None}})["deployments"]["kimi"]
     assert hung["serving"] is False and hung["nodes"]["a"]["healthy"] is True
     assert "the leader a gave no first answer: no answer within 3s (timed out)" in hung["warnings"][0]
     down = deployments_json(hosts, {"a": _entry(0), "b": _entry(1, running=False)})["deployments"]["kimi"]

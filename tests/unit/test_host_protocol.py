@@ -97,3 +97,25 @@ def test_the_helper_result_is_read_typed_and_as_untrusted_data() -> None:
     by_dict = [p.name for p in (SRC / "apply").glob("*.py") if p.name not in ("txn.py", "remote_exec.py")
                if re.search(r'result\.get\("(status|ok|restored|recovered|notes|error)"', p.read_text(encoding="utf-8"))]
     assert by_dict == []
+
+
+def test_progress_events_are_read_typed_bounded_and_as_untrusted_data() -> None:
+    """The client reads the helper's progress lines through ``HostEvent`` only: a name outside the
+    schema is no event; a field of the wrong type reads as absent; text is cut to its bound."""
+    event = hp.HostEvent.from_json({"event": "verified", "pid": 42, "log": "ready\n", "run_id": "r1"})
+    assert event == hp.HostEvent(hp.EVENT_VERIFIED, run_id="r1", pid=42, log="ready\n")
+    assert hp.HostEvent.from_json({"event": "phase", "phase": "after_writes"}).phase == "after_writes"  # type: ignore[union-attr]
+    for not_one in ({"event": "exploded"}, {"event": 3}, {"phase": "x"}, ["verified"], "verified"):
+        assert hp.HostEvent.from_json(not_one) is None, not_one
+    odd = hp.HostEvent.from_json({"event": "rolled_back", "run_id": ["r1"], "why": 7, "pid": True, "log": {},
+                                  "deployment": "d", "note": None})
+    assert odd == hp.HostEvent(hp.EVENT_ROLLED_BACK)
+    long = hp.HostEvent.from_json({"event": "recovered", "note": "n" * 100_000, "phase": "p" * 100_000,
+                                   "run_id": "r" * 100_000, "deployment": {"name": "d"}})
+    assert long is not None and len(long.note or "") == 4096 and len(long.phase or "") == 200
+    assert len(long.run_id or "") == 200 and long.deployment == {"name": "d"}
+    # apply/ reads no progress event as a dict: the channel's lines become HostEvents in txn.py
+    by_dict = [p.name for p in (SRC / "apply").glob("*.py")
+               if re.search(r'(event|message)\.get\("(event|phase|note|why|run_id|log|deployment|audit_output)"',
+                            p.read_text(encoding="utf-8"))]
+    assert by_dict == []

@@ -1,4 +1,4 @@
-"""The apply host protocol's statuses and events are named by ``remote/host_protocol.py``'s
+"""The apply host protocol's statuses, events, modes and run kinds are named by ``remote/host_protocol.py``'s
 constants everywhere else: a bare ``"rolled_back"`` that comes back in a comparison, a result's
 ``status`` or a journal ``event`` fails here, naming file and line (issue 28).
 
@@ -21,11 +21,11 @@ from gpuops.remote import host_protocol as hp
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpuops"
 PROTOCOL = SRC / "remote" / "host_protocol.py"
 
-NAMES = set(hp.RESULT_STATUSES) | set(hp.JOURNAL_EVENTS) | set(hp.PROGRESS_EVENTS) | set(hp.MODES)
+NAMES = set(hp.RESULT_STATUSES) | set(hp.JOURNAL_EVENTS) | set(hp.PROGRESS_EVENTS) | set(hp.MODES) | set(hp.RUN_KINDS)
 # Words nothing but the protocol says: refused as a string anywhere.
 DISTINCT = {n for n in NAMES if "_" in n}
-STATUS_KEYS = {"status", "event", "last_event", "outcome", "mode", "for_mode"}
-STATUS_WORDS = ("status", "event", "outcome", "mode")
+STATUS_KEYS = {"status", "event", "last_event", "outcome", "mode", "for_mode", "kind", "role"}
+STATUS_WORDS = ("status", "event", "outcome", "mode", "kind")
 # Where the protocol is spoken; elsewhere (gates' verdicts, bench samples) the same words mean other things.
 PROTOCOL_DIRS = ("apply", "remote", "tune", "commands")
 
@@ -125,6 +125,11 @@ def test_the_check_finds_each_kind_of_bare_status(tmp_path: Path) -> None:
         'p = {"mode": "journal"}': 1,
         'ok = mode != "journal"': 1,
         'x = f"rolled back {y}"': 0,
+        'undone = run.get("kind") == "rollback"': 1,  # a run kind
+        'run.journal_started(kind="rollback", target=t)': 1,
+        'manifest = {"kind": "rollback", "target": t}': 1,
+        'meta = {"role": "rollback", "user": u}': 1,
+        'ok = change["kind"] == "template"': 0,  # a change's kind: no run kind
     }
     for code, count in cases.items():
         sample.write_text(code + "\n", encoding="utf-8")

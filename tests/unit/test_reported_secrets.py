@@ -70,3 +70,20 @@ def test_the_host_journal_keeps_a_quoted_command_line_masked(tmp_path) -> None:
     assert KEY not in text and f"--api-key {mask(KEY)} --tp 8" in text
     records = read_journal(str(tmp_path))
     assert records[-1]["event"] == ROLLED_BACK and records[-1]["restored"] == ["/etc/gpuops/sglang.env"]
+
+
+def test_the_apply_helpers_call_directory_keeps_no_secret_but_the_audit_as_read() -> None:
+    """The worker's progress and result (progress.jsonl, result.json in its call directory on the
+    host) pass the secrets policy; the gate re-audit's output (SGLang's source names api_key) does not."""
+    from gpuops.remote.apply_helper import masked as call_record
+
+    key = "sk-callsdir-9d2e7b"
+    # as SGLang (and the lab's stand-in) log their arguments: the key is the first one
+    log = f"[2026-12-01] server_args=ServerArgs(api_key='{key}', model_path='/m', tp_size=4)\nready"
+    audit = "srt/server_args.py:120: api_key: Optional[str] = None  # gate source excerpt, kept"
+    verified = call_record({"event": "verified", "pid": 7, "log": log, "audit_output": audit,
+                       "checked": {"server_info": {"api_key": key, "launch_command": f"python -m sglang --api-key {key}"}}})
+    assert key not in json.dumps(verified) and "<masked:" in verified["log"] and verified["log"].endswith("ready")
+    assert verified["audit_output"] == audit and verified["pid"] == 7 and verified["event"] == "verified"
+    result = call_record({"ok": False, "status": "rolled_back", "log_tail": log, "restored": ["/etc/x"], "audit_output": None})
+    assert key not in json.dumps(result) and result["restored"] == ["/etc/x"] and result["ok"] is False

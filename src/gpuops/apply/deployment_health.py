@@ -47,11 +47,11 @@ def answer_timeout(variables: Mapping[str, Any], host: str) -> float:
 
 
 def gate(txn: "DeploymentTxn", host: str, checks: Check | None, conn: "Connection", variables: Mapping[str, Any],
-         payload: Mapping[str, Any], verified_event: Mapping[str, Any]) -> Check:
+         payload: Mapping[str, Any], verified_pid: Callable[[], int | None]) -> Check:
     """The node's ``on_verified`` in its deployment: its own ``checks``, every node healthy, then the
-    whole server judged (this module's docstring); ``verified_event``: the host's, filled in by then."""
-    check = node_check(conn, variables, payload.get("service") or {}, host == txn.deployment.leader,
-                       lambda: verified_event.get("pid"))
+    whole server judged (this module's docstring); ``verified_pid``: the server's pid in the host's
+    ``verified`` event, known by then."""
+    check = node_check(conn, variables, payload.get("service") or {}, host == txn.deployment.leader, verified_pid)
     return txn.commit_gate(host, checks, check)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuops.remote.apply_journal import TERMINAL_EVENTS
-from gpuops.remote.host_protocol import FINISHED, STARTED, STATUS_UNKNOWN, UNCHANGED
+from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, STARTED, STATUS_UNKNOWN, UNCHANGED
 
 
 def home_journal_path() -> Path:
@@ -145,7 +145,7 @@ def _mark_undone(runs: dict[str, dict[str, Any]]) -> None:
     """``undone_by``: the finished rollback that took a run out of effect. Undoing a rollback by
     recomposition puts the run it had undone back in effect (remote/recompose.py::undone_runs)."""
     for run in runs.values():
-        if run.get("kind") != "rollback" or FINISHED not in run["events"]:
+        if run.get("kind") != KIND_ROLLBACK or FINISHED not in run["events"]:
             continue
         target = runs.get(str(run.get("target")))
         if target is None:

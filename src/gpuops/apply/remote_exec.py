@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
-    from gpuops.remote.host_protocol import HelperResult
+    from gpuops.remote.host_protocol import HelperResult, HostEvent
     from gpuops.transport import Connection
 
 
@@ -31,7 +31,7 @@ def _helper_command(variables: Mapping[str, Any], with_preamble: bool) -> str:
 def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
                with_preamble: bool = False, deadline: float | None = None,
                on_audit: Callable[[Any], tuple[bool, str]] | None = None,
-               on_event: Callable[[dict[str, Any]], None] | None = None,
+               on_event: Callable[["HostEvent"], None] | None = None,
                on_verified: Callable[[], tuple[bool, str | None]] | None = None,
                on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
                on_hold: Callable[[str], tuple[bool, str | None]] | None = None) -> "HelperResult":

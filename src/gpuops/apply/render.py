@@ -8,7 +8,7 @@ import click
 
 from gpuops.apply.host_report import HostReport
 from gpuops.output import safe_text
-from gpuops.remote.host_protocol import STATUS_FINISHED, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import KIND_ROLLBACK, STATUS_FINISHED, STATUS_UNKNOWN
 
 
 Say = Callable[..., None]
@@ -103,7 +103,7 @@ def render_history(runs_by_host: Mapping[str, Any], echo: Callable[[str], None])
             say("  (no runs)")
         for run in runs:
             what = run.get("role") or "?"
-            if run.get("kind") == "rollback":
+            if run.get("kind") == KIND_ROLLBACK:
                 what = f"rollback of {run.get('target')}" + (" (recomposed)" if run.get("recompose") else "")
             outcome = run["outcome"] + (f", undone by {run['undone_by']}" if run.get("undone_by") else "")
             error = f"  ({str(run['error']).splitlines()[0]})" if run.get("error") else ""

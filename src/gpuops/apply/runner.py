@@ -18,7 +18,7 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_STAGED, STATUS_UNCHANGED, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, HostEvent, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_STAGED, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
     from gpuops.apply.deployment import DeploymentTxn
@@ -250,26 +250,25 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
             return _judge(output, plan, gpu.get("cuda"))
 
         smoke_after = _smoke_check(conn, plan, variables, report)
-        verified_event: dict[str, Any] = {}   # the helper's "verified" event (with the server's log when asked)
+        verified: list[HostEvent] = []   # the helper's "verified" event (with the server's log when asked)
         log_failure: list[str] = []
 
-        def on_event(event: dict[str, Any]) -> None:
-            if event.get("event") == EVENT_VERIFIED:
-                verified_event.clear()
-                verified_event.update(event)
-            elif (deployment is not None and (event.get("event") == EVENT_ROLLING_BACK or (
-                    event.get("event") == EVENT_RECOVERING and event.get("run_id") == run_id))):
+        def on_event(event: HostEvent) -> None:
+            if event.name == EVENT_VERIFIED:
+                verified[:] = [event]
+            elif (deployment is not None and (event.name == EVENT_ROLLING_BACK or (
+                    event.name == EVENT_RECOVERING and event.run_id == run_id))):
                 # the others roll back too (this run recovered by its relay: this node's worker died;
                 # an earlier run left open, recovered first, is no failure of this one)
-                why = str(event.get("why") or "its host-side worker died")
-                if event.get("event") == EVENT_RECOVERING:
+                why = event.why or "its host-side worker died"
+                if event.name == EVENT_RECOVERING:
                     deployment.ended(host.name, False, why)  # its recovery holds nowhere: nobody waits for it
                 else:
                     deployment.fail(host.name, why)
 
         def checked() -> tuple[bool, str | None]:
             if plan.log_check is not None:
-                keep, why = _judge_log(plan.log_check, verified_event, report, log_failure)
+                keep, why = _judge_log(plan.log_check, verified[-1] if verified else None, report, log_failure)
                 if not keep:
                     return keep, why
             return smoke_after() if smoke_after is not None else (True, None)
@@ -277,7 +276,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         on_verified = checked if (plan.log_check is not None or smoke_after is not None) else None
         if deployment is not None:
             payload["deployment"] = deployment.deployment.record(host.name)
-            on_verified = deployment_health.gate(deployment, host.name, on_verified, conn, variables, payload, verified_event)
+            on_verified = deployment_health.gate(deployment, host.name, on_verified, conn, variables, payload,
+                                                 lambda: verified[-1].pid if verified else None)
 
         def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
             result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,
@@ -464,14 +464,14 @@ def _smoke_check(conn: "Connection", plan: "Plan", variables: Mapping[str, Any],
     return after_restart
 
 
-def _judge_log(check: "LogCheck", event: Mapping[str, Any], report: HostReport,
+def _judge_log(check: "LogCheck", event: HostEvent | None, report: HostReport,
                failure: list[str]) -> tuple[bool, str | None]:
     """The server's log since its start (sent with "verified") judged for ``check.feature``:
     (keep the run?, why not). A feature that fell back is rolled back with ``check.rollback``,
     else the run stands and ``failure`` gets the line that fails the host's report."""
     from gpuops import pcie_ipc
 
-    up, line = pcie_ipc.log_verdict(str(event.get("log") or ""))
+    up, line = pcie_ipc.log_verdict((event.log if event is not None else None) or "")
     if up:
         report.notes.append(f"in effect: the server logged \"{line}\"")
         return True, None
@@ -540,11 +540,8 @@ def _fold_result(report: HostReport, result: "HelperResult", secrets: list[str])
 
 
 def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
+    from gpuops.apply import deployment as multi_node, deployment_repair, replicas as replica_set
     from gpuops.transport import run_on_hosts
-
-    from gpuops.apply import replicas as replica_set
-
-    from gpuops.apply import deployment as multi_node
 
     # The nodes of a multi-node server: their launch flags derived (and checked) before anything else.
     deployments = multi_node.plan_deployments(hosts, extra)
@@ -555,7 +552,11 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
     replicas = replica_set.preflight(hosts, extra)
     warnings = replica_set.replica_warnings(hosts, extra, replicas,
                                             rolling=bool(options.rollout is not None and options.rollout.sizes))
+    # Every input checked: a deployment left split between its commits is rolled back as one first.
+    repaired, split_warnings = deployment_repair.before_command(hosts, hosts, extra, options)
     run_id = new_run_id()
+    if not all(r.ok for r in repaired.values()):
+        return run_id, deployment_repair.stopped_after(hosts, repaired)
     txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
 
     def one(host: "Host") -> HostReport:
@@ -592,9 +593,8 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
         else:
             reports[name] = HostReport(host=name, ok=False, status="skipped" if outcome.skipped else "failed",
                                        error=outcome.error)
+    deployment_repair.fold_into(reports, repaired, split_warnings)
     return run_id, reports
-
-
 
 
 from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)

@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
+from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN, HostEvent
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -69,7 +69,7 @@ def from_journal(run: Mapping[str, Any] | None, why: str, lease_s: float, confir
 
 def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: float, deadline: float | None,
                     run_id: str | None, on_audit: Callable[[Any], tuple[bool, str]] | None = None,
-                    on_event: Callable[[dict[str, Any]], None] | None = None,
+                    on_event: Callable[[HostEvent], None] | None = None,
                     on_verified: Callable[[], tuple[bool, str | None]] | None = None,
                     read_outcome: Callable[[], Mapping[str, Any] | None] | None = None,
                     on_open: Callable[[Callable[[dict[str, Any]], bool]], None] | None = None,
@@ -173,29 +173,31 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                 if verdict_reason and not result.get("audit_verdict"):
                     result["audit_verdict"] = verdict_reason
                 return result
-            event = message.get("event")
-            if on_event is not None and event not in (None, EVENT_HEARTBEAT):
-                on_event(message)
-            if event == EVENT_PHASE and message.get("phase"):
-                inflight.at_phase(host_name, str(message["phase"]))
+            event = HostEvent.from_json(message)  # None: no progress event this version knows
+            if event is None:
+                continue
+            if on_event is not None and event.name != EVENT_HEARTBEAT:
+                on_event(event)
+            if event.name == EVENT_PHASE and event.phase:
+                inflight.at_phase(host_name, event.phase)
                 # -v: where the run is, logged once this side knows it (what a Ctrl-C now reports)
-                LOGGER.log(COMMANDS, "%s: run %s at %s", host_name, run_id, message["phase"])
-            if event == EVENT_RECOVERED and message.get("note"):
-                recovered.append(str(message["note"]))
-            elif event == EVENT_COMMITTED and message.get("run_id") == run_id:
+                LOGGER.log(COMMANDS, "%s: run %s at %s", host_name, run_id, event.phase)
+            if event.name == EVENT_RECOVERED and event.note:
+                recovered.append(event.note)
+            elif event.name == EVENT_COMMITTED and event.run_id == run_id:
                 answer = {"ok": True, "status": STATUS_FINISHED, "run_id": run_id, "recovered": recovered}
-            elif event == EVENT_ROLLED_BACK and message.get("run_id") == run_id:
+            elif event.name == EVENT_ROLLED_BACK and event.run_id == run_id:
                 answer = {"ok": False, "status": STATUS_ROLLED_BACK, "run_id": run_id, "recovered": recovered,
-                          "error": str(message.get("why") or "rolled back")}
-            elif event == EVENT_AUDITED:
-                ok, verdict_reason = on_audit(message.get("audit_output")) if on_audit else (False, "no judge")
+                          "error": event.why or "rolled back"}
+            elif event.name == EVENT_AUDITED:
+                ok, verdict_reason = on_audit(event.audit_output) if on_audit else (False, "no judge")
                 stream.send((json.dumps({"verdict": ok, "reason": verdict_reason}) + "\n").encode())
                 last_heard = time.monotonic()  # this side was busy, not the host silent
-            elif event in HOLDS:
-                go, why = on_hold(event) if on_hold is not None else (False, "not a node of a deployment")
+            elif event.name in HOLDS:
+                go, why = on_hold(event.name) if on_hold is not None else (False, "not a node of a deployment")
                 last_heard = time.monotonic()  # this side waited for the other nodes, not the host
-                stream.send((json.dumps({HOLDS[event]: go, "reason": why}) + "\n").encode())
-            elif event == EVENT_VERIFIED:
+                stream.send((json.dumps({HOLDS[event.name]: go, "reason": why}) + "\n").encode())
+            elif event.name == EVENT_VERIFIED:
                 # Seen: health (the server we started owns the port) and the re-audit's verdict.
                 inflight.at_phase(host_name, EVENT_VERIFIED)
                 LOGGER.log(COMMANDS, "%s: run %s verified on the host; gpuops checks it before the commit",

@@ -16,7 +16,7 @@ from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions, current_user, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import EVENT_STOP_READY, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
+from gpuops.remote.host_protocol import EVENT_STOP_READY, KIND_ROLLBACK, HostEvent, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -110,7 +110,11 @@ class DeploymentRollbacks:
         return txn, None
 
 
-def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions) -> dict[str, HostReport]:
+def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOptions,
+                   finish_split: bool = False) -> dict[str, HostReport]:
+    """``finish_split``: ``target`` is a deployment's run that committed on some of ``hosts`` and
+    rolled back on the others (apply/deployment_repair.py): undone on every node as one, the nodes
+    where it rolled back already restarting with the others."""
     from gpuops.apply.journal import record_run_home
     from gpuops.apply.recompose import recompose_host
     from gpuops.transport import connect, run_on_hosts
@@ -125,15 +129,17 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
         state_dir = _rollback_state_dir(host, target)
         payload = {
             "mode": MODE_ROLLBACK, "run_id": run_id, "state_dir": state_dir, "target": target,
-            "force": options.force, "meta": {"role": "rollback", "user": current_user()},
+            "force": options.force, "meta": {"role": KIND_ROLLBACK, "user": current_user()},
             "later_runs": "report",   # later runs standing on its files: say so (with the journal), change nothing
         }
+        if finish_split:
+            payload["finish_split"] = True
         recomposed: tuple[HostReport, str | None] | None = None
         node: dict[str, Any] = {}  # this host as a node of a deployment: its record, sender, transaction
 
-        def on_event(message: dict[str, Any]) -> None:
-            if message.get("event") == EVENT_STOP_READY:
-                node["record"] = message.get("deployment")
+        def on_event(event: HostEvent) -> None:
+            if event.name == EVENT_STOP_READY:
+                node["record"] = event.deployment
 
         def on_hold(event: str) -> tuple[bool, str | None]:
             if event == EVENT_STOP_READY:
@@ -175,7 +181,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             conn.close()
         if recomposed is not None:
             report, undid = recomposed
-            record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
+            record_run_home(run_id, host.name, host_key(host), KIND_ROLLBACK, report.status, report.error, state_dir,
                             [{"path": p} for p in report.restored], target=undid, recompose=True)
             return report
         ok = result.ok
@@ -192,7 +198,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
                 report.notes.append(f"--force: the later version of {kept}")
         elif status == STATUS_ROLLED_BACK:
             report.error = f"{report.error} -- the rollback was undone: the host is as it was before it"
-        record_run_home(run_id, host.name, host_key(host), "rollback", report.status, report.error, state_dir,
+        record_run_home(run_id, host.name, host_key(host), KIND_ROLLBACK, report.status, report.error, state_dir,
                         [{"path": p} for p in report.restored], target=result.target)
         return report
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from gpuops.commands.options import flush_cache_option, forks_option, host_key_options, inventory_options, rollout_options
+from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, host_key_options, inventory_options,
+                                     rollout_options)
 
 EXIT_HOST_FAILED = 1
 
@@ -95,6 +96,8 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     everyone = load_inventory(inventory)
     hosts = everyone.select(limit)
     check_whole(hosts, everyone.hosts, extra)
+    if flush_cache:
+        forget_kept(hosts)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout, flush_cache=flush_cache)
@@ -126,10 +129,18 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
 
     from gpuops.transport.rollout import rollout_for
 
-    hosts = _hosts(inventory, limit)
+    from gpuops.apply import deployment_repair
+    from gpuops.inventory import load_inventory
+
+    everyone = load_inventory(inventory)
+    hosts = everyone.select(limit)
     options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                        timeout=timeout, connect_timeout=connect_timeout, force=force)
-    reports = rollback_hosts(hosts, run_id, options)
+    # A deployment split by its last run: finishing its rollback on every node is this rollback there.
+    reports, _ = deployment_repair.before_command(hosts, everyone.hosts, {}, options)
+    rest = [h for h in hosts if h.name not in reports]
+    if rest:
+        reports.update(rollback_hosts(rest, run_id, options))
     if as_json:
         click.echo(json.dumps({"hosts": {n: r.to_json() for n, r in reports.items()}}, indent=2))
     else:

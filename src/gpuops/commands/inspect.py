@@ -33,10 +33,13 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False,
          flush_cache: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    from gpuops.commands.options import forget_kept
     from gpuops.facts.collect import inspect_hosts
     from gpuops.inventory import load_inventory
 
     hosts = load_inventory(inventory).select(limit)
+    if flush_cache:
+        forget_kept(hosts)
     options = _connect_options(accept_new_host_keys, known_hosts, timeout)
     outcomes = inspect_hosts(hosts, options, forks=forks, with_gates=True, with_sources=with_sources, timeout=timeout,
                              recall=not flush_cache)
@@ -87,10 +90,16 @@ def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_ne
 
             from gpuops.facts.deployment import deployments_json
 
-            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries, answers)})
+            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries, _journals(outcomes), answers)})
         else:
             _render_hosts(hosts, outcomes, answers)
     sys.exit(_exit_status(outcomes))
+
+
+def _journals(outcomes: dict[str, Any]) -> dict[str, Any]:
+    """Each host's apply journal as inspect read it (None where it was not): a split deployment's run."""
+    return {name: o.value.extra.get("gpuops.journal") if o.ok and o.value is not None else None
+            for name, o in outcomes.items()}
 
 
 def _each_answered_host(console: Any, hosts: list[Any], outcomes: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
@@ -126,7 +135,7 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str,
             console.print(managed, markup=False, highlight=False)
     from gpuops.facts.deployment import deployments_json, report_lines
 
-    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, answers)
+    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, _journals(outcomes), answers)
     for text, style in report_lines(view):  # the nodes of a multi-node server, as one server
         console.print(text, style=style, markup=False, highlight=False)
     failed = [name for name, o in outcomes.items() if not o.ok]

@@ -191,5 +191,16 @@ def rollout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 # One switch for what gpuops keeps between runs (gpuops/memo.py), on every command that recalls it.
 flush_cache_option = click.option(
     "--flush-cache", "flush_cache", is_flag=True,
-    help="Recall nothing kept between runs (GPU facts, gate scans, verdicts, no-op plans): gather, scan, "
-         "judge and plan afresh; what this run finds is kept again. GPUOPS_KEEP=off keeps nothing at all.")
+    help="Forget what is kept between runs for the selected hosts (GPU facts, gate scans, verdicts, no-op "
+         "plans), then gather, scan, judge and plan afresh; what this run finds is kept again. "
+         "GPUOPS_KEEP=off keeps nothing at all.")
+
+
+def forget_kept(hosts: Any) -> None:
+    """--flush-cache: the selected hosts' kept results are deleted before the run (memo.forget_hosts)."""
+    import logging
+
+    from gpuops import memo
+
+    removed = memo.forget_hosts(hosts)
+    logging.getLogger("gpuops.transport").info("--flush-cache: forgot %d kept results of %d hosts", removed, len(hosts))

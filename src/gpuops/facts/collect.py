@@ -185,7 +185,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
             values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
             if has_unfinished(values.get(journal.name)):
                 recovered = recover_host(conn, host)
-                values = gather(conn, probes, preamble=script_preamble, timeout=timeout)
+                values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
         finally:
             conn.close()
     finally:
@@ -203,6 +203,8 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
         extra["gpuops.gate_scan"] = _scan_summary(values.get(gate_probe.name))
     if recovered:
         extra["gpuops.recovered"] = recovered
+    # the journal as read (after any recovery): a deployment split by its last run (facts/deployment.py)
+    extra["gpuops.journal"] = values.get(journal.name)
     return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra,
                           stack=tuple(_stack(facts, report)))
 

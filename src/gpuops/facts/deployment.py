@@ -25,8 +25,11 @@ _DERIVED = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("dist_init_ad
 
 
 def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]],
+                     journals: Mapping[str, Any] | None = None,
                      answers: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """``{"deployments": {NAME: {...}}, "deployments_error": None | one line}`` (docs/inspect-json.md).
+    ``journals``: each node's apply journal as inspect read it (records, else not known), for the
+    split left by a client that died between its commits (``apply/deployment_repair.py``).
     ``answers``: each deployment's leader's first answer, where it was asked
     (``apply/deployment_health.leader_answers``)."""
     from gpuops.apply.deployment import plan_deployments
@@ -35,11 +38,30 @@ def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str,
         found = plan_deployments(hosts, {})
     except GpuopsError as exc:  # the inventory contradicts itself: apply refuses it too
         return {"deployments": {}, "deployments_error": str(exc)}
-    return {"deployments": {name: _one(d, entries, (answers or {}).get(name)) for name, d in found.items()},
+    return {"deployments": {name: _one(d, entries, journals or {}, (answers or {}).get(name))
+                            for name, d in found.items()},
             "deployments_error": None}
 
 
-def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], answer: Mapping[str, Any] | None) -> dict[str, Any]:
+def _split_warning(deployment: Any, journals: Mapping[str, Any]) -> list[str]:
+    """The deployment's last run committed on some nodes and rolled back on others: named, with
+    the command that rolls it back on every node."""
+    from gpuops.apply.deployment_repair import find_split
+
+    known = {name: records if isinstance(records, list) else "its journal was not read"
+             for name in deployment.members for records in [journals.get(name)]}
+    try:
+        split = find_split(deployment.name, known)
+    except GpuopsError:
+        return []  # a node not read: the lines above say which did not answer
+    if split is None:
+        return []
+    return [f"{split.line()}: `gpuops rollback -l {','.join(split.deployment.members)}` (or the next `gpuops "
+            "apply` on its nodes) rolls it back on every node as one"]
+
+
+def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Mapping[str, Any],
+         answer: Mapping[str, Any] | None) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     for name in deployment.members:
@@ -69,6 +91,7 @@ def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], answer: Mapp
                 warnings.append(f"{name} runs {flag} {args.get(key)}, the inventory makes it {want[key]}")
     running = [n for n in deployment.members if nodes[n]["running"]]
     warnings += _differences(running, entries, nodes)
+    warnings += _split_warning(deployment, journals)
     if answer is not None and not answer.get("ok"):
         warnings.append(f"the leader {deployment.leader} gave no first answer: {answer.get('error')}; the deployment "
                         "does not serve, whatever its nodes' /health say")

@@ -62,5 +62,6 @@ def judge_or_recall(scan: "GateScan", compute_capability: str | None, cuda: str 
             return report
     report = judge()
     if report.known:
-        memo.put(key, {name: getattr(report, name) for name in _FIELDS})
+        # the scan's fingerprint: what --flush-cache of the scan's host forgets it by (memo.forget_hosts)
+        memo.put(key, {"fingerprint": scan.fingerprint, **{name: getattr(report, name) for name in _FIELDS}})
     return report

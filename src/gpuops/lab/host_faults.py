@@ -7,6 +7,7 @@ once (renamed to ``lab-fault.used``):
 
     {"pause_at": PHASE, "seconds": S}   wait at PHASE (reports {"event": "paused"}; ends early if
                                         the lease lapses, except at rollback_restore)
+        ..., "until": NAME}             ... or once the test made STATE/NAME (a release it controls)
     {"fail_at": PHASE}                  fail the run at PHASE ("injected fault at PHASE")
     {"corrupt_patch": true}             every .py file written (host files, image layers) gets a
                                         line that does not compile
@@ -55,7 +56,9 @@ def at_phase(run, name):
     if faults.get("pause_at") == name:
         run.progress({"event": "paused", "phase": name})
         until = time.monotonic() + float(faults.get("seconds", 5))
-        while time.monotonic() < until and (name == "rollback_restore" or not run.lease.lapsed()):
+        released = os.path.join(run.state_dir, str(faults["until"])) if faults.get("until") else None
+        while time.monotonic() < until and (name == "rollback_restore" or not run.lease.lapsed()) \
+                and not (released and os.path.exists(released)):
             time.sleep(0.05)
     if faults.get("fail_at") == name:
         from gpuops.remote.apply_common import StepFailed

@@ -64,6 +64,7 @@ from gpuops.remote.apply_recovery import recover_unfinished
 from gpuops.remote.apply_rollback import do_rollback
 from gpuops.remote.apply_run import do_apply
 from gpuops.remote.host_hooks import HostHooks, load_hooks
+from gpuops.remote.secret_mask import mask_reported
 from gpuops.remote.host_protocol import FINISHED, ROLLBACK_FAILED, ROLLED_BACK, STATUS_FINISHED, EVENT_RECOVERED, EVENT_WORKER, MODE_APPLY, MODE_JOURNAL, MODE_RECOVER, MODE_ROLLBACK, STATUS_ERROR, STATUS_JOURNAL, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNKNOWN
 
 def do_recover(payload, progress, lease, hooks, notes):
@@ -80,12 +81,28 @@ def do_journal(payload, progress, lease, hooks, notes):
 WORK = {MODE_APPLY: do_apply, MODE_ROLLBACK: do_rollback, MODE_JOURNAL: do_journal, MODE_RECOVER: do_recover}
 
 
+# What the worker writes into its call directory as it was read: the gate re-audit's output (the
+# scan of the patched tree, its sources and file:line excerpts), which gpuops judges and must see as
+# the files say it; SGLang's own source names api_key and its flags, which masking would rewrite.
+KEPT_AS_READ = ("audit_output",)
+
+
+def masked(record):
+    """``record`` as the worker keeps it in its call directory (progress.jsonl, result.json, which
+    the relay passes on to gpuops) through the one secrets policy: the server's log tail as the server
+    wrote it (``server_args=ServerArgs(..., api_key='...')``), what the server said of itself, an
+    error quoting its command line. gpuops makes no other copy of a secret the host holds."""
+    out = mask_reported({k: v for k, v in record.items() if k not in KEPT_AS_READ})
+    out.update((k, record[k]) for k in KEPT_AS_READ if k in record)
+    return out
+
+
 def worker_main(payload, call_dir, hooks):
     """In the detached worker: finish dead runs, then the mode's work; the result to a file."""
     progress_path = os.path.join(call_dir, "progress.jsonl")
 
     def progress(record):
-        append_line(progress_path, record)
+        append_line(progress_path, masked(record))
 
     lease = Lease(call_dir, float(payload.get("lease_s") or DEFAULT_LEASE_S), payload.get("deadline_s"))
     notes = []
@@ -108,7 +125,7 @@ def worker_main(payload, call_dir, hooks):
         result = {"ok": False, "status": STATUS_ERROR, "error": "%s: %s" % (type(exc).__name__, exc),
                   "run_id": payload.get("run_id")}
     result["notes"] = notes + list(result.get("notes") or [])
-    atomic_write(os.path.join(call_dir, "result.json"), json.dumps(result).encode(), 0o600)
+    atomic_write(os.path.join(call_dir, "result.json"), json.dumps(masked(result)).encode(), 0o600)
 
 
 class Relay:

@@ -7,7 +7,7 @@ import os
 import shutil
 
 from gpuops.remote.apply_journal import TERMINAL_EVENTS, read_journal, runs_by_id
-from gpuops.remote.host_protocol import FINISHED
+from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK
 
 DEFAULT_KEEP_RUNS = 20
 KEEP_CALLS = 20
@@ -23,7 +23,7 @@ def prune_runs(state_dir, keep, notes):
         return
     ordered = [r for r in runs_by_id(read_journal(state_dir)) if r["run_id"] in present]
     keep_ids = {r["run_id"] for r in ordered[-max(keep, 1):]}
-    finished = [r["run_id"] for r in ordered if FINISHED in r["events"] and r.get("kind") != "rollback"]
+    finished = [r["run_id"] for r in ordered if FINISHED in r["events"] and r.get("kind") != KIND_ROLLBACK]
     if finished:
         keep_ids.add(finished[-1])
     keep_ids.update(r["run_id"] for r in ordered if not any(e in TERMINAL_EVENTS for e in r["events"]))

@@ -15,23 +15,30 @@ from gpuops.remote.apply_prune import DEFAULT_KEEP_RUNS, prune_runs
 from gpuops.remote.apply_run import Run, guarded, server_running
 from gpuops.remote.apply_service import Service
 from gpuops.remote.container_image import prune_derived_images
+from gpuops.remote.digest import sha256_file
 from gpuops.remote.recompose import check_unchanged, later_standing, pick_target, undone_runs
-from gpuops.remote.host_protocol import EVENT_STOP_READY, EVENT_VERIFIED, FINISHED, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
+from gpuops.remote.host_protocol import EVENT_STOP_READY, EVENT_VERIFIED, FINISHED, KIND_ROLLBACK, ROLLED_BACK, SERVER_TOUCHED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND
 
 
 class LaterRunsStand(StepFailed):
     """Later runs still standing changed the target's files: its backups are not the way back."""
 
 
-def pick_rollback_target(records, wanted):
+def pick_rollback_target(records, wanted, finish_split=False):
+    """The run to undo. ``finish_split``: a multi-node run that committed on other nodes of its
+    deployment (apply/deployment_repair.py) may be named here although its lease rolled it back on
+    this node (or a rollback undid it here while it failed on the others): undoing it again restores
+    nothing, and restarts the previous server with the others."""
     runs = runs_by_id(records)
     undone = undone_runs(runs)
     if wanted:
         for run in runs:
             if run["run_id"] == wanted:
-                if run.get("kind") == "rollback" and not run.get("recompose"):
+                if run.get("kind") == KIND_ROLLBACK and not run.get("recompose"):
                     raise StepFailed("run %s is itself a rollback; name the run it undid (%s), or apply again"
                                      % (wanted, run.get("target")))
+                if finish_split and run.get("deployment") and (ROLLED_BACK in run["events"] or wanted in undone):
+                    return dict(run, already_undone=True)
                 if ROLLED_BACK in run["events"] or wanted in undone:
                     raise StepFailed("run %s was already rolled back" % wanted)
                 if not run.get("changes"):
@@ -89,12 +96,23 @@ def check_drift(manifest, target, force, later_dir):
     return kept
 
 
+def check_rolled_back(manifest, target):
+    """A run rolled back here already (``finish_split``): every file must still hold what the
+    rollback put back (its backup, or no file), else someone changed it since: refused."""
+    for entry in manifest["files"]:
+        path = entry["path"]
+        current = sha256_file(path) if os.path.lexists(path) else None
+        if current != (entry.get("sha256") if entry.get("existed") else None):
+            raise StepFailed("%s changed since run %s was rolled back on this host (sha256 %s); nothing was changed"
+                             % (path, target["run_id"], (current or "absent")[:12]))
+
+
 def do_rollback(payload, progress, lease, hooks, notes):
     """Undo a run from its backups, as a run of its own (backed up and journaled too)."""
     state_dir = payload["state_dir"]
     records = read_journal(state_dir, notes)
     try:
-        target = pick_rollback_target(records, payload.get("target"))
+        target = pick_rollback_target(records, payload.get("target"), bool(payload.get("finish_split")))
     except LaterRunsStand as exc:
         if payload.get("later_runs") != "report":
             raise
@@ -114,8 +132,12 @@ def do_rollback(payload, progress, lease, hooks, notes):
             raise StepFailed(answer.get("reason") or "gpuops stopped the rollback of this deployment node")
     run = Run(payload, progress, lease, hooks)
     run.service = Service(manifest.get("service"), run.pm, progress)
-    kept = check_drift(manifest, target, payload.get("force"),
-                       os.path.join(state_dir, "runs", target["run_id"], "files"))
+    if target.get("already_undone"):  # finish_split: its files are back already; the server restarts
+        check_rolled_back(manifest, target)
+        kept = []
+    else:
+        kept = check_drift(manifest, target, payload.get("force"),
+                           os.path.join(state_dir, "runs", target["run_id"], "files"))
     # remove_dirs: what restoring the target may take away, so that this run's own backups can make it again;
     # writes: restoring the file may make directories again (the target removed them), which this run's undo takes
     changes = [{"path": entry["path"], "remove_dirs": entry.get("created_dirs"), "writes": bool(entry.get("existed"))}
@@ -123,8 +145,8 @@ def do_rollback(payload, progress, lease, hooks, notes):
     run.server_running_before = server_running(run) if manifest.get("service") else False
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
-    own_manifest = run.backup(changes, {"kind": "rollback", "target": target["run_id"]})
-    run.journal_started(kind="rollback", target=target["run_id"], role=target.get("role"),
+    own_manifest = run.backup(changes, {"kind": KIND_ROLLBACK, "target": target["run_id"]})
+    run.journal_started(kind=KIND_ROLLBACK, target=target["run_id"], role=target.get("role"),
                         user=run.meta.get("user"), client=run.meta.get("client"), manifest_sha256=own_manifest["_sha256"],
                         managed_roots=own_manifest["managed_roots"], changes=[{"path": c["path"]} for c in changes])
 
@@ -139,7 +161,7 @@ def do_rollback(payload, progress, lease, hooks, notes):
         run.phase("confirm")
         progress({"event": EVENT_VERIFIED, "pid": None})
         lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
-        run.event(FINISHED, kind="rollback", target=target["run_id"], restored=restored, service=service_note,
+        run.event(FINISHED, kind=KIND_ROLLBACK, target=target["run_id"], restored=restored, service=service_note,
                   **run.dirs_note())
         prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)
         prune_derived_images(run, notes)  # docker: the undone run's derived image, now unused

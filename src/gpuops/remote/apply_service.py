@@ -83,6 +83,10 @@ class Service:
         base = "http://127.0.0.1:%d" % self.port
         stage = "health"
         client, client_pid = None, None
+        # Ask often at first, then every 0.25 s: a server that comes back in a second or two (a
+        # restarted process, the lab's stand-in) is seen at once, and one that loads a model for
+        # minutes is asked four times a second, as before; each question is one loopback request.
+        pause = 0.05
         while True:
             lease.check("during the health wait")
             running, pid = self.running()
@@ -108,7 +112,8 @@ class Service:
             if time.monotonic() > deadline:
                 raise StepFailed("the server was not healthy within %ds (gpuops_health_timeout)" % timeout,
                                  self.log_tail())
-            time.sleep(0.25)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
 
     def check_owner(self, pid):
         if self.backend is not None:

@@ -90,6 +90,12 @@ MODE_JOURNAL = "journal"   # read the journal (gpuops history, a reconcile), rec
 MODE_RECOVER = "recover"   # roll back a dead run only
 MODES = (MODE_APPLY, MODE_ROLLBACK, MODE_JOURNAL, MODE_RECOVER)
 
+# A run's kind: the journal's ``kind`` (its ``started`` record, its manifest, its ``finished``), and
+# the home journal's ``role`` of a run that is no role's. An apply run has no kind; a rollback (a
+# recomposition too, with ``recompose: true``) is a run of its own that undid ``target``.
+KIND_ROLLBACK = "rollback"
+RUN_KINDS = (KIND_ROLLBACK,)
+
 # Client -> host, one JSON object a line, after the payload: the key says which.
 MESSAGE_HEARTBEAT = "hb"      # {"hb": 1}: renews the lease
 MESSAGE_VERDICT = "verdict"   # {"verdict": bool, "reason": str}: gpuops' judgement of the re-audit
@@ -179,3 +185,57 @@ class HelperResult:
                    target=_text(data.get("target")),
                    records=tuple(r for r in records if isinstance(r, dict)) if isinstance(records, list) else (),
                    busy=data.get("busy") is True)
+
+
+# Bounds on what one progress event's text fields may hold as the client keeps them (the channel's
+# line is bounded by transport/limits.STREAM_LINE_LIMIT): a name or an id, a sentence, a log.
+_EVENT_WORD = 200
+_EVENT_SENTENCE = 4096
+
+
+def _cut(value: object, limit: int) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+class HostEvent:
+    """One progress line of the helper, ``{"event": NAME, ...}``, as the client reads it
+    (``from_json``): NAME one of ``PROGRESS_EVENTS`` (any other line is no event: None), each field
+    the client acts on checked for its type (a wrong type reads as absent) and cut to a bound, since
+    what a host sends is untrusted data. A plain class, as ``HelperResult`` is, for the same reason."""
+
+    __slots__ = ("name", "run_id", "phase", "note", "why", "pid", "log", "audit_output", "deployment")
+    name: str
+    run_id: str | None         # committed, rolled_back, recovering: the run it is about
+    phase: str | None          # phase: the step that began
+    note: str | None           # recovered: what was rolled back first
+    why: str | None            # rolling_back, rolled_back: the reason
+    pid: int | None            # verified, healthy: the server's
+    log: str | None            # verified, when asked (read_log): the server's log since its start
+    audit_output: object       # audited: the gate re-audit's output, judged by apply/verdict.py
+    deployment: dict[str, object] | None  # stop_ready of a rollback: the target run's deployment record
+
+    def __init__(self, name: str, run_id: str | None = None, phase: str | None = None, note: str | None = None,
+                 why: str | None = None, pid: int | None = None, log: str | None = None,
+                 audit_output: object = None, deployment: dict[str, object] | None = None) -> None:
+        self.name, self.run_id, self.phase, self.note, self.why = name, run_id, phase, note, why
+        self.pid, self.log, self.audit_output, self.deployment = pid, log, audit_output, deployment
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostEvent) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        return "HostEvent(%s)" % ", ".join("%s=%r" % (n, getattr(self, n)) for n in self.__slots__)
+
+    @classmethod
+    def from_json(cls, data: object) -> HostEvent | None:
+        if not isinstance(data, dict):
+            return None
+        name = data.get("event")
+        if not isinstance(name, str) or name not in PROGRESS_EVENTS:
+            return None
+        pid, deployment = data.get("pid"), data.get("deployment")
+        return cls(name, run_id=_cut(data.get("run_id"), _EVENT_WORD), phase=_cut(data.get(EVENT_PHASE), _EVENT_WORD),
+                   note=_cut(data.get("note"), _EVENT_SENTENCE), why=_cut(data.get("why"), _EVENT_SENTENCE),
+                   pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                   log=_text(data.get("log")), audit_output=data.get("audit_output"),
+                   deployment=deployment if isinstance(deployment, dict) else None)

@@ -28,7 +28,7 @@ import shutil
 
 from gpuops.remote.apply_journal import runs_by_id
 from gpuops.remote.digest import sha256_file
-from gpuops.remote.host_protocol import FINISHED, ROLLED_BACK
+from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, ROLLED_BACK
 
 
 class Refused(Exception):
@@ -42,7 +42,7 @@ def runs_in_order(records):
 
 
 def is_rollback(run):
-    return run.get("kind") == "rollback"
+    return run.get("kind") == KIND_ROLLBACK
 
 
 def undone_runs(runs):
@@ -205,5 +205,5 @@ def prepare(payload, records, load_manifest, state_dir):
     for change in deletes:  # a planned deletion of a file the target created: the directories it made for it too
         if created.get(change.get("path")):
             change["remove_dirs"] = created[change["path"]]
-    fields = {"kind": "rollback", "recompose": True, "target": target["run_id"]}
+    fields = {"kind": KIND_ROLLBACK, "recompose": True, "target": target["run_id"]}
     return restored + planned, fields, kept

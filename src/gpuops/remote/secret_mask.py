@@ -190,7 +190,9 @@ def mask_text(text: str, secrets: Iterable[str] = ()) -> str:
 
 _FLAG_IN_TEXT = re.compile(r"(?<![\w-])(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<sep>=|[ \t]+)"
                            r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)")
-_ASSIGN_IN_TEXT = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\",)]+)")
+# An unquoted value ends at a bracket too: ``server_args=ServerArgs(api_key='K', ...)``, as SGLang
+# logs its arguments, is two assignments, not one whose value swallows the second's name.
+_ASSIGN_IN_TEXT = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\",()]+)")
 
 
 def _unquoted(value: str) -> str:

@@ -1,0 +1,247 @@
+"""A multi-node deployment left split between its nodes' commits, found and rolled back as one.
+
+The two-phase commit (``apply/deployment.py``) commits a run on every node only once every node
+is healthy, but the commits are still one message per node: a client killed between them (or a
+node's session frozen past its lease while the others commit) leaves the run committed on some
+nodes while the others' leases lapse and roll it back. One server on two configurations, and
+since a node's rollback restarts its server, usually no server at all (the committed leader goes
+down with its worker).
+
+No message sent before the commits closes that window: a "decided" record made durable on every
+node first only moves it (the client can die between those messages too, and a node that
+decided cannot tell whether its partners did), so the repair below is the mechanism, and the
+next ``gpuops apply`` or ``gpuops rollback`` on any node of the deployment runs it first:
+
+* every node's journal is read (the ``started`` record of a deployment's run names its deployment:
+  name, members, init address), and the deployment's last run ``X`` judged (``find_split``, pure):
+  committed on some nodes, rolled back (its lease, an abort, a later rollback) on others: a split;
+* the rule is ROLLBACK, not roll-forward: the client going away rolls back every node (the issue's
+  promise), and the nodes that rolled back did what the protocol promises; rolling forward would
+  commit on a node a run whose commit nobody sent. So ``X`` is undone on every node as one
+  (``rollback_hosts(finish_split=True)``: the held rollback of ``apply/undo.DeploymentRollbacks``,
+  where a node that rolled ``X`` back already restores nothing and restarts its previous server
+  with the others, workers before the leader, committed once every node is healthy again);
+* then the command goes on (apply) or stops there (rollback: undoing ``X`` was what it was for).
+
+A node of the split that the command does not select (``-l``), or whose journal cannot be read
+while another node committed ``X``: one line naming it, nothing changed (``GpuopsError``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from gpuops.apply.deployment import Deployment, deployment_name
+from gpuops.errors import GpuopsError
+from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, UNCHANGED
+
+if TYPE_CHECKING:
+    from gpuops.apply.host_report import HostReport
+    from gpuops.apply.options import ApplyOptions
+    from gpuops.inventory import Host
+
+
+class Outcome(enum.Enum):
+    """What a node's journal says of one run of its deployment."""
+
+    COMMITTED = "committed"      # finished, and no finished rollback undid it since
+    ROLLED_BACK = "rolled back"  # rolled back (its lease, an abort, a failure), or being rolled back (its
+    #                              previous server alone not healthy), or undone by a rollback
+    OPEN = "open"                # started without an end: in progress, or its worker died (the next
+    #                              command that takes the host's lock rolls it back first)
+    ABSENT = "absent"            # no record of the run here, or "unchanged" (the node had nothing to do)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Run ``run_id`` of ``deployment`` committed on ``committed`` and rolled back on ``rolled_back``."""
+
+    deployment: Deployment
+    run_id: str
+    committed: tuple[str, ...]
+    rolled_back: tuple[str, ...]
+
+    def line(self) -> str:
+        return (f"deployment {self.deployment.name} is split: its run {self.run_id} committed on "
+                f"{', '.join(self.committed)} and rolled back on {', '.join(self.rolled_back)}")
+
+
+def last_run(records: Sequence[Mapping[str, Any]], name: str) -> tuple[str, dict[str, Any]] | None:
+    """The newest run of deployment ``name`` in a node's journal: (run id, its deployment record)."""
+    found = None
+    for record in records:
+        deployment = record.get("deployment")
+        if record.get("event") == STARTED and isinstance(deployment, dict) and deployment.get("name") == name:
+            found = (str(record.get("run_id")), deployment)
+    return found
+
+
+def outcome(records: Sequence[Mapping[str, Any]], run_id: str, name: str) -> Outcome:
+    """Run ``run_id`` of deployment ``name`` on this node (one apply over two deployments gives
+    both the same run id: a run of another deployment is not this one's)."""
+    mine = [r for r in records if r.get("run_id") == run_id]
+    if not any(r.get("event") == STARTED and isinstance(r.get("deployment"), dict) and r["deployment"].get("name") == name
+               for r in mine):
+        return Outcome.ABSENT
+    events = [r.get("event") for r in mine]
+    if FINISHED in events:
+        undone = any(r.get("event") == FINISHED and r.get("kind") == KIND_ROLLBACK and r.get("target") == run_id
+                     for r in records)
+        return Outcome.ROLLED_BACK if undone else Outcome.COMMITTED
+    if ROLLED_BACK in events or REVERTED_BY_ROLLBACK in events or ROLLBACK_FAILED in events:
+        # rollback_failed: its files are back, its previous server alone could not be healthy (its
+        # partner committed and went down with it): the next command that takes the lock closes it
+        return Outcome.ROLLED_BACK
+    if UNCHANGED in events:
+        return Outcome.ABSENT
+    return Outcome.OPEN
+
+
+def find_split(name: str, journals: Mapping[str, Sequence[Mapping[str, Any]] | str]) -> Split | None:
+    """The split of deployment ``name``'s last run, from its nodes' journals (a node's value: its
+    records, or why they could not be read), or None. Pure.
+
+    The last run is the newest one any node journaled for the deployment (run ids begin with their
+    UTC start time); its members are those its ``started`` record names. A split needs a node that
+    committed it and one that rolled it back, with every member's outcome known: a member whose
+    journal could not be read, or that is not among ``journals``, is refused (``GpuopsError``,
+    naming it) when another node committed; a run still open somewhere is left to settle."""
+    lasts = {host: found for host, records in journals.items() if not isinstance(records, str)
+             for found in [last_run(records, name)] if found is not None}
+    if not lasts:
+        return None
+    run_id, record = max(lasts.values(), key=lambda found: found[0])
+    members = record.get("members")
+    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+        raise GpuopsError(f"{min(h for h, f in lasts.items() if f[0] == run_id)}: the deployment record of run "
+                          f"{run_id} is not readable: {str(record)[:200]!r}")
+    outcomes: dict[str, Outcome] = {}
+    unknown: dict[str, str] = {}
+    for member in members:
+        records = journals.get(member)
+        if records is None:
+            unknown[member] = f"not a node of deployment {name} in this inventory"
+        elif isinstance(records, str):
+            unknown[member] = records
+        else:
+            outcomes[member] = outcome(records, run_id, name)
+    committed = tuple(m for m in members if outcomes.get(m) is Outcome.COMMITTED)
+    if not committed:
+        return None
+    if unknown:
+        host, why = next(iter(unknown.items()))
+        raise GpuopsError(f"{host}: its journal cannot be read ({why}), so whether deployment {name}'s run "
+                          f"{run_id}, committed on {', '.join(committed)}, is split cannot be told; nothing changed")
+    if any(o is Outcome.OPEN for o in outcomes.values()):
+        return None
+    rolled_back = tuple(m for m in members if outcomes[m] is Outcome.ROLLED_BACK)
+    if not rolled_back:
+        return None
+    return Split(Deployment(name=name, members=tuple(members), init_addr=str(record.get("init_addr") or "")),
+                 run_id, committed, rolled_back)
+
+
+# ---------------------------------------------------------------- reading the nodes, repairing
+
+
+def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
+              options: "ApplyOptions") -> dict[str, list[dict[str, Any]] | str]:
+    """Each node's journal (its state dir: ``-e``'s, else the inventory's; one read-only exec
+    each): records, or why not."""
+    from gpuops.apply.probes import journal_probe
+    from gpuops.apply.undo import inventory_state_dir
+    from gpuops.gather import ProbeFailure, gather
+    from gpuops.transport import connect, run_on_hosts
+
+    def one(host: "Host") -> list[dict[str, Any]] | str:
+        conn = connect(host, options.connect)
+        try:
+            state_dir = str(extra.get("gpuops_state_dir") or inventory_state_dir(host))
+            value = gather(conn, [journal_probe(state_dir)]).get("apply.journal")
+        finally:
+            conn.close()
+        return value.reason if isinstance(value, ProbeFailure) else list(value or [])
+
+    outcomes = run_on_hosts(hosts, one, forks=max(options.forks, len(hosts)))
+    return {name: (o.value if o.ok and o.value is not None else str(o.error or "it did not answer"))
+            for name, o in outcomes.items()}
+
+
+def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mapping[str, Any],
+           options: "ApplyOptions") -> list[Split]:
+    """The splits of the deployments the selected hosts are nodes of (``sglang_deployment``, as the
+    inventory or ``-e`` name it), every node's journal read. A node of a split that is not selected:
+    one line naming it (``GpuopsError``), nothing changed."""
+    names = {n for h in selected for n in [deployment_name({**dict(h.vars or {}), **dict(extra)})] if n is not None}
+    if not names:
+        return []
+    nodes = {name: [h for h in inventory if deployment_name({**dict(h.vars or {}), **dict(extra)}) == name]
+             for name in names}
+    journals = _journals([h for name in sorted(names) for h in nodes[name]], extra, options)
+    chosen = {h.name for h in selected}
+    found = []
+    for name in sorted(names):
+        split = find_split(name, {h.name: journals[h.name] for h in nodes[name]})
+        if split is None:
+            continue
+        missing = [m for m in split.deployment.members if m not in chosen]
+        if missing:
+            raise GpuopsError(f"{missing[0]}: {split.line()}; it is rolled back on every node at once, and "
+                              f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in this run (-l): "
+                              f"run it again with every node of {name}; nothing changed")
+        found.append(split)
+    return found
+
+
+def finish(split: Split, inventory: Sequence["Host"], options: "ApplyOptions") -> dict[str, "HostReport"]:
+    """Undo ``split``'s run on every node as one (the held rollback): each node's report, its notes
+    saying what was done."""
+    from gpuops.apply.undo import rollback_hosts
+
+    by_name = {h.name: h for h in inventory}
+    hosts = [by_name[m] for m in split.deployment.members]
+    # Every node at once, in one batch: the held rollback refuses a deployment split over batches.
+    held = dataclasses.replace(options, rollout=None, forks=max(options.forks, len(hosts)), force=False)
+    reports = rollback_hosts(hosts, split.run_id, held, finish_split=True)
+    for name, report in reports.items():
+        done = "undone here" if name in split.committed else "rolled back here already; restarted with the others"
+        report.notes.insert(0, f"{split.line()}: finished that rollback on every node first ({done})"
+                            if report.ok else f"{split.line()}: finishing that rollback failed here")
+    return reports
+
+
+def before_command(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mapping[str, Any],
+                   options: "ApplyOptions") -> tuple[dict[str, "HostReport"], dict[str, list[str]]]:
+    """What ``gpuops apply`` / ``gpuops rollback`` do first: with ``--check``, each split as a
+    warning on its nodes (nothing changed); else every split finished. Returns (the repaired
+    nodes' reports, the warnings by node)."""
+    found = splits(selected, inventory, extra, options)
+    if options.check:
+        return {}, {m: [f"{s.line()}: apply without --check (or gpuops rollback) rolls it back on every node "
+                        "first"] for s in found for m in s.deployment.members}
+    reports: dict[str, "HostReport"] = {}
+    for split in found:
+        reports.update(finish(split, inventory, options))
+    return reports, {}
+
+
+def fold_into(reports: dict[str, "HostReport"], repaired: Mapping[str, "HostReport"],
+              warnings: Mapping[str, list[str]]) -> None:
+    """The command's own reports, with what the repair did (or would do) on each node first."""
+    for name, report in reports.items():
+        if name in repaired:
+            report.notes[:0] = repaired[name].notes
+        report.warnings[:0] = warnings.get(name, [])
+
+
+def stopped_after(selected: Sequence["Host"], repaired: Mapping[str, "HostReport"]) -> dict[str, "HostReport"]:
+    """A repair that failed: its nodes' reports, and every other host skipped (nothing done there)."""
+    from gpuops.apply.host_report import HostReport
+    from gpuops.remote.host_protocol import STATUS_SKIPPED
+
+    return {h.name: repaired.get(h.name) or HostReport(
+        host=h.name, ok=False, status=STATUS_SKIPPED, error="not run: finishing a split deployment's rollback failed")
+        for h in selected}
