@@ -365,12 +365,13 @@ def _verified(call_dir: Path) -> bool:
 
 
 
-def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str) -> str:
+def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str,
+           kill: bool = True) -> tuple[str, bytes]:
     """Run ``value`` committed on node ``committed`` and rolled back on the other by its lease,
     deterministically: the committing node holds at its confirm until released, the other's
     session is frozen (SIGSTOP of its relay) once gpuops has heard it verified, so the commit sent
-    to it stays unread; once the first node has committed the client is SIGKILLed, and the frozen
-    node's lease lapses. Returns the run id."""
+    to it stays unread; once the first node has committed the client is SIGKILLed (unless not
+    ``kill``), and the frozen node's lease lapses. Returns the run id and the client's stdout."""
     import signal
     import threading
 
@@ -379,7 +380,7 @@ def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, 
     earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
     seen = {n: len(journal_events(lab.host(n))) for n in ("n0", "n1")}
     _fault(lab, committed, {"pause_at": "confirm", "seconds": 120, "until": "lab-release"})
-    proc = client(lab, "nccl-env", "-v", *_extra(port, value), "-e",
+    proc = client(lab, "nccl-env", "-v", "--json", *_extra(port, value), "-e",
                   json.dumps({"gpuops_health_timeout": 6, "gpuops_lease": 8}), home=gpuops_home)
     heard: list[bytes] = []
     stderr = proc.stderr
@@ -396,16 +397,20 @@ def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, 
     try:
         release.touch()
         run_id = _wait_event(lab.host(committed), ("finished",), seen[committed])
-        proc.kill()
-        proc.communicate()
+        if kill:
+            proc.kill()
+            proc.communicate()
         _wait_event(lab.host(frozen), ("rolled_back", "rollback_failed"), seen[frozen], run_id)
     finally:
         os.kill(worker["relay"], signal.SIGCONT)
         release.unlink(missing_ok=True)
+    if not kill:
+        out, _ = proc.communicate(timeout=240)
+        return run_id, out
     wait_host_settled(lab.host(frozen), worker)
     assert f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, committed)
     assert f"NCCL_MIN_NCHANNELS='{value}'" not in _env_file(lab, frozen)  # split: the state this test is for
-    return run_id
+    return run_id, b""
 
 
 def _wait_event(host: Any, events: tuple[str, ...], after: int, run_id: str | None = None) -> str:
@@ -420,12 +425,15 @@ def _wait_event(host: Any, events: tuple[str, ...], after: int, run_id: str | No
 
 
 def _undone_on_both(lab: Lab, run_id: str) -> None:
-    """Each node's journal: a finished rollback of ``run_id`` (the repair), the run itself not standing."""
+    """Each node's journal: a finished rollback of ``run_id`` (the repair) that restarted its
+    previous server, the node that had rolled the run back already too (with the others)."""
     for name in ("n0", "n1"):
         lines = (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
-        assert any(r["event"] == "finished" and r.get("kind") == "rollback" and r.get("target") == run_id
-                   for r in records), (name, records[-4:])
+        undone = [r for r in records if r["event"] == "finished" and r.get("kind") == "rollback"
+                  and r.get("target") == run_id]
+        assert undone and "previous server configuration restarted and healthy" in undone[-1].get("service", ""), \
+            (name, records[-4:])
 
 
 def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
@@ -436,7 +444,7 @@ def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
     is then nothing to change. Before: the apply changed node 0 back by a run of its own while run
     12 still stood in its journal, and `--check` said nothing."""
     lab, port = nodes
-    run_id = _split(run_gpuops, lab, port, gpuops_home, 12, committed="n0")
+    run_id, _ = _split(run_gpuops, lab, port, gpuops_home, 12, committed="n0")
     code, hosts = _apply(run_gpuops, lab, port, 4, "--check")
     assert code == 0 and any(f"deployment kimi is split: its run {run_id} committed on n0 and rolled back on n1" in w
                              for w in hosts["n1"]["warnings"]), hosts["n1"]
@@ -460,7 +468,7 @@ def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_rollback(
     import yaml
 
     lab, port = nodes
-    run_id = _split(run_gpuops, lab, port, gpuops_home, 13, committed="n1")
+    run_id, _ = _split(run_gpuops, lab, port, gpuops_home, 13, committed="n1")
     data = yaml.safe_load(lab.inventory_path.read_text())
     data["all"]["children"]["lab"]["vars"].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
     inventory = tmp_path / "inventory.yml"
@@ -477,5 +485,22 @@ def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_rollback(
     hosts = json.loads(proc.stdout)["hosts"]
     assert proc.returncode == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
     assert hosts["n0"]["status"] == hosts["n1"]["status"] == "finished", hosts
+    _settled(lab, 4)
+    _undone_on_both(lab, run_id)
+
+
+def test_a_split_the_run_leaves_itself_is_rolled_back_before_it_returns(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """The same split with the client alive (node 1's session frozen past its lease while node 0
+    committed): the apply itself rolls the run back on every node as one before it returns, and
+    says so on both nodes. Before: node 0 reported "finished" for a server its partner's rollback
+    had taken down, and stayed on 14."""
+    lab, port = nodes
+    run_id, out = _split(run_gpuops, lab, port, gpuops_home, 14, committed="n0", kill=False)
+    hosts = json.loads(out)["hosts"]
+    for name in ("n0", "n1"):
+        assert hosts[name]["status"] == "rolled_back", (name, hosts[name]["status"], hosts[name]["error"])
+        assert f"its run {run_id} committed on n0" in hosts[name]["error"], hosts[name]["error"]
+        assert "rolled back on every node as one" in hosts[name]["error"], hosts[name]["error"]
     _settled(lab, 4)
     _undone_on_both(lab, run_id)

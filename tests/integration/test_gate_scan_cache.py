@@ -67,7 +67,7 @@ def test_kept_scan_is_used_only_while_the_tree_is_unchanged(lab, run_gpuops, tmp
 
     # gpuops' own patch: the very next command sees the patched tree, never the kept scan.
     patched = apply(run_gpuops, lab, env)
-    assert "tree unchanged" not in patched.stderr  # apply needs the sources: the kept scan has none
+    assert "h01: gate scan: tree unchanged" in patched.stderr  # inspect's kept scan carries the sources apply needs
     after = inspect(run_gpuops, lab, env)
     assert after["gate_scan"]["cached"] is False
     assert after["gate_scan"]["fingerprint"] != first["gate_scan"]["fingerprint"]

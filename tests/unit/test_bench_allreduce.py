@@ -126,32 +126,47 @@ dist.destroy_process_group()
 
 
 def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(tmp_path: Path, torch_py: str):
+    """The watchdog's timeout is the payload's ``timeout_s``: short, so the test does not wait out the
+    default (90 s), but never shorter than the hung launch needs to measure its first size. It is
+    measured, not guessed: a launch of the same worker without the hang (which the test checks too)
+    is timed first, and the hung one gets 2.5 times that (at least 5 s). On a loaded machine both
+    take longer together, so the hang is still found after the first size, never before it."""
     import io
+    import time
 
     from gpuops.bench.frames import parse_frames
     from gpuops.bench.suite_allreduce import allreduce_summary
     from gpuops.remote.bench_client import run
     from gpuops.remote.bench_frames import Emitter
 
+    def launch(run_id: str, pids: Path, timeout_s: float, variants: list[dict[str, str]]) -> tuple[str, float]:
+        pids.mkdir()
+        payload = {"run_id": run_id, "suite": "allreduce", "url": "http://127.0.0.1:9", "host_facts": False,
+                   "record_file": str(tmp_path / run_id / "frames.txt"),
+                   "allreduce": {"worker_source": BLOCKING_WORKER, "python": torch_py, "world_size": 2,
+                                 "hidden_size": 8, "tokens": [1, 4], "backend": "gloo", "timeout_s": timeout_s,
+                                 "variants": variants}}
+        out = io.StringIO()
+        os.environ["GPUOPS_TEST_PIDS"] = str(pids)
+        started = time.monotonic()
+        try:
+            run(payload, Emitter(run_id, stream=out))
+        finally:
+            del os.environ["GPUOPS_TEST_PIDS"]
+        return out.getvalue(), time.monotonic() - started
+
+    text, took = launch("calib1", tmp_path / "calib-pids", 300, [{"GPUOPS_TEST_BLOCK": "0"}])
+    calibration = parse_frames(text, "calib1")
+    assert not calibration.errors and [(r["tokens"], r["sum"]) for r in calibration.allreduce] == [(1, 2.0), (4, 2.0)]
+    timeout = float(round(max(5.0, 2.5 * took)))
     pids = tmp_path / "pids"
-    pids.mkdir()
-    os.environ["GPUOPS_TEST_PIDS"] = str(pids)
-    keep = tmp_path / "host" / "frames.txt"
-    payload = {"run_id": "hang1", "suite": "allreduce", "url": "http://127.0.0.1:9", "host_facts": False,
-               "record_file": str(keep),
-               "allreduce": {"worker_source": BLOCKING_WORKER, "python": torch_py, "world_size": 2,
-                             "hidden_size": 8, "tokens": [1, 4], "backend": "gloo", "timeout_s": 30,
-                             "variants": [{"GPUOPS_TEST_BLOCK": "1"}, {"GPUOPS_TEST_BLOCK": "0"}]}}
-    out = io.StringIO()
-    try:
-        run(payload, Emitter("hang1", stream=out))
-    finally:
-        del os.environ["GPUOPS_TEST_PIDS"]
-    frames = parse_frames(out.getvalue(), "hang1")
+    keep = tmp_path / "hang1" / "frames.txt"
+    text, _ = launch("hang1", pids, timeout, [{"GPUOPS_TEST_BLOCK": "1"}, {"GPUOPS_TEST_BLOCK": "0"}])
+    frames = parse_frames(text, "hang1")
     assert frames.end is not None and not frames.partial
     hung = [r for r in frames.allreduce if r["variant"] == {"GPUOPS_TEST_BLOCK": "1"}]
     assert [r["tokens"] for r in hung] == [1]  # measured before the hang: kept
-    assert [e["message"] for e in frames.errors] == ["timed out after 30 s (hung collective)"]
+    assert [e["message"] for e in frames.errors] == ["timed out after %.0f s (hung collective)" % timeout]
     assert frames.errors[0]["variant"] == {"GPUOPS_TEST_BLOCK": "1"} and frames.errors[0]["timed_out"]
     fine = [r for r in frames.allreduce if r["variant"] == {"GPUOPS_TEST_BLOCK": "0"}]
     assert [(r["tokens"], r["sum"]) for r in fine] == [(1, 2.0), (4, 2.0)]

@@ -175,3 +175,19 @@ def test_inspect_names_the_split_run_and_the_command_that_repairs_it() -> None:
     assert deployments_json(hosts, entries, journals)["deployments"]["kimi"]["warnings"] == []
     # a journal not read (the node did not answer): no split claimed
     assert deployments_json(hosts, entries, {"n0": run(LAST, "finished")})["deployments"]["kimi"]["warnings"] == []
+
+
+def test_a_run_that_committed_on_some_nodes_only_has_its_journals_read_again() -> None:
+    from gpuops.apply.host_report import HostReport
+
+    hosts = [_host("n0"), _host("n1"), _host("solo", None)]
+
+    def reports(*statuses: str) -> dict[str, HostReport]:
+        return {h.name: HostReport(host=h.name, ok=s in ("finished", "unchanged"), status=s)
+                for h, s in zip(hosts, statuses)}
+
+    assert repair._may_be_split(hosts, {}, reports("finished", "unknown", "finished"))
+    assert repair._may_be_split(hosts, {}, reports("rolled_back", "finished", "finished"))
+    assert not repair._may_be_split(hosts, {}, reports("finished", "finished", "failed"))  # solo is no node
+    assert not repair._may_be_split(hosts, {}, reports("rolled_back", "rolled_back", "finished"))
+    assert not repair._may_be_split(hosts, {}, reports("unchanged", "failed", "finished"))

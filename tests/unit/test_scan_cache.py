@@ -113,16 +113,25 @@ def test_unchanged_answer_for_a_scan_never_offered_is_unknown(cache_dir: Path) -
     assert not scan.known and "does not hold" in (scan.reason or "")
 
 
-def test_sources_kept_serve_a_scan_without_and_not_the_other_way(site: Path, cache_dir: Path) -> None:
+def test_a_scan_kept_for_inspect_carries_its_sources_and_serves_apply(site: Path, cache_dir: Path) -> None:
+    """inspect/advise ask a scan that will be kept with the sources and judge it without them; the
+    next apply (which needs them) then uses it. A kept scan without sources (an older gpuops') serves
+    a request without sources, never one with."""
     plain = run_probe(site)
-    assert not plain.sources
-    with_sources = run_probe(site, with_sources=True)  # the kept scan has no sources: scan again
-    assert not with_sources.cached and "srt/communicator.py" in with_sources.sources
-    assert run_probe(site, with_sources=True).cached
-    served = run_probe(site)  # a request without sources gets the kept scan, judged without them
-    assert served.cached and not served.sources and served.gates == plain.gates
+    assert not plain.cached and not plain.sources  # handed over without: judged as before
     (entry,) = entries(cache_dir)
-    assert json.loads(entry.read_text())["has_sources"] is True
+    data = json.loads(entry.read_text())
+    assert data["has_sources"] is True and "srt/communicator.py" in data["scan"]["sources"]
+    with_sources = run_probe(site, with_sources=True)  # apply right after inspect: the kept scan
+    assert with_sources.cached and "srt/communicator.py" in with_sources.sources
+    served = run_probe(site)
+    assert served.cached and not served.sources and served.gates == plain.gates
+    data["has_sources"] = False
+    del data["scan"]["sources"]
+    entry.write_text(json.dumps(data))
+    assert run_probe(site).cached
+    again = run_probe(site, with_sources=True)
+    assert not again.cached and "srt/communicator.py" in again.sources
 
 
 def test_no_host_or_cache_off_means_a_full_scan_every_time(site: Path, cache_dir: Path, monkeypatch) -> None:

@@ -21,7 +21,9 @@ next ``gpuops apply`` or ``gpuops rollback`` on any node of the deployment runs 
   (``rollback_hosts(finish_split=True)``: the held rollback of ``apply/undo.DeploymentRollbacks``,
   where a node that rolled ``X`` back already restores nothing and restarts its previous server
   with the others, workers before the leader, committed once every node is healthy again);
-* then the command goes on (apply) or stops there (rollback: undoing ``X`` was what it was for).
+* then the command goes on (apply) or stops there (rollback: undoing ``X`` was what it was for);
+* an apply whose own run ended committed on some nodes and not on others reads the journals again
+  and rolls a split back before it returns (``around``), its client being still there.
 
 A node of the split that the command does not select (``-l``), or whose journal cannot be read
 while another node committed ``X``: one line naming it, nothing changed (``GpuopsError``).
@@ -32,11 +34,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply.deployment import Deployment, deployment_name
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, UNCHANGED
+from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, STATUS_FINISHED, STATUS_ROLLED_BACK, UNCHANGED
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -226,6 +228,45 @@ def before_command(selected: Sequence["Host"], inventory: Sequence["Host"], extr
     for split in found:
         reports.update(finish(split, inventory, options))
     return reports, {}
+
+
+def around(hosts: Sequence["Host"], extra: Mapping[str, Any], options: "ApplyOptions",
+           transactions: Callable[[str], dict[str, "HostReport"]]) -> tuple[str, dict[str, "HostReport"]]:
+    """``gpuops apply``'s transactions (``transactions(run_id)``: every host's report), with the
+    splits of their deployments rolled back first, and a split the run leaves itself (a node's
+    session frozen past its lease while the others committed, its client still here) rolled back
+    before it returns: its nodes then report the run rolled back, with what was done."""
+    from gpuops.apply.options import new_run_id
+
+    repaired, warnings = before_command(hosts, hosts, extra, options)
+    run_id = new_run_id()
+    if not all(r.ok for r in repaired.values()):
+        return run_id, stopped_after(hosts, repaired)
+    reports = transactions(run_id)
+    if not options.check and _may_be_split(hosts, extra, reports):
+        for name, report in before_command(hosts, hosts, extra, options)[0].items():
+            own = reports[name]
+            own.ok, own.changed, own.notes = False, 0, own.notes + report.notes
+            what = report.notes[0].split(": finish")[0] if report.notes else "the deployment was split"
+            if report.ok:
+                own.status = STATUS_ROLLED_BACK
+                own.error = f"{what}: this run, rolled back on every node as one (rollback {report.run_id})"
+            else:
+                own.status = report.status
+                own.error = f"{what}: rolling it back on every node failed: {report.error}"
+    fold_into(reports, repaired, warnings)
+    return run_id, reports
+
+
+def _may_be_split(hosts: Sequence["Host"], extra: Mapping[str, Any], reports: Mapping[str, "HostReport"]) -> bool:
+    """A deployment with a node that committed and one that did not: its journals decide."""
+    by_deployment: dict[str, list["HostReport"]] = {}
+    for host in hosts:
+        name = deployment_name({**dict(host.vars or {}), **dict(extra)})
+        if name is not None and host.name in reports:
+            by_deployment.setdefault(name, []).append(reports[host.name])
+    return any(any(r.status == STATUS_FINISHED for r in nodes) and not all(r.ok for r in nodes)
+               for nodes in by_deployment.values())
 
 
 def fold_into(reports: dict[str, "HostReport"], repaired: Mapping[str, "HostReport"],

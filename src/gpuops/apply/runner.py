@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.apply import container_audit, deployment_health
 from gpuops.apply.host_report import HostReport
-from gpuops.apply.options import ApplyOptions, new_run_id
+from gpuops.apply.options import ApplyOptions
 from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
@@ -552,49 +552,48 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
     replicas = replica_set.preflight(hosts, extra)
     warnings = replica_set.replica_warnings(hosts, extra, replicas,
                                             rolling=bool(options.rollout is not None and options.rollout.sizes))
-    # Every input checked: a deployment left split between its commits is rolled back as one first.
-    repaired, split_warnings = deployment_repair.before_command(hosts, hosts, extra, options)
-    run_id = new_run_id()
-    if not all(r.ok for r in repaired.values()):
-        return run_id, deployment_repair.stopped_after(hosts, repaired)
-    txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
+    def transactions(run_id: str) -> dict[str, HostReport]:
+        txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
 
-    def one(host: "Host") -> HostReport:
-        name = multi_node.deployment_name(_merged(host, extra))
-        txn = txns.get(name) if name is not None else None
-        ok = False
-        why: str | None = "failed before its transaction"
-        try:
-            report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name),
-                                txn)
-            ok, why = report.ok, report.error
-        except GpuopsError as exc:
-            why = str(exc)
-            raise
-        finally:
-            if txn is not None:
-                txn.ended(host.name, ok, why)  # whatever happened: the other nodes never wait for it
-        if host.name in warnings:
-            report.warnings.append(warnings[host.name])
-        return report
+        def one(host: "Host") -> HostReport:
+            name = multi_node.deployment_name(_merged(host, extra))
+            txn = txns.get(name) if name is not None else None
+            ok = False
+            why: str | None = "failed before its transaction"
+            try:
+                report = apply_host(host, role, extra, discoveries[host.name], options, run_id, replicas.get(host.name),
+                                    txn)
+                ok, why = report.ok, report.error
+            except GpuopsError as exc:
+                why = str(exc)
+                raise
+            finally:
+                if txn is not None:
+                    txn.ended(host.name, ok, why)  # whatever happened: the other nodes never wait for it
+            if host.name in warnings:
+                report.warnings.append(warnings[host.name])
+            return report
 
-    def deployment(host: "Host") -> str | None:
-        # The nodes of one multi-node server restart together: a rolling batch never splits them.
-        return multi_node.deployment_name(_merged(host, extra))
+        def deployment(host: "Host") -> str | None:
+            # The nodes of one multi-node server restart together: a rolling batch never splits them.
+            return multi_node.deployment_name(_merged(host, extra))
 
-    # Every node of a deployment runs at once (each waits for the others at its holds).
-    forks = max([options.forks] + [d.nnodes for d in deployments.values()])
-    outcomes = run_on_hosts(hosts, one, forks=forks, rollout=options.rollout, failed=lambda r: not r.ok,
-                            together=deployment)
-    reports: dict[str, HostReport] = {}
-    for name, outcome in outcomes.items():
-        if outcome.ok and outcome.value is not None:
-            reports[name] = outcome.value
-        else:
-            reports[name] = HostReport(host=name, ok=False, status="skipped" if outcome.skipped else "failed",
-                                       error=outcome.error)
-    deployment_repair.fold_into(reports, repaired, split_warnings)
-    return run_id, reports
+        # Every node of a deployment runs at once (each waits for the others at its holds).
+        forks = max([options.forks] + [d.nnodes for d in deployments.values()])
+        outcomes = run_on_hosts(hosts, one, forks=forks, rollout=options.rollout, failed=lambda r: not r.ok,
+                                together=deployment)
+        reports: dict[str, HostReport] = {}
+        for name, outcome in outcomes.items():
+            if outcome.ok and outcome.value is not None:
+                reports[name] = outcome.value
+            else:
+                reports[name] = HostReport(host=name, ok=False, status="skipped" if outcome.skipped else "failed",
+                                           error=outcome.error)
+        return reports
+
+    # Every input checked: a deployment left split between its nodes' commits (by an earlier client,
+    # or by this run) is rolled back as one around the transactions (apply/deployment_repair.py).
+    return deployment_repair.around(hosts, extra, options, transactions)
 
 
 from gpuops.apply.undo import history_hosts, rollback_hosts  # noqa: E402  (re-exported for callers)

@@ -21,6 +21,7 @@ combines three things, in this order:
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Any, Mapping, Sequence
 
@@ -71,8 +72,9 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
 def _eval_text(node: ast.AST, args: Mapping[str, Any], architecture: str | None,
                gate_lookup: Any) -> bool | None:
     """Kleene evaluation of an enclosing condition's text: refs to server settings, literals,
-    comparisons, and/or/not; a sub-condition that is itself a scanned gate is judged as that gate."""
-    judged = gate_lookup(ast.unparse(node)) if hasattr(ast, "unparse") else None
+    comparisons, and/or/not; a sub-condition that is itself a scanned gate is judged as that gate
+    (``gate_lookup``; None: there are none to look up, and no node's text is spelled out for it)."""
+    judged = gate_lookup(ast.unparse(node)) if gate_lookup is not None and hasattr(ast, "unparse") else None
     if judged is not None:
         return judged
     if isinstance(node, ast.BoolOp):
@@ -131,8 +133,10 @@ def _device_overrides(fgs: Sequence[Any], gpu_name: Any) -> dict[tuple[int, ...]
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _normal(text: str) -> str:
-    """Source text of a condition, spelled one way (spacing, quotes, line breaks)."""
+    """Source text of a condition, spelled one way (spacing, quotes, line breaks). Kept per text:
+    ``unreachable`` spells every gate of the function again for each gate it is asked about."""
     try:
         return ast.unparse(ast.parse("(" + text.strip() + ")", mode="eval").body)
     except SyntaxError:
@@ -166,11 +170,18 @@ def unreachable(gate: Mapping[str, Any], all_gates: Sequence[Mapping[str, Any]],
 def platform_value(text: str, platforms: Mapping[str, bool]) -> bool | None:
     """The truth of an enclosing condition's text from platform names alone (``_is_musa`` False on
     an NVIDIA host); None when it depends on anything else."""
+    return _platform_value(text, tuple(sorted(platforms.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _platform_value(text: str, platforms: tuple[tuple[str, bool], ...]) -> bool | None:
+    # Pure in its two arguments, and asked again for the same few hundred texts: every feature's
+    # pass over the gates asks it of each enclosing condition (a third of judging a release's scan).
     try:
         tree = ast.parse("(" + text.strip() + ")", mode="eval").body
     except SyntaxError:
         return None
-    return _eval_text(tree, dict(platforms), None, lambda _text: None)
+    return _eval_text(tree, dict(platforms), None, None)
 
 
 def settings_value(text: str, args: Mapping[str, Any]) -> bool | None:
@@ -180,7 +191,7 @@ def settings_value(text: str, args: Mapping[str, Any]) -> bool | None:
         tree = ast.parse("(" + text.strip() + ")", mode="eval").body
     except SyntaxError:
         return None
-    return _eval_text(tree, args, None, lambda _text: None)
+    return _eval_text(tree, args, None, None)
 
 
 def _disables(gate: Mapping[str, Any], settings: Sequence[str]) -> bool:

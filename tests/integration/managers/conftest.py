@@ -13,9 +13,12 @@
     nspawn pid at the end of the session (a module fixture that is done with its host should stop
     it itself: ``host.stop()`` is idempotent).
 
-``docker_daemon`` (module)
+``docker_daemon`` (session)
     A private dockerd (``gpuops.lab.dockerd``): no bridge, no iptables, socket under a temp dir;
-    stopped (with its containers) when the module is done, so a long suite does not hold it.
+    shared by the modules, so the Debian root is imported and each lab image built once per session
+    (images are tagged by what went into them), and stopped with its containers at the session's end.
+    A module that starts a container removes it when it is done, so the next module finds the
+    daemon as it was, but for its images.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def systemd_host_factory(debian_root: Path, tmp_path_factory: pytest.TempPathFac
             host.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from gpuops.lab.dockerd import start_dockerd
 

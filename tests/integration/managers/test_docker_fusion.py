@@ -48,7 +48,8 @@ def fusion_host(lab_factory, docker_daemon, debian_root):
         if dh.host.name in (group.get("hosts") or {}):
             group["hosts"][dh.host.name]["fusion_allow_without_kernel"] = True
     lab.inventory_path.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
-    return dh
+    yield dh
+    docker_daemon.run("rm", "-f", dh.container, timeout=120)  # the daemon is the session's
 
 
 def gpuops(run_gpuops, dh, *args: str) -> subprocess.CompletedProcess:

@@ -27,7 +27,9 @@ def docker_host(lab_factory, docker_daemon, debian_root):
 
     image = standin_image(docker_daemon, debian_root)
     lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, server=False)
-    return setup_docker_host(lab, docker_daemon, image, server_env=ORIGINAL_ENV)
+    dh = setup_docker_host(lab, docker_daemon, image, server_env=ORIGINAL_ENV)
+    yield dh
+    docker_daemon.run("rm", "-f", dh.container, timeout=120)  # the daemon is the session's
 
 
 def apply(run_gpuops, dh, *args: str) -> subprocess.CompletedProcess:
