@@ -97,6 +97,15 @@ def masked(record):
     return out
 
 
+def masked_message(line):
+    """One line of gpuops' messages as the relay keeps it in the call's inbox: ``masked``."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(masked(message)).encode("utf-8") if isinstance(message, dict) else line
+
+
 def worker_main(payload, call_dir, hooks):
     """In the detached worker: finish dead runs, then the mode's work; the result to a file."""
     progress_path = os.path.join(call_dir, "progress.jsonl")
@@ -157,6 +166,7 @@ class Relay:
                 self.touch_lease()
                 text = line.strip()
                 if text and not text.startswith(b'{"hb"'):
+                    text = masked_message(text)  # a reason may quote the server (a smoke answer, a log line)
                     try:
                         fd = os.open(self.inbox, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                         try:
