@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from test_apply_faults import calls, client, paused
+from test_apply_faults import calls, client, journal_events, paused
 from test_deployment_roll import _extra, _fault, _get, _node_args, _pid, _settled, _verified, _worker_of
 
 from gpuops.lab.hosts import Lab, LabSpec
@@ -50,14 +50,15 @@ def test_a_worker_dead_before_the_commit_rolls_every_node_back(nodes: tuple[Lab,
     """Node 1 verified and waiting for the commit, its server is killed while the leader still
     waits at its health check; the leader then passes its health (it did not notice), but gives no
     first answer: every node rolls back and the server is healthy on the old setting. Judged by
-    the leader's health, node 0 committed 6 while node 1 rolled back to 4: a split, and a server
-    that hangs every request."""
+    the leader's health, node 0 committed 6 while node 1 rolled back to 4: a split (repaired only
+    afterwards, by the split repair), and a server that hangs every request."""
     lab, port = nodes
     code, hosts = _apply_json(run_gpuops, lab, port, 4)
     assert code == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
     _settled(lab, 4)
     earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
-    _fault(lab, "n0", {"pause_at": "health", "seconds": 8})
+    # The leader held at its health check until the test lets it go (after the kill): no race.
+    _fault(lab, "n0", {"pause_at": "health", "seconds": 90, "until": "release-n0"})
     proc = client(lab, "nccl-env", "--json", *_extra(port, 6),
                   "-e", json.dumps({"sglang_deployment_answer_timeout": 4}), home=gpuops_home)
     paused(lab.host("n0"), "health", proc, earlier["n0"])
@@ -69,12 +70,15 @@ def test_a_worker_dead_before_the_commit_rolls_every_node_back(nodes: tuple[Lab,
     victim = _pid(lab, "n1")
     os.kill(victim, signal.SIGKILL)
     _wait_gone(victim)
+    (lab.host("n0").state_dir / "release-n0").write_text("go\n")
     out, err = proc.communicate(timeout=240)
     hosts = json.loads(out)["hosts"]
     assert proc.returncode != 0, hosts
     assert hosts["n0"]["status"] == hosts["n1"]["status"] == "rolled_back", \
         {n: (h["status"], h.get("error")) for n, h in hosts.items()}
     assert "the leader gave no first answer" in hosts["n0"]["error"], hosts["n0"]
+    # Never committed, not even for a moment (a split repaired afterwards would show "finished").
+    assert "finished" not in {e for r, e in journal_events(lab.host("n0")) if r == hosts["n0"]["run_id"]}
     assert "node n0 of deployment kimi failed" in hosts["n1"]["error"], hosts["n1"]
     _settled(lab, 4)
 
