@@ -363,6 +363,137 @@ def _verified(call_dir: Path) -> bool:
     return progress.exists() and '"event": "verified"' in progress.read_text()
 
 
+# ---------------------------------------------------------------- gpuops rollback: whatever fails, one server
+
+
+def _committed(run_gpuops: Any, lab: Lab, port: int, value: int) -> None:
+    """Both nodes on the old setting 4, then ``value`` applied and committed (the run to undo)."""
+    _baseline(run_gpuops, lab, port)
+    code, hosts = _apply(run_gpuops, lab, port, value, "-e", json.dumps({"gpuops_health_timeout": 6}))
+    assert code == 0, hosts
+    _settled(lab, value)
+
+
+def _rollback(run_gpuops: Any, lab: Lab, *more: str) -> tuple[int, dict[str, Any]]:
+    proc = run_gpuops("rollback", "-i", str(lab.inventory_path), "--json", *more, timeout=300)
+    return proc.returncode, json.loads(proc.stdout)["hosts"]
+
+
+@pytest.mark.parametrize("failing", ["n1", "n0"])
+def test_a_rollback_failing_on_one_node_is_undone_on_every_node(nodes: tuple[Lab, int], run_gpuops: Any,
+                                                                failing: str) -> None:
+    """One node's previous server does not come healthy during `gpuops rollback` (the worker's, or
+    the leader's): its rollback is undone, and so is every other node's, all restarted together on
+    the configuration they ran before it; both said so, with the deployment's outcome. Before: the
+    failing node undid its rollback alone (its server restarted beside a peer still on the old
+    setting), and the others were aborted without being held together."""
+    lab, port = nodes
+    _committed(run_gpuops, lab, port, 12)
+    before = {n: _pid(lab, n) for n in ("n0", "n1")}
+    _fault(lab, failing, {"fail_at": "rollback_health", "times": 1})
+    code, hosts = _rollback(run_gpuops, lab)
+    assert code != 0
+    for name in ("n0", "n1"):
+        assert hosts[name]["status"] == "rolled_back", hosts
+        assert "the rollback was undone" in hosts[name]["error"], hosts[name]
+        outcome = [n for n in hosts[name]["notes"] if n.startswith("deployment kimi (n0, n1): ")]
+        assert len(outcome) == 1 and f"node {failing} of deployment kimi failed" in outcome[0], hosts[name]["notes"]
+        assert "every node restarted together on it, healthy" in outcome[0], outcome
+    assert "injected fault at rollback_health" in hosts[failing]["error"]
+    _settled(lab, 12)
+    # Both servers are new processes: the undo restarted every node, not the failing one alone.
+    assert all(_pid(lab, n) != before[n] for n in ("n0", "n1"))
+
+
+def test_an_unreadable_record_on_one_node_releases_the_others_at_once(nodes: tuple[Lab, int],
+                                                                      run_gpuops: Any) -> None:
+    """Node 1's copy of the run's record (its manifest) is damaged: node 1 is refused, naming its
+    file, and node 0, already held for it, is let go at once instead of at --timeout; nothing
+    changed on either node."""
+    lab, port = nodes
+    _committed(run_gpuops, lab, port, 13)
+    journal = lab.host("n1").state_dir / "journal.jsonl"
+    run = [json.loads(l) for l in journal.read_text().splitlines() if '"started"' in l][-1]["run_id"]
+    manifest = lab.host("n1").state_dir / "runs" / run / "manifest.json"
+    good = manifest.read_bytes()
+    manifest.write_bytes(good[: len(good) // 2])
+    lines = {n: len((lab.host(n).state_dir / "journal.jsonl").read_text().splitlines()) for n in ("n0", "n1")}
+    try:
+        started = time.monotonic()
+        code, hosts = _rollback(run_gpuops, lab, "--timeout", "90")
+        took = time.monotonic() - started
+    finally:
+        manifest.write_bytes(good)
+    assert code != 0 and took < 30, (took, hosts)
+    assert str(manifest) in hosts["n1"]["error"] and "not valid JSON" in hosts["n1"]["error"], hosts["n1"]
+    assert hosts["n0"]["status"] == "refused" and "node n1" in hosts["n0"]["error"], hosts["n0"]
+    assert "nothing was changed" in hosts["n0"]["error"], hosts["n0"]
+    for name in ("n0", "n1"):  # no run of the rollback journaled (nothing started)
+        records = (lab.host(name).state_dir / "journal.jsonl").read_text().splitlines()[lines[name]:]
+        assert not [r for r in records if '"started"' in r], records
+    _settled(lab, 13)
+
+
+def test_rollback_serial_keeps_a_deployments_nodes_in_one_batch(nodes: tuple[Lab, int], lab_factory: Any,
+                                                                 run_gpuops: Any, tmp_path: Path) -> None:
+    """`gpuops rollback --serial 1` over the two nodes (named a deployment by the inventory, as an
+    operator writes it) and a lone host: the nodes are one batch, as apply makes them, the lone
+    host the next; --check shows it. Before: the nodes fell in two batches and were refused."""
+    import yaml
+
+    lab, port = nodes
+    solo = lab_factory(LabSpec(count=1, names=("solo",)))
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    for name in ("n0", "n1"):
+        data["all"]["children"]["lab"]["hosts"][name].update({"sglang_deployment": "kimi", "sglang_dist_port": port})
+    data["all"]["children"]["solo"] = yaml.safe_load(solo.inventory_path.read_text())["all"]["children"]["lab"]
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    _baseline(run_gpuops, lab, port)
+    nccl = json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": "14"}, "gpuops_health_timeout": 6, "gpuops_lease": LEASE})
+    proc = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json", "-e", nccl, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _settled(lab, 14)
+    check = run_gpuops("rollback", "-i", str(inventory), "--serial", "1", "--check", "--json", timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert json.loads(check.stdout)["batches"] == [{"hosts": ["n0", "n1"], "deployments": {"kimi": ["n0", "n1"]}},
+                                                   {"hosts": ["solo"], "deployments": {}}], check.stdout
+    text = run_gpuops("rollback", "-i", str(inventory), "--serial", "1", "--check", timeout=60)
+    assert "batch 1 of 2: n0, n1 (deployment kimi: rolled back as one server)" in text.stdout, text.stdout
+    proc = run_gpuops("rollback", "-i", str(inventory), "--serial", "1", "--json", timeout=300)
+    hosts = json.loads(proc.stdout)["hosts"]
+    assert proc.returncode == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
+    assert all(hosts[n]["status"] == "finished" for n in ("n0", "n1", "solo")), hosts
+    assert any("its nodes in one batch (--serial): batch 1 of 2" in n for n in hosts["n0"]["notes"]), hosts["n0"]
+    _settled(lab, 4)
+    assert "NCCL_MIN_NCHANNELS='14'" not in (solo.host("solo").state_dir / "sglang.env").read_text()
+
+
+def test_client_killed_while_a_deployment_rollback_prepares_stops_no_server(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """gpuops SIGKILLed during `gpuops rollback` while node 1 restores its files (node 0 held
+    before stopping its server): both leases lapse, both undo their rollback without touching a
+    server, and the deployment stays on the run's setting, healthy, its servers never restarted."""
+    lab, port = nodes
+    _committed(run_gpuops, lab, port, 15)
+    before = {n: _pid(lab, n) for n in ("n0", "n1")}
+    earlier = calls(lab.host("n1"))
+    _fault(lab, "n1", {"pause_at": "rollback_restore", "seconds": 6})
+    proc = client(lab, "rollback", home=gpuops_home)
+    where = paused(lab.host("n1"), "rollback_restore", proc, earlier)
+    kill("client", where, proc)
+    proc.communicate()
+    wait_host_settled(lab.host("n1"), where)
+    for name in ("n0", "n1"):
+        deadline = time.monotonic() + 60
+        while (events := [e for _, e in journal_events(lab.host(name))])[-1] != "rolled_back" \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert events[-1] == "rolled_back" and "server_touched" not in events[-3:], (name, events[-4:])
+    _settled(lab, 15)
+    assert {n: _pid(lab, n) for n in ("n0", "n1")} == before
+
+
 
 def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str,
            kill: bool = True) -> tuple[str, bytes]:

@@ -238,3 +238,115 @@ def test_a_refused_node_releases_the_nodes_held_for_it() -> None:
     rollbacks.join("n0", _RECORD)
     out = _in_threads(held, hp.EVENT_STOP_READY, ["n1"])
     assert out["n1"][0] is False and "fall in another batch" in str(out["n1"][1])
+
+
+def _undoing() -> dep.DeploymentTxn:
+    return dep.DeploymentTxn(dep.Deployment("kimi", ("n0", "n1"), "10.0.0.1:20000"), undoing=True)
+
+
+def test_a_failed_rollback_is_undone_on_every_node_restarted_together() -> None:
+    """`gpuops rollback`: n1's previous server fails after every node restarted. Nobody commits;
+    every node (n1 and the aborted n0) undoes its rollback, and that restart is held like the
+    first one: nobody starts before every node stopped, the worker before the leader."""
+    txn = _undoing()
+    sent: list[dict[str, Any]] = []
+    txn.opened("n0", lambda m: sent.append(m) or True)
+    first = _in_threads(txn, hp.EVENT_ROLLBACK_STOPPED, ["n0", "n1"])
+    assert first["n0"] == first["n1"] == (True, None) and first["order"] == ["n1", "n0"]
+    txn.rolling_back("n1", "the server was not healthy within 6s")
+    assert sent == [{hp.MESSAGE_ABORT: "node n1 of deployment kimi failed: the server was not healthy within 6s"}]
+    assert txn.hold("n0", dep.DeploymentTxn.VERIFIED)[0] is False  # n0 does not commit
+    txn.rolling_back("n0", "gpuops aborted the run")
+    undo = _in_threads(txn, hp.EVENT_ROLLBACK_STOPPED, ["n0", "n1"])
+    assert undo["n0"] == undo["n1"] == (True, None) and undo["order"] == ["n1", "n0"], undo
+    assert txn.restarted()
+
+
+def test_the_undo_restart_waits_for_a_node_still_stopping() -> None:
+    """n1 undoes at once; n0 has not stopped its server yet: n1's restart waits for it (before,
+    n1 restarted alone, beside a leader still on the other configuration)."""
+    txn = _undoing()
+    txn.rolling_back("n1", "bad")
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(txn.hold("n1", hp.EVENT_ROLLBACK_STOPPED)))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and got == []  # held for n0
+    txn.rolling_back("n0", "aborted")
+    assert txn.hold("n0", hp.EVENT_ROLLBACK_STOPPED) == (True, None)
+    waiter.join(10)
+    assert got == [(True, None)]
+
+
+def test_a_node_still_stopped_for_the_rollback_is_told_not_to_restart_once_another_failed() -> None:
+    """n0 stopped its server for the rollback and waits for its restart; n1 failed meanwhile: n0
+    is told not to start the previous server (it undoes its rollback with the others), while its
+    files are still all it changed. In an apply the restart is held through the failure."""
+    txn = _undoing()
+    txn.rolling_back("n1", "its files could not be restored")
+    go, why = txn.hold("n0", hp.EVENT_ROLLBACK_STOPPED)
+    assert go is False and "node n1 of deployment kimi failed" in str(why)
+    assert txn.hold("n0", dep.DeploymentTxn.RESTORED)[0] is False  # nor does a node not yet stopped stop
+
+
+def test_a_node_that_ends_without_joining_releases_the_nodes_held_for_it_at_once() -> None:
+    """n1's rollback ends before it joins (its manifest unreadable, unreachable, another run):
+    n0, held for it at stop_ready, is let go at once, refused; a node joining later is refused
+    too (before, it waited for n1 until --timeout)."""
+    from gpuops.apply.undo import DeploymentRollbacks
+
+    rollbacks = DeploymentRollbacks([["n0", "n1"]], forks=16)
+    txn, why = rollbacks.join("n0", _RECORD)
+    assert txn is not None and why is None
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(txn.hold("n0", hp.EVENT_STOP_READY)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    rollbacks.left("n1", "n1: tampering: the manifest of run R (/s/runs/R/manifest.json) is not valid JSON")
+    waiter.join(5)
+    assert got and got[0][0] is False and "manifest.json" in str(got[0][1]) and "nothing was changed" in str(got[0][1])
+    later = DeploymentRollbacks([["n0", "n1"]], forks=16)
+    later.left("n1", "unreachable")
+    txn, why = later.join("n0", _RECORD)
+    assert txn is None and why is not None and "node n1 stopped its rollback" in why and "unreachable" in why
+
+
+def test_an_unreadable_record_names_its_file_and_releases_the_others() -> None:
+    from gpuops.apply.undo import DeploymentRollbacks
+
+    rollbacks = DeploymentRollbacks([["n0", "n1"]], forks=16)
+    txn, _ = rollbacks.join("n0", _RECORD)
+    assert txn is not None
+    _, why = rollbacks.join("n1", {"name": "kimi", "members": "n0"}, "/s/runs/R/manifest.json")
+    assert why is not None and why.startswith("n1: ") and "in /s/runs/R/manifest.json is not readable" in why
+    assert txn.hold("n0", hp.EVENT_STOP_READY)[0] is False  # at once, not at --timeout
+
+
+def _report(name: str, status: str) -> Any:
+    from gpuops.apply.host_report import HostReport
+
+    return HostReport(host=name, ok=status == hp.STATUS_FINISHED, status=status, error=None)
+
+
+@pytest.mark.parametrize(("statuses", "says", "ok"), [
+    ({"n0": hp.STATUS_FINISHED, "n1": hp.STATUS_FINISHED}, "rolled back on every node as one server", True),
+    ({"n0": hp.STATUS_ROLLED_BACK, "n1": hp.STATUS_ROLLED_BACK}, "NOT rolled back (node n1 of deployment kimi "
+     "failed: bad); every node is on the configuration it ran before this rollback", False),
+    ({"n0": hp.STATUS_FINISHED, "n1": hp.STATUS_ROLLED_BACK}, "NOT ON ONE CONFIGURATION (n0 rolled back, n1 "
+     "rollback undone)", False),
+    ({"n0": hp.STATUS_ROLLED_BACK, "n1": hp.STATUS_ROLLBACK_FAILED}, "NOT ON ONE CONFIGURATION", False),
+])
+def test_the_deployment_outcome_is_one_line_on_every_node(statuses: dict[str, str], says: str, ok: bool) -> None:
+    """One line for the deployment, on each node's report: a node is never left "rolled back"
+    (ok) beside one whose rollback was undone."""
+    from gpuops.apply.undo import held_as_one
+
+    txn = _undoing()
+    if ok is False:
+        txn.fail("n1", "bad")
+    reports = {n: _report(n, s) for n, s in statuses.items()}
+    held_as_one(txn, reports, None)
+    for report in reports.values():
+        assert [n for n in report.notes if n.startswith("deployment kimi (n0, n1): ")] and says in report.notes[-1]
+        assert report.ok is ok, report

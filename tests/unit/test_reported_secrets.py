@@ -87,3 +87,20 @@ def test_the_apply_helpers_call_directory_keeps_no_secret_but_the_audit_as_read(
     assert verified["audit_output"] == audit and verified["pid"] == 7 and verified["event"] == "verified"
     result = call_record({"ok": False, "status": "rolled_back", "log_tail": log, "restored": ["/etc/x"], "audit_output": None})
     assert key not in json.dumps(result) and result["restored"] == ["/etc/x"] and result["ok"] is False
+
+
+
+def test_the_relay_keeps_gpuops_messages_masked_in_the_calls_inbox(tmp_path) -> None:
+    """A commit refused with a reason that quotes the server (the log line judged, a smoke answer)
+    is kept in the call's inbox.jsonl masked; heartbeats are not written; the worker reads the rest."""
+    import io
+
+    from gpuops.remote.apply_helper import Relay
+
+    key = "sk-inbox-4c1d8e"
+    lines = [b'{"hb": 1}\n', json.dumps({"commit": False, "reason": f"logged server_args=ServerArgs(api_key='{key}')"}).encode() + b"\n",
+             json.dumps({"verdict": True, "reason": "open"}).encode() + b"\n"]
+    Relay(str(tmp_path)).read_client(io.BytesIO(b"".join(lines)))
+    kept = [json.loads(line) for line in (tmp_path / "inbox.jsonl").read_text().splitlines()]
+    assert key not in json.dumps(kept) and kept[0]["commit"] is False and "<masked:" in kept[0]["reason"]
+    assert kept[1] == {"verdict": True, "reason": "open"} and (tmp_path / "client_gone").exists()

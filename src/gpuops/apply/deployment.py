@@ -98,6 +98,22 @@ def plan_deployments(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[
     return found
 
 
+def deployment_of(extra: Mapping[str, Any]) -> Callable[["Host"], str | None]:
+    """``together`` for ``Rollout.batches`` / ``run_on_hosts`` (apply and rollback): a rolling
+    batch never splits a deployment, its nodes restart together."""
+    return lambda host: deployment_name({**dict(host.vars or {}), **dict(extra)})
+
+
+def forks_for(hosts: Sequence["Host"], forks: int, together: Callable[["Host"], str | None]) -> int:
+    """``--forks``, raised to the largest deployment's size: its nodes wait for each other at their holds."""
+    sizes: dict[str, int] = {}
+    for host in hosts:
+        name = together(host)
+        if name is not None:
+            sizes[name] = sizes.get(name, 0) + 1
+    return max([forks, *sizes.values()])
+
+
 def check_whole(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mapping[str, Any]) -> None:
     """A run takes every node of a deployment it touches (``-l`` may not leave one out): one node
     restarted alone takes the whole server down, and its configuration would split from the others'."""
@@ -192,12 +208,18 @@ class DeploymentTxn:
     (go on?, why not): it waits until every node has reached the same point, or one failed."""
 
     VERIFIED = "verified"  # the client's own hold: the commit waits for every node healthy
+    # ``gpuops rollback``: its second ``stop_ready`` (every node's files back, before any stops),
+    # and the ``rollback_stopped`` of a node undoing its failed rollback (the second restart).
+    RESTORED = "files_restored"
+    UNDONE = "rollback_undone"
 
     def __init__(self, deployment: Deployment, undoing: bool = False) -> None:
         self.deployment = deployment
         # ``gpuops rollback`` of the deployment's run: its ``rollback_stopped`` hold is the way
-        # forward (every node stopped, then the previous servers start), not a node failing.
+        # forward (every node stopped, then the previous servers start), not a node failing;
+        # once any node's rollback fails, every node undoes it, restarted together once more.
         self.undoing = undoing
+        self._undoing_nodes: set[str] = set()  # nodes whose rollback failed and is being undone
         self._cond = threading.Condition()
         self._reached: dict[str, set[str]] = {name: set() for name in deployment.members}
         self._released: dict[str, set[str]] = {name: set() for name in deployment.members}
@@ -230,10 +252,27 @@ class DeploymentTxn:
         with self._cond:
             return any(self._restarts.values())
 
+    def rolling_back(self, host: str, why: str) -> None:
+        """``host`` began rolling back its own run (``rolling_back``): every other node is told to.
+        In ``gpuops rollback`` that undoes the rollback, and its next ``rollback_stopped`` is the
+        restart of the configuration it ran before, held with every other node's (``UNDONE``)."""
+        with self._cond:
+            self._undoing_nodes.add(host)
+        self.fail(host, why)
+
     def hold(self, host: str, point: str) -> tuple[bool, str | None]:
-        """``point``: a host hold (``hp.HOLDS``) or ``VERIFIED``. Ordered: at the start holds, a
-        node of rank > 0 goes first and the leader only once every worker was let go."""
-        rollback = point == hp.EVENT_ROLLBACK_STOPPED
+        """``point``: a host hold (``hp.HOLDS``), ``VERIFIED`` or ``RESTORED``. Ordered: at the
+        start holds, a node of rank > 0 goes first and the leader only once every worker was let go.
+
+        A rollback's restart is held even after a failure (every node stopped, then all start
+        together): an apply's rollback, and the undo of a failed ``gpuops rollback``. The restart
+        of ``gpuops rollback`` itself is not, once a node failed: the node stays stopped
+        (``{"restart": false}``) and undoes its rollback with the others."""
+        if point == hp.EVENT_ROLLBACK_STOPPED and self.undoing:
+            with self._cond:
+                if host in self._undoing_nodes:
+                    point = self.UNDONE
+        rollback = point == self.UNDONE or (point == hp.EVENT_ROLLBACK_STOPPED and not self.undoing)
         if rollback and not self.undoing:
             self.fail(host, "it is rolling back")  # (a recovery of its dead worker says no more)
         with self._cond:
@@ -248,7 +287,7 @@ class DeploymentTxn:
             self._cond.wait_for(everyone_there)
             if self.failure is not None and not rollback:
                 return False, self.failure
-            if point in (hp.EVENT_STOPPED, hp.EVENT_ROLLBACK_STOPPED) and host == self.deployment.leader:
+            if point in (hp.EVENT_STOPPED, hp.EVENT_ROLLBACK_STOPPED, self.UNDONE) and host == self.deployment.leader:
                 workers = self.deployment.members[1:]
                 self._cond.wait_for(lambda: all(point in self._released[n] or n in self._ended for n in workers))
             self._released[host].add(point)
@@ -281,6 +320,12 @@ class DeploymentTxn:
         if first:
             for send in others:
                 send({hp.MESSAGE_ABORT: failure})
+
+    def restarted(self) -> bool:
+        """Did any node stop its server (and so every node restart)?"""
+        with self._cond:
+            return any(self._reached[n] & {hp.EVENT_STOPPED, hp.EVENT_ROLLBACK_STOPPED, self.UNDONE}
+                       for n in self.deployment.members)
 
     def ended(self, host: str, ok: bool, why: str | None) -> None:
         if not ok:

@@ -573,14 +573,11 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
                 report.warnings.append(warnings[host.name])
             return report
 
-        def deployment(host: "Host") -> str | None:
-            # The nodes of one multi-node server restart together: a rolling batch never splits them.
-            return multi_node.deployment_name(_merged(host, extra))
-
-        # Every node of a deployment runs at once (each waits for the others at its holds).
-        forks = max([options.forks] + [d.nnodes for d in deployments.values()])
-        outcomes = run_on_hosts(hosts, one, forks=forks, rollout=options.rollout, failed=lambda r: not r.ok,
-                                together=deployment)
+        # The nodes of one multi-node server restart together: a rolling batch never splits them, and
+        # they all run at once (each waits for the others at its holds).
+        together = multi_node.deployment_of(extra)
+        outcomes = run_on_hosts(hosts, one, forks=multi_node.forks_for(hosts, options.forks, together),
+                                rollout=options.rollout, failed=lambda r: not r.ok, together=together)
         reports: dict[str, HostReport] = {}
         for name, outcome in outcomes.items():
             if outcome.ok and outcome.value is not None:

@@ -119,9 +119,11 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
 @rollout_options
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
 @click.option("--force", is_flag=True, help="Undo even files changed since the run wrote them (the later version is kept beside the backup).")
+@click.option("-C", "--check", is_flag=True, help="Show the batches the rollback takes (--serial; a deployment's "
+                                                  "nodes always in one) and change nothing; asks no host.")
 def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
              accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None,
-             force: bool, timeout: float | None, connect_timeout: float) -> None:
+             force: bool, timeout: float | None, connect_timeout: float, check: bool) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
     from gpuops.apply.render import render_reports
     from gpuops.apply.runner import rollback_hosts
@@ -136,6 +138,19 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
     hosts = everyone.select(limit)
     options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                        timeout=timeout, connect_timeout=connect_timeout, force=force)
+    if check:
+        from gpuops.apply.undo import rollback_plan
+
+        plan = rollback_plan(hosts, options)
+        if as_json:
+            click.echo(json.dumps({"check": True, "batches": plan}, indent=2))
+            return
+        click.echo("ROLLBACK (check mode: nothing changed, no host asked)")
+        for number, batch in enumerate(plan, start=1):
+            together = "; ".join(f"deployment {name}: rolled back as one server" for name in batch["deployments"])
+            click.echo(f"batch {number} of {len(plan)}: {', '.join(batch['hosts'])}"
+                       + (f" ({together})" if together else ""))
+        return
     # A deployment split by its last run: finishing its rollback on every node is this rollback there.
     reports, _ = deployment_repair.before_command(hosts, everyone.hosts, {}, options)
     rest = [h for h in hosts if h.name not in reports]

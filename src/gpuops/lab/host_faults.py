@@ -8,7 +8,11 @@ once (renamed to ``lab-fault.used``):
     {"pause_at": PHASE, "seconds": S}   wait at PHASE (reports {"event": "paused"}; ends early if
                                         the lease lapses, except at rollback_restore)
         ..., "until": NAME}             ... or once the test made STATE/NAME (a release it controls)
+    Phases besides the run's own (``Run.phase``): rollback_restore (a rollback's files are back,
+    no server touched yet), rollback_health (the previous server started, before its health)
     {"fail_at": PHASE}                  fail the run at PHASE ("injected fault at PHASE")
+    {"fail_at": PHASE, "times": N}      only the first N times the run passes PHASE (a rollback's
+                                        own undo passes its phases again)
     {"corrupt_patch": true}             every .py file written (host files, image layers) gets a
                                         line that does not compile
     {"empty_audit": true}               the gate re-audit prints nothing
@@ -62,6 +66,11 @@ def at_phase(run, name):
             time.sleep(0.05)
     if faults.get("fail_at") == name:
         from gpuops.remote.apply_common import StepFailed
+
+        if "times" in faults:
+            if int(faults["times"]) <= 0:
+                return
+            faults["times"] = int(faults["times"]) - 1
 
         raise StepFailed("injected fault at %s (lab fault file)" % name)
 

@@ -37,7 +37,7 @@ Faults for tests come from outside this code: signals, killed processes, and the
 (``host_hooks.py``: a ``gpuops_host_hooks`` module on the host's python path, which the lab
 installs on its hosts, ``gpuops/lab/host_faults.py``). Phases a hook sees: before_write,
 first_write, after_writes, compile, audit, verdict, server_stop, server_start, health, confirm,
-image_build, rollback_restore.
+image_build, rollback_restore, rollback_health.
 
 This module is the entry (modes, the worker, the relay, detaching); the rest is bundled with it
 (``bundle.py``), one concern a module: ``apply_run`` (the transaction and the apply mode),
@@ -95,6 +95,15 @@ def masked(record):
     out = mask_reported({k: v for k, v in record.items() if k not in KEPT_AS_READ})
     out.update((k, record[k]) for k in KEPT_AS_READ if k in record)
     return out
+
+
+def masked_message(line):
+    """One line of gpuops' messages as the relay keeps it in the call's inbox: ``masked``."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(masked(message)).encode("utf-8") if isinstance(message, dict) else line
 
 
 def worker_main(payload, call_dir, hooks):
@@ -157,6 +166,7 @@ class Relay:
                 self.touch_lease()
                 text = line.strip()
                 if text and not text.startswith(b'{"hb"'):
+                    text = masked_message(text)  # a reason may quote the server (a smoke answer, a log line)
                     try:
                         fd = os.open(self.inbox, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                         try:

@@ -125,12 +125,16 @@ def do_rollback(payload, progress, lease, hooks, notes):
         # A node of a multi-node server: its nodes are rolled back as one, so gpuops first learns
         # which deployment the run belongs to and lets this node go only once every node is here
         # (or refuses, nothing changed, when some are missing from the rollback).
-        progress({"event": EVENT_STOP_READY, "deployment": manifest["deployment"]})
+        progress({"event": EVENT_STOP_READY, "deployment": manifest["deployment"],
+                  "manifest": os.path.join(state_dir, "runs", target["run_id"], "manifest.json")})
         answer = lease.wait_message("stop", "before rolling back a node of deployment %s"
                                     % manifest["deployment"].get("name"))
         if answer.get("stop") is not True:
             raise StepFailed(answer.get("reason") or "gpuops stopped the rollback of this deployment node")
     run = Run(payload, progress, lease, hooks)
+    # The rollback's own backups keep the deployment too: undoing it (its own rollback) restarts
+    # the node with the others again, held the same way (``Run.hold_restart``).
+    run.deployment = manifest.get("deployment")
     run.service = Service(manifest.get("service"), run.pm, progress)
     if target.get("already_undone"):  # finish_split: its files are back already; the server restarts
         check_rolled_back(manifest, target)
@@ -142,8 +146,10 @@ def do_rollback(payload, progress, lease, hooks, notes):
     # writes: restoring the file may make directories again (the target removed them), which this run's undo takes
     changes = [{"path": entry["path"], "remove_dirs": entry.get("created_dirs"), "writes": bool(entry.get("existed"))}
                for entry in manifest["files"]]
-    run.server_running_before = server_running(run) if manifest.get("service") else False
     run.payload = dict(payload, service=manifest.get("service"), handlers=manifest.get("handlers", []))
+    # (after the payload names the service: before, this read "not running" on every host, and
+    # undoing a failed rollback left the server stopped instead of restarting the run's own)
+    run.server_running_before = server_running(run) if manifest.get("service") else False
     os.makedirs(run.run_dir, mode=0o700, exist_ok=True)
     own_manifest = run.backup(changes, {"kind": KIND_ROLLBACK, "target": target["run_id"]})
     run.journal_started(kind=KIND_ROLLBACK, target=target["run_id"], role=target.get("role"),
@@ -152,15 +158,26 @@ def do_rollback(payload, progress, lease, hooks, notes):
 
     def forward():
         run.phase("before_write")
+        restored, problems = run.restore_files(manifest)
+        run.hooks.at_phase(run, "rollback_restore")
+        if run.deployment and manifest.get("service"):
+            # No node stops before every node has its files back: one node's stop takes the whole
+            # server down, so a node that cannot restore its files fails here, no server touched.
+            if problems:
+                raise StepFailed("; ".join(problems))
+            progress({"event": EVENT_STOP_READY})
+            run.released(lease.wait_message("stop", "before stopping the server"), "stop")
         run.server_touched = bool(manifest.get("service"))
         if run.server_touched:
-            run.event(SERVER_TOUCHED)
-        restored, problems, service_note = run.restore(manifest)
+            run.event(SERVER_TOUCHED)  # durable before the server is touched: its undo restarts it
+        service_note = run.restart_previous(manifest, problems)
         if problems:
             raise StepFailed("; ".join(problems))
         run.phase("confirm")
         progress({"event": EVENT_VERIFIED, "pid": None})
-        lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
+        answer = lease.wait_message("commit", "while waiting for gpuops to confirm the rollback")
+        if answer.get("commit") is False:  # another node of its deployment failed: undone here too
+            raise StepFailed(answer.get("reason") or "gpuops did not confirm the rollback")
         run.event(FINISHED, kind=KIND_ROLLBACK, target=target["run_id"], restored=restored, service=service_note,
                   **run.dirs_note())
         prune_runs(state_dir, int(payload.get("keep_runs") or DEFAULT_KEEP_RUNS), notes)

@@ -273,7 +273,13 @@ class Run:
                 self.progress({"event": EVENT_DIR_KEPT, "path": path, "why": "not empty (or not a directory) any more"})
 
     def restore(self, manifest):
-        """Put every file back byte for byte (mode and owner too), then the previous server, healthy.
+        """Put every file back byte for byte (mode and owner too), then the previous server, healthy."""
+        restored, problems = self.restore_files(manifest)
+        self.hooks.at_phase(self, "rollback_restore")
+        return restored, problems, self.restart_previous(manifest, problems)
+
+    def restore_files(self, manifest):
+        """Every file back byte for byte (mode and owner too); (restored paths, problems).
 
         A file the run created goes, and so do the directories it created for it, while empty; a
         directory the run removed with a file it deleted comes back first, mode and owner kept."""
@@ -304,7 +310,11 @@ class Run:
             except OSError as exc:
                 problems.append("%s: %s" % (path, exc))
         self.drop_dirs(created)  # once every file is gone: a parent named by one entry may hold another's
-        self.hooks.at_phase(self, "rollback_restore")
+        return restored, problems
+
+    def restart_previous(self, manifest, problems):
+        """The server the restored files describe, restarted and healthy (when this run touched
+        it); a failure is added to ``problems``. Returns what happened to the server, one line."""
         service_note = "server left as it was"
         if self.server_touched and manifest.get("service"):
             service = Service(previous_service(manifest.get("service")), self.pm, self.progress)
@@ -315,6 +325,7 @@ class Run:
                     if manifest.get("deployment"):
                         self.hold_restart()
                     service.start(daemon_reload=reload)
+                    self.hooks.at_phase(self, "rollback_health")
                     previous_healthy(service, manifest, reload)
                     service_note = "previous server configuration restarted and healthy (pid %s)" % service.running()[1]
                 else:
@@ -322,18 +333,22 @@ class Run:
                     service_note = "server stopped, as it was before"
             except Exception as exc:
                 problems.append("%s: %s" % (SERVER_PROBLEM, exc))
-        return restored, problems, service_note
+        return service_note
 
     def hold_restart(self):
         """A node of a multi-node server in a rollback: the previous server starts once every node
-        has stopped the new one (gpuops' ``restart``); with nobody to wait for, at once."""
+        has stopped the new one (gpuops' ``restart``); with nobody to wait for, at once. In
+        ``gpuops rollback``, ``{"restart": false}`` (another node's rollback failed) leaves it
+        stopped: the rollback is undone on every node, restarted together again."""
         if isinstance(self.lease, NoLease):
             return  # a recovery of a dead run: nobody to wait for (and no hold for gpuops to answer)
         self.progress({"event": EVENT_ROLLBACK_STOPPED})
         try:
-            self.lease.wait_message("restart", "before restarting the previous server", abortable=False)
+            answer = self.lease.wait_message("restart", "before restarting the previous server", abortable=False)
         except LeaseLapsed:
-            pass
+            return
+        if answer.get("restart") is False:
+            raise StepFailed(answer.get("reason") or "gpuops stopped the rollback of this deployment node")
 
     def rollback(self, manifest, why, log_tail=None):
         self.progress({"event": EVENT_ROLLING_BACK, "why": why})

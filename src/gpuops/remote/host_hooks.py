@@ -9,7 +9,7 @@ never asks whether it runs in the lab.
 A hooks module may define any of:
 
     at_phase(run, name)          at each named phase of a run (``Run.phase``, plus
-                                 ``rollback_restore``); may wait, or raise to fail the run;
+                                 ``rollback_restore`` and ``rollback_health``); may wait, or raise to fail the run;
                                  also at ``committed`` (the journal says finished, the host has
                                  not answered gpuops yet): it may wait there, and whatever it
                                  raises is ignored, since nothing can undo a commit

@@ -203,7 +203,7 @@ class HostEvent:
     the client acts on checked for its type (a wrong type reads as absent) and cut to a bound, since
     what a host sends is untrusted data. A plain class, as ``HelperResult`` is, for the same reason."""
 
-    __slots__ = ("name", "run_id", "phase", "note", "why", "pid", "log", "audit_output", "deployment")
+    __slots__ = ("name", "run_id", "phase", "note", "why", "pid", "log", "audit_output", "deployment", "manifest")
     name: str
     run_id: str | None         # committed, rolled_back, recovering: the run it is about
     phase: str | None          # phase: the step that began
@@ -213,12 +213,15 @@ class HostEvent:
     log: str | None            # verified, when asked (read_log): the server's log since its start
     audit_output: object       # audited: the gate re-audit's output, judged by apply/verdict.py
     deployment: dict[str, object] | None  # stop_ready of a rollback: the target run's deployment record
+    manifest: str | None       # stop_ready of a rollback: the file that record was read from
 
     def __init__(self, name: str, run_id: str | None = None, phase: str | None = None, note: str | None = None,
                  why: str | None = None, pid: int | None = None, log: str | None = None,
-                 audit_output: object = None, deployment: dict[str, object] | None = None) -> None:
+                 audit_output: object = None, deployment: dict[str, object] | None = None,
+                 manifest: str | None = None) -> None:
         self.name, self.run_id, self.phase, self.note, self.why = name, run_id, phase, note, why
         self.pid, self.log, self.audit_output, self.deployment = pid, log, audit_output, deployment
+        self.manifest = manifest
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HostEvent) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
@@ -238,4 +241,5 @@ class HostEvent:
                    note=_cut(data.get("note"), _EVENT_SENTENCE), why=_cut(data.get("why"), _EVENT_SENTENCE),
                    pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
                    log=_text(data.get("log")), audit_output=data.get("audit_output"),
-                   deployment=deployment if isinstance(deployment, dict) else None)
+                   deployment=deployment if isinstance(deployment, dict) else None,
+                   manifest=_cut(data.get("manifest"), _EVENT_SENTENCE))
