@@ -114,7 +114,7 @@ def alive(pid: int) -> bool:
         return False
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (ProcessLookupError, FileNotFoundError):  # it ended between the two looks
+    except (FileNotFoundError, ProcessLookupError):  # it ended (and was reaped) between the two looks
         return False
 
 
