@@ -237,6 +237,7 @@ def test_inspect_shows_the_deployment_as_one_server(nodes: tuple[Lab, int], run_
     assert kimi["members"] == ["n0", "n1"] and kimi["leader"] == "n0", kimi
     assert kimi["init_addr"] == f"127.0.0.1:{port}" and kimi["warnings"] == [], kimi
     assert kimi["nodes"]["n0"]["healthy"] and kimi["nodes"]["n1"]["running"], kimi
+    assert kimi["serving"] is True and kimi["answer"]["ok"] is True, kimi  # the leader answered a generation
     assert kimi["nodes"]["n1"]["launch"] == {"nnodes": "2", "node_rank": "1", "dist_init_addr": f"127.0.0.1:{port}"}
 
 
@@ -497,21 +498,33 @@ def test_client_killed_while_a_deployment_rollback_prepares_stops_no_server(
 
 def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, committed: str,
            kill: bool = True) -> tuple[str, bytes]:
-    """Run ``value`` committed on node ``committed`` and rolled back on the other by its lease,
-    deterministically: the committing node holds at its confirm until released, the other's
-    session is frozen (SIGSTOP of its relay) once gpuops has heard it verified, so the commit sent
-    to it stays unread; once the first node has committed the client is SIGKILLed (unless not
-    ``kill``), and the frozen node's lease lapses. Returns the run id and the client's stdout."""
+    """Run ``value`` committed on node ``committed`` and rolled back on the other by its lease
+    (``_between_commits``); returns the run id and the client's stdout (``kill``: it was killed)."""
+    _baseline(run_gpuops, lab, port)
+    run_id, out = _between_commits(lab, committed, lambda: client(
+        lab, "nccl-env", "-v", "--json", *_extra(port, value), "-e",
+        json.dumps({"gpuops_health_timeout": 6, "gpuops_lease": 8}), home=gpuops_home), kill)
+    frozen = "n1" if committed == "n0" else "n0"
+    if kill:
+        assert f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, committed)
+        assert f"NCCL_MIN_NCHANNELS='{value}'" not in _env_file(lab, frozen)  # split: the state this test is for
+    return run_id, out
+
+
+def _between_commits(lab: Lab, committed: str, start: Any, kill: bool = True) -> tuple[str, bytes]:
+    """A run (``start()``: gpuops -v --json in its own process) committed on node ``committed`` and
+    rolled back on the other by its lease, deterministically: the committing node holds at its
+    confirm until released, the other's session is frozen (SIGSTOP of its relay) once gpuops has
+    heard it verified, so the commit sent to it stays unread; once the first node has committed the
+    client is SIGKILLed (unless not ``kill``), and the frozen node's lease lapses."""
     import signal
     import threading
 
     frozen = "n1" if committed == "n0" else "n0"
-    _baseline(run_gpuops, lab, port)
     earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
     seen = {n: len(journal_events(lab.host(n))) for n in ("n0", "n1")}
     _fault(lab, committed, {"pause_at": "confirm", "seconds": 120, "until": "lab-release"})
-    proc = client(lab, "nccl-env", "-v", "--json", *_extra(port, value), "-e",
-                  json.dumps({"gpuops_health_timeout": 6, "gpuops_lease": 8}), home=gpuops_home)
+    proc = start()
     heard: list[bytes] = []
     stderr = proc.stderr
     assert stderr is not None
@@ -538,8 +551,6 @@ def _split(run_gpuops: Any, lab: Lab, port: int, gpuops_home: Path, value: int, 
         out, _ = proc.communicate(timeout=240)
         return run_id, out
     wait_host_settled(lab.host(frozen), worker)
-    assert f"NCCL_MIN_NCHANNELS='{value}'" in _env_file(lab, committed)
-    assert f"NCCL_MIN_NCHANNELS='{value}'" not in _env_file(lab, frozen)  # split: the state this test is for
     return run_id, b""
 
 
@@ -634,3 +645,30 @@ def test_a_split_the_run_leaves_itself_is_rolled_back_before_it_returns(
         assert "rolled back on every node as one" in hosts[name]["error"], hosts[name]["error"]
     _settled(lab, 4)
     _undone_on_both(lab, run_id)
+
+
+def test_a_rollback_split_between_its_commits_is_finished_by_the_next_apply(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any, tmp_path: Path) -> None:
+    """`gpuops rollback` of run 15 (committed on both) split the same way: its rollback committed on
+    node 0, node 1's lease undid it (node 1 still on 15). The next `gpuops apply` of the old
+    setting rolls run 15 back on node 1 with node 0 restarting beside it, then has nothing to do."""
+    import yaml
+
+    lab, port = nodes
+    _baseline(run_gpuops, lab, port)
+    code, hosts = _apply(run_gpuops, lab, port, 15)
+    assert code == 0, hosts
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    data["all"]["children"]["lab"]["vars"].update({"gpuops_lease": 8})
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    undo, _ = _between_commits(lab, "n0", lambda: client(lab, "rollback", "-v", "--json", "-i", str(inventory),
+                                                         home=gpuops_home))
+    applied = [r for r, e in journal_events(lab.host("n0")) if e == "finished"][-2]  # run 15, before the rollback
+    assert "NCCL_MIN_NCHANNELS='4'" in _env_file(lab, "n0") and "NCCL_MIN_NCHANNELS='15'" in _env_file(lab, "n1")
+    code, hosts = _apply(run_gpuops, lab, port, 4)
+    assert code == 0, {n: (h["status"], h.get("error"), h.get("notes")) for n, h in hosts.items()}
+    assert any(f"its run {applied} committed on n1 and rolled back on n0" in n for n in hosts["n0"]["notes"]), hosts
+    _settled(lab, 4)
+    _undone_on_both(lab, applied)
+    assert undo != applied

@@ -151,6 +151,65 @@ def test_when_one_node_restarts_every_node_does() -> None:
     assert got == {"n0": None, "n1": None} and txn.restarts()
 
 
+def _gates(txn: dep.DeploymentTxn, checks: dict[str, Any], seen: list[str]) -> dict[str, Any]:
+    """Every node's commit gate run in its own thread, with ``checks[name]`` as its node check
+    (apply/deployment_health.py); ``seen``: the checks in the order they ran."""
+    out: dict[str, Any] = {}
+
+    def check_of(name: str) -> Any:
+        def check() -> tuple[bool, str | None]:
+            seen.append(name)
+            return checks[name]
+        return check
+
+    threads = [threading.Thread(target=lambda n=n: out.update({n: txn.commit_gate(n, None, check_of(n))()}))
+               for n in txn.deployment.members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "a gate never returned"
+    return out
+
+
+def test_the_commit_waits_for_the_leaders_first_answer_then_every_workers_check() -> None:
+    txn = _txn(3)
+    seen: list[str] = []
+    out = _gates(txn, {"n0": (True, None), "n1": (True, None), "n2": (True, None)}, seen)
+    assert out == {"n0": (True, None), "n1": (True, None), "n2": (True, None)}
+    assert seen[0] == "n0" and sorted(seen[1:]) == ["n1", "n2"]  # the workers are judged after the answer
+
+
+def test_a_leader_without_a_first_answer_rolls_back_every_node_unasked() -> None:
+    """The leader's /health answered (it was verified) but it gives no answer: no node commits."""
+    txn = _txn(2)
+    seen: list[str] = []
+    out = _gates(txn, {"n0": (False, "the leader gave no first answer: timed out"), "n1": (True, None)}, seen)
+    assert out["n0"] == (False, "the leader gave no first answer: timed out")
+    assert out["n1"] == (False, "node n0 of deployment kimi failed: the leader gave no first answer: timed out")
+    assert seen == ["n0"]
+
+
+def test_a_dead_worker_stops_every_node_from_committing_even_with_the_leader_answering() -> None:
+    txn = _txn(3)
+    seen: list[str] = []
+    gone = "its server (pid 7) exited after its health check"
+    out = _gates(txn, {"n0": (True, None), "n1": (True, None), "n2": (False, gone)}, seen)
+    assert out["n2"] == (False, gone)
+    assert out["n0"] == out["n1"] == (False, f"node n2 of deployment kimi failed: {gone}")
+
+
+def test_a_workers_log_tells_a_failed_peer_by_the_releases_own_lines() -> None:
+    from gpuops.remote.node_health import peer_failure
+
+    assert peer_failure(["INFO the server is fired up", "INFO Prefill batch"]) is None
+    # SGLang 0.5.8 engine.py:988 on a node of rank > 0, and its SIGQUIT handler (engine.py:823).
+    assert peer_failure(["x", "[2026] ERROR Scheduler or DataParallelController 4242 terminated with -9"]) \
+        == "[2026] ERROR Scheduler or DataParallelController 4242 terminated with -9"
+    assert peer_failure(["Received sigquit from a child process. It usually means the child failed."])
+    assert peer_failure(["NCCL error: remote process exited or there was a network error (node 0 is gone)"])
+
+
 # ---------------------------------------------------------------- inspect: one server
 
 
@@ -183,6 +242,9 @@ def test_inspect_sees_one_deployment_with_its_nodes() -> None:
     ({"a": _entry(0), "b": _entry(0)}, "b runs --node-rank 0, the inventory makes it 1"),
     ({"a": _entry(0), "b": _entry(1, cuda_graph_max_bs="8")}, "--cuda-graph-max-bs '8' vs None"),
     ({"a": _entry(0), "b": {"ok": False, "error": "connection refused"}}, "b (node 1) did not answer"),
+    # The leader that did not notice: its /health still answers.
+    ({"a": _entry(0), "b": _entry(1, running=False)},
+     "b (node 1) runs no SGLang server: the deployment is down, although its leader a answers /health"),
 ])
 def test_inspect_warns_of_a_split_or_broken_deployment(entries: dict[str, Any], warning: str) -> None:
     from gpuops.facts.deployment import deployments_json
@@ -190,6 +252,23 @@ def test_inspect_warns_of_a_split_or_broken_deployment(entries: dict[str, Any], 
     view = deployments_json([_host("a", "10.0.0.1"), _host("b", "10.0.0.2")], entries)
     warnings = view["deployments"]["kimi"]["warnings"]
     assert any(warning in w for w in warnings), warnings
+
+
+def test_a_deployment_serves_only_with_every_node_up_and_the_leaders_first_answer() -> None:
+    from gpuops.facts.deployment import deployments_json, report_lines
+
+    hosts = [_host("a", "10.0.0.1"), _host("b", "10.0.0.2")]
+    up = {"a": _entry(0), "b": _entry(1)}
+    answered = deployments_json(hosts, up, answers={"kimi": {"ok": True, "error": None, "seconds": 0.4}})
+    assert answered["deployments"]["kimi"]["serving"] is True
+    assert [t for t, _ in report_lines(answered)][0].endswith(": serving; first answer in 0.4 s")
+    assert deployments_json(hosts, up)["deployments"]["kimi"]["serving"] is False  # not asked: not shown to serve
+    hung = deployments_json(hosts, up, answers={"kimi": {"ok": False, "error": "no answer within 3s (timed out)",
+                                                         "seconds": None}})["deployments"]["kimi"]
+    assert hung["serving"] is False and hung["nodes"]["a"]["healthy"] is True
+    assert "the leader a gave no first answer: no answer within 3s (timed out)" in hung["warnings"][0]
+    down = deployments_json(hosts, {"a": _entry(0), "b": _entry(1, running=False)})["deployments"]["kimi"]
+    assert down["serving"] is False and down["answer"] is None
 
 
 # ---------------------------------------------------------------- gpuops rollback of a deployment's run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.apply import deployment, replicas
+from gpuops.apply import deployment, deployment_health, replicas
 from gpuops.errors import GpuopsError
 from gpuops.inventory import Host
 from gpuops.plan import varcheck
@@ -73,4 +73,5 @@ def test_preflight_of_hosts_without_routers_asks_nothing() -> None:
 def test_the_variable_check_knows_every_replica_variable() -> None:
     assert set(varcheck.RUN_VARIABLES) == {replicas.ROUTER_VAR, replicas.WORKER_URL_VAR, replicas.ROUTER_KEY_VAR,
                                            replicas.DRAIN_VAR, replicas.ROUTER_HEALTH_VAR,
-                                           deployment.DEPLOYMENT_VAR, deployment.RANK_VAR, deployment.DIST_PORT_VAR}
+                                           deployment.DEPLOYMENT_VAR, deployment.RANK_VAR, deployment.DIST_PORT_VAR,
+                                           deployment_health.ANSWER_VAR}

@@ -208,6 +208,8 @@ class DeploymentTxn:
     (go on?, why not): it waits until every node has reached the same point, or one failed."""
 
     VERIFIED = "verified"  # the client's own hold: the commit waits for every node healthy
+    ANSWERED = "answered"  # ... then for the leader's first answer
+    CHECKED = "checked"    # ... then for every worker's process, health and log
     # ``gpuops rollback``: its second ``stop_ready`` (every node's files back, before any stops),
     # and the ``rollback_stopped`` of a node undoing its failed rollback (the second restart).
     RESTORED = "files_restored"
@@ -294,17 +296,33 @@ class DeploymentTxn:
             self._cond.notify_all()
             return True, None
 
-    def commit_gate(self, host: str, checks: Callable[[], tuple[bool, str | None]] | None
+    def commit_gate(self, host: str, checks: Callable[[], tuple[bool, str | None]] | None,
+                    node_check: Callable[[], tuple[bool, str | None]] | None = None
                     ) -> Callable[[], tuple[bool, str | None]]:
-        """The node's ``on_verified``: its own checks (the smoke check, the log), then the wait for
-        every other node healthy. The host commits only on (True, None)."""
+        """The node's ``on_verified``: its own checks (the smoke check, the log), the wait for every
+        other node healthy, then the whole server judged (``apply/deployment_health.py``): the
+        leader's first answer, which every node waits for, then each worker's ``node_check`` (its
+        process, health, log), which every node waits for too. The host commits only on (True, None)."""
         def verified() -> tuple[bool, str | None]:
             if checks is not None:
                 keep, why = checks()
                 if not keep:
                     self.fail(host, why or "its checks after the restart failed")
                     return keep, why
-            return self.hold(host, self.VERIFIED)
+            go, why = self.hold(host, self.VERIFIED)
+            if not go or node_check is None:
+                return go, why
+            leader = host == self.deployment.leader
+            for point, mine in ((self.ANSWERED, leader), (self.CHECKED, not leader)):
+                if mine:
+                    keep, why = node_check()
+                    if not keep:
+                        self.fail(host, why or "its check before the commit failed")
+                        return keep, why
+                go, why = self.hold(host, point)
+                if not go:
+                    return go, why
+            return True, None
 
         return verified
 

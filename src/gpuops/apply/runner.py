@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from gpuops.apply import container_audit
+from gpuops.apply import container_audit, deployment_health
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions
 from gpuops.apply.remote_exec import run_helper
@@ -276,7 +276,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         on_verified = checked if (plan.log_check is not None or smoke_after is not None) else None
         if deployment is not None:
             payload["deployment"] = deployment.deployment.record(host.name)
-            on_verified = deployment.commit_gate(host.name, on_verified)
+            on_verified = deployment_health.gate(deployment, host.name, on_verified, conn, variables, payload,
+                                                 lambda: verified[-1].pid if verified else None)
 
         def transaction(on_verified: Callable[[], tuple[bool, str | None]] | None) -> None:
             result = run_helper(conn, variables, payload, with_preamble=audit_sh is not None,

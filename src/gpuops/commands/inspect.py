@@ -36,20 +36,21 @@ def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bo
     from gpuops.commands.options import forget_kept
     from gpuops.facts.collect import inspect_hosts
     from gpuops.inventory import load_inventory
-    from gpuops.transport import ConnectOptions
 
     hosts = load_inventory(inventory).select(limit)
     if flush_cache:
         forget_kept(hosts)
-    options = ConnectOptions(
-        accept_new_host_keys=accept_new_host_keys,
-        connect_timeout=min(10.0, timeout),
-        command_timeout=timeout,
-        known_hosts_files=tuple(known_hosts),
-    )
+    options = _connect_options(accept_new_host_keys, known_hosts, timeout)
     outcomes = inspect_hosts(hosts, options, forks=forks, with_gates=True, with_sources=with_sources, timeout=timeout,
                              recall=not flush_cache)
     return hosts, outcomes
+
+
+def _connect_options(accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float) -> Any:
+    from gpuops.transport import ConnectOptions
+
+    return ConnectOptions(accept_new_host_keys=accept_new_host_keys, connect_timeout=min(10.0, timeout),
+                          command_timeout=timeout, known_hosts_files=tuple(known_hosts))
 
 
 def _exit_status(outcomes: dict[str, Any]) -> int:
@@ -77,17 +78,21 @@ def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_ne
 
     from gpuops import timings
 
+    from gpuops.apply.deployment_health import leader_answers
+
     hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
+    entries = {name: host_json(outcome) for name, outcome in outcomes.items()}
+    # A multi-node server's leader is asked for one generation: its /health alone says too little.
+    answers = leader_answers(hosts, entries, _connect_options(accept_new_host_keys, known_hosts, timeout))
     with timings.span("render"):
         if as_json:
             from gpuops.output import print_json
 
             from gpuops.facts.deployment import deployments_json
 
-            entries = {name: host_json(outcome) for name, outcome in outcomes.items()}
-            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries, _journals(outcomes))})
+            print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries, _journals(outcomes), answers)})
         else:
-            _render_hosts(hosts, outcomes)
+            _render_hosts(hosts, outcomes, answers)
     sys.exit(_exit_status(outcomes))
 
 
@@ -109,7 +114,7 @@ def _each_answered_host(console: Any, hosts: list[Any], outcomes: dict[str, Any]
         yield host_, outcome
 
 
-def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
+def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str, Any]) -> None:
     from gpuops.facts.collect import host_json
     from gpuops.facts.render import render_host_facts
     from gpuops.output import make_console
@@ -130,7 +135,7 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any]) -> None:
             console.print(managed, markup=False, highlight=False)
     from gpuops.facts.deployment import deployments_json, report_lines
 
-    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, _journals(outcomes))
+    view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, _journals(outcomes), answers)
     for text, style in report_lines(view):  # the nodes of a multi-node server, as one server
         console.print(text, style=style, markup=False, highlight=False)
     failed = [name for name, o in outcomes.items() if not o.ok]

@@ -2,8 +2,10 @@
 
 Pure: from the inventory's hosts (their ranks and init address, as apply derives them:
 ``apply/deployment.plan_deployments``) and each node's inspected facts, one entry per deployment
-with its nodes (rank, leader or worker, running, healthy, release, the flags the node really runs)
-and warnings: a node down or unanswered, a node whose running --nnodes / --node-rank /
+with its nodes (rank, leader or worker, running, healthy, release, the flags the node really runs),
+the leader's first answer to a generation where it was asked and whether the deployment serves
+(every node up and the leader answering: a leader's /health alone is not enough, SGLang's leader may
+not notice a dead worker) and warnings: a node down or unanswered, a node whose running --nnodes / --node-rank /
 --dist-init-addr differ from the inventory's, nodes that run different configurations (flags or
 environment, its own rank aside) or different SGLang releases: a deployment split.
 """
@@ -23,17 +25,21 @@ _DERIVED = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("dist_init_ad
 
 
 def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]],
-                     journals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                     journals: Mapping[str, Any] | None = None,
+                     answers: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """``{"deployments": {NAME: {...}}, "deployments_error": None | one line}`` (docs/inspect-json.md).
     ``journals``: each node's apply journal as inspect read it (records, else not known), for the
-    split left by a client that died between its commits (``apply/deployment_repair.py``)."""
+    split left by a client that died between its commits (``apply/deployment_repair.py``).
+    ``answers``: each deployment's leader's first answer, where it was asked
+    (``apply/deployment_health.leader_answers``)."""
     from gpuops.apply.deployment import plan_deployments
 
     try:
         found = plan_deployments(hosts, {})
     except GpuopsError as exc:  # the inventory contradicts itself: apply refuses it too
         return {"deployments": {}, "deployments_error": str(exc)}
-    return {"deployments": {name: _one(d, entries, journals or {}) for name, d in found.items()},
+    return {"deployments": {name: _one(d, entries, journals or {}, (answers or {}).get(name))
+                            for name, d in found.items()},
             "deployments_error": None}
 
 
@@ -54,7 +60,8 @@ def _split_warning(deployment: Any, journals: Mapping[str, Any]) -> list[str]:
             "apply` on its nodes) rolls it back on every node as one"]
 
 
-def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Mapping[str, Any]) -> dict[str, Any]:
+def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Mapping[str, Any],
+         answer: Mapping[str, Any] | None) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     for name in deployment.members:
@@ -72,7 +79,11 @@ def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Ma
             warnings.append(f"{name} (node {node['rank']}) did not answer: {entry.get('error') or 'unknown error'}")
             continue
         if not node["running"]:
-            warnings.append(f"{name} (node {node['rank']}) runs no SGLang server: the deployment is down")
+            leader = deployment.leader
+            # SGLang's leader may not notice a dead worker: its /health answers while requests hang.
+            still = (f", although its leader {leader} answers /health" if name != leader
+                     and ((entries.get(leader) or {}).get("facts") or {}).get("server", {}).get("healthy") else "")
+            warnings.append(f"{name} (node {node['rank']}) runs no SGLang server: the deployment is down{still}")
             continue
         want = dict(zip((k for k, _ in _DERIVED), deployment.launch_flags(name)[1::2]))
         for key, flag in _DERIVED:
@@ -81,8 +92,15 @@ def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Ma
     running = [n for n in deployment.members if nodes[n]["running"]]
     warnings += _differences(running, entries, nodes)
     warnings += _split_warning(deployment, journals)
+    if answer is not None and not answer.get("ok"):
+        warnings.append(f"the leader {deployment.leader} gave no first answer: {answer.get('error')}; the deployment "
+                        "does not serve, whatever its nodes' /health say")
+    # Serving: every node runs and answers its health, and the leader answered a generation.
+    serving = (all(node["running"] and node["healthy"] for node in nodes.values())
+               and answer is not None and bool(answer.get("ok")))
     return {"members": list(deployment.members), "leader": deployment.leader, "init_addr": deployment.init_addr,
-            "nnodes": deployment.nnodes, "nodes": nodes, "warnings": warnings}
+            "nnodes": deployment.nnodes, "nodes": nodes, "answer": dict(answer) if answer is not None else None,
+            "serving": serving, "warnings": warnings}
 
 
 def _config(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -118,8 +136,12 @@ def report_lines(view: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     if view.get("deployments_error"):
         lines.append((f"DEPLOYMENT  {view['deployments_error']}", "yellow"))
     for name, d in (view.get("deployments") or {}).items():
+        answer = d.get("answer")
+        said = ("" if answer is None else f"; first answer in {answer['seconds']:.1f} s" if answer["ok"]
+                else "; NO first answer from the leader")
         lines.append((f"== deployment {name}: one SGLang server over {d['nnodes']} nodes "
-                      f"(leader {d['leader']}, --dist-init-addr {d['init_addr']})", "bold"))
+                      f"(leader {d['leader']}, --dist-init-addr {d['init_addr']}): "
+                      f"{'serving' if d['serving'] else 'NOT serving'}{said}", "bold"))
         for host, node in d["nodes"].items():
             state = ("did not answer" if not node["answered"] else "not running" if not node["running"]
                      else "healthy" if node["healthy"] else "running, not healthy")

@@ -10,7 +10,14 @@ a sibling of ``standin_server.py``, copied with it: ``hosts.STANDIN_SIBLINGS``):
     ``/ping``, ``/health`` and ``/health_generate`` (``launch_dummy_health_check_server`` in
     ``srt/utils/common.py``: non-zero ranks run no tokenizer and no API);
   * when a node's peer goes away (a worker dies, or the leader), it logs an NCCL-style error and
-    exits 1: one dead node takes the whole server down, as it does with SGLang.
+    exits 1: one dead node takes the whole server down, as it does with SGLang when the collective
+    fails;
+  * or, with ``GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER=1`` on node 0, the leader that does not
+    notice (a worker whose host vanished leaves the leader's collective waiting, not failing): it
+    logs nothing, keeps answering ``/health`` and ``/server_info`` (SGLang 0.5.8's ``/health`` is 200
+    without a generation when ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` is off,
+    ``entrypoints/http_server.py:469``; rank > 0's dummy server always is) and every generation from
+    then on hangs (``lost``).
 
 Checked at start, as SGLang's ``ServerArgs`` checks them: ``tp_size * pp_size`` divisible by
 ``nnodes``, ``0 <= node_rank < nnodes``, and an init address when ``nnodes > 1``.
@@ -37,6 +44,8 @@ class NodeGroup(object):
         self.on_lost = on_lost  # called with why, from a thread: the process must end
         self.join_timeout_s = float(environ.get("GPUOPS_STANDIN_JOIN_TIMEOUT_S") or 300)
         self.joined = threading.Event()
+        self.lost = threading.Event()  # a peer is gone and this node lives on: its generations hang
+        self.misses_dead_workers = self.rank == 0 and environ.get("GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER") == "1"
         if self.nnodes < 1 or not 0 <= self.rank < self.nnodes:
             raise NodeArgsError("node_rank %d must be in [0, nnodes=%d)" % (self.rank, self.nnodes))
         tp = int(server_args.get("tp_size") or 1) * int(server_args.get("pp_size") or 1)
@@ -125,6 +134,9 @@ class NodeGroup(object):
                 pass
         except OSError:
             pass
+        if self.misses_dead_workers:
+            self.lost.set()  # the leader's collective waits for a peer that never comes: nothing is said
+            return
         self.on_lost("NCCL error: remote process exited or there was a network error (%s is gone)" % who)
 
 

@@ -25,10 +25,12 @@ Controls (environment):
   GPUOPS_STANDIN_CONCURRENCY_SLOWDOWN  per extra running request, how much slower each step is
                                    (default 0.015; 0 keeps an exact rate exact under load)
   GPUOPS_STANDIN_JOIN_TIMEOUT_S    a node of rank > 0: how long it tries node 0's --dist-init-addr
+  GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER  1 on node 0: a worker gone does not end the leader; it
+                                   answers /health on and its generations hang (standin_nodes.py)
 
 Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): ``standin_nodes.py`` (node 0
 healthy once every rank joined it, ranks > 0 serve only /ping and /health*, one node gone ends the
-others).
+others, or leaves a leader that does not notice).
 
 Speed model (used when no exact rate is given; every figure is simulated and says so): the
 documented figures of ``speed_model.json`` through ``speed_model.py`` (both copied next to this

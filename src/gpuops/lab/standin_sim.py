@@ -345,7 +345,10 @@ class StandinState(object):
         return self.nodes is None or self.nodes.serves(path)
 
     def first_answer_wait(self):
-        """Sleep ``first_answer_s`` before the first generation only."""
+        """Sleep ``first_answer_s`` before the first generation only; hang for good once a peer
+        node is gone and this leader did not notice (``standin_nodes``: its collective never ends)."""
+        while self.nodes is not None and self.nodes.lost.is_set():
+            time.sleep(1)
         with self.lock:
             first, self.answered = not self.answered, True
         if first and self.first_answer_s:

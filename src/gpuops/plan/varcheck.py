@@ -17,9 +17,11 @@ from gpuops.errors import GpuopsError
 # Read by gpuops itself (connection, inventory, apply), whatever the role.
 _GLOBAL_PREFIXES = ("ansible_", "gpuops_")
 _NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
-# Read by apply itself around a replica's restart (apply/replicas.py; tests hold the two lists equal).
+# Read by apply itself around a replica's restart (apply/replicas.py) and a deployment's commit
+# (apply/deployment.py, apply/deployment_health.py); tests hold the two lists equal.
 RUN_VARIABLES = ("sglang_router_url", "sglang_worker_url", "sglang_router_api_key", "sglang_drain_timeout",
-                 "sglang_router_health_timeout", "sglang_deployment", "sglang_node_rank", "sglang_dist_port")
+                 "sglang_router_health_timeout", "sglang_deployment", "sglang_node_rank", "sglang_dist_port",
+                 "sglang_deployment_answer_timeout")
 
 
 def known_variables(roles: Mapping[str, Any]) -> dict[str, Any]:

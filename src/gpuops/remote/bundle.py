@@ -17,6 +17,7 @@ sibling module is sent unchanged.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,13 +134,22 @@ def bundled_source(entry: str, search_dir: Path, cached: bool = False) -> str:
     hit = bundle_cache.read(key) if key is not None else None
     if hit is not None:
         return hit
-    path = search_dir / f"{entry}.py"
-    bundle = find_bundle(entry, search_dir)
-    script = bundle.script(path.read_text(encoding="utf-8"))
-    if key is not None:
-        files = [path, Path(__file__)] + [module_path(name, search_dir) for name in bundle.modules]
-        bundle_cache.write(key, script, [f for f in files if f is not None])
+    # One bundling at a time: hosts' threads (two nodes of a deployment, first run after an upgrade)
+    # parsing at once made CPython 3.11's ast raise "AST constructor recursion depth mismatch".
+    with _BUILDING:
+        hit = bundle_cache.read(key) if key is not None else None
+        if hit is not None:
+            return hit
+        path = search_dir / f"{entry}.py"
+        bundle = find_bundle(entry, search_dir)
+        script = bundle.script(path.read_text(encoding="utf-8"))
+        if key is not None:
+            files = [path, Path(__file__)] + [module_path(name, search_dir) for name in bundle.modules]
+            bundle_cache.write(key, script, [f for f in files if f is not None])
     return script
+
+
+_BUILDING = threading.Lock()
 
 
 def _under_root(name: str) -> bool:
