@@ -260,11 +260,8 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                     event.name == EVENT_RECOVERING and event.run_id == run_id))):
                 # the others roll back too (this run recovered by its relay: this node's worker died;
                 # an earlier run left open, recovered first, is no failure of this one)
-                why = event.why or "its host-side worker died"
-                if event.name == EVENT_RECOVERING:
-                    deployment.ended(host.name, False, why)  # its recovery holds nowhere: nobody waits for it
-                else:
-                    deployment.fail(host.name, why)
+                # (its relay's recovery holds the previous server's restart for the others, as a rollback does)
+                deployment.fail(host.name, event.why or "its host-side worker died")
 
         def checked() -> tuple[bool, str | None]:
             if plan.log_check is not None:

@@ -119,8 +119,8 @@ def worker_main(payload, call_dir, hooks):
     mode = payload.get("mode", "apply")
     result = None
     try:
-        recovered = recover_unfinished(payload["state_dir"], progress, notes,
-                                       restored)
+        recovered = recover_unfinished(payload["state_dir"], progress, notes, restored,
+                                       held=(payload.get("run_id"), lease) if mode == MODE_RECOVER else None)
         for line in recovered:
             progress({"event": EVENT_RECOVERED, "note": line})
         result = WORK[mode](payload, progress, lease, hooks, notes)

@@ -11,13 +11,19 @@ from gpuops.remote.apply_run import SERVER_PROBLEM, Run
 from gpuops.remote.host_protocol import EVENT_RECOVERING, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED
 
 
-def recover_unfinished(state_dir, progress, notes, restored_out=None):
-    """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent."""
+def recover_unfinished(state_dir, progress, notes, restored_out=None, held=None):
+    """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent.
+
+    ``held``: (run id, lease) of the run the relay recovers while gpuops is still connected (its
+    worker died mid-run). A node of a multi-node server then holds its previous server's restart
+    for gpuops, as a rollback does: restarted on its own, the previous leader was joined by the
+    worker node's new server (started just before), which the abort then stopped, taking the
+    restarted leader down with it. A run found dead by a later command has nobody to wait for."""
     recovered = []
     for run_record in unfinished_runs(read_journal(state_dir, notes)):
         run_id = run_record["run_id"]
         fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}}
-        run = Run(fake, progress, NoLease())
+        run = Run(fake, progress, held[1] if held is not None and held[0] == run_id else NoLease())
         why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
         try:
             manifest = load_manifest(state_dir, run_record)
