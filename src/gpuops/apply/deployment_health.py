@@ -18,17 +18,17 @@ deployment's leader (``leader_answers``; facts/deployment.py turns it into ``ser
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuops.apply.host_call import module_answer
 from gpuops.errors import GpuopsError
 from gpuops.remote.node_health import MODE_ANSWER, MODE_LEADER, MODE_WORKER
 
 if TYPE_CHECKING:
     from gpuops.apply.deployment import DeploymentTxn
     from gpuops.inventory import Host
-    from gpuops.transport import ConnectOptions, Connection
+    from gpuops.transport import Connection, ConnectOptions
 
 ANSWER_VAR, ANSWER_DEFAULT_S = "sglang_deployment_answer_timeout", 60.0
 
@@ -75,22 +75,8 @@ def node_check(conn: "Connection", variables: Mapping[str, Any], service: Mappin
     return check
 
 
-def _host_call(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any],
-               timeout: float) -> dict[str, Any]:
-    from gpuops.remote import python_command, python_stdin
-
-    python = variables.get("gpuops_python")
-    done = conn.run(python_command(str(python) if python else None), python_stdin("node_health", payload),
-                    timeout=timeout)
-    lines = done.stdout_text().strip().splitlines()
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
-        raise GpuopsError(f"the node check printed nothing readable ({tail})") from None
-    if not isinstance(answer, dict):
-        raise GpuopsError(f"the node check answered {answer!r}")
-    return answer
+def _host_call(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+    return module_answer(conn, variables, "node_health", payload, timeout, "the node check")
 
 
 def leader_answers(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]],

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuops.apply.host_call import module_answer
 from gpuops.apply.router_api import Router, RouterError, Worker, comparable, normal_url
 from gpuops.errors import GpuopsError
 
@@ -175,20 +176,7 @@ def _model_path(variables: Mapping[str, Any]) -> str | None:
 
 
 def _host_call(conn: "Connection", variables: Mapping[str, Any], payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-    from gpuops.remote import python_command, python_stdin
-
-    python = variables.get("gpuops_python")
-    done = conn.run(python_command(str(python) if python else None), python_stdin("replica_drain", payload),
-                    timeout=timeout)
-    lines = done.stdout_text().strip().splitlines()
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        tail = (done.stderr_text().strip().splitlines() or [f"exit status {done.exit_status}"])[-1]
-        raise GpuopsError(f"{conn.host.name}: the drain helper printed nothing readable ({tail})") from None
-    if not isinstance(answer, dict):
-        raise GpuopsError(f"{conn.host.name}: the drain helper answered {answer!r}")
-    return answer
+    return module_answer(conn, variables, "replica_drain", payload, timeout, f"{conn.host.name}: the drain helper")
 
 
 def _await(what: Callable[[], bool], timeout_s: float) -> bool:
