@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.apply.host_call import module_answer
 from gpuops.errors import GpuopsError
+from gpuops.plan.varcheck import seconds_var
 from gpuops.remote.node_health import MODE_ANSWER, MODE_LEADER, MODE_WORKER
 
 if TYPE_CHECKING:
@@ -36,14 +37,7 @@ Check = Callable[[], tuple[bool, str | None]]
 
 
 def answer_timeout(variables: Mapping[str, Any], host: str) -> float:
-    raw = variables.get(ANSWER_VAR, ANSWER_DEFAULT_S)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise GpuopsError(f"{host}: {ANSWER_VAR} must be a number of seconds, not {raw!r}") from None
-    if not value > 0:
-        raise GpuopsError(f"{host}: {ANSWER_VAR} must be above 0 seconds, not {raw!r}")
-    return value
+    return seconds_var(variables, ANSWER_VAR, ANSWER_DEFAULT_S, host)
 
 
 def gate(txn: "DeploymentTxn", host: str, checks: Check | None, conn: "Connection", variables: Mapping[str, Any],

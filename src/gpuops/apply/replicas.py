@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.apply.host_call import module_answer
 from gpuops.apply.router_api import Router, RouterError, Worker, comparable, normal_url
 from gpuops.errors import GpuopsError
+from gpuops.plan.varcheck import seconds_var
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -74,17 +75,6 @@ class Replica:
                 f"{self.healthy_timeout_s:g} s) before the roll moves on")
 
 
-def _seconds(variables: Mapping[str, Any], name: str, default: float, host: str) -> float:
-    raw = variables.get(name, default)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise GpuopsError(f"{host}: {name} must be a number of seconds, not {raw!r}") from None
-    if not value > 0:
-        raise GpuopsError(f"{host}: {name} must be above 0 seconds, not {raw!r}")
-    return value
-
-
 def replica_for(host: "Host", variables: Mapping[str, Any]) -> Replica | None:
     """The host as a replica of its router (None: no ``sglang_router_url``), checked offline."""
     router_url = variables.get(ROUTER_VAR)
@@ -104,8 +94,8 @@ def replica_for(host: "Host", variables: Mapping[str, Any]) -> Replica | None:
     key = variables.get(ROUTER_KEY_VAR)
     return Replica(host=host.name, router=Router(router_url.rstrip("/"), str(key) if key else None),
                    worker_url=str(worker_url),
-                   drain_timeout_s=_seconds(variables, DRAIN_VAR, DRAIN_DEFAULT_S, host.name),
-                   healthy_timeout_s=_seconds(variables, ROUTER_HEALTH_VAR, ROUTER_HEALTH_DEFAULT_S, host.name))
+                   drain_timeout_s=seconds_var(variables, DRAIN_VAR, DRAIN_DEFAULT_S, host.name),
+                   healthy_timeout_s=seconds_var(variables, ROUTER_HEALTH_VAR, ROUTER_HEALTH_DEFAULT_S, host.name))
 
 
 def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Replica]:

@@ -96,3 +96,16 @@ def check_inventory_types(host: str, roles: Mapping[str, Any], inventory_vars: M
             example = "{NCCL_ALGO: Tree}" if kind == "mapping" else '["--tp", "8"]'
             raise GpuopsError(f"{host}: inventory variable {name} is a {kind}, but it is the string {value!r}; "
                               f"write it as YAML in the inventory or its host_vars/group_vars ({name}: {example})")
+
+
+def seconds_var(variables: Mapping[str, Any], name: str, default: float, host: str) -> float:
+    """A run variable that is a number of seconds above 0 (``sglang_drain_timeout``, ...): its
+    value, or one line naming the host and the variable."""
+    raw = variables.get(name, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise GpuopsError(f"{host}: {name} must be a number of seconds, not {raw!r}") from None
+    if not value > 0:
+        raise GpuopsError(f"{host}: {name} must be above 0 seconds, not {raw!r}")
+    return value
