@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from test_apply_faults import calls, client, journal_events, paused
-from test_deployment_roll import _extra, _fault, _get, _node_args, _pid, _settled, _verified, _worker_of
+from test_deployment_roll import _extra, _fault, _get, _node_args, _pid, _settled, _verified_worker
 
 from gpuops.lab.hosts import Lab, LabSpec
 from gpuops.lab.ports import free_port
@@ -62,11 +62,7 @@ def test_a_worker_dead_before_the_commit_rolls_every_node_back(nodes: tuple[Lab,
     proc = client(lab, "nccl-env", "--json", *_extra(port, 6),
                   "-e", json.dumps({"sglang_deployment_answer_timeout": 4}), home=gpuops_home)
     paused(lab.host("n0"), "health", proc, earlier["n0"])
-    worker = _worker_of(lab.host("n1"), earlier["n1"])
-    deadline = time.monotonic() + 60
-    while not _verified(worker["dir"]):  # node 1 waits for its commit
-        assert time.monotonic() < deadline, "node 1 was never verified"
-        time.sleep(0.05)
+    _verified_worker(lab, "n1", earlier["n1"])  # node 1 waits for its commit
     victim = _pid(lab, "n1")
     os.kill(victim, signal.SIGKILL)
     _wait_gone(victim)

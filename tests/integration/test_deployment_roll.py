@@ -332,11 +332,7 @@ def test_a_node_rolled_back_by_its_lease_is_not_left_beside_a_committed_one(
     proc = client(lab, "nccl-env", "--json", *_extra(port, 11), "-e", json.dumps({"gpuops_health_timeout": 6}),
                   home=gpuops_home)
     paused(lab.host("n0"), "confirm", proc, earlier["n0"])
-    worker = _worker_of(lab.host("n1"), earlier["n1"])
-    deadline = time.monotonic() + 60
-    while not _verified(worker["dir"]):  # node 1 waits for its commit
-        assert time.monotonic() < deadline, "node 1 was never verified"
-        time.sleep(0.05)
+    worker = _verified_worker(lab, "n1", earlier["n1"])  # node 1 waits for its commit
     time.sleep(2)  # the relay has passed "verified" on to gpuops (it pumps every POLL_S): gpuops waits at the commit
     os.kill(worker["relay"], signal.SIGSTOP)
     try:
@@ -369,6 +365,16 @@ def _worker_of(host: Any, earlier: set[Path]) -> dict[str, Any]:
 def _verified(call_dir: Path) -> bool:
     progress = call_dir / "progress.jsonl"
     return progress.exists() and '"event": "verified"' in progress.read_text()
+
+
+def _verified_worker(lab: Lab, name: str, earlier: set[Path]) -> dict[str, Any]:
+    """The node's worker of this run (``_worker_of``), once it was verified (healthy, waiting for its commit)."""
+    worker = _worker_of(lab.host(name), earlier)
+    deadline = time.monotonic() + 60
+    while not _verified(worker["dir"]):
+        assert time.monotonic() < deadline, f"node {name} was never verified"
+        time.sleep(0.05)
+    return worker
 
 
 # ---------------------------------------------------------------- gpuops rollback: whatever fails, one server
