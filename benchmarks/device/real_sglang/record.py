@@ -159,6 +159,11 @@ def main():
             stop["port_closed_ms"] = round(now_ms() - stopped)
         server.poll()
         time.sleep(0.05)
+    for pid in tree:  # those that went in the last interval, after the loop's last look
+        if str(pid) not in stop["gone_ms"] and not alive(pid):
+            stop["gone_ms"][str(pid)] = round(now_ms() - stopped)
+    if "port_closed_ms" not in stop and not port_open():
+        stop["port_closed_ms"] = round(now_ms() - stopped)
     stop["all_gone"] = not any(alive(pid) for pid in tree)
     if not stop["all_gone"]:
         os.killpg(server.pid, signal.SIGKILL)

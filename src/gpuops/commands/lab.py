@@ -26,6 +26,8 @@ from typing import Any
 
 import click
 
+from gpuops.lab.real_timing import TIMINGS, standin_env
+
 DIR_HELP = "Lab directory (default: $GPUOPS_LAB_DIR or .lab in the current directory)."
 
 
@@ -67,6 +69,9 @@ def lab() -> None:
               help="Also give each host a real FlashInfer Python package (downloaded once, cached): this "
                    "release, or `pinned` for the one the SGLang release pins. Default: its version data only.")
 @click.option("--no-server", is_flag=True, help="Do not start the stand-in SGLang servers.")
+@click.option("--timing", type=click.Choice(TIMINGS), default="fast", show_default=True,
+              help="real: each stand-in starts, answers /health and stops as slowly as a real SGLang 0.5.16 "
+                   "did on an H200 (a 60 s start, 1 s per /health, a 5 s drain); fast: at once.")
 @click.option("--add", is_flag=True, help="Add the hosts to the running lab in DIR.")
 @click.option("--router", "router", is_flag=True,
               help="Start a real sglang-router (from PyPI, installed once and cached) in front of every stand-in "
@@ -76,7 +81,7 @@ def lab() -> None:
 @dir_option
 @json_option
 def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_version: str | None, no_server: bool,
-       add: bool, router: bool, router_version: str, lab_dir: str | None, as_json: bool) -> None:
+       timing: str, add: bool, router: bool, router_version: str, lab_dir: str | None, as_json: bool) -> None:
     """Start N simulated GPU hosts and write their inventory."""
     from gpuops.errors import GpuopsError
     from gpuops.lab.hosts import LabSpec, start_lab
@@ -86,7 +91,7 @@ def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_versio
     # A host without GPUs (`--gpu none`) has no SGLang server to run.
     specs = [
         LabSpec(gpu=gpu, sglang=sglang_version, server=not no_server and gpu != "none", count=count,
-                flashinfer=flashinfer_version)
+                flashinfer=flashinfer_version, server_env=standin_env(timing))
         for gpu in dict.fromkeys(gpus)
     ]
     if router and no_server:

@@ -15,6 +15,9 @@ Controls (environment):
   GPUOPS_STANDIN_TTFT_MS           fixed time to first token (default: modelled from prompt length)
   GPUOPS_STANDIN_STARTUP_S         seconds before /health answers 200 (the port is open at once)
   GPUOPS_STANDIN_FIRST_ANSWER_S    seconds the first generation waits (a real server compiling on first use)
+  GPUOPS_STANDIN_LISTEN_AFTER_S    seconds before the port opens (a real server's imports and CUDA graphs)
+  GPUOPS_STANDIN_HEALTH_S          seconds each healthy /health takes (a real 0.5.16: ~1.0)
+  GPUOPS_STANDIN_DRAIN_S           seconds from SIGTERM to the exit (a real 0.5.16: ~5)
   GPUOPS_STANDIN_CRASH_IF          KEY=VALUE[,KEY=VALUE...]: when an env var or a flag matches, log a
                                    realistic error and exit 1 at start-up (after STARTUP_S)
   GPUOPS_STANDIN_FAIL_AFTER_TOKENS N: every generation fails with an error chunk after N tokens
@@ -113,6 +116,11 @@ class StandinHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_empty(self, status):
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def _error(self, status, message):
         self._send_json(status, {"error": {"message": message, "code": status}, "object": "error"})
 
@@ -163,19 +171,19 @@ class StandinHandler(BaseHTTPRequestHandler):
         path = self._route("GET")
         if path is None:
             return
-        if path in ("/health", "/health_generate", "/ready", "/ping"):
-            if self.state.ready():
-                self._send_json(200, {})
-            else:
-                self._error(503, "server is starting")
+        refused = self.server.surface.refused.get(path)
+        if refused:  # a route the release keeps only to refuse (0.5.16's /weight_version: 404)
+            self._send_json(refused[0], {"object": "error", "message": refused[1], "type": str(refused[0]),
+                                         "param": None, "code": refused[0]})
+        elif path in ("/health", "/health_generate", "/ready", "/ping"):
+            # SGLang answers a bare Response: no body, no content type (0.5.16 on the H200); a
+            # healthy answer first runs a 1-token generation and sleeps 1 s (GPUOPS_STANDIN_HEALTH_S).
+            ready = self.state.ready()
+            if ready and path.startswith("/health"):
+                time.sleep(self.state.health_s)
+            self._send_empty(200 if ready else 503)
         elif path in ("/model_info", "/get_model_info"):
-            self._send_json(200, {
-                "model_path": self.state.server_args.get("model_path"),
-                "tokenizer_path": self.state.server_args.get("tokenizer_path")
-                or self.state.server_args.get("model_path"),
-                "is_generation": True,
-                "simulated": True,
-            })
+            self._send_json(200, self.state.model_info(self.server.surface.model_info_keys))
         elif path in ("/server_info", "/get_server_info"):
             self._send_json(200, self.state.server_info(self.server.surface))
         elif path == "/metrics":
@@ -186,13 +194,15 @@ class StandinHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
         elif path == "/v1/loads":
-            self._send_json(200, self.state.loads())
+            self._send_json(200, self.state.loads(self.server.surface.load_shape))
         elif path == "/get_load":
-            self._send_json(200, self.state.legacy_load())
+            self._send_json(200, self.state.legacy_load(self.server.surface.get_load_keys))
         elif path == "/v1/models":
             model = self.state.server_args.get("served_model_name") or self.state.server_args.get("model_path")
             self._send_json(200, {"object": "list", "data": [
-                {"id": model, "object": "model", "owned_by": "sglang", "root": model}]})
+                {"id": model, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+                 "root": model, "parent": None,
+                 "max_model_len": int(self.state.server_args.get("context_length") or 4096)}]})
         else:  # a route of the release the stand-in does not simulate: answered, and says so
             self._send_json(200, {"simulated": True, "route": path})
 
@@ -397,6 +407,7 @@ def main(argv=None):
         log(crash_message(*bad))
         log("Received sigquit from a child process. It usually means the child failed.")
         return 1
+    time.sleep(state.listen_after_s)  # imports, weights, CUDA graphs: no port yet, SIGTERM kills at once
     host = str(server_args.get("host") or "127.0.0.1")
     port = int(server_args.get("port") or 30000)
     try:
@@ -419,7 +430,7 @@ def main(argv=None):
     serving.daemon = True
     serving.start()
     state.nodes.start()  # node 0 waits at the init address for the others; the others join it
-    log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
+    log("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (host, httpd.server_address[1]))
     log("simulated decode rate %.1f tok/s per request at batch 1 (%s)%s" % (
         state.speed.base_rate(), "stand-in model %s: %s, %s" % (
             state.speed.record()["label"], state.speed.record()["basis"], state.speed.record()["shape_reason"]),
@@ -431,7 +442,10 @@ def main(argv=None):
         log("The server is fired up and ready to roll!")
     while not stop.wait(0.5):
         pass
-    log("Received SIGTERM; shutting down")
+    # SGLang 0.5.16's words on SIGTERM (recorded on the H200), then it drains and exits.
+    log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+    time.sleep(state.drain_s)
+    log("Gracefully exiting... Remaining number of requests %d." % state.current_running())
     httpd.shutdown()
     httpd.server_close()
     return 0

@@ -9,6 +9,7 @@ docstring for the controls and the speed model.
 """
 
 import collections
+import json
 import math
 import os
 import sys
@@ -16,6 +17,10 @@ import threading
 import time
 
 import speed_model  # a sibling (the lab copies it next to this file); stdlib only
+
+# The KV-cache capacity the stand-in reports (tokens): it holds no cache; a real H200 reported
+# 10,924,107 for the recorded 45 M-parameter model at --mem-fraction-static 0.6.
+SIMULATED_TOKEN_CAPACITY = 1000000
 
 try:  # gpuops' one SGLang argv parser: the lab copies it next to this file (hosts.STANDIN_SIBLINGS)
     import sglang_argv
@@ -320,6 +325,12 @@ class StandinState(object):
         # A real server's first answer after a start can take long (kernels compiled, graphs
         # captured on first use): the first generation waits this many seconds.
         self.first_answer_s = _env_float(environ, "GPUOPS_STANDIN_FIRST_ANSWER_S") or 0.0
+        # A real server's timing (lab/real_timing.py has 0.5.16's, measured on an H200): the port
+        # opens only after imports and CUDA-graph capture, each /health runs a generation and
+        # sleeps 1 s, and SIGTERM drains before the exit. 0: at once (tests that ask for speed).
+        self.listen_after_s = _env_float(environ, "GPUOPS_STANDIN_LISTEN_AFTER_S") or 0.0
+        self.health_s = _env_float(environ, "GPUOPS_STANDIN_HEALTH_S") or 0.0
+        self.drain_s = _env_float(environ, "GPUOPS_STANDIN_DRAIN_S") or 0.0
         self.answered = False
         fail = _env_float(environ, "GPUOPS_STANDIN_FAIL_AFTER_TOKENS")
         self.fail_after_tokens = None if fail is None else int(fail)
@@ -395,21 +406,50 @@ class StandinState(object):
         with self.lock:
             return self.running
 
-    def loads(self):
-        """``/v1/loads`` as SGLang 0.5.8 answers it (``entrypoints/v1_loads.py``): one DP rank; the
-        stand-in queues nothing, so every request it holds is running."""
+    def loads(self, shape=None):
+        """``/v1/loads``: one DP rank; the stand-in queues nothing, so every request it holds is
+        running. ``shape`` is the release's row (``sglang_release.load_snapshot_shape``, 0.5.16+:
+        its core keys and sections, no aggregate); without one, as 0.5.8 answers
+        (``entrypoints/v1_loads.py``: rows and an aggregate)."""
         running = self.current_running()
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if shape and shape.get("core"):
+            values = {"timestamp": time.time(), "num_running_reqs": running, "max_running_requests": 4096,
+                      "max_total_num_tokens": SIMULATED_TOKEN_CAPACITY}
+            row = {key: values.get(key, 0) for key in shape["core"]}
+            for name in ("memory", "disaggregation", "queues"):  # the sections a plain server sends
+                fields = shape["sections"].get(name) or []
+                row[name] = {f: ("null" if f == "mode" else 0) for f in fields}
+            return {"loads": [row], "timestamp": now, "version": self.version}
         row = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_total_reqs": running,
                "num_used_tokens": 0, "token_usage": 0.0, "gen_throughput": 0.0, "utilization": 0.0}
-        return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": self.version,
+        return {"timestamp": now, "version": self.version,
                 "dp_rank_count": 1, "loads": [row],
                 "aggregate": {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running,
                               "avg_token_usage": 0.0, "avg_throughput": 0.0, "avg_utilization": 0.0}}
 
-    def legacy_load(self):
-        """``/get_load`` (deprecated in 0.5.8): ``num_reqs`` is running plus waiting per DP rank."""
+    def legacy_load(self, keys=()):
+        """``/get_load`` (deprecated since 0.5.8): ``num_reqs`` is running plus waiting per DP rank;
+        the keys the release's handler builds (0.5.16 adds ``num_pending_tokens`` and ``ts_tic``)."""
         running = self.current_running()
-        return [{"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0}]
+        values = {"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0,
+                  "num_pending_tokens": 0, "ts_tic": time.perf_counter()}
+        return [{key: values.get(key, 0) for key in (keys or ("dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"))}]
+
+    def model_info(self, keys=()):
+        """``/model_info``: the keys the release's handler answers (without a release, 0.5.8's
+        first four), valued as a plain text model; ``model_type``/``architectures`` from the
+        model directory's config.json where the host has one."""
+        model = self.server_args.get("model_path")
+        config = _model_config(model)
+        values = {"model_path": model, "tokenizer_path": self.server_args.get("tokenizer_path") or model,
+                  "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                  "has_image_understanding": False, "has_audio_understanding": False,
+                  "model_type": config.get("model_type"), "architectures": config.get("architectures"),
+                  "served_model_name": self.server_args.get("served_model_name") or model}
+        info = {key: values.get(key) for key in (keys or ("model_path", "tokenizer_path", "is_generation"))}
+        info["simulated"] = True
+        return info
 
     def server_info(self, surface=None):
         # real SGLang flattens its args at the top level: the release's fields, as resolved
@@ -418,6 +458,15 @@ class StandinState(object):
             # without the release's fields (no release on the path): the flags as given, under a
             # key of the stand-in's own; with them, the shape of the release and nothing else
             info["server_args"] = dict(self.server_args)
+        if surface:
+            # What the release spreads in beside its arguments: the scheduler's start-up info and
+            # the KV events descriptor (None: publishing off), as a real 0.5.16 answered.
+            extras = {"status": "ready", "max_total_num_tokens": SIMULATED_TOKEN_CAPACITY,
+                      "max_req_input_len": int(self.server_args.get("context_length") or 4096) - 6,
+                      "kv_events": None}
+            for key in surface.server_info_keys:
+                if key in extras and key not in info:
+                    info[key] = extras[key]
         info["env"] = dict(self.env)
         info["version"] = self.version
         info["simulated"] = True
@@ -433,6 +482,16 @@ class StandinState(object):
             state["avg_spec_accept_length"] = round(self.speed.accept_length, 4)
         info["internal_states"] = [state]
         return info
+
+
+def _model_config(model_path):
+    """The model directory's config.json (a dict; empty when unreadable): bounded, never trusted."""
+    try:
+        with open(os.path.join(str(model_path), "config.json"), "rb") as handle:
+            config = json.loads(handle.read(1 << 20).decode("utf-8", "replace"))
+    except (OSError, ValueError, TypeError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def count_prompt_tokens(prompt):

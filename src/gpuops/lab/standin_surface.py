@@ -53,12 +53,25 @@ class Surface(object):
         self.fields = {}
         self.launch_command = False
         self.metric_names = set()
+        # What the release's handlers answer, read from its source (empty/None: as 0.5.8 answers).
+        self.model_info_keys = []
+        self.get_load_keys = []
+        self.server_info_keys = []
+        self.load_shape = None
+        self.refused = {}
         if self.root:
             try:
                 self.routes = [r for r in sglang_release.release_routes(self.root) if not (drop and r.deprecated)]
                 self.fields = sglang_release.server_arg_fields(self.root)
                 self.launch_command = sglang_release.reports_launch_command(self.root)
                 self.metric_names = sglang_release.metric_names(self.root)
+                self.model_info_keys = sglang_release.answer_keys(self.root, "model_info")
+                self.get_load_keys = sglang_release.answer_keys(self.root, "get_load")
+                self.server_info_keys = sglang_release.answer_keys(self.root, "server_info")
+                if "scheduler_info" in self.server_info_keys:
+                    self.server_info_keys += sglang_release.scheduler_info_keys(self.root)
+                self.load_shape = sglang_release.load_snapshot_shape(self.root)
+                self.refused = sglang_release.refused_routes(self.root)
             except (OSError, SyntaxError, ValueError):
                 self.routes = None
         if self.routes is None:
@@ -87,6 +100,9 @@ class Surface(object):
         """The release's ``/server_info`` fields (defaults, then the flags, then what resolution decided)."""
         info = dict(self.fields)
         info.update(server_args)
+        for key, value in resolved_at_start(server_args).items():
+            if key in info and info[key] is None:  # a field the release has, left for start-up to set
+                info[key] = value
         info.update(self.resolved)
         if self.launch_command:
             info["launch_command"] = " ".join(launch_words)  # as redact_watermark_command_line joins argv
@@ -94,6 +110,43 @@ class Surface(object):
 
     def has_metric(self, name):
         return not self.metric_names or name in self.metric_names
+
+
+# What SGLang 0.5.16 sets at start-up in fields whose default is None when the launch leaves them
+# unset, as the real server reported them on the H200 (tests/fixtures/real/h200-x1/sglang-0.5.16/
+# http/server_info.json); chunked_prefill_size is that GPU's (SGLang sizes it by GPU memory).
+RESOLVED_AT_START = {
+    "chunked_prefill_size": 8192, "device": "cuda", "page_size": 1, "grammar_backend": "xgrammar",
+    "custom_weight_loader": [], "encoder_register_urls": [], "encoder_urls": [],
+    "encoder_transfer_backend": "zmq_to_scheduler", "expert_distribution_recorder_buffer_size": 1000,
+    "mm_feature_transport": "cpu", "mm_process_config": {}, "speculative_moe_runner_backend": "auto",
+    "speculative_ngram_capacity": 10000000, "uvicorn_access_log_exclude_prefixes": [],
+}
+
+
+def resolved_at_start(server_args):
+    """RESOLVED_AT_START with what follows from the launch: the model path as tokenizer and served
+    name, a random seed, and the CUDA-graph plan per phase (0.5.16's ``cuda_graph_config``)."""
+    import random
+
+    model = server_args.get("model_path")
+    off = bool(server_args.get("disable_cuda_graph"))
+    decode_bs = int(server_args.get("cuda_graph_max_bs_decode") or server_args.get("cuda_graph_max_bs") or 256)
+    prefill_bs = int(server_args.get("cuda_graph_max_bs_prefill") or 8192)
+
+    def phase(disabled, max_bs, backend):
+        sizes = [b for b in (1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if b <= max_bs]
+        return {"backend": "disabled" if disabled else backend, "bs": sizes, "max_bs": max_bs,
+                "full_prefill_max_req": None, "tc_compiler": "eager"}
+
+    resolved = dict(RESOLVED_AT_START)
+    resolved.update({
+        "tokenizer_path": model, "served_model_name": model, "random_seed": random.randint(0, 1 << 30),
+        "cuda_graph_config": {
+            "decode": phase(off or server_args.get("disable_decode_cuda_graph"), decode_bs, "full"),
+            "prefill": phase(off or server_args.get("disable_prefill_cuda_graph"), prefill_bs, "tc_piecewise")},
+    })
+    return resolved
 
 
 def parse_pairs(text):
@@ -107,12 +160,22 @@ def parse_pairs(text):
     return out
 
 
+TOKENIZER_SERIES = ("sglang:num_requests_total", "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+                    "sglang:time_to_first_token_seconds")
+
+
 def metrics_page(surface, counters, server_args):
     """The stand-in's ``/metrics`` in Prometheus text (0.0.4), the series SGLang's collector names
     for what the stand-in simulates, each labelled as SGLang labels them."""
-    labels = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0"' % str(
+    # Labelled as a real 0.5.16 labelled them on the H200: the tokenizer's series (requests,
+    # tokens, time to first token) by engine and model only; the scheduler's by rank as well.
+    tokenizer_labels = 'engine_type="unified",model_name="%s"' % str(
         server_args.get("served_model_name") or server_args.get("model_path") or "default").replace('"', "")
+    scheduler_labels = tokenizer_labels + ',moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     lines = []
+
+    def labels_of(name):
+        return tokenizer_labels if name in TOKENIZER_SERIES else scheduler_labels
 
     def series(name, kind, value, extra=""):
         if not surface.has_metric(name):
@@ -120,7 +183,7 @@ def metrics_page(surface, counters, server_args):
         lines.append("# HELP %s %s" % (name, "simulated by the gpuops stand-in"))
         lines.append("# TYPE %s %s" % (name, kind))
         for label_text, number in (value if isinstance(value, list) else [(extra, value)]):
-            lines.append("%s{%s%s} %s" % (name, labels, label_text, repr(float(number))))
+            lines.append("%s{%s%s} %s" % (name, labels_of(name), label_text, repr(float(number))))
 
     series("sglang:num_running_reqs", "gauge", counters["running"])
     series("sglang:num_queue_reqs", "gauge", 0)
@@ -140,6 +203,7 @@ def metrics_page(surface, counters, server_args):
             continue
         lines.append("# HELP %s simulated by the gpuops stand-in" % name)
         lines.append("# TYPE %s histogram" % name)
+        labels = labels_of(name)
         lines.append('%s_bucket{%s,le="+Inf"} %s' % (name, labels, repr(float(count))))
         lines.append("%s_sum{%s} %s" % (name, labels, repr(float(total))))
         lines.append("%s_count{%s} %s" % (name, labels, repr(float(count))))

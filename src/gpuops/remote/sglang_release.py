@@ -232,6 +232,101 @@ def reports_launch_command(root):
     return False
 
 
+def _functions(tree, name):
+    return [node for node in _statements(tree.body)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name]
+
+
+def _str_value(node):
+    path = _path_of(node)
+    return path if isinstance(node, (ast.Constant, ast.Str)) else None
+
+
+def answer_keys(root, function):
+    """The keys of what the release's route handler ``function`` (in http_server.py) answers: the
+    string keys of its dict literals, and the names spread into them (``**x.scheduler_info`` gives
+    "scheduler_info"). Empty when the handler builds no dict literal (it returns another's)."""
+    keys = []
+    for func in _functions(_parse_file(os.path.join(root, HTTP_SERVER)), function):
+        for node in ast.walk(func):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, value in zip(node.keys, node.values):
+                if key is None and isinstance(value, ast.Attribute):
+                    keys.append(value.attr)
+                elif key is not None and _str_value(key) is not None and _str_value(key) not in keys:
+                    keys.append(_str_value(key))
+    return keys
+
+
+def scheduler_info_keys(root):
+    """The keys of the scheduler's start-up info (``"status": "ready"``, ``max_total_num_tokens``,
+    ...), which ``/server_info`` spreads into its answer: the dict literal in ``scheduler.py`` that
+    holds ``max_req_input_len``."""
+    tree = _parse_file(os.path.join(root, "srt", "managers", "scheduler.py"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = [_str_value(k) for k in node.keys if k is not None]
+            if "max_req_input_len" in keys and "status" in keys:
+                return keys
+    return []
+
+
+def _annotated_fields(cls):
+    return [item.target.id for item in cls.body
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)]
+
+
+def load_snapshot_shape(root):
+    """``/v1/loads``' row as the release builds it from ``managers/load_snapshot.py`` (0.5.16+):
+    ``{"core": [keys], "sections": {name: [fields]}}``; None for a release without that file
+    (0.5.8's ``entrypoints/v1_loads.py`` builds its rows and an ``aggregate`` itself)."""
+    path = os.path.join(root, "srt", "managers", "load_snapshot.py")
+    if not os.path.isfile(path):
+        return None
+    tree = _parse_file(path)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    core = []
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_CORE_KEYS" for t in node.targets)
+                and isinstance(node.value, (ast.Tuple, ast.List))):
+            core = [_str_value(e) for e in node.value.elts if _str_value(e)]
+    sections = {}
+    snapshot = classes.get("LoadSnapshot")
+    for item in snapshot.body if snapshot else ():
+        if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+            continue
+        names = [n.id for n in ast.walk(item.annotation) if isinstance(n, ast.Name) and n.id in classes]
+        if names:
+            sections[item.target.id] = _annotated_fields(classes[names[0]])
+    return {"core": core, "sections": sections}
+
+
+def refused_routes(root):
+    """``{path: (status, detail)}`` for the routes whose handler only raises ``HTTPException``
+    (0.5.16's ``/weight_version``: 404, "deprecated. Please use '/model_info' instead.")."""
+    tree = _parse_file(os.path.join(root, HTTP_SERVER))
+    refused = {}
+    for node in _statements(tree.body):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        if not (len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call)):
+            continue
+        call = body[0].exc
+        if not (isinstance(call.func, ast.Name) and call.func.id == "HTTPException"):
+            continue
+        words = {k.arg: k.value for k in call.keywords}
+        status = words.get("status_code")
+        if not (isinstance(status, ast.Constant) and isinstance(status.value, int)):
+            continue
+        detail = _str_value(words["detail"]) if "detail" in words else None
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and deco.args and _path_of(deco.args[0]):
+                refused[_path_of(deco.args[0])] = (status.value, detail or "")
+    return refused
+
+
 _COLLECTORS = (("srt", "observability", "metrics_collector.py"), ("srt", "metrics", "collector.py"))
 
 
