@@ -2,7 +2,7 @@
 # One device call: a real SGLang 0.5.16 server on the lent H200, recorded, then driven by gpuops.
 # From the repo root on the GPU machine (the carry .dev/real-sglang made by build.sh):
 #   benchmarks/device/real_sglang/run.sh        (PHASES="stage model record read" by default;
-#   a second call: PHASES="stage model read change")
+#   a second call: PHASES="stage model read change tune"; what did not fit: PHASES="stage model tune")
 # Every step runs under `timeout`; the script stops starting steps DEADLINE s (default 540) after it
 # began. Results: $OUT/real-sglang.tgz (README.md says where they are kept).
 set -uo pipefail
@@ -16,9 +16,10 @@ left() { echo $((DEADLINE - SECONDS)); }
 has() { case " $PHASES " in *" $1 "*) return 0;; esac; return 1; }
 pack() { cp /tmp/gpuops-state/sglang.log $R/managed-server.log 2>/dev/null; tar czf ${OUT:-/tmp}/real-sglang.tgz -C /tmp real-sglang-run; }
 trap pack EXIT
-G() {  # G NAME LIMIT gpuops-args... : gpuops from this checkout; output, rc and wall time kept
+G() {  # G NAME LIMIT gpuops-args... : gpuops from this checkout, under timeout LIMIT (or what is left)
   local name=$1 limit=$2; shift 2
-  if [ "$(left)" -lt "$limit" ] && [ "$limit" -gt 60 ]; then echo "[gpuops $name] SKIPPED: $(left)s left" | tee -a $R/g/INDEX.txt; return 0; fi
+  if [ "$(left)" -lt 30 ]; then echo "[gpuops $name] SKIPPED: $(left)s left" | tee -a $R/g/INDEX.txt; return 0; fi
+  [ "$(left)" -lt "$limit" ] && limit=$(left)
   local t0=$(date +%s%3N)
   PYTHONPATH=$SRC XDG_STATE_HOME=$R/xdg-state XDG_CACHE_HOME=/tmp/gcache timeout $limit $PY -m gpuops.cli "$@" > $R/g/$name.txt 2>&1
   local rc=$?
@@ -64,8 +65,12 @@ if has change; then
   G apply-refused 400 apply sglang-service $I -e '{"sglang_extra_args": ["--context-length", "999999"]}' -v
   G history 120 history $I
   G rollback 300 rollback $I -v
-  G tune 420 tune $I --sweep NCCL_DEBUG=INFO --results-dir $R/results --input-len 64 --output-len 64 --num-requests 3 --warmup 1
   G history-end 120 history $I
-  G results 60 results list --results-dir $R/results
 fi
+if has tune; then  # one NCCL variant, measured against the current setting; hosts end as they began
+  G apply-service-3 420 apply sglang-service $I
+  G tune 300 tune $I --sweep NCCL_DEBUG=INFO --results-dir $R/results --input-len 64 --output-len 64 --num-requests 3 --warmup 1
+  G history-tune 120 history $I
+fi
+G results 60 results list --results-dir $R/results
 log "done, $(left)s left"
