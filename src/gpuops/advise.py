@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gpuops import pcie_ipc
+from gpuops.gates.in_effect import server_tp_size
 
 SCHEMA = 1
 
@@ -90,7 +91,11 @@ class HostAdvice:
                 "notes": list(self.notes)}
 
 
-def _allreduces(model: Mapping[str, Any]) -> tuple[int | None, str]:
+def _allreduces(model: Mapping[str, Any], server: Mapping[str, Any]) -> tuple[int | None, str]:
+    tp, tp_from = server_tp_size(server) if server.get("running") else (None, "")
+    if tp == 1:
+        return 0, (f"TP 1 ({tp_from}): a TP group of one GPU all-reduces nothing (SGLang's all_reduce returns its "
+                   "input at world size 1: srt/distributed/parallel_state.py)")
     layers = model.get("num_hidden_layers") if isinstance(model, Mapping) else None
     if isinstance(layers, int) and layers > 0:
         return 2 * layers, f"2 x num_hidden_layers ({layers}) of the served model's config.json"
@@ -255,20 +260,26 @@ def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mappin
     all-reduce results, newest first."""
     facts = document.get("facts") or {}
     features = document.get("features") or {}
-    count, count_from = _allreduces(facts.get("model") or {})
     server = facts.get("server") or {}
+    count, count_from = _allreduces(facts.get("model") or {}, server)
     ways = [_pcie_way(stack_of(facts, features), server, count, measured_nccl(results)),
             _fusion_way(facts, features, count)]
+    if count == 0:
+        # No all-reduce runs, so no way of making one cheaper applies, whatever the host could run.
+        ways = [dataclasses.replace(w, status=Status.NOT_FOR_HOST, why=count_from, commands=()) for w in ways]
     actionable = [w for w in ways if w.status in (Status.APPLY, Status.UPGRADE)]
     # Biggest estimated saving first; a way that applies now before one that needs an upgrade.
     actionable.sort(key=lambda w: (-(w.evidence.saving_ms_per_pass or 0.0) if w.evidence else 0.0,
                                    w.status is Status.UPGRADE))
     others = [w for w in ways if w not in actionable]
-    others += [_feature_way(name, features[name]) for name in OTHER_ALLREDUCE if isinstance(features.get(name), Mapping)]
+    paths = [_feature_way(name, features[name]) for name in OTHER_ALLREDUCE if isinstance(features.get(name), Mapping)]
+    if count == 0:
+        paths = [dataclasses.replace(w, status=Status.NOT_FOR_HOST, why=count_from) for w in paths]
+    others += paths
     model_features = tuple(_feature_way(name, features[name], matters) for name, matters in MODEL_FEATURES.items()
                            if isinstance(features.get(name), Mapping))
     notes = []
-    if (facts.get("interconnect") or {}).get("nvlink"):
+    if (facts.get("interconnect") or {}).get("nvlink") and count != 0:
         notes.append("NVLink host: SGLang's custom all-reduce already serves the TP group over NVLink")
     return HostAdvice(host, tuple(actionable), tuple(others), count, count_from, tuple(notes), model_features)
 
@@ -276,7 +287,7 @@ def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mappin
 def render(advice: HostAdvice) -> list[str]:
     """The text form, one host."""
     lines = []
-    if advice.allreduces_per_pass:
+    if advice.allreduces_per_pass is not None:
         lines.append(f"all-reduces per forward pass: {advice.allreduces_per_pass} ({advice.allreduces_from})")
     if not advice.ranked:
         lines.append("nothing to apply for the all-reduce on this host")

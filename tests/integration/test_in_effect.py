@@ -108,10 +108,13 @@ def test_the_server_word_is_taken_where_the_judgement_differs_and_both_are_said(
     why = fusion["in_effect_reason"]
     assert "the server reports flashinfer_allreduce_fusion_backend=null, enable_flashinfer_allreduce_fusion=False" in why
     assert "the server's word is taken; gpuops' own judgement says on" in why and "turns it on by itself" in why
-    # the other way round: on by the server's word where gpuops' judgement says off (TP 1)
-    on = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("DeepseekV3ForCausalLM", tp="1"),
-                                                          flashinfer_allreduce_fusion_backend="trtllm")).features[FUSION]
-    assert on["in_effect"] is True and "gpuops' own judgement says off" in on["in_effect_reason"]
+    # at TP 1 a backend the server reports runs nothing: a TP group of one GPU has no all-reduce to
+    # fuse (communicator.py: `self._context.tp_size > 1`), and both words are said
+    one = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("DeepseekV3ForCausalLM", tp="1"),
+                                                           flashinfer_allreduce_fusion_backend="trtllm")).features[FUSION]
+    assert one["in_effect"] is False and one["in_effect_reason"].startswith("TP 1"), one["in_effect_reason"]
+    assert "flashinfer_allreduce_fusion_backend='trtllm'" in one["in_effect_reason"]
+    assert "gpuops' own judgement says off" in one["in_effect_reason"]
     # and where gpuops cannot tell (a LLaMA: a clause it cannot judge), the server's word decides
     llama = judge(scan_of("0.5.23"), "9.0", "12.8", reporting(server("LlamaForCausalLM"),
                                                              flashinfer_allreduce_fusion_backend="trtllm")).features[FUSION]

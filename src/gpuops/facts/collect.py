@@ -123,7 +123,7 @@ def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
 
 def host_shape(facts: HostFacts) -> Any:
     """What the catalog's ``fits:`` are judged against, from the host's facts."""
-    from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group
+    from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group, weight_format
 
     settings = facts.server.settings if facts.server.known and facts.server.running else None
     model = facts.server.model
@@ -137,6 +137,11 @@ def host_shape(facts: HostFacts) -> Any:
         group = tp_group((facts.server.env or {}).get("CUDA_VISIBLE_DEVICES"), len(facts.gpu.gpus), settings.tp_size)
     if dtype is None and model is not None and model.known:
         dtype = model.torch_dtype
+    quantization = settings.quantization if settings is not None else None
+    if model is not None and model.known:
+        weights = weight_format(True, model.quant_method, model.weight_block_size, quantization)
+    else:
+        weights = weight_format(False, None, None, quantization)
     ic = facts.interconnect
     gaps = None
     if group is not None and ic.p2p_known:
@@ -145,7 +150,7 @@ def host_shape(facts: HostFacts) -> Any:
                      nvlink=ic.nvlink, p2p_gaps=gaps, capability=facts.compute_capability,
                      server_args=settings.args if settings else None,
                      server_env=facts.server.env if settings else None,
-                     server_report=_reported_settings(facts) if settings else None)
+                     server_report=_reported_settings(facts) if settings else None, weights=weights)
 
 
 def _reported_settings(facts: HostFacts) -> dict[str, Any] | None:

@@ -28,6 +28,10 @@ class ModelFacts:
     num_attention_heads: int | None = None
     num_experts: int | None = None
     torch_dtype: str | None = None
+    # config.json's `quantization_config`: its `quant_method` ("fp8"), None where there is none (the
+    # weights are in torch_dtype), and its `weight_block_size` (FP8 block quantization: [128, 128]).
+    quant_method: str | None = None
+    weight_block_size: tuple[int, ...] | None = None
 
 
 def _find(config: dict[str, Any], key: str) -> Any:
@@ -56,6 +60,9 @@ def model_from_config(path: str, config_path: str | None, config: bytes | None, 
     architectures = tuple(a for a in (data.get("architectures") or []) if isinstance(a, str))
     experts = _find(data, "n_routed_experts") or _find(data, "num_experts") or _find(data, "num_local_experts")
     dtype = _find(data, "torch_dtype") or _find(data, "dtype")
+    quant = _find(data, "quantization_config")
+    quant = quant if isinstance(quant, dict) else {}
+    block = quant.get("weight_block_size")
     return ModelFacts(
         known=True,
         path=path,
@@ -68,6 +75,8 @@ def model_from_config(path: str, config_path: str | None, config: bytes | None, 
         num_attention_heads=_int(_find(data, "num_attention_heads")),
         num_experts=_int(experts),
         torch_dtype=dtype if isinstance(dtype, str) else None,
+        quant_method=str(quant["quant_method"]) if quant.get("quant_method") else None,
+        weight_block_size=tuple(block) if isinstance(block, list) and all(_int(b) for b in block) else None,
     )
 
 
@@ -77,4 +86,5 @@ def model_json(model: ModelFacts | None) -> dict[str, Any] | None:
         return None
     data = asdict(model)
     data["architectures"] = list(model.architectures)
+    data["weight_block_size"] = list(model.weight_block_size) if model.weight_block_size is not None else None
     return data

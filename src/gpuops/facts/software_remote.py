@@ -22,6 +22,7 @@ PACKAGES = (
     ("sglang-kernel", None),  # sgl-kernel's later name; same import name, so metadata only
     ("flashinfer-cubin", "flashinfer_cubin"),  # FlashInfer's prebuilt cubins (AOT)
     ("flashinfer-jit-cache", "flashinfer_jit_cache"),  # FlashInfer's prebuilt JIT modules
+    ("sgl-deep-gemm", "deep_gemm"),  # DeepGEMM: SGLang uses it only where `import deep_gemm` works
     ("torch", "torch"),
     ("nvidia-nccl-cu13", None),
     ("nvidia-nccl-cu12", None),
@@ -376,7 +377,7 @@ def read_extensions(root, wanted):
 
 def kernel_reads(wanted, packages):
     out = {}
-    for key, dist in (("flashinfer", "flashinfer-python"), ("sglang", "sglang")):
+    for key, dist in (("flashinfer", "flashinfer-python"), ("sglang", "sglang"), ("deep_gemm", "sgl-deep-gemm")):
         info = packages.get(dist)
         root = info.get("path") if info else None
         if not root or not isinstance(wanted.get(key), dict):

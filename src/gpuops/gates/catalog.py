@@ -68,7 +68,7 @@ class KernelNeed:
     release that has it: one version, or by compute-capability major for a generator (``{12: 0.6.17}``),
     each checked against the real wheels (tests/integration/test_kernel_libraries.py)."""
 
-    provider: str            # flashinfer | sglang | sgl_kernel
+    provider: str            # flashinfer | sglang | sgl_kernel | deep_gemm
     what: str                # the kernel path in words ("the fused all-reduce + RMSNorm kernel (trtllm_comm)")
     file: str                # under the provider's package dir ("jit/comm.py")
     name: str | None = None  # the generator or symbol in ``file``; None: the file itself (a module)
@@ -80,9 +80,9 @@ class KernelNeed:
         return f"{self.provider}/{self.file}"
 
 
-PROVIDERS = ("flashinfer", "sglang", "sgl_kernel")
+PROVIDERS = ("flashinfer", "sglang", "sgl_kernel", "deep_gemm")
 FIT_KINDS = ("tp_size", "tp_at_most_without_nvlink", "dtype", "deterministic", "interconnect", "p2p",
-             "capability_major_in")
+             "capability_major_in", "weights")
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,9 @@ class Feature:
     fits: tuple[Fit, ...] = ()             # what the host must be like (gates/fits.py)
     # The environment that switches the feature on (`env:`, SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1).
     env: Mapping[str, str] = field(default_factory=dict)
+    # An all-reduce path of the TP group (`all_reduce: true`): never in effect at TP 1, where SGLang
+    # builds no all-reduce communicator and its all_reduce returns the input (parallel_state.py).
+    all_reduce: bool = False
 
     def classify(self, gate: Mapping[str, Any], runtime_files: frozenset[str] | None = None) -> GateRule | None:
         """The first rule that matches; scoped rules only once ``runtime_files`` is known."""
@@ -222,6 +225,7 @@ def _feature(fname: str, body: Any, name: str) -> Feature:
         kernels=tuple(_kernel_need(i, k, where) for i, k in enumerate(body.get("kernels") or ())),
         fits=tuple(_fit(i, f, where) for i, f in enumerate(body.get("fits") or ())),
         env={str(k): str(v) for k, v in (body.get("env") or {}).items()},
+        all_reduce=body.get("all_reduce") is True,
     )
 
 

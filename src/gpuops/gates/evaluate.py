@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
 from gpuops.gates.context import NVIDIA_HOST, Placement, Placer
+from gpuops.gates.in_effect import asks_for
 from gpuops.gates.logic import (
     Evaluator,
     GpuTarget,
@@ -398,9 +399,14 @@ def _server_state(feature: Feature, server: Mapping[str, Any]) -> str | None:
         key = choice.setting
         if key in args:
             value = args[key]
-            if value in (None, False, "", "none", "None", "false", "False"):
-                return f"the running server has it off ({key}={value!r})"
-            return f"the running server has it on ({key}={value!r})"
+            # A selecting setting asks for this feature only with one of its values; an inverse
+            # switch set asks for it off.
+            if asks_for(choice, value) != choice.inverse:
+                return f"the running server has it on ({key}={value!r})"
+            if choice.selects:
+                return f"the running server has it off ({key}={value!r} selects another choice than " \
+                       f"{', '.join(choice.values)})"
+            return f"the running server has it off ({key}={value!r})"
     flags = " or ".join(c.flag for c in feature.flags)
     return f"the running server was not launched with {flags}" if flags else None
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from gpuops.gates.catalog import Feature, Fit
-from gpuops.gates.kernels import KernelStatus, KernelVerdict
+from gpuops.gates.in_effect import asks_for, lone_gpu, reported_state
+from gpuops.gates.kernels import KernelStatus, KernelVerdict, gates_reason
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class HostShape:
     # What the running server reports about itself (inspect's ``server.reported``: route, resolved
     # settings, error); None where it reports nothing. Its word comes first for in_effect.
     server_report: Mapping[str, Any] | None = None
+    weights: str | None = None         # how the served model's weights are stored (``weight_format``)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,24 @@ def _names(values: Sequence[Any]) -> str:
 def _dtype(text: str | None) -> str | None:
     low = str(text or "").lower().removeprefix("torch.")
     return {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}.get(low, low or None)
+
+
+def weight_format(model_known: bool, quant_method: str | None, block: Sequence[int] | None,
+                  quantization: str | None) -> str | None:
+    """How the served model's weights are stored, as a ``weights`` fit reads it: ``fp8_block``
+    (config.json's FP8 quantization with a ``weight_block_size``), the quant method's name (config.json's,
+    else the server's ``--quantization``: online quantization, never block-wise), ``unquantized``
+    (neither), or None when the model's config.json was not read."""
+    if quant_method:
+        return "fp8_block" if quant_method == "fp8" and block else quant_method
+    if quantization:
+        return quantization
+    return "unquantized" if model_known else None
+
+
+# Weight formats known not to be FP8 block-quantized; any other method (compressed-tensors...) may be.
+_NOT_BLOCK_FP8 = ("unquantized", "fp8")
+_WEIGHTS_SAID = {"fp8_block": "FP8 block-quantized", "fp8": "FP8 without weight blocks"}
 
 
 def judge_fit(fit: Fit, shape: HostShape, kernels: Mapping[str, Any] | None) -> FitVerdict:
@@ -151,6 +171,21 @@ def judge_fit(fit: Fit, shape: HostShape, kernels: Mapping[str, Any] | None) -> 
         ok = int(major) in keys
         return FitVerdict(fit, ok, f"{fit.value} has sizes for capability majors {_names(keys)}{cite}"
                                    + ("" if ok else f"; none for {major}: SGLang falls back to NCCL"), where)
+    if fit.kind == "weights":
+        formats = [str(v) for v in fit.value]
+        runs = _names([_WEIGHTS_SAID.get(v, v) for v in formats])
+        weights = shape.weights
+        if weights is None:
+            return FitVerdict(fit, None, f"runs for {runs} weights{cite}; the served model's are not known", where)
+        said = f"unquantized ({_dtype(shape.dtype) or 'dtype unknown'})" if weights == "unquantized" else \
+            _WEIGHTS_SAID.get(weights, weights)
+        if weights in formats:
+            return FitVerdict(fit, True, f"the served model's weights are {said}{cite}", where)
+        if weights in _NOT_BLOCK_FP8:
+            return FitVerdict(fit, False, f"the served model's weights are {said}; SGLang runs it for {runs} weights "
+                                          f"only{cite}", where)
+        return FitVerdict(fit, None, f"runs for {runs} weights{cite}; whether {said} weights are is not known here",
+                          where)
     return FitVerdict(fit, None, f"unknown fit {fit.kind}", where)
 
 
@@ -184,6 +219,31 @@ def decide(feature: Feature, verdict: Mapping[str, Any], needs: Sequence[KernelV
     out["reason"] += "; " + switch_text(feature)
     value, why = _in_effect(feature, out["status"], shape)
     out["in_effect"], out["in_effect_reason"] = _server_first(feature, out["status"], shape, value, why)
+    lone = lone_gpu(feature, {"reported": shape.server_report, "tp_size": shape.tp_size}) \
+        if shape.server_args is not None else None
+    if lone is not None:
+        out["in_effect"], out["in_effect_reason"] = False, f"{lone} (apart from that: {out['in_effect_reason']})"
+    return out
+
+
+def fold_fits(verdict: Mapping[str, Any], fits: Sequence[FitVerdict]) -> dict[str, Any]:
+    """A gated feature's verdict with its fits (DeepGEMM's weights): a fit that fails closes it as a
+    blocked kernel need does (``kernels.fold``), and it is not in effect whatever the server asks."""
+    out = dict(verdict)
+    out["fits"] = [f.to_json() for f in fits]
+    failing = [f.reason for f in fits if f.holds is False]
+    if not failing:
+        return out
+    said = f"does not fit this host: {'; '.join(failing)}"
+    reason = str(out.get("reason") or "")
+    if out.get("status") == "open":
+        out["status"] = "blocked"
+        out["reason"] = f"{said}; SGLang's own gates admit it ({gates_reason(reason)})"
+    else:
+        out["reason"] = f"{reason}; and {said}" if reason else said
+    if out.get("in_effect") is True:
+        out["in_effect"] = False
+        out["in_effect_reason"] = f"{out.get('in_effect_reason') or 'on'}, but it never runs here: {said}"
     return out
 
 
@@ -192,8 +252,6 @@ def _server_first(feature: Feature, status: str, shape: HostShape, judged: bool 
     """The server's resolved settings decide where it reports one of the feature's switches (e.g.
     ``disable_custom_all_reduce``), as for gated features (``in_effect.in_effect``); the judgement
     from its flags stays the answer otherwise, and is named beside the server's word."""
-    from gpuops.gates.in_effect import reported_state
-
     if shape.server_args is None or not shape.server_report:
         return judged, why
     said, text = reported_state(feature, {"reported": shape.server_report})
@@ -225,9 +283,9 @@ def _in_effect(feature: Feature, status: str, shape: HostShape) -> tuple[bool | 
         return None, "no running server to tell from"
     args = shape.server_args
     env = shape.server_env or {}
-    asked = any(args.get(c.setting) not in (None, False, "false", "False") for c in feature.flags if not c.inverse) or \
+    asked = any(asks_for(c, args.get(c.setting)) for c in feature.flags if not c.inverse) or \
         (bool(feature.env) and all(env.get(k) == v for k, v in feature.env.items()))
-    refused = any(args.get(c.setting) not in (None, False, "false", "False") for c in feature.flags if c.inverse)
+    refused = any(asks_for(c, args.get(c.setting)) for c in feature.flags if c.inverse)
     on = (feature.default == "on" and not refused) or (feature.default != "on" and asked)
     if not on:
         return False, "the running server does not switch it on" if feature.default != "on" else \
@@ -282,6 +340,8 @@ def fold_stack(report: Any, catalog: Any, reads: Mapping[str, Any] | None, versi
             features[name] = {**verdict, "kernels": [k.to_json() for k in needs]}
         elif not feature.rules:
             features[name] = decide(feature, verdict, needs, judge_fits(feature, shape, reads), shape)
+        elif feature.fits:
+            features[name] = fold_fits(kernels.fold(verdict, needs), judge_fits(feature, shape, reads))
         else:
             features[name] = kernels.fold(verdict, needs)
     return dataclasses.replace(report, features=features)

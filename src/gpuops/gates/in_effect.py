@@ -16,6 +16,9 @@ combines three things, in this order:
    attention...) against the server's own settings, AND the conditions it is nested in (``if
    model_arch in [...]:`` around it), read back from their source text. One that holds turns the
    feature on (a DeepseekV3 model at TP 8 on sm90: on by itself, no flag needed).
+
+An all-reduce path (``all_reduce: true`` in the catalog) is never in effect in a server at TP 1,
+whatever its settings ask for: a TP group of one GPU has no all-reduce (``lone_gpu``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,16 @@ from gpuops.remote.gate_tree import clause_nodes
 _OFF = (None, False, "", "none", "None", "false", "False", "0")
 
 
+def asks_for(choice: Any, value: Any) -> bool:
+    """Whether a setting's value asks for the feature: a setting that selects among choices
+    (``attention_backend``) only with one of the feature's values (``triton`` is another
+    backend, not this one), a switch with any value that is not off. An inverse switch's value
+    asks for turning it off: its callers read it so."""
+    if choice.selects:
+        return str(value) in choice.values
+    return value not in _OFF
+
+
 def _flag_state(flags: Sequence[Any], server: Mapping[str, Any]) -> tuple[bool | None, str | None]:
     """(True/False, text) when the server was given one of the feature's flags; (None, None) if not."""
     args = normalise_args(server.get("args"))
@@ -44,10 +57,10 @@ def _flag_state(flags: Sequence[Any], server: Mapping[str, Any]) -> tuple[bool |
                 return False, given
             continue
         if choice.selects:
-            if str(value) in choice.values:
+            if asks_for(choice, value):
                 return True, given
             return False, f"{given} (another choice than {', '.join(choice.values)})"
-        if value not in _OFF:
+        if asks_for(choice, value):
             return True, given
         return False, f"launched with {choice.setting}={value!r} (off)"
     return None, None
@@ -222,8 +235,7 @@ def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool
                 return False, f"the server reports {shown}"
             continue
         plain_reported = True
-        on = str(value) in choice.values if choice.selects else value not in _OFF
-        if on:
+        if asks_for(choice, value):
             return True, f"the server reports {shown}"
     if not said:
         return None, None
@@ -233,9 +245,49 @@ def reported_state(feature: Any, server: Mapping[str, Any] | None) -> tuple[bool
     return False, "the server reports " + ", ".join(said)
 
 
+def server_tp_size(server: Mapping[str, Any]) -> tuple[int | None, str]:
+    """The server's TP size and where it was read: its own report first, else its launch flags
+    (SGLang's default, 1, where it was launched without one)."""
+    reported = server.get("reported") or {}
+    settings = reported.get("settings") if isinstance(reported, Mapping) and not reported.get("error") else None
+    if isinstance(settings, Mapping) and isinstance(settings.get("tp_size"), int):
+        route = reported.get("route") or "/server_info"
+        return settings["tp_size"], f"the server reports tp_size={settings['tp_size']} in {route}"
+    tp = server.get("tp_size")
+    if tp is None:
+        tp = normalise_args(server.get("args"), server.get("defaults")).get("tp_size")
+    try:
+        return (int(tp), f"its launch flags give TP {int(tp)}") if tp is not None else (None, "")
+    except (TypeError, ValueError):
+        return None, ""
+
+
+def lone_gpu(feature: Any, server: Mapping[str, Any] | None) -> str | None:
+    """Why an all-reduce path (``all_reduce: true`` in the catalog) is not in effect in the running
+    server: its TP group is one GPU. None where that is not so, or not known."""
+    if not getattr(feature, "all_reduce", False) or server is None or not server.get("running", True):
+        return None
+    tp, source = server_tp_size(server)
+    if tp != 1:
+        return None
+    return (f"TP 1 ({source}): a TP group of one GPU has no all-reduce; SGLang builds no all-reduce communicator "
+            "for a world size of 1 and its all_reduce returns the input (srt/distributed/parallel_state.py)")
+
+
 def in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str, Any]], book: PredicateBook,
               gpu: GpuTarget | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
               status: str, flag_text: str | None) -> tuple[bool | None, str]:
+    value, why = _in_effect(feature, fgs, by_id, book, gpu, server, all_gates, status, flag_text)
+    lone = lone_gpu(feature, server)
+    if lone is not None:
+        # TP 1 decides, whatever the settings ask for; what they say is kept beside it.
+        return False, f"{lone} (apart from that: {why})"
+    return value, why
+
+
+def _in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mapping[str, Any]], book: PredicateBook,
+               gpu: GpuTarget | None, server: Mapping[str, Any] | None, all_gates: Sequence[Mapping[str, Any]],
+               status: str, flag_text: str | None) -> tuple[bool | None, str]:
     judged, why = judged_in_effect(feature, fgs, by_id, book, gpu, server, all_gates, status, flag_text)
     said, text = reported_state(feature, server)
     if said is None or not (server or {}).get("running", True):

@@ -26,8 +26,10 @@ from typing import Any, Mapping
 from gpuops.gates.catalog import Catalog, Feature, KernelNeed
 
 # The distribution that carries each provider's version.
-_DISTRIBUTIONS = {"flashinfer": "flashinfer-python", "sglang": "sglang", "sgl_kernel": "sgl-kernel"}
-_TITLES = {"flashinfer": "FlashInfer", "sglang": "SGLang", "sgl_kernel": "sgl-kernel"}
+# DeepGEMM's package is sgl-deep-gemm (what SGLang pins); its import name, deep_gemm, is what SGLang asks for.
+_DISTRIBUTIONS = {"flashinfer": "flashinfer-python", "sglang": "sglang", "sgl_kernel": "sgl-kernel",
+                  "deep_gemm": "sgl-deep-gemm"}
+_TITLES = {"flashinfer": "FlashInfer", "sglang": "SGLang", "sgl_kernel": "sgl-kernel", "deep_gemm": "DeepGEMM"}
 
 
 class KernelStatus(enum.Enum):
@@ -307,6 +309,12 @@ def versions_of(packages: Any) -> dict[str, str | None]:
     return out
 
 
+def gates_reason(reason: str) -> str:
+    """An open verdict's reason without its words on whether the server runs it: once something
+    else closes the feature, those are no longer the verdict's (its in_effect says why)."""
+    return re.sub(r"; (not )?in effect(: cannot tell)? in the running server: .*$", "", reason)
+
+
 def fold(verdict: Mapping[str, Any], kernel: list[KernelVerdict], gated: bool = True) -> dict[str, Any]:
     """The feature's verdict with its kernel provider's: open only when SGLang's gates AND the
     library admit the GPU. A closed library closes the feature (reason and file:line first); one
@@ -328,15 +336,14 @@ def fold(verdict: Mapping[str, Any], kernel: list[KernelVerdict], gated: bool = 
         lead = "; ".join(k.reason for k in blocked)
         if out.get("status") == "open":
             out["status"] = "blocked"
-            # SGLang's words on whether the server runs it are no longer the verdict's (set below).
-            admitted = re.sub(r"; (not )?in effect(: cannot tell)? in the running server: .*$", "", sglang)
-            out["reason"] = f"{lead}; SGLang's own gates admit it ({admitted})"
+            out["reason"] = f"{lead}; SGLang's own gates admit it ({gates_reason(sglang)})"
         else:
             out["reason"] = f"{sglang}; and {lead}" if sglang else lead
         if out.get("in_effect") is True:
             # What the server's flags ask for cannot run: the library has no kernel for this GPU.
             out["in_effect"] = False
-            out["in_effect_reason"] = f"the running server asks for it, but {blocked[0].reason}"
+            # (A default-on feature was never asked for: the judgement's own words say why it was on.)
+            out["in_effect_reason"] = f"{out.get('in_effect_reason') or 'on'}, but it never runs here: {blocked[0].reason}"
     elif unknown:
         out["reason"] = f"{sglang}; kernel library: {'; '.join(k.reason for k in unknown)}" if sglang else \
             "; ".join(k.reason for k in unknown)
