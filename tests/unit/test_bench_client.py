@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
@@ -76,9 +77,12 @@ def test_frames_survive_noise_and_a_cut_last_line():
 
 
 def test_prompts_are_fixed_by_seed():
-    assert bench_http.make_prompt_ids(3, 16) == bench_http.make_prompt_ids(3, 16)
-    assert bench_http.make_prompt_ids(3, 16) != bench_http.make_prompt_ids(4, 16)
-    path, body = bench_http.build_request("native", "m", 1, 8, 32)
+    assert bench_http.make_prompt_ids(3, 16, 32000) == bench_http.make_prompt_ids(3, 16, 32000)
+    assert bench_http.make_prompt_ids(3, 16, 32000) != bench_http.make_prompt_ids(4, 16, 32000)
+    # a vocabulary that holds the old range gets the prompts earlier results were measured with
+    old = random.Random(3)
+    assert bench_http.make_prompt_ids(3, 16, 152064) == [old.randint(1000, 20000) for _ in range(16)]
+    path, body = bench_http.build_request("native", "m", 1, 8, 32, vocab_size=32000)
     assert path == "/generate" and len(body["input_ids"]) == 8
     assert body["sampling_params"] == {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}
     path, body = bench_http.build_request("chat", "m", 1, 8, 32)

@@ -17,6 +17,7 @@ from gpuops.bench.suites import NAMES as SUITES
 from gpuops.bench.suites import TORCHRUN_NAMES as TORCHRUN_SUITES
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
+from gpuops.facts.python_select import sglang_env_pythonpath
 
 APIS = ("native", "completions", "chat")
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
@@ -354,6 +355,9 @@ def build_payload(
     }
     python = options.python or str(host_vars.get("sglang_python") or "python3")
     payload["server_python"] = str(host_vars["sglang_python"]) if host_vars.get("sglang_python") else None
+    # the stack the server imports: its PYTHONPATH as gpuops launches it, for when no server runs
+    # to read it from (a running server's own environment comes first, on the host)
+    payload["server_pythonpath"] = sglang_env_pythonpath(host_vars)
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}

@@ -10,6 +10,10 @@ Every probe that needs python (the package probe, the gate scanner) must see the
 2. the host var ``sglang_python`` (may be a wrapper script: used only if it behaves as python 3.8+);
 3. the host var ``gpuops_python``, then ``python3``, then ``python`` on PATH.
 
+With no server on the wanted port, the ``PYTHONPATH`` of the host var ``sglang_env`` (the server's
+environment as gpuops launches it) is exported, so that an install there is seen before the server
+starts.
+
 It exports ``GPUOPS_PY`` (empty when there is none), ``GPUOPS_PY_REASON``, ``GPUOPS_SERVER_PID``
 (empty when no server listens on the wanted port), ``GPUOPS_SERVER_PORT`` (the wanted port) and
 ``GPUOPS_SERVER_OTHERS`` ("pid:port ..." of SGLang servers on other ports).
@@ -161,6 +165,11 @@ if [ -z "$GPUOPS_PY" ]; then
   done
 fi
 [ -n "$GPUOPS_PY" ] || GPUOPS_PY_REASON="${gpuops_why}no python >= 3.8 found (server, sglang_python, python3, python)"
+if [ -z "$GPUOPS_SERVER_PID" ] && [ -n "$gpuops_env_pythonpath_set" ]; then
+  # No server to read it from: the PYTHONPATH gpuops launches the server with (an empty one too).
+  PYTHONPATH=$gpuops_env_pythonpath; export PYTHONPATH
+  [ -z "$GPUOPS_PY" ] || GPUOPS_PY_REASON="$GPUOPS_PY_REASON; PYTHONPATH from host var sglang_env"
+fi
 export GPUOPS_PY GPUOPS_PY_REASON
 """
 
@@ -186,15 +195,30 @@ def _optional_text(vars: Mapping[str, Any], name: str) -> str:
     return str(value)
 
 
+def sglang_env_pythonpath(vars: Mapping[str, Any]) -> str | None:
+    """The ``PYTHONPATH`` in the host var ``sglang_env`` (the server's environment as gpuops
+    launches it), or None when it sets none."""
+    env = vars.get("sglang_env")
+    if not isinstance(env, Mapping) or env.get("PYTHONPATH") is None:
+        return None
+    value = env["PYTHONPATH"]
+    if not isinstance(value, str) or "\n" in value or "\x00" in value:
+        raise GpuopsError(f"sglang_env's PYTHONPATH must be a single line of paths, got {value!r}")
+    return value
+
+
 def preamble_for_vars(vars: Mapping[str, Any]) -> str:
     """The preamble for a host's vars; every value is passed to sh quoted."""
     port = sglang_port(vars)
+    pythonpath = sglang_env_pythonpath(vars)
     return "\n".join(
         [
             "# gpuops: find the SGLang server and choose the python to probe with",
             f"GPUOPS_SERVER_PORT={port}",
             f"gpuops_sglang_python={shlex.quote(_optional_text(vars, 'sglang_python'))}",
             f"gpuops_helper_python={shlex.quote(_optional_text(vars, 'gpuops_python'))}",
+            f"gpuops_env_pythonpath={shlex.quote(pythonpath or '')}",
+            f"gpuops_env_pythonpath_set={'1' if pythonpath is not None else ''}",
             _FUNCTIONS.strip(),
             _FIND_SERVER.strip(),
             _CHOOSE_PYTHON.strip(),

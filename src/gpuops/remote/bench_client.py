@@ -31,7 +31,8 @@ import time
 from gpuops.remote import bench_collectives, bench_decode, bench_serving, bench_tool
 from gpuops.remote.bench_frames import Emitter
 from gpuops.remote.bench_http import ServerError
-from gpuops.remote.bench_snapshot import host_snapshot, patched_sources, server_client, server_snapshot
+from gpuops.remote.bench_snapshot import (host_snapshot, patched_sources, server_client, server_pid,
+                                          server_python_env, server_snapshot)
 
 # The suites this client runs, by the payload's ``suite``. Each module provides NEEDS_SERVER,
 # SERVER_AFTER, expected_records(payload) and run_suite(payload, snapshot, emitter, stop).
@@ -81,8 +82,12 @@ def run(payload, emitter):
     try:
         emitter.emit("start", {"pid": os.getpid(), "suite": payload["suite"], "time": time.time(),
                                "record_file": kept})
+        # the server's python runs in the server's environment (its PYTHONPATH), or it records
+        # another stack than the one the server imports
+        pid = server_pid(payload["url"], payload.get("server_pid_file"))
+        env = server_python_env(pid, payload.get("server_pythonpath"))
         if payload.get("host_facts", True):
-            facts = host_snapshot(payload.get("server_python"))
+            facts = host_snapshot(payload.get("server_python"), env)
             facts["patched_sources"] = patched_sources(payload.get("state_dir"))
             emitter.emit("host", facts)
         suite = payload["suite"]
@@ -91,7 +96,7 @@ def run(payload, emitter):
             raise ServerError("unknown suite %r" % suite)
         snapshot = None
         if module.NEEDS_SERVER:
-            snapshot = server_snapshot(payload["url"], payload.get("server_pid_file"), payload.get("server_python"))
+            snapshot = server_snapshot(payload["url"], pid, payload.get("server_python"), env)
             emitter.emit("server", snapshot)
             if "server_info_error" in snapshot and "model_info_error" in snapshot:
                 raise ServerError(snapshot["server_info_error"])

@@ -18,15 +18,24 @@ from gpuops.remote.sglang_server import ServerClient, ServerError, auth_headers,
 PROMPT_WORDS = ("alpha", "river", "stone", "cloud", "maple", "signal", "copper", "orbit", "lantern",
                 "meadow", "falcon", "harbor", "cipher", "ember", "glacier", "violet")
 
+# Where synthetic token ids are drawn from when the vocabulary holds it: a vocabulary this large
+# gets the very prompts earlier releases of gpuops sent for the same seed (results stay comparable).
+PROMPT_ID_RANGE = (1000, 20000)
+
 
 def http_json(url, path, body=None, timeout=30.0):
     """One JSON request (``/generate`` without streaming, ...) through the server client."""
     return ServerClient(url, api_key=known_key(url), timeout=timeout).get_json(path, body, timeout)
 
 
-def make_prompt_ids(seed, length):
+def make_prompt_ids(seed, length, vocab_size):
+    """``length`` token ids inside a vocabulary of ``vocab_size``, never one >= it: SGLang does not
+    range-check ``input_ids``, and one out of range trips a device-side assert in the embedding
+    gather that takes the whole server down (0.5.16, a model of 2000 tokens)."""
+    high = min(PROMPT_ID_RANGE[1], vocab_size - 1)
+    low = min(PROMPT_ID_RANGE[0], high // 2)  # clear of the special tokens at the bottom where there is room
     rng = random.Random(seed)
-    return [rng.randint(1000, 20000) for _ in range(length)]
+    return [rng.randint(low, high) for _ in range(length)]
 
 
 def make_prompt_text(seed, length):
@@ -34,23 +43,42 @@ def make_prompt_text(seed, length):
     return " ".join(rng.choice(PROMPT_WORDS) for _ in range(length))
 
 
-def request_for(payload, model, index, seed):
+def prompt_vocab(snapshot, emitter):
+    """The served model's vocabulary size for synthetic prompts (None: unknown, prompts are text),
+    said in a note so that a result shows what its prompts were."""
+    vocab = (snapshot or {}).get("vocab") or {}
+    size = vocab.get("vocab_size")
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        emitter.emit("note", {"message": "synthetic prompts: token ids below the model's vocabulary of %d (%s)"
+                                         % (size, vocab.get("source"))})
+        return size
+    emitter.emit("note", {"message": "synthetic prompts: text the server tokenizes (the model's vocabulary "
+                                     "is not known: %s)" % (vocab.get("reason") or "not read")})
+    return None
+
+
+def request_for(payload, model, index, seed, vocab_size=None):
     """(path, body) for request ``index``: the payload's request list (random lengths, ShareGPT
     prompts) when it has one, else the fixed --input-len/--output-len."""
     specs = payload.get("requests_spec") or []
     if specs:
         spec = specs[index % len(specs)]
         return build_request(payload["api"], model, seed, int(spec.get("input_len") or 1),
-                             int(spec["output_len"]), prompt=spec.get("prompt"))
-    return build_request(payload["api"], model, seed, int(payload["input_len"]), int(payload["output_len"]))
+                             int(spec["output_len"]), prompt=spec.get("prompt"), vocab_size=vocab_size)
+    return build_request(payload["api"], model, seed, int(payload["input_len"]), int(payload["output_len"]),
+                         vocab_size=vocab_size)
 
 
-def build_request(api, model, seed, input_len, output_len, stream=True, prompt=None):
+def build_request(api, model, seed, input_len, output_len, stream=True, prompt=None, vocab_size=None):
     """(path, body) for one generation of exactly output_len tokens (ignore_eos).
 
-    ``prompt``: a dataset's text (ShareGPT); else a synthetic prompt of ``input_len`` tokens.
+    ``prompt``: a dataset's text (ShareGPT); else a synthetic prompt of ``input_len`` tokens: token
+    ids inside ``vocab_size`` for the native API, or words the server tokenizes where the
+    vocabulary is not known (a guessed id may lie outside it and kill the server).
     """
     if api == "native":
+        if prompt is None and not vocab_size:
+            prompt = make_prompt_text(seed, input_len)
         if prompt is not None:
             return "/generate", {
                 "text": prompt,
@@ -58,7 +86,7 @@ def build_request(api, model, seed, input_len, output_len, stream=True, prompt=N
                 "stream": stream,
             }
         return "/generate", {
-            "input_ids": make_prompt_ids(seed, input_len),
+            "input_ids": make_prompt_ids(seed, input_len, vocab_size),
             "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
             "stream": stream,
         }
@@ -112,6 +140,7 @@ def stream_request(url, api, path, body, timeout=600.0, stop=None):
             return sample
         chunks = sample["chunks"]
         usage = None
+        done = False  # SGLang ends every stream it finishes with [DONE] (errors included)
         while True:
             if stop is not None and stop.is_set():
                 sample["error"] = "interrupted"
@@ -125,6 +154,7 @@ def stream_request(url, api, path, body, timeout=600.0, stop=None):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
+                done = True
                 break
             try:
                 event = json.loads(payload.decode("utf-8"))
@@ -150,6 +180,11 @@ def stream_request(url, api, path, body, timeout=600.0, stop=None):
                     usage = event["usage"]
                 if _chunk_has_content(api, event):
                     chunks.append([now - t_send, None])
+        if not done:
+            sample["error"] = "the stream ended before [DONE]%s: %s" % (
+                " after %d tokens" % chunks[-1][1] if chunks and chunks[-1][1] else "",
+                SERVER_GONE % url if server_gone(url) else "the server closed it")
+            return sample
         if api != "native":
             if not usage:
                 sample["error"] = "the server sent no usage; token counts unknown"
@@ -167,9 +202,36 @@ def stream_request(url, api, path, body, timeout=600.0, stop=None):
         return sample
     except (OSError, socket.timeout, http.client.HTTPException) as exc:
         sample["error"] = "connection to %s failed: %s" % (url, exc)
+        if not isinstance(exc, socket.timeout) and server_gone(url):
+            sample["error"] += "; " + SERVER_GONE % url
         return sample
     finally:
         conn.close()
+
+
+SERVER_GONE = "the server at %s no longer accepts connections: it stopped or died (its log says why)"
+
+
+def server_gone(url, attempts=6, pause=0.5):
+    """Whether nothing listens on the server's port any more: a server that dies mid-request (an
+    out-of-range token id's device-side assert takes the whole of SGLang down) just ends its
+    streams. Asked a few times: a dying server's listening socket outlives its last answer briefly."""
+    try:
+        host, port, _ = split_url(url)
+    except ServerError:
+        return False
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(pause)
+        try:
+            socket.create_connection((host, port), timeout=2.0).close()
+        except ConnectionRefusedError:
+            return True
+        except (ConnectionResetError, ConnectionAbortedError):
+            continue  # the listening socket closed under this very connection: asked again
+        except OSError:
+            return False  # unreachable for another reason (a timeout, no route): not known to be gone
+    return False
 
 
 def spread_counts(chunks, total):
@@ -196,10 +258,10 @@ def compact_sample(sample, index, extra=None):
     return out
 
 
-def run_warmup(payload, model, emitter, stop):
+def run_warmup(payload, model, emitter, stop, vocab_size=None):
     for i in range(int(payload.get("warmup", 2))):
         path, body = build_request(payload["api"], model, 10000 + i, min(32, int(payload["input_len"])),
-                                   min(16, int(payload["output_len"])))
+                                   min(16, int(payload["output_len"])), vocab_size=vocab_size)
         sample = stream_request(payload["url"], payload["api"], path, body,
                                 timeout=float(payload.get("request_timeout", 600)), stop=stop)
         if not sample["ok"]:

@@ -8,7 +8,7 @@ import random
 import threading
 import time
 
-from gpuops.remote.bench_http import compact_sample, request_for, run_warmup, stream_request
+from gpuops.remote.bench_http import compact_sample, prompt_vocab, request_for, run_warmup, stream_request
 from gpuops.remote.bench_snapshot import model_name
 from gpuops.remote.bench_stats import summarize_samples
 
@@ -24,7 +24,7 @@ def expected_records(payload):
 
 
 def run_suite(payload, snapshot, emitter, stop):
-    return suite_serving(payload, model_name(snapshot), emitter, stop)
+    return suite_serving(payload, model_name(snapshot), emitter, stop, prompt_vocab(snapshot, emitter))
 
 
 def serving_levels(payload):
@@ -49,8 +49,8 @@ def arrival_times(count, rate, seed):
     return times
 
 
-def suite_serving(payload, model, emitter, stop):
-    run_warmup(payload, model, emitter, stop)
+def suite_serving(payload, model, emitter, stop, vocab_size=None):
+    run_warmup(payload, model, emitter, stop, vocab_size)
     levels = serving_levels(payload)
     slo = payload.get("slo") or None
     for level_index, (concurrency, rate) in enumerate(levels):
@@ -69,7 +69,7 @@ def suite_serving(payload, model, emitter, stop):
             sent = time.perf_counter() - started
             try:
                 seed = int(payload.get("seed", 0)) + 1000 * level_index + i
-                path, body = request_for(payload, model, i, seed)
+                path, body = request_for(payload, model, i, seed, vocab_size)
                 sample = stream_request(payload["url"], payload["api"], path, body,
                                         timeout=float(payload.get("request_timeout", 600)), stop=stop)
                 if sample.get("error") == "interrupted":

@@ -120,16 +120,17 @@ class ServerClient(object):
             _KEYS[self.url] = self.api_key
 
     @classmethod
-    def for_process(cls, url, pid=None, python=None, timeout=10.0):
+    def for_process(cls, url, pid=None, python=None, timeout=10.0, env=None):
         """A client for the server ``pid`` runs: its ``--api-key`` from its command line, the routes
-        of the release its python (or ``python``) imports."""
+        of the release its python (or ``python``) imports, run in ``env`` where given (the
+        server's own ``PYTHONPATH``: without it that python may not see the server's SGLang)."""
         argv = process_cmdline(pid) if pid else None
         words = sglang_argv.launch_args(argv or []) if argv else None
         key = sglang_argv.flag_value(words, "--api-key") if words else None
         if python is None and argv and argv[0].startswith("/"):
             python = argv[0]
         return cls(url, api_key=key if isinstance(key, str) else None,
-                   routes=installed_get_routes(python), timeout=timeout)
+                   routes=installed_get_routes(python, env), timeout=timeout)
 
     # ---- requests
     def request(self, method, path, body=None, timeout=None, accept=None):
@@ -293,23 +294,23 @@ def process_cmdline(pid):
         return None
 
 
-def installed_root(python=None):
+def installed_root(python=None, env=None):
     """The ``sglang`` package directory ``python`` (default: this one) imports, found without
-    importing it; None when there is none."""
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+    importing it, run in ``env`` (default: this process's environment); None when there is none."""
+    if env is None and (python is None or os.path.realpath(python) == os.path.realpath(sys.executable)):
         return sglang_release.find_root()
     try:
-        done = subprocess.run([python, "-c", _FIND_SGLANG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=30)
+        done = subprocess.run([python or sys.executable, "-c", _FIND_SGLANG], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     root = done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
     return root or None
 
 
-def installed_get_routes(python=None):
+def installed_get_routes(python=None, env=None):
     """The GET paths of the installed release (a set), or None when its source cannot be read."""
-    root = installed_root(python)
+    root = installed_root(python, env)
     if not root:
         return None
     try:
