@@ -199,3 +199,33 @@ def test_client_runs_under_python38(tmp_path: Path):
     assert state.error is None, state.error
     assert state.result["host_facts"]["python"].startswith("3.8.")
     assert state.result["summary"]["output_tokens_per_s"] == pytest.approx(300, rel=0.03)
+
+
+def test_sglang_tool_runs_in_the_servers_environment(tmp_path: Path):
+    # A real 0.5.16 on the H200 (tests/fixtures/real/h200-x1/sglang-0.5.16) ran from PYTHONPATH=/tmp/site
+    # with a python that has no sglang of its own: `bench --tool sglang` ran that python without the
+    # server's PYTHONPATH and failed "No module named 'sglang'". The tool must import what the server does.
+    from types import MappingProxyType
+
+    from gpuops.bench.runner import BenchTarget
+    from gpuops.inventory import Host
+
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.16'\n")
+    # SGLang's bench_serving as far as gpuops reads it: one JSONL line in --output-file.
+    (site / "sglang" / "bench_serving.py").write_text(
+        "import json, sys\n"
+        "out = sys.argv[sys.argv.index('--output-file') + 1]\n"
+        "line = {'completed': 2, 'duration': 1.0, 'request_throughput': 2.0, 'output_throughput': 100.0,\n"
+        "        'total_output_tokens': 100, 'total_input_tokens': 20, 'mean_tpot_ms': 10.0, 'max_concurrency': 1}\n"
+        "open(out, 'a').write(json.dumps(line) + '\\n')\n")
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "500", "GPUOPS_STANDIN_TTFT_MS": "1", "PYTHONPATH": str(site)}
+    with start_standin(tmp_path, env=env) as server:
+        host = Host(name="onpath", address=None, port=None, user=None, key_file=None, connection="local",
+                    groups=("all",), vars=MappingProxyType({"sglang_python": sys.executable}))
+        options = BenchOptions(suite="serving", tool="sglang", concurrency=(1,))
+        state = run_bench([BenchTarget(host, server.url, sys.executable)], options, ResultsStore(tmp_path / "r"),
+                          ConnectOptions(), remote=False)["onpath"]
+    assert state.error is None, state.error
+    assert state.result["levels"][0]["completed"] == 2

@@ -86,6 +86,8 @@ def run(payload, emitter):
         # another stack than the one the server imports
         pid = server_pid(payload["url"], payload.get("server_pid_file"))
         env = server_python_env(pid, payload.get("server_pythonpath"))
+        # SGLang's own benchmark and torchrun's workers import the server's packages: the same env
+        payload = dict(payload, server_env=env)
         if payload.get("host_facts", True):
             facts = host_snapshot(payload.get("server_python"), env)
             facts["patched_sources"] = patched_sources(payload.get("state_dir"))

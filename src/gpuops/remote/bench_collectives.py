@@ -96,7 +96,7 @@ def _suite_allreduce(payload, emitter, stop, work_dir):
         config_path = os.path.join(work_dir, "config-%d.json" % variant_index)
         with open(config_path, "w") as handle:
             json.dump(config, handle)
-        env = dict(os.environ)
+        env = dict(payload.get("server_env") or os.environ)  # torch and NCCL as the server imports them
         env.update({str(k): str(v) for k, v in variant.items()})
         env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONUNBUFFERED"] = "1"

@@ -60,11 +60,12 @@ def reads_key(module, root):
         return None
 
 
-def tool_env(module, root, url):
-    """The tool's environment: this process's, with the server's key as ``OPENAI_API_KEY`` when its
-    command line gives one (a key the host's environment already holds is left to the operator).
-    Raises ServerError when the server wants a key and the module sends none."""
-    env = dict(os.environ)
+def tool_env(module, root, url, server_env=None):
+    """The tool's environment: the server's python's (``server_env``: the server's own PYTHONPATH,
+    ``bench_snapshot.server_python_env``; else this process's), with the server's key as
+    ``OPENAI_API_KEY`` when its command line gives one (a key the host's environment already holds
+    is left to the operator). Raises ServerError when the server wants a key and the module sends none."""
+    env = dict(server_env if server_env is not None else os.environ)
     key = known_key(url)
     if not key:
         return env
@@ -97,9 +98,12 @@ def _suite_tool(payload, emitter, stop, out_dir):
     appends its result line to the output file, which is read back once per run.
     """
     tool = payload["tool"]
-    root = installed_root(tool.get("python"))
+    # Without the server's PYTHONPATH its python may not import sglang at all (a real 0.5.16 on
+    # the H200: "No module named 'sglang'", the release installed on PYTHONPATH).
+    server_env = payload.get("server_env")
+    root = installed_root(tool.get("python"), server_env)
     module = tool_module(tool["module"], root)
-    env = tool_env(module, root, payload["url"])
+    env = tool_env(module, root, payload["url"], server_env)
     for run_index, tail_args in enumerate(tool.get("runs") or [[]]):
         if stop.is_set():
             break
