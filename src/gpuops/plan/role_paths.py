@@ -1,12 +1,12 @@
-"""Where roles and shared templates are looked up: ``$GPUOPS_ROLES_PATH``, ./roles, the checkout,
-the installed data files. Kept apart from ``roles.py`` (which loads and checks roles, and so
-imports every module's argument spec) because the no-op memo's ``memo.code_digest`` needs
-only these directories."""
+"""Where roles and shared templates are looked up: ``$GPUOPS_ROLES_PATH``, ./roles, then the ones
+this gpuops carries (inside the installed package, or the checkout's for an editable install). Kept
+apart from ``roles.py`` (which loads and checks roles, and so imports every module's argument spec)
+because the no-op memo's ``memo.code_digest`` needs only these directories."""
 
 from __future__ import annotations
 
 import os
-import sys
+from importlib.resources import files
 from pathlib import Path
 
 
@@ -14,7 +14,6 @@ def default_roles_path() -> list[Path]:
     """``$GPUOPS_ROLES_PATH`` (colon list), ``./roles``, then the roles that ship with gpuops."""
     paths = [Path(p) for p in os.environ.get("GPUOPS_ROLES_PATH", "").split(os.pathsep) if p]
     paths.append(Path.cwd() / "roles")
-    paths.append(project_root() / "roles")
     paths.append(installed_data_dir() / "roles")
     return paths
 
@@ -25,9 +24,14 @@ def project_root() -> Path:
 
 
 def installed_data_dir() -> Path:
-    # A wheel (non-editable install) puts roles/ and templates/ here (pyproject's data-files).
-    return Path(sys.prefix) / "share" / "gpuops"
+    """The folder holding the ``roles/``, ``templates/`` and ``docs/`` this gpuops ships with.
+
+    An installed package (a wheel: venv, ``--user``, pipx) carries them as ``gpuops/data/``
+    (pyproject maps the checkout's top-level folders there), found through the package itself, so
+    wherever the install scheme put it. An editable install has no ``gpuops/data``: the checkout."""
+    packaged = Path(str(files("gpuops"))) / "data"
+    return packaged if packaged.is_dir() else project_root()
 
 
 def shared_templates_dirs() -> list[Path]:
-    return [Path.cwd() / "templates", project_root() / "templates", installed_data_dir() / "templates"]
+    return [Path.cwd() / "templates", installed_data_dir() / "templates"]
