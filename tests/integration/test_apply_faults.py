@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +219,79 @@ def test_dead_worker_and_session_are_rolled_back_by_the_next_command(nccl_lab, r
     home = [json.loads(l) for l in (gpuops_home / ".local/state/gpuops/journal.jsonl").read_text().splitlines()]
     mine = [r for r in home if r.get("outcome") in ("unknown", "rolled_back") and r.get("host") == "h01"]
     assert [r["outcome"] for r in mine][-2:] == ["unknown", "rolled_back"] and mine[-1].get("reconciled"), mine
+
+
+def server_pid(host) -> int:
+    return int((host.state_dir / "sglang.pid").read_text())
+
+
+def wait_healthy(host, within: float) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{host.server_port}/health", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"the server was not healthy within {within} s"
+        time.sleep(0.1)
+
+
+def test_history_leaves_alone_a_previous_server_still_starting(lab_factory, run_gpuops) -> None:
+    """Issue 36, defect 7, as seen on a real SGLang 0.5.16: a health timeout (1 s) shorter than the
+    server's start (here 8 s: the lab's python wrapper gives every later start of the stand-in
+    GPUOPS_STANDIN_STARTUP_S): the apply's rollback restarts the previous server and ends
+    rollback_failed while that server still loads; `gpuops history` right after neither kills nor
+    restarts it, and says what state it is in. (Before: history killed it, started another, and
+    printed "server left as it was".)"""
+    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    host = lab.hosts[0]
+    served = server_view(host)
+    wrapper = host.bin_dir / "python-sglang"
+    wrapper.write_text(wrapper.read_text().replace(
+        "#!/bin/sh\n", "#!/bin/sh\nGPUOPS_STANDIN_STARTUP_S=8; export GPUOPS_STANDIN_STARTUP_S\n", 1))
+    before = fingerprint(host.dir)
+    applied = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "-e", "gpuops_health_timeout=1",
+                         "-e", "gpuops_stop_grace=5", "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 52}}))
+    assert applied.returncode == 1 and "ROLLBACK FAILED" in applied.stdout, applied.stdout + applied.stderr
+    starting = server_pid(host)
+    assert f"pid {starting}" in applied.stdout and "left running" in applied.stdout, applied.stdout
+    history = run_gpuops("history", "-i", str(lab.inventory_path))
+    assert history.returncode == 0, history.stdout + history.stderr
+    assert server_pid(host) == starting and alive(starting), "history restarted the server"
+    assert "rolled back first" in history.stdout and "left as it was" not in history.stdout, history.stdout
+    assert f"pid {starting}" in history.stdout and "worker died" not in history.stdout, history.stdout
+    wait_healthy(host, 30)
+    assert fingerprint(host.dir) == before
+    now = server_view(host)
+    assert now["env"].pop("GPUOPS_STANDIN_STARTUP_S") == "8"
+    assert now == served  # the previous configuration, started once, by the rollback
+    lab.stop(remove=True)
+
+
+def test_a_previous_server_starting_within_its_deadline_is_waited_for_not_restarted(nccl_lab, run_gpuops,
+                                                                                     gpuops_home) -> None:
+    """The apply fails at its health check and its rollback starts the previous server; the worker
+    and its session die right then (nothing on the host left to wait). The next `gpuops history`
+    finds that server alive within its health deadline: it waits for it, and restarts nothing."""
+    host = nccl_lab.hosts[0]
+    before, served = fingerprint(host.dir), server_view(host)
+    (host.state_dir / "lab-fault.json").write_text(
+        json.dumps({"fail_at": "health", "pause_at": "rollback_health", "seconds": 60}))
+    earlier = calls(host)
+    proc = client(nccl_lab, "nccl-env", *lab_args("nccl-env", 53), home=gpuops_home)
+    where = paused(host, "rollback_health", proc, earlier)
+    started = server_pid(host)
+    kill("relay", where, proc)
+    proc.communicate(timeout=120)
+    history = run_gpuops("history", "-i", str(nccl_lab.inventory_path))
+    assert history.returncode == 0, history.stdout + history.stderr
+    assert server_pid(host) == started and alive(started), "history restarted the server"
+    assert "rolled back first" in history.stdout and f"healthy (pid {started}" in history.stdout, history.stdout
+    assert fingerprint(host.dir) == before
+    assert server_view(host) == served
+    assert journal_events(host)[-1][1] == "rolled_back"
 
 
 # ---------------------------------------------------------------- fusion-sm120 (two-step: audit, verdict)

@@ -533,7 +533,9 @@ def _fold_result(report: HostReport, result: "HelperResult", secrets: list[str])
     if status == STATUS_ROLLED_BACK:
         report.error += f" -- rolled back: {len(report.restored)} file(s) restored; {result.service or ''}".rstrip("; ")
     elif status == STATUS_ROLLBACK_FAILED:
-        report.error += " -- ROLLBACK FAILED: " + "; ".join(result.problems)
+        # What the host left the server as (a previous server still starting, not running, ...).
+        failed = list(result.problems) + ([result.service] if result.service else [])
+        report.error += " -- ROLLBACK FAILED: " + "; ".join(failed)
 
 
 def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:

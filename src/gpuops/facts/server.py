@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.facts.software import kv_lines
 from gpuops.secret_policy import mask_args, mask_value
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
+from gpuops.remote.service_base import HEALTH_PROBE_TIMEOUT_S
 
 if TYPE_CHECKING:  # imported where a running server is parsed: apply's GPU facts never need them
     from gpuops.facts.served_model import ModelFacts
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # imported where a running server is parsed: apply's GPU fact
     from gpuops.facts.server_report import ServerReport
 
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_NCCL_", "FLASHINFER_", "NVSHMEM_")
-HEALTH_TIMEOUT_S = 3
+HEALTH_TIMEOUT_S = HEALTH_PROBE_TIMEOUT_S  # /health runs a generation: >= 1.03 s on a real 0.5.16 server
 CONFIG_LIMIT_BYTES = 1 << 20
 
 DOCKER_FORMAT = ('{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Config.Image}},"image_id":{{json .Image}},'

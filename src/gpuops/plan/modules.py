@@ -22,6 +22,7 @@ from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ServiceSpec
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
 from gpuops.plan.model import FileState
+from gpuops.remote.service_base import DEFAULT_HEALTH_TIMEOUT_S, DEFAULT_STOP_GRACE_S
 from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:
@@ -422,8 +423,8 @@ INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="liter
     Arg("name", required=True),
     Arg("state_dir", required=True),
     Arg("port", "number", required=True),
-    Arg("health_timeout", "number", default=600),
-    Arg("grace", "number", default=30),
+    Arg("health_timeout", "number", default=DEFAULT_HEALTH_TIMEOUT_S),  # measured defaults: remote/service_base.py
+    Arg("grace", "number", default=DEFAULT_STOP_GRACE_S),
     Arg("docker_run_script"),
     Arg("daemon_reload", "any", doc="accepted and not used: gpuops reloads systemd when the unit changed"),
 ), handler_only=True, plans=(

@@ -8,11 +8,12 @@ from gpuops.remote.apply_journal import read_journal, unfinished_runs
 from gpuops.remote.apply_lease import NoLease
 from gpuops.remote.apply_manifest import load_manifest
 from gpuops.remote.apply_run import SERVER_PROBLEM, Run
-from gpuops.remote.host_protocol import EVENT_RECOVERING, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED
+from gpuops.remote.host_protocol import EVENT_RECOVERING, PREVIOUS_STARTED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED
 
 
 def recover_unfinished(state_dir, progress, notes, restored_out=None, held=None):
-    """Roll back every run whose worker died (we hold the lock, so none is alive). Idempotent.
+    """Roll back every run whose worker died, or whose own rollback did not finish (we hold the
+    lock, so no worker of theirs is alive). Idempotent.
 
     ``held``: (run id, lease) of the run the relay recovers while gpuops is still connected (its
     worker died mid-run). A node of a multi-node server then holds its previous server's restart
@@ -20,11 +21,17 @@ def recover_unfinished(state_dir, progress, notes, restored_out=None, held=None)
     worker node's new server (started just before), which the abort then stopped, taking the
     restarted leader down with it. A run found dead by a later command has nobody to wait for."""
     recovered = []
-    for run_record in unfinished_runs(read_journal(state_dir, notes)):
+    records = read_journal(state_dir, notes)
+    for run_record in unfinished_runs(records):
         run_id = run_record["run_id"]
         fake = {"state_dir": state_dir, "run_id": run_id, "meta": {}}
         run = Run(fake, progress, held[1] if held is not None and held[0] == run_id else NoLease())
-        why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
+        # The previous server its undo started, if any: waited for, never restarted (Run.restart_previous).
+        run.previous_started = last_record(records, run_id, PREVIOUS_STARTED)
+        if run_record.get("last_event") == ROLLBACK_FAILED:  # its worker ended it, not all undone
+            why = "its rollback had failed"
+        else:
+            why = "its worker died before the run ended (last step: %s)" % run_record.get("last_event")
         try:
             manifest = load_manifest(state_dir, run_record)
         except StepFailed as exc:
@@ -50,3 +57,9 @@ def recover_unfinished(state_dir, progress, notes, restored_out=None, held=None)
                             service_note, ("; " + "; ".join(problems)) if problems else "")
                          + ("; kept %s: not empty any more" % ", ".join(run.kept_dirs) if run.kept_dirs else ""))
     return recovered
+
+
+def last_record(records, run_id, event):
+    """The last journal record of ``run_id`` with ``event`` (its fields as written), or None."""
+    found = [r for r in records if r.get("run_id") == run_id and r.get("event") == event]
+    return found[-1] if found else None

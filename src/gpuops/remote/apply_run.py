@@ -27,7 +27,7 @@ from gpuops.remote.apply_service import Service, backend_call, previous_service
 from gpuops.remote.container_image import build_for_run, discard_built_image, prune_derived_images
 from gpuops.remote.digest import sha256_file
 from gpuops.remote.host_hooks import HostHooks
-from gpuops.remote.host_protocol import EVENT_ROLLBACK_STOPPED, EVENT_STOP_READY, EVENT_STOPPED, EVENT_AUDITED, EVENT_COMMITTED, EVENT_COMPILED, EVENT_DIR_KEPT, EVENT_HEALTHY, EVENT_PHASE, EVENT_ROLLED_BACK, EVENT_ROLLING_BACK, EVENT_VERIFIED, EVENT_WROTE, FINISHED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, UNCHANGED
+from gpuops.remote.host_protocol import EVENT_ROLLBACK_STOPPED, EVENT_STOP_READY, EVENT_STOPPED, EVENT_AUDITED, EVENT_COMMITTED, EVENT_COMPILED, EVENT_DIR_KEPT, EVENT_HEALTHY, EVENT_PHASE, EVENT_ROLLED_BACK, EVENT_ROLLING_BACK, EVENT_VERIFIED, EVENT_WROTE, FINISHED, PREVIOUS_STARTED, ROLLBACK_FAILED, ROLLED_BACK, SERVER_TOUCHED, STARTED, STATUS_FINISHED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNCHANGED, UNCHANGED
 from gpuops.remote.secret_mask import mask_reported
 
 
@@ -50,6 +50,9 @@ class Run:
         self.service = Service(payload.get("service"), self.pm, progress)
         self.server_touched = False  # set once a handler starts: only then does rollback restart
         self.server_running_before = False
+        # The journal's record of the previous server this run's undo started (pid, health deadline):
+        # a recovery of the run waits for that server rather than restart it (apply_recovery sets it).
+        self.previous_started = None
         self.kept_dirs = []  # directories a run created that someone filled since: left in place
         # A node of a multi-node server (apply/deployment.py): it holds where gpuops says (HOLDS).
         self.deployment = payload.get("deployment")
@@ -314,26 +317,72 @@ class Run:
 
     def restart_previous(self, manifest, problems):
         """The server the restored files describe, restarted and healthy (when this run touched
-        it); a failure is added to ``problems``. Returns what happened to the server, one line."""
-        service_note = "server left as it was"
-        if self.server_touched and manifest.get("service"):
-            service = Service(previous_service(manifest.get("service")), self.pm, self.progress)
-            try:
-                if manifest.get("server_running_before", True):
-                    service.stop()
-                    reload = any(h.get("daemon_reload") for h in manifest.get("handlers", []))
-                    if manifest.get("deployment"):
-                        self.hold_restart()
-                    service.start(daemon_reload=reload)
-                    self.hooks.at_phase(self, "rollback_health")
-                    previous_healthy(service, manifest, reload)
-                    service_note = "previous server configuration restarted and healthy (pid %s)" % service.running()[1]
-                else:
-                    service.stop()
-                    service_note = "server stopped, as it was before"
-            except Exception as exc:
-                problems.append("%s: %s" % (SERVER_PROBLEM, exc))
-        return service_note
+        it); a failure is added to ``problems``. Returns what happened to the server, one line,
+        true whatever happened (it is journaled and printed as the state the server was left in)."""
+        if not (self.server_touched and manifest.get("service")):
+            return "server left as it was"
+        service = Service(previous_service(manifest.get("service")), self.pm, self.progress)
+        try:
+            if not manifest.get("server_running_before", True):
+                service.stop()
+                return "server stopped, as it was before"
+            # Started by this run's undo already and alive: a restart would only begin its start
+            # (minutes for a real model) again; it is waited for, within its health deadline. A
+            # node of a multi-node server restarts with the others (one node's restart ends them all).
+            if not manifest.get("deployment") and self.still_ours(service):
+                pid = self.await_previous(service)
+                if pid is not None:
+                    return ("previous server configuration healthy (pid %s; started by this run's rollback, "
+                            "not restarted)" % pid)
+            service.stop()
+            reload = any(h.get("daemon_reload") for h in manifest.get("handlers", []))
+            if manifest.get("deployment"):
+                self.hold_restart()
+            service.start(daemon_reload=reload)
+            if manifest.get("run_id") == self.run_id:  # the files this run's undo put back: its own
+                self.journal_previous_started(service)
+            self.hooks.at_phase(self, "rollback_health")
+            previous_healthy(service, manifest, reload)
+            return "previous server configuration restarted and healthy (pid %s)" % service.running()[1]
+        except Exception as exc:
+            problems.append("%s: %s" % (SERVER_PROBLEM, exc))
+            return server_state(service)
+
+    def journal_previous_started(self, service):
+        """Durable before its health wait: a recovery of this run (its worker killed during the wait,
+        or a later command after a health timeout shorter than the start) finds the server it must
+        not restart, and until when it may still be starting."""
+        pid = service.running()[1]
+        if pid is None:
+            return
+        self.previous_started = {"pid": pid, "health_deadline": time.time() + service.health_timeout}
+        try:
+            self.event(PREVIOUS_STARTED, **self.previous_started)
+        except OSError:
+            pass  # a full state dir: the record only spares a later recovery a restart; the wait goes on
+
+    def still_ours(self, service):
+        """Is the running server the one this run's undo started (journaled), still alive?"""
+        if not self.previous_started:
+            return False
+        running, pid = service.running()
+        return bool(running) and pid is not None and pid == self.previous_started.get("pid")
+
+    def await_previous(self, service):
+        """The previous server this run's undo started, healthy by its health deadline (what is left
+        of it: never a new one); its pid, or None when it exited meanwhile (then it is restarted,
+        as any server that is not running). Still not healthy by then: StepFailed, left running."""
+        pid = self.previous_started["pid"]
+        deadline = float(self.previous_started.get("health_deadline") or 0)
+        try:
+            service.wait_healthy(NoLease(), timeout=max(0.0, deadline - time.time()))
+        except StepFailed as exc:
+            if not self.still_ours(service):
+                return None
+            raise StepFailed("the server this run's rollback started (pid %s) passed its health deadline "
+                             "(gpuops_health_timeout %gs); not restarted: a restart would only begin its start again"
+                             % (pid, service.health_timeout), exc.log_tail)
+        return pid
 
     def hold_restart(self):
         """A node of a multi-node server in a rollback: the previous server starts once every node
@@ -355,9 +404,9 @@ class Run:
         restored, problems, service_note = self.restore(manifest)
         discard_built_image(self)  # docker: an image this run built, now that the previous container is back
         if problems:
-            self.event(ROLLBACK_FAILED, error=why, problems=problems)
+            self.event(ROLLBACK_FAILED, error=why, problems=problems, service=service_note)
             return {"ok": False, "status": STATUS_ROLLBACK_FAILED, "error": why, "restored": restored,
-                    "problems": problems, "run_id": self.run_id, "log_tail": log_tail}
+                    "problems": problems, "service": service_note, "run_id": self.run_id, "log_tail": log_tail}
         self.event(ROLLED_BACK, error=why, restored=restored, service=service_note, **self.dirs_note())
         return dict({"ok": False, "status": STATUS_ROLLED_BACK, "error": why, "restored": restored,
                      "service": service_note, "run_id": self.run_id, "log_tail": log_tail}, **self.dirs_note())
@@ -365,6 +414,18 @@ class Run:
     def dirs_note(self):
         """``kept_dirs`` for a journal record or a result, when a created directory had to stay."""
         return {"kept_dirs": list(self.kept_dirs)} if self.kept_dirs else {}
+
+
+def server_state(service):
+    """The server's state once bringing the previous one back failed, as a note: only what is known
+    (the problem beside it says what failed; a health wait that ran out: still starting, or stuck)."""
+    try:
+        running, pid = service.running()
+    except Exception as exc:
+        return "server in an unknown state (%s)" % exc
+    if running:
+        return "previous server configuration not confirmed healthy: the server process (pid %s) left running" % pid
+    return "no server running"
 
 
 def previous_healthy(service, manifest, reload):

@@ -14,7 +14,7 @@ import sys
 import time
 
 from gpuops.remote.apply_common import StepFailed
-from gpuops.remote.service_base import run_command
+from gpuops.remote.service_base import DEFAULT_HEALTH_TIMEOUT_S, DEFAULT_STOP_GRACE_S, HEALTH_PROBE_TIMEOUT_S, run_command
 from gpuops.remote.sglang_argv import flag_value, launch_args
 from gpuops.remote.sglang_server import HEALTH_ROUTE, ServerClient, ServerError
 
@@ -31,8 +31,8 @@ class Service:
         self.backend = load_backend(self.manager, self.spec)
         self.state_dir = self.spec.get("state_dir")
         self.port = int(self.spec.get("port", 30000))
-        self.grace = float(self.spec.get("grace", 30))
-        self.health_timeout = float(self.spec.get("health_timeout", 600))
+        self.grace = float(self.spec.get("grace", DEFAULT_STOP_GRACE_S))
+        self.health_timeout = float(self.spec.get("health_timeout", DEFAULT_HEALTH_TIMEOUT_S))
         self.progress = progress
         self.pm = pm
 
@@ -92,7 +92,7 @@ class Service:
             running, pid = self.running()
             if client is None or client_pid != pid:
                 # the one server client, with the server's own --api-key (read from its command line)
-                client, client_pid = ServerClient.for_process(base, pid, timeout=2.0), pid
+                client, client_pid = ServerClient.for_process(base, pid, timeout=HEALTH_PROBE_TIMEOUT_S), pid
             if not running:
                 why = "the server exited during start-up%s" % self.port_note()
                 if self.backend is not None:
@@ -100,7 +100,7 @@ class Service:
                 raise StepFailed(why, self.log_tail())
             answered = None
             if stage == "health":
-                answered = HEALTH_ROUTE if client.healthy() else None
+                answered = HEALTH_ROUTE if client.healthy(HEALTH_PROBE_TIMEOUT_S) else None
             else:
                 answered = info_route(client)
             if answered and stage == "health" and not worker_node(pid):

@@ -34,9 +34,12 @@ FINISHED = "finished"
 ROLLED_BACK = "rolled_back"
 UNCHANGED = "unchanged"
 ROLLBACK_FAILED = "rollback_failed"  # the run stays open: the next command tries again
+# The previous server that a run's undo started (``pid``; ``health_deadline``, epoch seconds): a later
+# recovery of the run finds it alive and waits for it or leaves it, never restarting it.
+PREVIOUS_STARTED = "previous_started"
 REVERTED_BY_ROLLBACK = "reverted_by_rollback"  # not written by this version; still read as closed
 TERMINAL_EVENTS = (FINISHED, ROLLED_BACK, UNCHANGED, REVERTED_BY_ROLLBACK)
-JOURNAL_EVENTS = (STARTED, SERVER_TOUCHED, ROLLBACK_FAILED) + TERMINAL_EVENTS
+JOURNAL_EVENTS = (STARTED, SERVER_TOUCHED, PREVIOUS_STARTED, ROLLBACK_FAILED) + TERMINAL_EVENTS
 
 # The helper's result ``status`` (host side), and the client's own for what it could not learn.
 STATUS_FINISHED = FINISHED

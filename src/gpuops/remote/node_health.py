@@ -25,6 +25,7 @@ import time
 
 from gpuops.remote import process_manager, replica_drain
 from gpuops.remote.apply_service import Service
+from gpuops.remote.service_base import HEALTH_PROBE_TIMEOUT_S
 from gpuops.remote.sglang_server import ServerClient
 
 # The checks this helper makes (the client, apply/deployment_health.py, names them by these).
@@ -83,7 +84,8 @@ def worker(spec, pid):
         service, now = _server(spec, pid)
     except ValueError as exc:
         return {"ok": False, "error": str(exc)}
-    if not ServerClient.for_process("http://127.0.0.1:%d" % service.port, now, timeout=5.0).healthy(5.0):
+    client = ServerClient.for_process("http://127.0.0.1:%d" % service.port, now, timeout=HEALTH_PROBE_TIMEOUT_S)
+    if not client.healthy(HEALTH_PROBE_TIMEOUT_S):
         return {"ok": False, "error": "its server (pid %s) no longer answers /health" % now}
     said = peer_failure(service.log_tail(400).splitlines())
     if said:

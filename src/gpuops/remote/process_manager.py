@@ -33,13 +33,12 @@ import time
 import urllib.error
 import urllib.request
 
+from gpuops.remote.service_base import DEFAULT_HEALTH_TIMEOUT_S, DEFAULT_STOP_GRACE_S, HEALTH_PROBE_TIMEOUT_S
 from gpuops.remote.sglang_argv import is_server_argv
 
 PID_FILE = "sglang.pid"
 LOG_FILE = "sglang.log"
 LAUNCH_SCRIPT = "sglang-launch.sh"
-DEFAULT_GRACE_S = 10.0
-DEFAULT_HEALTH_TIMEOUT_S = 60.0
 _POLL_S = 0.05
 _LOG_TAIL_LINES = 20
 
@@ -95,7 +94,7 @@ def start(state_dir, port=None, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=Non
                    error="not healthy after %.0f s" % health_timeout)
 
 
-def stop(state_dir, grace=DEFAULT_GRACE_S):
+def stop(state_dir, grace=DEFAULT_STOP_GRACE_S):
     """SIGTERM the server's process group, SIGKILL it after ``grace`` seconds; remove the pid file."""
     state_dir = os.path.abspath(state_dir)
     pid = _read_pid(state_dir)
@@ -114,7 +113,7 @@ def stop(state_dir, grace=DEFAULT_GRACE_S):
     return _result(not gone, pid, None, ok=gone, stopped=gone, signal=signalled)
 
 
-def restart(state_dir, port=None, grace=DEFAULT_GRACE_S, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=None):
+def restart(state_dir, port=None, grace=DEFAULT_STOP_GRACE_S, health_timeout=DEFAULT_HEALTH_TIMEOUT_S, env=None):
     stopped = stop(state_dir, grace)
     if not stopped["ok"]:
         return stopped
@@ -324,7 +323,7 @@ def _healthy(port):
     # No proxies: an operator's http_proxy must not swallow a loopback health check.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open("http://127.0.0.1:%d/health" % int(port), timeout=2) as response:
+        with opener.open("http://127.0.0.1:%d/health" % int(port), timeout=HEALTH_PROBE_TIMEOUT_S) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -346,7 +345,7 @@ def _parse_args(argv):
     parser.add_argument("action", choices=("start", "stop", "restart", "status"))
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--port", type=int)
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S)
+    parser.add_argument("--grace", type=float, default=DEFAULT_STOP_GRACE_S)
     parser.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT_S)
     return vars(parser.parse_args(argv))
 
@@ -355,7 +354,7 @@ def run_action(options):
     action = options["action"]
     state_dir = options["state_dir"]
     port = options.get("port")
-    grace = float(options.get("grace", DEFAULT_GRACE_S))
+    grace = float(options.get("grace", DEFAULT_STOP_GRACE_S))
     health_timeout = float(options.get("health_timeout", DEFAULT_HEALTH_TIMEOUT_S))
     if action == "start":
         return start(state_dir, port, health_timeout)

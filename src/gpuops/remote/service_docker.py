@@ -14,7 +14,7 @@ held by a process of this container.
 
 import json
 
-from gpuops.remote.service_base import ServiceFailed, run_command
+from gpuops.remote.service_base import DEFAULT_STOP_GRACE_S, ServiceFailed, run_command
 from gpuops.remote.ports import port_flag, port_owners, process_tree
 
 _DOCKER_TIMEOUT_S = 300
@@ -31,7 +31,7 @@ class DockerService:
         self.spec = spec or {}
         self.name = self.spec.get("name") or "sglang"
         self.run_script = self.spec.get("docker_run_script")
-        self.grace = int(float(self.spec.get("grace", 30)))
+        self.grace = int(float(self.spec.get("grace", DEFAULT_STOP_GRACE_S)))
         self._run = run
         self._started = None  # (container id, RestartCount) of the container we created
 

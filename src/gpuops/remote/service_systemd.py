@@ -12,7 +12,7 @@ start, not a slow one. The journal tail of the unit since the restart explains t
 
 import time
 
-from gpuops.remote.service_base import ServiceFailed, run_command
+from gpuops.remote.service_base import DEFAULT_STOP_GRACE_S, ServiceFailed, run_command
 from gpuops.remote.ports import port_flag, port_owners
 
 SHOW_PROPERTIES = (
@@ -88,6 +88,9 @@ class SystemdService:
     def __init__(self, spec, run=_run):
         self.spec = spec or {}
         self.name = unit_name(self.spec.get("name") or "sglang.service")
+        # The unit's TimeoutStopSec (gpuops_stop_grace): `systemctl stop` and `restart` wait that
+        # long for the server's drain before SIGKILL, so their own limit is longer.
+        self.grace = float(self.spec.get("grace", DEFAULT_STOP_GRACE_S))
         self._run = run
         self._baseline = None  # (NRestarts, InvocationID) right after our restart
         self._since = None     # journal cursor time of our restart
@@ -184,7 +187,8 @@ class SystemdService:
         # start limit: systemd would refuse this restart. Clear that first; it changes nothing else.
         self._run(["systemctl", "reset-failed", self.name])
         # `systemctl restart` resets NRestarts, so the baseline is taken after it.
-        self._checked(["systemctl", "restart", self.name], "systemctl restart %s" % self.name, tail=True)
+        self._checked(["systemctl", "restart", self.name], "systemctl restart %s" % self.name, tail=True,
+                      timeout=self.stop_timeout())
         shown = self.show(("NRestarts", "InvocationID"))
         try:
             restarts = int(shown.get("NRestarts", "0"))
@@ -196,10 +200,13 @@ class SystemdService:
         self.daemon_reload_if_needed()
         if self.show(("LoadState",)).get("LoadState") == "not-found":
             return  # its unit file is gone (a new unit rolled back): nothing left to stop
-        self._checked(["systemctl", "stop", self.name], "systemctl stop %s" % self.name)
+        self._checked(["systemctl", "stop", self.name], "systemctl stop %s" % self.name, timeout=self.stop_timeout())
 
-    def _checked(self, argv, what, tail=False):
-        done = self._run(argv)
+    def stop_timeout(self):
+        return max(_SYSTEMCTL_TIMEOUT_S, self.grace + 60)
+
+    def _checked(self, argv, what, tail=False, timeout=_SYSTEMCTL_TIMEOUT_S):
+        done = self._run(argv, timeout)
         if done.returncode != 0:
             raise ServiceFailed("%s failed (exit %d): %s" % (what, done.returncode,
                                                             (done.stderr or done.stdout).strip()[-500:]),

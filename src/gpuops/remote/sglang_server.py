@@ -29,6 +29,7 @@ import sys
 import urllib.parse
 
 from gpuops.remote import prom_text, secret_mask, sglang_argv, sglang_release
+from gpuops.remote.service_base import HEALTH_PROBE_TIMEOUT_S  # /health runs a generation: >= 1 s
 
 SERVER_INFO_ROUTES = ("/server_info", "/get_server_info")
 MODEL_INFO_ROUTES = ("/model_info", "/get_model_info")
@@ -197,7 +198,7 @@ class ServerClient(object):
         raise ServerError("%s answers none of %s (%s)" % (self.url, ", ".join(candidates), "; ".join(tried)))
 
     # ---- questions
-    def healthy(self, timeout=2.0):
+    def healthy(self, timeout=HEALTH_PROBE_TIMEOUT_S):
         try:
             status, _, _ = self.request("GET", HEALTH_ROUTE, timeout=timeout)
         except ServerError:
