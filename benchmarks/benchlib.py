@@ -28,6 +28,15 @@ import yaml
 BENCH_VENV = Path(os.environ.get("GPUOPS_BENCH_VENV", "~/.cache/gpuops/bench-venv")).expanduser()
 COMPETITOR_PACKAGES = ("pyinfra", "ansible-core")
 
+# The FlashInfer release the lab hosts get where a benchmark applies fusion-sm120: the lab's
+# simulated FlashInfer is the one SGLang 0.5.8 pins (0.6.1), which cannot build the fused kernel
+# for SM120, so gpuops rightly refuses the role there. 0.6.17 is the first that builds it (the
+# same release as tests/labtools.py FUSION_FLASHINFER); a real wheel, downloaded once and cached.
+FUSION_FLASHINFER = "0.6.17"
+
+SMOKE_HELP = ("one round of the smallest sizes, no warm-up, no figures to keep: checks that the script still "
+              "runs end to end (CI runs it so; exit status 1 when anything it runs fails)")
+
 
 # ---------------------------------------------------------------------------------------------
 # Command-line helpers
@@ -64,6 +73,8 @@ def bytecode_as_installed(cache: Path | None = None) -> None:
     competitors' own packages were compiled by pip and are unaffected.
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    if cache is None and os.environ.get("PYTHONPYCACHEPREFIX"):
+        return  # a prefix of the caller's (the test suite's session dir): share its bytecode, compile once
     os.environ["PYTHONPYCACHEPREFIX"] = str(cache or Path.home() / ".cache" / "gpuops" / "bench-pycache")
 
 
@@ -88,6 +99,24 @@ def ensure_bench_venv(venv: Path = BENCH_VENV) -> Path:
         check=True,
     )
     return bin_dir
+
+
+def smoke_bin_dir(tool: str) -> Path | None:
+    """Where a smoke run finds a competitor: beside this Python (the [test] extra installs
+    ansible-core there, so CI has ansible-playbook), else the bench venv if it was made already.
+    Never installs anything: creating the bench venv took 57 s on a fresh machine, too much for CI."""
+    for bin_dir in (Path(sys.executable).parent, BENCH_VENV / "bin"):
+        if (bin_dir / tool).exists():
+            return bin_dir
+    return None
+
+
+def require_smoke_bin_dir(tool: str) -> Path:
+    found = smoke_bin_dir(tool)
+    if found is None:
+        raise SystemExit(f"bench --smoke: {tool} is neither beside {sys.executable} nor in {BENCH_VENV}/bin: "
+                         "install the [test] extra (pip install -e '.[test]') or run once without --smoke")
+    return found
 
 
 def tool_versions(bin_dir: Path | None) -> dict[str, str]:
@@ -137,12 +166,14 @@ class LabHosts:
     stop: Callable[[], None] = lambda: None
 
 
-def start_lab_hosts(count: int, root: Path, gpu: str, sglang: str | None, remove: bool) -> LabHosts:
-    """Start `count` real sshd lab hosts with gpuops' own lab (the same code `gpuops lab up` runs)."""
+def start_lab_hosts(count: int, root: Path, gpu: str, sglang: str | None, remove: bool,
+                    flashinfer: str | None = None) -> LabHosts:
+    """Start `count` real sshd lab hosts with gpuops' own lab (the same code `gpuops lab up` runs);
+    `flashinfer`: a real FlashInfer release on each host (`gpuops lab up --flashinfer`)."""
     from gpuops.inventory import load_inventory
     from gpuops.lab.hosts import LabSpec, start_lab
 
-    lab = start_lab(root, [LabSpec(gpu=gpu, sglang=sglang, count=count)], progress=log)
+    lab = start_lab(root, [LabSpec(gpu=gpu, sglang=sglang, count=count, flashinfer=flashinfer)], progress=log)
     try:
         hosts = list(load_inventory(str(lab.inventory_path)).select(None))
     except BaseException:
