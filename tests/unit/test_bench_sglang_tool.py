@@ -115,3 +115,20 @@ def test_tool_records_become_a_serving_result():
     assert [lv["concurrency"] for lv in result["levels"]] == [1, 16]
     assert result["summary"]["peak_total_output_tokens_per_s"] == 275.6
     assert len(result["samples"]) == 4
+
+
+def test_the_tool_asks_for_ids_in_the_vocabulary_where_the_release_has_them(sglang_058: Path):
+    # SGLang's "random" dataset downloads ShareGPT from the Hub: on the offline H200 a real 0.5.16's
+    # tool died with LocalEntryNotFoundError (benchmarks/results/h200-x1/real-sglang). "random-ids"
+    # needs no download; a release without it (0.5.8) gets its own default, as before.
+    from gpuops.lab.sglang_cache import sglang_source
+    from gpuops.remote.bench_tool import dataset_args, tool_module
+
+    asked = ["--batch-size", "1", "--dataset-name", "random-ids", "--input-len", "8"]
+    root_0516 = str(sglang_source("0.5.16"))
+    for module in ("sglang.bench_one_batch_server", "sglang.bench_serving"):
+        assert dataset_args(asked, tool_module(module, root_0516), root_0516) == asked
+    assert dataset_args(asked, "sglang.bench_serving", str(sglang_058)) == asked
+    assert dataset_args(asked, "sglang.bench_one_batch_server", str(sglang_058)) == [
+        "--batch-size", "1", "--input-len", "8"]
+    assert dataset_args(asked, "sglang.bench_serving", None) == asked  # unreadable: as asked

@@ -72,5 +72,10 @@ if has tune; then  # one NCCL variant, measured against the current setting; hos
   G tune 300 tune $I --sweep NCCL_DEBUG=INFO --results-dir $R/results --input-len 64 --output-len 64 --num-requests 3 --warmup 1
   G history-tune 120 history $I
 fi
+if has tool; then  # SGLang's own benchmark modules, through gpuops, in the server's environment
+  G apply-service-4 420 apply sglang-service $I
+  G bench-tool-decode 180 bench --remote --suite decode --tool sglang $I --results-dir $R/results --input-len 128 --output-len 64
+  G bench-tool-serving 180 bench --remote --suite serving --tool sglang $I --results-dir $R/results --input-len 128 --output-len 64 --concurrency 1,8
+fi
 G results 60 results list --results-dir $R/results
 log "done, $(left)s left"

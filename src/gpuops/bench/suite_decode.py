@@ -129,7 +129,8 @@ def tool_runs(options: Any) -> tuple[str, str, list[list[str]]]:
     """One ``sglang.bench_one_batch_server`` run: batch 1, gpuops' lengths and seed unless given."""
     user = list(options.tool_args)
     base = [] if tool_has(user, "--model") or tool_has(user, "--model-path") else ["--model", "None"]
-    for flag, value in (("--batch-size", "1"), ("--input-len", str(options.input_len)),
+    # random-ids: ids drawn inside the tokenizer's vocabulary, no download (remote/bench_tool.py)
+    for flag, value in (("--batch-size", "1"), ("--dataset-name", "random-ids"), ("--input-len", str(options.input_len)),
                         ("--output-len", str(options.output_len)), ("--seed", str(options.seed))):
         if not tool_has(user, flag):
             base += [flag, value]

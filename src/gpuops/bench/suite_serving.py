@@ -199,7 +199,8 @@ def tool_runs(options: Any) -> tuple[str, str, list[list[str]]]:
     for concurrency, rate in levels:
         args: list[str] = []
         count = options.requests_per_level or max(4, 2 * (concurrency or 8))
-        pairs = [("--backend", "sglang"), ("--dataset-name", "random"),
+        # random-ids: ids drawn inside the tokenizer's vocabulary, no download (remote/bench_tool.py)
+        pairs = [("--backend", "sglang"), ("--dataset-name", "random-ids"),
                  ("--random-input-len", str(options.input_len)),
                  ("--random-output-len", str(options.output_len)),
                  ("--random-range-ratio", str(options.random_range_ratio)),

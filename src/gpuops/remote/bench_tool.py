@@ -75,6 +75,28 @@ def tool_env(module, root, url, server_env=None):
     env[KEY_ENV] = key
     return env
 
+# SGLang's "random" dataset samples ShareGPT's token ids and downloads ShareGPT from the Hub for it
+# (benchmark/datasets/random.py); a host without the network fails there (a real 0.5.16 on the
+# offline H200: LocalEntryNotFoundError). "random-ids" draws ids inside the tokenizer's vocabulary,
+# as gpuops' own client does: asked for by default, and fitted here to what the release takes.
+RANDOM_IDS = "random-ids"
+
+
+def dataset_args(args, module, root):
+    """``args`` with ``--dataset-name random-ids`` kept where the release's ``module`` knows that
+    dataset, and dropped where it does not (0.5.8: its default, "random", as before); unchanged
+    when the module's source cannot be read."""
+    at = args.index("--dataset-name") if "--dataset-name" in args else -1
+    if at < 0 or args[at + 1:at + 2] != [RANDOM_IDS]:
+        return list(args)
+    try:
+        with open(module_file(module, root) or "", "r", encoding="utf-8", errors="replace") as handle:
+            knows = '"%s"' % RANDOM_IDS in handle.read()
+    except OSError:
+        return list(args)
+    return list(args) if knows else args[:at] + args[at + 2:]
+
+
 NEEDS_SERVER = True
 SERVER_AFTER = False  # the tool's own line carries what it measured
 
@@ -109,7 +131,7 @@ def _suite_tool(payload, emitter, stop, out_dir):
             break
         out_file = os.path.join(out_dir, "result-%d.jsonl" % run_index)
         argv = [tool.get("python") or "python3", "-m", module, "--base-url", payload["url"]]
-        argv += [str(a) for a in tail_args]
+        argv += dataset_args([str(a) for a in tail_args], module, root)
         argv += [tool.get("output_flag", "--output-file"), out_file]
         emitter.emit("note", {"message": "running %s %s" % (module, " ".join(argv[5:]))})
         try:
