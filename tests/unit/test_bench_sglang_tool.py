@@ -90,9 +90,25 @@ def test_bench_serving_line_to_level():
 
 def test_one_batch_line_to_decode_summary():
     summary = one_batch_summary(json.loads(ONE_BATCH_LINE))
-    assert summary["output_tokens_per_s"] == 66.02
+    assert summary["output_tokens_per_s"] == 65.28  # the tool's own measurement, not the server's statistic
+    assert summary["server_last_gen_throughput"] == 66.02
     assert summary["ttft_ms"]["p50"] == pytest.approx(171.9)
     assert summary["accept_length"] == 2.18
+
+
+def test_the_real_0516_one_batch_line_gives_the_measured_rate():
+    # What a real 0.5.16's sglang.benchmark.one_batch_server wrote on the H200 (device call 4,
+    # benchmarks/results/h200-x1/real-sglang/call4): 64 tokens 26.2 ms after the first, in 153.9 ms.
+    # Its last_gen_throughput is the scheduler's interval statistic (0.93, idle time included) and
+    # -1 means not measured: read as the rate they gave "0.93 tok/s, ITL 1,075 ms, accept -1.00".
+    line = {"run_name": "default", "batch_size": 1, "input_len": 128, "output_len": 64, "latency": 0.1539,
+            "input_throughput": 4885.5, "output_throughput": 501.23, "last_ttft": 0.0262,
+            "last_gen_throughput": 0.93, "acc_length": -1.0}
+    summary = one_batch_summary(line)
+    assert summary["output_tokens_per_s"] == 501.23
+    assert summary["itl_ms"]["p50"] == pytest.approx(1000 / 501.23)
+    assert summary["accept_length"] is None and summary["server_last_gen_throughput"] == 0.93
+    assert summary["tool_record"] == line
 
 
 def test_a_line_without_figures_is_refused():
