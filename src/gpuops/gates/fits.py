@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.gates.catalog import Feature, Fit
 from gpuops.gates.in_effect import asks_for, lone_gpu, reported_state
-from gpuops.gates.kernels import KernelStatus, KernelVerdict, gates_reason
+from gpuops.gates.kernels import KernelStatus, KernelVerdict, close
 
 
 @dataclass(frozen=True)
@@ -235,15 +235,7 @@ def fold_fits(verdict: Mapping[str, Any], fits: Sequence[FitVerdict]) -> dict[st
     if not failing:
         return out
     said = f"does not fit this host: {'; '.join(failing)}"
-    reason = str(out.get("reason") or "")
-    if out.get("status") == "open":
-        out["status"] = "blocked"
-        out["reason"] = f"{said}; SGLang's own gates admit it ({gates_reason(reason)})"
-    else:
-        out["reason"] = f"{reason}; and {said}" if reason else said
-    if out.get("in_effect") is True:
-        out["in_effect"] = False
-        out["in_effect_reason"] = f"{out.get('in_effect_reason') or 'on'}, but it never runs here: {said}"
+    close(out, said, said)
     return out
 
 

@@ -309,6 +309,21 @@ def versions_of(packages: Any) -> dict[str, str | None]:
     return out
 
 
+def close(out: dict[str, Any], lead: str, why: str) -> None:
+    """Close a gated feature's verdict ``out`` (in place) for what this host lacks: ``lead`` before
+    SGLang's own reason, and not in effect whatever the server asks (``why``). A default-on feature
+    was never asked for: the judgement's own words say why it was on."""
+    sglang = str(out.get("reason") or "")
+    if out.get("status") == "open":
+        out["status"] = "blocked"
+        out["reason"] = f"{lead}; SGLang's own gates admit it ({gates_reason(sglang)})"
+    else:
+        out["reason"] = f"{sglang}; and {lead}" if sglang else lead
+    if out.get("in_effect") is True:
+        out["in_effect"] = False
+        out["in_effect_reason"] = f"{out.get('in_effect_reason') or 'on'}, but it never runs here: {why}"
+
+
 def gates_reason(reason: str) -> str:
     """An open verdict's reason without its words on whether the server runs it: once something
     else closes the feature, those are no longer the verdict's (its in_effect says why)."""
@@ -333,17 +348,8 @@ def fold(verdict: Mapping[str, Any], kernel: list[KernelVerdict], gated: bool = 
         return out
     sglang = str(out.get("reason") or "")
     if blocked:
-        lead = "; ".join(k.reason for k in blocked)
-        if out.get("status") == "open":
-            out["status"] = "blocked"
-            out["reason"] = f"{lead}; SGLang's own gates admit it ({gates_reason(sglang)})"
-        else:
-            out["reason"] = f"{sglang}; and {lead}" if sglang else lead
-        if out.get("in_effect") is True:
-            # What the server's flags ask for cannot run: the library has no kernel for this GPU.
-            out["in_effect"] = False
-            # (A default-on feature was never asked for: the judgement's own words say why it was on.)
-            out["in_effect_reason"] = f"{out.get('in_effect_reason') or 'on'}, but it never runs here: {blocked[0].reason}"
+        # What the server's flags ask for cannot run: the library has no kernel for this GPU.
+        close(out, "; ".join(k.reason for k in blocked), blocked[0].reason)
     elif unknown:
         out["reason"] = f"{sglang}; kernel library: {'; '.join(k.reason for k in unknown)}" if sglang else \
             "; ".join(k.reason for k in unknown)
