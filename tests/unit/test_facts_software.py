@@ -127,7 +127,7 @@ def test_helper_is_stdlib_only_and_py38_syntax() -> None:
 
     ast.parse(source, "software_remote.py", feature_version=(3, 8))
     imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert imports <= {"glob", "json", "os", "platform", "re", "struct", "sys", "importlib"}
+    assert imports <= {"fcntl", "glob", "json", "os", "platform", "re", "stat", "struct", "sys", "importlib"}
     # With nothing installed, it still prints one JSON document naming every package it looks for.
     out = _run_helper_empty()
     doc = json.loads(out.stdout)

@@ -6,11 +6,13 @@ flashinfer: importing torch takes seconds and initialises CUDA, and a broken ins
 reported, not crash the probe. Prints one JSON object on stdout.
 """
 
+import fcntl
 import glob
 import json
 import os
 import platform
 import re
+import stat
 import struct
 import sys
 
@@ -38,10 +40,47 @@ NCCL_LIB_GLOBS = (
 )
 
 
-def read_text(path, limit=1 << 20):
+class Unreadable(OSError):
+    """A file that is there but is not read: not a regular file, or over the read's limit."""
+
+
+def open_regular(path):
+    """The regular file at ``path`` (links followed), opened for reading in binary; ``Unreadable``
+    for anything else. A package tree can hold anything under a file's name: a FIFO (an open
+    blocks for good), a link to /dev/zero (a read never ends). So the open does not block, and the
+    check that counts is on the open descriptor (a name can be swapped between a check and the
+    open); the one by name before it only keeps a device from being opened at all (opening some
+    has effects). The scanner's reader is the same (remote/scan_read.py; this probe is sent as
+    one script, without the bundled modules)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise Unreadable("not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read(limit)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unreadable("not a regular file")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # reads as usual from here
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_limited(path, limit):
+    """The text of the regular file at ``path``; ``Unreadable`` when it holds more than ``limit``
+    bytes (a cut text would be read wrong), OSError when it is missing or cannot be read."""
+    with open_regular(path) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise Unreadable("larger than %d bytes" % limit)
+    return data.decode("utf-8", "replace")
+
+
+def read_text(path, limit=1 << 20):
+    """The first ``limit`` bytes of a regular file, as text (a version near its top); None when
+    it cannot be read."""
+    try:
+        with open_regular(path) as handle:
+            return handle.read(limit).decode("utf-8", "replace")
     except OSError:
         return None
 
@@ -87,6 +126,25 @@ def pinned_requirements(dist):
     return out
 
 
+def metadata_readable(dist):
+    """Whether the files importlib.metadata reads of ``dist`` (with a plain open, no bound) are
+    regular files of a sane size: a FIFO named METADATA would block it for good. Checked just
+    before it reads them (a swap in between is not guarded against)."""
+    where = getattr(dist, "_path", None)  # PathDistribution's directory (3.8 to 3.13)
+    if where is None:
+        return True
+    for name in ("METADATA", "PKG-INFO", "requires.txt"):
+        path = os.path.join(str(where), name)
+        if os.path.lexists(path):
+            try:
+                with open_regular(path) as handle:
+                    if os.fstat(handle.fileno()).st_size > 4 << 20:  # a real one: ~30 KB (SGLang 0.5.8 to 0.5.23)
+                        return False
+            except OSError:
+                return False
+    return True
+
+
 def distribution_info(dist_name, import_name):
     try:
         from importlib import metadata
@@ -99,6 +157,8 @@ def distribution_info(dist_name, import_name):
     if metadata is not None:
         try:
             dist = metadata.distribution(dist_name)
+            if not metadata_readable(dist):
+                raise Unreadable("metadata")  # the version is read from the package's files instead
             version = dist.version
             source = "metadata"
             location = str(dist.locate_file(""))
@@ -240,7 +300,13 @@ def read_package_files(root, wanted):
         rel = str(rel)
         if rel.startswith("/") or ".." in rel.split("/") or not isinstance(what, dict):
             continue
-        text = read_text(os.path.join(root, rel), limit=4 << 20)
+        try:
+            text = read_limited(os.path.join(root, rel), 4 << 20)  # the largest real one: 323,221 bytes
+        except FileNotFoundError:
+            text = None
+        except OSError as exc:  # there, but not read: what it holds cannot be told
+            files[rel] = {"exists": True, "error": "cannot be read: %s" % (exc.strerror or exc)}
+            continue
         entry = {"exists": text is not None}
         if text is not None:
             if what.get("generators") or what.get("dicts"):
@@ -292,8 +358,8 @@ def elf_section(f, name):
         return None
     shoff = struct.unpack_from("<Q", head, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-    if shentsize < 64 or not 0 < shnum <= 65535 or shstrndx >= shnum:
-        return None
+    if shentsize < 64 or not 0 < shnum <= 65535 or shstrndx >= shnum or shentsize * shnum > 64 * 65535:
+        return None  # ELF64's section headers are 64 bytes: a table over 4 MiB is no real file's
     f.seek(shoff)
     table = f.read(shentsize * shnum)
     if len(table) < shentsize * shnum:
@@ -322,7 +388,7 @@ def fatbin_arches(path):
     whose header holds the kind (u16 at 0: 1 PTX, 2 ELF/SASS), its own size (u32 at 4), the
     payload's size (u64 at 8) and the architecture (u32 at 28)."""
     sass, ptx = set(), set()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         found = elf_section(f, b".nv_fatbin")
         if found is None:
             return None

@@ -44,8 +44,10 @@ def render_gate_summary(report: GateReport, console: Console) -> None:
             _say(console, f"         flag: {feature['flag']}")
     _say(console, gate_count_line(report))
     if report.errors:
-        files = ", ".join(e["file"] for e in report.errors[:5])
-        _say(console, f"{len(report.errors)} file(s) could not be parsed: {files}", _STYLE["unknown"])
+        # Each with why (not UTF-8, does not parse, not a regular file, too large): a file the scan
+        # could not read is as much a gap in what it knows as one it could not parse.
+        files = ", ".join(f"{e['file']} ({e.get('error')})" for e in report.errors[:5])
+        _say(console, f"{len(report.errors)} file(s) could not be read or parsed: {files}", _STYLE["unknown"])
 
 
 def gate_count_line(report: GateReport) -> str:

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 
+from gpuops.remote.scan_read import FILE_BYTES_MAX, NotRead, read_regular
 
 SKIP_DIRS = ("__pycache__", "test", "tests")
 
@@ -44,31 +45,32 @@ def find_sglang(opts):
 
 
 def find_version(root):
+    """The release's version, from its distribution's metadata, else its ``version.py`` (both read
+    as the scan reads a file: regular files only, bounded; ``scan_read``)."""
     site = os.path.dirname(root)
     try:
-        for name in sorted(os.listdir(site)):
-            low = name.lower()
-            if low.startswith("sglang-") and (low.endswith(".dist-info") or low.endswith(".egg-info")):
-                meta = os.path.join(site, name, "METADATA" if low.endswith(".dist-info") else "PKG-INFO")
-                try:
-                    with open(meta, encoding="utf-8", errors="replace") as handle:
-                        for line in handle:
-                            if line.startswith("Version:"):
-                                return line.split(":", 1)[1].strip()
-                            if not line.strip():
-                                break
-                except OSError:
-                    pass
+        names = sorted(os.listdir(site))
     except OSError:
-        pass
+        names = []
+    for name in names:
+        low = name.lower()
+        if low.startswith("sglang-") and (low.endswith(".dist-info") or low.endswith(".egg-info")):
+            meta = os.path.join(site, name, "METADATA" if low.endswith(".dist-info") else "PKG-INFO")
+            try:
+                text = read_regular(meta, FILE_BYTES_MAX).decode("utf-8", "replace")
+            except NotRead:
+                continue
+            for line in text.splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
     try:
-        with open(os.path.join(root, "version.py"), encoding="utf-8", errors="replace") as handle:
-            match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", handle.read())
-            if match:
-                return match.group(1)
-    except OSError:
-        pass
-    return None
+        text = read_regular(os.path.join(root, "version.py"), FILE_BYTES_MAX).decode("utf-8", "replace")
+    except NotRead:
+        return None
+    match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", text)
+    return match.group(1) if match else None
 
 
 def walk_python_files(root):

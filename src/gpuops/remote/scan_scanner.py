@@ -12,6 +12,7 @@ from gpuops.remote.scan_fileinfo import FileInfo, gate_alias_names, load_info, p
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_lookup import SiteLookups
 from gpuops.remote.scan_pieces import FileSource
+from gpuops.remote.scan_read import FILE_BYTES_MAX, SCAN_BYTES_MAX, NotRead, TooLarge, read_regular
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import build
 from gpuops.remote.scan_values import self_subjects
@@ -65,14 +66,24 @@ class Scanner(SiteLookups):
         tokens = [t.encode() for t in TOKENS]
         return [rel for rel in rels if any(t in self.texts[rel] for t in tokens)]
 
-    def read_files(self):
+    def read_files(self, file_max=FILE_BYTES_MAX, scan_max=SCAN_BYTES_MAX):
+        """Read the regular ``.py`` files of the tree (``scan_read``); every other one is listed in
+        ``errors`` with why it was not read, and the rest of the scan goes on."""
+        total = 0
         for rel, path in walk_python_files(self.root):
             self.files_total += 1
+            left = scan_max - total
             try:
-                with open(path, "rb") as handle:
-                    self.texts[rel] = handle.read()
-            except OSError as exc:
-                self.errors.append({"file": rel, "error": "cannot read: %s" % exc.strerror})
+                text = read_regular(path, min(file_max, left))
+            except TooLarge as exc:
+                reason = str(exc) if left >= file_max else "not read: the scan's limit of %d bytes in all was reached" % scan_max
+                self.errors.append({"file": rel, "error": reason})
+                continue
+            except NotRead as exc:
+                self.errors.append({"file": rel, "error": str(exc)})
+                continue
+            self.texts[rel] = text
+            total += len(text)
 
     def load(self, rels, extra_names):
         """Parse ``rels`` (again, with more names, when already parsed) and collect their definitions."""
