@@ -106,6 +106,13 @@ def test_each_recorded_route_answers_with_the_real_status_kind_and_shape(standin
         assert body.decode() == real["text"]
 
 
+def test_what_start_up_resolved_stays_the_same_in_every_answer(standin) -> None:
+    """A real server draws its random seed once, at start-up: two answers of one process agree
+    (a seed drawn per answer made two reads of one server look like two configurations)."""
+    first, second = (json.loads(ask(standin.url + "/server_info")[2]) for _ in range(2))
+    assert first["random_seed"] == second["random_seed"]
+
+
 def series_labels(text: str) -> dict[str, set[str]]:
     """``{series name: its label names}`` of a Prometheus text page (histograms by their base name)."""
     found: dict[str, set[str]] = {}

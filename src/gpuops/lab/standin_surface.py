@@ -16,6 +16,7 @@ Controls (environment):
 """
 
 import os
+import random
 import re
 import sys
 
@@ -124,11 +125,13 @@ RESOLVED_AT_START = {
 }
 
 
+# SGLang draws its random seed once at start-up: one per stand-in process, the same in every answer.
+START_SEED = random.randint(0, 1 << 30)
+
+
 def resolved_at_start(server_args):
     """RESOLVED_AT_START with what follows from the launch: the model path as tokenizer and served
     name, a random seed, and the CUDA-graph plan per phase (0.5.16's ``cuda_graph_config``)."""
-    import random
-
     model = server_args.get("model_path")
     off = bool(server_args.get("disable_cuda_graph"))
     decode_bs = int(server_args.get("cuda_graph_max_bs_decode") or server_args.get("cuda_graph_max_bs") or 256)
@@ -141,7 +144,7 @@ def resolved_at_start(server_args):
 
     resolved = dict(RESOLVED_AT_START)
     resolved.update({
-        "tokenizer_path": model, "served_model_name": model, "random_seed": random.randint(0, 1 << 30),
+        "tokenizer_path": model, "served_model_name": model, "random_seed": START_SEED,
         "cuda_graph_config": {
             "decode": phase(off or server_args.get("disable_decode_cuda_graph"), decode_bs, "full"),
             "prefill": phase(off or server_args.get("disable_prefill_cuda_graph"), prefill_bs, "tc_piecewise")},
