@@ -113,7 +113,7 @@ def test_startup_crash_is_rolled_back(lab, run_gpuops) -> None:
     assert tree_hashes(host.dir, skip_runs=True) == before
     info = server_info(host.server_port)                          # the previous config, healthy
     assert "NCCL_ALGO" not in json.dumps(info)
-    assert [r["event"] for r in host_journal(host)] == ["started", "server_touched", "rolled_back"]
+    assert [r["event"] for r in host_journal(host)] == ["started", "server_touched", "previous_started", "rolled_back"]
     # Nothing is left unfinished: the next apply is not refused.
     assert apply(run_gpuops, lab, "nccl-env", "--check").returncode == 0
 
