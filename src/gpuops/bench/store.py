@@ -6,8 +6,12 @@ Layout under the results dir (default ``./results``)::
     index.sqlite                           id, host, suite, created, ok, headline figures, file,
                                            simulated and the stand-in model (for the (sim) marks)
 
-The JSON files are the record; the index is derived and rebuilt from them when it is missing or
-does not know a file, so copying result files between machines just works.
+The JSON files are the record; the index is derived and rebuilt from them when it is missing, does
+not know a file, knows an older version of one (size and mtime), is from another schema or cannot
+be read as a database, so copying result files between machines just works. Every file is read as
+untrusted (``result_file``): one that is not a readable result is listed in ``bad`` with why, and
+the rest are served; what the store had to do on the way (an index rebuilt, figures read as
+missing) is in ``notes``. The commands print both, one line each, on stderr.
 """
 
 from __future__ import annotations
@@ -16,19 +20,38 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import tempfile
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from gpuops.bench.result_file import BadResult, ResultFile, read_result
 from gpuops.bench.simulated import is_simulated, model_label
+from gpuops.bench.suite_base import number
 from gpuops.errors import GpuopsError
 
 INDEX_NAME = "index.sqlite"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _COLUMNS = ("id", "host", "suite", "tool", "created", "ok", "partial", "fingerprint", "sglang_version",
-            "output_tokens_per_s", "ttft_ms_p50", "itl_ms_p50", "file", "simulated", "speed_model")
+            "output_tokens_per_s", "ttft_ms_p50", "itl_ms_p50", "file", "simulated", "speed_model", "flagged")
+# The index also keeps each file's size and mtime: a file changed under the same name is read again.
+_INDEX_COLUMNS = _COLUMNS + ("stamp",)
+# Bumped whenever what the index derives from a file changes (2: the flags on figures read as
+# missing, the stamp): an index of another version is rebuilt from the files.
+_INDEX_VERSION = 2
+
+
+@dataclass(frozen=True)
+class BadFile:
+    """A file in the results folder that is not a result gpuops can read, and why."""
+
+    name: str
+    why: str
+
+    def line(self) -> str:
+        return f"results: skipped {self.name}: {self.why}"
 
 
 @dataclass(frozen=True)
@@ -48,29 +71,46 @@ class ResultEntry:
     file: str
     simulated: bool = False
     speed_model: str | None = None  # the stand-in model's label when simulated
+    flagged: str | None = None  # figures read as missing (NaN, infinite, absurd), in words
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _COLUMNS}
 
 
-def _entry_from_result(result: Mapping[str, Any], file: Path) -> ResultEntry:
+def _entry_from_result(result: Mapping[str, Any], file: Path, flagged: tuple[str, ...] = ()) -> ResultEntry:
+    """The index's row of a result (one ``result_file`` checked: every field here has its type)."""
     summary = result.get("summary") or {}
-    ttft = summary.get("ttft_ms") if isinstance(summary.get("ttft_ms"), dict) else {}
-    itl = summary.get("itl_ms") if isinstance(summary.get("itl_ms"), dict) else {}
     return ResultEntry(
         id=str(result["id"]), host=str(result.get("host")), suite=str(result.get("suite")),
         tool=result.get("tool"), created=str(result.get("created")), ok=bool(result.get("ok")),
         partial=bool(result.get("partial")), fingerprint=result.get("fingerprint"),
         sglang_version=(result.get("server") or {}).get("version"),
-        output_tokens_per_s=summary.get("output_tokens_per_s"),
-        ttft_ms_p50=(ttft or {}).get("p50"), itl_ms_p50=(itl or {}).get("p50"), file=file.name,
-        simulated=is_simulated(result), speed_model=model_label(result),
+        output_tokens_per_s=number(summary, "output_tokens_per_s"),
+        ttft_ms_p50=number(summary, "ttft_ms", "p50"), itl_ms_p50=number(summary, "itl_ms", "p50"), file=file.name,
+        simulated=is_simulated(result), speed_model=model_label(result), flagged=_flag_text(flagged),
     )
+
+
+def _flag_text(flagged: tuple[str, ...]) -> str | None:
+    if not flagged:
+        return None
+    more = f" and {len(flagged) - 3} more" if len(flagged) > 3 else ""
+    return ", ".join(flagged[:3]) + more + ": read as missing (-)"
+
+
+def _stamp(path: Path) -> str | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return f"{info.st_size}:{info.st_mtime_ns}"
 
 
 class ResultsStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self.bad: dict[str, BadFile] = {}  # file name -> why it is not served (from the last listing)
+        self.notes: dict[str, None] = {}  # what the store did on the way, once each, in order
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -91,21 +131,47 @@ class ResultsStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        with closing(self._index()) as db, db:
-            self._insert(db, _entry_from_result(result, path))
+        try:
+            with closing(self._index()) as db, db:
+                self._insert(db, _entry_from_result(result, path), _stamp(path))
+        except sqlite3.DatabaseError as exc:
+            # The file is the record and it is written; the index is rebuilt from it when next read.
+            self.notes[f"results: {self.root / INDEX_NAME} not updated ({exc}); rebuilt when next read"] = None
         return path
 
     # -- reading ---------------------------------------------------------------------------
 
     def entries(self) -> list[ResultEntry]:
+        """Every readable result, oldest first; the files that are not are in ``bad`` after it."""
+        self.bad = {}
         if not self.root.is_dir():
             return []
-        with closing(self._index()) as db:
-            self._sync(db)
-            rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results ORDER BY created, id").fetchall()
+        index = self.root / INDEX_NAME
+        try:
+            rows = self._listed(index)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                # Another gpuops writes it now: leave it be, list from the files this time.
+                self.notes[f"results: {index} is busy ({exc}); listed from the result files"] = None
+                rows = self._listed(":memory:")
+            else:
+                self.notes[f"results: {index} could not be read ({exc}); rebuilt from the result files"] = None
+                self.bad = {}
+                try:
+                    _remove_index(index)
+                    rows = self._listed(index)
+                except (OSError, sqlite3.DatabaseError) as again:  # a read-only folder, say
+                    self.notes[f"results: {index} could not be rebuilt ({again}); listed from the result files"] = None
+                    self.bad = {}
+                    rows = self._listed(":memory:")
         booleans = ("ok", "partial", "simulated")
         return [ResultEntry(**{c: bool(v) if c in booleans else v for c, v in zip(_COLUMNS, row)})  # type: ignore[arg-type]
                 for row in rows]
+
+    def _listed(self, index: Path | str) -> list[tuple[Any, ...]]:
+        with closing(self._index(index)) as db:
+            self._sync(db)
+            return db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results ORDER BY created, id").fetchall()
 
     def resolve(self, wanted: str) -> ResultEntry:
         """An entry by id or unique id prefix (or file name)."""
@@ -113,58 +179,104 @@ class ResultsStore:
         exact = [e for e in entries if e.id == wanted or e.file == wanted]
         matches = exact or [e for e in entries if e.id.startswith(wanted)]
         if not matches:
-            raise GpuopsError(f"results: no result {wanted!r} in {self.root}")
+            # A file named for that id (``..._<id>.json``) that cannot be read: say so, and why.
+            named = [b for b in self.bad.values() if wanted and (b.name == wanted or _file_id(b.name).startswith(wanted))]
+            if len(named) == 1:
+                raise GpuopsError(f"results: {named[0].name}: {named[0].why}")
+            unread = f"; {len(self.bad)} file(s) there could not be read" if self.bad else ""
+            raise GpuopsError(f"results: no result {wanted!r} in {self.root}{unread}")
         if len(matches) > 1:
             raise GpuopsError(f"results: {wanted!r} matches {len(matches)} results in {self.root}; "
                               f"give more of the id ({', '.join(e.id for e in matches[:4])})")
         return matches[0]
 
     def load(self, wanted: str) -> dict[str, Any]:
+        """The stored document of one result (checked and cleaned as ``result_file`` reads it)."""
         entry = self.resolve(wanted)
-        path = self.root / entry.file
+        loaded = self.read(entry.file)
+        return loaded.document
+
+    def read(self, name: str) -> ResultFile:
+        """The result file ``name`` of the folder, read again (it may have changed since listed)."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise GpuopsError(f"results: {path}: cannot read ({exc})") from None
+            loaded = read_result(self.root / name)
+        except BadResult as exc:
+            raise GpuopsError(f"results: {name}: {exc}") from None
+        if loaded.flagged:
+            self.notes[f"results: {name}: {_flag_text(loaded.flagged)}"] = None
+        return loaded
+
+    def lines(self) -> list[str]:
+        """One line for each file not served and each thing done on the way (for stderr)."""
+        return [b.line() for b in self.bad.values()] + list(self.notes)
 
     # -- index -----------------------------------------------------------------------------
 
-    def _index(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.root / INDEX_NAME, timeout=10)
-        columns = [row[1] for row in db.execute("PRAGMA table_info(results)")]
-        if columns and tuple(columns) != _COLUMNS:
-            # An index written by an older gpuops: it is derived, so rebuild it from the files.
-            with db:
-                db.execute("DROP TABLE results")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, host TEXT, suite TEXT, tool TEXT, "
-            "created TEXT, ok INTEGER, partial INTEGER, fingerprint TEXT, sglang_version TEXT, "
-            "output_tokens_per_s REAL, ttft_ms_p50 REAL, itl_ms_p50 REAL, file TEXT, simulated INTEGER, "
-            "speed_model TEXT)")
+    def _index(self, where: Path | str | None = None) -> sqlite3.Connection:
+        where = self.root / INDEX_NAME if where is None else where
+        if isinstance(where, Path) and where.exists() and not stat.S_ISREG(where.stat().st_mode):
+            # SQLite would block for good on a FIFO and read a device: not an index, so rebuilt.
+            raise sqlite3.DatabaseError("not a regular file")
+        db = sqlite3.connect(where, timeout=10)
+        try:
+            columns = [row[1] for row in db.execute("PRAGMA table_info(results)")]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if columns and (tuple(columns) != _INDEX_COLUMNS or version != _INDEX_VERSION):
+                # An index written by another gpuops: it is derived, so rebuild it from the files.
+                with db:
+                    db.execute("DROP TABLE results")
+            db.execute(f"PRAGMA user_version = {_INDEX_VERSION}")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, host TEXT, suite TEXT, tool TEXT, "
+                "created TEXT, ok INTEGER, partial INTEGER, fingerprint TEXT, sglang_version TEXT, "
+                "output_tokens_per_s REAL, ttft_ms_p50 REAL, itl_ms_p50 REAL, file TEXT, simulated INTEGER, "
+                "speed_model TEXT, flagged TEXT, stamp TEXT)")
+        except BaseException:
+            db.close()
+            raise
         return db
 
     @staticmethod
-    def _insert(db: sqlite3.Connection, entry: ResultEntry) -> None:
-        values = entry.as_dict()
-        db.execute(f"INSERT OR REPLACE INTO results ({', '.join(_COLUMNS)}) VALUES "
-                   f"({', '.join('?' for _ in _COLUMNS)})",
-                   [int(v) if isinstance(v, bool) else v for v in (values[c] for c in _COLUMNS)])
+    def _insert(db: sqlite3.Connection, entry: ResultEntry, stamp: str | None) -> None:
+        values = dict(entry.as_dict(), stamp=stamp)
+        db.execute("DELETE FROM results WHERE file = ?", (entry.file,))  # the same file under another id
+        db.execute(f"INSERT OR REPLACE INTO results ({', '.join(_INDEX_COLUMNS)}) VALUES "
+                   f"({', '.join('?' for _ in _INDEX_COLUMNS)})",
+                   [int(v) if isinstance(v, bool) else v for v in (values[c] for c in _INDEX_COLUMNS)])
 
     def _result_files(self) -> Iterator[Path]:
         return (p for p in sorted(self.root.glob("*.json")) if not p.name.startswith("."))
 
     def _sync(self, db: sqlite3.Connection) -> None:
-        """Index files the index does not know; forget entries whose file is gone."""
-        known = {row[0] for row in db.execute("SELECT file FROM results")}
-        present = {p.name for p in self._result_files()}
+        """Index the files the index does not know, or knows an older version of; forget entries
+        whose file is gone or no longer reads; note every file that is not a readable result."""
+        known = dict(db.execute("SELECT file, stamp FROM results").fetchall())
+        present = {p.name: _stamp(p) for p in self._result_files()}
         with db:
-            for name in known - present:
+            for name in set(known) - set(present):
                 db.execute("DELETE FROM results WHERE file = ?", (name,))
-            for name in sorted(present - known):
+            for name, stamp in sorted(present.items()):
+                if name in known and known[name] == stamp and stamp is not None:
+                    continue
                 try:
-                    result = json.loads((self.root / name).read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    continue  # not a result file (or a damaged one): not listed
-                if isinstance(result, dict) and result.get("schema", "").startswith("gpuops.bench.result/") \
-                        and result.get("id"):
-                    self._insert(db, _entry_from_result(result, self.root / name))
+                    loaded = read_result(self.root / name)
+                except BadResult as exc:
+                    db.execute("DELETE FROM results WHERE file = ?", (name,))
+                    self.bad[name] = BadFile(name, str(exc))
+                    continue
+                self._insert(db, _entry_from_result(loaded.document, self.root / name, loaded.flagged), stamp)
+
+
+def _file_id(name: str) -> str:
+    """The id a result file's name ends with (``<created>_<host>_<suite>_<id>.json``)."""
+    return name.rsplit(".", 1)[0].rsplit("_", 1)[-1]
+
+
+def _remove_index(index: Path) -> None:
+    """The derived index and SQLite's side files, gone (a damaged one is rebuilt from the files)."""
+    for path in (index, index.with_name(index.name + "-journal"), index.with_name(index.name + "-wal"),
+                 index.with_name(index.name + "-shm")):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass

@@ -26,10 +26,15 @@ def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str,
 def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
     out: Figures = {}
     for variant in summary.get("variants") or []:
-        for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: int(kv[0])):
-            out[(f"{variant['label']} x{tokens} tokens latency", "us", "lower")] = float(latency)
+        for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: _size_order(kv[0])):
+            out[(f"{variant.get('label')} x{tokens} tokens latency", "us", "lower")] = number(latency)
     out[("best variant step cost", "ms", "lower")] = number(summary, "step_cost_ms")
     return out
+
+
+def _size_order(tokens: str) -> tuple[int, str]:
+    """Sizes in numeric order; a key that is no number (a damaged file) after them, never an error."""
+    return (int(tokens), "") if tokens.isdigit() else (1 << 62, tokens)
 
 
 def _variant(value: Any) -> str | None:
@@ -49,8 +54,9 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
     pooled: dict[str, list[float]] = {}
     for row in result.get("allreduce") or []:
         if row.get("ok") and row.get("latency_us_trials"):
-            name = f"{variant_label(row.get('variant') or {})} x{row['tokens']} tokens latency"
-            pooled.setdefault(name, []).extend(float(x) for x in row["latency_us_trials"])
+            name = f"{variant_label(row.get('variant') or {})} x{row.get('tokens')} tokens latency"
+            trials = (number(x) for x in row["latency_us_trials"])  # a stored NaN is read as missing
+            pooled.setdefault(name, []).extend(x for x in trials if x is not None)
     return {k: ("trials", v) for k, v in pooled.items()}
 
 
@@ -148,7 +154,7 @@ def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
         intervals = result_intervals(result)
         lines: dict[str, dict[int, tuple[int, float]]] = {}
         for row in result["allreduce"]:
-            if row.get("ok"):
+            if row.get("ok") and number(row, "bytes") is not None and number(row, "latency_us") is not None:
                 label = " ".join(f"{k}={v}" for k, v in sorted((row.get("variant") or {}).items())) or "default"
                 lines.setdefault(label, {})[row["tokens"]] = (row["bytes"], row["latency_us"])
         for label, by_tokens in lines.items():
@@ -180,7 +186,7 @@ def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], 
         variants = summary.get("variants") or []
         if not variants:
             continue
-        sizes = sorted({int(t) for v in variants for t in (v.get("latency_us") or {})})
+        sizes = sorted({int(t) for v in variants for t in (v.get("latency_us") or {}) if t.isdigit()})
         if not sizes:
             continue
         sim = is_simulated(result)
@@ -189,8 +195,8 @@ def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], 
         rows = []
         for v in variants:
             lat, bw, step = v.get("latency_us") or {}, v.get("busbw_gbps") or {}, v.get("step_cost_ms") or {}
-            note = "best" if v["label"] == summary.get("best_variant") else (v.get("error") or "")
-            rows.append([v["label"]] + [mark(format_value(lat.get(str(t))), sim) for t in sizes]
+            note = "best" if v.get("label") == summary.get("best_variant") else (v.get("error") or "")
+            rows.append([str(v.get("label"))] + [mark(format_value(lat.get(str(t))), sim) for t in sizes]
                         + [mark(format_value(bw.get(str(sizes[-1]))), sim),
                            mark(format_value(step.get(str(sizes[0]))), sim), note])
         title = (f"{result_label(result)}: world size {summary.get('world_size')}, "

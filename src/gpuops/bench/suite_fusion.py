@@ -44,8 +44,9 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
         for path in ("fused", "unfused_nccl"):
             trials = row.get(f"{path}_us_trials")
             if trials:
-                name = f"{path.replace('_nccl', '')} x{row['tokens']} tokens ({mode})"
-                dist.setdefault(name, ("trials", []))[1].extend(float(x) for x in trials)
+                name = f"{path.replace('_nccl', '')} x{row.get('tokens')} tokens ({mode})"
+                values = (number(x) for x in trials)  # a stored NaN is read as missing
+                dist.setdefault(name, ("trials", []))[1].extend(x for x in values if x is not None)
     return dist
 
 
@@ -104,7 +105,8 @@ def plot_fused_vs_unfused(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     for result in runs:
         intervals = result_intervals(result)
         for graph in (True, False):
-            table = sorted((row for row in result["summary"]["table"] if bool(row.get("cuda_graph")) == graph),
+            table = sorted((row for row in result["summary"]["table"]
+                            if bool(row.get("cuda_graph")) == graph and isinstance(row.get("tokens"), int)),
                            key=lambda row: row["tokens"])
             if not table:
                 continue

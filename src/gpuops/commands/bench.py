@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 from click.core import ParameterSource
@@ -25,6 +25,10 @@ from gpuops.bench.suites import COMMON_OPTIONS, SUITES, Suite
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.commands.bench_options import BENCH_OPTIONS, bench_options, results_dir_option
 from gpuops.commands.options import inventory_options
+from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from gpuops.bench.store import ResultEntry, ResultsStore
 
 EXIT_SOME_HOST_FAILED = 1
 
@@ -247,6 +251,46 @@ def _fmt_sim(value: Any, simulated: bool) -> str:
     return sim_cell(value, simulated)
 
 
+# What a stored document that passed the store's checks (bench/result_file.py) can still raise in
+# a reader, at a field no check names: one line naming the file, never a traceback.
+_READ_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+
+def _unread_line(name: str, command: str, exc: Exception) -> str:
+    return f"results: {name}: {command} cannot read it ({type(exc).__name__}: {exc})"
+
+
+def _read_one(store: ResultsStore, wanted: str) -> tuple[str, dict[str, Any]]:
+    """(file name, document) of the result ``wanted`` names (GpuopsError, one line, if none)."""
+    entry = store.resolve(wanted)
+    return entry.file, store.read(entry.file).document
+
+
+def _documents(store: ResultsStore, wanted: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, document) of each result named, or of every readable one when none is: a file
+    that stops reading between the listing and the read is then left out with its line."""
+    if wanted:
+        return [_read_one(store, w) for w in wanted]
+    out = []
+    for entry in store.entries():
+        try:
+            out.append((entry.file, store.read(entry.file).document))
+        except GpuopsError as exc:
+            store.notes[f"{exc}; left out"] = None
+    return out
+
+
+def _say_store(store: ResultsStore, listed: bool = False, flagged: list[ResultEntry] | None = None) -> None:
+    """On stderr, one line each: the files that are not results gpuops can read (when the command
+    went through the whole folder), what the store did on the way (an index rebuilt, figures read
+    as missing)."""
+    lines = [b.line() for b in store.bad.values()] if listed else []
+    lines += [f"results: {e.file}: {e.flagged}" for e in flagged or () if e.flagged]
+    for line in lines + [n for n in store.notes if n not in lines]:
+        click.echo(line, err=True)
+    store.notes.clear()
+
+
 def _sim_footnote(labels: list[str]) -> None:
     from gpuops.bench.simulated import footnote
 
@@ -302,9 +346,12 @@ def results_list(results_dir: str, as_json: bool) -> None:
     from gpuops.bench.store import ResultsStore
     from gpuops.output import format_table, print_json
 
-    entries = ResultsStore(results_dir).entries()
+    store = ResultsStore(results_dir)
+    entries = store.entries()
+    _say_store(store, listed=True, flagged=entries)
     if as_json:
-        print_json({"schema": 1, "results": [e.as_dict() for e in entries]})
+        print_json({"schema": 1, "results": [e.as_dict() for e in entries],
+                    "skipped": [{"file": b.name, "why": b.why} for b in store.bad.values()]})
         return
     if not entries:
         click.echo(f"no results in {results_dir}")
@@ -328,10 +375,23 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     from gpuops.bench.store import ResultsStore
     from gpuops.output import print_json
 
-    result = ResultsStore(results_dir).load(result_id)
+    store = ResultsStore(results_dir)
+    name, result = _read_one(store, result_id)
+    _say_store(store)
     if as_json:
         print_json(result)
         return
+    lines: list[str] = []
+    try:
+        _show_lines(result, lines.append)
+    except _READ_ERRORS as exc:
+        raise GpuopsError(_unread_line(name, "results show", exc)) from None
+    for line in lines:
+        click.echo(line)
+
+
+def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
+    """``results show``'s text of one stored result, a line at a time, to ``say``."""
     server = result.get("server") or {}
     config = result.get("configuration") or {}
     summary = result.get("summary") or {}
@@ -339,50 +399,51 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
 
     sim_label = model_label(result)
     sim = sim_label is not None
-    click.echo(f"result {result['id']}  host {result.get('host')}  suite {result.get('suite')}  "
-               f"created {result.get('created')}  {'ok' if result.get('ok') else 'NOT ok'}"
-               f"{'  (partial)' if result.get('partial') else ''}")
+    say(f"result {result['id']}  host {result.get('host')}  suite {result.get('suite')}  "
+        f"created {result.get('created')}  {'ok' if result.get('ok') else 'NOT ok'}"
+        f"{'  (partial)' if result.get('partial') else ''}")
     if sim:
         model = server.get("speed_model") or {}
-        click.echo(f"{stamp_text([str(sim_label)])}: every figure marked (sim) is the model's prediction, not a "
-                   f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
-                   f"in gpuops/lab/speed_model.json)")
+        say(f"{stamp_text([str(sim_label)])}: every figure marked (sim) is the model's prediction, not a "
+            f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
+            f"in gpuops/lab/speed_model.json)")
         from gpuops.bench.compare import format_value
         from gpuops.bench.simulated import figure_basis
 
         for figure in model.get("figures") or []:
             value = figure.get("value")
             shown = format_value(value) if isinstance(value, float) else str(value)
-            click.echo(f"  model input {figure.get('name')} = {shown} {figure.get('unit', '')}: "
-                       f"{figure_basis(figure)}, source {figure.get('source')}")
-    click.echo(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
-    click.echo(f"config  fingerprint {result.get('fingerprint')}")
+            say(f"  model input {figure.get('name')} = {shown} {figure.get('unit', '')}: "
+                f"{figure_basis(figure)}, source {figure.get('source')}")
+    say(f"server  {server.get('url')}  model {server.get('model_path')}  sglang {server.get('version')}")
+    say(f"config  fingerprint {result.get('fingerprint')}")
     for key, value in (config.get("server_args") or {}).items():
         if value not in (None, False):
-            click.echo(f"  --{key.replace('_', '-')} {value}")
+            say(f"  --{key.replace('_', '-')} {value}")
     for key, value in (config.get("env") or {}).items():
-        click.echo(f"  {key}={value}")
+        say(f"  {key}={value}")
     for gate in config.get("patched_gates") or []:
-        click.echo(f"  patched: {gate}")
-    click.echo("summary")
+        say(f"  patched: {gate}")
+    say("summary")
     for key, value in summary.items():
         if key == "variants":
             for v in value:
-                click.echo(f"  {v['label']}: " + (", ".join(f"{k} tok {_fmt_sim(x, sim)} us" for k, x in v["latency_us"].items())
-                                                  if v.get("ok") else f"FAILED {v.get('error')}"))
+                latency = v.get("latency_us") or {}
+                say(f"  {v.get('label')}: " + (", ".join(f"{k} tok {_fmt_sim(x, sim)} us" for k, x in latency.items())
+                                               if v.get("ok") else f"FAILED {v.get('error')}"))
         elif isinstance(value, dict):
-            click.echo(f"  {key}: " + ", ".join(f"{k} {_fmt_sim(x, sim)}" for k, x in value.items()))
+            say(f"  {key}: " + ", ".join(f"{k} {_fmt_sim(x, sim)}" for k, x in value.items()))
         else:
             timed = isinstance(value, (int, float)) and key not in _EXACT_COUNTS
-            click.echo(f"  {key}: {_fmt_sim(value, sim) if timed else _fmt(value)}")
+            say(f"  {key}: {_fmt_sim(value, sim) if timed else _fmt(value)}")
     for level in result.get("levels") or []:
-        click.echo(f"  c={level.get('concurrency')}: {_fmt_sim(level.get('total_output_tokens_per_s'), sim)} tok/s total, "
-                   f"{_fmt_sim(level.get('request_throughput'), sim)} req/s, "
-                   f"TTFT p50 {_fmt_sim((level.get('ttft_ms') or {}).get('p50'), sim)} ms, "
-                   f"ITL p50 {_fmt_sim((level.get('itl_ms') or {}).get('p50'), sim)} ms")
+        say(f"  c={level.get('concurrency')}: {_fmt_sim(level.get('total_output_tokens_per_s'), sim)} tok/s total, "
+            f"{_fmt_sim(level.get('request_throughput'), sim)} req/s, "
+            f"TTFT p50 {_fmt_sim((level.get('ttft_ms') or {}).get('p50'), sim)} ms, "
+            f"ITL p50 {_fmt_sim((level.get('itl_ms') or {}).get('p50'), sim)} ms")
     for error in result.get("errors") or []:
-        click.echo(f"error: {error}")
-    click.echo(f"raw samples: {len(result.get('samples') or [])} (gpuops results show {result['id']} --json)")
+        say(f"error: {error}")
+    say(f"raw samples: {len(result.get('samples') or [])} (gpuops results show {result['id']} --json)")
 
 
 @results.command("compare")
@@ -400,7 +461,18 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
     if len(result_ids) < 2:
         raise GpuopsError("results compare: give at least two result ids")
     store = ResultsStore(results_dir)
-    comparison = compare_results([store.load(i) for i in result_ids])
+    named = [_read_one(store, i) for i in result_ids]
+    _say_store(store)
+    try:
+        comparison = compare_results([doc for _, doc in named])
+    except _READ_ERRORS as exc:
+        # Which one: each compared with itself runs every reader on it alone.
+        for name, doc in named:
+            try:
+                compare_results([doc, doc])
+            except _READ_ERRORS as own:
+                raise GpuopsError(_unread_line(name, "results compare", own)) from None
+        raise GpuopsError(f"results compare: cannot compare these results ({type(exc).__name__}: {exc})") from None
     if as_json:
         print_json({"schema": 1, **comparison.as_json()})
         return
@@ -454,10 +526,20 @@ def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, outp
     from gpuops.errors import GpuopsError
 
     store = ResultsStore(results_dir)
-    ids = list(result_ids) or [e.id for e in store.entries()]
+    table = []
+    ids = []
+    for name, doc in _documents(store, result_ids):
+        try:
+            table.extend(rows([doc]))  # one result at a time: one that cannot be read is named
+        except _READ_ERRORS as exc:
+            if result_ids:
+                raise GpuopsError(_unread_line(name, "results export", exc)) from None
+            store.notes[_unread_line(name, "results export", exc) + "; left out"] = None
+            continue
+        ids.append(name)
+    _say_store(store, listed=not result_ids)
     if not ids:
         raise GpuopsError(f"results export: no results in {results_dir}")
-    table = rows(store.load(i) for i in ids)
     text = {"csv": to_csv, "jsonl": to_jsonl, "prometheus": to_prometheus}[fmt](table)
     if output:
         from gpuops.output import safe_text
@@ -482,8 +564,30 @@ def report(result_ids: tuple[str, ...], output: str, results_dir: str) -> None:
     from gpuops.errors import GpuopsError
 
     store = ResultsStore(results_dir)
-    ids = list(result_ids) or [e.id for e in store.entries()]
-    if not ids:
+    named = _documents(store, result_ids)
+    if not named:
+        _say_store(store, listed=True)
         raise GpuopsError(f"report: no results in {results_dir}")
-    html_path, md_path = write_report([store.load(i) for i in ids], Path(output))
-    click.echo(f"wrote {html_path} and {md_path} ({len(ids)} results)")
+    try:
+        html_path, md_path = write_report([doc for _, doc in named], Path(output))
+    except _READ_ERRORS as exc:
+        # Which ones: the report of each alone (only now: plots cost a second or so each).
+        kept = []
+        for name, doc in named:
+            try:
+                write_report([doc], Path(output))
+            except _READ_ERRORS as own:
+                if result_ids:
+                    raise GpuopsError(_unread_line(name, "report", own)) from None
+                store.notes[_unread_line(name, "report", own) + "; left out"] = None
+                continue
+            kept.append((name, doc))
+        if len(kept) == len(named):
+            raise GpuopsError(f"report: cannot report these results together ({type(exc).__name__}: {exc})") from None
+        if not kept:
+            _say_store(store, listed=True)
+            raise GpuopsError(f"report: no result in {results_dir} could be read") from None
+        named = kept
+        html_path, md_path = write_report([doc for _, doc in named], Path(output))
+    _say_store(store, listed=not result_ids)
+    click.echo(f"wrote {html_path} and {md_path} ({len(named)} results)")
