@@ -152,6 +152,7 @@ def server_view(host) -> dict[str, Any]:
     """What the running server says it runs (flags, environment), and that it is alive."""
     info = dict(server_info(host.server_port))
     info.pop("internal_states", None)
+    info.pop("random_seed", None)  # drawn anew at every start, as SGLang draws it: not the configuration
     pid = int((host.state_dir / "sglang.pid").read_text())
     assert alive(pid)
     return info
