@@ -136,8 +136,10 @@ def test_server_clauses_say_which_hold():
     assert holds["self.flashinfer_allreduce_fusion_backend is None"] is True
     assert holds['self.moe_a2a_backend == "none"'] is True
     assert [v for k, v in holds.items() if k.startswith("model_arch in")] == [True]
-    assert "not in effect in the running server: launched with flashinfer_allreduce_fusion_backend=None (off)" \
-        in report.features[FUSION]["reason"]
+    reason = report.features[FUSION]["reason"]
+    # TP 1 decides first (an all-reduce path of one GPU), and what the launch said is kept beside it.
+    assert "not in effect in the running server: TP 1" in reason, reason
+    assert "launched with flashinfer_allreduce_fusion_backend=None (off)" in reason, reason
 
 
 def test_sources_are_returned_for_the_fusion_files_only():
