@@ -301,7 +301,7 @@ def read_package_files(root, wanted):
         if rel.startswith("/") or ".." in rel.split("/") or not isinstance(what, dict):
             continue
         try:
-            text = read_limited(os.path.join(root, rel), 4 << 20)  # the largest real one: 323,221 bytes
+            text = read_limited(os.path.join(root, rel), 16 << 20)  # as remote/scan_read.FILE_BYTES_MAX
         except FileNotFoundError:
             text = None
         except OSError as exc:  # there, but not read: what it holds cannot be told

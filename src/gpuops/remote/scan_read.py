@@ -19,12 +19,13 @@ import stat
 # What one scan reads at most, per file and in all: far above any real release, so that no real
 # file is ever left out, and a bound on what a hostile tree can make the host read and hold.
 # Measured (the scanner's own walk over the cached releases in ~/.cache/gpuops): the
-# largest .py is 375,202 bytes (SGLang 0.5.16 srt/server_args.py; FlashInfer 0.6.17's largest,
-# gemm/gemm_base.py, is 323,221); the most read by one scan is 60,380,473 bytes (SGLang 0.5.23,
-# 4,016 files). 4 MiB a file is ~11x the largest (read_package_files in facts/software_remote.py
-# uses the same); 256 MiB a scan is ~4.4x the largest release.
-FILE_BYTES_MAX = 4 << 20
-SCAN_BYTES_MAX = 256 << 20
+# largest .py is 1,172,992 bytes (FlashInfer 0.7.1 experimental/cake_mxfp8_megamoe_ep16/kernels/
+# fused_all_ctas.py; SGLang's largest, 0.5.16 srt/server_args.py, is 375,202); the most in one
+# tree is 80,217,384 bytes (FlashInfer 0.7.1; SGLang 0.5.23: 60,380,473 in 4,016 files). 16 MiB a
+# file is ~14x the largest (read_package_files in facts/software_remote.py uses the same); 512 MiB
+# a scan is ~6.4x the largest tree.
+FILE_BYTES_MAX = 16 << 20
+SCAN_BYTES_MAX = 512 << 20
 
 
 class NotRead(Exception):
