@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,21 +166,27 @@ def test_ctrl_c_stops_the_client_and_keeps_what_was_measured(tmp_path: Path):
     assert not pid_file.exists()
 
 
-def test_sglang_tool_without_sglang_fails_clearly(tmp_path: Path):
-    # `--tool sglang` runs `<sglang_python> -m sglang.bench_serving` on the host; a python without
-    # SGLang must fail that host with the tool's own last words, not hang or pass silently.
+def serving_tool_bench(tmp_path: Path, server_env: dict) -> Any:
+    """``bench --suite serving --tool sglang`` (local) against a stand-in started with ``server_env``,
+    its host's sglang_python this test's python (which has no sglang of its own)."""
     from types import MappingProxyType
 
     from gpuops.bench.runner import BenchTarget
     from gpuops.inventory import Host
 
-    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "500", "GPUOPS_STANDIN_TTFT_MS": "1"}
+    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "500", "GPUOPS_STANDIN_TTFT_MS": "1", **server_env}
     with start_standin(tmp_path, env=env) as server:
-        host = Host(name="nosglang", address=None, port=None, user=None, key_file=None, connection="local",
+        host = Host(name="h", address=None, port=None, user=None, key_file=None, connection="local",
                     groups=("all",), vars=MappingProxyType({"sglang_python": sys.executable}))
         options = BenchOptions(suite="serving", tool="sglang", concurrency=(1,))
-        state = run_bench([BenchTarget(host, server.url, sys.executable)], options, ResultsStore(tmp_path / "r"),
-                          ConnectOptions(), remote=False)["nosglang"]
+        return run_bench([BenchTarget(host, server.url, sys.executable)], options, ResultsStore(tmp_path / "r"),
+                         ConnectOptions(), remote=False)["h"]
+
+
+def test_sglang_tool_without_sglang_fails_clearly(tmp_path: Path):
+    # `--tool sglang` runs `<sglang_python> -m sglang.bench_serving` on the host; a python without
+    # SGLang must fail that host with the tool's own last words, not hang or pass silently.
+    state = serving_tool_bench(tmp_path, {})
     assert state.status == "failed" and state.file is None
     assert "sglang.bench_serving exited 1" in state.error and "No module named 'sglang'" in state.error
 
@@ -205,11 +212,6 @@ def test_sglang_tool_runs_in_the_servers_environment(tmp_path: Path):
     # A real 0.5.16 on the H200 (tests/fixtures/real/h200-x1/sglang-0.5.16) ran from PYTHONPATH=/tmp/site
     # with a python that has no sglang of its own: `bench --tool sglang` ran that python without the
     # server's PYTHONPATH and failed "No module named 'sglang'". The tool must import what the server does.
-    from types import MappingProxyType
-
-    from gpuops.bench.runner import BenchTarget
-    from gpuops.inventory import Host
-
     site = tmp_path / "site"
     (site / "sglang").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.16'\n")
@@ -220,12 +222,6 @@ def test_sglang_tool_runs_in_the_servers_environment(tmp_path: Path):
         "line = {'completed': 2, 'duration': 1.0, 'request_throughput': 2.0, 'output_throughput': 100.0,\n"
         "        'total_output_tokens': 100, 'total_input_tokens': 20, 'mean_tpot_ms': 10.0, 'max_concurrency': 1}\n"
         "open(out, 'a').write(json.dumps(line) + '\\n')\n")
-    env = {"GPUOPS_STANDIN_TOKENS_PER_S": "500", "GPUOPS_STANDIN_TTFT_MS": "1", "PYTHONPATH": str(site)}
-    with start_standin(tmp_path, env=env) as server:
-        host = Host(name="onpath", address=None, port=None, user=None, key_file=None, connection="local",
-                    groups=("all",), vars=MappingProxyType({"sglang_python": sys.executable}))
-        options = BenchOptions(suite="serving", tool="sglang", concurrency=(1,))
-        state = run_bench([BenchTarget(host, server.url, sys.executable)], options, ResultsStore(tmp_path / "r"),
-                          ConnectOptions(), remote=False)["onpath"]
+    state = serving_tool_bench(tmp_path, {"PYTHONPATH": str(site)})
     assert state.error is None, state.error
     assert state.result["levels"][0]["completed"] == 2
