@@ -148,3 +148,34 @@ def test_the_tool_asks_for_ids_in_the_vocabulary_where_the_release_has_them(sgla
     assert dataset_args(asked, "sglang.bench_one_batch_server", str(sglang_058)) == [
         "--batch-size", "1", "--input-len", "8"]
     assert dataset_args(asked, "sglang.bench_serving", None) == asked  # unreadable: as asked
+
+
+def test_a_fifo_in_the_release_or_the_model_does_not_block_the_bench(tmp_path: Path):
+    # Everything a host holds is untrusted: a FIFO named like a benchmark module or a model's
+    # config.json is not read (and never waited on); the bench goes on as if it were unreadable.
+    import os
+    import threading
+
+    from gpuops.remote.bench_snapshot import served_vocab
+    from gpuops.remote.bench_tool import dataset_args, reads_key
+
+    root = tmp_path / "sglang"
+    (root / "benchmark").mkdir(parents=True)
+    os.mkfifo(root / "benchmark" / "serving.py")
+    model = tmp_path / "model"
+    model.mkdir()
+    os.mkfifo(model / "config.json")
+    answers: dict = {}
+
+    def ask() -> None:
+        asked = ["--dataset-name", "random-ids"]
+        answers["args"] = dataset_args(asked, "sglang.benchmark.serving", str(root))
+        answers["key"] = reads_key("sglang.benchmark.serving", str(root))
+        answers["vocab"] = served_vocab({"model_info": {"model_path": str(model)}})
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "blocked on a FIFO"
+    assert answers["args"] == ["--dataset-name", "random-ids"] and answers["key"] is None
+    assert answers["vocab"]["vocab_size"] is None and "not a regular file" in answers["vocab"]["reason"]

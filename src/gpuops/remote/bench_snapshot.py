@@ -14,6 +14,7 @@ import sys
 from gpuops.remote.apply_journal import read_journal, runs_by_id
 from gpuops.remote.bench_http import ServerError
 from gpuops.remote.digest import sha256_file
+from gpuops.remote.scan_read import NotRead, read_regular
 from gpuops.remote.sglang_argv import is_server_argv
 from gpuops.remote.sglang_server import ServerClient, find_server_pid, process_cmdline
 from gpuops.remote.host_protocol import FINISHED, ROLLED_BACK
@@ -113,12 +114,9 @@ def served_vocab(snapshot, pid=None):
     else:
         return {"vocab_size": None, "reason": "%r is relative and the server's process is not known" % path}
     try:
-        with open(config, "rb") as handle:
-            raw = handle.read(CONFIG_LIMIT + 1)
-    except OSError as exc:
-        return {"vocab_size": None, "reason": "cannot read %s (%s)" % (config, exc.__class__.__name__)}
-    if len(raw) > CONFIG_LIMIT:
-        return {"vocab_size": None, "reason": "%s is larger than %d bytes" % (config, CONFIG_LIMIT)}
+        raw = read_regular(config, CONFIG_LIMIT)  # a FIFO named config.json must not block the bench
+    except NotRead as exc:
+        return {"vocab_size": None, "reason": "%s: %s" % (config, exc)}
     try:
         data = json.loads(raw.decode("utf-8", "replace"))
     except ValueError:

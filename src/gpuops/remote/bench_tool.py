@@ -18,6 +18,7 @@ import subprocess
 
 from gpuops.remote.bench_http import ServerError
 from gpuops.remote.bench_workdir import in_temp_dir
+from gpuops.remote.scan_read import NotRead, read_regular
 from gpuops.remote.sglang_server import installed_root, known_key
 
 # Where later releases moved SGLang's benchmark modules (0.5.16+: sglang/benchmark/; the old
@@ -34,6 +35,9 @@ def tool_module(module, root):
         return newer
     return module
 
+# SGLang's largest benchmark module: 111,485 bytes (0.5.23 benchmark/serving.py; 0.5.16's 103,470).
+SOURCE_LIMIT = 4 << 20
+
 # How SGLang's benchmark modules take a server's key: ``os.environ.get("OPENAI_API_KEY")``.
 KEY_ENV = "OPENAI_API_KEY"
 _READS_KEY = re.compile(r"""os\.environ\.get\(\s*["']%s["']|os\.environ\[\s*["']%s["']\s*\]""" % (KEY_ENV, KEY_ENV))
@@ -47,17 +51,21 @@ def module_file(module, root):
     return path if os.path.isfile(path) else None
 
 
+def module_source(module, root):
+    """The source text of the release's ``module``, read as the host's: a regular file, bounded
+    (a FIFO in its place must not block the bench); None when it cannot be read."""
+    path = module_file(module, root)
+    try:
+        return read_regular(path, SOURCE_LIMIT).decode("utf-8", "replace") if path else None
+    except NotRead:
+        return None
+
+
 def reads_key(module, root):
     """Whether the release's ``module`` sends a key it reads from ``OPENAI_API_KEY`` (None: its
     source cannot be read)."""
-    path = module_file(module, root)
-    if path is None:
-        return None
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return _READS_KEY.search(handle.read()) is not None
-    except OSError:
-        return None
+    source = module_source(module, root)
+    return None if source is None else _READS_KEY.search(source) is not None
 
 
 def tool_env(module, root, url, server_env=None):
@@ -89,12 +97,10 @@ def dataset_args(args, module, root):
     at = args.index("--dataset-name") if "--dataset-name" in args else -1
     if at < 0 or args[at + 1:at + 2] != [RANDOM_IDS]:
         return list(args)
-    try:
-        with open(module_file(module, root) or "", "r", encoding="utf-8", errors="replace") as handle:
-            knows = '"%s"' % RANDOM_IDS in handle.read()
-    except OSError:
+    source = module_source(module, root)
+    if source is None or '"%s"' % RANDOM_IDS in source:
         return list(args)
-    return list(args) if knows else args[:at] + args[at + 2:]
+    return args[:at] + args[at + 2:]
 
 
 NEEDS_SERVER = True
