@@ -44,6 +44,13 @@ if has record; then  # a server started by hand: what it answers, its processes,
   PYTHONPATH=/tmp/site timeout 480 $PY $HERE/record.py $R/real -- $PY -m sglang.launch_server $SERVER_ARGS --port 30000
   log "record rc=$?"
 fi
+if has profrec; then  # SGLang's profiler and speculative decoding, servers started by hand (record_profile.py)
+  log "profrec: $SERVER_ARGS"
+  PYTHONPATH=/tmp/site:$HERE timeout $(( $(left) - 10 )) $PY $HERE/record_profile.py $R/profrec $(( $(left) - 25 )) -- \
+    ${PROFREC_VARIANTS:-base ngram:--speculative-algorithm,NGRAM,--speculative-num-draft-tokens,8 nograph:--disable-cuda-graph standalone:--speculative-algorithm,STANDALONE,--speculative-draft-model-path,/tmp/model,--speculative-num-steps,3,--speculative-eagle-topk,1,--speculative-num-draft-tokens,4} \
+    -- $PY -m sglang.launch_server $SERVER_ARGS --port 30000
+  log "profrec rc=$?"
+fi
 sed "s#@PYTHON@#$PY#" $HERE/inventory.yml > $R/inventory.yml; I="-i $R/inventory.yml"
 # gpuops drives the server it manages, every command as a user would type it. Two halves, so that
 # each fits one call (a real restart is ~65 s): the first reads and measures, the second changes.
