@@ -45,7 +45,8 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, short) for name, (_, short) in COMMANDS.items()])
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="User guide: README.md and its pages in docs/ (installed as gpuops/data/docs/).")
 @click.version_option(package_name="gpuops")
 def cli() -> None:
     """gpuops: inspect, tune and benchmark GPU inference hosts that serve models with SGLang.

@@ -10,6 +10,7 @@ import click
 
 from gpuops.commands.bench_options import results_dir_option
 from gpuops.commands.inspect import _host_options, _host_title, _run
+from gpuops.commands.options import guide
 
 
 def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
@@ -26,7 +27,7 @@ def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
         return []
 
 
-@click.command("advise")
+@click.command("advise", epilog=guide("advise-json.md", "inventory.md"))
 @_host_options
 @results_dir_option
 def advise(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, host_key_options, inventory_options,
-                                     rollout_options)
+from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, guide, host_key_options,
+                                     inventory_options, rollout_options)
 
 EXIT_HOST_FAILED = 1
 
@@ -67,7 +67,7 @@ def _hosts(inventory: Any, limit: str | None) -> list[Any]:
     return load_inventory(inventory).select(limit)
 
 
-@click.command("apply")
+@click.command("apply", epilog=guide("roles.md", "inventory.md"))
 @click.argument("role")
 @_common
 @rollout_options
@@ -114,7 +114,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
         sys.exit(EXIT_HOST_FAILED)
 
 
-@click.command("rollback")
+@click.command("rollback", epilog=guide("roles.md"))
 @_common
 @rollout_options
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to undo (default: the most recent that changed the host).")
@@ -165,7 +165,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
         sys.exit(EXIT_HOST_FAILED)
 
 
-@click.command("history")
+@click.command("history", epilog=guide("roles.md"))
 @_common
 def history(inventory: Any, limit: str | None, as_json: bool, forks: int,
             accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None,

@@ -24,7 +24,7 @@ from click.core import ParameterSource
 from gpuops.bench.suites import COMMON_OPTIONS, SUITES, Suite
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.commands.bench_options import BENCH_OPTIONS, bench_options, results_dir_option
-from gpuops.commands.options import inventory_options
+from gpuops.commands.options import guide, inventory_options
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 EXIT_SOME_HOST_FAILED = 1
 
 
-@click.group("bench", invoke_without_command=True)
+@click.group("bench", invoke_without_command=True, epilog=guide("bench-and-results.md"))
 @click.pass_context
 @inventory_options
 @click.option("--suite", type=click.Choice(list(SUITES)),
@@ -333,7 +333,7 @@ def _render_bench(document: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------- results
 
-@click.group("results")
+@click.group("results", epilog=guide("bench-and-results.md"))
 def results() -> None:
     """List, show and compare stored benchmark results."""
 
@@ -552,7 +552,7 @@ def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, outp
         click.echo(text, nl=False)
 
 
-@click.command("report")
+@click.command("report", epilog=guide("bench-and-results.md"))
 @click.argument("result_ids", nargs=-1)
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default="report.html", show_default=True,
               help="The HTML file; a Markdown summary is written next to it (.md).")

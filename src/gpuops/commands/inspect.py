@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from gpuops.commands.options import guide
+
 EXIT_SOME_HOST_FAILED = 1
 
 
@@ -64,7 +66,7 @@ def _host_title(host: Any) -> str:
     return f"{host.name} ({where}:{host.port})" if host.port else f"{host.name} ({where})"
 
 
-@click.group("inspect")
+@click.group("inspect", epilog=guide("inventory.md", "inspect-json.md"))
 def inspect() -> None:
     """Facts and capability gates of every host (one SSH exec per host, hosts in parallel)."""
 

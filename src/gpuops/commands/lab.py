@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from gpuops.commands.options import guide
 from gpuops.lab.real_timing import TIMINGS, standin_env
 
 DIR_HELP = "Lab directory (default: $GPUOPS_LAB_DIR or .lab in the current directory)."
@@ -48,7 +49,7 @@ dir_option = click.option("--dir", "lab_dir", metavar="DIR", help=DIR_HELP)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
-@click.group()
+@click.group(epilog=guide("lab.md", "lab-host-description.md"))
 def lab() -> None:
     """Throwaway simulated GPU hosts: real OpenSSH sshd on 127.0.0.1, a replaying nvidia-smi, the
     real source of an SGLang release and a stand-in SGLang server per host.

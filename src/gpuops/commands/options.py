@@ -35,6 +35,12 @@ _INVENTORY_PARAMS = ("vault_password_files", "vault_ids", "ask_vault_pass", "lis
                      "private_key", "become", "ask_become_pass", "verbose", "connection", "timings")
 
 
+def guide(*pages: str) -> str:
+    """A command's ``--help`` epilog naming its pages of the user guide (``docs/``, installed with the
+    package as ``gpuops/data/docs/``), so the help a user reads points at the longer text."""
+    return "User guide: " + ", ".join(f"docs/{page}" for page in pages) + " (README.md lists every page)."
+
+
 def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str = "Only hosts matching an Ansible-like pattern (name, group, glob, a:b, a:&b, a:!b, ~regex).") -> Any:
     """Add the host-selection options; the command receives ``inventory`` (an InventorySpec) and ``limit``."""
 

@@ -8,13 +8,13 @@ from typing import Any
 import click
 
 from gpuops.commands.apply import _common, _hosts, _options
-from gpuops.commands.options import rollout_options
+from gpuops.commands.options import guide, rollout_options
 
 EXIT_HOST_FAILED = 1
 LOG_LINES = 10  # of a failed variant's server log, under its row (--json has the whole tail)
 
 
-@click.command("tune")
+@click.command("tune", epilog=guide("tune.md", "bench-and-results.md"))
 @_common
 @rollout_options
 @click.option("--sweep", "sweeps", multiple=True, required=True, metavar="NCCL_NAME=V1[,V2]",
