@@ -9,13 +9,13 @@ import time
 import pytest
 
 from gpuops.remote.apply_common import LeaseLapsed
-from gpuops.remote.apply_lease import Lease
+from gpuops.remote.apply_lease import Lease, note_beat
 
 
 def _call_dir(tmp_path, inbox: str):
-    (tmp_path / "lease").write_bytes(b"")
+    note_beat(str(tmp_path / "lease"))
     old = time.time() - 120
-    os.utime(tmp_path / "lease", (old, old))  # lapsed long ago
+    os.utime(tmp_path / "lease", (old, old))  # an old file time: not what the lease reads
     (tmp_path / "client_gone").write_bytes(b"")  # and the channel closed
     (tmp_path / "inbox.jsonl").write_text(inbox)
     return str(tmp_path)

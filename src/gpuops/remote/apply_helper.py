@@ -22,10 +22,11 @@ Modes (payload["mode"]):
 The transaction and its lease. The process the SSH session runs (the relay) takes the host lock,
 then forks the worker into its own session (stdio on files): the worker holds the lock from the
 first write to the end, whatever happens to the SSH session. The relay passes gpuops' messages to
-the worker (each one touches ``calls/ID/lease``) and the worker's progress back. The worker checks
-the lease between steps and while it waits (compile, audit, health, verdict, commit): when no
-message came for ``lease`` seconds, or the channel closed (``calls/ID/client_gone``), or the
-client's per-host deadline passed, it rolls the host back by itself. It never commits without
+the worker (each one stamps ``calls/ID/lease`` with the host's monotonic time) and the worker's
+progress back. The worker checks the lease between steps and while it waits (compile, audit,
+health, verdict, commit): when no message came for ``lease`` seconds on its monotonic clock, or the
+channel closed (``calls/ID/client_gone``), or the client's per-host deadline passed, it rolls the
+host back by itself. It never commits without
 gpuops' confirmation.
 
 A worker that dies (OOM killer, kill -9, reboot) leaves its run `started` without an end in the
@@ -57,7 +58,7 @@ import time
 from gpuops.remote.apply_common import POLL_S, StepFailed
 from gpuops.remote.apply_fileops import append_line, atomic_write, read_complete_lines
 from gpuops.remote.apply_journal import read_journal, unfinished_runs
-from gpuops.remote.apply_lease import DEFAULT_LEASE_S, Lease
+from gpuops.remote.apply_lease import DEFAULT_LEASE_S, Lease, note_beat
 from gpuops.remote.apply_lock import note_lock_holder, take_lock
 from gpuops.remote.apply_prune import prune_calls
 from gpuops.remote.apply_recovery import recover_unfinished
@@ -151,9 +152,7 @@ class Relay:
         self._last_beat = 0.0
 
     def touch_lease(self):
-        with open(self.lease_path, "ab"):
-            pass
-        os.utime(self.lease_path, None)
+        note_beat(self.lease_path)
 
     def mark_gone(self):
         with open(self.gone_path, "ab"):

@@ -1,7 +1,11 @@
 """The client's lease on a run: the worker goes on only while gpuops keeps confirming.
 
-The relay touches ``calls/ID/lease`` for every message from gpuops and appends verdict and commit
-messages to ``calls/ID/inbox.jsonl``; the worker reads both here. Stdlib only, Python 3.8+.
+For every message from gpuops the relay writes, into ``calls/ID/lease``, the moment it got it on the
+host's monotonic clock (``note_beat``), and appends verdict and commit messages to
+``calls/ID/inbox.jsonl``; the worker reads both here. The lease's age is that moment against the
+worker's own ``time.monotonic()`` (the relay is its parent: one host, one clock), never the wall
+clock against a file's mtime: a state dir on NFS or a clock step put the two apart by an hour, which
+lapsed every lease at once (+1 h) or turned it off (-1 h). Stdlib only, Python 3.8+.
 """
 
 import json
@@ -13,10 +17,31 @@ from gpuops.remote.apply_fileops import read_complete_lines
 from gpuops.remote.host_protocol import MESSAGE_ABORT as ABORT
 
 DEFAULT_LEASE_S = 30.0
+_BEAT_WIDTH = 24  # the stamp is written in place at a fixed width: a reader never sees a shorter tail
+
+
+def note_beat(path):
+    """The relay's side: gpuops was heard now (``time.monotonic()``), written over ``path``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, (b"%.6f" % time.monotonic()).rjust(_BEAT_WIDTH - 1) + b"\n", 0)
+    finally:
+        os.close(fd)
+
+
+def last_beat(path):
+    """When the relay last heard gpuops (its ``time.monotonic()``), or None: no file, or a stamp
+    caught half-written (the caller keeps the one it had)."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(_BEAT_WIDTH)
+        return float(text)
+    except (OSError, ValueError):
+        return None
 
 
 class Lease:
-    """The client's lease on this run, kept alive by its messages (the relay touches ``lease``)."""
+    """The client's lease on this run, kept alive by its messages (the relay stamps ``lease``)."""
 
     def __init__(self, call_dir, seconds, deadline_s=None):
         self.call_dir = call_dir
@@ -28,15 +53,16 @@ class Lease:
         self._inbox_offset = 0
         self._abort_offset = 0
         self._abort = None
+        self._heard = None  # the relay's last stamp this worker read (monotonic)
 
     def lapsed(self):
         """None while gpuops holds the lease, else why it lapsed (one line)."""
         if os.path.exists(self.gone_path):
             return "the connection to gpuops was lost"
-        try:
-            age = time.time() - os.stat(self.path).st_mtime
-        except OSError:
-            age = float("inf")
+        stamp = last_beat(self.path)
+        if stamp is not None:
+            self._heard = stamp
+        age = float("inf") if self._heard is None else max(0.0, time.monotonic() - self._heard)
         if age > self.seconds:
             return "gpuops stopped confirming for %.0f s (lease %.0f s): gone, cut off or stalled" % (
                 min(age, 1e6), self.seconds)
