@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuops.apply import deployment, deployment_health, replicas
 from gpuops.errors import GpuopsError
 from gpuops.inventory import Host
 from gpuops.plan import varcheck
+from gpuops.transport import address
 
 
 def _host(name: str, address: str | None = "10.0.0.1", **variables: object) -> Host:
@@ -75,3 +78,38 @@ def test_the_variable_check_knows_every_replica_variable() -> None:
                                            replicas.DRAIN_VAR, replicas.ROUTER_HEALTH_VAR,
                                            deployment.DEPLOYMENT_VAR, deployment.RANK_VAR, deployment.DIST_PORT_VAR,
                                            deployment_health.ANSWER_VAR}
+
+
+def _alias_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ssh config as the operator's own: ``box`` is an alias whose HostName is 10.9.8.7."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Host box\n  HostName 10.9.8.7\n  User ops\nHost *\n  ServerAliveInterval 30\n")
+    monkeypatch.setenv("HOME", str(home))
+
+
+@pytest.mark.parametrize("host, url", [
+    (_host("box", address=None), "http://10.9.8.7:30001"),          # the ssh-config alias's HostName
+    (_host("box", address="192.168.1.5"), "http://192.168.1.5:30001"),  # ansible_host wins over the alias
+    (_host("plain", address=None), "http://plain:30001"),            # no HostName: the name ssh resolves
+    (_host("box", address=None, ansible_ssh_common_args="-o HostName=10.0.0.42"), "http://10.0.0.42:30001"),
+    (_host("v6", address="fd00::7"), "http://[fd00::7]:30001"),
+])
+def test_the_worker_url_defaults_to_the_address_gpuops_connects_to(host: Host, url: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _alias_config(tmp_path, monkeypatch)
+    replica = replicas.replica_for(host, {"sglang_router_url": "http://gw:30550", "sglang_port": 30001})
+    assert replica is not None and replica.worker_url == url
+    # sglang_worker_url stays the override
+    given = replicas.replica_for(host, {"sglang_router_url": "http://gw:30550", "sglang_port": 30001,
+                                        "sglang_worker_url": "http://front.internal:9"})
+    assert given is not None and given.worker_url == "http://front.internal:9"
+
+
+def test_connect_address_skips_a_config_file_it_cannot_read(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.write_bytes(b"Host box\n  HostName \xff\xfe\n")
+    good = tmp_path / "good"
+    good.write_text("Host box\n  HostName 10.9.8.7\n")
+    assert address.ssh_config_hostname("box", (str(tmp_path / "absent"), str(broken), str(good))) == "10.9.8.7"
+    assert address.ssh_config_hostname("other", (str(good),)) is None

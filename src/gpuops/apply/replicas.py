@@ -14,7 +14,8 @@ the Rust gateway on PyPI). When its run restarts the server, gpuops, from the cl
      (``sglang_router_health_timeout``, default 60 s) before the roll moves on.
 
 The router's worker API (sglang-router 0.2 or 0.3, told apart by asking the router) is
-``apply/router_api.py``. The replica's URL as the router knows it: ``sglang_worker_url``, else ``http://ADDRESS:sglang_port``.
+``apply/router_api.py``. The replica's URL as the router knows it: ``sglang_worker_url``, else
+``http://ADDRESS:sglang_port``, ADDRESS being the address gpuops connects to (``transport/address.py``).
 Everything is checked before any host is touched (``preflight``): every router answers with a worker
 API gpuops knows, every replica is one of its workers, and no replica is the router itself.
 
@@ -41,6 +42,7 @@ from gpuops.apply.host_call import module_answer
 from gpuops.apply.router_api import Router, RouterError, Worker, comparable, normal_url
 from gpuops.errors import GpuopsError
 from gpuops.plan.varcheck import seconds_var
+from gpuops.transport.address import connect_address
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -82,7 +84,7 @@ def replica_for(host: "Host", variables: Mapping[str, Any]) -> Replica | None:
         return None
     if not isinstance(router_url, str):
         raise GpuopsError(f"{host.name}: {ROUTER_VAR} must be a URL, not {router_url!r}")
-    worker_url = variables.get(WORKER_URL_VAR) or f"http://{host.address or host.name}:{variables.get('sglang_port', 30000)}"
+    worker_url = variables.get(WORKER_URL_VAR) or default_worker_url(host, variables)
     for name, url in ((ROUTER_VAR, router_url), (WORKER_URL_VAR, str(worker_url))):
         try:
             normal_url(url)
@@ -96,6 +98,14 @@ def replica_for(host: "Host", variables: Mapping[str, Any]) -> Replica | None:
                    worker_url=str(worker_url),
                    drain_timeout_s=seconds_var(variables, DRAIN_VAR, DRAIN_DEFAULT_S, host.name),
                    healthy_timeout_s=seconds_var(variables, ROUTER_HEALTH_VAR, ROUTER_HEALTH_DEFAULT_S, host.name))
+
+
+def default_worker_url(host: "Host", variables: Mapping[str, Any]) -> str:
+    """``http://ADDRESS:sglang_port``, ADDRESS being where gpuops itself connects (``ansible_host``, an
+    ssh-config alias's ``HostName``, else the inventory name): the router reaches the replica there."""
+    address = connect_address(host)
+    address = f"[{address}]" if ":" in address else address  # an IPv6 address in a URL
+    return f"http://{address}:{variables.get('sglang_port', 30000)}"
 
 
 def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Replica]:
