@@ -16,7 +16,7 @@ import pytest
 
 from gpuops.remote.apply_commands import run_polled, run_watched
 from gpuops.remote.apply_common import LeaseLapsed, StepFailed
-from gpuops.remote.apply_lease import Lease
+from gpuops.remote.apply_lease import Lease, note_beat
 from gpuops.remote.container_image import docker
 from gpuops.remote.service_base import ServiceFailed
 
@@ -57,7 +57,7 @@ def test_a_lapsed_lease_kills_the_whole_group_and_raises_lease_lapsed(tmp_path: 
     call, work = tmp_path / "call", tmp_path / "work"
     call.mkdir()
     work.mkdir()
-    (call / "lease").touch()
+    note_beat(str(call / "lease"))
     lease = Lease(str(call), 600)
     argv, pid_file = _family(tmp_path)
     seen: list[int] = []
@@ -78,7 +78,7 @@ def test_a_lapsed_lease_kills_the_whole_group_and_raises_lease_lapsed(tmp_path: 
 def test_run_polled_past_its_time_kills_the_group_and_raises_step_failed(tmp_path: Path) -> None:
     call = tmp_path / "call"
     call.mkdir()
-    (call / "lease").touch()
+    note_beat(str(call / "lease"))
     argv, pid_file = _family(tmp_path)
     with pytest.raises(StepFailed) as raised:
         run_polled(argv, Lease(str(call), 600), "the gate re-audit", str(tmp_path), timeout=0)
@@ -91,7 +91,7 @@ def test_run_polled_past_its_time_kills_the_group_and_raises_step_failed(tmp_pat
 def test_run_polled_returns_status_and_both_outputs_and_a_missing_program_is_an_oserror(tmp_path: Path) -> None:
     call = tmp_path / "call"
     call.mkdir()
-    (call / "lease").touch()
+    note_beat(str(call / "lease"))
     status, out, err = run_polled(["/bin/sh", "-c", "cat; echo out; echo err >&2; exit 3"], Lease(str(call), 600),
                                   "x", str(tmp_path))
     assert (status, out, err) == (3, b"out\n", b"err\n")  # stdin is empty: cat ends at once
