@@ -6,15 +6,19 @@ name, ``all``, a glob (``gpu*``), a regex (``~gpu0[1-4]``), a subscript of a gro
 ``!term`` excludes; as in Ansible, plain terms are united first, then intersections, then
 exclusions. Unlike Ansible (which warns), a term that names nothing is an error: a typo in --limit
 must not silently act on the wrong hosts.
+
+Patterns are matched against names only (``Names``: the inventory's host names and each group's
+members), so this module sits below ``inventory/model.py``, which calls it from ``Inventory.select``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
 from gpuops.errors import InventoryError
-from gpuops.inventory.model import Host, Inventory
 
 _SUBSCRIPT = re.compile(r"^(?P<base>.+?)\[(?P<start>-?\d*)(?::(?P<end>-?\d*))?\]$")
 _GLOB_CHARS = ("*", "?", "[", ".")
@@ -38,7 +42,18 @@ def split_terms(limit: str) -> list[str]:
     return [part.strip() for part in parts if part.strip()]
 
 
-def select_hosts(inventory: Inventory, limit: str) -> list[Host]:
+@dataclass(frozen=True)
+class Names:
+    """What a --limit pattern is matched against: an inventory's host names, in its order, and
+    each group's members (descendants included), with the inventory's source for error messages."""
+
+    source: str
+    hosts: Sequence[str]
+    groups: Mapping[str, Sequence[str]]
+
+
+def select_names(inventory: Names, limit: str) -> list[str]:
+    """The host names ``limit`` selects, in the inventory's order (InventoryError when none)."""
     terms = _expand_files(split_terms(limit), inventory, limit)
     regular = [t for t in terms if t[0] not in "&!"]
     intersect = [t[1:] for t in terms if t[0] == "&"]
@@ -55,13 +70,13 @@ def select_hosts(inventory: Inventory, limit: str) -> list[Host]:
     for term in exclude:
         drop = set(_match(inventory, term, limit))
         chosen = {name: None for name in chosen if name not in drop}
-    selected = [host for host in inventory.hosts if host.name in chosen]
+    selected = [name for name in inventory.hosts if name in chosen]
     if not selected:
         raise InventoryError(f"no hosts match --limit {limit!r} in {inventory.source}")
     return selected
 
 
-def _expand_files(terms: list[str], inventory: Inventory, limit: str) -> list[str]:
+def _expand_files(terms: list[str], inventory: Names, limit: str) -> list[str]:
     out: list[str] = []
     for term in terms:
         prefix, body = (term[0], term[1:]) if term[0] in "&!" else ("", term)
@@ -79,7 +94,7 @@ def _expand_files(terms: list[str], inventory: Inventory, limit: str) -> list[st
     return out
 
 
-def _match(inventory: Inventory, term: str, limit: str) -> list[str]:
+def _match(inventory: Names, term: str, limit: str) -> list[str]:
     """Host names a single term stands for; a term naming nothing is an error."""
     subscript = _SUBSCRIPT.match(term)
     if subscript and not term.startswith("~") and subscript.group("base") in inventory.groups:
@@ -98,9 +113,9 @@ def _match(inventory: Inventory, term: str, limit: str) -> list[str]:
         matches = term.__eq__
     matched_groups = [g for g in inventory.groups if matches(g)]
     for group in matched_groups:
-        names.extend(inventory.groups[group].hosts)
+        names.extend(inventory.groups[group])
     if not matched_groups or term.startswith("~") or any(c in term for c in _GLOB_CHARS):
-        names.extend(host.name for host in inventory.hosts if matches(host.name))
+        names.extend(name for name in inventory.hosts if matches(name))
     if not names and not matched_groups:
         raise InventoryError(
             f"no hosts match --limit {limit!r} in {inventory.source}: {term!r} names no host or group"
@@ -108,8 +123,8 @@ def _match(inventory: Inventory, term: str, limit: str) -> list[str]:
     return names
 
 
-def _subscript(inventory: Inventory, match: re.Match, term: str, limit: str) -> list[str]:
-    hosts = list(inventory.groups[match.group("base")].hosts)
+def _subscript(inventory: Names, match: re.Match, term: str, limit: str) -> list[str]:
+    hosts = list(inventory.groups[match.group("base")])
     start, end = match.group("start"), match.group("end")
     try:
         if end is None:

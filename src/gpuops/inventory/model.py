@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.errors import InventoryError
+from gpuops.inventory.limit import Names, select_names
 
 
 @dataclass(frozen=True)
@@ -74,14 +75,15 @@ class Inventory:
         selected host's private key file does not exist (checked here, not at load, so that a
         broken host left out by --limit does not block the others).
         """
-        from gpuops.inventory.limit import select_hosts
-
         if limit is None or not limit.strip():
             selected = list(self.hosts)
             if not selected:
                 raise InventoryError(f"no hosts in inventory {self.source}")
         else:
-            selected = select_hosts(self, limit)
+            names = Names(self.source, [host.name for host in self.hosts],
+                          {name: group.hosts for name, group in self.groups.items()})
+            chosen = set(select_names(names, limit))
+            selected = [host for host in self.hosts if host.name in chosen]
         selected = [host.open_vault() if host.open_vault is not None else host for host in selected]
         for host in selected:
             _refuse_encrypted(host)
