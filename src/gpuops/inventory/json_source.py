@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuops.errors import InventoryError
 from gpuops.inventory.builder import InventoryBuilder
-from gpuops.inventory.vault import EncryptedValue
+from gpuops.inventory.yamlfile import from_json_tags
 
 META = "_meta"
 
@@ -89,16 +89,3 @@ def _read_group(name: str, value: Any, source: str, builder: InventoryBuilder) -
     if variables:
         builder.set_group_vars(name, from_json_tags(variables, f"{source} (group {name})"))
     return hosts
-
-
-def from_json_tags(value: Any, where: str) -> Any:
-    """Ansible's JSON spelling of tagged values: ``__ansible_vault`` (encrypted), ``__ansible_unsafe``."""
-    if isinstance(value, dict):
-        if len(value) == 1 and isinstance(value.get("__ansible_vault"), str):
-            return EncryptedValue(value["__ansible_vault"], where)
-        if len(value) == 1 and "__ansible_unsafe" in value:
-            return value["__ansible_unsafe"]
-        return {key: from_json_tags(item, where) for key, item in value.items()}
-    if isinstance(value, list):
-        return [from_json_tags(item, where) for item in value]
-    return value

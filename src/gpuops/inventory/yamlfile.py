@@ -44,10 +44,21 @@ def load_yaml_file(path: str, vault: Vault | None = None) -> Any:
 
 def load_json_text(text: str, path: str) -> Any:
     """JSON, with Ansible's ``{"__ansible_vault": ...}`` values read as encrypted values."""
-    from gpuops.inventory.json_source import from_json_tags
-
     try:
         data = json.loads(text) if text.strip() else None
     except json.JSONDecodeError as exc:
         raise InventoryError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
     return from_json_tags(data, path)
+
+
+def from_json_tags(value: Any, where: str) -> Any:
+    """Ansible's JSON spelling of tagged values: ``__ansible_vault`` (encrypted), ``__ansible_unsafe``."""
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get("__ansible_vault"), str):
+            return EncryptedValue(value["__ansible_vault"], where)
+        if len(value) == 1 and "__ansible_unsafe" in value:
+            return value["__ansible_unsafe"]
+        return {key: from_json_tags(item, where) for key, item in value.items()}
+    if isinstance(value, list):
+        return [from_json_tags(item, where) for item in value]
+    return value
