@@ -24,11 +24,14 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from gpuops.plan.role_paths import default_roles_path, shared_templates_dirs
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -155,14 +158,18 @@ def forget(kind: Kind, scope: str = "", match: Callable[[dict[str, Any]], bool] 
     return removed
 
 
+def host_identity(host: "Host") -> str:
+    """The scope of a host's scans: its inventory name and how it is reached."""
+    ident = [host.name, host.address, host.port, host.user, host.connection]
+    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:24]
+
+
 def forget_hosts(hosts: Iterable["Host"]) -> int:
     """``--flush-cache``: forget every result kept for these hosts, as Ansible's flag clears their
     facts: their GPU facts, no-op plans and discoveries (each entry names its host), their gate
     scans (a scope per host) and the verdicts judged from those scans (each names its scan's
     fingerprint). What is not a host's (the catalog's values, bundled helpers: stamped by local
     files) stays. Returns how many entries went."""
-    from gpuops.gates.scan_cache import host_identity
-
     hosts = list(hosts)
     names = {host.name for host in hosts}
     removed = 0
@@ -306,10 +313,6 @@ def package_digest() -> str:
 def code_digest() -> str:
     """gpuops' code, the directories roles and templates are looked up in (some relative to the
     working directory), and the libraries planning renders and reads with."""
-    import importlib.util
-
-    from gpuops.plan.role_paths import default_roles_path, shared_templates_dirs
-
     digest = hashlib.sha256()
     digest.update(json.dumps([FORMAT, package_digest(), os.environ.get("GPUOPS_ROLES_PATH", "")]).encode())
     for top in [*default_roles_path(), *shared_templates_dirs()]:

@@ -114,9 +114,9 @@ def test_gpu_facts_key_on_how_the_host_is_reached_and_gpuops_code(monkeypatch: p
 
 
 def test_scans_are_scoped_per_host_and_keyed_by_the_hosts_fingerprint() -> None:
-    base = scan_cache.host_identity(HOST)
+    base = memo.host_identity(HOST)
     for name, value in {"name": "h02", "address": "10.0.0.2", "port": 2222, "user": "admin", "connection": "local"}.items():
-        assert scan_cache.host_identity(dataclasses.replace(HOST, **{name: value})) != base, name
+        assert memo.host_identity(dataclasses.replace(HOST, **{name: value})) != base, name
     cache = scan_cache.for_host(HOST)
     assert cache is not None
     scan = {"scanner": 1, "ok": True, "fingerprint": "c" * 64, "gates": [], "version": "0.5.8"}

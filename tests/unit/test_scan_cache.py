@@ -150,7 +150,7 @@ def test_hosts_keep_their_own_scans_and_old_entries_are_pruned(site: Path, cache
     for index in range(memo.Kind.SCANS.max_entries + 2):
         path.write_text(GATED + "\n" * (index + 1))
         run_probe(site)
-    kept = [p for p in entries(cache_dir) if p.parent.name == scan_cache.host_identity(HOST)]
+    kept = [p for p in entries(cache_dir) if p.parent.name == memo.host_identity(HOST)]
     assert len(kept) == memo.Kind.SCANS.max_entries
     assert not list(cache_dir.glob("*/.scan-*"))  # no temp files left behind
 

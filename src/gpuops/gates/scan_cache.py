@@ -16,8 +16,6 @@ every file's size, mtime and inode.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -28,12 +26,6 @@ if TYPE_CHECKING:
     from gpuops.inventory import Host
 
 MAX_OFFERED = 2  # entries read and offered per command (each is parsed before the exec)
-
-
-def host_identity(host: "Host") -> str:
-    """The scope of a host's scans: its inventory name and how it is reached."""
-    ident = [host.name, host.address, host.port, host.user, host.connection]
-    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:24]
 
 
 def _is_fingerprint(value: Any) -> bool:
@@ -89,4 +81,4 @@ class HostScanCache:
 
 
 def for_host(host: "Host") -> HostScanCache | None:
-    return None if memo.root() is None else HostScanCache(host_identity(host))
+    return None if memo.root() is None else HostScanCache(memo.host_identity(host))
