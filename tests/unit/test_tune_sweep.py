@@ -70,3 +70,75 @@ def test_a_win_inside_the_noise_keeps_the_baseline_and_says_so() -> None:
     assert best_variant(single).variant == BASELINE
     # with no measured baseline, the fastest measured variant is the best there is
     assert best_variant([_trial(BASELINE, None, status="bench_failed"), _trial("a", 95.0)]).variant == "a"
+
+
+# ---- launch flags beside NCCL variables (issue 38)
+
+def _releases(speculative: bool = False):
+    from test_tune_flags import _release
+
+    return [_release("0.5.16", speculative)]
+
+
+def test_flags_and_env_cross_then_one_at_a_time() -> None:
+    from gpuops.tune.sweep import ONE_AT_A_TIME
+
+    sweeps = ["speculative_algorithm=NGRAM", "speculative_num_draft_tokens=4,8", "NCCL_PROTO=LL,Simple"]
+    grid = plan_variants(sweeps)
+    assert [v.label for v in grid] == [
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=4 NCCL_PROTO=LL",
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=4 NCCL_PROTO=Simple",
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=8 NCCL_PROTO=LL",
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=8 NCCL_PROTO=Simple",
+    ]
+    assert dict(grid[0].flags) == {"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": "4"}
+    assert dict(grid[0].env) == {"NCCL_PROTO": "LL"} and grid[0].speculative
+    # one at a time: the first values, then each axis moved alone (3 variants, not 4)
+    assert [v.label for v in plan_variants(sweeps, mode=ONE_AT_A_TIME)] == [
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=4 NCCL_PROTO=LL",
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=8 NCCL_PROTO=LL",
+        "speculative_algorithm=NGRAM speculative_num_draft_tokens=4 NCCL_PROTO=Simple",
+    ]
+    # a flag spelled two ways is one axis
+    with pytest.raises(GpuopsError, match="given twice"):
+        plan_variants(["speculative_num_steps=1", "--speculative-num-steps=3"])
+
+
+def test_flags_are_checked_against_the_host_release_and_get_their_launch_words() -> None:
+    from gpuops.tune.sweep import check_flags
+
+    variants = check_flags(plan_variants(["speculative_algorithm=NGRAM", "--speculative-num-draft-tokens=4,8"]),
+                           _releases())
+    assert [v.launch for v in variants] == [
+        ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4"),
+        ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"),
+    ]
+    with pytest.raises(GpuopsError, match="closest: speculative_num_draft_tokens"):
+        check_flags(plan_variants(["speculative_algorithm=NGRAM", "speculative_num_draft_token=4"]), _releases())
+
+
+def test_speculation_is_always_measured_against_speculation_off() -> None:
+    from gpuops.tune.sweep import check_flags
+
+    # the baseline is the server as configured: it must run without speculation
+    with pytest.raises(GpuopsError, match="already runs speculative decoding"):
+        check_flags(plan_variants(["speculative_algorithm=NGRAM"]), _releases(speculative=True))
+    # and some variant must turn it on, or every row measures the same thing
+    with pytest.raises(GpuopsError, match="no variant turns speculation on"):
+        check_flags(plan_variants(["speculative_num_steps=1,3"]), _releases())
+    # NCCL alone: the configured server may speculate, nothing is asked of it
+    assert check_flags(plan_variants(["NCCL_PROTO=LL"]), _releases(speculative=True))[0].launch == ()
+
+
+def test_each_variant_against_the_baseline_with_its_noise() -> None:
+    from gpuops.tune.sweep import against_baseline
+
+    trials = [_trial(BASELINE, 82.0, spread=2.0), _trial("ngram-8", 95.0, spread=2.0),
+              _trial("ngram-4", 84.0, spread=3.0), _trial("eagle", 60.0, spread=2.0),
+              _trial("dead", None, status="apply_failed")]
+    assert against_baseline(trials) == {
+        "ngram-8": {"verdict": "faster", "ratio": round(95 / 82, 4)},
+        "ngram-4": {"verdict": "within noise", "ratio": round(84 / 82, 4)},
+        "eagle": {"verdict": "slower", "ratio": round(60 / 82, 4)},
+    }
+    assert against_baseline([_trial("a", 1.0)]) == {}  # no baseline measured: no verdict

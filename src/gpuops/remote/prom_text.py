@@ -111,6 +111,8 @@ def run_deltas(before, after):
         "generation_tokens": tokens,
         "spec_verify_calls": verify,
         "spec_accept_length": a.get("sglang:spec_accept_length"),
+        # accepted / proposed draft tokens, SGLang's gauge (0.5.8-0.5.23 metrics_collector.py)
+        "spec_accept_rate": a.get("sglang:spec_accept_rate"),
         # tokens per verify call over the run: the accept length the run itself saw
         "tokens_per_verify": (tokens / verify) if tokens is not None and verify else None,
         "decode_cuda_graph_passes": graph,

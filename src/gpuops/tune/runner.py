@@ -1,5 +1,6 @@
-"""The I/O half of a sweep: for each variant, apply it (the nccl-env role), benchmark, and at the end
-put every host back exactly as it was.
+"""The I/O half of a sweep: read what each host's release accepts, then for each variant apply it
+(the nccl-env role for NCCL variables alone, launch-flags when it sets SGLang launch flags),
+benchmark, and at the end put every host back exactly as it was.
 
 Safety comes from the apply engine, not from here: a variant whose server does not come back
 healthy is rolled back by that apply run itself (files restored, previous server restarted), so
@@ -10,12 +11,15 @@ at the end those runs are rolled back newest first, so the host ends byte for by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
+from gpuops.apply.host_call import module_answer
+from gpuops.errors import GpuopsError, TransportError
 from gpuops.remote.host_protocol import STATUS_ROLLED_BACK
+from gpuops.tune.flags import ReleaseFlags
+from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -25,6 +29,8 @@ if TYPE_CHECKING:
     from gpuops.inventory import Host
 
 ROLE = "nccl-env"
+FLAGS_ROLE = "launch-flags"
+READ_TIMEOUT_S = 120.0  # reading a release's argument sources: ~1 s on a real 0.5.23 tree
 
 
 @dataclass
@@ -35,27 +41,76 @@ class SweepOutcome:
     interrupted: bool = False
 
 
+def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[ReleaseFlags]:
+    """What each host's SGLang parser accepts, read on the host (``remote/sglang_flags.py``) from
+    the release its server runs (or the inventory's python where none runs); nothing is changed."""
+    from gpuops.transport.parallel import connect
+
+    releases = []
+    for host in hosts:
+        variables = host.vars
+        env = variables.get("sglang_env")
+        env = env if isinstance(env, dict) else {}
+        port = str(variables.get("sglang_port") or 30000)
+        payload = {"port": int(port) if port.isdigit() else 30000,
+                   "python": str(variables.get("sglang_python") or "") or None,
+                   "pythonpath": env.get("PYTHONPATH") if isinstance(env.get("PYTHONPATH"), str) else None}
+        try:
+            conn = connect(host, apply_options.connect)
+            try:
+                answer = module_answer(conn, variables, "sglang_flags", payload, READ_TIMEOUT_S,
+                                       f"tune: {host.name}: the flag reader")
+            finally:
+                conn.close()
+        except TransportError as exc:  # a host that cannot be reached: one line, nothing changed anywhere
+            raise GpuopsError(f"tune: {host.name}: cannot read its SGLang's flags: {exc}; nothing was changed") from None
+        releases.append(ReleaseFlags.from_answer(host.name, answer))
+    return releases
+
+
+def _measured(line: Mapping[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a decode result says about speculation: the accept length per verify step (the server's
+    /server_info internal state, else its /metrics), the acceptance rate (/metrics), and whether
+    the server ran it (its resolved settings)."""
+    deltas = line.get("server_metrics") or {}
+    accept = line.get("accept_length")
+    if accept is None and deltas.get("spec_verify_calls"):
+        accept = deltas.get("spec_accept_length")
+    rate = deltas.get("spec_accept_rate") if deltas.get("spec_verify_calls") else None
+    speculative = (line.get("speculative") or {}).get("in_effect") if isinstance(line.get("speculative"), dict) else None
+    return {"accept_length": accept if speculative is not False else None,
+            "accept_rate": rate if speculative is not False else None, "speculative": speculative}
+
+
 def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, apply_options: ApplyOptions,
-           variant: str, env: dict[str, str], run_id: str | None) -> list[Trial]:
+           variant: Variant | None, run_id: str | None, levels: BenchOptions | None = None) -> list[Trial]:
+    from gpuops.bench.repeats import result_intervals
     from gpuops.bench.results import headline
     from gpuops.bench.runner import run_bench, targets_for
+    from gpuops.bench.stats import Interval
 
+    label = variant.label if variant is not None else BASELINE
+    env = dict(variant.env) if variant is not None else {}
+    flags = dict(variant.flags) if variant is not None else {}
     states = run_bench(targets_for(hosts, None, None, True), options, store, apply_options.connect, remote=True)
+    serving = (run_bench(targets_for(hosts, None, None, True), levels, store, apply_options.connect, remote=True)
+               if levels is not None else {})
     trials = []
     for name, state in states.items():
         line = headline(state.result) if state.result else {}
         ok = bool(line.get("ok")) and state.error is None and state.file is not None
-        from gpuops.bench.repeats import result_intervals
-        from gpuops.bench.stats import Interval
-
         interval = Interval.from_json(result_intervals(state.result).get("output tokens/s (per stream)")) \
             if ok and state.result else None
+        more = serving.get(name)
+        level_line = headline(more.result) if more is not None and more.result else {}
         trials.append(Trial(
-            host=name, variant=variant, env=env, status="measured" if ok else "bench_failed",
+            host=name, variant=label, env=env, flags=flags, status="measured" if ok else "bench_failed",
             output_tokens_per_s=line.get("output_tokens_per_s") if ok else None, ttft_ms=line.get("ttft_ms"),
             itl_ms=line.get("itl_ms") or {}, result_id=line.get("result_id") if ok else None, run_id=run_id,
             error=None if ok else (state.error or "no result"), interval=interval,
             speed_model=(line.get("speed_model") or "unrecorded") if line.get("simulated") else None,
+            levels=tuple(level_line.get("levels") or ()), levels_result_id=level_line.get("result_id"),
+            **_measured(line, state.result),
         ))
     return trials
 
@@ -64,8 +119,17 @@ def _failed_apply(report: HostReport, variant: Variant) -> Trial:
     why = report.error or report.status
     if report.status == STATUS_ROLLED_BACK:
         why = f"{why} (rolled back: the host runs its previous configuration)"
-    return Trial(host=report.host, variant=variant.label, env=dict(variant.env), status="apply_failed",
-                 run_id=report.run_id, error=why, log_tail=report.log_tail)
+    return Trial(host=report.host, variant=variant.label, env=dict(variant.env), flags=dict(variant.flags),
+                 status="apply_failed", run_id=report.run_id, error=why, log_tail=report.log_tail)
+
+
+def role_for(variant: Variant, smoke_check: bool) -> tuple[str, dict[str, Any]]:
+    """The role that applies ``variant`` and its variables: nccl-env for NCCL variables alone (as
+    before launch flags could be swept), launch-flags when it sets any launch flag."""
+    smoke = {"smoke_check": True} if smoke_check else {}
+    if not variant.flags:
+        return ROLE, {"nccl_env": dict(variant.env), **smoke}
+    return FLAGS_ROLE, {"launch_flags": list(variant.launch), "launch_env": dict(variant.env), **smoke}
 
 
 def run_sweep(
@@ -76,6 +140,7 @@ def run_sweep(
     apply_options: ApplyOptions,
     keep: str = "original",
     say: Callable[[str], None] = lambda line: None,
+    levels: BenchOptions | None = None,
 ) -> SweepOutcome:
     from gpuops.apply.runner import apply_role, rollback_hosts
 
@@ -84,7 +149,7 @@ def run_sweep(
     applied_runs: list[tuple[str, list[str]]] = []  # (run id, hosts it changed), oldest first
     try:
         say(f"tune: measuring the {BASELINE}")
-        for trial in _bench(hosts, bench_options, store, apply_options, BASELINE, {}, None):
+        for trial in _bench(hosts, bench_options, store, apply_options, None, None, levels):
             outcome.trials[trial.host].append(trial)
         import time
 
@@ -98,8 +163,8 @@ def run_sweep(
             say(f"tune: applying {variant.label} (variant {index + 1}/{len(variants)}{eta})")
             # smoke_check: greedy prompts before and after each restart; a variant that changes the
             # answers is said here (the trial still runs: speed and correctness are reported apart)
-            run_id, reports = apply_role(hosts, ROLE, {"nccl_env": dict(variant.env), "smoke_check": True},
-                                         apply_options)
+            role, variables = role_for(variant, smoke_check=True)
+            run_id, reports = apply_role(hosts, role, variables, apply_options)
             for name, report in reports.items():
                 for warning in report.warnings:
                     if warning.startswith("smoke check"):
@@ -113,7 +178,7 @@ def run_sweep(
                     outcome.trials[name].append(_failed_apply(report, variant))
             if ready:
                 say(f"tune: benchmarking {variant.label} on {len(ready)} host(s)")
-                for trial in _bench(ready, bench_options, store, apply_options, variant.label, dict(variant.env), run_id):
+                for trial in _bench(ready, bench_options, store, apply_options, variant, run_id, levels):
                     outcome.trials[trial.host].append(trial)
     except KeyboardInterrupt:
         outcome.interrupted = True
@@ -149,7 +214,8 @@ def _keep_best(hosts: Sequence[Host], variants: Sequence[Variant], apply_options
         groups.setdefault(best.variant, []).append(host)
     for label, group in groups.items():
         say(f"tune: keeping {label} on {len(group)} host(s)")
-        _, reports = apply_role(group, ROLE, {"nccl_env": dict(by_label[label].env)}, apply_options)
+        role, variables = role_for(by_label[label], smoke_check=False)
+        _, reports = apply_role(group, role, variables, apply_options)
         for name, report in reports.items():
             if report.ok:
                 outcome.kept[name] = label

@@ -1,20 +1,28 @@
 """The pure half of a sweep: which variants to try, and how to rank what they measured.
 
-A variant is one NCCL environment (``NCCL_ALGO=Ring NCCL_PROTO=LL``), the cross product of the
-``--sweep`` axes. Every name and value is checked against NCCL's own vocabulary before any host is
-touched, so a typo never costs a restart.
+A variant is one setting of every ``--sweep`` axis: NCCL environment variables (``NCCL_ALGO=Ring``)
+and SGLang launch flags (``speculative_num_steps=3``), by default their cross product (``--grid``),
+or with ``--one-at-a-time`` each axis moved alone from the first value of every other. NCCL names and
+values are checked against NCCL's own vocabulary here; launch flags against each host's release
+(``tune/flags.py``) before any host is touched, so a typo never costs a restart.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuops.bench.stats import Interval, significant
 from gpuops.errors import GpuopsError
+from gpuops.tune.flags import ReleaseFlags, is_speculative, launch_words
 
 BASELINE = "baseline (as configured)"
+GRID, ONE_AT_A_TIME = "grid", "one-at-a-time"
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_FLAG_NAME = re.compile(r"^(--)?[a-z][a-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,12 @@ class Variant:
     label: str
     env: Mapping[str, str]
     warnings: tuple[str, ...] = ()
+    flags: Mapping[str, str] = field(default_factory=dict)  # launch flag (as given) -> value
+    launch: tuple[str, ...] = ()  # the launch words the flags add, once checked against the releases
+
+    @property
+    def speculative(self) -> bool:
+        return any(is_speculative(name) for name in self.flags)
 
 
 @dataclass
@@ -41,6 +55,12 @@ class Trial:
     interval: Interval | None = None  # 95% bootstrap interval of output tokens/s (see gpuops.bench.stats)
     speed_model: str | None = None  # from a stand-in server: its model's label (the figures are simulated)
     log_tail: str | None = None  # the server's log after a variant's failed start (host text, redacted)
+    flags: Mapping[str, str] = field(default_factory=dict)
+    accept_length: float | None = None  # tokens per verify step, as the server reports it
+    accept_rate: float | None = None    # accepted / proposed draft tokens (/metrics sglang:spec_accept_rate)
+    speculative: bool | None = None     # whether the server ran speculative decoding (its resolved settings)
+    levels: tuple[Mapping[str, Any], ...] = ()  # --concurrency: the serving suite's figures per level
+    levels_result_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -48,39 +68,94 @@ class Trial:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "variant": self.variant, "env": dict(self.env), "ok": self.ok, "status": self.status,
+            "variant": self.variant, "env": dict(self.env), "flags": dict(self.flags), "ok": self.ok,
+            "status": self.status,
             "output_tokens_per_s": self.output_tokens_per_s, "ttft_ms": self.ttft_ms, "itl_ms": dict(self.itl_ms),
+            "accept_length": self.accept_length, "accept_rate": self.accept_rate, "speculative": self.speculative,
             "result_id": self.result_id, "apply_run_id": self.run_id, "error": self.error,
             "interval": self.interval.as_json() if self.interval else None,
             "simulated": self.speed_model is not None, "speed_model": self.speed_model,
-            "log_tail": self.log_tail,
+            "log_tail": self.log_tail, "levels": [dict(lv) for lv in self.levels],
+            "levels_result_id": self.levels_result_id,
         }
 
 
-def label_of(env: Mapping[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in env.items()) or BASELINE
+def label_of(env: Mapping[str, str], flags: Mapping[str, str] | None = None) -> str:
+    return " ".join(f"{k}={v}" for k, v in [*(flags or {}).items(), *env.items()]) or BASELINE
 
 
-def plan_variants(sweeps: Sequence[str], launch_args: Sequence[str] = ()) -> list[Variant]:
-    """``["NCCL_ALGO=Ring,Tree", "NCCL_PROTO=LL,Simple"]`` -> 4 checked variants, in a stable order."""
-    from gpuops.bench.options import expand_env_variants
+def _axes(sweeps: Sequence[str]) -> list[tuple[str, list[str]]]:
+    axes: list[tuple[str, list[str]]] = []
+    for spec in sweeps:
+        name, sep, values = spec.partition("=")
+        name = name.strip()
+        if not sep or not (_ENV_NAME.match(name) or _FLAG_NAME.match(name)):
+            raise GpuopsError(f"tune: --sweep {spec!r} is not NAME=VALUE[,VALUE...] (an NCCL_* variable or an "
+                              "SGLang launch flag such as speculative_num_steps)")
+        key = name if _ENV_NAME.match(name) else name.lstrip("-").replace("-", "_")
+        if key in [k if _ENV_NAME.match(k) else k.lstrip("-").replace("-", "_") for k, _ in axes]:
+            raise GpuopsError(f"tune: --sweep {name} given twice; list its values once, comma-separated")
+        options = [v.strip() for v in values.split(",")]
+        if any(not v or not v.isprintable() for v in options):
+            raise GpuopsError(f"tune: --sweep {spec!r} has an empty or unprintable value")
+        if _ENV_NAME.match(name) and not name.startswith("NCCL_"):
+            raise GpuopsError(f"tune: --sweep {name}: only NCCL_* variables are swept (the nccl-env role); "
+                              "launch flags are written in lower case (speculative_num_steps=3)")
+        axes.append((name, list(dict.fromkeys(options))))
+    return axes
+
+
+def _combos(axes: list[tuple[str, list[str]]], mode: str) -> list[list[tuple[str, str]]]:
+    if mode == ONE_AT_A_TIME:
+        reference = [(name, values[0]) for name, values in axes]
+        combos = [reference]
+        for i, (name, values) in enumerate(axes):
+            combos.extend(reference[:i] + [(name, v)] + reference[i + 1:] for v in values[1:])
+        return combos
+    return [list(c) for c in itertools.product(*[[(name, v) for v in values] for name, values in axes])]
+
+
+def plan_variants(sweeps: Sequence[str], launch_args: Sequence[str] = (), mode: str = GRID) -> list[Variant]:
+    """``["NCCL_ALGO=Ring,Tree", "speculative_num_steps=1,3"]`` -> 4 variants, in a stable order (the
+    cross product; ``mode="one-at-a-time"``: the first values, then each axis moved alone). NCCL
+    settings are checked here; launch flags by ``check_flags`` against each host's release."""
     from gpuops.nccl import check_nccl_env, nccl_warnings
 
     if not sweeps:
-        raise GpuopsError("tune: give at least one --sweep NCCL_NAME=VALUE[,VALUE...]")
-    try:
-        combos = expand_env_variants(list(sweeps))
-    except GpuopsError as exc:
-        raise GpuopsError(str(exc).replace("bench: --env", "tune: --sweep")) from exc
+        raise GpuopsError("tune: give at least one --sweep NAME=VALUE[,VALUE...]")
     variants: list[Variant] = []
-    for combo in combos:
-        env = dict(combo)
-        for name in env:
-            if not name.startswith("NCCL_"):
-                raise GpuopsError(f"tune: --sweep {name}: only NCCL_* variables are swept (the nccl-env role)")
+    for combo in _combos(_axes(sweeps), mode):
+        env = {k: v for k, v in combo if _ENV_NAME.match(k)}
+        flags = {k: v for k, v in combo if not _ENV_NAME.match(k)}
         check_nccl_env(env, "tune --sweep")
-        variants.append(Variant(label_of(env), env, tuple(nccl_warnings(env, list(launch_args)))))
+        variants.append(Variant(label_of(env, flags), env, tuple(nccl_warnings(env, list(launch_args))), flags))
     return variants
+
+
+def check_flags(variants: Sequence[Variant], releases: Sequence[ReleaseFlags]) -> list[Variant]:
+    """Each variant's launch flags checked against every host's release (refused: one line naming
+    what the release has), with the launch words they add. A sweep over speculative settings needs
+    a server that runs without speculation (it is the baseline) and a variant that turns it on."""
+    checked = []
+    for variant in variants:
+        words: tuple[str, ...] | None = None
+        for release in releases:
+            mine = tuple(w for name, value in variant.flags.items() for w in launch_words(release.check(name, value), value))
+            if words is not None and mine != words:
+                raise GpuopsError(f"tune: {release.host}: SGLang {release.version} spells {variant.label} as "
+                                  f"{' '.join(mine)}, another host as {' '.join(words)}: tune them apart (-l)")
+            words = mine
+        checked.append(replace(variant, launch=words or ()))
+    if any(v.speculative for v in variants):
+        for release in releases:
+            if release.speculative:
+                raise GpuopsError(f"tune: {release.host}: its server already runs speculative decoding, so the "
+                                  "baseline would not be speculation off; launch it without speculative_* flags "
+                                  "(sglang_args) and sweep them; nothing was changed")
+        if not any("speculative_algorithm" in {n.lstrip("-").replace("-", "_") for n in v.flags} for v in variants):
+            raise GpuopsError("tune: the sweep sets speculative_* flags but no variant turns speculation on: "
+                              "add --sweep speculative_algorithm=NAME (EAGLE3, NGRAM, ...)")
+    return checked
 
 
 def rank(trials: Iterable[Trial]) -> list[Trial]:
@@ -118,3 +193,22 @@ def best_variant(trials: Iterable[Trial]) -> Trial | None:
     if baseline is None or top is baseline or significant(baseline.interval, top.interval):
         return top
     return baseline
+
+
+def against_baseline(trials: Iterable[Trial]) -> dict[str, dict[str, Any]]:
+    """Per measured variant, against the baseline (speculation off when speculation is swept):
+    ``{"verdict": faster | slower | within noise, "ratio": tok/s over the baseline's}``, by the
+    same rule as ``results compare`` (95% bootstrap intervals apart, else within noise)."""
+    trials = list(trials)
+    baseline = next((t for t in trials if t.variant == BASELINE and t.ok), None)
+    if baseline is None or not baseline.output_tokens_per_s:
+        return {}
+    out = {}
+    for trial in trials:
+        if not trial.ok or trial is baseline:
+            continue
+        ratio = (trial.output_tokens_per_s or 0.0) / baseline.output_tokens_per_s
+        apart = significant(baseline.interval, trial.interval)
+        out[trial.variant] = {"verdict": ("faster" if ratio > 1 else "slower") if apart else "within noise",
+                              "ratio": round(ratio, 4)}
+    return out
