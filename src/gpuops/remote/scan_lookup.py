@@ -8,6 +8,7 @@ import re
 
 from gpuops.remote.gate_tree import is_gate_tree, only_atoms
 from gpuops.remote.scan_ast import NO_VALUE, last_name, literal_collection, params_of, walk_no_nested
+from gpuops.remote.scan_constants import returned_collection
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import FileInfo, collect_definitions, import_in_text, load_info
 from gpuops.remote.scan_locator import Locator
@@ -57,6 +58,11 @@ class SiteLookups(object):
                 if test(rel):
                     return rel
         return None
+
+    def returned_collection(self, info, name):
+        """The literal collection the function ``name`` returns at this place (its every return one,
+        written out or a module constant), or NO_VALUE: ``scan_constants.returned_collection``."""
+        return returned_collection(self, info, name)
 
     def constant(self, info, name, depth=0):
         """A module-level literal collection (a list of model architectures, a tuple of capabilities,

@@ -239,10 +239,9 @@ def member_values(node, scope):
         value = scope.scanner.constant(scope.info, node.id)  # e.g. SUPPORTED_ARCHS = [(9, 0), ...]
     if value is NO_VALUE and isinstance(node, ast.Call) and not node.args and not node.keywords \
             and isinstance(node.func, ast.Name) and not scope.shadowed(node.func.id):
-        # `cap not in supported_capabilities()`, a function that returns a module constant
-        # (imported here: scan_constants imports scan_fileinfo, which imports this module)
-        from gpuops.remote.scan_constants import returned_collection
-        value = returned_collection(scope.scanner, scope.info, node.func.id)
+        # `cap not in supported_capabilities()`, a function that returns a module constant: the
+        # scanner answers it (scan_constants, above this module, reads this one's helpers)
+        value = scope.scanner.returned_collection(scope.info, node.func.id)
     return value
 
 
