@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from gpuops.apply.deployment import Deployment, deployment_name
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, STATUS_FINISHED, STATUS_ROLLED_BACK, UNCHANGED
+from gpuops.apply.options import inventory_state_dir
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -154,7 +155,6 @@ def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
     """Each node's journal (its state dir: ``-e``'s, else the inventory's; one read-only exec
     each): records, or why not."""
     from gpuops.apply.probes import journal_probe
-    from gpuops.apply.undo import inventory_state_dir
     from gpuops.gather import ProbeFailure, gather
     from gpuops.transport import connect, run_on_hosts
 

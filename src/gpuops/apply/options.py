@@ -8,7 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuops.facts.managed import DEFAULT_STATE_DIR
+
 if TYPE_CHECKING:
+    from gpuops.inventory import Host
     from gpuops.transport import ConnectOptions
     from gpuops.transport.rollout import Rollout
 
@@ -44,3 +47,6 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
+def inventory_state_dir(host: "Host") -> str:
+    """Where the host keeps gpuops' state (journal, desired state, backups) as the inventory says."""
+    return str((host.vars or {}).get("gpuops_state_dir") or DEFAULT_STATE_DIR)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import (STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK,
                                          STATUS_UNKNOWN)
+from gpuops.apply.options import inventory_state_dir
 
 if TYPE_CHECKING:
     from gpuops.remote.host_protocol import HelperResult
@@ -133,7 +134,6 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     from gpuops.apply.probes import files_probe
     from gpuops.apply.recovery import has_unfinished
     from gpuops.apply.remote_exec import run_helper
-    from gpuops.apply.undo import inventory_state_dir
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.planner import discover

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 from gpuops.remote.host_protocol import MODE_JOURNAL, STATUS_JOURNAL
+from gpuops.apply.options import inventory_state_dir
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -20,7 +21,6 @@ PROBE_NAME = "apply.journal"
 
 def journal_probe_for(host: "Host") -> Any:
     from gpuops.apply.probes import journal_probe
-    from gpuops.apply.undo import inventory_state_dir
 
     return journal_probe(inventory_state_dir(host))
 
@@ -37,7 +37,6 @@ def recover_host(conn: "Connection", host: "Host") -> list[str]:
     """Roll back the host's dead runs (the helper's journal mode does it first); what it said."""
     from gpuops.apply.options import current_user, new_run_id
     from gpuops.apply.remote_exec import run_helper
-    from gpuops.apply.undo import inventory_state_dir
 
     payload = {"mode": MODE_JOURNAL, "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
                "meta": {"role": "inspect", "user": current_user()}}

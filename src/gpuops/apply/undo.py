@@ -13,20 +13,13 @@ import threading
 
 from gpuops.apply.deployment import Deployment, DeploymentTxn, deployment_of, forks_for
 from gpuops.apply.host_report import HostReport
-from gpuops.apply.options import ApplyOptions, current_user, new_run_id
+from gpuops.apply.options import ApplyOptions, current_user, inventory_state_dir, new_run_id
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import EVENT_ROLLING_BACK, EVENT_STOP_READY, KIND_ROLLBACK, HostEvent, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_FINISHED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
-
-DEFAULT_STATE_DIR = "/var/lib/gpuops"
-
-
-def inventory_state_dir(host: "Host") -> str:
-    return str((host.vars or {}).get("gpuops_state_dir") or DEFAULT_STATE_DIR)
-
 
 def host_key(host: "Host") -> str:
     """Who a home journal record is about: the inventory name alone is not enough (two
