@@ -272,6 +272,45 @@ def test_crash_if_logs_a_realistic_error_and_exits_1(tmp_path):
     assert "Capture cuda graph failed" in log and "NCCL_ALGO=Tree" in log
 
 
+def test_ngram_speculation_is_modelled_from_stated_assumptions():
+    # The field box (tp 8): NGRAM drafts on the CPU (no draft model), but its verify pass pays the
+    # same 122 all-reduces as EAGLE-3's, so it loses to plain decode there as well.
+    base = standin.ServerSpeed(standin.build_server_args(["--model-path", "m", "--tp", "8"]), {})
+    args = standin.build_server_args(["--model-path", "m", "--tp", "8", "--speculative-algorithm", "NGRAM"])
+    assert (args["speculative_eagle_topk"], args["speculative_num_draft_tokens"], args["speculative_num_steps"]) \
+        == (10, 12, 1)  # resolved as SGLang's _handle_ngram resolves them
+    ngram = standin.ServerSpeed(args, {})
+    assert ngram.accept_length == pytest.approx(2.0, abs=0.01)  # 0.5 over 11 drafted tokens
+    assert ngram.base_rate() < base.base_rate()
+    figures = {f["name"]: f for f in ngram.record()["figures"]}
+    assert figures["ngram_accept_p"]["basis"] == "assumption" and figures["ngram_accept_p"]["source"] == "lab"
+    assert figures["ngram_draft_ms"]["basis"] == "assumption"
+    assert "accept_p" not in figures and "draft_ms_per_step" not in figures  # EAGLE's figures are not used
+
+
+@pytest.mark.parametrize("extra, refused", [
+    (["--page-size", "16", "--attention-backend", "triton"], True),
+    (["--page-size", "16"], True),
+    (["--page-size", "16", "--attention-backend", "flashinfer"], False),
+    (["--page-size", "16", "--speculative-ngram-max-bfs-breadth", "1"], False),
+    ([], False),
+])
+def test_an_ngram_launch_the_release_refuses_is_refused(extra, refused):
+    args = standin.build_server_args(["--model-path", "m", "--speculative-algorithm", "NGRAM", *extra])
+    text = standin.refused_launch(args)
+    assert (text is not None) == refused
+    if refused:  # the release's own words (0.5.8 server_args.py, 0.5.16 speculative_hook.py)
+        assert text.startswith("speculative_eagle_topk(10) > 1 with page_size(16) > 1 is unstable")
+    assert standin.refused_launch(standin.build_server_args(["--model-path", "m", *extra])) is None
+
+
+def test_a_refused_launch_exits_1_before_its_port_opens(tmp_path):
+    server = start_standin(tmp_path, flags=("--model-path", "/models/m", "--speculative-algorithm", "NGRAM",
+                                            "--page-size", "16"), wait_healthy=False)
+    assert server.process.wait(20) == 1
+    assert "ValueError: speculative_eagle_topk(10) > 1 with page_size(16) > 1" in server.log()
+
+
 def test_sigterm_exits_cleanly(tmp_path):
     server = start_standin(tmp_path)
     server.process.send_signal(signal.SIGTERM)

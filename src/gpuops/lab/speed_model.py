@@ -14,6 +14,9 @@ The arithmetic (``speed_model.json``'s ``formula`` says the same)::
                    x NCCL factors
     plain decode : tokens/s = 1000 / decode step_ms
     speculative  : tokens/s = accept_length x 1000 / (num_steps x draft_ms + verify step_ms)
+    NGRAM        : tokens/s = accept_length x 1000 / (ngram_draft_ms + verify step_ms)   (no draft model:
+                   one lookup in a token trie per cycle; accept length from ngram_accept_p over
+                   num_draft_tokens - 1 drafted tokens; both assumptions of the lab)
 
 Figures a shape lacks are derived from its own published figures where a rule exists (below), or
 borrowed from the shape named by ``figures_from``, in which case they count as assumptions.
@@ -75,6 +78,7 @@ class Settings:
     p2p_disable: bool = False
     pcie_ipc: bool = False  # SGLang's PCIe IPC all-reduce runs (the stand-in decides as pcie_ipc_ar.py does)
     num_layers: Optional[int] = None  # from the served model's config.json, when readable
+    drafter: str = ""  # the speculative algorithm as launched (EAGLE3, NGRAM, ...): which figures apply
 
 
 @dataclass(frozen=True)
@@ -246,8 +250,10 @@ class SpeedModel(object):
             scale *= float(f["pcie_ipc_factor"].value)
             pcie_used = ["pcie_ipc_factor"]
         used = [] if tp == 1 else ["calibrated_tp"] + ([] if settings.num_layers else ["allreduces_per_step"]) + pcie_used
+        ngram = settings.speculative and settings.drafter == "NGRAM"
         if settings.speculative:
-            used += ["verify_compute_ms"] + ([] if tp == 1 else ["verify_allreduce_us"]) + ["draft_ms_per_step", "accept_p"]
+            used += ["verify_compute_ms"] + ([] if tp == 1 else ["verify_allreduce_us"]) + (
+                ["ngram_draft_ms", "ngram_accept_p"] if ngram else ["draft_ms_per_step", "accept_p"])
         else:
             used += ["decode_compute_ms"] + ([] if tp == 1 else ["decode_allreduce_us"])
         if tp == 1:
@@ -266,8 +272,13 @@ class SpeedModel(object):
             return float(f[name].value)
 
         if settings.speculative:
-            accept = accept_length(float(f["accept_p"].value), settings.num_steps, settings.num_draft_tokens)
-            draft = Step("draft", settings.num_steps * float(f["draft_ms_per_step"].value), 0, 0.0)
+            if ngram:  # SGLang's NGRAM drafts from a trie of the tokens seen: no draft model on the GPU
+                accept = accept_length(float(f["ngram_accept_p"].value), max(1, settings.num_draft_tokens - 1),
+                                       settings.num_draft_tokens)
+                draft = Step("draft", float(f["ngram_draft_ms"].value), 0, 0.0)
+            else:
+                accept = accept_length(float(f["accept_p"].value), settings.num_steps, settings.num_draft_tokens)
+                draft = Step("draft", settings.num_steps * float(f["draft_ms_per_step"].value), 0, 0.0)
             verify = Step("verify", float(f["verify_compute_ms"].value), allreduces,
                           float(f["verify_allreduce_us"].value) * scale * fusion("verify"))
             steps: tuple[Step, ...] = (draft, verify)
@@ -367,12 +378,17 @@ def _positive_int(value: Any, default: int) -> int:
 def settings_from_server(server_args: Mapping[str, Any], environ: Mapping[str, str],
                          num_layers: Optional[int] = None, pcie_ipc: bool = False) -> Settings:
     steps = _positive_int(server_args.get("speculative_num_steps"), 3)
+    drafter = str(server_args.get("speculative_algorithm") or "").upper()
+    # NGRAM's draft tokens default to 12 (0.5.8: speculative_ngram_max_match_window_size = 12;
+    # 0.5.16's speculative_hook._handle_ngram: 12); the EAGLE family's to num_steps + 1
+    default_tokens = 12 if drafter == "NGRAM" else steps + 1
     return Settings(
         tp=_positive_int(server_args.get("tp_size"), 1),
         fusion=fusion_enabled(server_args),
         speculative=bool(server_args.get("speculative_algorithm")),
+        drafter=drafter,
         num_steps=steps,
-        num_draft_tokens=_positive_int(server_args.get("speculative_num_draft_tokens"), steps + 1),
+        num_draft_tokens=_positive_int(server_args.get("speculative_num_draft_tokens"), default_tokens),
         nccl_proto=str(environ.get("NCCL_PROTO", "")),
         p2p_disable=environ.get("NCCL_P2P_DISABLE") == "1",
         pcie_ipc=pcie_ipc,

@@ -81,6 +81,7 @@ from standin_sim import (
     generate_chunks,
     matching_crash_rule,
     parse_crash_rules,
+    refused_launch,
 )
 
 
@@ -406,6 +407,11 @@ def main(argv=None):
         time.sleep(state.startup_s)
         log(crash_message(*bad))
         log("Received sigquit from a child process. It usually means the child failed.")
+        return 1
+    refusal = refused_launch(server_args)
+    if refusal is not None:  # as the release's ServerArgs refuses it, before any port opens
+        log("Traceback (most recent call last):\n  File \"sglang/srt/server_args.py\", in __post_init__\n"
+            "ValueError: " + refusal)
         return 1
     time.sleep(state.listen_after_s)  # imports, weights, CUDA graphs: no port yet, SIGTERM kills at once
     host = str(server_args.get("host") or "127.0.0.1")

@@ -93,7 +93,40 @@ def build_server_args(argv):
     fields.update(parse_flags(argv))
     if not fields.get("model_path"):
         raise SystemExit("launch_server: error: the following arguments are required: --model-path")
+    if str(fields.get("speculative_algorithm") or "").upper() == "NGRAM":
+        # As SGLang resolves NGRAM's settings at start-up (0.5.8 server_args.py
+        # _handle_speculative_decoding, 0.5.16 arg_groups/speculative_hook.py _handle_ngram): its
+        # tree's breadth is the eagle topk, 12 draft tokens unless given, steps = tokens // topk.
+        fields["speculative_eagle_topk"] = _int_or(fields.get("speculative_ngram_max_bfs_breadth"), 10)
+        if fields.get("speculative_num_draft_tokens") is None:
+            fields["speculative_num_draft_tokens"] = 12
+        if fields.get("speculative_num_steps") is None:
+            fields["speculative_num_steps"] = (_int_or(fields["speculative_num_draft_tokens"], 12)
+                                               // max(1, fields["speculative_eagle_topk"]))
     return fields
+
+
+def _int_or(value, default):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def refused_launch(server_args):
+    """What the release's ServerArgs raises at start-up for this launch (its ValueError's words), or
+    None. One rule, the same text in 0.5.8's server_args.py and 0.5.16's speculative_hook.py: an NGRAM
+    tree wider than one branch (topk = speculative_ngram_max_bfs_breadth) over a paged KV cache
+    (--page-size > 1) on any attention backend but flashinfer."""
+    if str(server_args.get("speculative_algorithm") or "").upper() != "NGRAM":
+        return None
+    topk = _int_or(server_args.get("speculative_eagle_topk"), 10)
+    page_size = _int_or(server_args.get("page_size"), 1)
+    if topk > 1 and page_size > 1 and server_args.get("attention_backend") != "flashinfer":
+        return ("speculative_eagle_topk(%d) > 1 with page_size(%d) > 1 is unstable and produces incorrect results "
+                "for paged attention backends. This combination is only supported for the 'flashinfer' backend."
+                % (topk, page_size))
+    return None
 
 
 def reported_env(environ):
