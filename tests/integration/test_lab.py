@@ -133,6 +133,15 @@ def test_inventory_loads_and_holds_the_host_vars(mixed_lab) -> None:
     assert h01.vars["sglang_manager"] == "process" and h01.vars["sglang_port"] == mixed_lab.host("h01").server_port
     assert h01.vars["gpuops_known_hosts"] == str(mixed_lab.known_hosts)
     assert "sglang_site" not in hosts["h03"].vars
+    # `apply sglang-release` takes a lab host as it takes a host without an index: the inventory names
+    # a wheelhouse holding the release advise names and the host's own, with stand-ins for their pins,
+    # torch built for the host's driver (13.0); environments go inside the host's own directory.
+    lab_h01 = mixed_lab.host("h01")
+    assert h01.vars["gpuops_envs_dir"] == str(lab_h01.dir / "envs")
+    wheels = {p.name for p in Path(h01.vars["sglang_wheelhouse"]).iterdir()}
+    assert {w.split("-")[1] for w in wheels if w.startswith("sglang-")} == {"0.5.23", "0.5.8"}, sorted(wheels)
+    assert any(w.startswith("torch-") and "+cu130-" in w for w in wheels), sorted(wheels)
+    assert "sglang_wheelhouse" not in hosts["h03"].vars  # no SGLang: nothing to move to another release
 
 
 def test_sixteen_hosts_come_up_answer_and_leave_nothing_behind(tmp_path) -> None:

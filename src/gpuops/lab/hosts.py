@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gpuops.errors import GpuopsError
 from gpuops.lab import host_faults, launch_files, processes, sshd
 from gpuops.lab.gpu_description import GpuDescription, load_description, with_port
+from gpuops.lab import lab_files
 from gpuops.lab.lab_files import remove_lab_dir
 from gpuops.lab.router import stop_router
 
@@ -46,6 +47,7 @@ STANDIN = Path(__file__).parent / "standin_server.py"
 STANDIN_SIBLINGS = (Path(__file__).parent / "standin_sim.py", Path(__file__).parent / "standin_nodes.py",
                     Path(__file__).parent / "speed_model.py",
                     Path(__file__).parent / "speed_model.json", Path(__file__).parent / "standin_surface.py",
+                    Path(__file__).parent / "standin_profile.py",
                     Path(__file__).parents[1] / "remote" / "sglang_argv.py",
                     Path(__file__).parents[1] / "remote" / "sglang_release.py")
 REPLAYER = Path(__file__).parent / "fake_nvidia_smi.py"
@@ -199,6 +201,7 @@ def start_lab(
         with ThreadPoolExecutor(max_workers=min(_WORKERS, len(planned))) as pool:
             started = list(pool.map(lambda job: _start_host(root, python, *job), jobs))
         lab.hosts.extend(started)
+        _prepare_wheelhouses(started, say)
         _write_lab_files(lab, python)
         servers = [h for h, p in zip(started, planned) if p.spec.server]
         if servers:
@@ -213,6 +216,21 @@ def start_lab(
         _stop_started(root, None if existing is None else [p.name for p in planned])
         raise
     return lab
+
+
+def _prepare_wheelhouses(hosts: Sequence[LabHost], say) -> None:
+    """The wheelhouse each host's ``apply sglang-release`` installs from (built once, cached). Without
+    one (no network for a release's first download) the lab still starts: the inventory then names
+    none, and ``apply sglang-release`` wants ``-e sglang_wheelhouse=DIR`` as on any host without an index."""
+    wanted = {w for w in (lab_files.host_wheelhouse(h) for h in hosts) if w is not None}
+    for wheelhouse in sorted(wanted, key=lambda w: w.folder.name):
+        if wheelhouse.folder.is_dir():
+            continue
+        say(f"building the wheelhouse `apply sglang-release` installs from (SGLang {', '.join(wheelhouse.releases)}; cached)")
+        try:
+            wheelhouse.build()
+        except GpuopsError as exc:
+            say(f"no wheelhouse for `apply sglang-release` ({exc}); pass -e sglang_wheelhouse=DIR")
 
 
 def _start_router(lab: Lab, servers: Sequence[LabHost], version: str, python: str, say) -> None:
@@ -460,8 +478,6 @@ def _server_error(host: LabHost, result: Mapping[str, Any]) -> GpuopsError:
 
 
 def _write_lab_files(lab: Lab, python: str) -> None:
-    from gpuops.lab import lab_files
-
     root = lab.root
     (root / "known_hosts").write_text(
         "".join(sshd.host_key_line(h.port, h.dir / "ssh_host_ed25519_key.pub") + "\n" for h in lab.hosts)

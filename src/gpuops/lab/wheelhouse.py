@@ -13,20 +13,29 @@ exactly the release's pins. Two stand-ins carry a little more:
   as ``bin/python-sglang`` does for the host's own site. The stand-in then serves the release the
   environment holds (it reads ``importlib.metadata.version("sglang")``).
 
-Built at test time (or by whoever wants a lab host to take a release change), never committed.
+``LabWheelhouse`` keeps one such wheelhouse per (releases, torch CUDA) in the user's cache
+(``$GPUOPS_CACHE/lab-wheelhouse``), built once; ``gpuops lab up`` names it in the lab's inventory as
+``sglang_wheelhouse``, the variable an operator whose hosts have no index sets to a folder of wheels,
+so ``gpuops apply sglang-release`` on a lab host installs from it as it would on such a host. Never
+committed.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import shutil
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from gpuops import pcie_ipc
+from gpuops.lab.file_lock import exclusive_lock
+from gpuops.lab.sglang_cache import cache_root, sglang_wheel
 from gpuops.lab.site import write_torch
 from gpuops.release.wheel import Requirement, canonical, parse_requires
 
@@ -91,8 +100,6 @@ def satisfying_version(requirement: Requirement) -> str:
 
 def build_wheelhouse(folder: Path, versions: Iterable[str], torch_cuda: str = "cu130") -> Path:
     """Fill ``folder`` with the releases' own wheels and stand-ins for what they require."""
-    from gpuops.lab.sglang_cache import sglang_wheel
-
     folder.mkdir(parents=True, exist_ok=True)
     made: set[tuple[str, str]] = set()
     launch = write_wheel(folder, LAUNCH_DIST, "1.0", {
@@ -123,3 +130,54 @@ def build_wheelhouse(folder: Path, versions: Iterable[str], torch_cuda: str = "c
                 needs = [LAUNCH_DIST]
             write_wheel(folder, canonical(r.name), chosen, files, needs, sorted(extras.get(r.name, ())))
     return folder
+
+
+def torch_cuda_tag(driver_cuda: str) -> str:
+    """``13.0`` -> ``cu130``: the torch build a driver of that CUDA runs (the new environment's check
+    refuses a torch built for a newer CUDA than the host's driver)."""
+    major, _, minor = driver_cuda.partition(".")
+    return f"cu{int(major)}{int(minor or 0)}"
+
+
+# The releases `gpuops advise` can tell a lab host to move to (its PCIe IPC all-reduce and fusion ways
+# both name this one), so the lab can rehearse every command it prints.
+ADVISED_RELEASES = (pcie_ipc.RECOMMENDED_SGLANG,)
+
+
+@dataclass(frozen=True)
+class LabWheelhouse:
+    """A wheelhouse kept in the user's cache: these releases, torch built for ``torch_cuda``."""
+    releases: tuple[str, ...]
+    torch_cuda: str
+
+    @classmethod
+    def for_host(cls, host_sglang: str, driver_cuda: str) -> "LabWheelhouse":
+        """The advised releases and the host's own (to move back by `apply sglang-release` too, not
+        only by `gpuops rollback`), torch for the host's driver (the new environment's check refuses
+        a torch built for a newer CUDA than the driver runs: ``13.0`` -> ``cu130``)."""
+        major, _, minor = driver_cuda.partition(".")
+        return cls(tuple(sorted({*ADVISED_RELEASES, host_sglang})), f"cu{int(major)}{int(minor or 0)}")
+
+    @property
+    def folder(self) -> Path:
+        """Keyed by the releases, the torch build and this module's text (stand-ins made by another
+        gpuops are another wheelhouse)."""
+        key = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+        return cache_root().parent / "lab-wheelhouse" / f"{'-'.join(self.releases)}-{self.torch_cuda}-{key}"
+
+    def build(self) -> Path:
+        """Built once, under a lock, renamed into place whole: a folder that is there is complete."""
+        folder = self.folder
+        if folder.is_dir():
+            return folder
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(folder.parent / f".{folder.name}.lock"):
+            if folder.is_dir():
+                return folder
+            staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+            try:
+                build_wheelhouse(staging, self.releases, self.torch_cuda)
+                os.rename(staging, folder)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        return folder
