@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.plan.compose import merge_flags, with_contribution
+from gpuops.plan.compose import with_contribution
+from gpuops.release.flags import merge_flags
 from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
 from gpuops.plan.roles import project_root

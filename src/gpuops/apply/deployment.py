@@ -167,7 +167,7 @@ def _one(name: str, nodes: list["Host"], extra: Mapping[str, Any]) -> Deployment
 
 def _check_own_flags(host: "Host", deployment: Deployment, extra: Mapping[str, Any]) -> None:
     """The inventory may spell the flags itself, but must agree with what gpuops derives."""
-    from gpuops.plan.compose import merge_flags
+    from gpuops.release.flags import merge_flags
     from gpuops.remote.sglang_argv import flag_value
 
     variables = {**dict(host.vars or {}), **dict(extra)}

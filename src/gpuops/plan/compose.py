@@ -17,44 +17,20 @@ no-op; a changed one moves to the end (the latest run wins where two set the sam
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
+from gpuops.release.flags import merge_flags
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState
-    from gpuops.plan.roles import Task
+    from gpuops.plan.task import Task
     from gpuops.plan.templating import VarScope
 
 SCHEMA = 1
 COMMENT = ("managed by gpuops: the launch flags and environment each gpuops run still in effect adds "
            "to the inventory's; `gpuops rollback` of a run removes its part. Do not edit.")
-
-
-def merge_flags(*groups: Iterable[Any]) -> list[str]:
-    """Launch flags merged left to right: a later ``--flag [value...]`` replaces the same flag's
-    earlier occurrence in place (so a value is never doubled, and the order stays readable).
-    Words before a group's first flag are kept as they are."""
-    entries: list[list[str]] = []
-    where: dict[str, int] = {}
-    for group in groups:
-        current: list[str] | None = None
-        for arg in group or ():
-            text = str(arg)
-            if not text.startswith("--"):
-                if current is None:
-                    entries.append([text])
-                else:
-                    current.append(text)
-                continue
-            name = text.split("=", 1)[0]
-            current = [text]
-            if name in where:
-                entries[where[name]] = current
-            else:
-                where[name] = len(entries)
-                entries.append(current)
-    return [word for entry in entries for word in entry]
 
 
 def read_desired(text: str | None, where: str) -> dict[str, dict[str, Any]]:
@@ -145,9 +121,8 @@ def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
     """No part is left: desired.json goes (as before gpuops' first contribution), not an empty file."""
     from gpuops.plan.diff import unified_diff
     from gpuops.plan.changes import Change
-    from gpuops.plan.modules import _current
 
-    current = _current(state, dest, task.where)
+    current = gathered_file(state, dest, task.where)
     if not current.exists:
         return False
     state.add_change(Change(kind="desired", path=dest, action="delete", before=current.content, after="",
@@ -159,9 +134,8 @@ def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
 def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """The ``compose`` module: record this run's contribution, return the composed launch."""
     from gpuops.plan.envfile import check_entries
-    from gpuops.plan.modules import _absolute, _current, normalize_mode, record_file
 
-    dest = _absolute(args["dest"], task.where)
+    dest = absolute_dest(args["dest"], task.where)
     where = f"{state.host}: {task.where}"
     flags = args.get("args") or []
     if not isinstance(flags, (list, tuple)) or any(isinstance(f, (dict, list)) for f in flags):
@@ -172,7 +146,7 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
         state.paths.add(dest)
         return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "python": "", "renames": {},
                 "changed": False}
-    current = _current(state, dest, task.where)
+    current = gathered_file(state, dest, task.where)
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
     if state.recompose is not None:  # a rollback by recomposition: everything but the undone run's part
         wanted = state.recompose(recorded, dest)

@@ -28,7 +28,7 @@ from gpuops.plan.changes import AuditCheck, Change
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState
-    from gpuops.plan.roles import Task
+    from gpuops.plan.task import Task
 
 REPOSITORY = "gpuops"
 PATCH_LABEL = "gpuops.patch"          # the patch hash a derived image was built for

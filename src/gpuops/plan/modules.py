@@ -11,7 +11,6 @@ values, and roles/README.md's module table is generated from them (``SPECS``, ``
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,65 +20,14 @@ from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, modul
 from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ServiceSpec
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries, render_env_file
-from gpuops.plan.model import FileState
+from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
 from gpuops.remote.service_base import DEFAULT_HEALTH_TIMEOUT_S, DEFAULT_STOP_GRACE_S
 from gpuops.secret_policy import mask_text
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState
-    from gpuops.plan.roles import Task
+    from gpuops.plan.task import Task
     from gpuops.plan.templating import VarScope
-
-_MODE = re.compile(r"^0?[0-7]{3,4}$")
-
-
-def normalize_mode(value: Any, where: str) -> str | None:
-    """YAML reads ``mode: 0644`` as the int 420 and ``"0644"`` as text; both mean octal 644."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        text = format(value, "04o")  # PyYAML already read 0644 as octal (420)
-    else:
-        text = str(value)
-    if not _MODE.match(text):
-        raise GpuopsError(f"{where}: mode {value!r} is not an octal file mode like '0644'")
-    return "0" + text[-3:] if len(text) == 3 else text.zfill(4)
-
-
-def _absolute(path: Any, where: str) -> str:
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise GpuopsError(f"{where}: destination {path!r} must be an absolute path")
-    normal = posixpath.normpath(path)
-    if normal != path.rstrip("/") or "\n" in path:
-        raise GpuopsError(f"{where}: destination {path!r} must be a plain absolute path (no .., //)")
-    return path
-
-
-def _current(state: "PlanState", path: str, where: str) -> FileState:
-    assert state.facts is not None
-    current = state.facts.files.get(path)
-    if current is None:
-        raise GpuopsError(f"{where}: internal: {path} was not gathered from {state.facts.host}")
-    if current.exists and current.content is None:
-        why = current.problem or "is not a UTF-8 text file"
-        raise GpuopsError(f"{state.facts.host}: {path} {why}; gpuops manages regular UTF-8 text files")
-    return current
-
-
-def record_file(state: "PlanState", task: "Task", kind: str, path: str, after: str, mode: str | None) -> bool:
-    """Compare the wanted content with the gathered file; record a Change if they differ."""
-    current = _current(state, path, task.where)
-    before = current.content if current.exists else None
-    if current.exists and before == after and (mode is None or mode == current.mode):
-        return False
-    action = "create" if not current.exists else ("update" if before != after else "mode")
-    diff = unified_diff(path, before, after) if action != "mode" else f"mode {current.mode} -> {mode}\n"
-    state.add_change(Change(
-        kind=kind, path=path, action=action, before=before, after=after,
-        diff=mask_text(diff, state.secrets), mode=mode, task=task.where, notify=task.notify,
-    ))
-    return True
-
 
 @declares(ModuleSpec("template", (
     Arg("src", required=True, doc="a template of the role's `templates/` or the shared ones"),
@@ -87,7 +35,7 @@ def record_file(state: "PlanState", task: "Task", kind: str, path: str, after: s
     Arg("mode", "mode"),
 ), plans="the rendered file"))
 def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
-    dest = _absolute(args["dest"], task.where)
+    dest = absolute_dest(args["dest"], task.where)
     mode = normalize_mode(args.get("mode"), task.where)
     if state.discovery:
         state.paths.add(dest)
@@ -106,7 +54,7 @@ def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope
           "with `\\ \" $ `` ` `` escaped, so sh and systemd's `EnvironmentFile=` read the same bytes); names checked; "
           "NCCL_* names and values checked, known-bad settings warned about")))
 def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
-    dest = _absolute(args["dest"], task.where)
+    dest = absolute_dest(args["dest"], task.where)
     where = f"{state.host}: {task.where}"
     entries = check_entries(args["entries"], where)
     allowed = scope.get("nccl_allow_unknown") if "nccl_allow_unknown" in scope else []
@@ -136,14 +84,14 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
     Arg("create", "bool", default=False),
 ), plans="replaces the last line matching `regexp`, else appends `line`"))
 def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
-    path = _absolute(args["path"], task.where)
+    path = absolute_dest(args["path"], task.where)
     if state.discovery:
         state.paths.add(path)
         return {"changed": False}
     line = str(args["line"])
     if "\n" in line:
         raise GpuopsError(f"{task.where}: line must be one line")
-    current = _current(state, path, task.where)
+    current = gathered_file(state, path, task.where)
     if not current.exists and not args["create"]:
         raise GpuopsError(f"{state.host}: {task.where}: {path} does not exist (set create: true)")
     lines = (current.content or "").splitlines()

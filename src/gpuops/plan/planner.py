@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gpuops.facts.container_python import ContainerTarget
     from gpuops.plan.changes import HandlerRun, ServiceSpec
     from gpuops.plan.model import PlanFacts, Plan
-    from gpuops.plan.roles import Role, Task
+    from gpuops.plan.task import Role, Task
     from gpuops.plan.state import PlanState
     from gpuops.plan.templating import Layer, Templar, VarScope
 

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.argspec import Arg, ModuleSpec, declares
+from gpuops.plan.files import gathered_file
 
 if TYPE_CHECKING:
-    from gpuops.plan.roles import Task
+    from gpuops.plan.task import Task
     from gpuops.plan.state import PlanState
     from gpuops.plan.templating import VarScope
 
@@ -124,11 +125,10 @@ def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[Sta
     """Launch flags other gpuops runs still in effect add (fusion-sm120's flag): checked too; and
     the runs among them that patched the running release's source."""
     from gpuops.plan.compose import composed, read_desired
-    from gpuops.plan.modules import _current
 
     if not desired:
         return [], ()
-    current = _current(state, desired, "sglang_release")
+    current = gathered_file(state, desired, "sglang_release")
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {desired}")
     others = {role: c for role, c in recorded.items() if role != state.role}
     patches = tuple(StandingPatch(role, str(others[role].get("run_id") or "?"), feature)

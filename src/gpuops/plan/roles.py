@@ -6,45 +6,19 @@ is one error naming the file and the task, before anything touches a host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from gpuops.plan.argspec import RoleError, check_task_args, closest
 from gpuops.plan.modules import SPECS
 from gpuops.plan.role_paths import default_roles_path, installed_data_dir, project_root, shared_templates_dirs  # noqa: F401  (re-exported)
+from gpuops.plan.task import Role, Task
 
 __all__ = ["Role", "RoleError", "Task", "load_role", "load_role_tree"]
 
 TASK_KEYS = {"name", "when", "notify", "vars", "register"}
 # The modules and their arguments are declared beside their planners (plan/modules.py: SPECS).
 HANDLER_MODULES = {name for name, spec in SPECS.items() if spec.handler_only}
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    module: str
-    args: Mapping[str, Any]
-    where: str                         # "roles/x/tasks.yml, task 2 (name)"
-    when: str | None = None
-    notify: tuple[str, ...] = ()
-    vars: Mapping[str, Any] = field(default_factory=dict)
-    register: str | None = None
-
-
-@dataclass(frozen=True)
-class Role:
-    name: str
-    path: Path
-    defaults: Mapping[str, Any]
-    tasks: tuple[Task, ...]
-    handlers: tuple[Task, ...]
-    dependencies: tuple[str, ...]
-
-    @property
-    def templates_dir(self) -> Path:
-        return self.path / "templates"
 
 
 def _read_yaml(path: Path, expected: type, empty: Any) -> Any:

@@ -12,7 +12,7 @@ from gpuops.errors import GpuopsError
 if TYPE_CHECKING:
     from gpuops.plan.changes import AuditCheck, Change, CompileCheck, LogCheck
     from gpuops.plan.model import PlanFacts
-    from gpuops.plan.roles import Role
+    from gpuops.plan.task import Role
     from gpuops.plan.templating import Templar, VarScope
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.release.flags import merge_flags
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 
@@ -132,8 +133,6 @@ def _unique_flags(args: Iterable[Any]) -> list[str]:
 
 
 def _merge_flags(*groups: Iterable[Any]) -> list[str]:
-    from gpuops.plan.compose import merge_flags
-
     return merge_flags(*groups)
 
 

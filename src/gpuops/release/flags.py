@@ -16,7 +16,7 @@ import ast
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 
@@ -151,3 +151,29 @@ def rename_flags(args: Sequence[str], renames: Mapping[str, Sequence[str]]) -> l
         text = str(word)
         out.extend(renames[text] if text in renames else [text])
     return out
+
+
+def merge_flags(*groups: Iterable[Any]) -> list[str]:
+    """Launch flags merged left to right: a later ``--flag [value...]`` replaces the same flag's
+    earlier occurrence in place (so a value is never doubled, and the order stays readable).
+    Words before a group's first flag are kept as they are."""
+    entries: list[list[str]] = []
+    where: dict[str, int] = {}
+    for group in groups:
+        current: list[str] | None = None
+        for arg in group or ():
+            text = str(arg)
+            if not text.startswith("--"):
+                if current is None:
+                    entries.append([text])
+                else:
+                    current.append(text)
+                continue
+            name = text.split("=", 1)[0]
+            current = [text]
+            if name in where:
+                entries[where[name]] = current
+            else:
+                where[name] = len(entries)
+                entries.append(current)
+    return [word for entry in entries for word in entry]
