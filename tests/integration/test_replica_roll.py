@@ -153,7 +153,7 @@ def test_a_failing_replica_is_rolled_back_put_back_and_stops_the_roll(router_lab
     assert _workers(lab) == _all_in_router(lab)
 
 
-def test_check_shows_the_drain_plan_and_a_router_down_is_one_clear_error(router_lab: Lab, run_gpuops: Any) -> None:
+def test_check_shows_the_drain_plan_and_a_router_down_refuses_every_restart(router_lab: Lab, run_gpuops: Any) -> None:
     lab = router_lab
     before = {h.name: tree_hashes(h.dir) for h in lab.hosts}
     inventory = str(lab.inventory_path)
@@ -172,11 +172,16 @@ def test_check_shows_the_drain_plan_and_a_router_down_is_one_clear_error(router_
     deadline = time.monotonic() + 10
     while found.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--serial", "1", "-e", extra)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"gpuops: error: router {found.url}: cannot reach it"), proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    # Running replicas are never restarted without being taken out first: each is refused, nothing
+    # changed (a replica whose server does not run would be started: tests/integration/test_first_deploy.py).
+    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--json", "-e", extra)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    for report in json.loads(proc.stdout)["hosts"].values():
+        assert report["status"] == "refused" and report["changed"] == 0, report
+        assert report["error"].startswith(f"router {found.url}: cannot reach it"), report["error"]
+        assert report["error"].endswith("a running replica is restarted only once it is out of its router and "
+                                        "drained; nothing changed"), report["error"]
     assert {h.name: tree_hashes(h.dir) for h in lab.hosts} == before
 
 

@@ -63,7 +63,8 @@ def test_same_inputs_recall_the_empty_plan() -> None:
     lambda f: dataclasses.replace(f, gate_scan=dataclasses.replace(SCAN, sources={"srt/layers/communicator.py": "other"})),
     lambda f: dataclasses.replace(f, gpu={"compute_capability": "10.0", "cuda": "13.0"}),
     lambda f: dataclasses.replace(f, container={"name": "sglang", "image_id": "sha256:1"}),
-], ids=["content", "mode", "file gone", "tree", "sources", "gpu", "container"])
+    lambda f: dataclasses.replace(f, server_running=False),  # a stopped server is planned: it is started
+], ids=["content", "mode", "file gone", "tree", "sources", "gpu", "container", "server stopped"])
 def test_any_fact_that_differs_is_planned(changed) -> None:
     planner = Planner(empty_plan())
     run(planner)
@@ -134,7 +135,7 @@ def test_discovery_is_recalled_for_the_same_role_and_variables() -> None:
 
     found = Discovery(paths=("/state/a", "/state/b"), needs_gate_scan=True, state_dir="/state", python="python3",
                       warnings=("w",), container=ContainerTarget(container="sglang", image="img", python="python3"),
-                      desired_path="/state/desired.json")
+                      desired_path="/state/desired.json", needs_server_state=True)
     calls = []
 
     def discover() -> Discovery:

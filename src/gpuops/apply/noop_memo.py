@@ -128,7 +128,8 @@ def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, A
 
 # ---------------------------------------------------------------- the fact-free pass (discover)
 
-_DISCOVERY_FIELDS = {"paths", "needs_gate_scan", "state_dir", "python", "warnings", "container", "desired_path"}
+_DISCOVERY_FIELDS = {"paths", "needs_gate_scan", "state_dir", "python", "warnings", "container", "desired_path",
+                     "needs_server_state"}
 _CONTAINER_FIELDS = {"container", "image", "python"}
 
 
@@ -158,7 +159,7 @@ def discover_or_recall(role: str, host: str, inventory_vars: Mapping[str, Any], 
     memo.put(key, {"host": host, "role": role,
                             "paths": list(found.paths), "needs_gate_scan": bool(found.needs_gate_scan),
                             "state_dir": found.state_dir, "python": found.python, "warnings": list(found.warnings),
-                            "desired_path": found.desired_path,
+                            "desired_path": found.desired_path, "needs_server_state": bool(found.needs_server_state),
                             "container": None if container is None else {k: getattr(container, k) for k in sorted(_CONTAINER_FIELDS)}})
     return found
 
@@ -175,12 +176,13 @@ def _recall_discovery(key: memo.Key, role: str, host: str) -> Any:
         if container is not None:
             container = ContainerTarget(**{k: container[k] for k in _CONTAINER_FIELDS})
         texts = [*data["paths"], *data["warnings"], data["state_dir"], data["python"]]
-        if not all(isinstance(t, str) for t in texts) or not isinstance(data["needs_gate_scan"], bool):
+        if not all(isinstance(t, str) for t in texts) or not all(
+                isinstance(data[flag], bool) for flag in ("needs_gate_scan", "needs_server_state")):
             return None
         if data["desired_path"] is not None and not isinstance(data["desired_path"], str):
             return None
         return Discovery(paths=tuple(data["paths"]), needs_gate_scan=data["needs_gate_scan"], state_dir=data["state_dir"],
                          python=data["python"], warnings=tuple(data["warnings"]), container=container,
-                         desired_path=data["desired_path"])
+                         desired_path=data["desired_path"], needs_server_state=data["needs_server_state"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

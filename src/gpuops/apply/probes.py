@@ -101,3 +101,16 @@ def journal_probe(state_dir: str) -> Probe[list[dict[str, Any]]]:
 def parse_journal(output: ProbeOutput) -> list[dict[str, Any]]:
     # The host's own reader: client and host skip the same torn or foreign lines.
     return journal_records(output.stdout.splitlines())
+
+
+def server_probe() -> Probe[bool]:
+    """Does an SGLang server run on the host's port? The gather preamble has looked already
+    (``facts/python_select.py``: a process whose argv launches SGLang with that ``--port``)."""
+    return Probe(name="apply.server", script='printf "pid=%s\\n" "$GPUOPS_SERVER_PID"', parse=parse_server)
+
+
+def parse_server(output: ProbeOutput) -> bool:
+    line = output.stdout.strip()
+    if output.exit_status != 0 or not line.startswith("pid="):
+        raise ValueError(output.stderr.strip()[-300:] or f"unexpected answer {line[:80]!r}")
+    return line[len("pid="):].isdigit()

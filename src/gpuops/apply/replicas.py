@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops.apply.host_call import module_answer
-from gpuops.apply.router_api import Router, RouterError, Worker, comparable, normal_url
+from gpuops.apply.router_api import Router, RouterError, RouterUnreachable, Worker, comparable, normal_url
 from gpuops.errors import GpuopsError
 from gpuops.plan.varcheck import seconds_var
 from gpuops.transport.address import connect_address
@@ -65,8 +65,20 @@ class Replica:
     drain_timeout_s: float
     healthy_timeout_s: float
     left_out: bool = False  # out of the router since an earlier gpuops run that did not finish
+    listed: bool = True     # the router lists it (a replica whose server never ran is not listed yet)
+    listing: str = ""       # the router's workers, as shown when it is not one of them
+    unreachable: str | None = None  # the router could not be reached before the run: why
 
-    def plan_line(self) -> str:
+    def plan_line(self, starting: bool = False) -> str:
+        if self.unreachable is not None:
+            what = ("its server is started and healthy, but it cannot be put behind the router yet (the run "
+                    "fails, and the next apply puts it in)") if starting else "no running replica is restarted"
+            return f"{self.unreachable}: {what}"
+        if starting:
+            join = ("put in the router (POST /workers) unless the router lists it by itself" if not self.listed
+                    else "awaited healthy in the router, which lists it already")
+            return (f"{self.worker_url} does not serve yet: it is started (nothing to drain), a first answer is "
+                    f"checked, then it is {join}, at most {self.healthy_timeout_s:g} s ({ROUTER_HEALTH_VAR})")
         if self.left_out:
             return (f"{self.worker_url} was taken out of router {self.router.url} by an earlier gpuops run that did "
                     "not finish: this run puts it back once it serves (awaited healthy in the router, at most "
@@ -110,27 +122,49 @@ def default_worker_url(host: "Host", variables: Mapping[str, Any]) -> str:
 
 def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Replica]:
     """Every replica of the run, checked against its router before any host is touched: one clear
-    error (exit 2) when a router cannot be asked or does not list a replica."""
+    error (exit 2) when a router refuses or speaks no worker API gpuops knows. What a replica the
+    router does not list, or a router that does not answer, means depends on whether its server
+    runs: ``refusal`` decides, per host, once that is gathered."""
     replicas: dict[str, Replica] = {}
     for host in hosts:
         replica = replica_for(host, {**dict(host.vars or {}), **dict(extra)})
         if replica is not None:
             replicas[host.name] = replica
-    detected: dict[Router, tuple[Router, list[Worker]]] = {}
+    detected: dict[Router, tuple[Router, list[Worker]] | RouterUnreachable] = {}
     for replica in list(replicas.values()):
         if replica.router not in detected:
-            detected[replica.router] = replica.router.detect()
-        router, workers = detected[replica.router]
+            try:
+                detected[replica.router] = replica.router.detect()
+            except RouterUnreachable as exc:  # down (a first deploy may bring its replicas up before it)
+                detected[replica.router] = exc
+        found = detected[replica.router]
+        if isinstance(found, RouterUnreachable):
+            replicas[replica.host] = replace(replica, unreachable=str(found))
+            continue
+        router, workers = found
         replica = replicas[replica.host] = replace(replica, router=router)
-        urls = {comparable(w.url) for w in workers}
-        if normal_url(replica.worker_url) not in urls and _record_path(replica).exists():
-            replicas[replica.host] = replace(replica, left_out=True)
-        elif normal_url(replica.worker_url) not in urls:
-            shown = ", ".join(sorted(w.url for w in workers)) or "none"
-            raise RouterError(f"{replica.host}: {replica.worker_url} is not one of router {replica.router.url}'s "
-                              f"workers ({shown}); add it to the router, or set {WORKER_URL_VAR} to the URL the "
-                              "router knows it by")
+        if normal_url(replica.worker_url) in {comparable(w.url) for w in workers}:
+            continue
+        replicas[replica.host] = replace(replica, listed=False, left_out=_record_path(replica).exists(),
+                                         listing=", ".join(sorted(w.url for w in workers)) or "none")
     return replicas
+
+
+def refusal(replica: Replica, starting: bool, restarting: bool) -> str | None:
+    """Why this replica's run must not go on (nothing changed), now that its server's state is known;
+    None when it may. ``starting``: its server does not run and the run starts it (a first deploy:
+    nothing to drain, it joins the router once it serves); ``restarting``: a running server restarts."""
+    if starting:
+        return None
+    if replica.unreachable is not None:
+        if not restarting:
+            return None  # nothing stops: the router is not needed
+        return (f"{replica.unreachable}: a running replica is restarted only once it is out of its router and "
+                "drained; nothing changed")
+    if not replica.listed and not replica.left_out:
+        return (f"{replica.worker_url} is not one of router {replica.router.url}'s workers ({replica.listing}), yet "
+                f"its server runs; add it to the router, or set {WORKER_URL_VAR} to the URL the router knows it by")
+    return None
 
 
 def replica_warnings(hosts: Sequence["Host"], extra: Mapping[str, Any], replicas: Mapping[str, Replica],
@@ -205,6 +239,14 @@ def _record_out(replica: Replica) -> None:
     os.replace(tmp, path)
 
 
+def record_joining(replica: Replica) -> None:
+    """A replica not in its router whose server this run starts: recorded at home as one out of the
+    router, so that a run that cannot put it in (the router down, the client killed) leaves word and
+    the next run puts it in (``left_out``)."""
+    if not replica.listed or replica.unreachable is not None:
+        _record_out(replica)
+
+
 def take_out(replica: Replica) -> None:
     """Out of the router, and awaited until the router lists it no more (recorded at home first)."""
     if replica.left_out:
@@ -252,9 +294,11 @@ def first_answer(replica: Replica, conn: "Connection", variables: Mapping[str, A
     return check
 
 
-def put_back(replica: Replica) -> str:
-    """Back into the router, awaited until the router lists it healthy; the note to report."""
-    if replica.router.find(replica.worker_url) is None:
+def put_back(replica: Replica, joining: bool = False) -> str:
+    """Back into the router (``joining``: in it for the first time), awaited until the router lists it
+    healthy; the note to report. A router that lists it already (by itself) is not asked to add it."""
+    added = replica.router.find(replica.worker_url) is None
+    if added:
         replica.router.add(replica.worker_url)
     started = time.monotonic()
 
@@ -266,4 +310,8 @@ def put_back(replica: Replica) -> str:
         raise RouterError(f"{replica.host}: router {replica.router.url} did not list {replica.worker_url} as healthy "
                           f"within {replica.healthy_timeout_s:g} s ({ROUTER_HEALTH_VAR}) after it was put back")
     _record_path(replica).unlink(missing_ok=True)
-    return f"put back: router {replica.router.url} lists it healthy after {time.monotonic() - started:.1f} s"
+    waited = time.monotonic() - started
+    if joining:
+        how = "put in with POST /workers" if added else "listed by the router itself"
+        return f"joined: router {replica.router.url} lists it healthy after {waited:.1f} s ({how})"
+    return f"put back: router {replica.router.url} lists it healthy after {waited:.1f} s"

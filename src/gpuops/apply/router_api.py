@@ -45,6 +45,10 @@ class RouterError(GpuopsError):
         self.status = status
 
 
+class RouterUnreachable(RouterError):
+    """No answer at all: the router is down or not reachable from here (not a refusal)."""
+
+
 class WorkerApi(enum.Enum):
     """How the router names one worker in its worker API."""
 
@@ -131,7 +135,7 @@ class Router:
                               + (f": {detail}" if detail else ""), status=exc.code) from None
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise RouterError(f"router {self.url}: cannot reach it ({method} {path}: {reason})") from None
+            raise RouterUnreachable(f"router {self.url}: cannot reach it ({method} {path}: {reason})") from None
         try:
             return status, json.loads(raw.decode("utf-8")) if raw else None
         except ValueError:

@@ -52,12 +52,14 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
 
 def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
             discovery: "Discovery", offer_kept: bool = True) -> tuple[Any, dict[str, Any]]:
-    from gpuops.apply.probes import files_probe, journal_probe
+    from gpuops.apply.probes import files_probe, journal_probe, server_probe
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.model import PlanFacts
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
+    if discovery.needs_server_state:
+        probes.append(server_probe())
     kept = None
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
@@ -91,8 +93,11 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
             from gpuops.apply import kept_facts
 
             gpu = kept_facts.summary(kept, host.name, values, _gpu_summary)
+    running = values.get("apply.server")
+    if isinstance(running, ProbeFailure):
+        raise GpuopsError(f"{host.name}: cannot tell whether the server runs: {running.reason}")
     facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gpu=gpu,
-                      container=container_audit.container_facts(values))
+                      container=container_audit.container_facts(values), server_running=running)
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 
 
@@ -168,8 +173,22 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         from gpuops.apply.journal import fold_runs, reconcile_home
 
         restarts = bool(plan.handlers) and plan.service is not None
-        if replica is not None and (restarts or replica.left_out) and options.check:
-            report.notes.append("drain plan: " + replica.plan_line())
+        if plan.starts and plan.service is not None:
+            report.changed += 1  # a start is a change, as Ansible counts `state: started`
+            if options.check:
+                report.notes.append(f"would start the server: none runs on port {plan.service.port} "
+                                    "(sglang-service keeps it running: Ansible's state: started)")
+        if replica is not None:
+            from gpuops.apply import replicas as replica_set
+
+            refused = replica_set.refusal(replica, plan.starts, restarts)
+            if refused is not None and options.check:
+                report.warnings.append(f"apply would refuse: {refused}")
+            elif refused is not None:
+                report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, refused
+                return report
+            if (restarts or replica.left_out or replica.unreachable) and options.check:
+                report.notes.append(("join plan: " if plan.starts else "drain plan: ") + replica.plan_line(plan.starts))
         pending = _unfinished(extra_facts["journal"])
         if deployment is not None:
             if options.check:
@@ -287,11 +306,17 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 report.ok = False
                 report.error = log_failure[0]
 
-        if replica is not None and restarts:
+        if replica is not None and plan.starts:
+            assert plan.service is not None
+            _joining_start(replica, conn, variables, plan.service.port, report, on_verified, transaction)
+        elif replica is not None and restarts:
             assert plan.service is not None
             _drained_roll(replica, conn, variables, plan.service.port, report, on_verified, transaction)
         else:
             transaction(on_verified)
+        if plan.starts and plan.service is not None and report.status == STATUS_FINISHED:
+            report.notes.insert(0, f"started: no server ran on port {plan.service.port}; the transaction started it "
+                                   f"and it is healthy (pid {report.pid})")
         _journal_home(report, role, digest, discovery.state_dir, host_key(host))
         return report
     finally:
@@ -318,6 +343,46 @@ def _put_back_left_out(replica: "Replica", report: HostReport) -> None:
         report.error = str(exc).removeprefix(f"{replica.host}: ")
 
 
+def _with_first_answer(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
+                       on_verified: Callable[[], tuple[bool, str | None]] | None) -> Callable[[], tuple[bool, str | None]]:
+    """The check before a replica's commit: a first generation answered, then the run's own checks."""
+    from gpuops.apply import replicas
+
+    answer = replicas.first_answer(replica, conn, variables, port)
+
+    def verified() -> tuple[bool, str | None]:
+        keep, why = answer()
+        if not keep or on_verified is None:
+            return keep, why
+        return on_verified()
+
+    return verified
+
+
+def _joining_start(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
+                   report: HostReport, on_verified: Callable[[], tuple[bool, str | None]] | None,
+                   transaction: Callable[[Callable[[], tuple[bool, str | None]] | None], None]) -> None:
+    """A replica whose server does not run (a first deploy, a crashed one): nothing to drain; it is
+    started, checked for a first answer, then put in its router (``POST /workers``, unless the router
+    lists it already) and awaited healthy there (apply/replicas.py)."""
+    from gpuops.apply import replicas
+
+    replicas.record_joining(replica)  # before the start: a run that cannot put it in leaves word
+    transaction(_with_first_answer(replica, conn, variables, port, on_verified))
+    if report.status != STATUS_FINISHED:
+        return  # rolled back: its server is stopped again, as it was; nothing joins the router
+    if replica.unreachable is not None:
+        report.ok = False
+        report.error = (f"started and healthy, but not behind its router: {replica.unreachable}; the next apply "
+                        f"puts {replica.worker_url} in once the router answers")
+        return
+    try:
+        report.notes.append(replicas.put_back(replica, joining=True))
+    except GpuopsError as exc:  # it serves (committed), but not behind the router: the host failed its promise
+        report.ok = False
+        report.error = str(exc).removeprefix(f"{replica.host}: ")
+
+
 def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str, Any], port: int,
                   report: HostReport, on_verified: Callable[[], tuple[bool, str | None]] | None,
                   transaction: Callable[[Callable[[], tuple[bool, str | None]] | None], None]) -> None:
@@ -331,16 +396,8 @@ def _drained_roll(replica: "Replica", conn: "Connection", variables: Mapping[str
     except BaseException:
         replicas.put_back(replica)  # still busy (or not to be told): it serves on, unchanged
         raise
-    answer = replicas.first_answer(replica, conn, variables, port)
-
-    def verified() -> tuple[bool, str | None]:
-        keep, why = answer()
-        if not keep or on_verified is None:
-            return keep, why
-        return on_verified()
-
     try:
-        transaction(verified)
+        transaction(_with_first_answer(replica, conn, variables, port, on_verified))
     finally:
         if report.status in (STATUS_FINISHED, STATUS_UNCHANGED, STATUS_ROLLED_BACK, STATUS_REFUSED):
             # After a rollback the old setting serves again (the helper saw it healthy), after a refusal

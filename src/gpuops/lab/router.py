@@ -76,12 +76,16 @@ def router_site(version: str = DEFAULT_VERSION) -> Path:
     return site
 
 
-def start_router(root: Path, worker_urls: Sequence[str], version: str = DEFAULT_VERSION) -> LabRouter:
-    """Start the router in front of ``worker_urls`` and wait until it lists them all healthy."""
+def start_router(root: Path, worker_urls: Sequence[str], version: str = DEFAULT_VERSION,
+                 await_healthy: bool = True, port: int | None = None) -> LabRouter:
+    """Start the router in front of ``worker_urls`` and wait until it lists them all healthy (or,
+    without ``await_healthy``, until it answers: a first deploy's router, whose workers do not serve yet);
+    on ``port`` when given (a router back at the address the inventory names)."""
     site = router_site(version)
     directory = root / ROUTER_DIR
     directory.mkdir(exist_ok=True)
-    port, metrics_port = free_ports(2)  # its Prometheus exporter too: the default 29000 may be taken
+    free = free_ports(2)  # its Prometheus exporter too: the default 29000 may be taken
+    port, metrics_port = (port or free[0]), free[1]
     log = directory / "router.log"
     env = {**os.environ, "PYTHONPATH": str(site), processes.LAB_DIR_VAR: str(root), "NO_COLOR": "1"}
     command = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
@@ -94,7 +98,7 @@ def start_router(root: Path, worker_urls: Sequence[str], version: str = DEFAULT_
     router = LabRouter(url=f"http://127.0.0.1:{port}", port=port, pid=process.pid, version=version, log=log)
     (directory / "router.json").write_text(json.dumps({"url": router.url, "port": port, "pid": process.pid,
                                                        "version": version}) + "\n")
-    _await_workers(router, process, len(worker_urls))
+    _await_workers(router, process, len(worker_urls) if await_healthy else 0)
     return router
 
 

@@ -55,6 +55,9 @@ class PlanFacts:
     # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
     # name, id, image, image_id, running, labels; None when not gathered or no such container.
     container: Mapping[str, Any] | None = None
+    # Does an SGLang server run on the host's port (the gather preamble's find, ``apply.probes.server_probe``)?
+    # None when not gathered (no task of the role asked: the ``server`` module's discovery does).
+    server_running: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"
     state_dir: str = "/var/lib/gpuops"
+    starts: bool = False      # the server is not running and a `server: state: started` task notified its handler to start it
 
     @property
     def changed(self) -> int:

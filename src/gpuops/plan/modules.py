@@ -333,6 +333,28 @@ def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -
     raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
 
 
+@declares(ModuleSpec("server", (Arg("state", required=True, doc="`started`"),), plans=(
+    "nothing to write; `state: started` (Ansible's): when no SGLang server runs on the host's port (the gather "
+    "finds none), the handlers the task notifies run, so the transaction starts the server and waits for its "
+    "health; `--check` says it would start it")))
+def plan_server(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    if args["state"] != "started":
+        raise GpuopsError(f"{state.host}: {task.where}: state must be started, not {args['state']!r}")
+    if not task.notify:
+        raise GpuopsError(f"{task.where}: a `server` task must notify the handler that starts the server")
+    if state.discovery:
+        state.needs_server_state = True  # the gather asks whether the server runs
+        return {"changed": False}
+    assert state.facts is not None
+    if state.facts.server_running is not False:  # running, or not known: nothing to converge
+        return {"changed": False}
+    state.starts = True
+    for name in task.notify:
+        if name not in state.notified:
+            state.notified.append(name)
+    return {"changed": True}
+
+
 Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
 
 
@@ -404,7 +426,7 @@ def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec
 from gpuops.plan.release import plan_sglang_release  # noqa: E402  (its own module: the release concept)
 
 _PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, plan_pcie_allreduce,
-                                  _plan_compose, plan_sglang_release, plan_assert, plan_fail)
+                                  _plan_compose, plan_sglang_release, plan_server, plan_assert, plan_fail)
 PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
 # Every module a task may name, in roles/README.md's order: the planners, include_role, service.
 SPECS: dict[str, ModuleSpec] = {

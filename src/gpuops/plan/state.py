@@ -44,6 +44,8 @@ class PlanState:
     role_scopes: dict[str, VarScope] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)
     needs_gate_scan: bool = False
+    needs_server_state: bool = False    # a `server` task: the gather asks whether the server runs
+    starts: bool = False                # ... and it does not: the plan starts it
     tasks_ok: int = 0
 
     @property
