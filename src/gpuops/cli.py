@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gpuops.commands.bench:bench", "Benchmark on the host and bring the results home."),
     "results": ("gpuops.commands.bench:results", "List, show and compare stored results."),
     "report": ("gpuops.commands.bench:report", "Write an HTML report with plots of results."),
+    "profile": ("gpuops.commands.profile:profile", "Where a forward pass's time goes, from SGLang's own profiler."),
     "advise": ("gpuops.commands.advise:advise", "Rank the ways to cut each host's all-reduce cost, with evidence."),
     "tune": ("gpuops.commands.tune:tune", "Sweep NCCL variants safely, benchmark and rank them."),
     "lab": ("gpuops.commands.lab:lab", "Throwaway simulated GPU hosts on loopback to rehearse on."),
@@ -59,22 +60,28 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: user errors become one line on stderr and exit status 2."""
+    """Console entry point: user errors become one line on stderr and exit status 2; SIGTERM and
+    SIGHUP end it as Ctrl-C does (``termination.py``)."""
+    from gpuops import termination
+
+    previous = termination.install()
     try:
         _main(argv)
     finally:
+        termination.restore(previous)
         _freeze_objects()
 
 
 def _main(argv: list[str] | None) -> None:
+    from gpuops import termination
     from gpuops.errors import GpuopsError
 
     try:
         cli.main(args=argv, prog_name="gpuops", standalone_mode=False)
     except click.exceptions.Abort:
         _say_open_runs()
-        click.echo("gpuops: aborted", err=True)
-        sys.exit(130)
+        _say("gpuops: aborted" if termination.received() is None else termination.ending_line())
+        sys.exit(termination.exit_status())
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -83,12 +90,15 @@ def _main(argv: list[str] | None) -> None:
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         _say_open_runs()
-        click.echo("gpuops: interrupted", err=True)
-        sys.exit(130)
-    except SystemExit:
-        raise
+        _say(termination.ending_line())
+        sys.exit(termination.exit_status())
+    except SystemExit as exc:
+        if termination.received() is not None:  # the command wrapped up after SIGTERM/SIGHUP (tune, bench)
+            _say(termination.ending_line())
+            sys.exit(termination.exit_status())
+        raise exc
     else:
-        sys.exit(0)
+        sys.exit(termination.exit_status() if termination.received() is not None else 0)
 
 
 def _freeze_objects() -> None:
@@ -101,20 +111,30 @@ def _freeze_objects() -> None:
 
 
 def _say_open_runs() -> None:
-    """On Ctrl-C during apply/rollback: per host, its run, what it does now, how to check. A second
-    Ctrl-C while these lines print ends the process at once, printing them again."""
+    """On Ctrl-C (or SIGTERM, SIGHUP) during apply/rollback: per host, its run, what it does now, how
+    to check. A second one while these lines print ends the process at once, printing them again."""
     inflight = sys.modules.get("gpuops.apply.inflight")  # loaded only by a command that opened a run
     if inflight is None:
         return
+    from gpuops import termination
+
     lines = inflight.interrupt_lines()
     try:
         for line in lines:
-            click.echo(line, err=True)
+            _say(line)
     except KeyboardInterrupt:
         for line in lines:
-            click.echo(line, err=True)
-        click.echo("gpuops: interrupted", err=True)
-        sys.exit(130)
+            _say(line)
+        _say(termination.ending_line())
+        sys.exit(termination.exit_status())
+
+
+def _say(line: str) -> None:
+    """A last line on stderr; a terminal already closed (SIGHUP) cannot take it, and that ends nothing."""
+    try:
+        click.echo(line, err=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
