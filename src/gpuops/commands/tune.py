@@ -157,7 +157,7 @@ def _render(document: dict) -> None:
                     models.add(t.get("speed_model") or "unrecorded")
                 click.echo(f"  {i:>2}  {t['variant']:<{width}}  "
                            + "  ".join(f"{mark(x, bool(t.get('simulated'))):>{w}}" for x, w in zip(cells[id(t)], widths))
-                           + f"  {_versus(t):<16} {t['result_id']}{note}")
+                           + f"  {mark(_versus(t), bool(t.get('simulated'))):<16} {t['result_id']}{note}")
                 for level in t.get("levels") or []:
                     click.echo(f"      c={level.get('concurrency')}: {_figure(level.get('output_tokens_per_s'))} tok/s "
                                f"per stream, {_figure(level.get('total_output_tokens_per_s'))} total, ITL p50 "
