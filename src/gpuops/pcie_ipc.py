@@ -86,7 +86,7 @@ class HostStack:
 
 
 @dataclass(frozen=True)
-class Fit:
+class PcieIpcVerdict:
     applies: bool
     reason: str                      # one line: why it applies or why not
     misfit: Misfit | None = None
@@ -139,7 +139,7 @@ def activation_dtype(args: Sequence[str], model_dtype: str | None) -> str | None
 _UPGRADE = (RECOMMENDED_SGLANG, RECOMMENDED_FLASHINFER)
 
 
-def fit(stack: HostStack) -> Fit:
+def fit(stack: HostStack) -> PcieIpcVerdict:
     """Whether SGLang's PCIe IPC all-reduce fits this host, and why. The rules are the catalog's
     (``pcie_ipc_allreduce``: its ``kernels:`` judged by gates/kernels.py, its ``fits:`` by
     gates/fits.py, as ``inspect host`` judges them); this names the first that fails, in this
@@ -167,28 +167,28 @@ def fit(stack: HostStack) -> Fit:
         return verdict if verdict is not None and verdict.holds is False else None
 
     if failing("interconnect"):
-        return Fit(False, judged["interconnect"].reason, Misfit.NVLINK)
+        return PcieIpcVerdict(False, judged["interconnect"].reason, Misfit.NVLINK)
     if not stack.gpu_count:
-        return Fit(False, "no GPUs found on this host", Misfit.NO_GPU)
+        return PcieIpcVerdict(False, "no GPUs found on this host", Misfit.NO_GPU)
     release = needs["sglang"]
     if stack.sglang is None or release.status is kernels.KernelStatus.UNKNOWN:
-        return Fit(False, f"the SGLang release is unknown ({stack.sglang or 'not found'}); the PCIe IPC all-reduce "
+        return PcieIpcVerdict(False, f"the SGLang release is unknown ({stack.sglang or 'not found'}); the PCIe IPC all-reduce "
                           f"needs sglang >= {FIRST_SGLANG} ({release.reason})", Misfit.UNKNOWN)
     if release.status is kernels.KernelStatus.BLOCKED:
-        return Fit(False, f"{release.reason}; upgrade to {RECOMMENDED_SGLANG} (it pins flashinfer "
+        return PcieIpcVerdict(False, f"{release.reason}; upgrade to {RECOMMENDED_SGLANG} (it pins flashinfer "
                           f"{RECOMMENDED_FLASHINFER})", Misfit.SGLANG_TOO_OLD, upgrade=_UPGRADE)
     library = needs["flashinfer"]
     if library.status is not kernels.KernelStatus.OPEN:
         first = "" if FIRST_FLASHINFER in library.reason else f"; FlashInfer {FIRST_FLASHINFER} is the first with it"
-        return Fit(False, f"{library.reason}{first} (sglang {RECOMMENDED_SGLANG} pins {RECOMMENDED_FLASHINFER}); "
+        return PcieIpcVerdict(False, f"{library.reason}{first} (sglang {RECOMMENDED_SGLANG} pins {RECOMMENDED_FLASHINFER}); "
                           "SGLang would log \"falling back to NCCL all-reduce\"", Misfit.FLASHINFER_LACKS,
                    upgrade=_UPGRADE)
     if tp is None:
-        return Fit(False, "the server's launch (sglang_args) is unknown: cannot tell its TP size", Misfit.UNKNOWN)
+        return PcieIpcVerdict(False, "the server's launch (sglang_args) is unknown: cannot tell its TP size", Misfit.UNKNOWN)
     for kind, misfit in (("tp_size", Misfit.TP_SIZE), ("dtype", Misfit.DTYPE), ("deterministic", Misfit.DETERMINISTIC)):
         verdict = failing(kind)
         if verdict is not None:
-            return Fit(False, verdict.reason, misfit, tp)
+            return PcieIpcVerdict(False, verdict.reason, misfit, tp)
     warnings = []
     if failing("p2p"):
         # The kernels write straight into the peers' slabs through CUDA IPC pointers
@@ -198,12 +198,12 @@ def fit(stack: HostStack) -> Fit:
                f"({', '.join(gaps[:3])}{', ...' if len(gaps) > 3 else ''}): the PCIe IPC kernels write into the "
                "peers' memory through CUDA IPC")
         if not stack.allow_without_p2p:
-            return Fit(False, why + "; keep TP within a P2P group, or pass -e pcie_allow_without_p2p=true (the "
+            return PcieIpcVerdict(False, why + "; keep TP within a P2P group, or pass -e pcie_allow_without_p2p=true (the "
                                     "server's log after the restart then says whether the workspace was built)",
                        Misfit.NO_P2P, tp)
         warnings.append(why + " (going ahead: pcie_allow_without_p2p is true; the server's log after the restart "
                               "says whether the workspace was built)")
-    return Fit(True, f"sglang {stack.sglang} with flashinfer {stack.flashinfer}, TP {tp}, "
+    return PcieIpcVerdict(True, f"sglang {stack.sglang} with flashinfer {stack.flashinfer}, TP {tp}, "
                      f"{shape.dtype or 'bf16 (assumed: dtype not given)'}, PCIe only", None, tp, tuple(warnings))
 
 

@@ -28,7 +28,7 @@ PARTS = ("tuning", "held_out", "independent", "independent-2", "independent-3", 
 
 
 @dataclass(frozen=True)
-class Host:
+class SampleHost:
     """The host the samples are labelled for."""
 
     compute_capability: str
@@ -37,7 +37,7 @@ class Host:
     interconnect: Mapping[str, Any]
 
 
-def load_samples(path: Path = SAMPLES_FILE) -> tuple[Host, list[Mapping[str, Any]]]:
+def load_samples(path: Path = SAMPLES_FILE) -> tuple[SampleHost, list[Mapping[str, Any]]]:
     data = json.loads(path.read_text())
     host = data["host"]
     labels = list(data["labels"])
@@ -46,7 +46,7 @@ def load_samples(path: Path = SAMPLES_FILE) -> tuple[Host, list[Mapping[str, Any
         if not set(wanted) <= set(LABELS) or entry.get("part") not in PARTS:
             raise ValueError(f"{path}: {entry['release']} {entry['file']}:{entry['line']}: bad label {entry}")
     server = {"args": dict(host.get("args") or {}), "architecture": host.get("architecture")}
-    return Host(str(host["compute_capability"]), str(host["cuda"]), server, dict(host.get("interconnect") or {})), labels
+    return SampleHost(str(host["compute_capability"]), str(host["cuda"]), server, dict(host.get("interconnect") or {})), labels
 
 
 def draw(gates: Sequence[Mapping[str, Any]], n: int, seed: int) -> list[Mapping[str, Any]]:
@@ -99,4 +99,4 @@ def summary(rows: Sequence[Agreement]) -> dict[str, Any]:
                       + (" (FALSE OPEN)" if r.false_open else "") for r in rows if not r.agrees]}
 
 
-__all__ = ["Agreement", "Host", "LABELS", "PARTS", "SAMPLES_FILE", "agreement", "draw", "load_samples", "summary"]
+__all__ = ["Agreement", "SampleHost", "LABELS", "PARTS", "SAMPLES_FILE", "agreement", "draw", "load_samples", "summary"]

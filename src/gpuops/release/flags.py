@@ -24,7 +24,7 @@ _DEPRECATED_HELP = re.compile(r"\(Deprecated: use (--[a-z0-9][a-z0-9-]*(?:=[A-Za
 
 
 @dataclass(frozen=True)
-class ReleaseFlags:
+class AcceptedFlags:
     names: frozenset[str]
     replacements: Mapping[str, tuple[str, ...]]   # deprecated switch -> the words that replace it
 
@@ -90,7 +90,7 @@ def _field(node: ast.AnnAssign, names: set[str]) -> None:
         names.add(cli)
 
 
-def release_flags(sources: Mapping[str, str]) -> ReleaseFlags:
+def release_flags(sources: Mapping[str, str]) -> AcceptedFlags:
     """Every ``--flag`` the release's server parser registers, from its argument sources."""
     names: set[str] = set()
     replacements: dict[str, tuple[str, ...]] = {}
@@ -106,7 +106,7 @@ def release_flags(sources: Mapping[str, str]) -> ReleaseFlags:
                 _field(node, names)
     if "--model-path" not in names or "--port" not in names:
         raise GpuopsError("the release's server arguments could not be read (no --model-path / --port found)")
-    return ReleaseFlags(frozenset(names), replacements)
+    return AcceptedFlags(frozenset(names), replacements)
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class FlagCheck:
     notes: tuple[str, ...]
 
 
-def check_launch(args: Sequence[str], flags: ReleaseFlags, version: str, where: str) -> FlagCheck:
+def check_launch(args: Sequence[str], flags: AcceptedFlags, version: str, where: str) -> FlagCheck:
     """Every ``--flag`` of ``args`` against the release's parser: unknown ones refused (the closest
     name the release has), deprecated ones translated as the release itself says."""
     renames: dict[str, tuple[str, ...]] = {}

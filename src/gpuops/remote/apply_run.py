@@ -576,5 +576,5 @@ def recomposition(payload, notes):
     try:
         return recompose.prepare(payload, read_journal(payload["state_dir"], notes), load_manifest,
                                  payload["state_dir"])
-    except recompose.Refused as exc:
+    except recompose.RecomposeRefused as exc:
         raise StepFailed(str(exc))

@@ -31,7 +31,7 @@ from gpuops.remote.digest import sha256_file
 from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, ROLLED_BACK
 
 
-class Refused(Exception):
+class RecomposeRefused(Exception):
     """The run cannot be undone this way; the message says why and what to do (one line)."""
 
 
@@ -121,15 +121,15 @@ def check_target(records, target_id):
     runs = runs_in_order(records)
     target = next((r for r in runs if r["run_id"] == target_id), None)
     if target is None:
-        raise Refused("no run %s in the journal of this host" % target_id)
+        raise RecomposeRefused("no run %s in the journal of this host" % target_id)
     if is_rollback(target) and not target.get("recompose"):
-        raise Refused("run %s is itself a rollback; name the run it undid (%s)" % (target_id, target.get("target")))
+        raise RecomposeRefused("run %s is itself a rollback; name the run it undid (%s)" % (target_id, target.get("target")))
     if not standing(target, undone_runs(runs)):
-        raise Refused("run %s is not in effect on this host (already rolled back)" % target_id)
+        raise RecomposeRefused("run %s is not in effect on this host (already rolled back)" % target_id)
     return target
 
 
-def check_unchanged(path, index, expected, target_id, force, kept_dir, error=Refused):
+def check_unchanged(path, index, expected, target_id, force, kept_dir, error=RecomposeRefused):
     """A file must still hold what run ``target_id`` wrote (``expected``; None: nothing recorded, so
     nothing to compare). A later change raises ``error`` (rollback would destroy it), or with ``force``
     the current file is copied to ``kept_dir`` beside the backups. The one drift check of both a plain
@@ -159,7 +159,7 @@ def restore_changes(manifest, target, paths, force, kept_dir):
     changes, kept = [], []
     for path in paths:
         if path not in entries:
-            raise Refused("run %s did not change %s; nothing of it to restore" % (target["run_id"], path))
+            raise RecomposeRefused("run %s did not change %s; nothing of it to restore" % (target["run_id"], path))
         index, entry = entries[path]
         current, note = check_unchanged(path, index, entry.get("after_sha256") or wrote.get(path), target["run_id"],
                                         force, kept_dir)
@@ -173,7 +173,7 @@ def restore_changes(manifest, target, paths, force, kept_dir):
             data = handle.read()
         digest = hashlib.sha256(data).hexdigest()
         if digest != entry.get("sha256"):
-            raise Refused("the backup of %s (%s) is damaged; refusing to touch anything" % (path, entry["backup"]))
+            raise RecomposeRefused("the backup of %s (%s) is damaged; refusing to touch anything" % (path, entry["backup"]))
         # recreate_dirs: the directories the target removed with the file, made again as they were
         changes.append({"path": path, "after_b64": base64.b64encode(data).decode(), "before_sha256": current,
                         "after_sha256": digest, "mode": "%04o" % int(entry.get("mode") or 0o644),
@@ -183,14 +183,14 @@ def restore_changes(manifest, target, paths, force, kept_dir):
 
 def prepare(payload, records, load_manifest, state_dir):
     """The apply payload's changes for a recomposition (restored files first, then the planned
-    launch files) and the journal fields that mark it; raises Refused."""
+    launch files) and the journal fields that mark it; raises RecomposeRefused."""
     spec = payload.get("recompose") or {}
     target = check_target(records, spec.get("target"))
     restore = [p for p in spec.get("restore") or [] if isinstance(p, str)]
     planned = list(payload.get("changes") or [])
     overlap = set(restore) & {c.get("path") for c in planned}
     if overlap:
-        raise Refused("a recomposition both restores and plans %s" % ", ".join(sorted(overlap)))
+        raise RecomposeRefused("a recomposition both restores and plans %s" % ", ".join(sorted(overlap)))
     restored, kept = [], []
     # Which directories a deletion may take away is the host's to say (the target's manifest), never the payload's.
     planned = [dict((k, v) for k, v in c.items() if k not in ("remove_dirs", "recreate_dirs")) for c in planned]

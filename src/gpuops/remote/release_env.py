@@ -59,7 +59,7 @@ print(json.dumps(out))
 """
 
 
-class Refused(Exception):
+class ReleaseEnvRefused(Exception):
     def __init__(self, stage, message, log_tail=""):
         Exception.__init__(self, message)
         self.stage, self.message, self.log_tail = stage, message, log_tail
@@ -88,12 +88,12 @@ def _run(command, stage, timeout=_INSTALL_TIMEOUT_S, env=None):
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise Refused(stage, "%s failed: %s" % (command[0], exc))
+        raise ReleaseEnvRefused(stage, "%s failed: %s" % (command[0], exc))
     text = done.stdout.decode("utf-8", "replace")
     if done.returncode != 0:
         lines = [ln for ln in text.strip().splitlines() if ln.strip()]
         reason = next((ln for ln in reversed(lines) if ln.lstrip().startswith("ERROR")), lines[-1] if lines else "")
-        raise Refused(stage, "%s exited %d: %s" % (" ".join(command[:4]), done.returncode, reason.strip()),
+        raise ReleaseEnvRefused(stage, "%s exited %d: %s" % (" ".join(command[:4]), done.returncode, reason.strip()),
                       "\n".join(lines[-15:]))
     return text
 
@@ -126,7 +126,7 @@ def _build(env, payload):
     pip = [python, "-m", "pip"]
     try:
         _run([base, "-m", "venv", env], "venv", timeout=600)
-    except Refused as exc:
+    except ReleaseEnvRefused as exc:
         # Debian's python3 without python3-venv has no ensurepip: with a pip wheel in the wheelhouse,
         # the environment is made without pip and that wheel runs the install (pip runs from its
         # own wheel), so a host without internet needs no package of its own for it.
@@ -177,11 +177,11 @@ def _verify(env, payload):
     wrong = ["%s %s (the release pins %s)" % (name, found["versions"].get(name) or "missing", want)
              for name, want in sorted(expect.items()) if _public(found["versions"].get(name)) != _public(want)]
     if wrong:
-        raise Refused("verify", "the new environment does not hold the release's pins: " + ", ".join(wrong))
+        raise ReleaseEnvRefused("verify", "the new environment does not hold the release's pins: " + ", ".join(wrong))
     driver = _driver_cuda()
     torch_cuda = found.get("torch_cuda")
     if torch_cuda and driver and _numbers(torch_cuda) > _numbers(driver):
-        raise Refused("cuda", "torch %s is built for CUDA %s, but this host's driver runs CUDA %s at most; pin a "
+        raise ReleaseEnvRefused("cuda", "torch %s is built for CUDA %s, but this host's driver runs CUDA %s at most; pin a "
                       "torch build for the driver (sglang_extra_packages / sglang_index_url) or update the driver"
                       % (found["versions"].get("torch"), torch_cuda, driver))
     return found["versions"], torch_cuda, driver
@@ -266,7 +266,7 @@ def build(payload):
 def _build_or_find(payload):
     envs_dir, name = payload["envs_dir"], payload["name"]
     if not os.path.isabs(envs_dir) or not _NAME.match(name):
-        raise Refused("input", "bad environment %r under %r" % (name, envs_dir))
+        raise ReleaseEnvRefused("input", "bad environment %r under %r" % (name, envs_dir))
     env = os.path.join(envs_dir, name)
     need = int(payload.get("min_free_bytes") or 0)
     free = _free_bytes(envs_dir)
@@ -279,7 +279,7 @@ def _build_or_find(payload):
                 "reused": True, "installed": versions, "torch_cuda": torch_cuda, "driver_cuda": driver,
                 "tool": record.get("tool")}
     if record is None and free < need:
-        raise Refused("disk", "%s has %.1f GiB free; the new environment needs %.1f GiB (gpuops_release_min_free_gib)"
+        raise ReleaseEnvRefused("disk", "%s has %.1f GiB free; the new environment needs %.1f GiB (gpuops_release_min_free_gib)"
                       % (envs_dir, free / 2.0 ** 30, need / 2.0 ** 30))
     os.makedirs(envs_dir, mode=0o755, exist_ok=True)
     with open(os.path.join(envs_dir, ".lock"), "a") as lock:
@@ -316,7 +316,7 @@ def main(raw):
     payload = json.loads(raw.decode("utf-8"))
     try:
         out = build(payload)
-    except Refused as exc:
+    except ReleaseEnvRefused as exc:
         out = {"ok": False, "stage": exc.stage, "error": exc.message, "log_tail": exc.log_tail}
     except OSError as exc:
         out = {"ok": False, "stage": "io", "error": "%s: %s" % (getattr(exc, "filename", "") or "", exc.strerror or exc)}
