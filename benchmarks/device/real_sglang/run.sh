@@ -2,7 +2,8 @@
 # One device call: a real SGLang 0.5.16 server on the lent H200, recorded, then driven by gpuops.
 # From the repo root on the GPU machine (the carry .dev/real-sglang made by build.sh):
 #   benchmarks/device/real_sglang/run.sh        (PHASES="stage model record read" by default;
-#   a second call: PHASES="stage model read change tune"; what did not fit: PHASES="stage model tune")
+#   a second call: PHASES="stage model read change tune"; what did not fit: PHASES="stage model tune";
+#   speculative decoding through gpuops tune: PHASES="stage model spec")
 # Every step runs under `timeout`; the script stops starting steps DEADLINE s (default 540) after it
 # began. Results: $OUT/real-sglang.tgz (README.md says where they are kept).
 set -uo pipefail
@@ -78,6 +79,14 @@ if has tune; then  # one NCCL variant, measured against the current setting; hos
   G apply-service-3 420 apply sglang-service $I
   G tune 300 tune $I --sweep NCCL_DEBUG=INFO --results-dir $R/results --input-len 64 --output-len 64 --num-requests 3 --warmup 1
   G history-tune 120 history $I
+fi
+if has spec; then  # issue 38: NGRAM speculative decoding (no draft model; 0.5.16's flags) against none, through
+  # gpuops tune: flags checked against the release on the host, speculation off measured as the
+  # baseline in the same run, batch 1 and c=8, the host put back as it was (~230 s: three restarts)
+  G apply-service-5 240 apply sglang-service $I
+  G tune-spec 330 tune $I --sweep speculative_algorithm=NGRAM --sweep speculative_num_draft_tokens=8 \
+    --concurrency 1,8 --results-dir $R/results --input-len 64 --output-len 128 --num-requests 4 --warmup 1
+  G history-spec 60 history $I
 fi
 if has tool; then  # SGLang's own benchmark modules, through gpuops, in the server's environment
   G apply-service-4 420 apply sglang-service $I
