@@ -90,6 +90,10 @@ class HostAdvice:
                 "others": [w.to_json() for w in self.others], "features": [w.to_json() for w in self.features],
                 "notes": list(self.notes)}
 
+    def next_commands(self) -> dict[str, str]:
+        """Each feature's first command (inspect shows it beside the feature's line)."""
+        return {w.feature: w.commands[0] for w in (*self.ranked, *self.others, *self.features) if w.commands}
+
 
 def _allreduces(model: Mapping[str, Any], server: Mapping[str, Any]) -> tuple[int | None, str]:
     tp, tp_from = server_tp_size(server) if server.get("running") else (None, "")
@@ -255,6 +259,18 @@ def _feature_way(name: str, verdict: Mapping[str, Any], matters: str = "") -> Wa
     return Way(name, title, Status.UNKNOWN, why + reason, (), evidence)
 
 
+def _only_on_a_verdict(way: Way, features: Mapping[str, Any]) -> Way:
+    """"apply now" only where inspect judged the feature on this host: with its verdict unknown (no
+    python 3.8+ on the host to read SGLang's gates, a layout gpuops does not know) what the role would
+    open cannot be told, and the way says so instead (it was ranked "apply now" beside lines that
+    said they could not tell)."""
+    verdict = features.get(way.feature)
+    if way.status is not Status.APPLY or not isinstance(verdict, Mapping) or verdict.get("status") in ("blocked", "open"):
+        return way
+    return dataclasses.replace(way, status=Status.UNKNOWN, commands=(),
+                               why=str(verdict.get("reason") or "inspect could not judge it on this host"))
+
+
 def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mapping[str, Any]] = ()) -> HostAdvice:
     """``document``: the host's entry of ``inspect host --json``; ``results``: its stored
     all-reduce results, newest first."""
@@ -262,8 +278,8 @@ def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mappin
     features = document.get("features") or {}
     server = facts.get("server") or {}
     count, count_from = _allreduces(facts.get("model") or {}, server)
-    ways = [_pcie_way(stack_of(facts, features), server, count, measured_nccl(results)),
-            _fusion_way(facts, features, count)]
+    ways = [_only_on_a_verdict(way, features) for way in (
+        _pcie_way(stack_of(facts, features), server, count, measured_nccl(results)), _fusion_way(facts, features, count))]
     if count == 0:
         # No all-reduce runs, so no way of making one cheaper applies, whatever the host could run.
         ways = [dataclasses.replace(w, status=Status.NOT_FOR_HOST, why=count_from, commands=()) for w in ways]

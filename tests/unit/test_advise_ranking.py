@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuops import advise
 
 
@@ -100,3 +102,23 @@ def test_the_other_gated_features_come_with_the_verdicts_evidence() -> None:
     text = "\n".join(advise.render(got))
     assert "other gated features for this model:" in text and "FlashAttention-3 attention backend: does not apply" in text
     assert "None" not in text
+
+
+NO_PYTHON = "no python 3.8+ found on the host"
+
+
+@pytest.mark.parametrize("p2p", [True, False], ids=["p2p", "p2p-gap"])
+@pytest.mark.parametrize("feature", ["flashinfer_allreduce_fusion", "pcie_ipc_allreduce"])
+def test_a_feature_whose_verdict_is_unknown_is_never_apply_now(p2p: bool, feature: str) -> None:
+    """Issue 42: on a host without python3 inspect cannot read SGLang's gates; advise ranked
+    fusion-sm120 "apply now" (why: "no python 3.8+ found on the host") beside lines that said they
+    could not tell. A verdict inspect did not reach is "cannot tell", with its reason, no command."""
+    doc = host_doc()
+    doc["facts"]["interconnect"]["p2p_all_pairs"] = p2p
+    doc["features"][feature] = {"status": "unknown", "reason": NO_PYTHON}
+    got = advise.advise_host("h", doc)
+    assert feature not in [w.feature for w in got.ranked]
+    way = next(w for w in got.others if w.feature == feature)
+    assert way.status is advise.Status.UNKNOWN and way.why == NO_PYTHON and way.commands == ()
+    assert not any(line.startswith(("1.", "2.")) and f"({feature})" in line and "apply now" in line
+                   for line in advise.render(got))
