@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -152,6 +153,21 @@ def echo_trusted(text: str, err: bool = False) -> None:
     stream = trusted_stream(sys.stderr if err else sys.stdout)
     stream.write(text + "\n")
     stream.flush()
+
+
+SCREEN_WIDTH = 120  # what a default report line fits in (the detail behind -v may run longer)
+
+
+def brief(text: str, width: int = SCREEN_WIDTH) -> str:
+    """``text`` in at most ``width`` characters: as it is when it fits; else without its
+    parenthesised asides (innermost first, the text around them kept), then cut with ``...``."""
+    out = text
+    while len(out) > width:
+        shorter = re.sub(r" \([^()]*\)", "", out, count=1)
+        if shorter == out:
+            break
+        out = shorter
+    return out if len(out) <= width else out[:max(width - 3, 0)].rstrip() + "..."
 
 
 def safe_text(text: object, *, newlines: bool = True) -> str:

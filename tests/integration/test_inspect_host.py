@@ -245,7 +245,14 @@ def test_human_report_leads_with_blocked_features(mixed_lab, run_gpuops) -> None
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("== rtx")
     assert lines[1].startswith("BLOCKED") and FUSION in lines[1]
-    assert "srt/layers/communicator.py:" in lines[1]
+    # One line a feature, the reason that decides it: FlashInfer 0.6.1 (the host's version data) is
+    # older than the first that builds the fused kernel for sm120; -v adds SGLang's gates, file:line.
+    assert "needs FlashInfer 0.6.17+" in lines[1] and len(lines[1]) <= 120, lines[1]
+    assert "srt/layers/communicator.py:" not in proc.stdout
+    detail = run_gpuops("inspect", "host", "-v", "-i", str(mixed_lab.inventory_path), "-l", "rtx")
+    assert detail.returncode == 0, detail.stderr
+    lines = detail.stdout.splitlines()
+    assert lines[1].startswith("BLOCKED") and FUSION in lines[1] and "srt/layers/communicator.py:" in lines[1]
 
 
 def test_inspect_gates_for_one_feature(mixed_lab, run_gpuops) -> None:

@@ -103,7 +103,7 @@ def test_composition_in_the_other_order(fleet, run_gpuops) -> None:
     managed = shown["hosts"]["ws"]["managed_launch"]
     assert "nccl-env" in [r["role"] for r in managed["runs"]] and managed["env"]["NCCL_ALGO"] == "Tree"
     assert any("allreduce-fusion" in a for a in managed["args"])
-    text = run_gpuops("inspect", "host", "-i", inv, "-l", "ws", timeout=400).stdout
+    text = run_gpuops("inspect", "host", "-v", "-i", inv, "-l", "ws", timeout=400).stdout
     assert "managed by gpuops: flags --" in text and "NCCL_ALGO=Tree" in text and "from runs nccl-env" in text
     # Undo the fusion run: the NCCL variables stay.
     assert run_gpuops("rollback", "-i", inv, "-l", "ws", timeout=400).returncode == 0

@@ -70,7 +70,7 @@ def test_apply_inspect_and_bench_on_each_release(lab_factory, run_gpuops, tmp_pa
             ["launched with --speculative-num-draft-tokens 8, the server runs 4"] if name == "bare" else []), speculative
     bare_settings = (doc["hosts"]["bare"].get("facts") or doc["hosts"]["bare"])["server"]["reported"]["settings"]
     assert bare_settings["attention_backend"] == "flashinfer" and bare_settings["disable_custom_all_reduce"] is True
-    text = run_gpuops("inspect", "host", "-i", inv, "-l", "bare", timeout=400).stdout
+    text = run_gpuops("inspect", "host", "-v", "-i", inv, "-l", "bare", timeout=400).stdout
     assert "the server reports (via /server_info, version 0.5.23)" in text and "attention_backend=flashinfer" in text
     assert "metrics: on (/metrics)" in text
     assert ("speculative decoding on: the server reports EAGLE3 (steps 3, topk 1, draft tokens 4) in its resolved "

@@ -132,7 +132,7 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     managed = json.loads(inspect.stdout)["hosts"]["rel"]["managed_launch"]
     assert managed["python"] == str(env / "bin" / "python"), managed
     assert [(e["path"], e["version"], e["launched"]) for e in managed["environments"]] == [(str(env), "0.5.21", True)]
-    text = run_gpuops("inspect", "host", "-i", str(inventory), timeout=300).stdout
+    text = run_gpuops("inspect", "host", "-v", "-i", str(inventory), timeout=300).stdout
     assert f"release environment: {env} (sglang 0.5.21, launched" in text, text
     entry = json.loads(inspect.stdout)["hosts"]["rel"]
     software = entry["facts"]["software"]

@@ -42,5 +42,5 @@ def test_stack_mismatches_are_reported(lab_factory, run_gpuops, tmp_path: Path) 
     assert software["sglang"]["version"] == "0.5.14" and software["flashinfer"]["version"] == "0.6.12"
     assert software["sglang_kernel"]["version"] == "0.4.4" and software["sgl_kernel"] is None
     assert hosts["newer"]["stack_problems"] == []
-    text = run_gpuops("inspect", "host", "-i", str(lab.inventory_path), "-l", "broken", timeout=300).stdout
+    text = run_gpuops("inspect", "host", "-v", "-i", str(lab.inventory_path), "-l", "broken", timeout=300).stdout
     assert "STACK    torch is built for CUDA 12.8" in text

@@ -121,20 +121,28 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str,
     from gpuops.facts.render import render_host_facts
     from gpuops.output import make_console
 
+    from gpuops.advise import advise_host
+    from gpuops.facts.managed import describe
+    from gpuops.output import brief
+    from gpuops.transport import verbose
+
     console = make_console()
+    # -v: every line whole, each blocked feature's gates and flag; else one screen a host, one line a feature.
+    detail = verbose.enabled()
+    fit = (lambda text: text) if detail else brief
     for host_, outcome in _each_answered_host(console, hosts, outcomes):
         console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
         for note in outcome.value.extra.get("gpuops.recovered") or []:
             console.print(note, style="magenta", markup=False, highlight=False)
-        _render_gates(console, outcome.value, detail=False)
-        render_host_facts(console, host_json(outcome)["facts"])
-        from gpuops.facts.managed import describe
-
+        entry = host_json(outcome)
+        _render_gates(console, outcome.value, detail=False, next_commands=advise_host(host_.name, entry).next_commands(),
+                      full_reasons=detail)
+        render_host_facts(console, entry["facts"], fit)
         for problem in outcome.value.stack:
-            console.print(f"STACK    {problem}", style="yellow", markup=False, highlight=False)
+            console.print(fit(f"STACK    {problem}"), style="yellow", markup=False, highlight=False)
         managed = describe(outcome.value.facts.managed)
         if managed:
-            console.print(managed, markup=False, highlight=False)
+            console.print(fit(managed), markup=False, highlight=False)
     from gpuops.facts.deployment import deployments_json, report_lines
 
     view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, _journals(outcomes), answers)
@@ -148,7 +156,8 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str,
     )
 
 
-def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | None = None, show_all: bool = False) -> None:
+def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | None = None, show_all: bool = False,
+                  next_commands: dict[str, str] | None = None, full_reasons: bool = False) -> None:
     if inspection.gate_report is None:
         console.print(f"gates: unknown ({inspection.gates_error or 'not scanned'})", style="yellow", markup=False, highlight=False)
         return
@@ -157,7 +166,7 @@ def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | No
     if detail:
         gate_report.render_gate_detail(inspection.gate_report, console, feature=feature, show_all=show_all)
     else:
-        gate_report.render_gate_summary(inspection.gate_report, console)
+        gate_report.render_gate_summary(inspection.gate_report, console, next_commands, detail=full_reasons)
 
 
 @inspect.command("gates")

@@ -6,7 +6,7 @@ otherwise, so a piped report stays readable and greppable.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpuops.facts.gpu import GPU_HEADERS, gpu_heading, gpu_rows
 from gpuops.facts.server import server_lines
@@ -29,23 +29,28 @@ def _table(console: Console, headers: list[str], rows: list[list[Any]]) -> None:
         _say(console, format_table(headers, rows, indent="  "))
 
 
-def render_host_facts(console: Console, facts: dict[str, Any]) -> None:
-    """The facts part of one host's report (the caller prints the header and the gates)."""
+def _whole(text: str) -> str:
+    return text
+
+
+def render_host_facts(console: Console, facts: dict[str, Any], fit: Callable[[str], str] = _whole) -> None:
+    """The facts part of one host's report (the caller prints the header and the gates); ``fit``
+    shortens each line of text (``output.brief``: one screen a host), tables and headings stay whole."""
     if facts["gpu_status"]["known"]:
         _say(console, gpu_heading(facts), style="bold")
         _table(console, GPU_HEADERS, gpu_rows(facts))
         if facts["gpu_status"].get("note"):
-            _say(console, f"  note: {facts['gpu_status']['note']}", style="yellow")
+            _say(console, fit(f"  note: {facts['gpu_status']['note']}"), style="yellow")
     else:
         _say(console, gpu_heading(facts), style="yellow")
     ic = facts["interconnect"]
-    _say(console, f"interconnect: {interconnect_line(ic)}")
+    _say(console, fit(f"interconnect: {interconnect_line(ic)}"))
     numa = numa_line(ic)
     if numa:
-        _say(console, f"NUMA: {numa}")
+        _say(console, fit(f"NUMA: {numa}"))
     for i, line in enumerate(software_lines(facts["software"])):
-        _say(console, ("software: " if i == 0 else "  ") + line)
+        _say(console, fit(("software: " if i == 0 else "  ") + line))
     for i, line in enumerate(server_lines(facts["server"], facts["model"])):
-        _say(console, ("server: " if i == 0 else "  ") + line)
+        _say(console, fit(("server: " if i == 0 else "  ") + line))
     for warning in facts["warnings"]:
-        _say(console, f"warning: {warning}", style="yellow")
+        _say(console, fit(f"warning: {warning}"), style="yellow")

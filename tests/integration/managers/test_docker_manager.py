@@ -123,7 +123,7 @@ def test_inspect_sees_the_containerised_server(docker_host, run_gpuops) -> None:
     assert box["restart_count"] == info["RestartCount"] and box["network_mode"] == "host"
     # Only the server-relevant names leave the host (the image's PATH does not).
     assert box["env"] == {"NCCL_DEBUG": "WARN"}
-    text = run_gpuops("inspect", "host", "-i", str(dh.lab.inventory_path)).stdout
+    text = run_gpuops("inspect", "host", "-v", "-i", str(dh.lab.inventory_path)).stdout
     assert f"docker: container sglang ({info['Id'][:12]}) running, image {dh.image}" in text
 
 

@@ -165,7 +165,7 @@ def test_inspect_reports_what_systemd_runs_including_an_operator_drop_in(host, r
         # ... and the process got all three sources.
         assert {k: server["env"].get(k) for k in ("SGLANG_OPERATOR", "NCCL_IB_DISABLE", "SGLANG_FROM_EXTRA", "NCCL_DEBUG")} == {
             "SGLANG_OPERATOR": "on call", "NCCL_IB_DISABLE": "1", "SGLANG_FROM_EXTRA": "two words", "NCCL_DEBUG": "WARN"}
-        text = run_gpuops("inspect", "host", "-i", str(host.inventory_path)).stdout
+        text = run_gpuops("inspect", "host", "-v", "-i", str(host.inventory_path)).stdout
         assert "systemd: sglang.service active/running" in text and f"drop-ins {DROP_IN} /etc/systemd/system/sglang.service.d/operator.conf" in text
     finally:
         drop_in.unlink(missing_ok=True)
