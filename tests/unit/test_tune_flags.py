@@ -105,3 +105,40 @@ def test_launch_words() -> None:
 def test_a_host_whose_flags_cannot_be_read_is_one_line() -> None:
     with pytest.raises(GpuopsError, match=r"^tune: gpu0: no SGLang found for python python3: .*$"):
         ReleaseFlags.from_answer("gpu0", {"ok": False, "error": "no SGLang found for python python3: x"})
+
+
+def test_the_reader_runs_on_a_host_s_python38_as_shipped(tmp_path) -> None:
+    """The helper as gpuops sends it (bundled, on stdin) under Python 3.8, for a python that has no
+    server running: the inventory's python and PYTHONPATH find the release. A 3.8 parser cannot read
+    0.5.16's newer syntax in some sources: those are named, never silently missing."""
+    import subprocess
+
+    from labtools import require_python
+
+    from gpuops.remote import python_command, python_stdin
+
+    py38 = require_python("3.8")
+    site = str(sglang_site("0.5.16"))
+    payload = {"port": 1, "python": py38, "pythonpath": site}
+    done = subprocess.run(["sh", "-c", python_command(py38)], input=python_stdin("sglang_flags", payload),
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert answer["ok"] and answer["version"] == "0.5.16" and answer["running"] is False
+    assert answer["python"].startswith("3.8")
+    assert answer["unread"] == [] and answer["flags"] == _answer("0.5.16")["flags"]  # 3.8 reads them all
+    release = ReleaseFlags.from_answer("gpu0", answer)
+    assert release.check("speculative_ngram_match_type", "PROB").flag == "--speculative-ngram-match-type"
+
+
+def test_a_source_the_host_python_cannot_parse_is_named_in_the_refusal() -> None:
+    unread: list[str] = []
+    flags = parser_flags({"srt/server_args.py": 'p.add_argument("--model-path")\np.add_argument("--port", type=int)\n',
+                          "srt/arg_groups/fields/spec.py": "match x:\n    case 1: pass\n" + "def f(:\n"}, unread)
+    assert set(flags) == {"--model-path", "--port"} and unread == ["srt/arg_groups/fields/spec.py"]
+    release = ReleaseFlags.from_answer("gpu0", {"ok": True, "version": "0.5.23", "flags": flags, "python": "3.8.18",
+                                                "unread": ["arg_groups/fields/spec.py"]})
+    with pytest.raises(GpuopsError) as exc:
+        release.find("speculative_num_steps")
+    assert ("python 3.8.18 there could not parse 1 of its argument sources, e.g. arg_groups/fields/spec.py: "
+            "set gpuops_python to the server's python") in str(exc.value)

@@ -142,3 +142,25 @@ def test_each_variant_against_the_baseline_with_its_noise() -> None:
         "eagle": {"verdict": "slower", "ratio": round(60 / 82, 4)},
     }
     assert against_baseline([_trial("a", 1.0)]) == {}  # no baseline measured: no verdict
+
+
+def test_acceptance_is_read_where_the_server_reports_it() -> None:
+    """The acceptance rate from SGLang's own /metrics gauge (recorded from a real 0.5.16), the
+    accept length from /server_info first; neither for a server that ran no speculation."""
+    import json
+    from pathlib import Path
+
+    from gpuops.remote.prom_text import run_deltas, summarise
+    from gpuops.tune.runner import _measured
+
+    page = json.loads((Path(__file__).parents[1] / "fixtures/real/h200-x1/sglang-0.5.16/http/metrics.json")
+                      .read_text())["text"]
+    real = summarise(page)
+    assert run_deltas(real, real)["spec_accept_rate"] == 0.0  # the series is there (0: no speculation ran)
+    deltas = {"spec_verify_calls": 40.0, "spec_accept_length": 2.4, "spec_accept_rate": 0.35}
+    on = {"accept_length": 2.5, "server_metrics": deltas, "speculative": {"in_effect": True}}
+    assert _measured(on) == {"accept_length": 2.5, "accept_rate": 0.35, "speculative": True}
+    assert _measured(dict(on, accept_length=None))["accept_length"] == 2.4  # /metrics when /server_info lacks it
+    off = {"accept_length": 1.0, "server_metrics": dict(deltas, spec_verify_calls=0.0),
+           "speculative": {"in_effect": False}}
+    assert _measured(off) == {"accept_length": None, "accept_rate": None, "speculative": False}

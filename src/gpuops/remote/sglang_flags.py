@@ -29,6 +29,7 @@ import ast
 import json
 import os
 import re
+import sys
 
 from gpuops.remote import sglang_argv
 from gpuops.remote.bench_snapshot import server_python_env
@@ -141,21 +142,24 @@ def _from_add_argument(call, constants):
     return record
 
 
+def _slice(subscript):
+    """A subscript's index (Python 3.8 wraps it in ``ast.Index``, gone from later releases)."""
+    inner = subscript.slice
+    index = getattr(ast, "Index", None)
+    return inner.value if index is not None and isinstance(inner, index) else inner
+
+
 def _unwrap(annotation):
     """(base name, its arguments) of ``Optional[X]`` -> X's; ``Union[X, None]`` likewise."""
     while isinstance(annotation, ast.Subscript) and _name_of(annotation.value) in ("Optional", "Union"):
-        inner = annotation.slice
-        if isinstance(inner, ast.Index):  # Python 3.8's wrapper
-            inner = inner.value
+        inner = _slice(annotation)
         parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
         parts = [p for p in parts if not (isinstance(p, ast.Constant) and p.value is None)]
         if len(parts) != 1:
             return None, []
         annotation = parts[0]
     if isinstance(annotation, ast.Subscript):
-        inner = annotation.slice
-        if isinstance(inner, ast.Index):
-            inner = inner.value
+        inner = _slice(annotation)
         return _name_of(annotation.value), (inner.elts if isinstance(inner, ast.Tuple) else [inner])
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a string annotation
         try:
@@ -171,9 +175,7 @@ def _from_field(node, constants):
     if not (isinstance(node.target, ast.Name) and isinstance(annotation, ast.Subscript)
             and _name_of(annotation.value) in ("A", "Annotated")):
         return None
-    inner = annotation.slice
-    if isinstance(inner, ast.Index):
-        inner = inner.value
+    inner = _slice(annotation)
     parts = inner.elts if isinstance(inner, ast.Tuple) else []
     if len(parts) < 2:
         return None
@@ -232,15 +234,17 @@ def source_files(root):
     return found
 
 
-def parser_flags(texts):
+def parser_flags(texts, unread=None):
     """``{"--flag": record}`` (every name, aliases included, to its flag's record) from the sources'
-    texts (``{path: text}``). A source this python cannot parse is skipped."""
+    texts (``{path: text}``). A source this python cannot parse (written for a newer one) is skipped
+    and its path added to ``unread``."""
     trees = []
     for path, text in sorted(texts.items()):
         try:
             trees.append(ast.parse(text, filename=path))
         except (SyntaxError, ValueError):
-            continue
+            if unread is not None:
+                unread.append(path)
     constants = module_constants(trees)
     flags = {}
     for tree in trees:
@@ -298,14 +302,16 @@ def answer(payload):
     if not root:
         where = "the server on port %d" % port if pid is not None else "python %s" % (python or "python3")
         return {"ok": False, "error": "no SGLang found for %s: its server flags cannot be read" % where}
-    flags = parser_flags(read_sources(root))
+    unread = []
+    flags = parser_flags(read_sources(root), unread)
     if "--model-path" not in flags or "--port" not in flags:
         return {"ok": False, "error": "SGLang at %s: its server arguments could not be read (no --model-path / "
                                       "--port found)" % root}
     words = sglang_argv.launch_args(argv) if argv else None
     spec = sglang_argv.flag_value(words, "--speculative-algorithm") if words else None
     return {"ok": True, "version": release_version(root), "root": root, "running": pid is not None,
-            "speculative": isinstance(spec, str) and spec.upper() != "NONE", "flags": flags}
+            "speculative": isinstance(spec, str) and spec.upper() != "NONE", "flags": flags,
+            "unread": [os.path.relpath(p, root) for p in unread], "python": sys.version.split()[0]}
 
 
 if __name__ == "__main__":

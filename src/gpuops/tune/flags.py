@@ -44,6 +44,8 @@ class ReleaseFlags:
     version: str
     flags: Mapping[str, FlagSpec]   # every name and field to its flag
     speculative: bool = False
+    unread: tuple[str, ...] = ()    # argument sources the host's python could not parse (a newer syntax)
+    python: str = "?"
 
     @classmethod
     def from_answer(cls, host: str, answer: Mapping[str, Any]) -> "ReleaseFlags":
@@ -64,7 +66,9 @@ class ReleaseFlags:
             for name in names:
                 flags[name] = spec
             flags.setdefault(spec.dest, spec)
-        return cls(host, str(answer.get("version") or "?"), flags, bool(answer.get("speculative")))
+        unread = tuple(str(p) for p in answer.get("unread") or () if isinstance(p, str))
+        return cls(host, str(answer.get("version") or "?"), flags, bool(answer.get("speculative")), unread[:20],
+                   str(answer.get("python") or "?"))
 
     def find(self, name: str) -> FlagSpec:
         key = name if name.startswith("--") else name.replace("-", "_")
@@ -73,6 +77,9 @@ class ReleaseFlags:
             known = sorted({s.dest for s in self.flags.values()})
             close = difflib.get_close_matches(key.lstrip("-").replace("-", "_"), known, n=3, cutoff=0.6)
             hint = f" (closest: {', '.join(close)})" if close else ""
+            if self.unread:  # a flag may live in a source that python could not read
+                hint += (f" (python {self.python} there could not parse {len(self.unread)} of its argument "
+                         f"sources, e.g. {self.unread[0]}: set gpuops_python to the server's python)")
             raise GpuopsError(f"tune: {self.host}: SGLang {self.version} has no launch flag {name}{hint}; "
                               "nothing was changed")
         return spec

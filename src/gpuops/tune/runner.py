@@ -20,6 +20,11 @@ from gpuops.errors import GpuopsError, TransportError
 from gpuops.remote.host_protocol import STATUS_ROLLED_BACK
 from gpuops.tune.flags import ReleaseFlags
 from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
+from gpuops.apply.runner import apply_role, rollback_hosts
+from gpuops.bench.repeats import result_intervals
+from gpuops.bench.results import headline
+from gpuops.bench.runner import run_bench, targets_for
+from gpuops.bench.stats import Interval
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -68,7 +73,7 @@ def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[Re
     return releases
 
 
-def _measured(line: Mapping[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
+def _measured(line: Mapping[str, Any]) -> dict[str, Any]:
     """What a decode result says about speculation: the accept length per verify step (the server's
     /server_info internal state, else its /metrics), the acceptance rate (/metrics), and whether
     the server ran it (its resolved settings)."""
@@ -84,11 +89,6 @@ def _measured(line: Mapping[str, Any], result: Mapping[str, Any] | None) -> dict
 
 def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, apply_options: ApplyOptions,
            variant: Variant | None, run_id: str | None, levels: BenchOptions | None = None) -> list[Trial]:
-    from gpuops.bench.repeats import result_intervals
-    from gpuops.bench.results import headline
-    from gpuops.bench.runner import run_bench, targets_for
-    from gpuops.bench.stats import Interval
-
     label = variant.label if variant is not None else BASELINE
     env = dict(variant.env) if variant is not None else {}
     flags = dict(variant.flags) if variant is not None else {}
@@ -110,7 +110,7 @@ def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, ap
             error=None if ok else (state.error or "no result"), interval=interval,
             speed_model=(line.get("speed_model") or "unrecorded") if line.get("simulated") else None,
             levels=tuple(level_line.get("levels") or ()), levels_result_id=level_line.get("result_id"),
-            **_measured(line, state.result),
+            **_measured(line),
         ))
     return trials
 
@@ -142,8 +142,6 @@ def run_sweep(
     say: Callable[[str], None] = lambda line: None,
     levels: BenchOptions | None = None,
 ) -> SweepOutcome:
-    from gpuops.apply.runner import apply_role, rollback_hosts
-
     outcome = SweepOutcome(trials={h.name: [] for h in hosts})
     by_name = {h.name: h for h in hosts}
     applied_runs: list[tuple[str, list[str]]] = []  # (run id, hosts it changed), oldest first
