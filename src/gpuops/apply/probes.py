@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe, ProbeOutput
 from gpuops.plan.model import FileState
+from gpuops.remote import NO_PYTHON, NO_PYTHON_STATUS
 from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -59,9 +60,15 @@ def _python_expr() -> str:
     return '"${GPUOPS_PY:-python3}"'
 
 
+# Neither: the one NO_PYTHON line with the preamble's reason (which names a gpuops_python that is not
+# there), not "sh: python3: not found".
+_NEEDS_PYTHON = ('[ -n "${GPUOPS_PY:-}" ] || command -v python3 >/dev/null 2>&1 || '
+                 f'{{ echo "{NO_PYTHON}${{GPUOPS_PY_REASON:-no python3 on this host}}" >&2; exit {NO_PYTHON_STATUS}; }}\n')
+
+
 def files_probe(paths: list[str] | tuple[str, ...]) -> Probe[dict[str, Any]]:
     words = " ".join(shlex.quote(p) for p in paths)
-    script = f"{_python_expr()} -c {shlex.quote(_FILES_CODE)} {MAX_FILE_BYTES} {words}"
+    script = f"{_NEEDS_PYTHON}{_python_expr()} -c {shlex.quote(_FILES_CODE)} {MAX_FILE_BYTES} {words}"
     # each file up to MAX_FILE_BYTES, base64 in JSON: the probe may say more than the default
     return Probe(name="apply.files", script=script, parse=parse_files, output_limit=LARGE_PROBE_OUTPUT_LIMIT)
 

@@ -18,6 +18,7 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.undo import host_key
 from gpuops import timings
 from gpuops.errors import GpuopsError
+from gpuops.remote import missing_python
 from gpuops.remote.host_protocol import EVENT_RECOVERING, EVENT_ROLLING_BACK, EVENT_VERIFIED, HostEvent, STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_STAGED, STATUS_UNCHANGED, STATUS_UNKNOWN
 
 if TYPE_CHECKING:
@@ -77,6 +78,9 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
     values = gather(conn, probes, preamble=preamble_for_vars(_merged(host, extra)))
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
+        no_python = missing_python(files.reason)
+        if no_python is not None:
+            raise GpuopsError(f"{host.name}: {no_python} (nothing was changed)")
         raise GpuopsError(f"{host.name}: cannot read the files the role manages: {files.reason}")
     journal = values["apply.journal"]
     journal = [] if isinstance(journal, ProbeFailure) else journal

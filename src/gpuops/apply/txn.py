@@ -14,10 +14,15 @@ import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN, HostEvent
+from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_ERROR, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN, HostEvent
+from gpuops.apply import inflight
+from gpuops.errors import GpuopsError
+from gpuops.remote.host_protocol import HOLDS
+from gpuops.transport.verbose import COMMANDS, LOGGER
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
+    from gpuops.transport.stream import Stream
 
 DEFAULT_LEASE_S = 30.0
 STALL_S = 2.0  # a wait for the host's next line that overran by this much: this side was not running
@@ -26,7 +31,6 @@ STALL_S = 2.0  # a wait for the host's next line that overran by this much: this
 def number_var(variables: Mapping[str, Any], name: str, default: float, cast: Callable[[Any], float],
                kind: str, minimum: float, unit: str = "") -> float:
     """A numeric run variable, checked: one clear error naming it for a non-number or a too-small one."""
-    from gpuops.errors import GpuopsError
 
     raw = variables.get(name, default)
     try:
@@ -41,6 +45,18 @@ def number_var(variables: Mapping[str, Any], name: str, default: float, cast: Ca
 def lease_seconds(variables: Mapping[str, Any]) -> float:
     """``gpuops_lease`` (seconds, >= 1): how long a host waits for gpuops before it rolls back."""
     return number_var(variables, "gpuops_lease", DEFAULT_LEASE_S, float, "a number of seconds", 1, " second")
+
+
+def not_started(stream: "Stream", run_id: str | None) -> dict[str, Any] | None:
+    """The helper never ran: no python on the host to run it (``remote.NO_PYTHON``'s line, waited
+    for up to 5 s: stdout's end can come before it). Then nothing changed, and the error says why,
+    naming the interpreter; else None."""
+    from gpuops.remote import missing_python
+
+    why = missing_python(stream.stderr_text(wait=5.0))
+    if why is None:
+        return None
+    return {"ok": False, "status": STATUS_ERROR, "run_id": run_id, "error": f"{why} (nothing was changed)"}
 
 
 def unknown(why: str, lease_s: float, confirmed: bool, run_id: str | None) -> dict[str, Any]:
@@ -89,9 +105,6 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
     A node of a multi-node server (``apply/deployment.py``) holds at ``host_protocol.HOLDS``: its
     event calls ``on_hold(event)`` (which waits for the other nodes) and the answer lets it go on
     or not; ``on_open`` gets, once the channel is open, how to send the host a message (an abort)."""
-    from gpuops.remote.host_protocol import HOLDS
-    from gpuops.apply import inflight
-    from gpuops.transport.verbose import COMMANDS, LOGGER
 
     host_name = conn.host.name
     stream = conn.open_stream(command)
@@ -138,9 +151,11 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
         if on_open is not None:
             on_open(send)
         if not stream.send(body):
-            return unknown("the host closed the channel before the helper started", lease_s, False, run_id)
+            return not_started(stream, run_id) or unknown("the host closed the channel before the helper started",
+                                                          lease_s, False, run_id)
         heart.start()
         last_heard = time.monotonic()
+        heard = False  # any line from the host yet: before one, its python may not even have started
         while True:
             now = time.monotonic()
             if deadline is not None and now > deadline:
@@ -158,8 +173,13 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
                     return lost(f"the host went silent for {time.monotonic() - last_heard:.0f} s")
                 continue
             if line == b"":
+                if not heard:
+                    started = not_started(stream, run_id)
+                    if started is not None:
+                        return started
                 tail = (stream.stderr_text().strip().splitlines() or ["the channel closed"])[-1]
                 return lost(f"the connection to the host was lost before the result ({tail})")
+            heard = True
             last_heard = time.monotonic()
             try:
                 message = json.loads(line)

@@ -15,16 +15,29 @@ from typing import Any
 
 PAYLOAD_SEPARATOR = b"\n#--gpuops-payload--\n"
 
-_RUNNER = (
-    "import sys;d=sys.stdin.buffer.read();s,_,p=d.partition(%r);"
+# The one stderr line a helper's command prints when it has no python to run on (none on PATH, a
+# gpuops_python that is not there, one older than 3.8), exit status 127, before anything ran on the
+# host: the client names it (``missing_python``) instead of "connection lost, outcome unknown".
+NO_PYTHON = "gpuops: no python: "
+NO_PYTHON_STATUS = 127
+
+# First in every runner, in syntax Python 2 still parses: an interpreter too old says so and stops.
+_VERSION_CHECK = (
+    "import sys;sys.version_info>=(3,8) or (sys.stderr.write('%s'+sys.executable+' is Python '+"
+    "sys.version.split()[0]+'; gpuops needs 3.8+ (set gpuops_python to one)\\n'),sys.exit(%d));"
+    % (NO_PYTHON, NO_PYTHON_STATUS)
+)
+
+_RUNNER = _VERSION_CHECK + (
+    "d=sys.stdin.buffer.read();s,_,p=d.partition(%r);"
     "g={'__name__':'__main__','__file__':'<gpuops-helper>','GPUOPS_PAYLOAD':p};"
     "exec(compile(s,'<gpuops-helper>','exec'),g)" % PAYLOAD_SEPARATOR
 )
 
 # For a helper that keeps talking with gpuops after it starts (apply's transaction): stdin begins
 # with the length of source + separator + payload, and what follows stays for the helper to read.
-_STREAM_RUNNER = (
-    "import sys;b=sys.stdin.buffer;n=int(b.readline());d=b.read(n);s,_,p=d.partition(%r);"
+_STREAM_RUNNER = _VERSION_CHECK + (
+    "b=sys.stdin.buffer;n=int(b.readline());d=b.read(n);s,_,p=d.partition(%r);"
     "g={'__name__':'__main__','__file__':'<gpuops-helper>','GPUOPS_PAYLOAD':p};"
     "exec(compile(s,'<gpuops-helper>','exec'),g)" % PAYLOAD_SEPARATOR
 )
@@ -54,15 +67,25 @@ def python_command(python: str | None = None, stream: bool = False) -> str:
     runner = shlex.quote(_STREAM_RUNNER if stream else _RUNNER)
     if python:
         # A named interpreter that is not there fails with a line that says which and why.
-        missing = shlex.quote(f"gpuops: python {python} (gpuops_python / ansible_python_interpreter) "
-                              "is not an executable on this host")
-        return (f"command -v {shlex.quote(python)} >/dev/null 2>&1 || {{ echo {missing} >&2; exit 127; }}; "
+        missing = shlex.quote(f"{NO_PYTHON}gpuops_python {python} (or ansible_python_interpreter) is not an "
+                              "executable on this host")
+        return (f"command -v {shlex.quote(python)} >/dev/null 2>&1 || {{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
                 f"exec {shlex.quote(python)} -c {runner}")
+    missing = shlex.quote(f"{NO_PYTHON}no python3 (nor python) on this host's PATH; set gpuops_python to a python 3.8+")
     return (
         "p=$(command -v python3 || command -v python) || "
-        "{ echo 'gpuops: no python3 on this host' >&2; exit 127; }; "
+        f"{{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
         f'exec "$p" -c {runner}'
     )
+
+
+def missing_python(stderr: str) -> str | None:
+    """What a helper's command said when it found no python to run on (``NO_PYTHON``'s line, without
+    its ``gpuops: ``), or None: nothing ran on the host then."""
+    for line in stderr.splitlines():
+        if NO_PYTHON in line:  # also quoted inside a probe's failure ("cannot parse output: ValueError: ...")
+            return line[line.index(NO_PYTHON) + len("gpuops: "):].strip()[:500]
+    return None
 
 
 def python_stdin(name_or_source: str, payload: Any = None, *, is_source: bool = False, stream: bool = False) -> bytes:

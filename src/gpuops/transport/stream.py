@@ -30,6 +30,7 @@ class Stream:
         self._stderr_size = 0
         self._send_lock = threading.Lock()
         self._closed = False
+        self._stderr_ended = threading.Event()
 
     # the transport-specific parts
     def _write(self, data: bytes) -> None:
@@ -69,6 +70,8 @@ class Stream:
                 self._stderr_add(chunk)
         except (OSError, EOFError, ValueError):
             return
+        finally:
+            self._stderr_ended.set()
 
     def _stderr_add(self, chunk: bytes) -> None:
         """Keep the stderr's last STREAM_STDERR_LIMIT bytes (its tail says why a command failed)."""
@@ -104,7 +107,11 @@ class Stream:
             self._lines.put(b"")  # the end stays the end for every later call
         return line
 
-    def stderr_text(self) -> str:
+    def stderr_text(self, wait: float = 0.0) -> str:
+        """What the command wrote to stderr so far; ``wait``: up to that long for all of it (the
+        stdout's end can be read before the last of stderr, which says why the command ended)."""
+        if wait > 0:
+            self._stderr_ended.wait(wait)
         return b"".join(self._stderr).decode("utf-8", "replace")
 
     def close(self) -> None:
