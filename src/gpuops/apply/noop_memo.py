@@ -129,7 +129,7 @@ def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, A
 # ---------------------------------------------------------------- the fact-free pass (discover)
 
 _DISCOVERY_FIELDS = {"paths", "needs_gate_scan", "state_dir", "python", "warnings", "container", "desired_path",
-                     "needs_server_state"}
+                     "needs_server_state", "entrypoint_pythons"}
 _CONTAINER_FIELDS = {"container", "image", "python"}
 
 
@@ -160,6 +160,7 @@ def discover_or_recall(role: str, host: str, inventory_vars: Mapping[str, Any], 
                             "paths": list(found.paths), "needs_gate_scan": bool(found.needs_gate_scan),
                             "state_dir": found.state_dir, "python": found.python, "warnings": list(found.warnings),
                             "desired_path": found.desired_path, "needs_server_state": bool(found.needs_server_state),
+                            "entrypoint_pythons": list(found.entrypoint_pythons),
                             "container": None if container is None else {k: getattr(container, k) for k in sorted(_CONTAINER_FIELDS)}})
     return found
 
@@ -175,7 +176,7 @@ def _recall_discovery(key: memo.Key, role: str, host: str) -> Any:
         container = data["container"]
         if container is not None:
             container = ContainerTarget(**{k: container[k] for k in _CONTAINER_FIELDS})
-        texts = [*data["paths"], *data["warnings"], data["state_dir"], data["python"]]
+        texts = [*data["paths"], *data["warnings"], *data["entrypoint_pythons"], data["state_dir"], data["python"]]
         if not all(isinstance(t, str) for t in texts) or not all(
                 isinstance(data[flag], bool) for flag in ("needs_gate_scan", "needs_server_state")):
             return None
@@ -183,6 +184,7 @@ def _recall_discovery(key: memo.Key, role: str, host: str) -> Any:
             return None
         return Discovery(paths=tuple(data["paths"]), needs_gate_scan=data["needs_gate_scan"], state_dir=data["state_dir"],
                          python=data["python"], warnings=tuple(data["warnings"]), container=container,
-                         desired_path=data["desired_path"], needs_server_state=data["needs_server_state"])
+                         desired_path=data["desired_path"], needs_server_state=data["needs_server_state"],
+                         entrypoint_pythons=tuple(data["entrypoint_pythons"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

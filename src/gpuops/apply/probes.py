@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe, ProbeOutput
+from gpuops.plan.entrypoint import LaunchEntry, parse_entry
 from gpuops.plan.model import FileState
 from gpuops.remote import NO_PYTHON, NO_PYTHON_STATUS
 from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records
@@ -121,3 +122,34 @@ def parse_server(output: ProbeOutput) -> bool:
     if output.exit_status != 0 or not line.startswith("pid="):
         raise ValueError(output.stderr.strip()[-300:] or f"unexpected answer {line[:80]!r}")
     return line[len("pid="):].isdigit()
+
+
+def entrypoints_probe(pythons: tuple[str, ...], desired: str | None) -> Probe[dict[str, LaunchEntry]]:
+    """For each python a launch may use (``pythons``, and those ``desired`` names: a release
+    environment a standing run put in place), the entrypoint its release recommends
+    (``remote/sglang_entrypoint.py``). A python that is not there answers nothing."""
+    from gpuops.remote import source
+
+    listed = " ".join(shlex.quote(p) for p in pythons)
+    others = (f'"${{GPUOPS_PY:-python3}}" -c "$gpuops_ep" --pythons-of {shlex.quote(desired)} 2>/dev/null'
+              if desired else ":")
+    script = "\n".join([
+        f"gpuops_ep={shlex.quote(source('sglang_entrypoint'))}",
+        f"{{ for gpuops_p in {listed}; do printf '%s\\n' \"$gpuops_p\"; done; {others}; }} | awk '!seen[$0]++' |",
+        'while IFS= read -r gpuops_p; do',
+        '  [ -n "$gpuops_p" ] && "$gpuops_p" -c "$gpuops_ep" "$gpuops_p" </dev/null 2>/dev/null',
+        "done; exit 0",
+    ])
+    return Probe(name="apply.entrypoints", script=script, parse=parse_entrypoints)
+
+
+def parse_entrypoints(output: ProbeOutput) -> dict[str, LaunchEntry]:
+    found: dict[str, LaunchEntry] = {}
+    for line in output.stdout.splitlines():
+        try:
+            entry = parse_entry(json.loads(line))
+        except ValueError:
+            continue  # a python that printed something else (a wrapper's banner) is not read
+        if entry is not None:
+            found[entry.python] = entry
+    return found

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from gpuops.remote.host_protocol import HelperResult
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
-    from gpuops.plan.model import LogCheck, Plan
+    from gpuops.plan.model import LogCheck, Plan, PlanFacts
     from gpuops.plan.planner import Discovery
     from gpuops.transport import Connection
 
@@ -53,7 +53,7 @@ def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -
 
 def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
             discovery: "Discovery", offer_kept: bool = True) -> tuple[Any, dict[str, Any]]:
-    from gpuops.apply.probes import files_probe, journal_probe, server_probe
+    from gpuops.apply.probes import entrypoints_probe, files_probe, journal_probe, server_probe
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.model import PlanFacts
@@ -61,6 +61,8 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_server_state:
         probes.append(server_probe())
+    if discovery.entrypoint_pythons:
+        probes.append(entrypoints_probe(discovery.entrypoint_pythons, discovery.desired_path))
     kept = None
     if discovery.needs_gate_scan:
         from gpuops.gates.probe import gate_scan_probe
@@ -100,8 +102,12 @@ def _gather(conn: "Connection", host: "Host", extra: Mapping[str, Any],
     running = values.get("apply.server")
     if isinstance(running, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot tell whether the server runs: {running.reason}")
+    entrypoints = values.get("apply.entrypoints")
+    if isinstance(entrypoints, ProbeFailure):  # unread: each launch keeps -m sglang.launch_server
+        entrypoints = {}
     facts = PlanFacts(host=host.name, files=files["files"], gate_scan=scan, gpu=gpu,
-                      container=container_audit.container_facts(values), server_running=running)
+                      container=container_audit.container_facts(values), server_running=running,
+                      entrypoints=entrypoints)
     return facts, {"journal": journal, "python": files["python"], "problems": files["problems"]}
 
 
@@ -253,6 +259,9 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
                 report.ok, report.status, report.changed, report.error = False, STATUS_REFUSED, 0, str(exc)
                 _journal_home(report, role, digest, discovery.state_dir, host_key(host))
                 return report
+            if plan.entrypoints_unread:  # the environment is there now: its release says how to launch it
+                facts, plan = _with_entrypoints(conn, host, extra, facts, plan, run_id)
+                report.changes, report.changed = [c.summary() for c in plan.changes], plan.changed + int(plan.starts)
             if plan.release.stage:  # the fleet is prepared; the switch is a later run
                 report.status, report.changed, report.run_id = STATUS_STAGED, 0, run_id
                 report.notes.append("staged: the release is ready on the host and nothing was switched; apply again "
@@ -325,6 +334,25 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
         return report
     finally:
         conn.close()
+
+
+def _with_entrypoints(conn: "Connection", host: "Host", extra: Mapping[str, Any], facts: "PlanFacts",
+                      plan: "Plan", run_id: str) -> tuple["PlanFacts", "Plan"]:
+    """The facts with the entrypoints of the launch pythons the gather could not read (a release
+    environment built since), and the plan made again from them (one more exec, only then)."""
+    import dataclasses
+
+    from gpuops.apply.probes import entrypoints_probe
+    from gpuops.facts.python_select import preamble_for_vars
+    from gpuops.gather import ProbeFailure, gather
+    from gpuops.plan.planner import plan_role
+
+    read = gather(conn, [entrypoints_probe(plan.entrypoints_unread, None)],
+                  preamble=preamble_for_vars(_merged(host, extra)))["apply.entrypoints"]
+    if isinstance(read, ProbeFailure) or not read:
+        return facts, plan
+    facts = dataclasses.replace(facts, entrypoints={**dict(facts.entrypoints or {}), **read})
+    return facts, plan_role(plan.role, facts, dict(host.vars or {}), dict(extra), run_id=run_id)
 
 
 def multi_node_restart(plan: "Plan") -> "Plan":

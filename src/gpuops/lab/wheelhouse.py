@@ -8,7 +8,8 @@ exactly the release's pins. Two stand-ins carry a little more:
 
 - ``torch``: ``torch/version.py`` with the CUDA build of its version tag (``+cu130`` -> ``13.0``), as
   the lab's site dirs have it (``site.write_torch``), and a requirement on ``gpuops-lab-launch``;
-- ``gpuops-lab-launch``: a ``.pth`` hook that turns ``python -m sglang.launch_server FLAGS`` of the
+- ``gpuops-lab-launch``: a ``.pth`` hook that turns ``python -m sglang.launch_server FLAGS`` (or
+  ``python ENV/bin/sglang serve FLAGS``, the release's recommended entrypoint) of the
   environment's python into the lab's stand-in server (``$GPUOPS_LAB_DIR/lib/standin_server.py``),
   as ``bin/python-sglang`` does for the host's own site. The stand-in then serves the release the
   environment holds (it reads ``importlib.metadata.version("sglang")``).
@@ -41,13 +42,15 @@ from gpuops.release.wheel import Requirement, canonical, parse_requires
 
 STANDIN_SUMMARY = "gpuops lab stand-in: the version and metadata only, not the real package"
 LAUNCH_DIST = "gpuops-lab-launch"
-_HOOK = '''# gpuops lab: runs the lab's stand-in server for `python -m sglang.launch_server` (see gpuops/lab/wheelhouse.py)
+_HOOK = '''# gpuops lab: runs the lab's stand-in server for `python -m sglang.launch_server` and `python .../bin/sglang serve`
+# (see gpuops/lab/wheelhouse.py)
 import os
 import sys
 
 _argv = list(getattr(sys, "orig_argv", None) or [])
 _lab = os.environ.get("GPUOPS_LAB_DIR", "")
-if _lab and len(_argv) >= 3 and _argv[1:3] == ["-m", "sglang.launch_server"]:
+_serve = len(_argv) >= 3 and os.path.basename(_argv[1]) == "sglang" and _argv[2] == "serve"
+if _lab and len(_argv) >= 3 and (_argv[1:3] == ["-m", "sglang.launch_server"] or _serve):
     _standin = os.path.join(_lab, "lib", "standin_server.py")
     os.execv(sys.executable, [sys.executable, _standin] + _argv[1:])
 '''

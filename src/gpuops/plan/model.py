@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
     from gpuops.gates.scan import GateScan
+    from gpuops.plan.entrypoint import LaunchEntry
     from gpuops.plan.changes import AuditCheck, Change, CompileCheck, HandlerRun, LogCheck, ServiceSpec
 
 _IN_CHANGES = ("Change", "ServiceSpec", "HandlerRun", "CompileCheck", "AuditCheck", "LogCheck", "sha256_text")
@@ -58,6 +59,9 @@ class PlanFacts:
     # Does an SGLang server run on the host's port (the gather preamble's find, ``apply.probes.server_probe``)?
     # None when not gathered (no task of the role asked: the ``server`` module's discovery does).
     server_running: bool | None = None
+    # The entrypoint each launch python's release recommends (plan/entrypoint.py), by python; None
+    # when not gathered (no `entrypoint` task in the role).
+    entrypoints: Mapping[str, LaunchEntry] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class Plan:
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"
     state_dir: str = "/var/lib/gpuops"
+    # Launch pythons whose release the gather did not read (a release environment this run builds):
+    # launched with -m sglang.launch_server in this plan; apply reads them once built and plans again.
+    entrypoints_unread: tuple[str, ...] = ()
     starts: bool = False      # the server is not running and a `server: state: started` task notified its handler to start it
 
     @property

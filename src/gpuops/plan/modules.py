@@ -19,6 +19,7 @@ from gpuops.nccl import check_nccl_env, nccl_warnings
 from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, module_table
 from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ServiceSpec
 from gpuops.plan.diff import unified_diff
+from gpuops.plan.entrypoint import LAUNCH_SERVER, LAUNCH_SERVER_WORDS
 from gpuops.plan.envfile import check_entries, render_env_file
 from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
 from gpuops.remote.service_base import DEFAULT_HEALTH_TIMEOUT_S, DEFAULT_STOP_GRACE_S
@@ -355,6 +356,29 @@ def plan_server(task: "Task", args: dict, state: "PlanState", scope: "VarScope")
     return {"changed": True}
 
 
+@declares(ModuleSpec("entrypoint", (Arg("python", required=True, doc="the python the launch runs"),), plans=(
+    "nothing to write; registers `{words, entrypoint, script, why}`: the words after `python` that launch the "
+    "server as the release installed for it recommends, read on the host (`remote/sglang_entrypoint.py`): "
+    "`SCRIPT serve` where its launch_server recommends `sglang serve` and the installer wrote the `sglang` "
+    "script, else `-m sglang.launch_server`")))
+def plan_entrypoint(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+    python = str(args["python"])
+    if state.discovery:
+        if python not in state.entrypoint_pythons:
+            state.entrypoint_pythons.append(python)  # the gather reads its release
+        return {"changed": False, "words": list(LAUNCH_SERVER_WORDS), "entrypoint": LAUNCH_SERVER, "script": None,
+                "why": "not read yet"}
+    assert state.facts is not None
+    entry = (state.facts.entrypoints or {}).get(python)
+    if entry is None:
+        if python not in state.entrypoints_unread:
+            state.entrypoints_unread.append(python)
+        return {"changed": False, "words": list(LAUNCH_SERVER_WORDS), "entrypoint": LAUNCH_SERVER, "script": None,
+                "why": f"{python}'s release was not read (not there when gathered)"}
+    return {"changed": False, "words": list(entry.words), "entrypoint": entry.entrypoint, "script": entry.script,
+            "why": entry.why}
+
+
 Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
 
 
@@ -426,7 +450,7 @@ def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec
 from gpuops.plan.release import plan_sglang_release  # noqa: E402  (its own module: the release concept)
 
 _PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, plan_pcie_allreduce,
-                                  _plan_compose, plan_sglang_release, plan_server, plan_assert, plan_fail)
+                                  _plan_compose, plan_sglang_release, plan_server, plan_entrypoint, plan_assert, plan_fail)
 PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
 # Every module a task may name, in roles/README.md's order: the planners, include_role, service.
 SPECS: dict[str, ModuleSpec] = {

@@ -45,6 +45,7 @@ class Discovery:
     container: "ContainerTarget | None" = None
     desired_path: str | None = None   # desired.json, when the role composes the launch
     needs_server_state: bool = False  # a `server` task: gather whether the server runs
+    entrypoint_pythons: tuple[str, ...] = ()  # `entrypoint` tasks: the launch pythons whose release to read
 
 
 def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
@@ -166,7 +167,8 @@ def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra
     state_dir = str(scope.get("gpuops_state_dir")) if "gpuops_state_dir" in scope else "/var/lib/gpuops"
     python = str(scope.get("gpuops_python")) if "gpuops_python" in scope else "python3"
     return Discovery(tuple(sorted(state.paths)), state.needs_gate_scan, state_dir, python, tuple(state.warnings),
-                     _container(scope), state.desired_path, state.needs_server_state)
+                     _container(scope), state.desired_path, state.needs_server_state,
+                     tuple(state.entrypoint_pythons))
 
 
 def _container(scope: VarScope) -> "ContainerTarget | None":
@@ -197,7 +199,7 @@ def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any
         service=service, compile_checks=tuple(state.compile_checks), audit=state.audit, log_check=state.log_check,
         image=state.image, release=state.release, warnings=tuple(state.warnings), notes=tuple(state.notes),
         tasks_ok=state.tasks_ok,
-        state_dir=state_dir, starts=state.starts,
+        state_dir=state_dir, starts=state.starts, entrypoints_unread=tuple(state.entrypoints_unread),
     )
 
 

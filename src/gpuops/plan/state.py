@@ -46,6 +46,8 @@ class PlanState:
     needs_gate_scan: bool = False
     needs_server_state: bool = False    # a `server` task: the gather asks whether the server runs
     starts: bool = False                # ... and it does not: the plan starts it
+    entrypoint_pythons: list[str] = field(default_factory=list)  # `entrypoint` tasks: the pythons to read
+    entrypoints_unread: list[str] = field(default_factory=list)  # ... that the facts do not hold
     tasks_ok: int = 0
 
     @property

@@ -1,0 +1,146 @@
+"""Runs ON THE HOST with the python that launches SGLang: which entrypoint its release recommends.
+
+SGLang's releases carry two: ``python -m sglang.launch_server`` and the ``sglang`` console script
+(``sglang = sglang.cli.main:main``) with its ``serve`` subcommand. From 0.5.16 on, launch_server's
+``__main__`` warns "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the
+recommended entrypoint"; 0.5.8 has ``sglang serve`` and no such warning. So the release's own files
+decide, read as text (never imported: an import of sglang takes seconds and may fail):
+
+  * ``sglang/launch_server.py``: its ``if __name__ == "__main__":`` block warns that
+    ``sglang serve`` is recommended;
+  * ``sglang/cli/main.py``: it adds a ``serve`` subcommand (``add_parser("serve", ...)``);
+  * the distribution's ``console_scripts`` names ``sglang`` and its RECORD lists the script the
+    installer wrote (a venv's ``bin/sglang``, ``--user``'s ``~/.local/bin/sglang``): the path the
+    launch runs, with this python (``PYTHON SCRIPT serve FLAGS``, as the script's own shebang would).
+
+All three: ``serve``; anything else (an older release, an install without the script, as by
+``pip --target`` or a bare ``PYTHONPATH``): ``launch_server``, with why. Prints one JSON object
+(``PYTHON`` as its only argument: the name the launch gives it). With ``--pythons-of DESIRED``, run by
+any python: the pythons ``desired.json`` names, one a line (the apply gather asks each of them).
+Stdlib only, Python 3.8+; bundled with ``scan_read`` (bounded reads of regular files only).
+"""
+
+import ast
+import importlib.util
+import json
+import os
+import sys
+
+from gpuops.remote.scan_read import NotRead, read_regular
+
+SOURCE_LIMIT = 1 << 20  # launch_server.py and cli/main.py are a few KiB in every release
+SERVE, LAUNCH_SERVER = "serve", "launch_server"
+
+
+def _parsed(path):
+    try:
+        return ast.parse(read_regular(path, SOURCE_LIMIT).decode("utf-8", "replace"))
+    except (NotRead, SyntaxError, ValueError):
+        return None
+
+
+def _is_main_guard(node):
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and _text(test.comparators[0]) == "__main__")
+
+
+def _text(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string, from Python 3.8 on
+        return node.value
+    return None
+
+
+def recommends_serve(tree):
+    """launch_server.py's ``__main__`` block warns that ``sglang serve`` is the recommended entrypoint."""
+    for block in (n for n in ast.walk(tree) if _is_main_guard(n)):
+        for call in (n for stmt in block.body for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            message = _text(call.args[0]) if name == "warn" and call.args else None
+            if message and "sglang serve" in message and "recommended" in message:
+                return True
+    return False
+
+
+def has_serve_command(tree):
+    """cli/main.py adds the ``serve`` subcommand."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_parser"
+               and n.args and _text(n.args[0]) == SERVE for n in ast.walk(tree))
+
+
+def console_script(package_dir):
+    """The ``sglang`` script the installer wrote for this release (from its RECORD), or why not."""
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8 has no importlib.metadata: gpuops' floor is 3.8
+        return None, "importlib.metadata is missing"
+    try:
+        dist = metadata.distribution("sglang")
+    except metadata.PackageNotFoundError:
+        return None, "no sglang distribution metadata"
+    scripts = [e for e in dist.entry_points if e.group == "console_scripts" and e.name == "sglang"]
+    if not scripts or not scripts[0].value.startswith("sglang.cli.main:"):
+        return None, "the release declares no `sglang` console script"
+    here = os.path.realpath(str(dist.locate_file("sglang")))
+    if here != os.path.realpath(package_dir):
+        return None, "the sglang metadata found (%s) is not the package's own" % here
+    for entry in dist.files or ():
+        if entry.name == "sglang" and entry.parent.name in ("bin", "Scripts"):
+            path = os.path.normpath(str(dist.locate_file(entry)))
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                return path, None
+    return None, "the installer wrote no `sglang` script (an install without scripts: pip --target, PYTHONPATH)"
+
+
+def decide():
+    spec = importlib.util.find_spec("sglang")  # finds the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        return {"entrypoint": LAUNCH_SERVER, "script": None, "why": "sglang is not installed for this python"}
+    package_dir = list(spec.submodule_search_locations)[0]
+    launch = _parsed(os.path.join(package_dir, "launch_server.py"))
+    if launch is None or not recommends_serve(launch):
+        return {"entrypoint": LAUNCH_SERVER, "script": None,
+                "why": "the release's launch_server does not recommend `sglang serve`"}
+    main = _parsed(os.path.join(package_dir, "cli", "main.py"))
+    if main is None or not has_serve_command(main):
+        return {"entrypoint": LAUNCH_SERVER, "script": None, "why": "the release's sglang CLI has no serve command"}
+    script, why = console_script(package_dir)
+    if script is None:
+        return {"entrypoint": LAUNCH_SERVER, "script": None, "why": why}
+    return {"entrypoint": SERVE, "script": script, "why": "the release recommends `sglang serve`"}
+
+
+DESIRED_LIMIT = 1 << 20  # desired.json: one small record per gpuops run in effect
+
+
+def pythons_of(desired):
+    """The pythons gpuops runs still in effect launch from (sglang-release's ``python`` in
+    ``gpuops_state_dir/desired.json``, plan/compose.py), one a line; nothing when there is none."""
+    try:
+        data = json.loads(read_regular(desired, DESIRED_LIMIT).decode("utf-8", "replace"))
+    except (NotRead, ValueError):
+        return []
+    runs = data.get("contributions") if isinstance(data, dict) else None
+    found = []
+    for contribution in (runs.values() if isinstance(runs, dict) else ()):
+        python = contribution.get("python") if isinstance(contribution, dict) else None
+        if isinstance(python, str) and python.startswith("/") and "\n" not in python and python not in found:
+            found.append(python)
+    return found
+
+
+def main():
+    if sys.argv[1:2] == ["--pythons-of"]:
+        for python in pythons_of(sys.argv[2]):
+            print(python)
+        return
+    try:
+        answer = decide()
+    except Exception as exc:  # a broken install is an answer (launch_server, why), never a crash
+        answer = {"entrypoint": LAUNCH_SERVER, "script": None, "why": "%s: %s" % (type(exc).__name__, exc)}
+    answer["python"] = sys.argv[1] if len(sys.argv) > 1 else sys.executable
+    print(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    main()
