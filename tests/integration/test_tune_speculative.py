@@ -15,7 +15,7 @@ from labtools import server_info, tree_hashes
 pytestmark = pytest.mark.integration
 
 # The field box as launched before speculation (the baseline of the field report's 82 tok/s)
-FIELD_BOX = ("--model-path", "/models/Kimi-K2.5", "--tp", "8", "--trust-remote-code")
+FIELD_BOX = ("--model-path", "/models/Kimi-K2.5", "--tp", "8", "--trust-remote-code", "--enable-metrics")
 BENCH = ["--num-requests", "2", "--warmup", "0", "--input-len", "16", "--output-len", "24"]
 
 
@@ -52,6 +52,10 @@ def test_speculation_sweep_on_the_field_box(lab_factory, run_gpuops, tmp_path: P
     assert base["speculative"] is False and base["accept_length"] is None
     assert four["speculative"] is True and four["accept_length"] == pytest.approx(1.875, abs=0.01)
     assert twelve["accept_length"] == pytest.approx(2.0, abs=0.01)
+    # accepted / proposed drafts, the server's /metrics gauge: 0.875 of 3 drafts, 1.0 of 11
+    assert four["accept_rate"] == pytest.approx(0.875 / 3, abs=0.01)
+    assert twelve["accept_rate"] == pytest.approx(1 / 11, abs=0.01)
+    assert base["accept_rate"] is None
     # simulated, and marked so: the field box's model predicts 82 tok/s plain, NGRAM slower (the
     # verify pass pays the same 122 all-reduces); the verdict against the baseline says by how much
     assert base["simulated"] and base["speed_model"].startswith("rtx-pro-6000-pcie-x8")
@@ -70,6 +74,11 @@ def test_speculation_sweep_on_the_field_box(lab_factory, run_gpuops, tmp_path: P
     compare = run_gpuops("results", "compare", "--results-dir", str(tmp_path / "results"),
                          base["result_id"], twelve["result_id"])
     assert compare.returncode == 0, compare.stderr
+    report = run_gpuops("report", "--results-dir", str(tmp_path / "results"), "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "r.md").read_text()  # tok/s and accept length per variant, each told apart
+    row = next(line for line in page.splitlines() if twelve["result_id"] in line)
+    assert "speculative_algorithm=NGRAM" in row and "speculative_num_draft_tokens=12" in row and "2.00" in row
 
     # The host as it started: every byte, and the server on its original launch.
     assert doc["hosts"][host.name]["restored"] is True

@@ -41,7 +41,8 @@ def _config_line(result: Mapping[str, Any]) -> str:
     config = result.get("configuration") or {}
     args = config.get("server_args") or {}
     bits = []
-    for key in ("tp_size", "speculative_algorithm", "enable_flashinfer_allreduce_fusion",
+    for key in ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens", "enable_flashinfer_allreduce_fusion",
                 "flashinfer_allreduce_fusion_backend"):
         if args.get(key) not in (None, False):
             bits.append(f"{key}={args[key]}")

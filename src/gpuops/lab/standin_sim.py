@@ -433,6 +433,8 @@ class StandinState(object):
             out["running"] = self.running
         out["speculative"] = bool(self.speed.speculative)
         out["accept_length"] = round(self.speed.accept_length, 4)
+        # SGLang's spec_accept_rate: accepted drafts / proposed drafts (a cycle drafts num_draft_tokens - 1)
+        out["accept_rate"] = round((self.speed.accept_length - 1.0) / max(1, self.speed.num_draft_tokens - 1), 4)
         return out
 
     def current_running(self):

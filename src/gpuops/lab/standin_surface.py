@@ -197,6 +197,7 @@ def metrics_page(surface, counters, server_args):
     if counters["speculative"]:
         series("sglang:spec_accept_length", "gauge", counters["accept_length"])
         series("sglang:spec_verify_calls_total", "counter", counters["verify_calls"])
+        series("sglang:spec_accept_rate", "gauge", counters["accept_rate"])
     graph = "decode_none" if server_args.get("disable_cuda_graph") else "decode_cuda_graph"
     series("sglang:cuda_graph_passes_total", "counter",
            [(',mode="%s"' % graph, counters["decode_passes"]), (',mode="prefill_none"', counters["requests"])])
