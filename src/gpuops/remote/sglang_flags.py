@@ -33,6 +33,7 @@ import sys
 
 from gpuops.remote import sglang_argv
 from gpuops.remote.bench_snapshot import server_python_env
+from gpuops.remote.scan_ast import AST_INDEX, last_name
 from gpuops.remote.sglang_server import find_server_pid, installed_root, process_cmdline
 
 SOURCES = (("srt", "server_args.py"), ("srt", "arg_groups"))
@@ -54,15 +55,6 @@ def _keyword(call, name):
     for keyword in call.keywords:
         if keyword.arg == name:
             return keyword.value
-    return None
-
-
-def _name_of(node):
-    """``int`` / ``argparse.BooleanOptionalAction`` / ``typing.Optional`` -> the last name."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
     return None
 
 
@@ -89,9 +81,9 @@ def _values(node, constants):
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _values(node.left, constants), _values(node.right, constants)
         return left + right if left is not None and right is not None else None
-    if isinstance(node, ast.Call) and _name_of(node.func) in ("list", "sorted", "tuple") and len(node.args) == 1:
+    if isinstance(node, ast.Call) and last_name(node.func) in ("list", "sorted", "tuple") and len(node.args) == 1:
         inner = _values(node.args[0], constants)
-        return sorted(inner, key=str) if inner is not None and _name_of(node.func) == "sorted" else inner
+        return sorted(inner, key=str) if inner is not None and last_name(node.func) == "sorted" else inner
     return None
 
 
@@ -127,11 +119,11 @@ def _from_add_argument(call, constants):
     dest = _text(_keyword(call, "dest")) if _keyword(call, "dest") is not None else None
     dest = dest or names[0][2:].replace("-", "_")
     action = _keyword(call, "action")
-    action_name = _text(action) if action is not None and _text(action) is not None else _name_of(action)
+    action_name = _text(action) if action is not None and _text(action) is not None else last_name(action)
     if action_name in _SWITCH_ACTIONS:
         return _record(names, dest, "switch", "bool", None)
     nargs = _text(_keyword(call, "nargs")) if _keyword(call, "nargs") is not None else None
-    type_name = _TYPES.get(_name_of(_keyword(call, "type")) or "", "str")
+    type_name = _TYPES.get(last_name(_keyword(call, "type")) or "", "str")
     choices_node = _keyword(call, "choices")
     choices = _values(choices_node, constants) if choices_node is not None else None
     unknown_choices = choices_node is not None and choices is None
@@ -143,15 +135,13 @@ def _from_add_argument(call, constants):
 
 
 def _slice(subscript):
-    """A subscript's index (Python 3.8 wraps it in ``ast.Index``, gone from later releases)."""
-    inner = subscript.slice
-    index = getattr(ast, "Index", None)
-    return inner.value if index is not None and isinstance(inner, index) else inner
+    """A subscript's index (Python 3.8 wraps it in ``ast.Index``)."""
+    return subscript.slice.value if isinstance(subscript.slice, AST_INDEX) else subscript.slice
 
 
 def _unwrap(annotation):
     """(base name, its arguments) of ``Optional[X]`` -> X's; ``Union[X, None]`` likewise."""
-    while isinstance(annotation, ast.Subscript) and _name_of(annotation.value) in ("Optional", "Union"):
+    while isinstance(annotation, ast.Subscript) and last_name(annotation.value) in ("Optional", "Union"):
         inner = _slice(annotation)
         parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
         parts = [p for p in parts if not (isinstance(p, ast.Constant) and p.value is None)]
@@ -160,27 +150,27 @@ def _unwrap(annotation):
         annotation = parts[0]
     if isinstance(annotation, ast.Subscript):
         inner = _slice(annotation)
-        return _name_of(annotation.value), (inner.elts if isinstance(inner, ast.Tuple) else [inner])
+        return last_name(annotation.value), (inner.elts if isinstance(inner, ast.Tuple) else [inner])
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a string annotation
         try:
             return _unwrap(ast.parse(annotation.value, mode="eval").body)
         except SyntaxError:
             return None, []
-    return _name_of(annotation), []
+    return last_name(annotation), []
 
 
 def _from_field(node, constants):
     """An ``A[T, "help"]`` / ``A[T, Arg(...)]`` field as ``add_cli_args_from_dataclass`` adds it."""
     annotation = node.annotation
     if not (isinstance(node.target, ast.Name) and isinstance(annotation, ast.Subscript)
-            and _name_of(annotation.value) in ("A", "Annotated")):
+            and last_name(annotation.value) in ("A", "Annotated")):
         return None
     inner = _slice(annotation)
     parts = inner.elts if isinstance(inner, ast.Tuple) else []
     if len(parts) < 2:
         return None
     meta = parts[1]
-    arg = meta if isinstance(meta, ast.Call) and _name_of(meta.func) == "Arg" else None
+    arg = meta if isinstance(meta, ast.Call) and last_name(meta.func) == "Arg" else None
     if arg is None and _text(meta) is None:
         return None  # neither help text nor Arg: the function skips it
     field = node.target.id
@@ -199,7 +189,7 @@ def _from_field(node, constants):
         action = _keyword(arg, "action")
     names = [cli] + aliases
     if action is not None:
-        action_name = _text(action) or _name_of(action)
+        action_name = _text(action) or last_name(action)
         kind = "switch" if action_name in _SWITCH_ACTIONS else "value"
         return _record(names, field, kind, "bool" if kind == "switch" else "str", None)
     base, args = _unwrap(parts[0])
@@ -208,7 +198,7 @@ def _from_field(node, constants):
         type_name = type(literal[0]).__name__ if literal else "str"
         return _record(names, field, "value", _TYPES.get(type_name, "str"), choices or literal)
     if base in ("List", "list"):
-        element = _name_of(args[0]) if args else "str"
+        element = last_name(args[0]) if args else "str"
         return _record(names, field, "list", _TYPES.get(element or "", "str"), choices)
     if base == "bool":
         return _record(names, field, "switch", "bool", None)
@@ -250,7 +240,7 @@ def parser_flags(texts, unread=None):
     for tree in trees:
         for node in ast.walk(tree):
             record = None
-            if isinstance(node, ast.Call) and _name_of(node.func) == "add_argument":
+            if isinstance(node, ast.Call) and last_name(node.func) == "add_argument":
                 record = _from_add_argument(node, constants)
             elif isinstance(node, ast.AnnAssign):
                 record = _from_field(node, constants)
