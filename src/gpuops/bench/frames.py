@@ -31,6 +31,8 @@ class RemoteRun:
     levels: list[dict[str, Any]] = field(default_factory=list)
     allreduce: list[dict[str, Any]] = field(default_factory=list)
     fusion: list[dict[str, Any]] = field(default_factory=list)
+    profile: list[dict[str, Any]] = field(default_factory=list)      # one per rank's trace (profile suite)
+    trace_files: list[dict[str, Any]] = field(default_factory=list)  # raw traces, base64 (--fetch-traces)
     progress: dict[str, Any] | None = None
     tool: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -69,6 +71,10 @@ def parse_frames(stdout: str, run_id: str) -> RemoteRun:
             run.allreduce.append(record)
         elif kind == "fusion":
             run.fusion.append(record)
+        elif kind == "profile":
+            run.profile.append(record)
+        elif kind == "trace_file":
+            run.trace_files.append(record)
         elif kind == "progress":
             run.progress = record
         elif kind == "tool":
@@ -80,7 +86,7 @@ def parse_frames(stdout: str, run_id: str) -> RemoteRun:
     return masked_run(run)
 
 
-_REPORTED = ("start", "host", "server", "server_after", "samples", "levels", "allreduce", "fusion", "progress",
+_REPORTED = ("start", "host", "server", "server_after", "samples", "levels", "allreduce", "fusion", "profile", "progress",
              "tool", "notes", "errors", "end")
 
 

@@ -83,6 +83,9 @@ class BenchOptions:
     dataset_path: str | None = None     # sharegpt: a ShareGPT-format JSON file here at home
     random_range_ratio: float = 1.0     # random: lengths drawn from [len x ratio, len]
     allreduce: AllreduceOptions = field(default_factory=AllreduceOptions)
+    profile_steps: int = 5              # profile: the steps SGLang's profiler records per stage
+    profile_stage: str = "decode"       # profile: decode | verify | extend | all (what the summary leads with)
+    fetch_traces: bool = False          # profile: the raw traces come home too (bounded)
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -128,6 +131,9 @@ class BenchOptions:
         record["tool_args"] = list(self.tool_args)
         record["request_rates"] = list(self.request_rates)
         record["slo"] = dict(self.slo)
+        if not suite_spec(self.suite).profiles:
+            for name in ("profile_steps", "profile_stage", "fetch_traces"):
+                record.pop(name)
         ar = record.pop("allreduce")
         if self.suite in TORCHRUN_SUITES:
             ar["tokens"] = list(self.allreduce.tokens)
@@ -358,6 +364,9 @@ def build_payload(
     # the stack the server imports: its PYTHONPATH as gpuops launches it, for when no server runs
     # to read it from (a running server's own environment comes first, on the host)
     payload["server_pythonpath"] = sglang_env_pythonpath(host_vars)
+    if suite_spec(options.suite).profiles:
+        payload.update(profile_steps=options.profile_steps, profile_stage=options.profile_stage,
+                       fetch_traces=options.fetch_traces)
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}

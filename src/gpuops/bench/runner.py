@@ -118,6 +118,7 @@ def run_bench(
             publish()
             changed()
             repeats: list[dict] = []
+            traces: list[dict] = []  # raw traces a profile brought home (--fetch-traces)
             conn = connect(target.host, connect_options)
             try:
                 for index in range(options.repeat):
@@ -134,6 +135,7 @@ def run_bench(
                             break
                         raise GpuopsError(f"{target.host.name}: the bench client did not start: {tail}")
                     repeats.append(build_result(RunContext(target.host.name, options, target.url, started, remote), run))
+                    traces.extend(run.trace_files)
                     if run.partial:
                         break
             finally:
@@ -144,12 +146,15 @@ def run_bench(
                 result = merge_repeats(repeats)
             else:
                 result = repeats[0]
-            measured = result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
+            measured = (result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
+                        or result["summary"].get("stages"))
             with lock:  # one decision, taken with the wait loop's: kept (and saved), or given up (and dropped)
                 keep = name not in given_up
                 if keep:
                     settled.add(name)
             if (measured or result["summary"].get("completed")) and keep:
+                if traces:
+                    result["trace_files"] = store.save_traces(str(result["id"]), traces)
                 state.file = store.save(result)
             state.result = result
             state.error = "; ".join(result["errors"]) or None

@@ -25,7 +25,7 @@ import tempfile
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from gpuops.bench.result_file import BadResult, ResultFile, read_result
 from gpuops.bench.simulated import is_simulated, model_label
@@ -138,6 +138,30 @@ class ResultsStore:
             # The file is the record and it is written; the index is rebuilt from it when next read.
             self.notes[f"results: {self.root / INDEX_NAME} not updated ({exc}); rebuilt when next read"] = None
         return path
+
+    def save_traces(self, result_id: str, files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Raw traces a profile brought home (``--fetch-traces``: base64 in its frames), written under
+        ``traces/<result id>/``; (file, bytes, path or why not) of each, for the result to name."""
+        import base64
+        import binascii
+
+        folder = self.root / "traces" / _SAFE.sub("-", result_id)
+        kept: list[dict[str, Any]] = []
+        for record in files:
+            name = _SAFE.sub("-", os.path.basename(str(record.get("file") or "trace")))[:200] or "trace"
+            try:
+                data = base64.b64decode(str(record.get("base64") or ""), validate=True)
+            except (binascii.Error, ValueError):
+                kept.append({"file": name, "bytes": None, "path": None, "error": "not base64 as sent"})
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+            kept.append({"file": name, "bytes": len(data), "path": str(path)})
+        return kept
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ class Suite:
     options: tuple[str, ...]                  # click parameter names this suite reads (besides COMMON_OPTIONS)
     torchrun_worker: str | None = None        # host module torchrun runs once per NCCL variant
     default_tokens: tuple[int, ...] = ()      # torchrun suites: message sizes when --tokens is not given
+    profiles: bool = False                    # runs SGLang's profiler (its load is not what it measures)
 
     @property
     def torchrun(self) -> bool:
@@ -40,7 +41,7 @@ class Suite:
     @property
     def sends_requests(self) -> bool:
         """Measures generation requests against the running server (decode, serving)."""
-        return not self.torchrun
+        return not self.torchrun and not self.profiles
 
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
@@ -54,6 +55,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("fusion", "FlashInfer's fused all-reduce + RMSNorm against the unfused pair, per size.",
           _TORCHRUN_OPTIONS, torchrun_worker="fusion_bench",
           default_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256)),
+    Suite("profile", "SGLang's own profiler for a few steps under a small load: where a forward pass's time goes "
+                     "(gpuops profile).", ("api", "input_len", "output_len", "seed", "request_timeout"), profiles=True),
 )}
 
 NAMES: tuple[str, ...] = tuple(SUITES)
@@ -76,6 +79,12 @@ def sends_requests(name: object) -> bool:
     """Whether the suite called ``name`` measures generation requests (False for an unknown name)."""
     spec = SUITES.get(str(name))
     return spec is not None and spec.sends_requests
+
+
+def profiles(name: object) -> bool:
+    """Whether the suite called ``name`` runs SGLang's profiler (False for an unknown name)."""
+    spec = SUITES.get(str(name))
+    return spec is not None and spec.profiles
 
 
 def reader(name: object) -> ModuleType:

@@ -30,6 +30,8 @@ Controls (environment):
   GPUOPS_STANDIN_JOIN_TIMEOUT_S    a node of rank > 0: how long it tries node 0's --dist-init-addr
   GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER  1 on node 0: a worker gone does not end the leader; it
                                    answers /health on and its generations hang (standin_nodes.py)
+  GPUOPS_STANDIN_PROFILE_WRITES    0: /start_profile starts, but no trace is ever written
+                                   (standin_profile.py: the profiler and its synthesized trace)
 
 Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): ``standin_nodes.py`` (node 0
 healthy once every rank joined it, ranks > 0 serve only /ping and /health*, one node gone ends the
@@ -70,6 +72,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 # The simulation (flags, crash rules, speed, state, pacing) is this file's sibling, copied with it
 # (hosts.STANDIN_SIBLINGS); so are speed_model.py and sglang_argv.py, which it imports.
 from standin_nodes import NodeArgsError, NodeGroup, die
+from standin_profile import START_ROUTE, STOP_ROUTE, StandinProfiler
 from standin_surface import Surface, metrics_page
 from standin_sim import (
     GenerationFailed,
@@ -121,6 +124,22 @@ class StandinHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def _send_text(self, status, text, content_type=None):
+        """A bare ``Response`` as SGLang's routes send it (no content type unless it set one)."""
+        data = text.encode()
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _profile(self, path, body):
+        """SGLang's profiler routes (standin_profile: refusals are FastAPI's plain 500)."""
+        profiler = self.server.profiler
+        status, text = profiler.start(body) if path == START_ROUTE else profiler.stop()
+        self._send_text(status, text, None if status == 200 else "text/plain; charset=utf-8")
 
     def _error(self, status, message):
         self._send_json(status, {"error": {"message": message, "code": status}, "object": "error"})
@@ -194,6 +213,8 @@ class StandinHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+        elif path in (START_ROUTE, STOP_ROUTE):  # api_route(GET, POST): a GET starts with the defaults
+            self._profile(path, {})
         elif path == "/v1/loads":
             self._send_json(200, self.state.loads(self.server.surface.load_shape))
         elif path == "/get_load":
@@ -228,6 +249,8 @@ class StandinHandler(BaseHTTPRequestHandler):
                 self._openai(body, chat=False)
             elif path == "/v1/chat/completions":
                 self._openai(body, chat=True)
+            elif path in (START_ROUTE, STOP_ROUTE):
+                self._profile(path, body)
             else:
                 self._send_json(200, {"simulated": True, "route": path})
         except (BrokenPipeError, ConnectionResetError):
@@ -423,6 +446,7 @@ def main(argv=None):
         return 1
     httpd.standin_state = state
     httpd.surface = Surface(environ)
+    httpd.profiler = StandinProfiler(state.speed, server_args, environ, state.current_running)
     log("routes of %s: %d (%s)" % ("sglang " + version if httpd.surface.root else "the stand-in's own list",
                                    len(httpd.surface.routes), httpd.surface.root or "no release on the path"))
     stop = threading.Event()

@@ -29,8 +29,8 @@ except ImportError:
 
 # Served when no release can be read: the routes of 0.5.8 that the stand-in simulates.
 FALLBACK_GET = ("/health", "/health_generate", "/ping", "/get_model_info", "/model_info", "/get_server_info", "/server_info",
-                "/get_load", "/v1/loads", "/v1/models", "/metrics")
-FALLBACK_POST = ("/generate", "/v1/completions", "/v1/chat/completions")
+                "/get_load", "/v1/loads", "/v1/models", "/metrics", "/start_profile", "/stop_profile")
+FALLBACK_POST = ("/generate", "/v1/completions", "/v1/chat/completions", "/start_profile", "/stop_profile")
 # Routes SGLang answers without the API key (srt/utils/auth.py: decide_request_auth).
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 

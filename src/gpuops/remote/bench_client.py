@@ -13,6 +13,7 @@ SIGINT to this process through its pid file) still leaves every finished measure
 kinds: ``start``, ``server`` (its /server_info and /model_info, or their older aliases, and /metrics), ``host`` (a light facts
 snapshot), ``sample`` (one measured request), ``level`` (a serving concurrency level finished),
 ``allreduce`` (one all-reduce measurement), ``fusion`` (one fused-vs-unfused measurement),
+``profile`` (one rank's trace summarised), ``trace_file`` (a raw trace, ``--fetch-traces``),
 ``progress`` (which level or variant starts), ``tool`` (a line of sglang.bench_* JSONL output),
 ``note``, ``error``, ``end`` (with ``"partial": true`` when interrupted).
 
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 
-from gpuops.remote import bench_collectives, bench_decode, bench_serving, bench_tool
+from gpuops.remote import bench_collectives, bench_decode, bench_profile, bench_serving, bench_tool
 from gpuops.remote.bench_frames import Emitter
 from gpuops.remote.bench_http import ServerError
 from gpuops.remote.bench_snapshot import (host_snapshot, patched_sources, server_client, server_pid,
@@ -42,6 +43,7 @@ SUITES = {
     "serving": bench_serving,
     "allreduce": bench_collectives,
     "fusion": bench_collectives,
+    "profile": bench_profile,
 }
 
 

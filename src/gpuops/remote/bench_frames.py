@@ -108,7 +108,7 @@ class Emitter(object):
             record = self.masked(record)
             line = "%s %s %s %s\n" % (FRAME, self.run_id, kind, json.dumps(record, separators=(",", ":")))
             if self.progress is not None:
-                if kind in ("sample", "allreduce", "fusion"):
+                if kind in ("sample", "allreduce", "fusion", "profile"):
                     self.progress["done"] += 1
                 elif kind == "progress":
                     self.progress["stage"] = progress_stage(record)

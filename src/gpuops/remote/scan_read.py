@@ -56,6 +56,23 @@ def _check(info, limit):
         raise TooLarge("too large (%d bytes; the limit is %d)" % (info.st_size, limit))
 
 
+def open_regular(path, limit):
+    """A binary file object of the regular file at ``path`` (links followed, no larger than
+    ``limit`` when opened), for a reader that streams it; raises ``NotRead`` as ``read_regular``."""
+    try:
+        _check(os.stat(path), limit)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise NotRead("cannot read: %s" % (exc.strerror or exc))
+    try:
+        _check(os.fstat(fd), limit)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_regular(path, limit):
     """The bytes of the regular file at ``path`` (links followed), at most ``limit`` of them;
     raises ``NotRead`` (``TooLarge`` for a file over the limit) with the reason otherwise."""

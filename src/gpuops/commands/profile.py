@@ -1,0 +1,123 @@
+"""`gpuops profile`: where a forward pass's time goes on each host, from SGLang's own profiler
+(thin: the bench runner runs the ``profile`` suite; the summary and its sentence are
+``bench/suite_profile.py``'s; schema in docs/profile.md).
+
+JSON (``--json``)::
+
+    {"schema": 1, "results_dir": ..., "hosts": {NAME: {"ok", "error", "result_id", "result_file",
+      "simulated", "sentence", "summary": {"steps", "stage_asked", "headline", "stages", "traces"},
+      "trace_files"}}}
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuops.commands.bench_options import bench_options
+from gpuops.commands.options import guide, inventory_options
+
+EXIT_SOME_HOST_FAILED = 2
+_OPTIONS = ("remote", "as_json", "results_dir", "url", "port", "api", "input_len", "output_len", "seed",
+            "request_timeout", "accept_new_host_keys", "known_hosts", "timeout", "connect_timeout")
+
+
+@click.command("profile", epilog=guide("profile.md", "bench-and-results.md"))
+@inventory_options
+@click.option("--steps", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Forward passes SGLang's profiler records per stage.")
+@click.option("--stage", type=click.Choice(["decode", "verify", "extend", "all"]), default="decode", show_default=True,
+              help="The passes to report (verify: speculative decoding's target-verify passes).")
+@click.option("--fetch-traces", is_flag=True,
+              help="Bring the raw traces home too (at most 32 MiB a host, under RESULTS_DIR/traces/).")
+@bench_options(_OPTIONS)
+def profile(steps: int, stage: str, fetch_traces: bool, **params: Any) -> None:
+    """Profile each host's SGLang server for a few steps under a small load of gpuops' own: per stage,
+    the wall and GPU time of a pass and where it goes (all-reduce and other collectives, GEMM,
+    attention, MoE, norm/activation, sampling, copies, idle). The traces are read on the host and
+    removed there; the summary is stored like a bench result."""
+    from gpuops.bench.options import BenchOptions
+    from gpuops.bench.runner import run_bench, targets_for
+    from gpuops.bench.store import ResultsStore
+    from gpuops.errors import GpuopsError
+    from gpuops.inventory import load_inventory, local_inventory
+    from gpuops.transport import ConnectOptions
+
+    remote, url = params["remote"], params["url"]
+    if url and remote:
+        raise GpuopsError("profile: --url is for a local run; with --remote the host's loopback is used")
+    if not remote and (params["inventory"] or params["limit"]):
+        raise GpuopsError("profile: -i/-l select hosts for --remote; add --remote")
+    options = BenchOptions(suite="profile", api=params["api"], input_len=params["input_len"],
+                           output_len=params["output_len"], seed=params["seed"],
+                           request_timeout_s=params["request_timeout"], profile_steps=steps, profile_stage=stage,
+                           fetch_traces=fetch_traces)
+    hosts = load_inventory(params["inventory"]).select(params["limit"]) if remote else local_inventory().select(None)
+    targets = targets_for(hosts, params["port"], url, remote)
+    timeout, connect_timeout = params["timeout"], params["connect_timeout"]
+    connect_options = ConnectOptions(accept_new_host_keys=params["accept_new_host_keys"],
+                                     known_hosts_files=tuple(params["known_hosts"]),
+                                     connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout)
+    store = ResultsStore(params["results_dir"])
+    if not params["as_json"]:
+        click.echo(f"profiling {len(targets)} host(s): {steps} steps by stage under a batch-1 load ...", err=True)
+    states = run_bench(targets, options, store, connect_options, remote=remote, timeout=timeout)
+    document = {"schema": 1, "results_dir": str(Path(params["results_dir"])),
+                "hosts": {name: _host_line(state) for name, state in states.items()}}
+    if params["as_json"]:
+        from gpuops.output import print_json
+
+        print_json(document)
+    else:
+        _render(document)
+    sys.exit(0 if all(h["ok"] for h in document["hosts"].values()) else EXIT_SOME_HOST_FAILED)
+
+
+def _host_line(state: Any) -> dict[str, Any]:
+    from gpuops.bench.simulated import is_simulated
+    from gpuops.bench.suite_profile import sentence
+
+    result = state.result or {}
+    summary = result.get("summary") or {}
+    simulated = is_simulated(result)
+    return {"ok": bool(result.get("ok")) and state.error is None, "error": state.error,
+            "result_id": result.get("id") if state.file else None, "result_file": str(state.file) if state.file else None,
+            "simulated": simulated, "sentence": sentence(summary.get("headline"), simulated) if summary else None,
+            "summary": summary, "trace_files": result.get("trace_files")}
+
+
+def _render(document: dict[str, Any]) -> None:
+    from gpuops.bench.compare import format_value
+    from gpuops.bench.suite_profile import stage_table, stage_word
+    from gpuops.output import format_table
+
+    for index, (name, line) in enumerate(document["hosts"].items()):
+        if index:
+            click.echo("")
+        if not (line["summary"] or {}).get("stages"):
+            click.echo(f"== {name}: FAILED: {line['error'] or line['sentence']}")
+            continue
+        click.echo(f"== {name}: {line['sentence']}")
+        if line["error"]:
+            click.echo(f"   error: {line['error']}")
+        for stage_name, stage in line["summary"].get("stages", {}).items():
+            wall, busy = stage.get("wall_ms") or {}, stage.get("busy_ms") or {}
+            click.echo(f"-- {stage_word(stage_name)} ({stage_name}): {stage.get('passes')} passes (rank "
+                       f"{stage.get('rank')}), wall p50 {format_value(wall.get('median'))} ms, p90 "
+                       f"{format_value(wall.get('p90'))} ms; GPU busy p50 {format_value(busy.get('median'))} ms")
+            headers, rows = stage_table(stage, line["simulated"])
+            click.echo(format_table(headers, rows))
+            kinds = [c for c in stage.get("collectives") or []]
+            for kind in kinds:
+                click.echo(f"   {kind.get('kind')}: {format_value(kind.get('calls_per_forward'))} calls, "
+                           f"{format_value(kind.get('ms_per_forward'))} ms per pass")
+        for trace in line["summary"].get("traces") or []:
+            if trace.get("error"):
+                click.echo(f"   not read: {trace['error']}")
+        for kept in line.get("trace_files") or []:
+            click.echo(f"   trace kept: {kept.get('path') or kept.get('error')}")
+        if line["result_id"]:
+            click.echo(f"   result {line['result_id']} (gpuops results compare {line['result_id']} <another>)")
