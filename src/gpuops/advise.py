@@ -51,10 +51,29 @@ MODEL_FEATURES = {
 
 @dataclass(frozen=True)
 class Evidence:
-    basis: str                 # "measured" (this host, gpuops bench) | "published" | "measured elsewhere"
+    basis: str                 # "measured" (this host: gpuops profile or bench) | "published" | "measured elsewhere"
     text: str
     source: str
     saving_ms_per_pass: float | None = None   # the estimate the ranking uses
+    profile_id: str | None = None             # the stored profile the saving is computed from
+    fallback: bool = False                    # published figures standing in for a profile of this host
+
+
+@dataclass(frozen=True)
+class ProfiledAllreduce:
+    """This host's all-reduce cost per forward pass, as a stored ``gpuops profile`` measured it."""
+
+    result_id: str
+    stage: str                 # the release's forward-mode name (DECODE, TARGET_VERIFY)
+    calls: float               # all-reduce calls per pass
+    ms: float                  # their time per pass
+    share: float | None        # of the pass's wall time
+    kind: str | None           # NCCL RING_LL, SGLang custom all-reduce, ...
+    simulated: bool            # from the lab's stand-in
+
+    @property
+    def label(self) -> str:
+        return f"gpuops profile {self.result_id}" + (" (SIMULATED by the lab's stand-in)" if self.simulated else "")
 
 
 @dataclass(frozen=True)
@@ -71,7 +90,8 @@ class Way:
         return {"feature": self.feature, "title": self.title, "status": self.status.value, "why": self.why,
                 "commands": list(self.commands),
                 "evidence": None if ev is None else {"basis": ev.basis, "text": ev.text, "source": ev.source,
-                                                     "saving_ms_per_pass": ev.saving_ms_per_pass}}
+                                                     "saving_ms_per_pass": ev.saving_ms_per_pass,
+                                                     "profile_id": ev.profile_id, "fallback": ev.fallback}}
 
 
 @dataclass(frozen=True)
@@ -143,8 +163,45 @@ def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, s
     return None
 
 
+def profiled_allreduce(result: Mapping[str, Any] | None) -> ProfiledAllreduce | None:
+    """The all-reduce figures of a stored profile result: its verify pass (speculative decoding,
+    the field's case) else its decode pass; None when it has neither with all-reduces."""
+    if not result:
+        return None
+    stages = (result.get("summary") or {}).get("stages") or {}
+    for name in ("TARGET_VERIFY", "DECODE"):
+        stage = stages.get(name) if isinstance(stages.get(name), Mapping) else {}
+        figures = (stage.get("groups") or {}).get("allreduce") or {}
+        calls, ms = figures.get("calls_per_forward"), figures.get("ms_per_forward")
+        if isinstance(calls, (int, float)) and isinstance(ms, (int, float)) and calls > 0:
+            kinds = [c.get("kind") for c in (stage.get("collectives") or []) if c.get("group") == "allreduce"]
+            share = figures.get("share")
+            return ProfiledAllreduce(str(result.get("id")), name, float(calls), float(ms),
+                                     float(share) if isinstance(share, (int, float)) else None,
+                                     str(kinds[0]) if kinds else None,
+                                     bool((result.get("server") or {}).get("simulated")))
+    return None
+
+
+def _stage_word(stage: str) -> str:
+    return {"TARGET_VERIFY": "verify", "DECODE": "decode"}.get(stage, stage.lower())
+
+
+def _profiled_pcie(profiled: ProfiledAllreduce, published_us: float) -> Evidence:
+    count = round(profiled.calls)
+    saving = round(profiled.ms - count * published_us / 1000.0, 2)
+    share = f" ({profiled.share * 100:.0f}% of the pass)" if profiled.share is not None else ""
+    text = (f"measured on this host by {profiled.label}: {profiled.calls:g} all-reduce calls per "
+            f"{_stage_word(profiled.stage)} pass, {profiled.ms:.2f} ms{share}"
+            + (f", {profiled.kind}" if profiled.kind else "")
+            + f"; the PCIe IPC kernel's {published_us} us per 12 KiB call is published ({pcie_ipc.PUBLISHED_SOURCE}): "
+              f"about {saving} ms saved per pass (from the measured profile)")
+    return Evidence("measured", text, f"results store: profile {profiled.result_id}", saving,
+                    profile_id=profiled.result_id)
+
+
 def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int | None,
-              measured: tuple[float, float, str] | None) -> Way:
+              measured: tuple[float, float, str] | None, profiled: ProfiledAllreduce | None = None) -> Way:
     title = "SGLang's PCIe IPC all-reduce (FlashInfer pcie_ipc_comm)"
     decision = pcie_ipc.fit(stack)
     published_us, published_nccl_us = pcie_ipc.PUBLISHED_PER_CALL_US["12 KiB"]
@@ -155,8 +212,11 @@ def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int |
     if count:
         saving = round(count * (published_nccl_us - published_us) / 1000.0, 2)
         text += f"; x {count} all-reduces per forward pass: about {saving} ms saved per pass (estimate)"
-    evidence = Evidence("published", text, pcie_ipc.PUBLISHED_SOURCE, saving)
-    if measured is not None and count:
+    text += "; published figures, the fallback: no stored profile of this host (gpuops profile)"
+    evidence = Evidence("published", text, pcie_ipc.PUBLISHED_SOURCE, saving, fallback=True)
+    if profiled is not None:
+        evidence = _profiled_pcie(profiled, published_us)
+    elif measured is not None and count:
         per_call, per_pass, result_id = measured
         saving = round(per_pass - count * published_us / 1000.0, 2)
         evidence = Evidence("measured", f"NCCL measured on this host: {per_call:.1f} us per call, {per_pass:.2f} ms "
@@ -190,7 +250,8 @@ def _pcie_way(stack: pcie_ipc.HostStack, server: Mapping[str, Any], count: int |
     return Way("pcie_ipc_allreduce", title, Status.NOT_FOR_HOST, decision.reason)
 
 
-def _fusion_way(facts: Mapping[str, Any], features: Mapping[str, Any], count: int | None) -> Way:
+def _fusion_way(facts: Mapping[str, Any], features: Mapping[str, Any], count: int | None,
+                profiled: ProfiledAllreduce | None = None) -> Way:
     title = "FlashInfer all-reduce + RMSNorm fusion (fusion-sm120)"
     verdict = features.get("flashinfer_allreduce_fusion") or {}
     fused_us, unfused_us = FUSION_MEASURED[1], FUSION_MEASURED[2]
@@ -198,6 +259,14 @@ def _fusion_way(facts: Mapping[str, Any], features: Mapping[str, Any], count: in
     evidence = Evidence("measured elsewhere", f"{fused_us} us fused vs {unfused_us} us all-reduce then add+RMSNorm per "
                         "call at 1 token in a CUDA graph" + (f"; x {count}: about {saving} ms per pass (estimate, other "
                                                               "hardware)" if saving else ""), FUSION_MEASURED[0], saving)
+    if profiled is not None:
+        # this host's all-reduce time per pass, cut by the fused kernel's measured ratio (other hardware)
+        saving = round(profiled.ms * (1.0 - fused_us / unfused_us), 2)
+        evidence = Evidence("measured", f"measured on this host by {profiled.label}: {profiled.ms:.2f} ms of all-reduce "
+                            f"per {_stage_word(profiled.stage)} pass; the fused kernel took {fused_us} us where the "
+                            f"all-reduce then add+RMSNorm took {unfused_us} us ({FUSION_MEASURED[0]}): about {saving} ms "
+                            "saved per pass (from the measured profile)", f"results store: profile {profiled.result_id}",
+                            saving, profile_id=profiled.result_id)
     sm = facts.get("sm")
     if verdict.get("in_effect") is True:
         return Way("flashinfer_allreduce_fusion", title, Status.IN_EFFECT, verdict.get("in_effect_reason") or "in effect")
@@ -271,15 +340,23 @@ def _only_on_a_verdict(way: Way, features: Mapping[str, Any]) -> Way:
                                why=str(verdict.get("reason") or "inspect could not judge it on this host"))
 
 
-def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mapping[str, Any]] = ()) -> HostAdvice:
+def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mapping[str, Any]] = (),
+                profile: Mapping[str, Any] | None = None) -> HostAdvice:
     """``document``: the host's entry of ``inspect host --json``; ``results``: its stored
-    all-reduce results, newest first."""
+    all-reduce results, newest first; ``profile``: a stored ``gpuops profile`` result of the host,
+    whose measured all-reduce cost per pass comes before every other figure."""
     facts = document.get("facts") or {}
     features = document.get("features") or {}
     server = facts.get("server") or {}
     count, count_from = _allreduces(facts.get("model") or {}, server)
+    profiled = profiled_allreduce(profile)
+    if profiled is not None and count != 0:
+        count = round(profiled.calls)
+        count_from = (f"measured: {profiled.calls:g} all-reduce calls per {_stage_word(profiled.stage)} pass, "
+                      f"{profiled.ms:.2f} ms, by {profiled.label}")
     ways = [_only_on_a_verdict(way, features) for way in (
-        _pcie_way(stack_of(facts, features), server, count, measured_nccl(results)), _fusion_way(facts, features, count))]
+        _pcie_way(stack_of(facts, features), server, count, measured_nccl(results), profiled),
+        _fusion_way(facts, features, count, profiled))]
     if count == 0:
         # No all-reduce runs, so no way of making one cheaper applies, whatever the host could run.
         ways = [dataclasses.replace(w, status=Status.NOT_FOR_HOST, why=count_from, commands=()) for w in ways]

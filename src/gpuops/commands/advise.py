@@ -27,11 +27,35 @@ def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
         return []
 
 
-@click.command("advise", epilog=guide("advise-json.md", "inventory.md"))
+def _stored_profile(results_dir: str, host: str, wanted: str | None) -> dict[str, Any] | None:
+    """The profile advise computes its savings from: the one ``--profile`` names (an error when it is
+    not a profile), else the host's newest stored ``gpuops profile`` result, else None."""
+    from gpuops.bench.store import ResultsStore
+    from gpuops.bench.suites import profiles
+    from gpuops.errors import GpuopsError
+
+    store = ResultsStore(results_dir)
+    if wanted:
+        result = store.load(wanted)
+        if not profiles(result.get("suite")):
+            raise GpuopsError(f"advise: --profile {wanted}: result {result.get('id')} is a {result.get('suite')} "
+                              "result, not a profile (gpuops profile)")
+        return result if result.get("host") == host else None
+    try:
+        entries = [e for e in store.entries() if e.host == host and profiles(e.suite) and e.ok]
+        return store.load(entries[-1].id) if entries else None
+    except (GpuopsError, OSError, ValueError):
+        return None
+
+
+@click.command("advise", epilog=guide("advise-json.md", "profile.md", "inventory.md"))
 @_host_options
 @results_dir_option
+@click.option("--profile", "profile_id", metavar="ID",
+              help="The stored profile (gpuops profile) to compute savings from (default: each host's newest).")
 def advise(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
-           known_hosts: tuple[str, ...], timeout: float, results_dir: str, flush_cache: bool = False) -> None:
+           known_hosts: tuple[str, ...], timeout: float, results_dir: str, profile_id: str | None = None,
+           flush_cache: bool = False) -> None:
     """The ranked ways to cut each host's all-reduce cost: evidence, the command, why not the others."""
     from gpuops import advise as advice_of
     from gpuops.facts.collect import host_json
@@ -45,7 +69,8 @@ def advise(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_
             answers[host_.name] = {"ok": False, "error": outcome.error}
             continue
         answers[host_.name] = advice_of.advise_host(host_.name, host_json(outcome),
-                                                    _stored_allreduce(results_dir, host_.name))
+                                                    _stored_allreduce(results_dir, host_.name),
+                                                    _stored_profile(results_dir, host_.name, profile_id))
     if as_json:
         print_json({"schema": advice_of.SCHEMA, "hosts": {name: a if isinstance(a, dict) else a.to_json()
                                                           for name, a in answers.items()}})
