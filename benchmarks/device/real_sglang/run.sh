@@ -93,5 +93,11 @@ if has tool; then  # SGLang's own benchmark modules, through gpuops, in the serv
   G bench-tool-decode 180 bench --remote --suite decode --tool sglang $I --results-dir $R/results --input-len 128 --output-len 64
   G bench-tool-serving 180 bench --remote --suite serving --tool sglang $I --results-dir $R/results --input-len 128 --output-len 64 --concurrency 1,8
 fi
+if has profile; then  # gpuops profile (issue 37): SGLang's own profiler on the server gpuops manages, read on the host
+  G apply-service-5 420 apply sglang-service $I
+  G profile 180 profile --remote $I --steps 5 --json --results-dir $R/results
+  G profile-text 180 profile --remote $I --steps 5 --stage all --fetch-traces --results-dir $R/results
+  G advise-profile 120 advise $I --results-dir $R/results
+fi
 G results 60 results list --results-dir $R/results
 log "done, $(left)s left"
