@@ -38,9 +38,12 @@ FUSED_ALLREDUCE = "fused all-reduce+RMSNorm (FlashInfer)"
 # (group, words in the lower-cased name), the first that matches wins: MoE before GEMM (a grouped
 # MoE GEMM is MoE), attention before sampling (softmax inside attention kernels).
 _WORDS = (
-    ("moe", ("moe", "expert", "topk_softmax", "moe_align", "fused_experts")),
+    ("moe", ("moe", "expert", "topk_softmax", "moe_align", "fused_experts", "_fwd_kernel_ep_")),
+    # SGLang's triton attention (kernels/ops/attention/: decode_attention's _fwd_kernel_stage1/2,
+    # extend_attention's and prefill_attention's _fwd_kernel), as the real 0.5.16 traces name them
     ("attention", ("attention", "attn", "fmha", "flash_fwd", "flashmla", "mla_", "batchdecode", "batchprefill",
-                   "pagedkv", "paged_kv", "mha_", "_mha", "merge_state", "cascade", "decode_kernel")),
+                   "pagedkv", "paged_kv", "mha_", "_mha", "merge_state", "cascade", "decode_kernel", "_fwd_kernel",
+                   "_fwd_grouped_kernel")),
     ("gemm", ("gemm", "gemv", "cutlass", "cublas", "nvjet", "xmma", "matmul", "splitkreduce", "sm90_", "sm80_",
               "ampere_", "hopper_", "bmm", "dot_kernel")),
     ("norm_activation", ("rmsnorm", "rms_norm", "layernorm", "layer_norm", "norm_kernel", "silu", "gelu",

@@ -5,9 +5,10 @@ A pass is one ``step[<FORWARD_MODE> bs=N ...]`` span: SGLang 0.5.16 wraps every 
 ``ModelRunner.forward``), so a pass's stage is the release's own forward-mode name (EXTEND,
 DECODE, TARGET_VERIFY, DRAFT_EXTEND_V2, ...). Its GPU work is every kernel, copy and set whose
 ``correlation`` is that of a CUDA runtime call made on the span's thread inside the span (a CUDA
-graph's kernels carry their ``cudaGraphLaunch``'s). A release whose traces have no step spans
-(0.5.8) is read as one block per file, its stage from the file name's ``-<STAGE>`` suffix
-(``profile_by_stage``), divided by the steps asked for.
+graph's kernels carry their ``cudaGraphLaunch``'s). A trace without step spans (0.5.8's;
+0.5.16's when asked for GPU activity only) takes its stage from the file name's ``-<STAGE>``
+suffix (``profile_by_stage``); a ``-DECODE`` file holds the steps asked for (SGLang's stage
+counter stops there), cut apart at the widest GPU idle gaps; any other file is read as one pass.
 
 Per pass: wall (first GPU start to last GPU end), GPU busy (the union of its GPU intervals), idle
 (wall less busy: a launch-bound pass shows up here), and the time and calls of each kernel group
@@ -162,22 +163,42 @@ def _passes(kept, steps):
                 passes[index].add(start, end, kind)
         spans_cpu = [(s[3] - s[2]) for s in kept.spans]
         return [p for p in passes if p.intervals], "step spans", spans_cpu
-    whole = _Pass(None)
-    for _correlation, start, end, kind in kept.gpu:
-        whole.add(start, end, kind)
-    return ([whole] if whole.intervals else []), "the whole trace over %d requested steps" % steps, []
+    how = "GPU work split at its %d widest gaps" % (steps - 1) if steps > 1 else "GPU work as one pass"
+    return _split_at_gaps(kept, steps), how + " (no step spans)", []
+
+
+def _split_at_gaps(kept, count):
+    """``count`` passes from a trace without step spans: its GPU work cut at the ``count - 1`` widest
+    idle gaps (between two passes the GPU waits for the scheduler: milliseconds; inside one, a
+    CUDA graph's kernels follow each other within microseconds)."""
+    ordered = sorted(kept.gpu, key=lambda g: g[1])
+    if not ordered:
+        return []
+    gaps, reach = [], ordered[0][2]
+    for index in range(1, len(ordered)):
+        gaps.append((ordered[index][1] - reach, index))
+        reach = max(reach, ordered[index][2])
+    cuts = sorted(index for _gap, index in sorted(gaps, reverse=True)[:max(0, count - 1)])
+    passes, begin = [], 0
+    for cut in cuts + [len(ordered)]:
+        one = _Pass(None)
+        for _correlation, start, end, kind in ordered[begin:cut]:
+            one.add(start, end, kind)
+        passes.append(one)
+        begin = cut
+    return passes
 
 
 def _ms(value):
     return None if value is None else round(value / 1000.0, 4)
 
 
-def _stage_summary(kept, passes, per, cpu_us):
-    """One stage's figures from its passes (``per``: how many passes they stand for)."""
-    walls = [p.wall_us() / per for p in passes]
-    busies = [_busy(p.intervals) / per for p in passes]
+def _stage_summary(kept, passes, cpu_us):
+    """One stage's figures from its passes."""
+    walls = [p.wall_us() for p in passes]
+    busies = [_busy(p.intervals) for p in passes]
     idles = [w - b for w, b in zip(walls, busies)]
-    count = float(len(passes) * per)
+    count = float(len(passes))
     mean_wall = sum(p.wall_us() for p in passes) / count
     groups = {}
     hows = {}
@@ -198,7 +219,7 @@ def _stage_summary(kept, passes, per, cpu_us):
 
     ranked = sorted(kernels.items(), key=lambda item: -item[1][1])[:TOP_KERNELS]
     return {
-        "passes": len(passes) * per if per > 1 else len(passes),
+        "passes": len(passes),
         "wall_ms": {"median": _ms(percentile(walls, 50)), "p90": _ms(percentile(walls, 90)), "mean": _ms(mean_wall)},
         "busy_ms": {"median": _ms(percentile(busies, 50)), "p90": _ms(percentile(busies, 90))},
         "idle_ms": {"median": _ms(percentile(idles, 50)), "p90": _ms(percentile(idles, 90))},
@@ -228,14 +249,17 @@ def summarize_trace(path, steps=1, limits=None):
     for event in trace_stream.events(path, header, **limits):
         kept.keep(event)
     name = os.path.basename(path)
-    passes, passes_from, cpu_us = _passes(kept, max(1, int(steps)))
+    # without spans, a by-stage DECODE file holds the steps asked for (SGLang's own stage counter);
+    # any other file as many passes as ran, which the trace does not say: read as one
+    count = max(1, int(steps)) if file_stage(name) == "DECODE" else 1
+    passes, passes_from, cpu_us = _passes(kept, count)
     stages = {}
     if kept.spans:
         for stage in sorted(set(p.stage for p in passes)):
             mine = [p for p in passes if p.stage == stage]
-            stages[stage] = _stage_summary(kept, mine, 1, [c for c, s in zip(cpu_us, kept.spans) if s[4] == stage])
+            stages[stage] = _stage_summary(kept, mine, [c for c, s in zip(cpu_us, kept.spans) if s[4] == stage])
     elif passes:
-        stages[file_stage(name) or "ALL"] = _stage_summary(kept, passes, max(1, int(steps)), [])
+        stages[file_stage(name) or "ALL"] = _stage_summary(kept, passes, [])
     try:
         size = os.path.getsize(path)
     except OSError:
