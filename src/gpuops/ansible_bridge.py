@@ -19,6 +19,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuops.transport.base import ConnectOptions, ExecResult
+from gpuops.apply.options import ApplyOptions, new_run_id
+from gpuops.apply.runner import apply_host, discover_all
+from gpuops.errors import TransportError
+from gpuops.facts.collect import host_json, inspect_host
+from gpuops.inventory.builder import InventoryBuilder, resolve
+from gpuops.transport import HostOutcome
+from gpuops.transport.connvars import IMPLEMENTED, IRRELEVANT
 
 # Ansible's own variables in a task's vars: not the host's.
 MAGIC_VARS = frozenset({
@@ -43,8 +50,6 @@ class AnsibleConnection:
         return ExecResult(out, err, rc)
 
     def open_stream(self, command: str) -> Any:
-        from gpuops.errors import TransportError
-
         # Ansible's connection API runs a command to its end; the role action connects with gpuops' own.
         raise TransportError(self.host.name, "Ansible's connection cannot keep a command's stdin open")
 
@@ -59,8 +64,6 @@ def host_from_vars(name: str, variables: Mapping[str, Any], own_connection: bool
     open, which Ansible's connection API does not give), reading the host's Ansible connection
     variables as ``gpuops -i`` would; otherwise the ``ansible_*`` variables are left to Ansible.
     """
-    from gpuops.inventory.builder import InventoryBuilder, resolve
-    from gpuops.transport.connvars import IMPLEMENTED, IRRELEVANT
 
     wanted = (IMPLEMENTED | IRRELEVANT) if own_connection else frozenset({"ansible_python_interpreter"})
     kept = {k: _plain(v) for k, v in variables.items()
@@ -84,8 +87,6 @@ def _plain(value: Any) -> Any:
 
 def facts(host: Any, runner: Runner, with_gates: bool = True) -> dict[str, Any]:
     """One host's entry of ``gpuops inspect host --json``, gathered in one exec through Ansible."""
-    from gpuops.facts.collect import host_json, inspect_host
-    from gpuops.transport import HostOutcome
 
     options = ConnectOptions(connector=lambda h: AnsibleConnection(h, runner))
     inspection = inspect_host(host, options, with_gates=with_gates)
@@ -97,8 +98,6 @@ def apply_role(host: Any, role: str, extra: Mapping[str, Any], check: bool) -> d
 
     `host` comes from ``host_from_vars(..., own_connection=True)``: gpuops reaches it itself.
     """
-    from gpuops.apply.options import ApplyOptions, new_run_id
-    from gpuops.apply.runner import apply_host, discover_all
 
     options = ApplyOptions(connect=ConnectOptions(), check=check)
     discovery = discover_all([host], role, dict(extra))[host.name]

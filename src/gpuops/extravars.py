@@ -13,6 +13,9 @@ import shlex
 from typing import Any
 
 from gpuops.errors import GpuopsError
+from gpuops.errors import InventoryError
+from gpuops.inventory.varsfiles import load_vars_file
+from gpuops.yamlfile import parse_yaml_text
 
 
 class ExtraVarsError(GpuopsError):
@@ -39,8 +42,6 @@ def parse_one(value: str) -> dict[str, Any]:
 
 def _from_file(path: str) -> dict[str, Any]:
     """``-e @file``: a vars file, read exactly as group_vars/host_vars files are."""
-    from gpuops.errors import InventoryError
-    from gpuops.inventory.varsfiles import load_vars_file
 
     if not path:
         raise ExtraVarsError("-e @: a file name must follow '@'")
@@ -51,8 +52,6 @@ def _from_file(path: str) -> dict[str, Any]:
 
 
 def _yaml(text: str, where: str) -> Any:
-    from gpuops.yamlfile import parse_yaml_text
-
     return parse_yaml_text(text, where, error=ExtraVarsError)
 
 

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpuops.transport.limits import MiB, over_message
+from gpuops import timings
+from gpuops.errors import TransportError
+from gpuops.transport.become import become_connection
 
 if TYPE_CHECKING:
     from gpuops.transport.base import Connection
@@ -217,7 +220,6 @@ def gather(conn: Connection, probes: Iterable[Probe[Any]], preamble: str = "", t
     script = build_gather_script(probes, nonce, preamble)
     result = conn.run(GATHER_COMMAND, stdin=script.encode(), timeout=timeout)
     _check_become(conn, result, probes, nonce)
-    from gpuops import timings
 
     with timings.span("parse", getattr(getattr(conn, "host", None), "name", None)):
         outputs = split_gather_output(result.stdout, nonce)
@@ -232,13 +234,10 @@ def _check_become(conn: Connection, result: Any, probes: list[Probe[Any]], nonce
     """Fail the host when sudo refused the gather: not one probe ran, so there are no facts to
     report as unknown, only a host that cannot be reached as asked (what apply says too). A gather
     that ran some probes and then stopped stays a partial gather, its missing facts unknown."""
-    from gpuops.transport.become import become_connection
 
     become = become_connection(conn)
     if become is None or not probes or f"@@gpuops:{nonce} begin " in result.stdout_text():
         return
     why = become.refusal(result)
     if why is not None:
-        from gpuops.errors import TransportError
-
         raise TransportError(conn.host.name, f"sudo refused: {why}")

@@ -29,6 +29,8 @@ import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+from gpuops.gates import fits, kernels
+from gpuops.remote.sglang_argv import first_of, parse_flags
 
 ENABLE_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 MAX_NUMEL_ENV = "SGLANG_PCIE_IPC_MAX_NUMEL"
@@ -114,14 +116,10 @@ def at_least(version: str | None, first: str) -> bool | None:
 
 
 def launch_flags(args: Sequence[str]) -> dict[str, Any]:
-    from gpuops.remote.sglang_argv import parse_flags
-
     return parse_flags([str(a) for a in args])[0]
 
 
 def tp_size(args: Sequence[str], gpu_count: int | None) -> int | None:
-    from gpuops.remote.sglang_argv import first_of
-
     text = first_of(launch_flags(args), "tp_size")
     if isinstance(text, str) and text.isdigit():
         return int(text)
@@ -145,7 +143,6 @@ def fit(stack: HostStack) -> PcieIpcVerdict:
     gates/fits.py, as ``inspect host`` judges them); this names the first that fails, in this
     order: an NVLink host never wants it; then the release, FlashInfer, the TP size, dtype,
     determinism, peer-to-peer, and what would make it fit."""
-    from gpuops.gates import fits, kernels
     from gpuops.gates.catalog import load_catalog
 
     feature = load_catalog().feature("pcie_ipc_allreduce")

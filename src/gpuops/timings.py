@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from gpuops import FIRST_IMPORT_AT as first
 
 PHASES = ("startup", "imports", "inventory", "ssh-import", "connect", "auth", "exec", "parse", "plan", "render")
 JSON_ENV = "GPUOPS_TIMINGS_JSON"
@@ -93,7 +94,6 @@ def summary(now: float | None = None) -> dict[str, object]:
     """The figures so far: wall time, the global phases and each host's phases, in seconds."""
     now = time.monotonic() if now is None else now
     began = process_started()
-    from gpuops import FIRST_IMPORT_AT as first
     command = _RECORDER.command_started
     phases: dict[str, float] = {}
     if began is not None:

@@ -4,6 +4,7 @@ in the derived image (see plan/image_patch.py and remote/container_image.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
+from gpuops.facts.container_python import CONTAINER_PROBE, container_probe, in_container, in_image
 
 if TYPE_CHECKING:
     from gpuops.plan.model import Plan
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
 def gather_probes(discovery: "Discovery", probes: list[Any]) -> list[Any]:
     """The gate scan with the container's python, and what the container runs (``docker inspect``),
     on a docker host whose role scans gates; ``probes`` as they are otherwise."""
-    from gpuops.facts.container_python import container_probe, in_container
 
     target = discovery.container
     if target is None or not discovery.needs_gate_scan:
@@ -22,8 +22,6 @@ def gather_probes(discovery: "Discovery", probes: list[Any]) -> list[Any]:
 
 
 def container_facts(values: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    from gpuops.facts.container_python import CONTAINER_PROBE
-
     value = values.get(CONTAINER_PROBE)
     return value if isinstance(value, dict) else None
 
@@ -32,6 +30,5 @@ def audit_script(plan: "Plan", script: str) -> str:
     """The re-audit's sh: in the derived image when the plan builds one (no container runs it yet)."""
     if plan.image is None:
         return script
-    from gpuops.facts.container_python import in_image
 
     return in_image(script, plan.image.tag, plan.image.python)

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.remote import host_protocol as hp
+from gpuops.release.flags import merge_flags
+from gpuops.remote.sglang_argv import flag_value
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -167,8 +169,6 @@ def _one(name: str, nodes: list["Host"], extra: Mapping[str, Any]) -> Deployment
 
 def _check_own_flags(host: "Host", deployment: Deployment, extra: Mapping[str, Any]) -> None:
     """The inventory may spell the flags itself, but must agree with what gpuops derives."""
-    from gpuops.release.flags import merge_flags
-    from gpuops.remote.sglang_argv import flag_value
 
     variables = {**dict(host.vars or {}), **dict(extra)}
     words = merge_flags(_words(variables.get("sglang_args")), _words(variables.get("sglang_extra_args")))

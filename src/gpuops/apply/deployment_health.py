@@ -25,6 +25,7 @@ from gpuops.apply.host_call import module_answer
 from gpuops.errors import GpuopsError
 from gpuops.plan.varcheck import seconds_var
 from gpuops.remote.node_health import MODE_ANSWER, MODE_LEADER, MODE_WORKER
+from gpuops.apply.deployment import plan_deployments
 
 if TYPE_CHECKING:
     from gpuops.apply.deployment import DeploymentTxn
@@ -78,7 +79,6 @@ def leader_answers(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, A
     """``inspect host``: each deployment whose every node runs, its leader's first answer, asked
     on the leader's host and bounded by its ``sglang_deployment_answer_timeout``: ``{NAME: {"ok",
     "error", "seconds"}}``. A deployment with a node down is down already: its leader is not asked."""
-    from gpuops.apply.deployment import plan_deployments
     from gpuops.transport import connect
 
     try:

@@ -40,6 +40,12 @@ from gpuops.apply.deployment import Deployment, deployment_name
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, STATUS_FINISHED, STATUS_ROLLED_BACK, UNCHANGED
 from gpuops.apply.options import inventory_state_dir
+from gpuops.apply.host_report import HostReport
+from gpuops.apply.options import new_run_id
+from gpuops.apply.probes import journal_probe
+from gpuops.apply.undo import rollback_hosts
+from gpuops.gather import ProbeFailure, gather
+from gpuops.remote.host_protocol import STATUS_SKIPPED
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -154,8 +160,6 @@ def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
               options: "ApplyOptions") -> dict[str, list[dict[str, Any]] | str]:
     """Each node's journal (its state dir: ``-e``'s, else the inventory's; one read-only exec
     each): records, or why not."""
-    from gpuops.apply.probes import journal_probe
-    from gpuops.gather import ProbeFailure, gather
     from gpuops.transport import connect, run_on_hosts
 
     def one(host: "Host") -> list[dict[str, Any]] | str:
@@ -201,7 +205,6 @@ def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mappi
 def finish(split: Split, inventory: Sequence["Host"], options: "ApplyOptions") -> dict[str, "HostReport"]:
     """Undo ``split``'s run on every node as one (the held rollback): each node's report, its notes
     saying what was done."""
-    from gpuops.apply.undo import rollback_hosts
 
     by_name = {h.name: h for h in inventory}
     hosts = [by_name[m] for m in split.deployment.members]
@@ -236,7 +239,6 @@ def around(hosts: Sequence["Host"], extra: Mapping[str, Any], options: "ApplyOpt
     splits of their deployments rolled back first, and a split the run leaves itself (a node's
     session frozen past its lease while the others committed, its client still here) rolled back
     before it returns: its nodes then report the run rolled back, with what was done."""
-    from gpuops.apply.options import new_run_id
 
     repaired, warnings = before_command(hosts, hosts, extra, options)
     run_id = new_run_id()
@@ -280,8 +282,6 @@ def fold_into(reports: dict[str, "HostReport"], repaired: Mapping[str, "HostRepo
 
 def stopped_after(selected: Sequence["Host"], repaired: Mapping[str, "HostReport"]) -> dict[str, "HostReport"]:
     """A repair that failed: its nodes' reports, and every other host skipped (nothing done there)."""
-    from gpuops.apply.host_report import HostReport
-    from gpuops.remote.host_protocol import STATUS_SKIPPED
 
     return {h.name: repaired.get(h.name) or HostReport(
         host=h.name, ok=False, status=STATUS_SKIPPED, error="not run: finishing a split deployment's rollback failed")

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
+from gpuops.remote import python_command, python_stdin
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -18,7 +19,6 @@ def module_answer(conn: "Connection", variables: Mapping[str, Any], module: str,
                   timeout: float, what: str) -> dict[str, Any]:
     """``module`` (a host-side module of ``gpuops.remote``) run with ``payload`` under the host's
     ``gpuops_python``; its answer. ``what`` names it in the error (``"n1: the drain helper"``)."""
-    from gpuops.remote import python_command, python_stdin
 
     python = variables.get("gpuops_python")
     done = conn.run(python_command(str(python) if python else None), python_stdin(module, payload), timeout=timeout)

@@ -46,6 +46,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops import memo
+from gpuops.errors import GpuopsError
+from gpuops.facts.software import PythonPackages
+from gpuops.gather import Probe, ProbeFailure, ProbeKept
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe
@@ -156,7 +159,6 @@ def guard(host: "Host", probes: Sequence["Probe[Any]"], offer: bool = True) -> G
     """``probes`` (the GPU and package probes) plus the fingerprint probe; each skipped on the host
     when the fingerprint matches the one kept. Unchanged probes when keeping is off. ``offer=False``
     (``--flush-cache``): nothing is skipped, and what is gathered is kept as on any run."""
-    from gpuops.gather import Probe
 
     key = host_key(host) if memo.root() is not None else None
     if key is None:
@@ -181,9 +183,6 @@ def summary(guard_: Guard, host_name: str, values: Mapping[str, Any],
             compute: Callable[[Mapping[str, Any]], dict[str, Any]]) -> dict[str, Any]:
     """The GPU summary: the kept one when the host skipped the probes, else ``compute(values)``
     (then kept for the next run when everything it was read from is known)."""
-    from gpuops.errors import GpuopsError
-    from gpuops.facts.software import PythonPackages
-    from gpuops.gather import ProbeFailure, ProbeKept
 
     fingerprint = values.get(FINGERPRINT_PROBE)
     guarded = {name: value for name, value in values.items() if _guarded(name)}

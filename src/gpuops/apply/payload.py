@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuops.plan.model import Plan
 from gpuops.remote.host_protocol import MODE_APPLY
+from gpuops.plan.image_patch import path_in_image
 
 
 def run_meta(plan: Plan, vars_sha256: str) -> dict[str, Any]:
@@ -50,7 +51,6 @@ def image_build(plan: Plan) -> dict[str, Any] | None:
     """docker: the derived image the helper builds (remote/container_image.py) before the restart."""
     if plan.image is None:
         return None
-    from gpuops.plan.image_patch import path_in_image
 
     files = [{"path": path_in_image(plan.image.tag, c.path), "before_sha256": c.before_sha256,
               "after_b64": base64.b64encode(c.after.encode("utf-8")).decode()}

@@ -27,6 +27,19 @@ from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import (STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK,
                                          STATUS_UNKNOWN)
 from gpuops.apply.options import inventory_state_dir
+from gpuops.apply.host_report import HostReport
+from gpuops.apply.options import current_user
+from gpuops.apply.payload import apply_payload
+from gpuops.apply.probes import files_probe
+from gpuops.apply.recovery import has_unfinished
+from gpuops.apply.remote_exec import run_helper
+from gpuops.facts.python_select import preamble_for_vars
+from gpuops.gather import ProbeFailure, gather
+from gpuops.plan.compose import composed, read_desired, without_run
+from gpuops.plan.model import PlanFacts
+from gpuops.plan.planner import discover, plan_role, vars_digest
+from gpuops.remote.recompose import is_rollback, later_standing, name_runs, paths_of, pick_target, runs_in_order, touchers
+from gpuops.secret_policy import mask_text, secret_values
 
 if TYPE_CHECKING:
     from gpuops.remote.host_protocol import HelperResult
@@ -54,7 +67,6 @@ def judge(records: list[dict[str, Any]], wanted: str | None, launch_files: set[s
           desired_path: str | None) -> Recomposition | None:
     """None: the plain rollback applies (or the host helper words the refusal); else how to
     recompose. Raises GpuopsError when later runs make the undo impossible."""
-    from gpuops.remote.recompose import is_rollback, later_standing, name_runs, paths_of, pick_target, runs_in_order, touchers
 
     runs = runs_in_order(records)
     target = pick_target(runs, wanted)
@@ -106,7 +118,6 @@ def backup_path(state_dir: str, target: Mapping[str, Any], path: str) -> str | N
 def contributions_before(files: Mapping[str, Any], state_dir: str, host: str,
                          recomposition: Recomposition) -> dict[str, dict[str, Any]]:
     """desired.json's contributions as the target found them, from its backup (sha256-checked)."""
-    from gpuops.plan.compose import read_desired
 
     target = recomposition.target
     where = backup_path(state_dir, target, recomposition.desired_path)
@@ -131,12 +142,6 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     dead runs, and what it recovered), so no journal is read again here. (its report, the
     target's run id). Raises GpuopsError for an impossible undo (the helper's refusal when the
     records show no recomposition to do)."""
-    from gpuops.apply.probes import files_probe
-    from gpuops.apply.recovery import has_unfinished
-    from gpuops.apply.remote_exec import run_helper
-    from gpuops.facts.python_select import preamble_for_vars
-    from gpuops.gather import ProbeFailure, gather
-    from gpuops.plan.planner import discover
 
     variables = dict(host.vars or {})
     # the state dir the target ran with (an earlier -e gpuops_state_dir=...), else the inventory's
@@ -166,9 +171,6 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
 def _report(host: "Host", run_id: str, result: "HelperResult", recovered: list[str], plan: "Plan",
             recomposition: Recomposition) -> "HostReport":
     """The host's outcome as a rollback report (secrets of the host's variables masked)."""
-    from gpuops.apply.host_report import HostReport
-    from gpuops.plan.compose import composed, read_desired
-    from gpuops.secret_policy import mask_text, secret_values
 
     secrets = secret_values(dict(host.vars or {}))
     ok, status = result.ok, result.status
@@ -199,10 +201,6 @@ def _report(host: "Host", run_id: str, result: "HelperResult", recovered: list[s
 
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],
           state_dir: str, recomposition: Recomposition, run_id: str) -> "Plan":
-    from gpuops.plan.compose import without_run
-    from gpuops.plan.model import PlanFacts
-    from gpuops.plan.planner import plan_role
-
     before = contributions_before(files, state_dir, host.name, recomposition)
     target = recomposition.target
     role, tid = str(target.get("role") or ""), target["run_id"]
@@ -220,10 +218,6 @@ def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files:
 
 def _payload(plan: "Plan", recomposition: Recomposition, run_id: str, options: "ApplyOptions",
              variables: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    from gpuops.apply.options import current_user
-    from gpuops.apply.payload import apply_payload
-    from gpuops.plan.planner import vars_digest
-
     payload = apply_payload(plan, run_id, vars_digest(dict(variables), dict(extra)), None)
     payload["meta"] = dict(payload["meta"], role=recomposition.target.get("role"), user=current_user())
     payload["recompose"] = {"target": recomposition.target["run_id"], "restore": recomposition.restore,

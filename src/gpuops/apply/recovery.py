@@ -11,6 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from gpuops.remote.host_protocol import MODE_JOURNAL, STATUS_JOURNAL
 from gpuops.apply.options import inventory_state_dir
+from gpuops.apply.journal import fold_runs
+from gpuops.apply.options import current_user, new_run_id
+from gpuops.apply.probes import journal_probe
+from gpuops.apply.remote_exec import run_helper
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -20,14 +24,10 @@ PROBE_NAME = "apply.journal"
 
 
 def journal_probe_for(host: "Host") -> Any:
-    from gpuops.apply.probes import journal_probe
-
     return journal_probe(inventory_state_dir(host))
 
 
 def has_unfinished(records: Any) -> bool:
-    from gpuops.apply.journal import fold_runs
-
     if not isinstance(records, list):
         return False  # the journal could not be read (a ProbeFailure): nothing to act on
     return any(str(r.get("outcome", "")).startswith("unfinished") for r in fold_runs(records))
@@ -35,8 +35,6 @@ def has_unfinished(records: Any) -> bool:
 
 def recover_host(conn: "Connection", host: "Host") -> list[str]:
     """Roll back the host's dead runs (the helper's journal mode does it first); what it said."""
-    from gpuops.apply.options import current_user, new_run_id
-    from gpuops.apply.remote_exec import run_helper
 
     payload = {"mode": MODE_JOURNAL, "run_id": new_run_id(), "state_dir": inventory_state_dir(host),
                "meta": {"role": "inspect", "user": current_user()}}

@@ -14,6 +14,11 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from gpuops.facts.collect import judge_facts, sglang_probes_in_docker
+from gpuops.facts.host import host_facts, preamble, probes_for
+from gpuops.facts.software_stack import stack_problems
+from gpuops.gates.probe import gate_scan_probe
+from gpuops.gather import gather
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,12 +37,6 @@ class TreeVerdicts:
 
 
 def _audit(conn: "Connection", host: "Host", python: str | None, image: str | None = None) -> TreeVerdicts:
-    from gpuops.facts.collect import judge_facts, sglang_probes_in_docker
-    from gpuops.facts.host import host_facts, preamble, probes_for
-    from gpuops.facts.software_stack import stack_problems
-    from gpuops.gates.probe import gate_scan_probe
-    from gpuops.gather import gather
-
     gate = gate_scan_probe(with_sources=False)  # nothing kept is offered: a new tree is scanned
     script = preamble(host)
     if python is not None:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
+from gpuops.plan.release import wheelhouse_digest
+from gpuops.remote import python_command, python_stdin
 
 if TYPE_CHECKING:
     from gpuops.plan.release import ReleaseEnv
@@ -76,7 +78,6 @@ def copy_wheelhouse(conn: "Connection", env: "ReleaseEnv", host: str) -> str:
 
     GNU tar on the host stops at the archive's end marker, so the command ends without the
     stream's stdin being closed, and says how it ended on its stdout."""
-    from gpuops.plan.release import wheelhouse_digest
 
     folder = Path(env.wheelhouse).expanduser()
     target = posixpath.join(env.envs_dir, ".wheelhouse", wheelhouse_digest(env.wheelhouse)[:16])
@@ -117,8 +118,6 @@ def make_ready(conn: "Connection", env: "ReleaseEnv", host: str, python: str | N
 
 def _call(conn: "Connection", env: "ReleaseEnv", host: str, python: str | None,
           payload: dict[str, Any]) -> EnvReady | None:
-    from gpuops.remote import python_command, python_stdin
-
     done = conn.run(python_command(python), stdin=python_stdin("release_env", payload), timeout=7200)
     text = done.stdout_text().strip().splitlines()
     try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from gpuops.apply.release_env import EnvRefused
+from gpuops.remote.release_env import PROBE
 
 if TYPE_CHECKING:
     from gpuops.plan.release import ReleaseImage
@@ -102,7 +103,6 @@ def _public(version: str | None) -> str:
 
 def check_inside(conn: "Connection", image: "ReleaseImage", host: str) -> tuple[dict[str, str | None], str | None, str | None]:
     """What the image holds (its distributions, torch's CUDA), refused unless it is the release."""
-    from gpuops.remote.release_env import PROBE
 
     expect = dict(image.expect)
     command = (f"docker run --rm -i --network none --entrypoint {shlex.quote(image.python)} {shlex.quote(image.tag)} "

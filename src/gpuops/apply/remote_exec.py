@@ -9,6 +9,14 @@ from __future__ import annotations
 import shlex
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+from gpuops import timings
+from gpuops.apply.txn import lease_seconds, number_var, run_transaction
+from gpuops.errors import TransportError
+from gpuops.facts.python_select import preamble_for_vars
+from gpuops.remote import python_command, python_stdin
+from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records, runs_by_id
+from gpuops.remote.host_protocol import HelperResult, MODE_APPLY
+from gpuops.transport import verbose
 
 if TYPE_CHECKING:
     from gpuops.remote.host_protocol import HelperResult, HostEvent
@@ -16,13 +24,10 @@ if TYPE_CHECKING:
 
 
 def _helper_command(variables: Mapping[str, Any], with_preamble: bool) -> str:
-    from gpuops.remote import python_command
-
     python = variables.get("gpuops_python")
     command = python_command(str(python) if python else None, stream=True)
     if with_preamble:
         # The re-audit must see the packages the server sees: the gather preamble picks that python.
-        from gpuops.facts.python_select import preamble_for_vars
 
         command = "/bin/sh -c " + shlex.quote(preamble_for_vars(dict(variables)) + "\n" + command)
     return command
@@ -39,19 +44,12 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
 
     Returns the helper's result, typed (``host_protocol.HelperResult``), status ``unknown`` when
     the outcome could not be learnt (per-host deadline, connection lost)."""
-    from gpuops.remote.host_protocol import HelperResult
-
-    from gpuops.apply.txn import lease_seconds, run_transaction
-    from gpuops.remote import python_stdin
-    from gpuops.remote.host_protocol import MODE_APPLY
 
     lease_s = lease_seconds(variables)
     remaining = None if deadline is None else max(1.0, deadline - time.monotonic())
     payload = dict(payload, lease_s=lease_s, deadline_s=remaining, keep_runs=keep_runs(variables))
     command = _helper_command(variables, with_preamble)
     body = python_stdin("apply_helper", payload, stream=True)
-    from gpuops import timings
-    from gpuops.transport import verbose
 
     started = time.monotonic()
     with timings.span("exec", conn.host.name):  # the transaction's exec, on a channel of its own
@@ -66,9 +64,6 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
 def journal_reader(conn: "Connection", payload: Mapping[str, Any]) -> Callable[[], Mapping[str, Any] | None]:
     """Reads the host's journal for this run (its last lines), over the connection or, when that
     is gone, a new one: how a lost answer is replaced by what the host itself recorded."""
-
-    from gpuops.errors import TransportError
-    from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records, runs_by_id
 
     run_id = payload.get("run_id")
     command = "tail -n 400 " + shlex.quote(str(payload["state_dir"]).rstrip("/") + "/" + JOURNAL_FILE)
@@ -92,6 +87,5 @@ def journal_reader(conn: "Connection", payload: Mapping[str, Any]) -> Callable[[
 
 def keep_runs(variables: Mapping[str, Any]) -> int:
     """``gpuops_keep_runs`` (default 20): how many runs' backups a host keeps."""
-    from gpuops.apply.txn import number_var
 
     return int(number_var(variables, "gpuops_keep_runs", 20, int, "a whole number", 1))

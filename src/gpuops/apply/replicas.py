@@ -43,6 +43,8 @@ from gpuops.apply.router_api import Router, RouterError, RouterUnreachable, Work
 from gpuops.errors import GpuopsError
 from gpuops.plan.varcheck import seconds_var
 from gpuops.transport.address import connect_address
+from gpuops.apply.journal import home_journal_path
+from gpuops.remote.sglang_argv import flag_value
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -192,8 +194,6 @@ def replica_warnings(hosts: Sequence["Host"], extra: Mapping[str, Any], replicas
 
 
 def _model_path(variables: Mapping[str, Any]) -> str | None:
-    from gpuops.remote.sglang_argv import flag_value
-
     args = variables.get("sglang_args")
     if not isinstance(args, list):
         return None
@@ -224,8 +224,6 @@ def _await(what: Callable[[], bool], timeout_s: float) -> bool:
 
 
 def _record_path(replica: Replica) -> Path:
-    from gpuops.apply.journal import home_journal_path
-
     key = hashlib.sha256(f"{normal_url(replica.router.url)} {normal_url(replica.worker_url)}".encode()).hexdigest()
     return home_journal_path().parent / "replicas-out" / f"{key[:24]}.json"
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
+from gpuops import remote
+from gpuops.apply.txn import number_var
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -52,15 +54,12 @@ def truthy(value: Any) -> bool:
 
 def timeout_s(variables: Mapping[str, Any]) -> float:
     """``gpuops_smoke_timeout`` (seconds, >= 1; default 600): one prompt's time limit."""
-    from gpuops.apply.txn import number_var
 
     return number_var(variables, "gpuops_smoke_timeout", DEFAULT_TIMEOUT_S, float, "a number of seconds", 1, " second")
 
 
 def run_prompts(conn: "Connection", port: int, python: str = "python3",
                 timeout: float = DEFAULT_TIMEOUT_S) -> SmokeResult:
-    from gpuops import remote
-
     # On the host, through the one server client (remote/smoke_prompts.py, remote/sglang_server.py).
     command = remote.python_command(python)
     stdin = remote.python_stdin("smoke_prompts", {"port": int(port), "max_tokens": MAX_TOKENS, "prompts": list(PROMPTS),

@@ -19,6 +19,7 @@ from gpuops.apply import inflight
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import HOLDS
 from gpuops.transport.verbose import COMMANDS, LOGGER
+from gpuops.remote import missing_python
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -51,7 +52,6 @@ def not_started(stream: "Stream", run_id: str | None) -> dict[str, Any] | None:
     """The helper never ran: no python on the host to run it (``remote.NO_PYTHON``'s line, waited
     for up to 5 s: stdout's end can come before it). Then nothing changed, and the error says why,
     naming the interpreter; else None."""
-    from gpuops.remote import missing_python
 
     why = missing_python(stream.stderr_text(wait=5.0))
     if why is None:

@@ -17,6 +17,8 @@ from gpuops.apply.options import ApplyOptions, current_user, inventory_state_dir
 from gpuops.apply.remote_exec import run_helper
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import EVENT_ROLLING_BACK, EVENT_STOP_READY, KIND_ROLLBACK, HostEvent, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_FINISHED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
+from gpuops.apply.journal import fold_runs, read_home, reconcile_home, record_run_home
+from gpuops.apply.recompose import recompose_host
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -33,7 +35,6 @@ def _same_host(record: dict[str, Any], host: "Host") -> bool:
 
 def state_dirs_of(host: "Host") -> list[str]:
     """The inventory's state dir first, then every other one the home journal saw for this host."""
-    from gpuops.apply.journal import read_home
 
     dirs = [inventory_state_dir(host)]
     for record in read_home():
@@ -45,7 +46,6 @@ def state_dirs_of(host: "Host") -> list[str]:
 
 def _rollback_state_dir(host: "Host", target: str | None) -> str:
     """Where the run to undo lives: the named run's state dir, else the host's latest one."""
-    from gpuops.apply.journal import read_home
 
     chosen = None
     for record in read_home():
@@ -133,8 +133,6 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
     """``finish_split``: ``target`` is a deployment's run that committed on some of ``hosts`` and
     rolled back on the others (apply/deployment_repair.py): undone on every node as one, the nodes
     where it rolled back already restarting with the others."""
-    from gpuops.apply.journal import record_run_home
-    from gpuops.apply.recompose import recompose_host
     from gpuops.transport import connect, run_on_hosts
 
     run_id = new_run_id()
@@ -320,7 +318,6 @@ def held_as_one(txn: DeploymentTxn, nodes: dict[str, HostReport], placed: str | 
 def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, Any]:
     """Each host's journal (every state dir it was used with), folded into runs; dead runs are
     rolled back first. Value per host: ``{"runs": [...], "notes": [...]}``."""
-    from gpuops.apply.journal import fold_runs, reconcile_home
     from gpuops.transport import connect, run_on_hosts
 
     call_id = new_run_id()

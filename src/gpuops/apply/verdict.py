@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuops.plan.changes import AuditCheck
+from gpuops.gates.evaluate import judge
+from gpuops.gates.probe import gate_scan_probe
+from gpuops.gather import ProbeOutput
 
 
 @dataclass(frozen=True)
@@ -29,9 +32,6 @@ def judge_audit(audit_output: dict[str, Any] | None, check: AuditCheck, cuda: st
     and judged into a ``GateReport`` whose ``features[name]["status"]`` decides."""
     if not audit_output:
         return Verdict(False, "the gate re-audit produced no output")
-    from gpuops.gates.evaluate import judge
-    from gpuops.gates.probe import gate_scan_probe
-    from gpuops.gather import ProbeOutput
 
     probe = gate_scan_probe(with_sources=False)
     scan = probe.parse(ProbeOutput(audit_output.get("stdout", ""), audit_output.get("stderr", ""),

@@ -16,6 +16,7 @@ import json
 import math
 import re
 from typing import Any, Iterable, Mapping, Sequence
+from gpuops.bench.suites import reader
 
 
 IDENTITY = ("result_id", "host", "suite", "tool", "created", "ok", "partial", "simulated", "speed_model",
@@ -37,7 +38,6 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def _levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
     """(identity columns of the level, its figures) for every measured level of one result."""
-    from gpuops.bench.suites import reader
 
     return reader(result.get("suite")).levels(result)
 

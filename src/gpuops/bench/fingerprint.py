@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any, Iterable, Mapping
+from gpuops.secret_policy import is_secret_name, mask_args, mask_mapping, mask_value
 
 # Flags that say where or how the server is reached, not how fast it runs.
 VOLATILE_SERVER_ARGS = frozenset({
@@ -26,7 +27,6 @@ def tuning_env(env: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment that can change performance: less simulator controls and less credentials
     (named by the one secrets policy: ``HF_TOKEN`` goes, ``SGLANG_KEY_CACHE`` stays), so rotating a
     token never changes a fingerprint. Other values have URL credentials masked."""
-    from gpuops.secret_policy import is_secret_name, mask_value
 
     return {str(key): str(mask_value(str(key), value)) for key, value in sorted((env or {}).items())
             if not str(key).startswith(_SIMULATION_ENV_PREFIX) and not is_secret_name(str(key))}
@@ -34,22 +34,18 @@ def tuning_env(env: Mapping[str, Any] | None) -> dict[str, str]:
 
 def shown_env(env: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment as a result stores it: every variable, secret values masked (short hash)."""
-    from gpuops.secret_policy import mask_value
 
     return {str(key): str(mask_value(str(key), value)) for key, value in sorted((env or {}).items())
             if not str(key).startswith(_SIMULATION_ENV_PREFIX)}
 
 
 def stable_server_args(server_args: Mapping[str, Any] | None) -> dict[str, Any]:
-    from gpuops.secret_policy import mask_mapping
-
     return mask_mapping({k: v for k, v in sorted((server_args or {}).items()) if k not in VOLATILE_SERVER_ARGS})
 
 
 def public_server_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """A result's ``server`` record as it may be stored and shown: flags, environment and the
     process command line with secret values masked (real SGLang reports ``api_key`` in its info)."""
-    from gpuops.secret_policy import mask_args, mask_mapping
 
     out = dict(record)
     out["server_args"] = mask_mapping(dict(record.get("server_args") or {}))

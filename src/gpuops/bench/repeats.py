@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.stats import intervals_json
 from gpuops.bench.suites import is_torchrun, reader
+from gpuops.remote.bench_stats import sample_figures
 
 # the headline figures of decode/serving runs and where they sit in a summary
 SERVING_FIGURES = (
@@ -46,8 +47,6 @@ def dig(mapping: Any, path: Sequence[str]) -> float | None:
 
 
 def sample_figures_of(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    from gpuops.remote.bench_stats import sample_figures
-
     out = []
     for sample in samples:
         if sample.get("ok") and sample.get("chunks"):

@@ -31,6 +31,7 @@ from gpuops.bench.fingerprint import config_differences
 from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
 from gpuops.errors import GpuopsError
 from gpuops.output import safe_text
+from gpuops.bench.suites import SUITES, reader
 
 
 def result_label(result: Mapping[str, Any]) -> str:
@@ -100,7 +101,6 @@ def error_bars(values: Sequence[float | None], intervals: Sequence[Mapping[str, 
 
 def _by_suite(results: Sequence[Mapping[str, Any]]) -> list[tuple[Any, list[Mapping[str, Any]]]]:
     """Each registered suite's client module with its own results, in the registry's order."""
-    from gpuops.bench.suites import SUITES, reader
 
     return [(reader(name), [r for r in results if r.get("suite") == name]) for name in SUITES]
 
@@ -120,8 +120,6 @@ def build_plots(results: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
 
 
 def _plot_titles() -> dict[str, str]:
-    from gpuops.bench.suites import SUITES, reader
-
     return {name: title for suite in SUITES for name, title, _ in reader(suite).PLOTS}
 
 

@@ -25,6 +25,11 @@ from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
 from gpuops.bench.simulated import model_label
 from gpuops.bench.suites import is_torchrun, reader
+from gpuops.bench.repeats import within_run
+from gpuops.bench.stats import intervals_json
+from gpuops.facts.server_args import settings_from_argv
+from gpuops.facts.speculative import judge
+from gpuops.remote.prom_text import run_deltas
 
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
@@ -80,8 +85,6 @@ def server_record(run: RemoteRun) -> dict[str, Any]:
 def _speculative(snapshot: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
     """Speculative decoding as the benched server ran it: its resolved settings (``args``, from
     ``/server_info``) first, its command line's flags beside them (``facts/speculative.py``)."""
-    from gpuops.facts.server_args import settings_from_argv
-    from gpuops.facts.speculative import judge
 
     argv = snapshot.get("process_cmdline")
     launched = settings_from_argv([str(w) for w in argv]).speculative if isinstance(argv, list) else None
@@ -142,8 +145,6 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
         "samples": samples,
         "server_metrics": server_metrics(run),
     }
-    from gpuops.bench.repeats import within_run
-    from gpuops.bench.stats import intervals_json
 
     document["intervals"] = intervals_json(within_run(document))
     return document
@@ -152,7 +153,6 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
 def server_metrics(run: RemoteRun) -> dict[str, Any] | None:
     """What the run made the server do, from its ``/metrics`` before and after (``prom_text``):
     ``{"exposed": bool, "deltas": {...} | None, "error"}``; None when the suite asks no server."""
-    from gpuops.remote.prom_text import run_deltas
 
     snapshot = run.server or {}
     if not snapshot:

@@ -7,6 +7,10 @@ from typing import Any, Mapping, Sequence
 
 from gpuops.bench.suite_base import (Distributions, Figures, RunParts, across_repeats, cell, check_options, number,
                                      tool_runs)
+from gpuops.bench.compare import format_value
+from gpuops.bench.repeats import median_rows, result_intervals
+from gpuops.bench.report import error_bars, figure_png, result_label
+from gpuops.bench.simulated import is_simulated, mark
 
 __all__ = ["PLOTS", "across_repeats", "allreduce_summary", "bench_tables", "check_options", "figures",
            "finish", "headline", "levels", "merge_repeats", "report_tables", "summarize", "tool_runs",
@@ -62,7 +66,6 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
 
 def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Medians of the pooled rows; a variant that failed in any repeat stays marked failed."""
-    from gpuops.bench.repeats import median_rows
 
     summary = allreduce_summary(median_rows(merged.get("allreduce") or []), [])
     failed = [e for r in results for e in (r.get("summary") or {}).get("variants") or [] if not e.get("ok")]
@@ -143,9 +146,6 @@ def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) 
 def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
 
-    from gpuops.bench.repeats import result_intervals
-    from gpuops.bench.report import error_bars, figure_png, result_label
-
     runs = [r for r in results if r.get("allreduce")]
     if not runs:
         return None
@@ -176,9 +176,6 @@ def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per all-reduce result: latency (us) per size, bus bandwidth at the largest, cost per step, best."""
-    from gpuops.bench.compare import format_value
-    from gpuops.bench.report import result_label
-    from gpuops.bench.simulated import is_simulated, mark
 
     tables = []
     for result in results:

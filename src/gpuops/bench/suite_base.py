@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from gpuops.bench.compare import format_value
+from gpuops.bench.simulated import mark
+from gpuops.errors import GpuopsError
+from gpuops.remote.sglang_argv import flag_name, parse_flags
 
 if TYPE_CHECKING:
     from gpuops.bench.frames import RemoteRun
@@ -123,28 +127,24 @@ def check_options(options: "BenchOptions") -> None:
 
 def tool_runs(options: "BenchOptions") -> tuple[str, str, list[list[str]]]:
     """``--tool sglang``: (SGLang's benchmark module, its output flag, one argv tail per run)."""
-    from gpuops.errors import GpuopsError
 
     raise GpuopsError(f"bench: --tool sglang does not run the {options.suite} suite")
 
 
 def tool_has(user: Sequence[str], flag: str) -> bool:
     """Whether the user's own ``--tool-args`` give ``flag`` (theirs win over gpuops' defaults)."""
-    from gpuops.remote.sglang_argv import flag_name, parse_flags
 
     return flag_name(flag) in parse_flags(list(user))[0]
 
 
 def cell(value: Any) -> str:
     """A figure as a table shows it (``-`` for none)."""
-    from gpuops.bench.compare import format_value
 
     return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
 
 
 def sim_cell(value: Any, simulated: bool) -> str:
     """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
-    from gpuops.bench.simulated import mark
 
     return mark(cell(value), simulated)
 

@@ -10,6 +10,11 @@ from typing import Any, Mapping, Sequence
 from gpuops.bench.suite_base import (Distributions, Figures, RunParts, bench_tables, check_options, headline, levels,
                                      report_tables, request_figures, tool_has)
 from gpuops.bench.suite_base import finish_requests as finish
+from gpuops.bench.repeats import SERVING_FIGURES, dig, result_intervals, sample_figures_of
+from gpuops.bench.report import difference_hint, error_bars, figure_png, result_label
+from gpuops.bench.sglang_tool import one_batch_summary
+from gpuops.bench.simulated import is_simulated, mark
+from gpuops.remote.bench_stats import sample_figures, summarize_samples
 
 __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "headline",
            "levels", "merge_repeats", "report_tables", "summarize", "tool_runs", "within_run"]
@@ -18,10 +23,7 @@ __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures"
 def summarize(run: Any, options: Any) -> RunParts:
     """Our own requests' samples, or the SGLang tool's one batch (``--tool sglang``)."""
     if options.tool:
-        from gpuops.bench.sglang_tool import one_batch_summary
-
         return RunParts(one_batch_summary(run.tool[-1]) if run.tool else {})
-    from gpuops.remote.bench_stats import summarize_samples
 
     return RunParts(summarize_samples(run.samples, None, dict(options.slo) or None))
 
@@ -31,8 +33,6 @@ def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
 
 
 def within_run(result: Mapping[str, Any]) -> Distributions:
-    from gpuops.bench.repeats import sample_figures_of
-
     if result.get("tool"):  # the SGLang tool's batch: no per-request samples of ours
         return {}
     found = sample_figures_of(result.get("samples") or [])
@@ -44,15 +44,11 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
 
 
 def across_repeats(summaries: Sequence[Mapping[str, Any]]) -> Distributions:
-    from gpuops.bench.repeats import SERVING_FIGURES, dig
-
     return {name: ("repeats", [v for v in (dig(s, path) for s in summaries) if v is not None])
             for name, path in SERVING_FIGURES}
 
 
 def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    from gpuops.bench.repeats import SERVING_FIGURES, dig
-
     summaries = [r.get("summary") or {} for r in results]
     summary = dict(summaries[-1])
     for _name, path in SERVING_FIGURES:
@@ -70,10 +66,6 @@ def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]
 
 def plot_token_rate(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
-
-    from gpuops.bench.repeats import result_intervals
-    from gpuops.bench.report import difference_hint, error_bars, figure_png, result_label
-    from gpuops.bench.simulated import is_simulated, mark
 
     rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results]
     rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
@@ -96,9 +88,6 @@ def plot_token_rate(results: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 def plot_itl_distribution(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
-
-    from gpuops.bench.report import figure_png, result_label
-    from gpuops.remote.bench_stats import sample_figures
 
     series = []
     shown = []

@@ -6,6 +6,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from gpuops.bench.suite_base import Distributions, Figures, RunParts, across_repeats, cell, number, tool_runs
+from gpuops.bench.compare import format_value
+from gpuops.bench.repeats import median_rows, result_intervals
+from gpuops.bench.report import error_bars, figure_png, result_label
+from gpuops.bench.simulated import is_simulated, mark
+from gpuops.errors import GpuopsError
 
 __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "fusion_summary",
            "headline", "levels", "merge_repeats", "report_tables", "summarize", "tool_runs", "within_run"]
@@ -51,8 +56,6 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
 
 
 def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    from gpuops.bench.repeats import median_rows
-
     return fusion_summary(median_rows(merged.get("fusion") or [], fusion=True))
 
 
@@ -95,9 +98,6 @@ def fusion_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def plot_fused_vs_unfused(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
 
-    from gpuops.bench.repeats import result_intervals
-    from gpuops.bench.report import error_bars, figure_png, result_label
-
     runs = [r for r in results if (r.get("summary") or {}).get("table")]
     if not runs:
         return None
@@ -127,10 +127,6 @@ def plot_fused_vs_unfused(results: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 
 def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
-    from gpuops.bench.compare import format_value
-    from gpuops.bench.report import result_label
-    from gpuops.bench.simulated import is_simulated, mark
-
     tables = []
     for result in results:
         summary = result.get("summary") or {}
@@ -172,7 +168,6 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
 
 def check_options(options: Any) -> None:
     """FlashInfer's fused kernel runs on NVIDIA GPUs only."""
-    from gpuops.errors import GpuopsError
 
     if options.allreduce.backend != "nccl":
         raise GpuopsError("bench: the fusion suite runs on NVIDIA GPUs (--backend nccl)")

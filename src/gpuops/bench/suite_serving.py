@@ -10,6 +10,9 @@ from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, ch
                                      request_figures, sim_cell, tool_has, within_run)
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.remote.sglang_argv import flag_value
+from gpuops.bench.repeats import level_label, median_levels, result_intervals
+from gpuops.bench.report import error_bars, figure_png, result_label
+from gpuops.bench.sglang_tool import serving_level, serving_samples
 
 __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "headline",
            "levels", "merge_repeats", "report_tables", "serving_summary", "summarize", "tool_runs", "within_run"]
@@ -36,8 +39,6 @@ def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str,
 
 
 def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
-    from gpuops.bench.repeats import level_label
-
     out = request_figures(summary)
     for level in result.get("levels") or []:
         c = level_label(level)
@@ -51,15 +52,12 @@ def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
 
 
 def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
-    from gpuops.bench.repeats import level_label
-
     return [({"level": level_label(lv), "concurrency": lv.get("concurrency"),
               "request_rate": lv.get("request_rate")}, lv) for lv in result.get("levels") or []]
 
 
 def merge_repeats(merged: dict[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Every level's figures as medians over the repeats (the merged document's ``levels``)."""
-    from gpuops.bench.repeats import median_levels
     merged["levels"] = median_levels([r.get("levels") or [] for r in results])
     return serving_summary(merged["levels"])
 
@@ -69,7 +67,6 @@ def summarize(run: Any, options: Any) -> RunParts:
     if not options.tool:
         levels = list(run.levels)
         return RunParts(serving_summary(levels), levels=levels)
-    from gpuops.bench.sglang_tool import serving_level, serving_samples
 
     asked = [_num_prompts(args) for args in tool_runs(options)[2]]
     levels = [serving_level(r, asked[r["_run_index"]] if isinstance(r.get("_run_index"), int)
@@ -114,9 +111,6 @@ def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plot_serving(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
-
-    from gpuops.bench.repeats import level_label, result_intervals
-    from gpuops.bench.report import error_bars, figure_png, result_label
 
     serving = [r for r in results if r.get("levels")]
     if not serving:

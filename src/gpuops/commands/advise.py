@@ -11,12 +11,16 @@ import click
 from gpuops.commands.bench_options import results_dir_option
 from gpuops.commands.inspect import _host_options, _host_title, _run
 from gpuops.commands.options import guide
+from gpuops import advise as advice_of
+from gpuops.bench.store import ResultsStore
+from gpuops.bench.suites import profiles
+from gpuops.errors import GpuopsError
+from gpuops.facts.collect import host_json
+from gpuops.output import make_console, print_json
 
 
 def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
     """The host's stored all-reduce results, newest first (an unreadable store counts as empty)."""
-    from gpuops.bench.store import ResultsStore
-    from gpuops.errors import GpuopsError
 
     store = ResultsStore(results_dir)
     try:
@@ -30,9 +34,6 @@ def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
 def _stored_profile(results_dir: str, host: str, wanted: str | None) -> dict[str, Any] | None:
     """The profile advise computes its savings from: the one ``--profile`` names (an error when it is
     not a profile), else the host's newest stored ``gpuops profile`` result, else None."""
-    from gpuops.bench.store import ResultsStore
-    from gpuops.bench.suites import profiles
-    from gpuops.errors import GpuopsError
 
     store = ResultsStore(results_dir)
     if wanted:
@@ -57,9 +58,6 @@ def advise(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_
            known_hosts: tuple[str, ...], timeout: float, results_dir: str, profile_id: str | None = None,
            flush_cache: bool = False) -> None:
     """The ranked ways to cut each host's all-reduce cost: evidence, the command, why not the others."""
-    from gpuops import advise as advice_of
-    from gpuops.facts.collect import host_json
-    from gpuops.output import make_console, print_json
 
     hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
     answers: dict[str, Any] = {}

@@ -11,6 +11,20 @@ import click
 
 from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, guide, host_key_options,
                                      inventory_options, rollout_options)
+from gpuops import timings
+from gpuops.apply import deployment_repair
+from gpuops.apply.deployment import check_whole
+from gpuops.apply.render import render_history, render_reports
+from gpuops.apply.runner import ApplyOptions, apply_role, history_hosts, rollback_hosts
+from gpuops.apply.undo import rollback_plan
+from gpuops.errors import GpuopsError
+from gpuops.extravars import parse_extra_vars
+from gpuops.inventory import load_inventory
+from gpuops.inventory.vault import NO_PASSWORD_HINT, decrypt_values, find_encrypted
+from gpuops.output import echo_trusted, use_color
+from gpuops.transport import ConnectOptions
+from gpuops.transport.connvars import refuse_connection_vars
+from gpuops.transport.rollout import rollout_for
 
 EXIT_HOST_FAILED = 1
 
@@ -36,9 +50,6 @@ def _options(forks: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...
              check: bool = False, diff: bool = False, rollout: Any = None,
              timeout: float | None = None, connect_timeout: float = 10.0, force: bool = False,
              flush_cache: bool = False) -> Any:
-    from gpuops.apply.runner import ApplyOptions
-    from gpuops.transport import ConnectOptions
-
     return ApplyOptions(
         connect=ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
                                connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout,
@@ -50,8 +61,6 @@ def _options(forks: int, accept_new_host_keys: bool, known_hosts: tuple[str, ...
 
 def _decrypted(extra: dict[str, Any], inventory: Any) -> dict[str, Any]:
     """``-e @file`` values written with ``!vault``: decrypted with the command's vault passwords, or refused."""
-    from gpuops.errors import GpuopsError
-    from gpuops.inventory.vault import NO_PASSWORD_HINT, decrypt_values, find_encrypted
 
     extra = decrypt_values(extra, getattr(inventory, "vault", None))
     for name, value in extra.items():
@@ -62,8 +71,6 @@ def _decrypted(extra: dict[str, Any], inventory: Any) -> dict[str, Any]:
 
 
 def _hosts(inventory: Any, limit: str | None) -> list[Any]:
-    from gpuops.inventory import load_inventory
-
     return load_inventory(inventory).select(limit)
 
 
@@ -79,19 +86,9 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, extra_vars: tuple[str, ...],
           check: bool, diff: bool, timeout: float | None, connect_timeout: float, flush_cache: bool) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
-    from gpuops.apply.render import render_reports
-    from gpuops.apply.runner import apply_role
-    from gpuops.extravars import parse_extra_vars
-    from gpuops.output import echo_trusted, use_color
-
-    from gpuops.transport.rollout import rollout_for
-
-    from gpuops.transport.connvars import refuse_connection_vars
 
     extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
     refuse_connection_vars(extra)
-    from gpuops.apply.deployment import check_whole
-    from gpuops.inventory import load_inventory
 
     everyone = load_inventory(inventory)
     hosts = everyone.select(limit)
@@ -102,7 +99,6 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
                        timeout=timeout, connect_timeout=connect_timeout, flush_cache=flush_cache)
     run_id, reports = apply_role(hosts, role, extra, options)
-    from gpuops import timings
 
     with timings.span("render"):
         if as_json:
@@ -125,22 +121,12 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
              accept_new_host_keys: bool, known_hosts: tuple[str, ...], rollout: Any, run_id: str | None,
              force: bool, timeout: float | None, connect_timeout: float, check: bool) -> None:
     """Undo an apply run: restore every file it changed, byte for byte, and restart the server."""
-    from gpuops.apply.render import render_reports
-    from gpuops.apply.runner import rollback_hosts
-    from gpuops.output import echo_trusted, use_color
-
-    from gpuops.transport.rollout import rollout_for
-
-    from gpuops.apply import deployment_repair
-    from gpuops.inventory import load_inventory
 
     everyone = load_inventory(inventory)
     hosts = everyone.select(limit)
     options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                        timeout=timeout, connect_timeout=connect_timeout, force=force)
     if check:
-        from gpuops.apply.undo import rollback_plan
-
         plan = rollback_plan(hosts, options)
         if as_json:
             click.echo(json.dumps({"check": True, "batches": plan}, indent=2))
@@ -171,8 +157,6 @@ def history(inventory: Any, limit: str | None, as_json: bool, forks: int,
             accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float | None,
             connect_timeout: float) -> None:
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
-    from gpuops.apply.render import render_history
-    from gpuops.apply.runner import history_hosts
 
     hosts = _hosts(inventory, limit)
     options = _options(forks, accept_new_host_keys, known_hosts, timeout=timeout,

@@ -26,6 +26,20 @@ from gpuops.bench.suites import suite as suite_spec
 from gpuops.commands.bench_options import BENCH_OPTIONS, bench_options, results_dir_option
 from gpuops.commands.options import guide, inventory_options
 from gpuops.errors import GpuopsError
+from gpuops.bench import options as opt
+from gpuops.bench.compare import compare_results, format_delta, format_value
+from gpuops.bench.export import rows as export_rows, to_csv, to_jsonl, to_prometheus
+from gpuops.bench.report import write_report
+from gpuops.bench.results import headline
+from gpuops.bench.runner import eta_s, run_bench, targets_for
+from gpuops.bench.server_metrics import metrics_line
+from gpuops.bench.simulated import figure_basis, footnote, mark, model_label, stamp_text, verdict
+from gpuops.bench.store import ResultsStore
+from gpuops.bench.suite_base import cell, sim_cell
+from gpuops.bench.suites import reader
+from gpuops.inventory import load_inventory, local_inventory
+from gpuops.output import format_table, is_tty, make_console, print_json, rich_table, safe_text
+from gpuops.transport import ConnectOptions
 
 if TYPE_CHECKING:
     from gpuops.bench.store import ResultEntry, ResultsStore
@@ -49,7 +63,6 @@ def bench(ctx: click.Context, suite: str | None, **params: Any) -> None:
     gpuops bench decode --url http://127.0.0.1:30000      (here, against a local server)
     gpuops bench --suite decode ...                       (the same, every option in one command)
     """
-    from gpuops.errors import GpuopsError
 
     if ctx.invoked_subcommand is not None:
         given = [p.opts[-1] for p in ctx.command.params
@@ -100,12 +113,6 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
      dataset_path, random_range_ratio, request_timeout, tool, tool_args, python, world_size, hidden_size,
      tokens, variant_timeout, dtype, env_specs, cuda_graph, backend, kernel, iters, trials, allreduces_per_step,
      accept_new_host_keys, known_hosts, timeout, connect_timeout) = (params[n] for n in _RUN_PARAMS)
-    from gpuops.bench import options as opt
-    from gpuops.bench.runner import run_bench, targets_for
-    from gpuops.bench.store import ResultsStore
-    from gpuops.errors import GpuopsError
-    from gpuops.inventory import load_inventory, local_inventory
-    from gpuops.transport import ConnectOptions
 
     if url and remote:
         raise GpuopsError("bench: --url is for a local run; with --remote the client uses the host's loopback")
@@ -141,7 +148,6 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         if progress:
             progress.close()
     document: dict[str, Any] = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
-    from gpuops.bench.results import headline
 
     for name, state in states.items():
         line = headline(state.result or {"suite": suite})
@@ -152,8 +158,6 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         line["ok"] = bool(line.get("ok")) and state.error is None
         document["hosts"][name] = line
     if as_json:
-        from gpuops.output import print_json
-
         print_json(document)
     else:
         _render_bench(document)
@@ -162,8 +166,6 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
 
 def _check_url(url: str) -> None:
     from urllib.parse import urlsplit
-
-    from gpuops.errors import GpuopsError
 
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
@@ -177,8 +179,6 @@ class _Progress:
     PLAIN_EVERY_S = 15.0
 
     def __init__(self, suite: str, repeat: int = 1) -> None:
-        from gpuops.output import is_tty
-
         self.live = None
         self.suite = suite
         self.repeat = repeat
@@ -188,14 +188,10 @@ class _Progress:
         if self.tty:
             from rich.live import Live
 
-            from gpuops.output import make_console
-
             self.live = Live(console=make_console(sys.stderr), refresh_per_second=4, transient=True)
             self.live.start()
 
     def rows(self, states: dict[str, Any]) -> list[list[str]]:
-        from gpuops.bench.runner import eta_s
-
         rows = []
         for name, state in states.items():
             progress = (state.progress or {}) if state.status in ("running", "stopping") else {}
@@ -213,8 +209,6 @@ class _Progress:
 
         rows = self.rows(states)
         if self.live is not None:
-            from gpuops.output import rich_table
-
             self.live.update(rich_table(["host", self.suite, "done", "now", "ETA", "note"], rows,
                                         title="benchmarking (Ctrl-C stops and keeps what was measured)"))
             return
@@ -234,8 +228,6 @@ class _Progress:
 
 
 def _fmt(value: Any) -> str:
-    from gpuops.bench.suite_base import cell
-
     return cell(value)
 
 
@@ -246,7 +238,6 @@ _EXACT_COUNTS = frozenset({"requests", "completed", "failed", "output_tokens", "
 
 def _fmt_sim(value: Any, simulated: bool) -> str:
     """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
-    from gpuops.bench.suite_base import sim_cell
 
     return sim_cell(value, simulated)
 
@@ -292,8 +283,6 @@ def _say_store(store: ResultsStore, listed: bool = False, flagged: list[ResultEn
 
 
 def _sim_footnote(labels: list[str]) -> None:
-    from gpuops.bench.simulated import footnote
-
     line = footnote(sorted(set(labels)))
     if line:
         click.echo(line)
@@ -301,8 +290,6 @@ def _sim_footnote(labels: list[str]) -> None:
 
 def _render_bench(document: dict[str, Any]) -> None:
     """The per-host tables of ``gpuops bench``: each suite's own (``bench_tables`` of its client module)."""
-    from gpuops.bench.suites import reader
-    from gpuops.output import format_table, is_tty, make_console, rich_table
 
     hosts = document["hosts"]
     suite = document["suite"]
@@ -317,7 +304,6 @@ def _render_bench(document: dict[str, Any]) -> None:
                 click.echo()
             click.echo(format_table(headers, rows))
     _sim_footnote([line.get("speed_model") or "unrecorded" for line in hosts.values() if line.get("simulated")])
-    from gpuops.bench.server_metrics import metrics_line
 
     for name, line in hosts.items():
         said = metrics_line(line.get("server_metrics"))
@@ -343,8 +329,6 @@ def results() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def results_list(results_dir: str, as_json: bool) -> None:
     """Every stored result, oldest first."""
-    from gpuops.bench.store import ResultsStore
-    from gpuops.output import format_table, print_json
 
     store = ResultsStore(results_dir)
     entries = store.entries()
@@ -372,8 +356,6 @@ def results_list(results_dir: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The whole stored document.")
 def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
     """One result: configuration, summary and where its raw samples are."""
-    from gpuops.bench.store import ResultsStore
-    from gpuops.output import print_json
 
     store = ResultsStore(results_dir)
     name, result = _read_one(store, result_id)
@@ -395,7 +377,6 @@ def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
     server = result.get("server") or {}
     config = result.get("configuration") or {}
     summary = result.get("summary") or {}
-    from gpuops.bench.simulated import model_label, stamp_text
 
     sim_label = model_label(result)
     sim = sim_label is not None
@@ -407,8 +388,6 @@ def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
         say(f"{stamp_text([str(sim_label)])}: every figure marked (sim) is the model's prediction, not a "
             f"measurement ({model.get('shape_reason') or 'shape not recorded'}; figures and their sources "
             f"in gpuops/lab/speed_model.json)")
-        from gpuops.bench.compare import format_value
-        from gpuops.bench.simulated import figure_basis
 
         for figure in model.get("figures") or []:
             value = figure.get("value")
@@ -452,11 +431,6 @@ def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool) -> None:
     """Key figures side by side (deltas against the first) and how the configurations differ."""
-    from gpuops.bench.compare import compare_results, format_delta, format_value
-    from gpuops.bench.store import ResultsStore
-    from gpuops.output import format_table, print_json
-
-    from gpuops.errors import GpuopsError
 
     if len(result_ids) < 2:
         raise GpuopsError("results compare: give at least two result ids")
@@ -476,7 +450,6 @@ def results_compare(result_ids: tuple[str, ...], results_dir: str, as_json: bool
     if as_json:
         print_json({"schema": 1, **comparison.as_json()})
         return
-    from gpuops.bench.simulated import mark, verdict
 
     sims = [label is not None for label in comparison.simulated]
     headers = ["metric"] + [mark(f"{h} {i}", s) for h, i, s in zip(comparison.hosts, comparison.ids, sims)]
@@ -521,16 +494,13 @@ def shown_setting(value: object) -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (default: stdout).")
 def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, output: str | None) -> None:
     """Stored results (default: all) as flat rows, with the configuration flattened into columns."""
-    from gpuops.bench.export import rows, to_csv, to_jsonl, to_prometheus
-    from gpuops.bench.store import ResultsStore
-    from gpuops.errors import GpuopsError
 
     store = ResultsStore(results_dir)
     table = []
     ids = []
     for name, doc in _documents(store, result_ids):
         try:
-            table.extend(rows([doc]))  # one result at a time: one that cannot be read is named
+            table.extend(export_rows([doc]))  # one result at a time: one that cannot be read is named
         except _READ_ERRORS as exc:
             if result_ids:
                 raise GpuopsError(_unread_line(name, "results export", exc)) from None
@@ -542,8 +512,6 @@ def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, outp
         raise GpuopsError(f"results export: no results in {results_dir}")
     text = {"csv": to_csv, "jsonl": to_jsonl, "prometheus": to_prometheus}[fmt](table)
     if output:
-        from gpuops.output import safe_text
-
         # a text file is read with cat and less too: host text in csv/prometheus cells is shown
         # escaped; jsonl keeps every value (json.dumps encodes the controls)
         Path(output).write_text(text if fmt == "jsonl" else safe_text(text), encoding="utf-8")
@@ -559,9 +527,6 @@ def results_export(result_ids: tuple[str, ...], results_dir: str, fmt: str, outp
 @results_dir_option
 def report(result_ids: tuple[str, ...], output: str, results_dir: str) -> None:
     """Write a self-contained HTML report (plots embedded) of the given results (default: all)."""
-    from gpuops.bench.report import write_report
-    from gpuops.bench.store import ResultsStore
-    from gpuops.errors import GpuopsError
 
     store = ResultsStore(results_dir)
     named = _documents(store, result_ids)

@@ -28,6 +28,13 @@ import click
 
 from gpuops.commands.options import guide
 from gpuops.lab.real_timing import TIMINGS, standin_env
+from gpuops.errors import GpuopsError
+from gpuops.lab import speed_model
+from gpuops.lab.clone import clone_host, describe_host, description_text
+from gpuops.lab.gpu_description import load_description
+from gpuops.lab.hosts import LabSpec, lab_status, load_lab, start_lab, stop_lab
+from gpuops.lab.router import load_router
+from gpuops.output import is_tty, make_console, safe_text
 
 DIR_HELP = "Lab directory (default: $GPUOPS_LAB_DIR or .lab in the current directory)."
 
@@ -84,8 +91,6 @@ def lab() -> None:
 def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_version: str | None, no_server: bool,
        timing: str, add: bool, router: bool, router_version: str, lab_dir: str | None, as_json: bool) -> None:
     """Start N simulated GPU hosts and write their inventory."""
-    from gpuops.errors import GpuopsError
-    from gpuops.lab.hosts import LabSpec, start_lab
 
     root = _lab_dir(lab_dir)
     started = time.monotonic()
@@ -107,7 +112,6 @@ def up(count: int, gpus: tuple[str, ...], sglang_version: str, flashinfer_versio
 @json_option
 def status(lab_dir: str | None, as_json: bool) -> None:
     """Each host: its port, whether sshd runs, whether its server runs and is healthy."""
-    from gpuops.lab.hosts import load_lab
 
     _report(load_lab(_lab_dir(lab_dir)), as_json)
 
@@ -117,8 +121,6 @@ def status(lab_dir: str | None, as_json: bool) -> None:
 @json_option
 def down(lab_dir: str | None, as_json: bool) -> None:
     """Stop every sshd and server of the lab and remove its directory."""
-    from gpuops.errors import GpuopsError
-    from gpuops.lab.hosts import load_lab, stop_lab
 
     root = _lab_dir(lab_dir)
     try:
@@ -146,7 +148,6 @@ def clone(host: str, inventory: str | None, name: str | None, no_server: bool, l
     Reads HOST's facts (`gpuops inspect`'s gather, one SSH exec), writes a GPU description into
     the lab and starts a host from it (added to the running lab in DIR, if there is one).
     """
-    from gpuops.lab.clone import clone_host
 
     root = _lab_dir(lab_dir)
     started = time.monotonic()
@@ -169,9 +170,6 @@ def describe(host: str, inventory: str | None, output: str | None) -> None:
     import tempfile
     from pathlib import Path
 
-    from gpuops.lab.clone import describe_host, description_text
-    from gpuops.lab.gpu_description import load_description
-
     found, data = describe_host(inventory, host, lambda msg: click.echo(f"lab: {msg}", err=True))
     text = description_text(data, found.name)
     with tempfile.TemporaryDirectory() as tmp:  # what gpuops writes, gpuops must read back
@@ -186,8 +184,6 @@ def describe(host: str, inventory: str | None, output: str | None) -> None:
 
 
 def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | None = None) -> None:
-    from gpuops.lab.hosts import lab_status
-
     statuses = lab_status(lab_obj)
     models = _speed_models(lab_obj)
     document: dict[str, Any] = {
@@ -225,8 +221,6 @@ def _report(lab_obj, as_json: bool, seconds: float | None = None, verb: str | No
 
 
 def _router_json(root: Path) -> dict | None:
-    from gpuops.lab.router import load_router
-
     found = load_router(root)
     if found is None:
         return None
@@ -248,7 +242,6 @@ def _server_text(s) -> str:
 
 def _speed_models(lab_obj) -> dict:
     """Per host with a server: which stand-in speed model (shape) its GPUs get, as the stand-in picks it."""
-    from gpuops.lab import speed_model
 
     model = speed_model.load()
     out: dict[str, Any] = {}
@@ -269,7 +262,6 @@ def _render_table(statuses, models) -> None:
          f"{models[s.name]['label']} ({models[s.name]['basis']})" if models.get(s.name) else "-"]
         for s in statuses
     ]
-    from gpuops.output import is_tty, make_console, safe_text
 
     if is_tty():
         from rich.table import Table

@@ -26,6 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from gpuops import memo, timings
+from gpuops.errors import GpuopsError
+from gpuops.inventory import load_inventory
+from gpuops.inventory.loader import InventorySpec
+from gpuops.inventory.vault import VaultText, vault_from_options
+from gpuops.transport.rollout import Rollout
+from gpuops.transport.verbose import configure
 
 INVENTORY_HELP = ("Inventory: file, directory, executable script, `ansible-inventory --list` JSON, plugin file "
                   "or host list (repeatable; default: $GPUOPS_INVENTORY, else this machine).")
@@ -49,12 +56,8 @@ def inventory_options(fn: Callable[..., Any] | None = None, *, limit_help: str =
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             popped = {name: kwargs.pop(name) for name in _INVENTORY_PARAMS}
             if popped["verbose"]:
-                from gpuops.transport.verbose import configure
-
                 configure(popped["verbose"])
             if popped["timings"] or popped["verbose"] >= 2:
-                from gpuops import timings
-
                 timings.enable()
                 try:
                     return _run_command(command, popped, args, kwargs)
@@ -106,8 +109,6 @@ def _run_command(command: Callable[..., Any], popped: dict[str, Any], args: Any,
 
 def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any:
     """The InventorySpec for the -i sources and the flags ``inventory_options`` collected."""
-    from gpuops.inventory.loader import InventorySpec
-    from gpuops.inventory.vault import VaultText, vault_from_options
 
     if isinstance(sources, str):
         sources = (sources,)
@@ -131,8 +132,6 @@ def inventory_spec(sources: tuple[str, ...] | str, flags: dict[str, Any]) -> Any
         password = os.environ.get(BECOME_PASS_ENV)
         if password is None:
             if prompt is None:
-                from gpuops.errors import GpuopsError
-
                 raise GpuopsError(f"-K/--ask-become-pass needs a terminal to ask on (or set ${BECOME_PASS_ENV})")
             password = prompt("BECOME password: ")
         defaults["ansible_become_password"] = VaultText(password)
@@ -149,7 +148,6 @@ def _prompt(text: str) -> str:
 
 def _list_hosts(spec: Any, limit: str | None) -> None:
     """Ansible's --list-hosts: the hosts a command would work on, one a line, nothing contacted."""
-    from gpuops.inventory import load_inventory
 
     hosts = load_inventory(spec).select(limit)
     click.echo(f"  hosts ({len(hosts)}):")
@@ -176,8 +174,6 @@ def rollout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from gpuops.transport.rollout import Rollout
-
         serial, max_fail = kwargs.pop("serial"), kwargs.pop("max_fail_percentage")
         kwargs["rollout"] = Rollout.parse(serial, max_fail)
         return fn(*args, **kwargs)
@@ -205,8 +201,6 @@ flush_cache_option = click.option(
 def forget_kept(hosts: Any) -> None:
     """--flush-cache: the selected hosts' kept results are deleted before the run (memo.forget_hosts)."""
     import logging
-
-    from gpuops import memo
 
     removed = memo.forget_hosts(hosts)
     logging.getLogger("gpuops.transport").info("--flush-cache: forgot %d kept results of %d hosts", removed, len(hosts))

@@ -10,6 +10,14 @@ import click
 
 from gpuops.commands.apply import _common, _hosts, _options
 from gpuops.commands.options import guide, rollout_options
+from gpuops.bench import options as opt
+from gpuops.bench.options import BenchOptions
+from gpuops.bench.simulated import footnote, mark
+from gpuops.bench.store import ResultsStore
+from gpuops.output import print_json
+from gpuops.transport.rollout import rollout_for
+from gpuops.tune.runner import read_releases, run_sweep
+from gpuops.tune.sweep import GRID, ONE_AT_A_TIME, against_baseline, best_variant, check_flags, plan_variants, rank, verdicts
 
 EXIT_HOST_FAILED = 1
 LOG_LINES = 10  # of a failed variant's server log, under its row (--json has the whole tail)
@@ -53,11 +61,6 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int,
     lines) and benchmarked with the decode suite at batch 1. At the end every run is rolled back,
     newest first: the hosts end byte for byte as they started (--keep best then applies the winner).
     """
-    from gpuops.bench.options import BenchOptions
-    from gpuops.bench.store import ResultsStore
-    from gpuops.bench import options as opt
-    from gpuops.tune.runner import read_releases, run_sweep
-    from gpuops.tune.sweep import GRID, ONE_AT_A_TIME, check_flags, plan_variants
 
     hosts = _hosts(inventory, limit)
     variants = plan_variants(sweeps, mode=GRID if grid else ONE_AT_A_TIME)  # refused here, before any host is touched
@@ -66,7 +69,6 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int,
     levels = None if concurrency is None else BenchOptions(
         suite="serving", api=api, input_len=input_len, output_len=output_len, num_requests=num_requests,
         warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"))
-    from gpuops.transport.rollout import rollout_for
 
     apply_options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
                              timeout=timeout, connect_timeout=connect_timeout)
@@ -81,8 +83,6 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int,
                         levels=levels)
     document = _document(outcome, variants)
     if as_json:
-        from gpuops.output import print_json
-
         print_json(document)
     else:
         _render(document)
@@ -92,8 +92,6 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int,
 
 
 def _document(outcome, variants) -> dict:
-    from gpuops.tune.sweep import against_baseline, best_variant, rank, verdicts
-
     hosts = {}
     for name, trials in outcome.trials.items():
         best = best_variant(trials)
@@ -136,8 +134,6 @@ def _row_figures(t: dict) -> tuple[str, ...]:
 
 
 def _render(document: dict) -> None:
-    from gpuops.bench.simulated import footnote, mark
-
     models = set()
     headers = ("tok/s [95%]", "TTFT ms", "ITL p50", "ITL p99", "accept", "acc.rate")
     for name, host in document["hosts"].items():

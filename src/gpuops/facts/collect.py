@@ -12,6 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.facts.host import HostFacts, host_facts, preamble, probes_for
 from gpuops.facts.to_json import facts_json
+from gpuops import timings
+from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
+from gpuops.facts.container_python import docker_target, in_container, in_image_probe
+from gpuops.facts.server_report import report_json
+from gpuops.facts.software_stack import flashinfer_wanted, stack_problems
+from gpuops.gates import fits, kernels
+from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group, weight_format
+from gpuops.gates.judge_memo import judge_or_recall
+from gpuops.gates.scan import GateScan
+from gpuops.gather import ProbeFailure, gather
+from gpuops.prefetch import prefetch
+from gpuops.transport import run_on_hosts
 
 if TYPE_CHECKING:
     from gpuops.gates.evaluate import GateReport
@@ -43,7 +55,6 @@ def _gate_probe(with_sources: bool, host: Host, offer: bool = True) -> tuple[Any
 def _scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
     """What `inspect --json` says of the gate scan itself: whether the host scanned or the kept scan
     of its unchanged tree was used, and that tree's fingerprint (none when the scan never came back)."""
-    from gpuops.gates.scan import GateScan
 
     if not isinstance(scan, GateScan):
         return {"cached": False, "fingerprint": None}
@@ -62,7 +73,6 @@ def sglang_probes_in_docker(host: Host, probes: list[Any], image: str | None = N
     the container's python: the SGLang that matters is the one in the container. The system probe
     gets the same ``$GPUOPS_PY`` so that it reports which python that was, and why. ``image``:
     with that image's python instead (sglang-release's audit of a new image, before it runs)."""
-    from gpuops.facts.container_python import docker_target, in_container, in_image_probe
 
     target = docker_target(host.vars or {})
     if target is None:
@@ -81,7 +91,6 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True
     if not isinstance(scan, GateScan):
         # The scan's output never came back (ProbeFailure): judge it as an unknown scan, so every
         # catalogued feature still appears, as "unknown" with the reason.
-        from gpuops.gather import ProbeFailure
 
         reason = scan.reason if isinstance(scan, ProbeFailure) else None
         scan = GateScan(known=False, reason=reason or "the gate scan did not run")
@@ -94,7 +103,6 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True
     server["gpu_name"] = facts.gpu.gpus[0].name if facts.gpu.known and facts.gpu.gpus else None
     cuda = facts.torch_cuda or facts.banner.cuda_driver_version
     interconnect = {"nvlink": facts.interconnect.nvlink}
-    from gpuops.gates.judge_memo import judge_or_recall  # a kept scan with the same facts: the kept verdicts
 
     report = judge_or_recall(scan, facts.compute_capability, cuda, server, interconnect,
                              lambda: judge(scan, facts.compute_capability, cuda, server, interconnect=interconnect),
@@ -113,7 +121,6 @@ def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
     """The verdicts with what each feature's kernel library admits (gates/kernels.py) and what the
     host must be like (gates/fits.py): open only when SGLang's gates AND the library that runs the
     kernel admit the GPU; a feature without GPU-generation gates is decided by those alone."""
-    from gpuops.gates import fits, kernels
     from gpuops.gates.catalog import load_catalog
 
     versions = kernels.versions_of(facts.packages)
@@ -123,7 +130,6 @@ def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
 
 def host_shape(facts: HostFacts) -> Any:
     """What the catalog's ``fits:`` are judged against, from the host's facts."""
-    from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group, weight_format
 
     settings = facts.server.settings if facts.server.known and facts.server.running else None
     model = facts.server.model
@@ -155,7 +161,6 @@ def host_shape(facts: HostFacts) -> Any:
 
 def _reported_settings(facts: HostFacts) -> dict[str, Any] | None:
     """The server's own report, as the gated features' in_effect reads it (route, settings, error)."""
-    from gpuops.facts.server_report import report_json
 
     report = report_json(facts.server.reported)
     return {k: report.get(k) for k in ("route", "settings", "error")} if report else None
@@ -166,11 +171,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
                  recall: bool = True) -> HostInspection:
     """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
     (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
-    from gpuops.gather import gather
     from gpuops.transport import connect
-
-    from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
-    from gpuops.prefetch import prefetch
 
     probes: list[Any] = probes_for(host) + list(extra_probes)
     gate_probe, gates_error = _gate_probe(with_sources, host, offer=recall) if with_gates else (None, None)
@@ -196,7 +197,6 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     finally:
         if later is not None:
             later.join()  # never import those modules while the prefetch may still be at them
-    from gpuops import timings
 
     with timings.span("parse", host.name):
         facts = host_facts(values)
@@ -215,8 +215,6 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
 
 
 def _stack(facts: HostFacts, report: GateReport | None) -> list[str]:
-    from gpuops.facts.software_stack import flashinfer_wanted, stack_problems
-
     settings = facts.server.settings if facts.server.known else None
     features = dict(report.features) if report is not None else {}
     wanted = flashinfer_wanted(features, settings.args if settings else None)
@@ -226,8 +224,6 @@ def _stack(facts: HostFacts, report: GateReport | None) -> list[str]:
 def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
                   with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S,
                   recall: bool = True) -> dict[str, HostOutcome[HostInspection]]:
-    from gpuops.transport import run_on_hosts
-
     return run_on_hosts(
         hosts,
         lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout,

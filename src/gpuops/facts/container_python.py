@@ -24,6 +24,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
+from gpuops.gather import Probe
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe, ProbeOutput
@@ -92,7 +93,6 @@ def image_python_sh(image: str, python: str) -> str:
 
 def in_container(probe: "Probe[Any]", target: ContainerTarget) -> "Probe[Any]":
     """``probe`` with ``$GPUOPS_PY`` pointed into the container (same name, same parse)."""
-    from gpuops.gather import Probe
 
     parse = probe.parse
     if probe.name in ("software.python", "host.system"):
@@ -104,7 +104,6 @@ def in_container(probe: "Probe[Any]", target: ContainerTarget) -> "Probe[Any]":
 
 def in_image_probe(probe: "Probe[Any]", image: str, python: str) -> "Probe[Any]":
     """``probe`` with ``$GPUOPS_PY`` pointed into a throwaway container of ``image``."""
-    from gpuops.gather import Probe
 
     name = f"{python} in image {image}"
     parse = probe.parse
@@ -149,7 +148,6 @@ def _where_scanned(parse: Any, name: str) -> Any:
 def container_probe(target: ContainerTarget) -> "Probe[dict[str, Any] | None]":
     """What the container runs, as docker says: its image (reference and id) and that image's
     labels (a gpuops-derived image carries its patch hash and base). None when there is none."""
-    from gpuops.gather import Probe
 
     ctr = shlex.quote(target.container)
     script = (

@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.apply.deployment import plan_deployments
+from gpuops.apply.deployment_repair import find_split
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -32,7 +34,6 @@ def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str,
     split left by a client that died between its commits (``apply/deployment_repair.py``).
     ``answers``: each deployment's leader's first answer, where it was asked
     (``apply/deployment_health.leader_answers``)."""
-    from gpuops.apply.deployment import plan_deployments
 
     try:
         found = plan_deployments(hosts, {})
@@ -46,7 +47,6 @@ def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str,
 def _split_warning(deployment: Any, journals: Mapping[str, Any]) -> list[str]:
     """The deployment's last run committed on some nodes and rolled back on others: named, with
     the command that rolls it back on every node."""
-    from gpuops.apply.deployment_repair import find_split
 
     known = {name: records if isinstance(records, list) else "its journal was not read"
              for name in deployment.members for records in [journals.get(name)]}

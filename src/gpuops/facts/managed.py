@@ -12,6 +12,9 @@ import shlex
 from typing import Any
 
 from gpuops.gather import Probe, ProbeOutput
+from gpuops.errors import GpuopsError
+from gpuops.plan.compose import composed, read_desired
+from gpuops.secret_policy import mask_args, mask_env
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops"
 DEFAULT_ENVS_DIR = "/opt/gpuops/envs"  # roles/sglang-release/defaults.yml
@@ -50,9 +53,6 @@ def _environments(text: str, launched: str) -> list[dict[str, Any]]:
 def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
     """{"args", "env" (values masked), "runs": [{role, run_id}], "environments": [...]}, None when
     nothing is recorded and gpuops built no release environment."""
-    from gpuops.errors import GpuopsError
-    from gpuops.plan.compose import composed, read_desired
-    from gpuops.secret_policy import mask_env
 
     desired, _, envs = output.stdout.partition(_ENVS)
     try:
@@ -65,7 +65,6 @@ def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
         return None
     if environments:
         result["environments"] = environments
-    from gpuops.secret_policy import mask_args
 
     result["args"] = mask_args(result["args"])
     result["env"] = mask_env(result["env"])

@@ -13,13 +13,12 @@ from typing import Any
 
 # The one SGLang argv parser (stdlib only, shared with the host code and the lab's stand-in).
 from gpuops.remote.sglang_argv import first_of, launch_args, parse_flags
+from gpuops.secret_policy import mask_mapping
 
 DEFAULT_PORT = 30000
 
 
 def redact(flags: dict[str, Any]) -> dict[str, Any]:
-    from gpuops.secret_policy import mask_mapping
-
     return mask_mapping(flags)
 
 

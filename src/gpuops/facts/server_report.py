@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from gpuops.secret_policy import mask_reported
 
 # The settings the report's line names (and in_effect reads): what decides the verify step's speed.
 HEADLINE = ("attention_backend", "enable_flashinfer_allreduce_fusion", "flashinfer_allreduce_fusion_backend",
@@ -43,7 +44,6 @@ class ServerReport:
 
 def parse_report(raw: bytes | None) -> ServerReport | None:
     """The host's JSON line (None when the probe did not ask: no server, or no python)."""
-    from gpuops.secret_policy import mask_reported
 
     if not raw or not raw.strip():
         return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
+from gpuops.gates.probe import kernel_reads
 
 NO_PYTHON_STATUS = 127
 
@@ -146,8 +147,6 @@ def host_system_probe() -> Probe[HostSystem]:
 
 
 def python_packages_probe() -> Probe[PythonPackages]:
-    from gpuops.gates.probe import kernel_reads
-
     # What to read of the kernel libraries' files: the catalog's `kernels:` needs (gates/kernels.py).
     reads = json.dumps(kernel_reads(), sort_keys=True)
     script = (

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.gates import BUILTIN_CATALOG
+from gpuops.yamlfile import parse_yaml_text
 
 ROLES = ("runtime", "auto_enable", "hardware")
 _MATCH_KEYS = ("context", "sets", "reads", "message", "function", "kind")
@@ -157,11 +159,9 @@ def gate_context(gate: Mapping[str, Any]) -> str:
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
     """The built-in catalog, or the YAML file at ``path``; a malformed file is a ``GpuopsError``."""
-    from gpuops.yamlfile import parse_yaml_text
 
     if path is None:
         name = "gpuops/gates/catalog.yaml"
-        from gpuops.gates import BUILTIN_CATALOG
 
         # Beside this module (what importlib.resources.files() gives for a package on disk, without
         # the ~5 ms of importing importlib.resources).

@@ -23,6 +23,8 @@ from gpuops.gates.logic import (
 )
 from gpuops.gates.scan import GateScan
 from gpuops.remote.gate_tree import has_atoms
+from gpuops.gates.in_effect import in_effect, platform_value, unreachable
+from gpuops.gates.logic import normalise_args
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,6 @@ def not_on_cuda(gate: Mapping[str, Any]) -> bool:
     within = gate.get("within") or ()
     if not within:
         return False
-    from gpuops.gates.in_effect import platform_value
 
     return any(platform_value(str(text), NVIDIA_HOST) is False for text in within)
 
@@ -258,7 +259,6 @@ def _judge_feature(
     out = _feature_status(feature, fgs, by_id, scan, gpu, server)
     if book is None:
         book = PredicateBook(scan)
-    from gpuops.gates.in_effect import in_effect
 
     try:
         value, why = in_effect(feature, fgs, by_id, book, gpu, server, scan.gates, out["status"], out["flag"])
@@ -290,7 +290,6 @@ def _feature_status(
         out["reason"] = f"cannot tell: {files} does not parse"
         return out
     book = PredicateBook(scan)
-    from gpuops.gates.in_effect import unreachable
 
     # A gate nested under a condition that is false for this GPU (the `elif major == 8` after
     # `if major >= 9`) is not on its path: it neither blocks nor admits it.
@@ -392,8 +391,6 @@ def _mentions(error: Mapping[str, Any], feature: Feature) -> bool:
 
 
 def _server_state(feature: Feature, server: Mapping[str, Any]) -> str | None:
-    from gpuops.gates.logic import normalise_args
-
     args = normalise_args(server.get("args"))  # what the server was given, not the defaults
     for choice in feature.flags:
         key = choice.setting

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from gpuops.gates.catalog import Feature, Fit
 from gpuops.gates.in_effect import asks_for, lone_gpu, reported_state
 from gpuops.gates.kernels import KernelStatus, KernelVerdict, close
+from gpuops.gates import kernels
 
 
 @dataclass(frozen=True)
@@ -318,8 +319,6 @@ def fold_stack(report: Any, catalog: Any, reads: Mapping[str, Any] | None, versi
     """``report`` (an ``evaluate.GateReport``) with every feature's kernel needs and fits folded in
     (``kernels.fold``; ``decide`` for a feature without GPU-generation gates)."""
     import dataclasses
-
-    from gpuops.gates import kernels
 
     features = {}
     for name, verdict in report.features.items():

@@ -15,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops import memo
+from gpuops.gates.evaluate import GateReport
 
 if TYPE_CHECKING:
     from gpuops.gates.evaluate import GateReport
@@ -42,7 +43,6 @@ def judge_or_recall(scan: "GateScan", compute_capability: str | None, cuda: str 
                     judge: Callable[[], "GateReport"], host: str = "", recall: bool = True) -> "GateReport":
     """``judge()``, or the report kept for the same inputs (``memo_key``); ``recall=False``
     (``--flush-cache``): judged in any case, and the report kept again."""
-    from gpuops.gates.evaluate import GateReport
 
     if (memo.root() is None or not scan.known or not scan.fingerprint
             or {f.name for f in dataclasses.fields(GateReport)} != _FIELDS):

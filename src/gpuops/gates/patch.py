@@ -46,6 +46,7 @@ from gpuops.gates.logic import (
 )
 from gpuops.gates.scan import GateScan
 from gpuops.remote.gate_tree import is_gate_tree
+from gpuops.gates.logic import admits
 
 
 class UnrecognisedLayout(GpuopsError):
@@ -232,8 +233,6 @@ def patch_recipe(feature: str, catalog: Catalog | None = None) -> Feature:
 
 
 def _admits(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
-    from gpuops.gates.logic import admits
-
     return admits(gate, book)
 
 

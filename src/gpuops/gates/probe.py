@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpuops.gates.scan import GateScan, parse_scan_output, scan_from_dict, scanner_json, unknown_scan
+from gpuops import memo
+from gpuops.gates import BUILTIN_CATALOG, scan_cache
+from gpuops.gates.kernels import probe_reads
+from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe
+from gpuops.remote import source
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe, ProbeOutput
@@ -25,8 +30,6 @@ _CHECK_EOF = "GPUOPS_SCAN_CHECK_EOF"
 
 
 def scanner_source() -> str:
-    from gpuops.remote import source
-
     return source("gate_scan")
 
 
@@ -67,7 +70,6 @@ def kernel_reads(catalog_path: Path | None = None) -> dict[str, Any]:
 
     def from_catalog() -> dict[str, Any]:
         from gpuops.gates.catalog import load_catalog
-        from gpuops.gates.kernels import probe_reads
 
         return probe_reads(load_catalog(catalog_path))
 
@@ -79,8 +81,6 @@ def catalog_key(kind: str, catalog_path: Path | None = None) -> "Any":
     """The memo key of a value made from the catalog: gpuops' code (``memo.code_digest``, which a
     command that plans or judges computes anyway) and the catalog file's path, size, mtime and
     inode. None when the file cannot be read (then it is parsed, and says what is wrong)."""
-    from gpuops import memo
-    from gpuops.gates import BUILTIN_CATALOG
 
     path = catalog_path or BUILTIN_CATALOG
     try:
@@ -94,7 +94,6 @@ def catalog_derived(kind: str, from_catalog: Callable[[], Any], catalog_path: Pa
     """A value made from the catalog, kept (``memo.Kind.CATALOG``) under ``catalog_key``: a command
     with nothing to scan does not import and parse the catalog just for this (~3 ms), and any edit
     of the catalog or of the code that reads it is a miss."""
-    from gpuops import memo
 
     if memo.root() is None:
         return from_catalog()
@@ -124,7 +123,6 @@ def gate_scan_script(options: dict[str, Any]) -> str:
     check = ""
     if options.get("known"):
         # Offered kept scans: the small fingerprint check runs first and, on a match, answers alone.
-        from gpuops.remote import source
 
         check_text = source("scan_fingerprint")
         if any(line.strip() == _CHECK_EOF for line in check_text.splitlines()):
@@ -162,8 +160,6 @@ def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: H
     of the whole tree, and a kept scan without them cannot serve apply, whose patch planner needs
     them, so the first ``apply`` after ``inspect``/``advise`` scanned the whole tree again.
     ``offer=False`` (``--flush-cache``): nothing offered, the host scans, the new scan is kept."""
-    from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe
-    from gpuops.gates import scan_cache
 
     cache = scan_cache.for_host(host) if host is not None else None
     if cache is None:

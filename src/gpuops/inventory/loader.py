@@ -28,6 +28,7 @@ from gpuops.inventory.varsfiles import VarsDirectory
 from gpuops.inventory.yaml_source import read_yaml_inventory
 from gpuops.inventory.vault import Vault, is_encrypted
 from gpuops.inventory.yamlfile import load_json_text, parse_yaml_text, read_text
+from gpuops import timings
 
 INVENTORY_ENV = "GPUOPS_INVENTORY"
 _YAML_EXTENSIONS = (".yml", ".yaml", ".json")
@@ -53,8 +54,6 @@ class InventorySpec:
 
 
 def load_inventory(spec: str | Sequence[str] | InventorySpec | None) -> Inventory:
-    from gpuops import timings
-
     with timings.span("inventory"):
         return _load_inventory(spec)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuops.errors import InventoryError
 from gpuops.inventory.limit import Names, select_names
+from gpuops.inventory.vault import NO_PASSWORD_HINT, find_encrypted
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,6 @@ class Inventory:
 
 def _refuse_encrypted(host: Host) -> None:
     """A selected host whose variables still hold a vault value nobody could decrypt: one clear line."""
-    from gpuops.inventory.vault import NO_PASSWORD_HINT, find_encrypted
 
     if host.unread_vault_file is not None:
         raise InventoryError(f"{host.unread_vault_file} is vault-encrypted (variables of host {host.name}): "

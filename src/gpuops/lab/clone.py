@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.facts.collect import inspect_host
+from gpuops.facts.to_json import facts_json
+from gpuops.inventory import load_inventory
+from gpuops.lab.hosts import LAB_RECORD, LabSpec, relabel_gpu, start_lab
+from gpuops.secret_policy import is_secret_name
+from gpuops.transport import ConnectOptions
 
 # Server environment worth copying; anything the secrets policy calls a credential never is.
 _ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "PYTORCH_", "FLASHINFER_", "NVSHMEM_", "OMP_")
@@ -119,8 +125,6 @@ def _packages(software: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _server(server: Mapping[str, Any]) -> dict[str, Any] | None:
-    from gpuops.secret_policy import is_secret_name
-
     argv = server.get("argv") or []
     args = None
     for i in range(len(argv) - 1):
@@ -143,10 +147,6 @@ def _server(server: Mapping[str, Any]) -> dict[str, Any] | None:
 def describe_host(inventory: str | None, host_name: str, say: Callable[[str], None] | None = None,
                   command: str = "lab describe") -> tuple[Any, dict[str, Any]]:
     """Gather HOST's facts (one exec, as `inspect`) and turn them into a GPU description."""
-    from gpuops.facts.collect import inspect_host
-    from gpuops.facts.to_json import facts_json
-    from gpuops.inventory import load_inventory
-    from gpuops.transport import ConnectOptions
 
     selected = load_inventory(inventory).select(host_name)
     host = selected[0] if selected else None
@@ -177,8 +177,6 @@ def clone_host(
 ):
     """Gather HOST's facts, describe it, and start a lab host from that description."""
     import yaml
-
-    from gpuops.lab.hosts import LAB_RECORD, LabSpec, relabel_gpu, start_lab
 
     say = progress or (lambda _msg: None)
     root = Path(root).expanduser().absolute()

@@ -22,6 +22,9 @@ from typing import Any, Mapping, Sequence
 from gpuops.errors import GpuopsError
 from gpuops.lab.dockerd import DockerDaemon, import_root
 from gpuops.lab.hosts import STANDIN_SIBLINGS
+from gpuops.lab import sshd
+from gpuops.lab.site import build_site
+from gpuops.lab.systemd_host import render_service_files
 
 STANDIN = Path(__file__).parent / "standin_server.py"
 SITE_IN_IMAGE = "/usr/local/lib/python3.11/dist-packages"
@@ -63,8 +66,6 @@ def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | N
             shutil.copytree(sglang_site, ctx / "site", symlinks=False)
             lines.append(f"COPY site/ {SITE_IN_IMAGE}/")
         if stack:
-            from gpuops.lab.site import build_site
-
             build_site(ctx / "stack", None, dict(stack))
             lines.append(f"COPY stack/ {SITE_IN_IMAGE}/")
         (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
@@ -111,8 +112,6 @@ def docker_wrapper_text(daemon: DockerDaemon) -> str:
 def setup_docker_host(lab: Any, daemon: DockerDaemon, image: str, server_args: Sequence[str] = (),
                       server_env: Mapping[str, str] | None = None, container: str = "sglang") -> DockerLabHost:
     """Turn the (only) host of ``lab`` into a docker-run SGLang host; start its container."""
-    from gpuops.lab import sshd
-    from gpuops.lab.systemd_host import render_service_files
 
     host = lab.hosts[0]
     wrapper = host.bin_dir / "docker"

@@ -19,6 +19,7 @@ from typing import Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.lab.processes import terminate
+from gpuops.lab.nspawn import die_with_parent
 
 DOCKERD = "dockerd"
 INSTALL_HINT = "apt-get install -y docker.io"
@@ -100,7 +101,6 @@ def _start(workdir: Path, driver: str) -> DockerDaemon:
         "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
         "--storage-driver", driver,
     ]
-    from gpuops.lab.nspawn import die_with_parent
 
     with open(log, "ab") as handle:
         child = subprocess.Popen(die_with_parent(command), stdin=subprocess.DEVNULL, stdout=handle,

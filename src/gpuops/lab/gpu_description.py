@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.remote.sglang_argv import flag_value, launch_args, parse_flags, with_flag
+from gpuops.yamlfile import load_yaml_file
 
 BUILTIN_DIR = Path(__file__).parent / "gpus"
 NO_GPU = "none"
@@ -98,7 +99,6 @@ def load_description(gpu: str) -> GpuDescription | None:
     path = description_path(gpu)
     if path is None:
         return None
-    from gpuops.yamlfile import load_yaml_file
 
     data = load_yaml_file(path)
     if not isinstance(data, dict):

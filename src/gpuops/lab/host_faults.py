@@ -25,6 +25,7 @@ rollback that only reports the runs standing on its target) leaves the file for 
 import json
 import os
 import time
+from gpuops.remote.apply_common import StepFailed
 
 FAULT_FILE = "lab-fault.json"
 USED_FILE = "lab-fault.used"
@@ -65,8 +66,6 @@ def at_phase(run, name):
                 and not (released and os.path.exists(released)):
             time.sleep(0.05)
     if faults.get("fail_at") == name:
-        from gpuops.remote.apply_common import StepFailed
-
         if "times" in faults:
             if int(faults["times"]) <= 0:
                 return

@@ -38,6 +38,10 @@ from gpuops.lab.gpu_description import GpuDescription, load_description, with_po
 from gpuops.lab import lab_files
 from gpuops.lab.lab_files import remove_lab_dir
 from gpuops.lab.router import stop_router
+from gpuops.lab.router import start_router
+from gpuops.lab.sglang_cache import cache_root, flashinfer_site, sglang_site
+from gpuops.lab.site import build_site, release_stack
+from gpuops.remote import process_manager
 
 LAB_RECORD = "lab.json"
 LAB_MARKER = ".gpuops-lab"
@@ -234,8 +238,6 @@ def _prepare_wheelhouses(hosts: Sequence[LabHost], say) -> None:
 
 
 def _start_router(lab: Lab, servers: Sequence[LabHost], version: str, python: str, say) -> None:
-    from gpuops.lab.router import start_router
-
     say(f"starting sglang-router {version} in front of {len(servers)} server(s) (installed once; cached)")
     start_router(lab.root, [f"http://127.0.0.1:{h.server_port}" for h in servers], version)
     _write_lab_files(lab, python)  # the inventory names it now
@@ -265,8 +267,6 @@ def _check_root(root: Path) -> None:
 
 
 def _plan(specs: Sequence[LabSpec], existing: Sequence[LabHost], say) -> list[_Planned]:
-    from gpuops.lab.sglang_cache import cache_root, sglang_site
-
     taken = {h.name for h in existing}
     number = max([int(h.name[1:]) for h in existing if re.match(r"^h\d+$", h.name)] + [0])
     descriptions: dict[str, GpuDescription | None] = {}
@@ -335,8 +335,6 @@ def _write_executable(path: Path, text: str) -> None:
 
 
 def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_port: int) -> LabHost:
-    from gpuops.lab.site import build_site, release_stack
-
     host_dir = root / plan.name
     for sub in ("bin", "state", "home"):
         (host_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -417,7 +415,6 @@ def _flashinfer_site(plan: _Planned, packages: dict[str, str]) -> Path | None:
     version = packages.get("flashinfer-python") if wanted == "pinned" else wanted
     if not version:
         raise GpuopsError(f"lab: {plan.name}: --flashinfer pinned, but SGLang {plan.spec.sglang} pins no flashinfer-python")
-    from gpuops.lab.sglang_cache import flashinfer_site
 
     packages["flashinfer-python"] = version
     return flashinfer_site(version)
@@ -448,8 +445,6 @@ def _with_model_dir(args: list[str], models: Path, config: Mapping[str, Any]) ->
 
 
 def _launch_server(root: Path, host: LabHost) -> None:
-    from gpuops.remote import process_manager
-
     env = session_env(root, host.dir, host.name, (host.dir / "gpu.json").exists())
     result = process_manager.start(str(host.state_dir), port=host.server_port, health_timeout=0, env=env)
     if not result.get("ok"):
@@ -457,8 +452,6 @@ def _launch_server(root: Path, host: LabHost) -> None:
 
 
 def _await_server(host: LabHost) -> None:
-    from gpuops.remote import process_manager
-
     deadline = time.monotonic() + _SERVER_HEALTH_TIMEOUT_S
     while time.monotonic() < deadline:
         state = process_manager.status(str(host.state_dir), host.server_port)
@@ -537,8 +530,6 @@ class HostStatus:
 
 
 def lab_status(lab: Lab) -> list[HostStatus]:
-    from gpuops.remote import process_manager
-
     def one(host: LabHost) -> HostStatus:
         sshd_ok = _is_our_sshd(host.sshd_pid, host.dir)
         server = process_manager.status(str(host.state_dir), host.server_port)
@@ -578,7 +569,6 @@ def stop_lab(
     (only a directory marked as a lab). ``hosts``: only these hosts (and no directory removal).
     ``sweep``: kill whatever else carries the lab's marker (the whole lab's, not one host's).
     """
-    from gpuops.remote import process_manager
 
     root = Path(root).expanduser().absolute()
     if not root.exists():

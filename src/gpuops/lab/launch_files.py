@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.plan.model import FileState, PlanFacts
+from gpuops.plan.planner import discover, plan_role
 
 
 def single_quoted(value: str) -> str:
@@ -19,8 +21,6 @@ def single_quoted(value: str) -> str:
 def write_launch_files(state: Path, host: str, python: str, args: Sequence[str], env: Mapping[str, str],
                        port: int) -> None:
     """Render the `process` manager's files for a new host with the sglang-service role; write them."""
-    from gpuops.plan.model import FileState, PlanFacts
-    from gpuops.plan.planner import discover, plan_role
 
     role_vars = {
         "sglang_manager": "process", "sglang_python": python, "sglang_args": list(args),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.facts.software_stack import parse_requirement
 
 _SIMULATED_NOTE = "# Simulated by gpuops lab: not the real package, only its version data.\n"
 
@@ -134,8 +135,6 @@ def release_stack(sglang_site: Path, packages: Mapping[str, str]) -> dict[str, s
     than its description's shows a consistent stack. torch keeps the description's CUDA build tag
     (``+cu128``): that is the host's, not the release's."""
     import re
-
-    from gpuops.facts.software_stack import parse_requirement
 
     metadata = next(iter(sorted(sglang_site.glob("sglang-*.dist-info/METADATA"))), None)
     if metadata is None:

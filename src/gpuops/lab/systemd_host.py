@@ -28,6 +28,8 @@ from gpuops.errors import GpuopsError
 from gpuops.lab import host_faults, sshd
 from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab.nspawn import BootedRoot, boot_root
+from gpuops.plan.model import FileState, PlanFacts
+from gpuops.plan.planner import discover, plan_role
 
 STANDIN = Path(__file__).parent / "standin_server.py"
 WRAPPER = "/usr/local/bin/python-sglang"
@@ -85,8 +87,6 @@ def _wrapper_text(python: str) -> str:
 
 def render_service_files(host_vars: Mapping[str, Any]) -> dict[str, str]:
     """What the sglang-service role writes for these variables on a host that has none yet."""
-    from gpuops.plan.model import FileState, PlanFacts
-    from gpuops.plan.planner import discover, plan_role
 
     paths = discover("sglang-service", HOST_NAME, dict(host_vars), {}).paths
     facts = PlanFacts(host=HOST_NAME, files={p: FileState(path=p, exists=False) for p in paths})

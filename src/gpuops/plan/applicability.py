@@ -18,6 +18,11 @@ from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import Feature
 from gpuops.gates.fits import p2p_gaps
 from gpuops.gates.scan import GateScan
+from gpuops.gates.evaluate import feature_gates, judge
+from gpuops.gates.fits import tp_group as group_of
+from gpuops.gates.kernels import KernelStatus, judge_feature
+from gpuops.gates.logic import parse_capability
+from gpuops.remote.sglang_argv import first_of, parse_flags
 
 
 
@@ -34,8 +39,6 @@ def _sm(capability: str) -> str:
 
 
 def _capability(target_sm: str) -> str:
-    from gpuops.gates.logic import parse_capability
-
     cc = parse_capability(target_sm)
     if cc is None:
         raise GpuopsError(f"target_sm {target_sm!r} is not a GPU generation (write e.g. sm120)")
@@ -43,8 +46,6 @@ def _capability(target_sm: str) -> str:
 
 
 def has_feature_code(scan: GateScan, feature: Feature) -> bool:
-    from gpuops.gates.evaluate import feature_gates
-
     return any(fg.role == "runtime" for fg in feature_gates(scan, feature))
 
 
@@ -59,7 +60,6 @@ def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str
     have = (gpu or {}).get("compute_capability")
     if not have or have == wanted:
         return Decision(True)
-    from gpuops.gates.evaluate import judge
 
     judged = judge(scan, have, (gpu or {}).get("cuda") or "13.0").features.get(feature.name, {})
     status = judged.get("status")
@@ -74,8 +74,6 @@ def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str
 
 def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int | None) -> tuple[list[int], str]:
     """The GPU indices of the TP group (first ``--tp`` visible GPUs: ``fits.tp_group``) and how it was found."""
-    from gpuops.gates.fits import tp_group as group_of
-    from gpuops.remote.sglang_argv import first_of, parse_flags
 
     text = first_of(parse_flags([str(a) for a in launch_args or ()])[0], "tp_size")
     tp = int(text) if isinstance(text, str) and text.isdigit() else None
@@ -112,7 +110,6 @@ def kernel_refusal(gpu: Mapping[str, Any] | None, feature: Feature, target_sm: s
     would only move the failure to the server's start-up (FlashInfer 0.6.1 on sm120: "No supported
     CUDA architectures found for major versions [9, 10]" at CUDA-graph capture, then a rollback).
     A need that cannot be told (the package's files are not on the host) is a warning."""
-    from gpuops.gates.kernels import KernelStatus, judge_feature
 
     gpu = gpu or {}
     reads = gpu.get("kernel_reads")

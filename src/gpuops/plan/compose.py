@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gpuops.errors import GpuopsError
 from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
 from gpuops.release.flags import merge_flags
+from gpuops.plan.changes import Change
+from gpuops.plan.diff import unified_diff
+from gpuops.plan.envfile import check_entries
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState
@@ -119,8 +122,6 @@ def without_run(current: Mapping[str, Mapping[str, Any]], before: Mapping[str, M
 
 def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
     """No part is left: desired.json goes (as before gpuops' first contribution), not an empty file."""
-    from gpuops.plan.diff import unified_diff
-    from gpuops.plan.changes import Change
 
     current = gathered_file(state, dest, task.where)
     if not current.exists:
@@ -133,7 +134,6 @@ def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
 
 def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """The ``compose`` module: record this run's contribution, return the composed launch."""
-    from gpuops.plan.envfile import check_entries
 
     dest = absolute_dest(args["dest"], task.where)
     where = f"{state.host}: {task.where}"

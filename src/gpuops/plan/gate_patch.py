@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.model import PlanFacts
+from gpuops.gates.patch import plan_gate_patch
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,6 @@ def patch_changes(facts: PlanFacts | None, feature: str, target_sm: str, host: s
     scan = facts.gate_scan
     if not scan.known:
         raise GpuopsError(f"{host}: cannot scan the installed SGLang: {scan.reason or 'unknown reason'}")
-    from gpuops.gates.patch import plan_gate_patch
 
     plan = plan_gate_patch(scan, dict(scan.sources or {}), feature, target_sm)
     if plan.changes and not scan.root:

@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any
 from gpuops.errors import GpuopsError
 from gpuops.plan.argspec import Arg, ModuleSpec, declares
 from gpuops.plan.files import gathered_file
+from gpuops.plan.compose import composed, read_desired
+from gpuops.release.flags import check_launch, release_flags
+from gpuops.release.wheel import canonical, release
 
 if TYPE_CHECKING:
     from gpuops.plan.task import Task
@@ -124,7 +127,6 @@ class StandingPatch:
 def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[StandingPatch, ...]]:
     """Launch flags other gpuops runs still in effect add (fusion-sm120's flag): checked too; and
     the runs among them that patched the running release's source."""
-    from gpuops.plan.compose import composed, read_desired
 
     if not desired:
         return [], ()
@@ -172,8 +174,6 @@ def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[Sta
     "A standing run of a role that patched the running release's source (fusion-sm120) is judged on the new tree "
     "before anything stops: its feature open there by itself, a note; otherwise refused, naming the run")))
 def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
-    from gpuops.release.wheel import canonical, release
-
     where = f"{state.host}: {task.where}"
     version = str(args["version"]).strip()
     envs_dir = str(args["envs_dir"])
@@ -208,7 +208,6 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
 def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, version: str, desired: str,
                 where: str) -> dict:
     """sglang-release on a docker host: the release's image, checked flags, nothing built here."""
-    from gpuops.release.wheel import canonical
 
     current = str(args.get("current_image") or "")
     tag = str(args.get("image") or "") or (release_tag(current, version) if current else "")
@@ -228,7 +227,6 @@ def _checked_release(state: "PlanState", args: dict, found: Any, version: str, d
     """What both kinds of release (an environment, an image) plan alike: in discovery only the path
     the launch will take; else the launch flags checked against the new release's own parsers, the
     standing source patches judged, the summary noted and the release recorded."""
-    from gpuops.release.flags import check_launch, release_flags
 
     if state.discovery:
         if desired:

@@ -13,6 +13,7 @@ from gpuops.plan.argspec import RoleError, check_task_args, closest
 from gpuops.plan.modules import SPECS
 from gpuops.plan.role_paths import default_roles_path, installed_data_dir, project_root, shared_templates_dirs  # noqa: F401  (re-exported)
 from gpuops.plan.task import Role, Task
+from gpuops.yamlfile import load_yaml_file
 
 __all__ = ["Role", "RoleError", "Task", "load_role", "load_role_tree"]
 
@@ -22,8 +23,6 @@ HANDLER_MODULES = {name for name, spec in SPECS.items() if spec.handler_only}
 
 
 def _read_yaml(path: Path, expected: type, empty: Any) -> Any:
-    from gpuops.yamlfile import load_yaml_file
-
     if not path.exists():
         return empty
     data = load_yaml_file(path, error=RoleError)

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.release.flags import merge_flags
+from gpuops.release.flags import rename_flags
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 
@@ -137,8 +138,6 @@ def _merge_flags(*groups: Iterable[Any]) -> list[str]:
 
 
 def _rename_flags(args: Iterable[Any], renames: Mapping[str, Any]) -> list[str]:
-    from gpuops.release.flags import rename_flags
-
     return rename_flags([str(a) for a in args], {str(k): [str(w) for w in v] for k, v in (renames or {}).items()})
 
 

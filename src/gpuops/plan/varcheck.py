@@ -13,6 +13,7 @@ import json
 from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.yamlfile import parse_yaml_text
 
 # Read by gpuops itself (connection, inventory, apply), whatever the role.
 _GLOBAL_PREFIXES = ("ansible_", "gpuops_")
@@ -53,8 +54,6 @@ def _suggest(name: str, value: Any, known: Mapping[str, Any]) -> str:
 
 
 def _parsed(text: str) -> Any:
-    from gpuops.yamlfile import parse_yaml_text
-
     try:
         return parse_yaml_text(text, "-e")
     except GpuopsError:  # only used to show the user a better example

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 from typing import TYPE_CHECKING
+from gpuops.transport.verbose import LoggedConnection
 
 if TYPE_CHECKING:
     from gpuops.transport.base import Connection, ExecResult
@@ -38,7 +39,6 @@ def become_wrap(command: str, password: str | None, user: str | None = None) -> 
 
 def become_connection(conn: "Connection") -> "BecomeConnection | None":
     """The become wrapper of ``conn`` (under -v/--timings' logging wrapper), if it has one."""
-    from gpuops.transport.verbose import LoggedConnection
 
     if isinstance(conn, LoggedConnection):
         conn = conn.wrapped

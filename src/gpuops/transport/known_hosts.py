@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.transport.tcp_tuning import no_delay
+from gpuops.transport.algorithms import order_algorithms
 
 CERT_HOST = 2
 _KEY_FIELDS = {  # the public-key fields after the nonce, per certificate type (all length-prefixed)
@@ -242,8 +243,6 @@ def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
     called once the key exchange has finished (for ``--timings``).
     """
     import paramiko
-
-    from gpuops.transport.algorithms import order_algorithms
 
     class RefusedHostKey(paramiko.SSHException, HostKeyRefused):
         pass

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from gpuops.errors import TransportError
 from gpuops.transport.base import ExecResult
 from gpuops.transport.limits import OutputOverLimit, run_bounded
+from gpuops.transport.stream import ProcessStream
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -30,8 +31,6 @@ class LocalConnection:
         return ExecResult(stdout, stderr, returncode)
 
     def open_stream(self, command: str) -> Stream:
-        from gpuops.transport.stream import ProcessStream
-
         return ProcessStream(["/bin/sh", "-c", command], self.host.name)
 
     def close(self) -> None:

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from gpuops.errors import TransportError
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.transport.limits import OutputOverLimit, run_bounded
+from gpuops.transport.connvars import ssh_settings
+from gpuops.transport.stream import ProcessStream
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -53,8 +55,6 @@ def control_dir() -> str:
 
 class OpenSSHConnection:
     def __init__(self, host: Host, options: ConnectOptions) -> None:
-        from gpuops.transport.connvars import ssh_settings
-
         self.host = host
         self.options = options
         settings = ssh_settings(host, openssh=True)  # refuses what weakens host keys; OpenSSH reads the rest
@@ -133,7 +133,6 @@ class OpenSSHConnection:
 
     def open_stream(self, command: str) -> Stream:
         """One ssh whose stdin/stdout stay open while the command runs (over the shared master)."""
-        from gpuops.transport.stream import ProcessStream
 
         return ProcessStream([self._ssh, *self._argv, "--", self._target(), command], self.host.name)
 

@@ -12,6 +12,13 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from gpuops.errors import GpuopsError
 from gpuops.transport.base import ConnectOptions, Connection
 from gpuops.transport.rollout import Rollout
+from gpuops import timings
+from gpuops.transport import verbose
+from gpuops.transport.become import BecomeConnection
+from gpuops.transport.connvars import become_settings, check_variables, ssh_settings, transport_name
+from gpuops.transport.local import LocalConnection
+from gpuops.transport.openssh import OpenSSHConnection
+from gpuops.transport.ssh import SSHConnection
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -38,9 +45,6 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
     (``-b`` makes it every host's default) gets a connection whose every command runs through sudo
     (``transport/become.py``): one way to become, whatever the command.
     """
-    from gpuops import timings
-    from gpuops.transport import verbose
-    from gpuops.transport.connvars import become_settings, check_variables
 
     if options.connector is not None:
         return options.connector(host)
@@ -56,25 +60,17 @@ def connect(host: Host, options: ConnectOptions) -> Connection:
 def _with_become(conn: Connection, become: Become) -> Connection:
     if not become.enabled:
         return conn
-    from gpuops.transport.become import BecomeConnection
 
     return BecomeConnection(conn, become.password, become.user)
 
 
 def _connect(host: Host, options: ConnectOptions) -> Connection:
-    from gpuops.transport.connvars import ssh_settings, transport_name
-
     if host.connection == "local":
-        from gpuops.transport.local import LocalConnection
-
         return LocalConnection(host)
     if host.connection not in ("ssh", "paramiko", "smart"):
         raise GpuopsError(f"{host.name}: unsupported ansible_connection {host.connection!r} (use ssh or local)")
     if transport_name(host) == "openssh":
-        from gpuops.transport.openssh import OpenSSHConnection
-
         return OpenSSHConnection(host, options)
-    from gpuops.transport.ssh import SSHConnection
 
     return SSHConnection(host, options, ssh_settings(host))
 
@@ -88,15 +84,11 @@ def prepare_ssh(hosts: Sequence[Host]) -> None:
     """
     # Hosts on the openssh connection never touch paramiko: only the others pay for the import.
     if any(h.connection != "local" and not _on_openssh(h) for h in hosts):
-        from gpuops import timings
-
         with timings.span("ssh-import"):
             import fabric  # noqa: F401  (once, in this thread)
 
 
 def _on_openssh(host: Host) -> bool:
-    from gpuops.transport.connvars import transport_name
-
     try:
         return transport_name(host) == "openssh"
     except GpuopsError:

@@ -29,6 +29,9 @@ from gpuops.transport.connvars import SSHSettings, ssh_settings
 from gpuops.transport.known_hosts import HostKeyRefused
 from gpuops.transport.limits import BoundedBuffer, OutputOverLimit
 from gpuops.transport.verbose import quiet_paramiko
+from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
+from gpuops.transport.known_hosts_config import user_known_hosts_files
+from gpuops.transport.stream import ChannelStream
 
 quiet_paramiko()  # paramiko's own log lines only with -v (transport/verbose.py)
 
@@ -44,8 +47,6 @@ def known_hosts_files(host: Host, options: ConnectOptions, ssh_config: dict[str,
     names: list[str] = [USER_KNOWN_HOSTS]
     configured = ssh_config.get("userknownhostsfile")
     if configured:
-        from gpuops.transport.known_hosts_config import user_known_hosts_files
-
         names.extend(user_known_hosts_files(str(configured), ssh_config, host.name))
     extra = host.vars.get("gpuops_known_hosts") if host.vars else None
     if extra:
@@ -192,7 +193,6 @@ class SSHConnection:
 
         The same Transport class sets the algorithm order (fast first, ~/.ssh/config's own wins).
         """
-        from gpuops.transport.known_hosts import KnownHosts, load, transport_factory
 
         client = conn.client
         known = KnownHosts()
@@ -285,7 +285,6 @@ class SSHConnection:
 
     def open_stream(self, command: str) -> Stream:
         """A new channel on the connection the gather already opened (no second handshake)."""
-        from gpuops.transport.stream import ChannelStream
 
         return ChannelStream(self._conn.transport, command, self.options.connect_timeout, self.host.name)
 

@@ -18,6 +18,8 @@ import logging
 import sys
 import time
 from typing import TYPE_CHECKING, Any
+from gpuops import timings
+from gpuops.secret_policy import mask_text, secret_values
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -71,7 +73,6 @@ class LoggedConnection:
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         shown = command if len(command) <= _COMMAND_LIMIT else command[:_COMMAND_LIMIT] + f"... ({len(command)} chars)"
         LOGGER.log(COMMANDS, "%s: exec %s (%d bytes on stdin)", self.host.name, shown, len(stdin))
-        from gpuops import timings
 
         started = time.monotonic()
         try:
@@ -110,12 +111,8 @@ def log_stream(host_name: str, command: str, stdin_bytes: int, seconds: float, o
 
 
 def _secrets(host: Host) -> list[str]:
-    from gpuops.secret_policy import secret_values
-
     return secret_values(dict(host.vars or {}))
 
 
 def _masked(text: str, secrets: list[str]) -> str:
-    from gpuops.secret_policy import mask_text
-
     return mask_text(text, secrets)

@@ -18,6 +18,7 @@ from typing import Any
 from gpuops.bench.stats import Interval, significant
 from gpuops.errors import GpuopsError
 from gpuops.tune.flags import ReleaseFlags, is_speculative, launch_words
+from gpuops.nccl import check_nccl_env, nccl_warnings
 
 BASELINE = "baseline (as configured)"
 GRID, ONE_AT_A_TIME = "grid", "one-at-a-time"
@@ -119,7 +120,6 @@ def plan_variants(sweeps: Sequence[str], launch_args: Sequence[str] = (), mode: 
     """``["NCCL_ALGO=Ring,Tree", "speculative_num_steps=1,3"]`` -> 4 variants, in a stable order (the
     cross product; ``mode="one-at-a-time"``: the first values, then each axis moved alone). NCCL
     settings are checked here; launch flags by ``check_flags`` against each host's release."""
-    from gpuops.nccl import check_nccl_env, nccl_warnings
 
     if not sweeps:
         raise GpuopsError("tune: give at least one --sweep NAME=VALUE[,VALUE...]")
