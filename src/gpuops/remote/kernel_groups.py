@@ -78,6 +78,8 @@ def classify(name, category="kernel"):
         if coll == "AllReduce":
             return ALLREDUCE, how
         return "collective", "%s %s" % (how, coll)
+    if name.startswith("gloo:"):  # a CPU trace's collective (torch's ProcessGroupGloo)
+        return (ALLREDUCE, "gloo (CPU)") if name == "gloo:all_reduce" else ("collective", "gloo (CPU) " + name[5:])
     if "cross_device_reduce" in name:
         return ALLREDUCE, CUSTOM_ALLREDUCE
     if "allreduce_fusion" in name:

@@ -33,6 +33,7 @@ _FILE_STAGE = re.compile(r"-([A-Z][A-Z0-9_]*)\.trace\.json(?:\.gz)?$")
 _FILE_RANK = re.compile(r"-TP-(\d+)")
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+_CPU_COLLECTIVE = "gloo:"  # torch's ProcessGroupGloo names each collective's work "gloo:<coll>"
 
 
 def clean(text, limit=NAME_CHARS_MAX):
@@ -56,6 +57,7 @@ class _Kept(object):
         self.spans = []      # (pid, tid, start, end, stage)
         self.launches = []   # (pid, tid, ts, correlation)
         self.gpu = []        # (correlation, start, end, name index)
+        self.cpu_collectives = []  # (pid, start, end, name index): a CPU-only trace's collectives (gloo)
         self.names = {}      # cleaned name -> index
         self.kinds = []      # index -> (name, group, implementation)
         self.graph_launches = 0
@@ -74,6 +76,10 @@ class _Kept(object):
             dur = _number(event.get("dur"))
             if found and dur is not None:
                 self._add(self.spans, (str(event.get("pid")), str(event.get("tid")), ts, ts + dur, found.group(1)))
+            elif name.startswith(_CPU_COLLECTIVE) and dur is not None and dur >= 0:
+                # gloo runs a collective on its own threads, under this name: a CPU trace's "kernel"
+                self._add(self.cpu_collectives, (str(event.get("pid")), ts, ts + dur,
+                                                 self._name(clean(name), "cpu_collective")))
             return
         correlation = args.get("correlation")
         if not isinstance(correlation, int) or isinstance(correlation, bool):
@@ -154,6 +160,8 @@ class _Pass(object):
 
 def _passes(kept, steps):
     """The passes of the trace and where their stages come from."""
+    if kept.spans and not kept.gpu and kept.cpu_collectives:
+        return _cpu_passes(kept), "step spans (CPU trace: its gloo collectives)", [s[3] - s[2] for s in kept.spans]
     if kept.spans:
         owner = _pass_of_correlation(kept)
         passes = [_Pass(stage) for (_p, _t, _s, _e, stage) in kept.spans]
@@ -165,6 +173,18 @@ def _passes(kept, steps):
         return [p for p in passes if p.intervals], "step spans", spans_cpu
     how = "GPU work split at its %d widest gaps" % (steps - 1) if steps > 1 else "GPU work as one pass"
     return _split_at_gaps(kept, steps), how + " (no step spans)", []
+
+
+def _cpu_passes(kept):
+    """A trace with no GPU work (a CPU backend): each collective gloo ran belongs to the step span
+    of its process that it started in (a collective of gloo's completes inside the call)."""
+    passes = [_Pass(stage) for (_p, _t, _s, _e, stage) in kept.spans]
+    for pid, start, end, kind in kept.cpu_collectives:
+        for index, (span_pid, _tid, begin, finish, _stage) in enumerate(kept.spans):
+            if span_pid == pid and begin <= start <= finish:
+                passes[index].add(start, end, kind)
+                break
+    return [p for p in passes if p.intervals]
 
 
 def _split_at_gaps(kept, count):
