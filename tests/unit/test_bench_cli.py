@@ -79,7 +79,7 @@ def test_report_command(two_results):
     (("bench", "--suite", "decode", "-l", "x"), "add --remote"),
     (("bench", "decode", "-l", "x"), "add --remote"),
     (("bench", "serving", "--concurrency", "1,a"), "--concurrency"),
-    (("bench",), "name a suite: gpuops bench decode|serving|allreduce|fusion"),
+    (("bench",), "name a suite: gpuops bench decode|serving|allreduce|fusion|profile"),
     (("bench", "--remote", "decode"), "--remote go after the suite"),
     (("report",), "no results"),
 ])

@@ -86,6 +86,7 @@ class BenchOptions:
     profile_steps: int = 5              # profile: the steps SGLang's profiler records per stage
     profile_stage: str = "decode"       # profile: decode | verify | extend | all (what the summary leads with)
     fetch_traces: bool = False          # profile: the raw traces come home too (bounded)
+    profile_wait_s: float = 120.0       # profile: how long the host waits for every rank's trace
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES:
@@ -132,7 +133,7 @@ class BenchOptions:
         record["request_rates"] = list(self.request_rates)
         record["slo"] = dict(self.slo)
         if not suite_spec(self.suite).profiles:
-            for name in ("profile_steps", "profile_stage", "fetch_traces"):
+            for name in ("profile_steps", "profile_stage", "fetch_traces", "profile_wait_s"):
                 record.pop(name)
         ar = record.pop("allreduce")
         if self.suite in TORCHRUN_SUITES:
@@ -366,7 +367,7 @@ def build_payload(
     payload["server_pythonpath"] = sglang_env_pythonpath(host_vars)
     if suite_spec(options.suite).profiles:
         payload.update(profile_steps=options.profile_steps, profile_stage=options.profile_stage,
-                       fetch_traces=options.fetch_traces)
+                       fetch_traces=options.fetch_traces, profile_wait_s=options.profile_wait_s)
     if options.tool:
         module, output_flag, runs = tool_runs(options)
         payload["tool"] = {"module": module, "python": python, "runs": runs, "output_flag": output_flag}

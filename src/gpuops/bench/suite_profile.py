@@ -103,8 +103,8 @@ def _headline_of(stages: Mapping[str, Any], asked: str) -> dict[str, Any] | None
 
 
 def sentence(head: Mapping[str, Any] | None, simulated: bool = False) -> str:
-    """The line an operator needs: ``decode pass 30.1 ms: 122 all-reduce calls per pass, 25.0 ms
-    (83%), NCCL RING_LL``."""
+    """The line an operator needs: ``decode pass 30.1 ms: 122 all-reduce calls per decode pass,
+    25.0 ms (83%), NCCL RING_LL``."""
     if not head:
         return "no forward pass found in the traces"
     wall = head.get("wall_ms")
@@ -112,7 +112,8 @@ def sentence(head: Mapping[str, Any] | None, simulated: bool = False) -> str:
     calls = head.get("allreduce_calls_per_forward")
     if calls:
         share = head.get("allreduce_share")
-        text += (f": {_count(calls)} all-reduce calls per pass, {_num(head.get('allreduce_ms_per_forward'))} ms"
+        text += (f": {_count(calls)} all-reduce calls per {stage_word(str(head.get('stage')))} pass, "
+                 f"{_num(head.get('allreduce_ms_per_forward'))} ms"
                  + (f" ({share * 100:.0f}%)" if isinstance(share, (int, float)) else "")
                  + (f", {head['allreduce_kind']}" if head.get("allreduce_kind") else ""))
     else:

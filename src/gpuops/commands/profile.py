@@ -31,10 +31,12 @@ _OPTIONS = ("remote", "as_json", "results_dir", "url", "port", "api", "input_len
               help="Forward passes SGLang's profiler records per stage.")
 @click.option("--stage", type=click.Choice(["decode", "verify", "extend", "all"]), default="decode", show_default=True,
               help="The passes to report (verify: speculative decoding's target-verify passes).")
+@click.option("--trace-wait", type=click.FloatRange(1, 3600), default=120.0, show_default=True, metavar="SECONDS",
+              help="How long the host waits for every rank's trace after the start (a large model's export takes long).")
 @click.option("--fetch-traces", is_flag=True,
               help="Bring the raw traces home too (at most 32 MiB a host, under RESULTS_DIR/traces/).")
 @bench_options(_OPTIONS)
-def profile(steps: int, stage: str, fetch_traces: bool, **params: Any) -> None:
+def profile(steps: int, stage: str, trace_wait: float, fetch_traces: bool, **params: Any) -> None:
     """Profile each host's SGLang server for a few steps under a small load of gpuops' own: per stage,
     the wall and GPU time of a pass and where it goes (all-reduce and other collectives, GEMM,
     attention, MoE, norm/activation, sampling, copies, idle). The traces are read on the host and
@@ -54,7 +56,7 @@ def profile(steps: int, stage: str, fetch_traces: bool, **params: Any) -> None:
     options = BenchOptions(suite="profile", api=params["api"], input_len=params["input_len"],
                            output_len=params["output_len"], seed=params["seed"],
                            request_timeout_s=params["request_timeout"], profile_steps=steps, profile_stage=stage,
-                           fetch_traces=fetch_traces)
+                           fetch_traces=fetch_traces, profile_wait_s=trace_wait)
     hosts = load_inventory(params["inventory"]).select(params["limit"]) if remote else local_inventory().select(None)
     targets = targets_for(hosts, params["port"], url, remote)
     timeout, connect_timeout = params["timeout"], params["connect_timeout"]

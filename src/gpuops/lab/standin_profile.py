@@ -6,7 +6,9 @@ As SGLang 0.5.8 and 0.5.16 do (``http_server.py``, ``scheduler_profiler_mixin.py
 ``scheduler_components/profiler_manager.py``; answers recorded on the real 0.5.16 in
 tests/fixtures/real/h200-x1/sglang-0.5.16/profile.json): a start answers 200 "Start profiling.";
 a start while one runs, and a stop when none runs (it stopped by itself after ``num_steps``),
-answer 500 "Internal Server Error" (the scheduler's refusal raised as a RuntimeError). Steps pass
+answer 500 "Internal Server Error" (the scheduler's refusal raised as a RuntimeError) where the
+scheduler checks (a ``profile_by_stage`` start; a plain second start re-starts the profiler: the real
+0.5.16 answered it 200, tests/fixtures/real/h200-x1/sglang-0.5.16/profile/README.md). Steps pass
 only while generations run, at the speed model's pace; after ``num_steps`` of them every TP rank
 writes ``<profile_id>-TP-<rank>[-<STAGE>].trace.json.gz`` into ``output_dir`` (with
 ``profile_by_stage``: an ``-EXTEND`` file, then a ``-DECODE`` one).
@@ -63,8 +65,10 @@ class StandinProfiler(object):
     def start(self, body):
         """(status, text) of ``/start_profile``."""
         with self.lock:
+            if self.active is not None and body.get("profile_by_stage"):
+                return 500, REFUSED  # the scheduler's "already in progress", raised by the route
             if self.active is not None:
-                return 500, REFUSED
+                self.active["stop"] = "replaced"  # a plain start re-starts it (0.5.16 answered 200)
             output_dir = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
             steps = body.get("num_steps")
             self.active = {"output_dir": os.path.expanduser(str(output_dir)),
@@ -109,6 +113,8 @@ class StandinProfiler(object):
         with self.lock:
             if self.active is profile:
                 self.active = None
+        if profile.get("stop") == "replaced":
+            return  # its torch profiler was dropped for the new one: nothing written
         self._write(profile, "DECODE" if profile["by_stage"] else None, max(1, min(passes, profile["steps"] or passes)))
 
     def _write(self, profile, stage, passes):

@@ -152,7 +152,8 @@ def run_suite(payload, snapshot, emitter, stop):
                                                      prompt_vocab(snapshot, emitter), failures), name="profile-load")
         load.daemon = True
         load.start()
-        deadline = time.monotonic() + float(payload.get("profile_wait_s", WAIT_S))
+        wait_s = float(payload.get("profile_wait_s", WAIT_S))
+        deadline = time.monotonic() + wait_s
         suffix = wanted_stage(stage)
         found = wait_for_traces(directory, ranks, suffix, deadline, stop)
         if not _complete(found, ranks, suffix) and not stop.is_set():
@@ -161,11 +162,11 @@ def run_suite(payload, snapshot, emitter, stop):
                 client.request("POST", STOP_ROUTE, {}, timeout=60)
             except ServerError:
                 pass
-            found = wait_for_traces(directory, ranks, suffix, time.monotonic() + 30.0, stop)
+            found = wait_for_traces(directory, ranks, suffix, time.monotonic() + min(30.0, wait_s), stop)
         load_stop.set()
         if not found:
             raise ServerError("the server wrote no trace in %.0f s (its profiler started; %s)" % (
-                float(payload.get("profile_wait_s", WAIT_S)),
+                wait_s,
                 "the load's requests failed: %s" % failures[0] if failures else "its log says why"))
         if failures:
             emitter.emit("note", {"message": "a request of the profile's load failed: %s" % failures[0]})
