@@ -176,7 +176,7 @@ def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | No
 def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None, as_json: bool, forks: int,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float, flush_cache: bool) -> None:
     """Where the installed SGLang switches performance features off for this hardware (file:line)."""
-    from gpuops.facts.collect import gate_json
+    from gpuops.facts.collect import gate_counts_json, gate_json
 
     if feature:
         _check_feature(feature)  # bad input: exit 2 before any connection
@@ -187,7 +187,8 @@ def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None
         document: dict[str, Any] = {"schema": 1, "hosts": {}}
         for name, outcome in outcomes.items():
             if not outcome.ok:
-                document["hosts"][name] = {"ok": False, "error": outcome.error, "gates": [], "features": {}}
+                document["hosts"][name] = {"ok": False, "error": outcome.error, "gates": [], "features": {},
+                                           "gate_counts": None}
                 continue
             facts = outcome.value.facts
             gate_list, features = gate_json(outcome.value)
@@ -199,7 +200,8 @@ def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None
             document["hosts"][name] = {
                 "ok": True, "error": None, "compute_capability": facts.compute_capability,
                 "sm": next((g.sm for g in facts.gpu.gpus if g.compute_capability == facts.compute_capability), None),
-                "gates": gate_list, "features": features, "gates_error": outcome.value.gates_error,
+                "gates": gate_list, "features": features, "gate_counts": gate_counts_json(outcome.value),
+                "gates_error": outcome.value.gates_error,
             }
         print_json(document)
     else:

@@ -239,12 +239,18 @@ def gate_json(inspection: HostInspection) -> tuple[list[Any], dict[str, Any]]:
     return list(report.gates), dict(report.features)
 
 
+def gate_counts_json(inspection: HostInspection) -> dict[str, int] | None:
+    """The gates by what they cost the GPU (``GateReport.counts``), null without a gate report."""
+    report = inspection.gate_report
+    return report.counts().to_json() if report is not None and report.known else None
+
+
 def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
     """One host's entry of the `inspect host --json` document."""
     if not outcome.ok or outcome.value is None:
         return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "managed_launch": None,
-                "stack_problems": [], "gates": [], "features": {}, "gates_error": None, "recovered": [],
-                "gate_scan": None}
+                "stack_problems": [], "gates": [], "features": {}, "gate_counts": None, "gates_error": None,
+                "recovered": [], "gate_scan": None}
     gates, features = gate_json(outcome.value)
     return {
         "ok": True,
@@ -254,6 +260,7 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
         "stack_problems": list(outcome.value.stack),
         "gates": gates,
         "features": features,
+        "gate_counts": gate_counts_json(outcome.value),
         "gates_error": outcome.value.gates_error,
         "recovered": list(outcome.value.extra.get("gpuops.recovered") or []),
         "gate_scan": outcome.value.extra.get("gpuops.gate_scan"),

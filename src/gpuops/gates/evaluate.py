@@ -5,8 +5,9 @@ catalog feature with the gates on its path. Pure: the scan, the facts and the ca
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
 from gpuops.gates.context import NVIDIA_HOST, Placement, Placer
@@ -22,6 +23,7 @@ from gpuops.gates.logic import (
     other_clauses,
 )
 from gpuops.gates.scan import GateScan
+from gpuops.gates.skips import skipped_branch
 from gpuops.remote.gate_tree import has_atoms
 from gpuops.gates.in_effect import in_effect, platform_value, unreachable
 from gpuops.gates.logic import normalise_args
@@ -53,6 +55,39 @@ class GateReport:
 
     def blocked_features(self) -> list[str]:
         return [name for name, f in self.features.items() if f["status"] == "blocked"]
+
+    def counts(self) -> GateCounts:
+        return GateCounts.of(self.gates)
+
+
+@dataclass(frozen=True)
+class GateCounts:
+    """The judged gates by what they cost the GPU (inspect's count line; ``gate_counts`` in --json).
+    Only ``blocked`` is a loss; a gate whose ``status`` is blocked but which sends the GPU to a
+    sibling branch of its own, or which this host never reaches, is counted apart."""
+
+    total: int
+    blocked: int  # the GPU loses something here: shut out, with no branch of its own
+    own_path: int  # status blocked, but a sibling branch of its if/elif chain serves the GPU (`alternative`)
+    not_reached: int  # status blocked, but never reached on this host (`unreachable`)
+    open: int
+    skips: int  # of the open: a branch for older or other GPUs the GPU skips, losing nothing (`skips`)
+    unknown: int
+    not_applicable: int
+
+    @classmethod
+    def of(cls, gates: Sequence[Mapping[str, Any]]) -> GateCounts:
+        def count(status: str) -> int:
+            return sum(1 for g in gates if g["status"] == status)
+        blocked = [g for g in gates if g["status"] == "blocked"]
+        own = sum(1 for g in blocked if g.get("alternative"))
+        unreached = sum(1 for g in blocked if not g.get("alternative") and g.get("unreachable"))
+        return cls(total=len(gates), blocked=len(blocked) - own - unreached, own_path=own, not_reached=unreached,
+                   open=count("open"), skips=sum(1 for g in gates if g["status"] == "open" and g.get("skips")),
+                   unknown=count("unknown"), not_applicable=count("not_applicable"))
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
 
 
 def feature_gates(scan: GateScan, feature: Feature) -> list[FeatureGate]:
@@ -194,6 +229,9 @@ def _judge_gate(
     else:
         status, reason = "unknown", "; ".join(verdict.unknowns) or "cannot tell"
     capability = status
+    skip = None
+    if gpu is not None and capability == "blocked" and (fg is None or fg.role == "related"):
+        skip = skipped_branch(gate, book, gpu, place.alternative)
     if place.not_applicable:
         # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.
         status, reason = "not_applicable", f"not this host's platform: {place.not_applicable}"
@@ -207,6 +245,9 @@ def _judge_gate(
         # A branch inside a GPU test this GPU fails (`if major == 9: if is_blackwell: ...`): its own
         # test admits the GPU, but the GPU never gets there, so it never gets what the branch does.
         status, reason = "blocked", f"admits {gpu.sm} on its own, but never reached on it: {place.unreachable}"
+    elif skip is not None and status == "blocked":
+        # A branch for older or other GPUs while this GPU's own path serves it: it loses nothing here.
+        status, reason = "open", f"{skip.reason} (the test admits {_names(allowed)})"
     elif place.alternative is not None and status == "blocked":
         reason += f"; {gpu.sm if gpu else 'this GPU'} takes its own path at {_where(place.alternative)}"
     clauses = []
@@ -232,6 +273,7 @@ def _judge_gate(
         "capability": capability,
         "alternative": _where(place.alternative) if place.alternative is not None else None,
         "unreachable": place.unreachable,
+        "skips": skip.kind if skip is not None and status == "open" else None,
         "shape": (gate.get("effect") or {}).get("shape"),
         "clauses": clauses,
         "condition": gate.get("text"),
@@ -408,4 +450,4 @@ def _server_state(feature: Feature, server: Mapping[str, Any]) -> str | None:
     return f"the running server was not launched with {flags}" if flags else None
 
 
-__all__ = ["FeatureGate", "GateReport", "GateRule", "feature_gates", "judge", "launch_flag"]
+__all__ = ["FeatureGate", "GateCounts", "GateReport", "GateRule", "feature_gates", "judge", "launch_flag"]

@@ -4,7 +4,6 @@ or printed at import time). The JSON view is ``GateReport.to_json()``; both read
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpuops.output import SCREEN_WIDTH, brief
@@ -110,20 +109,21 @@ def _first_clause(text: str) -> str:
 
 
 def gate_count_line(report: GateReport, pointer: str = " (gpuops inspect gates for detail)") -> str:
-    """One line of counts: what "blocked" costs (shut out, or sent to its own path), open,
-    unknown, other platforms' gates, and those this host's configuration never reaches."""
+    """One line of counts (``GateReport.counts``): blocked, only where the GPU loses something; open,
+    with those that skip a path for older or other GPUs; the gates that send it to its own path or
+    that this host's configuration never reaches, unknown, and other platforms', each on its own."""
     gpu = report.gpu or "this GPU"
-    counts = Counter(g["status"] for g in report.gates)
-    blocked = [g for g in report.gates if g["status"] == "blocked"]
-    own = sum(1 for g in blocked if g.get("alternative"))
-    unreached = sum(1 for g in blocked if not g.get("alternative") and g.get("unreachable"))
-    shut = len(blocked) - own - unreached
-    parts = [f"{len(blocked)} blocked ({shut} shut {gpu} out, {own} send it to its own path"
-             + (f", {unreached} not reached on this host" if unreached else "") + ")",
-             f"{counts.get('open', 0)} open", f"{counts.get('unknown', 0)} unknown"]
-    if counts.get("not_applicable"):
-        parts.append(f"{counts['not_applicable']} for another platform")
-    return (f"{len(report.gates)} capability gates in sglang {report.version or '?'} on {gpu}: "
+    counts = report.counts()
+    parts = [f"{counts.blocked} blocked ({gpu} loses something there)",
+             f"{counts.open} open" + (f" ({counts.skips} skip a path for older or other GPUs)" if counts.skips else "")]
+    if counts.own_path:
+        parts.append(f"{counts.own_path} send {gpu} to its own path")
+    if counts.not_reached:
+        parts.append(f"{counts.not_reached} not reached on this host")
+    parts.append(f"{counts.unknown} unknown")
+    if counts.not_applicable:
+        parts.append(f"{counts.not_applicable} for another platform")
+    return (f"{counts.total} capability gates in sglang {report.version or '?'} on {gpu}: "
             + ", ".join(parts) + pointer)
 
 
@@ -159,6 +159,8 @@ def _render_gates(console: Console, gates: Iterable[dict[str, Any]]) -> None:
         if gate["status"] in ("unknown", "not_applicable"):
             line += f"; {gate['reason']}"
         _say(console, line)
+        if gate.get("skips"):  # open though its own test shuts the GPU out: the reason says why
+            _say(console, f"   loses nothing: {gate['reason']}")
         if gate.get("alternative"):
             _say(console, f"   its own path: {gate['alternative']}")
         if gate.get("unreachable"):

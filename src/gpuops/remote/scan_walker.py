@@ -96,6 +96,14 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     return None
 
 
+def _orelse(stmt):
+    """What an ``if`` statement has after its body: ``"elif"`` (another test of its chain),
+    ``"else"`` (a branch every GPU that fails the chain takes), or None."""
+    if not isinstance(stmt, ast.If) or not stmt.orelse:
+        return None
+    return "elif" if len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If) else "else"
+
+
 def _is_refusal(stmt):
     """A nested refusal: an ``if`` (no else) whose body refuses, or a ``try`` of imports whose every
     ``except`` ends in a return or a raise (the requirement is that the import works)."""
@@ -162,6 +170,39 @@ def is_denying_exit(stmt):
     return False
 
 
+# Calls that only compute a number from their arguments: `num_warps = min(num_warps, 8)` adjusts.
+_ARITHMETIC_CALLS = frozenset(("min", "max", "int", "float", "round", "abs", "bool", "math.ceil", "math.floor"))
+
+
+def only_adjusts(body):
+    """Does the body only adjust values the code already holds (``scale = scale * SM100_FIX``,
+    ``num_warps = min(num_warps, 8)``, ``x += 1``), logging aside? Such a branch tunes what every
+    GPU computes for the GPUs it admits; it is no path of its own (a call such as ``fused(x)``
+    or ``x.to(...)`` is: it does work)."""
+    adjusted = False
+    for stmt in body:
+        if _is_note(stmt):
+            continue
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)) \
+                and _arithmetic(stmt.value):
+            adjusted = True
+            continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) and _arithmetic(stmt.value):
+            target = dotted(stmt.targets[0])
+            if target is not None and any(dotted(n) == target for n in ast.walk(stmt.value)
+                                          if isinstance(n, (ast.Name, ast.Attribute))):
+                adjusted = True
+                continue
+        return False
+    return adjusted
+
+
+def _arithmetic(value):
+    """No call but the arithmetic built-ins (``_ARITHMETIC_CALLS``): operators over values."""
+    return all(dotted(node.func) in _ARITHMETIC_CALLS for node in ast.walk(value) if isinstance(node, ast.Call))
+
+
 def body_effect(body, locator):
     effect = {}
     sets = []
@@ -181,6 +222,8 @@ def body_effect(body, locator):
                         sets.append(key.value)
     if sets:
         effect["sets"] = sets[:20]
+    if only_adjusts(body):
+        effect["adjusts"] = True
     last = body[-1] if body else None
     if isinstance(last, ast.Raise) and last.exc is not None:
         exc = last.exc
@@ -286,7 +329,7 @@ class GateWalker(object):
             stmt.orelse[0]._gpuops_chain = head  # set before the orelse is walked
         return head
 
-    def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope, chain=None):
+    def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope, chain=None, orelse=None):
         line = tree["span"][0]
         end = max(tree["span"][2], line)
         stmt_line = stmt.lineno + self.locator.line0
@@ -320,6 +363,8 @@ class GateWalker(object):
         })
         if chain is not None:
             self.found[-1]["chain"] = chain
+        if orelse is not None:
+            self.found[-1]["orelse"] = orelse
         for nested_node, nested_tree in self.drain_nested(scope):
             self.emit(stmt, nested_node, nested_tree, fn, within, "expr", 1, {}, scope)
 
@@ -371,7 +416,7 @@ class GateWalker(object):
                     if shape:
                         effect["shape"] = shape  # how the body refuses: gates/README.md's catalogue
                     self.emit(stmt, node, tree, fn, within, kind, -1 if shape else 1, effect, scope,
-                              chain=chain)
+                              chain=chain, orelse=_orelse(stmt))
                 else:
                     self.emit(stmt, node, tree, fn, within, "expr", 1, {}, scope)
             if not test_is_root:

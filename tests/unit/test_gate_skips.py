@@ -1,0 +1,227 @@
+"""A GPU that skips a path meant for older or other GPUs loses nothing (issue 43): a branch whose own
+test shuts sm120 out is `open` when the code shows it serves only GPUs older than a threshold below
+sm120, only the GPUs outside a predicate that admits sm120 (which take the other branch), or only
+adjusts a value for other GPUs; the reverse (sm120 falls to the legacy or generic path) stays
+`blocked`, and inspect's count line calls only the losses blocked. The scanner runs as on a host (a
+subprocess with python3) on one small package; the judging is gpuops' own."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.gates.evaluate import GateCounts, judge
+from gpuops.gates.report import gate_count_line
+from test_gate_scanner_snippets import scan_files
+
+FILES = {
+    # -- the issue's snippet: a threshold below sm120, and a quirk of another architecture
+    "srt/issue.py": """
+        import torch
+        from sglang.srt.utils import is_sm100_supported
+
+        def tile_config(scale):
+            major, _ = torch.cuda.get_device_capability()
+            if major < 9:
+                cfg = LEGACY_CONFIG
+            else:
+                cfg = HOPPER_PLUS_CONFIG
+            if is_sm100_supported():
+                scale = scale * SM100_FIX
+            return cfg, scale
+        """,
+    # -- older GPUs only: thresholds below sm120
+    "srt/older.py": """
+        import torch
+
+        def moe_backend():
+            if (8, 0) <= torch.cuda.get_device_capability() < (10, 0):
+                return "marlin"
+            return "flashinfer_trtllm"
+
+        def dtype():
+            if torch.cuda.get_device_capability()[0] < 8:
+                logger.info("Compute capability below sm80: float16")
+                return "float16"
+            return "bfloat16"
+
+        def warps(num_warps):
+            major, _ = torch.cuda.get_device_capability()
+            is_sm80_before = major < 8
+            if is_sm80_before:
+                num_warps = min(num_warps, 8)
+            elif major >= 9:
+                num_warps = 4
+            return num_warps
+        """,
+    # -- the reverse: sm120 falls to the legacy or generic path
+    "srt/reverse.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported
+
+        def attention():
+            if is_sm90_supported() or is_sm100_supported():
+                backend = "fa3"
+            else:
+                backend = "triton"
+            return backend
+
+        def tiles():
+            major, _ = torch.cuda.get_device_capability()
+            if 9 <= major < 12:
+                cfg = NEW_CONFIG
+            else:
+                cfg = LEGACY_CONFIG
+            return cfg
+
+        def kernel():
+            major, _ = torch.cuda.get_device_capability()
+            if major < 12:
+                return "cutlass_sm90"
+            return "triton"
+        """,
+    # -- others: the negation of a predicate that admits sm120, with that predicate's own branch
+    "srt/others.py": """
+        import torch
+        from sglang.srt.utils import is_sm100_supported, is_sm120_supported
+
+        def prefill_backend():
+            if not (is_sm100_supported() or is_sm120_supported()):
+                backend = "fa3"
+            else:
+                backend = "flashinfer"
+            return backend
+
+        def scale_layout():
+            major, _ = torch.cuda.get_device_capability()
+            if major != 12:
+                layout = "swizzled"
+            else:
+                layout = "linear"
+            return layout
+
+        def register():
+            if not is_sm120_supported():
+                register_fake_quant()
+        """,
+    # -- a quirk is only an adjustment; work or a selection for another GPU is a loss
+    "srt/quirk.py": """
+        from sglang.srt.utils import is_sm100_supported
+
+        def k_scale(k_scale, out):
+            if is_sm100_supported() and k_scale != 1.0:
+                k_scale *= E2M1_MAX
+            if is_sm100_supported():
+                out = fused_norm(out)
+            if is_sm100_supported():
+                backend = "trtllm"
+            if is_sm100_supported():
+                k_scale = k_scale * 2
+            else:
+                k_scale = 0.0
+            return k_scale, out
+        """,
+    # -- a catalogued feature's gate: what the GPU skips there is the feature
+    "srt/fusion.py": """
+        import torch
+
+        class ServerArgs:
+            def auto_enable(self):
+                if torch.cuda.get_device_capability()[0] < 10:
+                    self.enable_flashinfer_allreduce_fusion = True
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("skips"), FILES)
+
+
+def judged(scan, file, gpu="12.0"):
+    return judge(scan, gpu, "13.0").gates
+
+
+def gate(scan, file, text, gpu="12.0"):
+    """The one gate of ``file`` whose condition is ``text`` (else the one that contains it)."""
+    mine = [g for g in judge(scan, gpu, "13.0").gates if g["file"] == file]
+    found = [g for g in mine if g["condition"] == text] or [g for g in mine if text in g["condition"]]
+    assert len(found) == 1, [g["condition"] for g in mine]
+    return found[0]
+
+
+@pytest.mark.parametrize("file, text, kind", [
+    ("srt/issue.py", "major < 9", "older"),
+    ("srt/issue.py", "is_sm100_supported()", "quirk"),
+    # a floor at Ampere is where SGLang's paths start, not a band chosen over the oldest GPUs
+    ("srt/older.py", "(8, 0) <=", "older"),
+    # no candidate admitted, an older GPU (sm75) is
+    ("srt/older.py", "[0] < 8", "older"),
+    # through a local alias; its sibling `elif major >= 9` serves sm120
+    ("srt/older.py", "is_sm80_before", "older"),
+    ("srt/others.py", "not (is_sm100_supported() or is_sm120_supported())", "others"),
+    ("srt/others.py", "major != 12", "others"),
+    ("srt/quirk.py", "k_scale != 1.0", "quirk"),
+])
+def test_a_branch_for_older_or_other_gpus_costs_sm120_nothing(scan, file, text, kind):
+    got = gate(scan, file, text)
+    assert got["capability"] == "blocked"  # its own test shuts sm120 out ...
+    assert (got["status"], got.get("skips")) == ("open", kind), got["reason"]  # ... and sm120 loses nothing
+    assert "sm120" in got["reason"]
+
+
+@pytest.mark.parametrize("file, text", [
+    ("srt/reverse.py", "is_sm90_supported() or is_sm100_supported()"),  # fa3 for them, triton for sm120
+    ("srt/reverse.py", "9 <= major < 12"),  # a band that leaves out the oldest: sm120 gets the legacy path
+    ("srt/reverse.py", "major < 12"),  # the threshold is sm120 itself: written about this GPU
+    ("srt/others.py", "not is_sm120_supported()"),  # no branch of sm120's own: it skips the registration
+])
+def test_the_reverse_stays_blocked(scan, file, text):
+    got = gate(scan, file, text)
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+def test_work_or_a_selection_for_another_gpu_is_a_loss(scan):
+    gates = [g for g in judged(scan, "srt/quirk.py") if g["file"] == "srt/quirk.py"]
+    by_line = {g["line"]: g for g in gates}
+    assert [(line, by_line[line]["status"], by_line[line].get("skips")) for line in sorted(by_line)] == [
+        (5, "open", "quirk"),  # k_scale *= E2M1_MAX
+        (7, "blocked", None),  # out = fused_norm(out): sm100 gets a kernel sm120 does not
+        (9, "blocked", None),  # backend = "trtllm": a selection
+        (11, "blocked", None),  # k_scale = k_scale * 2, but an else sets it otherwise: a selection
+    ]
+
+
+def test_the_threshold_is_read_for_the_gpu_judged(scan):
+    # sm80 passes `major < 9`; sm90's threshold is sm90 itself (not below it): blocked, as before.
+    assert gate(scan, "srt/issue.py", "major < 9", "8.0")["status"] == "open"
+    on_sm90 = gate(scan, "srt/issue.py", "major < 9", "9.0")
+    assert (on_sm90["status"], on_sm90.get("skips")) == ("blocked", None)
+    assert gate(scan, "srt/older.py", "(8, 0) <=", "10.0")["status"] == "blocked"
+    assert gate(scan, "srt/older.py", "(8, 0) <=", "10.3").get("skips") == "older"
+
+
+def test_a_catalogued_features_gate_is_not_read_so(scan):
+    got = gate(scan, "srt/fusion.py", "[0] < 10")
+    assert got["feature"] == "flashinfer_allreduce_fusion" and got["role"] == "auto_enable"
+    assert (got["status"], got.get("skips")) == ("blocked", None)
+
+
+def test_the_count_line_calls_only_the_losses_blocked(scan):
+    report = judge(scan, "12.0", "13.0")
+    counts = report.counts()
+    gates = report.gates
+    losses = [g for g in gates if g["status"] == "blocked" and not g["alternative"] and not g["unreachable"]]
+    skipped = [g for g in gates if g.get("skips")]
+    assert counts == GateCounts(
+        total=len(gates), blocked=len(losses),
+        own_path=sum(1 for g in gates if g["status"] == "blocked" and g["alternative"]),
+        not_reached=sum(1 for g in gates if g["status"] == "blocked" and not g["alternative"] and g["unreachable"]),
+        open=sum(1 for g in gates if g["status"] == "open"), skips=len(skipped),
+        unknown=sum(1 for g in gates if g["status"] == "unknown"),
+        not_applicable=sum(1 for g in gates if g["status"] == "not_applicable"))
+    assert len(skipped) == 8 and all(g["status"] == "open" for g in skipped)
+    line = gate_count_line(report)
+    assert f"{counts.blocked} blocked (sm120 loses something there)" in line
+    assert f"{counts.open} open (8 skip a path for older or other GPUs)" in line
+    assert counts.to_json()["skips"] == 8 and sum(
+        v for k, v in counts.to_json().items() if k not in ("total", "skips")) == counts.total
