@@ -173,3 +173,30 @@ def test_inventory_mapping_given_as_a_string_names_the_host() -> None:
     assert "gpu07: inventory variable nccl_env is a mapping" in str(caught.value)
     # -e wins over the inventory: a good -e value is not refused for the inventory's bad one.
     assert discover("nccl-env", "gpu07", dict(INVENTORY, nccl_env="x"), {"nccl_env": {"NCCL_ALGO": "Ring"}})
+
+
+def test_launch_flags_can_take_an_inventory_flag_out_and_its_rollback_puts_it_back(roles_path) -> None:
+    """tune's run without speculation: the launch-flags role's `launch_drop` takes the inventory's
+    `--tp 8` (flag and value) out; flags contributed by other runs stand; the rollback restores it."""
+    start = base(roles_path)
+    flagged, _ = run(start, "flag-role", roles_path, run_id="run-a")
+    dropped, drop_run = run(flagged, "launch-flags", roles_path, {"launch_drop": ["--tp", FLAG]}, run_id="run-b")
+    args, _ = launch(dropped)
+    assert "--tp" not in args and "8" not in args and "--model-path" in args and "/models/m" in args
+    assert FLAG in args  # a run's own contribution is never taken out by another's drop
+    desired = json.loads(dropped.files[f"{STATE}/desired.json"].content or "")
+    assert desired["contributions"]["launch-flags"] == {"args": [], "env": {}, "drop": ["--tp", FLAG], "run_id": "run-b"}
+    assert run(dropped, "launch-flags", roles_path, {"launch_drop": ["--tp", FLAG]}, run_id="run-c")[1]["changed"] == 0
+    assert launch(rollback(dropped, drop_run)) == launch(flagged)
+    # no drop recorded: the file and launch are what they were before drop existed
+    assert "drop" not in json.loads(flagged.files[f"{STATE}/desired.json"].content or "")["contributions"]["flag-role"]
+
+
+def test_drop_flags_takes_each_flag_with_its_values() -> None:
+    from gpuops.release.flags import drop_flags
+
+    words = ["--model-path", "/m", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps=3",
+             "--trust-remote-code", "--speculative-draft-model-path", "/d", "--tp", "8"]
+    assert drop_flags(words, ["--speculative-algorithm", "--speculative-num-steps", "--speculative-draft-model-path"]) \
+        == ["--model-path", "/m", "--trust-remote-code", "--tp", "8"]
+    assert drop_flags(words, []) == words

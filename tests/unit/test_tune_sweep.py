@@ -118,16 +118,30 @@ def test_flags_are_checked_against_the_host_release_and_get_their_launch_words()
 
 
 def test_speculation_is_always_measured_against_speculation_off() -> None:
-    from gpuops.tune.sweep import check_flags
+    from gpuops.tune.flags import ReleaseFlags
+    from gpuops.tune.runner import role_for
+    from gpuops.tune.sweep import SPEC_OFF, check_flags
+    from test_tune_flags import _answer
 
-    # the baseline is the server as configured: it must run without speculation
-    with pytest.raises(GpuopsError, match="already runs speculative decoding"):
-        check_flags(plan_variants(["speculative_algorithm=NGRAM"]), _releases(speculative=True))
-    # and some variant must turn it on, or every row measures the same thing
+    # the server as configured runs no speculation: it is the baseline, nothing is added
+    plain = check_flags(plan_variants(["speculative_algorithm=NGRAM"]), _releases())
+    assert [v.label for v in plain] == ["speculative_algorithm=NGRAM"]
+    # it speculates (the field box's EAGLE-3): a run with its speculative flags taken out comes first
+    eagle = ReleaseFlags.from_answer("gpu0", dict(_answer("0.5.16"), speculative=True, speculative_flags=[
+        "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps", "--no-such-flag"]))
+    off, *rest = check_flags(plan_variants(["speculative_num_steps=1,3"]), [eagle])
+    assert off.label == SPEC_OFF and not off.speculative and off.launch == ()
+    assert off.drop == ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps")
+    assert [v.label for v in rest] == ["speculative_num_steps=1", "speculative_num_steps=3"]
+    assert role_for(off, smoke_check=False) == ("launch-flags", {"launch_flags": [], "launch_env": {},
+                                                                 "launch_drop": list(off.drop)})
+    # no speculation configured and no variant turns it on: every row would measure the same thing
     with pytest.raises(GpuopsError, match="no variant turns speculation on"):
         check_flags(plan_variants(["speculative_num_steps=1,3"]), _releases())
-    # NCCL alone: the configured server may speculate, nothing is asked of it
-    assert check_flags(plan_variants(["NCCL_PROTO=LL"]), _releases(speculative=True))[0].launch == ()
+    # NCCL alone: nothing is asked of a server that speculates
+    assert [v.label for v in check_flags(plan_variants(["NCCL_PROTO=LL"]), [eagle])] == ["NCCL_PROTO=LL"]
+    assert role_for(plan_variants(["NCCL_PROTO=LL"])[0], smoke_check=True) == (
+        "nccl-env", {"nccl_env": {"NCCL_PROTO": "LL"}, "smoke_check": True})
 
 
 def test_each_variant_against_the_baseline_with_its_noise() -> None:
@@ -137,11 +151,20 @@ def test_each_variant_against_the_baseline_with_its_noise() -> None:
               _trial("ngram-4", 84.0, spread=3.0), _trial("eagle", 60.0, spread=2.0),
               _trial("dead", None, status="apply_failed")]
     assert against_baseline(trials) == {
+        BASELINE: {"verdict": "reference", "ratio": 1.0},
         "ngram-8": {"verdict": "faster", "ratio": round(95 / 82, 4)},
         "ngram-4": {"verdict": "within noise", "ratio": round(84 / 82, 4)},
         "eagle": {"verdict": "slower", "ratio": round(60 / 82, 4)},
     }
     assert against_baseline([_trial("a", 1.0)]) == {}  # no baseline measured: no verdict
+    # with a run without speculation measured (the configured server speculates), that run is the
+    # reference: the configured EAGLE-3 gets its verdict against it
+    from gpuops.tune.sweep import SPEC_OFF
+
+    field = [_trial(BASELINE, 60.0), _trial(SPEC_OFF, 82.0), _trial("steps=1", 70.0)]
+    assert against_baseline(field) == {SPEC_OFF: {"verdict": "reference", "ratio": 1.0},
+                                       BASELINE: {"verdict": "slower", "ratio": round(60 / 82, 4)},
+                                       "steps=1": {"verdict": "slower", "ratio": round(70 / 82, 4)}}
 
 
 def test_acceptance_is_read_where_the_server_reports_it() -> None:

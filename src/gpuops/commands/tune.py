@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from gpuops import time_limits
 from gpuops.commands.apply import _common, _hosts, _options
 from gpuops.commands.options import guide, rollout_options
 from gpuops.bench import options as opt
@@ -71,7 +72,7 @@ def tune(inventory: Any, limit: str | None, as_json: bool, forks: int,
         warmup=warmup, concurrency=opt.parse_int_list(concurrency, "--concurrency"))
 
     apply_options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
-                             timeout=timeout, connect_timeout=connect_timeout)
+                             timeout=time_limits.per_host("tune", timeout), connect_timeout=connect_timeout)
     if any(v.flags for v in variants):  # each flag and value as the release on each host takes it
         variants = check_flags(variants, read_releases(hosts, apply_options))
     if not as_json:
@@ -106,7 +107,8 @@ def _document(outcome, variants) -> dict:
             "kept": outcome.kept.get(name),
         }
     return {"schema": 1, "variants": [{"label": v.label, "env": dict(v.env), "flags": dict(v.flags),
-                                       "launch": list(v.launch), "warnings": list(v.warnings)} for v in variants],
+                                       "launch": list(v.launch), "drop": list(v.drop), "warnings": list(v.warnings)}
+                          for v in variants],
             "speculation_swept": any(v.speculative for v in variants),
             "interrupted": outcome.interrupted, "hosts": hosts}
 
@@ -117,10 +119,10 @@ def _figure(value, digits: int = 1) -> str:
 
 def _versus(t: dict) -> str:
     versus = t.get("against_baseline")
-    if t["variant"].startswith("baseline"):
-        return "baseline"
     if not versus:
         return "-"
+    if versus["verdict"] == "reference":
+        return "baseline"
     return f"{(versus['ratio'] - 1) * 100:+.0f}% {versus['verdict']}"
 
 
@@ -137,7 +139,9 @@ def _render(document: dict) -> None:
     models = set()
     headers = ("tok/s [95%]", "TTFT ms", "ITL p50", "ITL p99", "accept", "acc.rate")
     for name, host in document["hosts"].items():
-        click.echo(f"== {name}" + ("  (speculative decoding swept: the baseline runs without it)"
+        spec_off = any(v["label"] == "speculation off" for v in document["variants"])
+        click.echo(f"== {name}" + ("  (speculative decoding swept: rows against the server without it, "
+                                   + ("'speculation off'" if spec_off else "the baseline") + ")"
                                    if document.get("speculation_swept") else ""))
         width = max([len(t["variant"]) for t in host["ranking"]] + [7])
         sim = any(t.get("simulated") for t in host["ranking"])
@@ -153,7 +157,8 @@ def _render(document: dict) -> None:
                     models.add(t.get("speed_model") or "unrecorded")
                 click.echo(f"  {i:>2}  {t['variant']:<{width}}  "
                            + "  ".join(f"{mark(x, bool(t.get('simulated'))):>{w}}" for x, w in zip(cells[id(t)], widths))
-                           + f"  {mark(_versus(t), bool(t.get('simulated'))):<16} {t['result_id']}{note}")
+                           + f"  {mark(_versus(t), bool(t.get('simulated')) and _versus(t) != 'baseline'):<16} "
+                             f"{t['result_id']}{note}")
                 for level in t.get("levels") or []:
                     click.echo(f"      c={level.get('concurrency')}: {_figure(level.get('output_tokens_per_s'))} tok/s "
                                f"per stream, {_figure(level.get('total_output_tokens_per_s'))} total, ITL p50 "

@@ -17,7 +17,7 @@ no-op; a changed one moves to the end (the latest run wins where two set the sam
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
@@ -59,6 +59,7 @@ def composed(contributions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     latest contribution that names one (a docker server's derived image) with the inventory image
     it stands in for (``image_base``: the launch uses it only while the inventory still names that)."""
     args = merge_flags(*[c.get("args") or [] for c in contributions.values()])
+    drop = list(dict.fromkeys(str(f) for c in contributions.values() for f in c.get("drop") or []))
     env: dict[str, str] = {}
     image, image_base, python = "", "", ""
     renames: dict[str, list[str]] = {}
@@ -70,12 +71,17 @@ def composed(contributions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             python = str(contribution["python"])
             renames = {str(k): [str(w) for w in v] for k, v in (contribution.get("renames") or {}).items()}
     runs = [{"role": role, "run_id": c.get("run_id")} for role, c in contributions.items()]
-    return {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base, "python": python,
-            "renames": renames}
+    result = {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base, "python": python,
+              "renames": renames}
+    if drop:  # inventory flags a run takes out of the launch (tune's run without speculation)
+        result["drop"] = drop
+    return result
 
 
 def _part(contribution: Mapping[str, Any]) -> dict[str, Any]:
     part = {"args": list(contribution.get("args") or []), "env": dict(contribution.get("env") or {})}
+    if contribution.get("drop"):
+        part["drop"] = [str(f) for f in contribution["drop"]]
     if contribution.get("image"):
         part.update(image=str(contribution["image"]), image_base=str(contribution.get("image_base") or ""))
     if contribution.get("python"):
@@ -87,16 +93,16 @@ def _part(contribution: Mapping[str, Any]) -> dict[str, Any]:
 def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str, args: list[str],
                       env: Mapping[str, str], run_id: str | None, image: str = "",
                       image_base: str = "", python: str = "",
-                      renames: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                      renames: Mapping[str, Any] | None = None, drop: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
     """``contributions`` with ``role``'s part replaced: kept as is when equal, dropped when empty."""
     out = {k: dict(v) for k, v in contributions.items()}
     mine = _part({"args": list(args), "env": dict(sorted(env.items())), "image": image, "image_base": image_base,
-                  "python": python, "renames": dict(renames or {})})
+                  "python": python, "renames": dict(renames or {}), "drop": list(drop)})
     old = out.get(role)
     if old is not None and _part(old) == mine:
         return out
     out.pop(role, None)
-    if mine["args"] or mine["env"] or mine.get("image") or mine.get("python"):
+    if mine["args"] or mine["env"] or mine.get("image") or mine.get("python") or mine.get("drop"):
         out[role] = {**mine, "run_id": run_id}
     return out
 
@@ -144,13 +150,14 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     state.desired_path = dest
     if state.discovery:
         state.paths.add(dest)
-        return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "python": "", "renames": {},
+        return {"args": [], "env": {}, "runs": [], "image": "", "image_base": "", "python": "", "renames": {}, "drop": [],
                 "changed": False}
     current = gathered_file(state, dest, task.where)
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
     if state.recompose is not None:  # a rollback by recomposition: everything but the undone run's part
         wanted = state.recompose(recorded, dest)
         result = composed(wanted)
+        result.setdefault("drop", [])  # the launch template reads it (sglang-service's defaults)
         result["changed"] = (record_file(state, task, "desired", dest, render_desired(wanted),
                                          normalize_mode(args.get("mode", "0600"), task.where))
                              if wanted else _delete_desired(state, task, dest))
@@ -160,13 +167,17 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     renames = args.get("renames") or {}
     if not isinstance(renames, dict):
         raise GpuopsError(f"{where}: compose renames must map a flag to its replacement words, not {renames!r}")
+    drop = args.get("drop") or []
+    if not isinstance(drop, (list, tuple)) or not all(isinstance(f, str) and f.startswith("--") for f in drop):
+        raise GpuopsError(f"{where}: compose drop must be a list of launch flags (--name), not {drop!r}")
     wanted = with_contribution(recorded, state.role, [str(f) for f in flags], env, state.run_id, image, image_base,
-                               python, renames)
+                               python, renames, drop)
     changed = False
     if wanted != recorded and (current.exists or wanted):
         mode = normalize_mode(args.get("mode", "0600"), task.where)
         changed = record_file(state, task, "desired", dest, render_desired(wanted), mode)
     result = composed(wanted)
+    result.setdefault("drop", [])
     result["changed"] = changed
     launch_image = str(args.get("launch_image") or "")
     if result["image"] and launch_image and result["image_base"] != launch_image and result["image"] != launch_image:

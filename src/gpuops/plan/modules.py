@@ -393,12 +393,14 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
     Arg("launch_image"),
     Arg("python"),
     Arg("renames", "mapping"),
+    Arg("drop", "list"),
     Arg("mode", "mode", default="0600"),
 ), plans=(
-    "records this run's part of the launch (flags, environment, for docker a derived image with the inventory "
+    "records this run's part of the launch (flags, environment, inventory flags it takes out (`drop`), for docker "
+    "a derived image with the inventory "
     "image it replaces, for sglang-release the `python` of the release's environment and the flag `renames` it "
     "needs) in the host's desired-state file, keyed by the role; registers the composition of every "
-    "part still recorded: `{args, env, runs, image, image_base, python, renames}` (the docker run script names `image` while "
+    "part still recorded: `{args, env, runs, image, image_base, python, renames, drop}` (the docker run script names `image` while "
     "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
     "run warns that the server runs it without that patch)")))
 def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:

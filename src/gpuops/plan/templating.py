@@ -137,6 +137,12 @@ def _merge_flags(*groups: Iterable[Any]) -> list[str]:
     return merge_flags(*groups)
 
 
+def _drop_flags(args: Iterable[Any], names: Iterable[Any]) -> list[str]:
+    from gpuops.release.flags import drop_flags
+
+    return drop_flags([str(a) for a in args], names)
+
+
 def _rename_flags(args: Iterable[Any], renames: Mapping[str, Any]) -> list[str]:
     return rename_flags([str(a) for a in args], {str(k): [str(w) for w in v] for k, v in (renames or {}).items()})
 
@@ -167,6 +173,7 @@ class Templar:
             unique_flags=_unique_flags,
             merge_flags=_merge_flags,
             rename_flags=_rename_flags,
+            drop_flags=_drop_flags,
         )
         self.env.tests["match"] = lambda value, pattern: re.match(pattern, str(value)) is not None
         self.env.tests["mapping"] = lambda value: isinstance(value, Mapping)

@@ -144,6 +144,21 @@ def check_launch(args: Sequence[str], flags: AcceptedFlags, version: str, where:
     return FlagCheck(renames, tuple(notes))
 
 
+def drop_flags(args: Sequence[str], names: Iterable[Any]) -> list[str]:
+    """``args`` without each ``--flag [value...]`` named in ``names`` (a Jinja filter of the launch:
+    a run's part that takes an inventory flag out, such as tune's run without speculation)."""
+    drop = {str(n).split("=", 1)[0] for n in names or ()}
+    out: list[str] = []
+    dropping = False
+    for word in args:
+        text = str(word)
+        if text.startswith("--"):
+            dropping = text.split("=", 1)[0] in drop
+        if not dropping:
+            out.append(text)
+    return out
+
+
 def rename_flags(args: Sequence[str], renames: Mapping[str, Sequence[str]]) -> list[str]:
     """``args`` with each renamed switch replaced by its words (a Jinja filter of the launch)."""
     out: list[str] = []

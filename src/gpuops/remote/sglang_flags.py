@@ -19,7 +19,7 @@ flag or a value the release running there would refuse. What is read, as each re
 The payload names the server's port (and the inventory's python and PYTHONPATH for a host whose
 server is down); the answer is one JSON line::
 
-    {"ok": true, "version": "0.5.16", "root": ".../sglang", "speculative": false,
+    {"ok": true, "version": "0.5.16", "root": ".../sglang", "speculative": false, "speculative_flags": [],
      "flags": {"--speculative-num-steps": {"dest": "speculative_num_steps", "kind": "value",
                "type": "int", "choices": null, "aliases": []}, ...}}
     {"ok": false, "error": "..."}
@@ -299,8 +299,11 @@ def answer(payload):
                                       "--port found)" % root}
     words = sglang_argv.launch_args(argv) if argv else None
     spec = sglang_argv.flag_value(words, "--speculative-algorithm") if words else None
+    # the speculative flags the server was launched with: what a run without speculation takes out
+    launched = sorted(set(w.split("=", 1)[0] for w in words or () if w.startswith("--speculative-")))
     return {"ok": True, "version": release_version(root), "root": root, "running": pid is not None,
-            "speculative": isinstance(spec, str) and spec.upper() != "NONE", "flags": flags,
+            "speculative": isinstance(spec, str) and spec.upper() != "NONE", "speculative_flags": launched,
+            "flags": flags,
             "unread": [os.path.relpath(p, root) for p in unread], "python": sys.version.split()[0]}
 
 

@@ -46,6 +46,7 @@ class ReleaseFlags:
     speculative: bool = False
     unread: tuple[str, ...] = ()    # argument sources the host's python could not parse (a newer syntax)
     python: str = "?"
+    speculative_flags: tuple[str, ...] = ()  # the --speculative-* flags its server was launched with
 
     @classmethod
     def from_answer(cls, host: str, answer: Mapping[str, Any]) -> "ReleaseFlags":
@@ -67,8 +68,10 @@ class ReleaseFlags:
                 flags[name] = spec
             flags.setdefault(spec.dest, spec)
         unread = tuple(str(p) for p in answer.get("unread") or () if isinstance(p, str))
+        launched = tuple(str(f) for f in answer.get("speculative_flags") or ()
+                         if isinstance(f, str) and f.startswith("--speculative-") and f in flags)
         return cls(host, str(answer.get("version") or "?"), flags, bool(answer.get("speculative")), unread[:20],
-                   str(answer.get("python") or "?"))
+                   str(answer.get("python") or "?"), launched)
 
     def find(self, name: str) -> FlagSpec:
         key = name if name.startswith("--") else name.replace("-", "_")

@@ -125,11 +125,12 @@ def _failed_apply(report: HostReport, variant: Variant) -> Trial:
 
 def role_for(variant: Variant, smoke_check: bool) -> tuple[str, dict[str, Any]]:
     """The role that applies ``variant`` and its variables: nccl-env for NCCL variables alone (as
-    before launch flags could be swept), launch-flags when it sets any launch flag."""
+    before launch flags could be swept), launch-flags when it sets or takes out any launch flag."""
     smoke = {"smoke_check": True} if smoke_check else {}
-    if not variant.flags:
+    if not variant.flags and not variant.drop:
         return ROLE, {"nccl_env": dict(variant.env), **smoke}
-    return FLAGS_ROLE, {"launch_flags": list(variant.launch), "launch_env": dict(variant.env), **smoke}
+    return FLAGS_ROLE, {"launch_flags": list(variant.launch), "launch_env": dict(variant.env),
+                        "launch_drop": list(variant.drop), **smoke}
 
 
 def run_sweep(

@@ -21,6 +21,7 @@ from gpuops.tune.flags import ReleaseFlags, is_speculative, launch_words
 from gpuops.nccl import check_nccl_env, nccl_warnings
 
 BASELINE = "baseline (as configured)"
+SPEC_OFF = "speculation off"  # the server as configured with its speculative flags taken out
 GRID, ONE_AT_A_TIME = "grid", "one-at-a-time"
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^(--)?[a-z][a-z0-9_-]*$")
@@ -33,6 +34,7 @@ class Variant:
     warnings: tuple[str, ...] = ()
     flags: Mapping[str, str] = field(default_factory=dict)  # launch flag (as given) -> value
     launch: tuple[str, ...] = ()  # the launch words the flags add, once checked against the releases
+    drop: tuple[str, ...] = ()  # launch flags of the inventory's that the variant takes out (speculation off)
 
     @property
     def speculative(self) -> bool:
@@ -147,12 +149,11 @@ def check_flags(variants: Sequence[Variant], releases: Sequence[ReleaseFlags]) -
             words = mine
         checked.append(replace(variant, launch=words or ()))
     if any(v.speculative for v in variants):
-        for release in releases:
-            if release.speculative:
-                raise GpuopsError(f"tune: {release.host}: its server already runs speculative decoding, so the "
-                                  "baseline would not be speculation off; launch it without speculative_* flags "
-                                  "(sglang_args) and sweep them; nothing was changed")
-        if not any("speculative_algorithm" in {n.lstrip("-").replace("-", "_") for n in v.flags} for v in variants):
+        speculating = [r for r in releases if r.speculative]
+        if speculating:  # the baseline speculates: speculation off is measured as a variant of its own
+            drop = sorted({f for r in speculating for f in r.speculative_flags} or {"--speculative-algorithm"})
+            checked.insert(0, Variant(SPEC_OFF, {}, drop=tuple(drop)))
+        elif not any("speculative_algorithm" in {n.lstrip("-").replace("-", "_") for n in v.flags} for v in variants):
             raise GpuopsError("tune: the sweep sets speculative_* flags but no variant turns speculation on: "
                               "add --sweep speculative_algorithm=NAME (EAGLE3, NGRAM, ...)")
     return checked
@@ -196,14 +197,17 @@ def best_variant(trials: Iterable[Trial]) -> Trial | None:
 
 
 def against_baseline(trials: Iterable[Trial]) -> dict[str, dict[str, Any]]:
-    """Per measured variant, against the baseline (speculation off when speculation is swept):
-    ``{"verdict": faster | slower | within noise, "ratio": tok/s over the baseline's}``, by the
-    same rule as ``results compare`` (95% bootstrap intervals apart, else within noise)."""
+    """Per measured variant, against the reference: the run without speculation when the sweep
+    measured one as a variant (the host as configured speculates), else the host as configured.
+    ``{"verdict": faster | slower | within noise, "ratio": tok/s over the reference's}`` by the
+    same rule as ``results compare`` (95% bootstrap intervals apart, else within noise); the
+    reference itself is ``{"verdict": "reference", "ratio": 1.0}``."""
     trials = list(trials)
-    baseline = next((t for t in trials if t.variant == BASELINE and t.ok), None)
+    baseline = next((t for t in trials if t.variant == SPEC_OFF and t.ok), None) or next(
+        (t for t in trials if t.variant == BASELINE and t.ok), None)
     if baseline is None or not baseline.output_tokens_per_s:
         return {}
-    out = {}
+    out: dict[str, dict[str, Any]] = {baseline.variant: {"verdict": "reference", "ratio": 1.0}}
     for trial in trials:
         if not trial.ok or trial is baseline:
             continue
