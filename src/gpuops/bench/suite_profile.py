@@ -17,7 +17,21 @@ __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures"
            "merge_repeats", "report_tables", "sentence", "summarize", "tool_runs", "within_run"]
 
 # --stage -> the forward modes SGLang names its passes by (srt/model_executor/forward_batch_info.py)
-STAGE_MODES = {"decode": ("DECODE",), "verify": ("TARGET_VERIFY",), "extend": ("EXTEND", "MIXED")}
+# --stage -> the forward modes it reports and, first, the one its sentence is about; SGLang's names
+# (srt/model_executor/forward_batch_info.py). "decode" is the decode phase: with speculative
+# decoding its passes are the draft's and the target's verify (the field's ~30 ms pass).
+EXTEND_MODES = ("EXTEND", "MIXED", "SPLIT_PREFILL", "DLLM_EXTEND")
+LEADS = {"decode": ("TARGET_VERIFY", "DECODE"), "verify": ("TARGET_VERIFY",), "extend": EXTEND_MODES,
+         "all": ("TARGET_VERIFY", "DECODE")}
+
+
+def reported(stage: str, asked: str) -> bool:
+    """Whether ``--stage asked`` reports the passes of forward mode ``stage``."""
+    if asked == "all" or stage == "ALL":
+        return True
+    if asked == "verify":
+        return stage == "TARGET_VERIFY"
+    return (stage in EXTEND_MODES) == (asked == "extend")
 _WORDS = {"DECODE": "decode", "TARGET_VERIFY": "verify", "EXTEND": "extend", "MIXED": "mixed extend",
           "DRAFT_EXTEND_V2": "draft extend", "ALL": "forward"}
 GROUP_TITLES = {ALLREDUCE: "all-reduce", "collective": "other collectives", "gemm": "GEMM", "attention": "attention",
@@ -58,8 +72,7 @@ def _allreduce(stage: Mapping[str, Any]) -> dict[str, Any]:
 
 def lead_stage(stages: Mapping[str, Any], asked: str) -> str | None:
     """The stage the sentence is about: the asked one's, else decode's, else the first seen."""
-    wanted = STAGE_MODES.get(asked, ()) + ("TARGET_VERIFY", "DECODE")
-    return next((s for s in wanted if s in stages), next(iter(stages), None))
+    return next((s for s in LEADS.get(asked, ()) if s in stages), next(iter(stages), None))
 
 
 def summarize(run: Any, options: Any) -> RunParts:
@@ -79,9 +92,7 @@ def summarize(run: Any, options: Any) -> RunParts:
                 stages[name] = dict(stage, rank=trace.get("rank"), ranks=[])
             stages[name]["ranks"].append(row)
     asked = getattr(options, "profile_stage", "decode")
-    if asked != "all":
-        keep = set(STAGE_MODES[asked]) | {"ALL"}
-        stages = {k: v for k, v in stages.items() if k in keep} or stages
+    stages = {k: v for k, v in stages.items() if reported(k, asked)} or stages
     summary: dict[str, Any] = {"steps": getattr(options, "profile_steps", None), "stage_asked": asked,
                                "traces": traces, "stages": stages}
     summary["headline"] = _headline_of(stages, asked)
