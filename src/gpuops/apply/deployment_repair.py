@@ -43,7 +43,6 @@ from gpuops.apply.options import inventory_state_dir
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import new_run_id
 from gpuops.apply.probes import journal_probe
-from gpuops.apply.undo import rollback_hosts
 from gpuops.gather import ProbeFailure, gather
 from gpuops.remote.host_protocol import STATUS_SKIPPED
 
@@ -205,6 +204,9 @@ def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mappi
 def finish(split: Split, inventory: Sequence["Host"], options: "ApplyOptions") -> dict[str, "HostReport"]:
     """Undo ``split``'s run on every node as one (the held rollback): each node's report, its notes
     saying what was done."""
+    # Imported here, not at the top: inspect imports this module for find_split, and the rollback
+    # machinery (undo, recompose, the planner) is needed only to finish a split (measured, issue 40).
+    from gpuops.apply.undo import rollback_hosts
 
     by_name = {h.name: h for h in inventory}
     hosts = [by_name[m] for m in split.deployment.members]
