@@ -19,7 +19,6 @@ from gpuops.apply import inflight
 from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import HOLDS
 from gpuops.transport.verbose import COMMANDS, LOGGER
-from gpuops.remote import missing_python
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -27,6 +26,9 @@ if TYPE_CHECKING:
 
 DEFAULT_LEASE_S = 30.0
 STALL_S = 2.0  # a wait for the host's next line that overran by this much: this side was not running
+# Past --timeout, with its confirmation sent: how long gpuops still reads the host's journal (over a
+# fresh connection if need be) to learn whether it committed, before it says unknown.
+DEADLINE_GRACE_S = 5.0
 
 
 def number_var(variables: Mapping[str, Any], name: str, default: float, cast: Callable[[Any], float],
@@ -48,10 +50,28 @@ def lease_seconds(variables: Mapping[str, Any]) -> float:
     return number_var(variables, "gpuops_lease", DEFAULT_LEASE_S, float, "a number of seconds", 1, " second")
 
 
+def _within(read: Callable[[], Mapping[str, Any] | None], seconds: float) -> tuple[Mapping[str, Any] | None, str]:
+    """``read()``'s answer, or None and why not: it failed (a transport error), or it gave no answer
+    within ``seconds`` (a connection to a stalled host; its thread is left to end by itself)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((read(), ""))
+        except Exception as exc:
+            box.append((None, f"{type(exc).__name__}: {exc}"))
+
+    reader = threading.Thread(target=run, name="read-journal", daemon=True)
+    reader.start()
+    reader.join(max(0.1, seconds))
+    return box[0] if box else (None, f"no answer within {max(0.1, seconds):.0f} s")
+
+
 def not_started(stream: "Stream", run_id: str | None) -> dict[str, Any] | None:
     """The helper never ran: no python on the host to run it (``remote.NO_PYTHON``'s line, waited
     for up to 5 s: stdout's end can come before it). Then nothing changed, and the error says why,
     naming the interpreter; else None."""
+    from gpuops.remote import missing_python
 
     why = missing_python(stream.stderr_text(wait=5.0))
     if why is None:
@@ -122,23 +142,19 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
             if not stream.send(b'{"hb": 1}\n'):
                 return
 
-    def lost(why: str) -> dict[str, Any]:
+    def lost(why: str, past_deadline: bool = False) -> dict[str, Any]:
         if answer is not None:  # the host answered; only its result line was lost
             return answer
         if not sent_commit or read_outcome is None:
             return unknown(why, lease_s, sent_commit, run_id)
-        # The host decides within its lease (the commit in its inbox, or the lease lapsing).
-        waited_until = time.monotonic() + lease_s + 15
+        # The host decides within its lease (the commit in its inbox, or the lease lapsing); past
+        # --timeout, gpuops looks only DEADLINE_GRACE_S more, whatever the connection does.
+        waited_until = time.monotonic() + (DEADLINE_GRACE_S if past_deadline else lease_s + 15)
         while True:
-            try:
-                run = read_outcome()
-            except Exception as exc:  # a transport error: try again until the host must have decided
-                run, why_not = None, f"{type(exc).__name__}: {exc}"
-            else:
-                why_not = ""
+            run, why_not = _within(read_outcome, waited_until - time.monotonic())
             if run is not None and run.get("last_event") in (FINISHED, ROLLED_BACK):
                 return from_journal(run, why, lease_s, sent_commit, run_id)
-            if time.monotonic() > waited_until:
+            if time.monotonic() + 2.0 > waited_until:
                 return from_journal(None, why + (f" (reading the journal: {why_not})" if why_not else ""),
                                     lease_s, sent_commit, run_id)
             time.sleep(2.0)
@@ -147,10 +163,19 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
         return stream.send((json.dumps(message) + "\n").encode())
 
     heart = threading.Thread(target=beat, daemon=True)
+    # At the deadline the stream is cut off, whatever this thread is blocked on: a send to a host
+    # whose session stalled (sshd stopped) never returns by itself, and neither does a polite close
+    # behind it (apply --timeout 20 ran past 60 s so, 2 runs in 5).
+    watchdog = None if deadline is None else threading.Timer(max(0.0, deadline - time.monotonic()) + 1.0, stream.abort)
+    if watchdog is not None:
+        watchdog.daemon = True
+        watchdog.start()
     try:
         if on_open is not None:
             on_open(send)
         if not stream.send(body):
+            if deadline is not None and time.monotonic() > deadline:
+                return unknown("the host did not finish within --timeout", lease_s, False, run_id)
             return not_started(stream, run_id) or unknown("the host closed the channel before the helper started",
                                                           lease_s, False, run_id)
         heart.start()
@@ -160,7 +185,7 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
             now = time.monotonic()
             if deadline is not None and now > deadline:
                 if sent_commit:
-                    return lost("the host did not finish within --timeout")
+                    return lost("the host did not finish within --timeout", past_deadline=True)
                 return unknown("the host did not finish within --timeout", lease_s, False, run_id)
             wait = 0.5 if deadline is None else max(0.01, min(0.5, deadline - now))
             line = stream.readline(wait)
@@ -236,6 +261,8 @@ def run_transaction(conn: "Connection", command: str, body: bytes, lease_s: floa
         raise
     finally:
         stop.set()
+        if watchdog is not None:
+            watchdog.cancel()
         stream.close()
         if not interrupted:
             inflight.closed(host_name)

@@ -11,7 +11,7 @@ import click
 
 from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, guide, host_key_options,
                                      inventory_options, rollout_options)
-from gpuops import timings
+from gpuops import time_limits, timings
 from gpuops.apply import deployment_repair
 from gpuops.apply.deployment import check_whole
 from gpuops.apply.render import render_history, render_reports
@@ -36,8 +36,10 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         forks_option(),
         host_key_options,
         click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
-                     help="Seconds allowed per host, for everything done there (default: no limit). A host over "
-                          "its time is failed and rolls itself back within its lease; the others carry on."),
+                     help="Seconds allowed per host, for everything done there (default: apply and each step of "
+                          f"tune {time_limits.APPLY_S:.0f}, rollback {time_limits.ROLLBACK_S:.0f}, history "
+                          f"{time_limits.HISTORY_S:.0f}; docs/time-limits.md). A host over its time is failed "
+                          "and rolls itself back within its lease; the others carry on."),
         click.option("--connect-timeout", "connect_timeout", type=click.FloatRange(1, 600), default=10.0,
                      show_default=True, metavar="SECONDS", help="Seconds allowed to connect to each host."),
     ]
@@ -97,7 +99,7 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
         forget_kept(hosts)
     rollout = rollout_for(hosts, rollout)
     options = _options(forks, accept_new_host_keys, known_hosts, check=check, diff=diff, rollout=rollout,
-                       timeout=timeout, connect_timeout=connect_timeout, flush_cache=flush_cache)
+                       timeout=time_limits.per_host("apply", timeout), connect_timeout=connect_timeout, flush_cache=flush_cache)
     run_id, reports = apply_role(hosts, role, extra, options)
 
     with timings.span("render"):
@@ -125,7 +127,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
     everyone = load_inventory(inventory)
     hosts = everyone.select(limit)
     options = _options(forks, accept_new_host_keys, known_hosts, rollout=rollout_for(hosts, rollout),
-                       timeout=timeout, connect_timeout=connect_timeout, force=force)
+                       timeout=time_limits.per_host("rollback", timeout), connect_timeout=connect_timeout, force=force)
     if check:
         plan = rollback_plan(hosts, options)
         if as_json:
@@ -159,7 +161,7 @@ def history(inventory: Any, limit: str | None, as_json: bool, forks: int,
     """List apply runs recorded in each host's journal (who, when, role, changes, outcome)."""
 
     hosts = _hosts(inventory, limit)
-    options = _options(forks, accept_new_host_keys, known_hosts, timeout=timeout,
+    options = _options(forks, accept_new_host_keys, known_hosts, timeout=time_limits.per_host("history", timeout),
                        connect_timeout=connect_timeout)
     outcomes = history_hosts(hosts, options)
     runs = {name: (o.value if o.ok else (o.error or "failed")) for name, o in outcomes.items()}

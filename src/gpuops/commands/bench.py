@@ -24,6 +24,7 @@ from click.core import ParameterSource
 from gpuops.bench.suites import COMMON_OPTIONS, SUITES, Suite
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.commands.bench_options import BENCH_OPTIONS, bench_options, results_dir_option
+from gpuops import time_limits
 from gpuops.commands.options import guide, inventory_options
 from gpuops.errors import GpuopsError
 from gpuops.bench import options as opt
@@ -137,8 +138,9 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         _check_url(url)
     hosts = load_inventory(inventory).select(limit) if remote else local_inventory().select(None)
     targets = targets_for(hosts, port, url, remote)
+    timeout = time_limits.per_host("bench", timeout)
     connect_options = ConnectOptions(accept_new_host_keys=accept_new_host_keys, known_hosts_files=tuple(known_hosts),
-                                     connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout)
+                                     connect_timeout=min(connect_timeout, timeout))
     store = ResultsStore(results_dir)
     progress = None if as_json else _Progress(suite, repeat)
     try:

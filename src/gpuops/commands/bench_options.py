@@ -7,6 +7,8 @@ from typing import Any, Callable, Iterable
 
 import click
 
+from gpuops import time_limits
+
 DEFAULT_RESULTS_DIR = "results"
 
 
@@ -73,8 +75,9 @@ BENCH_OPTIONS: list[tuple[str, Callable[[Any], Any]]] = [
     ("known_hosts", click.option("--known-hosts", "known_hosts", multiple=True, type=click.Path(dir_okay=False), help="Extra known_hosts file.")),
     # As apply, rollback, history and tune take them: a host over its time fails alone, the others carry on.
     ("timeout", click.option("--timeout", type=click.FloatRange(1, 86400), default=None, metavar="SECONDS",
-                  help="Seconds allowed per host, for everything done there, --repeat included (default: no limit). "
-                       "A host over its time is failed and its bench client asked to stop; the others carry on.")),
+                  help="Seconds allowed per host, for everything done there, --repeat included (default: "
+                       f"{time_limits.BENCH_S:.0f}; docs/time-limits.md). A host over its time is failed and its bench "
+                       "client asked to stop; the others carry on.")),
     ("connect_timeout", click.option("--connect-timeout", "connect_timeout", type=click.FloatRange(1, 600), default=10.0,
                   show_default=True, metavar="SECONDS", help="Seconds allowed to connect to each host.")),
 ]

@@ -224,9 +224,17 @@ class SSHConnection:
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
         timeout = timeout if timeout is not None else self.options.command_timeout
+        # ``timeout`` bounds the whole command, not each read: a host that trickles output, or whose
+        # session stalls after its output ended (sshd stopped before it sent the exit status), is
+        # still cut off at it. Every wait below takes what is left.
+        end = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if end is None else max(0.01, end - time.monotonic())
+
         transport = self._conn.transport
         try:
-            channel = transport.open_session(timeout=self.options.connect_timeout)
+            channel = transport.open_session(timeout=min(self.options.connect_timeout, left() or self.options.connect_timeout))
             channel.settimeout(timeout)
             channel.exec_command(command)
         except Exception as exc:
@@ -261,24 +269,27 @@ class SSHConnection:
         stdout_chunks = BoundedBuffer()
         try:
             while True:
+                channel.settimeout(left())
                 chunk = channel.recv(65536)
                 if not chunk or not stdout_chunks.add(chunk):
                     break
             if stdout_chunks.over:
                 channel.close()  # stop the command: gpuops reads no more from this host
-            errs.join(timeout)
+            errs.join(left())
             if stdout_chunks.over or stderr_chunks.over:
                 raise OutputOverLimit(stdout_chunks.limit)
-            status = channel.recv_exit_status()
+            if not channel.status_event.wait(left()):
+                raise socket.timeout("no exit status")
+            status = channel.exit_status
         except (socket.timeout, TimeoutError) as exc:
-            channel.close()
+            _close_without_waiting(channel)
             raise TransportError(self.host.name, f"remote command timed out after {timeout:.0f} s") from exc
         except OutputOverLimit as exc:
             raise TransportError(self.host.name, f"{exc} from one command: stopped (gpuops reads no more from a host)") from exc
         except (OSError, EOFError) as exc:
             raise TransportError(self.host.name, f"connection lost: {exc}") from exc
         finally:
-            feeder.join(1)
+            feeder.join(min(1.0, left() or 1.0))
         if status == -1:
             raise TransportError(self.host.name, "connection lost before the remote command finished")
         return ExecResult(stdout_chunks.value(), stderr_chunks.value(), status)
@@ -293,6 +304,12 @@ class SSHConnection:
             self._conn.close()
         except Exception:
             pass
+
+
+def _close_without_waiting(channel: Any) -> None:
+    """Close a timed-out command's channel from a thread of its own: a close waits on paramiko's
+    write lock, which a send to a stalled session (sshd stopped) holds for good."""
+    threading.Thread(target=channel.close, name="close-channel", daemon=True).start()
 
 
 class _UnknownHostKey(Exception):

@@ -20,6 +20,8 @@ from typing import Any
 from gpuops.errors import TransportError
 from gpuops.transport.limits import STREAM_LINE_LIMIT, STREAM_STDERR_LIMIT, over_message
 
+CLOSE_WAIT_S = 2.0  # a polite close that takes longer is stuck behind a stalled host: the stream is aborted
+
 
 class Stream:
     """Lines from the command's stdout, as they come; ``send`` writes to its stdin."""
@@ -29,7 +31,9 @@ class Stream:
         self._stderr: list[bytes] = []
         self._stderr_size = 0
         self._send_lock = threading.Lock()
-        self._closed = False
+        self._closed = False  # no more sends
+        self._ended = False  # close() ran
+        self._close_lock = threading.Lock()
         self._stderr_ended = threading.Event()
 
     # the transport-specific parts
@@ -115,14 +119,37 @@ class Stream:
         return b"".join(self._stderr).decode("utf-8", "replace")
 
     def close(self) -> None:
-        with self._send_lock:
-            if self._closed:
+        """End the channel, politely (the helper sees its stdin end), within CLOSE_WAIT_S: a close
+        stuck behind a stalled peer (sshd stopped while a send was under way holds paramiko's write
+        lock, and this side's send lock, for good) is given up and the stream aborted instead."""
+        with self._close_lock:
+            if self._ended:
                 return
-            self._closed = True
-        try:
-            self._close()
-        except Exception:
-            pass
+            self._ended = True
+        self._closed = True  # no later send starts (a send under way keeps its lock: not waited for)
+        closer = threading.Thread(target=_quietly, args=(self._close,), name="close-stream", daemon=True)
+        closer.start()
+        closer.join(CLOSE_WAIT_S)
+        if closer.is_alive():
+            self.abort()
+
+    def abort(self) -> None:
+        """Cut the command off now, whatever waits on it (a send to a stalled host ends with an
+        error): a per-host deadline passed, or a close got stuck. Never blocks for long."""
+        self._closed = True
+        cutter = threading.Thread(target=_quietly, args=(self._abort,), name="abort-stream", daemon=True)
+        cutter.start()
+        cutter.join(CLOSE_WAIT_S)
+
+    def _abort(self) -> None:
+        raise NotImplementedError
+
+
+def _quietly(action: Any) -> None:
+    try:
+        action()
+    except Exception:
+        pass
 
 
 class ChannelStream(Stream):
@@ -143,6 +170,11 @@ class ChannelStream(Stream):
 
     def _close(self) -> None:
         self.channel.close()
+
+    def _abort(self) -> None:
+        # The host's whole connection: closing its transport ends every write blocked on it (a
+        # channel close would queue behind them). Later commands to the host connect afresh.
+        self.channel.get_transport().close()
 
 
 class ProcessStream(Stream):
@@ -169,4 +201,7 @@ class ProcessStream(Stream):
         # Closing stdin is what a dropped connection looks like to the helper; it ends by itself.
         if self.proc.stdin is not None:
             self.proc.stdin.close()
+
+    def _abort(self) -> None:
+        self.proc.kill()  # ssh (or the local shell): its pipes close, every write blocked on them ends
 
