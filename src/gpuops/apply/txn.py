@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_ERROR, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN, HostEvent
 from gpuops.apply import inflight
 from gpuops.errors import GpuopsError
+from gpuops.remote import missing_python
 from gpuops.remote.host_protocol import HOLDS
 from gpuops.transport.verbose import COMMANDS, LOGGER
 
@@ -71,8 +72,6 @@ def not_started(stream: "Stream", run_id: str | None) -> dict[str, Any] | None:
     """The helper never ran: no python on the host to run it (``remote.NO_PYTHON``'s line, waited
     for up to 5 s: stdout's end can come before it). Then nothing changed, and the error says why,
     naming the interpreter; else None."""
-    from gpuops.remote import missing_python
-
     why = missing_python(stream.stderr_text(wait=5.0))
     if why is None:
         return None
