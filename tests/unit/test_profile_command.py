@@ -103,7 +103,7 @@ def test_a_server_that_never_writes_its_trace_is_one_line(tmp_path: Path) -> Non
                                                      "GPUOPS_STANDIN_PROFILE_WRITES": "0"}) as server:
         done = _profile(tmp_path, server.url, "--steps", "2", "--trace-wait", "3", "--json")
         assert _serving(server.url)
-    assert done.returncode == 2 and _left_behind(tmp_path) == []
+    assert done.returncode == 1 and _left_behind(tmp_path) == []
     line = json.loads(done.stdout)["hosts"]["localhost"]
     assert not line["ok"] and "the server wrote no trace in 3 s" in line["error"] and "\n" not in line["error"]
 
@@ -116,6 +116,6 @@ def test_a_profiler_already_running_is_one_line(tmp_path: Path) -> None:
             assert reply.status == 200
         done = _profile(tmp_path, server.url, "--steps", "2")
         assert _serving(server.url)
-    assert done.returncode == 2 and _left_behind(tmp_path) == []
+    assert done.returncode == 1 and _left_behind(tmp_path) == []
     assert "refused to start its profiler (HTTP 500" in done.stdout and "SGLang refuses a second start" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

@@ -20,7 +20,7 @@ import click
 from gpuops.commands.bench_options import bench_options
 from gpuops.commands.options import guide, inventory_options
 
-EXIT_SOME_HOST_FAILED = 2
+EXIT_SOME_HOST_FAILED = 1  # as bench and inspect: 2 is bad input
 _OPTIONS = ("remote", "as_json", "results_dir", "url", "port", "api", "input_len", "output_len", "seed",
             "request_timeout", "accept_new_host_keys", "known_hosts", "timeout", "connect_timeout")
 
