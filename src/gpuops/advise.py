@@ -170,7 +170,7 @@ def profiled_allreduce(result: Mapping[str, Any] | None) -> ProfiledAllreduce | 
         return None
     stages = (result.get("summary") or {}).get("stages") or {}
     for name in ("TARGET_VERIFY", "DECODE"):
-        stage = stages.get(name) if isinstance(stages.get(name), Mapping) else {}
+        stage: Mapping[str, Any] = stages[name] if isinstance(stages.get(name), Mapping) else {}
         figures = (stage.get("groups") or {}).get("allreduce") or {}
         calls, ms = figures.get("calls_per_forward"), figures.get("ms_per_forward")
         if isinstance(calls, (int, float)) and isinstance(ms, (int, float)) and calls > 0:

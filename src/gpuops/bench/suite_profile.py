@@ -174,7 +174,7 @@ def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[tuple
 
 def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
     """One export row per stage: its pass figures and each group's time per pass."""
-    rows = []
+    rows: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
     for name, stage in sorted(((result.get("summary") or {}).get("stages") or {}).items()):
         flat: dict[str, Any] = {"passes": stage.get("passes"), "wall_ms_p50": number(stage, "wall_ms", "median"),
                                 "wall_ms_p90": number(stage, "wall_ms", "p90"),

@@ -67,15 +67,15 @@ def profile(steps: int, stage: str, trace_wait: float, fetch_traces: bool, **par
     if not params["as_json"]:
         click.echo(f"profiling {len(targets)} host(s): {steps} steps by stage under a batch-1 load ...", err=True)
     states = run_bench(targets, options, store, connect_options, remote=remote, timeout=timeout)
-    document = {"schema": 1, "results_dir": str(Path(params["results_dir"])),
-                "hosts": {name: _host_line(state) for name, state in states.items()}}
+    lines = {name: _host_line(state) for name, state in states.items()}
+    document = {"schema": 1, "results_dir": str(Path(params["results_dir"])), "hosts": lines}
     if params["as_json"]:
         from gpuops.output import print_json
 
         print_json(document)
     else:
         _render(document)
-    sys.exit(0 if all(h["ok"] for h in document["hosts"].values()) else EXIT_SOME_HOST_FAILED)
+    sys.exit(0 if all(h["ok"] for h in lines.values()) else EXIT_SOME_HOST_FAILED)
 
 
 def _host_line(state: Any) -> dict[str, Any]:
