@@ -90,6 +90,7 @@ def test_a_first_deploy_behind_a_router_with_no_workers_ends_with_every_replica_
             report = hosts[host.name]
             assert report["status"] == "finished", report
             notes = " | ".join(report["notes"])
+            print(f"{host.name}: {notes}")  # which way it joined (POST /workers, or listed by the router itself)
             assert f"joined: router {router.url} lists it healthy" in notes, notes
             assert "drained" not in notes  # nothing ran: nothing to drain
         assert _serving(lab) == {h.name: True for h in lab.hosts}

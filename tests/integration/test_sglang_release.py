@@ -8,6 +8,7 @@ stand-in server then serves the release that environment holds.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import time
@@ -125,6 +126,12 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert held == {"sglang": "0.5.21", "torch": "2.13.0+cu130", "flashinfer-python": "0.6.18",
                     "sglang-kernel": "0.4.7"}, held  # 0.5.21's own pins (its METADATA)
     assert server_info(host.server_port)["version"] == "0.5.21"
+    # 0.5.21 recommends `sglang serve` and pip wrote the environment's bin/sglang: the launch runs it,
+    # read from the environment once built (its python was not there when the run gathered).
+    exec_line = next(ln for ln in (host.state_dir / "sglang-launch.sh").read_text().splitlines() if ln.startswith("exec "))
+    assert shlex.split(exec_line)[1:4] == [str(env / "bin" / "python"), str(env / "bin" / "sglang"), "serve"], exec_line
+    served = (Path("/proc") / str(_pid(host.state_dir)) / "cmdline").read_bytes().split(b"\0")
+    assert str(env / "bin" / "sglang").encode() in served and b"serve" in served, served
     assert tree_hashes(host.dir / "site") == old_tree  # the old environment, untouched
     inventory = _with_envs_dir(lab.inventory_path, envs, tmp_path / "inventory.yml")
     inspect = run_gpuops("inspect", "host", "-i", str(inventory), "--json", timeout=300)

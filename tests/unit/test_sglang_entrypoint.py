@@ -50,13 +50,14 @@ def test_a_warning_outside_the_main_block_or_about_something_else_does_not_count
     assert not sglang_entrypoint.has_serve_command(ast.parse("p.add_parser('generate')\n"))
 
 
-def test_pythons_of_desired_reads_every_run_s_python(tmp_path: Path) -> None:
+def test_pythons_of_desired_reads_every_run_s_python_and_its_pythonpath(tmp_path: Path) -> None:
     desired = tmp_path / "desired.json"
     desired.write_text(json.dumps({"schema": 1, "contributions": {
         "nccl-env": {"env": {"NCCL_MIN_NCHANNELS": "4"}},
-        "sglang-release": {"python": "/opt/envs/sglang-0.5.23-ab/bin/python", "renames": {}},
+        "sglang-release": {"python": "/opt/envs/sglang-0.5.23-ab/bin/python", "renames": {},
+                           "env": {"PYTHONPATH": ""}},
         "other": {"python": "relative/python"}}}))
-    assert sglang_entrypoint.pythons_of(str(desired)) == ["/opt/envs/sglang-0.5.23-ab/bin/python"]
+    assert sglang_entrypoint.pythons_of(str(desired)) == [("/opt/envs/sglang-0.5.23-ab/bin/python", "")]
     assert sglang_entrypoint.pythons_of(str(tmp_path / "absent.json")) == []
     desired.write_text("{not json")
     assert sglang_entrypoint.pythons_of(str(desired)) == []

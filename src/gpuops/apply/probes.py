@@ -124,22 +124,18 @@ def parse_server(output: ProbeOutput) -> bool:
     return line[len("pid="):].isdigit()
 
 
-def entrypoints_probe(pythons: tuple[str, ...], desired: str | None) -> Probe[dict[str, LaunchEntry]]:
+def entrypoints_probe(pythons: tuple[str, ...], desired: str | None,
+                      isolated: bool = False) -> Probe[dict[str, LaunchEntry]]:
     """For each python a launch may use (``pythons``, and those ``desired`` names: a release
-    environment a standing run put in place), the entrypoint its release recommends
-    (``remote/sglang_entrypoint.py``). A python that is not there answers nothing."""
+    environment a standing run put in place), the entrypoint its release recommends, each asked
+    under the PYTHONPATH its launch gives it (``remote/sglang_entrypoint.py``: ``isolated``, none, as
+    for a release environment). A python that is not there answers nothing."""
     from gpuops.remote import source
 
-    listed = " ".join(shlex.quote(p) for p in pythons)
-    others = (f'"${{GPUOPS_PY:-python3}}" -c "$gpuops_ep" --pythons-of {shlex.quote(desired)} 2>/dev/null'
-              if desired else ":")
-    script = "\n".join([
-        f"gpuops_ep={shlex.quote(source('sglang_entrypoint'))}",
-        f"{{ for gpuops_p in {listed}; do printf '%s\\n' \"$gpuops_p\"; done; {others}; }} | awk '!seen[$0]++' |",
-        'while IFS= read -r gpuops_p; do',
-        '  [ -n "$gpuops_p" ] && "$gpuops_p" -c "$gpuops_ep" "$gpuops_p" </dev/null 2>/dev/null',
-        "done; exit 0",
-    ])
+    words = [*(["--desired", desired] if desired else []), *(["--isolated"] if isolated else []), *pythons]
+    script = (f"GPUOPS_ENTRYPOINT_CODE={shlex.quote(source('sglang_entrypoint'))}; export GPUOPS_ENTRYPOINT_CODE\n"
+              f'"${{GPUOPS_PY:-python3}}" -c "$GPUOPS_ENTRYPOINT_CODE" --drive {" ".join(shlex.quote(w) for w in words)} '
+              "</dev/null 2>/dev/null; exit 0")
     return Probe(name="apply.entrypoints", script=script, parse=parse_entrypoints)
 
 

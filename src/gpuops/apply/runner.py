@@ -347,7 +347,9 @@ def _with_entrypoints(conn: "Connection", host: "Host", extra: Mapping[str, Any]
     from gpuops.gather import ProbeFailure, gather
     from gpuops.plan.planner import plan_role
 
-    read = gather(conn, [entrypoints_probe(plan.entrypoints_unread, None)],
+    # Such a python is a release environment's (sglang-release's part of the launch): its launch
+    # sets PYTHONPATH empty (plan/release.py), so it is asked without the gather's.
+    read = gather(conn, [entrypoints_probe(plan.entrypoints_unread, None, isolated=True)],
                   preamble=preamble_for_vars(_merged(host, extra)))["apply.entrypoints"]
     if isinstance(read, ProbeFailure) or not read:
         return facts, plan

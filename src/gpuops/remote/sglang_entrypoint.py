@@ -15,8 +15,9 @@ decide, read as text (never imported: an import of sglang takes seconds and may 
 
 All three: ``serve``; anything else (an older release, an install without the script, as by
 ``pip --target`` or a bare ``PYTHONPATH``): ``launch_server``, with why. Prints one JSON object
-(``PYTHON`` as its only argument: the name the launch gives it). With ``--pythons-of DESIRED``, run by
-any python: the pythons ``desired.json`` names, one a line (the apply gather asks each of them).
+(``PYTHON`` as its only argument: the name the launch gives it). With ``--drive``, run by any python
+(the gather's), it asks every python a launch may run, each under the PYTHONPATH that launch gives
+(``drive``), its own source passed in ``$GPUOPS_ENTRYPOINT_CODE``.
 Stdlib only, Python 3.8+; bundled with ``scan_read`` (bounded reads of regular files only).
 """
 
@@ -24,6 +25,7 @@ import ast
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 from gpuops.remote.scan_read import NotRead, read_regular
@@ -111,11 +113,14 @@ def decide():
 
 
 DESIRED_LIMIT = 1 << 20  # desired.json: one small record per gpuops run in effect
+ASK_TIMEOUT_S = 60       # a python that reads two files and a RECORD; a hung one is not read
+ANSWER_LIMIT = 64 * 1024
 
 
 def pythons_of(desired):
-    """The pythons gpuops runs still in effect launch from (sglang-release's ``python`` in
-    ``gpuops_state_dir/desired.json``, plan/compose.py), one a line; nothing when there is none."""
+    """(python, PYTHONPATH) of each gpuops run still in effect that names the python the launch runs
+    (sglang-release's ``python`` in ``gpuops_state_dir/desired.json``, plan/compose.py), the
+    PYTHONPATH being what that run's part of the launch environment sets (None: it sets none)."""
     try:
         data = json.loads(read_regular(desired, DESIRED_LIMIT).decode("utf-8", "replace"))
     except (NotRead, ValueError):
@@ -124,15 +129,62 @@ def pythons_of(desired):
     found = []
     for contribution in (runs.values() if isinstance(runs, dict) else ()):
         python = contribution.get("python") if isinstance(contribution, dict) else None
-        if isinstance(python, str) and python.startswith("/") and "\n" not in python and python not in found:
-            found.append(python)
+        env = contribution.get("env") if isinstance(contribution, dict) else None
+        path = env.get("PYTHONPATH") if isinstance(env, dict) else None
+        if isinstance(python, str) and python.startswith("/") and "\n" not in python:
+            found.append((python, path if isinstance(path, str) else None))
     return found
 
 
+def ask(python, pythonpath, code):
+    """``python``'s answer (this module run by it, under the launch's PYTHONPATH), or None."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath  # empty: none at all, as the launch gives it
+    try:
+        done = subprocess.run([python, "-c", code, python], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env, timeout=ASK_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None  # not there (a release environment not built yet), or hung: not read
+    lines = done.stdout[-ANSWER_LIMIT:].decode("utf-8", "replace").strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def drive(argv, code):
+    """``--drive [--desired PATH] [--isolated] PYTHON...``: the answer of each python a launch may
+    run, one JSON line each. The listed ones run under this process's PYTHONPATH (the gather's: the
+    server's own, or sglang_env's), or none with ``--isolated`` (a release environment: its launch
+    sets PYTHONPATH empty, plan/release.py); those desired.json names under their run's own."""
+    desired, isolated, listed = None, False, []
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        if word == "--desired" and words:
+            desired = words.pop(0)
+        elif word == "--isolated":
+            isolated = True
+        else:
+            listed.append(word)
+    asked = [(python, "" if isolated else None) for python in listed]
+    asked += pythons_of(desired) if desired else []
+    seen = set()
+    for python, pythonpath in asked:
+        if python in seen:
+            continue
+        seen.add(python)
+        answer = ask(python, pythonpath, code)
+        if answer is not None:
+            answer["python"] = python
+            print(json.dumps(answer))
+
+
 def main():
-    if sys.argv[1:2] == ["--pythons-of"]:
-        for python in pythons_of(sys.argv[2]):
-            print(python)
+    if sys.argv[1:2] == ["--drive"]:
+        drive(sys.argv[2:], os.environ.get("GPUOPS_ENTRYPOINT_CODE", ""))
         return
     try:
         answer = decide()
