@@ -56,26 +56,9 @@ def _check(info, limit):
         raise TooLarge("too large (%d bytes; the limit is %d)" % (info.st_size, limit))
 
 
-def open_regular(path, limit):
-    """A binary file object of the regular file at ``path`` (links followed, no larger than
-    ``limit`` when opened), for a reader that streams it; raises ``NotRead`` as ``read_regular``."""
-    try:
-        _check(os.stat(path), limit)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise NotRead("cannot read: %s" % (exc.strerror or exc))
-    try:
-        _check(os.fstat(fd), limit)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_regular(path, limit):
-    """The bytes of the regular file at ``path`` (links followed), at most ``limit`` of them;
-    raises ``NotRead`` (``TooLarge`` for a file over the limit) with the reason otherwise."""
+def _open_fd(path, limit):
+    """A blocking descriptor of the regular file at ``path`` (links followed), checked on the
+    descriptor itself; ``NotRead`` (``TooLarge``) otherwise."""
     try:
         # By name first, only so that a device is never even opened (opening some has effects:
         # a watchdog arms, a tape rewinds); the check that counts is on the descriptor below.
@@ -84,10 +67,30 @@ def read_regular(path, limit):
     except OSError as exc:
         raise NotRead("cannot read: %s" % (exc.strerror or exc))
     try:
+        _check(os.fstat(fd), limit)
+        # A regular file it is: reads as usual from here (O_NONBLOCK was only for the open).
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except OSError as exc:
+        os.close(fd)
+        raise NotRead("cannot read: %s" % (exc.strerror or exc))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path, limit):
+    """A binary file object of the regular file at ``path`` (links followed, no larger than
+    ``limit`` when opened), for a reader that streams it; raises ``NotRead`` as ``read_regular``."""
+    return os.fdopen(_open_fd(path, limit), "rb")
+
+
+def read_regular(path, limit):
+    """The bytes of the regular file at ``path`` (links followed), at most ``limit`` of them;
+    raises ``NotRead`` (``TooLarge`` for a file over the limit) with the reason otherwise."""
+    fd = _open_fd(path, limit)
+    try:
         try:
-            _check(os.fstat(fd), limit)
-            # A regular file it is: reads as usual from here (O_NONBLOCK was only for the open).
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
             chunks = []
             got = 0
             while got <= limit:  # one byte past the limit tells a file that grew after the fstat
