@@ -41,7 +41,10 @@ def _serving(lab: Lab) -> dict[str, bool]:
 
 def _workers(router_url: str) -> dict[str, bool]:
     with urllib.request.urlopen(router_url + "/workers", timeout=10) as reply:
-        return {w["url"]: w["is_healthy"] for w in json.loads(reply.read())["workers"]}
+        listed = json.loads(reply.read())["workers"]
+    urls = [w["url"] for w in listed]
+    assert len(urls) == len(set(urls)), f"a worker is listed twice: {urls}"  # gpuops' POST and the router's own retry
+    return {w["url"]: w["is_healthy"] for w in listed}
 
 
 def _urls(lab: Lab) -> list[str]:
@@ -99,6 +102,7 @@ def test_a_first_deploy_behind_a_router_with_no_workers_ends_with_every_replica_
         again = _apply(run_gpuops, lab, "--json", "-e", f"sglang_router_url={router.url}")
         assert again.returncode == 0, again.stdout + again.stderr
         assert {r["status"] for r in json.loads(again.stdout)["hosts"].values()} == {"unchanged"}
+        assert _workers(router.url) == {url: True for url in _urls(lab)}  # the router's own retries added none twice
     finally:
         stop_router(lab.root)
 
