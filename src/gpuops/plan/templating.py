@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from gpuops.errors import GpuopsError
 from gpuops.release.flags import merge_flags
 from gpuops.release.flags import rename_flags
+from gpuops.release.flags import drop_flags
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 
@@ -138,8 +139,6 @@ def _merge_flags(*groups: Iterable[Any]) -> list[str]:
 
 
 def _drop_flags(args: Iterable[Any], names: Iterable[Any]) -> list[str]:
-    from gpuops.release.flags import drop_flags
-
     return drop_flags([str(a) for a in args], names)
 
 

@@ -49,7 +49,7 @@ class SweepOutcome:
 def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[ReleaseFlags]:
     """What each host's SGLang parser accepts, read on the host (``remote/sglang_flags.py``) from
     the release its server runs (or the inventory's python where none runs); nothing is changed."""
-    from gpuops.transport.parallel import connect
+    from gpuops.transport import connect  # looked up when called, as every command does (tests replace it)
 
     releases = []
     for host in hosts:
