@@ -16,6 +16,7 @@ missing) is in ``notes``. The commands print both, one line each, on stderr.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from gpuops.bench.result_file import BadResult, ResultFile, read_result
+from gpuops.bench.result_file import BadResult, ResultFile, clean_figures, read_result
 from gpuops.bench.simulated import is_simulated, model_label
 from gpuops.bench.suite_base import number
 from gpuops.errors import GpuopsError
@@ -115,25 +116,39 @@ class ResultsStore:
     # -- writing ---------------------------------------------------------------------------
 
     def save(self, result: Mapping[str, Any]) -> Path:
-        """Write the result file atomically and index it; returns the file's path."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Write the result file atomically (complete and on disk before it is named) and index it;
+        returns the file's path. A figure NaN, infinite or absurd is stored as missing and said in
+        ``notes``; a disk that cannot take the file is one GpuopsError saying nothing was stored."""
+        _private_dir(self.root)
         created = str(result.get("created", "")).replace(":", "").replace("-", "")
         name = "_".join(_SAFE.sub("-", str(part)) for part in (created, result.get("host"), result.get("suite"),
                                                                 result["id"])) + ".json"
         path = self.root / name
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.root)
+        document = json.loads(json.dumps(result, default=str))  # the caller's copy stays as measured
+        rejected = clean_figures(document)
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.root)  # 0600: as tight as any result
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(result, handle, indent=1, sort_keys=False, default=str)
+                json.dump(document, handle, indent=1, sort_keys=False)
                 handle.write("\n")
+                handle.flush()
+                os.fsync(handle.fileno())
             os.replace(tmp, path)
+        except OSError as exc:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+            raise GpuopsError(f"results: result {result['id']} of {result.get('host')} not saved in {self.root}: "
+                              f"{_os_error(exc)}; nothing of it was stored (its partial file removed)") from None
         except BaseException:
-            if os.path.exists(tmp):
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+        if rejected:
+            self.notes[f"results: {name}: stored as missing, not as measured: {_flag_text(tuple(rejected))}"] = None
         try:
             with closing(self._index()) as db, db:
-                self._insert(db, _entry_from_result(result, path), _stamp(path))
+                self._insert(db, _entry_from_result(document, path), _stamp(path))
         except sqlite3.DatabaseError as exc:
             # The file is the record and it is written; the index is rebuilt from it when next read.
             self.notes[f"results: {self.root / INDEX_NAME} not updated ({exc}); rebuilt when next read"] = None
@@ -154,12 +169,20 @@ class ResultsStore:
             except (binascii.Error, ValueError):
                 kept.append({"file": name, "bytes": None, "path": None, "error": "not base64 as sent"})
                 continue
-            folder.mkdir(parents=True, exist_ok=True)
             path = folder / name
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
+            tmp = None
+            try:
+                _private_dir(folder)
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, path)
+            except OSError as exc:  # a full disk: this trace is not kept, and the result says so
+                if tmp is not None and os.path.exists(tmp):
+                    os.unlink(tmp)
+                kept.append({"file": name, "bytes": len(data), "path": None,
+                             "error": f"not saved in {folder}: {_os_error(exc)}"})
+                continue
             kept.append({"file": name, "bytes": len(data), "path": str(path)})
         return kept
 
@@ -241,8 +264,11 @@ class ResultsStore:
         if isinstance(where, Path) and where.exists() and not stat.S_ISREG(where.stat().st_mode):
             # SQLite would block for good on a FIFO and read a device: not an index, so rebuilt.
             raise sqlite3.DatabaseError("not a regular file")
+        new = isinstance(where, Path) and not where.exists()
         db = sqlite3.connect(where, timeout=10)
         try:
+            if new and isinstance(where, Path):
+                os.chmod(where, 0o600)  # as tight as the results it lists (SQLite's side files follow it)
             columns = [row[1] for row in db.execute("PRAGMA table_info(results)")]
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if columns and (tuple(columns) != _INDEX_COLUMNS or version != _INDEX_VERSION):
@@ -289,6 +315,16 @@ class ResultsStore:
                     self.bad[name] = BadFile(name, str(exc))
                     continue
                 self._insert(db, _entry_from_result(loaded.document, self.root / name, loaded.flagged), stamp)
+
+
+def _private_dir(folder: Path) -> None:
+    """``folder`` made if need be, readable by its owner only (a folder that was there keeps its mode)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError as its cause: ``ENOSPC: No space left on device``."""
+    return f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror or exc}"
 
 
 def _file_id(name: str) -> str:
