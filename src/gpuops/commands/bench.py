@@ -149,6 +149,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
     finally:
         if progress:
             progress.close()
+    _say_store(store)  # a figure stored as missing, an index not updated: one line each
     document: dict[str, Any] = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
 
     for name, state in states.items():
