@@ -188,3 +188,20 @@ def test_sglang_serve_forms_are_servers(spawn, tmp_path: Path) -> None:
     other = spawn([sys.executable, "-c", SLEEPER, "notsglang", "serve", "--port", str(port + 2)])
     _wait_for_argv(other.pid, "serve")
     assert _run({"sglang_port": port + 2})["pid"] == ""
+
+
+def test_a_gpuops_python_that_is_not_there_is_named_although_another_python_was_chosen(spawn, tmp_path: Path) -> None:
+    """Issue 42: the server's python is chosen for the probes, but apply, rollback and history run
+    their helpers with gpuops_python: one that is not on the host is named (and becomes inspect's
+    warning, facts/host.py); one that is there is not."""
+    from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING
+
+    port = _port()
+    _fake_server(spawn, port)
+    missing = tmp_path / "nope" / "python3"
+    out = _run({"sglang_port": port, "gpuops_python": str(missing)})
+    assert out["py"] == sys.executable and out["why"].startswith("the running SGLang server's interpreter")
+    assert f"gpuops_python {missing} {GPUOPS_PYTHON_MISSING}" in out["why"]
+    there = _run({"sglang_port": port, "gpuops_python": sys.executable})
+    assert GPUOPS_PYTHON_MISSING not in there["why"]
+    assert GPUOPS_PYTHON_MISSING in _run({"sglang_port": _port(), "gpuops_python": str(missing)})["why"]  # no server too

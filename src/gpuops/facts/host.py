@@ -18,7 +18,7 @@ from gpuops.facts import software as software_fact
 from gpuops.facts import topology as topology_fact
 from gpuops.facts.gpu import GpuQuery, SmiBanner
 from gpuops.facts.managed import managed_launch_probe
-from gpuops.facts.python_select import preamble
+from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING, preamble
 from gpuops.facts.server import ServerFacts
 from gpuops.facts.software import HostSystem, PythonPackages
 from gpuops.facts.topology import Interconnect
@@ -79,13 +79,18 @@ def host_facts(values: Mapping[str, Any]) -> HostFacts:
         system=system,
         packages=packages,
         server=server,
-        warnings=tuple(_warnings(gpu, interconnect, packages, server)),
+        warnings=tuple(_warnings(gpu, interconnect, packages, server, system)),
         managed=managed if isinstance((managed := values.get("gpuops.desired")), dict) else None,
     )
 
 
-def _warnings(gpu: GpuQuery, interconnect: Interconnect, packages: PythonPackages, server: ServerFacts) -> list[str]:
+def _warnings(gpu: GpuQuery, interconnect: Interconnect, packages: PythonPackages, server: ServerFacts,
+              system: HostSystem | None = None) -> list[str]:
     warnings = list(interconnect.warnings)
+    # The gather's preamble names a gpuops_python that is not on the host (python_select.py), even
+    # when it probed with another python: apply, rollback and history would fail on it.
+    reason = (system.chosen_python_reason if system is not None else None) or ""
+    warnings += [part.strip() for part in reason.split("; ") if part.strip().endswith(GPUOPS_PYTHON_MISSING)]
     names = sorted({g.name for g in gpu.gpus})
     if len(names) > 1:
         warnings.append(f"mixed GPU models on one host ({', '.join(names)}): tensor parallelism runs at the slowest GPU's pace")

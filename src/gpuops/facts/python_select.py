@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from gpuops.inventory import Host
 
 DEFAULT_SGLANG_PORT = 30000
+# How the preamble ends a gpuops_python that is not on the host (facts/host.py makes it a warning).
+GPUOPS_PYTHON_MISSING = "is not on this host: apply, rollback and history cannot run"
 
 # sh functions shared by the preamble and the server probe. Names are prefixed so they cannot
 # collide with anything another probe defines.
@@ -165,13 +167,18 @@ if [ -z "$GPUOPS_PY" ]; then
   done
 fi
 [ -n "$GPUOPS_PY" ] || GPUOPS_PY_REASON="${gpuops_why}no python >= 3.8 found (server, sglang_python, python3, python)"
+# A gpuops_python that is not there (apply, rollback and history run their helpers with it) is named
+# even when another python was chosen here; a look, not a run (it costs no exec on every gather).
+if [ -n "$gpuops_helper_python" ] && ! command -v "$gpuops_helper_python" >/dev/null 2>&1; then
+  GPUOPS_PY_REASON="$GPUOPS_PY_REASON; gpuops_python $gpuops_helper_python %(missing)s"
+fi
 if [ -z "$GPUOPS_SERVER_PID" ] && [ -n "$gpuops_env_pythonpath_set" ]; then
   # No server to read it from: the PYTHONPATH gpuops launches the server with (an empty one too).
   PYTHONPATH=$gpuops_env_pythonpath; export PYTHONPATH
   [ -z "$GPUOPS_PY" ] || GPUOPS_PY_REASON="$GPUOPS_PY_REASON; PYTHONPATH from host var sglang_env"
 fi
 export GPUOPS_PY GPUOPS_PY_REASON
-"""
+""".replace("%(missing)s", GPUOPS_PYTHON_MISSING)
 
 
 def sglang_port(vars: Mapping[str, Any]) -> int:
