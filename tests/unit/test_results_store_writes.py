@@ -1,6 +1,6 @@
 """The results store's writes (issue 42): a figure NaN, infinite or absurd is never stored as
 measured (null, said in a note); a disk that cannot take a result says exactly what was and was not
-stored (a real full filesystem: a small tmpfs); the files, the index and a folder gpuops makes are
+stored (a real full filesystem: a 256 KiB tmpfs); the files, the index and a folder gpuops makes are
 readable by their owner only, as the results are. A real result file (SGLang 0.5.16 on an H200) is
 the document written."""
 
@@ -10,10 +10,11 @@ import json
 import math
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from test_backup_disk_full import full_state_dir  # noqa: F401  (the fixture: a real full filesystem)
 
 from gpuops.bench.store import INDEX_NAME, ResultsStore
 from gpuops.errors import GpuopsError
@@ -73,19 +74,14 @@ def test_a_folder_that_was_there_keeps_its_mode(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def full_folder(tmp_path: Path):
-    folder = tmp_path / "full"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+def full_folder(full_state_dir: Path) -> Path:
+    """A real filesystem of 256 KiB (tmpfs), as test_backup_disk_full mounts it."""
+    return full_state_dir
 
 
 def test_a_full_disk_says_the_result_was_not_stored_and_leaves_nothing(full_folder: Path) -> None:
     big = _result("big1")
-    big["padding"] = "x" * 200_000  # more than the 64 KiB filesystem holds
+    big["padding"] = "x" * 400_000  # more than the 256 KiB filesystem holds
     store = ResultsStore(full_folder)
     with pytest.raises(GpuopsError) as raised:
         store.save(big)
@@ -99,7 +95,7 @@ def test_a_trace_the_disk_cannot_take_is_named_and_the_others_kept(full_folder: 
     import base64
 
     small = base64.b64encode(b"t" * 100).decode()
-    large = base64.b64encode(b"T" * 200_000).decode()
+    large = base64.b64encode(b"T" * 400_000).decode()
     kept = ResultsStore(full_folder).save_traces("r1", [{"file": "a.json", "base64": small},
                                                         {"file": "b.json", "base64": large}])
     assert kept[0]["path"] and Path(kept[0]["path"]).read_bytes() == b"t" * 100
