@@ -54,3 +54,12 @@ def test_no_running_server_means_no_server() -> None:
     data = facts()
     data["server"] = {"argv": None, "env": None}
     assert "server" not in description_from_facts(data, "gpu-a")
+
+
+def test_a_server_launched_with_sglang_serve_is_cloned_with_its_flags() -> None:
+    """gpuops launches `PYTHON ENV/bin/sglang serve FLAGS` where the release recommends it (docs/deploy.md)."""
+    data = facts()
+    data["server"]["argv"] = ["/venv/bin/python3", "/venv/bin/sglang", "serve", "--model-path", "/m x", "--tp", "2",
+                              "--port", "30000"]
+    desc = parse_description(description_from_facts(data, "gpu-a"), Path("gpu-a-lab.yaml"))
+    assert desc.server is not None and desc.server.args == ("--model-path", "/m x", "--tp", "2", "--port", "30000")

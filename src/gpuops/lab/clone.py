@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from gpuops.errors import GpuopsError
 from gpuops.facts.collect import inspect_host
 from gpuops.facts.to_json import facts_json
+from gpuops.remote.sglang_argv import launch_args
 from gpuops.inventory import load_inventory
 from gpuops.lab.hosts import LAB_RECORD, LabSpec, relabel_gpu, start_lab
 from gpuops.secret_policy import is_secret_name
@@ -125,14 +126,12 @@ def _packages(software: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _server(server: Mapping[str, Any]) -> dict[str, Any] | None:
-    argv = server.get("argv") or []
-    args = None
-    for i in range(len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] == "sglang.launch_server":
-            args = [str(a) for a in argv[i + 2 :]]
-            break
-    if args is None:
+    # The flags after the launch however it is spelled (-m sglang.launch_server, sglang serve: the
+    # entrypoint a release recommends, which gpuops launches where the release has it).
+    launched = launch_args([str(a) for a in server.get("argv") or []])
+    if launched is None:
         return None
+    args = list(launched)
     env = {
         str(k): str(v)
         for k, v in (server.get("env") or {}).items()
