@@ -103,6 +103,54 @@ FILES = {
             if not is_sm120_supported():
                 register_fake_quant()
         """,
+    # -- after the score of part independent-5 (tuning): negations read through a local alias and in
+    # `A if test else B`; a sibling of sm120's own; another GPU's default; a branch that only imports
+    "srt/tuned.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported, get_device_sm
+
+        def a_scale(input_scale, rows, channelwise_cutlass, use_cutlass):
+            native_scalar_a_scale = use_cutlass and (is_sm90_supported() or is_sm120_supported())
+            if channelwise_cutlass and not native_scalar_a_scale:
+                x_scale = input_scale.repeat(rows)
+            else:
+                x_scale = input_scale
+            return x_scale
+
+        def decode_backend(self):
+            return self.fa3 if not (is_sm100_supported() or is_sm120_supported()) else self.triton
+
+        def tiles():
+            major, _ = torch.cuda.get_device_capability()
+            if major == 9:
+                cfg = HOPPER_CFG
+            elif major >= 10:
+                cfg = BLACKWELL_CFG
+            else:
+                cfg = BASELINE
+            return cfg
+
+        def olmo_backend(server_args):
+            if is_sm100_supported():
+                server_args.attention_backend = "trtllm_mha"
+            elif get_device_sm() >= 80:
+                server_args.attention_backend = "fa3"
+            else:
+                server_args.attention_backend = "triton"
+
+        def model_defaults(server_args, cfg):
+            if is_sm100_supported() and server_args.attention_backend is None:
+                server_args.attention_backend = "triton"
+            if is_sm100_supported() and cfg.moe_runner_backend == "auto":
+                return {"moe_runner_backend": "flashinfer_trtllm"}
+            if is_sm100_supported() and server_args.kv_cache_dtype is None:
+                server_args.moe_runner_backend = "flashinfer_trtllm"
+            return {}
+
+        if is_sm90_supported():
+            # the SM90 kernel, for the dispatch below
+            from flashinfer.gemm import fp8_blockscale_gemm_sm90
+        """,
     # -- a quirk is only an adjustment; work or a selection for another GPU is a loss
     "srt/quirk.py": """
         from sglang.srt.utils import is_sm100_supported
@@ -161,6 +209,13 @@ def gate(scan, file, text, gpu="12.0"):
     ("srt/others.py", "not (is_sm100_supported() or is_sm120_supported())", "others"),
     ("srt/others.py", "major != 12", "others"),
     ("srt/quirk.py", "k_scale != 1.0", "quirk"),
+    # tuning, after independent-5's score:
+    ("srt/tuned.py", "channelwise_cutlass and not native_scalar_a_scale", "others"),  # through the alias
+    ("srt/tuned.py", "not (is_sm100_supported() or is_sm120_supported())", "others"),  # `A if test else B`
+    ("srt/tuned.py", "major == 9", "own_branch"),  # `elif major >= 10:` is sm120's own
+    ("srt/tuned.py", "is_sm100_supported() and server_args.attention_backend is None", "default"),
+    ("srt/tuned.py", "is_sm100_supported() and cfg.moe_runner_backend == \"auto\"", "default"),
+    ("srt/tuned.py", "is_sm90_supported()", "imports"),
 ])
 def test_a_branch_for_older_or_other_gpus_costs_sm120_nothing(scan, file, text, kind):
     got = gate(scan, file, text)
@@ -174,10 +229,17 @@ def test_a_branch_for_older_or_other_gpus_costs_sm120_nothing(scan, file, text, 
     ("srt/reverse.py", "9 <= major < 12"),  # a band that leaves out the oldest: sm120 gets the legacy path
     ("srt/reverse.py", "major < 12"),  # the threshold is sm120 itself: written about this GPU
     ("srt/others.py", "not is_sm120_supported()"),  # no branch of sm120's own: it skips the registration
+    ("srt/tuned.py", "is_sm100_supported()"),  # its sibling `get_device_sm() >= 80` is the generic path
 ])
 def test_the_reverse_stays_blocked(scan, file, text):
     got = gate(scan, file, text)
     assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+def test_a_default_is_only_what_the_test_requires_unset(scan):
+    # `kv_cache_dtype is None` tested, `moe_runner_backend` set: a choice for sm100, not a default of it
+    got = gate(scan, "srt/tuned.py", "is_sm100_supported() and server_args.kv_cache_dtype is None")
+    assert (got["status"], got.get("skips")) == ("blocked", None)
 
 
 def test_work_or_a_selection_for_another_gpu_is_a_loss(scan):
@@ -210,18 +272,17 @@ def test_the_count_line_calls_only_the_losses_blocked(scan):
     report = judge(scan, "12.0", "13.0")
     counts = report.counts()
     gates = report.gates
-    losses = [g for g in gates if g["status"] == "blocked" and not g["alternative"] and not g["unreachable"]]
+    losses = [g for g in gates if g["status"] == "blocked" and not g["unreachable"]]
     skipped = [g for g in gates if g.get("skips")]
     assert counts == GateCounts(
         total=len(gates), blocked=len(losses),
-        own_path=sum(1 for g in gates if g["status"] == "blocked" and g["alternative"]),
-        not_reached=sum(1 for g in gates if g["status"] == "blocked" and not g["alternative"] and g["unreachable"]),
+        not_reached=sum(1 for g in gates if g["status"] == "blocked" and g["unreachable"]),
         open=sum(1 for g in gates if g["status"] == "open"), skips=len(skipped),
         unknown=sum(1 for g in gates if g["status"] == "unknown"),
         not_applicable=sum(1 for g in gates if g["status"] == "not_applicable"))
-    assert len(skipped) == 8 and all(g["status"] == "open" for g in skipped)
+    assert len(skipped) == 14 and all(g["status"] == "open" for g in skipped)
     line = gate_count_line(report)
     assert f"{counts.blocked} blocked (sm120 loses something there)" in line
-    assert f"{counts.open} open (8 skip a path for older or other GPUs)" in line
-    assert counts.to_json()["skips"] == 8 and sum(
+    assert f"{counts.open} open (14 skip a path for older or other GPUs)" in line
+    assert counts.to_json()["skips"] == 14 and sum(
         v for k, v in counts.to_json().items() if k not in ("total", "skips")) == counts.total

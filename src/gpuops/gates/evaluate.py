@@ -63,12 +63,11 @@ class GateReport:
 @dataclass(frozen=True)
 class GateCounts:
     """The judged gates by what they cost the GPU (inspect's count line; ``gate_counts`` in --json).
-    Only ``blocked`` is a loss; a gate whose ``status`` is blocked but which sends the GPU to a
-    sibling branch of its own, or which this host never reaches, is counted apart."""
+    Only ``blocked`` is a loss: a gate whose status is blocked but which this host never reaches
+    is counted apart, and so are the open gates that skip a path for older or other GPUs."""
 
     total: int
-    blocked: int  # the GPU loses something here: shut out, with no branch of its own
-    own_path: int  # status blocked, but a sibling branch of its if/elif chain serves the GPU (`alternative`)
+    blocked: int  # the GPU loses something here (status blocked, reached on this host)
     not_reached: int  # status blocked, but never reached on this host (`unreachable`)
     open: int
     skips: int  # of the open: a branch for older or other GPUs the GPU skips, losing nothing (`skips`)
@@ -79,10 +78,8 @@ class GateCounts:
     def of(cls, gates: Sequence[Mapping[str, Any]]) -> GateCounts:
         def count(status: str) -> int:
             return sum(1 for g in gates if g["status"] == status)
-        blocked = [g for g in gates if g["status"] == "blocked"]
-        own = sum(1 for g in blocked if g.get("alternative"))
-        unreached = sum(1 for g in blocked if not g.get("alternative") and g.get("unreachable"))
-        return cls(total=len(gates), blocked=len(blocked) - own - unreached, own_path=own, not_reached=unreached,
+        unreached = sum(1 for g in gates if g["status"] == "blocked" and g.get("unreachable"))
+        return cls(total=len(gates), blocked=count("blocked") - unreached, not_reached=unreached,
                    open=count("open"), skips=sum(1 for g in gates if g["status"] == "open" and g.get("skips")),
                    unknown=count("unknown"), not_applicable=count("not_applicable"))
 

@@ -109,17 +109,15 @@ def _first_clause(text: str) -> str:
 
 
 def gate_count_line(report: GateReport, pointer: str = " (gpuops inspect gates for detail)") -> str:
-    """One line of counts (``GateReport.counts``): blocked, only where the GPU loses something; open,
-    with those that skip a path for older or other GPUs; the gates that send it to its own path or
-    that this host's configuration never reaches, unknown, and other platforms', each on its own."""
+    """One line of counts (``GateReport.counts``): blocked, only where the GPU loses something; those
+    this host's configuration never reaches; open, with those that skip a path for older or other
+    GPUs (issue 43); unknown, and other platforms'."""
     gpu = report.gpu or "this GPU"
     counts = report.counts()
-    parts = [f"{counts.blocked} blocked ({gpu} loses something there)",
-             f"{counts.open} open" + (f" ({counts.skips} skip a path for older or other GPUs)" if counts.skips else "")]
-    if counts.own_path:
-        parts.append(f"{counts.own_path} send {gpu} to its own path")
+    parts = [f"{counts.blocked} blocked ({gpu} loses something there)"]
     if counts.not_reached:
         parts.append(f"{counts.not_reached} not reached on this host")
+    parts.append(f"{counts.open} open" + (f" ({counts.skips} skip a path for older or other GPUs)" if counts.skips else ""))
     parts.append(f"{counts.unknown} unknown")
     if counts.not_applicable:
         parts.append(f"{counts.not_applicable} for another platform")

@@ -5,35 +5,49 @@ nothing when the branch is written for GPUs other than it while its own path ser
 
 - ``older``: the test admits only the oldest GPUs, up to a threshold below this GPU's capability
   (``if major < 9: LEGACY_CONFIG``, ``(8, 0) <= cap < (10, 0)``, ``is_sm80_before``): every GPU from
-  the threshold up, this one among them, takes the other path. The reverse, where this GPU falls to
-  the legacy or generic path (``if is_sm90() or is_sm100(): FAST``, ``if 9 <= major < 12: NEW``), is
-  no such threshold: the test does not admit the oldest GPUs, or the threshold is this GPU itself;
-- ``others``: the test is the negation of a predicate that admits this GPU (``if not is_blackwell():
-  fa3 ... else: ...``), and the statement has another branch, the one the predicate's GPUs take;
+  the threshold up, this one among them, takes the other path;
+- ``others``: the test only negates GPU tests (``not is_blackwell()``, ``major != 12``, ``x and not
+  native_scale`` where ``native_scale`` names this GPU's family) that this GPU passes, and the
+  statement has another branch (``else``, the other side of ``A if test else B``, or a sibling of
+  its chain that admits the GPU): the one the named GPUs, this one among them, take;
+- ``own_branch``: a sibling of its if/elif chain written for GPUs other than the oldest admits this
+  GPU (``elif major == 9: H100_CFG`` beside ``elif major >= 10: BLACKWELL_CFG``): it has a branch of
+  its own. A sibling that admits the oldest GPUs too (``elif device_sm >= 80: fa3``) is the generic
+  path every GPU falls to: this GPU loses the branch it fails;
 - ``quirk``: the body only adjusts a value every GPU computes (``scale = scale * SM100_FIX``,
-  ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``) for the GPUs it admits, and
-  there is no ``else``: this GPU keeps the value every other GPU gets.
+  ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``), with no ``else``;
+- ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
+  backend is None: backend = "triton"``): another GPU's default, this GPU keeps the one it gets;
+- ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``): what
+  runs is decided where the names are used, each use a gate of its own.
 
-Only ``if`` branches are read (a value such as ``use_marlin = 80 <= sm < 89`` has no branch of the GPU
-to read), and only those whose own test stops the GPU. A gate on a catalog feature's path is not:
-there the question is whether the GPU gets that feature, and a branch it skips is the feature it
-does not get.
+The reverse, where this GPU falls to the legacy or generic path, stays blocked: ``if is_sm90() or
+is_sm100(): FAST`` (no threshold: the oldest GPUs do not pass), ``if 9 <= major < 12: NEW``, ``if
+major < 12:`` on sm120 (the threshold is this GPU itself: written about it), ``if not is_sm120():
+register()`` (no branch of its own), ``if is_sm100(): out = fused(out)`` (work, not an adjustment).
+
+Only ``if`` branches (and the test of ``A if test else B``) are read, and only those whose own test
+stops the GPU: a value such as ``use_marlin = 80 <= sm < 89`` has no branch of the GPU to read. A
+gate on a catalog feature's path is not read so: there the question is whether the GPU gets that
+feature, and a branch it skips is the feature it does not get.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from gpuops.gates.logic import RECENT_CUDA, Evaluator, GpuTarget, PredicateBook, cap_verdicts, node_text
-from gpuops.remote.gate_tree import has_atoms, only_atoms
+from gpuops.remote.gate_tree import children, clause_nodes
 
 # The oldest architecture the ``older`` threshold counts from: a lower bound at Ampere
 # (``(8, 0) <= cap < (10, 0)``) is SGLang's floor for a path, not a band of GPUs chosen over others.
 FLOOR = (8, 0)
 # GPUs older than FLOOR, asked when the test admits none of the candidates (``major < 8``).
 _OLDER_THAN_FLOOR = ((7, 5), (7, 0), (6, 0))
-KINDS = ("older", "others", "quirk")
+KINDS = ("older", "others", "own_branch", "quirk", "default", "imports")
+# What a test that requires a setting unset compares it with: `backend is None`, `backend == "auto"`.
+_UNSET = (None, "auto")
 
 
 @dataclass(frozen=True)
@@ -46,13 +60,17 @@ class Skip:
 
 def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
                    own_branch: Mapping[str, Any] | None = None) -> Skip | None:
-    """Why ``gpu``, which fails this ``if`` branch's own test, loses nothing by it, or None (it
-    does, or the code does not say). ``own_branch``: a sibling of its if/elif chain whose test
-    admits the GPU (``context.Placer.sibling``), another branch of the statement it takes."""
-    if gate.get("kind") != "if" or int(gate.get("polarity", 1)) < 0:
+    """Why ``gpu``, which fails this branch's own test, loses nothing by it, or None (it does, or
+    the code does not say). ``own_branch``: a sibling of its if/elif chain whose test admits the GPU
+    (``context.Placer.sibling``)."""
+    statement = gate.get("kind") == "if"
+    conditional = gate.get("kind") == "expr" and gate.get("orelse") == "else"  # `A if test else B`
+    if not (statement or conditional) or int(gate.get("polarity", 1)) < 0:
         return None
-    return (_older(gate, book, gpu) or _negated(gate, book, gpu, own_branch is not None)
-            or _quirk(gate, gpu))
+    found = _older(gate, book, gpu) or _negated(gate, book, gpu, own_branch)
+    if found is None and statement:
+        found = _own_branch(gpu, book, own_branch) or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate)
+    return found
 
 
 def _older(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip | None:
@@ -75,28 +93,48 @@ def _older(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip
                          f"{_sm(threshold)} and newer")
 
 
-def _negated(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget, own_branch: bool) -> Skip | None:
-    """``if not P: ... else: ...`` (or ``!=``, ``not in``) where P admits ``gpu``: the branch is
-    for the GPUs outside P, and the statement's other branch is P's, this GPU's."""
-    if not (own_branch or gate.get("orelse") == "else"):
+def _negated(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
+             own_branch: Mapping[str, Any] | None) -> Skip | None:
+    """Every GPU test of the condition is negated (``not P``, ``!=``, ``not in``), one of them names
+    ``gpu`` (it passes P), and the statement has another branch: P's, this GPU's."""
+    if not (own_branch is not None or gate.get("orelse") == "else"):
         return None
-    tree = gate.get("condition") or {}
-    parts = tree.get("args") if tree.get("op") == "and" else [tree]
-    tests = [p for p in parts or () if has_atoms(p, ("cap",))]
-    if len(tests) != 1 or not only_atoms(tests[0]):
+    tests = list(_gpu_tests(gate.get("condition") or {}, negated=False))
+    if not tests or not all(negated for _, negated in tests):
         return None
-    test = tests[0]
-    while test.get("op") == "alias":
-        test = test.get("expr") or {}
     evaluator = Evaluator(book, gpu)
-    if test.get("op") == "not" and evaluator.eval(test.get("arg") or {}) is True:
-        why = f"the GPUs that fail `{node_text(test.get('arg') or {})}`, which {gpu.sm} passes"
-    elif test.get("op") == "cap" and (test.get("atom") or {}).get("cmp") in ("!=", "not in") \
-            and evaluator.eval(test) is False:
-        why = f"the GPUs `{node_text(test)}` admits, every one but {gpu.sm}'s kind"
-    else:
+    for node, _ in tests:
+        inverse = (node.get("atom") or {}).get("cmp") in ("!=", "not in")
+        if evaluator.eval(node) is (not inverse):  # `is_blackwell()` true, `major != 12` false on sm120
+            return Skip("others", f"a path for the GPUs other than those `{node_text(node)}` "
+                                  f"{'excludes' if inverse else 'names'}, {gpu.sm} among them; it takes "
+                                  "the statement's other branch")
+    return None
+
+
+def _gpu_tests(node: Mapping[str, Any], negated: bool) -> Iterator[tuple[Mapping[str, Any], bool]]:
+    """The GPU tests (``cap`` atoms) under ``node``, each with whether it is read negated (under an
+    odd number of ``not``, or written ``!=`` / ``not in``)."""
+    op = node.get("op")
+    if op == "cap":
+        inverse = (node.get("atom") or {}).get("cmp") in ("!=", "not in")
+        yield node, negated != inverse
+    elif op == "not":
+        yield from _gpu_tests(node.get("arg") or {}, not negated)
+    elif op in ("and", "or", "alias"):
+        for child in children(node):
+            yield from _gpu_tests(child, negated)
+
+
+def _own_branch(gpu: GpuTarget, book: PredicateBook, own_branch: Mapping[str, Any] | None) -> Skip | None:
+    """A sibling of the chain admits ``gpu`` and is not the generic path: it leaves out the oldest GPUs."""
+    if own_branch is None:
         return None
-    return Skip("others", f"a path for {why}; {gpu.sm} takes the statement's other branch, written for it")
+    (oldest,) = cap_verdicts(own_branch, book, [GpuTarget(FLOOR[0], FLOOR[1], RECENT_CUDA)])
+    if oldest.status != "blocked":
+        return None  # `elif device_sm >= 80:`: the path every GPU falls to, not one of this GPU's own
+    return Skip("own_branch", f"a branch for other GPUs; {gpu.sm} takes its own branch at "
+                              f"{own_branch.get('file')}:{own_branch.get('line')} (`{own_branch.get('text')}`)")
 
 
 def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
@@ -107,6 +145,27 @@ def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
     what = ", ".join(str(s) for s in effect.get("sets") or ()) or "a value"
     return Skip("quirk", f"only adjusts {what} for the GPUs it admits; {gpu.sm} keeps the value every "
                          "other GPU computes")
+
+
+def _default(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
+    """The body only sets what the test requires unset (``backend is None``, ``== "auto"``)."""
+    tree = gate.get("condition") or {}
+    effect = gate.get("effect") or {}
+    sets = set(effect.get("sets") or ())
+    unset = {str(c.get("ref") or "").split(".")[-1] for c in clause_nodes(tree)
+             if c.get("cmp") in ("is", "==") and "value" in c and c["value"] in _UNSET}
+    if tree.get("op") != "and" or not sets or not sets <= unset or gate.get("orelse") == "else":
+        return None
+    names = ", ".join(sorted(sets))
+    return Skip("default", f"chooses {names} for the GPUs it admits only where none was given; {gpu.sm} "
+                           "keeps the one it gets otherwise")
+
+
+def _imports(gpu: GpuTarget, gate: Mapping[str, Any]) -> Skip | None:
+    if not (gate.get("effect") or {}).get("imports"):
+        return None
+    return Skip("imports", f"only imports names for the GPUs it admits; what runs on {gpu.sm} is decided "
+                           "where they are used")
 
 
 def _sm(cc: tuple[int, int]) -> str:

@@ -104,6 +104,13 @@ def _orelse(stmt):
     return "elif" if len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If) else "else"
 
 
+def _ifexp_test(stmt, node):
+    """Is ``node`` the test of a conditional expression (``A if test else B``) in ``stmt``?"""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False  # a decorator's expression: never a branch of the function's code
+    return any(isinstance(n, ast.IfExp) and n.test is node for n in ast.walk(stmt))
+
+
 def _is_refusal(stmt):
     """A nested refusal: an ``if`` (no else) whose body refuses, or a ``try`` of imports whose every
     ``except`` ends in a return or a raise (the requirement is that the import works)."""
@@ -224,6 +231,9 @@ def body_effect(body, locator):
         effect["sets"] = sets[:20]
     if only_adjusts(body):
         effect["adjusts"] = True
+    if any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body) \
+            and all(isinstance(s, (ast.Import, ast.ImportFrom)) or _is_note(s) for s in body):
+        effect["imports"] = True  # it only makes names available: what runs is decided where they are used
     last = body[-1] if body else None
     if isinstance(last, ast.Raise) and last.exc is not None:
         exc = last.exc
@@ -363,6 +373,8 @@ class GateWalker(object):
         })
         if chain is not None:
             self.found[-1]["chain"] = chain
+        if orelse is None and kind == "expr" and _ifexp_test(stmt, node):
+            orelse = "else"  # `A if <GPU test> else B`: a branch for each side
         if orelse is not None:
             self.found[-1]["orelse"] = orelse
         for nested_node, nested_tree in self.drain_nested(scope):
