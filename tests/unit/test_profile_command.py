@@ -95,7 +95,20 @@ def test_compare_export_and_report_read_profiles(profiled) -> None:
     report = gpuops("report", nccl["result_id"], pcie["result_id"], "-o", "r.html", cwd=root)
     assert report.returncode == 0, report.stderr
     html = (root / "r.html").read_text()
-    assert "Where a forward pass" in html or "Forward pass time by kernel group" in html
+    assert "Forward pass time by kernel group" in html and html.count("data:image/png;base64,") >= 1
+
+
+def test_the_json_schema_names_every_key(profiled) -> None:
+    """docs/profile.md documents every key `gpuops profile --json` prints."""
+    _, (nccl, _) = profiled
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "profile.md").read_text()
+    summary = nccl["summary"]
+    stage = summary["stages"]["DECODE"]
+    keys = (set(nccl) | set(summary) | set(summary["headline"]) | set(stage) | set(stage["groups"])
+            | set(stage["groups"]["allreduce"]) | set(stage["collectives"][0]) | set(stage["top_kernels"][0])
+            | set(stage["ranks"][0]) | set(summary["traces"][0]) | set(nccl["trace_files"][0]))
+    missing = sorted(k for k in keys if f"`{k}`" not in doc and f"`summary.{k}`" not in doc)
+    assert not missing, missing
 
 
 def test_a_server_that_never_writes_its_trace_is_one_line(tmp_path: Path) -> None:
