@@ -62,59 +62,45 @@ def _end(lab, client: WatchedClient) -> None:
         (host.state_dir / "lab-fault.json").unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
-def test_a_signal_mid_apply_says_what_each_host_does_and_each_rolls_back(lab, gpuops_home, sig) -> None:
-    value = {signal.SIGTERM: 51, signal.SIGHUP: 52, signal.SIGINT: 53}[sig]
-    client, before = _held(lab, ["apply", "nccl-env", *_change(value)], "health", gpuops_home)
+def _ends_as_said(lab, client: WatchedClient, sig: signal.Signals, said: str, then: str, outcome: str,
+                  trees: dict[str, dict[str, str]] | None) -> None:
+    """``sig`` to the client: exit 128 + its number at once (nothing waits for the hosts' runs), its
+    last line, per host the run at ``said`` and what the host does (``then``) with the command to
+    check; each host journals ``outcome`` (and its files are ``trees``)."""
     try:
         client.proc.send_signal(sig)
-        _, err, status = client.finish(timeout=60)  # at once: nothing waits for the hosts' runs to end
+        _, err, status = client.finish(timeout=60)
         assert status == 128 + sig, err[-3000:]
         assert ("gpuops: aborted" if sig == signal.SIGINT else f"gpuops: terminated by {sig.name}") in err, err[-2000:]
         for host in lab.hosts:
             run_id = _last_run(host)
-            assert f"gpuops: {host.name}: run {run_id} was at health; gpuops had not confirmed it, so the host " \
-                   "rolls it back now" in err, err[-3000:]
+            assert f"gpuops: {host.name}: run {run_id} was at {said}; {then}" in err, err[-3000:]
             assert f"check: gpuops history -l {host.name}" in err
             _settled(host, run_id)
-            assert [e for e in _events(host, run_id) if e in ("finished", "rolled_back")] == ["rolled_back"]
-            assert tree_hashes(host.dir, skip_runs=True) == before[host.name]
+            assert [e for e in _events(host, run_id) if e in ("finished", "rolled_back")] == [outcome]
+            if trees is not None:
+                assert tree_hashes(host.dir, skip_runs=True) == trees[host.name]
     finally:
         _end(lab, client)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_mid_apply_says_what_each_host_does_and_each_rolls_back(lab, gpuops_home, sig) -> None:
+    value = {signal.SIGTERM: 51, signal.SIGHUP: 52, signal.SIGINT: 53}[sig]
+    client, before = _held(lab, ["apply", "nccl-env", *_change(value)], "health", gpuops_home)
+    _ends_as_said(lab, client, sig, "health", "gpuops had not confirmed it, so the host rolls it back now",
+                  "rolled_back", before)
 
 
 def test_sigterm_after_the_commit_was_sent_says_each_host_finishes_it(lab, gpuops_home) -> None:
     client, _ = _held(lab, ["apply", "nccl-env", *_change(54)], "committed", gpuops_home)
-    try:
-        client.proc.send_signal(signal.SIGTERM)
-        _, err, status = client.finish(timeout=60)
-        assert status == 143, err[-3000:]
-        assert "gpuops: terminated by SIGTERM" in err
-        for host in lab.hosts:
-            run_id = _last_run(host)
-            assert f"gpuops: {host.name}: run {run_id} was at verified; gpuops had confirmed it, so the host " \
-                   "finishes the commit" in err, err[-3000:]
-            _settled(host, run_id)
-            assert [e for e in _events(host, run_id) if e in ("finished", "rolled_back")] == ["finished"]
-    finally:
-        _end(lab, client)
+    _ends_as_said(lab, client, signal.SIGTERM, "verified", "gpuops had confirmed it, so the host finishes the commit",
+                  "finished", None)
 
 
 def test_sighup_mid_rollback_undoes_the_rollback_and_says_so(lab, gpuops_home, run_gpuops) -> None:
     applied = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *_change(55))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     client, in_effect = _held(lab, ["rollback"], "before_write", gpuops_home)
-    try:
-        client.proc.send_signal(signal.SIGHUP)
-        _, err, status = client.finish(timeout=60)
-        assert status == 129, err[-3000:]
-        assert "gpuops: terminated by SIGHUP" in err
-        for host in lab.hosts:
-            run_id = _last_run(host)
-            assert f"gpuops: {host.name}: run {run_id} was at before_write; gpuops had not confirmed it, so the " \
-                   "host undoes this rollback now" in err, err[-3000:]
-            _settled(host, run_id)
-            assert [e for e in _events(host, run_id) if e in ("finished", "rolled_back")] == ["rolled_back"]
-            assert tree_hashes(host.dir, skip_runs=True) == in_effect[host.name]
-    finally:
-        _end(lab, client)
+    _ends_as_said(lab, client, signal.SIGHUP, "before_write",
+                  "gpuops had not confirmed it, so the host undoes this rollback now", "rolled_back", in_effect)
