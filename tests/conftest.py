@@ -29,6 +29,14 @@ Bytecode of child processes (session scope, automatic)
     compile gpuops from source each time; for the session they keep bytecode in its temp dir
     (``PYTHONPYCACHEPREFIX``) instead, never in the source tree.
 
+Parallel workers (README's test command: ``-n 4 --dist loadfile``, pytest-xdist)
+    Each test file runs whole in one worker, so a module's labs start once; the files under
+    ``tests/integration/managers`` run in ONE worker together (``pytest_xdist_make_scheduler``
+    below), so a run boots one private dockerd and imports the Debian root into it once, not once
+    per worker. Each worker has its own temp dir (``tmp_path_factory``); ports come from
+    ``gpuops.lab.ports`` (the kernel's, never fixed); the release caches under ``~/.cache/gpuops``
+    are filled under a file lock and finished by an atomic rename.
+
 Skip policy (README, "Testing")
     A skipped test fails the run unless its reason is on ``ALLOWED_SKIPS`` below: a green run must
     mean every promise was checked. Every skip and its reason is printed at the end of the run,
@@ -50,7 +58,7 @@ from gpuops.errors import GpuopsError
 
 # tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labtools import fixtures_path  # (needs the path above)
+from labtools import RUN_DIR_ENV, fixtures_path  # (needs the path above)
 
 
 @pytest.fixture(scope="session")
@@ -98,6 +106,17 @@ def _child_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _run_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One directory for the whole run, its xdist workers' too (a worker's temp dir is a child of
+    the run's): what the run computes once for every worker (``labtools.release_scan``) is kept there."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(RUN_DIR_ENV, str(shared / "run"))
+        yield
+
+
 @pytest.fixture
 def gpuops_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("home")
@@ -133,6 +152,28 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         )
 
     return run
+
+
+# -- parallel workers -----------------------------------------------------------------------------
+
+# Test files that share session fixtures too expensive to start once per worker (a private dockerd
+# with the Debian root imported and the lab images built, the booted systemd root): one work unit.
+SHARED_DAEMON_TESTS = "tests/integration/managers/"
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with ``SHARED_DAEMON_TESTS`` as one unit (tryfirst: xdist's own hook
+    would answer first otherwise). Other ``--dist`` modes are xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedDaemonsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SHARED_DAEMON_TESTS if nodeid.startswith(SHARED_DAEMON_TESTS) else super()._split_scope(nodeid)
+
+    return SharedDaemonsTogether(config, log)
 
 
 # -- skip policy ---------------------------------------------------------------------------------

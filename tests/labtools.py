@@ -226,6 +226,41 @@ def client_paused_at(state_dir: Path, phase: str, args: list[str], home: Path, t
         raise
 
 
+# A directory the whole test run shares, its xdist workers too (tests/conftest.py sets it).
+RUN_DIR_ENV = "GPUOPS_TEST_RUN_DIR"
+_release_scans: dict[str, bytes] = {}
+
+
+def release_scan(version: str, with_sources: bool = False) -> Any:
+    """``scan_site`` of the cached real SGLang ``version`` (``gates.local``, the host's own scanner),
+    scanned once per test run: a release scans the same way every time, and a scan of 0.5.23 costs
+    ~10 s of CPU, which a dozen modules spent again each. Kept pickled in this process and in the
+    run's shared directory (``RUN_DIR_ENV``), filled under a file lock so two workers never scan the
+    same release at once; each call returns a copy of its own."""
+    import pickle
+
+    from gpuops.gates.local import scan_site
+    from gpuops.lab.file_lock import exclusive_lock
+    from gpuops.lab.sglang_cache import sglang_site
+
+    key = f"{version}-{'sources' if with_sources else 'plain'}"
+    if key not in _release_scans:
+        run_dir = os.environ.get(RUN_DIR_ENV)
+        if not run_dir:
+            _release_scans[key] = pickle.dumps(scan_site(sglang_site(version), with_sources=with_sources))
+        else:
+            kept = Path(run_dir) / "release-scans" / f"{key}.pickle"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            with exclusive_lock(kept.with_suffix(".lock")):
+                if not kept.is_file():
+                    data = pickle.dumps(scan_site(sglang_site(version), with_sources=with_sources))
+                    partial = kept.with_suffix(f".{os.getpid()}.partial")
+                    partial.write_bytes(data)
+                    os.replace(partial, kept)
+                _release_scans[key] = kept.read_bytes()
+    return pickle.loads(_release_scans[key])
+
+
 def probe_site(*sites: "os.PathLike[str] | str") -> Any:
     """The software probe as a host runs it (its own text, the catalog's kernel reads as argv) with
     ``sites`` on the python's path, parsed by the client's parser (``facts.software.PythonPackages``)."""

@@ -5,10 +5,9 @@ catalog.yaml). A release without the feature reads `unknown` with "no ... gate f
 from __future__ import annotations
 
 import pytest
+from labtools import release_scan
 
 from gpuops.gates.evaluate import judge
-from gpuops.gates.local import scan_site
-from gpuops.lab.sglang_cache import sglang_site
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +42,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("version", sorted(EXPECTED))
 def test_catalog_features_on_real_releases(version: str) -> None:
-    scan = scan_site(sglang_site(version))
+    scan = release_scan(version)
     assert scan.known, scan.reason
     got = {}
     for cc in GPUS:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from labtools import release_scan
 
 from gpuops.errors import GpuopsError
 from gpuops.gates.local import scan_site
@@ -28,7 +29,7 @@ _SCANS: dict = {}
 def scan_of(version: str, site: Path | None = None):
     key = str(site or version)
     if key not in _SCANS:
-        _SCANS[key] = scan_site(site or sglang_site(version), with_sources=True)
+        _SCANS[key] = scan_site(site, with_sources=True) if site else release_scan(version, with_sources=True)
     return _SCANS[key]
 
 

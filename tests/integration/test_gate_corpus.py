@@ -5,10 +5,9 @@ must hold: reported or not, open/blocked/unknown on sm90, sm100 and sm120, and w
 from __future__ import annotations
 
 import pytest
+from labtools import release_scan
 
 from gpuops.gates.accuracy import check_labels, load_corpus
-from gpuops.gates.local import scan_site
-from gpuops.lab.sglang_cache import sglang_site
 
 CORPUS = load_corpus()
 
@@ -29,7 +28,7 @@ def test_the_corpus_is_what_it_says():
 
 @pytest.mark.parametrize("release", CORPUS.releases())
 def test_every_label_holds(release):
-    scan = scan_site(sglang_site(release))
+    scan = release_scan(release)
     assert scan.known, scan.reason
     checks = check_labels(scan, CORPUS.labels_of(release), CORPUS.architectures, CORPUS.cuda)
     false_open = [c for c in checks if c.false_open]

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from labtools import release_scan
 
 from gpuops.errors import GpuopsError
 from gpuops.gates.evaluate import judge
@@ -31,7 +32,7 @@ LAUNCH = {
 
 def scan_of(version: str) -> GateScan:
     if version not in _SCANS:
-        scan = scan_site(sglang_site(version), with_sources=True)
+        scan = release_scan(version, with_sources=True)
         assert scan.known, scan.reason
         _SCANS[version] = scan
     return _SCANS[version]

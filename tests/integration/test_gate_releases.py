@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from labtools import release_scan
 
 from gpuops.gates.evaluate import judge
 from gpuops.gates.local import scan_site
@@ -25,7 +26,7 @@ _SCANS: dict[str, GateScan] = {}
 def scan_of(version: str) -> GateScan:
     """One scan per release per test session (a release is scanned the same way every time)."""
     if version not in _SCANS:
-        scan = scan_site(sglang_site(version), with_sources=True)
+        scan = release_scan(version, with_sources=True)
         assert scan.known, scan.reason
         assert scan.version == version
         _SCANS[version] = scan

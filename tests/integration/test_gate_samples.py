@@ -6,11 +6,10 @@ line); the held-out part's agreement per release is reported in benchmarks/resul
 from __future__ import annotations
 
 import pytest
+from labtools import release_scan
 
 from gpuops.gates.evaluate import judge
-from gpuops.gates.local import scan_site
 from gpuops.gates.samples import PARTS, agreement, load_samples
-from gpuops.lab.sglang_cache import sglang_site
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +46,7 @@ def test_the_samples_are_what_they_say():
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_samples_hold(release):
-    scan = scan_site(sglang_site(release))
+    scan = release_scan(release)
     assert scan.known, scan.reason
     report = judge(scan, HOST.compute_capability, HOST.cuda, server=HOST.server, interconnect=HOST.interconnect)
     rows = agreement(report.gates, [e for e in LABELS if e["release"] == release])

@@ -5,10 +5,9 @@ test; interconnect-aware texts."""
 from __future__ import annotations
 
 import pytest
+from labtools import release_scan
 
 from gpuops.gates.evaluate import judge
-from gpuops.gates.local import scan_site
-from gpuops.lab.sglang_cache import sglang_site
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +18,7 @@ _SCANS: dict = {}
 
 def scan_of(version: str):
     if version not in _SCANS:
-        _SCANS[version] = scan_site(sglang_site(version))
+        _SCANS[version] = release_scan(version)
         assert _SCANS[version].known
     return _SCANS[version]
 

@@ -9,13 +9,12 @@ import re
 from typing import Any, Iterator
 
 import pytest
-from labtools import probe_site
+from labtools import probe_site, release_scan
 
 from gpuops.gates.catalog import load_catalog
 from gpuops.gates.evaluate import judge
 from gpuops.gates.fits import HostShape, fold_stack
 from gpuops.gates.kernels import versions_of
-from gpuops.gates.local import scan_site
 from gpuops.lab.sglang_cache import flashinfer_site, sglang_site
 from gpuops.lab.site import release_stack
 
@@ -55,7 +54,7 @@ def test_no_none_in_any_verdict_text(version: str) -> None:
     sites = [site] + ([flashinfer_site(pinned)] if pinned else [])
     packages = probe_site(*sites)
     assert packages.known
-    scan = scan_site(site)
+    scan = release_scan(version)
     assert scan.known, scan.reason
     catalog = load_catalog()
     for capability, shape, server in SHAPES:

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from labtools import release_scan
 
 from gpuops.errors import GpuopsError
 from gpuops.facts.container_python import ContainerTarget, container_python_sh, docker_target, parse_container
@@ -107,10 +108,7 @@ def test_parse_container() -> None:
 
 @pytest.fixture(scope="module")
 def scan_058():
-    from gpuops.gates.local import scan_site
-    from gpuops.lab.sglang_cache import sglang_site
-
-    scan = scan_site(sglang_site("0.5.8"), with_sources=True)
+    scan = release_scan("0.5.8", with_sources=True)
     assert scan.known, scan.reason
     return scan
 

@@ -1,0 +1,51 @@
+"""README's test command in parallel workers (pytest-xdist, ``-n N --dist loadfile``): the suite's
+own conftest keeps its promises there. A throwaway tree shaped like ``tests/`` (the real conftest
+copied in) runs under pytest in a subprocess, as CI runs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+
+# Each throwaway test records the worker it ran in, one file per test file.
+RECORD = "import os, pathlib\n\ndef test_where():\n    pathlib.Path(__file__).with_suffix('.worker').write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+
+
+def run_tree(root: Path, files: dict[str, str], *options: str) -> subprocess.CompletedProcess:
+    for name in ("conftest.py", "labtools.py"):
+        (root / "tests").mkdir(exist_ok=True)
+        shutil.copy(TESTS / name, root / "tests" / name)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    for relative, body in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(body)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "tests"],
+                          capture_output=True, text=True, cwd=root, timeout=120)
+
+
+def test_the_managers_files_share_one_worker_and_the_others_spread(tmp_path: Path) -> None:
+    """One dockerd and one booted root a run: every file under tests/integration/managers lands in
+    one worker. Without the conftest's scheduler, loadfile gives the first two files to two workers."""
+    files = {f"tests/integration/managers/test_m{i}.py": RECORD for i in range(3)}
+    files.update({f"tests/unit/test_u{i}.py": RECORD for i in range(3)})
+    done = run_tree(tmp_path, files, "-n", "2", "--dist", "loadfile")
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = {path: (tmp_path / path).with_suffix(".worker").read_text() for path in files}
+    managers = {workers[p] for p in files if "/managers/" in p}
+    assert len(managers) == 1, workers
+    assert len(set(workers.values())) == 2, workers  # the other files still go to both workers
+
+
+def test_unlisted_skips_fail_a_parallel_run_too(tmp_path: Path) -> None:
+    """The skip policy judges the workers' reports in the controller: a skip for an unlisted reason
+    in a worker fails the run and is printed, as in a run without workers."""
+    body = "import pytest\n\ndef test_loaded():\n    pytest.skip('machine too loaded')\n\ndef test_ok():\n    pass\n"
+    done = run_tree(tmp_path, {"tests/unit/test_throwaway.py": body}, "-n", "2", "--dist", "loadfile")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "NOT ALLOWED: tests/unit/test_throwaway.py::test_loaded: machine too loaded" in done.stdout
+    assert "1 skip(s) for a reason not on the allow-list: the run fails" in done.stdout
