@@ -246,3 +246,25 @@ def test_a_docker_launch_goes_back_to_the_inventory_image(tmp_path) -> None:
     for name in (RUN_SCRIPT, DOCKER_ENV, DESIRED):
         assert undone.files[name].content == only_nccl.files[name].content, name
     assert "lmsysorg/sglang:v0.5.14" in (undone.files[RUN_SCRIPT].content or "")
+
+
+def test_a_recomposed_launch_keeps_the_entrypoint_its_python_s_release_recommends() -> None:
+    """Undoing nccl-env under a standing sglang-release run: the launch stays `ENV/bin/sglang serve`
+    (apply/recompose.py gathers the entrypoints as apply does, docs/deploy.md)."""
+    from gpuops.apply.recompose import Recomposition, _plan
+    from gpuops.inventory import Host
+    from gpuops.plan.entrypoint import LaunchEntry
+
+    release = {"args": [], "env": {"PYTHONPATH": ""}, "python": "/env/bin/python", "renames": {}, "run_id": "r1"}
+    desired = json.dumps({"schema": 1, "contributions": {"sglang-release": release, "nccl-env": {
+        "args": [], "env": {"NCCL_MIN_NCHANNELS": "4"}, "run_id": "r2"}}})
+    files = {p: FileState(path=p, exists=False) for p in discover("sglang-service", "h01", INVENTORY, {}).paths}
+    files[DESIRED] = FileState(path=DESIRED, exists=True, content=desired, mode="0600")
+    host = Host(name="h01", address=None, port=None, user=None, key_file=None, connection="ssh", groups=("all",),
+                vars=INVENTORY)
+    undo = Recomposition(target={"run_id": "r2", "role": "nccl-env", "changes": []}, later=[], desired_path=DESIRED)
+    serve = LaunchEntry(python="/env/bin/python", entrypoint="serve", script="/env/bin/sglang", why="recommended")
+    plan = _plan(host, dict(INVENTORY), {}, files, STATE, undo, "undo", {serve.python: serve})
+    script = next(c.after for c in plan.changes if c.path == LAUNCH)
+    assert "exec /env/bin/python /env/bin/sglang serve --model-path /models/m" in script, script
+    assert "NCCL_MIN_NCHANNELS" not in next(c.after for c in plan.changes if c.path == ENV)

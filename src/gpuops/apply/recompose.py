@@ -30,7 +30,7 @@ from gpuops.apply.options import inventory_state_dir
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import current_user
 from gpuops.apply.payload import apply_payload
-from gpuops.apply.probes import files_probe
+from gpuops.apply.probes import entrypoints_probe, files_probe
 from gpuops.apply.recovery import has_unfinished
 from gpuops.apply.remote_exec import run_helper
 from gpuops.facts.python_select import preamble_for_vars
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
     from gpuops.apply.options import ApplyOptions
     from gpuops.inventory import Host
+    from gpuops.plan.entrypoint import LaunchEntry
     from gpuops.plan.model import Plan
     from gpuops.transport import Connection
 
@@ -159,10 +160,14 @@ def recompose_host(conn: "Connection", host: "Host", state_dir: str, target: str
     tid = recomposition.target["run_id"]
     backups = [b for b in [backup_path(state_dir, recomposition.target, recomposition.desired_path)] if b]
     paths = sorted(set(discovery.paths) | set(recomposition.launch) | set(backups))
-    gathered = gather(conn, [files_probe(paths)], preamble=preamble)["apply.files"]
+    # The entrypoints too: the recomposed launch keeps `sglang serve` where its python's release recommends it.
+    values = gather(conn, [files_probe(paths), entrypoints_probe(discovery.entrypoint_pythons, discovery.desired_path)],
+                    preamble=preamble)
+    gathered, entrypoints = values["apply.files"], values.get("apply.entrypoints")
     if isinstance(gathered, ProbeFailure):
         raise GpuopsError(f"{host.name}: cannot read the launch files: {gathered.reason}")
-    plan = _plan(host, variables, extra, gathered["files"], state_dir, recomposition, run_id)
+    entrypoints = {} if isinstance(entrypoints, ProbeFailure) else entrypoints
+    plan = _plan(host, variables, extra, gathered["files"], state_dir, recomposition, run_id, entrypoints)
     payload = _payload(plan, recomposition, run_id, options, variables, extra)
     result = run_helper(conn, {**variables, **extra}, payload, deadline=deadline)
     return _report(host, run_id, result, recovered, plan, recomposition), tid
@@ -200,7 +205,8 @@ def _report(host: "Host", run_id: str, result: "HelperResult", recovered: list[s
 
 
 def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files: Mapping[str, Any],
-          state_dir: str, recomposition: Recomposition, run_id: str) -> "Plan":
+          state_dir: str, recomposition: Recomposition, run_id: str,
+          entrypoints: Mapping[str, "LaunchEntry"] | None = None) -> "Plan":
     before = contributions_before(files, state_dir, host.name, recomposition)
     target = recomposition.target
     role, tid = str(target.get("role") or ""), target["run_id"]
@@ -212,7 +218,7 @@ def _plan(host: "Host", variables: dict[str, Any], extra: dict[str, Any], files:
                               f"roll back {mine.get('run_id')} first")
         return without_run(recorded, before, role)
 
-    facts = PlanFacts(host=host.name, files=dict(files))
+    facts = PlanFacts(host=host.name, files=dict(files), entrypoints=entrypoints)
     return plan_role(ROLE, facts, variables, extra, run_id=run_id, recompose=recompose)
 
 
