@@ -37,6 +37,14 @@ def test_each_release_says_itself_whether_sglang_serve_is_recommended(version: s
     assert cli.exists() is (version != "0.4.10")
     if cli.exists():
         assert sglang_entrypoint.has_serve_command(_tree(cli))
+        (info,) = sglang_site(version).glob("sglang-*.dist-info")
+        assert sglang_entrypoint._declares_script((info / "entry_points.txt").read_text())
+
+
+def test_a_script_of_another_name_or_section_is_not_the_console_script() -> None:
+    assert not sglang_entrypoint._declares_script("[console_scripts]\nkillall_sglang = sglang.cli.killall:main\n")
+    assert not sglang_entrypoint._declares_script("[gui_scripts]\nsglang = sglang.cli.main:main\n")
+    assert sglang_entrypoint._declares_script("[console_scripts]\nkillall_sglang = x:y\nsglang = sglang.cli.main:main\n")
 
 
 def test_a_warning_outside_the_main_block_or_about_something_else_does_not_count() -> None:

@@ -9,7 +9,7 @@ decide, read as text (never imported: an import of sglang takes seconds and may 
   * ``sglang/launch_server.py``: its ``if __name__ == "__main__":`` block warns that
     ``sglang serve`` is recommended;
   * ``sglang/cli/main.py``: it adds a ``serve`` subcommand (``add_parser("serve", ...)``);
-  * the distribution's ``console_scripts`` names ``sglang`` and its RECORD lists the script the
+  * its ``sglang-*.dist-info`` declares the ``sglang`` console script and its RECORD lists the script the
     installer wrote (a venv's ``bin/sglang``, ``--user``'s ``~/.local/bin/sglang``): the path the
     launch runs, with this python (``PYTHON SCRIPT serve FLAGS``, as the script's own shebang would).
 
@@ -31,6 +31,7 @@ import sys
 from gpuops.remote.scan_read import NotRead, read_regular
 
 SOURCE_LIMIT = 1 << 20  # launch_server.py and cli/main.py are a few KiB in every release
+RECORD_LIMIT = 16 << 20  # a RECORD lists every file: 0.5.23's ~5,000 lines, under 1 MiB
 SERVE, LAUNCH_SERVER = "serve", "launch_server"
 
 
@@ -71,27 +72,44 @@ def has_serve_command(tree):
 
 
 def console_script(package_dir):
-    """The ``sglang`` script the installer wrote for this release (from its RECORD), or why not."""
+    """The ``sglang`` script the installer wrote for this release, or why not: the package's own
+    ``sglang-*.dist-info`` beside it declares the console script (entry_points.txt) and lists the
+    script (RECORD, paths relative to the site dir). Read as text, not through importlib.metadata,
+    whose import and RECORD parsing cost a launch python ~0.3 s on every apply's gather."""
+    site = os.path.dirname(package_dir)
+    infos = [name for name in os.listdir(site) if name.startswith("sglang-") and name.endswith(".dist-info")]
+    if len(infos) != 1:
+        return None, "no single sglang-*.dist-info beside the package (%d)" % len(infos)
+    info = os.path.join(site, infos[0])
     try:
-        from importlib import metadata
-    except ImportError:  # Python < 3.8 has no importlib.metadata: gpuops' floor is 3.8
-        return None, "importlib.metadata is missing"
-    try:
-        dist = metadata.distribution("sglang")
-    except metadata.PackageNotFoundError:
-        return None, "no sglang distribution metadata"
-    scripts = [e for e in dist.entry_points if e.group == "console_scripts" and e.name == "sglang"]
-    if not scripts or not scripts[0].value.startswith("sglang.cli.main:"):
+        entry_points = read_regular(os.path.join(info, "entry_points.txt"), SOURCE_LIMIT).decode("utf-8", "replace")
+        record = read_regular(os.path.join(info, "RECORD"), RECORD_LIMIT).decode("utf-8", "replace")
+    except NotRead as exc:
+        return None, "the release's metadata cannot be read (%s)" % exc
+    if not _declares_script(entry_points):
         return None, "the release declares no `sglang` console script"
-    here = os.path.realpath(str(dist.locate_file("sglang")))
-    if here != os.path.realpath(package_dir):
-        return None, "the sglang metadata found (%s) is not the package's own" % here
-    for entry in dist.files or ():
-        if entry.name == "sglang" and entry.parent.name in ("bin", "Scripts"):
-            path = os.path.normpath(str(dist.locate_file(entry)))
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return path, None
+    for line in record.splitlines():
+        path = line.split(",", 1)[0]
+        parts = path.replace("\\", "/").split("/")
+        if len(parts) >= 2 and parts[-1] == "sglang" and parts[-2] in ("bin", "Scripts"):
+            script = os.path.normpath(os.path.join(site, path))
+            if os.path.isfile(script) and os.access(script, os.X_OK):
+                return script, None
     return None, "the installer wrote no `sglang` script (an install without scripts: pip --target, PYTHONPATH)"
+
+
+def _declares_script(entry_points):
+    """entry_points.txt's [console_scripts] holds ``sglang = sglang.cli.main:...``."""
+    section = None
+    for line in entry_points.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section == "console_scripts" and "=" in line:
+            name, _, value = line.partition("=")
+            if name.strip() == "sglang" and value.strip().startswith("sglang.cli.main:"):
+                return True
+    return False
 
 
 def decide():
