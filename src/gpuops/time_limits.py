@@ -19,11 +19,11 @@ ROLLBACK_S = 3600.0
 # apply (and each step of tune): sglang-release builds the release's environment on the host first
 # (that step's own limit: 7200 s), then the same restart, health and smoke check as a rollback.
 APPLY_S = 10800.0
-# bench --remote: a suite with --repeat, its requests each limited by --request-timeout.
+# bench --remote (and profile): a suite with --repeat, its requests each limited by --request-timeout.
 BENCH_S = 7200.0
 
 DEFAULTS = {"inspect": INSPECT_S, "advise": INSPECT_S, "history": HISTORY_S, "rollback": ROLLBACK_S,
-            "apply": APPLY_S, "tune": APPLY_S, "bench": BENCH_S}
+            "apply": APPLY_S, "tune": APPLY_S, "bench": BENCH_S, "profile": BENCH_S}
 
 
 def per_host(command: str, given: float | None) -> float:

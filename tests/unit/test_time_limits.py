@@ -42,6 +42,7 @@ CASES = {
     "history": (["history"], "gpuops.commands.apply", "history_hosts", "timeout"),
     "bench": (["bench", "decode", "--remote"], "gpuops.commands.bench", "run_bench", "timeout"),
     "tune": (["tune", "--sweep", "NCCL_ALGO=Ring,Tree"], "gpuops.commands.tune", "run_sweep", "timeout"),
+    "profile": (["profile", "--remote"], "gpuops.bench.runner", "run_bench", "timeout"),  # imported when run
 }
 
 
@@ -56,13 +57,13 @@ def test_the_limit_handed_on_is_the_default_or_the_one_given(tmp_path: Path, mon
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(INVENTORY)
     extra = [] if given is None else ["--timeout", str(given)]
-    done = CliRunner().invoke(cli, [*args, "-i", str(inventory), *extra, "--results-dir" if command == "bench" else
-                                    "--json", *([str(tmp_path / "r")] if command == "bench" else [])])
+    stored = ["--results-dir", str(tmp_path / "r")] if command in ("bench", "profile") else ["--json"]
+    done = CliRunner().invoke(cli, [*args, "-i", str(inventory), *extra, *stored])
     assert isinstance(done.exception, Handed), (done.output, done.exception)
     assert seen["timeout"] == (time_limits.DEFAULTS[command] if given is None else given)
 
 
 def test_every_command_that_reaches_hosts_has_a_finite_default() -> None:
-    for command in ("inspect", "advise", "apply", "rollback", "history", "bench", "tune"):
+    for command in ("inspect", "advise", "apply", "rollback", "history", "bench", "tune", "profile"):
         assert 0 < time_limits.per_host(command, None) < 86400
     assert time_limits.per_host("apply", 5.0) == 5.0

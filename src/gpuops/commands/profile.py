@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from gpuops import time_limits
 from gpuops.commands.bench_options import bench_options
 from gpuops.commands.options import guide, inventory_options
 
@@ -59,10 +60,10 @@ def profile(steps: int, stage: str, trace_wait: float, fetch_traces: bool, **par
                            fetch_traces=fetch_traces, profile_wait_s=trace_wait)
     hosts = load_inventory(params["inventory"]).select(params["limit"]) if remote else local_inventory().select(None)
     targets = targets_for(hosts, params["port"], url, remote)
-    timeout, connect_timeout = params["timeout"], params["connect_timeout"]
+    timeout, connect_timeout = time_limits.per_host("profile", params["timeout"]), params["connect_timeout"]
     connect_options = ConnectOptions(accept_new_host_keys=params["accept_new_host_keys"],
                                      known_hosts_files=tuple(params["known_hosts"]),
-                                     connect_timeout=min(connect_timeout, timeout) if timeout else connect_timeout)
+                                     connect_timeout=min(connect_timeout, timeout))
     store = ResultsStore(params["results_dir"])
     if not params["as_json"]:
         click.echo(f"profiling {len(targets)} host(s): {steps} steps by stage under a batch-1 load ...", err=True)
