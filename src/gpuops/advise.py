@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuops import pcie_ipc
 from gpuops.gates.in_effect import server_tp_size
+from gpuops.gates.fits import switch_text
 
 SCHEMA = 1
 
@@ -319,8 +320,6 @@ def _feature_way(name: str, verdict: Mapping[str, Any], matters: str = "") -> Wa
     if status_text == "open":
         how = ""
         if feature is not None:
-            from gpuops.gates.fits import switch_text
-
             how = switch_text(feature)
         said = str(verdict.get("in_effect_reason") or "")
         return Way(name, title, Status.AVAILABLE, why + f"open on this host ({how})" + (f"; {said}" if said else ""),

@@ -23,6 +23,10 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops import memo
+from gpuops.apply.journal import fold_runs
+from gpuops.facts.container_python import ContainerTarget
+from gpuops.plan.model import Plan
+from gpuops.plan.planner import Discovery
 
 if TYPE_CHECKING:
     from gpuops.plan.model import PlanFacts, Plan
@@ -74,7 +78,6 @@ def discovery_key(role: str, host: str, inventory_vars: Mapping[str, Any],
 
 def recall(key: memo.Key, facts: "PlanFacts", role: str) -> "Plan | None":
     """The empty plan kept under ``key``, or None (absent, torn, or not this key's)."""
-    from gpuops.plan.model import Plan
 
     data = memo.get(key)
     if data is None or data.get("host") != facts.host or data.get("role") != role:
@@ -109,8 +112,6 @@ def plan_or_recall(role: str, facts: "PlanFacts", inventory_vars: Mapping[str, A
     ``recall_kept=False`` (``--flush-cache``): planned in any case, and an empty plan kept again."""
     import logging
 
-    from gpuops.apply.journal import fold_runs
-
     if memo.root() is None or any(r["outcome"].startswith("unfinished") for r in fold_runs(journal)):
         return plan()
     key = plan_key(role, facts, inventory_vars, extra_vars)
@@ -136,8 +137,6 @@ _CONTAINER_FIELDS = {"container", "image", "python"}
 def _discovery_shape_known() -> bool:
     """Only a Discovery (and ContainerTarget) of the shape this module stores is kept: a field added
     later is never silently dropped."""
-    from gpuops.facts.container_python import ContainerTarget
-    from gpuops.plan.planner import Discovery
 
     return ({f.name for f in dataclasses.fields(Discovery)} == _DISCOVERY_FIELDS
             and {f.name for f in dataclasses.fields(ContainerTarget)} == _CONTAINER_FIELDS)
@@ -166,9 +165,6 @@ def discover_or_recall(role: str, host: str, inventory_vars: Mapping[str, Any], 
 
 
 def _recall_discovery(key: memo.Key, role: str, host: str) -> Any:
-    from gpuops.facts.container_python import ContainerTarget
-    from gpuops.plan.planner import Discovery
-
     try:
         data = memo.get(key)
         if data is None or data.get("host") != host or data.get("role") != role:

@@ -16,6 +16,7 @@ from gpuops.plan.entrypoint import LaunchEntry, parse_entry
 from gpuops.plan.model import FileState
 from gpuops.remote import NO_PYTHON, NO_PYTHON_STATUS
 from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records
+from gpuops.remote import source
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -130,7 +131,6 @@ def entrypoints_probe(pythons: tuple[str, ...], desired: str | None,
     environment a standing run put in place), the entrypoint its release recommends, each asked
     under the PYTHONPATH its launch gives it (``remote/sglang_entrypoint.py``: ``isolated``, none, as
     for a release environment). A python that is not there answers nothing."""
-    from gpuops.remote import source
 
     words = [*(["--desired", desired] if desired else []), *(["--isolated"] if isolated else []), *pythons]
     script = (f"GPUOPS_ENTRYPOINT_CODE={shlex.quote(source('sglang_entrypoint'))}; export GPUOPS_ENTRYPOINT_CODE\n"

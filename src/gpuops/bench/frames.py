@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from gpuops.secret_policy import mask_reported, reported_secrets
 
 FRAME = "GPUOPS-BENCH"
 
@@ -92,7 +93,6 @@ _REPORTED = ("start", "host", "server", "server_after", "samples", "levels", "al
 
 def masked_run(run: RemoteRun) -> RemoteRun:
     """``run`` with every secret its records carry masked (one pass finds them all first)."""
-    from gpuops.secret_policy import mask_reported, reported_secrets
 
     secrets = reported_secrets(*(getattr(run, name) for name in _REPORTED if getattr(run, name)))
     for name in _REPORTED:

@@ -18,6 +18,7 @@ from gpuops.bench.suites import TORCHRUN_NAMES as TORCHRUN_SUITES
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
 from gpuops.facts.python_select import sglang_env_pythonpath
+from gpuops.bench.suites import reader
 
 APIS = ("native", "completions", "chat")
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
@@ -122,7 +123,6 @@ class BenchOptions:
                               "its own --dataset-path on the host: pass it in --tool-args)")
         if self.tool and self.suite in TORCHRUN_SUITES:
             raise GpuopsError(f"bench: --tool sglang runs the decode or serving suite, not {self.suite}")
-        from gpuops.bench.suites import reader
 
         reader(self.suite).check_options(self)  # what only one suite refuses
 
@@ -304,7 +304,6 @@ def host_port(host_vars: Mapping[str, Any], override: int | None) -> int:
 def tool_runs(options: BenchOptions) -> tuple[str, str, list[list[str]]]:
     """(module, output flag, one argv tail per run) for ``--tool sglang``; user args win. Each
     request suite says its own (``tool_runs`` in ``bench/suite_<name>.py``)."""
-    from gpuops.bench.suites import reader
 
     return reader(options.suite).tool_runs(options)
 

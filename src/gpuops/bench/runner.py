@@ -22,6 +22,8 @@ from gpuops.bench.results import RunContext, build_result
 from gpuops.bench.store import ResultsStore
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
+from gpuops.remote import python_command, python_stdin, source
+from gpuops.transport import prepare_ssh
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -72,7 +74,6 @@ def run_bench(
 ) -> dict[str, HostBench]:
     """Each target's bench; with ``timeout`` (``--timeout``), a host still running that many seconds
     after it began is failed, its client asked to stop, and the command does not wait for it."""
-    from gpuops.remote import python_command, python_stdin, source
 
     run_id = uuid.uuid4().hex[:12]
     started = time.time()
@@ -174,8 +175,6 @@ def run_bench(
         changed()
 
     if remote:
-        from gpuops.transport import prepare_ssh
-
         prepare_ssh([t.host for t in targets])
     threads = [threading.Thread(target=one, args=(t,), name=f"bench-{t.host.name}", daemon=True) for t in targets]
     for thread in threads:

@@ -24,6 +24,13 @@ from gpuops.plan.envfile import check_entries, render_env_file
 from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
 from gpuops.remote.service_base import DEFAULT_HEALTH_TIMEOUT_S, DEFAULT_STOP_GRACE_S
 from gpuops.secret_policy import mask_text
+from gpuops import pcie_ipc
+from gpuops.gates.patch import patch_recipe
+from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
+from gpuops.plan.changes import LogCheck
+from gpuops.plan.compose import plan_compose, read_desired
+from gpuops.plan.gate_patch import patch_changes
+from gpuops.plan.image_patch import plan_image_patch
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState
@@ -132,7 +139,6 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
 def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """``gate_patch``: open the gates of catalog feature ``feature`` for ``target_sm`` (the gates
     part's ``plan_gate_patch``), where the host's facts say the patch applies."""
-    from gpuops.gates.patch import patch_recipe
 
     target_sm = str(args["target_sm"])
     python = str(args["python"])
@@ -146,8 +152,6 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
                "image_base": ""}
     if state.discovery:
         return dict(nothing, applies=True)
-    from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
-    from gpuops.plan.gate_patch import patch_changes
 
     assert state.facts is not None
     scan = state.facts.gate_scan
@@ -184,8 +188,6 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
         if warning:
             state.warn(warning)
     if _scope_text(scope, "sglang_manager", "process") == "docker":
-        from gpuops.plan.image_patch import plan_image_patch
-
         # The files live in the container's image: the patch becomes a derived image (no host file).
         image = plan_image_patch(task, state, pending, _scope_text(scope, "sglang_docker_image", ""), "python3",
                                  feature, target_sm, _recorded(state, scope))
@@ -224,7 +226,6 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
     "`allow_without_p2p`")))
 def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
     """``pcie_allreduce``: whether SGLang's PCIe IPC all-reduce fits the host, and its environment."""
-    from gpuops import pcie_ipc
 
     env = {pcie_ipc.ENABLE_ENV: "1"}
     max_numel = args.get("max_numel")
@@ -263,7 +264,6 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     for warning in decision.warnings:
         state.warn(warning)
     state.note(f"PCIe IPC all-reduce fits: {decision.reason}")
-    from gpuops.plan.changes import LogCheck
 
     rollback = scope.get("pcie_rollback_on_fallback") if "pcie_rollback_on_fallback" in scope else False
     state.log_check = LogCheck("pcie_ipc_allreduce", _truthy(rollback))
@@ -280,7 +280,6 @@ def _scope_text(scope: "VarScope", name: str, default: str) -> str:
 
 def _recorded(state: "PlanState", scope: "VarScope") -> dict | None:
     """This role's contribution as the host's desired state records it (None when it has none)."""
-    from gpuops.plan.compose import read_desired
 
     assert state.facts is not None
     path = _scope_text(scope, "gpuops_desired_state", "")
@@ -301,7 +300,6 @@ def _role_variable(task: "Task", name: str) -> str:
 def _contributed_before(state: "PlanState", scope: "VarScope") -> bool:
     """Whether an earlier run of this role still has its part in the host's composed launch (then a
     re-run keeps it, rather than calling the gates it opened "already open")."""
-    from gpuops.plan.compose import read_desired
 
     assert state.facts is not None
     if "gpuops_desired_state" not in scope:
@@ -404,8 +402,6 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
     "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
     "run warns that the server runs it without that patch)")))
 def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
-    from gpuops.plan.compose import plan_compose
-
     return plan_compose(task, args, state, scope)
 
 
