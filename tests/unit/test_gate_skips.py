@@ -59,11 +59,7 @@ FILES = {
         from sglang.srt.utils import is_sm90_supported, is_sm100_supported
 
         def attention():
-            if is_sm90_supported() or is_sm100_supported():
-                backend = "fa3"
-            else:
-                backend = "triton"
-            return backend
+            return "fa3" if is_sm90_supported() or is_sm100_supported() else "triton"
 
         def tiles():
             major, _ = torch.cuda.get_device_capability()
