@@ -511,7 +511,8 @@ def test_the_count_line_says_what_blocked_costs(scan):
     unreached = [g for g in blocked if g["unreachable"]]
     assert len(unreached) == 1
     # Only the losses are "blocked" (issue 43); the gate that sends sm120 to its own branch is open.
-    assert (f"{len(blocked) - 1} blocked (sm120 loses something there), 1 not reached on this host, " in line)
+    assert (f"{len(blocked) - 1} blocked (sm120 loses something there), 1 not reached (on this host: its "
+            "configuration), " in line)
     assert "3 for another platform" in line
     own = next(g for g in report.gates if g["skips"] == "own_branch")
     console = Console(record=True, width=200)

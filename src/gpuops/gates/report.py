@@ -114,11 +114,13 @@ def gate_count_line(report: GateReport, pointer: str = " (gpuops inspect gates f
     GPUs (issue 43); unknown, and other platforms'."""
     gpu = report.gpu or "this GPU"
     counts = report.counts()
+    # The asides say what each count is; `brief` drops them first where the line must fit a screen.
     parts = [f"{counts.blocked} blocked ({gpu} loses something there)"]
     if counts.not_reached:
-        parts.append(f"{counts.not_reached} not reached on this host")
+        parts.append(f"{counts.not_reached} not reached (on this host: its configuration)")
     parts.append(f"{counts.open} open" + (f" ({counts.skips} skip a path for older or other GPUs)" if counts.skips else ""))
-    parts.append(f"{counts.unknown} unknown")
+    if counts.unknown:
+        parts.append(f"{counts.unknown} unknown")
     if counts.not_applicable:
         parts.append(f"{counts.not_applicable} for another platform")
     return (f"{counts.total} capability gates in sglang {report.version or '?'} on {gpu}: "
