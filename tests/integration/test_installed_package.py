@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -216,6 +217,9 @@ def install(request: pytest.FixtureRequest, wheel: Path, tree: Path, tmp_path_fa
         _pip_install(python, tree, env, "-e")
         script = root / "evenv" / "bin" / "gpuops"
     else:
+        if importlib.util.find_spec("pipx") is None:
+            pytest.skip("pipx install: pipx is not installed for this interpreter (it is in the [test] extra: "
+                        "pip install -e '.[test]')")
         wheels = request.getfixturevalue("dependency_wheels")
         bundled = Path(ensurepip.__file__).parent / "_bundled"  # pipx's shared pip, offline
         env.update(PIPX_HOME=str(root / "pipx"), PIPX_BIN_DIR=str(root / "pipx-bin"), PIPX_MAN_DIR=str(root / "pipx-man"),
