@@ -184,4 +184,4 @@ def _render(document: dict) -> None:
     if models:
         click.echo(footnote(sorted(models)))
     if document["interrupted"]:
-        click.echo("interrupted: the ranking covers the variants measured before Ctrl-C")
+        click.echo("interrupted: the ranking covers the variants measured before Ctrl-C (or SIGTERM, SIGHUP)")
