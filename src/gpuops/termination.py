@@ -18,6 +18,8 @@ ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 CTRL_C_STATUS = 128 + signal.SIGINT  # 130, as a shell reports a process ended by SIGINT
 
 _received: list[int] = []  # the ending signals this process got, first first
+_interrupts: list[int] = []  # every interrupt (Ctrl-C too), first first: a command that took one as its
+                             # stop (bench) still lets the command around it (tune) end
 
 
 class Terminated(KeyboardInterrupt):
@@ -30,7 +32,13 @@ class Terminated(KeyboardInterrupt):
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
+    _interrupts.append(signum)
     raise Terminated(signum)
+
+
+def _on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    _interrupts.append(signum)
+    raise KeyboardInterrupt
 
 
 def install() -> dict[int, object]:
@@ -41,7 +49,9 @@ def install() -> dict[int, object]:
         try:
             previous[sig] = signal.signal(sig, _on_signal)
         except ValueError:
-            break
+            return previous
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_ctrl_c)
     return previous
 
 
@@ -53,6 +63,21 @@ def restore(previous: dict[int, object]) -> None:
 def received() -> int | None:
     """The first ending signal this process got, or None."""
     return _received[0] if _received else None
+
+
+def interrupted() -> int | None:
+    """The first interrupt this process got (SIGINT, SIGTERM or SIGHUP), or None."""
+    return _interrupts[0] if _interrupts else None
+
+
+def raise_if_interrupted() -> None:
+    """Raise again an interrupt that a step took as its own stop (bench keeps what was measured),
+    so that the command around it ends too."""
+    signum = interrupted()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    if signum is not None:
+        raise Terminated(signum)
 
 
 def ending_line() -> str:

@@ -106,20 +106,22 @@ def test_sighup_mid_rollback_undoes_the_rollback_and_says_so(lab, gpuops_home, r
                   "gpuops had not confirmed it, so the host undoes this rollback now", "rolled_back", in_effect)
 
 
-def test_sigterm_while_tune_benchmarks_a_variant_puts_the_hosts_back(lab, gpuops_home, tmp_path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_while_tune_benchmarks_a_variant_puts_the_hosts_back(lab, gpuops_home, tmp_path, sig) -> None:
     """The bench takes the signal as its stop (its clients stopped, what they measured kept); the
-    sweep ends there too, rolls the variant back on every host and exits 143. Before, the bench
-    swallowed it and tune went on to the next variant."""
+    sweep ends there too, rolls the variant back on every host and exits 143 (Ctrl-C: tune's own
+    1, interrupted). Before, the bench swallowed it and tune went on to the next variant."""
     before = {h.name: tree_hashes(h.dir, skip_runs=True) for h in lab.hosts}
     client = WatchedClient(["tune", "-i", str(lab.inventory_path), "--sweep", "NCCL_MIN_NCHANNELS=3,5",
                             "--num-requests", "20", "--output-len", "32", "--warmup", "0",
                             "--results-dir", str(tmp_path / "results")], gpuops_home)
     try:
         client.wait_for("tune: benchmarking NCCL_MIN_NCHANNELS=3 ", timeout=300)
-        client.proc.send_signal(signal.SIGTERM)
+        client.proc.send_signal(sig)
         out, err, status = client.finish(timeout=300)
-        assert status == 143, err[-3000:]
-        assert "tune: interrupted; putting the hosts back" in err and "gpuops: terminated by SIGTERM" in err, err
+        assert status == (1 if sig == signal.SIGINT else 143), err[-3000:]
+        assert "tune: interrupted; putting the hosts back" in err, err
+        assert (sig == signal.SIGINT) is ("gpuops: terminated by" not in err), err
         assert "NCCL_MIN_NCHANNELS=5" not in err  # the next variant never began
         assert "restored: the host runs its original configuration" in out, out[-2000:]
         for host in lab.hosts:

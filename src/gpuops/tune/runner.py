@@ -88,24 +88,16 @@ def _measured(line: Mapping[str, Any]) -> dict[str, Any]:
             "accept_rate": rate if speculative is not False else None, "speculative": speculative}
 
 
-def _ended_meanwhile() -> None:
-    """SIGTERM or SIGHUP that landed while the hosts benchmarked: the bench took it as its stop (its
-    clients stopped, what they measured kept), the sweep must end too and put the hosts back."""
-    signum = termination.received()
-    if signum is not None:
-        raise termination.Terminated(signum)
-
-
 def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, apply_options: ApplyOptions,
            variant: Variant | None, run_id: str | None, levels: BenchOptions | None = None) -> list[Trial]:
     label = variant.label if variant is not None else BASELINE
     env = dict(variant.env) if variant is not None else {}
     flags = dict(variant.flags) if variant is not None else {}
     states = run_bench(targets_for(hosts, None, None, True), options, store, apply_options.connect, remote=True)
-    _ended_meanwhile()
+    termination.raise_if_interrupted()  # the bench took Ctrl-C/SIGTERM as its stop: the sweep ends too
     serving = (run_bench(targets_for(hosts, None, None, True), levels, store, apply_options.connect, remote=True)
                if levels is not None else {})
-    _ended_meanwhile()
+    termination.raise_if_interrupted()  # the bench took Ctrl-C/SIGTERM as its stop: the sweep ends too
     trials = []
     for name, state in states.items():
         line = headline(state.result) if state.result else {}
