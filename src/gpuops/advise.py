@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 from gpuops import pcie_ipc
 from gpuops.gates.in_effect import server_tp_size
 from gpuops.gates.fits import switch_text
+from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING
 
 SCHEMA = 1
 
@@ -370,7 +371,8 @@ def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mappin
     others += paths
     model_features = tuple(_feature_way(name, features[name], matters) for name, matters in MODEL_FEATURES.items()
                            if isinstance(features.get(name), Mapping))
-    notes = []
+    # The commands advised run apply's helpers with gpuops_python: one that is not on the host is said.
+    notes = [str(w) for w in facts.get("warnings") or [] if GPUOPS_PYTHON_MISSING in str(w)]
     if (facts.get("interconnect") or {}).get("nvlink") and count != 0:
         notes.append("NVLink host: SGLang's custom all-reduce already serves the TP group over NVLink")
     return HostAdvice(host, tuple(actionable), tuple(others), count, count_from, tuple(notes), model_features)

@@ -78,13 +78,16 @@ def test_a_gpuops_python_that_is_not_there_is_named(lab, run_gpuops, tmp_path, c
     assert tree_hashes(host.dir, skip_runs=True) == before
 
 
-def test_inspect_warns_of_a_gpuops_python_that_is_not_there(lab, run_gpuops, tmp_path) -> None:
-    """inspect probes with the server's python, and names the gpuops_python the other commands need."""
+def test_inspect_and_advise_name_a_gpuops_python_that_is_not_there(lab, run_gpuops, tmp_path) -> None:
+    """inspect probes with the server's python, and names the gpuops_python the other commands need;
+    advise says it beside the commands it advises."""
     inventory = _inventory(lab, tmp_path, gpuops_python=MISSING)
     done = run_gpuops("inspect", "host", "-i", str(inventory), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"warning: gpuops_python {MISSING} is not on this host: apply, rollback and history cannot run" \
         in done.stdout, done.stdout[-3000:]
+    advised = run_gpuops("advise", "-i", str(inventory), timeout=300)
+    assert f"note: gpuops_python {MISSING} is not on this host" in advised.stdout, advised.stdout[-3000:]
 
 
 # ---------------------------------------------------------------- a host with no python at all

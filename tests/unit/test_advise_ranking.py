@@ -122,3 +122,16 @@ def test_a_feature_whose_verdict_is_unknown_is_never_apply_now(p2p: bool, featur
     assert way.status is advise.Status.UNKNOWN and way.why == NO_PYTHON and way.commands == ()
     assert not any(line.startswith(("1.", "2.")) and f"({feature})" in line and "apply now" in line
                    for line in advise.render(got))
+
+
+def test_a_gpuops_python_that_is_not_there_is_a_note() -> None:
+    """The commands advised run apply's helpers with gpuops_python (issue 42): inspect's warning
+    that it is not on the host is said with the advice; other warnings are not notes."""
+    from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING
+
+    doc = host_doc()
+    missing = f"gpuops_python /opt/py/bin/python3 {GPUOPS_PYTHON_MISSING}"
+    doc["facts"]["warnings"] = [missing, "mixed GPU models on one host (A, B)"]
+    got = advise.advise_host("h", doc)
+    assert got.notes == (missing,)
+    assert f"note: {missing}" in advise.render(got)
