@@ -26,6 +26,7 @@ from gpuops.errors import GpuopsError
 from gpuops.plan.varcheck import seconds_var
 from gpuops.remote.node_health import MODE_ANSWER, MODE_LEADER, MODE_WORKER
 from gpuops.apply.deployment import plan_deployments
+from gpuops import transport
 
 if TYPE_CHECKING:
     from gpuops.apply.deployment import DeploymentTxn
@@ -79,8 +80,6 @@ def leader_answers(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, A
     """``inspect host``: each deployment whose every node runs, its leader's first answer, asked
     on the leader's host and bounded by its ``sglang_deployment_answer_timeout``: ``{NAME: {"ok",
     "error", "seconds"}}``. A deployment with a node down is down already: its leader is not asked."""
-    from gpuops.transport import connect
-
     try:
         found = plan_deployments(hosts, {})
     except GpuopsError:
@@ -96,7 +95,7 @@ def leader_answers(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, A
         variables = dict(leader.vars or {})
         try:
             timeout = answer_timeout(variables, leader.name)
-            conn = connect(leader, options)
+            conn = transport.connect(leader, options)
             try:
                 answer = _host_call(conn, variables, {"mode": MODE_ANSWER, "port": port, "timeout_s": timeout},
                                     timeout=timeout + 60)

@@ -45,6 +45,8 @@ from gpuops.apply.options import new_run_id
 from gpuops.apply.probes import journal_probe
 from gpuops.gather import ProbeFailure, gather
 from gpuops.remote.host_protocol import STATUS_SKIPPED
+from gpuops import transport
+from gpuops.transport import run_on_hosts
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -159,10 +161,8 @@ def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
               options: "ApplyOptions") -> dict[str, list[dict[str, Any]] | str]:
     """Each node's journal (its state dir: ``-e``'s, else the inventory's; one read-only exec
     each): records, or why not."""
-    from gpuops.transport import connect, run_on_hosts
-
     def one(host: "Host") -> list[dict[str, Any]] | str:
-        conn = connect(host, options.connect)
+        conn = transport.connect(host, options.connect)
         try:
             state_dir = str(extra.get("gpuops_state_dir") or inventory_state_dir(host))
             value = gather(conn, [journal_probe(state_dir)]).get("apply.journal")

@@ -19,6 +19,8 @@ from gpuops.errors import GpuopsError
 from gpuops.remote.host_protocol import EVENT_ROLLING_BACK, EVENT_STOP_READY, KIND_ROLLBACK, HostEvent, MODE_JOURNAL, MODE_ROLLBACK, STATUS_FAILED, STATUS_FINISHED, STATUS_JOURNAL, STATUS_LATER_RUNS_STAND, STATUS_REFUSED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 from gpuops.apply.journal import fold_runs, read_home, reconcile_home, record_run_home
 from gpuops.apply.recompose import recompose_host
+from gpuops import transport
+from gpuops.transport import run_on_hosts
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -133,8 +135,6 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
     """``finish_split``: ``target`` is a deployment's run that committed on some of ``hosts`` and
     rolled back on the others (apply/deployment_repair.py): undone on every node as one, the nodes
     where it rolled back already restarting with the others."""
-    from gpuops.transport import connect, run_on_hosts
-
     run_id = new_run_id()
     batches = rollback_batches(hosts, options)
     together = deployment_of({})
@@ -182,7 +182,7 @@ def rollback_hosts(hosts: Sequence["Host"], target: str | None, options: ApplyOp
             return (True, None) if txn is None else txn.commit_gate(host.name, None)()
 
         try:
-            conn = connect(host, options.connect)
+            conn = transport.connect(host, options.connect)
         except GpuopsError as exc:
             deployments.left(host.name, str(exc))  # a node that cannot be reached holds nobody
             raise
@@ -318,8 +318,6 @@ def held_as_one(txn: DeploymentTxn, nodes: dict[str, HostReport], placed: str | 
 def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, Any]:
     """Each host's journal (every state dir it was used with), folded into runs; dead runs are
     rolled back first. Value per host: ``{"runs": [...], "notes": [...]}``."""
-    from gpuops.transport import connect, run_on_hosts
-
     call_id = new_run_id()
 
     def one(host: "Host") -> dict[str, Any]:
@@ -327,7 +325,7 @@ def history_hosts(hosts: Sequence["Host"], options: ApplyOptions) -> dict[str, A
         variables = dict(host.vars or {})
         runs: list[dict[str, Any]] = []
         notes: list[str] = []
-        conn = connect(host, options.connect)
+        conn = transport.connect(host, options.connect)
         try:
             for state_dir in state_dirs_of(host):
                 payload = {"mode": MODE_JOURNAL, "run_id": call_id, "state_dir": state_dir,

@@ -24,6 +24,7 @@ from gpuops.gates.scan import GateScan
 from gpuops.gather import ProbeFailure, gather
 from gpuops.prefetch import prefetch
 from gpuops.transport import run_on_hosts
+from gpuops import transport
 
 if TYPE_CHECKING:
     from gpuops.gates.evaluate import GateReport
@@ -171,8 +172,6 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
                  recall: bool = True) -> HostInspection:
     """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
     (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
-    from gpuops.transport import connect
-
     probes: list[Any] = probes_for(host) + list(extra_probes)
     gate_probe, gates_error = _gate_probe(with_sources, host, offer=recall) if with_gates else (None, None)
     if gate_probe is not None:
@@ -183,7 +182,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     recovered: list[str] = []
     later = None
     try:
-        conn = connect(host, options)
+        conn = transport.connect(host, options)
         try:
             # While this thread waits on the exec, another imports what judging needs (not earlier:
             # key exchange and authentication are CPU work here, they would only slow down).

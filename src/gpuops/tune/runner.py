@@ -26,6 +26,7 @@ from gpuops.bench.repeats import result_intervals
 from gpuops.bench.results import headline
 from gpuops.bench.runner import run_bench, targets_for
 from gpuops.bench.stats import Interval
+from gpuops import transport  # transport.connect looked up when called (tests replace it)
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -50,8 +51,6 @@ class SweepOutcome:
 def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[ReleaseFlags]:
     """What each host's SGLang parser accepts, read on the host (``remote/sglang_flags.py``) from
     the release its server runs (or the inventory's python where none runs); nothing is changed."""
-    from gpuops.transport import connect  # looked up when called, as every command does (tests replace it)
-
     releases = []
     for host in hosts:
         variables = host.vars
@@ -62,7 +61,7 @@ def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[Re
                    "python": str(variables.get("sglang_python") or "") or None,
                    "pythonpath": env.get("PYTHONPATH") if isinstance(env.get("PYTHONPATH"), str) else None}
         try:
-            conn = connect(host, apply_options.connect)
+            conn = transport.connect(host, apply_options.connect)
             try:
                 answer = module_answer(conn, variables, "sglang_flags", payload, READ_TIMEOUT_S,
                                        f"tune: {host.name}: the flag reader")
