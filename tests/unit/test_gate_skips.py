@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from gpuops.facts.collect import HostInspection, host_json
+from gpuops.facts.host import host_facts
 from gpuops.gates.evaluate import GateCounts, judge
 from gpuops.gates.report import gate_count_line
+from gpuops.transport.parallel import HostOutcome
 from test_gate_scanner_snippets import scan_files
 
 FILES = {
@@ -282,3 +285,13 @@ def test_the_count_line_calls_only_the_losses_blocked(scan):
     assert f"{counts.open} open (14 skip a path for older or other GPUs)" in line
     assert counts.to_json()["skips"] == 14 and sum(
         v for k, v in counts.to_json().items() if k not in ("total", "skips")) == counts.total
+
+
+def test_inspect_json_carries_the_counts(scan):
+    # `gate_counts` in a host's entry of `inspect host --json` is the count line's, null without a report
+    report = judge(scan, "12.0", "13.0")
+    entry = host_json(HostOutcome(ok=True, value=HostInspection(facts=host_facts({}), gate_report=report)))
+    assert entry["gate_counts"] == report.counts().to_json() and entry["gate_counts"]["skips"] == 14
+    unjudged = host_json(HostOutcome(ok=True, value=HostInspection(facts=host_facts({}), gates_error="no python")))
+    assert unjudged["gate_counts"] is None
+    assert host_json(HostOutcome(ok=False, error="refused"))["gate_counts"] is None
