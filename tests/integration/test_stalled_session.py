@@ -2,9 +2,11 @@
 SIGSTOP) ends within its limit, every time, with the host's outcome (issue 42: it ran past 60 s in
 2 runs of 5). What held it: a command's wait for its exit status had no limit, each read's limit
 began afresh, the journal was read again for up to lease + 15 s after --timeout once gpuops had
-sent its confirmation, and a send or a close behind a stalled session never returned (paramiko's
-write lock). The session is stopped at three points: during the gather, while the host's run waits
-at health, and once gpuops has sent its confirmation.
+sent its confirmation, a send or a close behind a stalled session never returned (paramiko's
+write lock), and a command after the gather (the smoke check's prompts: 600 s each) had its own
+limit, not what was left of --timeout. The session is stopped at four points: during the gather,
+while the host's run waits at health, during the smoke check, and once gpuops has sent its
+confirmation.
 
 The bound asserted is the limit plus the grace gpuops takes to read the host's journal after it
 (txn.DEADLINE_GRACE_S), counted from the stop: the client's limit began before it.
@@ -67,21 +69,24 @@ def _until(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("point", ["gather", "health", "commit-sent"])
+@pytest.mark.parametrize("point", ["gather", "health", "smoke", "commit-sent"])
 def test_a_stalled_session_ends_within_the_limit(lab, gpuops_home, point: str) -> None:
     host = lab.hosts[0]
-    if point != "gather":
+    if point in ("health", "commit-sent"):
         phase = "committed" if point == "commit-sent" else "health"
         (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 90}))
-    value = {"gather": 41, "health": 42, "commit-sent": 43}[point]
+    value = {"gather": 41, "health": 42, "smoke": 44, "commit-sent": 43}[point]
+    smoke = ["-e", "smoke_check=true"] if point == "smoke" else []  # its prompts: a command on the host
     client = WatchedClient(["apply", "nccl-env", "-i", str(lab.inventory_path), "--timeout", str(TIMEOUT), "-v",
-                            "--json", "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": str(value)}})], gpuops_home)
+                            "--json", "-e", json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": str(value)}}), *smoke],
+                           gpuops_home)
     stopped: list[int] = []
     try:
         if point == "gather":
             _until(lambda: bool(_sessions(host.sshd_pid)), "no SSH session to the host")
         else:
-            client.wait_for(": commit sent" if point == "commit-sent" else " at health\n")
+            client.wait_for({"commit-sent": ": commit sent", "health": " at health\n",
+                             "smoke": "verified on the host; gpuops checks it before the commit"}[point])
         stopped = _sessions(host.sshd_pid)
         assert stopped, "no sshd session process to stop"
         for pid in stopped:

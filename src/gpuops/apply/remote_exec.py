@@ -6,6 +6,7 @@ Become is not done here: the connection runs every command through sudo when the
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -74,7 +75,10 @@ def journal_reader(conn: "Connection", payload: Mapping[str, Any]) -> Callable[[
         except TransportError:
             from gpuops.transport import ConnectOptions, connect
 
-            fresh = connect(conn.host, getattr(conn, "options", None) or ConnectOptions())
+            # A connection of its own, without the run's --timeout deadline: past it, this read is
+            # what says the outcome (txn bounds it by DEADLINE_GRACE_S).
+            options = getattr(conn, "options", None) or ConnectOptions()
+            fresh = connect(conn.host, dataclasses.replace(options, deadline=None))
             try:
                 done = fresh.run(command, timeout=30)
             finally:

@@ -8,6 +8,7 @@ confirms once it has seen the verification; the host commits only then.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -166,7 +167,7 @@ def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Di
     from gpuops.transport import connect
 
     deadline = options.deadline()
-    conn = connect(host, options.connect)
+    conn = connect(host, dataclasses.replace(options.connect, deadline=deadline))  # every command within --timeout
     try:
         facts, extra_facts = _gather(conn, host, extra, discovery, offer_kept=not options.flush_cache)
         with timings.span("plan", host.name):

@@ -8,6 +8,7 @@ it talks to its helper while it runs (``open_stream``, ``gpuops.transport.stream
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -43,6 +44,9 @@ class ConnectOptions:
     accept_new_host_keys: bool = False  # record unknown keys (never replace a changed one)
     connect_timeout: float = 10.0
     command_timeout: float | None = None  # None: no limit (benchmarks, restarts wait themselves)
+    # Monotonic: no command on the connection runs past it (apply's per-host --timeout, whatever
+    # step the host is at: the gather, the smoke check's prompts, the log read after the restart).
+    deadline: float | None = None
     known_hosts_files: tuple[str, ...] = field(default_factory=tuple)  # extra files, besides ~/.ssh/known_hosts
     # Someone else's connection to the host (Ansible's, in the gpuops.gpu collection): when set,
     # connect() returns connector(host) and the host's connection variables are that side's business.
@@ -61,3 +65,15 @@ class Connection(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def command_limit(options: ConnectOptions, timeout: float | None) -> tuple[float | None, str]:
+    """The seconds a command may take (its own ``timeout``, or the connection's, cut to what is
+    left before ``options.deadline``) and how to say that it ran out."""
+    timeout = timeout if timeout is not None else options.command_timeout
+    if options.deadline is None:
+        return timeout, "" if timeout is None else f"remote command timed out after {timeout:.0f} s"
+    left = max(0.01, options.deadline - time.monotonic())
+    if timeout is not None and timeout <= left:
+        return timeout, f"remote command timed out after {timeout:.0f} s"
+    return left, "the host did not finish within --timeout"

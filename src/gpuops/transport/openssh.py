@@ -23,7 +23,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from gpuops.errors import TransportError
-from gpuops.transport.base import ConnectOptions, ExecResult
+from gpuops.transport.base import ConnectOptions, ExecResult, command_limit
 from gpuops.transport.limits import OutputOverLimit, run_bounded
 from gpuops.transport.connvars import ssh_settings
 from gpuops.transport.stream import ProcessStream
@@ -112,12 +112,12 @@ class OpenSSHConnection:
         return self.host.address or self.host.name
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
-        timeout = timeout if timeout is not None else self.options.command_timeout
+        timeout, ran_out = command_limit(self.options, timeout)
         argv = [self._ssh, *self._argv, "--", self._target(), command]
         try:
             stdout, stderr, returncode = run_bounded(argv, stdin, timeout)
         except subprocess.TimeoutExpired as exc:
-            raise TransportError(self.host.name, f"remote command timed out after {timeout:.0f} s") from exc
+            raise TransportError(self.host.name, ran_out) from exc
         except OutputOverLimit as exc:
             raise TransportError(self.host.name, f"{exc} from one command: stopped (gpuops reads no more from a host)") from exc
         except OSError as exc:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops import timings
 from gpuops.errors import TransportError
 from gpuops.transport.algorithms import AlgorithmError
-from gpuops.transport.base import ConnectOptions, ExecResult
+from gpuops.transport.base import ConnectOptions, ExecResult, command_limit
 from gpuops.transport.connvars import SSHSettings, ssh_settings
 from gpuops.transport.known_hosts import HostKeyRefused
 from gpuops.transport.limits import BoundedBuffer, OutputOverLimit
@@ -223,7 +223,7 @@ class SSHConnection:
     # -- running ----------------------------------------------------------------------------
 
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> ExecResult:
-        timeout = timeout if timeout is not None else self.options.command_timeout
+        timeout, ran_out = command_limit(self.options, timeout)
         # ``timeout`` bounds the whole command, not each read: a host that trickles output, or whose
         # session stalls after its output ended (sshd stopped before it sent the exit status), is
         # still cut off at it. Every wait below takes what is left.
@@ -283,7 +283,7 @@ class SSHConnection:
             status = channel.exit_status
         except (socket.timeout, TimeoutError) as exc:
             _close_without_waiting(channel)
-            raise TransportError(self.host.name, f"remote command timed out after {timeout:.0f} s") from exc
+            raise TransportError(self.host.name, ran_out) from exc
         except OutputOverLimit as exc:
             raise TransportError(self.host.name, f"{exc} from one command: stopped (gpuops reads no more from a host)") from exc
         except (OSError, EOFError) as exc:
