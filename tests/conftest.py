@@ -27,8 +27,9 @@
 Bytecode (automatic)
     Under ``PYTHONDONTWRITEBYTECODE`` every pytest process (each xdist worker too) would rewrite and
     compile the ~300 test modules, and every child Python (each ``gpuops`` command) compile gpuops,
-    from source each time; they keep their bytecode under the user's cache instead (``PYCACHE``,
-    ``PYTHONPYCACHEPREFIX``), across runs, never in the source tree.
+    from source each time. The pytest processes keep their bytecode under the user's cache across
+    runs (``PYCACHE``), the children theirs in the session's temp dir (files run by path from temp
+    dirs go with it); never in the source tree.
 
 Parallel workers (README's test command: ``-n 4 --dist loadfile``, pytest-xdist)
     Each test file runs whole in one worker, so a module's labs start once; the files under
@@ -93,28 +94,31 @@ def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
                 pass  # already stopped and removed by the test
 
 
-# Bytecode of this process and its children, kept under the user's cache (never the source tree;
-# a .pyc there is checked against its source's mtime and size, and written by an atomic rename, so
-# concurrent runs share it). Under PYTHONDONTWRITEBYTECODE (this project's machine sets it) each
-# pytest process rewrote and compiled every test module again: collecting the suite took 13.4 CPU-s
-# a process that way and 3.7 with the bytecode kept, and README's command starts 4 of them.
-PYCACHE = cache_root().parent / "pycache"
+# Bytecode of this pytest process, kept under the user's cache (never the source tree; a .pyc there
+# is checked against its source's mtime and size and written by an atomic rename, so concurrent runs
+# share it; one given in PYTHONPYCACHEPREFIX, as benchmarks/promise_mutants gives its copies, is
+# kept). Under PYTHONDONTWRITEBYTECODE (this project's machine sets it) each pytest process rewrote
+# and compiled every test module again: collecting the suite took 13.4 CPU-s a process that way and
+# 3.7 with the bytecode kept, and README's command starts 4 of them.
+PYCACHE = Path(os.environ.get("PYTHONPYCACHEPREFIX") or cache_root().parent / "pycache")
 if os.environ.get("PYTHONDONTWRITEBYTECODE"):
     sys.dont_write_bytecode = False
     sys.pycache_prefix = str(PYCACHE)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _child_bytecode() -> Iterator[None]:
+def _child_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The suite starts a few thousand Pythons (every ``gpuops`` command, helpers run by path):
     under ``PYTHONDONTWRITEBYTECODE`` each of them compiled gpuops' ~100 modules from source again
-    (~0.2 s of CPU a command). They keep their bytecode in ``PYCACHE`` instead (``PYTHONPYCACHEPREFIX``)."""
+    (~0.2 s of CPU a command). They keep their bytecode in one directory of this session's temp
+    dir instead (``PYTHONPYCACHEPREFIX``): the lab's files run by path from temp dirs, whose
+    bytecode would pile up under the user's cache run after run, go with it."""
     if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
         yield
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("PYTHONDONTWRITEBYTECODE")
-        patch.setenv("PYTHONPYCACHEPREFIX", str(PYCACHE))
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
         yield
 
 
