@@ -20,6 +20,7 @@ from gpuops.apply import kept_facts, noop_memo
 from gpuops.gates import judge_memo, probe, scan_cache
 from gpuops.gates.scan import GateScan
 from gpuops.inventory.model import Host
+from gpuops.plan.entrypoint import LaunchEntry
 from gpuops.plan.model import FileState, PlanFacts
 from gpuops.remote import bundle_cache
 
@@ -80,6 +81,10 @@ def test_no_op_plans_key_on_the_role_the_facts_and_the_variables(monkeypatch: py
     per_field = {
         "host": "h02", "files": edited, "gpu": {"compute_capability": "9.0", "cuda": "13.0"},
         "gate_scan": dataclasses.replace(SCAN, fingerprint="b" * 64), "container": {"image": "lmsysorg/sglang:v1"},
+        # issue 41: whether a server runs (a start is planned) and how each launch python is launched
+        "server_running": True,
+        "entrypoints": {"/opt/sglang/bin/python": LaunchEntry("/opt/sglang/bin/python", "serve", "/opt/sglang/bin/sglang",
+                                                              "SGLang 0.5.20 recommends sglang serve")},
     }
     # every field of PlanFacts is an input: one added later must be listed here
     assert set(per_field) == {f.name for f in dataclasses.fields(PlanFacts)}
