@@ -1,9 +1,9 @@
-"""apply gathers the GPU facts from the same probes inspect does (apply/runner._gpu_probes builds
+"""apply gathers the GPU facts from the same probes inspect does (apply/host_gather.gpu_probes_for builds
 them without importing the whole facts package): same names, scripts and parsers."""
 
 from __future__ import annotations
 
-from gpuops.apply.runner import _gpu_probes
+from gpuops.apply.host_gather import gpu_probes_for as _gpu_probes
 from gpuops.facts.host import probes_for
 from gpuops.inventory import Host
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.remote.host_protocol import STATUS_REFUSED
+
 
 @dataclass
 class HostReport:
@@ -26,6 +28,10 @@ class HostReport:
     pid: int | None = None
     log_tail: str | None = None       # the server's log after a failed start (redacted)
     recovered: list[str] = field(default_factory=list)  # earlier runs this command rolled back first
+
+    def refuse(self, why: str) -> None:
+        """Refused before anything changed on the host: not ok, nothing changed, and why."""
+        self.ok, self.status, self.changed, self.error = False, STATUS_REFUSED, 0, why
 
     def to_json(self) -> dict[str, Any]:
         return {

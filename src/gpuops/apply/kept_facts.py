@@ -2,7 +2,7 @@
 
 A role that patches gates plans its applicability from a summary of the host's GPUs and stack
 (compute capability, GPU count, NVLink, P2P pairs, the CUDA of torch or the driver:
-``apply/runner._gpu_summary``). Gathering it runs ``nvidia-smi`` four times and the package probe, the
+``apply/host_gather.gpu_summary``). Gathering it runs ``nvidia-smi`` four times and the package probe, the
 largest share of a no-op apply's time on the host (real ``nvidia-smi`` initialises NVML on every call),
 to find, again, what the last run found. So the summary is kept per host with a fingerprint of
 everything it is read from (and gpuops' code, which made it: ``host_key``), and the next apply offers
@@ -62,7 +62,7 @@ _LOG = "gpuops.transport"  # shown with -v, as the commands are
 
 
 def _guarded(name: str) -> bool:
-    """The probes whose values the kept summary stands for (``apply/runner._gpu_probes``)."""
+    """The probes whose values the kept summary stands for (``apply/host_gather.gpu_probes_for``)."""
     return name.startswith("gpu.") or name == "software.python"
 
 

@@ -49,7 +49,7 @@ class PlanFacts:
     host: str
     files: Mapping[str, FileState] = field(default_factory=dict)
     gate_scan: GateScan | None = None      # the gate scan (when a role needs it), with the sources the patch planner reads
-    # GPU summary gathered with the gate scan (apply.runner._gpu_summary): compute_capability,
+    # GPU summary gathered with the gate scan (apply.host_gather.gpu_summary): compute_capability,
     # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]], kernel_reads (the
     # software probe's `kernels`), kernel_versions {provider: version}; None when not gathered.
     gpu: Mapping[str, Any] | None = None
