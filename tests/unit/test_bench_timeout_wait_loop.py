@@ -82,7 +82,7 @@ def test_a_result_being_saved_as_the_deadline_passes_is_reported_as_saved(tmp_pa
 
     from gpuops.bench import runner
 
-    monkeypatch.setattr(runner, "parse_frames", lambda text, run_id: types.SimpleNamespace(start="t0", partial=False))
+    monkeypatch.setattr(runner, "parse_frames", lambda text, run_id: types.SimpleNamespace(start="t0", partial=False, trace_files=[]))
     monkeypatch.setattr(runner, "build_result", lambda ctx, run: {
         "id": "r1", "host": "localhost", "suite": "decode", "created": "2026-11-30T00:00:00Z", "ok": True,
         "samples": [1.0], "levels": [], "allreduce": [], "summary": {"completed": 1}, "errors": []})

@@ -159,7 +159,8 @@ def test_tune_ranking_marks_simulated_trials(capsys):
     trial = {"variant": "NCCL_ALGO=Ring", "ok": True, "output_tokens_per_s": 82.0, "ttft_ms": 45.0,
              "itl_ms": {"p50": 12.2}, "result_id": "abc", "simulated": True, "speed_model": LABEL}
     real = {**trial, "variant": "baseline (as configured)", "simulated": False, "speed_model": None}
-    _render({"hosts": {"h01": {"ranking": [trial, real], "kept": None, "restored": True}}, "interrupted": False})
+    _render({"hosts": {"h01": {"ranking": [trial, real], "kept": None, "restored": True}}, "interrupted": False,
+             "variants": [{"label": "NCCL_ALGO=Ring"}]})  # the document's shape: tune's _document
     out = capsys.readouterr().out
     ring = next(line for line in out.splitlines() if "NCCL_ALGO=Ring" in line)
     assert re.search(r"82\.0 \(sim\)\s+45\.0 \(sim\)\s+12\.20 \(sim\)", ring), ring
