@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuops.transport.base import ConnectOptions, ExecResult
 from gpuops.apply.options import ApplyOptions, new_run_id
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import apply_host, discover_all
 from gpuops.errors import TransportError
 from gpuops.facts.collect import host_json, inspect_host
@@ -100,6 +101,7 @@ def apply_role(host: Any, role: str, extra: Mapping[str, Any], check: bool) -> d
     """
 
     options = ApplyOptions(connect=ConnectOptions(), check=check)
-    discovery = discover_all([host], role, dict(extra))[host.name]
-    report = apply_host(host, role, dict(extra), discovery, options, new_run_id())
+    checked = ExtraVars.checked(role, extra)  # the task's vars, checked once before any use
+    discovery = discover_all([host], role, checked)[host.name]
+    report = apply_host(host, role, checked, discovery, options, new_run_id())
     return report.to_json()

@@ -15,6 +15,7 @@ import pytest
 
 from gpuops.apply.deployment import Deployment, DeploymentTxn
 from gpuops.apply.deployment_node import DeploymentNode
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_gather import Gathered
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions
@@ -81,7 +82,7 @@ def _run(plan: Plan, check: bool = False, journal: list[dict[str, Any]] | None =
     inventory_host = Host(name=host, address="10.0.0.1", port=22, user="ops", key_file=None, connection="ssh",
                           groups=(), vars={})
     return HostRun(host=inventory_host,
-                   role="nccl-env", extra={}, discovery=Discovery(paths=(), needs_gate_scan=False, state_dir="/var/lib/gpuops",
+                   role="nccl-env", extra=ExtraVars({}), discovery=Discovery(paths=(), needs_gate_scan=False, state_dir="/var/lib/gpuops",
                                                                   python="python3", warnings=()),
                    options=ApplyOptions(connect=ConnectOptions(), check=check), run_id="r1",
                    conn=UnusedConnection(inventory_host),  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.apply import container_audit
-from gpuops.apply.extra_vars import merged
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.errors import GpuopsError
 from gpuops.remote import missing_python
 
@@ -28,13 +28,13 @@ class Gathered:
     problems: Any
 
 
-def gather_host(conn: "Connection", host: "Host", extra: Mapping[str, Any],
+def gather_host(conn: "Connection", host: "Host", extra: ExtraVars,
                 discovery: "Discovery", offer_kept: bool = True) -> tuple["PlanFacts", Gathered]:
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import gather
 
     probes, kept = _probes(host, discovery, offer_kept)
-    values = gather(conn, probes, preamble=preamble_for_vars(merged(host, extra)))
+    values = gather(conn, probes, preamble=preamble_for_vars(extra.for_host(host)))
     return _facts(host, discovery, values, kept)
 
 

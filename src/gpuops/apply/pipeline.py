@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpuops import timings, transport
 from gpuops.apply import container_audit
-from gpuops.apply.extra_vars import merged
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_gather import Gathered, gather_host
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions
@@ -62,7 +62,7 @@ class HostRun:
 
     host: "Host"
     role: str
-    extra: Mapping[str, Any]
+    extra: ExtraVars                    # checked at the boundary (apply/extra_vars.py)
     discovery: "Discovery"
     options: ApplyOptions
     run_id: str
@@ -78,7 +78,7 @@ class HostRun:
 
     @property
     def variables(self) -> dict[str, Any]:
-        return merged(self.host, self.extra)
+        return self.extra.for_host(self.host)
 
     def replan(self) -> "Plan":
         """The plan made again from the run's facts (a recalled no-op plan names no server)."""
@@ -131,7 +131,7 @@ class Strategy:
         return transaction
 
 
-def run_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery", options: ApplyOptions,
+def run_host(host: "Host", role: str, extra: ExtraVars, discovery: "Discovery", options: ApplyOptions,
              run_id: str, strategies: Sequence[Strategy] = ()) -> HostReport:
     """One host through every step, the strategies stepping in; the report of how it ended."""
     deadline = options.deadline()
@@ -156,7 +156,7 @@ def run_steps(run: HostRun, strategies: Sequence[Strategy]) -> HostReport:
     return run.report
 
 
-def _gather_and_plan(conn: "Connection", host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
+def _gather_and_plan(conn: "Connection", host: "Host", role: str, extra: ExtraVars, discovery: "Discovery",
                      options: ApplyOptions, run_id: str, deadline: float | None) -> HostRun:
     from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
     from gpuops.plan.planner import plan_role

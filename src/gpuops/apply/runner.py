@@ -12,11 +12,11 @@ a multi-node deployment's nodes (apply/deployment_node.py), a replica behind a r
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gpuops.apply import deployment as multi_node, deployment_repair, replicas as replica_set
 from gpuops.apply.deployment_node import DeploymentNode
-from gpuops.apply.extra_vars import merged
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import ApplyOptions
 from gpuops.apply.pipeline import Strategy, run_host
@@ -37,7 +37,7 @@ __all__ = ["ApplyOptions", "HostReport", "apply_role", "apply_host", "rollback_h
 # ---------------------------------------------------------------- apply
 
 
-def discover_all(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any]) -> dict[str, "Discovery"]:
+def discover_all(hosts: Sequence["Host"], role: str, extra: ExtraVars) -> dict[str, "Discovery"]:
     """Check the role and every host's variables before any connection (bad input changes nothing)."""
     from gpuops.apply.noop_memo import discover_or_recall  # the same role and variables: the same answer
     from gpuops.plan.planner import discover
@@ -59,20 +59,20 @@ def strategies_for(replica: "Replica | None", deployment: "DeploymentTxn | None"
     return [*chosen, ReleasePrep()]
 
 
-def apply_host(host: "Host", role: str, extra: Mapping[str, Any], discovery: "Discovery",
+def apply_host(host: "Host", role: str, extra: ExtraVars, discovery: "Discovery",
                options: ApplyOptions, run_id: str, replica: "Replica | None" = None,
                deployment: "DeploymentTxn | None" = None) -> HostReport:
     """One host's apply: the pipeline with the strategies its replica and deployment call for."""
     return run_host(host, role, extra, discovery, options, run_id, strategies_for(replica, deployment))
 
 
-def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
+def apply_role(hosts: Sequence["Host"], role: str, extra: ExtraVars, options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
     from gpuops.transport import run_on_hosts
 
     # The nodes of a multi-node server: their launch flags derived (and checked) before anything else.
     deployments = multi_node.plan_deployments(hosts, extra)
     hosts = [multi_node.with_launch_flags(h, deployments[name]) if name is not None else h
-             for h in hosts for name in [multi_node.deployment_name(merged(h, extra))]]
+             for h in hosts for name in [multi_node.deployment_name(extra.for_host(h))]]
     discoveries = discover_all(hosts, role, extra)
     # Routers are asked before any host is touched: one down is one clear error, nothing changed.
     replicas = replica_set.preflight(hosts, extra)
@@ -82,7 +82,7 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: Mapping[str, Any], opt
         txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
 
         def one(host: "Host") -> HostReport:
-            name = multi_node.deployment_name(merged(host, extra))
+            name = multi_node.deployment_name(extra.for_host(host))
             txn = txns.get(name) if name is not None else None
             ok = False
             why: str | None = "failed before its transaction"

@@ -15,6 +15,7 @@ from gpuops import time_limits, timings
 from gpuops.apply import deployment_repair
 from gpuops.apply.deployment import check_whole
 from gpuops.apply.render import render_history, render_reports
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import ApplyOptions, apply_role, history_hosts, rollback_hosts
 from gpuops.apply.undo import rollback_plan
 from gpuops.errors import GpuopsError
@@ -89,8 +90,9 @@ def apply(role: str, inventory: Any, limit: str | None, as_json: bool, forks: in
           check: bool, diff: bool, timeout: float | None, connect_timeout: float, flush_cache: bool) -> None:
     """Run ROLE on every host: gather, plan, (diff), change, restart, verify; roll back on failure."""
 
-    extra = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
-    refuse_connection_vars(extra)
+    values = _decrypted(parse_extra_vars(list(extra_vars)), inventory)
+    refuse_connection_vars(values)
+    extra = ExtraVars.checked(role, values)  # checked once, here: before anything is hashed, gathered or planned
 
     everyone = load_inventory(inventory)
     hosts = everyone.select(limit)

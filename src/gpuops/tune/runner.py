@@ -21,6 +21,7 @@ from gpuops.errors import GpuopsError, TransportError
 from gpuops.remote.host_protocol import STATUS_ROLLED_BACK
 from gpuops.tune.flags import ReleaseFlags
 from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import apply_role, rollback_hosts
 from gpuops.bench.repeats import result_intervals
 from gpuops.bench.results import headline
@@ -165,7 +166,7 @@ def run_sweep(
             # smoke_check: greedy prompts before and after each restart; a variant that changes the
             # answers is said here (the trial still runs: speed and correctness are reported apart)
             role, variables = role_for(variant, smoke_check=True)
-            run_id, reports = apply_role(hosts, role, variables, apply_options)
+            run_id, reports = apply_role(hosts, role, ExtraVars.checked(role, variables), apply_options)
             for name, report in reports.items():
                 for warning in report.warnings:
                     if warning.startswith("smoke check"):
@@ -216,7 +217,7 @@ def _keep_best(hosts: Sequence[Host], variants: Sequence[Variant], apply_options
     for label, group in groups.items():
         say(f"tune: keeping {label} on {len(group)} host(s)")
         role, variables = role_for(by_label[label], smoke_check=False)
-        _, reports = apply_role(group, role, variables, apply_options)
+        _, reports = apply_role(group, role, ExtraVars.checked(role, variables), apply_options)
         for name, report in reports.items():
             if report.ok:
                 outcome.kept[name] = label
