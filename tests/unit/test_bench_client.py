@@ -205,7 +205,10 @@ def test_client_runs_under_python38(tmp_path: Path):
                           ResultsStore(tmp_path / "r"), ConnectOptions(), remote=False)["localhost"]
     assert state.error is None, state.error
     assert state.result["host_facts"]["python"].startswith("3.8.")
-    assert state.result["summary"]["output_tokens_per_s"] == pytest.approx(300, rel=0.03)
+    # The stand-in emits 300 tok/s at most: a client that measures right never reads more, and a
+    # loaded machine (4 workers on 2 cores) only makes the stream slower; the rate's accuracy is
+    # held on an idle stand-in by test_bench_noise, not by a bound contention can break here.
+    assert 0 < state.result["summary"]["output_tokens_per_s"] <= 300 * 1.03
 
 
 def test_sglang_tool_runs_in_the_servers_environment(tmp_path: Path):

@@ -102,7 +102,8 @@ def test_inventory_text_has_every_role_variable(tmp_path) -> None:
     (host_dir / "state").mkdir(parents=True)
     (host_dir / "state" / "server.json").write_text('{"args": ["--port", "5"], "env": {"A": "1"}, "port": 5}')
     host = SimpleNamespace(name="h01", port=2222, gpu="h200-x1", sglang="0.5.8", server_port=5, groups=("gpu",),
-                           state_dir=host_dir / "state", site_dir=host_dir / "site", bin_dir=host_dir / "bin")
+                           state_dir=host_dir / "state", site_dir=host_dir / "site", bin_dir=host_dir / "bin",
+                           dir=host_dir)
     data = yaml.safe_load(lab_files.inventory_text(tmp_path, [host], "alice", "/usr/bin/python3"))
     lab = data["all"]["children"]["lab"]
     assert lab["vars"]["gpuops_known_hosts"] == str(tmp_path / "known_hosts")
@@ -112,6 +113,8 @@ def test_inventory_text_has_every_role_variable(tmp_path) -> None:
     assert hv["sglang_manager"] == "process" and hv["sglang_args"] == ["--port", "5"]
     assert hv["sglang_env"] == {"A": "1"} and hv["sglang_port"] == 5
     assert hv["gpuops_state_dir"] == str(host_dir / "state") and hv["sglang_site"] == str(host_dir / "site")
+    assert hv["gpuops_envs_dir"] == str(host_dir / "envs")  # release environments stay inside the lab host
+    assert "sglang_wheelhouse" not in hv  # no gpu.json: no wheelhouse for this host
     assert data["all"]["children"]["gpu"] == {"hosts": {"h01": None}}
     # The documented example in the repository names the same variables.
     example = Path(__file__).resolve().parents[2] / "inventory" / "lab.yml"
