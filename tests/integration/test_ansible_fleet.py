@@ -90,7 +90,7 @@ def test_a_failing_host_stops_the_rollout_and_later_hosts_stay_untouched(lab, ru
     assert report["h01"]["ok"] and report["h01"]["status"] == "finished"
     assert (lab.host("h01").dir / "sudo.log").exists()  # h01's run went through sudo
     assert report["h02"]["status"] in ("failed", "unknown"), report["h02"]["error"]  # apply calls a helper that never started "unknown"
-    assert "python /nonexistent/python3 (gpuops_python / ansible_python_interpreter) is not an executable" in report["h02"]["error"]
+    assert "no python: gpuops_python /nonexistent/python3 (or ansible_python_interpreter) is not an executable on this host" in report["h02"]["error"]
     assert report["h03"]["status"] == "skipped"
     assert report["h03"]["error"].startswith("not attempted: 1 of 1 host(s) failed in batch 2")
     assert tree_hashes(h03.dir) == h03_before and not (h03.dir / "sudo.log").exists()
