@@ -76,7 +76,9 @@ def trace_files(directory):
 
 
 def profile_run(outdir, tag, request, second_start=False):
-    directory = os.path.join(PROFILE_ROOT, tag)
+    # one folder per variant and run: the release names its files by a profile id only, so a shared
+    # folder made each variant's traces/ hold the earlier variants' files too (call 5)
+    directory = os.path.join(PROFILE_ROOT, os.path.basename(outdir), tag)
     os.makedirs(directory, exist_ok=True)
     request = dict(request, output_dir=directory)
     stop = threading.Event()
