@@ -13,9 +13,6 @@ LIMIT = 60
 # "module.py::function" over the limit, each with why. The test below fails once one is no
 # longer needed, so this list only ever shrinks.
 ALLOWED: dict[str, str] = {
-    # the client's side of the host-owned transaction (lease, re-audit, holds, commit, journal read
-    # after a lost channel): one loop over the channel's messages; issue 42 is changing it now
-    "txn.py::run_transaction": "one message loop; split after issue 42's deadline work lands",
     # gpuops rollback: its own per-host branch point (a deployment's nodes, recomposition); the next
     # step of issue 40 runs it through the pipeline as apply does
     "undo.py::rollback_hosts": "rollback's branch point, not yet on the pipeline",
