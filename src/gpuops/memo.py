@@ -50,7 +50,7 @@ class Kind(enum.Enum):
     SCANS = ("scans", 3)           # gates/scan_cache.py: a host's gate scans (scope: the host), by tree fingerprint
     JUDGED = ("judged", 256)       # gates/judge_memo.py: a kept scan's verdicts, by the scan and the facts judged
     CATALOG = ("catalog", 16)      # gates/probe.catalog_derived: values made from the catalog file
-    BUNDLES = ("bundles", 64)      # remote/bundle_cache.py: a helper's bundled script, by its files' stamps
+    BUNDLES = ("bundles", 64)      # shipping/bundle_cache.py: a helper's bundled script, by its files' stamps
 
     def __init__(self, directory: str, max_entries: int) -> None:
         self.directory = directory

@@ -131,7 +131,7 @@ CLIENT = """
 import json, sys, time
 from gpuops.apply.txn import run_transaction
 from gpuops.inventory import Host
-from gpuops.remote import python_command, python_stdin
+from gpuops.shipping import python_command, python_stdin
 from gpuops.transport.local import LocalConnection
 payload = json.loads(sys.argv[1])
 conn = LocalConnection(Host(name="h", address=None, port=None, user=None, key_file=None, groups=(), connection="local"))

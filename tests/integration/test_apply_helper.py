@@ -25,7 +25,7 @@ import pytest
 from labtools import fake_sudo_bin
 
 import gpuops.remote
-from gpuops.remote import python_command, python_stdin
+from gpuops.shipping import python_command, python_stdin
 
 HELPER = Path(gpuops.remote.__file__).parent / "apply_helper.py"
 

@@ -88,7 +88,7 @@ def test_session_environment_and_sglang_site(mixed_lab) -> None:
 
 
 def test_server_runs_with_the_description_flags_and_restarts_over_ssh(lab_factory) -> None:
-    from gpuops import remote
+    from gpuops import shipping
 
     lab = lab_factory(gpu="rtx-pro-6000-x8", server_env={"GPUOPS_STANDIN_TOKENS_PER_S": "50"})
     host = lab.hosts[0]
@@ -104,8 +104,8 @@ def test_server_runs_with_the_description_flags_and_restarts_over_ssh(lab_factor
     assert "NCCL_P2P_LEVEL='SYS'" in env and "GPUOPS_STANDIN_TOKENS_PER_S='50'" in env
     payload = {"action": "restart", "state_dir": str(host.state_dir), "port": host.server_port, "grace": 5}
     done = subprocess.run(
-        lab.ssh_command(host.name, remote.python_command("python3")),
-        input=remote.python_stdin("process_manager", payload), capture_output=True, timeout=60,
+        lab.ssh_command(host.name, shipping.python_command("python3")),
+        input=shipping.python_stdin("process_manager", payload), capture_output=True, timeout=60,
     )
     result = json.loads(done.stdout)
     assert result["healthy"] and result["pid"] != status.server_pid

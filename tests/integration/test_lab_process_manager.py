@@ -111,12 +111,12 @@ def test_a_reused_pid_is_not_taken_for_the_server(tmp_path) -> None:
 def test_restart_gives_a_new_healthy_process_and_payload_mode(tmp_path) -> None:
     state, port = make_state(tmp_path)
     first = process_manager.start(str(state), port=port, health_timeout=30)
-    from gpuops import remote
+    from gpuops import shipping
 
     payload = {"action": "restart", "state_dir": str(state), "port": port, "grace": 5, "health_timeout": 30}
     done = subprocess.run(
-        ["/bin/sh", "-c", remote.python_command(sys.executable)],
-        input=remote.python_stdin("process_manager", payload),
+        ["/bin/sh", "-c", shipping.python_command(sys.executable)],
+        input=shipping.python_stdin("process_manager", payload),
         capture_output=True,
         timeout=60,
     )
@@ -135,13 +135,13 @@ def test_missing_launch_script_is_a_clear_failure(tmp_path) -> None:
 def test_runs_under_python38(tmp_path) -> None:
     py38 = require_python("3.8")
     state, port = make_state(tmp_path)
-    from gpuops import remote
+    from gpuops import shipping
 
     def run(action: str) -> dict:
         # As it reaches a host: bundled with the host modules it imports, on stdin of that python.
         payload = {"action": action, "state_dir": str(state), "port": port, "grace": 5, "health_timeout": 60}
-        done = subprocess.run(["/bin/sh", "-c", remote.python_command(py38)],
-                              input=remote.python_stdin("process_manager", payload), capture_output=True, timeout=60)
+        done = subprocess.run(["/bin/sh", "-c", shipping.python_command(py38)],
+                              input=shipping.python_stdin("process_manager", payload), capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 

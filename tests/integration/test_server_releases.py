@@ -276,7 +276,7 @@ def test_the_frames_the_host_writes_are_masked_on_the_host(tmp_path: Path) -> No
 
     from gpuops.bench.frames import parse_frames
     from gpuops.bench.options import BenchOptions, build_payload
-    from gpuops.remote import python_command, python_stdin
+    from gpuops.shipping import python_command, python_stdin
 
     flags = ("--api-key", API_KEY, "--admin-api-key", ADMIN_KEY)
     with _standin(tmp_path, "0.5.23", flags, SGLANG_HF_TOKEN=HF_TOKEN) as server:

@@ -21,7 +21,7 @@ from gpuops.lab.standin_process import start_standin
 from gpuops.bench.store import ResultsStore
 from gpuops.inventory import local_inventory
 from gpuops.remote import bench_http, bench_stats
-from gpuops.remote import python_command, python_stdin
+from gpuops.shipping import python_command, python_stdin
 from gpuops.transport import ConnectOptions
 
 

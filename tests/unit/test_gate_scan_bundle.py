@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuops.remote import source
-from gpuops.remote.bundle import find_bundle
+from gpuops.shipping import source
+from gpuops.shipping.bundle import find_bundle
 
 from test_gate_flow_snippets import FILES
 from test_gate_scanner_snippets import make_site

@@ -1,5 +1,5 @@
 """The command that runs a helper on a host says, in one line, when it has no python to run on
-(``remote.NO_PYTHON``), and the client names it (``remote.missing_python``): a gpuops_python that
+(``shipping.NO_PYTHON``), and the client names it (``shipping.missing_python``): a gpuops_python that
 is not there, none on PATH, one too old (real Python 2.7 and 3.7 interpreters, found on this
 machine). Before, a Python 2.7 died on the helper's syntax with a traceback, and the client read
 the closed channel as "connection lost, outcome unknown" (issue 42)."""
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from labtools import require_python
 
-from gpuops.remote import NO_PYTHON_STATUS, missing_python, python_command, python_stdin
+from gpuops.shipping import NO_PYTHON_STATUS, missing_python, python_command, python_stdin
 
 
 def _run(command: str, env: dict[str, str] | None = None, stream: bool = False) -> subprocess.CompletedProcess:

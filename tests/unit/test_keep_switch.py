@@ -18,7 +18,7 @@ HOST = Host(name="h01", address="127.0.0.1", port=2222, user="root", key_file=No
 def _where_each_kind_keeps() -> dict[str, Path | None]:
     from gpuops.apply import kept_facts
     from gpuops.gates import scan_cache
-    from gpuops.remote import bundle_cache
+    from gpuops.shipping import bundle_cache
 
     scans = scan_cache.for_host(HOST)
     facts = kept_facts.guard(HOST, []).key

@@ -22,7 +22,7 @@ from gpuops.gates.scan import GateScan
 from gpuops.inventory.model import Host
 from gpuops.plan.entrypoint import LaunchEntry
 from gpuops.plan.model import FileState, PlanFacts
-from gpuops.remote import bundle_cache
+from gpuops.shipping import bundle_cache
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import gpuops.remote as remote
-from gpuops.remote.bundle import find_bundle
+from gpuops.shipping.bundle import find_bundle
 
 REMOTE_DIR = Path(remote.__file__).parent
 

@@ -93,7 +93,7 @@ def test_requires_parsing_and_lab_versions() -> None:
 
 
 def _helper(payload: dict) -> dict:
-    from gpuops.remote import python_command, python_stdin
+    from gpuops.shipping import python_command, python_stdin
 
     done = subprocess.run(["/bin/sh", "-c", python_command(sys.executable)], input=python_stdin("release_env", payload),
                           capture_output=True, timeout=120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuops import remote
+from gpuops import shipping
 from gpuops.inventory import Host
 from gpuops.transport.local import LocalConnection
 
@@ -20,7 +20,7 @@ def _local() -> LocalConnection:
 def test_hostile_payload_is_inert(tmp_path: Path) -> None:
     target = tmp_path / "pwned"
     payload = {"a": f"$(touch {target})", "b": f"`touch {target}`", "c": "'; touch " + str(target) + "; '"}
-    result = _local().run(remote.python_command(), remote.python_stdin(ECHO_HELPER, payload, is_source=True))
+    result = _local().run(shipping.python_command(), shipping.python_stdin(ECHO_HELPER, payload, is_source=True))
     assert result.exit_status == 0, result.stderr
     assert json.loads(result.stdout) == payload
     assert not target.exists()
@@ -28,13 +28,13 @@ def test_hostile_payload_is_inert(tmp_path: Path) -> None:
 
 def test_named_python_is_quoted(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    result = _local().run(remote.python_command(f"python3; touch {marker}"), b"")
+    result = _local().run(shipping.python_command(f"python3; touch {marker}"), b"")
     assert result.exit_status == 127  # "python3; touch ..." is looked up as one (missing) program name
     assert not marker.exists()        # and nothing after ';' ran as a command
 
 
 def test_payload_separator_inside_payload_is_harmless() -> None:
-    payload = {"text": remote.PAYLOAD_SEPARATOR.decode()}
-    result = _local().run(remote.python_command(), remote.python_stdin(ECHO_HELPER, payload, is_source=True))
+    payload = {"text": shipping.PAYLOAD_SEPARATOR.decode()}
+    result = _local().run(shipping.python_command(), shipping.python_stdin(ECHO_HELPER, payload, is_source=True))
     assert json.loads(result.stdout) == payload
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.facts.software import remote_source
-from gpuops.remote import source
+from gpuops.shipping import source
 from gpuops.remote.scan_read import FILE_BYTES_MAX, SCAN_BYTES_MAX
 from gpuops.remote.scan_scanner import Scanner
 

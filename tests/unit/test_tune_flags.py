@@ -115,7 +115,7 @@ def test_the_reader_runs_on_a_host_s_python38_as_shipped(tmp_path) -> None:
 
     from labtools import require_python
 
-    from gpuops.remote import python_command, python_stdin
+    from gpuops.shipping import python_command, python_stdin
 
     py38 = require_python("3.8")
     site = str(sglang_site("0.5.16"))

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
-from gpuops.remote import python_command, python_stdin
+from gpuops.shipping import python_command, python_stdin
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection

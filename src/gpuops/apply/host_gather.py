@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gpuops.apply import container_audit
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.errors import GpuopsError
-from gpuops.remote import missing_python
+from gpuops.shipping import missing_python
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host

@@ -14,9 +14,9 @@ from typing import Any
 from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe, ProbeOutput
 from gpuops.plan.entrypoint import LaunchEntry, parse_entry
 from gpuops.plan.model import FileState
-from gpuops.remote import NO_PYTHON, NO_PYTHON_STATUS
+from gpuops.shipping import NO_PYTHON, NO_PYTHON_STATUS
 from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records
-from gpuops.remote import source
+from gpuops.shipping import source
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.release import wheelhouse_digest
-from gpuops.remote import python_command, python_stdin
+from gpuops.shipping import python_command, python_stdin
 
 if TYPE_CHECKING:
     from gpuops.plan.release import ReleaseEnv

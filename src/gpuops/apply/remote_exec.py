@@ -14,7 +14,7 @@ from gpuops import timings
 from gpuops.apply.txn import lease_seconds, number_var, run_transaction
 from gpuops.errors import TransportError
 from gpuops.facts.python_select import preamble_for_vars
-from gpuops.remote import python_command, python_stdin
+from gpuops.shipping import python_command, python_stdin
 from gpuops.remote.apply_journal import JOURNAL_FILE, journal_records, runs_by_id
 from gpuops.remote.host_protocol import HelperResult, MODE_APPLY
 from gpuops.transport import verbose

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
-from gpuops import remote
+from gpuops import shipping
 from gpuops.apply.txn import number_var
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ def timeout_s(variables: Mapping[str, Any]) -> float:
 def run_prompts(conn: "Connection", port: int, python: str = "python3",
                 timeout: float = DEFAULT_TIMEOUT_S) -> SmokeResult:
     # On the host, through the one server client (remote/smoke_prompts.py, remote/sglang_server.py).
-    command = remote.python_command(python)
-    stdin = remote.python_stdin("smoke_prompts", {"port": int(port), "max_tokens": MAX_TOKENS, "prompts": list(PROMPTS),
+    command = shipping.python_command(python)
+    stdin = shipping.python_stdin("smoke_prompts", {"port": int(port), "max_tokens": MAX_TOKENS, "prompts": list(PROMPTS),
                                                   "timeout": float(timeout)})
     try:
         done = conn.run(command, stdin=stdin, timeout=timeout * len(PROMPTS) + 30)

@@ -22,7 +22,7 @@ from gpuops.bench.results import RunContext, build_result
 from gpuops.bench.store import ResultsStore
 from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
-from gpuops.remote import python_command, python_stdin, source
+from gpuops.shipping import python_command, python_stdin, source
 from gpuops.transport import prepare_ssh
 
 if TYPE_CHECKING:

@@ -413,9 +413,9 @@ def server_script(state_dir: str | None) -> str:
 
 
 def _report_source() -> str:
-    from gpuops import remote
+    from gpuops import shipping
 
-    return remote.source("server_report").rstrip("\n")
+    return shipping.source("server_report").rstrip("\n")
 
 
 def server_probe(state_dir: str | None = None) -> Probe[ServerFacts]:

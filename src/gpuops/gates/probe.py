@@ -18,7 +18,7 @@ from gpuops import memo
 from gpuops.gates import BUILTIN_CATALOG, scan_cache
 from gpuops.gates.kernels import probe_reads
 from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe
-from gpuops.remote import source
+from gpuops.shipping import source
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe, ProbeOutput

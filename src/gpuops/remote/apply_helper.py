@@ -1,7 +1,7 @@
 """gpuops apply, the host side: one transaction per run, owned by the host, under a lease.
 
 Stdlib only, Python 3.8+. Shipped on stdin (never installed) through the stream runner
-(``gpuops.remote.python_command(stream=True)``): a length line, this source + the JSON payload, then
+(``gpuops.shipping.python_command(stream=True)``): a length line, this source + the JSON payload, then
 the channel stays open and gpuops writes one JSON message a line: ``{"hb": 1}`` (a heartbeat: it
 renews the lease), ``{"verdict": true|false, "reason": ...}`` (its judgement of the gate re-audit),
 ``{"commit": true}`` (it has seen the verification). Output: JSON lines on stdout, events and

@@ -6,7 +6,7 @@ is written anywhere: the server's command line and environment, an error quoting
 chatter. Each secret found is remembered, so a later frame that quotes it is masked too; home masks
 the whole run again across all its frames (``bench/frames.masked_run``).
 
-Stdlib only, Python 3.8+ (bundled into ``bench_client`` by ``gpuops.remote.bundle``).
+Stdlib only, Python 3.8+ (bundled into ``bench_client`` by ``gpuops.shipping.bundle``).
 """
 
 import json

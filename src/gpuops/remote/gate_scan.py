@@ -2,7 +2,7 @@
 
 Runs on the host with the python of the host's SGLang install (stdlib only, Python 3.8+). Shipped
 on stdin as ONE script, this entry with the ``scan_*`` modules it imports bundled in
-(``gpuops.remote.source("gate_scan")``, see ``bundle.py``), run as ``python - '<options JSON>'``;
+(``gpuops.shipping.source("gate_scan")``, see ``shipping/bundle.py``), run as ``python - '<options JSON>'``;
 prints ONE JSON document on stdout and always exits 0 (a problem is a ``"reason"``, not a crash).
 
 A *gate* is a boolean expression that tests the GPU generation: a predicate call

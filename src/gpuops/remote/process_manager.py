@@ -3,7 +3,7 @@
 
 Stdlib only, Python 3.8+, a host module: the apply helper imports it (bundled with it by
 ``remote/bundle.py``, like every host module) for the ``process`` service manager, the lab imports
-it, and it runs on stdin (``remote.python_stdin``, bundled with ``sglang_argv``, whose
+it, and it runs on stdin (``shipping.python_stdin``, bundled with ``sglang_argv``, whose
 ``is_server_argv`` is the one rule for "this pid is the server"). It works on a host's state directory:
 
     sglang-launch.sh   the launch script (``exec <python> -m sglang.launch_server ...``), given
@@ -18,7 +18,7 @@ unless ``--port`` is given (then ``GET http://127.0.0.1:P/health`` must answer 2
 0 when the action did what was asked, 1 when it did not (a server that died during start-up or
 never became healthy; the log's last lines come back in ``log_tail``).
 
-When shipped on stdin by gpuops' helper runner (``gpuops.remote.python_command``), the runner puts
+When shipped on stdin by gpuops' helper runner (``gpuops.shipping.python_command``), the runner puts
 the JSON payload in ``GPUOPS_PAYLOAD``: ``{"action": ..., "state_dir": ..., "port": ...,
 "grace": ..., "health_timeout": ...}`` takes the place of the command line.
 """

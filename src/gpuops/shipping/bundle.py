@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuops.shipping import bundle_cache
+
 ROOT_PACKAGE = "gpuops.remote"
 
 # Runs on the host, first thing in the helper: serve the bundled modules (and the empty
@@ -128,8 +130,6 @@ def bundled_source(entry: str, search_dir: Path, cached: bool = False) -> str:
     of every file it came from, this bundler included, and is used again only while all of them are
     unchanged (``bundle_cache.py``).
     """
-    from gpuops.remote import bundle_cache
-
     key = bundle_cache.bundle_key(entry, search_dir) if cached else None
     hit = bundle_cache.read(key) if key is not None else None
     if hit is not None:

@@ -5,7 +5,7 @@ helper and helper directory (the key), with the size and mtime of every file it 
 entry, each bundled module, the bundler and this module), and used again only while all of them are
 unchanged (what Python's .pyc does): which modules a script bundles is known only after bundling, so
 they are checked on reading, not digested into the key. Apart from ``bundle.py`` so that a command
-whose helpers are all kept reads them without importing the bundler (``gpuops.remote.source``).
+whose helpers are all kept reads them without importing the bundler (``gpuops.shipping.source``).
 """
 
 from __future__ import annotations
