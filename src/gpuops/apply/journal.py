@@ -13,15 +13,24 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from gpuops.remote.apply_journal import TERMINAL_EVENTS
 from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, STARTED, STATUS_UNKNOWN, UNCHANGED
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
 
 
 def home_journal_path() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "gpuops" / "journal.jsonl"
+
+
+def host_key(host: "Host") -> str:
+    """Who a home journal record is about: the inventory name alone is not enough (two
+    inventories can both call a different machine h01)."""
+    return f"{host.user or ''}@{host.address or host.name}:{host.port or 22}"
 
 
 def record_run_home(run_id: str | None, host: str, address: str | None, role: str, outcome: str,

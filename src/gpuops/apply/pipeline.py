@@ -27,9 +27,9 @@ from gpuops.apply import container_audit
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_gather import Gathered, gather_host
 from gpuops.apply.host_report import HostReport
+from gpuops.apply.journal import host_key
 from gpuops.apply.options import ApplyOptions
 from gpuops.apply.remote_exec import run_helper
-from gpuops.apply.undo import host_key
 from gpuops.apply.verify_checks import Check, commit_checks, fold_result, judge_reaudit, smoke_check
 from gpuops.remote.host_protocol import EVENT_VERIFIED, HostEvent, STATUS_FINISHED, STATUS_UNCHANGED
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import (STATUS_FAILED, STATUS_FINISHED, STATUS_REFUSED, STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK,
-                                         STATUS_UNKNOWN)
+from gpuops.remote.host_protocol import (STATUS_FAILED, STATUS_FINISHED, STATUS_LATER_RUNS_STAND, STATUS_REFUSED,
+                                         STATUS_ROLLBACK_FAILED, STATUS_ROLLED_BACK, STATUS_UNKNOWN)
 from gpuops.apply.options import inventory_state_dir
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.options import current_user
@@ -33,6 +33,7 @@ from gpuops.apply.payload import apply_payload
 from gpuops.apply.probes import entrypoints_probe, files_probe
 from gpuops.apply.recovery import has_unfinished
 from gpuops.apply.remote_exec import run_helper
+from gpuops.apply.rollback_pipeline import RollbackRun, RollbackStrategy, Undone
 from gpuops.facts.python_select import preamble_for_vars
 from gpuops.gather import ProbeFailure, gather
 from gpuops.plan.compose import composed, read_desired, without_run
@@ -62,6 +63,24 @@ class Recomposition:
     desired_path: str
     restore: list[str] = field(default_factory=list)    # from the target's backups, on the host
     launch: list[str] = field(default_factory=list)     # recomposed here
+
+
+class Recompose(RollbackStrategy):
+    """The recomposition strategy of ``gpuops rollback``, chosen for every host: idle unless the
+    helper answers ``later_runs_stand`` (it changed nothing), then the target is undone by
+    recomposition over the same connection, or refused (nothing changed) when it cannot be."""
+
+    def answered(self, run: RollbackRun, conn: "Connection", result: "HelperResult") -> Undone | None:
+        if result.status != STATUS_LATER_RUNS_STAND:
+            return None
+        try:
+            report, undid = recompose_host(conn, run.host, run.state_dir, run.target, run.run_id, run.options,
+                                           run.deadline, result)
+        except GpuopsError as exc:
+            report = HostReport(host=run.host.name, ok=False, status=STATUS_REFUSED, run_id=run.run_id, error=str(exc),
+                                recovered=list(result.recovered), notes=list(result.notes))
+            return Undone(report, run.target, recompose=True)
+        return Undone(report, undid, recompose=True)
 
 
 def judge(records: list[dict[str, Any]], wanted: str | None, launch_files: set[str],
