@@ -54,6 +54,106 @@ if TYPE_CHECKING:
     from gpuops.inventory import Host
 
 
+class Outcome(enum.Enum):
+    """What a node's journal says of one run of its deployment."""
+
+    COMMITTED = "committed"      # finished, and no finished rollback undid it since
+    ROLLED_BACK = "rolled back"  # rolled back (its lease, an abort, a failure), or being rolled back (its
+    #                              previous server alone not healthy), or undone by a rollback
+    OPEN = "open"                # started without an end: in progress, or its worker died (the next
+    #                              command that takes the host's lock rolls it back first)
+    ABSENT = "absent"            # no record of the run here, or "unchanged" (the node had nothing to do)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Run ``run_id`` of ``deployment`` committed on ``committed`` and rolled back on ``rolled_back``."""
+
+    deployment: Deployment
+    run_id: str
+    committed: tuple[str, ...]
+    rolled_back: tuple[str, ...]
+
+    def line(self) -> str:
+        return (f"deployment {self.deployment.name} is split: its run {self.run_id} committed on "
+                f"{', '.join(self.committed)} and rolled back on {', '.join(self.rolled_back)}")
+
+
+def last_run(records: Sequence[Mapping[str, Any]], name: str) -> tuple[str, dict[str, Any]] | None:
+    """The newest run of deployment ``name`` in a node's journal: (run id, its deployment record)."""
+    found = None
+    for record in records:
+        deployment = record.get("deployment")
+        if record.get("event") == STARTED and isinstance(deployment, dict) and deployment.get("name") == name:
+            found = (str(record.get("run_id")), deployment)
+    return found
+
+
+def outcome(records: Sequence[Mapping[str, Any]], run_id: str, name: str) -> Outcome:
+    """Run ``run_id`` of deployment ``name`` on this node (one apply over two deployments gives
+    both the same run id: a run of another deployment is not this one's)."""
+    mine = [r for r in records if r.get("run_id") == run_id]
+    if not any(r.get("event") == STARTED and isinstance(r.get("deployment"), dict) and r["deployment"].get("name") == name
+               for r in mine):
+        return Outcome.ABSENT
+    events = [r.get("event") for r in mine]
+    if FINISHED in events:
+        undone = any(r.get("event") == FINISHED and r.get("kind") == KIND_ROLLBACK and r.get("target") == run_id
+                     for r in records)
+        return Outcome.ROLLED_BACK if undone else Outcome.COMMITTED
+    if ROLLED_BACK in events or REVERTED_BY_ROLLBACK in events or ROLLBACK_FAILED in events:
+        # rollback_failed: its files are back, its previous server alone could not be healthy (its
+        # partner committed and went down with it): the next command that takes the lock closes it
+        return Outcome.ROLLED_BACK
+    if UNCHANGED in events:
+        return Outcome.ABSENT
+    return Outcome.OPEN
+
+
+def find_split(name: str, journals: Mapping[str, Sequence[Mapping[str, Any]] | str]) -> Split | None:
+    """The split of deployment ``name``'s last run, from its nodes' journals (a node's value: its
+    records, or why they could not be read), or None. Pure.
+
+    The last run is the newest one any node journaled for the deployment (run ids begin with their
+    UTC start time); its members are those its ``started`` record names. A split needs a node that
+    committed it and one that rolled it back, with every member's outcome known: a member whose
+    journal could not be read, or that is not among ``journals``, is refused (``GpuopsError``,
+    naming it) when another node committed; a run still open somewhere is left to settle."""
+    lasts = {host: found for host, records in journals.items() if not isinstance(records, str)
+             for found in [last_run(records, name)] if found is not None}
+    if not lasts:
+        return None
+    run_id, record = max(lasts.values(), key=lambda found: found[0])
+    members = record.get("members")
+    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+        raise GpuopsError(f"{min(h for h, f in lasts.items() if f[0] == run_id)}: the deployment record of run "
+                          f"{run_id} is not readable: {str(record)[:200]!r}")
+    outcomes: dict[str, Outcome] = {}
+    unknown: dict[str, str] = {}
+    for member in members:
+        records = journals.get(member)
+        if records is None:
+            unknown[member] = f"not a node of deployment {name} in this inventory"
+        elif isinstance(records, str):
+            unknown[member] = records
+        else:
+            outcomes[member] = outcome(records, run_id, name)
+    committed = tuple(m for m in members if outcomes.get(m) is Outcome.COMMITTED)
+    if not committed:
+        return None
+    if unknown:
+        host, why = next(iter(unknown.items()))
+        raise GpuopsError(f"{host}: its journal cannot be read ({why}), so whether deployment {name}'s run "
+                          f"{run_id}, committed on {', '.join(committed)}, is split cannot be told; nothing changed")
+    if any(o is Outcome.OPEN for o in outcomes.values()):
+        return None
+    rolled_back = tuple(m for m in members if outcomes[m] is Outcome.ROLLED_BACK)
+    if not rolled_back:
+        return None
+    return Split(Deployment(name=name, members=tuple(members), init_addr=str(record.get("init_addr") or "")),
+                 run_id, committed, rolled_back)
+
+
 # ---------------------------------------------------------------- reading the nodes, repairing
 
 
