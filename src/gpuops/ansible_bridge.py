@@ -23,7 +23,8 @@ from gpuops.apply.options import ApplyOptions, new_run_id
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import apply_host, discover_all
 from gpuops.errors import TransportError
-from gpuops.facts.collect import host_json, inspect_host
+from gpuops.facts.collect import host_json
+from gpuops.inspection import inspect_host
 from gpuops.inventory.builder import InventoryBuilder, resolve
 from gpuops.transport import HostOutcome
 from gpuops.transport.connvars import IMPLEMENTED, IRRELEVANT

@@ -5,21 +5,34 @@ Each value is one of:
   ``{"key": 1}`` / ``[...]``       inline YAML or JSON (typed values); must be a mapping
   ``@vars.yml``                    a YAML or JSON file holding a mapping
 Later values override earlier ones, key by key (top level only, like Ansible's default).
+
+``merged`` is the one way a host's variables and the run's extra vars combine (``-e`` wins), for
+every layer: ``apply/extra_vars.ExtraVars.for_host`` (the checked value apply carries) and
+``multi_node.py`` (which hosts form a deployment) both use it.
 """
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
 from gpuops.errors import InventoryError
 from gpuops.inventory.varsfiles import load_vars_file
 from gpuops.yamlfile import parse_yaml_text
 
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+
 
 class ExtraVarsError(GpuopsError):
     """An -e value that cannot be read: names the value or the file."""
+
+
+def merged(host: "Host", extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's variables with the extra vars over them (Ansible's precedence: ``-e`` wins)."""
+    return {**dict(host.vars or {}), **dict(extra)}
 
 
 def parse_extra_vars(values: list[str] | tuple[str, ...]) -> dict[str, Any]:

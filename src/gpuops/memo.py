@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from gpuops.plan.role_paths import default_roles_path, shared_templates_dirs
+from gpuops.role_paths import default_roles_path, shared_templates_dirs
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host

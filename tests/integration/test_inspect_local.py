@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.facts.collect import inspect_host
+from gpuops.inspection import inspect_host
 from gpuops.facts.to_json import facts_json
 from gpuops.inventory import Host
 from gpuops.lab.ports import free_port
@@ -169,7 +169,8 @@ def test_one_exec_per_host_for_facts_and_gate_scan(monkeypatch, tmp_path: Path) 
 
 
 def test_a_bad_host_var_fails_that_host_only() -> None:
-    from gpuops.facts.collect import host_json, inspect_hosts
+    from gpuops.facts.collect import host_json
+    from gpuops.inspection import inspect_hosts
 
     good = _local({"sglang_port": free_port()})
     bad = Host(name="bad", address=None, port=None, user=None, key_file=None, connection="local", groups=("all",),

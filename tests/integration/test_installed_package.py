@@ -191,7 +191,7 @@ def _pip_install(python: Path, target: Path | str, env: dict[str, str], *extra: 
 
 
 def _where(python: Path, env: dict[str, str]) -> tuple[Path, Path]:
-    probe = ("import gpuops, json; from pathlib import Path; from gpuops.plan.role_paths import installed_data_dir; "
+    probe = ("import gpuops, json; from pathlib import Path; from gpuops.role_paths import installed_data_dir; "
              "print(json.dumps([str(Path(gpuops.__file__).parent), str(installed_data_dir())]))")
     package, data = json.loads(_run([python, "-c", probe], env=env, cwd=env["HOME"]).stdout)
     return Path(package), Path(data)
@@ -242,7 +242,7 @@ def lab(lab_factory):
 # What the installed gpuops finds, asked of the installed package itself from outside the checkout.
 PROBE = """
 import json
-from gpuops.plan.role_paths import default_roles_path, installed_data_dir, shared_templates_dirs
+from gpuops.role_paths import default_roles_path, installed_data_dir, shared_templates_dirs
 from gpuops.plan.roles import load_role_tree
 names = sorted(p.name for p in (installed_data_dir() / "roles").iterdir() if p.is_dir())
 print(json.dumps({

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.apply.deployment import Deployment, DeploymentTxn
+from gpuops.apply.deployment import DeploymentTxn
 from gpuops.apply.deployment_node import DeploymentNode
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_gather import Gathered
@@ -25,6 +25,7 @@ from gpuops.apply.replica_roll import ReplicaRoll
 from gpuops.apply.replicas import Replica
 from gpuops.apply.router_api import Router
 from gpuops.inventory.model import Host
+from gpuops.multi_node import Deployment
 from gpuops.plan.changes import HandlerRun, ServiceSpec
 from gpuops.plan.model import Plan, PlanFacts
 from gpuops.plan.planner import Discovery

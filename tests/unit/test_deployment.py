@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuops.apply import deployment as dep
+from gpuops import multi_node as dep
+from gpuops.apply.deployment import DeploymentTxn
 from gpuops.errors import GpuopsError
 from gpuops.inventory import Host
 from gpuops.remote import host_protocol as hp
@@ -88,11 +89,11 @@ def test_the_role_renders_each_nodes_derived_flags_into_the_launch() -> None:
 # ---------------------------------------------------------------- the two-phase commit's holds
 
 
-def _txn(n: int = 3) -> dep.DeploymentTxn:
-    return dep.DeploymentTxn(dep.Deployment("kimi", tuple(f"n{i}" for i in range(n)), "10.0.0.1:20000"))
+def _txn(n: int = 3) -> DeploymentTxn:
+    return DeploymentTxn(dep.Deployment("kimi", tuple(f"n{i}" for i in range(n)), "10.0.0.1:20000"))
 
 
-def _in_threads(txn: dep.DeploymentTxn, point: str, names: list[str]) -> dict[str, Any]:
+def _in_threads(txn: DeploymentTxn, point: str, names: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     order: list[str] = []
     lock = threading.Lock()
@@ -151,7 +152,7 @@ def test_when_one_node_restarts_every_node_does() -> None:
     assert got == {"n0": None, "n1": None} and txn.restarts()
 
 
-def _gates(txn: dep.DeploymentTxn, checks: dict[str, Any], seen: list[str]) -> dict[str, Any]:
+def _gates(txn: DeploymentTxn, checks: dict[str, Any], seen: list[str]) -> dict[str, Any]:
     """Every node's commit gate run in its own thread, with ``checks[name]`` as its node check
     (apply/deployment_health.py); ``seen``: the checks in the order they ran."""
     out: dict[str, Any] = {}
@@ -312,15 +313,15 @@ def test_a_refused_node_releases_the_nodes_held_for_it() -> None:
     assert txn is None and why is not None
     # n1 joins the same deployment's transaction (as its own batch would find it): its stop_ready
     # hold returns at once, refused, instead of waiting for an n0 that never comes
-    held = dep.DeploymentTxn(dep.Deployment("kimi", ("n0", "n1"), "10.0.0.1:20000"), undoing=True)
+    held = DeploymentTxn(dep.Deployment("kimi", ("n0", "n1"), "10.0.0.1:20000"), undoing=True)
     rollbacks._txns["kimi"] = held
     rollbacks.join("n0", _RECORD)
     out = _in_threads(held, hp.EVENT_STOP_READY, ["n1"])
     assert out["n1"][0] is False and "fall in another batch" in str(out["n1"][1])
 
 
-def _undoing() -> dep.DeploymentTxn:
-    return dep.DeploymentTxn(dep.Deployment("kimi", ("n0", "n1"), "10.0.0.1:20000"), undoing=True)
+def _undoing() -> DeploymentTxn:
+    return DeploymentTxn(dep.Deployment("kimi", ("n0", "n1"), "10.0.0.1:20000"), undoing=True)
 
 
 def test_a_failed_rollback_is_undone_on_every_node_restarted_together() -> None:
@@ -334,7 +335,7 @@ def test_a_failed_rollback_is_undone_on_every_node_restarted_together() -> None:
     assert first["n0"] == first["n1"] == (True, None) and first["order"] == ["n1", "n0"]
     txn.rolling_back("n1", "the server was not healthy within 6s")
     assert sent == [{hp.MESSAGE_ABORT: "node n1 of deployment kimi failed: the server was not healthy within 6s"}]
-    assert txn.hold("n0", dep.DeploymentTxn.VERIFIED)[0] is False  # n0 does not commit
+    assert txn.hold("n0", DeploymentTxn.VERIFIED)[0] is False  # n0 does not commit
     txn.rolling_back("n0", "gpuops aborted the run")
     undo = _in_threads(txn, hp.EVENT_ROLLBACK_STOPPED, ["n0", "n1"])
     assert undo["n0"] == undo["n1"] == (True, None) and undo["order"] == ["n1", "n0"], undo
@@ -365,7 +366,7 @@ def test_a_node_still_stopped_for_the_rollback_is_told_not_to_restart_once_anoth
     txn.rolling_back("n1", "its files could not be restored")
     go, why = txn.hold("n0", hp.EVENT_ROLLBACK_STOPPED)
     assert go is False and "node n1 of deployment kimi failed" in str(why)
-    assert txn.hold("n0", dep.DeploymentTxn.RESTORED)[0] is False  # nor does a node not yet stopped stop
+    assert txn.hold("n0", DeploymentTxn.RESTORED)[0] is False  # nor does a node not yet stopped stop
 
 
 def test_a_node_that_ends_without_joining_releases_the_nodes_held_for_it_at_once() -> None:

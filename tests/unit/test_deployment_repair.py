@@ -1,4 +1,4 @@
-"""Which journals make a split deployment (apply/deployment_repair.find_split), and what the
+"""Which journals make a split deployment (multi_node.find_split), and what the
 repair refuses: a node of the split left out by -l, a journal that cannot be read."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from gpuops.apply import deployment_repair as repair
-from gpuops.apply.deployment_repair import Outcome, find_split
+from gpuops.apply.extra_vars import ExtraVars
+from gpuops.multi_node import Outcome, find_split, outcome
 from gpuops.errors import GpuopsError
 
 MEMBERS = ["n0", "n1"]
@@ -68,7 +69,7 @@ def test_a_rollback_that_undid_the_run_counts_as_rolled_back() -> None:
     # A rollback that committed on n0 only (its client died too) splits the run the other way round.
     split = find_split("kimi", {"n0": run(LAST, "finished") + rollback, "n1": run(LAST, "finished")})
     assert split is not None and split.committed == ("n1",) and split.rolled_back == ("n0",)
-    assert repair.outcome(run(LAST, "finished") + undo("r", LAST, "rolled_back"), LAST, "kimi") is Outcome.COMMITTED
+    assert outcome(run(LAST, "finished") + undo("r", LAST, "rolled_back"), LAST, "kimi") is Outcome.COMMITTED
 
 
 def test_only_the_deployments_last_run_counts() -> None:
@@ -119,11 +120,11 @@ def test_a_node_of_the_split_left_out_by_limit_is_refused(monkeypatch: pytest.Mo
     monkeypatch.setattr(repair, "_journals", fake_journals)
     everyone = [_host("n0"), _host("n1"), _host("other", None)]
     with pytest.raises(GpuopsError, match=r"^n0: deployment kimi is split: .* n0 is not in this run \(-l\)"):
-        repair.splits([everyone[1]], everyone, {}, options=None)  # type: ignore[arg-type]
+        repair.splits([everyone[1]], everyone, ExtraVars.none(), options=None)  # type: ignore[arg-type]
     assert read == [["n0", "n1"]]  # the unselected node's journal is read; a host of no deployment is not
-    found = repair.splits(everyone[:2], everyone, {}, options=None)  # type: ignore[arg-type]
+    found = repair.splits(everyone[:2], everyone, ExtraVars.none(), options=None)  # type: ignore[arg-type]
     assert [s.run_id for s in found] == [LAST]
-    assert repair.splits([everyone[2]], everyone, {}, options=None) == []  # type: ignore[arg-type]
+    assert repair.splits([everyone[2]], everyone, ExtraVars.none(), options=None) == []  # type: ignore[arg-type]
 
 
 def test_the_host_takes_a_target_rolled_back_already_only_to_finish_a_split(tmp_path: Any) -> None:
@@ -186,8 +187,8 @@ def test_a_run_that_committed_on_some_nodes_only_has_its_journals_read_again() -
         return {h.name: HostReport(host=h.name, ok=s in ("finished", "unchanged"), status=s)
                 for h, s in zip(hosts, statuses)}
 
-    assert repair._may_be_split(hosts, {}, reports("finished", "unknown", "finished"))
-    assert repair._may_be_split(hosts, {}, reports("rolled_back", "finished", "finished"))
-    assert not repair._may_be_split(hosts, {}, reports("finished", "finished", "failed"))  # solo is no node
-    assert not repair._may_be_split(hosts, {}, reports("rolled_back", "rolled_back", "finished"))
-    assert not repair._may_be_split(hosts, {}, reports("unchanged", "failed", "finished"))
+    assert repair._may_be_split(hosts, ExtraVars.none(), reports("finished", "unknown", "finished"))
+    assert repair._may_be_split(hosts, ExtraVars.none(), reports("rolled_back", "finished", "finished"))
+    assert not repair._may_be_split(hosts, ExtraVars.none(), reports("finished", "finished", "failed"))  # solo is no node
+    assert not repair._may_be_split(hosts, ExtraVars.none(), reports("rolled_back", "rolled_back", "finished"))
+    assert not repair._may_be_split(hosts, ExtraVars.none(), reports("unchanged", "failed", "finished"))

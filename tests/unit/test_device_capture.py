@@ -44,7 +44,8 @@ def _replayed_device(tmp_path: Path, monkeypatch) -> dict:
     as captured: its nvidia-smi replays the real H200 capture (the lab's replayer over
     tests/fixtures), and its python's site holds the packages (name, version) that the device's pip listed,
     with torch's version.py as the torch wheel writes it."""
-    from gpuops.facts.collect import host_json, inspect_hosts
+    from gpuops.facts.collect import host_json
+    from gpuops.inspection import inspect_hosts
     from gpuops.inventory import Host
     from gpuops.lab import fake_nvidia_smi
     from gpuops.lab.gpu_description import load_description

@@ -17,7 +17,8 @@ from labtools import release_scan
 from gpuops.errors import GpuopsError
 from gpuops.facts.container_python import ContainerTarget, container_python_sh, docker_target, parse_container
 from gpuops.gather import ProbeOutput
-from gpuops.plan.compose import composed, render_desired, with_contribution
+from gpuops.desired_state import composed, render_desired
+from gpuops.plan.compose import with_contribution
 from gpuops.plan.image_patch import patch_hash, path_in_image, repository_for
 from gpuops.plan.model import FileState, PlanFacts
 

@@ -14,7 +14,8 @@ from test_compose import FLAG, STATE, TREE, base, launch, roles_path, run  # noq
 
 from gpuops.apply.recompose import judge
 from gpuops.errors import GpuopsError
-from gpuops.plan.compose import read_desired, without_run
+from gpuops.desired_state import read_desired
+from gpuops.plan.compose import without_run
 from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
 from gpuops.remote.recompose import later_standing, pick_target, runs_in_order, undone_runs

@@ -13,7 +13,8 @@ import pytest
 from gpuops.errors import GpuopsError
 from gpuops.lab.sglang_cache import sglang_wheel
 from gpuops.lab.wheelhouse import satisfying_version
-from gpuops.plan.compose import composed, with_contribution
+from gpuops.desired_state import composed
+from gpuops.plan.compose import with_contribution
 from gpuops.release.flags import check_launch, release_flags, rename_flags
 from gpuops.release.wheel import parse_requires, read_release
 

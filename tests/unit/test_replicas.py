@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.apply import deployment, deployment_health, replicas
+from gpuops import multi_node
+from gpuops.apply import deployment_health, replicas
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.errors import GpuopsError
 from gpuops.inventory import Host
 from gpuops.plan import varcheck
@@ -62,21 +64,21 @@ def test_bad_replica_variables_are_one_clear_error_naming_the_host(variables: di
 def test_look_alike_replicas_rolled_without_a_router_are_warned_about() -> None:
     hosts = [_host(n, sglang_args=["--model-path", f"/data/{n}/Kimi-K2.5", "--tp", "8"]) for n in ("a", "b")]
     hosts.append(_host("c", sglang_args=["--model-path", "/models/other"]))
-    warnings = replicas.replica_warnings(hosts, {}, {}, rolling=True)
+    warnings = replicas.replica_warnings(hosts, ExtraVars.none(), {}, rolling=True)
     assert set(warnings) == {"a", "b"} and "a, b serve the same model (Kimi-K2.5)" in warnings["a"]
-    assert replicas.replica_warnings(hosts, {}, {}, rolling=False) == {}
+    assert replicas.replica_warnings(hosts, ExtraVars.none(), {}, rolling=False) == {}
     named = {"a": object(), "b": object()}
-    assert replicas.replica_warnings(hosts, {}, named, rolling=True) == {}  # type: ignore[arg-type]
+    assert replicas.replica_warnings(hosts, ExtraVars.none(), named, rolling=True) == {}  # type: ignore[arg-type]
 
 
 def test_preflight_of_hosts_without_routers_asks_nothing() -> None:
-    assert replicas.preflight([_host("a"), _host("b")], {}) == {}
+    assert replicas.preflight([_host("a"), _host("b")], ExtraVars.none()) == {}
 
 
 def test_the_variable_check_knows_every_replica_variable() -> None:
     assert set(varcheck.RUN_VARIABLES) == {replicas.ROUTER_VAR, replicas.WORKER_URL_VAR, replicas.ROUTER_KEY_VAR,
                                            replicas.DRAIN_VAR, replicas.ROUTER_HEALTH_VAR,
-                                           deployment.DEPLOYMENT_VAR, deployment.RANK_VAR, deployment.DIST_PORT_VAR,
+                                           multi_node.DEPLOYMENT_VAR, multi_node.RANK_VAR, multi_node.DIST_PORT_VAR,
                                            deployment_health.ANSWER_VAR}
 
 

@@ -13,7 +13,7 @@ decided cannot tell whether its partners did), so the repair below is the mechan
 next ``gpuops apply`` or ``gpuops rollback`` on any node of the deployment runs it first:
 
 * every node's journal is read (the ``started`` record of a deployment's run names its deployment:
-  name, members, init address), and the deployment's last run ``X`` judged (``find_split``, pure):
+  name, members, init address), and the deployment's last run ``X`` judged (``multi_node.find_split``, pure):
   committed on some nodes, rolled back (its lease, an abort, a later rollback) on others: a split;
 * the rule is ROLLBACK, not roll-forward: the client going away rolls back every node (the issue's
   promise), and the nodes that rolled back did what the protocol promises; rolling forward would
@@ -32,132 +32,29 @@ while another node committed ``X``: one line naming it, nothing changed (``Gpuop
 from __future__ import annotations
 
 import dataclasses
-import enum
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from gpuops.apply.deployment import Deployment, deployment_name
-from gpuops.errors import GpuopsError
-from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, STATUS_FINISHED, STATUS_ROLLED_BACK, UNCHANGED
-from gpuops.apply.options import inventory_state_dir
-from gpuops.apply.host_report import HostReport
-from gpuops.apply.options import new_run_id
-from gpuops.apply.probes import journal_probe
-from gpuops.gather import ProbeFailure, gather
-from gpuops.remote.host_protocol import STATUS_SKIPPED
 from gpuops import transport
+from gpuops.apply.extra_vars import ExtraVars
+from gpuops.apply.host_report import HostReport
+from gpuops.apply.options import inventory_state_dir, new_run_id
+from gpuops.apply.probes import journal_probe
+from gpuops.apply.undo import rollback_hosts
+from gpuops.errors import GpuopsError
+from gpuops.gather import ProbeFailure, gather
+from gpuops.multi_node import Split, deployment_name, find_split
+from gpuops.remote.host_protocol import STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_SKIPPED
 from gpuops.transport import run_on_hosts
 
 if TYPE_CHECKING:
-    from gpuops.apply.host_report import HostReport
     from gpuops.apply.options import ApplyOptions
     from gpuops.inventory import Host
-
-
-class Outcome(enum.Enum):
-    """What a node's journal says of one run of its deployment."""
-
-    COMMITTED = "committed"      # finished, and no finished rollback undid it since
-    ROLLED_BACK = "rolled back"  # rolled back (its lease, an abort, a failure), or being rolled back (its
-    #                              previous server alone not healthy), or undone by a rollback
-    OPEN = "open"                # started without an end: in progress, or its worker died (the next
-    #                              command that takes the host's lock rolls it back first)
-    ABSENT = "absent"            # no record of the run here, or "unchanged" (the node had nothing to do)
-
-
-@dataclass(frozen=True)
-class Split:
-    """Run ``run_id`` of ``deployment`` committed on ``committed`` and rolled back on ``rolled_back``."""
-
-    deployment: Deployment
-    run_id: str
-    committed: tuple[str, ...]
-    rolled_back: tuple[str, ...]
-
-    def line(self) -> str:
-        return (f"deployment {self.deployment.name} is split: its run {self.run_id} committed on "
-                f"{', '.join(self.committed)} and rolled back on {', '.join(self.rolled_back)}")
-
-
-def last_run(records: Sequence[Mapping[str, Any]], name: str) -> tuple[str, dict[str, Any]] | None:
-    """The newest run of deployment ``name`` in a node's journal: (run id, its deployment record)."""
-    found = None
-    for record in records:
-        deployment = record.get("deployment")
-        if record.get("event") == STARTED and isinstance(deployment, dict) and deployment.get("name") == name:
-            found = (str(record.get("run_id")), deployment)
-    return found
-
-
-def outcome(records: Sequence[Mapping[str, Any]], run_id: str, name: str) -> Outcome:
-    """Run ``run_id`` of deployment ``name`` on this node (one apply over two deployments gives
-    both the same run id: a run of another deployment is not this one's)."""
-    mine = [r for r in records if r.get("run_id") == run_id]
-    if not any(r.get("event") == STARTED and isinstance(r.get("deployment"), dict) and r["deployment"].get("name") == name
-               for r in mine):
-        return Outcome.ABSENT
-    events = [r.get("event") for r in mine]
-    if FINISHED in events:
-        undone = any(r.get("event") == FINISHED and r.get("kind") == KIND_ROLLBACK and r.get("target") == run_id
-                     for r in records)
-        return Outcome.ROLLED_BACK if undone else Outcome.COMMITTED
-    if ROLLED_BACK in events or REVERTED_BY_ROLLBACK in events or ROLLBACK_FAILED in events:
-        # rollback_failed: its files are back, its previous server alone could not be healthy (its
-        # partner committed and went down with it): the next command that takes the lock closes it
-        return Outcome.ROLLED_BACK
-    if UNCHANGED in events:
-        return Outcome.ABSENT
-    return Outcome.OPEN
-
-
-def find_split(name: str, journals: Mapping[str, Sequence[Mapping[str, Any]] | str]) -> Split | None:
-    """The split of deployment ``name``'s last run, from its nodes' journals (a node's value: its
-    records, or why they could not be read), or None. Pure.
-
-    The last run is the newest one any node journaled for the deployment (run ids begin with their
-    UTC start time); its members are those its ``started`` record names. A split needs a node that
-    committed it and one that rolled it back, with every member's outcome known: a member whose
-    journal could not be read, or that is not among ``journals``, is refused (``GpuopsError``,
-    naming it) when another node committed; a run still open somewhere is left to settle."""
-    lasts = {host: found for host, records in journals.items() if not isinstance(records, str)
-             for found in [last_run(records, name)] if found is not None}
-    if not lasts:
-        return None
-    run_id, record = max(lasts.values(), key=lambda found: found[0])
-    members = record.get("members")
-    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
-        raise GpuopsError(f"{min(h for h, f in lasts.items() if f[0] == run_id)}: the deployment record of run "
-                          f"{run_id} is not readable: {str(record)[:200]!r}")
-    outcomes: dict[str, Outcome] = {}
-    unknown: dict[str, str] = {}
-    for member in members:
-        records = journals.get(member)
-        if records is None:
-            unknown[member] = f"not a node of deployment {name} in this inventory"
-        elif isinstance(records, str):
-            unknown[member] = records
-        else:
-            outcomes[member] = outcome(records, run_id, name)
-    committed = tuple(m for m in members if outcomes.get(m) is Outcome.COMMITTED)
-    if not committed:
-        return None
-    if unknown:
-        host, why = next(iter(unknown.items()))
-        raise GpuopsError(f"{host}: its journal cannot be read ({why}), so whether deployment {name}'s run "
-                          f"{run_id}, committed on {', '.join(committed)}, is split cannot be told; nothing changed")
-    if any(o is Outcome.OPEN for o in outcomes.values()):
-        return None
-    rolled_back = tuple(m for m in members if outcomes[m] is Outcome.ROLLED_BACK)
-    if not rolled_back:
-        return None
-    return Split(Deployment(name=name, members=tuple(members), init_addr=str(record.get("init_addr") or "")),
-                 run_id, committed, rolled_back)
 
 
 # ---------------------------------------------------------------- reading the nodes, repairing
 
 
-def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
+def _journals(hosts: Sequence["Host"], extra: ExtraVars,
               options: "ApplyOptions") -> dict[str, list[dict[str, Any]] | str]:
     """Each node's journal (its state dir: ``-e``'s, else the inventory's; one read-only exec
     each): records, or why not."""
@@ -175,15 +72,15 @@ def _journals(hosts: Sequence["Host"], extra: Mapping[str, Any],
             for name, o in outcomes.items()}
 
 
-def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mapping[str, Any],
+def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: ExtraVars,
            options: "ApplyOptions") -> list[Split]:
     """The splits of the deployments the selected hosts are nodes of (``sglang_deployment``, as the
     inventory or ``-e`` name it), every node's journal read. A node of a split that is not selected:
     one line naming it (``GpuopsError``), nothing changed."""
-    names = {n for h in selected for n in [deployment_name({**dict(h.vars or {}), **dict(extra)})] if n is not None}
+    names = {n for h in selected for n in [deployment_name(extra.for_host(h))] if n is not None}
     if not names:
         return []
-    nodes = {name: [h for h in inventory if deployment_name({**dict(h.vars or {}), **dict(extra)}) == name]
+    nodes = {name: [h for h in inventory if deployment_name(extra.for_host(h)) == name]
              for name in names}
     journals = _journals([h for name in sorted(names) for h in nodes[name]], extra, options)
     chosen = {h.name for h in selected}
@@ -204,10 +101,6 @@ def splits(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mappi
 def finish(split: Split, inventory: Sequence["Host"], options: "ApplyOptions") -> dict[str, "HostReport"]:
     """Undo ``split``'s run on every node as one (the held rollback): each node's report, its notes
     saying what was done."""
-    # Imported here, not at the top: inspect imports this module for find_split, and the rollback
-    # machinery (undo, recompose, the planner) is needed only to finish a split (measured, issue 40).
-    from gpuops.apply.undo import rollback_hosts
-
     by_name = {h.name: h for h in inventory}
     hosts = [by_name[m] for m in split.deployment.members]
     # Every node at once, in one batch: the held rollback refuses a deployment split over batches.
@@ -220,7 +113,7 @@ def finish(split: Split, inventory: Sequence["Host"], options: "ApplyOptions") -
     return reports
 
 
-def before_command(selected: Sequence["Host"], inventory: Sequence["Host"], extra: Mapping[str, Any],
+def before_command(selected: Sequence["Host"], inventory: Sequence["Host"], extra: ExtraVars,
                    options: "ApplyOptions") -> tuple[dict[str, "HostReport"], dict[str, list[str]]]:
     """What ``gpuops apply`` / ``gpuops rollback`` do first: with ``--check``, each split as a
     warning on its nodes (nothing changed); else every split finished. Returns (the repaired
@@ -235,7 +128,7 @@ def before_command(selected: Sequence["Host"], inventory: Sequence["Host"], extr
     return reports, {}
 
 
-def around(hosts: Sequence["Host"], extra: Mapping[str, Any], options: "ApplyOptions",
+def around(hosts: Sequence["Host"], extra: ExtraVars, options: "ApplyOptions",
            transactions: Callable[[str], dict[str, "HostReport"]]) -> tuple[str, dict[str, "HostReport"]]:
     """``gpuops apply``'s transactions (``transactions(run_id)``: every host's report), with the
     splits of their deployments rolled back first, and a split the run leaves itself (a node's
@@ -262,11 +155,11 @@ def around(hosts: Sequence["Host"], extra: Mapping[str, Any], options: "ApplyOpt
     return run_id, reports
 
 
-def _may_be_split(hosts: Sequence["Host"], extra: Mapping[str, Any], reports: Mapping[str, "HostReport"]) -> bool:
+def _may_be_split(hosts: Sequence["Host"], extra: ExtraVars, reports: Mapping[str, "HostReport"]) -> bool:
     """A deployment with a node that committed and one that did not: its journals decide."""
     by_deployment: dict[str, list["HostReport"]] = {}
     for host in hosts:
-        name = deployment_name({**dict(host.vars or {}), **dict(extra)})
+        name = deployment_name(extra.for_host(host))
         if name is not None and host.name in reports:
             by_deployment.setdefault(name, []).append(reports[host.name])
     return any(any(r.status == STATUS_FINISHED for r in nodes) and not all(r.ok for r in nodes)

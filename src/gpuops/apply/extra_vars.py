@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from gpuops.extravars import merged
 from gpuops.plan.roles import load_role_tree
 from gpuops.plan.varcheck import check_extra_vars
 
@@ -33,6 +34,11 @@ class ExtraVars(Mapping[str, Any]):
         check_extra_vars(role, load_role_tree(role), values)
         return cls(values)
 
+    @classmethod
+    def none(cls) -> "ExtraVars":
+        """No ``-e`` (``gpuops rollback``, inspect's view of a deployment): nothing to check."""
+        return cls({})
+
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
 
@@ -48,8 +54,3 @@ class ExtraVars(Mapping[str, Any]):
     def for_host(self, host: "Host") -> dict[str, Any]:
         """The host's variables for this run (Ansible's precedence: ``-e`` wins)."""
         return merged(host, self)
-
-
-def merged(host: "Host", extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The host's variables with the extra vars over them (Ansible's precedence: ``-e`` wins)."""
-    return {**dict(host.vars or {}), **dict(extra)}

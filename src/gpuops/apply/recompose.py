@@ -36,7 +36,8 @@ from gpuops.apply.remote_exec import run_helper
 from gpuops.apply.rollback_pipeline import RollbackRun, RollbackStrategy, Undone
 from gpuops.facts.python_select import preamble_for_vars
 from gpuops.gather import ProbeFailure, gather
-from gpuops.plan.compose import composed, read_desired, without_run
+from gpuops.desired_state import composed, read_desired
+from gpuops.plan.compose import without_run
 from gpuops.plan.model import PlanFacts
 from gpuops.plan.planner import discover, plan_role, vars_digest
 from gpuops.remote.recompose import is_rollback, later_standing, name_runs, paths_of, pick_target, runs_in_order, touchers

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_call import module_answer
 from gpuops.apply.router_api import Router, RouterError, RouterUnreachable, Worker, comparable, normal_url
 from gpuops.errors import GpuopsError
@@ -122,14 +123,14 @@ def default_worker_url(host: "Host", variables: Mapping[str, Any]) -> str:
     return f"http://{address}:{variables.get('sglang_port', 30000)}"
 
 
-def preflight(hosts: Sequence["Host"], extra: Mapping[str, Any]) -> dict[str, Replica]:
+def preflight(hosts: Sequence["Host"], extra: ExtraVars) -> dict[str, Replica]:
     """Every replica of the run, checked against its router before any host is touched: one clear
     error (exit 2) when a router refuses or speaks no worker API gpuops knows. What a replica the
     router does not list, or a router that does not answer, means depends on whether its server
     runs: ``refusal`` decides, per host, once that is gathered."""
     replicas: dict[str, Replica] = {}
     for host in hosts:
-        replica = replica_for(host, {**dict(host.vars or {}), **dict(extra)})
+        replica = replica_for(host, extra.for_host(host))
         if replica is not None:
             replicas[host.name] = replica
     detected: dict[Router, tuple[Router, list[Worker]] | RouterUnreachable] = {}
@@ -169,7 +170,7 @@ def refusal(replica: Replica, starting: bool, restarting: bool) -> str | None:
     return None
 
 
-def replica_warnings(hosts: Sequence["Host"], extra: Mapping[str, Any], replicas: Mapping[str, Replica],
+def replica_warnings(hosts: Sequence["Host"], extra: ExtraVars, replicas: Mapping[str, Replica],
                      rolling: bool) -> dict[str, str]:
     """Hosts rolled with --serial that serve the same model and name no router: their restarts drop
     the requests they hold. One warning per such host."""
@@ -179,7 +180,7 @@ def replica_warnings(hosts: Sequence["Host"], extra: Mapping[str, Any], replicas
     for host in hosts:
         if host.name in replicas:
             continue
-        model = _model_path({**dict(host.vars or {}), **dict(extra)})
+        model = _model_path(extra.for_host(host))
         if model:
             by_model.setdefault(model, []).append(host.name)
     out: dict[str, str] = {}

@@ -14,7 +14,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Sequence
 
-from gpuops.apply import deployment as multi_node, deployment_repair, replicas as replica_set
+from gpuops import multi_node
+from gpuops.apply import deployment_repair, replicas as replica_set
+from gpuops.apply.deployment import DeploymentTxn
 from gpuops.apply.deployment_node import DeploymentNode
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_report import HostReport
@@ -26,7 +28,6 @@ from gpuops import timings
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
-    from gpuops.apply.deployment import DeploymentTxn
     from gpuops.apply.replicas import Replica
     from gpuops.inventory import Host
     from gpuops.plan.planner import Discovery
@@ -79,7 +80,7 @@ def apply_role(hosts: Sequence["Host"], role: str, extra: ExtraVars, options: Ap
     warnings = replica_set.replica_warnings(hosts, extra, replicas,
                                             rolling=bool(options.rollout is not None and options.rollout.sizes))
     def transactions(run_id: str) -> dict[str, HostReport]:
-        txns = {name: multi_node.DeploymentTxn(d) for name, d in deployments.items()}
+        txns = {name: DeploymentTxn(d) for name, d in deployments.items()}
 
         def one(host: "Host") -> HostReport:
             name = multi_node.deployment_name(extra.for_host(host))

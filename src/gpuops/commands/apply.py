@@ -13,7 +13,6 @@ from gpuops.commands.options import (flush_cache_option, forget_kept, forks_opti
                                      inventory_options, rollout_options)
 from gpuops import time_limits, timings
 from gpuops.apply import deployment_repair
-from gpuops.apply.deployment import check_whole
 from gpuops.apply.render import render_history, render_reports
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import ApplyOptions, apply_role, history_hosts, rollback_hosts
@@ -22,6 +21,7 @@ from gpuops.errors import GpuopsError
 from gpuops.extravars import parse_extra_vars
 from gpuops.inventory import load_inventory
 from gpuops.inventory.vault import NO_PASSWORD_HINT, decrypt_values, find_encrypted
+from gpuops.multi_node import check_whole
 from gpuops.output import echo_trusted, use_color
 from gpuops.transport import ConnectOptions
 from gpuops.transport.connvars import refuse_connection_vars
@@ -142,7 +142,7 @@ def rollback(inventory: Any, limit: str | None, as_json: bool, forks: int,
                        + (f" ({together})" if together else ""))
         return
     # A deployment split by its last run: finishing its rollback on every node is this rollback there.
-    reports, _ = deployment_repair.before_command(hosts, everyone.hosts, {}, options)
+    reports, _ = deployment_repair.before_command(hosts, everyone.hosts, ExtraVars.none(), options)
     rest = [h for h in hosts if h.name not in reports]
     if rest:
         reports.update(rollback_hosts(rest, run_id, options))

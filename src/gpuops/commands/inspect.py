@@ -36,7 +36,7 @@ def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bo
          known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False,
          flush_cache: bool = False) -> tuple[list[Any], dict[str, Any]]:
     from gpuops.commands.options import forget_kept
-    from gpuops.facts.collect import inspect_hosts
+    from gpuops.inspection import inspect_hosts
     from gpuops.inventory import load_inventory
 
     hosts = load_inventory(inventory).select(limit)

@@ -1,19 +1,15 @@
-"""Gather facts (and the gate scan) from many hosts: one exec per host, hosts in parallel.
-
-This is the I/O edge of `gpuops inspect`: connect, run ONE gather script holding every fact probe
-and the gate scanner, parse, judge the gates locally. One host failing never stops the others.
+"""What `gpuops inspect` makes of one host's gathered values: the facts, the gate scan judged
+locally, the SGLang stack's problems, and the JSON of each host's outcome. The exec itself (one
+per host, hosts in parallel, a dead run finished first) is ``gpuops/inspection.py``'s, above apply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuops.facts.host import HostFacts, host_facts, preamble, probes_for
+from gpuops.facts.host import HostFacts
 from gpuops.facts.to_json import facts_json
-from gpuops import timings
-from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
 from gpuops.facts.container_python import docker_target, in_container, in_image_probe
 from gpuops.facts.server_report import report_json
 from gpuops.facts.software_stack import flashinfer_wanted, stack_problems
@@ -21,19 +17,15 @@ from gpuops.gates import fits, kernels
 from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group, weight_format
 from gpuops.gates.judge_memo import judge_or_recall
 from gpuops.gates.scan import GateScan
-from gpuops.gather import ProbeFailure, gather
-from gpuops.prefetch import prefetch
-from gpuops.transport import run_on_hosts
-from gpuops import transport
+from gpuops.gather import ProbeFailure
 
 if TYPE_CHECKING:
     from gpuops.gates.evaluate import GateReport
     from gpuops.gates.scan import GateScan
     from gpuops.gather import ProbeFailure
     from gpuops.inventory import Host
-    from gpuops.transport import ConnectOptions, HostOutcome
+    from gpuops.transport import HostOutcome
 
-DEFAULT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -45,7 +37,7 @@ class HostInspection:
     stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
 
 
-def _gate_probe(with_sources: bool, host: Host, offer: bool = True) -> tuple[Any, str | None]:
+def gate_scan_probe_for(with_sources: bool, host: Host, offer: bool = True) -> tuple[Any, str | None]:
     try:
         from gpuops.gates.probe import gate_scan_probe
     except ImportError as exc:
@@ -53,7 +45,7 @@ def _gate_probe(with_sources: bool, host: Host, offer: bool = True) -> tuple[Any
     return gate_scan_probe(with_sources=with_sources, host=host, offer=offer), None  # offers the scans kept for this host
 
 
-def _scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
+def scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
     """What `inspect --json` says of the gate scan itself: whether the host scanned or the kept scan
     of its unchanged tree was used, and that tree's fingerprint (none when the scan never came back)."""
 
@@ -62,9 +54,9 @@ def _scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
     return {"cached": scan.cached, "fingerprint": scan.fingerprint}
 
 
-# The modules `_judge` and `_stack` import (the gate evaluation pulls in the catalog, the gate
+# The modules `_judge` and `stack_problems_of` import (the gate evaluation pulls in the catalog, the gate
 # logic and the role specs): prefetched during the exec, see gpuops.prefetch.
-_PARSE_MODULES = ("gpuops.gates.evaluate", "gpuops.gates.judge_memo", "gpuops.plan.roles", "gpuops.facts.software_stack")
+PARSE_MODULES = ("gpuops.gates.evaluate", "gpuops.gates.judge_memo", "gpuops.plan.roles", "gpuops.facts.software_stack")
 
 _READS_SGLANG = ("host.system", "software.python", "gates.scan")
 
@@ -112,10 +104,11 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True
     return report, None if report.known else report.reason
 
 
-def judge_facts(facts: HostFacts, scan: Any, host_name: str = "") -> tuple[Any, str | None]:
+def judge_facts(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True) -> tuple[Any, str | None]:
     """The verdicts inspect gives for ``scan`` on the host of ``facts`` (SGLang's gates AND the
-    kernel libraries'); (None, why) when they cannot be given. sglang-release judges a new tree so."""
-    return _judge(facts, scan, host_name)
+    kernel libraries'); (None, why) when they cannot be given. sglang-release judges a new tree so.
+    ``recall=False`` (``--flush-cache``): no kept verdict is recalled."""
+    return _judge(facts, scan, host_name, recall=recall)
 
 
 def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
@@ -167,68 +160,11 @@ def _reported_settings(facts: HostFacts) -> dict[str, Any] | None:
     return {k: report.get(k) for k in ("route", "settings", "error")} if report else None
 
 
-def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
-                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Any] = (),
-                 recall: bool = True) -> HostInspection:
-    """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
-    (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
-    probes: list[Any] = probes_for(host) + list(extra_probes)
-    gate_probe, gates_error = _gate_probe(with_sources, host, offer=recall) if with_gates else (None, None)
-    if gate_probe is not None:
-        probes.append(gate_probe)
-    probes = sglang_probes_in_docker(host, probes)
-    journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
-    script_preamble = preamble(host)
-    recovered: list[str] = []
-    later = None
-    try:
-        conn = transport.connect(host, options)
-        try:
-            # While this thread waits on the exec, another imports what judging needs (not earlier:
-            # key exchange and authentication are CPU work here, they would only slow down).
-            later = prefetch(*_PARSE_MODULES) if gate_probe is not None else None
-            values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
-            if has_unfinished(values.get(journal.name)):
-                recovered = recover_host(conn, host)
-                values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
-        finally:
-            conn.close()
-    finally:
-        if later is not None:
-            later.join()  # never import those modules while the prefetch may still be at them
-
-    with timings.span("parse", host.name):
-        facts = host_facts(values)
-        report = None
-        if gate_probe is not None:
-            report, gates_error = _judge(facts, values.get(gate_probe.name), host.name, recall=recall)
-    extra = {p.name: values.get(p.name) for p in extra_probes}
-    if gate_probe is not None:
-        extra["gpuops.gate_scan"] = _scan_summary(values.get(gate_probe.name))
-    if recovered:
-        extra["gpuops.recovered"] = recovered
-    # the journal as read (after any recovery): a deployment split by its last run (facts/deployment.py)
-    extra["gpuops.journal"] = values.get(journal.name)
-    return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra,
-                          stack=tuple(_stack(facts, report)))
-
-
-def _stack(facts: HostFacts, report: GateReport | None) -> list[str]:
+def stack_problems_of(facts: HostFacts, report: GateReport | None) -> list[str]:
     settings = facts.server.settings if facts.server.known else None
     features = dict(report.features) if report is not None else {}
     wanted = flashinfer_wanted(features, settings.args if settings else None)
     return stack_problems(facts.packages, facts.banner.cuda_driver_version, wanted)
-
-
-def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
-                  with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S,
-                  recall: bool = True) -> dict[str, HostOutcome[HostInspection]]:
-    return run_on_hosts(
-        hosts,
-        lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout,
-                                  recall=recall),
-        forks=forks,
-    )
 
 
 def gate_json(inspection: HostInspection) -> tuple[list[Any], dict[str, Any]]:

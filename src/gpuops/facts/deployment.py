@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
-from gpuops.apply.deployment import plan_deployments
-from gpuops.apply.deployment_repair import find_split
+from gpuops.multi_node import find_split, plan_deployments
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuops.gather import Probe, ProbeOutput
 from gpuops.errors import GpuopsError
-from gpuops.plan.compose import composed, read_desired
+from gpuops.desired_state import composed, read_desired
 from gpuops.secret_policy import mask_args, mask_env
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
-from gpuops.facts.collect import inspect_host
+from gpuops.inspection import inspect_host
 from gpuops.facts.to_json import facts_json
 from gpuops.remote.sglang_argv import launch_args
 from gpuops.inventory import load_inventory

@@ -28,7 +28,8 @@ from gpuops import pcie_ipc
 from gpuops.gates.patch import patch_recipe
 from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
 from gpuops.plan.changes import LogCheck
-from gpuops.plan.compose import plan_compose, read_desired
+from gpuops.desired_state import read_desired
+from gpuops.plan.compose import plan_compose
 from gpuops.plan.gate_patch import patch_changes
 from gpuops.plan.image_patch import plan_image_patch
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.errors import GpuopsError
 from gpuops.plan.argspec import Arg, ModuleSpec, declares
 from gpuops.plan.files import gathered_file
-from gpuops.plan.compose import composed, read_desired
+from gpuops.desired_state import composed, read_desired
 from gpuops.release.flags import check_launch, release_flags
 from gpuops.release.wheel import canonical, release
 

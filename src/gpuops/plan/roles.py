@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuops.plan.argspec import RoleError, check_task_args, closest
 from gpuops.plan.modules import SPECS
-from gpuops.plan.role_paths import default_roles_path, installed_data_dir, project_root, shared_templates_dirs  # noqa: F401  (re-exported)
+from gpuops.role_paths import default_roles_path, installed_data_dir, project_root, shared_templates_dirs  # noqa: F401  (re-exported)
 from gpuops.plan.task import Role, Task
 from gpuops.yamlfile import load_yaml_file
 

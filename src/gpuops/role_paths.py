@@ -1,7 +1,8 @@
 """Where roles and shared templates are looked up: ``$GPUOPS_ROLES_PATH``, ./roles, then the ones
 this gpuops carries (inside the installed package, or the checkout's for an editable install). Kept
-apart from ``roles.py`` (which loads and checks roles, and so imports every module's argument spec)
-because the no-op memo's ``memo.code_digest`` needs only these directories."""
+apart from ``plan/roles.py`` (which loads and checks roles, and so imports every module's argument
+spec), below the memo layer, because the no-op memo's ``memo.code_digest`` needs only these
+directories."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ def default_roles_path() -> list[Path]:
 
 
 def project_root() -> Path:
-    # src/gpuops/plan/role_paths.py -> the checkout (roles/ and templates/ live at its top)
-    return Path(__file__).resolve().parents[3]
+    # src/gpuops/role_paths.py -> the checkout (roles/ and templates/ live at its top)
+    return Path(__file__).resolve().parents[2]
 
 
 def installed_data_dir() -> Path:

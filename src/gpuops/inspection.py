@@ -1,0 +1,85 @@
+"""``gpuops inspect`` across hosts: ONE exec per host, hosts in parallel; one host failing never
+stops the others.
+
+Connect, run one gather script holding every fact probe, the gate scanner and the apply journal,
+then parse and judge locally (``facts/collect.py``). A run whose host-side worker died is rolled
+back first and the host gathered again (``apply/recovery.py``): so this sits above apply, with the
+other things a command does across hosts, while the facts themselves stay below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuops import timings, transport
+from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
+from gpuops.facts.collect import (PARSE_MODULES, HostInspection, gate_scan_probe_for, judge_facts, scan_summary,
+                                  sglang_probes_in_docker, stack_problems_of)
+from gpuops.facts.host import host_facts, preamble, probes_for
+from gpuops.gather import gather
+from gpuops.prefetch import prefetch
+from gpuops.transport import run_on_hosts
+
+if TYPE_CHECKING:
+    from gpuops.inventory import Host
+    from gpuops.transport import ConnectOptions, HostOutcome
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
+                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Any] = (),
+                 recall: bool = True) -> HostInspection:
+    """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
+    (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
+    probes: list[Any] = probes_for(host) + list(extra_probes)
+    gate_probe, gates_error = gate_scan_probe_for(with_sources, host, offer=recall) if with_gates else (None, None)
+    if gate_probe is not None:
+        probes.append(gate_probe)
+    probes = sglang_probes_in_docker(host, probes)
+    journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
+    script_preamble = preamble(host)
+    recovered: list[str] = []
+    later = None
+    try:
+        conn = transport.connect(host, options)
+        try:
+            # While this thread waits on the exec, another imports what judging needs (not earlier:
+            # key exchange and authentication are CPU work here, they would only slow down).
+            later = prefetch(*PARSE_MODULES) if gate_probe is not None else None
+            values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
+            if has_unfinished(values.get(journal.name)):
+                recovered = recover_host(conn, host)
+                values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
+        finally:
+            conn.close()
+    finally:
+        if later is not None:
+            later.join()  # never import those modules while the prefetch may still be at them
+
+    with timings.span("parse", host.name):
+        facts = host_facts(values)
+        report = None
+        if gate_probe is not None:
+            report, gates_error = judge_facts(facts, values.get(gate_probe.name), host.name, recall=recall)
+    extra = {p.name: values.get(p.name) for p in extra_probes}
+    if gate_probe is not None:
+        extra["gpuops.gate_scan"] = scan_summary(values.get(gate_probe.name))
+    if recovered:
+        extra["gpuops.recovered"] = recovered
+    # the journal as read (after any recovery): a deployment split by its last run (facts/deployment.py)
+    extra["gpuops.journal"] = values.get(journal.name)
+    return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra,
+                          stack=tuple(stack_problems_of(facts, report)))
+
+
+def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
+                  with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S,
+                  recall: bool = True) -> dict[str, HostOutcome[HostInspection]]:
+    return run_on_hosts(
+        hosts,
+        lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout,
+                                  recall=recall),
+        forks=forks,
+    )
