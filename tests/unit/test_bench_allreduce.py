@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -28,21 +30,60 @@ def _has_torch(python: str) -> bool:
         return False
 
 
-def torch_python() -> str | None:
+# Run by the module's torch probe: gloo's presence first, then the PCIe IPC kernels' own checks
+# (allreduce_bench.pcie_ipc_unavailable) with the host's torch, so that torch is imported once for
+# both (an import of torch costs ~4 CPU-s).
+PROBE = (
+    "import sys, torch, torch.distributed as d\n"
+    "assert d.is_gloo_available()\n"
+    "print('gloo available')\n"
+    f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / 'src' / 'gpuops' / 'remote')!r})\n"
+    "sys.argv = ['x']\n"
+    "import allreduce_bench as b\n"
+    "class D: type = 'cuda'\n"
+    "print(b.pcie_ipc_unavailable(D(), 16, torch.bfloat16))\n"
+    "print(b.pcie_ipc_unavailable(D(), 8, torch.float16))\n"
+)
+
+
+class TorchProbe(NamedTuple):
+    python: str
+    done: subprocess.CompletedProcess  # PROBE's run with that python
+
+
+def probe_torch() -> TorchProbe | None:
+    """The first candidate python whose torch has gloo, with PROBE's output from it."""
     candidates = [sys.executable, os.environ.get("GPUOPS_TORCH_PYTHON"),
                   str(Path.home() / ".cache" / "gpuops" / "torch-venv" / "bin" / "python")]
     for python in candidates:
-        if python and Path(python).exists() and _has_torch(python):
-            return python
+        if not python or not Path(python).exists():
+            continue
+        try:
+            done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.stdout.startswith("gloo available\n"):
+            return TorchProbe(python, done)
     return None
 
 
+def torch_python() -> str | None:
+    """The python whose torch the all-reduce tests use (tests/integration/test_bench_remote too)."""
+    probe = probe_torch()
+    return probe.python if probe else None
+
+
 @pytest.fixture(scope="module")
-def torch_py() -> str:
-    python = torch_python()
-    if python is None:
+def torch_probe() -> TorchProbe:
+    probe = probe_torch()
+    if probe is None:
         pytest.skip("no python with torch (gloo) here: pip install torch, or set GPUOPS_TORCH_PYTHON")
-    return python
+    return probe
+
+
+@pytest.fixture(scope="module")
+def torch_py(torch_probe: TorchProbe) -> str:
+    return torch_probe.python
 
 
 def local_host(python: str) -> Host:
@@ -52,17 +93,39 @@ def local_host(python: str) -> Host:
                 groups=("all",), vars=MappingProxyType({"sglang_python": python}))
 
 
-def test_gloo_two_ranks_gives_sane_figures_at_every_size(tmp_path: Path, torch_py: str):
-    tokens = (1, 4, 8, 16, 64)
+GLOO_TOKENS = (1, 4, 8, 16, 64)
+
+
+class GlooRun(NamedTuple):
+    state: Any  # run_bench's HostState of the one host
+    took: float  # seconds the launch took, start-up included
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory, torch_py: str) -> GlooRun:
+    """One launch of the real worker (gloo, 2 ranks) that the tests below read: NCCL's (here gloo's)
+    all-reduce at five sizes under an NCCL variant, then FlashInfer's PCIe IPC kernel and SGLang's
+    custom all-reduce (--kernel nccl,pcie_ipc,custom), each skipped on CPUs. One launch for all of
+    them, as a user's --kernel run is: each launch costs three imports of torch (torchrun, 2 ranks).
+    Its duration is the hung-rank test's baseline."""
+    from gpuops.bench.options import check_kernels
+
     options = BenchOptions(suite="allreduce", allreduce=AllreduceOptions(
-        backend="gloo", world_size=2, hidden_size=7168, tokens=tokens, iters=8, warmup=2, trials=3,
-        env_variants=expand_env_variants(["NCCL_NVLS_ENABLE=0"])))
+        backend="gloo", world_size=2, hidden_size=7168, tokens=GLOO_TOKENS, iters=8, warmup=2, trials=3,
+        env_variants=expand_env_variants(["NCCL_NVLS_ENABLE=0"]), kernels=check_kernels(["nccl,pcie_ipc", "custom"])))
     target = BenchTarget(local_host(torch_py), "http://127.0.0.1:9", sys.executable)
-    states = run_bench([target], options, ResultsStore(tmp_path), ConnectOptions(), remote=False)
-    state = states["cpu-host"]
+    started = time.monotonic()
+    states = run_bench([target], options, ResultsStore(tmp_path_factory.mktemp("gloo")), ConnectOptions(),
+                       remote=False)
+    return GlooRun(states["cpu-host"], time.monotonic() - started)
+
+
+
+def test_gloo_two_ranks_gives_sane_figures_at_every_size(gloo_run: GlooRun):
+    state = gloo_run.state
     assert state.error is None, state.error
-    rows = state.result["allreduce"]
-    assert [r["tokens"] for r in rows] == list(tokens)
+    rows = [r for r in state.result["allreduce"] if r["kernel"] == "nccl"]
+    assert [r["tokens"] for r in rows] == list(GLOO_TOKENS)
     for row in rows:
         assert row["ok"] and row["world_size"] == 2 and row["backend"] == "gloo"
         assert row["bytes"] == 7168 * row["tokens"] * 2  # bf16 (or a 2-byte stand-in type)
@@ -125,21 +188,22 @@ dist.destroy_process_group()
 '''
 
 
-def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(tmp_path: Path, torch_py: str):
+def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(tmp_path: Path, torch_py: str,
+                                                                             gloo_run: GlooRun):
     """The watchdog's timeout is the payload's ``timeout_s``: short, so the test does not wait out the
     default (90 s), but never shorter than the hung launch needs to measure its first size. It is
-    measured, not guessed: a launch of the same worker without the hang (which the test checks too)
-    is timed first, and the hung one gets twice that (at least 5 s). On a loaded machine both
-    take longer together, so the hang is still found after the first size, never before it."""
+    measured, not guessed: the module's launch of the real worker (2 ranks, more sizes and kernels
+    than this worker measures) was timed in this run, and the hung one gets twice that (at least 5 s).
+    On a loaded machine both take longer together, so the hang is still found after the first size,
+    never before it. The same worker without the hang runs as the next variant (checked below)."""
     import io
-    import time
 
     from gpuops.bench.frames import parse_frames
     from gpuops.bench.suite_allreduce import allreduce_summary
     from gpuops.remote.bench_client import run
     from gpuops.remote.bench_frames import Emitter
 
-    def launch(run_id: str, pids: Path, timeout_s: float, variants: list[dict[str, str]]) -> tuple[str, float]:
+    def launch(run_id: str, pids: Path, timeout_s: float, variants: list[dict[str, str]]) -> str:
         pids.mkdir()
         payload = {"run_id": run_id, "suite": "allreduce", "url": "http://127.0.0.1:9", "host_facts": False,
                    "record_file": str(tmp_path / run_id / "frames.txt"),
@@ -148,20 +212,17 @@ def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(t
                                  "variants": variants}}
         out = io.StringIO()
         os.environ["GPUOPS_TEST_PIDS"] = str(pids)
-        started = time.monotonic()
         try:
             run(payload, Emitter(run_id, stream=out))
         finally:
             del os.environ["GPUOPS_TEST_PIDS"]
-        return out.getvalue(), time.monotonic() - started
+        return out.getvalue()
 
-    text, took = launch("calib1", tmp_path / "calib-pids", 300, [{"GPUOPS_TEST_BLOCK": "0"}])
-    calibration = parse_frames(text, "calib1")
-    assert not calibration.errors and [(r["tokens"], r["sum"]) for r in calibration.allreduce] == [(1, 2.0), (4, 2.0)]
-    timeout = float(round(max(5.0, 2.0 * took)))
+    assert gloo_run.state.error is None, gloo_run.state.error
+    timeout = float(round(max(5.0, 2.0 * gloo_run.took)))
     pids = tmp_path / "pids"
     keep = tmp_path / "hang1" / "frames.txt"
-    text, _ = launch("hang1", pids, timeout, [{"GPUOPS_TEST_BLOCK": "1"}, {"GPUOPS_TEST_BLOCK": "0"}])
+    text = launch("hang1", pids, timeout, [{"GPUOPS_TEST_BLOCK": "1"}, {"GPUOPS_TEST_BLOCK": "0"}])
     frames = parse_frames(text, "hang1")
     assert frames.end is not None and not frames.partial
     hung = [r for r in frames.allreduce if r["variant"] == {"GPUOPS_TEST_BLOCK": "1"}]
@@ -185,23 +246,15 @@ def test_a_hung_rank_is_killed_recorded_as_timed_out_and_the_next_variant_runs(t
     assert kept.allreduce == frames.allreduce and kept.errors == frames.errors
 
 
-def test_kernels_side_by_side_in_one_launch_each_skipped_with_its_reason_where_it_cannot_run(tmp_path: Path,
-                                                                                              torch_py: str):
+def test_kernels_side_by_side_in_one_launch_each_skipped_with_its_reason_where_it_cannot_run(gloo_run: GlooRun):
     """--kernel nccl,pcie_ipc,custom: one launch measures NCCL's (here gloo's) all-reduce, then tries
     FlashInfer's PCIe IPC kernel and SGLang's custom all-reduce; on CPUs both are skipped at every
     size with a one-line reason (nothing timed), each under its own label, and the one that ran is
     ranked. Fails if the worker stops after the first kernel, or times a kernel it skipped."""
-    from gpuops.bench.options import check_kernels
-
-    options = BenchOptions(suite="allreduce", allreduce=AllreduceOptions(
-        backend="gloo", world_size=2, hidden_size=1024, tokens=(1, 8), iters=4, warmup=1, trials=2,
-        kernels=check_kernels(["nccl,pcie_ipc", "custom"])))
-    target = BenchTarget(local_host(torch_py), "http://127.0.0.1:9", sys.executable)
-    states = run_bench([target], options, ResultsStore(tmp_path), ConnectOptions(), remote=False)
-    state = states["cpu-host"]
+    state = gloo_run.state
     rows = state.result["allreduce"]
-    assert [(r["kernel"], r["tokens"]) for r in rows] == [("nccl", 1), ("nccl", 8), ("pcie_ipc", 1), ("pcie_ipc", 8),
-                                                         ("custom", 1), ("custom", 8)]
+    assert [(r["kernel"], r["tokens"]) for r in rows] == [(kernel, tokens) for kernel in ("nccl", "pcie_ipc", "custom")
+                                                         for tokens in GLOO_TOKENS]
     assert all(r["ok"] and r["latency_us"] > 0 for r in rows if r["kernel"] == "nccl")
     reasons = {"pcie_ipc": "skipped: the PCIe IPC kernels run on CUDA GPUs only (this run is on cpu)",
                "custom": "skipped: SGLang's custom all-reduce runs on CUDA GPUs only (this run is on cpu)"}
@@ -211,11 +264,12 @@ def test_kernels_side_by_side_in_one_launch_each_skipped_with_its_reason_where_i
             assert row["error"] == reasons[row["kernel"]]
     summary = state.result["summary"]
     variants = {v["label"]: v for v in summary["variants"]}
-    assert set(variants) == {"default", "FlashInfer PCIe IPC: default", "SGLang custom all-reduce: default"}
-    assert variants["default"]["ok"] and variants["default"]["kernel"] == "nccl"
-    assert not variants["SGLang custom all-reduce: default"]["ok"]
-    assert "run on CUDA GPUs only" in variants["FlashInfer PCIe IPC: default"]["error"]
-    assert summary["best_variant"] == "default"
+    assert set(variants) == {"NCCL_NVLS_ENABLE=0", "FlashInfer PCIe IPC: NCCL_NVLS_ENABLE=0",
+                             "SGLang custom all-reduce: NCCL_NVLS_ENABLE=0"}
+    assert variants["NCCL_NVLS_ENABLE=0"]["ok"] and variants["NCCL_NVLS_ENABLE=0"]["kernel"] == "nccl"
+    assert not variants["SGLang custom all-reduce: NCCL_NVLS_ENABLE=0"]["ok"]
+    assert "run on CUDA GPUs only" in variants["FlashInfer PCIe IPC: NCCL_NVLS_ENABLE=0"]["error"]
+    assert summary["best_variant"] == "NCCL_NVLS_ENABLE=0"
 
 
 def test_kernel_names_are_checked_before_anything_runs() -> None:
@@ -227,19 +281,11 @@ def test_kernel_names_are_checked_before_anything_runs() -> None:
         check_kernels(["nccl,pcie"])
 
 
-def test_pcie_ipc_reasons_for_world_size_and_dtype(torch_py: str):
-    """The worker's own checks, run with the host's torch: a world size it does not serve, a dtype
-    SGLang does not hand it."""
-    script = (
-        "import sys, torch; sys.argv = ['x']\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / 'src' / 'gpuops' / 'remote')!r})\n"
-        "import allreduce_bench as b\n"
-        "class D: type = 'cuda'\n"
-        "print(b.pcie_ipc_unavailable(D(), 16, torch.bfloat16))\n"
-        "print(b.pcie_ipc_unavailable(D(), 8, torch.float16))\n"
-    )
-    done = subprocess.run([torch_py, "-c", script], capture_output=True, text=True, timeout=120)
+def test_pcie_ipc_reasons_for_world_size_and_dtype(torch_probe: TorchProbe):
+    """The worker's own checks, run with the host's torch (by the module's probe, PROBE): a world size
+    it does not serve, a dtype SGLang does not hand it."""
+    done = torch_probe.done
     assert done.returncode == 0, done.stderr
-    world, dtype = done.stdout.splitlines()[:2]
+    world, dtype = done.stdout.splitlines()[1:3]
     assert world == "world size 16: the PCIe IPC kernels serve 2, 4 or 8 ranks"
     assert dtype == "float16: SGLang hands only bf16 all-reduces to the PCIe IPC kernels"
