@@ -1,24 +1,41 @@
 """`gpuops inspect host|gates`: facts and capability gates of every host (thin: parse, call, render).
 
-Heavy imports (rich, the transport, fabric) happen inside the commands, so `--help` stays fast.
+gpuops' own modules are imported here at the top; the heavy libraries (rich, fabric, paramiko) are
+not imported by any of them until a console is made or a host is connected, so `gpuops --help`
+(which does not import this module: cli.py registers it lazily) and `gpuops inspect --help` stay
+fast.
 """
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
-from gpuops.commands.options import guide
+from gpuops import timings
+from gpuops.advise import advise_host
+from gpuops.apply.deployment_health import leader_answers
+from gpuops.commands.options import (flush_cache_option, forget_kept, forks_option, guide, host_key_options,
+                                     inventory_options)
+from gpuops.errors import GpuopsError
+from gpuops.facts.collect import gate_counts_json, gate_json, host_json
+from gpuops.facts.deployment import deployments_json, report_lines
+from gpuops.facts.managed import describe
+from gpuops.facts.render import render_host_facts
+from gpuops.gates import report as gate_report
+from gpuops.gates.catalog import load_catalog
+from gpuops.inspection import inspect_hosts
+from gpuops.inventory import load_inventory
+from gpuops.output import brief, make_console, print_json
+from gpuops.transport import ConnectOptions, verbose
 
 EXIT_SOME_HOST_FAILED = 1
 
 
 def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from gpuops.commands.options import flush_cache_option, forks_option, host_key_options, inventory_options
-
     options: list[Any] = [
         inventory_options,
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: docs/inspect-json.md)."),
@@ -35,10 +52,6 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False,
          flush_cache: bool = False) -> tuple[list[Any], dict[str, Any]]:
-    from gpuops.commands.options import forget_kept
-    from gpuops.inspection import inspect_hosts
-    from gpuops.inventory import load_inventory
-
     hosts = load_inventory(inventory).select(limit)
     if flush_cache:
         forget_kept(hosts)
@@ -49,8 +62,6 @@ def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bo
 
 
 def _connect_options(accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float) -> Any:
-    from gpuops.transport import ConnectOptions
-
     return ConnectOptions(accept_new_host_keys=accept_new_host_keys, connect_timeout=min(10.0, timeout),
                           command_timeout=timeout, known_hosts_files=tuple(known_hosts))
 
@@ -76,22 +87,12 @@ def inspect() -> None:
 def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, flush_cache: bool) -> None:
     """GPUs, interconnect, software, the running SGLang server and its blocked features."""
-    from gpuops.facts.collect import host_json
-
-    from gpuops import timings
-
-    from gpuops.apply.deployment_health import leader_answers
-
     hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
     entries = {name: host_json(outcome) for name, outcome in outcomes.items()}
     # A multi-node server's leader is asked for one generation: its /health alone says too little.
     answers = leader_answers(hosts, entries, _connect_options(accept_new_host_keys, known_hosts, timeout))
     with timings.span("render"):
         if as_json:
-            from gpuops.output import print_json
-
-            from gpuops.facts.deployment import deployments_json
-
             print_json({"schema": 1, "hosts": entries, **deployments_json(hosts, entries, _journals(outcomes), answers)})
         else:
             _render_hosts(hosts, outcomes, answers)
@@ -117,15 +118,6 @@ def _each_answered_host(console: Any, hosts: list[Any], outcomes: dict[str, Any]
 
 
 def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str, Any]) -> None:
-    from gpuops.facts.collect import host_json
-    from gpuops.facts.render import render_host_facts
-    from gpuops.output import make_console
-
-    from gpuops.advise import advise_host
-    from gpuops.facts.managed import describe
-    from gpuops.output import brief
-    from gpuops.transport import verbose
-
     console = make_console()
     # -v: every line whole, each blocked feature's gates and flag; else one screen a host, one line a feature.
     detail = verbose.enabled()
@@ -143,8 +135,6 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str,
         managed = describe(outcome.value.facts.managed)
         if managed:
             console.print(fit(managed), markup=False, highlight=False)
-    from gpuops.facts.deployment import deployments_json, report_lines
-
     view = deployments_json(hosts, {name: host_json(o) for name, o in outcomes.items()}, _journals(outcomes), answers)
     for text, style in report_lines(view):  # the nodes of a multi-node server, as one server
         console.print(text, style=style, markup=False, highlight=False)
@@ -161,8 +151,6 @@ def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | No
     if inspection.gate_report is None:
         console.print(f"gates: unknown ({inspection.gates_error or 'not scanned'})", style="yellow", markup=False, highlight=False)
         return
-    from gpuops.gates import report as gate_report
-
     if detail:
         gate_report.render_gate_detail(inspection.gate_report, console, feature=feature, show_all=show_all)
     else:
@@ -176,14 +164,10 @@ def _render_gates(console: Any, inspection: Any, detail: bool, feature: str | No
 def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None, as_json: bool, forks: int,
           accept_new_host_keys: bool, known_hosts: tuple[str, ...], timeout: float, flush_cache: bool) -> None:
     """Where the installed SGLang switches performance features off for this hardware (file:line)."""
-    from gpuops.facts.collect import gate_counts_json, gate_json
-
     if feature:
         _check_feature(feature)  # bad input: exit 2 before any connection
     hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
     if as_json:
-        from gpuops.output import print_json
-
         document: dict[str, Any] = {"schema": 1, "hosts": {}}
         for name, outcome in outcomes.items():
             if not outcome.ok:
@@ -205,8 +189,6 @@ def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None
             }
         print_json(document)
     else:
-        from gpuops.output import make_console
-
         console = make_console()
         for host_, outcome in _each_answered_host(console, hosts, outcomes):
             cc = outcome.value.facts.compute_capability
@@ -216,11 +198,6 @@ def gates(feature: str | None, show_all: bool, inventory: Any, limit: str | None
 
 
 def _check_feature(name: str) -> None:
-    import difflib
-
-    from gpuops.errors import GpuopsError
-    from gpuops.gates.catalog import load_catalog
-
     known = [f.name for f in load_catalog().features]
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
