@@ -1,7 +1,7 @@
 """``inspect host``: the nodes of a multi-node SGLang server (``sglang_deployment``) as one server.
 
 Pure: from the inventory's hosts (their ranks and init address, as apply derives them:
-``apply/deployment.plan_deployments``) and each node's inspected facts, one entry per deployment
+``multi_node.plan_deployments``) and each node's inspected facts, one entry per deployment
 with its nodes (rank, leader or worker, running, healthy, release, the flags the node really runs),
 the leader's first answer to a generation where it was asked and whether the deployment serves
 (every node up and the leader answering: a leader's /health alone is not enough, SGLang's leader may
