@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class ExtraVars(Mapping[str, Any]):
-    """The run's ``-e`` variables once checked for its role (read-only). Made by ``checked`` only."""
+    """The run's ``-e`` variables once checked for its role (read-only). Made by ``checked`` (or ``none``)."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self._values = MappingProxyType(dict(values))
@@ -36,7 +36,7 @@ class ExtraVars(Mapping[str, Any]):
 
     @classmethod
     def none(cls) -> "ExtraVars":
-        """No ``-e`` (``gpuops rollback``, inspect's view of a deployment): nothing to check."""
+        """No ``-e`` (``gpuops rollback`` finishing a split deployment first): nothing to check."""
         return cls({})
 
     def __getitem__(self, name: str) -> Any:
