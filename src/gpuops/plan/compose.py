@@ -10,6 +10,9 @@ The file is an ordinary file of the plan: the apply transaction backs it up with
 and a rollback restores it with them, so undoing a run removes exactly that run's contribution (and
 the launch files go back to what they were with the contributions that remain).
 
+The file's format and what the contributions compose to are ``gpuops/desired_state.py``'s, below
+facts: ``inspect`` reports them too (``facts/managed.py``).
+
 A contribution that is unchanged keeps its record (and its run id), so re-applying a role is a
 no-op; a changed one moves to the end (the latest run wins where two set the same flag or name).
 """
