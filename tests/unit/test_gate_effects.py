@@ -396,6 +396,24 @@ FILES = {
                 return "fa3"
             return "sdpa"
         """,
+    # -- a refusal by the CUDA version read into a local (independent-5): `cuda_major < 13` is the
+    # toolkit's major, not a setting of the server's
+    "srt/cuda_major.py": """
+        import torch
+
+        class ServerArgs:
+            def check_prefill(self):
+                prefill = self.linear_attn_prefill_backend
+                cuda_version = torch.version.cuda
+                cuda_major = int(cuda_version.split(".")[0]) if cuda_version is not None else 0
+                if prefill == "flashinfer" and torch.cuda.get_device_capability()[0] >= 10 and cuda_major < 13:
+                    raise ValueError("flashinfer prefill on SM100+ requires CUDA 13+")
+
+            def check_decode(self):
+                cuda_major = int(torch.version.cuda.split(".")[0])
+                if torch.cuda.get_device_capability()[0] >= 10 and cuda_major <= 12:
+                    raise ValueError("flashinfer decode on SM100+ requires CUDA 13+")
+        """,
     "srt/sail.py": """
         import torch
 
@@ -587,6 +605,20 @@ def test_a_gate_whose_every_caller_is_closed_on_the_gpu_is_not_reached(scan):
     # called with no test around it; or stored in a table (called from anywhere): it refuses sm120
     assert by_function["_attn_sm100"]["status"] == "blocked" and by_function["_attn_sm100"]["unreachable"] is None
     assert by_function["_norm_sm100"]["status"] == "blocked" and by_function["_norm_sm100"]["unreachable"] is None
+
+
+@pytest.mark.parametrize("function", ["ServerArgs.check_prefill", "ServerArgs.check_decode"])
+def test_a_cuda_major_read_into_a_local_is_the_cuda_version(scan, function):
+    (gate,) = [g for g in gates_of(scan, "srt/cuda_major.py") if g["function"] == function]
+    (atom,) = [c["atom"] for c in gate["condition"]["args"] if (c.get("atom") or {}).get("kind") == "cuda"]
+    assert atom["subject"] == "major" and atom["value"] in ([13], [12])
+
+    def status(gpu, cuda):
+        return next(g for g in judge(scan, gpu, cuda).gates if g["id"] == gate["id"])["status"]
+    assert status("12.0", "13.0") == "open"  # CUDA 13.0: the refusal never fires on this host
+    assert status("12.0", "12.8") == "blocked"  # 12.8 is major 12 (not (12, 8) against (12,))
+    assert status("12.0", "12.0") == "blocked"
+    assert status("9.0", "12.8") == "open"  # below SM100 the refusal is not for it
 
 
 def test_a_class_attribute_naming_a_module_constant_is_read_unless_a_subclass_sets_its_own(scan):

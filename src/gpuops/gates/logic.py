@@ -278,9 +278,12 @@ class Evaluator:
             if gpu.cuda is None:
                 self._note("the CUDA version is not known")
                 return None
-            if not isinstance(value, list) or fn is None:
+            major = atom.get("subject") == "major"  # `cuda_major < 13`: CUDA 12.8 is 12 there, not (12, 8)
+            if not isinstance(value, list) or fn is None or (major and len(value) != 1):
                 self._note("a CUDA version comparison gpuops cannot read")
                 return None
+            if major:
+                return bool(fn(gpu.cuda[0], value[0]))
             try:
                 return bool(fn(gpu.cuda, tuple(value)))
             except TypeError:

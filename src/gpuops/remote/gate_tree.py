@@ -9,7 +9,8 @@ end_col]) and ``text``:
 
 - ``{"op": "and" | "or", "args": [node, ...]}``, ``{"op": "not", "arg": node}``
 - ``{"op": "cap", "atom": {...}}``: a GPU test; ``atom["kind"]`` is ``pred`` (a predicate call, name
-  or attribute), ``cc`` (a capability comparison) or ``cuda`` (a CUDA-version comparison)
+  or attribute), ``cc`` (a capability comparison) or ``cuda`` (a CUDA-version comparison: ``value``
+  ``[major, minor]``, or ``[major]`` with ``subject`` ``"major"`` for ``cuda_major < 13``)
 - ``{"op": "platform", "name": "cuda" | "hip" | ...}``: which kind of accelerator, not which GPU
 - ``{"op": "alias", "name": ..., "expr": node, "scope": ...}``: a name that stands for a condition
 - ``{"op": "clause", ...}``: anything else, opaque (``self.tp_size > 1``)

@@ -13,7 +13,9 @@ from gpuops.remote.scan_ast import (
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_constants import constant_choices
 from gpuops.remote.scan_scope import Scope
-from gpuops.remote.scan_values import cc_subject, cuda_subject, member_values, param_shaped, self_subjects
+from gpuops.remote.scan_values import (
+    cc_subject, cuda_subject, cuda_version_of, member_values, param_shaped, self_subjects,
+)
 from gpuops.remote.scan_vocabulary import (
     CAP_NAME_RE, CC_FUNCS, PLATFORM_NAME_RE, PRED_NAME_RE, PROPS_FUNCS, SM_FUNCS, capability_like,
 )
@@ -281,11 +283,16 @@ def compare_atoms(node, scope):
                 atom["unmatched"] = unmatched  # no caller passes a value this comparison is made with
             atoms.append({"op": "cap", "atom": atom})
             continue
-        if cuda_subject(left) or cuda_subject(right):
-            flipped = not cuda_subject(left)
+        held = cuda_version_of(left, scope) or cuda_version_of(right, scope)
+        if held is not None:
+            flipped = cuda_version_of(left, scope) is None
             val = literal(left if flipped else right)
-            atom = {"kind": "cuda", "cmp": flip(opname) if flipped else opname,
-                    "value": None if val is NO_VALUE else version_tuple(val)}
+            atom = {"kind": "cuda", "cmp": flip(opname) if flipped else opname}
+            if held == "major":  # `cuda_major < 13`: the major alone is compared
+                atom["subject"] = "major"
+                atom["value"] = [val] if isinstance(val, int) and not isinstance(val, bool) else None
+            else:
+                atom["value"] = None if val is NO_VALUE else version_tuple(val)
             atoms.append({"op": "cap", "atom": atom})
             continue
         return None

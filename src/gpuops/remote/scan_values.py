@@ -217,6 +217,34 @@ def cuda_subject(node):
     return False
 
 
+def cuda_version_of(node, scope=None, depth=0):
+    """What of the CUDA version ``node`` holds: ``"major"`` (``int(v.split(".")[0])`` of a version
+    ``v``), ``"version"`` (``torch.version.cuda``, ``get_cuda_version()``), or None. A local the
+    function assigns once is read through its value (``cuda_major = int(cuda_version.split(".")[0])
+    if cuda_version is not None else 0``: the version's major where there is one, the ``else`` being
+    the no-CUDA fallback), so ``cuda_major < 13`` is a test of the CUDA version, not a setting."""
+    if depth > 4:
+        return None
+    if isinstance(node, ast.Call) and dotted(node.func) == "int" and len(node.args) == 1 and not node.keywords:
+        part = node.args[0]
+        if isinstance(part, ast.Subscript):
+            index = part.slice.value if isinstance(part.slice, AST_INDEX) else part.slice
+            split = part.value
+            if literal(index) == 0 and isinstance(split, ast.Call) and isinstance(split.func, ast.Attribute) \
+                    and split.func.attr == "split" and [literal(a) for a in split.args] == ["."] \
+                    and cuda_version_of(split.func.value, scope, depth + 1) == "version":
+                return "major"
+    if cuda_subject(node):
+        return "version"
+    fn = scope.fn if scope is not None else None
+    if isinstance(node, ast.Name) and fn is not None and node.id in (getattr(fn, "values", None) or {}):
+        value = fn.values[node.id]
+        if isinstance(value, ast.IfExp):
+            value = value.body
+        return cuda_version_of(value, scope, depth + 1)
+    return None
+
+
 def member_values(node, scope):
     """The literal a capability is compared with: a constant, a module constant named, or the keys
     of a dict (``cap in {(9, 0): ..., (10, 0): ...}``)."""
