@@ -16,6 +16,9 @@
     runs ``python -m gpuops.cli ARGS`` in a subprocess with ``HOME`` set to a temp dir (so the
     user's real ~/.ssh is never read or written), ``SSH_AUTH_SOCK`` removed, the SGLang release
     cache kept (``GPUOPS_CACHE``), and ``cwd`` defaulting to a temp dir. ``env`` adds variables.
+    ``run_gpuops.forked([ARGS, ...], env=None, cwd=None, timeout=180) -> [CompletedProcess]``: the
+    same, each command in a process forked from one that imported gpuops once
+    (``labtools.gpuops_cli_forked``): for many commands whose words and exit status are the test.
 
 ``gpuops_home`` (function scope)
     The temp HOME that ``run_gpuops`` uses in this test (holds an empty ``.ssh/``).
@@ -146,6 +149,13 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
 
     default_cwd = tmp_path_factory.mktemp("cwd")
 
+    def full_env(env: dict[str, str] | None) -> dict[str, str]:
+        full = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUOPS_LAB_DIR")}
+        full["HOME"] = str(gpuops_home)
+        full.setdefault("GPUOPS_CACHE", str(cache_root().parent))
+        full.update(env or {})
+        return full
+
     def run(
         *args: str,
         input: str | None = None,
@@ -153,20 +163,27 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         cwd: Path | str | None = None,
         timeout: float = 180,
     ) -> subprocess.CompletedProcess:
-        full_env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUOPS_LAB_DIR")}
-        full_env["HOME"] = str(gpuops_home)
-        full_env.setdefault("GPUOPS_CACHE", str(cache_root().parent))
-        full_env.update(env or {})
         return subprocess.run(
             [sys.executable, "-m", "gpuops.cli", *args],
             input=input,
             capture_output=True,
             text=True,
-            env=full_env,
+            env=full_env(env),
             cwd=str(cwd or default_cwd),
             timeout=timeout,
         )
 
+    def forked(
+        commands: list[tuple[str, ...]],
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+        timeout: float = 180,
+    ) -> list[subprocess.CompletedProcess]:
+        from labtools import gpuops_cli_forked
+
+        return gpuops_cli_forked(commands, cwd=cwd or default_cwd, env=full_env(env), timeout=timeout)
+
+    run.forked = forked  # type: ignore[attr-defined]
     return run
 
 

@@ -120,6 +120,103 @@ def gpuops_cli(*args: str, cwd: "os.PathLike[str] | str", timeout: float = 180) 
                           cwd=cwd, env=env, timeout=timeout)
 
 
+# Run by ``gpuops_cli_forked`` as ``python -c`` in the commands' cwd and environment: imports gpuops'
+# command line (and the command modules the batch names) once, then runs each command in a forked
+# child of its own, as ``python -m gpuops.cli ARGS`` would: ``gpuops.cli.main`` with fd 1 and 2 on
+# files of its own and stdin on /dev/null; SystemExit, an uncaught exception (its traceback on
+# stderr), atexit handlers, non-daemon threads and stream flushes as the interpreter's exit does
+# them. A child starts from the imported parent, never from an earlier child: what one command
+# changes in memory, the next does not see. Prints the exit statuses as JSON (negative: a signal).
+_FORKED_CLI = r"""
+import atexit, importlib, json, os, select, signal, sys, threading, traceback
+batch = json.load(open(sys.argv[1]))
+import gpuops.cli
+for name in sorted({args[0] for args in batch["commands"] if args and args[0] in gpuops.cli.COMMANDS}):
+    importlib.import_module(gpuops.cli.COMMANDS[name][0].split(":")[0])
+
+
+def child(args, out, err):
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, out), (2, err)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    sys.argv = [gpuops.cli.__file__, *args]
+    code = 0
+    try:
+        gpuops.cli.main(list(args))
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        traceback.print_exc()
+        code = code or 1
+    os._exit(code)
+
+
+statuses = []
+for index, args in enumerate(batch["commands"]):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child(args, "%s/%d.out" % (batch["dir"], index), "%s/%d.err" % (batch["dir"], index))
+        finally:
+            os._exit(70)
+    handle = os.pidfd_open(pid)
+    if not select.select([handle], [], [], batch["timeout"])[0]:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        statuses.append(None)
+        break
+    os.close(handle)
+    statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(statuses))
+"""
+
+
+def gpuops_cli_forked(commands: "list[tuple[str, ...]]", *, cwd: "os.PathLike[str] | str", env: dict[str, str],
+                      timeout: float = 180) -> "list[subprocess.CompletedProcess[str]]":
+    """Each of ``commands`` (argument lists) as ``gpuops ARGS`` in a process of its own, in ``cwd``
+    with ``env``, like ``python -m gpuops.cli ARGS`` (exit status, stdout, stderr), but forked from
+    one process that imported gpuops' command line once (``_FORKED_CLI``): a command's process then
+    costs a fork, not the ~0.3 CPU-s of a Python start and the imports. ``timeout`` is per command;
+    past it, ``subprocess.TimeoutExpired``. For tests of what a command says and exits with; what
+    needs a fresh interpreter (start-up time, import side effects) runs ``gpuops_cli``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpuops-forked-") as folder:
+        batch = Path(folder) / "batch.json"
+        batch.write_text(json.dumps({"commands": [list(c) for c in commands], "dir": folder, "timeout": timeout}))
+        done = subprocess.run([sys.executable, "-c", _FORKED_CLI, str(batch)], capture_output=True, text=True,
+                              cwd=cwd, env=env, stdin=subprocess.DEVNULL, timeout=60 + timeout * len(commands))
+        if done.returncode != 0:
+            raise AssertionError(f"the forked gpuops runner failed ({done.returncode}): {done.stderr}")
+        statuses = json.loads(done.stdout.splitlines()[-1])
+        runs = []
+        for index, status in enumerate(statuses):
+            argv = [sys.executable, "-m", "gpuops.cli", *commands[index]]
+            out = Path(folder, f"{index}.out").read_text()
+            err = Path(folder, f"{index}.err").read_text()
+            if status is None:
+                raise subprocess.TimeoutExpired(argv, timeout, out, err)
+            runs.append(subprocess.CompletedProcess(argv, status, out, err))
+        return runs
+
+
 def wait_for_self_rollback(lock_path: Path, rolled_back: Callable[[], bool], deadline: float) -> None:
     """Wait, until the monotonic ``deadline``, for a host to roll a run back by itself: its worker
     holds the state dir's lock while it works, so the run is over only once the lock is free AND
