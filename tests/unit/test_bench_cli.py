@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from gpuops.lab.standin_process import start_standin
 from labtools import gpuops_cli as gpuops
+from labtools import gpuops_cli_forked
 
 
 @pytest.fixture(scope="module")
@@ -42,19 +45,20 @@ def test_bench_json_schema_and_default_results_dir(two_results):
 
 def test_results_list_show_compare(two_results):
     root, (base, fused) = two_results
-    listed = gpuops("results", "list", "--json", cwd=root)
+    # six commands, each a process forked from one that imported gpuops once (labtools.gpuops_cli_forked)
+    listed, human, shown, shown_json, compared, compared_json = gpuops_cli_forked(
+        [("results", "list", "--json"), ("results", "list"), ("results", "show", base[:5]),
+         ("results", "show", base, "--json"), ("results", "compare", base, fused),
+         ("results", "compare", base, fused, "--json")], cwd=root, env=_cli_env())
     assert [r["id"] for r in json.loads(listed.stdout)["results"]] == [base, fused]
-    human = gpuops("results", "list", cwd=root)
     assert base in human.stdout and "decode" in human.stdout
-    shown = gpuops("results", "show", base[:5], cwd=root)
     assert shown.returncode == 0, shown.stderr
     assert f"result {base}" in shown.stdout and "--tp-size 8" in shown.stdout and "NCCL_P2P_LEVEL=SYS" in shown.stdout
-    assert json.loads(gpuops("results", "show", base, "--json", cwd=root).stdout)["id"] == base
-    compared = gpuops("results", "compare", base, fused, cwd=root)
+    assert json.loads(shown_json.stdout)["id"] == base
     assert compared.returncode == 0, compared.stderr
     assert "better" in compared.stdout
     assert "server_args enable_flashinfer_allreduce_fusion: False -> True" in compared.stdout
-    data = json.loads(gpuops("results", "compare", base, fused, "--json", cwd=root).stdout)
+    data = json.loads(compared_json.stdout)
     rate = next(m for m in data["metrics"] if m["name"].startswith("output tokens/s"))
     assert rate["delta_pct"][1] == pytest.approx(41.9, abs=12)  # 82 -> 116 tok/s
 
@@ -68,7 +72,7 @@ def test_report_command(two_results):
     assert (root / "out" / "report.md").read_text().startswith("# gpuops benchmark report")
 
 
-@pytest.mark.parametrize("args,message", [
+BAD_INPUT = [
     (("results", "show", "nope"), "results: no result 'nope'"),
     (("results", "compare", "nope"), "at least two"),
     (("bench", "--suite", "decode", "--remote", "--url", "http://h:1"), "--url is for a local run"),
@@ -82,9 +86,25 @@ def test_report_command(two_results):
     (("bench",), "name a suite: gpuops bench decode|serving|allreduce|fusion|profile"),
     (("bench", "--remote", "decode"), "--remote go after the suite"),
     (("report",), "no results"),
-])
-def test_bad_input_is_one_line(tmp_path: Path, args, message):
-    done = gpuops(*args, cwd=tmp_path)
+]
+
+
+def _cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}  # as labtools.gpuops_cli
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory) -> dict[tuple[str, ...], subprocess.CompletedProcess]:
+    """Every BAD_INPUT command, each a process forked from one that imported gpuops once (a fresh
+    interpreter's case: test_a_suite_command_refuses_another_suites_option)."""
+    cwd = tmp_path_factory.mktemp("bad-input")
+    commands = [args for args, _ in BAD_INPUT]
+    return dict(zip(commands, gpuops_cli_forked(commands, cwd=cwd, env=_cli_env())))
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT)
+def test_bad_input_is_one_line(bad_input_runs, args, message):
+    done = bad_input_runs[args]
     assert done.returncode == 2, done.stdout
     assert message in done.stderr and done.stderr.startswith("gpuops: error: ")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
