@@ -1,7 +1,10 @@
 """The results store survives anything on disk (issue 42): every `gpuops results list|show|compare|
 export` and `gpuops report`, run as a user runs them, against a folder of real result files seeded
 with every bad case: one line per bad file naming it and why, the rest served, no traceback; a
-damaged index rebuilt from the files; NaN, Infinity and absurd figures read as missing ("-")."""
+damaged index rebuilt from the files; NaN, Infinity and absurd figures read as missing ("-").
+
+Each command is a process of its own: `results list` and `report` in a fresh interpreter (``_run``),
+the other `results` commands forked from one process that imported gpuops once (``_runs``)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from labtools import gpuops_cli
+from labtools import gpuops_cli, gpuops_cli_forked
 
 REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 GOOD = {  # id -> real result file (SGLang 0.5.16 on an H200; NCCL and fusion on two H200s)
@@ -97,9 +100,20 @@ TIME_LIMIT_S = 60  # each command takes a second or two here; a read that blocks
 
 
 def _run(cwd: Path, *args: str):
+    """``gpuops ARGS`` in a fresh interpreter, as a user runs it."""
     done = gpuops_cli(*args, cwd=cwd, timeout=TIME_LIMIT_S)
     assert "Traceback" not in done.stderr, done.stderr
     return done
+
+
+def _runs(cwd: Path, *commands: tuple[str, ...]):
+    """Each command in a process of its own, forked from one that imported gpuops once
+    (labtools.gpuops_cli_forked): the same exit status and words, without a Python start each."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}  # as gpuops_cli
+    runs = gpuops_cli_forked(list(commands), cwd=cwd, env=env, timeout=TIME_LIMIT_S)
+    for done in runs:
+        assert "Traceback" not in done.stderr, done.stderr
+    return runs
 
 
 def _skipped_lines(stderr: str) -> dict[str, str]:
@@ -128,53 +142,47 @@ def test_list_names_each_bad_file_once_and_lists_the_rest(home: tuple[Path, dict
 def test_a_bad_file_asked_for_is_one_line_naming_it(home: tuple[Path, dict[str, str]], asked: str) -> None:
     cwd, bad = home
     name = asked if asked.endswith(".json") else _name(asked)
-    for args in (("results", "show", asked), ("results", "compare", "c62f795352", asked),
-                 ("results", "export", asked)):
-        done = _run(cwd, *args)
+    commands = (("results", "show", asked), ("results", "compare", "c62f795352", asked), ("results", "export", asked))
+    for args, done in zip(commands, _runs(cwd, *commands)):
         assert done.returncode == 2, (args, done.stdout)
         assert done.stderr.strip().splitlines()[-1] == f"gpuops: error: results: {name}: {bad[name]}", args
 
 
-def test_compare_export_and_report_work_with_bad_files_around(home: tuple[Path, dict[str, str]]) -> None:
+def test_compare_and_export_work_with_bad_files_around(home: tuple[Path, dict[str, str]]) -> None:
+    """`report` with the same bad files around: test_a_field_no_check_names_costs_its_file_not_the_report
+    (one report run renders the plots of every readable result; each costs seconds)."""
     cwd, bad = home
-    compared = _run(cwd, "results", "compare", "84be06dc2f", "768c8a48d7")
+    compared, exported, jsonl = _runs(cwd, ("results", "compare", "84be06dc2f", "768c8a48d7"), ("results", "export"),
+                                      ("results", "export", "--format", "prometheus"))
     assert compared.returncode == 0 and "NCCL_ALGO" in compared.stdout, compared.stderr
-    exported = _run(cwd, "results", "export")
     assert exported.returncode == 0, exported.stderr
     assert _skipped_lines(exported.stderr) == bad
     rows = list(csv.DictReader(io.StringIO(exported.stdout)))
     assert {r["result_id"] for r in rows} == {*GOOD, "flagged001"}
-    jsonl = _run(cwd, "results", "export", "--format", "prometheus")
     assert jsonl.returncode == 0 and "gpuops_bench_" in jsonl.stdout
-    report = _run(cwd, "report", "-o", str(cwd / "out" / "report.html"))
-    assert report.returncode == 0, report.stderr
-    assert report.stdout.strip().endswith("(5 results)")
-    assert _skipped_lines(report.stderr) == bad
-    assert (cwd / "out" / "report.md").read_text().count("| flagged001 |") == 1
 
 
 def test_nan_infinity_and_absurd_figures_are_read_as_missing(home: tuple[Path, dict[str, str]]) -> None:
     cwd, _ = home
     flag = (f"results: {_name('flagged001')}: summary.output_tokens_per_s is NaN, summary.ttft_ms.p50 is "
             "Infinity, summary.itl_ms.p50 is 1e+308 (no real figure reaches 1e+15): read as missing (-)")
-    listed = _run(cwd, "results", "list")
+    listed, shown, shown_json, compared, exported, serving = _runs(
+        cwd, ("results", "list"), ("results", "show", "flagged001"), ("results", "show", "flagged001", "--json"),
+        ("results", "compare", "c62f795352", "flagged001"), ("results", "export", "flagged001", "--format", "jsonl"),
+        ("results", "show", "a3788a428f"))
     row = next(line for line in listed.stdout.splitlines() if line.startswith("flagged001"))
     assert row.split()[5:8] == ["-", "-", "-"]  # tok/s, TTFT p50, ITL p50
     assert flag in listed.stderr.splitlines()
-    shown = _run(cwd, "results", "show", "flagged001")
     assert shown.returncode == 0 and flag in shown.stderr.splitlines()
     assert "  output_tokens_per_s: -" in shown.stdout.splitlines()
     summary = shown.stdout.split("\nsummary\n", 1)[1]
     assert not re.search(r"\b(nan|inf)\b|000,000,000", summary), summary
-    as_json = json.loads(_run(cwd, "results", "show", "flagged001", "--json").stdout)
+    as_json = json.loads(shown_json.stdout)
     assert as_json["summary"]["output_tokens_per_s"] is None and as_json["summary"]["ttft_ms"]["p50"] is None
-    compared = _run(cwd, "results", "compare", "c62f795352", "flagged001")
     line = next(x for x in compared.stdout.splitlines() if x.startswith("output tokens/s"))
     assert line.split()[-1] == "-" and "nan" not in compared.stdout
-    exported = _run(cwd, "results", "export", "flagged001", "--format", "jsonl")
     assert json.loads(exported.stdout.splitlines()[0])["output_tokens_per_s"] is None
     # SGLang's own "every request at once" (--request-rate inf) is a value, not a flag.
-    serving = _run(cwd, "results", "show", "a3788a428f")
     assert serving.returncode == 0 and serving.stderr == ""
     assert "peak_request_rate: inf" in serving.stdout
 
@@ -183,7 +191,7 @@ def test_nan_infinity_and_absurd_figures_are_read_as_missing(home: tuple[Path, d
 def test_a_damaged_index_is_rebuilt_from_the_files(home: tuple[Path, dict[str, str]], damage: str) -> None:
     cwd, _ = home
     index = cwd / "results" / "index.sqlite"
-    assert _run(cwd, "results", "list").returncode == 0
+    assert _runs(cwd, ("results", "list"))[0].returncode == 0
     if damage == "garbage":
         index.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))
     elif damage == "empty-table":
@@ -197,7 +205,7 @@ def test_a_damaged_index_is_rebuilt_from_the_files(home: tuple[Path, dict[str, s
         with sqlite3.connect(index) as db:
             db.execute("PRAGMA user_version = 1")
             db.execute("UPDATE results SET host = 'stale'")
-    done = _run(cwd, "results", "list")
+    done, = _runs(cwd, ("results", "list"))
     assert done.returncode == 0, done.stderr
     assert sorted(line.split()[0] for line in done.stdout.splitlines()[1:]) == sorted([*GOOD, "flagged001"])
     assert "stale" not in done.stdout
@@ -206,32 +214,35 @@ def test_a_damaged_index_is_rebuilt_from_the_files(home: tuple[Path, dict[str, s
                    line.endswith("; rebuilt from the result files") for line in done.stderr.splitlines()), done.stderr
     with sqlite3.connect(index) as db:
         assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == len(GOOD) + 1
-    shown = _run(cwd, "results", "show", "84be06dc2f")
+    shown, = _runs(cwd, ("results", "show", "84be06dc2f"))
     assert shown.returncode == 0 and shown.stderr == ""
 
 
 def test_a_file_damaged_after_it_was_indexed_is_read_again(home: tuple[Path, dict[str, str]]) -> None:
     cwd, _ = home
-    assert _run(cwd, "results", "list").returncode == 0
+    assert _runs(cwd, ("results", "list"))[0].returncode == 0
     path = cwd / "results" / GOOD["c62f795352"].name
     path.write_text(path.read_text()[:-40])
-    done = _run(cwd, "results", "list")
+    done, shown = _runs(cwd, ("results", "list"), ("results", "show", "c62f795352"))
     assert _skipped_lines(done.stderr)[path.name].startswith("truncated JSON")
     assert "c62f795352" not in done.stdout
-    shown = _run(cwd, "results", "show", "c62f795352")
     assert shown.returncode == 2 and shown.stderr.startswith(f"gpuops: error: results: {path.name}: truncated JSON")
 
 
 def test_a_field_no_check_names_costs_its_file_not_the_report(home: tuple[Path, dict[str, str]]) -> None:
     """A document that passes the checks but trips a reader deep down (a sample's token times that
-    are not numbers, read only by the report's ITL plot): named, left out, the rest reported."""
-    cwd, _ = home
+    are not numbers, read only by the report's ITL plot): named, left out, the rest reported. The
+    same report run is the report's case with every bad file around: each named once, as `results
+    list` names it; the NaN/Infinity result reported (and plotted) once."""
+    cwd, bad = home
     doc = _doc(DECODE, "deepbad001")
     doc["samples"][0]["chunks"] = [["soon", 1], ["later", 2]]
     (cwd / "results" / _name("deepbad001")).write_text(json.dumps(doc))
-    report = _run(cwd, "report", "-o", str(cwd / "report.html"))
+    report = _run(cwd, "report", "-o", str(cwd / "out" / "report.html"))
     assert report.returncode == 0, report.stderr
     assert report.stdout.strip().endswith("(5 results)")
+    assert _skipped_lines(report.stderr) == bad
+    assert (cwd / "out" / "report.md").read_text().count("| flagged001 |") == 1
     left_out = [line for line in report.stderr.splitlines() if line.startswith(f"results: {_name('deepbad001')}: ")]
     assert len(left_out) == 1 and left_out[0].endswith("; left out") and "report cannot read it" in left_out[0]
     shown = _run(cwd, "report", "deepbad001", "-o", str(cwd / "one.html"))
