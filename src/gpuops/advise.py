@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gpuops import pcie_ipc
+from gpuops.bench.record import ResultDocument, at, mapping, objects
 from gpuops.gates.in_effect import server_tp_size
 from gpuops.gates.fits import switch_text
 from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING
@@ -149,7 +150,7 @@ def stack_of(facts: Mapping[str, Any], features: Mapping[str, Any]) -> pcie_ipc.
         kernel_reads=reads if isinstance(reads, Mapping) else None)
 
 
-def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
+def measured_nccl(results: Sequence[ResultDocument]) -> tuple[float, float, str] | None:
     """(per call us, per pass ms, result id) of NCCL's smallest message in the newest all-reduce
     result stored for the host, or None."""
     for result in results:
@@ -160,23 +161,24 @@ def measured_nccl(results: Sequence[Mapping[str, Any]]) -> tuple[float, float, s
             if not variant.get("ok") or kernel != "nccl":
                 continue
             key = str(tokens)
-            if key in (variant.get("latency_us") or {}) and key in (variant.get("step_cost_ms") or {}):
-                return float(variant["latency_us"][key]), float(variant["step_cost_ms"][key]), str(result.get("id"))
+            latency, step = (variant.get("latency_us") or {}).get(key), mapping(variant.get("step_cost_ms")).get(key)
+            if latency is not None and isinstance(step, (int, float, str)):
+                return float(latency), float(step), str(result.get("id"))
     return None
 
 
-def profiled_allreduce(result: Mapping[str, Any] | None) -> ProfiledAllreduce | None:
+def profiled_allreduce(result: ResultDocument | None) -> ProfiledAllreduce | None:
     """The all-reduce figures of a stored profile result: its verify pass (speculative decoding,
     the field's case) else its decode pass; None when it has neither with all-reduces."""
     if not result:
         return None
-    stages = (result.get("summary") or {}).get("stages") or {}
+    stages = mapping((result.get("summary") or {}).get("stages"))
     for name in ("TARGET_VERIFY", "DECODE"):
-        stage: Mapping[str, Any] = stages[name] if isinstance(stages.get(name), Mapping) else {}
-        figures = (stage.get("groups") or {}).get("allreduce") or {}
+        stage = mapping(stages.get(name))
+        figures = mapping(at(stage, "groups", "allreduce"))
         calls, ms = figures.get("calls_per_forward"), figures.get("ms_per_forward")
         if isinstance(calls, (int, float)) and isinstance(ms, (int, float)) and calls > 0:
-            kinds = [c.get("kind") for c in (stage.get("collectives") or []) if c.get("group") == "allreduce"]
+            kinds = [c.get("kind") for c in objects(stage.get("collectives")) if c.get("group") == "allreduce"]
             share = figures.get("share")
             return ProfiledAllreduce(str(result.get("id")), name, float(calls), float(ms),
                                      float(share) if isinstance(share, (int, float)) else None,
@@ -340,8 +342,8 @@ def _only_on_a_verdict(way: Way, features: Mapping[str, Any]) -> Way:
                                why=str(verdict.get("reason") or "inspect could not judge it on this host"))
 
 
-def advise_host(host: str, document: Mapping[str, Any], results: Sequence[Mapping[str, Any]] = (),
-                profile: Mapping[str, Any] | None = None) -> HostAdvice:
+def advise_host(host: str, document: Mapping[str, Any], results: Sequence[ResultDocument] = (),
+                profile: ResultDocument | None = None) -> HostAdvice:
     """``document``: the host's entry of ``inspect host --json``; ``results``: its stored
     all-reduce results, newest first; ``profile``: a stored ``gpuops profile`` result of the host,
     whose measured all-reduce cost per pass comes before every other figure."""

@@ -174,7 +174,7 @@ def test_acceptance_is_read_where_the_server_reports_it() -> None:
     from pathlib import Path
 
     from gpuops.remote.prom_text import run_deltas, summarise
-    from gpuops.tune.runner import _measured
+    from gpuops.tune.runner import Speculation
 
     page = json.loads((Path(__file__).parents[1] / "fixtures/real/h200-x1/sglang-0.5.16/http/metrics.json")
                       .read_text())["text"]
@@ -182,8 +182,8 @@ def test_acceptance_is_read_where_the_server_reports_it() -> None:
     assert run_deltas(real, real)["spec_accept_rate"] == 0.0  # the series is there (0: no speculation ran)
     deltas = {"spec_verify_calls": 40.0, "spec_accept_length": 2.4, "spec_accept_rate": 0.35}
     on = {"accept_length": 2.5, "server_metrics": deltas, "speculative": {"in_effect": True}}
-    assert _measured(on) == {"accept_length": 2.5, "accept_rate": 0.35, "speculative": True}
-    assert _measured(dict(on, accept_length=None))["accept_length"] == 2.4  # /metrics when /server_info lacks it
+    assert Speculation.of(on) == Speculation(accept_length=2.5, accept_rate=0.35, speculative=True)
+    assert Speculation.of(dict(on, accept_length=None)).accept_length == 2.4  # /metrics when /server_info lacks it
     off = {"accept_length": 1.0, "server_metrics": dict(deltas, spec_verify_calls=0.0),
            "speculative": {"in_effect": False}}
-    assert _measured(off) == {"accept_length": None, "accept_rate": None, "speculative": False}
+    assert Speculation.of(off) == Speculation(accept_length=None, accept_rate=None, speculative=False)

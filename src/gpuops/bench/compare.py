@@ -10,13 +10,14 @@ figures and every verdict against it are marked ``(sim)`` (``gpuops.bench.simula
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Sequence, TypedDict
 
-from gpuops.bench.fingerprint import config_differences
+from gpuops.bench.fingerprint import ConfigDifference, config_differences
+from gpuops.bench.record import ResultDocument
 from gpuops.bench.repeats import result_intervals
 from gpuops.bench.simulated import model_label
 from gpuops.bench.stats import Interval, significant, verdict
-from gpuops.bench.suites import reader
+from gpuops.bench.suites import Figures, reader
 from gpuops.errors import GpuopsError
 
 
@@ -55,6 +56,14 @@ class Metric:
         return tuple(marks)
 
 
+class ConfigDiffs(TypedDict):
+    """How one result's configuration differs from the baseline's."""
+
+    id: str | None
+    against: str | None
+    differences: list[ConfigDifference]
+
+
 @dataclass
 class Comparison:
     ids: list[str]
@@ -62,7 +71,7 @@ class Comparison:
     suites: list[str]
     fingerprints: list[str | None]
     metrics: list[Metric] = field(default_factory=list)
-    config_diffs: list[dict[str, Any]] = field(default_factory=list)  # one per non-baseline result
+    config_diffs: list[ConfigDiffs] = field(default_factory=list)  # one per non-baseline result
     simulated: list[str | None] = field(default_factory=list)  # per result: stand-in model label, None if measured
 
     def column_simulated(self, index: int) -> bool:
@@ -74,7 +83,7 @@ class Comparison:
     def same_configuration(self) -> bool:
         return len(set(self.fingerprints)) == 1
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "ids": self.ids, "hosts": self.hosts, "suites": self.suites, "fingerprints": self.fingerprints,
             "same_configuration": self.same_configuration,
@@ -90,12 +99,12 @@ class Comparison:
         }
 
 
-def _figures(result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | None]:
+def _figures(result: ResultDocument) -> Figures:
     """(name, unit, better) -> value for one result, as its suite's reader gives them."""
     return reader(result.get("suite")).figures(result.get("summary") or {}, result)
 
 
-def compare_results(results: Sequence[Mapping[str, Any]]) -> Comparison:
+def compare_results(results: Sequence[ResultDocument]) -> Comparison:
     if len(results) < 2:
         raise GpuopsError("results compare: give at least two result ids")
     figures = [_figures(r) for r in results]
@@ -109,8 +118,8 @@ def compare_results(results: Sequence[Mapping[str, Any]]) -> Comparison:
                       tuple(Interval.from_json(i.get(n)) for i in intervals)) for n, u, b in names]
     metrics = [m for m in metrics if any(v is not None for v in m.values)]
     base_config = results[0].get("configuration") or {}
-    diffs = [{"id": r.get("id"), "against": results[0].get("id"),
-              "differences": config_differences(base_config, r.get("configuration") or {})}
+    diffs = [ConfigDiffs(id=r.get("id"), against=results[0].get("id"),
+                         differences=config_differences(base_config, r.get("configuration") or {}))
              for r in results[1:]]
     return Comparison(
         ids=[str(r.get("id")) for r in results],

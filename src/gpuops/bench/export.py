@@ -15,8 +15,13 @@ import io
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping, Sequence
-from gpuops.bench.suites import reader
+from typing import Iterable, Mapping, Sequence
+
+from gpuops.bench.record import JSONObject, ResultDocument
+from gpuops.bench.suites import ExportLevel, reader
+
+# One exported row: column -> a scalar of the result, its level or its configuration (JSON's own kinds).
+Row = JSONObject
 
 
 IDENTITY = ("result_id", "host", "suite", "tool", "created", "ok", "partial", "simulated", "speed_model",
@@ -24,7 +29,7 @@ IDENTITY = ("result_id", "host", "suite", "tool", "created", "ok", "partial", "s
 _SKIP = frozenset({"tool_record", "variant", "samples", "chunks", "first_error", "source", "note"})
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+def _flatten(prefix: str, value: object, out: Row) -> None:
     if isinstance(value, Mapping):
         for key, inner in value.items():
             if key in _SKIP:
@@ -36,18 +41,18 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+def _levels(result: ResultDocument) -> list[ExportLevel]:
     """(identity columns of the level, its figures) for every measured level of one result."""
 
     return reader(result.get("suite")).levels(result)
 
 
-def rows(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def rows(results: Iterable[ResultDocument]) -> list[Row]:
     out = []
     for result in results:
         server = result.get("server") or {}
         speed = server.get("speed_model")
-        base = {
+        base: Row = {
             "result_id": result.get("id"), "host": result.get("host"), "suite": result.get("suite"),
             "tool": result.get("tool"), "created": result.get("created"), "ok": result.get("ok"),
             "partial": result.get("partial"), "simulated": bool(server.get("simulated")),
@@ -55,15 +60,15 @@ def rows(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "fingerprint": result.get("fingerprint"),
             "repeat": (result.get("summary") or {}).get("repeat") or 1,
         }
-        config: dict[str, Any] = {}
-        configuration = dict(result.get("configuration") or {})
+        config: Row = {}
+        configuration = (result.get("configuration") or {}).copy()
         gates = configuration.pop("patched_gates", None)
         _flatten("config", configuration, config)
         config["config.patched_gates"] = ";".join(gates) if gates else ""
         for identity, figures in _levels(result):
             row = dict(base)
             row.update(identity)
-            flat: dict[str, Any] = {}
+            flat: Row = {}
             _flatten("", figures, flat)
             for key in IDENTITY:
                 flat.pop(key, None)
@@ -73,7 +78,7 @@ def rows(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def columns(table: Sequence[Mapping[str, Any]]) -> list[str]:
+def columns(table: Sequence[Mapping[str, object]]) -> list[str]:
     """Identity first, then figures (sorted), then the configuration (sorted)."""
     keys = {k for row in table for k in row}
     ident = [k for k in IDENTITY if k in keys]
@@ -81,7 +86,7 @@ def columns(table: Sequence[Mapping[str, Any]]) -> list[str]:
     return ident + [k for k in rest if not k.startswith("config.")] + [k for k in rest if k.startswith("config.")]
 
 
-def to_csv(table: Sequence[Mapping[str, Any]]) -> str:
+def to_csv(table: Sequence[Mapping[str, object]]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns(table), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
@@ -90,7 +95,7 @@ def to_csv(table: Sequence[Mapping[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def to_jsonl(table: Sequence[Mapping[str, Any]]) -> str:
+def to_jsonl(table: Sequence[Mapping[str, object]]) -> str:
     return "".join(json.dumps(row, sort_keys=False, default=str) + "\n" for row in table)
 
 
@@ -102,12 +107,12 @@ def _metric_name(key: str) -> str:
     return "gpuops_bench_" + _NAME.sub("_", key).strip("_").lower()
 
 
-def _label_value(value: Any) -> str:
+def _label_value(value: object) -> str:
     text = str(value).lower() if isinstance(value, bool) else str(value)
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def to_prometheus(table: Sequence[Mapping[str, Any]]) -> str:
+def to_prometheus(table: Sequence[Mapping[str, object]]) -> str:
     """Prometheus text exposition format: one gauge per numeric figure, labelled by result and level
     (a textfile-collector file: node_exporter's ``--collector.textfile.directory`` reads it)."""
     series: dict[str, list[str]] = {}

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable, Mapping
+import shlex
+from typing import Iterable, Mapping, TypedDict
+
+from gpuops.bench.record import Configuration, ServerRecord
 from gpuops.secret_policy import is_secret_name, mask_args, mask_mapping, mask_value
 
 # Flags that say where or how the server is reached, not how fast it runs.
@@ -23,7 +26,16 @@ VOLATILE_SERVER_ARGS = frozenset({
 _SIMULATION_ENV_PREFIX = "GPUOPS_STANDIN_"
 
 
-def tuning_env(env: Mapping[str, Any] | None) -> dict[str, str]:
+class ConfigDifference(TypedDict):
+    """One thing two configurations differ in (``section``: server_args | env | extra | sglang | gates)."""
+
+    section: str
+    key: str
+    a: object
+    b: object
+
+
+def tuning_env(env: Mapping[str, object] | None) -> dict[str, str]:
     """The environment that can change performance: less simulator controls and less credentials
     (named by the one secrets policy: ``HF_TOKEN`` goes, ``SGLANG_KEY_CACHE`` stays), so rotating a
     token never changes a fingerprint. Other values have URL credentials masked."""
@@ -32,42 +44,41 @@ def tuning_env(env: Mapping[str, Any] | None) -> dict[str, str]:
             if not str(key).startswith(_SIMULATION_ENV_PREFIX) and not is_secret_name(str(key))}
 
 
-def shown_env(env: Mapping[str, Any] | None) -> dict[str, str]:
+def shown_env(env: Mapping[str, object] | None) -> dict[str, str]:
     """The environment as a result stores it: every variable, secret values masked (short hash)."""
 
     return {str(key): str(mask_value(str(key), value)) for key, value in sorted((env or {}).items())
             if not str(key).startswith(_SIMULATION_ENV_PREFIX)}
 
 
-def stable_server_args(server_args: Mapping[str, Any] | None) -> dict[str, Any]:
+def stable_server_args(server_args: Mapping[str, object] | None) -> dict[str, object]:
     return mask_mapping({k: v for k, v in sorted((server_args or {}).items()) if k not in VOLATILE_SERVER_ARGS})
 
 
-def public_server_record(record: Mapping[str, Any]) -> dict[str, Any]:
+def public_server_record(record: ServerRecord) -> ServerRecord:
     """A result's ``server`` record as it may be stored and shown: flags, environment and the
     process command line with secret values masked (real SGLang reports ``api_key`` in its info)."""
 
-    out = dict(record)
+    out = record.copy()
     out["server_args"] = mask_mapping(dict(record.get("server_args") or {}))
     out["env"] = shown_env(record.get("env"))
-    if isinstance(record.get("process_cmdline"), list):
-        out["process_cmdline"] = mask_args(record["process_cmdline"])
-    elif isinstance(record.get("process_cmdline"), str):
-        import shlex
-
-        out["process_cmdline"] = " ".join(mask_args(shlex.split(record["process_cmdline"])))
+    argv = record.get("process_cmdline")
+    if isinstance(argv, list):
+        out["process_cmdline"] = mask_args(argv)
+    elif isinstance(argv, str):
+        out["process_cmdline"] = " ".join(mask_args(shlex.split(argv)))
     return out
 
 
 def configuration(
-    server_args: Mapping[str, Any] | None,
-    env: Mapping[str, Any] | None,
-    sglang_version: str | None,
+    server_args: Mapping[str, object] | None,
+    env: Mapping[str, object] | None,
+    sglang_version: object,
     patched_gates: Iterable[str] = (),
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: Mapping[str, object] | None = None,
+) -> Configuration:
     """The inputs of the fingerprint, kept in the result so a diff can say what differs."""
-    config = {
+    config: Configuration = {
         "server_args": stable_server_args(server_args),
         "env": tuning_env(env),
         "sglang_version": sglang_version,
@@ -78,16 +89,19 @@ def configuration(
     return config
 
 
-def fingerprint(config: Mapping[str, Any]) -> str:
+def fingerprint(config: Configuration) -> str:
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
+def config_differences(a: Configuration, b: Configuration) -> list[ConfigDifference]:
     """Each difference between two configurations: section, key, value in a, value in b."""
-    diffs: list[dict[str, Any]] = []
-    for section in ("server_args", "env", "extra"):
-        left, right = a.get(section) or {}, b.get(section) or {}
+    diffs: list[ConfigDifference] = []
+    sections: tuple[tuple[str, Mapping[str, object] | None, Mapping[str, object] | None], ...] = (
+        ("server_args", a.get("server_args"), b.get("server_args")), ("env", a.get("env"), b.get("env")),
+        ("extra", a.get("extra"), b.get("extra")))
+    for section, left_part, right_part in sections:
+        left, right = left_part or {}, right_part or {}
         for key in sorted(set(left) | set(right)):
             if left.get(key) != right.get(key):
                 diffs.append({"section": section, "key": key, "a": left.get(key), "b": right.get(key)})

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+
+from gpuops.bench.record import JSONObject
 from gpuops.secret_policy import mask_reported, reported_secrets
 
 FRAME = "GPUOPS-BENCH"
@@ -21,24 +22,25 @@ FRAME = "GPUOPS-BENCH"
 
 @dataclass
 class RemoteRun:
-    """The records of one host's bench run, grouped by kind, in arrival order."""
+    """The records of one host's bench run, grouped by kind, in arrival order: each a JSON object as
+    the host sent it (secrets masked), narrowed where it is read."""
 
     run_id: str
-    start: dict[str, Any] | None = None
-    host: dict[str, Any] | None = None
-    server: dict[str, Any] | None = None
-    server_after: dict[str, Any] | None = None
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    levels: list[dict[str, Any]] = field(default_factory=list)
-    allreduce: list[dict[str, Any]] = field(default_factory=list)
-    fusion: list[dict[str, Any]] = field(default_factory=list)
-    profile: list[dict[str, Any]] = field(default_factory=list)      # one per rank's trace (profile suite)
-    trace_files: list[dict[str, Any]] = field(default_factory=list)  # raw traces, base64 (--fetch-traces)
-    progress: dict[str, Any] | None = None
-    tool: list[dict[str, Any]] = field(default_factory=list)
+    start: JSONObject | None = None
+    host: JSONObject | None = None
+    server: JSONObject | None = None          # the server's answers before the run (server_info, model_info, ...)
+    server_after: JSONObject | None = None
+    samples: list[JSONObject] = field(default_factory=list)
+    levels: list[JSONObject] = field(default_factory=list)
+    allreduce: list[JSONObject] = field(default_factory=list)
+    fusion: list[JSONObject] = field(default_factory=list)
+    profile: list[JSONObject] = field(default_factory=list)      # one per rank's trace (profile suite)
+    trace_files: list[JSONObject] = field(default_factory=list)  # raw traces, base64 (--fetch-traces)
+    progress: JSONObject | None = None
+    tool: list[JSONObject] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    end: dict[str, Any] | None = None
+    errors: list[JSONObject] = field(default_factory=list)
+    end: JSONObject | None = None
 
     @property
     def finished(self) -> bool:

@@ -8,10 +8,11 @@ the reader's too. See ``stats`` for the rule that uses them.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict
 
+from gpuops.bench.record import JSONObject, RepeatRecord, ResultDocument, Summary, mapping, number
 from gpuops.bench.stats import intervals_json
-from gpuops.bench.suites import is_torchrun, reader
+from gpuops.bench.suites import Distributions, is_torchrun, reader
 from gpuops.remote.bench_stats import sample_figures
 
 # the headline figures of decode/serving runs and where they sit in a summary
@@ -30,7 +31,17 @@ LEVEL_FIGURES = (
 )
 
 
-def level_label(level: Mapping[str, Any]) -> str:
+class SampleFigures(TypedDict):
+    """One completed request's figures, from its token arrivals (``remote/bench_stats.sample_figures``)."""
+
+    ttft_s: float
+    decode_tokens: int
+    decode_s: float
+    tokens_per_s: float | None
+    itls_s: list[float]
+
+
+def level_label(level: Mapping[str, object]) -> str:
     """``c=16`` for a closed-loop level, ``rate=20`` for a request-rate level (its cap aside)."""
     rate = level.get("request_rate")
     if isinstance(rate, (int, float)) and not isinstance(rate, bool):
@@ -38,15 +49,12 @@ def level_label(level: Mapping[str, Any]) -> str:
     return f"c={level.get('concurrency')}"
 
 
-def dig(mapping: Any, path: Sequence[str]) -> float | None:
-    for key in path:
-        if not isinstance(mapping, Mapping):
-            return None
-        mapping = mapping.get(key)
-    return float(mapping) if isinstance(mapping, (int, float)) and not isinstance(mapping, bool) else None
+def dig(value: object, path: Sequence[str]) -> float | None:
+    """The number at ``path`` in nested JSON objects (``record.number``, the path as one sequence)."""
+    return number(value, *path)
 
 
-def sample_figures_of(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def sample_figures_of(samples: Sequence[Mapping[str, object]]) -> list[SampleFigures]:
     out = []
     for sample in samples:
         if sample.get("ok") and sample.get("chunks"):
@@ -57,14 +65,14 @@ def sample_figures_of(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     return out
 
 
-def within_run(result: Mapping[str, Any]) -> dict[str, tuple[str, list[float]]]:
+def within_run(result: ResultDocument) -> Distributions:
     """The distributions inside one run (per request, per token, per trial), as its suite's reader
     finds them."""
     return reader(result.get("suite")).within_run(result)
 
 
-def across_repeats(summaries: Sequence[Mapping[str, Any]], level_sets: Sequence[Sequence[Mapping[str, Any]]],
-                   suite: str) -> dict[str, tuple[str, list[float]]]:
+def across_repeats(summaries: Sequence[Mapping[str, object]], level_sets: Sequence[Sequence[Mapping[str, object]]],
+                   suite: str) -> Distributions:
     """One value per repeat for every headline figure (the suite reader's) and every level's."""
     dist = dict(reader(suite).across_repeats(summaries))
     for levels in level_sets:
@@ -77,28 +85,30 @@ def across_repeats(summaries: Sequence[Mapping[str, Any]], level_sets: Sequence[
     return dist
 
 
-def result_intervals(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored intervals, or (older results) those its own data give."""
+def result_intervals(result: ResultDocument) -> dict[str, Mapping[str, object] | None]:
+    """The stored intervals, or (older results) those its own data give; each as stored (read it with
+    ``stats.Interval.from_json``)."""
     stored = result.get("intervals")
     if isinstance(stored, Mapping):
         return dict(stored)
-    return intervals_json(within_run(result))
+    return dict(intervals_json(within_run(result)))
 
 
-def median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+def median_levels(level_sets: Sequence[Sequence[Mapping[str, object]]]) -> list[JSONObject]:
     """Per concurrency level: every numeric figure's median over the repeats (nested dicts too)."""
-    by_c: dict[Any, list[Mapping[str, Any]]] = {}
+    by_c: dict[str, list[Mapping[str, object]]] = {}
     for levels in level_sets:
         for level in levels:
             by_c.setdefault(level_label(level), []).append(level)
 
-    def med(values: list[Any]) -> Any:
+    def med(values: list[object]) -> object:
         nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if nums and len(nums) == len(values):
             return statistics.median(nums)
-        if values and all(isinstance(v, Mapping) for v in values):
-            keys = {k for v in values for k in v}
-            return {k: med([v.get(k) for v in values]) for k in keys}
+        maps = [v for v in values if isinstance(v, Mapping)]
+        if values and len(maps) == len(values):
+            keys = {k for v in maps for k in v}
+            return {k: med([v.get(k) for v in maps]) for k in keys}
         return values[-1] if values else None
 
     out = []
@@ -109,10 +119,10 @@ def median_levels(level_sets: Sequence[Sequence[Mapping[str, Any]]]) -> list[dic
         merged["request_rate"] = levels[0].get("request_rate")
         merged["repeats"] = len(levels)
         out.append(merged)
-    return sorted(out, key=lambda lv: (lv.get("concurrency") or 0, lv.get("request_rate") or 0))
+    return sorted(out, key=lambda lv: (number(lv, "concurrency") or 0, number(lv, "request_rate") or 0))
 
 
-def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def merge_repeats(results: Sequence[ResultDocument]) -> ResultDocument:
     """N results of one host and run (``--repeat N``) -> one document.
 
     Raw data is pooled (samples, all-reduce rows, each tagged with its ``repeat``); headline figures
@@ -122,38 +132,40 @@ def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not results:
         raise ValueError("merge_repeats: no results")
     first = results[0]
-    merged = dict(results[-1])
+    merged = results[-1].copy()
     merged["id"] = first["id"]
     merged["created"] = first["created"]
     merged["errors"] = [f"repeat {i + 1}: {e}" if len(results) > 1 else e
                         for i, r in enumerate(results) for e in r.get("errors") or []]
     merged["ok"] = all(r.get("ok") for r in results)
-    merged["partial"] = any(r.get("partial") for r in results) or len(results) < int(
-        (first.get("options") or {}).get("repeat") or len(results))
+    asked = mapping(first.get("options")).get("repeat")
+    merged["partial"] = any(r.get("partial") for r in results) or len(results) < (
+        int(asked) if isinstance(asked, (int, float, str)) and asked else len(results))
     merged["notes"] = [n for r in results for n in r.get("notes") or []]
 
-    def tagged(key: str) -> list[dict[str, Any]]:
-        return [dict(item, repeat=i) for i, r in enumerate(results) for item in r.get(key) or []]
+    def tagged(rows: list[list[JSONObject] | None]) -> list[JSONObject]:
+        return [dict(item, repeat=i) for i, part in enumerate(rows) for item in part or []]
 
-    merged["samples"] = tagged("samples")
-    merged["allreduce"] = tagged("allreduce")
-    merged["fusion"] = tagged("fusion")
-    summaries = [r.get("summary") or {} for r in results]
+    merged["samples"] = tagged([r.get("samples") for r in results])
+    merged["allreduce"] = tagged([r.get("allreduce") for r in results])
+    merged["fusion"] = tagged([r.get("fusion") for r in results])
+    summaries: list[Summary] = [r.get("summary") or {} for r in results]
     level_sets = [r.get("levels") or [] for r in results]
     suite = str(first.get("suite"))
-    merged["repeats"] = [{"summary": s, "levels": lv} for s, lv in zip(summaries, level_sets)]
-    merged["summary"] = reader(suite).merge_repeats(merged, results)
+    merged["repeats"] = [RepeatRecord(summary=s, levels=lv) for s, lv in zip(summaries, level_sets)]
+    summary = reader(suite).merge_repeats(merged, results)
+    merged["summary"] = summary
     dist = within_run(merged) if is_torchrun(suite) else across_repeats(summaries, level_sets, suite)
     merged["intervals"] = intervals_json(dist)
-    merged["summary"]["repeat"] = len(results)
+    summary["repeat"] = len(results)
     return merged
 
 
-def median_rows(rows: Sequence[Mapping[str, Any]], fusion: bool = False) -> list[dict[str, Any]]:
+def median_rows(rows: Sequence[Mapping[str, object]], fusion: bool = False) -> list[JSONObject]:
     """One row per (variant, tokens[, mode]) with each numeric figure's median over the repeats."""
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[object, ...], list[Mapping[str, object]]] = {}
     for row in rows:
-        key = (str(sorted((row.get("variant") or {}).items())), row.get("tokens"), row.get("cuda_graph"))
+        key = (str(sorted(mapping(row.get("variant")).items())), row.get("tokens"), row.get("cuda_graph"))
         groups.setdefault(key, []).append(row)
     out = []
     for group in groups.values():
@@ -164,7 +176,7 @@ def median_rows(rows: Sequence[Mapping[str, Any]], fusion: bool = False) -> list
             merged["error"] = next((r.get("error") for r in group if not r.get("ok")), None)
         for name, value in group[-1].items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("tokens", "repeat"):
-                values: list[Any] = [r.get(name) for r in good if isinstance(r.get(name), (int, float))]
+                values = [found for found in (r.get(name) for r in good) if isinstance(found, (int, float))]
                 if values:
                     merged[name] = statistics.median(values)
         if fusion:

@@ -24,21 +24,26 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.fingerprint import config_differences
+from gpuops.bench.record import ResultDocument, figure
 from gpuops.bench.simulated import figure_basis, footnote, is_simulated, labels_of, mark, model_figures, stamp_figure
+from gpuops.bench.stats import Interval
 from gpuops.errors import GpuopsError
 from gpuops.output import safe_text
-from gpuops.bench.suites import SUITES, reader
+from gpuops.bench.suites import SUITES, ReportTable, SuiteReader, reader
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
-def result_label(result: Mapping[str, Any]) -> str:
+def result_label(result: ResultDocument) -> str:
     return mark(f"{result.get('host')} {str(result.get('id'))[:6]}", is_simulated(result))
 
 
-def _config_line(result: Mapping[str, Any]) -> str:
+def _config_line(result: ResultDocument) -> str:
     config = result.get("configuration") or {}
     args = config.get("server_args") or {}
     bits = []
@@ -49,14 +54,15 @@ def _config_line(result: Mapping[str, Any]) -> str:
             bits.append(f"{key}={args[key]}")
     env = config.get("env") or {}
     bits += [f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_")]
-    if config.get("patched_gates"):
-        bits.append(f"patched: {', '.join(config['patched_gates'])}")
+    gates = config.get("patched_gates")
+    if gates:
+        bits.append(f"patched: {', '.join(gates)}")
     if config.get("sglang_version"):
         bits.append(f"sglang {config['sglang_version']}")
     return "; ".join(bits) or "-"
 
 
-def difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+def difference_hint(baseline: ResultDocument, result: ResultDocument) -> str:
     """What sets this configuration apart from the first one, in a few words (for plot labels)."""
     if result is baseline:
         return "baseline"
@@ -73,7 +79,7 @@ def difference_hint(baseline: Mapping[str, Any], result: Mapping[str, Any]) -> s
     return "\n".join(words[:2]) + (" ..." if len(words) > 2 else "")
 
 
-def figure_png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
+def figure_png(fig: Figure, shown: Sequence[ResultDocument]) -> bytes:
     """The figure as PNG bytes; ``shown``: the results it draws (a simulated one stamps it)."""
     stamp_figure(fig, shown)
     buffer = io.BytesIO()
@@ -84,28 +90,29 @@ def figure_png(fig: Any, shown: Sequence[Mapping[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def error_bars(values: Sequence[float | None], intervals: Sequence[Mapping[str, Any] | None]) -> list[list[float]] | None:
-    """matplotlib's asymmetric error bars from stored intervals (0 where a value has none)."""
+def error_bars(values: Sequence[object], intervals: Sequence[Mapping[str, object] | None]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bars from stored intervals (0 where a value or its interval is none)."""
     if not any(intervals):
         return None
     low, high = [], []
-    for value, interval in zip(values, intervals):
-        if value is None or not interval:
+    for value, stored in zip(values, intervals):
+        interval = Interval.from_json(stored)
+        if not isinstance(value, (int, float)) or interval is None:
             low.append(0.0)
             high.append(0.0)
         else:
-            low.append(max(0.0, value - interval["low"]))
-            high.append(max(0.0, interval["high"] - value))
+            low.append(max(0.0, value - interval.low))
+            high.append(max(0.0, interval.high - value))
     return [low, high]
 
 
-def _by_suite(results: Sequence[Mapping[str, Any]]) -> list[tuple[Any, list[Mapping[str, Any]]]]:
+def _by_suite(results: Sequence[ResultDocument]) -> list[tuple[SuiteReader, list[ResultDocument]]]:
     """Each registered suite's client module with its own results, in the registry's order."""
 
     return [(reader(name), [r for r in results if r.get("suite") == name]) for name in SUITES]
 
 
-def build_plots(results: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
+def build_plots(results: Sequence[ResultDocument]) -> dict[str, bytes]:
     """Every suite's plots (its ``PLOTS``) of its own results; decode and serving never share one."""
     import matplotlib
 
@@ -123,29 +130,29 @@ def _plot_titles() -> dict[str, str]:
     return {name: title for suite in SUITES for name, title, _ in reader(suite).PLOTS}
 
 
-def _suite_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+def _suite_tables(results: Sequence[ResultDocument]) -> list[ReportTable]:
     """(heading, title, headers, rows) of every suite's own tables (``report_tables``)."""
     return [table for suite, mine in _by_suite(results) for table in suite.report_tables(mine)]
 
 
-def _results_table(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def _results_table(results: Sequence[ResultDocument]) -> tuple[list[str], list[list[str]]]:
     headers = ["id", "host", "suite", "created", "tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms",
                "accept", "fingerprint", "configuration"]
     rows = []
     for r in results:
         s = r.get("summary") or {}
-        ttft = s.get("ttft_ms") if isinstance(s.get("ttft_ms"), dict) else {}
-        itl = s.get("itl_ms") if isinstance(s.get("itl_ms"), dict) else {}
+        ttft = s.get("ttft_ms") or {}
+        itl = s.get("itl_ms") or {}
         sim = is_simulated(r)
-        figures = (s.get("output_tokens_per_s"), (ttft or {}).get("p50"), (itl or {}).get("p50"),
-                   (itl or {}).get("p99"), s.get("accept_length"))
+        figures = (s.get("output_tokens_per_s"), ttft.get("p50"), itl.get("p50"), itl.get("p99"),
+                   figure(s.get("accept_length")))
         rows.append([str(r.get("id")), str(r.get("host")), str(r.get("suite")) + (" (partial)" if r.get("partial") else ""),
                      str(r.get("created")), *(mark(format_value(x), sim) for x in figures),
                      str(r.get("fingerprint"))[:10], _config_line(r)])
     return headers, rows
 
 
-def _comparison_rows(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]] | None:
+def _comparison_rows(results: Sequence[ResultDocument]) -> tuple[list[str], list[list[str]]] | None:
     if len(results) < 2:
         return None
     comparison = compare_results(results)
@@ -161,7 +168,7 @@ def _comparison_rows(results: Sequence[Mapping[str, Any]]) -> tuple[list[str], l
     return headers, rows
 
 
-def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[str], html_name: str) -> str:
+def render_markdown(results: Sequence[ResultDocument], plot_names: Sequence[str], html_name: str) -> str:
     headers, rows = _results_table(results)
     lines = ["# gpuops benchmark report", "",
              f"{len(results)} result(s); plots in [{html_name}]({html_name}).", ""]
@@ -184,7 +191,7 @@ def render_markdown(results: Sequence[Mapping[str, Any]], plot_names: Sequence[s
     return "\n".join(lines)
 
 
-def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]) -> str:
+def render_html(results: Sequence[ResultDocument], plots: Mapping[str, bytes]) -> str:
     esc = html.escape
     headers, rows = _results_table(results)
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpuops benchmark report</title>",
@@ -233,7 +240,7 @@ def render_html(results: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]
     return "\n".join(parts)
 
 
-def write_report(results: Sequence[Mapping[str, Any]], html_path: Path) -> tuple[Path, Path]:
+def write_report(results: Sequence[ResultDocument], html_path: Path) -> tuple[Path, Path]:
     """Write the HTML report and a Markdown summary next to it (same name, .md)."""
     if not results:
         raise GpuopsError("report: no results to report")

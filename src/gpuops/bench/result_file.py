@@ -14,8 +14,9 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator, Mapping, TypeGuard
 
+from gpuops.bench.record import ResultDocument, Summary
 from gpuops.remote.scan_read import NotRead, read_regular
 
 SCHEMA_PREFIX = "gpuops.bench.result/"
@@ -44,7 +45,7 @@ class BadResult(Exception):
 
 @dataclass(frozen=True)
 class ResultFile:
-    document: dict[str, Any]
+    document: ResultDocument
     flagged: tuple[str, ...]  # figures read as missing: "summary.ttft_ms.p50 is NaN"
 
 
@@ -52,15 +53,17 @@ _NONE = type(None)
 _NUMBER = (int, float)
 # The fields the results commands (list, show, compare, export, report) read, with the types they
 # read them as. "a.b": key b of object a; "[]": every element of a list; "*": every value of an object.
+# What passes is a ``record.ResultDocument``: each field it types more narrowly than ``object`` is here.
 _SHAPE: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("id", (str,)), ("host", (str,)), ("suite", (str,)), ("created", (str,)), ("ok", (bool,)),
     ("partial", (bool, _NONE)), ("tool", (str, _NONE)), ("fingerprint", (str, _NONE)),
-    ("errors", (list, _NONE)), ("notes", (list, _NONE)),
+    ("errors", (list, _NONE)), ("errors[]", (str,)), ("notes", (list, _NONE)), ("notes[]", (str,)),
     ("server", (dict, _NONE)), ("server.version", (str, _NONE)), ("server.speed_model", (dict, _NONE)),
+    ("server.server_args", (dict, _NONE)), ("server.env", (dict, _NONE)),
     ("server.speed_model.figures", (list, _NONE)), ("server.speed_model.figures[]", (dict,)),
     ("configuration", (dict, _NONE)), ("configuration.server_args", (dict, _NONE)),
     ("configuration.env", (dict, _NONE)), ("configuration.patched_gates", (list, _NONE)),
-    ("configuration.patched_gates[]", (str,)),
+    ("configuration.patched_gates[]", (str,)), ("configuration.extra", (dict, _NONE)),
     ("summary", (dict, _NONE)), ("summary.output_tokens_per_s", _NUMBER + (_NONE,)),
     ("summary.ttft_ms", (dict, _NONE)), ("summary.ttft_ms.*", _NUMBER + (_NONE,)),
     ("summary.itl_ms", (dict, _NONE)), ("summary.itl_ms.*", _NUMBER + (_NONE,)),
@@ -68,7 +71,7 @@ _SHAPE: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("summary.variants[].latency_us", (dict, _NONE)), ("summary.variants[].latency_us.*", _NUMBER + (_NONE,)),
     ("summary.variants[].busbw_gbps", (dict, _NONE)), ("summary.variants[].step_cost_ms", (dict, _NONE)),
     ("summary.table", (list, _NONE)), ("summary.table[]", (dict,)), ("summary.table[].tokens", (int,)),
-    ("summary.reasons", (list, _NONE)),
+    ("summary.reasons", (list, _NONE)), ("summary.reasons[]", (str,)),
     ("levels", (list, _NONE)), ("levels[]", (dict,)), ("levels[].ttft_ms", (dict, _NONE)),
     ("levels[].itl_ms", (dict, _NONE)),
     ("allreduce", (list, _NONE)), ("allreduce[]", (dict,)), ("allreduce[].variant", (dict, _NONE)),
@@ -78,20 +81,21 @@ _SHAPE: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("intervals", (dict, _NONE)), ("intervals.*", (dict, _NONE)),
     ("repeats", (list, _NONE)), ("repeats[]", (dict,)), ("repeats[].summary", (dict, _NONE)),
     ("repeats[].levels", (list, _NONE)), ("repeats[].levels[]", (dict,)),
+    ("server_metrics", (dict, _NONE)),
 )
 
 _TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", float: "a number", dict: "an object",
                list: "a list", _NONE: "null"}
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     for kind, name in _TYPE_NAMES.items():
         if type(value) is kind:  # exactly: True is an int as well
             return name
     return type(value).__name__
 
 
-def _at(value: Any, parts: list[str], where: str) -> Iterator[tuple[str, Any]]:
+def _at(value: object, parts: list[str], where: str) -> Iterator[tuple[str, object]]:
     """(where, value) of every value at the path ``parts`` below ``value`` (absent keys skipped)."""
     if not parts:
         yield where, value
@@ -118,7 +122,7 @@ def _split(path: str) -> list[str]:
     return [p for p in path.replace("[]", ".[]").split(".") if p]
 
 
-def shape_problem(document: dict[str, Any]) -> str | None:
+def shape_problem(document: Mapping[str, object]) -> str | None:
     """The first field the commands would read as something it is not, said in words; None if none."""
     for path, types in _SHAPE:
         for where, value in _at(document, _split(path), ""):
@@ -129,12 +133,23 @@ def shape_problem(document: dict[str, Any]) -> str | None:
     return None
 
 
-def clean_figures(document: dict[str, Any]) -> list[str]:
+def is_summary(summary: Mapping[str, object]) -> TypeGuard[Summary]:
+    """Whether ``summary`` reads as a result's summary: every field ``_SHAPE`` names in one of its type."""
+    return shape_problem({"id": "-", "summary": summary}) is None
+
+
+def _is_result(document: dict[str, object]) -> TypeGuard[ResultDocument]:
+    """Whether ``document`` reads as a result: every field ``_SHAPE`` names is of its type."""
+    return shape_problem(document) is None
+
+
+def clean_figures(document: Mapping[str, object]) -> list[str]:
     """Put null (read as missing: "-" in tables) in place of every figure that is NaN, infinite
-    (but an unlimited request rate) or at or beyond ``ABSURD``; the places, said in words."""
+    (but an unlimited request rate) or at or beyond ``ABSURD``, in the document itself (a dict, as
+    parsed); the places, said in words."""
     flagged: list[str] = []
 
-    def clean(value: Any, where: str, figures: bool) -> Any:
+    def clean(value: object, where: str, figures: bool) -> object:
         if isinstance(value, dict):
             for key in list(value):
                 value[key] = clean(value[key], f"{where}.{key}" if where else str(key), figures or not where and key in _FIGURE_PARTS)
@@ -191,7 +206,6 @@ def read_result(path: Path) -> ResultFile:
         flagged = clean_figures(document)  # first: a NaN where a number is expected is a flag, not a bad file
     except RecursionError:
         raise BadResult("nested too deep to be a result") from None
-    problem = shape_problem(document)
-    if problem is not None:
-        raise BadResult(problem)
+    if not _is_result(document):
+        raise BadResult(shape_problem(document) or "not a result")
     return ResultFile(document, tuple(flagged))

@@ -18,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping, TypeGuard
 
 from gpuops.bench.fingerprint import configuration, fingerprint, public_server_record
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.options import BenchOptions
+from gpuops.bench.record import (Headline, JSONObject, ResultDocument, ServerMetrics, ServerRecord, SpeedModelRecord,
+                                 mapping, texts)
 from gpuops.bench.simulated import model_label
 from gpuops.bench.suites import is_torchrun, reader
 from gpuops.bench.repeats import within_run
@@ -51,21 +53,23 @@ def result_id(host: str, run_id: str) -> str:
     return hashlib.sha256(f"{run_id}/{host}".encode()).hexdigest()[:10]
 
 
-def server_record(run: RemoteRun) -> dict[str, Any]:
+def server_record(run: RemoteRun) -> ServerRecord:
     snapshot = run.server or {}
-    info = snapshot.get("server_info") or {}
-    args = info.get("server_args")
-    if not isinstance(args, dict):
-        args = {k: v for k, v in info.items() if k not in _INFO_NOT_ARGS}
-    env: dict[str, Any] = {}
-    env.update(snapshot.get("process_env") or {})
-    env.update(info.get("env") or {})
-    model = (snapshot.get("model_info") or {}).get("model_path") or args.get("model_path")
-    record = {
+    info = mapping(snapshot.get("server_info"))
+    given = info.get("server_args")
+    args: Mapping[str, object] = given if isinstance(given, dict) else {k: v for k, v in info.items()
+                                                                       if k not in _INFO_NOT_ARGS}
+    env: JSONObject = {}
+    env.update(mapping(snapshot.get("process_env")))
+    env.update(mapping(info.get("env")))
+    model = mapping(snapshot.get("model_info")).get("model_path") or args.get("model_path")
+    version = info.get("version")
+    speed_model = info.get("speed_model")
+    record: ServerRecord = {
         "url": snapshot.get("url"),
         "server_args": args,
         "env": env,
-        "version": info.get("version"),
+        "version": version if isinstance(version, str) else None,
         "model_path": model,
         "simulated": bool(info.get("simulated")),
         "internal_states": info.get("internal_states"),
@@ -73,33 +77,51 @@ def server_record(run: RemoteRun) -> dict[str, Any]:
     }
     if record["simulated"]:
         # Where a simulated figure comes from travels with it (the stand-in's model, shape, version).
-        record["speed_model"] = info.get("speed_model") if isinstance(info.get("speed_model"), dict) else None
+        record["speed_model"] = _speed_model(speed_model)
     record["routes"] = snapshot.get("routes")  # which routes answered (/server_info or /get_server_info ...)
-    for key in ("server_info_error", "model_info_error", "pid", "process_cmdline"):
-        if snapshot.get(key) is not None:
-            record[key] = snapshot[key]
+    if snapshot.get("server_info_error") is not None:
+        record["server_info_error"] = snapshot["server_info_error"]
+    if snapshot.get("model_info_error") is not None:
+        record["model_info_error"] = snapshot["model_info_error"]
+    if snapshot.get("pid") is not None:
+        record["pid"] = snapshot["pid"]
+    if snapshot.get("process_cmdline") is not None:
+        record["process_cmdline"] = snapshot["process_cmdline"]
     record["speculative_in_effect"] = _speculative(snapshot, args) if snapshot else None
     return record
 
+def _is_speed_model(value: object) -> TypeGuard[SpeedModelRecord]:
+    """Whether a stand-in's ``speed_model`` answer reads as one (its figures, if any, a list of objects)."""
+    if not isinstance(value, dict):
+        return False
+    figures = value.get("figures")
+    return figures is None or isinstance(figures, list) and all(isinstance(f, dict) for f in figures)
 
-def _speculative(snapshot: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
+
+def _speed_model(value: object) -> SpeedModelRecord | None:
+    return value if _is_speed_model(value) else None
+
+
+def _speculative(snapshot: Mapping[str, object], args: Mapping[str, object]) -> JSONObject:
     """Speculative decoding as the benched server ran it: its resolved settings (``args``, from
     ``/server_info``) first, its command line's flags beside them (``facts/speculative.py``)."""
 
     argv = snapshot.get("process_cmdline")
     launched = settings_from_argv([str(w) for w in argv]).speculative if isinstance(argv, list) else None
     info = snapshot.get("server_info")
-    reported = ({"route": (snapshot.get("routes") or {}).get("server_info"), "settings": dict(args)}
+    reported = ({"route": mapping(snapshot.get("routes")).get("server_info"), "settings": dict(args)}
                 if isinstance(info, Mapping) else {"error": snapshot.get("server_info_error") or "no server_info"})
     return judge(launched, reported, running=True).to_json()
 
 
-def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = None) -> dict[str, Any]:
+def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = None) -> ResultDocument:
     options = ctx.options
     server = server_record(run)
     host_facts = dict(run.host) if run.host else None
-    patched = list((host_facts or {}).pop("patched_sources", []) or [])
-    errors = [e.get("message", str(e)) for e in run.errors]
+    patched_sources = (host_facts or {}).pop("patched_sources", None) or []
+    patched = [str(p) for p in patched_sources] if isinstance(patched_sources, list) else []
+    # a host's error record says its message (text); one without says itself
+    errors = texts([e.get("message", str(e)) for e in run.errors])
     if transport_error:
         errors.append(transport_error)
     suite = reader(options.suite)
@@ -107,7 +129,7 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
     summary, levels, rows = parts.summary, parts.levels, parts.rows
     samples = list(run.samples) if parts.samples is None else parts.samples
     errors.extend(e for e in parts.errors if e not in errors)
-    failed = [s for s in samples if s.get("ok") is False]
+    failed = [sample for sample in samples if sample.get("ok") is False]
     if failed:
         errors.append(f"{len(failed)} of {len(samples)} requests failed; first: {failed[0].get('error')}")
     errors.extend(suite.finish(run, summary, rows, errors))
@@ -115,11 +137,11 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
     micro = is_torchrun(options.suite)
     if micro:
         extra = {"allreduce_world_size": summary.get("world_size"), "allreduce_backend": summary.get("backend")}
-    config = configuration(server["server_args"] if not micro else {},
-                           server["env"] if not micro else {},
-                           server["version"], patched, extra)
+    config = configuration(server.get("server_args") if not micro else {},
+                           server.get("env") if not micro else {},
+                           server.get("version"), patched, extra)
     rid = result_id(ctx.host, run.run_id)
-    document = {
+    document: ResultDocument = {
         "schema": SCHEMA,
         "id": rid,
         "run_id": run.run_id,
@@ -150,7 +172,7 @@ def build_result(ctx: RunContext, run: RemoteRun, transport_error: str | None = 
     return document
 
 
-def server_metrics(run: RemoteRun) -> dict[str, Any] | None:
+def server_metrics(run: RemoteRun) -> ServerMetrics | None:
     """What the run made the server do, from its ``/metrics`` before and after (``prom_text``):
     ``{"exposed": bool, "deltas": {...} | None, "error"}``; None when the suite asks no server."""
 
@@ -164,18 +186,18 @@ def server_metrics(run: RemoteRun) -> dict[str, Any] | None:
             "error": snapshot.get("metrics_error") or after.get("metrics_error")}
 
 
-def headline(result: Mapping[str, Any]) -> dict[str, Any]:
+def headline(result: ResultDocument) -> Headline:
     """The per-host line of ``gpuops bench --json`` and of the tables."""
     summary = result.get("summary") or {}
     ttft = summary.get("ttft_ms") or {}
     itl = summary.get("itl_ms") or {}
-    line = {
+    line: Headline = {
         "ok": bool(result.get("ok")),
         "suite": result.get("suite"),
         "partial": bool(result.get("partial")),
         "output_tokens_per_s": summary.get("output_tokens_per_s"),
-        "ttft_ms": ttft.get("p50") if isinstance(ttft, dict) else ttft,
-        "itl_ms": {"p50": itl.get("p50"), "p90": itl.get("p90"), "p99": itl.get("p99")} if isinstance(itl, dict) else {},
+        "ttft_ms": ttft.get("p50"),
+        "itl_ms": {"p50": itl.get("p50"), "p90": itl.get("p90"), "p99": itl.get("p99")},
         "accept_length": summary.get("accept_length"),
         "result_id": result.get("id"),
         "fingerprint": result.get("fingerprint"),

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from gpuops.bench.frames import parse_frames
 from gpuops.bench.options import BenchOptions, build_payload, host_port, progress_command, server_url, stop_command
+from gpuops.bench.record import JSONObject, ResultDocument
+from gpuops.bench.repeats import merge_repeats
 from gpuops.bench.results import RunContext, build_result
 from gpuops.bench.store import ResultsStore
 from gpuops.bench.suites import suite as suite_spec
@@ -38,12 +40,12 @@ class HostBench:
     """What one host's bench produced: a saved result, or why there is none."""
 
     host: str
-    result: dict | None = None
+    result: ResultDocument | None = None
     file: Path | None = None
     error: str | None = None
     status: str = "waiting"  # waiting | running | done | failed | stopping
     repeat: int = 0  # which repeat is running (1-based) with --repeat
-    progress: dict | None = None  # the client's last progress file: done, total, stage, started (host clock)
+    progress: JSONObject | None = None  # the client's last progress file: done, total, stage, started (host clock)
     started_at: float | None = None  # when this host's run began (here)
 
 
@@ -118,8 +120,8 @@ def run_bench(
             state.started_at = time.time()
             publish()
             changed()
-            repeats: list[dict] = []
-            traces: list[dict] = []  # raw traces a profile brought home (--fetch-traces)
+            repeats: list[ResultDocument] = []
+            traces: list[JSONObject] = []  # raw traces a profile brought home (--fetch-traces)
             conn = connect(target.host, connect_options)
             try:
                 for index in range(options.repeat):
@@ -141,25 +143,21 @@ def run_bench(
                         break
             finally:
                 conn.close()
-            if options.repeat > 1:
-                from gpuops.bench.repeats import merge_repeats
-
-                result = merge_repeats(repeats)
-            else:
-                result = repeats[0]
-            measured = (result["samples"] or result["levels"] or result["allreduce"] or result.get("fusion")
-                        or result["summary"].get("stages"))
+            result = merge_repeats(repeats) if options.repeat > 1 else repeats[0]
+            summary = result.get("summary") or {}
+            measured = (result.get("samples") or result.get("levels") or result.get("allreduce") or result.get("fusion")
+                        or summary.get("stages"))
             with lock:  # one decision, taken with the wait loop's: kept (and saved), or given up (and dropped)
                 keep = name not in given_up
                 if keep:
                     settled.add(name)
-            if (measured or result["summary"].get("completed")) and keep:
+            if (measured or summary.get("completed")) and keep:
                 if traces:
                     result["trace_files"] = store.save_traces(str(result["id"]), traces)
                 state.file = store.save(result)
             state.result = result
-            state.error = "; ".join(result["errors"]) or None
-            state.status = "done" if result["ok"] else "failed"
+            state.error = "; ".join(result.get("errors") or []) or None
+            state.status = "done" if result.get("ok") else "failed"
         except GpuopsError as exc:
             message = str(exc)
             prefix = f"{target.host.name}: "

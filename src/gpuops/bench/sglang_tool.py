@@ -9,12 +9,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
+from gpuops.bench.record import JSONObject, Percentiles, Summary
 from gpuops.errors import GpuopsError
 
 
-def _num(record: Mapping[str, Any], key: str) -> float | None:
+def _num(record: Mapping[str, object], key: str) -> float | None:
     value = record.get(key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -26,14 +27,14 @@ def _per_token_rate(tpot_ms: float | None) -> float | None:
 _PER_REQUEST = ("ttfts", "itls", "output_lens")  # moved to the result's samples, not dropped
 
 
-def _stats(record: Mapping[str, Any], name: str) -> dict[str, float | None]:
+def _stats(record: Mapping[str, object], name: str) -> Percentiles:
     """mean/median/std/p90/p95/p99 of one bench_serving latency (``mean_ttft_ms`` ...); p50 = median."""
     out = {stat: _num(record, f"{stat}_{name}_ms") for stat in ("mean", "median", "std", "p90", "p95", "p99")}
     out["p50"] = out["median"]
     return out
 
 
-def failed_requests(record: Mapping[str, Any], expected: int | None) -> int | None:
+def failed_requests(record: Mapping[str, object], expected: int | None) -> int | None:
     """Failures as the tool saw them: its per-request errors, else asked minus completed; None if unknown."""
     errors = record.get("errors")
     if isinstance(errors, list) and errors:
@@ -44,7 +45,7 @@ def failed_requests(record: Mapping[str, Any], expected: int | None) -> int | No
     return None
 
 
-def serving_level(record: Mapping[str, Any], expected: int | None = None) -> dict[str, Any]:
+def serving_level(record: Mapping[str, object], expected: int | None = None) -> JSONObject:
     """One bench_serving JSONL line -> one serving level of our schema, every field of it kept.
 
     Our names get the tool's figures; ``tool_record`` holds the line itself (less the per-request
@@ -54,7 +55,7 @@ def serving_level(record: Mapping[str, Any], expected: int | None = None) -> dic
         raise GpuopsError("sglang.bench_serving output line lacks output_throughput/completed")
     failed = failed_requests(record, expected)
     completed = record.get("completed")
-    level: dict[str, Any] = {
+    level: JSONObject = {
         "concurrency": record.get("max_concurrency"),
         "request_rate": _num(record, "request_rate"),
         "requests": (completed + failed) if isinstance(completed, int) and failed is not None else completed,
@@ -82,12 +83,11 @@ def serving_level(record: Mapping[str, Any], expected: int | None = None) -> dic
     return level
 
 
-def serving_samples(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def serving_samples(record: Mapping[str, object]) -> list[JSONObject]:
     """Per-request raw figures when bench_serving ran with --output-details."""
-    ttfts = record.get("ttfts") or []
-    itls = record.get("itls") or []
-    lens = record.get("output_lens") or []
-    samples = []
+    ttfts, itls, lens = (value if isinstance(value, list) else []
+                         for value in (record.get("ttfts"), record.get("itls"), record.get("output_lens")))
+    samples: list[JSONObject] = []
     for i, ttft in enumerate(ttfts):
         samples.append({
             "index": i, "concurrency": record.get("max_concurrency"),
@@ -97,13 +97,13 @@ def serving_samples(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     return samples
 
 
-def _positive(record: Mapping[str, Any], key: str) -> float | None:
+def _positive(record: Mapping[str, object], key: str) -> float | None:
     """A figure above 0, else None (SGLang's -1: not measured)."""
     value = _num(record, key)
     return value if value is not None and value > 0 else None
 
 
-def one_batch_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+def one_batch_summary(record: Mapping[str, object]) -> Summary:
     """One bench_one_batch_server JSONL line -> a decode summary of our schema.
 
     The per-stream decode rate is the tool's own measurement, ``output_throughput`` (batch x

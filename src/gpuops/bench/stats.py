@@ -21,11 +21,22 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, TypedDict
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 MIN_EFFECT = 0.01  # differences under 1% are never called significant (not worth a restart)
+
+
+class IntervalJSON(TypedDict):
+    """An ``Interval`` as a result stores it (under ``intervals``, by the figure's name)."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    over: str
+    confidence: float
 
 
 @dataclass(frozen=True)
@@ -36,19 +47,33 @@ class Interval:
     n: int
     over: str  # repeats | requests | tokens | trials
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> IntervalJSON:
         return {"median": self.median, "low": self.low, "high": self.high, "n": self.n, "over": self.over,
                 "confidence": CONFIDENCE}
 
     @staticmethod
-    def from_json(data: Mapping[str, Any] | None) -> Interval | None:
+    def from_json(data: object) -> Interval | None:
+        """The interval a stored one says (as read from a file: anything), None when it is none."""
         if not isinstance(data, Mapping):
             return None
+        median, low, high, n = data.get("median"), data.get("low"), data.get("high"), data.get("n")
         try:
-            return Interval(float(data["median"]), float(data["low"]), float(data["high"]), int(data["n"]),
-                            str(data.get("over", "")))
-        except (KeyError, TypeError, ValueError):
+            return Interval(_float(median), _float(low), _float(high), _int(n), str(data.get("over", "")))
+        except (TypeError, ValueError):
             return None
+
+
+def _float(value: object) -> float:
+    """``float(value)`` of a stored figure (a number, or text such as ``"1.5"``); TypeError for anything else."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _int(value: object) -> int:
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise TypeError(f"not a count: {value!r}")
 
 
 def bootstrap(values: Sequence[float], over: str, resamples: int = RESAMPLES, seed: int = 0) -> Interval | None:
@@ -90,9 +115,9 @@ def verdict(base: Interval | None, other: Interval | None, better: str) -> str:
     return "better" if (other.median > base.median) == (better == "higher") else "worse"
 
 
-def intervals_json(distributions: Mapping[str, tuple[str, Iterable[float]]]) -> dict[str, Any]:
+def intervals_json(distributions: Mapping[str, tuple[str, Iterable[float]]]) -> dict[str, IntervalJSON]:
     """``{metric: (over, values)}`` -> ``{metric: interval json}`` (metrics without one left out)."""
-    out: dict[str, Any] = {}
+    out: dict[str, IntervalJSON] = {}
     for name, (over, values) in distributions.items():
         interval = bootstrap(list(values), over)
         if interval is not None:

@@ -26,11 +26,11 @@ import tempfile
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
+from gpuops.bench.record import JSONObject, KeptTrace, ResultDocument, number
 from gpuops.bench.result_file import BadResult, ResultFile, clean_figures, read_result
 from gpuops.bench.simulated import is_simulated, model_label
-from gpuops.bench.suite_base import number
 from gpuops.errors import GpuopsError
 
 INDEX_NAME = "index.sqlite"
@@ -74,11 +74,30 @@ class ResultEntry:
     speed_model: str | None = None  # the stand-in model's label when simulated
     flagged: str | None = None  # figures read as missing (NaN, infinite, absurd), in words
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str | float | bool | None]:
         return {name: getattr(self, name) for name in _COLUMNS}
 
+    @classmethod
+    def from_row(cls, row: Sequence[object]) -> ResultEntry:
+        """An entry from its index row (``_COLUMNS``, in order), as SQLite gives it back."""
+        values = dict(zip(_COLUMNS, row))
 
-def _entry_from_result(result: Mapping[str, Any], file: Path, flagged: tuple[str, ...] = ()) -> ResultEntry:
+        def text(name: str) -> str:
+            return str(values[name])
+
+        def optional(name: str) -> str | None:
+            value = values[name]
+            return None if value is None else str(value)
+
+        return cls(id=text("id"), host=text("host"), suite=text("suite"), tool=optional("tool"),
+                   created=text("created"), ok=bool(values["ok"]), partial=bool(values["partial"]),
+                   fingerprint=optional("fingerprint"), sglang_version=optional("sglang_version"),
+                   output_tokens_per_s=number(values["output_tokens_per_s"]), ttft_ms_p50=number(values["ttft_ms_p50"]),
+                   itl_ms_p50=number(values["itl_ms_p50"]), file=text("file"), simulated=bool(values["simulated"]),
+                   speed_model=optional("speed_model"), flagged=optional("flagged"))
+
+
+def _entry_from_result(result: ResultDocument, file: Path, flagged: tuple[str, ...] = ()) -> ResultEntry:
     """The index's row of a result (one ``result_file`` checked: every field here has its type)."""
     summary = result.get("summary") or {}
     return ResultEntry(
@@ -115,7 +134,7 @@ class ResultsStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def save(self, result: Mapping[str, Any]) -> Path:
+    def save(self, result: ResultDocument) -> Path:
         """Write the result file atomically (complete and on disk before it is named) and index it;
         returns the file's path. A figure NaN, infinite or absurd is stored as missing and said in
         ``notes``; a disk that cannot take the file is one GpuopsError saying nothing was stored."""
@@ -124,7 +143,7 @@ class ResultsStore:
         name = "_".join(_SAFE.sub("-", str(part)) for part in (created, result.get("host"), result.get("suite"),
                                                                 result["id"])) + ".json"
         path = self.root / name
-        document = json.loads(json.dumps(result, default=str))  # the caller's copy stays as measured
+        document: ResultDocument = json.loads(json.dumps(result, default=str))  # the caller's copy stays as measured
         rejected = clean_figures(document)
         tmp = None
         try:
@@ -154,14 +173,14 @@ class ResultsStore:
             self.notes[f"results: {self.root / INDEX_NAME} not updated ({exc}); rebuilt when next read"] = None
         return path
 
-    def save_traces(self, result_id: str, files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def save_traces(self, result_id: str, files: Sequence[JSONObject]) -> list[KeptTrace]:
         """Raw traces a profile brought home (``--fetch-traces``: base64 in its frames), written under
         ``traces/<result id>/``; (file, bytes, path or why not) of each, for the result to name."""
         import base64
         import binascii
 
         folder = self.root / "traces" / _SAFE.sub("-", result_id)
-        kept: list[dict[str, Any]] = []
+        kept: list[KeptTrace] = []
         for record in files:
             name = _SAFE.sub("-", os.path.basename(str(record.get("file") or "trace")))[:200] or "trace"
             try:
@@ -211,11 +230,9 @@ class ResultsStore:
                     self.notes[f"results: {index} could not be rebuilt ({again}); listed from the result files"] = None
                     self.bad = {}
                     rows = self._listed(":memory:")
-        booleans = ("ok", "partial", "simulated")
-        return [ResultEntry(**{c: bool(v) if c in booleans else v for c, v in zip(_COLUMNS, row)})  # type: ignore[arg-type]
-                for row in rows]
+        return [ResultEntry.from_row(row) for row in rows]
 
-    def _listed(self, index: Path | str) -> list[tuple[Any, ...]]:
+    def _listed(self, index: Path | str) -> list[tuple[object, ...]]:
         with closing(self._index(index)) as db:
             self._sync(db)
             return db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results ORDER BY created, id").fetchall()
@@ -237,7 +254,7 @@ class ResultsStore:
                               f"give more of the id ({', '.join(e.id for e in matches[:4])})")
         return matches[0]
 
-    def load(self, wanted: str) -> dict[str, Any]:
+    def load(self, wanted: str) -> ResultDocument:
         """The stored document of one result (checked and cleaned as ``result_file`` reads it)."""
         entry = self.resolve(wanted)
         loaded = self.read(entry.file)

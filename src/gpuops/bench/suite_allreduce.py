@@ -3,10 +3,14 @@ variant's cost per forward pass, one export row per (variant, size, repeat), its
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from gpuops.bench.suite_base import (Distributions, Figures, RunParts, across_repeats, cell, check_options, number,
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.record import (Headline, JSONObject, Percentiles, ResultDocument, Summary, VariantSummary, figure, mapping,
+                                 number)
+from gpuops.bench.suite_base import (Distributions, Figures, RunParts, across_repeats, cell, check_options,
                                      tool_runs)
+from gpuops.bench.suites import BenchTable, ExportLevel, ReportTable, SuiteOptions
 from gpuops.bench.compare import format_value
 from gpuops.bench.repeats import median_rows, result_intervals
 from gpuops.bench.report import error_bars, figure_png, result_label
@@ -17,7 +21,7 @@ __all__ = ["PLOTS", "across_repeats", "allreduce_summary", "bench_tables", "chec
            "variant_label", "within_run"]
 
 
-def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+def headline(summary: Summary, result: ResultDocument) -> Headline:
     return {
         "best_variant": summary.get("best_variant"),
         "step_cost_ms": summary.get("step_cost_ms"),
@@ -27,7 +31,7 @@ def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str,
     }
 
 
-def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
+def figures(summary: Summary, result: ResultDocument) -> Figures:
     out: Figures = {}
     for variant in summary.get("variants") or []:
         for tokens, latency in sorted((variant.get("latency_us") or {}).items(), key=lambda kv: _size_order(kv[0])):
@@ -41,109 +45,125 @@ def _size_order(tokens: str) -> tuple[int, str]:
     return (int(tokens), "") if tokens.isdigit() else (1 << 62, tokens)
 
 
-def _variant(value: Any) -> str | None:
+def _variant(value: object) -> str | None:
     if isinstance(value, Mapping):
         return " ".join(f"{k}={v}" for k, v in sorted(value.items())) or "default"
     return None
 
 
-def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+def levels(result: ResultDocument) -> list[ExportLevel]:
     return [({"level": f"{_variant(r.get('variant'))} x{r.get('tokens')}", "variant": _variant(r.get("variant")),
               "tokens": r.get("tokens"), "cuda_graph": r.get("cuda_graph"), "repeat_index": r.get("repeat")}, r)
             for r in result.get("allreduce") or []]
 
 
-def within_run(result: Mapping[str, Any]) -> Distributions:
+def within_run(result: ResultDocument) -> Distributions:
     """Every trial's latency, pooled per (variant, size)."""
     pooled: dict[str, list[float]] = {}
     for row in result.get("allreduce") or []:
-        if row.get("ok") and row.get("latency_us_trials"):
-            name = f"{variant_label(row.get('variant') or {})} x{row.get('tokens')} tokens latency"
-            trials = (number(x) for x in row["latency_us_trials"])  # a stored NaN is read as missing
+        given = row.get("latency_us_trials")
+        if row.get("ok") and isinstance(given, list) and given:
+            name = f"{variant_label(mapping(row.get('variant')))} x{row.get('tokens')} tokens latency"
+            trials = (number(x) for x in given)  # a stored NaN is read as missing
             pooled.setdefault(name, []).extend(x for x in trials if x is not None)
     return {k: ("trials", v) for k, v in pooled.items()}
 
 
-def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_repeats(merged: ResultDocument, results: Sequence[ResultDocument]) -> Summary:
     """Medians of the pooled rows; a variant that failed in any repeat stays marked failed."""
 
     summary = allreduce_summary(median_rows(merged.get("allreduce") or []), [])
     failed = [e for r in results for e in (r.get("summary") or {}).get("variants") or [] if not e.get("ok")]
     for bad in failed:
-        for variant in summary["variants"]:
-            if variant["label"] == bad["label"]:
+        for variant in summary.get("variants") or []:
+            if variant.get("label") == bad.get("label"):
                 variant["ok"] = False
                 variant.setdefault("error", bad.get("error"))
     return summary
 
 
-def summarize(run: Any, options: Any) -> RunParts:
+def summarize(run: RemoteRun, options: SuiteOptions) -> RunParts:
     rows = list(run.allreduce)
     return RunParts(allreduce_summary(rows, run.errors), rows=rows)
 
 
-def finish(run: Any, summary: dict[str, Any], rows: Sequence[Mapping[str, Any]], errors: Sequence[str]) -> list[str]:
+def finish(run: RemoteRun, summary: Summary, rows: Sequence[JSONObject], errors: Sequence[str]) -> list[str]:
     return ["no all-reduce measurement came back"] if not any(r.get("ok") for r in rows) and not errors else []
 
 
-def variant_label(variant: Mapping[str, Any]) -> str:
+def variant_label(variant: Mapping[str, object]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
 
 
 KERNEL_TITLES = {"pcie_ipc": "FlashInfer PCIe IPC", "custom": "SGLang custom all-reduce"}
 
 
-def kernel_label(kernel: Any) -> str:
+def kernel_label(kernel: object) -> str:
     """A variant's label prefix: nothing for NCCL (the suite's own), the kernel's name else."""
     title = KERNEL_TITLES.get(str(kernel))
     return f"{title}: " if title else ""
 
 
-def allreduce_summary(rows: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any]:
-    variants: dict[str, dict[str, Any]] = {}
+class _Variant:
+    """One variant's figures while the rows are gathered (``VariantSummary`` once done)."""
+
+    def __init__(self, record: VariantSummary) -> None:
+        self.record = record
+        self.latency_us: Percentiles = {}
+        self.busbw_gbps: JSONObject = {}
+        self.step_cost_ms: JSONObject = {}
+        record["latency_us"] = self.latency_us
+        record["busbw_gbps"] = self.busbw_gbps
+        record["step_cost_ms"] = self.step_cost_ms
+
+
+def allreduce_summary(rows: list[JSONObject], errors: list[JSONObject]) -> Summary:
+    variants: dict[str, _Variant] = {}
     for row in rows:
-        label = kernel_label(row.get("kernel")) + variant_label(row.get("variant") or {})
-        entry = variants.setdefault(label, {"label": label, "variant": row.get("variant") or {}, "ok": True,
-                                            "kernel": str(row.get("kernel") or "nccl"),
-                                            "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
+        label = kernel_label(row.get("kernel")) + variant_label(mapping(row.get("variant")))
+        if label not in variants:
+            variants[label] = _Variant({"label": label, "variant": row.get("variant") or {}, "ok": True,
+                                        "kernel": str(row.get("kernel") or "nccl")})
+        entry = variants[label]
         if row.get("ok"):
             key = str(row["tokens"])
-            entry["latency_us"][key] = row["latency_us"]
-            entry["busbw_gbps"][key] = row["busbw_gbps"]
-            entry["step_cost_ms"][key] = row["step_cost_ms"]
+            entry.latency_us[key] = figure(row["latency_us"])
+            entry.busbw_gbps[key] = row["busbw_gbps"]
+            entry.step_cost_ms[key] = row["step_cost_ms"]
         else:
-            entry["ok"] = False
-            entry["error"] = row.get("error")
+            entry.record["ok"] = False
+            entry.record["error"] = row.get("error")
     for err in errors:
         if "variant" in err:
-            label = variant_label(err.get("variant") or {})
-            entry = variants.setdefault(label, {"label": label, "variant": err.get("variant") or {},
-                                                "latency_us": {}, "busbw_gbps": {}, "step_cost_ms": {}})
-            entry["ok"] = False
-            entry.setdefault("error", err.get("message"))
+            label = variant_label(mapping(err.get("variant")))
+            if label not in variants:
+                variants[label] = _Variant({"label": label, "variant": err.get("variant") or {}})
+            entry = variants[label]
+            entry.record["ok"] = False
+            entry.record.setdefault("error", err.get("message"))
             if err.get("timed_out"):
-                entry["timed_out"] = True
-    ranked = [v for v in variants.values() if v["ok"] and v["latency_us"]]
+                entry.record["timed_out"] = True
+    ranked = [v for v in variants.values() if v.record.get("ok") and v.latency_us]
     smallest = None
     if ranked:
-        smallest = min(int(k) for v in ranked for k in v["latency_us"])
-        ranked = [v for v in ranked if str(smallest) in v["latency_us"]]
-        ranked.sort(key=lambda v: v["latency_us"][str(smallest)])
+        smallest = min(int(k) for v in ranked for k in v.latency_us)
+        ranked = [v for v in ranked if str(smallest) in v.latency_us]
+        ranked.sort(key=lambda v: v.latency_us[str(smallest)] or 0.0)
     first = rows[0] if rows else {}
     return {
-        "variants": list(variants.values()),
-        "best_variant": ranked[0]["label"] if ranked else None,
+        "variants": [v.record for v in variants.values()],
+        "best_variant": ranked[0].record["label"] if ranked else None,
         "ranked_at_tokens": smallest,
         "world_size": first.get("world_size"),
         "hidden_size": first.get("hidden_size"),
         "backend": first.get("backend"),
         "cuda_graph": first.get("cuda_graph"),
         "allreduces_per_step": first.get("allreduces_per_step"),
-        "step_cost_ms": ranked[0]["step_cost_ms"].get(str(smallest)) if ranked else None,
+        "step_cost_ms": ranked[0].step_cost_ms.get(str(smallest)) if ranked else None,
     }
 
 
-def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+def plot_latency(results: Sequence[ResultDocument]) -> bytes | None:
     import matplotlib.pyplot as plt
 
     runs = [r for r in results if r.get("allreduce")]
@@ -152,18 +172,19 @@ def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for result in runs:
         intervals = result_intervals(result)
-        lines: dict[str, dict[int, tuple[int, float]]] = {}
-        for row in result["allreduce"]:
-            if row.get("ok") and number(row, "bytes") is not None and number(row, "latency_us") is not None:
-                label = " ".join(f"{k}={v}" for k, v in sorted((row.get("variant") or {}).items())) or "default"
-                lines.setdefault(label, {})[row["tokens"]] = (row["bytes"], row["latency_us"])
+        lines: dict[str, dict[object, tuple[float, float]]] = {}
+        for row in result.get("allreduce") or []:
+            size, latency = figure(row.get("bytes")), figure(row.get("latency_us"))
+            if row.get("ok") and size is not None and latency is not None:
+                label = " ".join(f"{k}={v}" for k, v in sorted(mapping(row.get("variant")).items())) or "default"
+                lines.setdefault(label, {})[row["tokens"]] = (size, latency)
         for label, by_tokens in lines.items():
             points = sorted((b, lat, t) for t, (b, lat) in by_tokens.items())
             name = label if len(runs) == 1 else f"{result_label(result)} {label}"
             ys = [p[1] for p in points]
             found = [intervals.get(f"{label} x{p[2]} tokens latency") for p in points]
             if any(found):  # the interval's median is the figure its bar brackets
-                ys = [f["median"] if f else y for f, y in zip(found, ys)]
+                ys = [number(f, "median") or y if f else y for f, y in zip(found, ys)]
             ax.errorbar([p[0] / 1024 for p in points], ys, yerr=error_bars(ys, found), marker="o", capsize=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -174,7 +195,7 @@ def plot_latency(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     return figure_png(fig, runs)
 
 
-def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], list[list[str]]]]:
+def _tables(results: Sequence[ResultDocument]) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per all-reduce result: latency (us) per size, bus bandwidth at the largest, cost per step, best."""
 
     tables = []
@@ -192,10 +213,10 @@ def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], 
         rows = []
         for v in variants:
             lat, bw, step = v.get("latency_us") or {}, v.get("busbw_gbps") or {}, v.get("step_cost_ms") or {}
-            note = "best" if v.get("label") == summary.get("best_variant") else (v.get("error") or "")
+            note = "best" if v.get("label") == summary.get("best_variant") else str(v.get("error") or "")
             rows.append([str(v.get("label"))] + [mark(format_value(lat.get(str(t))), sim) for t in sizes]
-                        + [mark(format_value(bw.get(str(sizes[-1]))), sim),
-                           mark(format_value(step.get(str(sizes[0]))), sim), note])
+                        + [mark(format_value(figure(bw.get(str(sizes[-1])))), sim),
+                           mark(format_value(figure(step.get(str(sizes[0])))), sim), note])
         title = (f"{result_label(result)}: world size {summary.get('world_size')}, "
                  f"{'CUDA graph' if summary.get('cuda_graph') else 'eager'}, hidden {summary.get('hidden_size')}, "
                  f"x{summary.get('allreduces_per_step')} all-reduces per step")
@@ -203,22 +224,22 @@ def _tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], 
     return tables
 
 
-def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+def report_tables(results: Sequence[ResultDocument]) -> list[ReportTable]:
     return [("All-reduce", title, headers, rows) for title, headers, rows in _tables(results)]
 
 
 PLOTS = (("allreduce_latency", "All-reduce latency vs size per NCCL variant", plot_latency),)
 
 
-def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+def bench_tables(hosts: Mapping[str, Headline]) -> list[BenchTable]:
     """One row per host and NCCL variant."""
     headers = ["host", "variant", "ok", "latency us by tokens", "busbw GB/s by tokens", "error"]
     rows = []
     for name, line in hosts.items():
         for v in line.get("variants") or []:
-            lat = " ".join(f"{k}:{cell(x)}" for k, x in (v.get("latency_us") or {}).items())
-            bw = " ".join(f"{k}:{cell(x)}" for k, x in (v.get("busbw_gbps") or {}).items())
-            rows.append([name, v["label"], "yes" if v.get("ok") else "NO", lat, bw, v.get("error") or ""])
+            lat = " ".join(f"{k}:{cell(x)}" for k, x in mapping(v.get("latency_us")).items())
+            bw = " ".join(f"{k}:{cell(x)}" for k, x in mapping(v.get("busbw_gbps")).items())
+            rows.append([name, str(v["label"]), "yes" if v.get("ok") else "NO", lat, bw, str(v.get("error") or "")])
         if not line.get("variants"):
             rows.append([name, "-", "NO", "", "", line.get("error") or ""])
     return [(None, headers, rows)]

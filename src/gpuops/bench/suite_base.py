@@ -1,45 +1,27 @@
 """What every suite's client module shares, and the defaults of one that has nothing of its own (or of
-a stored result whose suite is no longer registered).
-
-A suite's client module is ``bench/suite_<name>.py`` (``suites.reader(name)``). For a new run:
-``check_options(options)``, ``tool_runs(options)`` (``--tool sglang``), ``summarize(run, options)``
-and ``finish(run, summary, rows, errors)``. For a stored result: ``headline(summary, result)``,
-``figures(summary, result)`` (``results compare``), ``levels(result)`` (``results export``),
-``within_run(result)`` and ``across_repeats(summaries)`` (the distributions intervals are drawn
-from), ``merge_repeats(merged, results)`` (``--repeat N``). For output: ``bench_tables(hosts)``
-(``gpuops bench``), ``PLOTS`` and ``report_tables(results)`` (the HTML report). A module imports
-from here the defaults it does not change. Pure.
+a stored result whose suite is no longer registered): what a module provides is ``suites.SuiteReader``;
+a module imports from here the defaults it does not change. Pure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Mapping, Sequence
+
 from gpuops.bench.compare import format_value
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary, mapping, number, objects
 from gpuops.bench.simulated import mark
+from gpuops.bench.suites import (BenchTable, Distributions, ExportLevel, Figures, Plot, ReportTable, RunParts,
+                                 SuiteOptions)
 from gpuops.errors import GpuopsError
 from gpuops.remote.sglang_argv import flag_name, parse_flags
 
-if TYPE_CHECKING:
-    from gpuops.bench.frames import RemoteRun
-    from gpuops.bench.options import BenchOptions
-
-# (figure name, unit, which way is better) -> value; the names are the ones ``results compare``
-# shows and under which ``repeats`` stores each figure's interval.
-Figures = dict[tuple[str, str, str], "float | None"]
+__all__ = ["Distributions", "Figures", "RunParts", "accept_length", "across_repeats", "bench_tables", "cell",
+           "check_options", "figures", "finish", "finish_requests", "headline", "levels", "merge_repeats",
+           "report_tables", "request_figures", "sim_cell", "summarize", "tool_has", "tool_runs", "within_run"]
 
 
-def number(mapping: Any, *path: str) -> float | None:
-    """The number at ``path`` in nested mappings; None when missing or not a number."""
-    value: Any = mapping
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def request_figures(summary: Mapping[str, Any]) -> Figures:
+def request_figures(summary: Summary) -> Figures:
     """The per-request figures of a suite that sends generation requests (decode, serving)."""
     out: Figures = {}
     out[("output tokens/s (per stream)", "tok/s", "higher")] = number(summary, "output_tokens_per_s")
@@ -50,49 +32,37 @@ def request_figures(summary: Mapping[str, Any]) -> Figures:
     return out
 
 
-def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+def headline(summary: Summary, result: ResultDocument) -> Headline:
     """Keys a suite adds to the per-host line of ``gpuops bench --json`` (none by default)."""
     return {}
 
 
-def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
+def figures(summary: Summary, result: ResultDocument) -> Figures:
     """The figures ``results compare`` lines up (none for a suite it cannot read)."""
     return {}
 
 
-@dataclass
-class RunParts:
-    """What a suite makes of one run's output (``bench/results.build_result`` adds the rest)."""
-
-    summary: dict[str, Any]
-    levels: list[dict[str, Any]] = field(default_factory=list)     # serving: one per level
-    rows: list[dict[str, Any]] = field(default_factory=list)       # allreduce: one per variant and size
-    samples: list[dict[str, Any]] | None = None                    # None: the run's own request samples
-    errors: list[str] = field(default_factory=list)
-
-
-def summarize(run: "RemoteRun", options: "BenchOptions") -> RunParts:
+def summarize(run: RemoteRun, options: SuiteOptions) -> RunParts:
     """The summary of one run of the suite (nothing for a suite without its own)."""
     return RunParts({})
 
 
-def finish(run: "RemoteRun", summary: dict[str, Any], rows: Sequence[Mapping[str, Any]],
-           errors: Sequence[str]) -> list[str]:
+def finish(run: RemoteRun, summary: Summary, rows: Sequence[JSONObject], errors: Sequence[str]) -> list[str]:
     """Errors to add once the run is summarised (a run that measured nothing says so)."""
     return []
 
 
-def accept_length(run: "RemoteRun") -> float | None:
+def accept_length(run: RemoteRun) -> float | None:
     """The server's speculative-decoding accept length, from after the run or else before it."""
-    for source in (run.server_after or {}, (run.server or {}).get("server_info") or {}):
-        for state in source.get("internal_states") or []:
-            if isinstance(state, dict) and isinstance(state.get("avg_spec_accept_length"), (int, float)):
-                return float(state["avg_spec_accept_length"])
+    for source in (run.server_after or {}, mapping((run.server or {}).get("server_info"))):
+        for state in objects(source.get("internal_states")):
+            spec = number(state, "avg_spec_accept_length")
+            if spec is not None:
+                return spec
     return None
 
 
-def finish_requests(run: "RemoteRun", summary: dict[str, Any], rows: Sequence[Mapping[str, Any]],
-                    errors: Sequence[str]) -> list[str]:
+def finish_requests(run: RemoteRun, summary: Summary, rows: Sequence[JSONObject], errors: Sequence[str]) -> list[str]:
     """For suites that send requests: the accept length where the summary lacks it, and an error
     when no request completed."""
     spec = accept_length(run)
@@ -101,31 +71,27 @@ def finish_requests(run: "RemoteRun", summary: dict[str, Any], rows: Sequence[Ma
     return ["no request completed"] if not summary.get("completed") and not errors else []
 
 
-# A figure's values: (what they are over: "requests" | "tokens" | "trials" | "repeats", values).
-Distributions = dict[str, tuple[str, list[float]]]
-
-
-def within_run(result: Mapping[str, Any]) -> Distributions:
+def within_run(result: ResultDocument) -> Distributions:
     """The distributions inside one run that intervals are drawn from (none by default)."""
     return {}
 
 
-def across_repeats(summaries: Sequence[Mapping[str, Any]]) -> Distributions:
+def across_repeats(summaries: Sequence[Mapping[str, object]]) -> Distributions:
     """One value per repeat of each headline figure (the levels' are added by ``repeats``)."""
     return {}
 
 
-def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_repeats(merged: ResultDocument, results: Sequence[ResultDocument]) -> Summary:
     """The summary of ``--repeat N`` results merged into ``merged`` (its raw rows pooled, each
     tagged with its ``repeat``): by default the last repeat's."""
-    return dict(merged.get("summary") or {})
+    return (merged.get("summary") or {}).copy()
 
 
-def check_options(options: "BenchOptions") -> None:
+def check_options(options: SuiteOptions) -> None:
     """Refuse (``GpuopsError``, one line) options only this suite cannot run with; none by default."""
 
 
-def tool_runs(options: "BenchOptions") -> tuple[str, str, list[list[str]]]:
+def tool_runs(options: SuiteOptions) -> tuple[str, str, list[list[str]]]:
     """``--tool sglang``: (SGLang's benchmark module, its output flag, one argv tail per run)."""
 
     raise GpuopsError(f"bench: --tool sglang does not run the {options.suite} suite")
@@ -137,19 +103,19 @@ def tool_has(user: Sequence[str], flag: str) -> bool:
     return flag_name(flag) in parse_flags(list(user))[0]
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     """A figure as a table shows it (``-`` for none)."""
 
     return format_value(value) if isinstance(value, (int, float)) or value is None else str(value)
 
 
-def sim_cell(value: Any, simulated: bool) -> str:
+def sim_cell(value: object, simulated: bool) -> str:
     """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
 
     return mark(cell(value), simulated)
 
 
-def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+def bench_tables(hosts: Mapping[str, Headline]) -> list[BenchTable]:
     """The tables ``gpuops bench`` prints from the per-host headlines: (title or None for
     ``bench <suite>``, headers, rows); a further table is printed only when it has rows. By
     default one row of per-request figures a host."""
@@ -165,15 +131,14 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
     return [(None, headers, rows)]
 
 
-# The report's plots: (name, title, maker); a maker gets the suite's own results, returns PNG bytes or None.
-PLOTS: tuple[tuple[str, str, Any], ...] = ()
+PLOTS: tuple[Plot, ...] = ()
 
 
-def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+def report_tables(results: Sequence[ResultDocument]) -> list[ReportTable]:
     """The report's tables of the suite's own results: (heading, title, headers, rows); none by default."""
     return []
 
 
-def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+def levels(result: ResultDocument) -> list[ExportLevel]:
     """(identity columns, figures) of every measured level for ``results export``: one, the summary."""
     return [({"level": "all"}, result.get("summary") or {})]

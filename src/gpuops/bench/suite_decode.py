@@ -5,8 +5,12 @@ merged by median; headline, export rows and tables are ``suite_base``'s. Pure.""
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.record import JSONObject, ResultDocument, Summary, figure, mapping
+from gpuops.bench.result_file import is_summary
+from gpuops.bench.suites import SuiteOptions
 from gpuops.bench.suite_base import (Distributions, Figures, RunParts, bench_tables, check_options, headline, levels,
                                      report_tables, request_figures, tool_has)
 from gpuops.bench.suite_base import finish_requests as finish
@@ -20,7 +24,7 @@ __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures"
            "levels", "merge_repeats", "report_tables", "summarize", "tool_runs", "within_run"]
 
 
-def summarize(run: Any, options: Any) -> RunParts:
+def summarize(run: RemoteRun, options: SuiteOptions) -> RunParts:
     """Our own requests' samples, or the SGLang tool's one batch (``--tool sglang``)."""
     if options.tool:
         return RunParts(one_batch_summary(run.tool[-1]) if run.tool else {})
@@ -28,11 +32,11 @@ def summarize(run: Any, options: Any) -> RunParts:
     return RunParts(summarize_samples(run.samples, None, dict(options.slo) or None))
 
 
-def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
+def figures(summary: Summary, result: ResultDocument) -> Figures:
     return request_figures(summary)
 
 
-def within_run(result: Mapping[str, Any]) -> Distributions:
+def within_run(result: ResultDocument) -> Distributions:
     if result.get("tool"):  # the SGLang tool's batch: no per-request samples of ours
         return {}
     found = sample_figures_of(result.get("samples") or [])
@@ -43,50 +47,52 @@ def within_run(result: Mapping[str, Any]) -> Distributions:
     }
 
 
-def across_repeats(summaries: Sequence[Mapping[str, Any]]) -> Distributions:
+def across_repeats(summaries: Sequence[Mapping[str, object]]) -> Distributions:
     return {name: ("repeats", [v for v in (dig(s, path) for s in summaries) if v is not None])
             for name, path in SERVING_FIGURES}
 
 
-def merge_repeats(merged: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    summaries = [r.get("summary") or {} for r in results]
-    summary = dict(summaries[-1])
+def merge_repeats(merged: ResultDocument, results: Sequence[ResultDocument]) -> Summary:
+    summaries: list[Summary] = [r.get("summary") or {} for r in results]
+    summary: JSONObject = dict(summaries[-1])
     for _name, path in SERVING_FIGURES:
         values = [v for v in (dig(s, path) for s in summaries) if v is not None]
         if values:
             target = summary
             for key in path[:-1]:
-                target[key] = dict(target.get(key) or {})
-                target = target[key]
+                target[key] = inner = dict(mapping(target.get(key)))
+                target = inner
             target[path[-1]] = statistics.median(values)
-    summary["completed"] = sum(s.get("completed") or 0 for s in summaries)
-    summary["failed"] = sum(s.get("failed") or 0 for s in summaries)
+    summary["completed"] = sum(figure(s.get("completed")) or 0 for s in summaries)
+    summary["failed"] = sum(figure(s.get("failed")) or 0 for s in summaries)
+    if not is_summary(summary):  # medians of checked summaries: a bug, not a file
+        raise ValueError(f"decode: the merged summary does not read as one: {summary!r:.200}")
     return summary
 
 
-def plot_token_rate(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+def plot_token_rate(results: Sequence[ResultDocument]) -> bytes | None:
     import matplotlib.pyplot as plt
 
-    rows = [(r, (r.get("summary") or {}).get("output_tokens_per_s")) for r in results]
-    rows = [(r, v) for r, v in rows if isinstance(v, (int, float))]
-    if not rows:
+    rows = [(r, figure((r.get("summary") or {}).get("output_tokens_per_s"))) for r in results]
+    measured = [(r, v) for r, v in rows if v is not None]
+    if not measured:
         return None
-    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 3.8))
-    labels = [f"{result_label(r)}\n{difference_hint(rows[0][0], r)}" for r, _ in rows]
-    values: list[Any] = [v for _, v in rows]
-    yerr = error_bars(values, [result_intervals(r).get("output tokens/s (per stream)") for r, _ in rows])
-    bars = ax.bar(range(len(rows)), values, color="#4477aa", yerr=yerr, capsize=4)
-    for bar, value, (result, _) in zip(bars, values, rows):
+    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(measured)), 3.8))
+    labels = [f"{result_label(r)}\n{difference_hint(measured[0][0], r)}" for r, _ in measured]
+    values = [v for _, v in measured]
+    yerr = error_bars(values, [result_intervals(r).get("output tokens/s (per stream)") for r, _ in measured])
+    bars = ax.bar(range(len(measured)), values, color="#4477aa", yerr=yerr, capsize=4)
+    for bar, value, (result, _) in zip(bars, values, measured):
         ax.annotate(mark(f"{value:.1f}", is_simulated(result)), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(rows)))
+    ax.set_xticks(range(len(measured)))
     ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("output tokens/s (one stream)")
     ax.set_title("Decode rate per configuration")
-    return figure_png(fig, [r for r, _ in rows])
+    return figure_png(fig, [r for r, _ in measured])
 
 
-def plot_itl_distribution(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+def plot_itl_distribution(results: Sequence[ResultDocument]) -> bytes | None:
     import matplotlib.pyplot as plt
 
     series = []
@@ -114,7 +120,7 @@ PLOTS = (("tokens_per_s", "Decode rate per configuration", plot_token_rate),
          ("itl_distribution", "Latency distributions", plot_itl_distribution))
 
 
-def tool_runs(options: Any) -> tuple[str, str, list[list[str]]]:
+def tool_runs(options: SuiteOptions) -> tuple[str, str, list[list[str]]]:
     """One ``sglang.bench_one_batch_server`` run: batch 1, gpuops' lengths and seed unless given."""
     user = list(options.tool_args)
     base = [] if tool_has(user, "--model") or tool_has(user, "--model-path") else ["--model", "None"]

@@ -8,9 +8,15 @@ in a TP group); each rank's wall and all-reduce time per pass stay beside them u
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from gpuops.bench.suite_base import RunParts, across_repeats, merge_repeats, number, tool_runs, within_run
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary, at, mapping, number, objects
+from gpuops.bench.report import figure_png, result_label
+from gpuops.bench.simulated import is_simulated
+from gpuops.bench.suite_base import RunParts, across_repeats, merge_repeats, sim_cell, tool_runs, within_run
+from gpuops.bench.suites import BenchTable, ExportLevel, Figures, ReportTable, SuiteOptions
+from gpuops.errors import GpuopsError
 from gpuops.remote.kernel_groups import ALLREDUCE, GROUPS
 
 __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "headline", "levels",
@@ -43,9 +49,7 @@ STAGES = ("decode", "verify", "extend", "all")
 STEPS_MAX = 100
 
 
-def check_options(options: Any) -> None:
-    from gpuops.errors import GpuopsError
-
+def check_options(options: SuiteOptions) -> None:
     if options.profile_stage not in STAGES:
         raise GpuopsError(f"profile: --stage {options.profile_stage!r} is not one of {', '.join(STAGES)}")
     if not 1 <= options.profile_steps <= STEPS_MAX:
@@ -58,54 +62,58 @@ def stage_word(stage: str) -> str:
     return _WORDS.get(stage, stage.lower().replace("_", " "))
 
 
-def _ranked_traces(run: Any) -> list[dict[str, Any]]:
-    def rank(record: Mapping[str, Any]) -> int:
-        value = (record.get("trace") or {}).get("rank")
+def _ranked_traces(run: RemoteRun) -> list[JSONObject]:
+    def rank(record: Mapping[str, object]) -> int:
+        value = at(record, "trace", "rank")
         return value if isinstance(value, int) else 1 << 30
 
     return sorted((r for r in run.profile if isinstance(r, dict)), key=rank)
 
 
-def _allreduce(stage: Mapping[str, Any]) -> dict[str, Any]:
-    return dict((stage.get("groups") or {}).get(ALLREDUCE) or {})
+def _allreduce(stage: Mapping[str, object]) -> Mapping[str, object]:
+    return mapping(at(stage, "groups", ALLREDUCE))
 
 
-def lead_stage(stages: Mapping[str, Any], asked: str) -> str | None:
+def lead_stage(stages: Mapping[str, object], asked: str) -> str | None:
     """The stage the sentence is about: the asked one's, else decode's, else the first seen."""
     return next((s for s in LEADS.get(asked, ()) if s in stages), next(iter(stages), None))
 
 
-def summarize(run: Any, options: Any) -> RunParts:
-    traces, stages, errors = [], {}, []
+def summarize(run: RemoteRun, options: SuiteOptions) -> RunParts:
+    traces: list[JSONObject] = []
+    stages: dict[str, JSONObject] = {}
+    rank_rows: dict[str, list[JSONObject]] = {}
+    errors: list[str] = []
     for record in _ranked_traces(run):
-        trace = record.get("trace") or {}
+        trace = mapping(record.get("trace"))
         if record.get("error"):
             errors.append(str(record["error"]))
         traces.append({"file": record.get("file"), "bytes": record.get("bytes"), "rank": trace.get("rank"),
                        "error": record.get("error"), "passes_from": trace.get("passes_from"),
                        "step_spans": trace.get("step_spans"), "gpu_events": trace.get("gpu_events"),
                        "simulated": trace.get("simulated")})
-        for name, stage in (trace.get("stages") or {}).items():
-            row = {"rank": trace.get("rank"), "wall_ms": number(stage, "wall_ms", "median"),
-                   "allreduce_ms_per_forward": number(stage, "groups", ALLREDUCE, "ms_per_forward")}
+        for name, stage in mapping(trace.get("stages")).items():
+            row: JSONObject = {"rank": trace.get("rank"), "wall_ms": number(stage, "wall_ms", "median"),
+                               "allreduce_ms_per_forward": number(stage, "groups", ALLREDUCE, "ms_per_forward")}
             if name not in stages:
-                stages[name] = dict(stage, rank=trace.get("rank"), ranks=[])
-            stages[name]["ranks"].append(row)
-    asked = getattr(options, "profile_stage", "decode")
+                rank_rows[name] = []
+                stages[name] = dict(mapping(stage), rank=trace.get("rank"), ranks=rank_rows[name])
+            rank_rows[name].append(row)
+    asked = options.profile_stage
     stages = {k: v for k, v in stages.items() if reported(k, asked)} or stages
-    summary: dict[str, Any] = {"steps": getattr(options, "profile_steps", None), "stage_asked": asked,
-                               "traces": traces, "stages": stages}
+    summary: Summary = {"steps": options.profile_steps, "stage_asked": asked,
+                        "traces": traces, "stages": stages}
     summary["headline"] = _headline_of(stages, asked)
     return RunParts(summary, errors=errors)
 
 
-def _headline_of(stages: Mapping[str, Any], asked: str) -> dict[str, Any] | None:
+def _headline_of(stages: Mapping[str, object], asked: str) -> JSONObject | None:
     name = lead_stage(stages, asked)
     if name is None:
         return None
-    stage = stages[name]
+    stage = mapping(stages[name])
     allreduce = _allreduce(stage)
-    kinds = [c for c in stage.get("collectives") or [] if c.get("group") == ALLREDUCE]
+    kinds = [c for c in objects(stage.get("collectives")) if c.get("group") == ALLREDUCE]
     return {"stage": name, "passes": stage.get("passes"), "wall_ms": number(stage, "wall_ms", "median"),
             "busy_ms": number(stage, "busy_ms", "median"), "idle_ms": number(stage, "idle_ms", "median"),
             "allreduce_calls_per_forward": allreduce.get("calls_per_forward"),
@@ -113,10 +121,10 @@ def _headline_of(stages: Mapping[str, Any], asked: str) -> dict[str, Any] | None
             "allreduce_kind": kinds[0].get("kind") if kinds else None}
 
 
-def sentence(head: Mapping[str, Any] | None, simulated: bool = False) -> str:
+def sentence(head: object, simulated: bool = False) -> str:
     """The line an operator needs: ``decode pass 30.1 ms: 122 all-reduce calls per decode pass,
     25.0 ms (83%), NCCL RING_LL``."""
-    if not head:
+    if not head or not isinstance(head, Mapping):
         return "no forward pass found in the traces"
     wall = head.get("wall_ms")
     text = f"{stage_word(str(head.get('stage')))} pass {_num(wall)} ms"
@@ -129,12 +137,13 @@ def sentence(head: Mapping[str, Any] | None, simulated: bool = False) -> str:
                  + (f", {head['allreduce_kind']}" if head.get("allreduce_kind") else ""))
     else:
         text += ": no all-reduce"
-        if isinstance(head.get("idle_ms"), (int, float)) and isinstance(wall, (int, float)) and wall:
-            text += f"; GPU idle {_num(head['idle_ms'])} ms ({head['idle_ms'] / wall * 100:.0f}%)"
+        idle = head.get("idle_ms")
+        if isinstance(idle, (int, float)) and isinstance(wall, (int, float)) and wall:
+            text += f"; GPU idle {_num(idle)} ms ({idle / wall * 100:.0f}%)"
     return text + (" [SIMULATED by the lab's stand-in]" if simulated else "")
 
 
-def _num(value: Any) -> str:
+def _num(value: object) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
 
 
@@ -142,24 +151,22 @@ def _count(value: float) -> str:
     return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
 
 
-def finish(run: Any, summary: dict[str, Any], rows: Sequence[Mapping[str, Any]], errors: Sequence[str]) -> list[str]:
+def finish(run: RemoteRun, summary: Summary, rows: Sequence[JSONObject], errors: Sequence[str]) -> list[str]:
     if not summary.get("stages") and not errors:
         return ["no forward pass found in the traces (no GPU work inside the profiled steps)"]
     return []
 
 
-def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
-    from gpuops.bench.simulated import is_simulated
-
+def headline(summary: Summary, result: ResultDocument) -> Headline:
     head = summary.get("headline")
     return {"profile": head, "sentence": sentence(head, is_simulated(result)) if summary else None}
 
 
-def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[tuple[str, str, str], float | None]:
+def figures(summary: Summary, result: ResultDocument) -> Figures:
     """Per stage: wall, GPU busy and idle per pass, and each group's time per pass; the
     all-reduce's calls and share too (``results compare`` of a profile before and after an apply)."""
-    out: dict[tuple[str, str, str], float | None] = {}
-    for name, stage in sorted((summary.get("stages") or {}).items()):
+    out: Figures = {}
+    for name, stage in sorted(mapping(summary.get("stages")).items()):
         word = stage_word(name)
         out[(f"{word} pass wall p50", "ms", "lower")] = number(stage, "wall_ms", "median")
         out[(f"{word} GPU busy p50", "ms", "lower")] = number(stage, "busy_ms", "median")
@@ -172,11 +179,11 @@ def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[tuple
     return out
 
 
-def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+def levels(result: ResultDocument) -> list[ExportLevel]:
     """One export row per stage: its pass figures and each group's time per pass."""
-    rows: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
-    for name, stage in sorted(((result.get("summary") or {}).get("stages") or {}).items()):
-        flat: dict[str, Any] = {"passes": stage.get("passes"), "wall_ms_p50": number(stage, "wall_ms", "median"),
+    rows: list[ExportLevel] = []
+    for name, stage in sorted(mapping((result.get("summary") or {}).get("stages")).items()):
+        flat: JSONObject = {"passes": at(stage, "passes"), "wall_ms_p50": number(stage, "wall_ms", "median"),
                                 "wall_ms_p90": number(stage, "wall_ms", "p90"),
                                 "busy_ms_p50": number(stage, "busy_ms", "median"),
                                 "idle_ms_p50": number(stage, "idle_ms", "median")}
@@ -187,7 +194,7 @@ def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str,
     return rows
 
 
-def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+def bench_tables(hosts: Mapping[str, Headline]) -> list[BenchTable]:
     """One row per host: its sentence."""
     rows = []
     for name, line in hosts.items():
@@ -196,16 +203,14 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
     return [(None, ["host", "ok", "profile", "result", "error"], rows)]
 
 
-def stage_table(stage: Mapping[str, Any], simulated: bool) -> tuple[list[str], list[list[str]]]:
+def stage_table(stage: Mapping[str, object], simulated: bool) -> tuple[list[str], list[list[str]]]:
     """A stage's kernel groups: calls, ms and share per pass (idle last)."""
-    from gpuops.bench.suite_base import sim_cell
-
     rows = []
     for group in GROUPS:
-        figures_ = (stage.get("groups") or {}).get(group)
+        figures_ = mapping(at(stage, "groups", group))
         if not figures_:
             continue
-        share = figures_.get("share")
+        share = number(figures_, "share")
         rows.append([GROUP_TITLES[group], sim_cell(figures_.get("calls_per_forward"), simulated),
                      sim_cell(figures_.get("ms_per_forward"), simulated),
                      sim_cell(None if share is None else round(share * 100, 1), simulated)])
@@ -217,29 +222,24 @@ def stage_table(stage: Mapping[str, Any], simulated: bool) -> tuple[list[str], l
     return ["group", "calls/pass", "ms/pass", "% of pass"], rows
 
 
-def report_tables(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    from gpuops.bench.report import result_label
-    from gpuops.bench.simulated import is_simulated
-
+def report_tables(results: Sequence[ResultDocument]) -> list[ReportTable]:
     tables = []
     for result in results:
-        for name, stage in sorted(((result.get("summary") or {}).get("stages") or {}).items()):
-            headers, rows = stage_table(stage, is_simulated(result))
-            title = (f"{result_label(result)}: {stage_word(name)} passes {stage.get('passes')}, wall "
+        for name, stage in sorted(mapping((result.get("summary") or {}).get("stages")).items()):
+            headers, rows = stage_table(mapping(stage), is_simulated(result))
+            title = (f"{result_label(result)}: {stage_word(name)} passes {at(stage, 'passes')}, wall "
                      f"{_num(number(stage, 'wall_ms', 'median'))} ms (p50)")
             tables.append(("Profile", title, headers, rows))
     return tables
 
 
-def plot_stages(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+def plot_stages(results: Sequence[ResultDocument]) -> bytes | None:
     """A stacked bar per result and stage: each kernel group's ms per pass, and the GPU idle time."""
     import matplotlib.pyplot as plt
 
-    from gpuops.bench.report import figure_png, result_label
-
     bars = []
     for result in results:
-        for name, stage in sorted(((result.get("summary") or {}).get("stages") or {}).items()):
+        for name, stage in sorted(mapping((result.get("summary") or {}).get("stages")).items()):
             parts = [(GROUP_TITLES[g], number(stage, "groups", g, "ms_per_forward") or 0.0) for g in GROUPS]
             parts.append(("GPU idle", number(stage, "idle_ms", "median") or 0.0))
             bars.append((f"{result_label(result)}\n{stage_word(name)}", parts, result))

@@ -4,10 +4,13 @@ level, its plot and its two tables. Pure."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, check_options, number, report_tables,
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary, at, figure, number, percentiles
+from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, check_options, report_tables,
                                      request_figures, sim_cell, tool_has, within_run)
+from gpuops.bench.suites import BenchTable, ExportLevel, SuiteOptions
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.remote.sglang_argv import flag_value
 from gpuops.bench.repeats import level_label, median_levels, result_intervals
@@ -17,28 +20,30 @@ from gpuops.bench.sglang_tool import serving_level, serving_samples
 __all__ = ["PLOTS", "across_repeats", "bench_tables", "check_options", "figures", "finish", "headline",
            "levels", "merge_repeats", "report_tables", "serving_summary", "summarize", "tool_runs", "within_run"]
 
-_PEAK_KEYS = ("peak_total_output_tokens_per_s", "peak_concurrency", "peak_request_throughput",
-              "peak_request_rate", "peak_goodput_request_per_s", "peak_goodput_concurrency", "failed")
-
-
-def headline(summary: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
-    line: dict[str, Any] = {key: summary.get(key) for key in _PEAK_KEYS}
+def headline(summary: Summary, result: ResultDocument) -> Headline:
+    line: Headline = {"peak_total_output_tokens_per_s": summary.get("peak_total_output_tokens_per_s"),
+                      "peak_concurrency": summary.get("peak_concurrency"),
+                      "peak_request_throughput": summary.get("peak_request_throughput"),
+                      "peak_request_rate": summary.get("peak_request_rate"),
+                      "peak_goodput_request_per_s": summary.get("peak_goodput_request_per_s"),
+                      "peak_goodput_concurrency": summary.get("peak_goodput_concurrency"),
+                      "failed": summary.get("failed")}
     line["levels"] = [{"concurrency": lv.get("concurrency"),
                        "request_rate": lv.get("request_rate"),
                        "request_throughput": lv.get("request_throughput"),
                        "total_output_tokens_per_s": lv.get("total_output_tokens_per_s"),
                        "output_tokens_per_s": lv.get("output_tokens_per_s"),
-                       "ttft_ms_p50": (lv.get("ttft_ms") or {}).get("p50"),
-                       "itl_ms_p50": (lv.get("itl_ms") or {}).get("p50"),
-                       "tpot_ms_p50": (lv.get("tpot_ms") or {}).get("p50"),
-                       "e2e_latency_ms_p50": (lv.get("e2e_latency_ms") or {}).get("p50"),
+                       "ttft_ms_p50": at(lv, "ttft_ms", "p50"),
+                       "itl_ms_p50": at(lv, "itl_ms", "p50"),
+                       "tpot_ms_p50": at(lv, "tpot_ms", "p50"),
+                       "e2e_latency_ms_p50": at(lv, "e2e_latency_ms", "p50"),
                        "failed": lv.get("failed"),
                        "goodput_request_per_s": lv.get("goodput_request_per_s")}
                       for lv in result.get("levels") or []]
     return line
 
 
-def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
+def figures(summary: Summary, result: ResultDocument) -> Figures:
     out = request_figures(summary)
     for level in result.get("levels") or []:
         c = level_label(level)
@@ -51,26 +56,32 @@ def figures(summary: Mapping[str, Any], result: Mapping[str, Any]) -> Figures:
     return out
 
 
-def levels(result: Mapping[str, Any]) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+def levels(result: ResultDocument) -> list[ExportLevel]:
     return [({"level": level_label(lv), "concurrency": lv.get("concurrency"),
               "request_rate": lv.get("request_rate")}, lv) for lv in result.get("levels") or []]
 
 
-def merge_repeats(merged: dict[str, Any], results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_repeats(merged: ResultDocument, results: Sequence[ResultDocument]) -> Summary:
     """Every level's figures as medians over the repeats (the merged document's ``levels``)."""
-    merged["levels"] = median_levels([r.get("levels") or [] for r in results])
-    return serving_summary(merged["levels"])
+    levels = median_levels([r.get("levels") or [] for r in results])
+    merged["levels"] = levels
+    return serving_summary(levels)
 
 
-def summarize(run: Any, options: Any) -> RunParts:
+def summarize(run: RemoteRun, options: SuiteOptions) -> RunParts:
     """The levels our client measured, or one per ``sglang.bench_serving`` run (``--tool sglang``)."""
     if not options.tool:
         levels = list(run.levels)
         return RunParts(serving_summary(levels), levels=levels)
 
     asked = [_num_prompts(args) for args in tool_runs(options)[2]]
-    levels = [serving_level(r, asked[r["_run_index"]] if isinstance(r.get("_run_index"), int)
-                            and r["_run_index"] < len(asked) else None) for r in run.tool]
+
+    def expected(record: JSONObject) -> int | None:
+        """How many prompts the run that wrote ``record`` asked for (its ``_run_index``), if known."""
+        index = record.get("_run_index")
+        return asked[index] if isinstance(index, int) and index < len(asked) else None
+
+    levels = [serving_level(r, expected(r)) for r in run.tool]
     return RunParts(serving_summary(levels), levels=levels, samples=[s for r in run.tool for s in serving_samples(r)])
 
 
@@ -80,16 +91,16 @@ def _num_prompts(args: list[str]) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
+def serving_summary(levels: list[JSONObject]) -> Summary:
     """The headline of a serving run is its peak throughput (and its peak goodput under the SLO
     when one was given), not the lowest level's per-stream rate, which is kept alongside."""
     if not levels:
         return {"levels": 0}
-    ordered = sorted(levels, key=lambda lv: (lv.get("concurrency") or 0, lv.get("request_rate") or 0))
+    ordered = sorted(levels, key=lambda lv: (number(lv, "concurrency") or 0, number(lv, "request_rate") or 0))
     lowest = ordered[0]
-    peak = max(levels, key=lambda lv: lv.get("total_output_tokens_per_s") or 0)
+    peak = max(levels, key=lambda lv: number(lv, "total_output_tokens_per_s") or 0)
     good = [lv for lv in levels if isinstance(lv.get("goodput_request_per_s"), (int, float))]
-    best_good = max(good, key=lambda lv: lv["goodput_request_per_s"]) if good else None
+    best_good = max(good, key=lambda lv: number(lv, "goodput_request_per_s") or 0) if good else None
     return {
         "peak_request_throughput": peak.get("request_throughput"),
         "peak_request_rate": peak.get("request_rate"),
@@ -98,18 +109,18 @@ def serving_summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_goodput_total_output_tokens_per_s": best_good.get("total_output_tokens_per_s") if best_good else None,
         "slo": (best_good or {}).get("slo"),
         "levels": len(levels),
-        "output_tokens_per_s": lowest.get("output_tokens_per_s"),
-        "ttft_ms": lowest.get("ttft_ms"),
-        "itl_ms": lowest.get("itl_ms"),
+        "output_tokens_per_s": figure(lowest.get("output_tokens_per_s")),
+        "ttft_ms": percentiles(lowest.get("ttft_ms")),
+        "itl_ms": percentiles(lowest.get("itl_ms")),
         "peak_total_output_tokens_per_s": peak.get("total_output_tokens_per_s"),
         "peak_concurrency": peak.get("concurrency"),
-        "completed": sum(lv.get("completed") or 0 for lv in levels),
-        "failed": sum(lv.get("failed") or 0 for lv in levels) if all(
+        "completed": sum(figure(lv.get("completed")) or 0 for lv in levels),
+        "failed": sum(figure(lv.get("failed")) or 0 for lv in levels) if all(
             lv.get("failed") is not None for lv in levels) else None,
     }
 
 
-def plot_serving(results: Sequence[Mapping[str, Any]]) -> bytes | None:
+def plot_serving(results: Sequence[ResultDocument]) -> bytes | None:
     import matplotlib.pyplot as plt
 
     serving = [r for r in results if r.get("levels")]
@@ -118,24 +129,24 @@ def plot_serving(results: Sequence[Mapping[str, Any]]) -> bytes | None:
     fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
     left, ttft_ax, right, curve = axes
     for result in serving:
-        levels = sorted((lv for lv in result["levels"] if lv.get("concurrency")),
-                        key=lambda lv: lv.get("concurrency") or 0)
+        levels = sorted((lv for lv in result.get("levels") or [] if lv.get("concurrency")),
+                        key=lambda lv: number(lv, "concurrency") or 0)
         if not levels:
             continue
         intervals = result_intervals(result)
-        xs = [lv.get("concurrency") for lv in levels]
-        for ax, figure, path in ((left, "total output tokens/s", ("total_output_tokens_per_s",)),
-                                 (ttft_ax, "TTFT p50", ("ttft_ms", "p50")), (right, "ITL p50", ("itl_ms", "p50"))):
-            ys = [lv.get(path[0]) if len(path) == 1 else (lv.get(path[0]) or {}).get(path[1]) for lv in levels]
-            yerr = error_bars(ys, [intervals.get(f"{level_label(lv)} {figure}") for lv in levels])
+        xs = [number(lv, "concurrency") for lv in levels]
+        for ax, name, path in ((left, "total output tokens/s", ("total_output_tokens_per_s",)),
+                               (ttft_ax, "TTFT p50", ("ttft_ms", "p50")), (right, "ITL p50", ("itl_ms", "p50"))):
+            ys = [figure(at(lv, *path)) for lv in levels]
+            yerr = error_bars(ys, [intervals.get(f"{level_label(lv)} {name}") for lv in levels])
             ax.errorbar(xs, [y if y is not None else float("nan") for y in ys], yerr=yerr, marker="o", capsize=3,
                         label=result_label(result))
-        curve.plot([lv.get("output_tokens_per_s") for lv in levels],
-                   [lv.get("total_output_tokens_per_s") for lv in levels], marker="o", label=result_label(result))
-        for lv in levels:
-            if lv.get("output_tokens_per_s") is not None and lv.get("total_output_tokens_per_s") is not None:
-                curve.annotate(f"c={lv.get('concurrency')}", (lv["output_tokens_per_s"], lv["total_output_tokens_per_s"]),
-                               fontsize=6)
+        per_stream = [figure(lv.get("output_tokens_per_s")) for lv in levels]
+        total = [figure(lv.get("total_output_tokens_per_s")) for lv in levels]
+        curve.plot(per_stream, total, marker="o", label=result_label(result))
+        for lv, x, y in zip(levels, per_stream, total):
+            if x is not None and y is not None:
+                curve.annotate(f"c={lv.get('concurrency')}", (x, y), fontsize=6)
     for ax, title, ylabel in ((left, "Throughput vs concurrency", "total output tokens/s"),
                               (ttft_ax, "TTFT p50 vs concurrency", "ms"),
                               (right, "ITL p50 vs concurrency", "ms per token")):
@@ -154,7 +165,7 @@ def plot_serving(results: Sequence[Mapping[str, Any]]) -> bytes | None:
 PLOTS = (("serving", "Serving sweep", plot_serving),)
 
 
-def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, list[str], list[list[str]]]]:
+def bench_tables(hosts: Mapping[str, Headline]) -> list[BenchTable]:
     # the headline of a serving run is its peak; the lowest level's per-stream figures follow
     headers = ["host", "ok", "peak total tok/s", "at", "peak req/s", "peak goodput req/s", "tok/s per stream",
                "TTFT p50 ms", "ITL p50", "ITL p90", "ITL p99", "accept", "failed", "result", "error"]
@@ -171,8 +182,8 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
                      sim_cell(line.get("peak_goodput_request_per_s"), sim),
                      *(sim_cell(x, sim) for x in figures), cell(line.get("failed")),
                      line.get("result_id") or "-", line.get("error") or ""])
-    level_rows = [[name, lv["concurrency"] if lv.get("request_rate") is None else
-                   f"rate {cell(lv['request_rate'])} (cap {lv['concurrency'] or '-'})",
+    level_rows = [[name, ("" if lv["concurrency"] is None else str(lv["concurrency"])) if lv.get("request_rate") is None
+                   else f"rate {cell(lv['request_rate'])} (cap {lv['concurrency'] or '-'})",
                    *(sim_cell(lv.get(k), bool(line.get("simulated"))) for k in (
                        "request_throughput", "total_output_tokens_per_s", "output_tokens_per_s", "ttft_ms_p50",
                        "tpot_ms_p50", "itl_ms_p50", "e2e_latency_ms_p50")),
@@ -183,7 +194,7 @@ def bench_tables(hosts: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | Non
     return [(None, headers, rows), ("serving sweep", level_headers, level_rows)]
 
 
-def tool_runs(options: Any) -> tuple[str, str, list[list[str]]]:
+def tool_runs(options: SuiteOptions) -> tuple[str, str, list[list[str]]]:
     """One ``sglang.bench_serving`` run per concurrency level (or request rate)."""
     user = list(options.tool_args)
     runs = []

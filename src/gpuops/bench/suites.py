@@ -11,8 +11,11 @@ suite names.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from types import ModuleType
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from gpuops.bench.frames import RemoteRun
+from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary
 
 # Options every suite takes: where to run, where results go, repeats, host keys.
 COMMON_OPTIONS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", "port", "repeat", "python",
@@ -87,9 +90,110 @@ def profiles(name: object) -> bool:
     return spec is not None and spec.profiles
 
 
-def reader(name: object) -> ModuleType:
-    """How a stored result of suite ``name`` reads: the module ``bench/suite_<name>.py`` (its
-    ``headline``, ``figures``, ``levels``); ``suite_base``'s defaults for a name not registered."""
+# (figure name, unit, which way is better) -> value; the names are the ones ``results compare``
+# shows and under which ``repeats`` stores each figure's interval.
+Figures = dict[tuple[str, str, str], "float | None"]
+# A figure's values: (what they are over: "requests" | "tokens" | "trials" | "repeats", values).
+Distributions = dict[str, tuple[str, list[float]]]
+# ``gpuops bench``'s tables: (title, or None for ``bench <suite>``; headers; rows).
+BenchTable = tuple["str | None", list[str], list[list[str]]]
+# The report's tables: (heading, title, headers, rows).
+ReportTable = tuple[str, str, list[str], list[list[str]]]
+# The report's plots: (name, title, maker); a maker gets the suite's own results, returns PNG bytes or None.
+Plot = tuple[str, str, Callable[[Sequence[ResultDocument]], "bytes | None"]]
+# One measured level for ``results export``: (its identity columns, its figures).
+ExportLevel = tuple[JSONObject, Mapping[str, object]]
+
+
+@dataclass
+class RunParts:
+    """What a suite makes of one run's output (``bench/results.build_result`` adds the rest)."""
+
+    summary: Summary
+    levels: list[JSONObject] = field(default_factory=list)     # serving: one per level
+    rows: list[JSONObject] = field(default_factory=list)       # allreduce: one per variant and size
+    samples: list[JSONObject] | None = None                    # None: the run's own request samples
+    errors: list[str] = field(default_factory=list)
+
+
+class AllreduceSettings(Protocol):
+    """What a suite reads of a run's all-reduce options (``options.AllreduceOptions`` has it)."""
+
+    @property
+    def backend(self) -> str: ...
+
+
+class SuiteOptions(Protocol):
+    """What a suite reads of a run's options (``options.SuiteOptions`` has it all; declared here, below
+    the options, which find each suite through this registry)."""
+
+    @property
+    def suite(self) -> str: ...
+    @property
+    def tool(self) -> str | None: ...
+    @property
+    def tool_args(self) -> tuple[str, ...]: ...
+    @property
+    def input_len(self) -> int: ...
+    @property
+    def output_len(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def slo(self) -> tuple[tuple[str, float], ...]: ...
+    @property
+    def concurrency(self) -> tuple[int, ...]: ...
+    @property
+    def requests_per_level(self) -> int | None: ...
+    @property
+    def request_rates(self) -> tuple[float, ...]: ...
+    @property
+    def max_concurrency(self) -> int | None: ...
+    @property
+    def random_range_ratio(self) -> float: ...
+    @property
+    def allreduce(self) -> AllreduceSettings: ...
+    @property
+    def profile_steps(self) -> int: ...
+    @property
+    def profile_stage(self) -> str: ...
+
+
+@runtime_checkable
+class SuiteReader(Protocol):
+    """What a suite's client module (``bench/suite_<name>.py``) provides; ``suite_base`` has the defaults
+    a module imports where it has nothing of its own.
+
+    For a new run: ``check_options(options)``, ``tool_runs(options)`` (``--tool sglang``),
+    ``summarize(run, options)`` and ``finish(run, summary, rows, errors)``. For a stored result:
+    ``headline(summary, result)``, ``figures(summary, result)`` (``results compare``),
+    ``levels(result)`` (``results export``), ``within_run(result)`` and ``across_repeats(summaries)``
+    (the distributions intervals are drawn from), ``merge_repeats(merged, results)`` (``--repeat N``).
+    For output: ``bench_tables(hosts)`` (``gpuops bench``), ``PLOTS`` and ``report_tables(results)``.
+    """
+
+    PLOTS: tuple[Plot, ...]
+
+    def check_options(self, options: SuiteOptions, /) -> None: ...
+    def tool_runs(self, options: SuiteOptions, /) -> tuple[str, str, list[list[str]]]: ...
+    def summarize(self, run: RemoteRun, options: SuiteOptions, /) -> RunParts: ...
+    def finish(self, run: RemoteRun, summary: Summary, rows: Sequence[JSONObject], errors: Sequence[str], /) -> list[str]: ...
+    def headline(self, summary: Summary, result: ResultDocument, /) -> Headline: ...
+    def figures(self, summary: Summary, result: ResultDocument, /) -> Figures: ...
+    def levels(self, result: ResultDocument, /) -> list[ExportLevel]: ...
+    def within_run(self, result: ResultDocument, /) -> Distributions: ...
+    def across_repeats(self, summaries: Sequence[Mapping[str, object]], /) -> Distributions: ...
+    def merge_repeats(self, merged: ResultDocument, results: Sequence[ResultDocument], /) -> Summary: ...
+    def bench_tables(self, hosts: Mapping[str, Headline], /) -> list[BenchTable]: ...
+    def report_tables(self, results: Sequence[ResultDocument], /) -> list[ReportTable]: ...
+
+
+def reader(name: object) -> SuiteReader:
+    """How suite ``name`` runs and how a stored result of it reads: the module ``bench/suite_<name>.py``;
+    ``suite_base``'s defaults for a name not registered."""
     spec = SUITES.get(str(name))
-    module = f"gpuops.bench.suite_{spec.name}" if spec is not None else "gpuops.bench.suite_base"
-    return importlib.import_module(module)  # deferred: the readers import what reads results
+    module_name = f"gpuops.bench.suite_{spec.name}" if spec is not None else "gpuops.bench.suite_base"
+    module = importlib.import_module(module_name)  # deferred: the readers import what reads results
+    if not isinstance(module, SuiteReader):
+        raise TypeError(f"{module_name} lacks what a suite's reader provides (suites.SuiteReader)")
+    return module

@@ -12,6 +12,7 @@ from gpuops.commands.bench_options import results_dir_option
 from gpuops.commands.inspect import _host_options, _host_title, _run
 from gpuops.commands.options import guide
 from gpuops import advise as advice_of
+from gpuops.bench.record import ResultDocument
 from gpuops.bench.store import ResultsStore
 from gpuops.bench.suites import profiles
 from gpuops.errors import GpuopsError
@@ -19,7 +20,7 @@ from gpuops.facts.collect import host_json
 from gpuops.output import make_console, print_json
 
 
-def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
+def _stored_allreduce(results_dir: str, host: str) -> list[ResultDocument]:
     """The host's stored all-reduce results, newest first (an unreadable store counts as empty)."""
 
     store = ResultsStore(results_dir)
@@ -31,7 +32,7 @@ def _stored_allreduce(results_dir: str, host: str) -> list[dict[str, Any]]:
         return []
 
 
-def _stored_profile(results_dir: str, host: str, wanted: str | None) -> dict[str, Any] | None:
+def _stored_profile(results_dir: str, host: str, wanted: str | None) -> ResultDocument | None:
     """The profile advise computes its savings from: the one ``--profile`` names (an error when it is
     not a profile), else the host's newest stored ``gpuops profile`` result, else None."""
 

@@ -31,6 +31,7 @@ from gpuops.bench import options as opt
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.export import rows as export_rows, to_csv, to_jsonl, to_prometheus
 from gpuops.bench.report import write_report
+from gpuops.bench.record import ResultDocument, at, mapping, objects
 from gpuops.bench.results import headline
 from gpuops.bench.runner import eta_s, run_bench, targets_for
 from gpuops.bench.server_metrics import metrics_line
@@ -254,13 +255,13 @@ def _unread_line(name: str, command: str, exc: Exception) -> str:
     return f"results: {name}: {command} cannot read it ({type(exc).__name__}: {exc})"
 
 
-def _read_one(store: ResultsStore, wanted: str) -> tuple[str, dict[str, Any]]:
+def _read_one(store: ResultsStore, wanted: str) -> tuple[str, ResultDocument]:
     """(file name, document) of the result ``wanted`` names (GpuopsError, one line, if none)."""
     entry = store.resolve(wanted)
     return entry.file, store.read(entry.file).document
 
 
-def _documents(store: ResultsStore, wanted: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+def _documents(store: ResultsStore, wanted: tuple[str, ...]) -> list[tuple[str, ResultDocument]]:
     """(file name, document) of each result named, or of every readable one when none is: a file
     that stops reading between the listing and the read is then left out with its line."""
     if wanted:
@@ -375,7 +376,7 @@ def results_show(result_id: str, results_dir: str, as_json: bool) -> None:
         click.echo(line)
 
 
-def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
+def _show_lines(result: ResultDocument, say: Callable[[str], None]) -> None:
     """``results show``'s text of one stored result, a line at a time, to ``say``."""
     server = result.get("server") or {}
     config = result.get("configuration") or {}
@@ -409,8 +410,8 @@ def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
     say("summary")
     for key, value in summary.items():
         if key == "variants":
-            for v in value:
-                latency = v.get("latency_us") or {}
+            for v in objects(value):
+                latency = mapping(v.get("latency_us"))
                 say(f"  {v.get('label')}: " + (", ".join(f"{k} tok {_fmt_sim(x, sim)} us" for k, x in latency.items())
                                                if v.get("ok") else f"FAILED {v.get('error')}"))
         elif isinstance(value, dict):
@@ -421,8 +422,8 @@ def _show_lines(result: dict[str, Any], say: Callable[[str], None]) -> None:
     for level in result.get("levels") or []:
         say(f"  c={level.get('concurrency')}: {_fmt_sim(level.get('total_output_tokens_per_s'), sim)} tok/s total, "
             f"{_fmt_sim(level.get('request_throughput'), sim)} req/s, "
-            f"TTFT p50 {_fmt_sim((level.get('ttft_ms') or {}).get('p50'), sim)} ms, "
-            f"ITL p50 {_fmt_sim((level.get('itl_ms') or {}).get('p50'), sim)} ms")
+            f"TTFT p50 {_fmt_sim(at(level, 'ttft_ms', 'p50'), sim)} ms, "
+            f"ITL p50 {_fmt_sim(at(level, 'itl_ms', 'p50'), sim)} ms")
     for error in result.get("errors") or []:
         say(f"error: {error}")
     say(f"raw samples: {len(result.get('samples') or [])} (gpuops results show {result['id']} --json)")

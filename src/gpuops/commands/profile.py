@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpuops import time_limits
+from gpuops.bench.record import ResultDocument
 from gpuops.commands.bench_options import bench_options
 from gpuops.commands.options import guide, inventory_options
+
+if TYPE_CHECKING:
+    from gpuops.bench.runner import HostBench
 
 EXIT_SOME_HOST_FAILED = 1  # as bench and inspect: 2 is bad input
 _OPTIONS = ("remote", "as_json", "results_dir", "url", "port", "api", "input_len", "output_len", "seed",
@@ -79,11 +83,11 @@ def profile(steps: int, stage: str, trace_wait: float, fetch_traces: bool, **par
     sys.exit(0 if all(h["ok"] for h in lines.values()) else EXIT_SOME_HOST_FAILED)
 
 
-def _host_line(state: Any) -> dict[str, Any]:
+def _host_line(state: HostBench) -> dict[str, Any]:
     from gpuops.bench.simulated import is_simulated
     from gpuops.bench.suite_profile import sentence
 
-    result = state.result or {}
+    result: ResultDocument = state.result or {}
     summary = result.get("summary") or {}
     simulated = is_simulated(result)
     return {"ok": bool(result.get("ok")) and state.error is None, "error": state.error,

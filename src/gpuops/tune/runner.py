@@ -11,7 +11,7 @@ at the end those runs are rolled back newest first, so the host ends byte for by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from gpuops.tune.sweep import BASELINE, Trial, Variant, best_variant
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import apply_role, rollback_hosts
 from gpuops.bench.repeats import result_intervals
+from gpuops.bench.record import Headline, figure, mapping
 from gpuops.bench.results import headline
 from gpuops.bench.runner import run_bench, targets_for
 from gpuops.bench.stats import Interval
@@ -74,18 +75,27 @@ def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[Re
     return releases
 
 
-def _measured(line: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Speculation:
     """What a decode result says about speculation: the accept length per verify step (the server's
     /server_info internal state, else its /metrics), the acceptance rate (/metrics), and whether
     the server ran it (its resolved settings)."""
-    deltas = line.get("server_metrics") or {}
-    accept = line.get("accept_length")
-    if accept is None and deltas.get("spec_verify_calls"):
-        accept = deltas.get("spec_accept_length")
-    rate = deltas.get("spec_accept_rate") if deltas.get("spec_verify_calls") else None
-    speculative = (line.get("speculative") or {}).get("in_effect") if isinstance(line.get("speculative"), dict) else None
-    return {"accept_length": accept if speculative is not False else None,
-            "accept_rate": rate if speculative is not False else None, "speculative": speculative}
+
+    accept_length: float | None
+    accept_rate: float | None
+    speculative: bool | None
+
+    @classmethod
+    def of(cls, line: Headline) -> Speculation:
+        deltas = mapping(line.get("server_metrics"))
+        accept = figure(line.get("accept_length"))
+        if accept is None and deltas.get("spec_verify_calls"):
+            accept = figure(deltas.get("spec_accept_length"))
+        rate = figure(deltas.get("spec_accept_rate")) if deltas.get("spec_verify_calls") else None
+        in_effect = mapping(line.get("speculative")).get("in_effect")
+        speculative = in_effect if isinstance(in_effect, bool) else None
+        return cls(accept if speculative is not False else None, rate if speculative is not False else None,
+                   speculative)
 
 
 def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, apply_options: ApplyOptions,
@@ -100,20 +110,24 @@ def _bench(hosts: Sequence[Host], options: BenchOptions, store: ResultsStore, ap
     termination.raise_if_interrupted()  # the bench took Ctrl-C/SIGTERM as its stop: the sweep ends too
     trials = []
     for name, state in states.items():
-        line = headline(state.result) if state.result else {}
+        line: Headline = headline(state.result) if state.result else {}
         ok = bool(line.get("ok")) and state.error is None and state.file is not None
         interval = Interval.from_json(result_intervals(state.result).get("output tokens/s (per stream)")) \
             if ok and state.result else None
         more = serving.get(name)
-        level_line = headline(more.result) if more is not None and more.result else {}
+        level_line: Headline = headline(more.result) if more is not None and more.result else {}
+        speculation = Speculation.of(line)
         trials.append(Trial(
             host=name, variant=label, env=env, flags=flags, status="measured" if ok else "bench_failed",
-            output_tokens_per_s=line.get("output_tokens_per_s") if ok else None, ttft_ms=line.get("ttft_ms"),
-            itl_ms=line.get("itl_ms") or {}, result_id=line.get("result_id") if ok else None, run_id=run_id,
+            output_tokens_per_s=figure(line.get("output_tokens_per_s")) if ok else None,
+            ttft_ms=figure(line.get("ttft_ms")),
+            itl_ms={q: figure(v) for q, v in (line.get("itl_ms") or {}).items()},
+            result_id=line.get("result_id") if ok else None, run_id=run_id,
             error=None if ok else (state.error or "no result"), interval=interval,
             speed_model=(line.get("speed_model") or "unrecorded") if line.get("simulated") else None,
             levels=tuple(level_line.get("levels") or ()), levels_result_id=level_line.get("result_id"),
-            **_measured(line),
+            accept_length=speculation.accept_length, accept_rate=speculation.accept_rate,
+            speculative=speculation.speculative,
         ))
     return trials
 

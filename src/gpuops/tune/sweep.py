@@ -13,7 +13,7 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypedDict
 
 from gpuops.bench.stats import Interval, significant
 from gpuops.errors import GpuopsError
@@ -62,14 +62,14 @@ class Trial:
     accept_length: float | None = None  # tokens per verify step, as the server reports it
     accept_rate: float | None = None    # accepted / proposed draft tokens (/metrics sglang:spec_accept_rate)
     speculative: bool | None = None     # whether the server ran speculative decoding (its resolved settings)
-    levels: tuple[Mapping[str, Any], ...] = ()  # --concurrency: the serving suite's figures per level
+    levels: tuple[Mapping[str, object], ...] = ()  # --concurrency: the serving suite's figures per level
     levels_result_id: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "measured" and self.output_tokens_per_s is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "variant": self.variant, "env": dict(self.env), "flags": dict(self.flags), "ok": self.ok,
             "status": self.status,
@@ -196,7 +196,15 @@ def best_variant(trials: Iterable[Trial]) -> Trial | None:
     return baseline
 
 
-def against_baseline(trials: Iterable[Trial]) -> dict[str, dict[str, Any]]:
+class VersusBaseline(TypedDict):
+    """One variant against the sweep's reference: ``faster`` | ``slower`` | ``within noise`` |
+    ``reference``, and its tok/s over the reference's."""
+
+    verdict: str
+    ratio: float
+
+
+def against_baseline(trials: Iterable[Trial]) -> dict[str, VersusBaseline]:
     """Per measured variant, against the reference: the run without speculation when the sweep
     measured one as a variant (the host as configured speculates), else the host as configured.
     ``{"verdict": faster | slower | within noise, "ratio": tok/s over the reference's}`` by the
@@ -207,7 +215,7 @@ def against_baseline(trials: Iterable[Trial]) -> dict[str, dict[str, Any]]:
         (t for t in trials if t.variant == BASELINE and t.ok), None)
     if baseline is None or not baseline.output_tokens_per_s:
         return {}
-    out: dict[str, dict[str, Any]] = {baseline.variant: {"verdict": "reference", "ratio": 1.0}}
+    out: dict[str, VersusBaseline] = {baseline.variant: {"verdict": "reference", "ratio": 1.0}}
     for trial in trials:
         if not trial.ok or trial is baseline:
             continue
