@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -38,17 +39,95 @@ def write(path: Path, text: str) -> None:
     path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
 
 
-def ansible_env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t"),
-            "ANSIBLE_HOME": str(tmp_path / "ah")}
+# ansible-inventory's command line imported once for the module (~0.4 of the ~0.55 CPU-s of a run),
+# each run forked from that process: a child of its own per run (its argv, environment, stdout and
+# exit status; Ansible's configuration as read at the import, from ANSIBLE_CONFIG / _HOME /
+# _LOCAL_TEMP under the module's own temp dir: no ansible.cfg, nothing of the user's).
+_FORK_SERVER = r"""
+import json, os, select, signal, sys
+from ansible.cli.inventory import InventoryCLI
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            for fd, path in ((1, request["out"]), (2, request["err"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+            sys.argv = list(request["argv"])
+            try:
+                InventoryCLI.cli_executor(sys.argv)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    handle = os.pidfd_open(pid)
+    if not select.select([handle], [], [], request["timeout"])[0]:
+        os.kill(pid, signal.SIGKILL)
+    os.close(handle)
+    print(json.dumps(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])), flush=True)
+"""
+
+
+class AnsibleInventory:
+    """``ansible-inventory ARGS`` runs, each forked from one process that imported its CLI (the
+    python of the script's own shebang)."""
+
+    def __init__(self, script: str, home: Path) -> None:
+        python = Path(script).read_text(encoding="utf-8", errors="replace").splitlines()[0][2:].strip()
+        self.script, self.home = script, home
+        self.env = {**os.environ, "ANSIBLE_CONFIG": str(home / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(home / "t"),
+                    "ANSIBLE_HOME": str(home / "ah")}
+        self.server = subprocess.Popen([python, "-c", _FORK_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       text=True, env=self.env, cwd=home)
+        self.count = 0
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        self.count += 1
+        out, err = self.home / f"{self.count}.out", self.home / f"{self.count}.err"
+        assert self.server.stdin is not None and self.server.stdout is not None
+        env = {**os.environ, **{k: v for k, v in self.env.items() if k.startswith("ANSIBLE_")}}
+        self.server.stdin.write(json.dumps({"argv": [self.script, *args], "env": env, "out": str(out),
+                                            "err": str(err), "timeout": timeout}) + "\n")
+        self.server.stdin.flush()
+        status = json.loads(self.server.stdout.readline())
+        done = subprocess.CompletedProcess([self.script, *args], status, out.read_text(), err.read_text())
+        if status == -9:
+            raise subprocess.TimeoutExpired(done.args, timeout, done.stdout, done.stderr)
+        return done
+
+    def close(self) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.close()
+        self.server.wait(30)
+
+
+_ANSIBLE: list[AnsibleInventory] = []  # the module's, while its tests run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ansible_inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnsibleInventory]:
+    assert ANSIBLE_INVENTORY is not None
+    runner = AnsibleInventory(ANSIBLE_INVENTORY, tmp_path_factory.mktemp("ansible"))
+    _ANSIBLE.append(runner)
+    yield runner
+    _ANSIBLE.remove(runner)
+    runner.close()
 
 
 def ansible_list(sources: list[Path], tmp_path: Path) -> str:
-    argv = [ANSIBLE_INVENTORY]
+    args = []
     for source in sources:
-        argv += ["-i", str(source)]
-    done = subprocess.run([*argv, "--list"], capture_output=True, text=True, env=ansible_env(tmp_path),
-                          timeout=120, check=True)
+        args += ["-i", str(source)]
+    done = _ANSIBLE[0].run(*args, "--list")
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 
