@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-
 from gpuops.inventory import load_inventory
 from gpuops.inventory.loader import InventorySpec
+from labtools import gpuops_cli_forked
 
 
 def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -17,26 +18,34 @@ def gpuops(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120, stdin=subprocess.DEVNULL)
 
 
+def gpuops_each(commands: list[tuple[str, ...]], cwd: Path) -> list[subprocess.CompletedProcess]:
+    """Each command in a process of its own, forked from one that imported gpuops once
+    (labtools.gpuops_cli_forked; stdin /dev/null as above)."""
+    return gpuops_cli_forked(commands, cwd=cwd, env=dict(os.environ), timeout=120)
+
+
 def test_list_hosts_with_several_sources_and_a_limit(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text("all:\n  children:\n    gpus:\n      hosts: {gpu01: , gpu02: }\n")
     script = tmp_path / "cmdb.sh"
     script.write_text('#!/bin/sh\necho \'{"edge": ["edge01"], "_meta": {"hostvars": {}}}\'\n')
     script.chmod(0o755)
-    for command in (["apply", "nccl-env"], ["inspect", "host"], ["rollback"], ["history"], ["bench", "--remote", "--suite", "decode"]):
-        done = gpuops(*command, "-i", "a.yml", "-i", "cmdb.sh", "-l", "gpus:edge:!gpu02", "--list-hosts", cwd=tmp_path)
+    commands = [("apply", "nccl-env"), ("inspect", "host"), ("rollback",), ("history",), ("bench", "--remote", "--suite", "decode")]
+    runs = gpuops_each([(*c, "-i", "a.yml", "-i", "cmdb.sh", "-l", "gpus:edge:!gpu02", "--list-hosts") for c in commands],
+                       tmp_path)
+    for command, done in zip(commands, runs):
         assert done.returncode == 0, (command, done.stderr)
         assert done.stdout == "  hosts (2):\n    gpu01\n    edge01\n", command
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text("all:\n  hosts: {gpu01: }\n")
-    for args, expected in [
-        (["apply", "nccl-env", "-i", "a.yml", "--serial", "0%"], "--serial '0%'"),
-        (["apply", "nccl-env", "-i", "a.yml", "--vault-password-file", "missing"], "vault password file missing does not exist"),
-        (["inspect", "host", "-i", "a.yml", "-K"], "-K/--ask-become-pass needs a terminal"),
-        (["apply", "nccl-env", "-i", "nowhere.yml"], "nowhere.yml: no such inventory file or directory"),
-    ]:
-        done = gpuops(*args, cwd=tmp_path)
+    cases = [
+        (("apply", "nccl-env", "-i", "a.yml", "--serial", "0%"), "--serial '0%'"),
+        (("apply", "nccl-env", "-i", "a.yml", "--vault-password-file", "missing"), "vault password file missing does not exist"),
+        (("inspect", "host", "-i", "a.yml", "-K"), "-K/--ask-become-pass needs a terminal"),
+        (("apply", "nccl-env", "-i", "nowhere.yml"), "nowhere.yml: no such inventory file or directory"),
+    ]
+    for (args, expected), done in zip(cases, gpuops_each([args for args, _ in cases], tmp_path)):
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
 
