@@ -11,8 +11,9 @@ import itertools
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict
 
+from gpuops.bench.record import JSONObject
 from gpuops.bench.suites import NAMES as SUITES
 from gpuops.bench.suites import TORCHRUN_NAMES as TORCHRUN_SUITES
 from gpuops.bench.suites import suite as suite_spec
@@ -29,6 +30,15 @@ DEFAULT_ALLREDUCES_PER_STEP = 122  # field report: 122 all-reduces ~ 25 ms per v
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DTYPES = ("bfloat16", "float16", "float32")
 KERNELS = ("nccl", "pcie_ipc", "custom")
+
+
+class RequestSpec(TypedDict, total=False):
+    """One request of the list the client cycles through (``requests_spec``): its lengths, and from
+    ShareGPT its prompt."""
+
+    prompt: str
+    input_len: int
+    output_len: int
 
 
 def check_kernels(given: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -126,8 +136,9 @@ class BenchOptions:
 
         reader(self.suite).check_options(self)  # what only one suite refuses
 
-    def as_record(self) -> dict[str, Any]:
-        record = asdict(self)
+    def as_record(self) -> JSONObject:
+        """The options as a result stores them (``options``)."""
+        record: JSONObject = asdict(self)
         record["concurrency"] = list(self.concurrency)
         record["tool_args"] = list(self.tool_args)
         record["request_rates"] = list(self.request_rates)
@@ -135,7 +146,8 @@ class BenchOptions:
         if not suite_spec(self.suite).profiles:
             for name in ("profile_steps", "profile_stage", "fetch_traces", "profile_wait_s"):
                 record.pop(name)
-        ar = record.pop("allreduce")
+        ar = asdict(self.allreduce)
+        del record["allreduce"]
         if self.suite in TORCHRUN_SUITES:
             ar["tokens"] = list(self.allreduce.tokens)
             ar["env_variants"] = [dict(v) for v in self.allreduce.env_variants]
@@ -230,7 +242,7 @@ def request_count(options: BenchOptions) -> int:
     return options.requests_per_level or max(4, 2 * max(caps))
 
 
-def requests_spec(options: BenchOptions) -> list[dict[str, Any]] | None:
+def requests_spec(options: BenchOptions) -> list[RequestSpec] | None:
     """The per-request list the client cycles through; None for fixed lengths (the client's default).
 
     random: input/output lengths uniform in [len x ratio, len] (SGLang's --random-range-ratio),
@@ -255,7 +267,7 @@ def requests_spec(options: BenchOptions) -> list[dict[str, Any]] | None:
             for _ in range(count)]
 
 
-def load_sharegpt(path: str, count: int, seed: int, max_output: int) -> list[dict[str, Any]]:
+def load_sharegpt(path: str, count: int, seed: int, max_output: int) -> list[RequestSpec]:
     import json
     import random
 
@@ -266,7 +278,7 @@ def load_sharegpt(path: str, count: int, seed: int, max_output: int) -> list[dic
         raise GpuopsError(f"bench: cannot read --dataset-path {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise GpuopsError(f"bench: --dataset-path {path} is not JSON: {exc}") from None
-    pairs = []
+    pairs: list[RequestSpec] = []
     for entry in data if isinstance(data, list) else []:
         turns = entry.get("conversations") or entry.get("conversation") if isinstance(entry, dict) else None
         if not isinstance(turns, list) or len(turns) < 2:
@@ -291,11 +303,13 @@ def server_url(port: int, address: str = "127.0.0.1") -> str:
     return f"http://{address}:{int(port)}"
 
 
-def host_port(host_vars: Mapping[str, Any], override: int | None) -> int:
+def host_port(host_vars: Mapping[str, object], override: int | None) -> int:
     if override is not None:
         return int(override)
     value = host_vars.get("sglang_port", 30000)
     try:
+        if not isinstance(value, (int, float, str)):
+            raise TypeError(type(value).__name__)
         return int(value)
     except (TypeError, ValueError):
         raise GpuopsError(f"bench: host var sglang_port={value!r} is not a port number") from None
@@ -318,7 +332,7 @@ def pid_file(run_id: str, host_name: str) -> str:
     return f"/tmp/gpuops-bench-{run_id}-{host_token(host_name)}.pid"
 
 
-def record_file(run_id: str, host_name: str, state_dir: Any = None) -> str:
+def record_file(run_id: str, host_name: str, state_dir: object = None) -> str:
     """The host's own copy of every frame of a run (``~`` is expanded by the client)."""
     return f"{state_dir or '~/.cache/gpuops'}/bench/{run_id}-{host_token(host_name)}.frames"
 
@@ -327,13 +341,13 @@ def build_payload(
     options: BenchOptions,
     run_id: str,
     url: str,
-    host_vars: Mapping[str, Any],
+    host_vars: Mapping[str, object],
     worker_source: str | None = None,
     host_name: str = "localhost",
-) -> dict[str, Any]:
+) -> JSONObject:
     """The JSON the remote client runs for one host."""
     state_dir = host_vars.get("gpuops_state_dir")
-    payload: dict[str, Any] = {
+    payload: JSONObject = {
         "run_id": run_id,
         "suite": options.suite,
         "url": url,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpuops.errors import GpuopsError
 
@@ -49,7 +48,7 @@ class ReleaseFlags:
     speculative_flags: tuple[str, ...] = ()  # the --speculative-* flags its server was launched with
 
     @classmethod
-    def from_answer(cls, host: str, answer: Mapping[str, Any]) -> "ReleaseFlags":
+    def from_answer(cls, host: str, answer: Mapping[str, object]) -> "ReleaseFlags":
         raw = answer.get("flags")
         if not answer.get("ok") or not isinstance(raw, dict):
             raise GpuopsError(f"tune: {host}: {str(answer.get('error') or 'no flags read')[:300]}")
@@ -67,8 +66,9 @@ class ReleaseFlags:
             for name in names:
                 flags[name] = spec
             flags.setdefault(spec.dest, spec)
-        unread = tuple(str(p) for p in answer.get("unread") or () if isinstance(p, str))
-        launched = tuple(str(f) for f in answer.get("speculative_flags") or ()
+        given_unread, given_launched = answer.get("unread"), answer.get("speculative_flags")
+        unread = tuple(p for p in (given_unread if isinstance(given_unread, list) else ()) if isinstance(p, str))
+        launched = tuple(f for f in (given_launched if isinstance(given_launched, list) else ())
                          if isinstance(f, str) and f.startswith("--speculative-") and f in flags)
         return cls(host, str(answer.get("version") or "?"), flags, bool(answer.get("speculative")), unread[:20],
                    str(answer.get("python") or "?"), launched)
