@@ -15,83 +15,23 @@ pytestmark = pytest.mark.integration
 
 HOST, LABELS = load_samples()
 RELEASES = sorted({str(e["release"]) for e in LABELS}, key=lambda v: [int(p) for p in v.split(".")])
-# Lines gpuops still does not agree on (a fix removes its line; a new miss fails). All from part
-# independent-3, drawn and labelled blind after issue 29's fixes (2026-12-01, 17:2x UTC) and scored
-# once: 0.5.10 37/40, 0.5.23 35/40; the scanner was then tuned to six of them (effect shapes `exit`
-# by sys.exit, `requirements`, `divert`; a branch inside a GPU test the GPU fails; the SAIL
-# platform), so the part is no longer held out. The two elif lines left are read blocked
-# by that reader ("sm120 goes to its own path") where samples.json's `about` (its convention for an elif after
-# a branch that catches the GPU) calls such an elif open.
-# Part independent-4 (blind, drawn after all of those fixes, scored once at a311546): 0.5.10 39/40,
-# 0.5.23 40/40; its one miss is an elif of the same kind (fp8_utils.py:451, after an if that admits sm120).
+# Lines gpuops still does not agree on (a fix removes its line; a new miss fails). The history of the
+# parts (which were held out, which were tuned to) is in benchmarks/results/gate-sample/README.md.
 # Issue 43 changed the reading (gates/skips.py): a branch sm120 fails that serves only older or other
-# GPUs while sm120's own path serves it is open. Part independent-5 (0.5.14, 0.5.21; labelled blind
-# under that reading) scored once at e4c5ec0 (the issue's three patterns): 0.5.14 30/40, 0.5.21
-# 35/40, 0 false open; gpuops was then tuned to it (6479574: negations through aliases and in
-# `A if not P else B`, a sibling of sm120's own, another GPU's default, an import-only branch), so it
-# is no longer held out. The earlier parts were labelled under the reading before issue 43 ("blocked:
-# refused, or dispatched elsewhere"), and their labels are kept as their readers wrote them: the
-# lines below are that convention's difference, each read again in the source (the same code is
-# labelled open in independent-5 where both parts drew it: gpt_oss.py:65, minicpmv.py:15/16,
-# sana_wm_gdn_chunkwise*.py, fp8_utils.py's SM90 import, draft_utils.py's `not is_blackwell()`).
-PRE_43_READING: set[tuple[str, str, int]] = {
-    # older: a threshold below sm120 (`major < 9`, `(8, 0) <= cap < (10, 0)`, `is_sm80_before`, A100 only)
-    ("0.5.23", "srt/layers/quantization/mxfp4.py", 270),  # tuning
-    ("0.5.23", "kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py", 1222),  # tuning
-    ("0.5.23", "kernels/ops/moe/moe_fused_mul_sum.py", 142),  # tuning
-    ("0.5.8", "srt/layers/quantization/marlin_utils.py", 415),  # held_out: a log line for pre-SM90 GPUs
-    ("0.5.8", "srt/model_executor/model_runner.py", 815),  # held_out: float16 below sm80
-    ("0.5.8", "multimodal_gen/runtime/layers/attention/backends/sparse_linear_attn.py", 586),  # held_out
-    ("0.5.22", "kernels/ops/moe/moe_fused_mul_sum.py", 135),  # independent-2
-    ("0.5.23", "srt/layers/muse_spark/muse_spark_fp4_moe.py", 60),  # independent-2: Marlin below SM100
-    ("0.5.23", "srt/arg_groups/model_overrides/nemotron_h.py", 108),  # independent-3: Marlin below SM100
-    # others: `fa3 if not is_blackwell() else triton` (sm120 is Blackwell)
-    ("0.5.8", "srt/speculative/draft_utils.py", 50),  # held_out
-    ("0.5.8", "srt/speculative/draft_utils.py", 74),  # held_out
-    # own_branch: a sibling written for sm120's generation serves it
-    ("0.5.23", "srt/layers/quantization/fp8_utils.py", 1214),  # independent: `if ... is_sm120` before it
-    ("0.5.23", "kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py", 1226),  # independent
-    ("0.5.23", "kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py", 1224),  # independent-4
-    ("0.5.23", "srt/arg_groups/model_overrides/gpt_oss.py", 65),  # independent-4 (`elif is_sm120`)
-    # default: another GPU's default where none was given (`is_sm100() and backend is None`)
-    ("0.5.8", "srt/server_args.py", 1367),  # tuning
-    ("0.5.23", "srt/arg_groups/model_overrides/minicpmv.py", 16),  # independent
-    ("0.5.23", "srt/arg_groups/model_overrides/granitemoehybrid.py", 18),  # independent-4
-    # imports: a branch that only imports an SM90 kernel
-    ("0.5.8", "multimodal_gen/runtime/layers/attention/backends/flash_attn.py", 304),  # tuning
-    ("0.5.22", "multimodal_gen/runtime/platforms/cuda.py", 459),  # held_out
-    ("0.5.23", "srt/layers/quantization/fp8_utils.py", 699),  # independent-3
-}
-# independent-5's misses left after the tuning (gpuops blocked, read open). The CUDA version read
-# from `torch.version.cuda` into a local (`cuda_major < 13`, server_args.py:4922) is read now (issue
-# 43, fix 2). The three left are each code that an earlier part drew too, word for word, and
-# labelled blocked under the reading before issue 43; reading them open flips those labels (16 in
-# all, each a false open against its label: benchmarks/results/gate-sample/issue43-fix2-*):
-# a value with no branch (`use_marlin = can_auto_enable_marlin_fp8()`, 80 <= sm < 89: 0.5.8
-# fp8.py:223/224, fpgemm_fp8.py:53/54, fp8_utils.py:1066; 0.5.10 fp8.py:281/282, fpgemm_fp8.py:53/54;
-# 0.5.22 fp8_utils.py:2544, modelopt_quant.py:553; 0.5.23 multimodal_gen .../fp8.py:169), a plain
-# `else` that is sm120's own only because an enclosing branch took the older GPUs
-# (sparse_linear_attn.py:506; 0.5.8 :624, 0.5.22 :463), and `if cap[0] == 9: return` followed by a
-# separate `if cap[0] >= 10: return` (sana_wm_gdn_chunkwise_triton.py:196, the same in 0.5.22 :196;
-# 0.5.23 cutedsl/api.py:115). Which reading those earlier labels take is the lead's to decide.
-INDEPENDENT_5_LEFT: set[tuple[str, str, int]] = {
-    ("0.5.14", "srt/layers/quantization/fp8.py", 350),
-    ("0.5.14", "srt/layers/quantization/fp8.py", 351),
-    ("0.5.14", "srt/layers/quantization/fpgemm_fp8.py", 54),
-    ("0.5.21", "multimodal_gen/runtime/layers/attention/backends/sparse_linear_attn.py", 506),
-    ("0.5.21", "kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py", 196),
-}
+# GPUs while sm120's own path serves it is open. The parts labelled before it said "blocked:
+# refused, or dispatched elsewhere"; all 277 of their blocked labels were read again blind under the
+# new reading (`benchmarks/gate_sample reread`, samples.json's `reread`): where the two readings
+# differ the label is open|blocked. Left: one line both readers call blocked and gpuops open, its
+# `default` shape (`is_sm100_supported() and fp8 -> moe_runner_backend = "flashinfer_trtllm"`): the
+# code does not say whether sm100's choice is a faster runner (a loss to sm120) or a workaround of
+# sm100's own default (none), and the readers say the former.
 KNOWN_MISSES: set[tuple[str, str, int]] = {
-    ("0.5.10", "srt/layers/attention/triton_ops/extend_attention.py", 81),
-    ("0.5.23", "kernels/ops/attention/extend_attention.py", 111),
-    ("0.5.10", "srt/layers/quantization/fp8_utils.py", 451),  # independent-4 (blind, scored once)
-} | PRE_43_READING | INDEPENDENT_5_LEFT
+    ("0.5.8", "srt/server_args.py", 1367),
+}
 # Of those, the ones gpuops calls open where the reading says sm120 is shut out.
 KNOWN_FALSE_OPENS: set[tuple[str, str, int]] = {
-    ("0.5.10", "srt/layers/attention/triton_ops/extend_attention.py", 81),
-    ("0.5.23", "kernels/ops/attention/extend_attention.py", 111),
-    ("0.5.10", "srt/layers/quantization/fp8_utils.py", 451),
-} | PRE_43_READING
+    ("0.5.8", "srt/server_args.py", 1367),
+}
 
 
 def test_the_samples_are_what_they_say():

@@ -150,6 +150,93 @@ FILES = {
             # the SM90 kernel, for the dispatch below
             from flashinfer.gemm import fp8_blockscale_gemm_sm90
         """,
+    # -- independent-5's last four shapes: a value true for a band of older GPUs only (and the reverse:
+    # a value withheld from some GPUs), an early-return sequence, an `else` only newer GPUs reach
+    "srt/fp8_utils.py": """
+        import torch
+
+        def can_auto_enable_marlin_fp8():
+            try:
+                major, minor = torch.cuda.get_device_capability()
+                sm = major * 10 + minor
+                return 80 <= sm < 89
+            except Exception:
+                return False
+        """,
+    "srt/values.py": """
+        import torch
+        from sglang.srt.fp8_utils import can_auto_enable_marlin_fp8
+        from sglang.srt.utils import is_sm100_supported, is_sm120_supported
+
+        class Fp8LinearMethod:
+            def __init__(self, force_marlin):
+                auto_enable = can_auto_enable_marlin_fp8()
+                self.use_marlin = force_marlin or auto_enable
+
+        def overlap_enabled(sbo):
+            return sbo and not (is_sm100_supported() or is_sm120_supported())
+
+        def use_legacy_tiles():
+            use_legacy = torch.cuda.get_device_capability()[0] < 9
+            return use_legacy
+        """,
+    "srt/early_return.py": """
+        import torch
+
+        def arch_key():
+            major, _ = torch.cuda.get_device_capability()
+            if major == 8:
+                return "ampere"
+            if major == 9:
+                return "hopper"
+            if major >= 10:
+                return "blackwell"
+            return "ampere"
+
+        def mma_kind():
+            major, _ = torch.cuda.get_device_capability()
+            if major == 10:
+                return "tcgen05"
+            if major >= 8:
+                return "mma"
+            return "fma"
+        """,
+    "srt/newer_else.py": """
+        import torch
+
+        def _arch():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm{major}{minor}"
+
+        def sparse_attn(q):
+            arch = _arch()
+            if arch in ("sm80", "sm86", "sm87"):
+                out = sparse_attn_f16(q)
+            else:
+                if arch == "sm90":
+                    out = sparse_attn_sm90(q)
+                else:
+                    out = sparse_attn_fp8(q)
+            return out
+
+        def sparse_attn_flat(q):
+            arch = _arch()
+            if arch == "sm90":
+                out = sparse_attn_sm90(q)
+            else:
+                out = sparse_attn_generic(q)
+            return out
+
+        def sparse_attn_not_sm100(q):
+            arch = _arch()
+            if arch != "sm100":
+                if arch == "sm90":
+                    out = sparse_attn_sm90(q)
+                else:
+                    out = sparse_attn_generic(q)
+                return out
+            return sparse_attn_sm100(q)
+        """,
     # -- a quirk is only an adjustment; work or a selection for another GPU is a loss
     "srt/quirk.py": """
         from sglang.srt.utils import is_sm100_supported
@@ -235,6 +322,43 @@ def test_the_reverse_stays_blocked(scan, file, text):
     assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
 
 
+@pytest.mark.parametrize("file, text, kind", [
+    # a value with no branch, true from sm80 to below sm89 and for no older GPU: a fallback for them
+    ("srt/values.py", "can_auto_enable_marlin_fp8()", "older"),
+    ("srt/values.py", "force_marlin or auto_enable", "older"),  # through the local alias
+    # `if major == 9: return` then `if major >= 10: return`: an early-return sequence is a chain
+    ("srt/early_return.py", "major == 9", "own_branch"),
+    # the `else` sm120 takes, which sm80..sm87 never reach (the enclosing test takes them)
+    ("srt/newer_else.py", "arch == \"sm90\"", "own_branch"),
+])
+def test_independent_5s_shapes_cost_sm120_nothing(scan, file, text, kind):
+    mine = [g for g in judge(scan, "12.0", "13.0").gates if g["file"] == file and g["condition"] == text
+            and g["function"] in ("Fp8LinearMethod.__init__", "arch_key", "sparse_attn")]
+    assert len(mine) == 1, [(g["function"], g["condition"]) for g in mine]
+    got = mine[0]
+    assert got["capability"] == "blocked"
+    assert (got["status"], got.get("skips")) == ("open", kind), got["reason"]
+    assert "sm120" in got["reason"]
+
+
+@pytest.mark.parametrize("file, function, text", [
+    # every GPU but Blackwell's, sm75 too: the overlap withheld from sm120, not a fallback
+    ("srt/values.py", "overlap_enabled", "sbo and not (is_sm100_supported() or is_sm120_supported())"),
+    # no lower end: a value true for every GPU older than sm90 says nothing of what sm120 gets instead
+    ("srt/values.py", "use_legacy_tiles", "torch.cuda.get_device_capability()[0] < 9"),
+    # the sequence's next test admits sm80 too: the generic path, sm120 loses tcgen05
+    ("srt/early_return.py", "mma_kind", "major == 10"),
+    # no enclosing test: sm80 takes the `else` too, the generic path
+    ("srt/newer_else.py", "sparse_attn_flat", "arch == \"sm90\""),
+    # the enclosing test leaves out sm100, not the oldest: the `else` is still the generic path
+    ("srt/newer_else.py", "sparse_attn_not_sm100", "arch == \"sm90\""),
+])
+def test_independent_5s_reverse_stays_blocked(scan, file, function, text):
+    (got,) = [g for g in judge(scan, "12.0", "13.0").gates if g["file"] == file
+              and g["function"] == function and g["condition"] == text]
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
 def test_a_default_is_only_what_the_test_requires_unset(scan):
     # `kv_cache_dtype is None` tested, `moe_runner_backend` set: a choice for sm100, not a default of it
     got = gate(scan, "srt/tuned.py", "is_sm100_supported() and server_args.kv_cache_dtype is None")
@@ -279,11 +403,11 @@ def test_the_count_line_calls_only_the_losses_blocked(scan):
         open=sum(1 for g in gates if g["status"] == "open"), skips=len(skipped),
         unknown=sum(1 for g in gates if g["status"] == "unknown"),
         not_applicable=sum(1 for g in gates if g["status"] == "not_applicable"))
-    assert len(skipped) == 14 and all(g["status"] == "open" for g in skipped)
+    assert len(skipped) == 21 and all(g["status"] == "open" for g in skipped)
     line = gate_count_line(report)
     assert f"{counts.blocked} blocked (sm120 loses something there)" in line
-    assert f"{counts.open} open (14 skip a path for older or other GPUs)" in line
-    assert counts.to_json()["skips"] == 14 and sum(
+    assert f"{counts.open} open (21 skip a path for older or other GPUs)" in line
+    assert counts.to_json()["skips"] == 21 and sum(
         v for k, v in counts.to_json().items() if k not in ("total", "skips")) == counts.total
 
 
@@ -291,7 +415,7 @@ def test_inspect_json_carries_the_counts(scan):
     # `gate_counts` in a host's entry of `inspect host --json` is the count line's, null without a report
     report = judge(scan, "12.0", "13.0")
     entry = host_json(HostOutcome(ok=True, value=HostInspection(facts=host_facts({}), gate_report=report)))
-    assert entry["gate_counts"] == report.counts().to_json() and entry["gate_counts"]["skips"] == 14
+    assert entry["gate_counts"] == report.counts().to_json() and entry["gate_counts"]["skips"] == 21
     unjudged = host_json(HostOutcome(ok=True, value=HostInspection(facts=host_facts({}), gates_error="no python")))
     assert unjudged["gate_counts"] is None
     assert host_json(HostOutcome(ok=False, error="refused"))["gate_counts"] is None

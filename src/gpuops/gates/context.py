@@ -106,6 +106,10 @@ class Placer:
             self.by_function.setdefault((str(gate["file"]), str(gate["function"])), []).append(gate)
         self._admits: dict[str, bool] = {}
 
+    def neighbours(self, gate: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        """The gates of ``gate``'s function (its enclosing tests among them)."""
+        return self.by_function.get((str(gate["file"]), str(gate["function"])), [])
+
     def admits(self, gate: Mapping[str, Any]) -> bool:
         key = str(gate["id"])
         if key not in self._admits:

@@ -166,7 +166,8 @@ def judge(
             roles.setdefault(str(fg.gate["id"]), fg)
     placer = Placer(scan.gates, book, gpu, server, interconnect) if gpu is not None else None
     gates = [_judge_gate(g, book, gpu, server, roles.get(str(g["id"])), interconnect,
-                         placer.place(g) if placer is not None else Placement())
+                         placer.place(g) if placer is not None else Placement(),
+                         placer.neighbours(g) if placer is not None else ())
              for g in scan.gates]
     by_id = {g["id"]: g for g in gates}
     features = {
@@ -213,6 +214,7 @@ def _judge_gate(
     fg: FeatureGate | None,
     interconnect: Mapping[str, Any] | None = None,
     place: Placement | None = None,
+    neighbours: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     place = place or Placement()
     allowed = admits(gate, book)
@@ -228,7 +230,7 @@ def _judge_gate(
     capability = status
     skip = None
     if gpu is not None and capability == "blocked" and (fg is None or fg.role == "related"):
-        skip = skipped_branch(gate, book, gpu, place.alternative)
+        skip = skipped_branch(gate, book, gpu, place.alternative, neighbours)
     if place.not_applicable:
         # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.
         status, reason = "not_applicable", f"not this host's platform: {place.not_applicable}"

@@ -11,9 +11,13 @@ nothing when the branch is written for GPUs other than it while its own path ser
   statement has another branch (``else``, the other side of ``A if test else B``, or a sibling of
   its chain that admits the GPU): the one the named GPUs, this one among them, take;
 - ``own_branch``: a sibling of its if/elif chain written for GPUs other than the oldest admits this
-  GPU (``elif major == 9: H100_CFG`` beside ``elif major >= 10: BLACKWELL_CFG``): it has a branch of
-  its own. A sibling that admits the oldest GPUs too (``elif device_sm >= 80: fa3``) is the generic
-  path every GPU falls to: this GPU loses the branch it fails;
+  GPU (``elif major == 9: H100_CFG`` beside ``elif major >= 10: BLACKWELL_CFG``; an early-return
+  sequence ``if cap[0] == 9: return "hopper"`` then ``if cap[0] >= 10: return ...`` is such a chain,
+  the scanner marks it): it has a branch of its own. A sibling that admits the oldest GPUs too
+  (``elif device_sm >= 80: fa3``) is the generic path every GPU falls to: this GPU loses the branch
+  it fails. A plain ``else`` is such a path too, unless an enclosing test took the oldest GPUs
+  (``if arch in ("sm80", "sm86"): ... else: if arch == "sm90": SM90 else: NEWER``): then only GPUs
+  newer than those reach it, and it is this GPU's own;
 - ``quirk``: the body only adjusts a value every GPU computes (``scale = scale * SM100_FIX``,
   ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``), with no ``else``;
 - ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
@@ -26,17 +30,23 @@ is_sm100(): FAST`` (no threshold: the oldest GPUs do not pass), ``if 9 <= major 
 major < 12:`` on sm120 (the threshold is this GPU itself: written about it), ``if not is_sm120():
 register()`` (no branch of its own), ``if is_sm100(): out = fused(out)`` (work, not an adjustment).
 
-Only ``if`` branches (and the test of ``A if test else B``) are read, and only those whose own test
-stops the GPU: a value such as ``use_marlin = 80 <= sm < 89`` has no branch of the GPU to read. A
-gate on a catalog feature's path is not read so: there the question is whether the GPU gets that
-feature, and a branch it skips is the feature it does not get.
+Only ``if`` branches (and the test of ``A if test else B``) are read so, and only those whose own
+test stops the GPU. A value with no branch (``use_marlin = can_auto_enable_marlin_fp8()``, ``return
+x and not is_blackwell()``) does not say what the GPU that gets False does instead, so it is read
+only as ``older`` and only as a band: true from FLOOR up to a threshold below this GPU and for no
+GPU older than FLOOR (``80 <= sm < 89``: a fallback for a few GPUs that lack what newer ones have,
+fp8 hardware there). A value true for every GPU but some (``not is_blackwell()``, which sm75 passes
+too) withholds something from those: blocked. A gate on a catalog feature's path is not read so:
+there the question is whether the GPU gets that feature, and a branch it skips is the feature it
+does not get.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
+from gpuops.gates.in_effect import unreachable
 from gpuops.gates.logic import RECENT_CUDA, Evaluator, GpuTarget, PredicateBook, cap_verdicts, node_text
 from gpuops.remote.gate_tree import children, clause_nodes
 
@@ -59,22 +69,29 @@ class Skip:
 
 
 def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
-                   own_branch: Mapping[str, Any] | None = None) -> Skip | None:
+                   own_branch: Mapping[str, Any] | None = None,
+                   neighbours: Sequence[Mapping[str, Any]] = ()) -> Skip | None:
     """Why ``gpu``, which fails this branch's own test, loses nothing by it, or None (it does, or
     the code does not say). ``own_branch``: a sibling of its if/elif chain whose test admits the GPU
-    (``context.Placer.sibling``)."""
+    (``context.Placer.sibling``); ``neighbours``: the gates of its function (its enclosing tests)."""
+    if int(gate.get("polarity", 1)) < 0:
+        return None
+    if gate.get("kind") in ("assign", "return"):
+        return _older(gate, book, gpu, band=True)  # a value: no branch of the GPU's to read
     statement = gate.get("kind") == "if"
     conditional = gate.get("kind") == "expr" and gate.get("orelse") == "else"  # `A if test else B`
-    if not (statement or conditional) or int(gate.get("polarity", 1)) < 0:
+    if not (statement or conditional):
         return None
     found = _older(gate, book, gpu) or _negated(gate, book, gpu, own_branch)
     if found is None and statement:
-        found = _own_branch(gpu, book, own_branch) or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate)
+        found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
+                 or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
     return found
 
 
-def _older(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip | None:
-    """The test admits the oldest GPUs up to a threshold below ``gpu``, and no GPU from there up."""
+def _older(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget, band: bool = False) -> Skip | None:
+    """The test admits the oldest GPUs up to a threshold below ``gpu``, and no GPU from there up.
+    ``band``: from FLOOR up, and no GPU older than FLOOR (a value's test must have both ends)."""
     ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
     verdicts = [v.status for v in cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])]
     if "unknown" in verdicts:
@@ -82,7 +99,11 @@ def _older(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip
     passing = [cc for cc, status in zip(ordered, verdicts) if status == "open"]
     if passing != ordered[:len(passing)] or len(passing) == len(ordered):
         return None  # a band that leaves out the oldest GPUs (`is_sm90()`), or every GPU
-    if not passing:
+    if band:
+        below = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in _OLDER_THAN_FLOOR])
+        if not passing or any(v.status != "blocked" for v in below):
+            return None  # `not is_blackwell()`: every GPU but those, the oldest too: withheld from them
+    elif not passing:
         older = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in _OLDER_THAN_FLOOR])
         if all(v.status != "open" for v in older):
             return None  # it admits no GPU at all: nothing older is served by it
@@ -135,6 +156,22 @@ def _own_branch(gpu: GpuTarget, book: PredicateBook, own_branch: Mapping[str, An
         return None  # `elif device_sm >= 80:`: the path every GPU falls to, not one of this GPU's own
     return Skip("own_branch", f"a branch for other GPUs; {gpu.sm} takes its own branch at "
                               f"{own_branch.get('file')}:{own_branch.get('line')} (`{own_branch.get('text')}`)")
+
+
+def _newer_else(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
+                neighbours: Sequence[Mapping[str, Any]]) -> Skip | None:
+    """The ``else`` of the statement, which ``gpu`` takes, is reached by no GPU older than a
+    threshold above FLOOR: an enclosing test took those (``if arch in ("sm80", "sm86"): ...
+    else:`` around it), and every GPU from the threshold up reaches it."""
+    if gate.get("orelse") != "else" or not gate.get("within") or unreachable(gate, neighbours, book, gpu):
+        return None
+    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+    reached = [not unreachable(gate, neighbours, book, GpuTarget(m, n, RECENT_CUDA)) for m, n in ordered]
+    first = reached.index(True) if True in reached else 0
+    if first == 0 or not all(reached[first:]):
+        return None  # the oldest GPUs reach it too (the else is their path), or a band of others does not
+    return Skip("own_branch", f"a branch for other GPUs; {gpu.sm} takes its `else`, which GPUs older than "
+                              f"{_sm(ordered[first])} never reach (an enclosing test takes them)")
 
 
 def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:

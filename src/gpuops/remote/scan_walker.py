@@ -307,6 +307,25 @@ def function_locals(func, scanner, info, locator=None):
     return local_aliases, cc_vars, params, set(counts)
 
 
+def mark_early_return_chains(body, line0):
+    """Consecutive ``if`` statements (none with an ``else``) of one block, each but the last ending in
+    a return or a raise, are one dispatch written without ``elif`` (``if cap[0] == 9: return
+    "hopper"`` then ``if cap[0] >= 10: return "blackwell"``): each is reached only by what the ones
+    before it let through, as an elif is. They are marked as the chain of the first one's line
+    (``GateWalker.chain_head``)."""
+    head = None  # the first ``if`` of the run, while the last one seen ends in a return or a raise
+    for stmt in body:
+        if not isinstance(stmt, ast.If) or stmt.orelse:
+            head = None
+            continue
+        if head is not None:
+            chain = head.lineno + line0
+            head._gpuops_chain = chain
+            stmt._gpuops_chain = chain
+        exits = bool(stmt.body) and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
+        head = (head or stmt) if exits else None
+
+
 class GateWalker(object):
     def __init__(self, scanner, info, locator):
         self.scanner = scanner
@@ -316,6 +335,7 @@ class GateWalker(object):
 
     def walk_body(self, body, fn, within):
         line0 = self.locator.line0
+        mark_early_return_chains(body, line0)
         source = self.info.source
         for index, stmt in enumerate(body):
             first = stmt.lineno + line0
