@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,15 @@ def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
                 stop_lab(lab.root)
             except GpuopsError:
                 pass  # already stopped and removed by the test
+
+
+# A run started in the background by a shell without job control (`nohup ... &`, a CI runner's
+# script) inherits SIGINT ignored, and so would every `gpuops` it starts: a program started with
+# SIGINT ignored rightly keeps ignoring it (that is how shells keep background jobs out of the
+# terminal's Ctrl-C), so the tests that press Ctrl-C on a command would see nothing happen. A
+# handler of our own is not inherited across exec: each command starts as it would in a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Bytecode of this pytest process, kept under the user's cache (never the source tree; a .pyc there
