@@ -8,9 +8,9 @@ from typing import Mapping, Sequence
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.record import (Headline, JSONObject, Percentiles, ResultDocument, Summary, VariantSummary, figure, mapping,
                                  number)
-from gpuops.bench.suite_base import (Distributions, Figures, RunParts, across_repeats, cell, check_options,
-                                     tool_runs)
-from gpuops.bench.suites import BenchTable, ExportLevel, ReportTable, SuiteOptions
+from gpuops.bench.suite_base import across_repeats, cell, check_options, tool_runs
+from gpuops.bench.suites import (BenchTable, Distributions, ExportLevel, Figures, ReportTable, RunParts,
+                                 SuiteOptions)
 from gpuops.bench.compare import format_value
 from gpuops.bench.repeats import median_rows, result_intervals
 from gpuops.bench.report import error_bars, figure_png, result_label

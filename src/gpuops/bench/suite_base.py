@@ -16,10 +16,6 @@ from gpuops.bench.suites import (BenchTable, Distributions, ExportLevel, Figures
 from gpuops.errors import GpuopsError
 from gpuops.remote.sglang_argv import flag_name, parse_flags
 
-__all__ = ["Distributions", "Figures", "RunParts", "accept_length", "across_repeats", "bench_tables", "cell",
-           "check_options", "figures", "finish", "finish_requests", "headline", "levels", "merge_repeats",
-           "report_tables", "request_figures", "sim_cell", "summarize", "tool_has", "tool_runs", "within_run"]
-
 
 def request_figures(summary: Summary) -> Figures:
     """The per-request figures of a suite that sends generation requests (decode, serving)."""

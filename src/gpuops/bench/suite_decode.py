@@ -10,9 +10,9 @@ from typing import Mapping, Sequence
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.record import JSONObject, ResultDocument, Summary, figure, mapping
 from gpuops.bench.result_file import is_summary
-from gpuops.bench.suites import SuiteOptions
-from gpuops.bench.suite_base import (Distributions, Figures, RunParts, bench_tables, check_options, headline, levels,
-                                     report_tables, request_figures, tool_has)
+from gpuops.bench.suites import Distributions, Figures, RunParts, SuiteOptions
+from gpuops.bench.suite_base import (bench_tables, check_options, headline, levels, report_tables, request_figures,
+                                     tool_has)
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.bench.repeats import SERVING_FIGURES, dig, result_intervals, sample_figures_of
 from gpuops.bench.report import difference_hint, error_bars, figure_png, result_label

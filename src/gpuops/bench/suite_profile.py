@@ -14,8 +14,8 @@ from gpuops.bench.frames import RemoteRun
 from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary, at, mapping, number, objects
 from gpuops.bench.report import figure_png, result_label
 from gpuops.bench.simulated import is_simulated
-from gpuops.bench.suite_base import RunParts, across_repeats, merge_repeats, sim_cell, tool_runs, within_run
-from gpuops.bench.suites import BenchTable, ExportLevel, Figures, ReportTable, SuiteOptions
+from gpuops.bench.suite_base import across_repeats, merge_repeats, sim_cell, tool_runs, within_run
+from gpuops.bench.suites import BenchTable, ExportLevel, Figures, ReportTable, RunParts, SuiteOptions
 from gpuops.errors import GpuopsError
 from gpuops.remote.kernel_groups import ALLREDUCE, GROUPS
 

@@ -8,9 +8,9 @@ from typing import Mapping, Sequence
 
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary, at, figure, number, percentiles
-from gpuops.bench.suite_base import (Figures, RunParts, across_repeats, cell, check_options, report_tables,
-                                     request_figures, sim_cell, tool_has, within_run)
-from gpuops.bench.suites import BenchTable, ExportLevel, SuiteOptions
+from gpuops.bench.suite_base import (across_repeats, cell, check_options, report_tables, request_figures, sim_cell,
+                                     tool_has, within_run)
+from gpuops.bench.suites import BenchTable, ExportLevel, Figures, RunParts, SuiteOptions
 from gpuops.bench.suite_base import finish_requests as finish
 from gpuops.remote.sglang_argv import flag_value
 from gpuops.bench.repeats import level_label, median_levels, result_intervals
