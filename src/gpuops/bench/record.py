@@ -4,7 +4,8 @@
 on once a file passed its checks. A field is typed as precisely as those checks make it true for any
 file (``result_file._SHAPE`` checks each one typed more narrowly than ``object``; a unit test holds
 the two together); every other field is ``object`` and is narrowed where it is read (``at``,
-``number``, ``mapping``, ``objects``): a stored file is trusted no further than it was checked.
+``number``, ``figure``, ``mapping``, ``objects``, ``percentiles``): a stored file is trusted no
+further than it was checked.
 
 The records a host sends (samples, serving levels, all-reduce and fusion rows, the server's answers)
 are ``JSONObject``: JSON objects as parsed, whose values are narrowed where they are read. Keys are
@@ -25,8 +26,8 @@ Percentiles = dict[str, "float | None"]
 
 class Configuration(TypedDict, total=False):
     """What was measured: the fingerprint's inputs, kept in the result so a diff can say what differs.
-    Written whole by ``fingerprint.configuration``; as a stored file is read, each part is checked to be of its type
-    (``result_file``), any of them may be missing."""
+    Written whole by ``fingerprint.configuration``; in a stored file each part is checked to be of its
+    type (``result_file``), and any of them may be missing."""
 
     server_args: Mapping[str, object] | None   # less the flags that only say where it listens
     env: Mapping[str, object] | None           # the tuning environment, less secrets
@@ -231,8 +232,9 @@ class ResultDocument(TypedDict, total=False):
 
 
 class Headline(TypedDict, total=False):
-    """One host's line of ``gpuops bench --json`` (``results.headline``) (schema 1; keys are only ever added): what every
-    suite has, then the keys each suite adds (its reader's ``headline``), then the command's own."""
+    """One host's line of ``gpuops bench --json`` (schema 1; keys are only ever added), made by
+    ``results.headline``: what every suite has, the keys each suite adds (its reader's ``headline``),
+    then the command's own."""
 
     ok: bool
     suite: object
