@@ -50,11 +50,14 @@ Skip policy (README, "Testing")
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -195,6 +198,34 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
 
     run.forked = forked  # type: ignore[attr-defined]
     return run
+
+
+# -- where the suite's CPU goes (issue 39) ------------------------------------------------------
+
+# `GPUOPS_TEST_CPU=DIR`: each test's wall time and CPU seconds (this process, and the children it
+# reaped meanwhile: every `gpuops` command, helper and lab host process it waited for) appended as
+# one JSON line to DIR/<worker>.jsonl; `benchmarks/suite_cpu DIR` sums them per module. Daemons a
+# test leaves to a later teardown are counted there (a module's lab: its last test's teardown).
+CPU_DIR_ENV = "GPUOPS_TEST_CPU"
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    folder = os.environ.get(CPU_DIR_ENV)
+    if not folder:
+        yield
+        return
+    wall, cpu = time.monotonic(), _cpu_seconds()
+    yield
+    row = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 3), "cpu_s": round(_cpu_seconds() - cpu, 3)}
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(Path(folder) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as out:
+        out.write(json.dumps(row) + "\n")
 
 
 # -- parallel workers -----------------------------------------------------------------------------

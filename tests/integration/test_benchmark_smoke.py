@@ -48,6 +48,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "gate_sample": (),
     "help_startup": ("--json", "{out}/help.json"),
     "summarize": (),
+    "suite_cpu": (),
 }
 AT_ONCE = 3
 # The JSON these write is read back by benchmarks/summarize, its reader.
