@@ -11,9 +11,9 @@ at the end those runs are rolled back newest first, so the host ends byte for by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops import termination
 from gpuops.apply.host_call import module_answer
@@ -140,7 +140,7 @@ def _failed_apply(report: HostReport, variant: Variant) -> Trial:
                  status="apply_failed", run_id=report.run_id, error=why, log_tail=report.log_tail)
 
 
-def role_for(variant: Variant, smoke_check: bool) -> tuple[str, dict[str, Any]]:
+def role_for(variant: Variant, smoke_check: bool) -> tuple[str, dict[str, object]]:
     """The role that applies ``variant`` and its variables: nccl-env for NCCL variables alone (as
     before launch flags could be swept), launch-flags when it sets or takes out any launch flag."""
     smoke = {"smoke_check": True} if smoke_check else {}
@@ -207,7 +207,8 @@ def run_sweep(
 
 
 def _restore(applied_runs: list[tuple[str, list[str]]], by_name: dict[str, Host], apply_options: ApplyOptions,
-             outcome: SweepOutcome, say: Callable[[str], None], rollback_hosts: Callable[..., Any]) -> None:
+             outcome: SweepOutcome, say: Callable[[str], None],
+             rollback_hosts: Callable[[Sequence[Host], str, ApplyOptions], Mapping[str, HostReport]]) -> None:
     """Undo every run the sweep made, newest first: the hosts end as they started."""
     for run_id, names in reversed(applied_runs):
         targets = [by_name[n] for n in names if n not in outcome.restore_errors]
@@ -220,7 +221,9 @@ def _restore(applied_runs: list[tuple[str, list[str]]], by_name: dict[str, Host]
 
 
 def _keep_best(hosts: Sequence[Host], variants: Sequence[Variant], apply_options: ApplyOptions,
-               outcome: SweepOutcome, say: Callable[[str], None], apply_role: Callable[..., Any]) -> None:
+               outcome: SweepOutcome, say: Callable[[str], None],
+               apply_role: Callable[[Sequence[Host], str, ExtraVars, ApplyOptions],
+                                    tuple[str, Mapping[str, HostReport]]]) -> None:
     by_label = {v.label: v for v in variants}
     groups: dict[str, list[Host]] = {}
     for host in hosts:
