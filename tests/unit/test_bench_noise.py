@@ -9,6 +9,7 @@ machine makes a stand-in's writer late, which moves what it emitted, not whether
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from gpuops.bench.stats import Interval, bootstrap, significant, verdict
 from gpuops.lab.standin_process import start_standin
 from labtools import gpuops_cli as gpuops
+from labtools import gpuops_cli_forked
 from test_bench_accuracy import emitted, held_rate
 
 REPEATS, REQUESTS, TOKENS = 3, 3, 30
@@ -95,7 +97,11 @@ def test_compare_calls_identical_hosts_within_noise_and_2x_significant(three_hos
     apart". On a quiet machine the stand-ins emit the same rate and that is "within noise"; a loaded
     one can make one of them truly slower, and then the verdict must say so."""
     root, (a, b, fast), truths = three_hosts
-    same = json.loads(gpuops("results", "compare", a, b, "--json", cwd=root).stdout)
+    # three commands, each a process forked from one that imported gpuops once (labtools.gpuops_cli_forked)
+    same_json, double_json, same_text = gpuops_cli_forked(
+        [("results", "compare", a, b, "--json"), ("results", "compare", a, fast, "--json"), ("results", "compare", a, b)],
+        cwd=root, env={k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"})
+    same = json.loads(same_json.stdout)
     rate = next(m for m in same["metrics"] if m["name"] == "output tokens/s (per stream)")
     assert all(i is not None for i in rate["intervals"])
     (low_a, mid_a, high_a), (low_b, mid_b, high_b) = (sorted(per_repeat_rates(root, r)) for r in (a, b))
@@ -110,14 +116,14 @@ def test_compare_calls_identical_hosts_within_noise_and_2x_significant(three_hos
     if apart:
         print(f"\nthe identical stand-ins emitted different rates here: {truths[0]} vs {truths[1]}")
     same_verdict = rate["verdict"][1]
-    double = json.loads(gpuops("results", "compare", a, fast, "--json", cwd=root).stdout)
+    double = json.loads(double_json.stdout)
     rate = next(m for m in double["metrics"] if m["name"] == "output tokens/s (per stream)")
     assert rate["significant"] == [None, True] and rate["verdict"][1] == "better"
     emitted_delta = 100.0 * (sorted(truths[2])[1] / sorted(truths[0])[1] - 1)  # about 100 on a quiet machine
     assert rate["delta_pct"][1] == pytest.approx(emitted_delta, abs=5)
     itl = next(m for m in double["metrics"] if m["name"] == "ITL p50")
     assert itl["significant"][1] and itl["verdict"][1] == "better"  # half the inter-token latency
-    text = gpuops("results", "compare", a, b, cwd=root).stdout
+    text = same_text.stdout
     line = next(x for x in text.splitlines() if x.startswith("output tokens/s"))
     shown = [word for word in ("within noise", "better", "worse") if word in line]
     assert shown == [same_verdict], line
