@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypedDict
 
 import click
 from click.core import ParameterSource
@@ -31,9 +31,9 @@ from gpuops.bench import options as opt
 from gpuops.bench.compare import compare_results, format_delta, format_value
 from gpuops.bench.export import rows as export_rows, to_csv, to_jsonl, to_prometheus
 from gpuops.bench.report import write_report
-from gpuops.bench.record import ResultDocument, at, mapping, objects
+from gpuops.bench.record import Headline, ResultDocument, at, mapping, objects
 from gpuops.bench.results import headline
-from gpuops.bench.runner import eta_s, run_bench, targets_for
+from gpuops.bench.runner import HostBench, eta_s, run_bench, targets_for
 from gpuops.bench.server_metrics import metrics_line
 from gpuops.bench.simulated import figure_basis, footnote, mark, model_label, stamp_text, verdict
 from gpuops.bench.store import ResultsStore
@@ -47,6 +47,15 @@ if TYPE_CHECKING:
     from gpuops.bench.store import ResultEntry, ResultsStore
 
 EXIT_SOME_HOST_FAILED = 1
+
+
+class BenchJSON(TypedDict):
+    """``gpuops bench --json`` (schema 1; keys are only ever added): one headline per host."""
+
+    schema: int
+    suite: str
+    results_dir: str
+    hosts: dict[str, Headline]
 
 
 @click.group("bench", invoke_without_command=True, epilog=guide("bench-and-results.md"))
@@ -151,7 +160,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         if progress:
             progress.close()
     _say_store(store)  # a figure stored as missing, an index not updated: one line each
-    document: dict[str, Any] = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
+    document: BenchJSON = {"schema": 1, "suite": suite, "results_dir": str(Path(results_dir)), "hosts": {}}
 
     for name, state in states.items():
         line = headline(state.result or {"suite": suite})
@@ -165,7 +174,7 @@ def _run_bench(suite: str, given: dict[str, Any]) -> None:
         print_json(document)
     else:
         _render_bench(document)
-    sys.exit(0 if all(h["ok"] for h in document["hosts"].values()) else EXIT_SOME_HOST_FAILED)
+    sys.exit(0 if all(h.get("ok") for h in document["hosts"].values()) else EXIT_SOME_HOST_FAILED)
 
 
 def _check_url(url: str) -> None:
@@ -187,7 +196,7 @@ class _Progress:
         self.suite = suite
         self.repeat = repeat
         self.last_plain = 0.0
-        self.last_statuses: dict[str, Any] = {}
+        self.last_statuses: dict[str, tuple[str, str, bool]] = {}
         self.tty = is_tty(sys.stderr)
         if self.tty:
             from rich.live import Live
@@ -195,7 +204,7 @@ class _Progress:
             self.live = Live(console=make_console(sys.stderr), refresh_per_second=4, transient=True)
             self.live.start()
 
-    def rows(self, states: dict[str, Any]) -> list[list[str]]:
+    def rows(self, states: Mapping[str, HostBench]) -> list[list[str]]:
         rows = []
         for name, state in states.items():
             progress = (state.progress or {}) if state.status in ("running", "stopping") else {}
@@ -208,7 +217,7 @@ class _Progress:
                          f"{eta:.0f} s" if eta is not None else "", state.error or ""])
         return rows
 
-    def update(self, states: dict[str, Any]) -> None:
+    def update(self, states: Mapping[str, HostBench]) -> None:
         import time
 
         rows = self.rows(states)
@@ -231,7 +240,7 @@ class _Progress:
             self.live.stop()
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     return cell(value)
 
 
@@ -240,7 +249,7 @@ _EXACT_COUNTS = frozenset({"requests", "completed", "failed", "output_tokens", "
                            "world_size", "hidden_size", "allreduces_per_step", "ranked_at_tokens"})
 
 
-def _fmt_sim(value: Any, simulated: bool) -> str:
+def _fmt_sim(value: object, simulated: bool) -> str:
     """A figure, marked (sim) when it comes from a stand-in server (gpuops.bench.simulated)."""
 
     return sim_cell(value, simulated)
@@ -292,7 +301,7 @@ def _sim_footnote(labels: list[str]) -> None:
         click.echo(line)
 
 
-def _render_bench(document: dict[str, Any]) -> None:
+def _render_bench(document: BenchJSON) -> None:
     """The per-host tables of ``gpuops bench``: each suite's own (``bench_tables`` of its client module)."""
 
     hosts = document["hosts"]
@@ -313,10 +322,10 @@ def _render_bench(document: dict[str, Any]) -> None:
         said = metrics_line(line.get("server_metrics"))
         if said:
             click.echo(f"{name}: server /metrics over the run: {said}")
-        speculative = line.get("speculative") or {}
+        speculative = mapping(line.get("speculative"))
         if speculative.get("in_effect") or speculative.get("disagreements"):
             click.echo(f"{name}: speculative decoding {speculative['reason']}")
-    saved = [line["result_file"] for line in hosts.values() if line.get("result_file")]
+    saved = [file for file in (line.get("result_file") for line in hosts.values()) if file]
     if saved:
         click.echo(f"results: {', '.join(saved)}")
 
