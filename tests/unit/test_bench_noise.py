@@ -127,3 +127,19 @@ def test_compare_calls_identical_hosts_within_noise_and_2x_significant(three_hos
     line = next(x for x in text.splitlines() if x.startswith("output tokens/s"))
     shown = [word for word in ("within noise", "better", "worse") if word in line]
     assert shown == [same_verdict], line
+
+
+def test_merged_levels_keep_the_order_their_figures_were_written_in() -> None:
+    """``--repeat N`` of a serving run: each level's figures (and a nested figure's percentiles) in
+    the order the repeats wrote them, so the same repeats give the same bytes in any process (a set
+    ordered them by string hash, which differs between processes)."""
+    from gpuops.bench.repeats import median_levels
+
+    names = [f"figure_{i:02d}" for i in range(30)]
+    first = {"concurrency": 4, "request_rate": None, **{n: float(i) for i, n in enumerate(names)},
+             "ttft_ms": {q: 1.0 for q in ("mean", "median", "p50", "p90", "p99")}}
+    second = dict(first, **{n: float(i) + 2 for i, n in enumerate(names)})
+    merged = median_levels([[first], [second]])[0]
+    assert list(merged) == [*first, "repeats"]
+    assert list(merged["ttft_ms"]) == ["mean", "median", "p50", "p90", "p99"]
+    assert merged["figure_03"] == 4.0

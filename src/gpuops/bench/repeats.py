@@ -107,13 +107,13 @@ def median_levels(level_sets: Sequence[Sequence[Mapping[str, object]]]) -> list[
             return statistics.median(nums)
         maps = [v for v in values if isinstance(v, Mapping)]
         if values and len(maps) == len(values):
-            keys = {k for v in maps for k in v}
+            keys = dict.fromkeys(k for v in maps for k in v)  # in the order the repeats have them
             return {k: med([v.get(k) for v in maps]) for k in keys}
         return values[-1] if values else None
 
     out = []
     for levels in by_c.values():
-        keys = {k for lv in levels for k in lv}
+        keys = dict.fromkeys(k for lv in levels for k in lv)  # as written, so a merge reads the same every time
         merged = {k: med([lv.get(k) for lv in levels]) for k in keys}
         merged["concurrency"] = levels[0].get("concurrency")
         merged["request_rate"] = levels[0].get("request_rate")
