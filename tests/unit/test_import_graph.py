@@ -176,11 +176,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 # Arrows allowed up for now, each with the reason and what ends it.
-UPWARD_ALLOWED = {
-    # apply/txn.py (restructured in another change at the time) imports missing_python from
-    # gpuops.remote; remote/__init__.py's __getattr__ serves it from gpuops.shipping until it doesn't.
-    ("gpuops.remote", "gpuops.shipping"),
-}
+UPWARD_ALLOWED: set[tuple[str, str]] = set()  # (lower, higher) arrows tolerated for now: none
 
 
 def layer_of(module: str, layers: list[tuple[str, ...]] = LAYERS) -> int | None:

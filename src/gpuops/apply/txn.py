@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_ERROR, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN, HostEvent
 from gpuops.apply import inflight
 from gpuops.errors import GpuopsError
-from gpuops.remote import missing_python
+from gpuops.shipping import missing_python
 from gpuops.remote.host_protocol import HOLDS
 from gpuops.transport.verbose import COMMANDS, LOGGER
 

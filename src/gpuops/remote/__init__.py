@@ -6,16 +6,3 @@ and shipped on stdin by ``gpuops.shipping`` (the client's side). A module here i
 standard library and ``gpuops.remote`` (tests/unit/test_remote_bundle.py); the client imports some of
 them too (``host_protocol``, ``apply_journal``, ``secret_mask``, ...): one copy for both sides.
 """
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    # Client code moved to gpuops.shipping (issue 40). apply/txn.py, restructured by another change
-    # at the time, still imports missing_python from here: served from its new home until that
-    # import names gpuops.shipping (then this goes, with its allowance in test_import_graph.py).
-    if name == "missing_python":
-        from gpuops.shipping import missing_python
-
-        return missing_python
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
