@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
 from gpuops import time_limits
-from gpuops.bench.record import ResultDocument
+from gpuops.bench.record import ResultDocument, Summary, at, mapping, number, objects
 from gpuops.commands.bench_options import bench_options
 from gpuops.commands.options import guide, inventory_options
 
@@ -73,7 +73,7 @@ def profile(steps: int, stage: str, trace_wait: float, fetch_traces: bool, **par
         click.echo(f"profiling {len(targets)} host(s): {steps} steps by stage under a batch-1 load ...", err=True)
     states = run_bench(targets, options, store, connect_options, remote=remote, timeout=timeout)
     lines = {name: _host_line(state) for name, state in states.items()}
-    document = {"schema": 1, "results_dir": str(Path(params["results_dir"])), "hosts": lines}
+    document: ProfileJSON = {"schema": 1, "results_dir": str(Path(params["results_dir"])), "hosts": lines}
     if params["as_json"]:
         from gpuops.output import print_json
 
@@ -83,7 +83,28 @@ def profile(steps: int, stage: str, trace_wait: float, fetch_traces: bool, **par
     sys.exit(0 if all(h["ok"] for h in lines.values()) else EXIT_SOME_HOST_FAILED)
 
 
-def _host_line(state: HostBench) -> dict[str, Any]:
+class ProfileLine(TypedDict):
+    """One host of ``gpuops profile --json``: its sentence, and the profile's summary as stored."""
+
+    ok: bool
+    error: str | None
+    result_id: str | None
+    result_file: str | None
+    simulated: bool
+    sentence: str | None
+    summary: Summary
+    trace_files: object
+
+
+class ProfileJSON(TypedDict):
+    """``gpuops profile --json`` (schema 1)."""
+
+    schema: int
+    results_dir: str
+    hosts: dict[str, ProfileLine]
+
+
+def _host_line(state: HostBench) -> ProfileLine:
     from gpuops.bench.simulated import is_simulated
     from gpuops.bench.suite_profile import sentence
 
@@ -96,7 +117,7 @@ def _host_line(state: HostBench) -> dict[str, Any]:
             "summary": summary, "trace_files": result.get("trace_files")}
 
 
-def _render(document: dict[str, Any]) -> None:
+def _render(document: ProfileJSON) -> None:
     from gpuops.bench.compare import format_value
     from gpuops.bench.suite_profile import stage_table, stage_word
     from gpuops.output import format_table
@@ -104,27 +125,27 @@ def _render(document: dict[str, Any]) -> None:
     for index, (name, line) in enumerate(document["hosts"].items()):
         if index:
             click.echo("")
-        if not (line["summary"] or {}).get("stages"):
+        stages = mapping(line["summary"].get("stages"))
+        if not stages:
             click.echo(f"== {name}: FAILED: {line['error'] or line['sentence']}")
             continue
         click.echo(f"== {name}: {line['sentence']}")
         if line["error"]:
             click.echo(f"   error: {line['error']}")
-        for stage_name, stage in line["summary"].get("stages", {}).items():
-            wall, busy = stage.get("wall_ms") or {}, stage.get("busy_ms") or {}
-            click.echo(f"-- {stage_word(stage_name)} ({stage_name}): {stage.get('passes')} passes (rank "
-                       f"{stage.get('rank')}), wall p50 {format_value(wall.get('median'))} ms, p90 "
-                       f"{format_value(wall.get('p90'))} ms; GPU busy p50 {format_value(busy.get('median'))} ms")
-            headers, rows = stage_table(stage, line["simulated"])
+        for stage_name, stage in stages.items():
+            click.echo(f"-- {stage_word(stage_name)} ({stage_name}): {at(stage, 'passes')} passes (rank "
+                       f"{at(stage, 'rank')}), wall p50 {format_value(number(stage, 'wall_ms', 'median'))} ms, p90 "
+                       f"{format_value(number(stage, 'wall_ms', 'p90'))} ms; GPU busy p50 "
+                       f"{format_value(number(stage, 'busy_ms', 'median'))} ms")
+            headers, rows = stage_table(mapping(stage), line["simulated"])
             click.echo(format_table(headers, rows))
-            kinds = [c for c in stage.get("collectives") or []]
-            for kind in kinds:
-                click.echo(f"   {kind.get('kind')}: {format_value(kind.get('calls_per_forward'))} calls, "
-                           f"{format_value(kind.get('ms_per_forward'))} ms per pass")
-        for trace in line["summary"].get("traces") or []:
+            for kind in objects(at(stage, "collectives")):
+                click.echo(f"   {kind.get('kind')}: {format_value(number(kind, 'calls_per_forward'))} calls, "
+                           f"{format_value(number(kind, 'ms_per_forward'))} ms per pass")
+        for trace in objects(line["summary"].get("traces")):
             if trace.get("error"):
                 click.echo(f"   not read: {trace['error']}")
-        for kept in line.get("trace_files") or []:
+        for kept in objects(line.get("trace_files")):
             click.echo(f"   trace kept: {kept.get('path') or kept.get('error')}")
         if line["result_id"]:
             click.echo(f"   result {line['result_id']} (gpuops results compare {line['result_id']} <another>)")
