@@ -53,6 +53,23 @@ FILES = {
             prepare(batch)
             return AttnMethod.TRTLLM
         """,
+    # issue 43 (0.5.20 platforms/cuda.py:511): a test sm120 passes whose body logs that the path is
+    # not supported and returns what it gets instead; a log that only names the choice selects
+    "srt/logged_fallback.py": """
+        from sglang.srt.utils import is_sm120_supported
+
+        def resolve_fa():
+            if is_sm120_supported():
+                logger.info("FlashAttention is not supported on SM12.x in this build; falling back to Torch SDPA.")
+                return AttentionBackendEnum.TORCH_SDPA
+            return AttentionBackendEnum.FA
+
+        def resolve_kernel():
+            if is_sm120_supported():
+                logger.info("Using the SM120 kernel for the attention backend")
+                return "sm120_kernel"
+            return "generic"
+        """,
     "srt/selects.py": """
         from sglang.srt.utils import is_sm100_supported
 
@@ -446,6 +463,8 @@ def judged(scan, file, gpu="12.0", **kwargs):
     ("srt/reason.py", "reason", "open", ("8.0", "blocked")),
     ("srt/accumulate.py", "accumulate", "open", ("8.0", "blocked")),
     ("srt/fallback.py", "fallback", "blocked", ("10.0", "open")),
+    # `if is_sm120(): logger.info("... not supported ...; falling back ..."); return TORCH_SDPA`
+    ("srt/logged_fallback.py", "fallback", "blocked", ("10.0", "open")),
     ("srt/refusal_tuple.py", "exit", "open", ("9.0", "blocked")),
     ("srt/sentinel.py", "sentinel", "open", ("8.0", "blocked")),
     # the message written and logged (by either of two loggers) before the refusal
@@ -473,6 +492,10 @@ def test_a_refusal_that_is_not_a_raise_flips_the_sense(scan, file, shape, on_sm1
 def test_a_selected_value_is_a_branch_not_a_refusal(scan):
     (gate,) = gates_of(scan, "srt/selects.py")
     assert gate["kind"] == "if" and gate["polarity"] == 1 and "shape" not in gate["effect"]
+    # logged first, the log naming the choice and refusing nothing: still sm120's own branch
+    (logged,) = [g for g in gates_of(scan, "srt/logged_fallback.py") if g["function"] == "resolve_kernel"]
+    assert logged["kind"] == "if" and logged["polarity"] == 1 and "shape" not in logged["effect"]
+    assert next(g for g in judged(scan, "srt/logged_fallback.py") if g["id"] == logged["id"])["status"] == "open"
     assert judged(scan, "srt/selects.py")[0]["status"] == "blocked"  # sm120 does not get "mnnvl"
     assert judged(scan, "srt/selects.py", "10.0")[0]["status"] == "open"
 

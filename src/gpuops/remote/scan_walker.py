@@ -32,6 +32,12 @@ _PROSE_RE = re.compile(r"\w\s+\w")
 _REFUSAL_WORD_RE = re.compile(r"\b(not|only|requires?|required|needs?|unsupported|cannot|can't|must|disabled?|"
                               r"unavailable|incompatible|lacks?|no)\b", re.I)
 
+# What a log line says when the path is refused and something else returned in its place ("FlashAttention
+# is not supported on SM12.x; falling back to Torch SDPA"): fewer words than a refusal's message,
+# since a log before `return <value>` more often just names the choice ("Using trtllm_mla on sm100").
+_FALLBACK_LOG_RE = re.compile(r"\b(not supported|unsupported|not available|unavailable|incompatible|"
+                              r"fall(s|ing)? ?back|cannot|can't)\b", re.I)
+
 
 def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     """The way this if-body refuses the path it guards, by name (the catalogue of effect shapes in
@@ -45,7 +51,10 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     - ``reason``: keeps a message in a refusal variable (``disable_reason = "..."``);
     - ``accumulate``: appends to an error accumulator (``errors.append(...)``);
     - ``fallback``: ``if not <GPU test>: return <value>`` with the work following the if: an early
-      return of what the GPU gets instead (``return AttnMethod.MHA_CHUNKED_KV``);
+      return of what the GPU gets instead (``return AttnMethod.MHA_CHUNKED_KV``); or ``if <GPU
+      test>:`` whose body only logs that the path is not supported or falls back, then returns
+      another value while the work follows (``logger.info("FA is not supported on SM12.x; falling
+      back to SDPA"); return TORCH_SDPA``): the GPU it names is refused the path;
     - ``restrict``: only asserts (``if is_blackwell(): assert backend in (...)``): what the GPU it
       names may use is restricted, so that GPU does not get the path freely;
     - ``requirements``: only further refusals (``if sm_major == 9: if self._mtp_fn is None: raise``,
@@ -90,6 +99,9 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     if isinstance(last, ast.Return) and last.value is not None and follows and isinstance(stmt, ast.If) \
             and not stmt.orelse and _negated(stmt.test) and len(body) <= 3:
         return "fallback"
+    if isinstance(last, ast.Return) and last.value is not None and follows and isinstance(stmt, ast.If) \
+            and not stmt.orelse and any(_logs_fallback(s) for s in body[:-1]):
+        return "fallback"  # the log says the path is refused; the value returned is what it gets instead
     if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
             and isinstance(stmt, ast.If) and _negated(stmt.test) and any(re.search(r"(^|[^\w.])%s\s*==" % re.escape(last.targets[0].id), str(t)) for t in within):
         return "divert"
@@ -148,6 +160,13 @@ def _is_note(stmt):
             and _is_prose(stmt.value):
         return True
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+
+
+def _logs_fallback(stmt):
+    """A log call whose message says the path is not supported here or falls back."""
+    if not (_is_note(stmt) and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and stmt.value.args):
+        return False
+    return bool(_FALLBACK_LOG_RE.search(string_of(stmt.value.args[0]) or ""))
 
 
 def _is_prose(node):
