@@ -419,3 +419,112 @@ def test_inspect_json_carries_the_counts(scan):
     unjudged = host_json(HostOutcome(ok=True, value=HostInspection(facts=host_facts({}), gates_error="no python")))
     assert unjudged["gate_counts"] is None
     assert host_json(HostOutcome(ok=False, error="refused"))["gate_counts"] is None
+
+
+# -- fix 3 (after part independent-6): a conditional expression that only adds a suffix to the
+# architecture list for another architecture. A module of its own, so the counts above stay those of FILES.
+FLAG_FILES = {
+    "srt/jit_flags.py": """
+        import torch
+
+        def build():
+            major, minor = torch.cuda.get_device_capability()
+            fast = (major, minor) == (9, 0)
+            return load_jit("quant", extra_cuda_cflags=["--use_fast_math"] if fast else [])
+
+        def arch_list():
+            capability = torch.cuda.get_device_capability()
+            arch = f"{capability[0]}.{capability[1]}"
+            return f"{arch}{'+PTX' if arch == '9.0' else ''}"
+
+        def defines():
+            major, minor = torch.cuda.get_device_capability()
+            return load_jit("quant", extra_cuda_cflags=["-DENABLE_SM100_FP8"] if major == 10 else [])
+
+        def kernel_name():
+            major, minor = torch.cuda.get_device_capability()
+            return "quant_sm90" if (major, minor) == (9, 0) else ""
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def flag_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("flags"), FLAG_FILES)
+
+
+def _in(scan, function):
+    """The gate of ``function``'s conditional expression (in ``build`` the alias's own assignment is
+    a gate too: the last one is the use)."""
+    return max((g for g in judge(scan, "12.0", "13.0").gates if g["function"] == function), key=lambda g: g["line"])
+
+
+def test_an_architecture_list_suffix_for_another_architecture_costs_sm120_nothing(flag_scan):
+    got = _in(flag_scan, "arch_list")
+    assert got["capability"] == "blocked"
+    assert (got["status"], got.get("skips")) == ("open", "quirk"), got["reason"]
+    assert "`+PTX` to the architecture list" in got["reason"] and "sm120" in got["reason"]
+
+
+@pytest.mark.parametrize("function", [
+    # --use_fast_math changes the math sm90's kernel runs: readers differ on whether sm120 loses it
+    # (0.5.21 per_token_quant_fp8.py:35 blocked, 0.5.20's open), so it is not read as a quirk
+    "build",
+    "defines",  # a -D macro turns on code in the kernel: a path sm120 does not get
+    "kernel_name",  # a value, not an option: another kernel
+])
+def test_a_macro_or_a_value_for_another_architecture_stays_blocked(flag_scan, function):
+    got = _in(flag_scan, function)
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+# -- fix 3: an `else` behind a refusal earlier in the function (0.5.20 platforms/cuda.py:465)
+GUARDED_FILES = {
+    "srt/guarded.py": """
+        import torch
+
+        SUPPORTED = ((9, 0), (10, 0), (12, 0))
+
+        def load_sparse_kernel():
+            capability = torch.cuda.get_device_capability()
+            if capability not in SUPPORTED:
+                raise ValueError("needs compute capability 9.0, 10.0 or 12.0")
+            if capability == (9, 0):
+                load_sm90()
+            elif capability == (10, 0):
+                load_sm100()
+            else:
+                load_sm120()
+
+        def load_dense_kernel():
+            capability = torch.cuda.get_device_capability()
+            if capability < (8, 0):
+                raise ValueError("needs compute capability 8.0 or newer")
+            if capability == (9, 0):
+                load_sm90()
+            elif capability == (10, 0):
+                load_sm100()
+            else:
+                load_generic()
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def guarded_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("guarded"), GUARDED_FILES)
+
+
+def test_an_else_only_the_gpus_generation_reaches_behind_a_refusal_is_its_own(guarded_scan):
+    (got,) = [g for g in judge(guarded_scan, "12.0", "13.0").gates
+              if g["function"] == "load_sparse_kernel" and g["condition"] == "capability == (10, 0)"]
+    assert got["capability"] == "blocked"
+    assert (got["status"], got.get("skips")) == ("open", "own_branch"), got["reason"]
+    assert "only sm120 reach" in got["reason"]
+
+
+def test_an_else_older_gpus_reach_past_the_refusal_stays_generic(guarded_scan):
+    # sm80..sm89 pass `capability < (8, 0)` and take the else too: the generic path, sm120 loses sm100's
+    (got,) = [g for g in judge(guarded_scan, "12.0", "13.0").gates
+              if g["function"] == "load_dense_kernel" and g["condition"] == "capability == (10, 0)"]
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]

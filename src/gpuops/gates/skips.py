@@ -17,9 +17,15 @@ nothing when the branch is written for GPUs other than it while its own path ser
   (``elif device_sm >= 80: fa3``) is the generic path every GPU falls to: this GPU loses the branch
   it fails. A plain ``else`` is such a path too, unless an enclosing test took the oldest GPUs
   (``if arch in ("sm80", "sm86"): ... else: if arch == "sm90": SM90 else: NEWER``): then only GPUs
-  newer than those reach it, and it is this GPU's own;
+  newer than those reach it, and it is this GPU's own; so it is where a refusal earlier in the
+  function stops the oldest GPUs and no GPU of an older generation than this one takes the ``else``
+  (``if cap not in SUPPORTED: raise`` before ``if cap == (9, 0): ... elif cap == (10, 0): ... else:
+  SM120_KERNEL``);
 - ``quirk``: the body only adjusts a value every GPU computes (``scale = scale * SM100_FIX``,
-  ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``), with no ``else``;
+  ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``), with no ``else``; or ``A if
+  test else B`` only adds a suffix to an architecture list where B adds nothing (``'+PTX' if arch
+  == '9.0' else ''``: ``effect.flag``): PTX beside the code that architecture gets anyway (a
+  compiler option such as ``--use_fast_math`` changes the code run: not one);
 - ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
   backend is None: backend = "triton"``): another GPU's default, this GPU keeps the one it gets;
 - ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``): what
@@ -83,9 +89,11 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     if not (statement or conditional):
         return None
     found = _older(gate, book, gpu) or _negated(gate, book, gpu, own_branch)
+    if found is None and conditional:
+        found = _flag(gate, gpu)
     if found is None and statement:
         found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
-                 or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
+                 or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
     return found
 
 
@@ -174,6 +182,53 @@ def _newer_else(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
                               f"{_sm(ordered[first])} never reach (an enclosing test takes them)")
 
 
+def _guarded_else(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
+                  neighbours: Sequence[Mapping[str, Any]]) -> Skip | None:
+    """The ``else`` of the statement, which ``gpu`` takes, is taken by no GPU of an older generation:
+    a refusal earlier in the function stops every GPU but a few (``if cap not in SUPPORTED: raise``
+    before ``if cap == (9, 0): SM90 elif cap == (10, 0): SM100 else: SM120``), and the chain's tests
+    take the others. The ``else`` is then the path of this GPU's generation, not the generic one."""
+    if gate.get("orelse") != "else" or not _refused_before(gate, neighbours, book, GpuTarget(FLOOR[0], FLOOR[1],
+                                                                                              RECENT_CUDA)):
+        return None
+    if unreachable(gate, neighbours, book, gpu) or _refused_before(gate, neighbours, book, gpu):
+        return None
+    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+    takers = []
+    for major, minor in ordered:
+        target = GpuTarget(major, minor, RECENT_CUDA)
+        if unreachable(gate, neighbours, book, target) or _refused_before(gate, neighbours, book, target):
+            continue
+        (own,) = cap_verdicts(gate, book, [target])
+        if own.status == "unknown":
+            return None
+        if own.status == "blocked":
+            takers.append((major, minor))
+    if not takers or any(major < gpu.major for major, _ in takers):
+        return None  # an older generation takes the else too: the generic path
+    return Skip("own_branch", f"a branch for other GPUs; {gpu.sm} takes its `else`, which only "
+                              f"{', '.join(_sm(cc) for cc in takers)} reach (a refusal before it stops the others)")
+
+
+def _refused_before(gate: Mapping[str, Any], neighbours: Sequence[Mapping[str, Any]], book: PredicateBook,
+                    gpu: GpuTarget) -> bool:
+    """A guard earlier in the function, in the gate's block or one around it, that ends the path
+    (raise, exit) refuses ``gpu``."""
+    within = list(gate.get("within") or ())
+    for other in neighbours:
+        if other.get("kind") != "guard" or int(other.get("line", 0)) >= int(gate.get("line", 0)):
+            continue
+        if (other.get("effect") or {}).get("shape") not in ("raise", "exit"):
+            continue
+        around = list(other.get("within") or ())
+        if around != within[:len(around)]:
+            continue  # in another block: not on the way to the gate
+        (verdict,) = cap_verdicts(other, book, [gpu])
+        if verdict.status == "blocked":
+            return True
+    return False
+
+
 def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
     """The body only adjusts values every GPU computes, for the GPUs the test admits; no ``else``."""
     effect = gate.get("effect") or {}
@@ -182,6 +237,16 @@ def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
     what = ", ".join(str(s) for s in effect.get("sets") or ()) or "a value"
     return Skip("quirk", f"only adjusts {what} for the GPUs it admits; {gpu.sm} keeps the value every "
                          "other GPU computes")
+
+
+def _flag(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
+    """``SUFFIX if test else ""``: only a suffix of the architecture list for the GPUs the test admits
+    (the scanner's ``effect.flag``); the code built for each GPU is the same."""
+    flag = (gate.get("effect") or {}).get("flag")
+    if not flag:
+        return None
+    return Skip("quirk", f"only adds `{flag}` to the architecture list for the GPUs it admits; {gpu.sm} gets "
+                         "the same code built without it")
 
 
 def _default(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:

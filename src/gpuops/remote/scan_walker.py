@@ -123,6 +123,27 @@ def _ifexp_test(stmt, node):
     return any(isinstance(n, ast.IfExp) and n.test is node for n in ast.walk(stmt))
 
 
+# A suffix of an architecture list (`TORCH_CUDA_ARCH_LIST="9.0+PTX"`): PTX embedded beside that
+# architecture's own code, the code itself unchanged. A compiler option is not one: `--use_fast_math`
+# changes the math the kernel runs (faster, less precise), a `-D` macro the code compiled, and readers
+# differ on whether a GPU built without them loses something (0.5.21 per_token_quant_fp8.py:35).
+_FLAG_RE = re.compile(r"^\+[A-Za-z]\w*$")
+
+
+def _flag_added(stmt, node):
+    """For ``A if <node> else B`` in ``stmt``: the architecture-list suffix A adds where B adds
+    nothing (``'+PTX' if arch == '9.0' else ''``), else None."""
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.IfExp) and n.test is node:
+            added = literal(n.body)
+            flags = [added] if isinstance(added, str) else added if isinstance(added, (list, tuple)) else None
+            if literal(n.orelse) in ("", [], (), None) and flags \
+                    and all(isinstance(f, str) and _FLAG_RE.match(f) for f in flags):
+                return " ".join(flags)[:TEXT_MAX]
+            return None
+    return None
+
+
 def _is_refusal(stmt):
     """A nested refusal: an ``if`` (no else) whose body refuses, or a ``try`` of imports whose every
     ``except`` ends in a return or a raise (the requirement is that the import works)."""
@@ -414,6 +435,9 @@ class GateWalker(object):
             self.found[-1]["chain"] = chain
         if orelse is None and kind == "expr" and _ifexp_test(stmt, node):
             orelse = "else"  # `A if <GPU test> else B`: a branch for each side
+            flag = _flag_added(stmt, node)
+            if flag is not None:
+                self.found[-1]["effect"] = dict(effect, flag=flag)
         if orelse is not None:
             self.found[-1]["orelse"] = orelse
         for nested_node, nested_tree in self.drain_nested(scope):
