@@ -36,9 +36,10 @@ Bytecode (automatic)
 
 Parallel workers (README's test command: ``-n 4 --dist loadfile``, pytest-xdist)
     Each test file runs whole in one worker, so a module's labs start once; the files under
-    ``tests/integration/managers`` run in ONE worker together (``pytest_xdist_make_scheduler``
-    below), so a run boots one private dockerd and imports the Debian root into it once, not once
-    per worker. Each worker has its own temp dir (``tmp_path_factory``); ports come from
+    ``tests/integration/managers`` run in ONE worker together (``pytest_xdist_make_scheduler`` in
+    ``tests/work_order.py``), so a run boots one private dockerd and imports the Debian root into it
+    once, not once per worker; the longest work units (timed by the runs before) are handed out
+    first, so none is left running alone at the end. Each worker has its own temp dir (``tmp_path_factory``); ports come from
     ``gpuops.lab.ports`` (the kernel's, never fixed); the release caches under ``~/.cache/gpuops``
     are filled under a file lock and finished by an atomic rename.
 
@@ -70,6 +71,9 @@ from gpuops.lab.sglang_cache import cache_root
 # tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labtools import RUN_DIR_ENV, fixtures_path  # (needs the path above)
+
+# The order parallel workers are handed their work units in: the longest first (tests/work_order.py).
+pytest_plugins = ("work_order",)
 
 
 @pytest.fixture(scope="session")
@@ -262,28 +266,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     Path(folder).mkdir(parents=True, exist_ok=True)
     with open(Path(folder) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as out:
         out.write(json.dumps(row) + "\n")
-
-
-# -- parallel workers -----------------------------------------------------------------------------
-
-# Test files that share session fixtures too expensive to start once per worker (a private dockerd
-# with the Debian root imported and the lab images built, the booted systemd root): one work unit.
-SHARED_DAEMON_TESTS = "tests/integration/managers/"
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` with ``SHARED_DAEMON_TESTS`` as one unit (tryfirst: xdist's own hook
-    would answer first otherwise). Other ``--dist`` modes are xdist's own."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class SharedDaemonsTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return SHARED_DAEMON_TESTS if nodeid.startswith(SHARED_DAEMON_TESTS) else super()._split_scope(nodeid)
-
-    return SharedDaemonsTogether(config, log)
 
 
 # -- skip policy ---------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ copied in) runs under pytest in a subprocess, as CI runs it.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,8 +18,8 @@ TESTS = Path(__file__).resolve().parents[1]
 RECORD = "import os, pathlib\n\ndef test_where():\n    pathlib.Path(__file__).with_suffix('.worker').write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
 
 
-def run_tree(root: Path, files: dict[str, str], *options: str) -> subprocess.CompletedProcess:
-    for name in ("conftest.py", "labtools.py"):
+def run_tree(root: Path, files: dict[str, str], *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    for name in ("conftest.py", "labtools.py", "work_order.py"):
         (root / "tests").mkdir(exist_ok=True)
         shutil.copy(TESTS / name, root / "tests" / name)
     (root / "pytest.ini").write_text("[pytest]\n")
@@ -25,7 +27,8 @@ def run_tree(root: Path, files: dict[str, str], *options: str) -> subprocess.Com
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_text(body)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "tests"],
-                          capture_output=True, text=True, cwd=root, timeout=120)
+                          capture_output=True, text=True, cwd=root, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 def test_the_managers_files_share_one_worker_and_the_others_spread(tmp_path: Path) -> None:
@@ -49,3 +52,19 @@ def test_unlisted_skips_fail_a_parallel_run_too(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "NOT ALLOWED: tests/unit/test_throwaway.py::test_loaded: machine too loaded" in done.stdout
     assert "1 skip(s) for a reason not on the allow-list: the run fails" in done.stdout
+
+
+def test_the_longest_work_unit_is_handed_out_first_and_each_run_times_its_units(tmp_path: Path) -> None:
+    """tests/work_order.py: the units the runs before timed longest start first (here the last file
+    collected), and the run adds what it measured to the user's cache for the next one."""
+    stamp = "import os, pathlib, time\n\ndef test_when():\n    pathlib.Path(__file__).with_suffix('.start').write_text(str(time.monotonic_ns()))\n"
+    files = {f"tests/unit/test_u{i}.py": stamp for i in range(3)}
+    cache = tmp_path / "cache"  # $GPUOPS_CACHE: the user's cache of gpuops
+    cache.mkdir()
+    (cache / "test-durations.json").write_text(json.dumps({"tests/unit/test_u2.py": 500, "tests/unit/test_u0.py": 1}))
+    done = run_tree(tmp_path, files, "-n", "1", "--dist", "loadfile", env={"GPUOPS_CACHE": str(cache)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    started = sorted(files, key=lambda p: int((tmp_path / p).with_suffix(".start").read_text()))
+    assert started == ["tests/unit/test_u2.py", "tests/unit/test_u1.py", "tests/unit/test_u0.py"]  # 500, unknown (30), 1
+    timed = json.loads((cache / "test-durations.json").read_text())
+    assert set(timed) >= set(files) and timed["tests/unit/test_u2.py"] < 500, timed  # measured now, not the old figure
