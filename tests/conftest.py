@@ -155,7 +155,11 @@ def _child_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         patch.setenv("PYTHONPYCACHEPREFIX", str(prefix))
         yield
     if not given:
-        shutil.rmtree(CHILD_PYCACHE / tmp_path_factory.getbasetemp().relative_to("/"), ignore_errors=True)
+        # the whole run's temp root (an xdist worker's own dir is a child of it, beside the run's
+        # shared one): a worker that ends first only makes another recompile a lab file or two
+        base = tmp_path_factory.getbasetemp()
+        root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+        shutil.rmtree(CHILD_PYCACHE / root.relative_to("/"), ignore_errors=True)
         _prune_stale_temp_bytecode(CHILD_PYCACHE / "tmp")
 
 
