@@ -666,3 +666,65 @@ def test_a_branch_inside_an_enclosing_test_the_gpu_fails_is_blocked_not_open(sca
 def test_a_sail_runtime_branch_is_not_applicable(scan):
     (gate,) = [g for g in judged(scan, "srt/sail.py") if g["kind"] == "guard"]
     assert gate["status"] == "not_applicable" and "is_sail_runtime" in gate["reason"]
+
+
+# -- issue 43, fix 3 (0.5.20 subblock_sage_fp8_sm90.py:160): a kernel module's refusal of every GPU
+# but the one it is written for, reached only through a GPU-named wrapper that a dispatcher hands
+# out under a test of that GPU. A module of its own, so the counts above stay those of FILES.
+DISPATCH_FILES = {
+    "kernels/sage_sm90.py": """
+        import torch
+
+        def sage_attention_sm90(q):
+            if torch.cuda.get_device_capability(q.device) != (9, 0):
+                raise ValueError("This Sage FP8 implementation requires SM90.")
+            return q
+
+        __all__ = ["sage_attention_sm90"]
+        """,
+    "kernels/attn_sm100.py": """
+        import torch
+
+        def attention_sm100(q):
+            if torch.cuda.get_device_capability(q.device) != (10, 0):
+                raise ValueError("This implementation requires SM100.")
+            return q
+        """,
+    "srt/dispatch.py": """
+        import torch
+
+        def _sage_sm90(q):
+            from sglang.kernels.sage_sm90 import sage_attention_sm90
+            return sage_attention_sm90(q)
+
+        def _attention_sm100(q):
+            from sglang.kernels.attn_sm100 import attention_sm100
+            return attention_sm100(q)
+
+        def runner(device, mode):
+            capability = torch.cuda.get_device_capability(device)
+            if capability == (9, 0):
+                if mode == "sage_fp8":
+                    return _sage_sm90
+            if capability == (12, 0):
+                return _sm120_attention
+            return _attention_sm100
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def dispatch_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("dispatch"), DISPATCH_FILES)
+
+
+def test_a_kernel_a_dispatcher_hands_only_to_another_gpu_is_not_reached(dispatch_scan):
+    (sage,) = judged(dispatch_scan, "kernels/sage_sm90.py")
+    assert (sage["capability"], sage["status"]) == ("blocked", "open")
+    assert "every caller is closed on sm120" in sage["unreachable"]
+    assert "_sage_sm90" in sage["unreachable"] and "capability == (9, 0)" in sage["unreachable"]
+    on_sm90 = next(g for g in judged(dispatch_scan, "kernels/sage_sm90.py", "9.0") if g["id"] == sage["id"])
+    assert on_sm90["status"] == "open" and on_sm90["unreachable"] is None
+    # handed out with no test of the GPU around the return: sm120 may reach it, and it refuses sm120
+    (sm100,) = judged(dispatch_scan, "kernels/attn_sm100.py")
+    assert (sm100["status"], sm100["unreachable"]) == ("blocked", None)

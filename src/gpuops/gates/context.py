@@ -142,7 +142,13 @@ class Placer:
         """Why no caller leads here on this GPU: every call of the gate's function (the scan's
         ``callers``, each with the tests around it) sits in another platform's branch or inside a
         test false for this GPU (``if is_sm100_supported(): forward_sm100(...)``), or None."""
-        sites = gate.get("callers")
+        closed = self._sites_closed(gate.get("callers"))
+        return None if closed is None else f"every caller is closed on {self.gpu.sm}: " + "; ".join(closed)
+
+    def _sites_closed(self, sites: Any) -> list[str] | None:
+        """Why each call site is closed on this GPU, or None when one is not. A site with no test
+        around it is closed when every call of its own function is (its ``callers``: a dispatcher
+        that hands ``forward_sm90`` only to sm90)."""
         if not sites:
             return None
         closed = []
@@ -153,10 +159,15 @@ class Placer:
                 continue
             neighbours = self.by_function.get((str(site.get("file")), str(site.get("function"))), [])
             text = self.outside(place, neighbours)
-            if text is None:
+            if text is not None:
+                closed.append(f"{site.get('file')}:{site.get('line')} inside `{_short(text, 60)}`")
+                continue
+            outer = self._sites_closed(site.get("callers"))
+            if outer is None:
                 return None
-            closed.append(f"{site.get('file')}:{site.get('line')} inside `{_short(text, 60)}`")
-        return f"every caller is closed on {self.gpu.sm}: " + "; ".join(closed)
+            closed.append(f"{site.get('file')}:{site.get('line')} in {site.get('function')}, called only from "
+                          + "; ".join(outer))
+        return closed
 
     def outside_configuration(self, gate: Mapping[str, Any]) -> str | None:
         """An enclosing condition false for this host's configuration (``if self.tp_size == 1:``

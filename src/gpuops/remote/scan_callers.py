@@ -20,16 +20,22 @@ GPU_NAMED_RE = re.compile(r"(^|_)sm_?\d{2,3}[a-z]?($|_)|hopper|blackwell|ampere"
 # More files than this name the function, or more call sites than this: too common a name to
 # prove anything about (and too much to ship).
 _MAX_FILES = 40
+# How many callers up a site's own callers are followed (a kernel, its GPU-named wrapper, a dispatcher).
+_MAX_DEPTH = 1
 _MAX_SITES = 12
 _TEXT_MAX = 200
 
 
-def call_sites(scanner, name, own_rel, own_qual):
+def call_sites(scanner, name, own_rel, own_qual, depth=0):
     """[{"file", "line", "function", "within"}] for every call of ``name`` in the tree (``within``:
     the caller's enclosing if-tests, an ``else`` as ``not (test)``, as the walker writes them), or
-    None. A call from inside the function itself (recursion) is left out."""
+    None. A call from inside the function itself (recursion) is left out. A ``return name`` (a
+    dispatcher handing the function to its caller, ``if cap == (9, 0): return forward_sm90``) is a
+    site too, inside its tests. A site in a function itself named for a GPU generation, with no
+    test around it, carries that function's own ``callers`` (one level: ``forward_sm90`` calls
+    ``kernel_sm90``, and a dispatcher returns ``forward_sm90`` only to sm90)."""
     cache = scanner.__dict__.setdefault("_call_sites", {})
-    key = (name, own_rel, own_qual)
+    key = (name, own_rel, own_qual, depth)
     if key in cache:
         return cache[key]
     cache[key] = None
@@ -58,6 +64,13 @@ def call_sites(scanner, name, own_rel, own_qual):
                 return None
     if not sites:
         return None
+    if depth < _MAX_DEPTH:
+        for site in sites:
+            caller = site["function"].split(".")[-1]
+            if not site["within"] and site["function"] != "<module>" and GPU_NAMED_RE.search(caller):
+                outer = call_sites(scanner, caller, site["file"], site["function"], depth + 1)
+                if outer:
+                    site["callers"] = outer
     cache[key] = sites
     return sites
 
@@ -81,6 +94,14 @@ def _sites_in(body, name, locator, piece, qual, within, rel, own_rel, own_qual):
             if any(a.name.split(".")[-1] == name and a.asname not in (None, name) for a in stmt.names):
                 return None  # imported under another name: its calls are not found by this one
             continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id == "__all__":
+            continue  # the module's export list names it for `import *`: no call
+        if isinstance(stmt, ast.Return) and stmt.value is not None and _is_name(stmt.value, name):
+            if (rel, qual) != (own_rel, own_qual):
+                out.append({"file": rel, "line": stmt.lineno + piece.line0, "function": qual or "<module>",
+                            "within": list(within)})
+            continue  # handed to the caller, which calls it: the tests around the return decide who gets it
         if isinstance(stmt, (ast.If, ast.While)):
             found = _calls(stmt.test, name, piece, qual, within, rel, own_rel, own_qual)
             if found is None:
