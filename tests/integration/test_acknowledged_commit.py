@@ -23,7 +23,6 @@ import os
 import signal
 import socket
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -82,13 +81,6 @@ def _settled(host, run_id: str) -> None:
         _poll(free, "the host lock stayed held")
     finally:
         os.close(fd)
-
-
-def _first_answer(port: int, timeout: float) -> None:
-    """One generation (a server's slow first answer spent now, so that it is not what a test times)."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/generate",
-                                     data=b'{"text": "x", "sampling_params": {"max_new_tokens": 1}}')
-    urllib.request.urlopen(request, timeout=timeout).read()
 
 
 def _first_answer_asked(port: int) -> "socket.socket":
@@ -160,8 +152,10 @@ class Cell:
         if fault:
             (host.state_dir / "lab-fault.json").write_text(json.dumps(fault))
         smoke = ["-e", "smoke_check=true"] if self.phase == "verified" else []
-        if smoke:
-            _first_answer(host.server_port, FIRST_ANSWER_S + 30)  # the check's "before" prompts: not what is timed
+        # The running server's slow first answer is taken by a request left waiting (never read; it
+        # ends with that server, which the run restarts): the check's "before" prompts are answered
+        # at once, and the cell does not wait FIRST_ANSWER_S for an answer no assertion reads.
+        self.waiting = _first_answer_asked(host.server_port) if smoke else None
         self.client = WatchedClient(["apply", "nccl-env", "-i", str(inventory), "--json", "-v",
                                      *_change(value, *smoke)], home)
 
@@ -180,7 +174,10 @@ class Cell:
 
     def close(self) -> None:
         self.client.kill()
+        if self.waiting is not None:
+            self.waiting.close()
         (self.host.state_dir / "lab-fault.json").unlink(missing_ok=True)
+        (self.host.state_dir / RELEASE).unlink(missing_ok=True)
 
 
 def _fault(phase: str) -> dict[str, Any]:
@@ -220,6 +217,7 @@ def test_a_client_frozen_past_the_lease_reports_what_the_host_did(host, gpuops_h
 
 
 CTRL_C = [*PHASES, "rollback"]
+RELEASE = "lab-fault.release"  # the file that ends the "rollback" cell's pause (host_faults' "until")
 
 
 @pytest.mark.parametrize("step", CTRL_C)
@@ -228,8 +226,10 @@ def test_ctrl_c_says_what_the_host_does_and_the_journal_agrees(host, gpuops_home
     now (roll back, or finish the commit gpuops sent) and the command to check; exit 130; and the
     host does exactly that. ``rollback``: the run failed at health and the host is restoring it."""
     lab_host, inventory = host
-    fault = {"fail_at": "health", "pause_at": "rollback_restore", "seconds": 10} if step == "rollback" else \
-        _fault(PHASES[step][0])
+    # At rollback_restore the host waits (no lease ends that pause) until the test releases it, once
+    # the client has said its words: before, a fixed 10 s pause, most of this cell's time.
+    fault = {"fail_at": "health", "pause_at": "rollback_restore", "seconds": 60, "until": RELEASE} \
+        if step == "rollback" else _fault(PHASES[step][0])
     cell = Cell(lab_host, inventory, gpuops_home, step, 40 + CTRL_C.index(step), fault)
     try:
         if step == "rollback":
@@ -240,7 +240,9 @@ def test_ctrl_c_says_what_the_host_does_and_the_journal_agrees(host, gpuops_home
             run_id = cell.reach()
         cell.client.proc.send_signal(signal.SIGINT)
         _, err, status = cell.client.finish(timeout=60)
+        (lab_host.state_dir / RELEASE).touch()  # the rollback's pause ends (made before it, it never began)
         _settled(lab_host, run_id)
+        (lab_host.state_dir / RELEASE).unlink(missing_ok=True)  # the test's file, not the host's state
         journaled = [e for e in _events(lab_host, run_id) if e in ("finished", "rolled_back")]
         assert journaled == [cell.outcome], _events(lab_host, run_id)
         assert status == 130, err[-2000:]
@@ -287,10 +289,13 @@ def test_ctrl_c_during_gpuops_rollback_undoes_the_rollback_and_says_so(host, gpu
 
 def test_a_smoke_limit_below_the_first_answer_rolls_back_and_says_so(host, run_gpuops) -> None:
     lab_host, inventory = host
-    _first_answer(lab_host.server_port, FIRST_ANSWER_S + 30)  # the "before" prompts answer at once
+    waiting = _first_answer_asked(lab_host.server_port)  # the "before" prompts answer at once
     before = tree_hashes(lab_host.dir, skip_runs=True)
-    done = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json",
-                      *_change(60, "-e", "smoke_check=true", "-e", "gpuops_smoke_timeout=2"), timeout=300)
+    try:
+        done = run_gpuops("apply", "nccl-env", "-i", str(inventory), "--json",
+                          *_change(60, "-e", "smoke_check=true", "-e", "gpuops_smoke_timeout=2"), timeout=300)
+    finally:
+        waiting.close()
     report = json.loads(done.stdout)["hosts"]["h01"]
     assert report["status"] == "rolled_back" and not report["ok"], report
     assert "gpuops_smoke_timeout=2" in report["error"], report["error"]
