@@ -23,7 +23,7 @@ from gpuops.apply.options import ApplyOptions, new_run_id
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.runner import apply_host, discover_all
 from gpuops.errors import TransportError
-from gpuops.facts.collect import host_json
+from gpuops.facts.collect import HostJSON, host_json
 from gpuops.inspection import inspect_host
 from gpuops.inventory.builder import InventoryBuilder, resolve
 from gpuops.transport import HostOutcome
@@ -87,7 +87,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def facts(host: Any, runner: Runner, with_gates: bool = True) -> dict[str, Any]:
+def facts(host: Any, runner: Runner, with_gates: bool = True) -> HostJSON:
     """One host's entry of ``gpuops inspect host --json``, gathered in one exec through Ansible."""
 
     options = ConnectOptions(connector=lambda h: AnsibleConnection(h, runner))

@@ -9,7 +9,7 @@ Pure and below both of its readers: the plan writes it (``plan/compose.py``, ``p
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from gpuops.errors import GpuopsError
 from gpuops.release.flags import merge_flags
@@ -19,7 +19,46 @@ COMMENT = ("managed by gpuops: the launch flags and environment each gpuops run 
            "to the inventory's; `gpuops rollback` of a run removes its part. Do not edit.")
 
 
-def read_desired(text: str | None, where: str) -> dict[str, dict[str, Any]]:
+# One run's part of desired.json (args, env, run_id; image, image_base, python, renames, drop where
+# set), as read back: checked to be a JSON object, each value narrowed where it is read (``composed``).
+Contribution = dict[str, object]
+
+
+class RunRef(TypedDict):
+    """A run still in effect: the role and its run id (as recorded)."""
+
+    role: str
+    run_id: object
+
+
+class _Launch(TypedDict):
+    args: list[str]
+    env: dict[str, str]
+    runs: list[RunRef]
+    image: str
+    image_base: str
+    python: str
+    renames: dict[str, list[str]]
+
+
+class ComposedLaunch(_Launch, total=False):
+    """What all contributions compose to (``composed``): the launch's flags and environment, the
+    runs they come from, the derived image and release environment in effect."""
+
+    drop: list[str]  # only when a run takes inventory flags out of the launch
+
+
+def _words(value: object) -> list[object]:
+    """A recorded list (args, drop, a rename's words); anything else is no words."""
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _entries(value: object) -> dict[str, object]:
+    """A recorded mapping (env, renames); anything else is no entries."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def read_desired(text: str | None, where: str) -> dict[str, Contribution]:
     """The contributions recorded on the host (role -> {args, env, run_id}); {} when none."""
     if not text:
         return {}
@@ -33,28 +72,28 @@ def read_desired(text: str | None, where: str) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v) for k, v in runs.items()}
 
 
-def render_desired(contributions: Mapping[str, Mapping[str, Any]]) -> str:
+def render_desired(contributions: Mapping[str, Mapping[str, object]]) -> str:
     return json.dumps({"schema": SCHEMA, "comment": COMMENT, "contributions": contributions}, indent=2) + "\n"
 
 
-def composed(contributions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def composed(contributions: Mapping[str, Mapping[str, object]]) -> ComposedLaunch:
     """Flags and environment of all contributions, older first (later ones win); the image of the
     latest contribution that names one (a docker server's derived image) with the inventory image
     it stands in for (``image_base``: the launch uses it only while the inventory still names that)."""
-    args = merge_flags(*[c.get("args") or [] for c in contributions.values()])
-    drop = list(dict.fromkeys(str(f) for c in contributions.values() for f in c.get("drop") or []))
+    args = merge_flags(*[_words(c.get("args")) for c in contributions.values()])
+    drop = list(dict.fromkeys(str(f) for c in contributions.values() for f in _words(c.get("drop"))))
     env: dict[str, str] = {}
     image, image_base, python = "", "", ""
     renames: dict[str, list[str]] = {}
     for contribution in contributions.values():
-        env.update({str(k): str(v) for k, v in (contribution.get("env") or {}).items()})
+        env.update({k: str(v) for k, v in _entries(contribution.get("env")).items()})
         if contribution.get("image"):
             image, image_base = str(contribution["image"]), str(contribution.get("image_base") or "")
         if contribution.get("python"):  # sglang-release: the environment the launch runs from
             python = str(contribution["python"])
-            renames = {str(k): [str(w) for w in v] for k, v in (contribution.get("renames") or {}).items()}
-    runs = [{"role": role, "run_id": c.get("run_id")} for role, c in contributions.items()]
-    result = {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base, "python": python,
+            renames = {k: [str(w) for w in _words(v)] for k, v in _entries(contribution.get("renames")).items()}
+    runs: list[RunRef] = [{"role": role, "run_id": c.get("run_id")} for role, c in contributions.items()]
+    result: ComposedLaunch = {"args": args, "env": env, "runs": runs, "image": image, "image_base": image_base, "python": python,
               "renames": renames}
     if drop:  # inventory flags a run takes out of the launch (tune's run without speculation)
         result["drop"] = drop

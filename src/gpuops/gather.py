@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from gpuops.transport.base import Connection
 
 T = TypeVar("T")
+# A probe of a narrower value is a probe of a wider one (its parser only gives): a list of probes of
+# different facts is ``list[Probe[object]]``.
+T_co = TypeVar("T_co", covariant=True)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
@@ -47,10 +50,10 @@ class ProbeOutput:
 
 
 @dataclass(frozen=True)
-class Probe(Generic[T]):
+class Probe(Generic[T_co]):
     name: str  # unique key, e.g. "gpu.query"
     script: str  # POSIX sh; may use "$GPUOPS_PY" (set by the preamble)
-    parse: Callable[[ProbeOutput], T]  # pure
+    parse: Callable[[ProbeOutput], T_co]  # pure
     # sh text started in the background before the probes run (its output goes to files under
     # "$gpuops_tmp" that ``script`` then prints). Slow, independent commands (each nvidia-smi call
     # initialises NVML) thus cost the slowest one, not their sum; the gather waits for every start

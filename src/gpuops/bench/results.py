@@ -30,7 +30,7 @@ from gpuops.bench.suites import is_torchrun, reader
 from gpuops.bench.repeats import within_run
 from gpuops.bench.stats import intervals_json
 from gpuops.facts.server_args import settings_from_argv
-from gpuops.facts.speculative import judge
+from gpuops.facts.speculative import SpeculativeJSON, judge
 from gpuops.remote.prom_text import run_deltas
 
 SCHEMA = "gpuops.bench.result/1"
@@ -102,7 +102,7 @@ def _speed_model(value: object) -> SpeedModelRecord | None:
     return value if _is_speed_model(value) else None
 
 
-def _speculative(snapshot: Mapping[str, object], args: Mapping[str, object]) -> JSONObject:
+def _speculative(snapshot: Mapping[str, object], args: Mapping[str, object]) -> SpeculativeJSON:
     """Speculative decoding as the benched server ran it: its resolved settings (``args``, from
     ``/server_info``) first, its command line's flags beside them (``facts/speculative.py``)."""
 

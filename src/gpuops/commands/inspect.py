@@ -129,7 +129,8 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str,
         entry = host_json(outcome)
         _render_gates(console, outcome.value, detail=False, next_commands=advise_host(host_.name, entry).next_commands(),
                       full_reasons=detail)
-        render_host_facts(console, entry["facts"], fit)
+        if entry["facts"] is not None:  # a host that answered has its facts
+            render_host_facts(console, entry["facts"], fit)
         for problem in outcome.value.stack:
             console.print(fit(f"STACK    {problem}"), style="yellow", markup=False, highlight=False)
         managed = describe(outcome.value.facts.managed)

@@ -6,18 +6,19 @@ per host, hosts in parallel, a dead run finished first) is ``gpuops/inspection.p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from gpuops.facts.host import HostFacts
-from gpuops.facts.to_json import facts_json
+from gpuops.facts.to_json import FactsJSON, facts_json
 from gpuops.facts.container_python import docker_target, in_container, in_image_probe
+from gpuops.facts.managed import ManagedLaunch
 from gpuops.facts.server_report import report_json
 from gpuops.facts.software_stack import flashinfer_wanted, stack_problems
 from gpuops.gates import fits, kernels
 from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp_group, weight_format
 from gpuops.gates.judge_memo import judge_or_recall
 from gpuops.gates.scan import GateScan
-from gpuops.gather import ProbeFailure
+from gpuops.gather import Probe, ProbeFailure
 
 if TYPE_CHECKING:
     from gpuops.gates.evaluate import GateReport
@@ -33,11 +34,36 @@ class HostInspection:
     facts: HostFacts
     gate_report: GateReport | None = None  # when the gate scan ran and was judged
     gates_error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # values of any extra probes, by name
+    # values of any extra probes by name, and what inspect adds: gpuops.gate_scan (``scan_summary``),
+    # gpuops.recovered (notes of a run rolled back first), gpuops.journal (the journal as read)
+    extra: dict[str, object] = field(default_factory=dict)
     stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
 
 
-def gate_scan_probe_for(with_sources: bool, host: Host, offer: bool = True) -> tuple[Any, str | None]:
+class ScanSummary(TypedDict):
+    """``gate_scan`` of a host's inspect entry: the kept scan used, and the scanned tree's fingerprint."""
+
+    cached: bool
+    fingerprint: str | None
+
+
+class HostJSON(TypedDict):
+    """One host's entry of the ``inspect host --json`` document (``host_json``)."""
+
+    ok: bool
+    error: str | None
+    facts: FactsJSON | None
+    managed_launch: ManagedLaunch | None
+    stack_problems: list[str]
+    gates: list[dict[str, object]]
+    features: dict[str, dict[str, object]]
+    gate_counts: dict[str, int] | None
+    gates_error: str | None
+    recovered: list[object]
+    gate_scan: object
+
+
+def gate_scan_probe_for(with_sources: bool, host: Host, offer: bool = True) -> tuple[Probe[GateScan] | None, str | None]:
     try:
         from gpuops.gates.probe import gate_scan_probe
     except ImportError as exc:
@@ -45,7 +71,7 @@ def gate_scan_probe_for(with_sources: bool, host: Host, offer: bool = True) -> t
     return gate_scan_probe(with_sources=with_sources, host=host, offer=offer), None  # offers the scans kept for this host
 
 
-def scan_summary(scan: GateScan | ProbeFailure | None) -> dict[str, Any]:
+def scan_summary(scan: object) -> ScanSummary:
     """What `inspect --json` says of the gate scan itself: whether the host scanned or the kept scan
     of its unchanged tree was used, and that tree's fingerprint (none when the scan never came back)."""
 
@@ -61,7 +87,7 @@ PARSE_MODULES = ("gpuops.gates.evaluate", "gpuops.gates.judge_memo", "gpuops.pla
 _READS_SGLANG = ("host.system", "software.python", "gates.scan")
 
 
-def sglang_probes_in_docker(host: Host, probes: list[Any], image: str | None = None) -> list[Any]:
+def sglang_probes_in_docker(host: Host, probes: list[Probe[object]], image: str | None = None) -> list[Probe[object]]:
     """On a docker-managed host, the probes that read SGLang (its packages, the gate scan) run with
     the container's python: the SGLang that matters is the one in the container. The system probe
     gets the same ``$GPUOPS_PY`` so that it reports which python that was, and why. ``image``:
@@ -75,7 +101,7 @@ def sglang_probes_in_docker(host: Host, probes: list[Any], image: str | None = N
     return [in_container(p, target) if p.name in _READS_SGLANG else p for p in probes]
 
 
-def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True) -> tuple[Any, str | None]:
+def _judge(facts: HostFacts, scan: object, host_name: str = "", recall: bool = True) -> tuple[GateReport | None, str | None]:
     try:
         from gpuops.gates.evaluate import judge
         from gpuops.gates.scan import GateScan
@@ -87,10 +113,12 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True
 
         reason = scan.reason if isinstance(scan, ProbeFailure) else None
         scan = GateScan(known=False, reason=reason or "the gate scan did not run")
-    server = dict(facts_json(facts)["server"])
-    if server.get("reported"):
+    part = facts_json(facts)["server"]
+    server: dict[str, object] = dict(part)
+    reported = part["reported"]
+    if reported:
         # what in_effect believes first; the live parts (requests in flight) would make every verdict new
-        server["reported"] = {k: server["reported"].get(k) for k in ("route", "settings", "error")}
+        server["reported"] = {k: reported.get(k) for k in ("route", "settings", "error")}
     model = facts.server.model
     server["architecture"] = model.architecture if model is not None and model.known else None
     server["gpu_name"] = facts.gpu.gpus[0].name if facts.gpu.known and facts.gpu.gpus else None
@@ -104,7 +132,7 @@ def _judge(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True
     return report, None if report.known else report.reason
 
 
-def judge_facts(facts: HostFacts, scan: Any, host_name: str = "", recall: bool = True) -> tuple[Any, str | None]:
+def judge_facts(facts: HostFacts, scan: object, host_name: str = "", recall: bool = True) -> tuple[GateReport | None, str | None]:
     """The verdicts inspect gives for ``scan`` on the host of ``facts`` (SGLang's gates AND the
     kernel libraries'); (None, why) when they cannot be given. sglang-release judges a new tree so.
     ``recall=False`` (``--flush-cache``): no kept verdict is recalled."""
@@ -122,7 +150,7 @@ def with_kernels(report: GateReport, facts: HostFacts) -> GateReport:
     return fits.fold_stack(report, load_catalog(), reads, versions, host_shape(facts))
 
 
-def host_shape(facts: HostFacts) -> Any:
+def host_shape(facts: HostFacts) -> HostShape:
     """What the catalog's ``fits:`` are judged against, from the host's facts."""
 
     settings = facts.server.settings if facts.server.known and facts.server.running else None
@@ -153,7 +181,7 @@ def host_shape(facts: HostFacts) -> Any:
                      server_report=_reported_settings(facts) if settings else None, weights=weights)
 
 
-def _reported_settings(facts: HostFacts) -> dict[str, Any] | None:
+def _reported_settings(facts: HostFacts) -> dict[str, object] | None:
     """The server's own report, as the gated features' in_effect reads it (route, settings, error)."""
 
     report = report_json(facts.server.reported)
@@ -167,7 +195,7 @@ def stack_problems_of(facts: HostFacts, report: GateReport | None) -> list[str]:
     return stack_problems(facts.packages, facts.banner.cuda_driver_version, wanted)
 
 
-def gate_json(inspection: HostInspection) -> tuple[list[Any], dict[str, Any]]:
+def gate_json(inspection: HostInspection) -> tuple[list[dict[str, object]], dict[str, dict[str, object]]]:
     report = inspection.gate_report
     if report is None:
         return [], {}
@@ -180,7 +208,7 @@ def gate_counts_json(inspection: HostInspection) -> dict[str, int] | None:
     return report.counts().to_json() if report is not None and report.known else None
 
 
-def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
+def host_json(outcome: HostOutcome[HostInspection]) -> HostJSON:
     """One host's entry of the `inspect host --json` document."""
     if not outcome.ok or outcome.value is None:
         return {"ok": False, "error": outcome.error or "unknown error", "facts": None, "managed_launch": None,
@@ -197,6 +225,6 @@ def host_json(outcome: HostOutcome[HostInspection]) -> dict[str, Any]:
         "features": features,
         "gate_counts": gate_counts_json(outcome.value),
         "gates_error": outcome.value.gates_error,
-        "recovered": list(outcome.value.extra.get("gpuops.recovered") or []),
+        "recovered": list(recovered) if isinstance(recovered := outcome.value.extra.get("gpuops.recovered"), list) else [],
         "gate_scan": outcome.value.extra.get("gpuops.gate_scan"),
     }

@@ -23,11 +23,8 @@ import dataclasses
 import json
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
-from gpuops.gather import Probe
-
-if TYPE_CHECKING:
-    from gpuops.gather import Probe, ProbeOutput
+from typing import Callable, Mapping, TypedDict
+from gpuops.gather import Probe, ProbeOutput
 
 FUNCTION = "gpuops_container_python"
 CONTAINER_PROBE = "docker.container"
@@ -48,7 +45,7 @@ class ContainerTarget:
         return f"{self.python} in container {self.container}"
 
 
-def docker_target(vars: Mapping[str, Any]) -> ContainerTarget | None:
+def docker_target(vars: Mapping[str, object]) -> ContainerTarget | None:
     """The container of a host whose server runs under docker; None for the other managers."""
     if str(vars.get("sglang_manager") or "process") != "docker":
         return None
@@ -91,7 +88,7 @@ def image_python_sh(image: str, python: str) -> str:
     ])
 
 
-def in_container(probe: "Probe[Any]", target: ContainerTarget) -> "Probe[Any]":
+def in_container(probe: Probe[object], target: ContainerTarget) -> Probe[object]:
     """``probe`` with ``$GPUOPS_PY`` pointed into the container (same name, same parse)."""
 
     parse = probe.parse
@@ -102,7 +99,7 @@ def in_container(probe: "Probe[Any]", target: ContainerTarget) -> "Probe[Any]":
     return Probe(probe.name, container_python_sh(target) + "\n" + probe.script, parse)
 
 
-def in_image_probe(probe: "Probe[Any]", image: str, python: str) -> "Probe[Any]":
+def in_image_probe(probe: Probe[object], image: str, python: str) -> Probe[object]:
     """``probe`` with ``$GPUOPS_PY`` pointed into a throwaway container of ``image``."""
 
     name = f"{python} in image {image}"
@@ -119,11 +116,11 @@ def in_image(script: str, image: str, python: str) -> str:
     return image_python_sh(image, python) + "\n" + script
 
 
-def _named_python(parse: Any, name: str) -> Any:
+def _named_python(parse: Callable[[ProbeOutput], object], name: str) -> Callable[[ProbeOutput], object]:
     """The system and package probes echo ``$GPUOPS_PY``; say which python that was, not the name
     of the sh function that reaches it."""
 
-    def parse_named(output: "ProbeOutput") -> Any:
+    def parse_named(output: ProbeOutput) -> object:
         value = parse(output)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) and getattr(value, "chosen_python", None) == FUNCTION:
             return dataclasses.replace(value, chosen_python=name)
@@ -132,10 +129,10 @@ def _named_python(parse: Any, name: str) -> Any:
     return parse_named
 
 
-def _where_scanned(parse: Any, name: str) -> Any:
+def _where_scanned(parse: Callable[[ProbeOutput], object], name: str) -> Callable[[ProbeOutput], object]:
     """A scan that could not run says where it looked (the container's python, not the host's)."""
 
-    def parse_where(output: "ProbeOutput") -> Any:
+    def parse_where(output: ProbeOutput) -> object:
         value = parse(output)
         reason = getattr(value, "reason", None)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) and not getattr(value, "known", True) and reason and name not in reason:
@@ -145,7 +142,19 @@ def _where_scanned(parse: Any, name: str) -> Any:
     return parse_where
 
 
-def container_probe(target: ContainerTarget) -> "Probe[dict[str, Any] | None]":
+class ContainerFacts(TypedDict):
+    """What ``docker inspect`` says of the server's container and its image (``parse_container``);
+    ``id``, ``image`` and ``image_id`` as docker printed them, read as text where they are used."""
+
+    name: str
+    id: object
+    image: object
+    image_id: object
+    running: bool
+    labels: dict[str, object]
+
+
+def container_probe(target: ContainerTarget) -> Probe[ContainerFacts | None]:
     """What the container runs, as docker says: its image (reference and id) and that image's
     labels (a gpuops-derived image carries its patch hash and base). None when there is none."""
 
@@ -159,7 +168,11 @@ def container_probe(target: ContainerTarget) -> "Probe[dict[str, Any] | None]":
     return Probe(CONTAINER_PROBE, script, parse_container)
 
 
-def parse_container(output: "ProbeOutput") -> dict[str, Any] | None:
+def _object(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def parse_container(output: ProbeOutput) -> ContainerFacts | None:
     if output.exit_status != 0:
         raise ValueError(output.stderr.strip()[-300:] or f"exit status {output.exit_status}")
     decoder = json.JSONDecoder()
@@ -169,12 +182,13 @@ def parse_container(output: "ProbeOutput") -> dict[str, Any] | None:
         return None
     rest = text[end:].strip()
     image = decoder.raw_decode(rest)[0] if rest else None
-    info = container[0]
-    image_info = (image or [None])[0] or {}
-    config = info.get("Config") or {}
+    info = _object(container[0] if isinstance(container, list) else None)
+    image_info = _object(image[0] if isinstance(image, list) and image else None)
+    config = _object(info.get("Config"))
+    name = info.get("Name")
     return {
-        "name": (info.get("Name") or "").lstrip("/"), "id": info.get("Id"),
+        "name": (name if isinstance(name, str) else "").lstrip("/"), "id": info.get("Id"),
         "image": config.get("Image"), "image_id": info.get("Image"),
-        "running": bool((info.get("State") or {}).get("Running")),
-        "labels": dict(((image_info.get("Config") or {}).get("Labels")) or {}),
+        "running": bool(_object(info.get("State")).get("Running")),
+        "labels": _object(_object(image_info.get("Config")).get("Labels")),
     }

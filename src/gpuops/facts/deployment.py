@@ -12,10 +12,12 @@ environment, its own rank aside) or different SGLang releases: a deployment spli
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, TypedDict
 
 from gpuops.errors import GpuopsError
-from gpuops.multi_node import find_split, plan_deployments
+from gpuops.facts.collect import HostJSON
+from gpuops.facts.to_json import ServerPartJSON
+from gpuops.multi_node import Deployment, find_split, plan_deployments
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -25,9 +27,42 @@ _PER_NODE = ("node_rank",)
 _DERIVED = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("dist_init_addr", "--dist-init-addr"))
 
 
-def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str, Any]],
-                     journals: Mapping[str, Any] | None = None,
-                     answers: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+class NodeJSON(TypedDict):
+    """One node of a deployment: its rank and part, whether it answered, runs and is healthy, its
+    release and the launch flags the inventory derives for it, as it really runs them."""
+
+    rank: int
+    role: str
+    answered: bool
+    running: bool
+    healthy: bool | None
+    sglang: str | None
+    launch: dict[str, object]
+
+
+class DeploymentJSON(TypedDict):
+    """One multi-node server of ``deployments``; ``answer``: its leader's first answer, as asked."""
+
+    members: list[str]
+    leader: str
+    init_addr: str
+    nnodes: int
+    nodes: dict[str, NodeJSON]
+    answer: dict[str, object] | None
+    serving: bool
+    warnings: list[str]
+
+
+class DeploymentsJSON(TypedDict):
+    """The deployment keys of the ``inspect host --json`` document."""
+
+    deployments: dict[str, DeploymentJSON]
+    deployments_error: str | None
+
+
+def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, HostJSON],
+                     journals: Mapping[str, object] | None = None,
+                     answers: Mapping[str, Mapping[str, object]] | None = None) -> DeploymentsJSON:
     """``{"deployments": {NAME: {...}}, "deployments_error": None | one line}`` (docs/inspect-json.md).
     ``journals``: each node's apply journal as inspect read it (records, else not known), for the
     split left by a client that died between its commits (``apply/deployment_repair.py``).
@@ -43,7 +78,7 @@ def deployments_json(hosts: Sequence["Host"], entries: Mapping[str, Mapping[str,
             "deployments_error": None}
 
 
-def _split_warning(deployment: Any, journals: Mapping[str, Any]) -> list[str]:
+def _split_warning(deployment: Deployment, journals: Mapping[str, object]) -> list[str]:
     """The deployment's last run committed on some nodes and rolled back on others: named, with
     the command that rolls it back on every node."""
 
@@ -59,29 +94,40 @@ def _split_warning(deployment: Any, journals: Mapping[str, Any]) -> list[str]:
             "apply` on its nodes) rolls it back on every node as one"]
 
 
-def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Mapping[str, Any],
-         answer: Mapping[str, Any] | None) -> dict[str, Any]:
-    nodes: dict[str, dict[str, Any]] = {}
+# An entry is read with .get: host_json writes every key, a caller's own entries may leave some out.
+def _server(entry: HostJSON | None) -> ServerPartJSON | None:
+    facts = entry.get("facts") if entry is not None else None
+    return facts.get("server") if facts is not None else None
+
+
+def _one(deployment: Deployment, entries: Mapping[str, HostJSON], journals: Mapping[str, object],
+         answer: Mapping[str, object] | None) -> DeploymentJSON:
+    nodes: dict[str, NodeJSON] = {}
     warnings: list[str] = []
     for name in deployment.members:
-        entry = entries.get(name) or {}
-        facts = entry.get("facts") or {}
-        server = facts.get("server") or {}
-        sglang = (facts.get("software") or {}).get("sglang") or {}
-        args = dict(server.get("args") or {})
-        node = {"rank": deployment.rank(name), "role": "leader" if deployment.rank(name) == 0 else "worker",
-                "answered": bool(entry.get("ok")), "running": bool(server.get("running")),
-                "healthy": server.get("healthy"), "sglang": sglang.get("version"),
-                "launch": {key: args.get(key) for key, _ in _DERIVED}}
+        entry = entries.get(name)
+        facts = entry.get("facts") if entry is not None else None
+        server = _server(entry)
+        software = facts.get("software") if facts is not None else None
+        sglang = software.get("sglang") if software is not None else None
+        args = dict(server.get("args") or {}) if server is not None else {}
+        node: NodeJSON = {
+            "rank": deployment.rank(name), "role": "leader" if deployment.rank(name) == 0 else "worker",
+            "answered": bool(entry is not None and entry.get("ok")), "running": bool(server and server.get("running")),
+            "healthy": server.get("healthy") if server is not None else None,
+            "sglang": sglang.get("version") if sglang else None,
+            "launch": {key: args.get(key) for key, _ in _DERIVED}}
         nodes[name] = node
         if not node["answered"]:
-            warnings.append(f"{name} (node {node['rank']}) did not answer: {entry.get('error') or 'unknown error'}")
+            error = entry.get("error") if entry is not None else None
+            warnings.append(f"{name} (node {node['rank']}) did not answer: {error or 'unknown error'}")
             continue
         if not node["running"]:
             leader = deployment.leader
+            leader_server = _server(entries.get(leader))
             # SGLang's leader may not notice a dead worker: its /health answers while requests hang.
             still = (f", although its leader {leader} answers /health" if name != leader
-                     and ((entries.get(leader) or {}).get("facts") or {}).get("server", {}).get("healthy") else "")
+                     and leader_server is not None and leader_server.get("healthy") else "")
             warnings.append(f"{name} (node {node['rank']}) runs no SGLang server: the deployment is down{still}")
             continue
         want = dict(zip((k for k, _ in _DERIVED), deployment.launch_flags(name)[1::2]))
@@ -102,14 +148,15 @@ def _one(deployment: Any, entries: Mapping[str, Mapping[str, Any]], journals: Ma
             "serving": serving, "warnings": warnings}
 
 
-def _config(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    server = (entry.get("facts") or {}).get("server") or {}
+def _config(entry: HostJSON) -> tuple[dict[str, object], dict[str, str]]:
+    server = _server(entry)
+    if server is None:
+        return {}, {}
     args = {k: v for k, v in dict(server.get("args") or {}).items() if k not in _PER_NODE and k != "port"}
     return args, dict(server.get("env") or {})
 
 
-def _differences(running: list[str], entries: Mapping[str, Mapping[str, Any]],
-                 nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _differences(running: list[str], entries: Mapping[str, HostJSON], nodes: Mapping[str, NodeJSON]) -> list[str]:
     """One line per node that runs otherwise than the first running node (its configuration, its release)."""
     if len(running) < 2:
         return []
@@ -129,14 +176,15 @@ def _differences(running: list[str], entries: Mapping[str, Mapping[str, Any]],
     return out
 
 
-def report_lines(view: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+def report_lines(view: DeploymentsJSON) -> list[tuple[str, str | None]]:
     """The text report's lines (text, style) for ``deployments_json``'s result."""
     lines: list[tuple[str, str | None]] = []
-    if view.get("deployments_error"):
+    if view["deployments_error"]:
         lines.append((f"DEPLOYMENT  {view['deployments_error']}", "yellow"))
-    for name, d in (view.get("deployments") or {}).items():
-        answer = d.get("answer")
-        said = ("" if answer is None else f"; first answer in {answer['seconds']:.1f} s" if answer["ok"]
+    for name, d in view["deployments"].items():
+        answer = d["answer"]
+        seconds = answer.get("seconds") if answer is not None else None
+        said = ("" if answer is None else f"; first answer in {_seconds(seconds)} s" if answer.get("ok")
                 else "; NO first answer from the leader")
         lines.append((f"== deployment {name}: one SGLang server over {d['nnodes']} nodes "
                       f"(leader {d['leader']}, --dist-init-addr {d['init_addr']}): "
@@ -148,3 +196,8 @@ def report_lines(view: Mapping[str, Any]) -> list[tuple[str, str | None]]:
                           f"sglang {node['sglang'] or '?'}", None))
         lines += [(f"WARNING  {w}", "yellow") for w in d["warnings"]]
     return lines
+
+
+def _seconds(value: object) -> str:
+    """A first answer's time as the report shows it (one decimal); as given when it is no number."""
+    return f"{value:.1f}" if isinstance(value, (int, float)) else str(value)

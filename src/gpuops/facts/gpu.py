@@ -16,8 +16,8 @@ import csv
 import io
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TypedDict
 
 from gpuops.facts.arch import identify
 from gpuops.facts.smi_command import failure_reason, smi_probe
@@ -192,7 +192,59 @@ PROCFS_SCRIPT = (
 )
 
 
-def probes() -> list[Probe[Any]]:
+class GpuStatusJSON(TypedDict):
+    """``gpu_status``: whether the GPUs are known, and from where."""
+
+    known: bool
+    reason: str | None
+    source: str
+    note: str | None
+
+
+class GpuEntryJSON(TypedDict):
+    """One element of ``gpus``: a ``Gpu``, key for key in its field order."""
+
+    index: int
+    name: str
+    uuid: str | None
+    compute_capability: str | None
+    sm: str | None
+    arch: str | None
+    sm_source: str
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    driver_version: str | None
+    pci_bus_id: str | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    power_limit_w: float | None
+    clocks_max_sm_mhz: int | None
+
+
+class GpuPartJSON(TypedDict):
+    """The GPU keys of the inspect document (``gpu_json``), at its top level."""
+
+    gpu_status: GpuStatusJSON
+    gpu_count: int
+    gpus: list[GpuEntryJSON]
+    compute_capability: str | None
+    sm: str | None
+    arch: str | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+    cuda_driver_reason: str | None
+
+
+def gpu_entry_json(g: Gpu) -> GpuEntryJSON:
+    return GpuEntryJSON(
+        index=g.index, name=g.name, uuid=g.uuid, compute_capability=g.compute_capability, sm=g.sm, arch=g.arch,
+        sm_source=g.sm_source, memory_total_mib=g.memory_total_mib, memory_used_mib=g.memory_used_mib,
+        driver_version=g.driver_version, pci_bus_id=g.pci_bus_id, pcie_gen=g.pcie_gen, pcie_width=g.pcie_width,
+        power_limit_w=g.power_limit_w, clocks_max_sm_mhz=g.clocks_max_sm_mhz,
+    )
+
+
+def probes() -> list[Probe[object]]:
     return [
         smi_probe(QUERY_PROBE, SMI_ARGS[QUERY_PROBE], parse_query),
         smi_probe(BANNER_PROBE, SMI_ARGS[BANNER_PROBE], parse_banner),
@@ -200,7 +252,7 @@ def probes() -> list[Probe[Any]]:
     ]
 
 
-def from_values(values: Mapping[str, Any]) -> tuple[GpuQuery, SmiBanner]:
+def from_values(values: Mapping[str, object]) -> tuple[GpuQuery, SmiBanner]:
     """The GPU fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
     query = value_or_unknown(values, QUERY_PROBE, GpuQuery, lambda r: GpuQuery(known=False, reason=r))
     banner = value_or_unknown(values, BANNER_PROBE, SmiBanner, lambda r: SmiBanner(known=False, reason=r))
@@ -216,7 +268,7 @@ def lowest_compute_capability(query: GpuQuery) -> str | None:
     return min(caps, key=lambda c: tuple(int(p) for p in c.split("."))) if caps else None
 
 
-def gpu_json(query: GpuQuery, banner: SmiBanner) -> dict[str, Any]:
+def gpu_json(query: GpuQuery, banner: SmiBanner) -> GpuPartJSON:
     """The GPU keys of the inspect document (docs/inspect-json.md): only ever added to."""
     first = query.gpus[0] if query.gpus else None
     compute_capability = lowest_compute_capability(query)
@@ -224,7 +276,7 @@ def gpu_json(query: GpuQuery, banner: SmiBanner) -> dict[str, Any]:
     return {
         "gpu_status": {"known": query.known, "reason": query.reason, "source": query.source, "note": query.note},
         "gpu_count": len(query.gpus),
-        "gpus": [asdict(g) for g in query.gpus],
+        "gpus": [gpu_entry_json(g) for g in query.gpus],
         "compute_capability": compute_capability,
         "sm": lowest.sm if lowest else None,
         "arch": lowest.arch if lowest else None,
@@ -237,16 +289,16 @@ def gpu_json(query: GpuQuery, banner: SmiBanner) -> dict[str, Any]:
 GPU_HEADERS = ["#", "name", "cc", "sm", "arch", "memory", "pcie"]
 
 
-def gpu_heading(doc: Mapping[str, Any]) -> str:
+def gpu_heading(doc: GpuPartJSON) -> str:
     """The report's GPU line, from the inspect document (``gpu_json``'s keys)."""
     if not doc["gpu_status"]["known"]:
         return f"GPUs: unknown ({doc['gpu_status']['reason']})"
     return f"GPUs ({doc['gpu_count']}): driver {doc['driver_version'] or '?'}, CUDA {doc['cuda_driver_version'] or '?'}"
 
 
-def gpu_rows(doc: Mapping[str, Any]) -> list[list[Any]]:
+def gpu_rows(doc: GpuPartJSON) -> list[list[object]]:
     """One table row per GPU (``GPU_HEADERS``), from the inspect document."""
-    rows = []
+    rows: list[list[object]] = []
     for g in doc["gpus"]:
         pcie = f"Gen{g['pcie_gen']} x{g['pcie_width']}" if g.get("pcie_gen") else "?"
         sm = g["sm"] or "?"

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops.facts import gpu as gpu_fact
 from gpuops.facts import server as server_fact
 from gpuops.facts import software as software_fact
 from gpuops.facts import topology as topology_fact
 from gpuops.facts.gpu import GpuQuery, SmiBanner
-from gpuops.facts.managed import managed_launch_probe
+from gpuops.facts.managed import ManagedLaunch, is_managed_launch, managed_launch_probe
 from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING, preamble
 from gpuops.facts.server import ServerFacts
 from gpuops.facts.software import HostSystem, PythonPackages
@@ -40,7 +40,7 @@ class HostFacts:
     server: ServerFacts
     warnings: tuple[str, ...]
     # The launch parts of gpuops runs still in effect (facts/managed.py); None when there are none.
-    managed: dict[str, Any] | None = None
+    managed: ManagedLaunch | None = None
 
     @property
     def compute_capability(self) -> str | None:
@@ -53,7 +53,7 @@ class HostFacts:
         return torch.cuda if torch else None
 
 
-def probes_for(host: Host) -> list[Probe[Any]]:
+def probes_for(host: Host) -> list[Probe[object]]:
     """Every fact probe for this host; run them after ``preamble(host)`` in the same exec."""
     state_dir = (host.vars or {}).get("gpuops_state_dir")
     return [
@@ -66,7 +66,7 @@ def probes_for(host: Host) -> list[Probe[Any]]:
     ]
 
 
-def host_facts(values: Mapping[str, Any]) -> HostFacts:
+def host_facts(values: Mapping[str, object]) -> HostFacts:
     """The typed facts from the parsed probe values (a failed probe becomes an unknown with reason)."""
     gpu, banner = gpu_fact.from_values(values)
     system, packages = software_fact.from_values(values)
@@ -80,7 +80,7 @@ def host_facts(values: Mapping[str, Any]) -> HostFacts:
         packages=packages,
         server=server,
         warnings=tuple(_warnings(gpu, interconnect, packages, server, system)),
-        managed=managed if isinstance((managed := values.get("gpuops.desired")), dict) else None,
+        managed=managed if is_managed_launch(managed := values.get("gpuops.desired")) else None,
     )
 
 

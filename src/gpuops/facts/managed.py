@@ -8,12 +8,13 @@ launch runs marked.
 
 from __future__ import annotations
 
+import json
 import shlex
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 from gpuops.gather import Probe, ProbeOutput
 from gpuops.errors import GpuopsError
-from gpuops.desired_state import composed, read_desired
+from gpuops.desired_state import RunRef, composed, read_desired
 from gpuops.secret_policy import mask_args, mask_env
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops"
@@ -21,7 +22,34 @@ DEFAULT_ENVS_DIR = "/opt/gpuops/envs"  # roles/sglang-release/defaults.yml
 _ENVS = "#--gpuops-envs--"
 
 
-def managed_launch_probe(state_dir: str | None, envs_dir: str | None = None) -> Probe[Any]:
+class ReleaseEnvironment(TypedDict):
+    """A release environment gpuops built (sglang-release), from its marker: the fields as written."""
+
+    path: str
+    version: object
+    created: object
+    tool: object
+    launched: bool  # the launch runs its python
+
+
+class ManagedLaunch(TypedDict, total=False):
+    """``managed_launch`` of the inspect document: the composed launch (``desired_state.composed``,
+    its values masked) and the release environments; only args, env, runs and error when
+    desired.json cannot be read."""
+
+    args: list[str]
+    env: dict[str, str]
+    runs: list[RunRef]
+    image: str
+    image_base: str
+    python: str
+    renames: dict[str, list[str]]
+    drop: list[str]
+    environments: list[ReleaseEnvironment]
+    error: str
+
+
+def managed_launch_probe(state_dir: str | None, envs_dir: str | None = None) -> Probe[ManagedLaunch | None]:
     path = shlex.quote(f"{state_dir or DEFAULT_STATE_DIR}/desired.json")
     envs = shlex.quote(envs_dir or DEFAULT_ENVS_DIR)
     # Exit 0 with no output when absent: a host gpuops never composed anything on. Then each
@@ -32,11 +60,9 @@ def managed_launch_probe(state_dir: str | None, envs_dir: str | None = None) -> 
     return Probe("gpuops.desired", script, parse_managed)
 
 
-def _environments(text: str, launched: str) -> list[dict[str, Any]]:
-    import json
-
+def _environments(text: str, launched: str) -> list[ReleaseEnvironment]:
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    out = []
+    out: list[ReleaseEnvironment] = []
     for marker, record in zip(lines[0::2], lines[1::2]):
         try:
             data = json.loads(record)
@@ -50,7 +76,7 @@ def _environments(text: str, launched: str) -> list[dict[str, Any]]:
     return out
 
 
-def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
+def parse_managed(output: ProbeOutput) -> ManagedLaunch | None:
     """{"args", "env" (values masked), "runs": [{role, run_id}], "environments": [...]}, None when
     nothing is recorded and gpuops built no release environment."""
 
@@ -59,7 +85,7 @@ def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
         contributions = read_desired(desired.strip() or None, "desired.json")
     except GpuopsError as exc:
         return {"args": [], "env": {}, "runs": [], "error": str(exc)}
-    result = composed(contributions)
+    result: ManagedLaunch = {**composed(contributions)}
     environments = _environments(envs, str(result.get("python") or ""))
     if not contributions and not environments:
         return None
@@ -71,7 +97,14 @@ def parse_managed(output: ProbeOutput) -> dict[str, Any] | None:
     return result
 
 
-def describe(managed: dict[str, Any] | None) -> str | None:
+def is_managed_launch(value: object) -> TypeGuard[ManagedLaunch]:
+    """``parse_managed``'s answer, as the gather hands it on by probe name: a JSON object whose
+    launch parts (args, env, runs) are of their kinds where present."""
+    return (isinstance(value, dict) and isinstance(value.get("args", []), list)
+            and isinstance(value.get("env", {}), dict) and isinstance(value.get("runs", []), list))
+
+
+def describe(managed: ManagedLaunch | None) -> str | None:
     """One line for humans."""
     if not managed:
         return None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
 
@@ -181,7 +181,7 @@ export GPUOPS_PY GPUOPS_PY_REASON
 """.replace("%(missing)s", GPUOPS_PYTHON_MISSING)
 
 
-def sglang_port(vars: Mapping[str, Any]) -> int:
+def sglang_port(vars: Mapping[str, object]) -> int:
     """The port the host's SGLang server listens on (host var ``sglang_port``, default 30000)."""
     raw = vars.get("sglang_port", DEFAULT_SGLANG_PORT)
     try:
@@ -193,7 +193,7 @@ def sglang_port(vars: Mapping[str, Any]) -> int:
     return port
 
 
-def _optional_text(vars: Mapping[str, Any], name: str) -> str:
+def _optional_text(vars: Mapping[str, object], name: str) -> str:
     value = vars.get(name)
     if value is None:
         return ""
@@ -202,7 +202,7 @@ def _optional_text(vars: Mapping[str, Any], name: str) -> str:
     return str(value)
 
 
-def sglang_env_pythonpath(vars: Mapping[str, Any]) -> str | None:
+def sglang_env_pythonpath(vars: Mapping[str, object]) -> str | None:
     """The ``PYTHONPATH`` in the host var ``sglang_env`` (the server's environment as gpuops
     launches it), or None when it sets none."""
     env = vars.get("sglang_env")
@@ -214,7 +214,7 @@ def sglang_env_pythonpath(vars: Mapping[str, Any]) -> str | None:
     return value
 
 
-def preamble_for_vars(vars: Mapping[str, Any]) -> str:
+def preamble_for_vars(vars: Mapping[str, object]) -> str:
     """The preamble for a host's vars; every value is passed to sh quoted."""
     port = sglang_port(vars)
     pythonpath = sglang_env_pythonpath(vars)

@@ -6,11 +6,12 @@ otherwise, so a piped report stays readable and greppable.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from gpuops.facts.gpu import GPU_HEADERS, gpu_heading, gpu_rows
-from gpuops.facts.server import server_lines
+from gpuops.facts.server_json import server_lines
 from gpuops.facts.software import software_lines
+from gpuops.facts.to_json import FactsJSON
 from gpuops.facts.topology import interconnect_line, numa_line
 from gpuops.output import format_table, rich_table
 
@@ -22,7 +23,7 @@ def _say(console: Console, text: str, style: str | None = None) -> None:
     console.print(text, style=style, markup=False, highlight=False)
 
 
-def _table(console: Console, headers: list[str], rows: list[list[Any]]) -> None:
+def _table(console: Console, headers: list[str], rows: list[list[object]]) -> None:
     if console.is_terminal:
         console.print(rich_table(headers, rows))
     else:
@@ -33,7 +34,7 @@ def _whole(text: str) -> str:
     return text
 
 
-def render_host_facts(console: Console, facts: dict[str, Any], fit: Callable[[str], str] = _whole) -> None:
+def render_host_facts(console: Console, facts: FactsJSON, fit: Callable[[str], str] = _whole) -> None:
     """The facts part of one host's report (the caller prints the header and the gates); ``fit``
     shortens each line of text (``output.brief``: one screen a host), tables and headings stay whole."""
     if facts["gpu_status"]["known"]:

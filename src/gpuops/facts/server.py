@@ -13,8 +13,8 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from gpuops.facts.software import kv_lines
 from gpuops.secret_policy import mask_args, mask_value
@@ -273,7 +273,8 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     )
     health_status = int(v["health"]) if v.get("health", "").isdigit() else None
     healthy = health_status == 200 if health_status is not None else False
-    common = dict(
+    # What the probe says whether or not a server runs on the port: each answer below adds to it.
+    answered = ServerFacts(
         known=True,
         want_port=want_port,
         others=others,
@@ -289,7 +290,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
             if len(others) > 5:
                 listing += f" and {len(others) - 5} more"
             notes = (f"no SGLang server on port {want_port}; found {listing} (set the host var sglang_port)",)
-        return ServerFacts(running=False, notes=notes, **common)  # type: ignore[arg-type]
+        return replace(answered, running=False, notes=notes)
 
     from gpuops.facts.served_model import model_from_config
     from gpuops.facts.server_args import settings_from_argv
@@ -297,7 +298,7 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
 
     pid = int(v["pid"])
     if v.get("b64_error"):
-        return ServerFacts(running=True, pid=pid, notes=(v["b64_error"],), **common)  # type: ignore[arg-type]
+        return replace(answered, running=True, pid=pid, notes=(v["b64_error"],))
     argv_raw = _b64(v.get("argv_b64")) or b""
     argv = [w.decode("utf-8", errors="replace") for w in argv_raw.split(b"\0") if w]
     settings = settings_from_argv(argv)
@@ -313,7 +314,8 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
     if settings.model_path:
         config = _b64(v.get("config_b64"))
         model = model_from_config(settings.model_path, v.get("config_path"), config, v.get("config_error"))
-    return ServerFacts(
+    return replace(
+        answered,
         running=True,
         pid=pid,
         ppid=int(v["ppid"]) if v.get("ppid", "").isdigit() else None,
@@ -328,7 +330,6 @@ def parse_server(out: ProbeOutput) -> ServerFacts:
         systemd=systemd,
         docker=docker,
         reported=parse_report(_b64(v.get("reported_b64"))),
-        **common,  # type: ignore[arg-type]
     )
 
 
@@ -364,8 +365,8 @@ def parse_docker_inspect(raw: bytes | None, env_raw: bytes | None, digests_raw: 
     if not raw:
         return None
     try:
-        info = json.loads(raw.decode("utf-8", errors="replace"))
-        digests = json.loads(digests_raw.decode()) if digests_raw else []
+        info: object = json.loads(raw.decode("utf-8", errors="replace"))
+        digests: object = json.loads(digests_raw.decode()) if digests_raw else []
     except ValueError:
         return None
     if not isinstance(info, dict) or not info.get("id"):
@@ -373,19 +374,27 @@ def parse_docker_inspect(raw: bytes | None, env_raw: bytes | None, digests_raw: 
     env = parse_env((env_raw or b"").replace(b"\n", b"\0"))
     # .State.Health exists only for images with a HEALTHCHECK (a template naming it fails otherwise).
     raw_state = info.get("state")
-    state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
-    health = state.get("Health") if isinstance(state.get("Health"), dict) else None
+    state: dict[str, object] = raw_state if isinstance(raw_state, dict) else {}
+    health = found if isinstance(found := state.get("Health"), dict) else {}
+    health_status = health.get("Status")
+    restarts = info.get("restart_count")
     return DockerContainerFacts(
         id=str(info["id"]), name=str(info.get("name") or "").lstrip("/"), image=str(info.get("image") or ""),
-        image_id=str(info.get("image_id") or ""), repo_digests=tuple(digests or ()),
-        cmd=tuple(_redact_argv([str(w) for w in info.get("cmd") or []])),
-        entrypoint=tuple(str(w) for w in info.get("entrypoint") or []),
-        status=str(state.get("Status") or ""), health=health.get("Status") if health else None,
-        restart_count=info.get("restart_count") if isinstance(info.get("restart_count"), int) else None,
+        image_id=str(info.get("image_id") or ""),
+        repo_digests=tuple(str(d) for d in digests) if isinstance(digests, list) else (),
+        cmd=tuple(_redact_argv([str(w) for w in _listed(info.get("cmd"))])),
+        entrypoint=tuple(str(w) for w in _listed(info.get("entrypoint"))),
+        status=str(state.get("Status") or ""), health=str(health_status) if health_status is not None else None,
+        restart_count=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
         network_mode=str(info.get("network_mode") or ""),
-        mounts=tuple(str(m.get("Destination")) for m in info.get("mounts") or [] if isinstance(m, dict)),
+        mounts=tuple(str(m.get("Destination")) for m in _listed(info.get("mounts")) if isinstance(m, dict)),
         env=env,
     )
+
+
+def _listed(value: object) -> list[object]:
+    """A list of docker's JSON (a command, the mounts); null or anything else is none."""
+    return value if isinstance(value, list) else []
 
 
 def _redact_assignment(entry: str) -> str:
@@ -422,151 +431,11 @@ def server_probe(state_dir: str | None = None) -> Probe[ServerFacts]:
     return Probe("server", server_script(state_dir), parse_server)
 
 
-def probes(state_dir: str | None = None) -> list[Probe[Any]]:
+def probes(state_dir: str | None = None) -> list[Probe[object]]:
     """The server fact's probe (the running SGLang server, and gpuops' launch files in ``state_dir``)."""
     return [server_probe(state_dir)]
 
 
-def from_values(values: Mapping[str, Any]) -> ServerFacts:
+def from_values(values: Mapping[str, object]) -> ServerFacts:
     """The server fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
     return value_or_unknown(values, "server", ServerFacts, lambda r: ServerFacts(known=False, reason=r))
-
-
-
-def server_json(server: ServerFacts) -> dict[str, Any]:
-    """The ``server`` key of the inspect document (docs/inspect-json.md): only ever added to."""
-    settings = server.settings
-    return {
-        "known": server.known,
-        "reason": server.reason,
-        "running": server.running,
-        "pid": server.pid,
-        "port": settings.port if settings else server.want_port,
-        "want_port": server.want_port,
-        "args": dict(settings.args) if settings else None,
-        "argv": list(server.argv) if server.running else None,
-        "model_path": settings.model_path if settings else None,
-        "tp_size": settings.tp_size if settings else None,
-        "dp_size": settings.dp_size if settings else None,
-        "ep_size": settings.ep_size if settings else None,
-        "pp_size": settings.pp_size if settings else None,
-        "speculative": settings.speculative if settings else None,
-        "fusion_flags": dict(settings.fusion_flags) if settings else None,
-        "enable_flashinfer_allreduce_fusion": settings.enable_flashinfer_allreduce_fusion if settings else None,
-        "disable_custom_all_reduce": settings.disable_custom_all_reduce if settings else None,
-        "attention_backend": settings.attention_backend if settings else None,
-        "quantization": settings.quantization if settings else None,
-        "env": dict(server.env) if server.env is not None else None,
-        "env_reason": server.env_reason,
-        "healthy": server.healthy,
-        "health_status": server.health_status,
-        "health_error": server.health_error,
-        "health_url": server.health_url,
-        "manager": server.manager,
-        "unit": server.unit,
-        "python": server.python,
-        "others": [{"pid": pid, "port": port} for pid, port in server.others],
-        "notes": list(server.notes),
-        "systemd": _systemd_json(server),
-        "docker": _docker_json(server),
-        "reported": _reported_json(server),
-        "metrics_enabled": server.metrics_enabled,
-        "speculative_in_effect": _speculative_json(server),
-    }
-
-
-def _speculative_json(server: ServerFacts) -> dict[str, Any]:
-    """Speculative decoding as the server runs it: its resolved settings first (``facts/speculative.py``)."""
-    from gpuops.facts.speculative import judge
-
-    settings = server.settings
-    return judge(settings.speculative if settings else None, _reported_json(server),
-                 bool(server.known and server.running)).to_json()
-
-
-def _reported_json(server: ServerFacts) -> dict[str, Any] | None:
-    from gpuops.facts.server_report import report_json
-
-    return report_json(server.reported)
-
-
-def _docker_json(server: ServerFacts) -> dict[str, Any] | None:
-    box = server.docker
-    if box is None:
-        return None
-    return {
-        "id": box.id, "name": box.name, "image": box.image, "image_id": box.image_id,
-        "repo_digests": list(box.repo_digests), "cmd": list(box.cmd), "entrypoint": list(box.entrypoint),
-        "status": box.status, "health": box.health, "restart_count": box.restart_count,
-        "network_mode": box.network_mode, "mounts": list(box.mounts), "env": dict(box.env),
-    }
-
-
-def _systemd_json(server: ServerFacts) -> dict[str, Any] | None:
-    unit = server.systemd
-    if unit is None:
-        return None
-    return {
-        "unit": unit.unit, "active_state": unit.active_state, "sub_state": unit.sub_state,
-        "main_pid": unit.main_pid, "n_restarts": unit.n_restarts, "exec_start": unit.exec_start,
-        "exec_argv": unit.exec_argv, "environment": list(unit.environment),
-        "environment_files": list(unit.environment_files), "drop_ins": list(unit.drop_ins),
-        "fragment_path": unit.fragment_path, "user": unit.user, "working_directory": unit.working_directory,
-        "restart": unit.restart,
-    }
-
-
-def server_lines(server: dict[str, Any], model: dict[str, Any] | None) -> list[str]:
-    """The report's server lines, from the inspect document (``server_json``, ``model_json``)."""
-    if not server["known"]:
-        return [f"unknown ({server['reason']})"]
-    if not server["running"]:
-        lines = list(server["notes"]) or [f"no SGLang server on port {server['want_port']}"]
-        if server["healthy"]:
-            lines.append(f"but something answers {server['health_url']} (a server gpuops cannot see: another user's, a container's?)")
-        return lines
-    health = "healthy" if server["healthy"] else f"NOT healthy ({server['health_status'] or server['health_error']})"
-    managed = (server["manager"] or "unknown") + (f" ({server['unit']})" if server["unit"] else "")
-    lines = [f"pid {server['pid']}, port {server['port']}, {health}, managed by {managed}"]
-    unit = server.get("systemd")
-    if unit:
-        lines.append(f"systemd: {unit['unit']} {unit['active_state']}/{unit['sub_state']}, main pid {unit['main_pid']}, "
-                     f"restarts {unit['n_restarts']}, Restart={unit['restart']}"
-                     + (f", User={unit['user']}" if unit["user"] else "")
-                     + (f", env files {' '.join(unit['environment_files'])}" if unit["environment_files"] else "")
-                     + (f", drop-ins {' '.join(unit['drop_ins'])}" if unit["drop_ins"] else ""))
-    box = server.get("docker")
-    if box:
-        lines.append(f"docker: container {box['name']} ({box['id'][:12]}) {box['status']}, image {box['image']} "
-                     f"({box['image_id'][:19]}), restarts {box['restart_count']}"
-                     + (f", health {box['health']}" if box["health"] else "")
-                     + (f", network {box['network_mode']}" if box["network_mode"] else ""))
-    if server["args"] is None:
-        return lines + list(server["notes"])
-    parallel = f"tp {server['tp_size']}" + "".join(
-        f", {k} {server[k + '_size']}" for k in ("dp", "ep", "pp") if (server.get(k + "_size") or 1) > 1)
-    spec = server["speculative"]
-    if spec:
-        parallel += (f"; speculative {spec['algorithm']} (steps {spec['num_steps']}, topk {spec['eagle_topk']}, "
-                     f"draft tokens {spec['num_draft_tokens']})")
-    fusion = ", ".join(f"{k}={v}" for k, v in (server["fusion_flags"] or {}).items()) or "none"
-    lines.append(f"{parallel}; fusion flags: {fusion}")
-    if model:
-        if model["known"]:
-            lines.append(f"model {model['path']}: {model['architecture']}, hidden {model['hidden_size']}, "
-                         f"{model['num_hidden_layers']} layers")
-        else:
-            lines.append(f"model {model['path']}: {model['reason']}")
-    from gpuops.facts.server_report import report_lines
-
-    lines.extend(report_lines(server.get("reported"), server.get("metrics_enabled")))
-    speculative = server.get("speculative_in_effect") or {}
-    if speculative.get("in_effect") or speculative.get("disagreements") or server.get("speculative"):
-        lines.append(f"speculative decoding {speculative['reason']}")
-    if server["env"] is None:
-        lines.append(f"environment unknown: {server['env_reason']}")
-    else:
-        env = " ".join(f"{k}={v}" for k, v in sorted(server["env"].items()))
-        lines.append(f"env: {env or '(no NCCL_/SGLANG_/CUDA_ variables)'}")
-    lines.extend(server["notes"])
-    return lines

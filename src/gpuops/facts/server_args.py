@@ -9,7 +9,7 @@ the one policy), before anything could print or journal them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 # The one SGLang argv parser (stdlib only, shared with the host code and the lab's stand-in).
 from gpuops.remote.sglang_argv import first_of, launch_args, parse_flags
@@ -18,18 +18,32 @@ from gpuops.secret_policy import mask_mapping
 DEFAULT_PORT = 30000
 
 
-def redact(flags: dict[str, Any]) -> dict[str, Any]:
+# A flag's value as parse_flags gives it: text, True for a bare flag, a list of words for nargs.
+Flags = dict[str, object]
+
+
+class SpeculativeFlags(TypedDict):
+    """The speculative launch flags, as given (``--speculative-algorithm`` and its numbers)."""
+
+    algorithm: object
+    draft_model_path: object
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+
+
+def redact(flags: Flags) -> Flags:
     return mask_mapping(flags)
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     try:
         return int(str(value))
     except (TypeError, ValueError):
         return None
 
 
-def _bool(value: Any) -> bool:
+def _bool(value: object) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no", "off", "")
     return bool(value)
@@ -39,7 +53,7 @@ def _bool(value: Any) -> bool:
 class ServerSettings:
     """The typed view of a server's flags; ``args`` keeps every flag as given."""
 
-    args: dict[str, Any]
+    args: Flags
     positional: tuple[str, ...] = ()
     model_path: str | None = None
     port: int = DEFAULT_PORT
@@ -48,8 +62,8 @@ class ServerSettings:
     dp_size: int = 1
     ep_size: int = 1
     pp_size: int = 1
-    speculative: dict[str, Any] | None = None  # algorithm, draft_model_path, num_steps, eagle_topk, num_draft_tokens
-    fusion_flags: dict[str, Any] = field(default_factory=dict)  # every flag naming a fusion
+    speculative: SpeculativeFlags | None = None
+    fusion_flags: Flags = field(default_factory=dict)  # every flag naming a fusion
     enable_flashinfer_allreduce_fusion: bool = False
     disable_custom_all_reduce: bool = False
     attention_backend: str | None = None
@@ -63,7 +77,7 @@ def settings_from_argv(argv: list[str]) -> ServerSettings:
     flags = redact(flags)
 
     spec_algorithm = flags.get("speculative_algorithm")
-    speculative = None
+    speculative: SpeculativeFlags | None = None
     if spec_algorithm not in (None, True) and str(spec_algorithm).upper() != "NONE":
         speculative = {
             "algorithm": spec_algorithm,
@@ -80,7 +94,7 @@ def settings_from_argv(argv: list[str]) -> ServerSettings:
         positional=tuple(positional),
         model_path=model if isinstance(model, str) else None,
         port=_int(flags.get("port")) or DEFAULT_PORT,
-        host=flags.get("host") if isinstance(flags.get("host"), str) else None,
+        host=host if isinstance(host := flags.get("host"), str) else None,
         tp_size=_int(first_of(flags, "tp_size")) or 1,
         dp_size=_int(first_of(flags, "dp_size")) or 1,
         ep_size=_int(first_of(flags, "ep_size")) or 1,
@@ -89,7 +103,7 @@ def settings_from_argv(argv: list[str]) -> ServerSettings:
         fusion_flags={k: v for k, v in flags.items() if "fusion" in k or "fuse" in k},
         enable_flashinfer_allreduce_fusion=_bool(flags.get("enable_flashinfer_allreduce_fusion", False)),
         disable_custom_all_reduce=_bool(flags.get("disable_custom_all_reduce", False)),
-        attention_backend=flags.get("attention_backend") if isinstance(flags.get("attention_backend"), str) else None,
-        quantization=flags.get("quantization") if isinstance(flags.get("quantization"), str) else None,
+        attention_backend=backend if isinstance(backend := flags.get("attention_backend"), str) else None,
+        quantization=quantization if isinstance(quantization := flags.get("quantization"), str) else None,
         trust_remote_code=_bool(flags.get("trust_remote_code", False)),
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 from gpuops.secret_policy import mask_reported
 
 # The settings the report's line names (and in_effect reads): what decides the verify step's speed.
@@ -23,14 +23,27 @@ HEADLINE = ("attention_backend", "enable_flashinfer_allreduce_fusion", "flashinf
             "speculative_num_draft_tokens", "enable_metrics")
 
 
+class ReportJSON(TypedDict):
+    """The ``server.reported`` key of the inspect document (``report_json``); ``settings`` and
+    ``in_flight`` as the server sent them (masked): read each value as what it is checked to be."""
+
+    route: str | None
+    version: str | None
+    settings: dict[str, object]
+    launch_command: str | None
+    metrics_route: bool | None
+    in_flight: dict[str, object] | None
+    error: str | None
+
+
 @dataclass(frozen=True)
 class ServerReport:
     route: str | None                       # the route that answered: /server_info or /get_server_info
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
     version: str | None = None
     launch_command: str | None = None       # masked
     metrics_route: bool | None = None       # /metrics answered (None: not asked, or it failed)
-    in_flight: dict[str, Any] | None = None  # {"running", "waiting", "total", "source"}
+    in_flight: dict[str, object] | None = None  # {"running", "waiting", "total", "source"}
     error: str | None = None
 
     @property
@@ -48,24 +61,26 @@ def parse_report(raw: bytes | None) -> ServerReport | None:
     if not raw or not raw.strip():
         return None
     try:
-        value = json.loads(raw.decode("utf-8", errors="replace").strip().splitlines()[-1])
+        value: object = json.loads(raw.decode("utf-8", errors="replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         return ServerReport(route=None, error="the server report is not JSON")
     if not isinstance(value, dict):
         return ServerReport(route=None, error="the server report is not a JSON object")
-    value = mask_reported(value)
-    settings = value.get("settings") if isinstance(value.get("settings"), dict) else {}
-    in_flight = value.get("in_flight") if isinstance(value.get("in_flight"), dict) else None
+    report: dict[str, object] = mask_reported(value)  # a JSON object masked is a JSON object
+    settings = report.get("settings")
+    in_flight = report.get("in_flight")
+    metrics_route = report.get("metrics_route")
     return ServerReport(
-        route=str(value["route"]) if value.get("route") else None, settings=dict(settings),
-        version=str(value["version"]) if value.get("version") is not None else None,
-        launch_command=str(value["launch_command"]) if value.get("launch_command") is not None else None,
-        metrics_route=value.get("metrics_route") if isinstance(value.get("metrics_route"), bool) else None,
-        in_flight=in_flight, error=str(value["error"]) if value.get("error") else None,
+        route=str(report["route"]) if report.get("route") else None,
+        settings=dict(settings) if isinstance(settings, dict) else {},
+        version=str(report["version"]) if report.get("version") is not None else None,
+        launch_command=str(report["launch_command"]) if report.get("launch_command") is not None else None,
+        metrics_route=metrics_route if isinstance(metrics_route, bool) else None,
+        in_flight=in_flight if isinstance(in_flight, dict) else None, error=str(report["error"]) if report.get("error") else None,
     )
 
 
-def report_json(report: ServerReport | None) -> dict[str, Any] | None:
+def report_json(report: ServerReport | None) -> ReportJSON | None:
     """The ``server.reported`` key of the inspect document (docs/inspect-json.md)."""
     if report is None:
         return None
@@ -74,7 +89,7 @@ def report_json(report: ServerReport | None) -> dict[str, Any] | None:
             "in_flight": report.in_flight, "error": report.error}
 
 
-def report_lines(reported: dict[str, Any] | None, metrics_enabled: bool | None) -> list[str]:
+def report_lines(reported: ReportJSON | None, metrics_enabled: bool | None) -> list[str]:
     """The report's lines about what the server says of itself."""
     lines = []
     if reported is not None:

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 from gpuops.gates.probe import kernel_reads
@@ -51,7 +51,7 @@ class PythonPackages:
     search_path: tuple[str, ...] = ()  # the python's sys.path (apply/kept_facts.py fingerprints it)
     # What the kernel libraries' own files say (gates/kernels.py judges it): the probe's `kernels`
     # JSON as the host sent it (untrusted data: every reader checks types); None when not read.
-    kernels: Mapping[str, Any] | None = None
+    kernels: Mapping[str, object] | None = None
 
 
 def kv_lines(text: str) -> dict[str, str]:
@@ -101,16 +101,22 @@ def parse_host_system(out: ProbeOutput) -> HostSystem:
     )
 
 
-def _package(raw: Any) -> PackageInfo | None:
+def _text(value: object) -> str | None:
+    """A text field of the host's JSON: anything else (null, a number) is not known."""
+    return value if isinstance(value, str) else None
+
+
+def _package(raw: object) -> PackageInfo | None:
     if not isinstance(raw, dict):
         return None
+    requires = raw.get("requires")
     return PackageInfo(
-        version=raw.get("version"),
-        path=raw.get("path") or raw.get("location"),
-        source=raw.get("source"),
-        cuda=raw.get("cuda"),
-        version_full=raw.get("version_full"),
-        requires=tuple(str(r) for r in raw["requires"]) if isinstance(raw.get("requires"), list) else None,
+        version=_text(raw.get("version")),
+        path=_text(raw.get("path") or raw.get("location")),
+        source=_text(raw.get("source")),
+        cuda=_text(raw.get("cuda")),
+        version_full=_text(raw.get("version_full")),
+        requires=tuple(str(r) for r in requires) if isinstance(requires, list) else None,
     )
 
 
@@ -122,19 +128,25 @@ def parse_python_packages(out: ProbeOutput) -> PythonPackages:
         last = (out.stderr.strip().splitlines() or [f"exit status {out.exit_status}"])[-1]
         return PythonPackages(known=False, reason=f"the package probe failed (exit status {out.exit_status}): {last[:200]}")
     try:
-        data = json.loads(out.stdout.strip().splitlines()[-1])
+        data: object = json.loads(out.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return PythonPackages(known=False, reason="the package probe printed no JSON")
+    if not isinstance(data, dict):
+        return PythonPackages(known=False, reason="the package probe printed no JSON object")
     python = data.get("python") or {}
-    packages = {name: _package(raw) for name, raw in (data.get("packages") or {}).items()}
+    python = python if isinstance(python, dict) else {}
+    listed = data.get("packages") or {}
+    packages = {str(name): _package(raw) for name, raw in (listed.items() if isinstance(listed, dict) else ())}
+    kernels = data.get("kernels")
+    path = python.get("path") or ()
     return PythonPackages(
         known=True,
-        python_executable=python.get("executable"),
-        python_version=python.get("version"),
+        python_executable=_text(python.get("executable")),
+        python_version=_text(python.get("version")),
         packages=packages,
         nccl=_package(data.get("nccl")),
-        search_path=tuple(p for p in python.get("path") or () if isinstance(p, str) and p),
-        kernels=data["kernels"] if isinstance(data.get("kernels"), dict) else None,
+        search_path=tuple(p for p in (path if isinstance(path, (list, tuple)) else ()) if isinstance(p, str) and p),
+        kernels=kernels if isinstance(kernels, dict) else None,
     )
 
 
@@ -157,12 +169,12 @@ def python_packages_probe() -> Probe[PythonPackages]:
     return Probe("software.python", script, parse_python_packages)
 
 
-def probes() -> list[Probe[Any]]:
+def probes() -> list[Probe[object]]:
     """The software fact's probes: the host itself (sh only) and the chosen python's packages."""
     return [host_system_probe(), python_packages_probe()]
 
 
-def from_values(values: Mapping[str, Any]) -> tuple[HostSystem, PythonPackages]:
+def from_values(values: Mapping[str, object]) -> tuple[HostSystem, PythonPackages]:
     """The software fact from the parsed probe values (a probe that failed: unknown, with its reason)."""
     system = value_or_unknown(values, "host.system", HostSystem, lambda r: HostSystem(None, None, None, None, None, None, r))
     packages = value_or_unknown(values, "software.python", PythonPackages, lambda r: PythonPackages(known=False, reason=r))
@@ -176,10 +188,54 @@ _PACKAGE_KEYS = (("sglang", "sglang"), ("flashinfer", "flashinfer-python"),
                  ("sglang_kernel", "sglang-kernel"), ("torch", "torch"))
 
 
-def _package_json(info: PackageInfo | None, with_cuda: bool = False) -> dict[str, Any] | None:
+class PackageJSON(TypedDict, total=False):
+    """One package of the ``software`` key: version, path and source always; torch adds its CUDA and
+    full version, sglang its own pins of the stack packages."""
+
+    version: str | None
+    path: str | None
+    source: str | None
+    cuda: str | None
+    version_full: str | None
+    requires: list[str]
+
+
+class PythonJSON(TypedDict):
+    executable: str | None
+    version: str | None
+    chosen_because: str | None
+
+
+class HostPython3JSON(TypedDict):
+    path: str | None
+    version: str | None
+
+
+class SoftwareJSON(TypedDict):
+    """The ``software`` key of the inspect document (``software_json``)."""
+
+    known: bool
+    reason: str | None
+    os: str | None
+    kernel: str | None
+    machine: str | None
+    python: PythonJSON
+    host_python3: HostPython3JSON
+    sglang: PackageJSON | None
+    flashinfer: PackageJSON | None
+    flashinfer_cubin: PackageJSON | None
+    flashinfer_jit_cache: PackageJSON | None
+    sgl_kernel: PackageJSON | None
+    sglang_kernel: PackageJSON | None
+    torch: PackageJSON | None
+    nccl: PackageJSON | None
+    kernels: dict[str, object] | None  # as the host sent it: every reader checks types
+
+
+def _package_json(info: PackageInfo | None, with_cuda: bool = False) -> PackageJSON | None:
     if info is None:
         return None
-    out: dict[str, Any] = {"version": info.version, "path": info.path, "source": info.source}
+    out: PackageJSON = {"version": info.version, "path": info.path, "source": info.source}
     if with_cuda:
         out["cuda"] = info.cuda
         out["version_full"] = info.version_full
@@ -188,9 +244,10 @@ def _package_json(info: PackageInfo | None, with_cuda: bool = False) -> dict[str
     return out
 
 
-def software_json(system: HostSystem, pk: PythonPackages) -> dict[str, Any]:
+def software_json(system: HostSystem, pk: PythonPackages) -> SoftwareJSON:
     """The ``software`` key of the inspect document (docs/inspect-json.md): only ever added to."""
-    software: dict[str, Any] = {
+    packages = {key: _package_json(pk.packages.get(dist), with_cuda=key == "torch") for key, dist in _PACKAGE_KEYS}
+    return {
         "known": pk.known,
         "reason": pk.reason,
         "os": system.os,
@@ -202,15 +259,19 @@ def software_json(system: HostSystem, pk: PythonPackages) -> dict[str, Any]:
             "chosen_because": system.chosen_python_reason,
         },
         "host_python3": {"path": system.python3, "version": system.python3_version},
+        "sglang": packages["sglang"],
+        "flashinfer": packages["flashinfer"],
+        "flashinfer_cubin": packages["flashinfer_cubin"],
+        "flashinfer_jit_cache": packages["flashinfer_jit_cache"],
+        "sgl_kernel": packages["sgl_kernel"],
+        "sglang_kernel": packages["sglang_kernel"],
+        "torch": packages["torch"],
+        "nccl": _package_json(pk.nccl),
+        "kernels": dict(pk.kernels) if pk.kernels is not None else None,
     }
-    for key, dist in _PACKAGE_KEYS:
-        software[key] = _package_json(pk.packages.get(dist), with_cuda=key == "torch")
-    software["nccl"] = _package_json(pk.nccl)
-    software["kernels"] = dict(pk.kernels) if pk.kernels is not None else None
-    return software
 
 
-def _pkg(name: str, info: dict[str, Any] | None) -> str:
+def _pkg(name: str, info: PackageJSON | None) -> str:
     if not info:
         return f"{name} -"
     text = f"{name} {info.get('version_full') or info.get('version') or '?'}"
@@ -219,7 +280,7 @@ def _pkg(name: str, info: dict[str, Any] | None) -> str:
     return text
 
 
-def software_lines(sw: dict[str, Any]) -> list[str]:
+def software_lines(sw: SoftwareJSON) -> list[str]:
     """The report's software lines, from the inspect document (``software_json``)."""
     py = sw["python"]
     host_py = sw["host_python3"]

@@ -12,7 +12,9 @@ Checks, from the software facts alone:
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
+
+from gpuops.facts.software import PackageInfo, PythonPackages
 
 _KERNEL_NAMES = ("sgl-kernel", "sglang-kernel")
 
@@ -59,12 +61,12 @@ def satisfies(installed: str, op: str, wanted: str) -> bool | None:
     return table.get(op)
 
 
-def _version(packages: Mapping[str, Any], name: str) -> str | None:
+def _version(packages: Mapping[str, PackageInfo | None], name: str) -> str | None:
     info = packages.get(name)
-    return getattr(info, "version", None) if info is not None else None
+    return info.version if info is not None else None
 
 
-def requirement_problems(sglang_version: str | None, requires: Iterable[str], packages: Mapping[str, Any]) -> list[str]:
+def requirement_problems(sglang_version: str | None, requires: Iterable[str], packages: Mapping[str, PackageInfo | None]) -> list[str]:
     problems = []
     release = f"sglang {sglang_version or '(version unknown)'}"
     for line in requires:
@@ -101,9 +103,9 @@ def cuda_problem(torch_cuda: str | None, driver_cuda: str | None) -> str | None:
     return None
 
 
-def stack_problems(packages: Any, driver_cuda: str | None, flashinfer_wanted: Iterable[str] = ()) -> list[str]:
+def stack_problems(packages: PythonPackages | None, driver_cuda: str | None, flashinfer_wanted: Iterable[str] = ()) -> list[str]:
     """Every inconsistency of the host's stack, one line each (empty when consistent or unknown)."""
-    if packages is None or not getattr(packages, "known", False):
+    if packages is None or not packages.known:
         return []
     found = dict(packages.packages)
     problems: list[str] = []
@@ -111,7 +113,7 @@ def stack_problems(packages: Any, driver_cuda: str | None, flashinfer_wanted: It
     if sglang is not None and sglang.requires:
         problems += requirement_problems(sglang.version, sglang.requires, found)
     torch = found.get("torch")
-    problem = cuda_problem(getattr(torch, "cuda", None), driver_cuda)
+    problem = cuda_problem(torch.cuda if torch is not None else None, driver_cuda)
     if problem:
         problems.append(problem)
     wanted = list(flashinfer_wanted)
@@ -120,7 +122,7 @@ def stack_problems(packages: Any, driver_cuda: str | None, flashinfer_wanted: It
     return problems
 
 
-def flashinfer_wanted(features: Mapping[str, Mapping[str, Any]], server_args: Mapping[str, Any] | None) -> list[str]:
+def flashinfer_wanted(features: Mapping[str, Mapping[str, object]], server_args: Mapping[str, object] | None) -> list[str]:
     """Why FlashInfer is needed here: open FlashInfer features, and server flags naming it."""
     reasons = [f"{name} is {f.get('status')}" for name, f in features.items()
                if "flashinfer" in name and (f.get("status") == "open" or f.get("in_effect") is True)]

@@ -15,7 +15,7 @@ failed) the launch flags are the answer, and the reason says that SGLang may sti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 # Our name -> the server setting (and its launch flag: ``--`` + the setting with dashes).
 SETTINGS = (("algorithm", "speculative_algorithm"), ("num_steps", "speculative_num_steps"),
@@ -24,15 +24,25 @@ SETTINGS = (("algorithm", "speculative_algorithm"), ("num_steps", "speculative_n
 _OFF = (None, False, "", "none", "None", "NONE")
 
 
+class SpeculativeJSON(TypedDict):
+    """``server.speculative_in_effect`` of the inspect document (``SpeculativeInEffect.to_json``)."""
+
+    in_effect: bool | None
+    settings: dict[str, object]
+    source: str | None
+    reason: str
+    disagreements: list[str]
+
+
 @dataclass(frozen=True)
 class SpeculativeInEffect:
     in_effect: bool | None                   # None: cannot tell (no server runs)
-    settings: dict[str, Any] = field(default_factory=dict)  # what runs: algorithm, num_steps, ...
+    settings: dict[str, object] = field(default_factory=dict)  # what runs: algorithm, num_steps, ...
     source: str | None = None                # the route that said it ("/server_info"), or "launch flags"
     reason: str = ""
     disagreements: tuple[str, ...] = ()      # launch flags the server's resolved settings overrule
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SpeculativeJSON:
         return {"in_effect": self.in_effect, "settings": dict(self.settings), "source": self.source,
                 "reason": self.reason, "disagreements": list(self.disagreements)}
 
@@ -41,11 +51,11 @@ def _flag(setting: str) -> str:
     return "--" + setting.replace("_", "-")
 
 
-def _same(launched: Any, resolved: Any) -> bool:
+def _same(launched: object, resolved: object) -> bool:
     return str(launched).strip().lower() == str(resolved).strip().lower()
 
 
-def _said(settings: Mapping[str, Any]) -> str:
+def _said(settings: Mapping[str, object]) -> str:
     algorithm = settings.get("algorithm")
     rest = [f"{label} {settings[key]}" for key, label in (("num_steps", "steps"), ("eagle_topk", "topk"),
                                                           ("num_draft_tokens", "draft tokens"))
@@ -53,7 +63,7 @@ def _said(settings: Mapping[str, Any]) -> str:
     return f"{algorithm}" + (f" ({', '.join(rest)})" if rest else "")
 
 
-def judge(launched: Mapping[str, Any] | None, reported: Mapping[str, Any] | None,
+def judge(launched: Mapping[str, object] | None, reported: Mapping[str, object] | None,
           running: bool) -> SpeculativeInEffect:
     """``launched``: the speculative launch flags (``server_args.ServerSettings.speculative``, None
     when ``--speculative-algorithm`` was not given); ``reported``: inspect's ``server.reported``

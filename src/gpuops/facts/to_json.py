@@ -8,16 +8,31 @@ names every key). Each fact module writes its own part (``gpu_json``, ``intercon
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpuops.facts.gpu import gpu_json
+from gpuops.facts.gpu import GpuPartJSON, gpu_json
 from gpuops.facts.host import HostFacts
-from gpuops.facts.served_model import model_json
-from gpuops.facts.server import server_json
-from gpuops.facts.software import software_json
-from gpuops.facts.topology import interconnect_json
+from gpuops.facts.served_model import ModelJSON, model_json
+from gpuops.facts.server_json import ServerJSON, server_json
+from gpuops.facts.software import SoftwareJSON, software_json
+from gpuops.facts.topology import InterconnectJSON, interconnect_json
 
 SCHEMA_VERSION = 1
+
+
+class ServerPartJSON(ServerJSON):
+    """The ``server`` key: ``server_json`` and the server's python version."""
+
+    python_version: str | None
+
+
+class FactsJSON(GpuPartJSON):
+    """One host's ``facts`` of the inspect document: the GPU keys at the top, then one key a fact."""
+
+    schema: int
+    interconnect: InterconnectJSON
+    software: SoftwareJSON
+    server: ServerPartJSON
+    model: ModelJSON | None
+    warnings: list[str]
 
 
 def _server_python_version(facts: HostFacts) -> str | None:
@@ -28,7 +43,7 @@ def _server_python_version(facts: HostFacts) -> str | None:
     return None
 
 
-def facts_json(facts: HostFacts) -> dict[str, Any]:
+def facts_json(facts: HostFacts) -> FactsJSON:
     return {
         "schema": SCHEMA_VERSION,
         **gpu_json(facts.gpu, facts.banner),

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TypedDict
 
 from gpuops.facts.smi_command import failure_reason, smi_probe, strip_ansi
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
@@ -240,18 +240,42 @@ def summarize(topo: TopologyMatrix, p2p: P2PMatrix) -> Interconnect:
     )
 
 
-def probes() -> list[Probe[Any]]:
+class NumaJSON(TypedDict):
+    """One GPU's entry of ``interconnect.numa``: a ``GpuAffinity``."""
+
+    cpu_affinity: str | None
+    numa_node: str | None
+
+
+class InterconnectJSON(TypedDict):
+    """The ``interconnect`` key of the inspect document (``interconnect_json``)."""
+
+    known: bool
+    reason: str | None
+    nvlink: bool | None
+    link_counts: dict[str, int]
+    matrix: dict[str, dict[str, str]]
+    numa: dict[str, NumaJSON]
+    p2p_known: bool
+    p2p_reason: str | None
+    p2p_all_pairs: bool | None
+    p2p_matrix: dict[str, dict[str, str]]
+    p2p_failed_pairs: list[list[str]]
+    warnings: list[str]
+
+
+def probes() -> list[Probe[object]]:
     return [smi_probe(TOPO_PROBE, SMI_ARGS[TOPO_PROBE], parse_topo), smi_probe(P2P_PROBE, SMI_ARGS[P2P_PROBE], parse_p2p)]
 
 
-def from_values(values: Mapping[str, Any]) -> Interconnect:
+def from_values(values: Mapping[str, object]) -> Interconnect:
     """The interconnect fact from the parsed probe values (a failed probe: unknown, with its reason)."""
     topo = value_or_unknown(values, TOPO_PROBE, TopologyMatrix, lambda r: TopologyMatrix(known=False, reason=r))
     p2p = value_or_unknown(values, P2P_PROBE, P2PMatrix, lambda r: P2PMatrix(known=False, reason=r))
     return summarize(topo, p2p)
 
 
-def interconnect_json(ic: Interconnect) -> dict[str, Any]:
+def interconnect_json(ic: Interconnect) -> InterconnectJSON:
     """The ``interconnect`` key of the inspect document (docs/inspect-json.md): only ever added to."""
     return {
         "known": ic.known,
@@ -259,7 +283,7 @@ def interconnect_json(ic: Interconnect) -> dict[str, Any]:
         "nvlink": ic.nvlink,
         "link_counts": dict(ic.link_counts),
         "matrix": ic.matrix,
-        "numa": {g: asdict(a) for g, a in ic.numa.items()},
+        "numa": {g: {"cpu_affinity": a.cpu_affinity, "numa_node": a.numa_node} for g, a in ic.numa.items()},
         "p2p_known": ic.p2p_known,
         "p2p_reason": ic.p2p_reason,
         "p2p_all_pairs": ic.p2p_all_pairs,
@@ -281,7 +305,7 @@ def _gpu_ranges(labels: list[str]) -> str:
     return "GPU" + ",".join(spans) if spans else "-"
 
 
-def interconnect_line(ic: Mapping[str, Any]) -> str:
+def interconnect_line(ic: InterconnectJSON) -> str:
     """The report's interconnect line, from ``interconnect_json``'s document."""
     if not ic["known"]:
         return f"unknown ({ic['reason']})"
@@ -296,7 +320,7 @@ def interconnect_line(ic: Mapping[str, Any]) -> str:
     return f"{nvlink}; {links or 'single GPU'}; {p2p}"
 
 
-def numa_line(ic: Mapping[str, Any]) -> str | None:
+def numa_line(ic: InterconnectJSON) -> str | None:
     """GPUs by NUMA node ("GPU0-3 on node 0; GPU4-7 on node 1"), or None when unknown."""
     nodes: dict[str, list[str]] = {}
     for gpu, affinity in ic["numa"].items():

@@ -19,9 +19,9 @@ no-op; a changed one moves to the end (the latest run wins where two set the sam
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-from gpuops.desired_state import composed, read_desired, render_desired
+from gpuops.desired_state import ComposedLaunch, Contribution, composed, read_desired, render_desired
 from gpuops.errors import GpuopsError
 from gpuops.plan.files import absolute_dest, gathered_file, normalize_mode, record_file
 from gpuops.plan.changes import Change
@@ -33,22 +33,38 @@ if TYPE_CHECKING:
     from gpuops.plan.task import Task
     from gpuops.plan.templating import VarScope
 
-def _part(contribution: Mapping[str, Any]) -> dict[str, Any]:
-    part = {"args": list(contribution.get("args") or []), "env": dict(contribution.get("env") or {})}
+class ComposeResult(ComposedLaunch, total=False):
+    """The ``compose`` module's result (registered for the launch templates): the composed launch,
+    ``drop`` always, and whether desired.json changed."""
+
+    changed: bool
+
+
+def _listed(value: object) -> list[object]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _mapped(value: object) -> dict[str, object]:
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _part(contribution: Mapping[str, object]) -> Contribution:
+    """What of a contribution is compared: its launch parts, not its run id."""
+    part: Contribution = {"args": _listed(contribution.get("args")), "env": _mapped(contribution.get("env"))}
     if contribution.get("drop"):
-        part["drop"] = [str(f) for f in contribution["drop"]]
+        part["drop"] = [str(f) for f in _listed(contribution["drop"])]
     if contribution.get("image"):
         part.update(image=str(contribution["image"]), image_base=str(contribution.get("image_base") or ""))
     if contribution.get("python"):
         part.update(python=str(contribution["python"]),
-                    renames={str(k): [str(w) for w in v] for k, v in (contribution.get("renames") or {}).items()})
+                    renames={k: [str(w) for w in _listed(v)] for k, v in _mapped(contribution.get("renames")).items()})
     return part
 
 
-def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str, args: list[str],
+def with_contribution(contributions: Mapping[str, Mapping[str, object]], role: str, args: list[str],
                       env: Mapping[str, str], run_id: str | None, image: str = "",
                       image_base: str = "", python: str = "",
-                      renames: Mapping[str, Any] | None = None, drop: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+                      renames: Mapping[str, object] | None = None, drop: Iterable[str] = ()) -> dict[str, Contribution]:
     """``contributions`` with ``role``'s part replaced: kept as is when equal, dropped when empty."""
     out = {k: dict(v) for k, v in contributions.items()}
     mine = _part({"args": list(args), "env": dict(sorted(env.items())), "image": image, "image_base": image_base,
@@ -62,14 +78,14 @@ def with_contribution(contributions: Mapping[str, Mapping[str, Any]], role: str,
     return out
 
 
-def without_run(current: Mapping[str, Mapping[str, Any]], before: Mapping[str, Mapping[str, Any]],
-                role: str) -> dict[str, dict[str, Any]]:
+def without_run(current: Mapping[str, Mapping[str, object]], before: Mapping[str, Mapping[str, object]],
+                role: str) -> dict[str, Contribution]:
     """The contributions with one run's part taken out: ``role``'s part goes back to what it was
     before that run (``before``: desired.json as the run found it), every other part stays.
 
     Parts that predate the run and are unchanged keep their place; parts written after it follow,
     in their current order (so "later wins" still holds between the parts that remain)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Contribution] = {}
     for name, record in before.items():
         if name == role:
             out[name] = dict(record)
@@ -93,7 +109,7 @@ def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
     return True
 
 
-def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> ComposeResult:
     """The ``compose`` module: record this run's contribution, return the composed launch."""
 
     dest = absolute_dest(args["dest"], task.where)
@@ -111,7 +127,7 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     recorded = read_desired(current.content if current.exists else None, f"{state.host}: {dest}")
     if state.recompose is not None:  # a rollback by recomposition: everything but the undone run's part
         wanted = state.recompose(recorded, dest)
-        result = composed(wanted)
+        result: ComposeResult = {**composed(wanted)}
         result.setdefault("drop", [])  # the launch template reads it (sglang-service's defaults)
         result["changed"] = (record_file(state, task, "desired", dest, render_desired(wanted),
                                          normalize_mode(args.get("mode", "0600"), task.where))
@@ -131,7 +147,7 @@ def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope"
     if wanted != recorded and (current.exists or wanted):
         mode = normalize_mode(args.get("mode", "0600"), task.where)
         changed = record_file(state, task, "desired", dest, render_desired(wanted), mode)
-    result = composed(wanted)
+    result = {**composed(wanted)}
     result.setdefault("drop", [])
     result["changed"] = changed
     launch_image = str(args.get("launch_image") or "")

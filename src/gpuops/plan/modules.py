@@ -12,7 +12,7 @@ values, and roles/README.md's module table is generated from them (``SPECS``, ``
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.nccl import check_nccl_env, nccl_warnings
@@ -29,7 +29,7 @@ from gpuops.gates.patch import patch_recipe
 from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
 from gpuops.plan.changes import LogCheck
 from gpuops.desired_state import read_desired
-from gpuops.plan.compose import plan_compose
+from gpuops.plan.compose import ComposeResult, plan_compose
 from gpuops.plan.gate_patch import patch_changes
 from gpuops.plan.image_patch import plan_image_patch
 
@@ -378,7 +378,8 @@ def plan_entrypoint(task: "Task", args: dict, state: "PlanState", scope: "VarSco
             "why": entry.why}
 
 
-Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
+# A module's planner: the task, its rendered and checked arguments -> its result (what `register` keeps).
+Planner = Callable[["Task", dict, "PlanState", "VarScope"], Mapping[str, object]]
 
 
 # Its code lives in plan/compose.py (the composition of every run's part); declared here, with its
@@ -402,7 +403,7 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], dict]
     "part still recorded: `{args, env, runs, image, image_base, python, renames, drop}` (the docker run script names `image` while "
     "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
     "run warns that the server runs it without that patch)")))
-def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> ComposeResult:
     return plan_compose(task, args, state, scope)
 
 

@@ -12,12 +12,19 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.release.flags import merge_flags
 from gpuops.release.flags import rename_flags
 from gpuops.release.flags import drop_flags
+
+if TYPE_CHECKING:  # jinja2 is imported when a Templar is made (a recalled no-op plan never makes one)
+    from jinja2 import Template
+    from jinja2.environment import TemplateExpression
+
+# Variables by name, from any layer: YAML, JSON or a rendered template's values, narrowed where read.
+Variables = Mapping[str, object]
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 
@@ -30,7 +37,7 @@ class TemplateError(GpuopsError):
 class Layer:
     """One source of variables; ``templated`` layers come from role files and are rendered on use."""
 
-    values: Mapping[str, Any]
+    values: Variables
     templated: bool
     origin: str
 
@@ -41,7 +48,7 @@ class VarScope:
     def __init__(self, templar: "Templar", layers: Iterable[Layer]):
         self.templar = templar
         self.layers = tuple(layers)
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, object] = {}
         self._resolving: list[str] = []
 
     def child(self, *layers: Layer) -> "VarScope":
@@ -59,7 +66,7 @@ class VarScope:
     def names(self) -> set[str]:
         return {name for layer in self.layers for name in layer.values}
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> object:
         if name in self._cache:
             return self._cache[name]
         layer = self._winning(name)
@@ -82,9 +89,9 @@ class VarScope:
         self._cache[name] = value
         return value
 
-    def resolved(self) -> dict[str, Any]:
+    def resolved(self) -> dict[str, object]:
         """Every variable, rendered (for hashing and the journal). Unrenderable ones are skipped."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for name in sorted(self.names()):
             try:
                 out[name] = self.get(name)
@@ -101,7 +108,7 @@ class _Overlay(VarScope):
         self._self_name = name
         self._below = below
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> object:
         if name == self._self_name:
             return self._below.get(name)
         return VarScope.get(self, name)
@@ -112,8 +119,8 @@ class _Overlay(VarScope):
         return VarScope.__contains__(self, name)
 
 
-def _combine(*dicts: Mapping[str, Any]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
+def _combine(*dicts: Mapping[str, object]) -> dict[str, object]:
+    merged: dict[str, object] = {}
     for item in dicts:
         if item is None:
             continue
@@ -123,7 +130,7 @@ def _combine(*dicts: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _unique_flags(args: Iterable[Any]) -> list[str]:
+def _unique_flags(args: Iterable[object]) -> list[str]:
     """Launch flags without repeating a bare flag that is already there (idempotent merges)."""
     out: list[str] = []
     for arg in args:
@@ -134,19 +141,19 @@ def _unique_flags(args: Iterable[Any]) -> list[str]:
     return out
 
 
-def _merge_flags(*groups: Iterable[Any]) -> list[str]:
+def _merge_flags(*groups: Iterable[object]) -> list[str]:
     return merge_flags(*groups)
 
 
-def _drop_flags(args: Iterable[Any], names: Iterable[Any]) -> list[str]:
+def _drop_flags(args: Iterable[object], names: Iterable[object]) -> list[str]:
     return drop_flags([str(a) for a in args], names)
 
 
-def _rename_flags(args: Iterable[Any], renames: Mapping[str, Any]) -> list[str]:
+def _rename_flags(args: Iterable[object], renames: Mapping[str, Iterable[object]]) -> list[str]:
     return rename_flags([str(a) for a in args], {str(k): [str(w) for w in v] for k, v in (renames or {}).items()})
 
 
-def _systemd_quote(word: Any) -> str:
+def _systemd_quote(word: object) -> str:
     text = str(word).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{text}"'
 
@@ -158,8 +165,9 @@ class Templar:
         import jinja2
 
         self._jinja2 = jinja2
+        self._loader = jinja2.FileSystemLoader([str(d) for d in search_dirs])
         self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader([str(d) for d in search_dirs]),
+            loader=self._loader,
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
             autoescape=False,
@@ -178,10 +186,10 @@ class Templar:
         self.env.tests["mapping"] = lambda value: isinstance(value, Mapping)
         # One plan renders the same few expressions many times: parse and compile each once.
         self._names: dict[str, frozenset[str]] = {}
-        self._expressions: dict[str, Any] = {}
-        self._strings: dict[str, Any] = {}
+        self._expressions: dict[str, TemplateExpression] = {}
+        self._strings: dict[str, Template] = {}
 
-    def _context(self, source: str, scope: VarScope, where: str) -> dict[str, Any]:
+    def _context(self, source: str, scope: VarScope, where: str) -> dict[str, object]:
         from jinja2 import meta
 
         names = self._names.get(source)
@@ -201,7 +209,7 @@ class Templar:
             return TemplateError(f"{where}: {exc}")
         return TemplateError(f"{where}: {type(exc).__name__}: {exc}")
 
-    def render_string(self, text: str, scope: VarScope, where: str) -> Any:
+    def render_string(self, text: str, scope: VarScope, where: str) -> object:
         """A string from a role file: a lone ``{{ expr }}`` keeps its type (lists stay lists)."""
         if "{{" not in text and "{%" not in text:
             return text
@@ -219,7 +227,7 @@ class Templar:
         except Exception as exc:
             raise self._fail(exc, where) from None
 
-    def evaluate(self, expression: str, scope: VarScope, where: str) -> Any:
+    def evaluate(self, expression: str, scope: VarScope, where: str) -> object:
         """A bare Jinja expression (``when``, ``that``) to a Python value."""
         expression = expression.strip()
         context = self._context("{{ " + expression + " }}", scope, where)
@@ -242,7 +250,7 @@ class Templar:
                 raise self._fail(exc, where) from None
         return value
 
-    def render_value(self, value: Any, scope: VarScope, where: str) -> Any:
+    def render_value(self, value: object, scope: VarScope, where: str) -> object:
         if isinstance(value, str):
             return self.render_string(value, scope, where)
         if isinstance(value, Mapping):
@@ -253,7 +261,7 @@ class Templar:
 
     def render_file(self, name: str, scope: VarScope, where: str) -> str:
         try:
-            source, filename, _ = self.env.loader.get_source(self.env, name)  # type: ignore[union-attr]  # built with one
+            source, filename, _ = self._loader.get_source(self.env, name)
         except self._jinja2.TemplateNotFound:
             raise TemplateError(f"{where}: template {name} not found") from None
         context = self._context(source, scope, f"template {filename}")
