@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
-from gpuops.lab.dockerd import DockerDaemon, import_root
+from gpuops.lab.dockerd import IMAGE_EXCLUDES, DockerDaemon, import_root, keep_image
 from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab import sshd
-from gpuops.lab.site import build_site
+from gpuops.lab import site as lab_site
 from gpuops.lab.systemd_host import render_service_files
 
 STANDIN = Path(__file__).parent / "standin_server.py"
@@ -38,19 +38,34 @@ exec /usr/bin/python3 "$@"
 """
 
 
+def base_image_tag(debian_root: Path) -> str:
+    """The tag of the Debian root as an image: its cache key, the time its build finished (a root
+    rebuilt under the same key, from newer packages, is a new image on a kept daemon) and what the
+    import leaves out."""
+    built = (debian_root / ".gpuops-root-complete").stat().st_mtime_ns
+    digest = hashlib.sha256(repr((built, IMAGE_EXCLUDES)).encode()).hexdigest()
+    return f"gpuops-lab/debian:{debian_root.parent.name}-{digest[:8]}"
+
+
 def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | None = None,
                   stack: Mapping[str, str] | None = None) -> str:
-    """Tag of the lab's SGLang image (built once per daemon; tagged by what went into it).
+    """Tag of the lab's SGLang image (built once per daemon, and kept across runs by a kept one:
+    ``dockerd.kept_dockerd``; tagged by what went into it, its base image's id included).
     ``stack``: distributions the image holds beside the release ({dist: version}, e.g. the release's
     own pins from ``lab.site.release_stack``), as the lab's simulated version data (``lab/site.py``)."""
-    base = f"gpuops-lab/debian:{debian_root.parent.name}"
-    import_root(daemon, debian_root, base)
-    parts = [STANDIN.read_bytes(), _PYTHON_WRAPPER.encode(), str(sglang_site).encode()]
+    base = base_image_tag(debian_root)
+    base_id = import_root(daemon, debian_root, base)
+    keep_image(daemon, base)
+    # This module's source (the Dockerfile it writes) and lab/site.py's (the stack it simulates)
+    # are inputs too: a kept image outlives edits to either.
+    parts = [base_id.encode(), STANDIN.read_bytes(), _PYTHON_WRAPPER.encode(), str(sglang_site).encode(),
+             Path(__file__).read_bytes(), Path(lab_site.__file__).read_bytes()]
     if stack:
         parts.append(repr(sorted(stack.items())).encode())
     digest = hashlib.sha256(b"\0".join(parts + [s.read_bytes() for s in STANDIN_SIBLINGS])).hexdigest()
     tag = f"gpuops-lab/sglang-standin:{digest[:12]}"
     if daemon.run("image", "inspect", tag, timeout=30).returncode == 0:
+        keep_image(daemon, tag)
         return tag
     with tempfile.TemporaryDirectory(prefix="gpuops-image-") as context:
         ctx = Path(context)
@@ -66,13 +81,14 @@ def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | N
             shutil.copytree(sglang_site, ctx / "site", symlinks=False)
             lines.append(f"COPY site/ {SITE_IN_IMAGE}/")
         if stack:
-            build_site(ctx / "stack", None, dict(stack))
+            lab_site.build_site(ctx / "stack", None, dict(stack))
             lines.append(f"COPY stack/ {SITE_IN_IMAGE}/")
         (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
         done = subprocess.run(daemon.cli("build", "-q", "-t", tag, str(ctx)), capture_output=True, text=True,
                               timeout=600, stdin=subprocess.DEVNULL, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin"})
         if done.returncode != 0:
             raise GpuopsError(f"lab: docker build of {tag} failed: {done.stderr.strip()[-500:]}")
+    keep_image(daemon, tag)  # after the build: a build cut short leaves no mark, and no kept image
     return tag
 
 

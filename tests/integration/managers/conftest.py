@@ -14,11 +14,14 @@
     it itself: ``host.stop()`` is idempotent).
 
 ``docker_daemon`` (session)
-    A private dockerd (``gpuops.lab.dockerd``): no bridge, no iptables, socket under a temp dir;
-    shared by the modules, so the Debian root is imported and each lab image built once per session
-    (images are tagged by what went into them), and stopped with its containers at the session's end.
-    A module that starts a container removes it when it is done, so the next module finds the
-    daemon as it was, but for its images.
+    A private dockerd (``gpuops.lab.dockerd.kept_dockerd``): no bridge, no iptables, socket under a
+    temp dir; its data root kept in the user's cache across runs (one run at a time per slot; a
+    fresh one when the slots are held), so the Debian root is imported and each lab image built
+    once per machine (images are tagged by what went into them), not once per run. Nothing but
+    those images outlives a run: the daemon starts by removing containers, networks, volumes and
+    untagged-by-content images a killed run left. Shared by the modules and stopped with its
+    containers at the session's end. A module that starts a container removes it when it is done,
+    so the next module finds the daemon as it was, but for its images.
 """
 
 from __future__ import annotations
@@ -72,14 +75,11 @@ def systemd_host_factory(debian_root: Path, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="session")
 def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from gpuops.lab.dockerd import start_dockerd
+    from gpuops.lab.dockerd import kept_dockerd
 
     why = _why_no_containers(("dockerd",))
     if why:
         pytest.skip(why)
     # A short path: the daemon's unix sockets must fit in 108 bytes.
-    daemon = start_dockerd(tmp_path_factory.mktemp("dockerd"))
-    try:
+    with kept_dockerd(tmp_path_factory.mktemp("dockerd")) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
