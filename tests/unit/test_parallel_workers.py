@@ -19,7 +19,7 @@ RECORD = "import os, pathlib\n\ndef test_where():\n    pathlib.Path(__file__).wi
 
 
 def run_tree(root: Path, files: dict[str, str], *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    for name in ("conftest.py", "labtools.py", "work_order.py"):
+    for name in ("conftest.py", "labtools.py", "work_order.py"):  # the conftest and what it imports
         (root / "tests").mkdir(exist_ok=True)
         shutil.copy(TESTS / name, root / "tests" / name)
     (root / "pytest.ini").write_text("[pytest]\n")
@@ -28,7 +28,7 @@ def run_tree(root: Path, files: dict[str, str], *options: str, env: dict[str, st
         (root / relative).write_text(body)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "tests"],
                           capture_output=True, text=True, cwd=root, timeout=120,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, "GPUOPS_CACHE": str(root / "cache"), **(env or {})})
 
 
 def test_the_managers_files_share_one_worker_and_the_others_spread(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ command would: the exit status and the printed reasons are what CI sees.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,12 +16,13 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def run_pytest(tmp_path: Path, body: str, *options: str) -> subprocess.CompletedProcess:
-    for name in ("conftest.py", "labtools.py"):
+    for name in ("conftest.py", "labtools.py", "work_order.py"):  # the conftest and what it imports
         shutil.copy(TESTS / name, tmp_path / name)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_throwaway.py").write_text("import pytest\n\n" + body)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "GPUOPS_CACHE": str(tmp_path / "cache")})  # its timings stay here
 
 
 def test_unlisted_skips_and_xfails_fail_the_run_allowed_ones_are_printed(tmp_path: Path) -> None:
