@@ -1,7 +1,7 @@
 """The fault matrix: whatever dies, whenever, a lab host ends committed or exactly as it was.
 
-Real sshd lab hosts, the real gpuops client in a subprocess, the stand-in server (and the real
-SGLang 0.5.8 source for fusion-sm120). Faults come from outside gpuops' code path: the lab's fault
+Real sshd lab hosts, the real gpuops client in a subprocess, the stand-in server (fusion-sm120's
+cells, over the real SGLang 0.5.8 source, are in test_apply_faults_fusion, with these helpers). Faults come from outside gpuops' code path: the lab's fault
 file (``STATE/lab-fault.json``, honoured on lab hosts only; see ``gpuops/lab/host_faults.py``, installed as the hosts' ``gpuops_host_hooks``) pauses
 the host-side worker at a named phase, then the test kills, with SIGKILL, one of:
 
@@ -13,6 +13,10 @@ the host-side worker at a named phase, then the test kills, with SIGKILL, one of
 After each: the host's files (content and mode) are those from before the run, the server runs the
 previous configuration (healthy, its environment without the run's variable), within the lease
 (``gpuops_lease=LEASE``), and the next apply works without hand edits.
+
+Labs are shared where a test hands its lab back as it found it (``nccl_lab``: each of its tests
+asserts the files and the server it found); a test that leaves its lab changed (a wrapper edited,
+a server killed by hand) or needs two hosts starts its own.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import FUSION_FLASHINFER, server_info
+from labtools import server_info
 
 pytestmark = pytest.mark.integration
 
 LEASE = 4  # seconds: short, so that every cell ends quickly
+PAUSE_S = 300  # a pause that only a time limit (a lapsed lease, --timeout) ends within a test's time
 ROLLED_BACK_WITHIN = LEASE + 60  # + the previous server's restart on a loaded 2-core machine
 
 
@@ -159,8 +164,16 @@ def server_view(host) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def nccl_lab(lab_factory):
+def nccl_lab_started(lab_factory):
     return lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+
+
+@pytest.fixture
+def nccl_lab(nccl_lab_started):
+    """The module's lab host, borrowed: each test asserts it hands it back as it found it. A fault
+    file a failed test left unread is removed, so that it cannot pause the next test's run."""
+    yield nccl_lab_started
+    (nccl_lab_started.hosts[0].state_dir / "lab-fault.json").unlink(missing_ok=True)
 
 
 NCCL_CELLS = [
@@ -295,46 +308,6 @@ def test_a_previous_server_starting_within_its_deadline_is_waited_for_not_restar
     assert journal_events(host)[-1][1] == "rolled_back"
 
 
-# ---------------------------------------------------------------- fusion-sm120 (two-step: audit, verdict)
-
-
-@pytest.fixture(scope="module")
-def fusion_lab(lab_factory):
-    return lab_factory(gpu="rtx-pro-6000-x8", sglang="0.5.8", flashinfer=FUSION_FLASHINFER)
-
-
-FUSION_CELLS = [("client", "compile"), ("client", "verdict"), ("sshd", "server_start"), ("worker", "audit"),
-                ("worker", "health")]
-
-
-@pytest.mark.parametrize("what, phase", FUSION_CELLS, ids=[f"{w}@{p}" for w, p in FUSION_CELLS])
-def test_fusion_fault(fusion_lab, what: str, phase: str, run_gpuops, gpuops_home) -> None:
-    host = fusion_lab.hosts[0]
-    before, served = fingerprint(host.dir), server_view(host)
-    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
-    earlier = calls(host)
-    proc = client(fusion_lab, "fusion-sm120", *lab_args("fusion-sm120", 1)[:6], "-e", "fusion_allow_without_p2p=true", home=gpuops_home)
-    where = paused(host, phase, proc, earlier)
-    kill(what, where, proc)
-    proc.communicate(timeout=120)
-    wait_host_settled(host, where)
-    assert fingerprint(host.dir) == before  # the gates closed again, every patched byte back
-    assert server_view(host) == served  # the previous server: same flags, same environment
-    assert journal_events(host)[-1][1] == "rolled_back"
-
-
-def test_fusion_next_apply_works_after_the_faults(fusion_lab, run_gpuops, gpuops_home) -> None:
-    host = fusion_lab.hosts[0]
-    before = fingerprint(host.dir)
-    proc = run_gpuops("apply", "fusion-sm120", "-i", str(fusion_lab.inventory_path), "--json",
-                      *lab_args("fusion-sm120", 1)[:6], "-e", "fusion_allow_without_p2p=true", timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads(proc.stdout)["hosts"]["h01"]["status"] == "finished"
-    undo = run_gpuops("rollback", "-i", str(fusion_lab.inventory_path), timeout=300)
-    assert undo.returncode == 0, undo.stdout + undo.stderr
-    assert fingerprint(host.dir) == before
-
-
 # ---------------------------------------------------------------- rollback is a transaction too
 
 
@@ -342,11 +315,14 @@ ROLLBACK_CELLS = [("client", "confirm"), ("sshd", "before_write"), ("worker", "r
 
 
 @pytest.mark.parametrize("what, phase", ROLLBACK_CELLS, ids=[f"{w}@{p}" for w, p in ROLLBACK_CELLS])
-def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops, gpuops_home) -> None:
-    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+def test_rollback_fault(nccl_lab, what: str, phase: str, run_gpuops, gpuops_home) -> None:
+    """The module's lab, handed back as it was found: each cell ends with the run it applied undone
+    (asserted: ``pristine`` is the lab as this cell found it)."""
+    lab = nccl_lab
     host = lab.hosts[0]
     pristine, served = fingerprint(host.dir), server_view(host)
-    applied = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 5))
+    value = 60 + ROLLBACK_CELLS.index((what, phase))  # no other run of the module sets it: a real change (<= 64)
+    applied = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", value))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     after_apply = fingerprint(host.dir)
     (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": phase, "seconds": 60}))
@@ -366,7 +342,6 @@ def test_rollback_fault(lab_factory, what: str, phase: str, run_gpuops, gpuops_h
         assert again.returncode == 0, again.stdout + again.stderr
     assert fingerprint(host.dir) == pristine
     assert server_view(host) == served  # the previous server: same flags, same environment
-    lab.stop(remove=True)
 
 
 # ---------------------------------------------------------------- what the host checks and refuses
@@ -378,14 +353,14 @@ def test_a_stalled_host_fails_alone_within_timeout_and_rolls_itself_back(lab_fac
     lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None, count=2)
     stalled = lab.host("h02")
     before, served = fingerprint(stalled.dir), server_view(stalled)
-    (stalled.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 300}))
+    (stalled.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": PAUSE_S}))
     earlier = calls(stalled)
     proc = client(lab, "nccl-env", *lab_args("nccl-env", 7), "--timeout", "30", "--json", home=gpuops_home)
     where = paused(stalled, "health", proc, earlier)
     sshd = parent_of(where["relay"])
     os.kill(sshd, signal.SIGSTOP)
     try:
-        out, err = proc.communicate(timeout=120)  # a hang fails here; the pause alone lasts 300 s
+        out, err = proc.communicate(timeout=120)  # a hang fails here; the pause alone lasts PAUSE_S
         wait_host_settled(stalled, where)         # the lease lapsed on the host: rolled back
     finally:
         os.kill(sshd, signal.SIGCONT)
@@ -399,24 +374,27 @@ def test_a_stalled_host_fails_alone_within_timeout_and_rolls_itself_back(lab_fac
     lab.stop(remove=True)
 
 
-def test_apply_timeout_ends_a_run_whose_connection_stays_healthy(lab_factory, run_gpuops, gpuops_home) -> None:
+def test_apply_timeout_ends_a_run_whose_connection_stays_healthy(nccl_lab, run_gpuops, gpuops_home) -> None:
     """The worker pauses at the health step for 300 s while its SSH session stays healthy (gpuops'
     heartbeats keep the lease, so only ``--timeout 10`` can end it): gpuops ends within ~30 s naming
     the time limit, and the host, past the same limit, rolls back. (Its only other test, a stalled
-    sshd, is ended by the lease first, so it passed with --timeout ignored.)"""
-    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+    sshd, is ended by the lease first, so it passed with --timeout ignored.) The module's lab: the
+    run is rolled back, the lab handed back as it was (asserted)."""
+    lab = nccl_lab
     host = lab.hosts[0]
     before, served = fingerprint(host.dir), server_view(host)
-    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": 300}))
+    (host.state_dir / "lab-fault.json").write_text(json.dumps({"pause_at": "health", "seconds": PAUSE_S}))
     earlier = calls(host)
     started = time.monotonic()
-    proc = client(lab, "nccl-env", *lab_args("nccl-env", 5)[:-2], "-e", "gpuops_lease=30", "-e",
-                  json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 5}}), "--timeout", "10", "--json", home=gpuops_home)
+    proc = client(lab, "nccl-env", *lab_args("nccl-env", 54)[:-2], "-e", "gpuops_lease=30", "-e",
+                  json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": 54}}), "--timeout", "10", "--json", home=gpuops_home)
     where = paused(host, "health", proc, earlier)
-    out, err = proc.communicate(timeout=60)  # without --timeout the pause (and the run) lasts 300 s
+    # Without --timeout the pause (and the run) lasts PAUSE_S: ending in half of it can only be the
+    # time limit, however loaded the machine (a fixed 40 s failed a loaded 4-worker run).
+    out, err = proc.communicate(timeout=PAUSE_S / 2)
     took = time.monotonic() - started
     report = json.loads(out)["hosts"][host.name]
-    assert took < 40, f"apply --timeout 10 took {took:.0f} s"
+    assert took < PAUSE_S / 2, f"apply --timeout 10 took {took:.0f} s"
     assert proc.returncode == 1 and report["status"] == "unknown", report
     assert "--timeout" in report["error"], report["error"]
     wait_host_settled(host, where)
@@ -443,11 +421,13 @@ def test_a_port_held_by_another_process_fails_the_run_naming_it(lab_factory, run
     lab.stop(remove=True)
 
 
-def test_rollback_over_ssh_refuses_a_later_hand_edit_unless_forced(lab_factory, run_gpuops) -> None:
-    lab = lab_factory(gpu="rtx-pro-6000-x8", sglang=None)
+def test_rollback_over_ssh_refuses_a_later_hand_edit_unless_forced(nccl_lab, run_gpuops) -> None:
+    """The module's lab: the forced rollback hands it back as it was found (asserted)."""
+    lab = nccl_lab
     host = lab.hosts[0]
     pristine = fingerprint(host.dir)
-    assert run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 3)).returncode == 0
+    laters = set((host.state_dir / "runs").glob("*/files/*.later"))
+    assert run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), *lab_args("nccl-env", 55)).returncode == 0
     env_file = host.state_dir / "sglang.env"
     env_file.write_text(env_file.read_text() + "OPERATOR_NOTE='by hand'\n")
     refused = run_gpuops("rollback", "-i", str(lab.inventory_path))
@@ -457,8 +437,7 @@ def test_rollback_over_ssh_refuses_a_later_hand_edit_unless_forced(lab_factory, 
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert "--force: the later version of" in forced.stdout
     assert fingerprint(host.dir) == pristine
-    assert list((host.state_dir / "runs").glob("*/files/*.later"))
-    lab.stop(remove=True)
+    assert set((host.state_dir / "runs").glob("*/files/*.later")) - laters  # the hand edit kept, beside the run
 
 
 def test_inspect_rolls_back_a_dead_run_before_it_reports(nccl_lab, run_gpuops, gpuops_home) -> None:
