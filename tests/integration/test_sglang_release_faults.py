@@ -44,17 +44,22 @@ def staged(lab_factory, tmp_path_factory: pytest.TempPathFactory):
             "-e", "gpuops_lease=10", "-e", "smoke_check=false"]  # a lease a loaded machine renews
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUOPS_LAB_DIR")}
     env["HOME"] = str(base / "home")
+    env["GPUOPS_KEEP"] = str(base / "kept")
     done = subprocess.run([sys.executable, "-m", "gpuops.cli", "apply", "sglang-release", "-i", str(lab.inventory_path),
                            *args, "-e", "sglang_release_stage=true", "--json"], capture_output=True, text=True,
                           env=env, timeout=900)
     assert done.returncode == 0 and json.loads(done.stdout)["hosts"]["rel"]["status"] == "staged", done.stdout + done.stderr
-    return lab, args, base / "envs"
+    return lab, args, base / "envs", base / "kept"
 
 
 @pytest.mark.timeout(900)  # the module's environment build comes first, on a shared machine
 @pytest.mark.parametrize("what, phase", CELLS, ids=[f"{w}@{p}" for w, p in CELLS])
-def test_release_switch_fault(staged, what: str, phase: str, gpuops_home: Path) -> None:
-    lab, args, envs = staged
+def test_release_switch_fault(staged, what: str, phase: str, gpuops_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab, args, envs, kept = staged
+    # What gpuops keeps (memo.py: bundled helper scripts, catalog values, the planner's discovery) is
+    # the staging run's, as it is for an operator who staged and then switches from the same machine,
+    # instead of each cell's client computing it all again from an empty cache.
+    monkeypatch.setenv("GPUOPS_KEEP", str(kept))
     host = lab.hosts[0]
     before = fingerprint(host.dir)
     assert server_info(host.server_port)["version"] == "0.5.8"
@@ -96,7 +101,7 @@ def _pip_of(envs: Path) -> int | None:
 
 @pytest.mark.timeout(600)
 def test_a_build_whose_pip_is_killed_refuses_and_leaves_nothing(staged, gpuops_home: Path, tmp_path: Path) -> None:
-    lab, args, _ = staged
+    lab, args, _, _ = staged
     host = lab.hosts[0]
     envs = tmp_path / "envs"  # another environment directory: a build from scratch
     args = [f"gpuops_envs_dir={envs}" if a.startswith("gpuops_envs_dir=") else a for a in args]
