@@ -13,6 +13,9 @@
     nspawn pid at the end of the session (a module fixture that is done with its host should stop
     it itself: ``host.stop()`` is idempotent).
 
+``docker_usable`` (session)
+    Skips where a private dockerd cannot run (not root, dockerd missing).
+
 ``docker_daemon`` (session)
     A private dockerd (``gpuops.lab.dockerd.kept_dockerd``): no bridge, no iptables, socket under a
     temp dir; its data root kept in the user's cache across runs (one run at a time per slot; a
@@ -74,12 +77,17 @@ def systemd_host_factory(debian_root: Path, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="session")
-def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from gpuops.lab.dockerd import kept_dockerd
-
+def docker_usable() -> None:
+    """Skips, with the reason, where this machine cannot run a private dockerd."""
     why = _why_no_containers(("dockerd",))
     if why:
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def docker_daemon(docker_usable: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from gpuops.lab.dockerd import kept_dockerd
+
     # A short path: the daemon's unix sockets must fit in 108 bytes.
     with kept_dockerd(tmp_path_factory.mktemp("dockerd")) as daemon:
         yield daemon

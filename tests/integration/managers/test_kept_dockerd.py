@@ -2,7 +2,8 @@
 
 Each test keeps its daemon's data root in a cache of its own (never the user's, which the session's
 ``docker_daemon`` may hold) and images made from a one-file tar, so a daemon start is the cost.
-``docker_daemon`` is asked for only for its skip reasons (root, dockerd installed).
+``docker_usable`` skips where no dockerd can run; the session's ``docker_daemon`` is not started (it
+would hold a slot of the user's cache that a concurrent run of the docker tests then goes without).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def mounts_under(directory: Path) -> list[str]:
     return [p for p in points if p == str(directory) or p.startswith(f"{directory}/")]
 
 
-def test_the_next_run_finds_the_kept_images_and_nothing_else_a_killed_run_left(docker_daemon, tmp_path_factory) -> None:
+def test_the_next_run_finds_the_kept_images_and_nothing_else_a_killed_run_left(docker_usable, tmp_path_factory) -> None:
     cache = tmp_path_factory.mktemp("kept-cache")
     with kept_dockerd(tmp_path_factory.mktemp("kd"), cache) as first:
         assert first.data_root == cache / "slot-0" / "data"
@@ -76,7 +77,7 @@ def test_the_next_run_finds_the_kept_images_and_nothing_else_a_killed_run_left(d
     assert mounts_under(cache) == []  # the kept root is left as files only
 
 
-def test_a_run_that_finds_the_slots_held_gets_a_fresh_data_root(docker_daemon, tmp_path_factory) -> None:
+def test_a_run_that_finds_the_slots_held_gets_a_fresh_data_root(docker_usable, tmp_path_factory) -> None:
     cache = tmp_path_factory.mktemp("kept-cache")
     with kept_dockerd(tmp_path_factory.mktemp("kd"), cache, slots=1) as holder:
         import_tiny_image(holder, "gpuops-test/kept:1")
@@ -91,7 +92,7 @@ def test_a_run_that_finds_the_slots_held_gets_a_fresh_data_root(docker_daemon, t
         assert tags(holder) == {"gpuops-test/kept:1"}
 
 
-def test_a_data_root_the_daemon_cannot_start_on_is_made_afresh(docker_daemon, tmp_path_factory) -> None:
+def test_a_data_root_the_daemon_cannot_start_on_is_made_afresh(docker_usable, tmp_path_factory) -> None:
     cache = tmp_path_factory.mktemp("kept-cache")
     slot = cache / "slot-0"
     (slot / "kept").mkdir(parents=True)
