@@ -467,9 +467,6 @@ def test_an_architecture_list_suffix_for_another_architecture_costs_sm120_nothin
 
 
 @pytest.mark.parametrize("function", [
-    # --use_fast_math changes the math sm90's kernel runs: readers differ on whether sm120 loses it
-    # (0.5.21 per_token_quant_fp8.py:35 blocked, 0.5.20's open), so it is not read as a quirk
-    "build",
     "defines",  # a -D macro turns on code in the kernel: a path sm120 does not get
     "kernel_name",  # a value, not an option: another kernel
 ])
@@ -527,4 +524,143 @@ def test_an_else_older_gpus_reach_past_the_refusal_stays_generic(guarded_scan):
     # sm80..sm89 pass `capability < (8, 0)` and take the else too: the generic path, sm120 loses sm100's
     (got,) = [g for g in judge(guarded_scan, "12.0", "13.0").gates
               if g["function"] == "load_dense_kernel" and g["condition"] == "capability == (10, 0)"]
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+# -- fix 4 (after part independent-7): a compiler math mode picked for one other architecture only
+# (0.5.18 causal_conv1d.py:35/36, per_token_quant_fp8.py:35; 0.5.20 per_token_quant_fp8.py:27/35):
+# sm90's build matched, sm120 builds the same kernel as every other GPU. Two blind readers read it so;
+# independent-5's read 0.5.21's identical line blocked, which samples.json now keeps as open|blocked.
+MATH_FILES = {
+    "srt/jit_math.py": """
+        import torch
+
+        def build_module():
+            major, minor = torch.cuda.get_device_capability()
+            use_fast_math = (major, minor) == (9, 0)
+            math_mode = "fast_math" if use_fast_math else "precise_math"
+            return load_jit("quant", math_mode, extra_cuda_cflags=["--use_fast_math"] if use_fast_math else [])
+
+        def build_all_but_sm120():
+            major, minor = torch.cuda.get_device_capability()
+            fast = major != 12
+            return load_jit("quant", extra_cuda_cflags=["--use_fast_math"] if fast else [])
+
+        def build_and_pick():
+            major, minor = torch.cuda.get_device_capability()
+            hopper = (major, minor) == (9, 0)
+            mode = "fast_math" if hopper else "precise_math"
+            return load_jit("quant", mode, kernel="wgmma" if hopper else "mma")
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def math_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("math"), MATH_FILES)
+
+
+def test_a_math_mode_for_another_architecture_costs_sm120_nothing(math_scan):
+    gates = [g for g in judge(math_scan, "12.0", "13.0").gates if g["function"] == "build_module"]
+    # the switch's assignment, the math_mode choice, the --use_fast_math option
+    assert len(gates) == 3, [g["condition"] for g in gates]
+    for got in gates:
+        assert got["capability"] == "blocked"
+        assert (got["status"], got.get("skips")) == ("open", "quirk"), (got["line"], got["reason"])
+        assert "math mode" in got["reason"] and "for sm90;" in got["reason"]
+
+
+@pytest.mark.parametrize("function", [
+    "build_all_but_sm120",  # every generation but sm120's gets it: written about sm120, not for one other
+    "build_and_pick",  # the switch picks a kernel too: a path sm120 does not get
+])
+def test_a_math_mode_for_several_generations_or_a_switch_read_otherwise_stays_blocked(math_scan, function):
+    gates = [g for g in judge(math_scan, "12.0", "13.0").gates
+             if g["function"] == function and g["kind"] == "assign"]
+    assert gates and all((g["status"], g.get("skips")) == ("blocked", None) for g in gates), \
+        [(g["line"], g["reason"]) for g in gates]
+
+
+# -- fix 4: a branch sm120 never reaches because an earlier branch of its chain, which admits sm120,
+# takes it, whatever that earlier test is (0.5.12 fp4_utils.py:152, platforms/cuda.py:398; 0.5.18
+# kvfp4_tensor.py:285, sana_wm_gdn_chunkwise.py:1260): samples.json's convention calls it open.
+TAKEN_FILES = {
+    "srt/taken.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported
+
+        def fp4_backend(backend):
+            if backend == "auto":
+                if is_sm120_supported():
+                    backend = "flashinfer_cudnn"
+                elif is_sm100_supported():
+                    backend = "flashinfer_cutedsl"
+                else:
+                    backend = "flashinfer_cutlass"
+            return backend
+
+        def tile():
+            major, minor = torch.cuda.get_device_capability()
+            if major == 10:
+                cfg = (4, 8)
+            elif major == 12 and minor == 0:
+                cfg = (8, 8)
+            elif major == 12 and minor == 1:
+                cfg = (1, 1)
+            else:
+                cfg = (2, 2)
+            return cfg
+
+        def dequantize(x):
+            if is_sm100_supported() or is_sm120_supported():
+                return nvfp4_dequantize(x)
+            else:
+                assert is_sm90_supported(), "needs SM100/SM120, or SM90 for the fallback"
+                return torch_fallback(x)
+
+        def older_catches():
+            if is_sm90_supported():
+                backend = "sm90"
+            elif is_sm100_supported():
+                backend = "sm100"
+            return backend
+
+        def attention_backend():
+            if is_sm120_supported():
+                backend = "torch_sdpa"
+            elif is_sm100_supported():
+                set_fa_ver(4)
+                backend = "fa"
+            return backend
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def taken_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("taken"), TAKEN_FILES)
+
+
+@pytest.mark.parametrize("function, condition, earlier", [
+    ("fp4_backend", "is_sm100_supported()", "is_sm120_supported()"),
+    ("tile", "major == 12 and minor == 1", "major == 12 and minor == 0"),
+    ("dequantize", "is_sm90_supported()", "is_sm100_supported() or is_sm120_supported()"),
+])
+def test_a_branch_an_earlier_branch_for_sm120_takes_it_from_costs_nothing(taken_scan, function, condition, earlier):
+    (got,) = [g for g in judge(taken_scan, "12.0", "13.0").gates
+              if g["function"] == function and g["condition"] == condition]
+    assert got["capability"] == "blocked"
+    assert (got["status"], got.get("skips")) == ("open", "taken_before"), got["reason"]
+    assert f"(`{earlier}`)" in got["reason"]
+
+
+@pytest.mark.parametrize("function", [
+    "older_catches",  # sm120 fails is_sm90_supported() too: it reaches the elif and loses sm100's path
+    # the elif does work (turns FA4 on), not only select a value: 0.5.8's blind readers call the FA4
+    # sm120 never gets there a loss (platforms/cuda.py:264, :281)
+    "attention_backend",
+])
+def test_a_later_branch_sm120_reaches_or_that_does_work_stays_blocked(taken_scan, function):
+    (got,) = [g for g in judge(taken_scan, "12.0", "13.0").gates
+              if g["function"] == function and g["condition"] == "is_sm100_supported()"]
     assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]

@@ -12,6 +12,9 @@ verdict costs this host anything:
   (``if major == 9: if is_blackwell: ...``) is never taken by it: blocked;
 - a branch this GPU fails while a sibling of the same if/elif chain admits it (``elif is_sm120():``)
   **sends it to its own path** (``alternative``): blocked, but the GPU is served;
+- a branch (or an assert in an ``else``) after an earlier branch of its chain that admits this GPU
+  (``if is_sm120(): cudnn elif is_sm100(): cutedsl``) is **taken before** (``taken_before``): the GPU
+  never gets there because its own branch caught it (``skips.skipped_branch`` reads it open);
 - a branch or refusal with a clause false on this host (``tp_size == 1`` under TP 8, a multicast
   check on a PCIe-only host) is **not reached here**, with the clause.
 """
@@ -23,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from gpuops.gates.in_effect import platform_value, settings_value, unreachable
+from gpuops.gates.in_effect import normal_text, platform_value, settings_value, unreachable
 from gpuops.gates.logic import (
     Evaluator, GpuTarget, PredicateBook, cap_verdict, node_text, normalise_args, other_clauses,
 )
@@ -58,6 +61,8 @@ class Placement:
     alternative: Mapping[str, Any] | None = None  # the sibling branch that admits the GPU
     unreachable: str | None = None  # why it is not reached on this host (with its configuration)
     uncalled: str | None = None  # why no caller in the tree reaches it (whatever the host)
+    # The earlier branch of the gate's chain that admits the GPU, when ``outside`` is its ``not (...)``.
+    taken_before: Mapping[str, Any] | None = None
 
 
 def other_platform(gate: Mapping[str, Any]) -> str | None:
@@ -135,6 +140,7 @@ class Placer:
                 else self.false_clause(gate)
         alternative = None if outside else self.sibling(gate, neighbours)
         return Placement(outside=outside, alternative=alternative, unreachable=why,
+                         taken_before=self.taken_before(gate, neighbours, outside) if outside else None,
                          gpu_outside=bool(outside) and why == f"inside `{_short(outside)}`, false on {self.gpu.sm}"
                          and not str(outside).startswith("not ("))
 
@@ -183,6 +189,34 @@ class Placer:
         for text in gate.get("within") or ():
             if unreachable({**gate, "within": [text]}, neighbours, self.book, self.gpu):
                 return str(text)
+        return None
+
+    def taken_before(self, gate: Mapping[str, Any], neighbours: Sequence[Mapping[str, Any]],
+                     outside: str) -> Mapping[str, Any] | None:
+        """The earlier branch whose ``else`` holds the gate and whose own test admits this GPU, when
+        that ``else`` (``outside``: ``not (is_sm120_supported())``) is what keeps the GPU out: the GPU
+        takes that branch, whatever kind of test it is (a predicate, ``major == 12 and minor == 0``,
+        ``is_sm100() or is_sm120()``), or None. A branch that does work there (``elif is_blackwell():
+        set_fa_ver(4)``) is not read so: the blind readers of 0.5.8 call the FA4 sm120 never gets a
+        loss; one that only selects a value (the scanner's ``effect.selects``), or an ``assert`` in the
+        ``else``, is."""
+        if gate.get("kind") not in ("if", "assert") or (
+                gate.get("kind") == "if" and not (gate.get("effect") or {}).get("selects")):
+            return None
+        within = [str(t) for t in gate.get("within") or ()]
+        if not outside.startswith("not (") or not outside.endswith(")") or outside not in within:
+            return None
+        depth = within.index(outside)
+        test = normal_text(outside[len("not ("):-1])
+        for other in neighbours:
+            if other is gate or other.get("kind") != "if" or int(other.get("polarity", 1)) < 0 \
+                    or int(other.get("line", 0)) >= int(gate.get("line", 0)):
+                continue
+            if [str(t) for t in other.get("within") or ()] != within[:depth] \
+                    or normal_text(str(other.get("text") or "")) != test:
+                continue
+            if self.admits(other) and other_platform(other) is None:
+                return other
         return None
 
     def sibling(self, gate: Mapping[str, Any], neighbours: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -230,7 +230,7 @@ def _judge_gate(
     capability = status
     skip = None
     if gpu is not None and capability == "blocked" and (fg is None or fg.role == "related"):
-        skip = skipped_branch(gate, book, gpu, place.alternative, neighbours)
+        skip = skipped_branch(gate, book, gpu, place.alternative, neighbours, place.taken_before)
     if place.not_applicable:
         # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.
         status, reason = "not_applicable", f"not this host's platform: {place.not_applicable}"

@@ -147,7 +147,7 @@ def _device_overrides(fgs: Sequence[Any], gpu_name: Any) -> dict[tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=4096)
-def _normal(text: str) -> str:
+def normal_text(text: str) -> str:
     """Source text of a condition, spelled one way (spacing, quotes, line breaks). Kept per text:
     ``unreachable`` spells every gate of the function again for each gate it is asked about."""
     try:
@@ -163,11 +163,11 @@ def unreachable(gate: Mapping[str, Any], all_gates: Sequence[Mapping[str, Any]],
     within = gate.get("within") or ()
     if not within:
         return False
-    same = {_normal(str(g.get("text") or "")): g for g in all_gates
+    same = {normal_text(str(g.get("text") or "")): g for g in all_gates
             if g["file"] == gate["file"] and g["function"] == gate["function"]}
 
     def lookup(text: str) -> bool | None:
-        other = same.get(_normal(text))
+        other = same.get(normal_text(text))
         return Evaluator(book, gpu, None).eval(other["condition"]) if other is not None else None
 
     for text in within:
@@ -339,7 +339,7 @@ def judged_in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mappi
     architecture = server.get("architecture")
     by_text: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for gate in all_gates:
-        by_text.setdefault((str(gate["file"]), str(gate["function"]), _normal(str(gate.get("text") or ""))), gate)
+        by_text.setdefault((str(gate["file"]), str(gate["function"]), normal_text(str(gate.get("text") or ""))), gate)
     overrides = _device_overrides(auto, server.get("gpu_name"))
     evaluator = Evaluator(book, gpu, server, overrides=overrides)
     verdicts = []

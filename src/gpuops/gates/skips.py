@@ -24,12 +24,20 @@ nothing when the branch is written for GPUs other than it while its own path ser
 - ``quirk``: the body only adjusts a value every GPU computes (``scale = scale * SM100_FIX``,
   ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``), with no ``else``; or ``A if
   test else B`` only adds a suffix to an architecture list where B adds nothing (``'+PTX' if arch
-  == '9.0' else ''``: ``effect.flag``): PTX beside the code that architecture gets anyway (a
-  compiler option such as ``--use_fast_math`` changes the code run: not one);
+  == '9.0' else ''``: ``effect.flag``): PTX beside the code that architecture gets anyway; or it
+  picks a compiler math mode for one other generation only (``["--use_fast_math"] if arch == (9, 0)
+  else []``, ``"fast_math" if use_fast_math else "precise_math"``, and the ``use_fast_math = arch ==
+  (9, 0)`` read only so: ``effect.math_mode``): that generation's build matched, this GPU builds the
+  same kernel the way every other GPU does (other compiler options, ``-D`` macros, change the code
+  compiled: not one);
 - ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
   backend is None: backend = "triton"``): another GPU's default, this GPU keeps the one it gets;
 - ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``): what
   runs is decided where the names are used, each use a gate of its own.
+- ``taken_before``: an earlier branch of its chain admits this GPU (``if is_sm120_supported(): cudnn
+  elif is_sm100_supported(): cutedsl``, ``elif major == 12 and minor == 1`` after ``(12, 0)``, the
+  ``else: assert is_sm90()`` after ``if is_sm100() or is_sm120():``): the GPU never gets here, its
+  own branch caught it (``context.Placer.taken_before``), whatever the earlier test's shape.
 
 The reverse, where this GPU falls to the legacy or generic path, stays blocked: ``if is_sm90() or
 is_sm100(): FAST`` (no threshold: the oldest GPUs do not pass), ``if 9 <= major < 12: NEW``, ``if
@@ -61,7 +69,7 @@ from gpuops.remote.gate_tree import children, clause_nodes
 FLOOR = (8, 0)
 # GPUs older than FLOOR, asked when the test admits none of the candidates (``major < 8``).
 _OLDER_THAN_FLOOR = ((7, 5), (7, 0), (6, 0))
-KINDS = ("older", "others", "own_branch", "quirk", "default", "imports")
+KINDS = ("older", "others", "own_branch", "quirk", "default", "imports", "taken_before")
 # What a test that requires a setting unset compares it with: `backend is None`, `backend == "auto"`.
 _UNSET = (None, "auto")
 
@@ -76,12 +84,21 @@ class Skip:
 
 def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
                    own_branch: Mapping[str, Any] | None = None,
-                   neighbours: Sequence[Mapping[str, Any]] = ()) -> Skip | None:
+                   neighbours: Sequence[Mapping[str, Any]] = (),
+                   taken_before: Mapping[str, Any] | None = None) -> Skip | None:
     """Why ``gpu``, which fails this branch's own test, loses nothing by it, or None (it does, or
     the code does not say). ``own_branch``: a sibling of its if/elif chain whose test admits the GPU
-    (``context.Placer.sibling``); ``neighbours``: the gates of its function (its enclosing tests)."""
+    (``context.Placer.sibling``); ``neighbours``: the gates of its function (its enclosing tests);
+    ``taken_before``: the earlier branch of its chain that admits the GPU and so keeps it from here
+    (``context.Placer.taken_before``)."""
     if int(gate.get("polarity", 1)) < 0:
         return None
+    if taken_before is not None:
+        return Skip("taken_before", f"never reached on {gpu.sm}: the earlier branch "
+                                    f"{taken_before.get('file')}:{taken_before.get('line')} "
+                                    f"(`{taken_before.get('text')}`) of its chain takes it")
+    if gate.get("kind") == "assign" and (gate.get("effect") or {}).get("math_mode"):
+        return _older(gate, book, gpu, band=True) or _math_mode(gate, book, gpu)
     if gate.get("kind") in ("assign", "return"):
         return _older(gate, book, gpu, band=True)  # a value: no branch of the GPU's to read
     statement = gate.get("kind") == "if"
@@ -90,7 +107,7 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
         return None
     found = _older(gate, book, gpu) or _negated(gate, book, gpu, own_branch)
     if found is None and conditional:
-        found = _flag(gate, gpu)
+        found = _flag(gate, gpu) or _math_mode(gate, book, gpu)
     if found is None and statement:
         found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
                  or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
@@ -247,6 +264,23 @@ def _flag(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
         return None
     return Skip("quirk", f"only adds `{flag}` to the architecture list for the GPUs it admits; {gpu.sm} gets "
                          "the same code built without it")
+
+
+def _math_mode(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip | None:
+    """The test picks a compiler math mode (the scanner's ``effect.math_mode``) for the GPUs of one
+    generation other than ``gpu``'s only (``arch == (9, 0)``): a match of that generation's build."""
+    mode = (gate.get("effect") or {}).get("math_mode")
+    if not mode:
+        return None
+    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+    verdicts = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])
+    if any(v.status == "unknown" for v in verdicts):
+        return None
+    admitted = [cc for cc, v in zip(ordered, verdicts) if v.status == "open"]
+    if len({major for major, _ in admitted}) != 1 or admitted[0][0] == gpu.major:
+        return None  # several generations, or this GPU's own: not one other architecture's quirk
+    return Skip("quirk", f"only picks the compiler math mode `{mode}` for {', '.join(_sm(cc) for cc in admitted)}; {gpu.sm} "
+                         "builds the same kernel the way every other GPU does")
 
 
 def _default(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:

@@ -48,6 +48,7 @@ class FunctionContext(object):
         self.params = list(params)
         self.first_is_self = first_is_self
         self.values = {}  # name -> value node of a local assigned once (set by the walker)
+        self.math_switches = {}  # name -> the compiler math mode it picks (scan_walker.math_mode_switches)
         # Names that mean something local here, never the module's predicate of that name.
         self.shadow = set(params) | set(assigned)
         names = list(local_aliases) + [n for n, v in cc_vars.items() if v]

@@ -124,9 +124,8 @@ def _ifexp_test(stmt, node):
 
 
 # A suffix of an architecture list (`TORCH_CUDA_ARCH_LIST="9.0+PTX"`): PTX embedded beside that
-# architecture's own code, the code itself unchanged. A compiler option is not one: `--use_fast_math`
-# changes the math the kernel runs (faster, less precise), a `-D` macro the code compiled, and readers
-# differ on whether a GPU built without them loses something (0.5.21 per_token_quant_fp8.py:35).
+# architecture's own code, the code itself unchanged. A compiler option is not one (a `-D` macro
+# changes the code compiled); a math mode is read apart (`_MATH_MODE_RE`).
 _FLAG_RE = re.compile(r"^\+[A-Za-z]\w*$")
 
 
@@ -142,6 +141,62 @@ def _flag_added(stmt, node):
                 return " ".join(flags)[:TEXT_MAX]
             return None
     return None
+
+
+# A floating-point math mode of a compiler (`--use_fast_math`, `-ftz=true`, `--prec-div=false`, or a
+# build's name for one, "fast_math" / "precise_math"): the same kernel built with faster or exacter
+# arithmetic. Picked for one other architecture only (`["--use_fast_math"] if arch == (9, 0) else []`,
+# matching that architecture's prebuilt wheel), a quirk of it, not a path this GPU lacks (issue 43).
+# Other options (`-D` macros, `-arch`) change what is compiled: not one.
+_MATH_MODE_RE = re.compile(r"^(-{1,2}(use_fast_math|ftz|prec-div|prec-sqrt|fmad)(=\w+)?|\w*_math)$")
+
+
+def _math_modes(node):
+    """The math-mode options a literal names (``"--use_fast_math"``, ``["-ftz=true"]``; ``""`` and
+    ``[]`` name none), or None when it is anything else."""
+    value = literal(node)
+    items = [] if value in ("", None) else [value] if isinstance(value, str) else \
+        list(value) if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(f, str) and _MATH_MODE_RE.match(f) for f in items):
+        return None
+    return items
+
+
+def _math_mode_chosen(stmt, node):
+    """For ``A if <node> else B`` in ``stmt`` where each side only names math modes of the compiler
+    (``"fast_math" if use_fast_math else "precise_math"``, ``["--use_fast_math"] if ... else []``):
+    the mode A picks, else None."""
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.IfExp) and n.test is node:
+            body, other = _math_modes(n.body), _math_modes(n.orelse)
+            return " ".join(body)[:TEXT_MAX] if body and other is not None else None
+    return None
+
+
+def math_mode_switches(func):
+    """Names the function assigns once and reads only as the test of a math-mode choice
+    (``use_fast_math = (arch.major, arch.minor) == (9, 0)`` read only by ``"fast_math" if
+    use_fast_math else "precise_math"`` and ``["--use_fast_math"] if use_fast_math else []``):
+    name -> the mode it picks."""
+    assigned, tests, other = {}, {}, set()
+    for n in ast.walk(func):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    assigned[t.id] = assigned.get(t.id, 0) + 1
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Name):
+            assigned[n.target.id] = 2
+    for n in ast.walk(func):
+        if isinstance(n, ast.IfExp) and isinstance(n.test, ast.Name):
+            mode = _math_mode_chosen(n, n.test)
+            if mode is not None:
+                tests.setdefault(n.test.id, mode)
+                continue
+        for child in ast.iter_child_nodes(n):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and not (
+                    isinstance(n, ast.IfExp) and child is n.test and _math_mode_chosen(n, child) is not None):
+                other.add(child.id)
+    return {name: mode for name, mode in tests.items() if assigned.get(name) == 1 and name not in other}
 
 
 def _is_refusal(stmt):
@@ -250,6 +305,14 @@ def _arithmetic(value):
     return all(dotted(node.func) in _ARITHMETIC_CALLS for node in ast.walk(value) if isinstance(node, ast.Call))
 
 
+def _only_selects(body):
+    """The body only assigns values, calling nothing (``backend = "flashinfer_cutedsl"``, ``cfg = (1,
+    None)``), between notes: a choice of a value, not work (``set_fa_ver(4)`` turns FA4 on)."""
+    assigns = [s for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))]
+    return bool(assigns) and all(isinstance(s, (ast.Assign, ast.AnnAssign)) or _is_note(s) for s in body) \
+        and not any(isinstance(n, ast.Call) for s in assigns for n in ast.walk(s))
+
+
 def body_effect(body, locator):
     effect = {}
     sets = []
@@ -271,6 +334,8 @@ def body_effect(body, locator):
         effect["sets"] = sets[:20]
     if only_adjusts(body):
         effect["adjusts"] = True
+    if _only_selects(body):
+        effect["selects"] = True
     if any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body) \
             and all(isinstance(s, (ast.Import, ast.ImportFrom)) or _is_note(s) for s in body):
         effect["imports"] = True  # it only makes names available: what runs is decided where they are used
@@ -438,6 +503,9 @@ class GateWalker(object):
             flag = _flag_added(stmt, node)
             if flag is not None:
                 self.found[-1]["effect"] = dict(effect, flag=flag)
+            mode = _math_mode_chosen(stmt, node)
+            if mode is not None:
+                self.found[-1]["effect"] = dict(effect, math_mode=mode)
         if orelse is not None:
             self.found[-1]["orelse"] = orelse
         for nested_node, nested_tree in self.drain_nested(scope):
@@ -473,6 +541,7 @@ class GateWalker(object):
             inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars, params, assigned,
                                     first_is_self=bool(params) and params[0] in ("self", "cls"))
             inner.values = local_values(stmt)  # what a compared name holds (scan_constants)
+            inner.math_switches = math_mode_switches(stmt)
             self.walk_body(stmt.body, inner, [])
             return
         if isinstance(stmt, ast.ClassDef):
@@ -522,6 +591,9 @@ class GateWalker(object):
             found, scope = self.roots(stmt.value, fn)
             for node, tree in found:
                 effect = {"sets": [n for n in names if n]} if node is stmt.value else {}
+                switched = [fn.math_switches.get(n) for n in names]
+                if effect and switched and all(switched):
+                    effect["math_mode"] = switched[0]  # `use_fast_math = cap == (9, 0)`, read only as one
                 self.emit(stmt, node, tree, fn, within, "assign" if node is stmt.value else "expr", 1, effect, scope)
             self.emit_nested(stmt, fn, within, scope)
             return
