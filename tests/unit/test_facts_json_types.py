@@ -27,7 +27,7 @@ from gpuops.facts.server import DockerContainerFacts, SystemdUnitFacts, parse_se
 from gpuops.facts.server_json import DockerJSON, SystemdJSON
 from gpuops.facts.server_report import ServerReport, parse_report
 from gpuops.facts.software import PythonPackages, parse_host_system, parse_python_packages
-from gpuops.facts.to_json import FactsJSON, facts_json
+from gpuops.facts.to_json import FactsJSON
 from gpuops.facts.topology import GpuAffinity, NumaJSON, parse_p2p, parse_topo
 from gpuops.gather import ProbeOutput
 from gpuops.transport import HostOutcome
@@ -56,7 +56,7 @@ def mismatches(value: object, hint: object, path: str = "$") -> list[str]:
                 out += mismatches(item, hints[key], f"{path}.{key}")
         return out
     if dataclasses.is_dataclass(hint):
-        if not isinstance(value, hint):  # type: ignore[arg-type]
+        if not isinstance(value, hint):
             return [f"{path}: {value!r} is not a {hint}"]
         hints = get_type_hints(hint)
         return [m for f in dataclasses.fields(hint) for m in mismatches(getattr(value, f.name), hints[f.name], f"{path}.{f.name}")]

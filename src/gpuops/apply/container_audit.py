@@ -4,7 +4,8 @@ in the derived image (see plan/image_patch.py and remote/container_image.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
-from gpuops.facts.container_python import CONTAINER_PROBE, container_probe, in_container, in_image
+from gpuops.facts.container_python import (CONTAINER_PROBE, ContainerFacts, container_probe, in_container, in_image,
+                                           is_container_facts)
 
 if TYPE_CHECKING:
     from gpuops.plan.model import Plan
@@ -21,9 +22,9 @@ def gather_probes(discovery: "Discovery", probes: list[Any]) -> list[Any]:
     return [in_container(p, target) if p.name == "gates.scan" else p for p in probes] + [container_probe(target)]
 
 
-def container_facts(values: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def container_facts(values: Mapping[str, object]) -> ContainerFacts | None:
     value = values.get(CONTAINER_PROBE)
-    return value if isinstance(value, dict) else None
+    return value if is_container_facts(value) else None
 
 
 def audit_script(plan: "Plan", script: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.plan.changes import ChangeSummary
 from gpuops.remote.host_protocol import STATUS_REFUSED
 
 
@@ -17,7 +18,7 @@ class HostReport:
     ok: bool
     status: str                      # checked | staged | unchanged | finished | rolled_back | refused | failed | unknown
     changed: int = 0
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[ChangeSummary] = field(default_factory=list)
     error: str | None = None
     run_id: str | None = None
     warnings: list[str] = field(default_factory=list)

@@ -238,7 +238,8 @@ def _transaction(run: HostRun, strategies: Sequence[Strategy]) -> None:
     plan, report, variables = run.plan, run.report, run.variables
     # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
     # gathered with the gate scan (plan/applicability.py).
-    cuda = dict(run.facts.gpu or {}).get("cuda")
+    found = (run.facts.gpu or {}).get("cuda")
+    cuda = found if isinstance(found, str) else None
     audit_sh = None
     if plan.audit is not None:
         from gpuops.gates.probe import gate_scan_probe

@@ -15,21 +15,21 @@ from gpuops.remote.host_protocol import STATUS_STAGED
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
-    from gpuops.plan.model import Plan
+    from gpuops.plan.changes import ReleaseEnv, ReleaseImage
     from gpuops.transport import Connection
 
 
 class ReleasePrep(Strategy):
     def checked(self, run: HostRun) -> None:
         if run.plan.release is not None:
-            _release_check(run.conn, run.host, run.plan, run.report, run.variables)
+            _release_check(run.conn, run.host, run.plan.release, run.report, run.variables)
 
     def prepare(self, run: HostRun) -> None:
         release = run.plan.release
         if release is None:
             return
         try:
-            run.report.notes.extend(_release_ready(run.conn, run.host, run.plan, run.variables))
+            run.report.notes.extend(_release_ready(run.conn, run.host, release, run.variables))
         except EnvRefused as exc:
             raise Refusal(str(exc), journaled=True) from None
         if run.plan.entrypoints_unread:  # the environment is there now: its release says how to launch it
@@ -63,14 +63,14 @@ def _with_entrypoints(run: HostRun) -> None:
     run.plan = run.replan()
 
 
-def _release_ready(conn: "Connection", host: "Host", plan: "Plan", variables: Mapping[str, Any]) -> list[str]:
+def _release_ready(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage",
+                   variables: Mapping[str, Any]) -> list[str]:
     """sglang-release before anything stops: the environment built (or found) or the image pulled
     (or found) and checked, then the gate audit of the new tree against the running one, and each
     standing source patch judged on the new tree. Raises ``EnvRefused`` (nothing changed)."""
     from gpuops.apply.release_env import EnvRefused
     from gpuops.plan.release import ReleaseImage
 
-    release = plan.release
     if isinstance(release, ReleaseImage):
         from gpuops.apply import release_image
 
@@ -87,18 +87,18 @@ def _release_ready(conn: "Connection", host: "Host", plan: "Plan", variables: Ma
     return notes + audit_notes
 
 
-def _release_audit(conn: "Connection", host: "Host", release: Any) -> tuple[list[str], str | None]:
+def _release_audit(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage") -> tuple[list[str], str | None]:
     """The gate audit notes of the new tree (environment or image), and a standing patch's refusal."""
     from gpuops.apply import release_audit
     from gpuops.plan.release import ReleaseImage
 
     image = release.tag if isinstance(release, ReleaseImage) else None
-    old, new = release_audit.audits(conn, host, None if image else release.python, image)
+    old, new = release_audit.audits(conn, host, None if isinstance(release, ReleaseImage) else release.python, image)
     patch_notes, refusal = release_audit.judge_patches(release.patches, old, new, release.version)
     return release_audit.notes(old, new) + patch_notes, refusal
 
 
-def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostReport,
+def _release_check(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage", report: HostReport,
                    variables: Mapping[str, Any]) -> None:
     """``--check`` of sglang-release: builds and pulls nothing; where the host already holds the
     finished environment (an earlier run built it) or the image, its gate audit against the running
@@ -106,16 +106,16 @@ def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostR
     from gpuops.apply.release_env import EnvRefused, find_ready
     from gpuops.plan.release import ReleaseImage
 
-    image = plan.release if isinstance(plan.release, ReleaseImage) else None
+    image = release if isinstance(release, ReleaseImage) else None
     try:
-        if image is not None:
+        if isinstance(release, ReleaseImage):
             from gpuops.apply import release_image
 
-            found = release_image.make_ready(conn, image, host.name, pull_missing=False)
-            note = found.note(image.version) if found is not None else None
+            found = release_image.make_ready(conn, release, host.name, pull_missing=False)
+            note = found.note(release.version) if found is not None else None
         else:
-            ready = find_ready(conn, plan.release, host.name, variables.get("gpuops_python"))
-            note = ready.note(plan.release.version) if ready is not None else None
+            ready = find_ready(conn, release, host.name, variables.get("gpuops_python"))
+            note = ready.note(release.version) if ready is not None else None
     except EnvRefused as exc:
         report.warnings.append(str(exc))
         return
@@ -123,10 +123,10 @@ def _release_check(conn: "Connection", host: "Host", plan: "Plan", report: HostR
         what = f"the image {image.tag} is not on the host yet: apply pulls it" if image is not None else \
             "the environment is not on the host yet: apply builds it"
         report.notes.append(f"{what} before the server stops, then shows the gate audit of the new tree (what SGLang "
-                            f"{plan.release.version} opens and closes here) before the switch")
+                            f"{release.version} opens and closes here) before the switch")
         return
     report.notes.append(note)
-    audit_notes, refusal = _release_audit(conn, host, plan.release)
+    audit_notes, refusal = _release_audit(conn, host, release)
     report.notes.extend(audit_notes)
     if refusal is not None:
         report.warnings.append(f"apply would refuse: {refusal}")

@@ -23,7 +23,7 @@ import dataclasses
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Callable, Mapping, TypedDict
+from typing import Callable, Mapping, TypedDict, TypeGuard
 from gpuops.gather import Probe, ProbeOutput
 
 FUNCTION = "gpuops_container_python"
@@ -152,6 +152,12 @@ class ContainerFacts(TypedDict):
     image_id: object
     running: bool
     labels: dict[str, object]
+
+
+def is_container_facts(value: object) -> TypeGuard[ContainerFacts]:
+    """``parse_container``'s answer, as the gather hands it on by probe name."""
+    return (isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("running"), bool)
+            and isinstance(value.get("labels"), dict))
 
 
 def container_probe(target: ContainerTarget) -> Probe[ContainerFacts | None]:

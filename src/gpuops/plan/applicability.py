@@ -12,7 +12,7 @@ group with a pair lacking P2P is refused unless the operator says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.gates.catalog import Feature
@@ -22,6 +22,7 @@ from gpuops.gates.evaluate import feature_gates, judge
 from gpuops.gates.fits import tp_group as group_of
 from gpuops.gates.kernels import KernelStatus, judge_feature
 from gpuops.gates.logic import parse_capability
+from gpuops.plan.model import GpuSummary, summary_count, summary_flag, summary_mapping, summary_pairs, summary_text
 from gpuops.remote.sglang_argv import first_of, parse_flags
 
 
@@ -49,7 +50,7 @@ def has_feature_code(scan: GateScan, feature: Feature) -> bool:
     return any(fg.role == "runtime" for fg in feature_gates(scan, feature))
 
 
-def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str, feature: Feature,
+def decide_for_gpu(scan: GateScan, gpu: GpuSummary | None, target_sm: str, feature: Feature,
                    role: str) -> Decision:
     """Before any patch is planned: no code of the feature, or GPUs that are not the target."""
     release = f"sglang {scan.version or '(version unknown)'}"
@@ -57,11 +58,11 @@ def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str
         return Decision(False, f"{release} has no {feature.title} code (no runtime gate of the "
                                "feature found): there is nothing to open")
     wanted = _capability(target_sm)
-    have = (gpu or {}).get("compute_capability")
+    have = summary_text(gpu, "compute_capability")
     if not have or have == wanted:
         return Decision(True)
 
-    judged = judge(scan, have, (gpu or {}).get("cuda") or "13.0").features.get(feature.name, {})
+    judged = judge(scan, have, summary_text(gpu, "cuda") or "13.0").features.get(feature.name, {})
     status = judged.get("status")
     sm = _sm(have)
     if status == "open":
@@ -72,7 +73,7 @@ def decide_for_gpu(scan: GateScan, gpu: Mapping[str, Any] | None, target_sm: str
                     sm)
 
 
-def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int | None) -> tuple[list[int], str]:
+def tp_group(launch_args: Sequence[object], env: Mapping[str, object], gpu_count: int | None) -> tuple[list[int], str]:
     """The GPU indices of the TP group (first ``--tp`` visible GPUs: ``fits.tp_group``) and how it was found."""
 
     text = first_of(parse_flags([str(a) for a in launch_args or ()])[0], "tp_size")
@@ -83,16 +84,15 @@ def tp_group(launch_args: Sequence[Any], env: Mapping[str, Any], gpu_count: int 
     return devices, f"TP {tp}"
 
 
-def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: Mapping[str, Any],
+def p2p_refusal(gpu: GpuSummary | None, launch_args: Sequence[object], env: Mapping[str, object],
                 allow: bool, needs_p2p: str, switch: str) -> tuple[str | None, str | None]:
     """(error, warning): an error when the TP group lacks P2P and ``allow`` is false;
     ``needs_p2p`` says why the feature needs it (the catalog's ``patch: needs_p2p``), ``switch``
     is the variable that allows it anyway (``fusion_allow_without_p2p``)."""
-    gpu = gpu or {}
-    if gpu.get("p2p_all_pairs") is not False:
+    if summary_flag(gpu, "p2p_all_pairs") is not False:
         return None, None
-    group, how = tp_group(launch_args, env, gpu.get("gpu_count"))
-    gaps = p2p_gaps(gpu.get("p2p_failed_pairs") or [], group)
+    group, how = tp_group(launch_args, env, summary_count(gpu, "gpu_count"))
+    gaps = p2p_gaps(summary_pairs(gpu), group)
     if not gaps:
         return None, None
     shown = ", ".join(gaps[:4]) + (f", ... ({len(gaps)} pairs)" if len(gaps) > 4 else "")
@@ -102,7 +102,7 @@ def p2p_refusal(gpu: Mapping[str, Any] | None, launch_args: Sequence[Any], env: 
     return why + f"; refused: keep TP within a P2P group, or pass -e {switch}=true to patch anyway", None
 
 
-def kernel_refusal(gpu: Mapping[str, Any] | None, feature: Feature, target_sm: str, allow: bool,
+def kernel_refusal(gpu: GpuSummary | None, feature: Feature, target_sm: str, allow: bool,
                    switch: str) -> tuple[str | None, str | None]:
     """(error, warning): an error when the library that runs the patched feature's kernel cannot
     build it for ``target_sm`` on this host (the catalog's ``kernels:`` needs, judged from the
@@ -111,11 +111,9 @@ def kernel_refusal(gpu: Mapping[str, Any] | None, feature: Feature, target_sm: s
     CUDA architectures found for major versions [9, 10]" at CUDA-graph capture, then a rollback).
     A need that cannot be told (the package's files are not on the host) is a warning."""
 
-    gpu = gpu or {}
-    reads = gpu.get("kernel_reads")
-    versions = gpu.get("kernel_versions")
-    verdicts = judge_feature(feature, reads if isinstance(reads, dict) else None,
-                             versions if isinstance(versions, dict) else {}, _capability(target_sm))
+    versions = summary_mapping(gpu, "kernel_versions") or {}
+    verdicts = judge_feature(feature, summary_mapping(gpu, "kernel_reads"),
+                             {k: v if isinstance(v, str) else None for k, v in versions.items()}, _capability(target_sm))
     blocked = [v for v in verdicts if v.status is KernelStatus.BLOCKED]
     unknown = [v for v in verdicts if v.status is KernelStatus.UNKNOWN]
     if blocked:

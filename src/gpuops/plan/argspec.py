@@ -13,13 +13,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from gpuops.errors import GpuopsError
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
-def _is_number(value: Any) -> bool:
+
+def _is_number(value: object) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, float)):
@@ -32,7 +33,7 @@ def _is_number(value: Any) -> bool:
 
 
 # kind -> (what a value of it looks like, for messages; the test on a value)
-KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "text": ("a string", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)),
     "mapping": ("a mapping", lambda v: isinstance(v, Mapping)),
     "list": ("a list", lambda v: isinstance(v, (list, tuple))),
@@ -51,7 +52,7 @@ class RoleError(GpuopsError):
     """A role file that gpuops cannot use: names the file, the task and the problem (one line)."""
 
 
-NO_DEFAULT: Any = object()  # an optional argument without a default: absent means absent
+NO_DEFAULT = object()  # an optional argument without a default: absent means absent
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Arg:
     kind: str = "text"
     required: bool = False
     doc: str = ""  # shown in roles/README.md after the name: "absolute", "literal", ...
-    default: Any = NO_DEFAULT  # given to the planner when the task leaves the argument out
+    default: object = NO_DEFAULT  # given to the planner when the task leaves the argument out
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -83,7 +84,7 @@ class ModuleSpec:
     def names(self) -> list[str]:
         return [a.name for a in self.args]
 
-    def with_defaults(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    def with_defaults(self, args: Mapping[str, object]) -> dict[str, object]:
         """``args`` plus the declared default of every argument the task left out."""
         defaults = {a.name: a.default for a in self.args if a.default is not NO_DEFAULT and a.name not in args}
         return {**args, **defaults}
@@ -93,10 +94,18 @@ def declares(spec: ModuleSpec) -> Callable[[F], F]:
     """Attach ``spec`` to the function that implements the module (``function.spec``)."""
 
     def attach(function: F) -> F:
-        function.spec = spec  # type: ignore[attr-defined]
+        setattr(function, "spec", spec)  # noqa: B010  (a function's own attribute; read by spec_of)
         return function
 
     return attach
+
+
+def spec_of(function: Callable[..., object]) -> ModuleSpec:
+    """The ``ModuleSpec`` that ``@declares`` attached to ``function``."""
+    spec = getattr(function, "spec", None)
+    if not isinstance(spec, ModuleSpec):
+        raise TypeError(f"{getattr(function, '__name__', function)!r} declares no module (@declares)")
+    return spec
 
 
 def closest(name: str, choices: list[str]) -> str | None:
@@ -104,11 +113,11 @@ def closest(name: str, choices: list[str]) -> str | None:
     return found[0] if found else None
 
 
-def _is_template(value: Any) -> bool:
+def _is_template(value: object) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
-def check_task_args(spec: ModuleSpec, raw: Any, where: str) -> dict[str, Any]:
+def check_task_args(spec: ModuleSpec, raw: object, where: str) -> dict[str, object]:
     """The arguments of a task as written in its role file, checked against ``spec``.
 
     Literal values are type-checked here; a ``{{ template }}`` only once rendered (``check_rendered``).
@@ -131,7 +140,7 @@ def check_task_args(spec: ModuleSpec, raw: Any, where: str) -> dict[str, Any]:
     return raw
 
 
-def check_rendered(spec: ModuleSpec, args: Mapping[str, Any], where: str) -> None:
+def check_rendered(spec: ModuleSpec, args: Mapping[str, object], where: str) -> None:
     """The rendered arguments of a task (what its planner receives) against their declared kinds."""
     for arg in spec.args:
         value = args.get(arg.name)
@@ -142,13 +151,13 @@ def check_rendered(spec: ModuleSpec, args: Mapping[str, Any], where: str) -> Non
         _check_kind(spec, arg, value, where)
 
 
-def _check_kind(spec: ModuleSpec, arg: Arg, value: Any, where: str) -> None:
+def _check_kind(spec: ModuleSpec, arg: Arg, value: object, where: str) -> None:
     shown, test = KINDS[arg.kind]
     if not test(value):
         raise RoleError(f"{where}: {arg.name} of {spec.name} must be {shown}, not {type(value).__name__} {_short(value)}")
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -157,7 +166,7 @@ def _short(value: Any) -> str:
 _KIND_LABELS = {"mapping": "mapping", "list": "list", "bool": "true/false", "number": "number"}
 
 
-def _default_text(value: Any) -> str:
+def _default_text(value: object) -> str:
     if isinstance(value, bool):
         return "default `true`" if value else "default `false`"
     return f"default `{value}`"

@@ -12,7 +12,7 @@ A python the gather did not read (a release environment built by this very run) 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 SERVE, LAUNCH_SERVER = "serve", "launch_server"
 LAUNCH_SERVER_WORDS = ("-m", "sglang.launch_server")
@@ -35,12 +35,13 @@ class LaunchEntry:
         return LAUNCH_SERVER_WORDS
 
 
-def parse_entry(data: Any) -> LaunchEntry | None:
+def parse_entry(data: object) -> LaunchEntry | None:
     """One answer of the host module, checked (a host's answer is untrusted); None when it is not one."""
     if not isinstance(data, dict):
         return None
     python, entrypoint, script, why = (data.get(k) for k in ("python", "entrypoint", "script", "why"))
-    if not _plain(python) or entrypoint not in (SERVE, LAUNCH_SERVER) or not isinstance(why, str):
+    if not _plain(python) or not isinstance(entrypoint, str) or entrypoint not in (SERVE, LAUNCH_SERVER) \
+            or not isinstance(why, str):
         return None
     if entrypoint == SERVE and not (_plain(script) and str(script).startswith("/")):
         return None
@@ -48,5 +49,5 @@ def parse_entry(data: Any) -> LaunchEntry | None:
                        why=why[:300])
 
 
-def _plain(text: Any) -> bool:
+def _plain(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and 0 < len(text) <= _MAX_TEXT and not any(c in text for c in "\n\r\x00")

@@ -11,14 +11,14 @@ an escape (checked against systemd 252), so a value holding ``'`` or ``\`` is do
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 from gpuops.errors import GpuopsError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def env_text(value: Any) -> str:
+def env_text(value: object) -> str:
     """YAML gives ints and bools; the environment holds text (true -> "1", as NCCL expects)."""
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -37,7 +37,7 @@ def env_quote(text: str) -> str:
     return '"' + escaped + '"'
 
 
-def check_entries(entries: Mapping[str, Any], where: str) -> dict[str, str]:
+def check_entries(entries: object, where: str) -> dict[str, str]:
     if not isinstance(entries, Mapping):
         raise GpuopsError(f"{where}: environment entries must be a mapping, got {type(entries).__name__}")
     checked: dict[str, str] = {}

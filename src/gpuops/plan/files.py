@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.changes import Change
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
 
 
-def normalize_mode(value: Any, where: str) -> str | None:
+def normalize_mode(value: object, where: str) -> str | None:
     """YAML reads ``mode: 0644`` as the int 420 and ``"0644"`` as text; both mean octal 644."""
     if value is None:
         return None
@@ -34,7 +34,7 @@ def normalize_mode(value: Any, where: str) -> str | None:
     return "0" + text[-3:] if len(text) == 3 else text.zfill(4)
 
 
-def absolute_dest(path: Any, where: str) -> str:
+def absolute_dest(path: object, where: str) -> str:
     """A task's destination: a plain absolute path (no ``..``, ``//`` or newline), else one error."""
     if not isinstance(path, str) or not path.startswith("/"):
         raise GpuopsError(f"{where}: destination {path!r} must be an absolute path")

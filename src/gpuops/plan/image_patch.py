@@ -19,37 +19,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.diff import unified_diff
-from gpuops.plan.changes import AuditCheck, Change
+from gpuops.plan.changes import BASE_REF_LABEL, PATCH_LABEL, AuditCheck, Change, ImageBuild
 
 if TYPE_CHECKING:
+    from gpuops.facts.container_python import ContainerFacts
     from gpuops.plan.state import PlanState
     from gpuops.plan.task import Task
 
 REPOSITORY = "gpuops"
-PATCH_LABEL = "gpuops.patch"          # the patch hash a derived image was built for
-BASE_REF_LABEL = "gpuops.base-ref"    # the inventory image it stands in for
-
-
-@dataclass(frozen=True)
-class ImageBuild:
-    """A derived image to build on the host: ``base`` (an image id) plus patched files."""
-
-    container: str
-    base: str                 # image id the container runs (what the scan read)
-    base_ref: str             # sglang_docker_image: the image the derived one stands in for
-    tag: str                  # gpuops/<container>:<hash[:12]>
-    patch_sha256: str
-    python: str               # the container's python (compile check and re-audit in the image)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"container": self.container, "base": self.base, "base_ref": self.base_ref, "tag": self.tag,
-                "patch_sha256": self.patch_sha256, "python": self.python,
-                "labels": {PATCH_LABEL: self.patch_sha256, BASE_REF_LABEL: self.base_ref}}
 
 
 def repository_for(container: str) -> str:
@@ -74,15 +55,15 @@ def path_in_image(tag: str, change_path: str) -> str:
     return change_path[len(tag) + 1:] if change_path.startswith(tag + ":") else change_path
 
 
-def _base_of(state: "PlanState", inventory_image: str, where: str) -> tuple[str, Mapping[str, Any]]:
+def _base_of(state: "PlanState", inventory_image: str, where: str) -> tuple[str, ContainerFacts]:
     """The container gather saw (``docker inspect``), checked to run the inventory's image."""
     assert state.facts is not None
     container = state.facts.container
     if not container:
         raise GpuopsError(f"{state.host}: {where}: no docker container of the server on this host; start it with "
                           "`gpuops apply sglang-service` first (the patch is built from the image it runs)")
-    labels = container.get("labels") or {}
-    runs = container.get("image")
+    labels = container["labels"]
+    runs = container["image"]
     if runs != inventory_image and labels.get(BASE_REF_LABEL) != inventory_image:
         raise GpuopsError(f"{state.host}: {where}: the container {container.get('name')} runs image {runs}, not "
                           f"sglang_docker_image {inventory_image}; apply sglang-service first so that the patch is "
@@ -92,19 +73,19 @@ def _base_of(state: "PlanState", inventory_image: str, where: str) -> tuple[str,
 
 def plan_image_patch(task: "Task", state: "PlanState", pending: Sequence[tuple[str, str, str]],
                      inventory_image: str, python: str, feature: str, target_sm: str,
-                     recorded: Mapping[str, Any] | None) -> dict[str, Any]:
+                     recorded: Mapping[str, object] | None) -> dict[str, str]:
     """Changes of kind ``image`` for the patched files, the derived image to build, and the image
     the launch must name (the role's ``image`` / ``image_base``)."""
     base, container = _base_of(state, inventory_image, task.where)
-    name = str(container.get("name") or "sglang")
+    name = container["name"] or "sglang"
     if not pending:
         # Nothing left to patch in what the container runs: a rerun. The image the run recorded
         # stays the launch's (the container runs it; its tag was not recomputed from patched files).
         kept = dict(recorded or {})
         if kept.get("image") and kept.get("image_base") == inventory_image:
             return {"image": str(kept["image"]), "image_base": inventory_image}
-        if (container.get("labels") or {}).get(PATCH_LABEL):
-            return {"image": str(container.get("image")), "image_base": inventory_image}
+        if container["labels"].get(PATCH_LABEL):
+            return {"image": str(container["image"]), "image_base": inventory_image}
         return {"image": "", "image_base": ""}
     digest = patch_hash(base, [(path, after) for path, _, after in pending])
     tag = f"{repository_for(name)}:{digest[:12]}"

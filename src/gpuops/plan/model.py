@@ -6,17 +6,55 @@ gathered, an empty plan recalled) does not build those classes (~2 ms of frozen 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
+    from gpuops.facts.container_python import ContainerFacts
     from gpuops.gates.scan import GateScan
     from gpuops.plan.entrypoint import LaunchEntry
-    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, HandlerRun, LogCheck, ServiceSpec
+    from gpuops.plan.changes import (AuditCheck, Change, CompileCheck, HandlerRun, ImageBuild, LogCheck, ReleaseEnv,
+                                     ReleaseImage, ServiceSpec)
+
+# The GPU summary a patching role plans from (apply.host_gather.gpu_summary, kept between runs by
+# apply/kept_facts.py): compute_capability, cuda, gpu_count, nvlink, p2p_all_pairs, p2p_failed_pairs
+# [[GPUa, GPUb, status]], kernel_reads (the software probe's `kernels`), kernel_versions {provider:
+# version}. Read back from what was kept, so each value is narrowed where a planner reads it.
+GpuSummary = Mapping[str, object]
+
+
+def summary_text(gpu: GpuSummary | None, key: str) -> str | None:
+    """A text value of the GPU summary (compute_capability, cuda); None when absent or not text."""
+    value = (gpu or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
+def summary_count(gpu: GpuSummary | None, key: str) -> int | None:
+    value = (gpu or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def summary_flag(gpu: GpuSummary | None, key: str) -> bool | None:
+    """nvlink, p2p_all_pairs: True, False or not known (None)."""
+    value = (gpu or {}).get(key)
+    return value if isinstance(value, bool) else None
+
+
+def summary_pairs(gpu: GpuSummary | None) -> list[list[str]]:
+    """p2p_failed_pairs: [[GPUa, GPUb, status], ...]; [] when absent or not a list of lists."""
+    value = (gpu or {}).get("p2p_failed_pairs")
+    listed = value if isinstance(value, list) else []
+    return [[str(part) for part in pair] for pair in listed if isinstance(pair, (list, tuple))]
+
+
+def summary_mapping(gpu: GpuSummary | None, key: str) -> dict[str, object] | None:
+    """kernel_reads, kernel_versions: a JSON object, None when absent or not one."""
+    value = (gpu or {}).get(key)
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else None
 
 _IN_CHANGES = ("Change", "ServiceSpec", "HandlerRun", "CompileCheck", "AuditCheck", "LogCheck", "sha256_text")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``from gpuops.plan.model import Change`` (and the rest of plan/changes.py), on first use."""
     if name in _IN_CHANGES:
         from gpuops.plan import changes
@@ -49,13 +87,10 @@ class PlanFacts:
     host: str
     files: Mapping[str, FileState] = field(default_factory=dict)
     gate_scan: GateScan | None = None      # the gate scan (when a role needs it), with the sources the patch planner reads
-    # GPU summary gathered with the gate scan (apply.host_gather.gpu_summary): compute_capability,
-    # cuda, gpu_count, p2p_all_pairs, p2p_failed_pairs [[GPUa, GPUb, status]], kernel_reads (the
-    # software probe's `kernels`), kernel_versions {provider: version}; None when not gathered.
-    gpu: Mapping[str, Any] | None = None
-    # sglang_manager: docker: what the container runs (facts.container_python.parse_container):
-    # name, id, image, image_id, running, labels; None when not gathered or no such container.
-    container: Mapping[str, Any] | None = None
+    gpu: GpuSummary | None = None  # gathered with the gate scan; None when not gathered
+    # sglang_manager: docker: what the container runs (facts.container_python.parse_container);
+    # None when not gathered or no such container.
+    container: ContainerFacts | None = None
     # Does an SGLang server run on the host's port (the gather preamble's find, ``apply.probes.server_probe``)?
     # None when not gathered (no task of the role asked: the ``server`` module's discovery does).
     server_running: bool | None = None
@@ -74,8 +109,9 @@ class Plan:
     compile_checks: tuple[CompileCheck, ...] = ()
     audit: AuditCheck | None = None
     log_check: LogCheck | None = None   # read the server's log after the restart (pcie-allreduce)
-    image: Any = None         # plan.image_patch.ImageBuild (docker: the patch as a derived image)
-    release: Any = None       # plan.release.ReleaseEnv (sglang-release: built before the transaction)
+    image: ImageBuild | None = None  # docker: the patch as a derived image (plan/image_patch.py)
+    # sglang-release: the environment (or docker image) the host holds before the transaction
+    release: ReleaseEnv | ReleaseImage | None = None
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tasks_ok: int = 0         # tasks evaluated (not skipped by `when`), Ansible's "ok"

@@ -12,11 +12,11 @@ values, and roles/README.md's module table is generated from them (``SPECS``, ``
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.nccl import check_nccl_env, nccl_warnings
-from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, module_table
+from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, module_table, spec_of
 from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ServiceSpec
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.entrypoint import LAUNCH_SERVER, LAUNCH_SERVER_WORDS
@@ -32,6 +32,7 @@ from gpuops.desired_state import read_desired
 from gpuops.plan.compose import ComposeResult, plan_compose
 from gpuops.plan.gate_patch import patch_changes
 from gpuops.plan.image_patch import plan_image_patch
+from gpuops.plan.model import summary_count, summary_flag, summary_mapping, summary_pairs
 
 if TYPE_CHECKING:
     from gpuops.plan.state import PlanState
@@ -242,19 +243,18 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
         return {"changed": False, "applies": True, "reason": "", "env": env}
     assert state.facts is not None
     scan = state.facts.gate_scan
-    gpu = state.facts.gpu or {}
+    gpu = state.facts.gpu
     launch_args = args.get("launch_args") or []
     launch_env = args.get("launch_env") or {}
-    found = gpu.get("kernel_versions")
-    versions: dict = found if isinstance(found, dict) else {}
-    reads = gpu.get("kernel_reads")
+    flashinfer = (summary_mapping(gpu, "kernel_versions") or {}).get("flashinfer")
     stack = pcie_ipc.HostStack(
-        sglang=scan.version if scan is not None else None, flashinfer=versions.get("flashinfer"),
-        nvlink=gpu.get("nvlink"), gpu_count=gpu.get("gpu_count"),
+        sglang=scan.version if scan is not None else None,
+        flashinfer=flashinfer if isinstance(flashinfer, str) else None,
+        nvlink=summary_flag(gpu, "nvlink"), gpu_count=summary_count(gpu, "gpu_count"),
         launch_args=[str(a) for a in launch_args] if isinstance(launch_args, list) else [],
         launch_env={str(k): str(v) for k, v in launch_env.items()} if isinstance(launch_env, dict) else {},
-        p2p_failed_pairs=gpu.get("p2p_failed_pairs") or [],
-        kernel_reads=reads if isinstance(reads, dict) else None,
+        p2p_failed_pairs=summary_pairs(gpu),
+        kernel_reads=summary_mapping(gpu, "kernel_reads"),
         allow_without_p2p=_truthy(args.get("allow_without_p2p", False)))
     decision = pcie_ipc.fit(stack)
     if decision.misfit is pcie_ipc.Misfit.NO_P2P:  # a host to fix, not one to skip (as fusion-sm120's P2P refusal)
@@ -271,7 +271,7 @@ def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "Va
     return {"changed": False, "applies": True, "reason": decision.reason, "env": env}
 
 
-def _truthy(value: Any) -> bool:
+def _truthy(value: object) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -412,6 +412,13 @@ INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="liter
                           plans="the tasks of another role, with this task's `vars`", shorthand="name")
 
 
+def _number(value: object) -> int | float | str:
+    """A ``number`` argument as check_rendered let it through: a number, or text that reads as one."""
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"{type(value).__name__} is not a number")
+
+
 @declares(ModuleSpec("service", (
     Arg("manager", required=True),
     Arg("name", required=True),
@@ -429,15 +436,15 @@ INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="liter
     "manager really launched, answered by the server's own processes.")))
 def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec:
     """A ``service`` handler's rendered arguments -> the restart the apply runs when notified."""
-    check_rendered(service_handler.spec, args, f"{state.host}: {task.where}")  # type: ignore[attr-defined]
-    args = service_handler.spec.with_defaults(args)  # type: ignore[attr-defined]
+    check_rendered(spec_of(service_handler), args, f"{state.host}: {task.where}")
+    args = spec_of(service_handler).with_defaults(args)
     manager = str(args["manager"])
     if manager not in ("process", "systemd", "docker"):
         raise GpuopsError(f"{state.host}: {task.where}: sglang_manager must be process, systemd or docker, not {manager!r}")
     try:
-        port = int(args["port"])
-        timeout = float(args["health_timeout"])
-        grace = float(args["grace"])
+        port = int(_number(args["port"]))
+        timeout = float(_number(args["health_timeout"]))
+        grace = float(_number(args["grace"]))
     except (TypeError, ValueError) as exc:
         raise GpuopsError(f"{state.host}: {task.where}: port, health_timeout and grace must be numbers ({exc})") from None
     return ServiceSpec(
@@ -451,12 +458,12 @@ from gpuops.plan.release import plan_sglang_release  # noqa: E402  (its own modu
 
 _PLANNERS: tuple[Planner, ...] = (plan_template, plan_env, plan_lineinfile, plan_gate_patch_task, plan_pcie_allreduce,
                                   _plan_compose, plan_sglang_release, plan_server, plan_entrypoint, plan_assert, plan_fail)
-PLANNERS: dict[str, Planner] = {p.spec.name: p for p in _PLANNERS}  # type: ignore[attr-defined]
+PLANNERS: dict[str, Planner] = {spec_of(p).name: p for p in _PLANNERS}
 # Every module a task may name, in roles/README.md's order: the planners, include_role, service.
 SPECS: dict[str, ModuleSpec] = {
-    **{p.spec.name: p.spec for p in _PLANNERS},  # type: ignore[attr-defined]
+    **{spec_of(p).name: spec_of(p) for p in _PLANNERS},
     INCLUDE_ROLE.name: INCLUDE_ROLE,
-    "service": service_handler.spec,  # type: ignore[attr-defined]
+    "service": spec_of(service_handler),
 }
 
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpuops.errors import GpuopsError
 
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from gpuops.facts.container_python import ContainerTarget
     from gpuops.plan.changes import HandlerRun, ServiceSpec
     from gpuops.plan.model import PlanFacts, Plan
-    from gpuops.plan.task import Role, Task
-    from gpuops.plan.state import PlanState
+    from gpuops.plan.task import Role, Task, Variables
+    from gpuops.plan.state import PlanState, Recomposer
     from gpuops.plan.templating import Layer, Templar, VarScope
 
 # The planning machinery (roles, module specs and planners, templating, PlanState) is imported by
@@ -49,8 +49,8 @@ class Discovery:
 
 
 def _base_scope(templar: Templar, roles: Mapping[str, Role], main: str,
-                inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
-                registered: dict[str, Any]) -> VarScope:
+                inventory_vars: Variables, extra_vars: Variables,
+                registered: dict[str, object]) -> VarScope:
     from gpuops.plan.templating import Layer, VarScope
 
     # Included roles' defaults first, so the main role's own defaults win over theirs.
@@ -87,7 +87,7 @@ def _run_task(task: Task, scope: VarScope, state: PlanState, depth: int) -> None
             return
     state.tasks_ok += 1
     if task.module == "include_role":
-        _run_role(state.roles[task.args["name"]], scope, state, depth + 1)
+        _run_role(state.roles[str(task.args["name"])], scope, state, depth + 1)
         return
     args = {key: state.templar.render_value(value, scope, f"{task.where} ({key})") for key, value in task.args.items()}
     check_rendered(SPECS[task.module], args, f"{state.host}: {task.where}")  # a {{ template }} has its type now
@@ -135,7 +135,7 @@ def _handlers(state: PlanState) -> tuple[list[HandlerRun], ServiceSpec | None]:
 
 
 def _layers_and_state(role_name: str, facts: PlanFacts | None, host: str,
-                      inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+                      inventory_vars: Variables, extra_vars: Variables,
                       roles_path: list[Path] | None, run_id: str | None = None,
                       ) -> tuple[PlanState, VarScope, Mapping[str, Role]]:
     from gpuops.plan.roles import load_role_tree, shared_templates_dirs
@@ -154,7 +154,7 @@ def _layers_and_state(role_name: str, facts: PlanFacts | None, host: str,
     return state, scope, roles
 
 
-def discover(role_name: str, host: str, inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any],
+def discover(role_name: str, host: str, inventory_vars: Variables, extra_vars: Variables,
              roles_path: list[Path] | None = None) -> Discovery:
     """The fact-free pass: which files to gather, whether to scan gates; refuses bad input early."""
     from gpuops.plan.varcheck import check_extra_vars, check_inventory_types
@@ -178,9 +178,9 @@ def _container(scope: VarScope) -> "ContainerTarget | None":
     return docker_target({name: scope.get(name) for name in names if name in scope})
 
 
-def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any],
-              extra_vars: Mapping[str, Any], roles_path: list[Path] | None = None,
-              run_id: str | None = None, recompose: Any = None) -> Plan:
+def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Variables,
+              extra_vars: Variables, roles_path: list[Path] | None = None,
+              run_id: str | None = None, recompose: Recomposer | None = None) -> Plan:
     """The changes a role would make on a host whose state is ``facts``; ``run_id`` is recorded
     with the role's contribution to the composed launch (see plan/compose.py). ``recompose``: see
     ``PlanState.recompose``."""
@@ -203,7 +203,7 @@ def plan_role(role_name: str, facts: PlanFacts, inventory_vars: Mapping[str, Any
     )
 
 
-def vars_digest(inventory_vars: Mapping[str, Any], extra_vars: Mapping[str, Any]) -> str:
+def vars_digest(inventory_vars: Variables, extra_vars: Variables) -> str:
     """A hash of the variables a run used (journaled instead of the values, which may be secret)."""
     blob = json.dumps({"inventory": inventory_vars, "extra": extra_vars}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -23,65 +23,20 @@ import hashlib
 import json
 import posixpath
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.argspec import Arg, ModuleSpec, declares
+from gpuops.plan.changes import ReleaseEnv, ReleaseImage, StandingPatch
 from gpuops.plan.files import gathered_file
 from gpuops.desired_state import composed, read_desired
 from gpuops.release.flags import check_launch, release_flags
-from gpuops.release.wheel import canonical, release
+from gpuops.release.wheel import Release, canonical, release
 
 if TYPE_CHECKING:
     from gpuops.plan.task import Task
     from gpuops.plan.state import PlanState
     from gpuops.plan.templating import VarScope
-
-
-@dataclass(frozen=True)
-class ReleaseEnv:
-    """An environment a host must hold before the switch (built, or found finished, by the host)."""
-    version: str
-    envs_dir: str
-    name: str                      # sglang-<version>-<digest of what it is installed from>
-    base_python: str               # the interpreter the venv is made from
-    requirements: tuple[str, ...]  # sglang==X and the release's own stack pins, then extra packages
-    expect: tuple[tuple[str, str], ...]  # (dist, version) the new environment must hold
-    index_url: str
-    wheelhouse: str                # a folder on the operator's machine, copied to the host; "" = none
-    min_free_bytes: int
-    stage: bool = False            # build and audit only: the switch is left for a later run
-    keep_envs: int = 2             # finished environments kept besides those the launch or a run needs
-    state_dir: str = ""            # where the launch files and the runs' backups are (what needs an env)
-    patches: tuple["StandingPatch", ...] = ()  # standing source patches of the running release
-
-    @property
-    def env_dir(self) -> str:
-        return posixpath.join(self.envs_dir, self.name)
-
-    @property
-    def python(self) -> str:
-        return posixpath.join(self.env_dir, "bin", "python")
-
-    def payload(self, host_wheelhouse: str | None) -> dict[str, Any]:
-        return {"version": self.version, "envs_dir": self.envs_dir, "name": self.name, "base_python": self.base_python,
-                "requirements": list(self.requirements), "expect": dict(self.expect), "index_url": self.index_url,
-                "wheelhouse": host_wheelhouse, "min_free_bytes": self.min_free_bytes,
-                "keep_envs": self.keep_envs, "state_dir": self.state_dir,
-                "source": self.wheelhouse and "wheelhouse" or self.index_url or "the host's index"}
-
-
-@dataclass(frozen=True)
-class ReleaseImage:
-    """The image a docker host must hold before the switch (pulled, or found, then checked inside)."""
-    version: str
-    tag: str                       # the image the container is recreated from
-    base: str                      # sglang_docker_image: the image it stands in for (the old one)
-    expect: tuple[tuple[str, str], ...]  # (dist, version) the image must hold: sglang and its pins
-    stage: bool = False
-    python: str = "python3"        # the interpreter the run script launches in the image
-    patches: tuple["StandingPatch", ...] = ()  # standing source patches of the running release (image)
 
 
 def release_tag(current_image: str, version: str) -> str:
@@ -114,14 +69,6 @@ def _env_name(version: str, requirements: list[str], index_url: str, wheelhouse:
 # Such a patch belongs to the tree it was planned on: never copied to a new release; the switch
 # asks the new tree's own verdict for that feature (apply/runner.py::_release_ready).
 SOURCE_PATCH_ROLES = {"fusion-sm120": "flashinfer_allreduce_fusion"}
-
-
-@dataclass(frozen=True)
-class StandingPatch:
-    """A standing run that patched the running release's source (its part of desired.json)."""
-    role: str
-    run_id: str
-    feature: str
 
 
 def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[StandingPatch, ...]]:
@@ -205,7 +152,7 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
                             f"{', +' + ' '.join(extra) if extra else ''}); built or found before the server stops")
 
 
-def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, version: str, desired: str,
+def _plan_image(task: "Task", args: dict, state: "PlanState", found: Release, version: str, desired: str,
                 where: str) -> dict:
     """sglang-release on a docker host: the release's image, checked flags, nothing built here."""
 
@@ -222,8 +169,8 @@ def _plan_image(task: "Task", args: dict, state: "PlanState", found: Any, versio
                             f"{', '.join(f'{d} {v}' for d, v in expect)}); pulled or found before the container stops")
 
 
-def _checked_release(state: "PlanState", args: dict, found: Any, version: str, desired: str, where: str,
-                     result: dict, planned: Any, summary: str) -> dict:
+def _checked_release(state: "PlanState", args: dict, found: Release, version: str, desired: str, where: str,
+                     result: dict, planned: ReleaseEnv | ReleaseImage, summary: str) -> dict:
     """What both kinds of release (an environment, an image) plan alike: in discovery only the path
     the launch will take; else the launch flags checked against the new release's own parsers, the
     standing source patches judged, the summary noted and the release recorded."""

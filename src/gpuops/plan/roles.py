@@ -7,7 +7,7 @@ is one error naming the file and the task, before anything touches a host.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from gpuops.plan.argspec import RoleError, check_task_args, closest
 from gpuops.plan.modules import SPECS
@@ -17,12 +17,14 @@ from gpuops.yamlfile import load_yaml_file
 
 __all__ = ["Role", "RoleError", "Task", "load_role", "load_role_tree"]
 
+T = TypeVar("T")
+
 TASK_KEYS = {"name", "when", "notify", "vars", "register"}
 # The modules and their arguments are declared beside their planners (plan/modules.py: SPECS).
 HANDLER_MODULES = {name for name, spec in SPECS.items() if spec.handler_only}
 
 
-def _read_yaml(path: Path, expected: type, empty: Any) -> Any:
+def _read_yaml(path: Path, expected: type[T], empty: T) -> T:
     if not path.exists():
         return empty
     data = load_yaml_file(path, error=RoleError)
@@ -41,7 +43,7 @@ def _display(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _parse_task(raw: Any, path: Path, index: int, handler: bool, shown: str = "") -> Task:
+def _parse_task(raw: object, path: Path, index: int, handler: bool, shown: str = "") -> Task:
     where = f"{shown or path}, {'handler' if handler else 'task'} {index + 1}"
     if not isinstance(raw, dict):
         raise RoleError(f"{where}: a task must be a mapping")
@@ -109,9 +111,12 @@ def load_role(name: str, search: list[Path] | None = None) -> Role:
     deps = meta.get("dependencies", []) or []
     if not isinstance(deps, list):
         raise RoleError(f"{path / 'meta' / 'main.yml'}: dependencies must be a list")
-    dep_names = tuple(d if isinstance(d, str) else (d.get("role") if isinstance(d, dict) else None) for d in deps)
-    if any(not isinstance(d, str) for d in dep_names):
-        raise RoleError(f"{path / 'meta' / 'main.yml'}: each dependency is a role name or {{role: NAME}}")
+    dep_names: list[str] = []
+    for dep in deps:
+        named = dep if isinstance(dep, str) else (dep.get("role") if isinstance(dep, dict) else None)
+        if not isinstance(named, str):
+            raise RoleError(f"{path / 'meta' / 'main.yml'}: each dependency is a role name or {{role: NAME}}")
+        dep_names.append(named)
     tasks = _read_yaml(tasks_file, list, [])
     handlers = _read_yaml(handlers_file, list, [])
     return Role(
@@ -120,7 +125,7 @@ def load_role(name: str, search: list[Path] | None = None) -> Role:
         defaults=_read_yaml(defaults_file, dict, {}),
         tasks=tuple(_parse_task(t, tasks_file, i, False, _display(tasks_file, base)) for i, t in enumerate(tasks)),
         handlers=tuple(_parse_task(t, handlers_file, i, True, _display(handlers_file, base)) for i, t in enumerate(handlers)),
-        dependencies=dep_names,  # type: ignore[arg-type]
+        dependencies=tuple(dep_names),
     )
 
 

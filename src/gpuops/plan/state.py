@@ -5,15 +5,21 @@ no-op apply) does not build this class."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
-    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, LogCheck
+    from gpuops.desired_state import Contribution
+    from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ImageBuild, LogCheck, ReleaseEnv, ReleaseImage
     from gpuops.plan.model import PlanFacts
     from gpuops.plan.task import Role
     from gpuops.plan.templating import Templar, VarScope
+
+
+# A rollback by recomposition: (recorded contributions, desired.json path) -> the contributions to
+# write instead of this role's own (plan/compose.py, apply/recompose.py).
+Recomposer = Callable[["dict[str, Contribution]", str], "dict[str, Contribution]"]
 
 
 @dataclass
@@ -27,9 +33,7 @@ class PlanState:
     secrets: list[str]
     role: str = ""                      # the role the run was asked for (keys its contribution)
     run_id: str | None = None
-    # A rollback by recomposition: (recorded contributions, desired.json path) -> the contributions
-    # to write instead of this role's own (plan/compose.py, apply/recompose.py).
-    recompose: Callable[[dict[str, dict[str, Any]], str], dict[str, dict[str, Any]]] | None = None
+    recompose: Recomposer | None = None  # a rollback by recomposition (see Recomposer)
     desired_path: str | None = None     # where the compose task keeps the contributions
     changes: list[Change] = field(default_factory=list)
     notified: list[str] = field(default_factory=list)
@@ -38,9 +42,9 @@ class PlanState:
     compile_checks: list[CompileCheck] = field(default_factory=list)
     audit: AuditCheck | None = None
     log_check: LogCheck | None = None
-    image: Any = None                   # plan.image_patch.ImageBuild: a derived image to build (docker)
-    release: Any = None                 # plan.release.ReleaseEnv: an environment the host builds first
-    registered: dict[str, Any] = field(default_factory=dict)
+    image: ImageBuild | None = None     # a derived image to build (docker)
+    release: ReleaseEnv | ReleaseImage | None = None  # an environment (image) the host holds first
+    registered: dict[str, object] = field(default_factory=dict)  # task results by `register` name
     role_scopes: dict[str, VarScope] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)
     needs_gate_scan: bool = False

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
+
+# Variables by name, from any source (role defaults, inventory, -e, task vars, registered results):
+# YAML, JSON or rendered template values, each narrowed where a planner reads it.
+Variables = Mapping[str, object]
 
 
 @dataclass(frozen=True)
 class Task:
     name: str
     module: str
-    args: Mapping[str, Any]
+    args: Mapping[str, object]  # as written: checked against the module's spec, rendered when planned
     where: str                         # "roles/x/tasks.yml, task 2 (name)"
     when: str | None = None
     notify: tuple[str, ...] = ()
-    vars: Mapping[str, Any] = field(default_factory=dict)
+    vars: Variables = field(default_factory=dict)
     register: str | None = None
 
 
@@ -24,7 +28,7 @@ class Task:
 class Role:
     name: str
     path: Path
-    defaults: Mapping[str, Any]
+    defaults: Variables
     tasks: tuple[Task, ...]
     handlers: tuple[Task, ...]
     dependencies: tuple[str, ...]

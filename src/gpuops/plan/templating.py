@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.plan.task import Variables
 from gpuops.release.flags import merge_flags
 from gpuops.release.flags import rename_flags
 from gpuops.release.flags import drop_flags
@@ -22,9 +23,6 @@ from gpuops.release.flags import drop_flags
 if TYPE_CHECKING:  # jinja2 is imported when a Templar is made (a recalled no-op plan never makes one)
     from jinja2 import Template
     from jinja2.environment import TemplateExpression
-
-# Variables by name, from any layer: YAML, JSON or a rendered template's values, narrowed where read.
-Variables = Mapping[str, object]
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.yamlfile import parse_yaml_text
+
+if TYPE_CHECKING:
+    from gpuops.plan.task import Role, Variables
 
 # Read by gpuops itself (connection, inventory, apply), whatever the role.
 _GLOBAL_PREFIXES = ("ansible_", "gpuops_")
@@ -25,10 +28,10 @@ RUN_VARIABLES = ("sglang_router_url", "sglang_worker_url", "sglang_router_api_ke
                  "sglang_deployment_answer_timeout")
 
 
-def known_variables(roles: Mapping[str, Any]) -> dict[str, Any]:
+def known_variables(roles: Mapping[str, Role]) -> dict[str, object]:
     """Every variable the roles of a run declare (defaults, task vars, registered results), with
     its default value (None where it has none)."""
-    known: dict[str, Any] = {}
+    known: dict[str, object] = {}
     for role in roles.values():
         for name, value in role.defaults.items():
             known.setdefault(str(name), value)
@@ -40,11 +43,11 @@ def known_variables(roles: Mapping[str, Any]) -> dict[str, Any]:
     return known
 
 
-def _example(name: str, value: Any) -> str:
+def _example(name: str, value: object) -> str:
     return "-e '" + json.dumps({name: value}) + "'"
 
 
-def _suggest(name: str, value: Any, known: Mapping[str, Any]) -> str:
+def _suggest(name: str, value: object, known: Mapping[str, object]) -> str:
     if name.upper() == name and name.startswith(_NCCL_PREFIXES) and "nccl_env" in known:
         return f"did you mean nccl_env? ({_example('nccl_env', {name: value})})"
     if name.upper() == name and "sglang_env" in known:
@@ -53,14 +56,14 @@ def _suggest(name: str, value: Any, known: Mapping[str, Any]) -> str:
     return f"did you mean {close[0]}?" if close else f"known variables: {', '.join(sorted(known))}"
 
 
-def _parsed(text: str) -> Any:
+def _parsed(text: str) -> object:
     try:
         return parse_yaml_text(text, "-e")
     except GpuopsError:  # only used to show the user a better example
         return None
 
 
-def check_extra_vars(role: str, roles: Mapping[str, Any], extra_vars: Mapping[str, Any]) -> list[str]:
+def check_extra_vars(role: str, roles: Mapping[str, Role], extra_vars: Variables) -> list[str]:
     """Warnings for ``-e`` variables no role of the run knows; raises for a mapping/list variable
     given as text."""
     known = known_variables(roles)
@@ -83,7 +86,7 @@ def check_extra_vars(role: str, roles: Mapping[str, Any], extra_vars: Mapping[st
     return warnings
 
 
-def check_inventory_types(host: str, roles: Mapping[str, Any], inventory_vars: Mapping[str, Any]) -> None:
+def check_inventory_types(host: str, roles: Mapping[str, Role], inventory_vars: Variables) -> None:
     """An inventory (or group/host vars) value that is a string where the role wants a mapping or a
     list: refused before any connection, naming the host and the syntax (INI inventories make
     every value a string unless it is written as JSON/YAML)."""
@@ -97,11 +100,13 @@ def check_inventory_types(host: str, roles: Mapping[str, Any], inventory_vars: M
                               f"write it as YAML in the inventory or its host_vars/group_vars ({name}: {example})")
 
 
-def seconds_var(variables: Mapping[str, Any], name: str, default: float, host: str) -> float:
+def seconds_var(variables: Variables, name: str, default: float, host: str) -> float:
     """A run variable that is a number of seconds above 0 (``sglang_drain_timeout``, ...): its
     value, or one line naming the host and the variable."""
     raw = variables.get(name, default)
     try:
+        if not isinstance(raw, (int, float, str)):
+            raise TypeError(raw)
         value = float(raw)
     except (TypeError, ValueError):
         raise GpuopsError(f"{host}: {name} must be a number of seconds, not {raw!r}") from None
