@@ -30,15 +30,28 @@ CLIENTS, PER_CLIENT, TOKENS = 4, 60, 128
 # apply is over (``load.stop()``), and every client must still have been sending then.
 
 
-@pytest.fixture
-def router_lab(tmp_path_factory: pytest.TempPathFactory, request: Any) -> Iterator[Lab]:
-    specs = getattr(request, "param", None) or [LabSpec(count=3)]
+def _router_lab(tmp_path_factory: pytest.TempPathFactory, specs: list[LabSpec]) -> Iterator[Lab]:
     root = tmp_path_factory.mktemp("routerlab") / "lab"
     lab = start_lab(root, specs, router="0.3.2")
     try:
         yield lab
     finally:
         stop_lab(lab.root)
+
+
+@pytest.fixture(scope="module")
+def shared_router_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """Three replicas behind the router, borrowed in turn by the tests below in file order: each
+    begins by asserting every replica is in the router and healthy, applies a setting the one
+    before it did not leave (4, then 8, then 6), and hands the lab back with every replica in the
+    router, except the last (it stops the router). One lab start instead of three (~5-15 s each)."""
+    yield from _router_lab(tmp_path_factory, [LabSpec(count=3)])
+
+
+@pytest.fixture
+def router_lab(tmp_path_factory: pytest.TempPathFactory, request: Any) -> Iterator[Lab]:
+    """A lab of this test's own (``request.param``: its specs), for a test that needs other hosts."""
+    yield from _router_lab(tmp_path_factory, request.param)
 
 
 def _router_url(lab: Lab) -> str:
@@ -103,8 +116,8 @@ def _env(lab: Lab, name: str) -> str:
     return (lab.host(name).state_dir / "sglang.env").read_text()
 
 
-def test_a_roll_behind_the_router_loses_no_request(router_lab: Lab, run_gpuops: Any) -> None:
-    lab = router_lab
+def test_a_roll_behind_the_router_loses_no_request(shared_router_lab: Lab, run_gpuops: Any) -> None:
+    lab = shared_router_lab
     assert _workers(lab) == _all_in_router(lab)
     # First as a new user ran it: the router not named (-e empties the lab's group var). The
     # restarts cut streams short: the failure the issue reports.
@@ -153,38 +166,6 @@ def test_a_failing_replica_is_rolled_back_put_back_and_stops_the_roll(router_lab
     assert _workers(lab) == _all_in_router(lab)
 
 
-def test_check_shows_the_drain_plan_and_a_router_down_refuses_every_restart(router_lab: Lab, run_gpuops: Any) -> None:
-    lab = router_lab
-    before = {h.name: tree_hashes(h.dir) for h in lab.hosts}
-    inventory = str(lab.inventory_path)
-    extra = '{"nccl_env": {"NCCL_MIN_NCHANNELS": "8"}}'
-    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--check", "--serial", "1", "-e", extra)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("drain plan: ") == 3
-    assert f"behind router {_router_url(lab)}: before its restart it is taken out" in proc.stdout
-    assert _workers(lab) == _all_in_router(lab)  # --check takes nothing out
-
-    found = load_router(lab.root)
-    assert found is not None
-    from gpuops.lab.router import stop_router
-
-    stop_router(lab.root)
-    deadline = time.monotonic() + 10
-    while found.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    # Running replicas are never restarted without being taken out first: each is refused, nothing
-    # changed (a replica whose server does not run would be started: tests/integration/test_first_deploy.py).
-    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--json", "-e", extra)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    for report in json.loads(proc.stdout)["hosts"].values():
-        assert report["status"] == "refused" and report["changed"] == 0, report
-        assert report["error"].startswith(f"router {found.url}: cannot reach it"), report["error"]
-        assert report["error"].endswith("a running replica is restarted only once it is out of its router and "
-                                        "drained; nothing changed"), report["error"]
-    assert {h.name: tree_hashes(h.dir) for h in lab.hosts} == before
-
-
 def test_lab_up_router_cli(tmp_path: Path, run_gpuops: Any) -> None:
     """``gpuops lab up --router``: the router runs, the inventory names it, status and down see it."""
     lab_dir = tmp_path / "lab"
@@ -213,10 +194,10 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_a_client_killed_mid_roll_leaves_word_and_the_next_run_puts_the_replica_back(
-        router_lab: Lab, run_gpuops: Any, gpuops_home: Path) -> None:
+        shared_router_lab: Lab, run_gpuops: Any, gpuops_home: Path) -> None:
     from labtools import client_paused_at, rolled_back_count
 
-    lab = router_lab
+    lab = shared_router_lab
     h01 = lab.host("h01")
     inventory = str(lab.inventory_path)
     extra = json.dumps({"nccl_env": {"NCCL_MIN_NCHANNELS": "8"}, "gpuops_lease": 3})
@@ -251,3 +232,37 @@ def test_a_client_killed_mid_roll_leaves_word_and_the_next_run_puts_the_replica_
     assert not list(records[0].parent.glob("*.json"))  # the word is taken back with the replica
     assert result.clients_cut_short == CLIENTS, "a client ran out of requests before the roll ended"
     assert served_during < result.total and result.failed == 0, result.summary()
+
+
+def test_check_shows_the_drain_plan_and_a_router_down_refuses_every_restart(shared_router_lab: Lab,
+                                                                            run_gpuops: Any) -> None:
+    """Last of the shared lab's tests: it stops the router."""
+    lab = shared_router_lab
+    before = {h.name: tree_hashes(h.dir) for h in lab.hosts}
+    inventory = str(lab.inventory_path)
+    extra = '{"nccl_env": {"NCCL_MIN_NCHANNELS": "6"}}'  # a change on every replica: the lab is on 4 or 8
+    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--check", "--serial", "1", "-e", extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("drain plan: ") == 3
+    assert f"behind router {_router_url(lab)}: before its restart it is taken out" in proc.stdout
+    assert _workers(lab) == _all_in_router(lab)  # --check takes nothing out
+
+    found = load_router(lab.root)
+    assert found is not None
+    from gpuops.lab.router import stop_router
+
+    stop_router(lab.root)
+    deadline = time.monotonic() + 10
+    while found.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Running replicas are never restarted without being taken out first: each is refused, nothing
+    # changed (a replica whose server does not run would be started: tests/integration/test_first_deploy.py).
+    proc = run_gpuops("apply", "nccl-env", "-i", inventory, "--json", "-e", extra)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    for report in json.loads(proc.stdout)["hosts"].values():
+        assert report["status"] == "refused" and report["changed"] == 0, report
+        assert report["error"].startswith(f"router {found.url}: cannot reach it"), report["error"]
+        assert report["error"].endswith("a running replica is restarted only once it is out of its router and "
+                                        "drained; nothing changed"), report["error"]
+    assert {h.name: tree_hashes(h.dir) for h in lab.hosts} == before
