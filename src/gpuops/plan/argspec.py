@@ -52,6 +52,10 @@ class RoleError(GpuopsError):
     """A role file that gpuops cannot use: names the file, the task and the problem (one line)."""
 
 
+# A task's arguments as its planner gets them: rendered, each checked to be of its declared kind
+# (``check_rendered``), defaults added (``ModuleSpec.with_defaults``); narrowed where read.
+TaskArgs = dict[str, object]
+
 NO_DEFAULT = object()  # an optional argument without a default: absent means absent
 
 
@@ -88,6 +92,18 @@ class ModuleSpec:
         """``args`` plus the declared default of every argument the task left out."""
         defaults = {a.name: a.default for a in self.args if a.default is not NO_DEFAULT and a.name not in args}
         return {**args, **defaults}
+
+
+def number_arg(value: object) -> int | float | str:
+    """A ``number`` argument as ``check_rendered`` let it through: a number, or text that reads as one."""
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"{type(value).__name__} is not a number")
+
+
+def list_arg(value: object) -> list[object]:
+    """A ``list`` argument's items (none when it was left out)."""
+    return list(value) if isinstance(value, (list, tuple)) else []
 
 
 def declares(spec: ModuleSpec) -> Callable[[F], F]:

@@ -29,6 +29,7 @@ from gpuops.plan.diff import unified_diff
 from gpuops.plan.envfile import check_entries
 
 if TYPE_CHECKING:
+    from gpuops.plan.argspec import TaskArgs
     from gpuops.plan.state import PlanState
     from gpuops.plan.task import Task
     from gpuops.plan.templating import VarScope
@@ -109,7 +110,7 @@ def _delete_desired(state: "PlanState", task: "Task", dest: str) -> bool:
     return True
 
 
-def plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> ComposeResult:
+def plan_compose(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> ComposeResult:
     """The ``compose`` module: record this run's contribution, return the composed launch."""
 
     dest = absolute_dest(args["dest"], task.where)

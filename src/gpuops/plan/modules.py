@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.nccl import check_nccl_env, nccl_warnings
-from gpuops.plan.argspec import Arg, ModuleSpec, check_rendered, declares, module_table, spec_of
+from gpuops.plan.argspec import (Arg, ModuleSpec, TaskArgs, check_rendered, declares, module_table, number_arg,
+                                  spec_of)
 from gpuops.plan.changes import AuditCheck, Change, CompileCheck, ServiceSpec
 from gpuops.plan.diff import unified_diff
 from gpuops.plan.entrypoint import LAUNCH_SERVER, LAUNCH_SERVER_WORDS
@@ -28,7 +29,7 @@ from gpuops import pcie_ipc
 from gpuops.gates.patch import patch_recipe
 from gpuops.plan.applicability import decide_for_gpu, kernel_refusal, p2p_refusal
 from gpuops.plan.changes import LogCheck
-from gpuops.desired_state import read_desired
+from gpuops.desired_state import Contribution, read_desired
 from gpuops.plan.compose import ComposeResult, plan_compose
 from gpuops.plan.gate_patch import patch_changes
 from gpuops.plan.image_patch import plan_image_patch
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     Arg("dest", required=True, doc="absolute"),
     Arg("mode", "mode"),
 ), plans="the rendered file"))
-def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_template(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     dest = absolute_dest(args["dest"], task.where)
     mode = normalize_mode(args.get("mode"), task.where)
     if state.discovery:
@@ -63,7 +64,7 @@ def plan_template(task: "Task", args: dict, state: "PlanState", scope: "VarScope
 ), plans=("an environment file, one sorted `KEY='value'` line each (a value holding `'` or `\\` is double-quoted "
           "with `\\ \" $ `` ` `` escaped, so sh and systemd's `EnvironmentFile=` read the same bytes); names checked; "
           "NCCL_* names and values checked, known-bad settings warned about")))
-def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_env(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     dest = absolute_dest(args["dest"], task.where)
     where = f"{state.host}: {task.where}"
     entries = check_entries(args["entries"], where)
@@ -93,7 +94,7 @@ def plan_env(task: "Task", args: dict, state: "PlanState", scope: "VarScope") ->
     Arg("mode", "mode"),
     Arg("create", "bool", default=False),
 ), plans="replaces the last line matching `regexp`, else appends `line`"))
-def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_lineinfile(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     path = absolute_dest(args["path"], task.where)
     if state.discovery:
         state.paths.add(path)
@@ -138,7 +139,7 @@ def plan_lineinfile(task: "Task", args: dict, state: "PlanState", scope: "VarSco
     "container runs (`remote/container_image.py`), compiles them and re-audits in that image; `image` is its tag, "
     "`image_base` the `sglang_docker_image` it stands in for; refused when no container runs or it runs another "
     "image than `sglang_docker_image`")))
-def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_gate_patch_task(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     """``gate_patch``: open the gates of catalog feature ``feature`` for ``target_sm`` (the gates
     part's ``plan_gate_patch``), where the host's facts say the patch applies."""
 
@@ -226,7 +227,7 @@ def plan_gate_patch_task(task: "Task", args: dict, state: "PlanState", scope: "V
     "`SGLANG_PCIE_IPC_MAX_NUMEL`) where it applies; where it does not, notes why and plans nothing; GPU pairs of the "
     "TP group without peer-to-peer fail the host (the kernels write into peers' memory through CUDA IPC) unless "
     "`allow_without_p2p`")))
-def plan_pcie_allreduce(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_pcie_allreduce(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     """``pcie_allreduce``: whether SGLang's PCIe IPC all-reduce fits the host, and its environment."""
 
     env = {pcie_ipc.ENABLE_ENV: "1"}
@@ -279,7 +280,7 @@ def _scope_text(scope: "VarScope", name: str, default: str) -> str:
     return str(scope.get(name)) if name in scope else default
 
 
-def _recorded(state: "PlanState", scope: "VarScope") -> dict | None:
+def _recorded(state: "PlanState", scope: "VarScope") -> Contribution | None:
     """This role's contribution as the host's desired state records it (None when it has none)."""
 
     assert state.facts is not None
@@ -316,7 +317,7 @@ def _contributed_before(state: "PlanState", scope: "VarScope") -> bool:
     Arg("that", "expressions", required=True, doc="expression or list"),
     Arg("msg", "any"),
 ), plans="nothing; fails the host with `msg` when false", shorthand="that", shorthand_kinds=(str, list)))
-def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_assert(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     that = args["that"]
     for expression in that if isinstance(that, list) else [that]:
         if not state.templar.evaluate(str(expression), scope, task.where):
@@ -328,7 +329,7 @@ def plan_assert(task: "Task", args: dict, state: "PlanState", scope: "VarScope")
 
 @declares(ModuleSpec("fail", (Arg("msg", "any", required=True),),
                     plans="nothing; fails the host (use with `when`)", shorthand="msg"))
-def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_fail(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     text = state.templar.render_value(args["msg"], scope, task.where)
     raise GpuopsError(f"{state.host}: {task.where}: {mask_text(str(text), state.secrets)}")
 
@@ -337,7 +338,7 @@ def plan_fail(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -
     "nothing to write; `state: started` (Ansible's): when no SGLang server runs on the host's port (the gather "
     "finds none), the handlers the task notifies run, so the transaction starts the server and waits for its "
     "health; `--check` says it would start it")))
-def plan_server(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_server(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     if args["state"] != "started":
         raise GpuopsError(f"{state.host}: {task.where}: state must be started, not {args['state']!r}")
     if not task.notify:
@@ -360,7 +361,7 @@ def plan_server(task: "Task", args: dict, state: "PlanState", scope: "VarScope")
     "server as the release installed for it recommends, read on the host (`remote/sglang_entrypoint.py`): "
     "`SCRIPT serve` where its launch_server recommends `sglang serve` and the installer wrote the `sglang` "
     "script, else `-m sglang.launch_server`")))
-def plan_entrypoint(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_entrypoint(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     python = str(args["python"])
     if state.discovery:
         if python not in state.entrypoint_pythons:
@@ -379,7 +380,7 @@ def plan_entrypoint(task: "Task", args: dict, state: "PlanState", scope: "VarSco
 
 
 # A module's planner: the task, its rendered and checked arguments -> its result (what `register` keeps).
-Planner = Callable[["Task", dict, "PlanState", "VarScope"], Mapping[str, object]]
+Planner = Callable[["Task", TaskArgs, "PlanState", "VarScope"], Mapping[str, object]]
 
 
 # Its code lives in plan/compose.py (the composition of every run's part); declared here, with its
@@ -403,20 +404,13 @@ Planner = Callable[["Task", dict, "PlanState", "VarScope"], Mapping[str, object]
     "part still recorded: `{args, env, runs, image, image_base, python, renames, drop}` (the docker run script names `image` while "
     "`sglang_docker_image` is still `image_base`; when `launch_image`, the inventory's image, is another one, the "
     "run warns that the server runs it without that patch)")))
-def _plan_compose(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> ComposeResult:
+def _plan_compose(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> ComposeResult:
     return plan_compose(task, args, state, scope)
 
 
 # Run by the planner itself (``planner._run_task``); ``roles.load_role_tree`` loads the role it names.
 INCLUDE_ROLE = ModuleSpec("include_role", (Arg("name", required=True, doc="literal"),),
                           plans="the tasks of another role, with this task's `vars`", shorthand="name")
-
-
-def _number(value: object) -> int | float | str:
-    """A ``number`` argument as check_rendered let it through: a number, or text that reads as one."""
-    if isinstance(value, (int, float, str)):
-        return value
-    raise TypeError(f"{type(value).__name__} is not a number")
 
 
 @declares(ModuleSpec("service", (
@@ -434,7 +428,7 @@ def _number(value: object) -> int | float | str:
     "counts as a failed start; `docker` (`remote/service_docker.py`) `stop -t grace` + `rm -f` + the run script, a "
     "container that exits or that docker restarts counts as a failed start. Then the health wait on the port the "
     "manager really launched, answered by the server's own processes.")))
-def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec:
+def service_handler(task: "Task", args: TaskArgs, state: "PlanState") -> ServiceSpec:
     """A ``service`` handler's rendered arguments -> the restart the apply runs when notified."""
     check_rendered(spec_of(service_handler), args, f"{state.host}: {task.where}")
     args = spec_of(service_handler).with_defaults(args)
@@ -442,9 +436,9 @@ def service_handler(task: "Task", args: dict, state: "PlanState") -> ServiceSpec
     if manager not in ("process", "systemd", "docker"):
         raise GpuopsError(f"{state.host}: {task.where}: sglang_manager must be process, systemd or docker, not {manager!r}")
     try:
-        port = int(_number(args["port"]))
-        timeout = float(_number(args["health_timeout"]))
-        grace = float(_number(args["grace"]))
+        port = int(number_arg(args["port"]))
+        timeout = float(number_arg(args["health_timeout"]))
+        grace = float(number_arg(args["grace"]))
     except (TypeError, ValueError) as exc:
         raise GpuopsError(f"{state.host}: {task.where}: port, health_timeout and grace must be numbers ({exc})") from None
     return ServiceSpec(

@@ -26,7 +26,7 @@ import re
 from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
-from gpuops.plan.argspec import Arg, ModuleSpec, declares
+from gpuops.plan.argspec import Arg, ModuleSpec, TaskArgs, declares, list_arg, number_arg
 from gpuops.plan.changes import ReleaseEnv, ReleaseImage, StandingPatch
 from gpuops.plan.files import gathered_file
 from gpuops.desired_state import composed, read_desired
@@ -120,7 +120,7 @@ def _other_parts(state: "PlanState", desired: str) -> tuple[list[str], tuple[Sta
     "container; the transaction recreates the container from it, and its rollback from the old image, never removed. "
     "A standing run of a role that patched the running release's source (fusion-sm120) is judged on the new tree "
     "before anything stops: its feature open there by itself, a note; otherwise refused, naming the run")))
-def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "VarScope") -> dict:
+def plan_sglang_release(task: "Task", args: TaskArgs, state: "PlanState", scope: "VarScope") -> dict[str, object]:
     where = f"{state.host}: {task.where}"
     version = str(args["version"]).strip()
     envs_dir = str(args["envs_dir"])
@@ -128,7 +128,7 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
         raise GpuopsError(f"{where}: gpuops_envs_dir {envs_dir!r} must be a plain absolute path")
     index_url = str(args.get("index_url") or "")
     wheelhouse = str(args.get("wheelhouse") or "")
-    extra = [str(p) for p in args.get("extra_packages") or []]
+    extra = [str(p) for p in list_arg(args.get("extra_packages"))]
     desired = str(args.get("desired") or "")
     try:
         found = release(version, wheelhouse or None, index_url or None)
@@ -140,20 +140,20 @@ def plan_sglang_release(task: "Task", args: dict, state: "PlanState", scope: "Va
     name = _env_name(version, requirements, index_url, wheelhouse, str(args["base_python"]))
     expect = (("sglang", version), *sorted((canonical(k), v) for k, v in found.pins.items()))
     env = ReleaseEnv(version, envs_dir.rstrip("/"), name, str(args["base_python"]), tuple(requirements), expect,
-                     index_url, wheelhouse, int(float(args["min_free_gib"]) * 2 ** 30),
+                     index_url, wheelhouse, int(float(number_arg(args["min_free_gib"])) * 2 ** 30),
                      str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"),
-                     int(float(args["keep_envs"])), str(args.get("state_dir") or ""))
+                     int(float(number_arg(args["keep_envs"]))), str(args.get("state_dir") or ""))
     # The environment is the whole stack: a PYTHONPATH from the login or the inventory would put
     # another release's packages before its own (an empty PYTHONPATH is no path at all).
-    result = {"python": env.python, "env_dir": env.env_dir, "name": name, "version": version, "renames": {},
+    result: dict[str, object] = {"python": env.python, "env_dir": env.env_dir, "name": name, "version": version, "renames": {},
               "pins": dict(found.pins), "image": "", "image_base": "", "env": {"PYTHONPATH": ""}}
     return _checked_release(state, args, found, version, desired, where, result, env,
                             f"SGLang {version}: environment {env.env_dir} ({', '.join(f'{d} {v}' for d, v in expect)}"
                             f"{', +' + ' '.join(extra) if extra else ''}); built or found before the server stops")
 
 
-def _plan_image(task: "Task", args: dict, state: "PlanState", found: Release, version: str, desired: str,
-                where: str) -> dict:
+def _plan_image(task: "Task", args: TaskArgs, state: "PlanState", found: Release, version: str, desired: str,
+                where: str) -> dict[str, object]:
     """sglang-release on a docker host: the release's image, checked flags, nothing built here."""
 
     current = str(args.get("current_image") or "")
@@ -162,15 +162,15 @@ def _plan_image(task: "Task", args: dict, state: "PlanState", found: Release, ve
         raise GpuopsError(f"{where}: sglang_release_image {tag!r} is not an image reference (e.g. lmsysorg/sglang:v{version})")
     expect = (("sglang", version), *sorted((canonical(k), v) for k, v in found.pins.items()))
     image = ReleaseImage(version, tag, current, expect, str(args["stage"]).strip().lower() in ("1", "true", "yes", "on"))
-    result = {"python": "", "env_dir": "", "name": tag, "version": version, "renames": {}, "pins": dict(found.pins),
+    result: dict[str, object] = {"python": "", "env_dir": "", "name": tag, "version": version, "renames": {}, "pins": dict(found.pins),
               "image": tag, "image_base": current, "env": {}}
     return _checked_release(state, args, found, version, desired, where, result, image,
                             f"SGLang {version}: image {tag} (replacing {current or '?'}; it must hold "
                             f"{', '.join(f'{d} {v}' for d, v in expect)}); pulled or found before the container stops")
 
 
-def _checked_release(state: "PlanState", args: dict, found: Release, version: str, desired: str, where: str,
-                     result: dict, planned: ReleaseEnv | ReleaseImage, summary: str) -> dict:
+def _checked_release(state: "PlanState", args: TaskArgs, found: Release, version: str, desired: str, where: str,
+                     result: dict[str, object], planned: ReleaseEnv | ReleaseImage, summary: str) -> dict[str, object]:
     """What both kinds of release (an environment, an image) plan alike: in discovery only the path
     the launch will take; else the launch flags checked against the new release's own parsers, the
     standing source patches judged, the summary noted and the release recorded."""
@@ -180,7 +180,7 @@ def _checked_release(state: "PlanState", args: dict, found: Release, version: st
             state.paths.add(desired)
         return result
     others, patches = _other_parts(state, desired)
-    launch = [str(a) for a in args.get("launch_args") or []] + others
+    launch = [str(a) for a in list_arg(args.get("launch_args"))] + others
     checked = check_launch(launch, release_flags(found.sources), version, where)
     for note in checked.notes:
         state.note(note)
