@@ -2,7 +2,7 @@
 (apply/replica_roll.py, apply/deployment_node.py, apply/release_step.py), on real plans, replicas
 and deployment transactions; the connection is a stand-in that fails if any of these steps uses it
 (they decide before the transaction: the transaction itself is what the integration tests run on
-lab hosts: tests/integration/test_apply*.py, test_replica_roll.py, test_deployment_roll.py)."""
+lab hosts: tests/integration/test_apply*.py, test_replica_roll.py, test_deployment_*.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ deployment's node (apply/rollback_node.HeldRollback) and a recomposition (apply/
 The steps run for real over a local connection: the host helper undoes a run it applied in a temp
 tree (as tests/integration/test_apply_helper.py drives it); the strategies are tested alone on real
 ``DeploymentRollbacks`` and helper answers. Multi-node and recomposed rollbacks on lab hosts:
-tests/integration/test_deployment_roll.py, test_rollback_recompose.py."""
+tests/integration/test_deployment_rollback.py, test_deployment_split.py, test_rollback_recompose.py."""
 
 from __future__ import annotations
 
