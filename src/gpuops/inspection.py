@@ -10,14 +10,14 @@ other things a command does across hosts, while the facts themselves stay below 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuops import timings, transport
 from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
 from gpuops.facts.collect import (PARSE_MODULES, HostInspection, gate_scan_probe_for, judge_facts, scan_summary,
                                   sglang_probes_in_docker, stack_problems_of)
 from gpuops.facts.host import host_facts, preamble, probes_for
-from gpuops.gather import gather
+from gpuops.gather import Probe, gather
 from gpuops.prefetch import prefetch
 from gpuops.transport import run_on_hosts
 
@@ -29,11 +29,11 @@ DEFAULT_TIMEOUT_S = 120.0
 
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
-                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Any] = (),
+                 timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Probe[object]] = (),
                  recall: bool = True) -> HostInspection:
     """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
     (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
-    probes: list[Any] = probes_for(host) + list(extra_probes)
+    probes: list[Probe[object]] = probes_for(host) + list(extra_probes)
     gate_probe, gates_error = gate_scan_probe_for(with_sources, host, offer=recall) if with_gates else (None, None)
     if gate_probe is not None:
         probes.append(gate_probe)
@@ -64,13 +64,9 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
         if gate_probe is not None:
             report, gates_error = judge_facts(facts, values.get(gate_probe.name), host.name, recall=recall)
     extra = {p.name: values.get(p.name) for p in extra_probes}
-    if gate_probe is not None:
-        extra["gpuops.gate_scan"] = scan_summary(values.get(gate_probe.name))
-    if recovered:
-        extra["gpuops.recovered"] = recovered
-    # the journal as read (after any recovery): a deployment split by its last run (facts/deployment.py)
-    extra["gpuops.journal"] = values.get(journal.name)
     return HostInspection(facts=facts, gate_report=report, gates_error=gates_error, extra=extra,
+                          gate_scan=scan_summary(values.get(gate_probe.name)) if gate_probe is not None else None,
+                          recovered=tuple(recovered), journal=values.get(journal.name),
                           stack=tuple(stack_problems_of(facts, report)))
 
 

@@ -140,7 +140,8 @@ def _host(server: ProbeOutput, packages: object, desired: str) -> HostJSON:
         "server": parse_server(server),
         "gpuops.desired": parse_managed(ok(json.loads(desired)["stdout"])),
     }
-    inspection = HostInspection(facts=host_facts(values), extra={"gpuops.recovered": ["rolled back run r1"]})
+    inspection = HostInspection(facts=host_facts(values), recovered=("rolled back run r1",),
+                                gate_scan={"cached": True, "fingerprint": "ab12"})
     return host_json(HostOutcome(ok=True, value=inspection))
 
 

@@ -101,7 +101,7 @@ def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_ne
 
 def _journals(outcomes: dict[str, Any]) -> dict[str, Any]:
     """Each host's apply journal as inspect read it (None where it was not): a split deployment's run."""
-    return {name: o.value.extra.get("gpuops.journal") if o.ok and o.value is not None else None
+    return {name: o.value.journal if o.ok and o.value is not None else None
             for name, o in outcomes.items()}
 
 
@@ -124,7 +124,7 @@ def _render_hosts(hosts: list[Any], outcomes: dict[str, Any], answers: dict[str,
     fit = (lambda text: text) if detail else brief
     for host_, outcome in _each_answered_host(console, hosts, outcomes):
         console.print(f"== {_host_title(host_)}", style="bold", markup=False, highlight=False)
-        for note in outcome.value.extra.get("gpuops.recovered") or []:
+        for note in outcome.value.recovered:
             console.print(note, style="magenta", markup=False, highlight=False)
         entry = host_json(outcome)
         _render_gates(console, outcome.value, detail=False, next_commands=advise_host(host_.name, entry).next_commands(),

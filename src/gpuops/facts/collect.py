@@ -29,22 +29,25 @@ if TYPE_CHECKING:
 
 
 
-@dataclass(frozen=True)
-class HostInspection:
-    facts: HostFacts
-    gate_report: GateReport | None = None  # when the gate scan ran and was judged
-    gates_error: str | None = None
-    # values of any extra probes by name, and what inspect adds: gpuops.gate_scan (``scan_summary``),
-    # gpuops.recovered (notes of a run rolled back first), gpuops.journal (the journal as read)
-    extra: dict[str, object] = field(default_factory=dict)
-    stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
-
-
 class ScanSummary(TypedDict):
     """``gate_scan`` of a host's inspect entry: the kept scan used, and the scanned tree's fingerprint."""
 
     cached: bool
     fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class HostInspection:
+    facts: HostFacts
+    gate_report: GateReport | None = None  # when the gate scan ran and was judged
+    gates_error: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)  # values of any extra probes, by name
+    stack: tuple[str, ...] = ()  # inconsistencies of the SGLang stack (facts/software_stack.py)
+    gate_scan: ScanSummary | None = None  # the gate scan itself, when it was asked for
+    recovered: tuple[str, ...] = ()  # notes of unfinished runs rolled back before the facts were read
+    # The apply journal as read (after any recovery): its records, else why not (a ProbeFailure); a
+    # deployment split by its last run is told from it (facts/deployment.py).
+    journal: object = None
 
 
 class HostJSON(TypedDict):
@@ -59,8 +62,8 @@ class HostJSON(TypedDict):
     features: dict[str, dict[str, object]]
     gate_counts: dict[str, int] | None
     gates_error: str | None
-    recovered: list[object]
-    gate_scan: object
+    recovered: list[str]
+    gate_scan: ScanSummary | None
 
 
 def gate_scan_probe_for(with_sources: bool, host: Host, offer: bool = True) -> tuple[Probe[GateScan] | None, str | None]:
@@ -225,6 +228,6 @@ def host_json(outcome: HostOutcome[HostInspection]) -> HostJSON:
         "features": features,
         "gate_counts": gate_counts_json(outcome.value),
         "gates_error": outcome.value.gates_error,
-        "recovered": list(recovered) if isinstance(recovered := outcome.value.extra.get("gpuops.recovered"), list) else [],
-        "gate_scan": outcome.value.extra.get("gpuops.gate_scan"),
+        "recovered": list(outcome.value.recovered),
+        "gate_scan": outcome.value.gate_scan,
     }
