@@ -9,7 +9,7 @@ platform's code), or several of them joined by ``|`` where the reading allows ei
 is ``tuning`` (samples the scanner was changed against), ``held_out`` (drawn and labelled after
 the change, never tuned to) or ``independent`` (drawn fresh and labelled by a second reader, not the
 engineer who changed the scanner, before any verdict of gpuops was seen) or ``independent-2`` (the
-same, by a third reader, on fresh draws of its own) or ``independent-3`` (a fourth reader, likewise) or ``independent-4`` (a fifth reader, likewise) or ``independent-5`` (a sixth reader, likewise) or ``independent-6`` (a seventh, likewise) or ``independent-7`` (an eighth, likewise). Used by ``benchmarks/gate_sample`` and ``tests/integration/test_gate_samples.py``.
+same, by a third reader, on fresh draws of its own) or ``independent-3`` (a fourth reader, likewise) or ``independent-4`` (a fifth reader, likewise) or ``independent-5`` (a sixth reader, likewise) or ``independent-6`` (a seventh, likewise) or ``independent-7`` (an eighth, likewise) or ``independent-8`` (a ninth, likewise). Used by ``benchmarks/gate_sample`` and ``tests/integration/test_gate_samples.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from gpuops.gates.accuracy import CORPUS_DIR
 
 SAMPLES_FILE = CORPUS_DIR / "samples.json"
 LABELS = ("open", "blocked", "not_applicable")
-PARTS = ("tuning", "held_out", "independent", "independent-2", "independent-3", "independent-4", "independent-5", "independent-6", "independent-7")
+PARTS = ("tuning", "held_out", "independent", "independent-2", "independent-3", "independent-4", "independent-5", "independent-6", "independent-7", "independent-8")
 
 
 @dataclass(frozen=True)
