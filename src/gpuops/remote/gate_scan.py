@@ -31,6 +31,7 @@ The stages, one module each (in the order a file meets them):
 - ``scan_scope``, ``scan_values``, ``scan_tree``: the condition tree (what a name means where it is
   read; capability values as data flow from the device; and/or/not over atoms and clauses)
 - ``scan_walker``: the statement walker that turns conditions into gates
+- ``scan_effects``: what a gate's body does (a refusal, a fallback, a value it adjusts or selects)
 - ``scan_callers``: who calls a function named for a GPU generation, and inside which tests
 - ``scan_lookup``, ``scan_scanner``, ``scan_workers``: the whole scan (meanings across files, the
   run, and its forked worker processes)
