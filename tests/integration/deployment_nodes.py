@@ -217,3 +217,15 @@ def undone_on_both(lab: Lab, run_id: str) -> None:
             (name, records[-4:])
 
 
+
+
+def verified_worker(lab: Lab, name: str, earlier: set[Path]) -> dict[str, Any]:
+    """The node's worker of this run (``worker_of``), once it was verified (healthy, waiting for its
+    commit): its progress file says so."""
+    worker = worker_of(lab.host(name), earlier)
+    progress = Path(worker["dir"]) / "progress.jsonl"
+    deadline = time.monotonic() + 60
+    while not (progress.exists() and '"event": "verified"' in progress.read_text()):
+        assert time.monotonic() < deadline, f"node {name} was never verified"
+        time.sleep(0.05)
+    return worker

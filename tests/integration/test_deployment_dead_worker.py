@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from test_apply_faults import calls, client, journal_events, paused
-from test_deployment_roll import _extra, _fault, _get, _node_args, _pid, _settled, _verified_worker
+from deployment_nodes import extra_vars, http_get, node_args, put_fault, server_pid, settled, verified_worker
 
 from gpuops.lab.hosts import Lab, LabSpec
 from gpuops.lab.ports import free_port
@@ -33,8 +33,8 @@ UNNOTICING = {"GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER": "1"}  # read by node 0
 def nodes(lab_factory: Any) -> Iterator[tuple[Lab, int]]:
     port = free_port()
     addr = f"127.0.0.1:{port}"
-    lab = lab_factory(LabSpec(count=1, names=("n0",), server_args=_node_args(0, addr), server_env=UNNOTICING),
-                      LabSpec(count=1, names=("n1",), server_args=_node_args(1, addr), server_env=UNNOTICING))
+    lab = lab_factory(LabSpec(count=1, names=("n0",), server_args=node_args(0, addr), server_env=UNNOTICING),
+                      LabSpec(count=1, names=("n1",), server_args=node_args(1, addr), server_env=UNNOTICING))
     yield lab, port
 
 
@@ -55,15 +55,15 @@ def test_a_worker_dead_before_the_commit_rolls_every_node_back(nodes: tuple[Lab,
     lab, port = nodes
     code, hosts = _apply_json(run_gpuops, lab, port, 4)
     assert code == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
-    _settled(lab, 4)
+    settled(lab, 4)
     earlier = {n: calls(lab.host(n)) for n in ("n0", "n1")}
     # The leader held at its health check until the test lets it go (after the kill): no race.
-    _fault(lab, "n0", {"pause_at": "health", "seconds": 90, "until": "release-n0"})
-    proc = client(lab, "nccl-env", "--json", *_extra(port, 6),
+    put_fault(lab, "n0", {"pause_at": "health", "seconds": 90, "until": "release-n0"})
+    proc = client(lab, "nccl-env", "--json", *extra_vars(port, 6),
                   "-e", json.dumps({"sglang_deployment_answer_timeout": 4}), home=gpuops_home)
     paused(lab.host("n0"), "health", proc, earlier["n0"])
-    _verified_worker(lab, "n1", earlier["n1"])  # node 1 waits for its commit
-    victim = _pid(lab, "n1")
+    verified_worker(lab, "n1", earlier["n1"])  # node 1 waits for its commit
+    victim = server_pid(lab, "n1")
     os.kill(victim, signal.SIGKILL)
     _wait_gone(victim)
     (lab.host("n0").state_dir / "release-n0").write_text("go\n")
@@ -76,7 +76,7 @@ def test_a_worker_dead_before_the_commit_rolls_every_node_back(nodes: tuple[Lab,
     # Never committed, not even for a moment (a split repaired afterwards would show "finished").
     assert "finished" not in {e for r, e in journal_events(lab.host("n0")) if r == hosts["n0"]["run_id"]}
     assert "node n0 of deployment kimi failed" in hosts["n1"]["error"], hosts["n1"]
-    _settled(lab, 4)
+    settled(lab, 4)
 
 
 def test_inspect_names_the_dead_worker_while_the_leader_answers_health(nodes: tuple[Lab, int], run_gpuops: Any,
@@ -86,11 +86,11 @@ def test_inspect_names_the_dead_worker_while_the_leader_answers_health(nodes: tu
     lab, port = nodes
     code, hosts = _apply_json(run_gpuops, lab, port, 4)
     assert code == 0, hosts
-    _settled(lab, 4)
-    victim = _pid(lab, "n1")
+    settled(lab, 4)
+    victim = server_pid(lab, "n1")
     os.kill(victim, signal.SIGKILL)
     _wait_gone(victim)
-    assert _get(lab.host("n0").server_port, "/health")[0] == 200  # the leader did not notice
+    assert http_get(lab.host("n0").server_port, "/health")[0] == 200  # the leader did not notice
     data = yaml.safe_load(lab.inventory_path.read_text())
     data["all"]["children"]["lab"]["vars"].update({"sglang_deployment": "kimi", "sglang_dist_port": port,
                                                    "sglang_deployment_answer_timeout": 3})
@@ -106,10 +106,10 @@ def test_inspect_names_the_dead_worker_while_the_leader_answers_health(nodes: tu
     # The next change restarts both nodes together: one server again, the hung leader replaced.
     code, hosts = _apply_json(run_gpuops, lab, port, 5)
     assert code == 0, {n: (h["status"], h.get("error")) for n, h in hosts.items()}
-    _settled(lab, 5)
+    settled(lab, 5)
 
 
 def _apply_json(run_gpuops: Any, lab: Lab, port: int, value: int, *more: str) -> tuple[int, dict[str, Any]]:
-    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *_extra(port, value), *more,
+    proc = run_gpuops("apply", "nccl-env", "-i", str(lab.inventory_path), "--json", *extra_vars(port, value), *more,
                       timeout=300)
     return proc.returncode, json.loads(proc.stdout)["hosts"]

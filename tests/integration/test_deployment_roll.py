@@ -18,27 +18,18 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from deployment_nodes import (apply_value, baseline, env_file, extra_vars, http_get, put_fault, server_pid, settled,
-                              start_nodes, stderr_lines, frozen_once_verified, wait_event)
+                              stderr_lines, frozen_once_verified, wait_event)
 from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
 from gpuops.lab.hosts import Lab, LabSpec, stop_lab
 from gpuops.lab.ports import free_port
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def nodes(lab_factory: Any) -> Iterator[tuple[Lab, int]]:
-    """This module's two nodes, each test leaving them healthy on a setting of its own; stopped
-    with the module (the factory's labs live to the session's end)."""
-    lab, port = start_nodes(lab_factory)
-    yield lab, port
-    stop_lab(lab.root)
 
 
 def test_serial_1_changes_both_nodes_as_one_server(nodes: tuple[Lab, int], run_gpuops: Any) -> None:

@@ -5,26 +5,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from deployment_nodes import (LEASE, apply_value, baseline, between_commits, committed_run, env_file, put_fault,
-                              rollback_all, server_pid, settled, start_nodes, undone_on_both)
+                              rollback_all, server_pid, settled, undone_on_both)
 from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
-from gpuops.lab.hosts import Lab, LabSpec, stop_lab
+from gpuops.lab.hosts import Lab, LabSpec
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def nodes(lab_factory: Any) -> Iterator[tuple[Lab, int]]:
-    """This module's two nodes, each test leaving them healthy on a setting of its own; stopped
-    with the module (the factory's labs live to the session's end)."""
-    lab, port = start_nodes(lab_factory)
-    yield lab, port
-    stop_lab(lab.root)
 
 
 def test_rollback_undoes_every_node_as_one(nodes: tuple[Lab, int], run_gpuops: Any) -> None:

@@ -5,24 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from deployment_nodes import apply_value, env_file, settled, split_run, start_nodes, undone_on_both
+from deployment_nodes import apply_value, env_file, settled, split_run, undone_on_both
 
-from gpuops.lab.hosts import Lab, stop_lab
+from gpuops.lab.hosts import Lab
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def nodes(lab_factory: Any) -> Iterator[tuple[Lab, int]]:
-    """This module's two nodes, each test leaving them healthy on a setting of its own; stopped
-    with the module (the factory's labs live to the session's end)."""
-    lab, port = start_nodes(lab_factory)
-    yield lab, port
-    stop_lab(lab.root)
 
 
 def test_a_split_left_by_a_killed_client_is_rolled_back_by_the_next_apply(
