@@ -431,6 +431,34 @@ FILES = {
                 if torch.cuda.get_device_capability()[0] >= 10 and cuda_major <= 12:
                     raise ValueError("flashinfer decode on SM100+ requires CUDA 13+")
         """,
+    # -- a fast path turned off by the CUDA version as a tuple (independent-8, 0.5.15 gpt_oss.py:131):
+    # the module flag is set by a GPU test, then `if flag and get_cuda_version()[0] < 13: ... else:
+    # flag = False`, so past the `if` the flag also needs CUDA below 13
+    "srt/tinygemm.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_blackwell_supported
+
+        def get_cuda_version():
+            if torch.version.cuda:
+                return tuple(map(int, torch.version.cuda.split(".")))
+            return (0, 0)
+
+        _is_tinygemm_supported = is_sm90_supported() or is_blackwell_supported()
+
+        if _is_tinygemm_supported and get_cuda_version()[0] < 13:
+            try:
+                from flashinfer.gemm import tinygemm_bf16
+            except ImportError:
+                tinygemm_bf16 = None
+                _is_tinygemm_supported = False
+        else:
+            tinygemm_bf16 = None
+            _is_tinygemm_supported = False
+
+        class TinyGemmLinear:
+            def __init__(self):
+                self._use_tinygemm = _is_tinygemm_supported and self.weight.dtype == torch.bfloat16
+        """,
     "srt/sail.py": """
         import torch
 
@@ -642,6 +670,17 @@ def test_a_cuda_major_read_into_a_local_is_the_cuda_version(scan, function):
     assert status("12.0", "12.8") == "blocked"  # 12.8 is major 12 (not (12, 8) against (12,))
     assert status("12.0", "12.0") == "blocked"
     assert status("9.0", "12.8") == "open"  # below SM100 the refusal is not for it
+
+
+def test_a_module_flag_turned_off_below_cuda_13_by_a_version_tuple_needs_cuda_below_13(scan):
+    (gate,) = [g for g in gates_of(scan, "srt/tinygemm.py") if g["function"] == "TinyGemmLinear.__init__"]
+
+    def status(gpu, cuda):
+        return next(g for g in judge(scan, gpu, cuda).gates if g["id"] == gate["id"])["status"]
+    assert status("12.0", "13.0") == "blocked"  # CUDA 13: `get_cuda_version()[0] < 13` turns it off
+    assert status("12.0", "12.8") == "open"  # major 12, not (12, 8) against 13
+    assert status("9.0", "12.8") == "open"
+    assert status("8.0", "12.8") == "blocked"  # the flag's own GPU test still holds
 
 
 def test_a_class_attribute_naming_a_module_constant_is_read_unless_a_subclass_sets_its_own(scan):

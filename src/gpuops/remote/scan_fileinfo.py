@@ -3,6 +3,7 @@ module aliases, predicates and what they mean, platform tables, capability value
 ``load_info`` parses the file's pieces and collects them. Host code: stdlib only, Python 3.8+."""
 
 import ast
+import copy
 import re
 
 from gpuops.remote.scan_ast import (
@@ -24,6 +25,7 @@ class FileInfo(object):
         self.pieces = []
         self.imports = {}          # local name -> (module, name)
         self.aliases = {}          # name -> (value node, locator)  module-level
+        self.narrowed = set()      # (piece line0, line) of the module-level ifs that narrowed aliases
         self.predicates = {}       # name -> meaning dict (a class method's has "cls")
         self.helpers = set()       # functions used as partial(...) targets: predicate machinery
         self.platform_map = {}     # attr -> predicate name
@@ -76,6 +78,7 @@ def load_info(info, extra_names):
     if info.error:
         return
     info.imports, info.aliases, info.predicates, info.helpers, info.platform_map = {}, {}, {}, set(), {}
+    info.narrowed = set()
     collect_definitions(info)
 
 
@@ -97,6 +100,7 @@ def collect_definitions(info):
         else:
             for stmt in piece.tree.body:
                 collect_module_statement(info, stmt, locator)
+    narrow_aliases(info)
     # `from x import y` inside functions (deferred imports): the same names, where the module
     # does not bind them itself.
     for piece in info.pieces:
@@ -312,7 +316,9 @@ def gate_alias_names(info):
     changed = True
     texts = {}
     for name, (value, locator) in info.aliases.items():
-        texts[name] = locator.text(value, 100000)
+        # A narrowed alias's span is its `if`'s test, which may hold no token: read its parts.
+        parts = value.values if getattr(value, "narrowed", False) else [value]
+        texts[name] = " and ".join(locator.text(part, 100000) for part in parts)
     while changed:
         changed = False
         for name, text in texts.items():
@@ -322,3 +328,42 @@ def gate_alias_names(info):
                 relevant.add(name)
                 changed = True
     return sorted(relevant)
+
+
+def narrow_aliases(info):
+    """Narrow module aliases by the module-level ``if``s parsed so far (again after more pieces are
+    parsed: the ``if`` may hold no token, only the alias's name); each ``if`` narrows once."""
+    for piece in info.pieces:
+        if piece.in_class:
+            continue
+        for stmt in piece.tree.body:
+            if isinstance(stmt, ast.If) and (piece.line0, stmt.lineno) not in info.narrowed:
+                info.narrowed.add((piece.line0, stmt.lineno))
+                narrow_alias(info, stmt, Locator(info.source, piece))
+
+
+def narrow_alias(info, stmt, locator):
+    """``X = <gpu test>`` then ``if X and <more>: ... else: X = False`` at module level: past the
+    ``if``, X holds only where ``<more>`` holds too (0.5.15 gpt_oss.py: ``_is_tinygemm_supported``
+    is turned off on CUDA 13 by ``get_cuda_version()[0] < 13``), so the alias is read as
+    ``<gpu test> and <more>``, not as its first value alone."""
+    test = stmt.test
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)):
+        return
+    for inner in stmt.orelse:
+        if not (isinstance(inner, ast.Assign) and len(inner.targets) == 1 and isinstance(inner.targets[0], ast.Name)
+                and isinstance(inner.value, ast.Constant) and inner.value.value in (False, None)):
+            continue
+        name = inner.targets[0].id
+        held = info.aliases.get(name)
+        if held is None or held[1].source is not locator.source or held[1].indent != locator.indent:
+            continue
+        named = [v for v in test.values if isinstance(v, ast.Name) and v.id == name]
+        if len(named) != 1:
+            continue
+        # The first value comes from another piece: move its positions into this piece's lines, so
+        # one locator reads the whole narrowed value.
+        first = ast.increment_lineno(copy.deepcopy(held[0]), held[1].line0 - locator.line0)
+        narrowed = ast.BoolOp(op=ast.And(), values=[first if v is named[0] else v for v in test.values])
+        narrowed.narrowed = True
+        info.aliases[name] = (ast.copy_location(narrowed, test), locator)

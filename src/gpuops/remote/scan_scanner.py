@@ -8,7 +8,7 @@ import os
 from gpuops.remote.scan_ast import literal_return
 from gpuops.remote.scan_callers import call_sites
 from gpuops.remote.scan_discovery import walk_python_files
-from gpuops.remote.scan_fileinfo import FileInfo, gate_alias_names, load_info, parse_file
+from gpuops.remote.scan_fileinfo import FileInfo, gate_alias_names, load_info, narrow_aliases, parse_file
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_lookup import SiteLookups
 from gpuops.remote.scan_pieces import FileSource
@@ -152,6 +152,7 @@ class Scanner(SiteLookups):
                     parse_file(info, words)  # the pieces that use them without naming a token
                     if len(info.pieces) != before:
                         info.self_cc = None
+                        narrow_aliases(info)
                         words = self.flow_names(info)
                 info.source.mark_words(list(TOKENS) + extra_words + words)
                 for piece in info.pieces:

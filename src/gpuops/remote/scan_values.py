@@ -234,6 +234,12 @@ def cuda_version_of(node, scope=None, depth=0):
                     and split.func.attr == "split" and [literal(a) for a in split.args] == ["."] \
                     and cuda_version_of(split.func.value, scope, depth + 1) == "version":
                 return "major"
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) \
+            and last_name(node.value.func) in CUDA_VERSION_FUNCS:
+        # `get_cuda_version()[0]`: the function returns the version as a tuple of ints, so item 0
+        # is the major (torch.version.cuda[0] would be a character, and is not read so)
+        index = node.slice.value if isinstance(node.slice, AST_INDEX) else node.slice
+        return "major" if literal(index) == 0 else None
     if cuda_subject(node):
         return "version"
     fn = scope.fn if scope is not None else None
