@@ -33,6 +33,7 @@ UNKNOWN_S = 30.0
 
 _seconds: dict[str, float] = defaultdict(float)
 _ORDER = pytest.StashKey[dict]()
+_role = {"worker": False}
 
 
 def work_unit(nodeid: str) -> str:
@@ -63,6 +64,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # in the same order, and another run may rewrite the file meanwhile).
     worker_input = getattr(config, "workerinput", None)
     config.stash[_ORDER] = worker_input["gpuops_durations"] if worker_input else known_durations()
+    # A worker is told by its workerinput, not by $PYTEST_XDIST_WORKER: a pytest run inside a test
+    # (tests/unit/test_parallel_workers.py) inherits that variable from the worker it runs in.
+    _role["worker"] = worker_input is not None
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -78,12 +82,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (or a run without workers)
+    if not _role["worker"]:  # the controller (or a run without workers) hears every report
         _seconds[work_unit(report.nodeid)] += report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER") or not _seconds:
+    if _role["worker"] or not _seconds:
         return
     merged = {**known_durations(), **{unit: round(s, 1) for unit, s in _seconds.items()}}
     try:
