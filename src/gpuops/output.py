@@ -144,6 +144,7 @@ _TABLES: dict[bool, dict[int, str]] = {
 }
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
 _JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *_BIDI, *range(0xD800, 0xE000))}
 
 
@@ -179,10 +180,9 @@ def safe_text(text: object, *, newlines: bool = True) -> str:
     on a terminal, gpuops' own colour) applies it to each piece of text first."""
     value = text if isinstance(text, str) else str(text)
     out = value.translate(_TABLES[newlines])
-    # what translate cannot see: surrogates outside the escape range (never produced by a decode)
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in out):
-        out = "".join(_escape(c) if 0xD800 <= ord(c) <= 0xDFFF else c for c in out)
-    return out
+    # what translate cannot see: surrogates outside the escape range (never produced by a decode).
+    # A regex, not a per-character loop: an inspect document is ~190 KB, and the loop cost 7.5 ms of it.
+    return _SURROGATES.sub(lambda m: _escape(m.group()), out)
 
 
 class SafeTextStream(io.TextIOBase):

@@ -26,7 +26,8 @@ def _no_raw(text: str) -> None:
 
 
 @pytest.mark.parametrize("char,shown", [("\x1b", "\\x1b"), ("\x9b", "\\x9b"), ("\x7f", "\\x7f"), ("\r", "\\x0d"),
-                                        ("\x00", "\\x00"), ("\u202e", "\\u202e"), ("\udc9b", "\\x9b")])
+                                        ("\x00", "\\x00"), ("\u202e", "\\u202e"), ("\udc9b", "\\x9b"),
+                                        ("\ud800", "\\ud800"), ("\udfff", "\\udfff")])
 def test_each_control_is_shown_as_an_escape(char, shown):
     assert safe_text(f"a{char}b") == f"a{shown}b"
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.apply.host_call import module_answer
 from gpuops.errors import GpuopsError
 from gpuops.plan.varcheck import seconds_var
-from gpuops.remote.node_health import MODE_ANSWER, MODE_LEADER, MODE_WORKER
+from gpuops.remote.node_modes import MODE_ANSWER, MODE_LEADER, MODE_WORKER
 from gpuops.multi_node import plan_deployments
 from gpuops import transport
 

@@ -25,11 +25,10 @@ import time
 
 from gpuops.remote import process_manager, replica_drain
 from gpuops.remote.apply_service import Service
+from gpuops.remote.node_modes import MODE_ANSWER, MODE_LEADER, MODE_WORKER
 from gpuops.remote.service_base import HEALTH_PROBE_TIMEOUT_S
 from gpuops.remote.sglang_server import ServerClient
 
-# The checks this helper makes (the client, apply/deployment_health.py, names them by these).
-MODE_LEADER, MODE_WORKER, MODE_ANSWER = "leader_answer", "worker_node", "port_answer"
 
 # What a node's log says when its schedulers or its peers failed, read from the releases:
 # engine.py's join loop on ranks > 0 (0.5.8 engine.py:988, 0.5.23 engine.py:1025), its SIGQUIT
