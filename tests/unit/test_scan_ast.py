@@ -2,7 +2,7 @@
 
 import ast
 
-from gpuops.remote.scan_ast import functions_in, statements
+from gpuops.remote.scan_ast import child_nodes, functions_in, statements, walk, walk_no_nested
 
 SOURCE = '''
 def outer(mode):
@@ -27,3 +27,48 @@ def test_statements_stay_in_one_scope_but_enter_match_cases():
     outer = ast.parse(SOURCE).body[0]
     assigned = {t.id for n in statements(outer.body) if isinstance(n, ast.Assign) for t in n.targets}
     assert assigned == {"y"}  # x is inside under_case, z inside K.method: other scopes
+
+
+WALKED = '''
+@deco(arg=lambda q: q + 1)
+def f(a, *, b=2, **kw):
+    x, (y, z) = a[1:2], (b, {k: v for k, v in kw.items() if v})
+    with open(a) as fh, lock:
+        try:
+            return [i async for i in g(x)] if y else -z
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"{exc!r:>10}") from exc
+        finally:
+            del x
+    match a:
+        case {"k": [1, *rest]} if rest:
+            pass
+class C(Base, metaclass=M):
+    attr: int = 3
+'''
+
+
+def test_fast_walks_visit_the_nodes_of_the_ast_module_walks_in_the_same_order():
+    # The scanner's output depends on walk order (the first math mode a name picks, the first
+    # partial(...) of a value): the fast walks must be the ast module's own, node for node.
+    tree = ast.parse(WALKED)
+    assert [type(n) for n in walk(tree)] == [type(n) for n in ast.walk(tree)]
+    assert all(a is b for a, b in zip(walk(tree), ast.walk(tree), strict=True))
+    for node in ast.walk(tree):
+        assert child_nodes(node) == list(ast.iter_child_nodes(node))
+
+
+def _walk_no_nested_by_the_ast_module(body):
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def test_walk_no_nested_keeps_its_order_and_stays_out_of_nested_scopes():
+    func = ast.parse(WALKED).body[0]
+    expected = list(_walk_no_nested_by_the_ast_module(func.body))
+    assert walk_no_nested(func.body) == expected
+    assert not any(isinstance(n, ast.arg) and n.arg == "q" for n in walk_no_nested(ast.parse(WALKED).body))

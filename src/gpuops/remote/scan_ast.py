@@ -131,18 +131,21 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _statement_walk(body, into_scopes):
-    """Every statement under ``body`` (match cases included); nested functions and classes are
-    entered only when ``into_scopes``."""
+    """Every statement under ``body`` (match cases included), as a list; nested functions and
+    classes are entered only when ``into_scopes``."""
     stack = list(body)
+    pop, extend = stack.pop, stack.extend
+    out = []
     while stack:
-        node = stack.pop()
-        yield node
+        node = pop()
+        out.append(node)
         if not into_scopes and isinstance(node, _SCOPES):
             continue
         for name in _BLOCKS:
             block = getattr(node, name, None)
             if block:
-                stack.extend(block)
+                extend(block)
+    return out
 
 
 def functions_in(body):
@@ -156,15 +159,64 @@ def statements(body):
     return _statement_walk(body, False)
 
 
+_AST = ast.AST
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def walk(node):
+    """Every node under ``node``, itself included, as a list in ``ast.walk``'s order (breadth first,
+    children in field order). The scan walks every function several times, and ``ast.walk``'s two
+    nested generators per node (``iter_child_nodes``, ``iter_fields``) made it the scan's largest
+    cost; reading ``_fields`` here is 2-3 times faster, in the same order."""
+    todo = [node]
+    append = todo.append
+    for current in todo:  # the list grows while it is read: a queue without a deque
+        for name in current._fields:
+            value = getattr(current, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        append(item)
+            elif isinstance(value, _AST):
+                append(value)
+    return todo
+
+
+def child_nodes(node):
+    """``ast.iter_child_nodes(node)`` as a list, in its order (fields read directly)."""
+    out = []
+    append = out.append
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, _AST):
+                    append(item)
+        elif isinstance(value, _AST):
+            append(value)
+    return out
+
+
 def walk_no_nested(body):
-    """Every node under ``body`` except inside nested functions and classes."""
+    """Every node under ``body`` except inside nested functions and classes (depth first, the
+    last statement first), as a list."""
     stack = list(body)
+    pop, push = stack.pop, stack.append
+    out = []
     while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        node = pop()
+        out.append(node)
+        if isinstance(node, _NESTED):
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        push(item)
+            elif isinstance(value, _AST):
+                push(value)
+    return out
 
 
 def params_of(func):

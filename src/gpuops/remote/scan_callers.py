@@ -11,6 +11,7 @@ is no call at all (an entry point, a registered hook), or when too many files na
 import ast
 import re
 
+from gpuops.remote.scan_ast import child_nodes, walk
 from gpuops.remote.scan_locator import Locator
 
 # Only functions named for a GPU generation are looked up (``forward_sm100``, ``_hopper_kernel``):
@@ -41,8 +42,7 @@ def call_sites(scanner, name, own_rel, own_qual, depth=0):
     cache[key] = None
     if len(name) <= 3 or name.startswith("__") or not GPU_NAMED_RE.search(name):
         return None
-    needle = name.encode()
-    holders = [rel for rel in sorted(scanner.texts) if needle in scanner.texts[rel]]
+    holders = scanner.files_naming(name.encode())
     if len(holders) > _MAX_FILES:
         return None
     sites = []
@@ -114,7 +114,7 @@ def _sites_in(body, name, locator, piece, qual, within, rel, own_rel, own_qual):
                     return None
                 out.extend(found)
             continue
-        for child in ast.iter_child_nodes(stmt):
+        for child in child_nodes(stmt):
             if isinstance(child, (ast.stmt, ast.excepthandler)):
                 continue
             found = _calls(child, name, piece, qual, within, rel, own_rel, own_qual)
@@ -136,13 +136,13 @@ def _calls(expr, name, piece, qual, within, rel, own_rel, own_qual):
     """The calls of ``name`` in one expression, or None when it names ``name`` otherwise."""
     called = set()
     out = []
-    for node in ast.walk(expr):
+    for node in walk(expr):
         if isinstance(node, ast.Call) and _is_name(node.func, name):
             called.add(id(node.func))
             if (rel, qual) != (own_rel, own_qual):
                 out.append({"file": rel, "line": node.lineno + piece.line0, "function": qual or "<module>",
                             "within": list(within)})
-    for node in ast.walk(expr):
+    for node in walk(expr):
         if _is_name(node, name) and id(node) not in called:
             return None  # a reference that is not a call: it may be called from anywhere
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and name in node.value:
@@ -155,7 +155,7 @@ def _is_name(node, name):
 
 
 def _names(node, name):
-    return any(_is_name(n, name) for n in ast.walk(node))
+    return any(_is_name(n, name) for n in walk(node))
 
 
 def _names_any(nodes, name):

@@ -9,7 +9,7 @@ Host code: stdlib only, Python 3.8+."""
 import ast
 import re
 
-from gpuops.remote.scan_ast import NO_VALUE, last_name, literal, literal_collection, walk_no_nested
+from gpuops.remote.scan_ast import NO_VALUE, last_name, literal, literal_collection, statements, walk, walk_no_nested
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import import_in_text
 from gpuops.remote.scan_scope import Scope
@@ -25,11 +25,17 @@ class Choices(list):
 def local_values(func):
     """{name: value node} of the names ``func`` assigns exactly once (``x = Cls.get_min_capability()``)."""
     counts, values = {}, {}
-    for node in walk_no_nested(func.body):
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+    binding = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)
+    # Bindings are statements, and statements never sit inside expressions (a lambda's body is one
+    # expression): the statements are the nodes to read, not every node of the function.
+    for node in statements(func.body):
+        if isinstance(node, binding):
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for target in targets:
-                for sub in ast.walk(target) if target is not None else ():
+                if isinstance(target, ast.Name):  # the usual target: no walk needed
+                    counts[target.id] = counts.get(target.id, 0) + 1
+                    continue
+                for sub in walk(target) if target is not None else ():
                     if isinstance(sub, ast.Name):
                         counts[sub.id] = counts.get(sub.id, 0) + 1
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -81,8 +87,7 @@ def method_values(scanner, name):
     if name in cache:
         return cache[name]
     cache[name] = NO_VALUE
-    needle = ("def " + name + "(").encode()
-    holders = [rel for rel in sorted(scanner.texts) if needle in scanner.texts[rel]]
+    holders = scanner.files_naming(("def " + name + "(").encode())
     found = Choices()
     if not holders or len(holders) > _MAX_HOLDERS:
         return NO_VALUE
@@ -91,7 +96,7 @@ def method_values(scanner, name):
         if pieces is None:
             return NO_VALUE
         for piece in pieces:
-            for func in ast.walk(piece.tree):
+            for func in walk(piece.tree):
                 if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name == name:
                     if _abstract(func.body):
                         continue  # a base class's `raise NotImplementedError`: it returns nothing
@@ -164,8 +169,7 @@ def param_values(scanner, fn, param):
     if param not in fn.params or len(name) <= 3 or name.startswith("__"):
         return NO_VALUE
     position = fn.params.index(param) - (1 if fn.first_is_self else 0)
-    needle = name.encode()
-    holders = [rel for rel in sorted(scanner.texts) if needle in scanner.texts[rel]]
+    holders = scanner.files_naming(name.encode())
     if len(holders) > _MAX_HOLDERS:
         return NO_VALUE
     found = Choices()
@@ -174,7 +178,7 @@ def param_values(scanner, fn, param):
         if pieces is None:
             return NO_VALUE
         for piece in pieces:
-            for caller in [piece.tree] + [n for n in ast.walk(piece.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            for caller in [piece.tree] + [n for n in walk(piece.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
                 body = caller.body
                 for call in (n for n in walk_no_nested(body) if isinstance(n, ast.Call) and last_name(n.func) == name):
                     arg = next((k.value for k in call.keywords if k.arg == param), None)

@@ -7,7 +7,7 @@ import copy
 import re
 
 from gpuops.remote.scan_ast import (
-    NO_VALUE, dotted, functions_in, last_name, literal, literal_return, statements, version_tuple,
+    NO_VALUE, dotted, functions_in, last_name, literal, literal_return, statements, version_tuple, walk,
 )
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_pieces import Piece, split_pieces
@@ -240,7 +240,7 @@ def resolve_relative(info, module, level):
 
 def meaning_from_partial(value, info):
     """``lru_cache(...)(partial(_check, device_capability_majors=[12], cuda_version=(12, 8)))``."""
-    for node in ast.walk(value):
+    for node in walk(value):
         if not isinstance(node, ast.Call) or last_name(node.func) != "partial" or not node.args:
             continue
         majors = None
@@ -281,7 +281,7 @@ def pure_capability(node, local_cc=None):
 
 
 def mentions_device(node, local_cc=None):
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if local_cc and isinstance(sub, ast.Name) and local_cc.get(sub.id):
             return True
         name = last_name(sub) if isinstance(sub, (ast.Name, ast.Attribute, ast.Call)) else None

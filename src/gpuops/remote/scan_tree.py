@@ -8,7 +8,7 @@ import ast
 
 from gpuops.remote.gate_tree import has_atoms, is_gate_tree
 from gpuops.remote.scan_ast import (
-    AST_INDEX, CMP_OPS, NO_VALUE, boolish, dotted, flip, last_name, literal, version_tuple,
+    AST_INDEX, CMP_OPS, NO_VALUE, boolish, child_nodes, dotted, flip, last_name, literal, version_tuple, walk,
 )
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_constants import constant_choices
@@ -107,7 +107,7 @@ def clause(node, scope, span):
             out["ref"] = ref
     # An atom inside a call (its arguments, keyword arguments too) or an arithmetic clause is a
     # gate of its own.
-    for child in ast.iter_child_nodes(node):
+    for child in child_nodes(node):
         if isinstance(child, ast.keyword):
             child = child.value
         if isinstance(child, ast.expr):
@@ -324,7 +324,7 @@ def table_lookup(node, scope):
 def interesting(node, scope):
     """Cheap pre-check: does this expression mention anything a gate is made of?"""
     info = scope.info
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name):
             name = sub.id
             if (name in scope.local_aliases or name in info.aliases or name in scope.cc_vars
@@ -357,7 +357,7 @@ def bool_roots(node, scope):
             return [(node, tree)]
         return []  # build() queued any gates nested in its clauses on scope.nested
     found = []
-    for child in ast.iter_child_nodes(node):
+    for child in child_nodes(node):
         if isinstance(child, ast.keyword):
             child = child.value
         if isinstance(child, ast.expr):

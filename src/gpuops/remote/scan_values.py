@@ -8,7 +8,7 @@ import re
 
 from gpuops.remote.scan_ast import (
     AST_INDEX, NO_VALUE, dotted, functions_in, last_name, literal, literal_collection, params_of,
-    statements, stmt_value,
+    statements, stmt_value, walk,
 )
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_scope import FunctionContext, Scope
@@ -211,7 +211,7 @@ def cuda_subject(node):
     if isinstance(node, ast.Call):
         if last_name(node.func) in CUDA_VERSION_FUNCS:
             return True
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, ast.Attribute) and sub.attr == "cuda" and (dotted(sub) or "").endswith("version.cuda"):
                 return True
     return False
@@ -284,10 +284,7 @@ def _overridden(scanner, cls, name):
     ``cls.name`` has is chosen at run time)?"""
     header = re.compile(r"^class\s+\w+\s*\([^)]*\b%s\b" % re.escape(cls), re.M)
     assigns = re.compile(r"^\s+%s\s*(?::[^=]*)?=" % re.escape(name), re.M)
-    needle = cls.encode()
-    for rel in sorted(scanner.texts):
-        if needle not in scanner.texts[rel]:
-            continue
+    for rel in scanner.files_naming(cls.encode()):
         text = scanner.texts[rel].decode("utf-8", "replace")
         for match in header.finditer(text):
             start = text.find("\n", match.end()) + 1 or len(text)  # the class body: from the next line
