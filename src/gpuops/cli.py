@@ -11,6 +11,8 @@ import sys
 
 import click
 
+from gpuops import process_gc
+
 # name -> (module:attribute of the click command, one-line help shown by `gpuops --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("gpuops.commands.inspect:inspect", "Facts and capability gates of every host."),
@@ -38,7 +40,9 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attr = target[0].split(":")
-        return getattr(importlib.import_module(module_name), attr)
+        with process_gc.loading_modules(module_name):
+            module = importlib.import_module(module_name)
+        return getattr(module, attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Show the short help without importing every command module.
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     SIGHUP end it as Ctrl-C does (``termination.py``)."""
     from gpuops import termination
 
+    process_gc.for_this_command()
     previous = termination.install()
     try:
         _main(argv)

@@ -6,7 +6,7 @@ Host code: stdlib only, Python 3.8+."""
 import ast
 import re
 
-from gpuops.remote.scan_ast import NO_VALUE, dotted, last_name, literal, string_of
+from gpuops.remote.scan_ast import NO_VALUE, child_nodes, dotted, last_name, literal, string_of, walk
 from gpuops.remote.scan_locator import TEXT_MAX
 
 IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
@@ -111,7 +111,7 @@ def ifexp_test(stmt, node):
     """Is ``node`` the test of a conditional expression (``A if test else B``) in ``stmt``?"""
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return False  # a decorator's expression: never a branch of the function's code
-    return any(isinstance(n, ast.IfExp) and n.test is node for n in ast.walk(stmt))
+    return any(isinstance(n, ast.IfExp) and n.test is node for n in walk(stmt))
 
 
 # A suffix of an architecture list (`TORCH_CUDA_ARCH_LIST="9.0+PTX"`): PTX embedded beside that
@@ -123,7 +123,7 @@ _FLAG_RE = re.compile(r"^\+[A-Za-z]\w*$")
 def flag_added(stmt, node):
     """For ``A if <node> else B`` in ``stmt``: the architecture-list suffix A adds where B adds
     nothing (``'+PTX' if arch == '9.0' else ''``), else None."""
-    for n in ast.walk(stmt):
+    for n in walk(stmt):
         if isinstance(n, ast.IfExp) and n.test is node:
             added = literal(n.body)
             flags = [added] if isinstance(added, str) else added if isinstance(added, (list, tuple)) else None
@@ -157,11 +157,16 @@ def math_mode_chosen(stmt, node):
     """For ``A if <node> else B`` in ``stmt`` where each side only names math modes of the compiler
     (``"fast_math" if use_fast_math else "precise_math"``, ``["--use_fast_math"] if ... else []``):
     the mode A picks, else None."""
-    for n in ast.walk(stmt):
+    for n in walk(stmt):
         if isinstance(n, ast.IfExp) and n.test is node:
-            body, other = _math_modes(n.body), _math_modes(n.orelse)
-            return " ".join(body)[:TEXT_MAX] if body and other is not None else None
+            return _mode_chosen(n)
     return None
+
+
+def _mode_chosen(ifexp):
+    """``math_mode_chosen`` of a conditional expression's own test."""
+    body, other = _math_modes(ifexp.body), _math_modes(ifexp.orelse)
+    return " ".join(body)[:TEXT_MAX] if body and other is not None else None
 
 
 def math_mode_switches(func):
@@ -169,23 +174,29 @@ def math_mode_switches(func):
     (``use_fast_math = (arch.major, arch.minor) == (9, 0)`` read only by ``"fast_math" if
     use_fast_math else "precise_math"`` and ``["--use_fast_math"] if use_fast_math else []``):
     name -> the mode it picks."""
-    assigned, tests, other = {}, {}, set()
-    for n in ast.walk(func):
+    nodes = walk(func)  # one walk, read up to three times (asked of every function the walker enters)
+    tests, choosing = {}, set()
+    for n in nodes:
+        if isinstance(n, ast.IfExp) and isinstance(n.test, ast.Name):
+            mode = _mode_chosen(n)
+            if mode is not None:
+                tests.setdefault(n.test.id, mode)
+                choosing.add(id(n))
+    if not tests:
+        return {}  # no math-mode choice at all (nearly every function): nothing else to count
+    assigned, other = {}, set()
+    for n in nodes:
         if isinstance(n, ast.Assign):
             for t in n.targets:
                 if isinstance(t, ast.Name):
                     assigned[t.id] = assigned.get(t.id, 0) + 1
         elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Name):
             assigned[n.target.id] = 2
-    for n in ast.walk(func):
-        if isinstance(n, ast.IfExp) and isinstance(n.test, ast.Name):
-            mode = math_mode_chosen(n, n.test)
-            if mode is not None:
-                tests.setdefault(n.test.id, mode)
-                continue
-        for child in ast.iter_child_nodes(n):
-            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and not (
-                    isinstance(n, ast.IfExp) and child is n.test and math_mode_chosen(n, child) is not None):
+    for n in nodes:
+        if id(n) in choosing:
+            continue  # its test is read as the choice (and its sides are literals)
+        for child in child_nodes(n):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
                 other.add(child.id)
     return {name: mode for name, mode in tests.items() if assigned.get(name) == 1 and name not in other}
 
@@ -308,7 +319,7 @@ def body_effect(body, locator):
     effect = {}
     sets = []
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):

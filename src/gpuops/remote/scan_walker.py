@@ -7,7 +7,7 @@ import ast
 
 from gpuops.remote.gate_tree import only_atoms
 from gpuops.remote.scan_ast import (
-    boolish, docstring_line, last_name, params_of, statements,
+    boolish, docstring_line, last_name, params_of, statements, walk,
 )
 from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_effects import (
@@ -69,7 +69,7 @@ def function_locals(func, scanner, info, locator=None):
                 continue
             first, last = stmt.lineno + line0, (stmt.end_lineno or stmt.lineno) + line0
             if source.mentions_words(first, last) or any(
-                    isinstance(n, ast.Name) and (n.id in local_aliases or n.id in cc_vars) for n in ast.walk(value)):
+                    isinstance(n, ast.Name) and (n.id in local_aliases or n.id in cc_vars) for n in walk(value)):
                 local_aliases[name] = value
                 changed = True
     return local_aliases, cc_vars, params, set(counts)
@@ -133,7 +133,7 @@ class GateWalker(object):
         stmt_line = stmt.lineno + self.locator.line0
         excerpt_end = end + (1 if isinstance(stmt, (ast.If, ast.While)) else 0)
         reads = set()
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, ast.Name):
                 reads.add(sub.id)
             elif isinstance(sub, ast.Attribute):

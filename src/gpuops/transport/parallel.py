@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from gpuops.errors import GpuopsError
 from gpuops.transport.base import ConnectOptions, Connection
 from gpuops.transport.rollout import Rollout
-from gpuops import timings
+from gpuops import process_gc, timings
 from gpuops.transport import verbose
 from gpuops.transport.become import BecomeConnection
 from gpuops.transport.connvars import become_settings, check_variables, ssh_settings, transport_name
@@ -84,7 +84,7 @@ def prepare_ssh(hosts: Sequence[Host]) -> None:
     """
     # Hosts on the openssh connection never touch paramiko: only the others pay for the import.
     if any(h.connection != "local" and not _on_openssh(h) for h in hosts):
-        with timings.span("ssh-import"):
+        with timings.span("ssh-import"), process_gc.loading_modules("fabric"):
             import fabric  # noqa: F401  (once, in this thread)
 
 
