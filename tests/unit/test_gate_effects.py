@@ -767,3 +767,92 @@ def test_a_kernel_a_dispatcher_hands_only_to_another_gpu_is_not_reached(dispatch
     # handed out with no test of the GPU around the return: sm120 may reach it, and it refuses sm120
     (sm100,) = judged(dispatch_scan, "kernels/attn_sm100.py")
     assert (sm100["status"], sm100["unreachable"]) == ("blocked", None)
+
+
+# -- issue 43, fix 6 (0.5.17 server_args.py:7756, independent-9's false open; 0.5.19
+# serving_hook.py:449, independent-8's): `supported` is false on sm120 (DeepGEMM's UE8M0 scales are
+# sm100's, the opt-in sm90's), and the body of `if not supported ...` turns the feature off
+# (`envs.X.set(False)`) or only logs that it does so: the GPU that passes is the one refused. A
+# module of its own, so the counts above stay those of FILES.
+OFF_FILES = {
+    "srt/layers/deep_gemm_wrapper/__init__.py": "from .configurer import *\n",
+    "srt/layers/deep_gemm_wrapper/configurer.py": """
+        from sglang.srt.utils import get_device_sm, is_sm100_supported
+
+        def _compute_enable_deep_gemm():
+            if get_device_sm() < 90:
+                return False
+            return envs.SGLANG_ENABLE_JIT_DEEPGEMM.get()
+
+        ENABLE_JIT_DEEPGEMM = _compute_enable_deep_gemm()
+        DEEPGEMM_SCALE_UE8M0 = ENABLE_JIT_DEEPGEMM and is_sm100_supported()
+        """,
+    "srt/switch_off.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported
+
+        class ServerArgs:
+            def _handle_fp8_wo_gemm(self):
+                from sglang.srt.layers import deep_gemm_wrapper
+
+                explicit = envs.SGLANG_OPT_FP8_WO_A_GEMM.is_set()
+                supported = deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0 or (
+                    deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM and is_sm90_supported() and explicit
+                )
+                if not supported and explicit:
+                    logger.warning("Disabling SGLANG_OPT_FP8_WO_A_GEMM: requires DeepGEMM JIT and sm100+")
+                if not supported:
+                    envs.SGLANG_OPT_FP8_WO_A_GEMM.set(False)
+
+            def _handle_overlap(self):
+                if not is_sm100_supported():
+                    self.enable_two_batch_overlap = False
+
+            def _handle_named(self):
+                if is_sm120_supported():
+                    logger.info("Using the SM120 grouped GEMM")
+
+            def _handle_turned_on(self):
+                if not is_sm100_supported():
+                    self.disable_cuda_graph = False
+
+        _UNTUNED_WARNED = set()
+
+        def tile_config():
+            cap = torch.cuda.get_device_capability()
+            if cap not in _UNTUNED_WARNED:
+                _UNTUNED_WARNED.add(cap)
+                logger.warning("no tuned tile for sm_%d%d; falling back to the default", cap[0], cap[1])
+            return DEFAULT_TILE
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def off_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("switch_off"), OFF_FILES)
+
+
+@pytest.mark.parametrize("function, condition, shape", [
+    ("ServerArgs._handle_fp8_wo_gemm", "not supported and explicit", "warns"),
+    ("ServerArgs._handle_fp8_wo_gemm", "not supported", "disable"),
+    ("ServerArgs._handle_overlap", "not is_sm100_supported()", "disable"),
+])
+def test_a_body_that_turns_the_path_off_refuses_the_gpu_that_passes(off_scan, function, condition, shape):
+    (gate,) = [g for g in off_scan.gates if g["function"] == function and g["text"] == condition]
+    assert (gate["kind"], gate["polarity"], gate["effect"].get("shape")) == ("guard", -1, shape)
+
+    def status(gpu):
+        return next(g for g in judge(off_scan, gpu, "13.0").gates if g["id"] == gate["id"])["status"]
+    assert status("12.0") == "blocked"  # sm120 has neither the UE8M0 scales nor sm100: turned off
+    assert status("10.0") == "open"
+
+
+@pytest.mark.parametrize("function", [
+    "ServerArgs._handle_named",  # a log that only names sm120's choice refuses nothing
+    "ServerArgs._handle_turned_on",  # `disable_... = False` turns something on
+    "tile_config",  # a warn-once memo (0.5.23 triton_sparse_mla_prefill.py:352): its test refuses nothing
+])
+def test_a_body_that_names_a_choice_or_turns_a_disabling_switch_off_is_a_branch(off_scan, function):
+    (gate,) = [g for g in off_scan.gates if g["function"] == function]
+    assert (gate["kind"], gate["polarity"]) == ("if", 1) and "shape" not in gate["effect"]

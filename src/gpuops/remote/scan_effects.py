@@ -28,6 +28,14 @@ _REFUSAL_WORD_RE = re.compile(r"\b(not|only|requires?|required|needs?|unsupporte
 # since a log before `return <value>` more often just names the choice ("Using trtllm_mla on sm100").
 _FALLBACK_LOG_RE = re.compile(r"\b(not supported|unsupported|not available|unavailable|incompatible|"
                               r"fall(s|ing)? ?back|cannot|can't)\b", re.I)
+# What a log line says when it announces that the path is turned off or refused for the GPUs that
+# pass ("Disabling SGLANG_OPT_FP8_WO_A_GEMM: requires DeepGEMM JIT and sm100+"): the fallback words and
+# the switching off itself. "Using the SM120 grouped GEMM" says none of them: it names a choice.
+_REFUSAL_LOG_RE = re.compile(r"\b(disabl(e|es|ed|ing)|turn(s|ed|ing)? off|requires?|required|not supported|"
+                             r"unsupported|not available|unavailable|incompatible|fall(s|ing)? ?back|cannot|can't)\b",
+                             re.I)
+# A switch whose False turns something on (`disable_cuda_graph = False`): not an off switch.
+_NEGATIVE_SWITCH_RE = re.compile(r"^_?(disable|disabled|no|skip|without|bypass)(_|$)", re.I)
 
 
 def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
@@ -54,6 +62,12 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     - ``divert``: a test written "not this GPU" inside ``if x == A:`` that sets ``x`` to something
       else (``if ... and not fa4_head_size: target_backend = TORCH_SDPA``): the GPU that enters is
       sent away from A (``if backend == "auto": if is_sm100: backend = ...`` selects: a branch).
+    - ``disable``: only turns settings off (``envs.X.set(False)``, ``self.enable_x = False``; a
+      ``disable_x = False`` turns something on and is not one), no ``else``: the GPU that passes loses
+      what the switch turns on (issue 43, fix 6);
+    - ``warns``: only logs that the path is turned off or refused ("Disabling X: requires DeepGEMM
+      JIT and sm100+"), no ``else``: it announces the refusal for the GPUs that pass (the switch
+      itself may follow in a statement of its own).
 
     Only logging may come before the refusal. ``stmt`` is the ``if`` (its test decides ``fallback``),
     ``follows`` whether statements follow it in its block, ``fn_name`` the function's name (a
@@ -67,6 +81,11 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
         return "restrict"
     if all(_is_note(s) or _is_refusal(s) for s in body) and any(_is_refusal(s) for s in body):
         return "requirements"
+    if isinstance(stmt, ast.If) and not stmt.orelse:
+        if all(_is_log(s) or _turns_off(s) for s in body) and any(_turns_off(s) for s in body):
+            return "disable"
+        if all(_is_log(s) for s in body) and any(_logs_refusal(s) for s in body):
+            return "warns"
     if not all(_is_note(s) for s in body[:-1]):
         return None
     if is_denying_exit(last) or _is_exit_call(last):
@@ -245,6 +264,38 @@ def _logs_fallback(stmt):
     if not (_is_note(stmt) and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and stmt.value.args):
         return False
     return bool(_FALLBACK_LOG_RE.search(string_of(stmt.value.args[0]) or ""))
+
+
+def _is_log(stmt):
+    """A note (``_is_note``) whose call, if any, is a log call by its own name (``logger.warning``,
+    ``print_warning_once``), not a method of something named like one: ``_UNTUNED_ARCH_WARNED.add(cap)``
+    is a warn-once memo, and a test of it (``if cap not in _UNTUNED_ARCH_WARNED:``) refuses nothing."""
+    if not _is_note(stmt):
+        return False
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and not isinstance(stmt.value.func, ast.IfExp):
+        return bool(_NOTE_CALL_RE.search(last_name(stmt.value.func) or ""))
+    return True
+
+
+def _logs_refusal(stmt):
+    """A log call whose message says the path is turned off or refused (``_REFUSAL_LOG_RE``)."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and stmt.value.args and _is_note(stmt)):
+        return False
+    if not _is_log(stmt):
+        return False  # `errors.append("... required")`: an accumulator of reasons (``accumulate``), not a log
+    return bool(_REFUSAL_LOG_RE.search(string_of(stmt.value.args[0]) or ""))
+
+
+def _turns_off(stmt):
+    """``envs.X.set(False)``, or ``x = False`` / ``self.enable_x = False`` where the name is not a
+    negative switch (``disable_x = False`` turns x on)."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and stmt.value.func.attr == "set" and len(stmt.value.args) == 1 and not stmt.value.keywords:
+        return literal(stmt.value.args[0]) is False
+    if isinstance(stmt, ast.Assign) and literal(stmt.value) is False and stmt.targets:
+        return all(isinstance(t, (ast.Name, ast.Attribute)) and not _NEGATIVE_SWITCH_RE.match(last_name(t) or "")
+                   for t in stmt.targets)
+    return False
 
 
 def _is_prose(node):
