@@ -197,6 +197,16 @@ def child_nodes(node):
     return out
 
 
+def function_statements(func):
+    """``statements(func.body)``, kept on the function's node: the walker, its local values, its
+    capability locals and the file's deferred imports each read a function's statements (a body is
+    never changed once parsed). A shared list: read it, never change it."""
+    found = func.__dict__.get("_gpuops_statements")
+    if found is None:
+        found = func._gpuops_statements = _statement_walk(func.body, False)
+    return found
+
+
 def walk_no_nested(body):
     """Every node under ``body`` except inside nested functions and classes (depth first, the
     last statement first), as a list."""

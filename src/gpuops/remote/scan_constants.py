@@ -9,7 +9,9 @@ Host code: stdlib only, Python 3.8+."""
 import ast
 import re
 
-from gpuops.remote.scan_ast import NO_VALUE, last_name, literal, literal_collection, statements, walk, walk_no_nested
+from gpuops.remote.scan_ast import (
+    NO_VALUE, function_statements, last_name, literal, literal_collection, walk, walk_no_nested,
+)
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import import_in_text
 from gpuops.remote.scan_scope import Scope
@@ -28,7 +30,7 @@ def local_values(func):
     binding = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)
     # Bindings are statements, and statements never sit inside expressions (a lambda's body is one
     # expression): the statements are the nodes to read, not every node of the function.
-    for node in statements(func.body):
+    for node in function_statements(func):
         if isinstance(node, binding):
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for target in targets:

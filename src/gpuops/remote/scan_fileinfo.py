@@ -7,7 +7,7 @@ import copy
 import re
 
 from gpuops.remote.scan_ast import (
-    NO_VALUE, dotted, functions_in, last_name, literal, literal_return, statements, version_tuple, walk,
+    NO_VALUE, dotted, function_statements, functions_in, last_name, literal, literal_return, version_tuple, walk,
 )
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_pieces import Piece, split_pieces
@@ -105,7 +105,7 @@ def collect_definitions(info):
     # does not bind them itself.
     for piece in info.pieces:
         for func in functions_in(piece.tree.body):
-            for stmt in statements(func.body):
+            for stmt in function_statements(func):
                 if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
                     for alias in stmt.names:
                         name = alias.asname or alias.name

@@ -7,8 +7,8 @@ import ast
 import re
 
 from gpuops.remote.scan_ast import (
-    AST_INDEX, NO_VALUE, dotted, functions_in, last_name, literal, literal_collection, params_of,
-    statements, stmt_value, walk,
+    AST_INDEX, NO_VALUE, dotted, function_statements, functions_in, last_name, literal, literal_collection,
+    params_of, stmt_value, walk,
 )
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_scope import FunctionContext, Scope
@@ -169,7 +169,7 @@ def self_subjects(scope):
     for piece in info.pieces:
         locator = Locator(info.source, piece)
         for func in functions_in(piece.tree.body):
-            sets = [n for n in statements(func.body) if isinstance(n, ast.Assign) and len(n.targets) == 1
+            sets = [n for n in function_statements(func) if isinstance(n, ast.Assign) and len(n.targets) == 1
                     and isinstance(n.targets[0], ast.Attribute) and isinstance(n.targets[0].value, ast.Name)
                     and n.targets[0].value.id == "self" and n.targets[0].attr in wanted]
             if not sets:
@@ -191,7 +191,7 @@ def self_subjects(scope):
 
 def collect_local_cc(func, scope, table):
     """Local names bound to capability values (in statement order, so chains resolve)."""
-    assigns = sorted((n for n in statements(func.body) if isinstance(n, (ast.Assign, ast.AnnAssign))),
+    assigns = sorted((n for n in function_statements(func) if isinstance(n, (ast.Assign, ast.AnnAssign))),
                      key=lambda n: (n.lineno, n.col_offset))
     for _ in range(2):
         for node in assigns:

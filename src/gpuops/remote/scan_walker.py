@@ -7,7 +7,7 @@ import ast
 
 from gpuops.remote.gate_tree import only_atoms
 from gpuops.remote.scan_ast import (
-    boolish, docstring_line, last_name, params_of, statements, walk,
+    boolish, docstring_line, function_statements, last_name, params_of, walk,
 )
 from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_effects import (
@@ -28,7 +28,7 @@ def function_locals(func, scanner, info, locator=None):
     counts = {}
     values = {}
     source = info.source
-    for node in statements(func.body):
+    for node in function_statements(func):
         if isinstance(node, ast.Assign):
             targets = node.targets
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
@@ -92,6 +92,22 @@ def mark_early_return_chains(body, line0):
             stmt._gpuops_chain = chain
         exits = bool(stmt.body) and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
         head = (head or stmt) if exits else None
+
+
+class MathSwitches(object):
+    """``math_mode_switches`` of a function, read when a gate's assignment first asks it: an
+    assignment that is a gate is rare, and the question walks the whole function."""
+
+    __slots__ = ("func", "table")
+
+    def __init__(self, func):
+        self.func = func
+        self.table = None
+
+    def get(self, name):
+        if self.table is None:
+            self.table = math_mode_switches(self.func)
+        return self.table.get(name)
 
 
 class GateWalker(object):
@@ -204,7 +220,7 @@ class GateWalker(object):
             inner = FunctionContext(qual, docstring_line(stmt), local_aliases, cc_vars, params, assigned,
                                     first_is_self=bool(params) and params[0] in ("self", "cls"))
             inner.values = local_values(stmt)  # what a compared name holds (scan_constants)
-            inner.math_switches = math_mode_switches(stmt)
+            inner.math_switches = MathSwitches(stmt)
             self.walk_body(stmt.body, inner, [])
             return
         if isinstance(stmt, ast.ClassDef):
