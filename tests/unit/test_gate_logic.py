@@ -4,6 +4,7 @@ script and the scanner's JSON (no subprocess, no release)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -118,6 +119,33 @@ def test_catalog_file_errors_name_the_file(tmp_path):
         load_catalog(bad)
     with pytest.raises(GpuopsError, match="cannot read the gate catalog"):
         load_catalog(tmp_path / "missing.yaml")
+
+
+def _one_feature_catalog(name: str) -> str:
+    return json.dumps({"features": {name: {"gates": [{"role": "runtime", "match": {"reads": ["x"]}}]}}})
+
+
+def test_a_catalog_file_is_parsed_once_while_it_stays_the_same_file(tmp_path):
+    # inspect asks for the catalog ten times a host: one parse per process, unless the file changes.
+    assert load_catalog() is load_catalog()
+    path = tmp_path / "cat.yaml"
+    path.write_text(_one_feature_catalog("alpha"))
+    first = load_catalog(path)
+    assert load_catalog(str(path)) is first
+    path.write_text(_one_feature_catalog("alpha_beta"))  # edited in place: another size
+    assert [f.name for f in load_catalog(path).features] == ["alpha_beta"]
+    # The same size and the mtime put back: the inode of a replacement still tells them apart.
+    stat = path.stat()
+    replacement = tmp_path / "new.yaml"
+    replacement.write_text(_one_feature_catalog("alpha_betb"))
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(replacement, path)
+    assert [f.name for f in load_catalog(path).features] == ["alpha_betb"]
+    path.write_text("features: [1, 2\n")
+    with pytest.raises(GpuopsError, match="malformed YAML"):  # a bad file fails every time, is never kept
+        load_catalog(path)
+    with pytest.raises(GpuopsError, match="malformed YAML"):
+        load_catalog(path)
 
 
 @pytest.mark.parametrize("stdout, reason", [

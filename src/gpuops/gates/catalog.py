@@ -3,6 +3,7 @@ the code does. Loading checks the file's shape; matching is pure."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -158,20 +159,29 @@ def gate_context(gate: Mapping[str, Any]) -> str:
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
-    """The built-in catalog, or the YAML file at ``path``; a malformed file is a ``GpuopsError``."""
+    """The built-in catalog, or the YAML file at ``path``; a malformed file is a ``GpuopsError``.
 
-    if path is None:
-        name = "gpuops/gates/catalog.yaml"
+    A file is parsed once per process while it stays the same file (path, size, mtime, inode):
+    `inspect host` asks for the catalog ten times a host (advise's ways, the kernel and fit judges),
+    and each parse of the built-in one took ~5 ms of CPU. What comes back is shared between callers:
+    its classes are frozen and its few mappings (server defaults, a feature's env) are only read."""
 
-        # Beside this module (what importlib.resources.files() gives for a package on disk, without
-        # the ~5 ms of importing importlib.resources).
-        text = BUILTIN_CATALOG.read_text(encoding="utf-8")
-    else:
-        name = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise GpuopsError(f"{name}: cannot read the gate catalog: {exc.strerror}") from None
+    # The built-in one lies beside this module (what importlib.resources.files() gives for a package
+    # on disk, without the ~5 ms of importing importlib.resources).
+    file, name = (BUILTIN_CATALOG, "gpuops/gates/catalog.yaml") if path is None else (Path(path), str(path))
+    try:
+        info = file.stat()
+        return _parsed_catalog(str(file), name, info.st_size, info.st_mtime_ns, info.st_ino)
+    except OSError as exc:
+        if path is None:
+            raise
+        raise GpuopsError(f"{name}: cannot read the gate catalog: {exc.strerror}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_catalog(file: str, name: str, size: int, mtime_ns: int, inode: int) -> Catalog:
+    """The catalog in ``file`` as it was when it had this size, mtime and inode (the cache's key)."""
+    text = Path(file).read_text(encoding="utf-8")
     return catalog_from_data(parse_yaml_text(text, name), name)
 
 
