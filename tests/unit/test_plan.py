@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -293,3 +294,27 @@ def test_nccl_allow_unknown_lets_a_newer_variable_through() -> None:
         discover("nccl-env", "h01", BASE_VARS, extra)
     found = discover("nccl-env", "h01", BASE_VARS, dict(extra, nccl_allow_unknown=["NCCL_FUTURE_KNOB"]))
     assert found.paths
+
+
+def test_templars_over_the_same_dirs_compile_each_source_once_and_see_edited_files(tmp_path: Path) -> None:
+    # discover and plan_role each make a Templar: the second reuses what the first compiled.
+    from gpuops.plan.templating import Layer, Templar, VarScope
+
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    ours.mkdir()
+    other.mkdir()
+    (ours / "unit.j2").write_text("port={{ port }}\n")
+    (other / "unit.j2").write_text("other {{ port }}\n")
+    first, second, elsewhere = Templar([ours]), Templar([ours]), Templar([other])
+    scope = VarScope(first, [Layer({"port": 30000, "args": ["--a"]}, templated=False, origin="inventory")])
+    assert first.evaluate("args + ['--b']", scope, "t") == ["--a", "--b"]
+    assert second._expressions is first._expressions and "args + ['--b']" in second._expressions
+    assert elsewhere._expressions is not first._expressions
+    assert second.render_string("at {{ port }}", scope, "t") == "at 30000"
+    assert first.render_file("unit.j2", scope, "t") == "port=30000\n"
+    assert elsewhere.render_file("unit.j2", scope, "t") == "other 30000\n"  # its own dirs, not the shared ones
+    unit = ours / "unit.j2"
+    unit.write_text("port={{ port }} edited\n")
+    later = unit.stat().st_mtime_ns + 2_000_000_000
+    os.utime(unit, ns=(later, later))
+    assert Templar([ours]).render_file("unit.j2", scope, "t") == "port=30000 edited\n"

@@ -7,6 +7,7 @@ Role defaults may refer to other variables; they are rendered lazily, when used,
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -156,16 +157,20 @@ def _systemd_quote(word: object) -> str:
     return f'"{text}"'
 
 
-class Templar:
-    """Renders role templates and expressions against a ``VarScope``."""
+class _Compiled:
+    """One Jinja environment over some template dirs, with what it parsed and compiled: shared by
+    every Templar over the same dirs in this process. An apply plans a role twice (discovery, then
+    the plan), a deployment or tune once per host: each pass compiled the same expressions and
+    strings again (a lab `apply sglang-service`: 60 expressions and 69 strings compiled, 34 and 39
+    now). What is kept is keyed by its source text, the environment's own template cache checks
+    each file's mtime, and the filters and tests hold no state."""
 
-    def __init__(self, search_dirs: Iterable[Path]):
+    def __init__(self, search_dirs: tuple[str, ...]):
         import jinja2
 
-        self._jinja2 = jinja2
-        self._loader = jinja2.FileSystemLoader([str(d) for d in search_dirs])
+        self.loader = jinja2.FileSystemLoader(list(search_dirs))
         self.env = jinja2.Environment(
-            loader=self._loader,
+            loader=self.loader,
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
             autoescape=False,
@@ -182,10 +187,30 @@ class Templar:
         )
         self.env.tests["match"] = lambda value, pattern: re.match(pattern, str(value)) is not None
         self.env.tests["mapping"] = lambda value: isinstance(value, Mapping)
-        # One plan renders the same few expressions many times: parse and compile each once.
-        self._names: dict[str, frozenset[str]] = {}
-        self._expressions: dict[str, TemplateExpression] = {}
-        self._strings: dict[str, Template] = {}
+        # Parse and compile each source once (a plan renders the same few many times).
+        self.names: dict[str, frozenset[str]] = {}
+        self.expressions: dict[str, TemplateExpression] = {}
+        self.strings: dict[str, Template] = {}
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled_for(search_dirs: tuple[str, ...]) -> _Compiled:
+    return _Compiled(search_dirs)
+
+
+class Templar:
+    """Renders role templates and expressions against a ``VarScope``."""
+
+    def __init__(self, search_dirs: Iterable[Path]):
+        import jinja2
+
+        self._jinja2 = jinja2
+        compiled = _compiled_for(tuple(str(d) for d in search_dirs))
+        self._loader = compiled.loader
+        self.env = compiled.env
+        self._names = compiled.names
+        self._expressions = compiled.expressions
+        self._strings = compiled.strings
 
     def _context(self, source: str, scope: VarScope, where: str) -> dict[str, object]:
         from jinja2 import meta
