@@ -13,7 +13,7 @@ from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import FileInfo, collect_definitions, import_in_text, load_info
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_pieces import (
-    FileSource, Piece, merge_string_runs, segment_starts, split_class, split_pieces,
+    FileSource, Piece, merge_string_runs, parse_chunk, segment_starts, split_class, split_pieces,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import build, interesting
@@ -32,6 +32,7 @@ class SiteLookups(object):
         self._constant_cache = {}
         self._site_infos = {}   # rel -> FileInfo as loaded (see site_info)
         self._naming = {}       # needle -> the files holding it (see files_naming)
+        self._parsed = {}       # (rel, line0, indent, text) -> the piece's tree (scan_pieces.parse_chunk)
 
     def files_naming(self, needle):
         """The files (sorted) whose text holds ``needle`` (bytes) anywhere: a substring search of
@@ -159,7 +160,7 @@ class SiteLookups(object):
         key = (rel, name)
         if key not in self._light:
             try:
-                info = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                info = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8"), self._parsed))
                 info.pieces = split_pieces(info.source, [name, "import"])
                 collect_definitions(info)
             except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
@@ -272,7 +273,7 @@ class SiteLookups(object):
                 if end - begin > 150 and re.search(r"^class\s", chunk, re.M):
                     members = split_class(info.source, begin, end, [name], set())
                 if members is None:
-                    pieces.append(Piece(begin, 0, ast.parse(chunk), "", False))
+                    pieces.append(Piece(begin, 0, parse_chunk(info.source, begin, 0, chunk), "", False))
                 else:
                     pieces.extend(members)  # the members naming it (or a token); others cannot call it
             self._trees[key] = pieces
@@ -289,11 +290,11 @@ class SiteLookups(object):
         if rel not in self._site_infos:
             found = None
             try:
-                found = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8")))
+                found = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8"), self._parsed))
             except UnicodeDecodeError:
                 found = None
             if found is not None and self.select([rel]):
-                loaded = FileInfo(FileSource(rel, found.source.text))
+                loaded = FileInfo(FileSource(rel, found.source.text, self._parsed))
                 load_info(loaded, ())
                 extra = [n for n in self.extra_names() if n.encode() in self.texts[rel]]
                 if extra and not loaded.error:
