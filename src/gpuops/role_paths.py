@@ -7,7 +7,6 @@ directories."""
 from __future__ import annotations
 
 import os
-from importlib.resources import files
 from pathlib import Path
 
 
@@ -29,8 +28,11 @@ def installed_data_dir() -> Path:
 
     An installed package (a wheel: venv, ``--user``, pipx) carries them as ``gpuops/data/``
     (pyproject maps the checkout's top-level folders there), found through the package itself, so
-    wherever the install scheme put it. An editable install has no ``gpuops/data``: the checkout."""
-    packaged = Path(str(files("gpuops"))) / "data"
+    wherever the install scheme put it. An editable install has no ``gpuops/data``: the checkout.
+    The package's folder is this module's (what importlib.resources.files("gpuops") names for a
+    package on disk, without importing importlib.resources, tempfile, shutil and random: ~5 ms of
+    CPU in every command that reads no host)."""
+    packaged = Path(__file__).parent / "data"
     return packaged if packaged.is_dir() else project_root()
 
 
