@@ -70,7 +70,7 @@ from gpuops.lab.sglang_cache import cache_root
 
 # tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labtools import RUN_DIR_ENV, fixtures_path  # (needs the path above)
+from labtools import fixtures_path  # (needs the path above)
 
 # The order parallel workers are handed their work units in: the longest first (tests/work_order.py).
 pytest_plugins = ("work_order",)
@@ -180,17 +180,6 @@ def _prune_stale_temp_bytecode(mirror: Path, days: float = 1.0) -> None:
                 continue
             if stale:
                 shutil.rmtree(entry, ignore_errors=True)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _run_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One directory for the whole run, its xdist workers' too (a worker's temp dir is a child of
-    the run's): what the run computes once for every worker (``labtools.release_scan``) is kept there."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(RUN_DIR_ENV, str(shared / "run"))
-        yield
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -323,39 +324,122 @@ def client_paused_at(state_dir: Path, phase: str, args: list[str], home: Path, t
         raise
 
 
-# A directory the whole test run shares, its xdist workers too (tests/conftest.py sets it).
-RUN_DIR_ENV = "GPUOPS_TEST_RUN_DIR"
-_release_scans: dict[str, bytes] = {}
+# Scans of real releases kept across test runs, in the user's cache beside the releases themselves
+# ($GPUOPS_CACHE or ~/.cache/gpuops): one directory per scanner digest, the newest few kept.
+RELEASE_SCANS_DIR = "test-release-scans"
+KEPT_SCANNER_DIGESTS = 3  # the current scanner's and two others' (other checkouts, a branch switched back)
+_release_scans: dict[tuple[str, bool, int | None], bytes] = {}
 
 
-def release_scan(version: str, with_sources: bool = False) -> Any:
+def release_scans_root() -> Path:
+    from gpuops.lab.sglang_cache import cache_root
+
+    return cache_root().parent / RELEASE_SCANS_DIR
+
+
+def scanning_python(python: str = "python3") -> dict[str, str]:
+    """The interpreter a scan runs as (``scan_site`` hands ``python`` to ``sh``, which finds it on
+    PATH, a pyenv shim included): its ``sys.executable`` and ``sys.version`` as it reports them."""
+    return _reported_python(python, os.environ.get("PATH", ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _reported_python(python: str, path: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = path
+    report = "import sys; print(sys.executable); print(sys.version)"
+    done = subprocess.run(["sh", "-c", f"exec {shlex.quote(python)} -c {shlex.quote(report)}"],
+                          capture_output=True, text=True, env=env, timeout=60, check=True)
+    executable, version = done.stdout.split("\n", 1)
+    return {"executable": executable, "version": version.strip()}
+
+
+def scan_key(release: str, site: "os.PathLike[str] | str", with_sources: bool, scanner_digest: str,
+             python: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+    """Everything a kept scan of ``site`` depends on: the release (and where it is unpacked: the
+    scan reports its root), the scanner's text (``gates.probe.scanner_digest``), what it was asked
+    (``scan_options``: with the sources or not, the catalog's keywords) and the python that ran it."""
+    return {"release": release, "site": str(site), "with_sources": with_sources, "scanner_digest": scanner_digest,
+            "python": dict(python), "options": options}
+
+
+def release_scan_key(version: str, site: "os.PathLike[str] | str", with_sources: bool,
+                     jobs: int | None = None) -> dict[str, Any]:
+    """``scan_key`` of a scan by ``scan_site``: this checkout's scanner, options and python3."""
+    from gpuops.gates.probe import scan_options, scanner_digest
+
+    return scan_key(version, site, with_sources, scanner_digest(), scanning_python(),
+                    scan_options(with_sources, jobs=jobs))
+
+
+def kept_scan(key: dict[str, Any], scan: Callable[[], tuple[str, str, int]], root: Path) -> Any:
+    """The ``GateScan`` of ``key``: the scanner output kept under ``root`` for exactly this key, or
+    ``scan()`` (stdout, stderr, exit status) run now and kept when it is a whole scan.
+
+    An entry is used only when the key it records is ``key`` (a torn or foreign file is a miss).
+    It is written atomically (a whole file renamed in) under a lock per entry, so two workers, or
+    two runs, never scan one key at once. Writing it prunes the directories of all but the
+    ``KEPT_SCANNER_DIGESTS`` most recently used scanner digests."""
+    from gpuops.gates.scan import parse_scan_output
+    from gpuops.lab.file_lock import exclusive_lock
+
+    material = json.dumps(key, sort_keys=True)
+    digest_dir = root / key["scanner_digest"]
+    jobs = key["options"].get("jobs")
+    entry = digest_dir / (f"{key['release']}-{'sources' if key['with_sources'] else 'plain'}-"
+                          f"{f'jobs{jobs}-' if jobs else ''}{hashlib.sha256(material.encode()).hexdigest()[:16]}.json")
+    digest_dir.mkdir(parents=True, exist_ok=True)
+    os.utime(digest_dir)  # this digest is in use: pruning goes by the directories' times
+    with exclusive_lock(entry.with_suffix(".lock")):
+        try:
+            kept = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            kept = None
+        if isinstance(kept, dict) and kept.get("key") == json.loads(material):
+            return parse_scan_output(kept["stdout"], kept["stderr"], kept["status"])
+        stdout, stderr, status = scan()
+        parsed = parse_scan_output(stdout, stderr, status)
+        if parsed.known:
+            partial = entry.with_suffix(f".{os.getpid()}.partial")
+            try:
+                partial.write_text(json.dumps({"key": key, "stdout": stdout, "stderr": stderr, "status": status}))
+                os.replace(partial, entry)
+            except OSError:
+                pass  # pruned meanwhile by a run with other scanners: this run has its scan all the same
+            prune_scanner_digests(root)
+        return parsed
+
+
+def prune_scanner_digests(root: Path, keep: int = KEPT_SCANNER_DIGESTS) -> None:
+    """Remove the kept scans of all but the ``keep`` most recently used scanner digests."""
+    used: list[tuple[float, Path]] = []
+    for entry in root.iterdir():
+        try:
+            if entry.is_dir():
+                used.append((entry.stat().st_mtime, entry))
+        except OSError:
+            continue  # removed by another run's pruning
+    for _, old in sorted(used, reverse=True)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def release_scan(version: str, with_sources: bool = False, jobs: int | None = None) -> Any:
     """``scan_site`` of the cached real SGLang ``version`` (``gates.local``, the host's own scanner),
-    scanned once per test run: a release scans the same way every time, and a scan of 0.5.23 costs
-    ~10 s of CPU, which a dozen modules spent again each. Kept pickled in this process and in the
-    run's shared directory (``RUN_DIR_ENV``), filled under a file lock so two workers never scan the
-    same release at once; each call returns a copy of its own."""
+    kept across test runs: a scan of 0.5.23 costs ~6 CPU-s, and a release scans the same way until
+    one of the inputs in ``release_scan_key`` changes (``kept_scan``). ``jobs``: the scanner's
+    worker processes (``scan_options``; by default the machine's CPUs, at most 8). Parsed once per
+    process; each call returns a copy of its own."""
     import pickle
 
-    from gpuops.gates.local import scan_site
-    from gpuops.lab.file_lock import exclusive_lock
+    from gpuops.gates.local import scan_site_output
     from gpuops.lab.sglang_cache import sglang_site
 
-    key = f"{version}-{'sources' if with_sources else 'plain'}"
-    if key not in _release_scans:
-        run_dir = os.environ.get(RUN_DIR_ENV)
-        if not run_dir:
-            _release_scans[key] = pickle.dumps(scan_site(sglang_site(version), with_sources=with_sources))
-        else:
-            kept = Path(run_dir) / "release-scans" / f"{key}.pickle"
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            with exclusive_lock(kept.with_suffix(".lock")):
-                if not kept.is_file():
-                    data = pickle.dumps(scan_site(sglang_site(version), with_sources=with_sources))
-                    partial = kept.with_suffix(f".{os.getpid()}.partial")
-                    partial.write_bytes(data)
-                    os.replace(partial, kept)
-                _release_scans[key] = kept.read_bytes()
-    return pickle.loads(_release_scans[key])
+    if (version, with_sources, jobs) not in _release_scans:
+        site = sglang_site(version)
+        scan = kept_scan(release_scan_key(version, site, with_sources, jobs),
+                         lambda: scan_site_output(site, with_sources=with_sources, jobs=jobs), release_scans_root())
+        _release_scans[version, with_sources, jobs] = pickle.dumps(scan)
+    return pickle.loads(_release_scans[version, with_sources, jobs])
 
 
 def probe_site(*sites: "os.PathLike[str] | str") -> Any:

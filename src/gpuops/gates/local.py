@@ -18,6 +18,14 @@ def scan_site(site: str | Path | None, with_sources: bool = False, python: str =
               root: str | Path | None = None, timeout: float = 300, jobs: int | None = None) -> GateScan:
     """Scan the ``sglang`` package that ``python`` finds with ``site`` on its PYTHONPATH (or the
     package dir ``root`` given explicitly)."""
+    return parse_scan_output(*scan_site_output(site, with_sources, python, root, timeout, jobs))
+
+
+def scan_site_output(site: str | Path | None, with_sources: bool = False, python: str = "python3",
+                     root: str | Path | None = None, timeout: float = 300,
+                     jobs: int | None = None) -> tuple[str, str, int]:
+    """``scan_site``'s run before parsing: the scanner's stdout, stderr and exit status, as a host
+    would send them back (what a caller keeping scans stores: the parse is the client's own)."""
     script = gate_scan_script(scan_options(with_sources, str(root) if root else None, jobs=jobs))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["GPUOPS_PY"] = python
@@ -28,4 +36,4 @@ def scan_site(site: str | Path | None, with_sources: bool = False, python: str =
                               timeout=timeout, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GpuopsError(f"gate scan of {site or root}: {exc}") from None
-    return parse_scan_output(done.stdout, done.stderr, done.returncode)
+    return done.stdout, done.stderr, done.returncode

@@ -33,6 +33,14 @@ def scanner_source() -> str:
     return source("gate_scan")
 
 
+def scanner_digest(text: str | None = None) -> str:
+    """The sha256 of the scanner's text (``scanner_source()`` unless given): what a scan made by
+    one scanner is told apart by, on the host (its fingerprint) and by anyone keeping scans."""
+    import hashlib
+
+    return hashlib.sha256((scanner_source() if text is None else text).encode("utf-8")).hexdigest()
+
+
 def scan_options(with_sources: bool = False, root: str | None = None, keywords: list[str] | None = None,
                  jobs: int | None = None) -> dict[str, Any]:
     """The scanner's options. ``keywords``: regexes naming the files worth returning whole (and the
@@ -110,14 +118,12 @@ def catalog_derived(kind: str, from_catalog: Callable[[], Any], catalog_path: Pa
 
 def gate_scan_script(options: dict[str, Any]) -> str:
     """POSIX sh: run the scanner with ``$GPUOPS_PY``, or say why it cannot run (as scanner JSON)."""
-    import hashlib
-
     text = scanner_source()
     if any(line.strip() == _EOF for line in text.splitlines()):
         raise ValueError("the scanner's text contains its own heredoc terminator")
     # The scanner's own text is part of its options, so of the host's fingerprint of a scan: a
     # client with another scanner never takes a scan made by this one for its own.
-    options = {**options, "scanner_digest": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    options = {**options, "scanner_digest": scanner_digest(text)}
     no_python = json.dumps({"scanner": 1, "ok": False, "reason": "no python 3.8+ found on the host"})
     argv = shlex.quote(json.dumps(options, sort_keys=True))
     check = ""
