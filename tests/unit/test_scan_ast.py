@@ -2,7 +2,9 @@
 
 import ast
 
-from gpuops.remote.scan_ast import child_nodes, functions_in, statements, walk, walk_no_nested
+from gpuops.remote.scan_ast import (
+    NO_VALUE, child_nodes, functions_in, is_literal, jsonable, last_name, literal, statements, walk, walk_no_nested,
+)
 
 SOURCE = '''
 def outer(mode):
@@ -72,3 +74,32 @@ def test_walk_no_nested_keeps_its_order_and_stays_out_of_nested_scopes():
     expected = list(_walk_no_nested_by_the_ast_module(func.body))
     assert walk_no_nested(func.body) == expected
     assert not any(isinstance(n, ast.arg) and n.arg == "q" for n in walk_no_nested(ast.parse(WALKED).body))
+
+
+def _literal_by_literal_eval(node):
+    """scan_ast.literal as it was before its shortcuts: always through ast.literal_eval."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        if isinstance(node, ast.Call) and last_name(node.func) in ("frozenset", "set", "tuple", "list") \
+                and len(node.args) == 1:
+            return _literal_by_literal_eval(node.args[0])
+        return NO_VALUE
+    return jsonable(value)
+
+
+LITERALS = '''(1, -2, 3.5, 1 + 2j, "s", b"b", None, True, ..., set(), frozenset({1, 2}), tuple([3, 4]),
+ {"a": [1, (2, 3)], 4: {5}}, x, a.b, t[0], f(1), set(x), x < 1, x and y, a if b else 1, lambda: 1,
+ f"{x}", -x, not x, [x], {**x})'''
+
+
+def test_literal_and_is_literal_answer_as_literal_eval_does():
+    nodes = list(ast.walk(ast.parse(LITERALS)))
+    nodes += list(ast.walk(ast.parse(WALKED)))
+    exprs = [n for n in nodes if isinstance(n, ast.expr)]
+    assert len(exprs) > 100
+    for node in exprs:
+        expected = _literal_by_literal_eval(node)
+        assert literal(node) == expected or (literal(node) is NO_VALUE and expected is NO_VALUE), ast.dump(node)
+        assert is_literal(node) is (expected is not NO_VALUE)
+        assert is_literal(node) is (expected is not NO_VALUE)  # asked again: the kept answer

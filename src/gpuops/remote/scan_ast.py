@@ -38,7 +38,16 @@ def last_name(node):
     return None
 
 
+# Never a literal for ``ast.literal_eval`` (it raises on them): answered without calling it.
+_NOT_LITERAL = (ast.Name, ast.Attribute, ast.Subscript, ast.Compare, ast.BoolOp, ast.IfExp, ast.Lambda,
+                ast.JoinedStr)
+
+
 def literal(node):
+    if isinstance(node, ast.Constant):
+        return jsonable(node.value)  # what literal_eval returns for one, without its nested closures
+    if isinstance(node, _NOT_LITERAL):
+        return NO_VALUE
     try:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -49,6 +58,15 @@ def literal(node):
 
 
 NO_VALUE = object()
+
+
+def is_literal(node):
+    """``literal(node) is not NO_VALUE``, kept on the node: a large literal (a table of hundreds of
+    entries as one side of ``A if test else B``) is asked again by each reading of its function."""
+    known = node.__dict__.get("_gpuops_literal")
+    if known is None:
+        known = node._gpuops_literal = literal(node) is not NO_VALUE
+    return known
 
 AST_INDEX = getattr(ast, "Index", ())
 

@@ -7,8 +7,8 @@ import ast
 import re
 
 from gpuops.remote.scan_ast import (
-    AST_INDEX, NO_VALUE, dotted, function_statements, functions_in, last_name, literal, literal_collection,
-    params_of, stmt_value, walk,
+    AST_INDEX, NO_VALUE, dotted, function_statements, functions_in, is_literal, last_name, literal,
+    literal_collection, params_of, stmt_value, walk,
 )
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_scope import FunctionContext, Scope
@@ -81,7 +81,7 @@ def cc_subject(node, scope):
         # `get_device_capability() if torch.cuda.is_available() else None`: the capability where
         # there is a GPU (None elsewhere is what `is not None` tests).
         # `... if dev.type == "cuda" else (0, 0)`: a literal is the no-GPU fallback.
-        sides = [cc_subject(b, scope) if literal(b) is NO_VALUE else "none" for b in (node.body, node.orelse)]
+        sides = [cc_subject(b, scope) if not is_literal(b) else "none" for b in (node.body, node.orelse)]
         kinds = set(sides) - {"none"}
         return kinds.pop() if len(kinds) == 1 and None not in kinds else None
     if isinstance(node, ast.Attribute):
