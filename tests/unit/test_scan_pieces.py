@@ -29,6 +29,7 @@ def test_readings_of_one_scan_share_the_parsed_pieces_and_separate_scans_do_not(
     assert [p.line0 for p in first] == [3, 11]  # the pieces naming a token, not the class
     assert [p.tree for p in again] == [p.tree for p in first]  # the same objects: parsed once
     alone = split_pieces(FileSource("a.py", TEXT), [])
+    assert [p.line0 for p in alone] == [3, 11]
     assert all(a.tree is not b.tree for a, b in zip(alone, first))
     other_file = split_pieces(FileSource("b.py", TEXT, shared), [])
     assert all(a.tree is not b.tree for a, b in zip(other_file, first))  # a place is a file and a line

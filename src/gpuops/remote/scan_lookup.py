@@ -13,7 +13,7 @@ from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import FileInfo, collect_definitions, import_in_text, load_info
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_pieces import (
-    FileSource, Piece, merge_string_runs, parse_chunk, segment_starts, split_class, split_pieces,
+    FileSource, Piece, module_ranges, parse_chunk, segment_starts, split_class, split_pieces,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import build, interesting
@@ -32,7 +32,7 @@ class SiteLookups(object):
         self._constant_cache = {}
         self._site_infos = {}   # rel -> FileInfo as loaded (see site_info)
         self._naming = {}       # needle -> the files holding it (see files_naming)
-        self._parsed = {}       # (rel, line0, indent, text) -> the piece's tree (scan_pieces.parse_chunk)
+        self._text_memo = {}    # what comes of a file's text alone (scan_pieces.FileSource.memo)
 
     def files_naming(self, needle):
         """The files (sorted) whose text holds ``needle`` (bytes) anywhere: a substring search of
@@ -160,7 +160,7 @@ class SiteLookups(object):
         key = (rel, name)
         if key not in self._light:
             try:
-                info = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8"), self._parsed))
+                info = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8"), self._text_memo))
                 info.pieces = split_pieces(info.source, [name, "import"])
                 collect_definitions(info)
             except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
@@ -264,8 +264,7 @@ class SiteLookups(object):
         if key not in self._trees:
             lines = info.source.lines
             pieces = []
-            starts = segment_starts(lines, "", info.source.text)
-            for begin, end in merge_string_runs(info.source, starts, len(lines)):
+            for begin, end in module_ranges(info.source):
                 chunk = "".join(lines[begin:end])
                 if name not in chunk:
                     continue
@@ -290,11 +289,11 @@ class SiteLookups(object):
         if rel not in self._site_infos:
             found = None
             try:
-                found = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8"), self._parsed))
+                found = FileInfo(FileSource(rel, self.texts[rel].decode("utf-8"), self._text_memo))
             except UnicodeDecodeError:
                 found = None
             if found is not None and self.select([rel]):
-                loaded = FileInfo(FileSource(rel, found.source.text, self._parsed))
+                loaded = FileInfo(FileSource(rel, found.source.text, self._text_memo))
                 load_info(loaded, ())
                 extra = [n for n in self.extra_names() if n.encode() in self.texts[rel]]
                 if extra and not loaded.error:

@@ -61,10 +61,12 @@ def segment_starts(lines, indent, text=None):
 
 
 class FileSource(object):
-    def __init__(self, rel, text, parsed=None):
+    def __init__(self, rel, text, memo=None):
         self.rel = rel
         self.text = text
-        self.parsed = parsed  # the scan's parsed pieces, shared by every reading of its files (parse_chunk)
+        # The scan's memo of what comes of a file's text alone (its pieces' trees, its statements'
+        # line ranges), shared by every reading of its files: parse_chunk, module_ranges, class_ranges.
+        self.memo = memo
         self.lines = text.splitlines(True)
         self._offsets = None
         self._quotes = None
@@ -106,17 +108,43 @@ def parse_chunk(source, line0, indent, chunk):
     """``ast.parse(chunk)``, the piece ``chunk`` of ``source`` that begins ``line0`` lines down,
     ``indent`` columns in. A file is read more than once in a scan (loaded, then again as another
     file's lookups see it: call sites, constants, aliases), and the same pieces were parsed each
-    time (a third of the parsing); with ``source.parsed`` (a dict the scanner shares) a piece is
+    time (a third of the parsing); with ``source.memo`` (a dict the scanner shares) a piece is
     parsed once and its tree shared by the readings of that same place. A piece that does not
     parse raises each time, as before."""
-    cache = source.parsed
-    if cache is None:
+    memo = source.memo
+    if memo is None:
         return ast.parse(chunk)
     key = (source.rel, line0, indent, chunk)
-    tree = cache.get(key)
+    tree = memo.get(key)
     if tree is None:
-        tree = cache[key] = ast.parse(chunk)
+        tree = memo[key] = ast.parse(chunk)
     return tree
+
+
+def module_ranges(source):
+    """The (begin, end) line ranges of the file's top-level statements (``segment_starts`` merged
+    by ``merge_string_runs``), kept in ``source.memo``: each reading of a file (loaded, as call
+    sites and constants see it, for each name looked up in it) needs them. Shared: read only."""
+    key = ("module ranges", source.rel)
+    ranges = source.memo.get(key) if source.memo is not None else None
+    if ranges is None:
+        ranges = merge_string_runs(source, segment_starts(source.lines, "", source.text), len(source.lines))
+        if source.memo is not None:
+            source.memo[key] = ranges
+    return ranges
+
+
+def class_ranges(source, body_start, end, indent):
+    """The same for the members of a class whose body is lines ``body_start`` to ``end`` at
+    ``indent``, relative to ``body_start``."""
+    key = ("class ranges", source.rel, body_start, end, indent)
+    ranges = source.memo.get(key) if source.memo is not None else None
+    if ranges is None:
+        body = source.lines[body_start:end]
+        ranges = merge_string_runs(source, segment_starts(body, indent), len(body), body_start)
+        if source.memo is not None:
+            source.memo[key] = ranges
+    return ranges
 
 
 def find_all(text, needle):
@@ -146,11 +174,8 @@ def split_pieces(source, extra_names, skip=()):
     ``skip``: first lines of pieces already parsed (a second pass adds only new ones).
     """
     lines = source.lines
-    starts = segment_starts(lines, "", source.text)
-    if not starts:
-        return []
     pieces = []
-    for begin, end in merge_string_runs(source, starts, len(lines)):
+    for begin, end in module_ranges(source):
         chunk_lines = lines[begin:end]
         head = chunk_lines[0]
         chunk = "".join(chunk_lines)
@@ -202,7 +227,7 @@ def split_class(source, begin, end, extra_names, skip):
         return None
     width = len(indent)
     pieces = []
-    for rb, re_ in merge_string_runs(source, segment_starts(body, indent), len(body), body_start):
+    for rb, re_ in class_ranges(source, body_start, end, indent):
         chunk_lines = body[rb:re_]
         absolute = body_start + rb
         if absolute in skip or not has_token("".join(chunk_lines), extra_names):

@@ -95,7 +95,7 @@ class Scanner(SiteLookups):
                 except UnicodeDecodeError:
                     self.errors.append({"file": rel, "error": "not UTF-8"})
                     continue
-                info = FileInfo(FileSource(rel, text, self._parsed))
+                info = FileInfo(FileSource(rel, text, self._text_memo))
             load_info(info, extra_names)
             if info.error:
                 self.errors.append({"file": rel, "error": info.error})
