@@ -14,7 +14,7 @@ from gpuops.remote.scan_pieces import Piece, split_pieces
 from gpuops.remote.scan_scope import Scope
 from gpuops.remote.scan_values import cc_subject, collect_cc_assignment
 from gpuops.remote.scan_vocabulary import (
-    CC_FUNCS, PLATFORM_NAME_RE, PRED_NAME_RE, SM_FUNCS, TOKENS, has_token,
+    CC_FUNCS, PLATFORM_NAME_RE, PRED_NAME_RE, SM_FUNCS, TOKENS, has_token, indented_matches,
 )
 
 
@@ -85,9 +85,14 @@ def load_info(info, extra_names):
 _IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([\w.]+)(?:[ \t]+as[ \t]+(\w+))?", re.M)
 
 
+def import_lines(text):
+    """``_IMPORT_RE.finditer(text)`` (``indented_matches``: a match ends on its own line)."""
+    return indented_matches(_IMPORT_RE, text, "import")
+
+
 def collect_definitions(info):
     # `import x.y as z` lines hold no token, so their pieces are not parsed: read them as text.
-    for match in _IMPORT_RE.finditer(info.source.text):
+    for match in import_lines(info.source.text):
         if match.group(2):
             info.module_names[match.group(2)] = match.group(1)
         else:

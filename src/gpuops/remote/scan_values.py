@@ -13,7 +13,7 @@ from gpuops.remote.scan_ast import (
 from gpuops.remote.scan_locator import Locator
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_vocabulary import (
-    CAP_NAME_RE, CC_FUNCS, CUDA_VERSION_FUNCS, PROPS_FUNCS, SM_FUNCS, has_token,
+    CAP_NAME_RE, CC_FUNCS, CUDA_VERSION_FUNCS, PROPS_FUNCS, SM_FUNCS, has_token, indented_matches,
 )
 
 
@@ -159,7 +159,8 @@ def self_subjects(scope):
     # Cheap first: attributes set where the next few lines name a capability token.
     text = info.source.text
     wanted = set()
-    for match in _SELF_SET_RE.finditer(text):
+    # (indented_matches: a match runs on only over blank lines to its `=`, where no other begins)
+    for match in indented_matches(_SELF_SET_RE, text, "self."):
         window = text[match.end():match.end() + 240]
         if has_token(window, ()) or any(name in window for name, v in info.cc_vars.items() if v):
             wanted.add(match.group(1))

@@ -42,6 +42,22 @@ def has_token(text, extra_names):
     return False
 
 
+def indented_matches(pattern, text, word):
+    """``pattern.finditer(text)`` for a MULTILINE ``pattern`` that begins ``^[ \t]*`` (or ``+``) then
+    ``word``, and whose match never runs into a line where another one begins: the regex is tried
+    only at the start of the lines where ``word`` follows the indent (``finditer`` tries it at every
+    line of the file, which cost more than all else ``collect_definitions`` does)."""
+    starts = []
+    at = text.find(word)
+    while at != -1:
+        start = text.rfind("\n", 0, at) + 1
+        if (not starts or starts[-1] != start) and not text[start:at].strip(" \t"):
+            starts.append(start)
+        at = text.find(word, at + len(word))
+    matches = (pattern.match(text, start) for start in starts)
+    return [match for match in matches if match is not None]
+
+
 def capability_like(value):
     """Does this literal look like what a capability is compared with (9, 120, (9, 0), "sm90")?"""
     if isinstance(value, bool):
