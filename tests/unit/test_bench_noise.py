@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.bench.stats import Interval, bootstrap, significant, verdict
+from gpuops.bench import stats
+from gpuops.bench.stats import RESAMPLES, Interval, bootstrap, significant, verdict
 from gpuops.lab.standin_process import start_standin
 from labtools import gpuops_cli as gpuops
 from labtools import gpuops_cli_forked
@@ -30,6 +31,18 @@ def test_bootstrap_is_seeded_brackets_the_median_and_needs_two_values() -> None:
     assert a.low <= a.median <= a.high and a.median == 10.1 and a.n == 7 and a.over == "requests"
     assert a.high < 30.0  # the median's interval is not dragged to the outlier
     assert bootstrap([5.0], "repeats") is None and bootstrap([], "repeats") is None
+
+
+def test_bootstrap_is_kept_per_process_by_its_values_and_equals_a_fresh_one() -> None:
+    # A report asks for one result's intervals once per table and plot: the second ask is not resampled.
+    values = [10.0, 11.0, 9.5, 10.4, 10.1, 30.0, 9.9]
+    first = bootstrap(values, "requests")
+    assert bootstrap(tuple(values), "requests") is first
+    fresh = stats._bootstrap.__wrapped__(tuple(values), "requests", RESAMPLES, 0)
+    assert fresh == first and fresh is not first  # kept or fresh, seeded: the same interval
+    assert bootstrap(values, "repeats") == Interval(first.median, first.low, first.high, 7, "repeats")
+    assert bootstrap([*values, 10.2], "requests") != first
+    assert bootstrap(values, "requests", resamples=500) is not first
 
 
 def test_significant_only_when_intervals_part_and_the_effect_is_real() -> None:
