@@ -37,6 +37,7 @@ The stages, one module each (in the order a file meets them):
   run, and its forked worker processes)
 """
 
+import gc
 import json
 import os
 import re
@@ -57,6 +58,21 @@ def gate_context(gate):
 
 
 def scan(opts):
+    """The scan, with the cyclic garbage collector off: the scan allocates millions of AST nodes
+    and tables, nearly all freed by their refcounts, and the collector's passes over them were
+    ~18% of a large scan's CPU (0.5.23: 617 collections, 0.55 s; left to the end, the few cycles
+    are ~13,000 objects, and the peak memory is the same, 211 MB). Forked workers inherit it.
+    Back on after (a caller in process keeps its collector)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _scan(opts)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _scan(opts):
     started = time.time()
     cpu_started = time.process_time()
     result = {"scanner": SCANNER_VERSION, "python": "%d.%d.%d" % sys.version_info[:3], "ok": False}
