@@ -17,9 +17,18 @@ of the checkout leaks in). The venv, ``--user`` and editable installs take ``--n
 their runtime dependencies come from this interpreter's site-packages through a ``.pth`` line placed
 after the install's own site-packages (and, for ``--user``, after the user site), so nothing is
 downloaded and the installed gpuops is the one imported, which the test checks. The pipx install
+is ``pipx install gpuops`` as from an index: pip finds the wheel in a folder (``PIP_FIND_LINKS``) and
 resolves gpuops' core dependencies for real, offline, from a folder of their wheels (this
 interpreter's versions, fetched once with ``pip download`` into ``$GPUOPS_CACHE/install-deps``, as
 the lab fetches SGLang releases), and pipx's own pip from the wheel bundled with ``ensurepip``.
+
+What is the same for every install is made once: the wheel (one build for the venv, ``--user`` and
+pipx installs), pipx's shared pip (``PIPX_SHARED_LIBS``, kept in the user's cache like a user's own
+pipx keeps it: ~6 CPU-s to make), and the gate scan of the lab host (one ``GPUOPS_KEEP`` for the
+four installs, as one user's installs share theirs: the first install's ``apply fusion-sm120``
+scans the host, ~7 CPU-s there; the others offer that scan and the host, running the fingerprint
+check each install ships, answers that its tree is unchanged). Everything else each install does on
+its own: its plans, its lab, its commands.
 """
 
 from __future__ import annotations
@@ -168,7 +177,7 @@ def _venv(root: Path, system_site: bool) -> Path:
     return python
 
 
-def _clean_env(root: Path) -> dict[str, str]:
+def _clean_env(root: Path, kept: Path) -> dict[str, str]:
     drop = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "VIRTUAL_ENV", "GPUOPS_ROLES_PATH",
             "SSH_AUTH_SOCK", "GPUOPS_LAB_DIR", "PIP_USER", "PIP_PREFIX", "PIP_TARGET", "PIP_REQUIRE_VIRTUALENV",
             "GPUOPS_INVENTORY", "XDG_STATE_HOME", "PIPX_HOME", "PIPX_BIN_DIR")
@@ -177,9 +186,9 @@ def _clean_env(root: Path) -> dict[str, str]:
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     env["HOME"] = str(home)
     # The releases and the lab's wheelhouses this machine has fetched (no download per install);
-    # what gpuops keeps between runs, its own.
+    # what gpuops keeps between runs, the one folder of this module's installs (``kept``).
     env["GPUOPS_CACHE"] = str(cache_root().parent)
-    env["GPUOPS_KEEP"] = str(root / "kept")
+    env["GPUOPS_KEEP"] = str(kept)
     return env
 
 
@@ -197,10 +206,32 @@ def _where(python: Path, env: dict[str, str]) -> tuple[Path, Path]:
     return Path(package), Path(data)
 
 
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What gpuops keeps between commands (``GPUOPS_KEEP``), shared by the four installs: one
+    user's installs of one gpuops share it. Kept plans and catalog values are keyed by the code and
+    data dirs they were made with (``memo.code_digest``), so each install still plans on its own;
+    the gate scan of the lab host is keyed by the host's tree, so it is made once."""
+    return tmp_path_factory.mktemp("kept")
+
+
+def _pipx_shared_libs() -> Path:
+    """pipx's shared pip (a venv made from ``ensurepip``'s bundled wheels), kept in the user's cache
+    per interpreter and bundled wheels, as a user's pipx keeps it in its home; pipx itself makes it
+    and renews it when a month old (under ``exclusive_lock`` here: one pipx at a time uses it)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    bundled = sorted(p.name for p in (Path(ensurepip.__file__).parent / "_bundled").glob("*.whl"))
+    key = hashlib.sha256(json.dumps([base, sys.version, bundled]).encode()).hexdigest()[:16]
+    folder = cache_root().parent / "pipx-shared" / key
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="module", params=INSTALLS)
-def install(request: pytest.FixtureRequest, wheel: Path, tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Install:
+def install(request: pytest.FixtureRequest, wheel: Path, tree: Path, kept: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Install:
     root = tmp_path_factory.mktemp(request.param)
-    env = _clean_env(root)
+    env = _clean_env(root, kept)
     if request.param == "venv":
         python = _venv(root / "venv", system_site=False)
         _pip_install(python, wheel, env)
@@ -222,9 +253,13 @@ def install(request: pytest.FixtureRequest, wheel: Path, tree: Path, tmp_path_fa
                         "pip install -e '.[test]')")
         wheels = request.getfixturevalue("dependency_wheels")
         bundled = Path(ensurepip.__file__).parent / "_bundled"  # pipx's shared pip, offline
+        shared = _pipx_shared_libs()
+        # `pipx install gpuops`, as from an index: the wheel's folder is one pip looks in (a wheel's
+        # path would make pipx install it into a throwaway venv first, only to learn its name).
         env.update(PIPX_HOME=str(root / "pipx"), PIPX_BIN_DIR=str(root / "pipx-bin"), PIPX_MAN_DIR=str(root / "pipx-man"),
-                   PIP_NO_INDEX="1", PIP_FIND_LINKS=f"{bundled} {wheels}")
-        _run([sys.executable, "-m", "pipx", "install", wheel], env=env, timeout=900)
+                   PIPX_SHARED_LIBS=str(shared), PIP_NO_INDEX="1", PIP_FIND_LINKS=f"{bundled} {wheels} {wheel.parent}")
+        with exclusive_lock(shared.with_name(shared.name + ".lock")):
+            _run([sys.executable, "-m", "pipx", "install", "gpuops"], env=env, timeout=900)
         python = root / "pipx" / "venvs" / "gpuops" / "bin" / "python"
         script = root / "pipx-bin" / "gpuops"
     assert script.is_file(), sorted(str(p.relative_to(root)) for p in root.rglob("gpuops"))
@@ -254,6 +289,10 @@ print(json.dumps({
 
 def test_installed_package_finds_everything_from_outside_the_checkout(install: Install, tree: Path,
                                                                       tmp_path: Path) -> None:
+    """The promise: each install answers ``--help`` through its own script and carries (editable:
+    reads in place) every file of src/gpuops, roles/, templates/ and docs/, found through the
+    package itself from outside the checkout (a file the wheel leaves out, a data dir looked up
+    under ``sys.prefix/share``, a role tree that does not load: each fails here)."""
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     run = dict(env=install.env, cwd=cwd)
@@ -285,6 +324,9 @@ def test_installed_package_finds_everything_from_outside_the_checkout(install: I
 
 def test_every_command_of_the_quickstart_runs_from_outside_the_checkout(install: Install, tree: Path, lab,
                                                                          tmp_path: Path) -> None:
+    """The promise: each install, through its own script from outside the checkout, plans every role
+    on a lab host, starts and stops a lab of its own, and runs inspect, advise, bench and report
+    (report: written where matplotlib is there, one line naming the [plot] extra where not)."""
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     run = dict(env=install.env, cwd=cwd)
