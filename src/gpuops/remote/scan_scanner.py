@@ -47,7 +47,9 @@ class Scanner(SiteLookups):
         if jobs > 1 and len(self.texts) >= 16 * jobs and hasattr(os, "fork"):
             gates = run_forked(self, sorted(self.texts), jobs)  # each worker selects from its share
         if gates is None:
-            self.load(self.select(self.texts), ())
+            selected = self.select(self.texts)
+            self._token_files = sorted(selected)  # every file holding a token: files_naming's narrower search
+            self.load(selected, ())
             self.set_tables(self.local_tables())
             self.reload_extra()
             gates = self.walk_all()
