@@ -664,3 +664,147 @@ def test_a_later_branch_sm120_reaches_or_that_does_work_stays_blocked(taken_scan
     (got,) = [g for g in judge(taken_scan, "12.0", "13.0").gates
               if g["function"] == function and g["condition"] == "is_sm100_supported()"]
     assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+# -- fixes 7-10 (after part independent-9): branches for another architecture that cost sm120
+# nothing, read from what the body does. A module of its own, so the counts above stay those of FILES.
+NINE_FILES = {
+    "srt/nine.py": """
+        import torch
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported
+
+        _is_sm100 = is_sm100_supported()
+        _is_sm90 = is_sm90_supported()
+
+        # fix 7 (0.5.17 fp8_utils.py:245): the elif only returns a value, calling nothing, and the
+        # earlier `major >= 9` catches sm120
+        def cutlass_fp8_supported():
+            major, minor = torch.cuda.get_device_capability()
+            cuda_version = get_cuda_version()
+            if major >= 9:
+                return cuda_version >= (12, 0)
+            elif major == 8 and minor == 9:
+                return cuda_version >= (12, 4)
+            return False
+
+        def runner():
+            if is_sm120_supported():
+                return "sm120"
+            elif is_sm100_supported():
+                return make_sm100_runner()
+
+        # fix 8 (0.5.17 overrides.py:1229): another GPU's default where none was given, set in the
+        # overrides dict
+        def nemotron_overrides(server_args):
+            overrides = {}
+            if is_sm100_supported() and server_args.attention_backend is None:
+                overrides["attention_backend"] = "flashinfer"
+            if is_sm100_supported() and server_args.moe_runner_backend == "auto":
+                overrides["quantization"] = "modelopt_fp4"
+                overrides["moe_runner_backend"] = "flashinfer_trtllm"
+            return overrides
+
+        def llama_overrides(server_args):
+            overrides = {}
+            if is_sm100_supported() and server_args.moe_runner_backend == "auto":
+                overrides["moe_runner_backend"] = "flashinfer_trtllm"
+            return overrides
+
+        # fix 9 (0.5.9 mxfp4.py:327): only sizes rounded up to what sm100's kernels lay out
+        def create_weights(self, intermediate_size, hidden_size):
+            intermediate_after_pad = intermediate_size
+            if _is_sm100:
+                if self.use_flashinfer:
+                    intermediate_after_pad = round_up(intermediate_size, 256)
+                    hidden_size = round_up(hidden_size, 256)
+                else:
+                    intermediate_after_pad = round_up(intermediate_size, 64)
+            elif has_triton_kernels:
+                intermediate_after_pad = round_up(intermediate_size, 32)
+            return intermediate_after_pad, hidden_size
+
+        def create_fused_weights(self, hidden_size):
+            if _is_sm100:
+                hidden_size = round_up(hidden_size, 256)
+                self.w13 = shuffle_for_trtllm(self.w13)
+            return hidden_size
+
+        # fix 10 (0.5.9 mxfp4.py:155): each branch hands one setter its own literal settings
+        def swizzle(opt_flags):
+            if _is_sm100:
+                constraints = {"is_persistent": True, "epilogue_subtile": 1}
+                opt_flags.update_opt_flags_constraints(constraints)
+            elif _is_sm90:
+                constraints = {"split_k": 1}
+                opt_flags.update_opt_flags_constraints(constraints)
+            return opt_flags
+
+        def enable_features(opt_flags):
+            if _is_sm100:
+                opt_flags.update_opt_flags_constraints({"is_persistent": True})
+            elif _is_sm90:
+                enable_fast_path(True)
+            return opt_flags
+        """,
+    # fix 11 (0.5.17 single_batch_overlap.py:52, and the same lines of 0.5.12, 0.5.15, 0.5.18, 0.5.20):
+    # a value false on Blackwell whose sibling method reads it negated: the two are one choice, and
+    # Blackwell GPUs get the other scheme
+    "srt/sbo.py": """
+        from sglang.srt.utils import is_sm100_supported, is_sm120_supported
+
+        class SboFlags:
+            @classmethod
+            def enable_combine_shared_two_stream_overlap(cls):
+                return is_sbo_enabled() and not cls.enable_dispatch_shared_one_stream_overlap()
+
+            @classmethod
+            def enable_dispatch_shared_one_stream_overlap(cls):
+                return is_sbo_enabled() and not (is_sm100_supported() or is_sm120_supported())
+
+            @classmethod
+            def enable_deep_gemm_overlap(cls):
+                return is_sbo_enabled() and not (is_sm100_supported() or is_sm120_supported())
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def nine_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("nine"), NINE_FILES)
+
+
+def _nine(scan, function, condition):
+    (got,) = [g for g in judge(scan, "12.0", "13.0").gates if g["function"] == function and g["condition"] == condition]
+    return got
+
+
+@pytest.mark.parametrize("function, condition, kind", [
+    ("cutlass_fp8_supported", "major == 8 and minor == 9", "taken_before"),
+    ("nemotron_overrides", "is_sm100_supported() and server_args.attention_backend is None", "default"),
+    ("create_weights", "_is_sm100", "quirk"),
+    ("swizzle", "_is_sm90", "quirk"),
+    ("swizzle", "_is_sm100", "quirk"),
+    ("SboFlags.enable_dispatch_shared_one_stream_overlap",
+     "is_sbo_enabled() and not (is_sm100_supported() or is_sm120_supported())", "others"),
+])
+def test_independent_9s_branches_for_another_architecture_cost_sm120_nothing(nine_scan, function, condition, kind):
+    got = _nine(nine_scan, function, condition)
+    assert got["capability"] == "blocked"
+    assert (got["status"], got.get("skips")) == ("open", kind), got["reason"]
+    assert "sm120" in got["reason"]
+
+
+@pytest.mark.parametrize("function, condition", [
+    ("runner", "is_sm100_supported()"),  # the elif returns what a call builds: work, not a value
+    # the quantization is set too, which the test does not require unset: a choice for sm100
+    ("nemotron_overrides", "is_sm100_supported() and server_args.moe_runner_backend == \"auto\""),
+    # a dict's setting against "auto", not None: sm100's MoE runner, which the blind readers call a loss
+    ("llama_overrides", "is_sm100_supported() and server_args.moe_runner_backend == \"auto\""),
+    ("create_fused_weights", "_is_sm100"),  # pads, and shuffles the weights for trtllm: work
+    ("enable_features", "_is_sm100"),  # the sibling turns a fast path on: not one setter's table
+    # no other method reads it negated: what Blackwell gets instead the code does not say
+    ("SboFlags.enable_deep_gemm_overlap", "is_sbo_enabled() and not (is_sm100_supported() or is_sm120_supported())"),
+])
+def test_independent_9s_reverse_stays_blocked(nine_scan, function, condition):
+    got = _nine(nine_scan, function, condition)
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]

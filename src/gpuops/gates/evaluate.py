@@ -229,7 +229,9 @@ def _judge_gate(
         status, reason = "unknown", "; ".join(verdict.unknowns) or "cannot tell"
     capability = status
     skip = None
-    if gpu is not None and capability == "blocked" and (fg is None or fg.role == "related"):
+    # A catalogued feature's gate is not read so (a branch the GPU skips there is the feature it does
+    # not get), unless an earlier branch of its chain takes the GPU: the feature is decided there.
+    if gpu is not None and capability == "blocked" and (fg is None or fg.role == "related" or place.taken_before):
         skip = skipped_branch(gate, book, gpu, place.alternative, neighbours, place.taken_before)
     if place.not_applicable:
         # Another platform's code (`if _is_hip:`): it neither admits nor stops an NVIDIA GPU.

@@ -22,7 +22,11 @@ nothing when the branch is written for GPUs other than it while its own path ser
   (``if cap not in SUPPORTED: raise`` before ``if cap == (9, 0): ... elif cap == (10, 0): ... else:
   SM120_KERNEL``);
 - ``quirk``: the body only adjusts a value every GPU computes (``scale = scale * SM100_FIX``,
-  ``num_warps = min(num_warps, 8)``: the scanner's ``effect.adjusts``), with no ``else``; or ``A if
+  ``num_warps = min(num_warps, 8)``, a size padded ``round_up(size, 256)`` for that architecture's
+  kernels: the scanner's ``effect.adjusts``), with no ``else``; or every branch of its chain (no
+  ``else``) only hands the same setter literal settings (``constraints = {"split_k": 1};
+  opt_flags.update_opt_flags_constraints(constraints)``: ``effect.tunes``), a table of
+  per-architecture settings where the GPU no branch names keeps the defaults; or ``A if
   test else B`` only adds a suffix to an architecture list where B adds nothing (``'+PTX' if arch
   == '9.0' else ''``: ``effect.flag``): PTX beside the code that architecture gets anyway; or it
   picks a compiler math mode for one other generation only (``["--use_fast_math"] if arch == (9, 0)
@@ -31,13 +35,16 @@ nothing when the branch is written for GPUs other than it while its own path ser
   same kernel the way every other GPU does (other compiler options, ``-D`` macros, change the code
   compiled: not one);
 - ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
-  backend is None: backend = "triton"``): another GPU's default, this GPU keeps the one it gets;
+  backend is None: backend = "triton"``; in a dict of overrides, ``overrides["attention_backend"] =
+  "flashinfer"``, only against ``is None``): another GPU's default, this GPU keeps the one it gets;
 - ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``): what
   runs is decided where the names are used, each use a gate of its own.
 - ``taken_before``: an earlier branch of its chain admits this GPU (``if is_sm120_supported(): cudnn
   elif is_sm100_supported(): cutedsl``, ``elif major == 12 and minor == 1`` after ``(12, 0)``, the
   ``else: assert is_sm90()`` after ``if is_sm100() or is_sm120():``): the GPU never gets here, its
-  own branch caught it (``context.Placer.taken_before``), whatever the earlier test's shape.
+  own branch caught it (``context.Placer.taken_before``), whatever the earlier test's shape; read
+  where the branch only selects a value (``return cuda_version >= (12, 4)`` too), also on a
+  catalogued feature's path (the feature is decided by the branch that caught the GPU).
 
 The reverse, where this GPU falls to the legacy or generic path, stays blocked: ``if is_sm90() or
 is_sm100(): FAST`` (no threshold: the oldest GPUs do not pass), ``if 9 <= major < 12: NEW``, ``if
@@ -50,7 +57,11 @@ x and not is_blackwell()``) does not say what the GPU that gets False does inste
 only as ``older`` and only as a band: true from FLOOR up to a threshold below this GPU and for no
 GPU older than FLOOR (``80 <= sm < 89``: a fallback for a few GPUs that lack what newer ones have,
 fp8 hardware there). A value true for every GPU but some (``not is_blackwell()``, which sm75 passes
-too) withholds something from those: blocked. A gate on a catalog feature's path is not read so:
+too) withholds something from those: blocked, unless it is a method's value that a sibling method
+reads negated (``enable_dispatch_shared_one_stream_overlap`` returns ``is_sbo_enabled() and not
+is_blackwell()``, ``enable_combine_shared_two_stream_overlap`` returns ``... and not
+cls.enable_dispatch_shared_one_stream_overlap()``: the scanner's ``effect.alternative``): the two are
+one choice, and the GPUs it names get the other side (``others``). A gate on a catalog feature's path is not read so:
 there the question is whether the GPU gets that feature, and a branch it skips is the feature it
 does not get.
 """
@@ -100,7 +111,8 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     if gate.get("kind") == "assign" and (gate.get("effect") or {}).get("math_mode"):
         return _older(gate, book, gpu, band=True) or _math_mode(gate, book, gpu)
     if gate.get("kind") in ("assign", "return"):
-        return _older(gate, book, gpu, band=True)  # a value: no branch of the GPU's to read
+        # a value: no branch of the GPU's to read, unless a sibling method reads it negated
+        return _older(gate, book, gpu, band=True) or _negated_value(gate, book, gpu)
     statement = gate.get("kind") == "if"
     conditional = gate.get("kind") == "expr" and gate.get("orelse") == "else"  # `A if test else B`
     if not (statement or conditional):
@@ -110,7 +122,8 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
         found = _flag(gate, gpu) or _math_mode(gate, book, gpu)
     if found is None and statement:
         found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
-                 or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
+                 or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _tunes(gate, gpu, neighbours)
+                 or _default(gate, gpu) or _imports(gpu, gate))
     return found
 
 
@@ -156,6 +169,21 @@ def _negated(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
                                   f"{'excludes' if inverse else 'names'}, {gpu.sm} among them; it takes "
                                   "the statement's other branch")
     return None
+
+
+def _negated_value(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip | None:
+    """A method's value whose GPU tests are all negated, one of them naming ``gpu`` (``is_sbo_enabled()
+    and not is_blackwell()``), and which a sibling method reads negated (the scanner's
+    ``effect.alternative``: ``... and not cls.enable_dispatch_shared_one_stream_overlap()``): the GPUs
+    it names get that sibling's side of the choice."""
+    alternative = (gate.get("effect") or {}).get("alternative")
+    if not alternative:
+        return None
+    found = _negated({**gate, "orelse": "else"}, book, gpu, None)
+    if found is None:
+        return None
+    return Skip("others", f"{found.reason.split('; it takes')[0]}; it gets `{alternative}`, the other side of "
+                          "the choice, which reads this value negated")
 
 
 def _gpu_tests(node: Mapping[str, Any], negated: bool) -> Iterator[tuple[Mapping[str, Any], bool]]:
@@ -256,6 +284,22 @@ def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
                          "other GPU computes")
 
 
+def _tunes(gate: Mapping[str, Any], gpu: GpuTarget, neighbours: Sequence[Mapping[str, Any]]) -> Skip | None:
+    """Every branch of the chain only hands the same setter literal settings (the scanner's
+    ``effect.tunes``: ``constraints = {"split_k": 1}; opt_flags.update_opt_flags_constraints(constraints)``
+    for sm90, other constraints for sm100), and no ``else``: a table of per-architecture settings;
+    the GPU no branch names keeps the setter's defaults."""
+    setter = (gate.get("effect") or {}).get("tunes")
+    if not setter or gate.get("chain") is None:
+        return None
+    chain = [g for g in neighbours if g.get("chain") == gate.get("chain")]
+    if len(chain) < 2 or any(g.get("orelse") == "else" or (g.get("effect") or {}).get("tunes") != setter
+                             for g in chain):
+        return None
+    return Skip("quirk", f"only hands `{setter}` settings of its own for the GPUs it admits, as each branch of "
+                         f"its chain does; {gpu.sm} keeps the settings every other GPU gets")
+
+
 def _flag(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
     """``SUFFIX if test else ""``: only a suffix of the architecture list for the GPUs the test admits
     (the scanner's ``effect.flag``); the code built for each GPU is the same."""
@@ -284,15 +328,20 @@ def _math_mode(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> 
 
 
 def _default(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
-    """The body only sets what the test requires unset (``backend is None``, ``== "auto"``)."""
+    """The body only sets what the test requires unset (``backend is None``, ``== "auto"``). A
+    setting stored in a dict of overrides (``overrides["attention_backend"] = "flashinfer"``, the
+    scanner's ``effect.keys``) counts only against ``is None`` (none given): against ``== "auto"``
+    (``overrides["moe_runner_backend"] = "flashinfer_trtllm"``) the blind readers call sm100's runner
+    a loss (0.5.22 deepseek_v4.py:30; 0.5.23 llama4.py:38, mimo_v2.py:34/50, minimax_m2.py:24)."""
     tree = gate.get("condition") or {}
     effect = gate.get("effect") or {}
-    sets = set(effect.get("sets") or ())
-    unset = {str(c.get("ref") or "").split(".")[-1] for c in clause_nodes(tree)
+    sets, keys = set(effect.get("sets") or ()), set(effect.get("keys") or ())
+    unset = {str(c.get("ref") or "").split(".")[-1]: c["value"] for c in clause_nodes(tree)
              if c.get("cmp") in ("is", "==") and "value" in c and c["value"] in _UNSET}
-    if tree.get("op") != "and" or not sets or not sets <= unset or gate.get("orelse") == "else":
+    if tree.get("op") != "and" or not (sets or keys) or not sets <= set(unset) \
+            or any(unset.get(k, "auto") is not None for k in keys) or gate.get("orelse") == "else":
         return None
-    names = ", ".join(sorted(sets))
+    names = ", ".join(sorted(sets | keys))
     return Skip("default", f"chooses {names} for the GPUs it admits only where none was given; {gpu.sm} "
                            "keeps the one it gets otherwise")
 

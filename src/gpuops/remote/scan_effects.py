@@ -6,7 +6,7 @@ Host code: stdlib only, Python 3.8+."""
 import ast
 import re
 
-from gpuops.remote.scan_ast import NO_VALUE, child_nodes, dotted, last_name, literal, string_of, walk
+from gpuops.remote.scan_ast import AST_INDEX, NO_VALUE, child_nodes, dotted, last_name, literal, string_of, walk
 from gpuops.remote.scan_locator import TEXT_MAX
 
 IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
@@ -34,8 +34,6 @@ _FALLBACK_LOG_RE = re.compile(r"\b(not supported|unsupported|not available|unava
 _REFUSAL_LOG_RE = re.compile(r"\b(disabl(e|es|ed|ing)|turn(s|ed|ing)? off|requires?|required|not supported|"
                              r"unsupported|not available|unavailable|incompatible|fall(s|ing)? ?back|cannot|can't)\b",
                              re.I)
-# A switch whose False turns something on (`disable_cuda_graph = False`): not an off switch.
-_NEGATIVE_SWITCH_RE = re.compile(r"^_?(disable|disabled|no|skip|without|bypass)(_|$)", re.I)
 
 
 def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
@@ -62,12 +60,11 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     - ``divert``: a test written "not this GPU" inside ``if x == A:`` that sets ``x`` to something
       else (``if ... and not fa4_head_size: target_backend = TORCH_SDPA``): the GPU that enters is
       sent away from A (``if backend == "auto": if is_sm100: backend = ...`` selects: a branch).
-    - ``disable``: only turns settings off (``envs.X.set(False)``, ``self.enable_x = False``; a
-      ``disable_x = False`` turns something on and is not one), no ``else``: the GPU that passes loses
-      what the switch turns on (issue 43, fix 6);
     - ``warns``: only logs that the path is turned off or refused ("Disabling X: requires DeepGEMM
-      JIT and sm100+"), no ``else``: it announces the refusal for the GPUs that pass (the switch
-      itself may follow in a statement of its own).
+      JIT and sm100+"), no ``else``: it announces the refusal for the GPUs that pass (issue 43, fix
+      6). The switch itself (``if not supported: envs.X.set(False)``) is not read as a refusal: the
+      accuracy corpus labels 0.5.19 serving_hook.py:449 a branch sm120 takes (open), independent-8's
+      reader blocked; which stands is the lead's call.
 
     Only logging may come before the refusal. ``stmt`` is the ``if`` (its test decides ``fallback``),
     ``follows`` whether statements follow it in its block, ``fn_name`` the function's name (a
@@ -82,8 +79,6 @@ def rejection_shape(body, stmt=None, follows=False, fn_name="", within=()):
     if all(_is_note(s) or _is_refusal(s) for s in body) and any(_is_refusal(s) for s in body):
         return "requirements"
     if isinstance(stmt, ast.If) and not stmt.orelse:
-        if all(_is_log(s) or _turns_off(s) for s in body) and any(_turns_off(s) for s in body):
-            return "disable"
         if all(_is_log(s) for s in body) and any(_logs_refusal(s) for s in body):
             return "warns"
     if not all(_is_note(s) for s in body[:-1]):
@@ -220,6 +215,25 @@ def math_mode_switches(func):
     return {name: mode for name, mode in tests.items() if assigned.get(name) == 1 and name not in other}
 
 
+def negated_methods(classdef):
+    """The class's methods that another of its methods reads negated (``not cls.X()``, ``not
+    self.X()``): X -> the name of the first method that does (``enable_combine_shared_two_stream_overlap``
+    returns ``... and not cls.enable_dispatch_shared_one_stream_overlap()``): the two are the sides
+    of one choice, and what X's value withholds, the other gives (issue 43, fix 11)."""
+    methods = [s for s in classdef.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    names = {m.name for m in methods}
+    found = {}
+    for method in methods:
+        for node in walk(method):
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Call) \
+                    and isinstance(node.operand.func, ast.Attribute) and isinstance(node.operand.func.value, ast.Name) \
+                    and node.operand.func.value.id in ("cls", "self") and not node.operand.args:
+                name = node.operand.func.attr
+                if name in names and name != method.name:
+                    found.setdefault(name, method.name)
+    return found
+
+
 def _is_refusal(stmt):
     """A nested refusal: an ``if`` (no else) whose body refuses, or a ``try`` of imports whose every
     ``except`` ends in a return or a raise (the requirement is that the import works)."""
@@ -286,18 +300,6 @@ def _logs_refusal(stmt):
     return bool(_REFUSAL_LOG_RE.search(string_of(stmt.value.args[0]) or ""))
 
 
-def _turns_off(stmt):
-    """``envs.X.set(False)``, or ``x = False`` / ``self.enable_x = False`` where the name is not a
-    negative switch (``disable_x = False`` turns x on)."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
-            and stmt.value.func.attr == "set" and len(stmt.value.args) == 1 and not stmt.value.keywords:
-        return literal(stmt.value.args[0]) is False
-    if isinstance(stmt, ast.Assign) and literal(stmt.value) is False and stmt.targets:
-        return all(isinstance(t, (ast.Name, ast.Attribute)) and not _NEGATIVE_SWITCH_RE.match(last_name(t) or "")
-                   for t in stmt.targets)
-    return False
-
-
 def _is_prose(node):
     text = string_of(node) if node is not None else None
     return bool(text) and bool(_PROSE_RE.search(text))
@@ -327,16 +329,28 @@ def is_denying_exit(stmt):
 
 # Calls that only compute a number from their arguments: `num_warps = min(num_warps, 8)` adjusts.
 _ARITHMETIC_CALLS = frozenset(("min", "max", "int", "float", "round", "abs", "bool", "math.ceil", "math.floor"))
+# Helpers that round a size up to a multiple (`round_up(hidden_size, 256)`): a padding, the layout a
+# kernel needs, of a size the code already holds (issue 43, fix 9).
+_ROUNDING_CALLS = frozenset(("round_up", "round_up_to", "round_up_to_multiple", "align", "align_up", "align_to",
+                             "pad_to_multiple"))
 
 
 def only_adjusts(body):
     """Does the body only adjust values the code already holds (``scale = scale * SM100_FIX``,
-    ``num_warps = min(num_warps, 8)``, ``x += 1``), logging aside? Such a branch tunes what every
-    GPU computes for the GPUs it admits; it is no path of its own (a call such as ``fused(x)``
-    or ``x.to(...)`` is: it does work)."""
+    ``num_warps = min(num_warps, 8)``, ``x += 1``, a size rounded up to a multiple:
+    ``padded = round_up(size, 256)``, also under an ``if``/``else`` of its own), logging aside? Such
+    a branch tunes what every GPU computes for the GPUs it admits; it is no path of its own (a call
+    such as ``fused(x)`` or ``x.to(...)`` is: it does work)."""
     adjusted = False
     for stmt in body:
         if _is_note(stmt):
+            continue
+        if isinstance(stmt, ast.If) and only_adjusts(stmt.body) and (not stmt.orelse or only_adjusts(stmt.orelse)):
+            adjusted = True
+            continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) and _rounds_up(stmt.value):
+            adjusted = True
             continue
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)) \
                 and _arithmetic(stmt.value):
@@ -353,6 +367,12 @@ def only_adjusts(body):
     return adjusted
 
 
+def _rounds_up(value):
+    """``round_up(size, 256)``: a rounding helper (``_ROUNDING_CALLS``) over arithmetic arguments."""
+    return isinstance(value, ast.Call) and last_name(value.func) in _ROUNDING_CALLS and len(value.args) >= 2 \
+        and not value.keywords and all(_arithmetic(a) for a in value.args)
+
+
 def _arithmetic(value):
     """No call but the arithmetic built-ins (``_ARITHMETIC_CALLS``): operators over values."""
     return all(dotted(node.func) in _ARITHMETIC_CALLS for node in ast.walk(value) if isinstance(node, ast.Call))
@@ -360,15 +380,55 @@ def _arithmetic(value):
 
 def _only_selects(body):
     """The body only assigns values, calling nothing (``backend = "flashinfer_cutedsl"``, ``cfg = (1,
-    None)``), between notes: a choice of a value, not work (``set_fa_ver(4)`` turns FA4 on)."""
+    None)``), between notes, or only returns one (``return cuda_version >= (12, 4)``): a choice of
+    a value, not work (``set_fa_ver(4)`` turns FA4 on; ``return make_runner()`` builds one)."""
+    if body and isinstance(body[-1], ast.Return) and body[-1].value is not None \
+            and all(_is_note(s) for s in body[:-1]):
+        return not any(isinstance(n, ast.Call) for n in walk(body[-1].value))
     assigns = [s for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))]
     return bool(assigns) and all(isinstance(s, (ast.Assign, ast.AnnAssign)) or _is_note(s) for s in body) \
         and not any(isinstance(n, ast.Call) for s in assigns for n in ast.walk(s))
 
 
+def _only_tunes(body):
+    """The setter the body only hands literal settings to (``constraints = {"split_k": 1}`` then
+    ``opt_flags.update_opt_flags_constraints(constraints)``), between notes, or None: one call whose
+    arguments are literals or names the body bound to literals (issue 43, fix 10)."""
+    bound, calls = set(), []
+    for stmt in body:
+        if _is_note(stmt):
+            continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and literal(stmt.value) is not NO_VALUE and not calls:
+            bound.add(stmt.targets[0].id)
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            calls.append(stmt.value)
+            continue
+        return None
+    if len(calls) != 1:
+        return None
+    call = calls[0]
+    values = list(call.args) + [k.value for k in call.keywords]
+    if not all((isinstance(v, ast.Name) and v.id in bound) or literal(v) is not NO_VALUE for v in values) \
+            or not values:
+        return None
+    return (dotted(call.func) or last_name(call.func) or "")[:TEXT_MAX] or None
+
+
+def _subscript_key(target):
+    """The name a store into a dict writes (``overrides["attention_backend"]``), else None."""
+    if not isinstance(target, ast.Subscript):
+        return None
+    index = target.slice.value if isinstance(target.slice, AST_INDEX) else target.slice
+    key = literal(index)
+    return key if isinstance(key, str) and IDENT_RE.match(key) else None
+
+
 def body_effect(body, locator):
     effect = {}
     sets = []
+    keys = []  # settings stored in a dict by name (`overrides["attention_backend"] = ...`), apart from `sets`
     for stmt in body:
         for node in walk(stmt):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -379,16 +439,24 @@ def body_effect(body, locator):
                     name = last_name(target) if isinstance(target, (ast.Name, ast.Attribute)) else None
                     if name and name not in sets:
                         sets.append(name)
+                    key = _subscript_key(target)
+                    if key is not None and key not in keys:
+                        keys.append(key)
             elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
                 for key in node.value.keys:
                     if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value not in sets:
                         sets.append(key.value)
     if sets:
         effect["sets"] = sets[:20]
+    if keys:
+        effect["keys"] = keys[:20]
     if only_adjusts(body):
         effect["adjusts"] = True
     if _only_selects(body):
         effect["selects"] = True
+    setter = _only_tunes(body)
+    if setter is not None:
+        effect["tunes"] = setter
     if any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body) \
             and all(isinstance(s, (ast.Import, ast.ImportFrom)) or _is_note(s) for s in body):
         effect["imports"] = True  # it only makes names available: what runs is decided where they are used

@@ -38,9 +38,11 @@ import sys
 # suffix added by `A if test else B`, 9: callers through a returned function and one caller up,
 # 10: a compiler math mode chosen by `A if test else B` and the local read only so, 11: a body
 # that only selects a value, 12: `get_cuda_version()[0]` and a module alias an `if X and ...: else: X = False`
-# narrows, 13: a body that only turns a setting off or only logs that it does; issue 43), so that a
-# scan kept from an older reading is never offered as this one's.
-FINGERPRINT_FORMAT = 13
+# narrows, 13: a body that only turns a setting off or only logs that it does, 14: only the log of it
+# (the switch-off is a branch again), a returned value selects, dict-override keys, a size rounded up
+# adjusts, a setter's literal settings, a method a sibling reads negated; issue 43), so that a scan
+# kept from an older reading is never offered as this one's.
+FINGERPRINT_FORMAT = 14
 NOT_KEPT = 3  # check_main's exit status when the scanner must run
 SCANNER_VERSION = 1  # of the scanner's JSON, which the short answer stands for; gate_scan imports it from here
 # Options that change what a scan finds. ``with_sources`` (which files come back whole) is not one:

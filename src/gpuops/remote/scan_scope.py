@@ -49,6 +49,10 @@ class FunctionContext(object):
         self.first_is_self = first_is_self
         self.values = {}  # name -> value node of a local assigned once (set by the walker)
         self.math_switches = {}  # name -> the compiler math mode it picks (scan_walker.math_mode_switches)
+        # A class's methods another of its methods reads negated (`not cls.X()`): X -> that method's name
+        # (scan_effects.negated_methods); a method's own entry, if any, is ``alternative``.
+        self.negated_by = {}
+        self.alternative = None
         # Names that mean something local here, never the module's predicate of that name.
         self.shadow = set(params) | set(assigned)
         names = list(local_aliases) + [n for n, v in cc_vars.items() if v]

@@ -11,7 +11,8 @@ from gpuops.remote.scan_ast import (
 )
 from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_effects import (
-    IDENT_RE, body_effect, flag_added, ifexp_test, math_mode_chosen, math_mode_switches, orelse_kind, rejection_shape,
+    IDENT_RE, body_effect, flag_added, ifexp_test, math_mode_chosen, math_mode_switches, negated_methods, orelse_kind,
+    rejection_shape,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import bool_roots, build, interesting
@@ -221,11 +222,14 @@ class GateWalker(object):
                                     first_is_self=bool(params) and params[0] in ("self", "cls"))
             inner.values = local_values(stmt)  # what a compared name holds (scan_constants)
             inner.math_switches = MathSwitches(stmt)
+            inner.alternative = fn.negated_by.get(stmt.name)
             self.walk_body(stmt.body, inner, [])
             return
         if isinstance(stmt, ast.ClassDef):
             qual = (fn.qual + "." if fn.qual else "") + stmt.name
-            self.walk_body(stmt.body, FunctionContext(qual, docstring_line(stmt), {}, {}), [])
+            context = FunctionContext(qual, docstring_line(stmt), {}, {})
+            context.negated_by = negated_methods(stmt)
+            self.walk_body(stmt.body, context, [])
             return
         if isinstance(stmt, (ast.If, ast.While)):
             chain = self.chain_head(stmt) if isinstance(stmt, ast.If) else None
@@ -259,7 +263,10 @@ class GateWalker(object):
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             found, scope = self.roots(stmt.value, fn)
             for node, tree in found:
-                self.emit(stmt, node, tree, fn, within, "return" if node is stmt.value else "expr", 1, {}, scope)
+                # the method's value a sibling reads negated (`not cls.X()`): the two are one choice
+                effect = {"alternative": fn.qual.rsplit(".", 1)[0] + "." + fn.alternative} \
+                    if fn.alternative and node is stmt.value else {}
+                self.emit(stmt, node, tree, fn, within, "return" if node is stmt.value else "expr", 1, effect, scope)
             self.emit_nested(stmt, fn, within, scope)
             return
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
