@@ -359,7 +359,7 @@ def only_adjusts(body):
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
                 and isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) and _arithmetic(stmt.value):
             target = dotted(stmt.targets[0])
-            if target is not None and any(dotted(n) == target for n in ast.walk(stmt.value)
+            if target is not None and any(dotted(n) == target for n in walk(stmt.value)
                                           if isinstance(n, (ast.Name, ast.Attribute))):
                 adjusted = True
                 continue
@@ -375,7 +375,7 @@ def _rounds_up(value):
 
 def _arithmetic(value):
     """No call but the arithmetic built-ins (``_ARITHMETIC_CALLS``): operators over values."""
-    return all(dotted(node.func) in _ARITHMETIC_CALLS for node in ast.walk(value) if isinstance(node, ast.Call))
+    return all(dotted(node.func) in _ARITHMETIC_CALLS for node in walk(value) if isinstance(node, ast.Call))
 
 
 def _only_selects(body):
@@ -387,7 +387,7 @@ def _only_selects(body):
         return not any(isinstance(n, ast.Call) for n in walk(body[-1].value))
     assigns = [s for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))]
     return bool(assigns) and all(isinstance(s, (ast.Assign, ast.AnnAssign)) or _is_note(s) for s in body) \
-        and not any(isinstance(n, ast.Call) for s in assigns for n in ast.walk(s))
+        and not any(isinstance(n, ast.Call) for s in assigns for n in walk(s))
 
 
 def _only_tunes(body):
