@@ -64,9 +64,18 @@ class Scanner(SiteLookups):
         return gates
 
     def select(self, rels):
-        """The files that hold a token (a plain substring search: fast)."""
+        """The files that hold a token (a plain substring search: fast). Each file is first
+        searched lower-cased for the six lower-case spellings: a file without them holds none of
+        the eleven tokens (most files: 3,600 of 4,000 on 0.5.23), and one pass to lower-case it
+        costs less than the five searches it saves."""
         tokens = [t.encode() for t in TOKENS]
-        return [rel for rel in rels if any(t in self.texts[rel] for t in tokens)]
+        lowered = sorted({t.lower() for t in tokens})
+        found = []
+        for rel in rels:
+            text = self.texts[rel]
+            if any(map(text.lower().__contains__, lowered)) and any(map(text.__contains__, tokens)):
+                found.append(rel)
+        return found
 
     def read_files(self, file_max=FILE_BYTES_MAX, scan_max=SCAN_BYTES_MAX):
         """Read the regular ``.py`` files of the tree (``scan_read``); every other one is listed in
