@@ -10,7 +10,7 @@ import ast
 import re
 
 from gpuops.remote.scan_ast import (
-    NO_VALUE, function_statements, last_name, literal, literal_collection, walk, walk_no_nested,
+    NO_VALUE, function_statements, functions_in, last_name, literal, literal_collection, walk, walk_no_nested,
 )
 from gpuops.remote.scan_discovery import module_files
 from gpuops.remote.scan_fileinfo import import_in_text
@@ -98,8 +98,11 @@ def method_values(scanner, name):
         if pieces is None:
             return NO_VALUE
         for piece in pieces:
-            for func in walk(piece.tree):
-                if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name == name:
+            # the functions by a walk of statements, not of every node (the order differs from a
+            # whole walk's, and does not matter: every definition must return constants, and the
+            # values are sorted where they are read, compare_atoms)
+            for func in functions_in(piece.tree.body):
+                if func.name == name:
                     if _abstract(func.body):
                         continue  # a base class's `raise NotImplementedError`: it returns nothing
                     values = _returned_constants(func)
