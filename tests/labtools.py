@@ -507,10 +507,16 @@ class WatchedClient:
                 self._cond.wait(min(left, 0.2))
 
     def finish(self, timeout: float = 180) -> tuple[str, str, int]:
-        """stdout, stderr and the exit status once the client has ended."""
+        """stdout, stderr and the exit status once the client has ended. ``exited_at`` (monotonic)
+        is when the client process ended and ``readers_open`` which of its pipes were still open 30 s
+        after: a process it left behind holding them (a test that times the client reads both)."""
+        import time
+
         self.proc.wait(timeout=timeout)
+        self.exited_at = time.monotonic()
         for reader in self._readers:
             reader.join(30)
+        self.readers_open = [name for name, reader in zip(("stderr", "stdout"), self._readers) if reader.is_alive()]
         return b"".join(self._out).decode("utf-8", "replace"), "".join(self._lines), self.proc.returncode
 
     def kill(self) -> None:
