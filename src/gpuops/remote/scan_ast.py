@@ -189,6 +189,8 @@ def walk(node):
     todo = [node]
     append = todo.append
     for current in todo:  # the list grows while it is read: a queue without a deque
+        # child_nodes' loop, inlined on purpose: a call per node made the walk 15-40% slower
+        # (0.7-0.9 -> 1.0 ms over 0.5.23's server_args.py), and the scan walks millions of nodes.
         for name in current._fields:
             value = getattr(current, name, None)
             if isinstance(value, list):
