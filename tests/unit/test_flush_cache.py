@@ -72,7 +72,9 @@ def test_forget_hosts_deletes_the_selected_hosts_entries_only(tmp_path: Path, mo
     assert left == ["a2"]
     from gpuops.gates import scan_cache
 
-    assert scan_cache.for_host(a1).held(False) == {}  # type: ignore[union-attr]
+    assert not scan_cache.for_host(a1).holds("a" * 64)  # type: ignore[union-attr]
+    # With none of its own, a1 is offered the other hosts' newest (used only where its tree is theirs).
+    assert set(scan_cache.for_host(a1).held(False)) == {"b" * 64}  # type: ignore[union-attr]
     assert set(scan_cache.for_host(a2).held(False)) == {"b" * 64}  # type: ignore[union-attr]
     assert not (tmp_path / "kept" / "scans" / memo.host_identity(a1)).exists()
     monkeypatch.setenv("GPUOPS_KEEP", "off")

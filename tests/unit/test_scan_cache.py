@@ -142,10 +142,66 @@ def test_no_host_or_cache_off_means_a_full_scan_every_time(site: Path, cache_dir
     assert not run_probe(site).cached and not run_probe(site).cached
 
 
+OTHER = Host(name="h02", address="127.0.0.1", port=2223, user="root", key_file=None, connection="ssh", groups=("all",))
+
+
+def linked_site(site: Path, target: Path) -> Path:
+    """``site`` again under ``target``, every file a hard link (as the lab lays out its hosts, and
+    as uv installs from its cache)."""
+    for path in sorted(site.rglob("*")):
+        dest = target / path.relative_to(site)
+        if path.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+        else:
+            os.link(path, dest)
+    return target
+
+
+def test_a_new_host_with_the_same_files_uses_another_hosts_scan(site: Path, cache_dir: Path, tmp_path: Path) -> None:
+    """The lab's hosts (and a fleet cloned from one image) hold the same tree: scanned once between
+    them. The scan is kept for the new host too, with its own root, which a patch is written under."""
+    first = run_probe(site)
+    other_site = linked_site(site, tmp_path / "h02" / "site")
+    second = run_probe(other_site, host=OTHER)
+    assert second.cached and second.fingerprint == first.fingerprint and second.gates == first.gates
+    assert second.root == str(other_site / "sglang") != first.root
+    own = [p for p in entries(cache_dir) if p.parent.name == memo.host_identity(OTHER)]
+    assert [p.stem for p in own] == [first.fingerprint]
+    assert json.loads(own[0].read_text())["scan"]["root"] == second.root
+    again = run_probe(other_site, host=OTHER)
+    assert again.cached and again.root == second.root
+    assert run_probe(site).root == first.root  # the first host's scan keeps its root
+
+
+def test_a_copy_of_the_tree_is_scanned_and_own_scans_come_first(site: Path, cache_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run_probe(site)
+    copy = tmp_path / "h02" / "site"
+    shutil.copytree(site, copy, copy_function=shutil.copy2)  # same sizes and mtimes, new inodes
+    scanned = run_probe(copy, host=OTHER)
+    assert not scanned.cached and scanned.known
+    assert list(scan_cache.for_host(OTHER).held(need_sources=False)) == [scanned.fingerprint]  # its own, not h01's
+
+
+def test_other_hosts_scans_of_one_tree_are_read_once(site: Path, cache_dir: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet's hosts share fingerprints: a new host's offer reads each tree's scan once, not once
+    per host that holds it."""
+    for index in range(4):
+        host = dataclasses.replace(OTHER, name=f"n{index}", port=3000 + index)
+        run_probe(linked_site(site, tmp_path / f"n{index}" / "site"), host=host)
+    assert len(entries(cache_dir)) == 4
+    reads: list[memo.Key] = []
+    real_get = memo.get
+    monkeypatch.setattr(memo, "get", lambda key: reads.append(key) or real_get(key))
+    assert len(scan_cache.for_host(HOST).held(need_sources=False)) == 1
+    assert len(reads) == 1
+
+
 def test_hosts_keep_their_own_scans_and_old_entries_are_pruned(site: Path, cache_dir: Path) -> None:
     run_probe(site)
-    other = Host(name="h02", address="127.0.0.1", port=2223, user="root", key_file=None, connection="ssh", groups=("all",))
-    assert not run_probe(site, host=other).cached  # another host: its own directory
+    assert run_probe(site, host=OTHER).cached  # the same tree: the scan is now kept for h02 as well
     path = site / "sglang" / "srt" / "communicator.py"
     for index in range(memo.Kind.SCANS.max_entries + 2):
         path.write_text(GATED + "\n" * (index + 1))

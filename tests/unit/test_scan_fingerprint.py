@@ -117,6 +117,20 @@ def test_another_root_with_the_same_files_differs(root: Path, tmp_path: Path) ->
     assert fp(copy) != fp(root)
 
 
+def test_the_same_files_linked_under_another_root_are_the_same_tree(root: Path, tmp_path: Path) -> None:
+    """Hard links (the lab's hosts, uv's installs from its cache) are the very same files: one scan
+    serves every root that links them."""
+    linked = tmp_path / "linked" / "sglang"
+    for path in sorted(root.rglob("*")):
+        dest = linked / path.relative_to(root)
+        if path.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, dest)
+    assert fp(linked) == fp(root)
+
+
 def test_unwalkable_tree_gives_no_fingerprint(tmp_path: Path) -> None:
     assert tree_fingerprint(str(tmp_path / "missing"), OPTS, None) is None
 

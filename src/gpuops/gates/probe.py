@@ -179,7 +179,7 @@ def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: H
                  output_limit=LARGE_PROBE_OUTPUT_LIMIT)  # a scan's report with its source excerpts
 
 
-def _cached_parse(host_name: str, cache: Any, held: dict[str, dict[str, Any]],
+def _cached_parse(host_name: str, cache: scan_cache.HostScanCache, held: dict[str, dict[str, Any]],
                   with_sources: bool) -> Callable[[ProbeOutput], GateScan]:
     import dataclasses
     import logging
@@ -193,12 +193,18 @@ def _cached_parse(host_name: str, cache: Any, held: dict[str, dict[str, Any]],
         fingerprint = data.get("fingerprint")
         if data.get("unchanged"):
             kept = held.get(fingerprint) if isinstance(fingerprint, str) else None
-            if kept is None:  # never offered: a confused host, not a reason to trust anything
+            if kept is None or not isinstance(fingerprint, str):  # never offered: a confused host, not a reason to trust anything
                 return unknown_scan("the host answered 'unchanged' for a gate scan this client does not hold")
+            if isinstance(data.get("root"), str):
+                kept = {**kept, "root": data["root"]}  # where this host's tree lies (a patch is written there)
+            whose = "at home"
+            if not cache.holds(fingerprint):  # another host's scan of the same tree: keep it as this host's
+                cache.store(kept, has_sources=isinstance(kept.get("sources"), dict))
+                whose = "at home for another host with the same files"
             if not with_sources:  # judged exactly as a scan without sources would be
                 kept = {k: v for k, v in kept.items() if k != "sources"}
-            log.info("%s: gate scan: tree unchanged (fingerprint %s), used the scan kept at home",
-                     host_name, str(fingerprint)[:16])
+            log.info("%s: gate scan: tree unchanged (fingerprint %s), used the scan kept %s",
+                     host_name, str(fingerprint)[:16], whose)
             return dataclasses.replace(scan_from_dict(kept), cached=True)
         scan = scan_from_dict(data)
         if scan.known and scan.fingerprint:

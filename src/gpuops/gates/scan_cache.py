@@ -6,18 +6,26 @@ scope per host, the key's digest the tree fingerprint the host computed), and of
 it holds with the next scan; a host whose tree still has one of them answers "unchanged" and the kept
 scan is used.
 
+A host the client holds no scan for (the first contact) is offered the newest scans kept for other
+hosts instead: the fingerprint names a tree by its files, not by where it lies (the root's device,
+every file's path under the root, size, mtime and inode, and the python), so the hosts of a fleet
+cloned from one image, or the lab's hosts, which hard-link one unpacked release, are scanned once
+between them. The scan used is then kept for this host too, with the root and python its own
+answer named (a patch is written under that root).
+
 Trust: an entry is used only when its file name, its recorded fingerprint and the scan's own
 fingerprint agree, it is a complete scan of this scanner version, and the host named that very
 fingerprint; anything else (a torn, edited or foreign file) is ignored and the host scans again.
-Entries are written atomically (``memo.put``). The host
-identity only spreads entries over directories: correctness rests on the fingerprint, which covers the root, the python and
-every file's size, mtime and inode.
+Entries are written atomically (``memo.put``). The host identity only spreads entries over
+directories: correctness rests on the fingerprint. A host is told no more than sha256 digests of
+other hosts' trees' stat data; a host that lies about its tree misleads only its own report, as a
+host that lies in a full scan does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from gpuops import memo
 from gpuops.gates.scan import SUPPORTED_SCANNER
@@ -54,17 +62,15 @@ class HostScanCache:
 
     def held(self, need_sources: bool) -> dict[str, dict[str, Any]]:
         """fingerprint -> scanner JSON of the newest valid entries (at most ``MAX_OFFERED``);
-        with ``need_sources``, only scans that carry the patchable files' sources."""
-        found: dict[str, dict[str, Any]] = {}
-        for key, data in memo.newest(memo.Kind.SCANS, self.scope):
-            if len(found) >= MAX_OFFERED:
-                break
-            if not _is_fingerprint(key.digest):
-                continue
-            scan = valid_entry(data, key.digest)
-            if scan is not None and (not need_sources or "sources" in scan):
-                found[key.digest] = scan
-        return found
+        with ``need_sources``, only scans that carry the patchable files' sources. When this host
+        has none, the newest of the other hosts' (the module's docstring says why that is sound)."""
+        found = _valid_scans(memo.newest(memo.Kind.SCANS, self.scope), need_sources)
+        return found or _valid_scans(_other_hosts_newest(self.scope), need_sources)
+
+    def holds(self, fingerprint: str) -> bool:
+        """Whether this host's own entries hold the scan of ``fingerprint`` (not another host's)."""
+        where = memo.directory(memo.Kind.SCANS, self.scope)
+        return where is not None and (where / f"{fingerprint}.json").is_file()
 
     def store(self, scan: Mapping[str, Any], has_sources: bool) -> None:
         """Keep a full scan (with a fingerprint) for the next command; never fails the command."""
@@ -78,6 +84,46 @@ class HostScanCache:
                 memo.touch(key)  # the same tree with sources is already kept: keep it, as the newest
                 return
         memo.put(key, {"fingerprint": fingerprint, "has_sources": has_sources, "scan": dict(scan)})
+
+
+def _valid_scans(entries: Iterable[tuple[memo.Key, Any]], need_sources: bool) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for key, data in entries:
+        if len(found) >= MAX_OFFERED:
+            break
+        if not _is_fingerprint(key.digest) or key.digest in found:
+            continue
+        scan = valid_entry(data, key.digest)
+        if scan is not None and (not need_sources or "sources" in scan):
+            found[key.digest] = scan
+    return found
+
+
+def _other_hosts_newest(scope: str) -> Iterator[tuple[memo.Key, dict[str, Any]]]:
+    """The entries kept for every other host, newest first, each read only when reached."""
+    top = memo.directory(memo.Kind.SCANS)
+    if top is None:
+        return
+    files: list[tuple[int, str, str]] = []
+    try:
+        host_dirs = [entry for entry in top.iterdir() if entry.name != scope and entry.is_dir()]
+    except OSError:
+        return
+    for host_dir in host_dirs:
+        try:
+            files.extend((path.stat().st_mtime_ns, path.stem, host_dir.name)
+                         for path in host_dir.iterdir() if path.suffix == ".json")
+        except OSError:  # pruned or removed meanwhile: that host's entries are not offered
+            continue
+    read: set[str] = set()
+    for _, fingerprint, other in sorted(files, reverse=True):
+        if fingerprint in read:  # a fleet's hosts share fingerprints: each tree's scan is read once
+            continue
+        read.add(fingerprint)
+        key = memo.Key(memo.Kind.SCANS, fingerprint, other)
+        data = memo.get(key)
+        if data is not None:
+            yield key, data
 
 
 def for_host(host: "Host") -> HostScanCache | None:

@@ -9,6 +9,12 @@ files and 0.5.23's 4,719: medians 6.7 ms and 27.9 ms of 5 runs each, page cache 
 2-core machine at load average 2.1), and the client that already holds the scan of that digest is told "unchanged"
 instead of being sent the scan again (``gpuops/gates/scan_cache.py`` keeps them).
 
+Not the root's path: the tree is named by its files, so a tree hard-linked under another root (the
+lab's hosts link one unpacked release; uv installs hard-link from its cache) or laid out alike on a
+cloned machine has the same fingerprint, and a client that scanned one such tree offers that scan to
+the others (``gates/scan_cache.py``). The root's device is in, so that on one machine two trees share a
+fingerprint only when they are the very same files (the same inodes); a copy has new inodes.
+
 Per file: its path under the root, size, mtime_ns and inode. Every write through a rename (gpuops'
 own atomic writes and its rollbacks, pip, ``sed -i``, most editors) gives the file a new inode, and
 any other write sets the mtime to now. Not the ctime: it also changes when a hard link to the file
@@ -73,13 +79,14 @@ def tree_fingerprint(root, opts, version):
     (an unreadable directory: then the scan runs and is not cached)."""
     digest = hashlib.sha256()
     options = {k: v for k, v in (opts or {}).items() if k not in _IGNORED_OPTIONS}
-    head = [FINGERPRINT_FORMAT, sys.version, sys.implementation.name, os.path.realpath(sys.executable),
-            os.path.realpath(root), version, options]
-    digest.update(json.dumps(head, sort_keys=True, default=str).encode("utf-8"))
     try:
+        device = os.stat(root).st_dev
         files = python_files(root)
     except OSError:
         return None
+    head = [FINGERPRINT_FORMAT, sys.version, sys.implementation.name, os.path.realpath(sys.executable),
+            device, version, options]
+    digest.update(json.dumps(head, sort_keys=True, default=str).encode("utf-8"))
     for rel, info in files:
         digest.update(("\n%s\0%d\0%d\0%d" % (rel, info.st_size, info.st_mtime_ns, info.st_ino)).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
