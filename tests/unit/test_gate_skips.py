@@ -808,3 +808,61 @@ def test_independent_9s_branches_for_another_architecture_cost_sm120_nothing(nin
 def test_independent_9s_reverse_stays_blocked(nine_scan, function, condition):
     got = _nine(nine_scan, function, condition)
     assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+# -- fix 12 (after part independent-10): shapes of independent-10's misses, each read from the code.
+# A module of its own, so the counts above stay those of FILES.
+TEN_FILES = {
+    "srt/ten.py": """
+        from sglang.srt.utils import is_hip, is_sm100_supported, is_sm120_supported
+
+        class ServerArgs:
+            # fix 12a (0.5.13 server_args.py:2187, a false open): sm120's own elif only picks the MoE
+            # runner the chain's generic branch picks for any GPU; sm100's flashinfer runner is a loss
+            def gpt_oss_defaults(self, mxfp4):
+                if self.moe_runner_backend == "auto":
+                    if is_sm100_supported() and mxfp4:
+                        self.moe_runner_backend = "flashinfer_mxfp4"
+                    elif is_sm120_supported() and mxfp4:
+                        self.moe_runner_backend = "triton_kernel"
+                    elif is_hip() and mxfp4:
+                        self.moe_runner_backend = "auto"
+                    elif self.ep_size == 1 and self.quantization is None:
+                        self.moe_runner_backend = "triton_kernel"
+
+            # ... where sm120's elif picks a runner of its own (0.5.15 overrides.py:516: marlin), it is open
+            def gpt_oss_overrides(self, mxfp4):
+                if self.moe_runner_backend == "auto":
+                    if is_sm100_supported() and mxfp4:
+                        self.moe_runner_backend = "flashinfer_mxfp4"
+                    elif is_sm120_supported() and mxfp4:
+                        self.moe_runner_backend = "marlin"
+                    elif is_hip() and mxfp4:
+                        self.moe_runner_backend = "marlin"
+                    elif self.ep_size == 1 and self.quantization is None:
+                        self.moe_runner_backend = "triton_kernel"
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def ten_scan(tmp_path_factory):
+    return scan_files(tmp_path_factory.mktemp("ten"), TEN_FILES)
+
+
+@pytest.mark.parametrize("function, condition, kind", [
+    # the hip branch picks marlin too: another platform's path, not the generic one
+    ("ServerArgs.gpt_oss_overrides", "is_sm100_supported() and mxfp4", "own_branch"),
+])
+def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(ten_scan, function, condition, kind):
+    got = _nine(ten_scan, function, condition)
+    assert got["capability"] == "blocked"
+    assert (got["status"], got.get("skips")) == ("open", kind), got["reason"]
+
+
+@pytest.mark.parametrize("function, condition", [
+    ("ServerArgs.gpt_oss_defaults", "is_sm100_supported() and mxfp4"),
+])
+def test_independent_10s_reverse_stays_blocked(ten_scan, function, condition):
+    got = _nine(ten_scan, function, condition)
+    assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]

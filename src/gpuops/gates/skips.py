@@ -15,7 +15,10 @@ nothing when the branch is written for GPUs other than it while its own path ser
   sequence ``if cap[0] == 9: return "hopper"`` then ``if cap[0] >= 10: return ...`` is such a chain,
   the scanner marks it): it has a branch of its own. A sibling that admits the oldest GPUs too
   (``elif device_sm >= 80: fa3``) is the generic path every GPU falls to: this GPU loses the branch
-  it fails. A plain ``else`` is such a path too, unless an enclosing test took the oldest GPUs
+  it fails; so is a sibling that only picks values the chain's generic path picks for any GPU
+  (``elif is_sm120_supported(): backend = "triton_kernel"`` beside a later ``elif ep_size == 1:
+  ... backend = "triton_kernel"``: the scanner's ``effect.generic``). A plain ``else`` is such a
+  path too, unless an enclosing test took the oldest GPUs
   (``if arch in ("sm80", "sm86"): ... else: if arch == "sm90": SM90 else: NEWER``): then only GPUs
   newer than those reach it, and it is this GPU's own; so it is where a refusal earlier in the
   function stops the oldest GPUs and no GPU of an older generation than this one takes the ``else``
@@ -207,6 +210,8 @@ def _own_branch(gpu: GpuTarget, book: PredicateBook, own_branch: Mapping[str, An
     (oldest,) = cap_verdicts(own_branch, book, [GpuTarget(FLOOR[0], FLOOR[1], RECENT_CUDA)])
     if oldest.status != "blocked":
         return None  # `elif device_sm >= 80:`: the path every GPU falls to, not one of this GPU's own
+    if (own_branch.get("effect") or {}).get("generic"):
+        return None  # it only picks what the chain's generic path picks for any GPU: not a path of its own
     return Skip("own_branch", f"a branch for other GPUs; {gpu.sm} takes its own branch at "
                               f"{own_branch.get('file')}:{own_branch.get('line')} (`{own_branch.get('text')}`)")
 

@@ -8,6 +8,7 @@ import re
 
 from gpuops.remote.scan_ast import AST_INDEX, NO_VALUE, child_nodes, dotted, last_name, literal, string_of, walk
 from gpuops.remote.scan_locator import TEXT_MAX
+from gpuops.remote.scan_vocabulary import PLATFORM_NAME_RE
 
 IDENT_RE = re.compile(r"^[A-Za-z_]\w{2,80}$")
 
@@ -414,6 +415,52 @@ def _only_tunes(body):
             or not values:
         return None
     return (dotted(call.func) or last_name(call.func) or "")[:TEXT_MAX] or None
+
+
+def literal_choices(body):
+    """The (setting, literal) pairs a block assigns anywhere in it, nested blocks included
+    (``self.moe_runner_backend = "triton_kernel"``, ``overrides["moe_runner_backend"] = "marlin"``):
+    the values it picks, by the name it stores them under."""
+    found = set()
+    for stmt in body:
+        for node in walk(stmt):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+                continue
+            target = node.targets[0]
+            name = last_name(target) if isinstance(target, (ast.Name, ast.Attribute)) else _subscript_key(target)
+            value = literal(node.value)
+            if name and (value is None or isinstance(value, (str, int, float, bool))):
+                found.add((name, value))
+    return found
+
+
+def generic_choices(head, names_a_gpu):
+    """The (setting, literal) pairs the generic path of the if/elif chain that starts at ``head``
+    assigns: its plain ``else``, and each branch whose own test names no GPU or platform
+    (``names_a_gpu(test)`` false: ``elif self.ep_size == 1 and ...``), whatever is nested in
+    them. A GPU's own branch that only picks one of these values picks what every GPU gets
+    there (issue 43, fix 12)."""
+    found = set()
+    stmt = head
+    while True:
+        if not names_a_gpu(stmt.test):
+            found |= literal_choices(stmt.body)
+        if len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If):
+            stmt = stmt.orelse[0]
+            continue
+        found |= literal_choices(stmt.orelse)
+        return found
+
+
+def names_a_platform(test):
+    """Does the test name a platform (``is_hip()``, ``get_platform().is_musa``) other than under a
+    ``not``? Such a branch is that platform's path, not the generic one."""
+    negated = set()
+    for node in walk(test):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            negated.update(id(n) for n in walk(node.operand))
+    return any(isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in negated
+               and PLATFORM_NAME_RE.match(last_name(n) or "") for n in walk(test))
 
 
 def _subscript_key(target):

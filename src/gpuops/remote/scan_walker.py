@@ -11,8 +11,8 @@ from gpuops.remote.scan_ast import (
 )
 from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_effects import (
-    IDENT_RE, body_effect, flag_added, ifexp_test, math_mode_chosen, math_mode_switches, negated_methods, orelse_kind,
-    rejection_shape,
+    IDENT_RE, body_effect, flag_added, generic_choices, ifexp_test, literal_choices, math_mode_chosen, math_mode_switches,
+    names_a_platform, negated_methods, orelse_kind, rejection_shape,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import bool_roots, build, interesting
@@ -142,7 +142,25 @@ class GateWalker(object):
             head = stmt.lineno + self.locator.line0
         if head is not None and len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If):
             stmt.orelse[0]._gpuops_chain = head  # set before the orelse is walked
+            stmt.orelse[0]._gpuops_head = getattr(stmt, "_gpuops_head", stmt)
         return head
+
+    def generic_pick(self, stmt, fn):
+        """Does this branch of an if/elif chain only pick values the chain's generic path picks
+        too (``elif is_sm120_supported(): backend = "triton_kernel"`` where a later ``elif
+        ep_size == 1 ...`` sets ``"triton_kernel"`` for any GPU)? Then it is no path of the GPU's
+        own (issue 43, fix 12). The generic path's values are found once per chain, at its head."""
+        head = getattr(stmt, "_gpuops_head", None)
+        if head is None:
+            if not (len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)):
+                return False  # no elif chain (an early-return sequence has no generic branch to read)
+            head = stmt
+        generic = getattr(head, "_gpuops_generic", None)
+        if generic is None:
+            generic = head._gpuops_generic = generic_choices(
+                head, lambda test: bool(self.roots(test, fn)[0]) or names_a_platform(test))
+        own = literal_choices(stmt.body)
+        return bool(own) and own <= generic
 
     def emit(self, stmt, node, tree, fn, within, kind, polarity, effect, scope, chain=None, orelse=None):
         line = tree["span"][0]
@@ -242,6 +260,8 @@ class GateWalker(object):
                     effect = body_effect(stmt.body, self.locator)
                     if shape:
                         effect["shape"] = shape  # how the body refuses: gates/README.md's catalogue
+                    elif chain is not None and effect.get("selects") and self.generic_pick(stmt, fn):
+                        effect["generic"] = True
                     self.emit(stmt, node, tree, fn, within, kind, -1 if shape else 1, effect, scope,
                               chain=chain, orelse=orelse_kind(stmt))
                 else:
