@@ -106,7 +106,6 @@ HELD_OUT_10: set[tuple[str, str, int]] = {
     ("0.5.11", "jit_kernel/activation.py", 26),
     ("0.5.11", "srt/server_args.py", 2879),
     ("0.5.11", "multimodal_gen/runtime/layers/attention/backends/sparse_linear_attn.py", 555),
-    ("0.5.13", "srt/layers/attention/triton_ops/extend_attention.py", 75),
     ("0.5.13", "srt/layers/quantization/fp8.py", 286),
 }
 HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {

@@ -814,7 +814,10 @@ def test_independent_9s_reverse_stays_blocked(nine_scan, function, condition):
 # A module of its own, so the counts above stay those of FILES.
 TEN_FILES = {
     "srt/ten.py": """
+        import torch
         from sglang.srt.utils import is_hip, is_sm100_supported, is_sm120_supported
+
+        CUDA_CAPABILITY = torch.cuda.get_device_capability()
 
         class ServerArgs:
             # fix 12a (0.5.13 server_args.py:2187, a false open): sm120's own elif only picks the MoE
@@ -841,6 +844,32 @@ TEN_FILES = {
                         self.moe_runner_backend = "marlin"
                     elif self.ep_size == 1 and self.quantization is None:
                         self.moe_runner_backend = "triton_kernel"
+
+        # fix 12b (0.5.13 extend_attention.py:75): the elif only picks block sizes (by the head size,
+        # under an if/else of its own) and the earlier `== 12` branch catches sm120
+        def block_sizes(Lq):
+            if CUDA_CAPABILITY[0] == 12:
+                if Lq <= 128:
+                    BLOCK_M, BLOCK_N = (64, 128)
+                else:
+                    BLOCK_M, BLOCK_N = (32, 32)
+            elif CUDA_CAPABILITY[0] == 10:
+                if Lq <= 256:
+                    BLOCK_M, BLOCK_N = (64, 64)
+                else:
+                    BLOCK_M, BLOCK_N = (16, 64)
+            else:
+                BLOCK_M, BLOCK_N = (64, 64)
+            return BLOCK_M, BLOCK_N
+
+        # ... where the nested if picks by what a call answers, it is not only a choice of sizes
+        def block_sizes_tuned(Lq):
+            if CUDA_CAPABILITY[0] == 12:
+                BLOCK_M, BLOCK_N = (32, 32)
+            elif CUDA_CAPABILITY[0] == 10:
+                if autotune(Lq):
+                    BLOCK_M, BLOCK_N = (64, 64)
+            return BLOCK_M, BLOCK_N
         """,
 }
 
@@ -853,6 +882,7 @@ def ten_scan(tmp_path_factory):
 @pytest.mark.parametrize("function, condition, kind", [
     # the hip branch picks marlin too: another platform's path, not the generic one
     ("ServerArgs.gpt_oss_overrides", "is_sm100_supported() and mxfp4", "own_branch"),
+    ("block_sizes", "CUDA_CAPABILITY[0] == 10", "taken_before"),
 ])
 def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(ten_scan, function, condition, kind):
     got = _nine(ten_scan, function, condition)
@@ -862,6 +892,7 @@ def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(te
 
 @pytest.mark.parametrize("function, condition", [
     ("ServerArgs.gpt_oss_defaults", "is_sm100_supported() and mxfp4"),
+    ("block_sizes_tuned", "CUDA_CAPABILITY[0] == 10"),  # calls autotune(): not only a choice
 ])
 def test_independent_10s_reverse_stays_blocked(ten_scan, function, condition):
     got = _nine(ten_scan, function, condition)

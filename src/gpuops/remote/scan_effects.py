@@ -381,14 +381,32 @@ def _arithmetic(value):
 
 def _only_selects(body):
     """The body only assigns values, calling nothing (``backend = "flashinfer_cutedsl"``, ``cfg = (1,
-    None)``), between notes, or only returns one (``return cuda_version >= (12, 4)``): a choice of
-    a value, not work (``set_fa_ver(4)`` turns FA4 on; ``return make_runner()`` builds one)."""
+    None)``), between notes, also under an ``if``/``else`` of its own whose test calls nothing
+    (``if Lq <= 256: BLOCK_M, BLOCK_N = (64, 64) else: BLOCK_M, BLOCK_N = (16, 64)``: sizes picked by
+    the problem's shape; issue 43, fix 12), or only returns one (``return cuda_version >= (12, 4)``):
+    a choice of a value, not work (``set_fa_ver(4)`` turns FA4 on; ``return make_runner()`` builds one)."""
     if body and isinstance(body[-1], ast.Return) and body[-1].value is not None \
             and all(_is_note(s) for s in body[:-1]):
         return not any(isinstance(n, ast.Call) for n in walk(body[-1].value))
-    assigns = [s for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))]
-    return bool(assigns) and all(isinstance(s, (ast.Assign, ast.AnnAssign)) or _is_note(s) for s in body) \
-        and not any(isinstance(n, ast.Call) for s in assigns for n in walk(s))
+    return _selects_block(body)
+
+
+def _selects_block(body):
+    """``_only_selects``' assignments: at least one, each calling nothing, between notes and nested
+    ``if``/``else`` blocks of the same kind."""
+    selected = False
+    for stmt in body:
+        if _is_note(stmt) and not isinstance(stmt, ast.Assign):
+            continue
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and not any(isinstance(n, ast.Call) for n in walk(stmt)):
+            selected = True
+            continue
+        if isinstance(stmt, ast.If) and not any(isinstance(n, ast.Call) for n in walk(stmt.test)) \
+                and _selects_block(stmt.body) and (not stmt.orelse or _selects_block(stmt.orelse)):
+            selected = True
+            continue
+        return False
+    return selected
 
 
 def _only_tunes(body):
