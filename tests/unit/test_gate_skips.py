@@ -870,6 +870,26 @@ TEN_FILES = {
                 if autotune(Lq):
                     BLOCK_M, BLOCK_N = (64, 64)
             return BLOCK_M, BLOCK_N
+
+        # fix 12c (0.5.11 jit_kernel/activation.py:26): the math mode chosen by early returns, precise
+        # from sm100 up (sm120 passes), fast math on sm90 only: a choice, not a refusal of the GPUs that pass
+        def fast_math_flags():
+            if is_hip():
+                return []
+            if torch.cuda.get_device_capability()[0] >= 10:
+                return []
+            return ["--use_fast_math"]
+
+        def fast_math_hopper():
+            if torch.cuda.get_device_capability() == (9, 0):
+                return ["--use_fast_math"]
+            return []
+
+        # ... an early `return []` before other options (a -D macro changes the code) is a refusal still
+        def arch_flags():
+            if torch.cuda.get_device_capability()[0] >= 10:
+                return []
+            return ["-DHOPPER_ONLY"]
         """,
 }
 
@@ -883,6 +903,7 @@ def ten_scan(tmp_path_factory):
     # the hip branch picks marlin too: another platform's path, not the generic one
     ("ServerArgs.gpt_oss_overrides", "is_sm100_supported() and mxfp4", "own_branch"),
     ("block_sizes", "CUDA_CAPABILITY[0] == 10", "taken_before"),
+    ("fast_math_hopper", "torch.cuda.get_device_capability() == (9, 0)", "quirk"),
 ])
 def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(ten_scan, function, condition, kind):
     got = _nine(ten_scan, function, condition)
@@ -897,3 +918,10 @@ def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(te
 def test_independent_10s_reverse_stays_blocked(ten_scan, function, condition):
     got = _nine(ten_scan, function, condition)
     assert (got["status"], got.get("skips")) == ("blocked", None), got["reason"]
+
+
+def test_independent_10s_math_mode_by_early_returns_admits_the_gpus_that_pass(ten_scan):
+    got = _nine(ten_scan, "fast_math_flags", "torch.cuda.get_device_capability()[0] >= 10")
+    assert (got["kind"], got["status"]) == ("if", "open"), got["reason"]
+    got = _nine(ten_scan, "arch_flags", "torch.cuda.get_device_capability()[0] >= 10")
+    assert got["kind"] == "guard" and got["status"] == "blocked", got["reason"]

@@ -33,8 +33,9 @@ nothing when the branch is written for GPUs other than it while its own path ser
   test else B`` only adds a suffix to an architecture list where B adds nothing (``'+PTX' if arch
   == '9.0' else ''``: ``effect.flag``): PTX beside the code that architecture gets anyway; or it
   picks a compiler math mode for one other generation only (``["--use_fast_math"] if arch == (9, 0)
-  else []``, ``"fast_math" if use_fast_math else "precise_math"``, and the ``use_fast_math = arch ==
-  (9, 0)`` read only so: ``effect.math_mode``): that generation's build matched, this GPU builds the
+  else []``, ``"fast_math" if use_fast_math else "precise_math"``, the ``use_fast_math = arch ==
+  (9, 0)`` read only so, and ``if arch == (9, 0): return ["--use_fast_math"]`` before ``return []``:
+  ``effect.math_mode``): that generation's build matched, this GPU builds the
   same kernel the way every other GPU does (other compiler options, ``-D`` macros, change the code
   compiled: not one);
 - ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
@@ -126,7 +127,7 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     if found is None and statement:
         found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
                  or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _tunes(gate, gpu, neighbours)
-                 or _default(gate, gpu) or _imports(gpu, gate))
+                 or _math_mode(gate, book, gpu) or _default(gate, gpu) or _imports(gpu, gate))
     return found
 
 

@@ -184,6 +184,22 @@ def _mode_chosen(ifexp):
     return " ".join(body)[:TEXT_MAX] if body and other is not None else None
 
 
+def math_mode_returned(stmt, after):
+    """For ``if test: return A`` followed in its block by ``return B`` (``after``), where each side
+    only names math modes of the compiler and they differ (``if arch.major >= 10: return []`` then
+    ``return ["--use_fast_math"]``): the mode A picks (``""`` for none), else None. The early return
+    is the two sides of ``A if test else B``, a choice of math mode, not a refusal (issue 43, fix 12)."""
+    if not (isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and isinstance(after, ast.Return)
+            and isinstance(stmt.body[-1], ast.Return) and all(_is_note(s) for s in stmt.body[:-1])):
+        return None
+    if stmt.body[-1].value is None or after.value is None:
+        return None
+    mine, other = _math_modes(stmt.body[-1].value), _math_modes(after.value)
+    if mine is None or other is None or mine == other or not (mine or other):
+        return None
+    return " ".join(mine)[:TEXT_MAX]
+
+
 def math_mode_switches(func):
     """Names the function assigns once and reads only as the test of a math-mode choice
     (``use_fast_math = (arch.major, arch.minor) == (9, 0)`` read only by ``"fast_math" if

@@ -47,8 +47,9 @@ import sys
 # narrows, 13: a body that only turns a setting off or only logs that it does, 14: only the log of it
 # (the switch-off is a branch again), a returned value selects, dict-override keys, a size rounded up
 # adjusts, a setter's literal settings, a method a sibling reads negated; issue 43; 15: a chain's
-# branch that only picks what its generic path picks (issue 43, fix 12)), so that a scan kept from
-# an older reading is never offered as this one's.
+# branch that only picks what its generic path picks, a selection under an if/else of its own, a
+# math mode chosen by early returns (issue 43, fix 12)), so that a scan kept from an older reading
+# is never offered as this one's.
 FINGERPRINT_FORMAT = 15
 NOT_KEPT = 3  # check_main's exit status when the scanner must run
 SCANNER_VERSION = 1  # of the scanner's JSON, which the short answer stands for; gate_scan imports it from here

@@ -11,8 +11,8 @@ from gpuops.remote.scan_ast import (
 )
 from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_effects import (
-    IDENT_RE, body_effect, flag_added, generic_choices, ifexp_test, literal_choices, math_mode_chosen, math_mode_switches,
-    names_a_platform, negated_methods, orelse_kind, rejection_shape,
+    IDENT_RE, body_effect, flag_added, generic_choices, ifexp_test, literal_choices, math_mode_chosen, math_mode_returned,
+    math_mode_switches, names_a_platform, negated_methods, orelse_kind, rejection_shape,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import bool_roots, build, interesting
@@ -129,7 +129,8 @@ class GateWalker(object):
             last = (getattr(stmt, "end_lineno", None) or stmt.lineno) + line0
             if not source.mentions_words(first, last) and not (fn.words and fn.mentions(source, first, last)):
                 continue  # nothing a gate is made of is written in this statement
-            self.walk_stmt(stmt, fn, within, follows=index + 1 < len(body))
+            self.walk_stmt(stmt, fn, within, follows=index + 1 < len(body),
+                           after=body[index + 1] if index + 1 < len(body) else None)
 
     def scope(self, fn):
         return Scope(self.scanner, self.info, self.locator, fn.local_aliases, fn.cc_vars, fn)
@@ -225,7 +226,7 @@ class GateWalker(object):
         found = bool_roots(node, scope)
         return found, scope
 
-    def walk_stmt(self, stmt, fn, within, follows=False):
+    def walk_stmt(self, stmt, fn, within, follows=False, after=None):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined = self.info.predicates.get(stmt.name) or {}
             if stmt.name in self.info.helpers or (PRED_NAME_RE.match(stmt.name) and defined and (
@@ -255,9 +256,13 @@ class GateWalker(object):
             test_is_root = any(n is stmt.test for n, _ in found)
             for node, tree in found:
                 if node is stmt.test:
-                    shape = rejection_shape(stmt.body, stmt, follows, fn.qual.split(".")[-1], within) if isinstance(stmt, ast.If) else None
+                    mode = math_mode_returned(stmt, after)
+                    shape = rejection_shape(stmt.body, stmt, follows, fn.qual.split(".")[-1], within) \
+                        if isinstance(stmt, ast.If) and mode is None else None
                     kind = "guard" if shape else ("if" if isinstance(stmt, ast.If) else "while")
                     effect = body_effect(stmt.body, self.locator)
+                    if mode:
+                        effect["math_mode"] = mode  # `if arch == (9, 0): return ["--use_fast_math"]`, then `return []`
                     if shape:
                         effect["shape"] = shape  # how the body refuses: gates/README.md's catalogue
                     elif chain is not None and effect.get("selects") and self.generic_pick(stmt, fn):
