@@ -39,9 +39,9 @@ RELEASES = sorted({str(e["release"]) for e in LABELS}, key=lambda v: [int(p) for
 # independent-9) read the Hopper one-stream overlap `is_sbo_enabled() and not is_blackwell()` (a value a
 # sibling method reads negated: 0.5.12, 0.5.18, 0.5.20 single_batch_overlap.py:52), a chain of literal
 # opt-flag settings per architecture (0.5.12 mxfp4.py:240) and another GPU's attention default set in
-# the overrides dict where none was given (0.5.18 overrides.py:1307).
+# the overrides dict where none was given (0.5.18 overrides.py:1307). Fix 12 (d, after independent-10)
+# reads per-architecture block sizes in an if/else (0.5.16 sparse_linear_attn.py:438).
 HELD_OUT_6_7: set[tuple[str, str, int]] = {
-    ("0.5.16", "multimodal_gen/runtime/layers/attention/backends/sparse_linear_attn.py", 438),  # independent-6
     ("0.5.16", "srt/arg_groups/overrides.py", 405),  # independent-6
     ("0.5.16", "srt/models/gemma4_vision.py", 191),  # independent-6
     ("0.5.20", "srt/arg_groups/model_overrides/nemotron_h.py", 131),  # independent-6
@@ -104,7 +104,6 @@ HELD_OUT_10: set[tuple[str, str, int]] = {
     ("0.5.11", "srt/server_args.py", 2865),
     ("0.5.11", "multimodal_gen/runtime/platforms/cuda.py", 381),
     ("0.5.11", "srt/server_args.py", 2879),
-    ("0.5.11", "multimodal_gen/runtime/layers/attention/backends/sparse_linear_attn.py", 555),
     ("0.5.13", "srt/layers/quantization/fp8.py", 286),
 }
 HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {

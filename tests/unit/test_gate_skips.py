@@ -890,6 +890,30 @@ TEN_FILES = {
             if torch.cuda.get_device_capability()[0] >= 10:
                 return []
             return ["-DHOPPER_ONLY"]
+
+        # fix 12d (0.5.11 sparse_linear_attn.py:555): the branch and its else only give the same names
+        # numbers, per-architecture block sizes; sm120 gets the else's as every other GPU does
+        def _get_cuda_arch(device_index):
+            major, minor = torch.cuda.get_device_capability(device_index)
+            return f"sm{major}{minor}"
+
+        def sla_blocks(q):
+            arch = _get_cuda_arch(q.device.index)
+            if arch == "sm90":
+                BLKQ = 64
+                BLKK = 128
+            else:
+                BLKQ = 128
+                BLKK = 64
+            return BLKQ, BLKK
+
+        # ... a kernel chosen by name is not (0.5.9 vision.py:733: fa3 for Hopper, triton_attn for the rest)
+        def vit_backend():
+            if torch.cuda.get_device_capability()[0] == 9:
+                backend = "fa3"
+            else:
+                backend = "triton_attn"
+            return backend
         """,
 }
 
@@ -904,6 +928,7 @@ def ten_scan(tmp_path_factory):
     ("ServerArgs.gpt_oss_overrides", "is_sm100_supported() and mxfp4", "own_branch"),
     ("block_sizes", "CUDA_CAPABILITY[0] == 10", "taken_before"),
     ("fast_math_hopper", "torch.cuda.get_device_capability() == (9, 0)", "quirk"),
+    ("sla_blocks", 'arch == "sm90"', "quirk"),
 ])
 def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(ten_scan, function, condition, kind):
     got = _nine(ten_scan, function, condition)
@@ -914,6 +939,7 @@ def test_independent_10s_branches_for_another_architecture_cost_sm120_nothing(te
 @pytest.mark.parametrize("function, condition", [
     ("ServerArgs.gpt_oss_defaults", "is_sm100_supported() and mxfp4"),
     ("block_sizes_tuned", "CUDA_CAPABILITY[0] == 10"),  # calls autotune(): not only a choice
+    ("vit_backend", "torch.cuda.get_device_capability()[0] == 9"),
 ])
 def test_independent_10s_reverse_stays_blocked(ten_scan, function, condition):
     got = _nine(ten_scan, function, condition)

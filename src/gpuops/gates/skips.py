@@ -29,7 +29,9 @@ nothing when the branch is written for GPUs other than it while its own path ser
   kernels: the scanner's ``effect.adjusts``), with no ``else``; or every branch of its chain (no
   ``else``) only hands the same setter literal settings (``constraints = {"split_k": 1};
   opt_flags.update_opt_flags_constraints(constraints)``: ``effect.tunes``), a table of
-  per-architecture settings where the GPU no branch names keeps the defaults; or ``A if
+  per-architecture settings where the GPU no branch names keeps the defaults; or the branch and
+  its ``else`` only give the same names numbers (``if arch == "sm90": BLKQ, BLKK = 64, 128 else:
+  BLKQ, BLKK = 128, 64``: ``effect.table``; a kernel chosen by name is no such row); or ``A if
   test else B`` only adds a suffix to an architecture list where B adds nothing (``'+PTX' if arch
   == '9.0' else ''``: ``effect.flag``): PTX beside the code that architecture gets anyway; or it
   picks a compiler math mode for one other generation only (``["--use_fast_math"] if arch == (9, 0)
@@ -127,7 +129,7 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     if found is None and statement:
         found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
                  or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _tunes(gate, gpu, neighbours)
-                 or _math_mode(gate, book, gpu) or _default(gate, gpu) or _imports(gpu, gate))
+                 or _math_mode(gate, book, gpu) or _table(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
     return found
 
 
@@ -304,6 +306,15 @@ def _tunes(gate: Mapping[str, Any], gpu: GpuTarget, neighbours: Sequence[Mapping
         return None
     return Skip("quirk", f"only hands `{setter}` settings of its own for the GPUs it admits, as each branch of "
                          f"its chain does; {gpu.sm} keeps the settings every other GPU gets")
+
+
+def _table(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
+    """The branch and its ``else`` only give the same names literal values (the scanner's
+    ``effect.table``): per-architecture settings, the ``else`` those of every other GPU."""
+    if not (gate.get("effect") or {}).get("table") or gate.get("orelse") != "else":
+        return None
+    return Skip("quirk", f"only picks literal settings of its own for the GPUs it admits; {gpu.sm} gets the "
+                         "settings of the `else`, as every other GPU does")
 
 
 def _flag(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:

@@ -200,6 +200,40 @@ def math_mode_returned(stmt, after):
     return " ".join(mine)[:TEXT_MAX]
 
 
+def literal_table(stmt):
+    """Do an ``if`` and its plain ``else`` each only give the same names numbers (``if arch ==
+    "sm90": BLKQ = 64; BLKK = 128 else: BLKQ = 128; BLKK = 64``), notes aside? Then the branch is a
+    row of per-architecture sizes, the ``else`` the row of every other GPU (issue 43, fix 12). A
+    string is not one (``if major == 9: backend = "fa3" else: backend = "triton_attn"``: a kernel
+    chosen, which the blind readers call a loss where sm120 gets the generic one)."""
+    if not (isinstance(stmt, ast.If) and stmt.orelse) or orelse_kind(stmt) != "else":
+        return False
+    rows = [_literal_row(stmt.body), _literal_row(stmt.orelse)]
+    return bool(rows[0]) and rows[0] == rows[1]
+
+
+def _literal_row(body):
+    """The names a block only assigns numbers to (``BLKQ = 64``, ``M, N = (64, 128)``), or None."""
+    names = set()
+    for stmt in body:
+        if _is_note(stmt) and not isinstance(stmt, ast.Assign):
+            continue
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1) or not _numbers(literal(stmt.value)):
+            return None
+        target = stmt.targets[0]
+        elts = target.elts if isinstance(target, ast.Tuple) else [target]
+        if not all(isinstance(e, ast.Name) for e in elts):
+            return None
+        names.update(e.id for e in elts)
+    return names or None
+
+
+def _numbers(value):
+    """A number (not a bool), or a tuple or list of numbers."""
+    items = value if isinstance(value, (tuple, list)) else [value]
+    return bool(items) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items)
+
+
 def math_mode_switches(func):
     """Names the function assigns once and reads only as the test of a math-mode choice
     (``use_fast_math = (arch.major, arch.minor) == (9, 0)`` read only by ``"fast_math" if

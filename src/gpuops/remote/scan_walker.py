@@ -11,8 +11,8 @@ from gpuops.remote.scan_ast import (
 )
 from gpuops.remote.scan_constants import local_values
 from gpuops.remote.scan_effects import (
-    IDENT_RE, body_effect, flag_added, generic_choices, ifexp_test, literal_choices, math_mode_chosen, math_mode_returned,
-    math_mode_switches, names_a_platform, negated_methods, orelse_kind, rejection_shape,
+    IDENT_RE, body_effect, flag_added, generic_choices, ifexp_test, literal_choices, literal_table, math_mode_chosen,
+    math_mode_returned, math_mode_switches, names_a_platform, negated_methods, orelse_kind, rejection_shape,
 )
 from gpuops.remote.scan_scope import FunctionContext, Scope
 from gpuops.remote.scan_tree import bool_roots, build, interesting
@@ -263,6 +263,8 @@ class GateWalker(object):
                     effect = body_effect(stmt.body, self.locator)
                     if mode:
                         effect["math_mode"] = mode  # `if arch == (9, 0): return ["--use_fast_math"]`, then `return []`
+                    if not shape and literal_table(stmt):
+                        effect["table"] = True
                     if shape:
                         effect["shape"] = shape  # how the body refuses: gates/README.md's catalogue
                     elif chain is not None and effect.get("selects") and self.generic_pick(stmt, fn):
