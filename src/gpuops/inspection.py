@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from gpuops import timings, transport
 from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_host
-from gpuops.facts.collect import (PARSE_MODULES, HostInspection, gate_scan_probe_for, judge_facts, scan_summary,
-                                  sglang_probes_in_docker, stack_problems_of)
+from gpuops.facts.collect import (HostInspection, gate_scan_probe_for, judge_facts, scan_summary, sglang_probes_in_docker,
+                                  stack_problems_of)
 from gpuops.facts.host import host_facts, preamble, probes_for
+from gpuops.gates.catalog import load_catalog
 from gpuops.gather import Probe, gather
 from gpuops.prefetch import prefetch
 from gpuops.transport import run_on_hosts
@@ -45,9 +46,9 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     try:
         conn = transport.connect(host, options)
         try:
-            # While this thread waits on the exec, another imports what judging needs (not earlier:
-            # key exchange and authentication are CPU work here, they would only slow down).
-            later = prefetch(*PARSE_MODULES) if gate_probe is not None else None
+            # While this thread waits on the exec, another reads the gate catalog judging needs (not
+            # earlier: key exchange and authentication are CPU work here, they would only slow down).
+            later = prefetch(load_catalog) if gate_probe is not None else None
             values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
             if has_unfinished(values.get(journal.name)):
                 recovered = recover_host(conn, host)
@@ -56,7 +57,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
             conn.close()
     finally:
         if later is not None:
-            later.join()  # never import those modules while the prefetch may still be at them
+            later.join()  # the catalog is read once: never by this thread while the prefetch is at it
 
     with timings.span("parse", host.name):
         facts = host_facts(values)

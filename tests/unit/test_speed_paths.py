@@ -154,10 +154,10 @@ def test_planner_and_code_digest_leave_the_planning_machinery_unimported_until_a
 
 def test_inspect_loads_no_planning_machinery_before_or_while_it_judges() -> None:
     # inspect judges gates and tells facts: it plans nothing, so neither its module nor what it
-    # prefetches during the exec (facts/collect.PARSE_MODULES) may import the role specs' planners.
+    # prefetches during the exec (the gate catalog, inspection.py) may import the role specs' planners.
     planning = ("gpuops.plan.roles", "gpuops.plan.modules", "gpuops.plan.templating")
-    code = ("import sys\nimport gpuops.commands.inspect\nfrom gpuops.facts.collect import PARSE_MODULES\n"
-            "from gpuops.prefetch import prefetch\nprefetch(*PARSE_MODULES).join()\n"
+    code = ("import sys\nimport gpuops.commands.inspect\nfrom gpuops.gates.catalog import load_catalog\n"
+            "from gpuops.prefetch import prefetch\nprefetch(load_catalog).join()\n"
             f"loaded = [m for m in {planning!r} if m in sys.modules]\nassert not loaded, loaded\nprint('OK')\n")
     _prints_ok(code)
 

@@ -83,12 +83,6 @@ def scan_summary(scan: object) -> ScanSummary:
     return {"cached": scan.cached, "fingerprint": scan.fingerprint}
 
 
-# The modules `_judge` and `stack_problems_of` import (the gate evaluation pulls in the catalog and the
-# gate logic): prefetched during the exec, see gpuops.prefetch. Not the role specs (plan/roles.py,
-# which imports every planner module): no part of judging reads them, and importing them cost an
-# inspect ~50 modules and ~40 ms of CPU in the prefetch's thread.
-PARSE_MODULES = ("gpuops.gates.evaluate", "gpuops.gates.judge_memo", "gpuops.facts.software_stack")
-
 _READS_SGLANG = ("host.system", "software.python", "gates.scan")
 
 
