@@ -21,10 +21,9 @@ RELEASES = sorted({str(e["release"]) for e in LABELS}, key=lambda v: [int(p) for
 # GPUs while sm120's own path serves it is open. The parts labelled before it said "blocked:
 # refused, or dispatched elsewhere"; all 277 of their blocked labels were read again blind under the
 # new reading (`benchmarks/gate_sample reread`, samples.json's `reread`): where the two readings
-# differ the label is open|blocked. Left: one line both readers call blocked and gpuops open, its
-# `default` shape (`is_sm100_supported() and fp8 -> moe_runner_backend = "flashinfer_trtllm"`): the
-# code does not say whether sm100's choice is a faster runner (a loss to sm120) or a workaround of
-# sm100's own default (none), and the readers say the former.
+# differ the label is open|blocked. The one line both readers called blocked and gpuops open (0.5.8
+# server_args.py:1367, `is_sm100_supported() and moe_runner_backend == "auto"` -> "flashinfer_trtllm")
+# agrees since issue 43's fix 13a: against "auto" such a branch is sm100's runner, not a default.
 # Parts independent-6 (0.5.16, 0.5.20) and independent-7 (0.5.12, 0.5.18), drawn fresh and labelled
 # blind under issue 43's reading, each scored once (independent-6 before fix 3: 37/40 and 29/40 with
 # one false open; independent-7 after it: 31/40 and 32/40, 0 false open). Every line left is gpuops
@@ -111,29 +110,21 @@ HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {
 }
 # Part independent-11 (0.5.7, 0.5.6), drawn fresh and labelled blind by two readers who agreed on all
 # 80 gates, under independent-9's written convention, while fix 12 was made against independent-10;
-# scored once after it (f1ef52e): 0.5.6 35/40 (1 false open), 0.5.7 36/40 (1 false open).
+# scored once after it (f1ef52e): 0.5.6 35/40 (1 false open), 0.5.7 36/40 (1 false open). Issue 43's
+# seventh step (fix 13) read the shapes of some by pattern (the README's "Issue 43, seventh step").
 HELD_OUT_11: set[tuple[str, str, int]] = {
     ("0.5.6", "srt/layers/quantization/mxfp4.py", 105),
-    ("0.5.6", "srt/server_args.py", 1148),
     ("0.5.6", "srt/utils/common.py", 214),
     ("0.5.6", "srt/utils/common.py", 195),
     ("0.5.6", "srt/utils/common.py", 511),
     ("0.5.7", "srt/layers/quantization/mxfp4.py", 105),
-    ("0.5.7", "srt/server_args.py", 1260),
     ("0.5.7", "multimodal_gen/runtime/platforms/cuda.py", 132),
     ("0.5.7", "srt/utils/common.py", 499),
 }
-HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = {
-    ("0.5.6", "srt/server_args.py", 1148),
-    ("0.5.7", "srt/server_args.py", 1260),
-}
-KNOWN_MISSES: set[tuple[str, str, int]] = {
-    ("0.5.8", "srt/server_args.py", 1367),
-} | HELD_OUT_6_7 | HELD_OUT_8 | HELD_OUT_9 | HELD_OUT_10 | HELD_OUT_11
+HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = set()
+KNOWN_MISSES: set[tuple[str, str, int]] = HELD_OUT_6_7 | HELD_OUT_8 | HELD_OUT_9 | HELD_OUT_10 | HELD_OUT_11
 # Of those, the ones gpuops calls open where the reading says sm120 is shut out.
-KNOWN_FALSE_OPENS: set[tuple[str, str, int]] = {
-    ("0.5.8", "srt/server_args.py", 1367),
-} | HELD_OUT_8_FALSE_OPENS | HELD_OUT_9_FALSE_OPENS | HELD_OUT_10_FALSE_OPENS | HELD_OUT_11_FALSE_OPENS
+KNOWN_FALSE_OPENS: set[tuple[str, str, int]] = HELD_OUT_8_FALSE_OPENS | HELD_OUT_9_FALSE_OPENS | HELD_OUT_10_FALSE_OPENS | HELD_OUT_11_FALSE_OPENS
 
 
 def test_the_samples_are_what_they_say():

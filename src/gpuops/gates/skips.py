@@ -40,9 +40,11 @@ nothing when the branch is written for GPUs other than it while its own path ser
   ``effect.math_mode``): that generation's build matched, this GPU builds the
   same kernel the way every other GPU does (other compiler options, ``-D`` macros, change the code
   compiled: not one);
-- ``default``: the body only chooses a setting the test requires unset (``if is_sm100() and
-  backend is None: backend = "triton"``; in a dict of overrides, ``overrides["attention_backend"] =
-  "flashinfer"``, only against ``is None``): another GPU's default, this GPU keeps the one it gets;
+- ``default``: the body only chooses a setting the test requires unset, ``is None`` (``if is_sm100()
+  and backend is None: backend = "triton"``; in a dict of overrides too, ``overrides["attention_backend"]
+  = "flashinfer"``): another GPU's default, this GPU keeps the one it gets. Against ``== "auto"`` (``if
+  is_sm100() and moe_runner_backend == "auto": moe_runner_backend = "flashinfer_trtllm"``) it is not:
+  "auto" asks the program for its best runner, and the branch is that choice made for other GPUs;
 - ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``): what
   runs is decided where the names are used, each use a gate of its own.
 - ``taken_before``: an earlier branch of its chain admits this GPU (``if is_sm120_supported(): cudnn
@@ -87,8 +89,9 @@ FLOOR = (8, 0)
 # GPUs older than FLOOR, asked when the test admits none of the candidates (``major < 8``).
 _OLDER_THAN_FLOOR = ((7, 5), (7, 0), (6, 0))
 KINDS = ("older", "others", "own_branch", "quirk", "default", "imports", "taken_before")
-# What a test that requires a setting unset compares it with: `backend is None`, `backend == "auto"`.
-_UNSET = (None, "auto")
+# What a test that requires a setting unset compares it with: `backend is None`. Not `== "auto"`: the
+# program's own pick of the best runner, which a branch for sm100 makes there (issue 43, fix 13a).
+_UNSET = (None,)
 
 
 @dataclass(frozen=True)
@@ -345,18 +348,19 @@ def _math_mode(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> 
 
 
 def _default(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
-    """The body only sets what the test requires unset (``backend is None``, ``== "auto"``). A
-    setting stored in a dict of overrides (``overrides["attention_backend"] = "flashinfer"``, the
-    scanner's ``effect.keys``) counts only against ``is None`` (none given): against ``== "auto"``
-    (``overrides["moe_runner_backend"] = "flashinfer_trtllm"``) the blind readers call sm100's runner
-    a loss (0.5.22 deepseek_v4.py:30; 0.5.23 llama4.py:38, mimo_v2.py:34/50, minimax_m2.py:24)."""
+    """The body only sets what the test requires unset (``backend is None``), in attributes or in a
+    dict of overrides (``overrides["attention_backend"] = "flashinfer"``, the scanner's ``effect.keys``).
+    Against ``== "auto"`` it is a loss: every such branch of the samples sets sm100's MoE or GEMM runner
+    where the program picks the best one, and the blind readers call it so whether it is stored in an
+    attribute (0.5.6 server_args.py:1148, 0.5.7 :1260, 0.5.8 :1367) or in the overrides dict (0.5.22
+    deepseek_v4.py:30; 0.5.23 llama4.py:38, mimo_v2.py:34/50, minimax_m2.py:24)."""
     tree = gate.get("condition") or {}
     effect = gate.get("effect") or {}
     sets, keys = set(effect.get("sets") or ()), set(effect.get("keys") or ())
     unset = {str(c.get("ref") or "").split(".")[-1]: c["value"] for c in clause_nodes(tree)
              if c.get("cmp") in ("is", "==") and "value" in c and c["value"] in _UNSET}
-    if tree.get("op") != "and" or not (sets or keys) or not sets <= set(unset) \
-            or any(unset.get(k, "auto") is not None for k in keys) or gate.get("orelse") == "else":
+    if tree.get("op") != "and" or not (sets or keys) or not (sets | keys) <= set(unset) \
+            or gate.get("orelse") == "else":
         return None
     names = ", ".join(sorted(sets | keys))
     return Skip("default", f"chooses {names} for the GPUs it admits only where none was given; {gpu.sm} "
