@@ -113,11 +113,9 @@ HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {
 # scored once after it (f1ef52e): 0.5.6 35/40 (1 false open), 0.5.7 36/40 (1 false open). Issue 43's
 # seventh step (fix 13) read the shapes of some by pattern (the README's "Issue 43, seventh step").
 HELD_OUT_11: set[tuple[str, str, int]] = {
-    ("0.5.6", "srt/layers/quantization/mxfp4.py", 105),
     ("0.5.6", "srt/utils/common.py", 214),
     ("0.5.6", "srt/utils/common.py", 195),
     ("0.5.6", "srt/utils/common.py", 511),
-    ("0.5.7", "srt/layers/quantization/mxfp4.py", 105),
     ("0.5.7", "multimodal_gen/runtime/platforms/cuda.py", 132),
     ("0.5.7", "srt/utils/common.py", 499),
 }

@@ -970,6 +970,25 @@ ELEVEN_FILES = {
             def llama4_attention(self):
                 if is_sm100_supported() and self.attention_backend is None:
                     self.attention_backend = "trtllm_mha"
+
+        _is_sm100_supported = is_sm100_supported()
+
+        # fix 13b (0.5.6 and 0.5.7 mxfp4.py:105): a lone if handing one setter sm100's literal settings,
+        # a table of one row; 0.5.9 adds sm90's row as an elif (fix 10)
+        def swizzle_mxfp4(opt_flags):
+            if _is_sm100_supported:
+                constraints = {
+                    "is_persistent": True,
+                    "epilogue_subtile": 1,
+                }
+                opt_flags.update_opt_flags_constraints(constraints)
+            return opt_flags
+
+        def swizzle_and_enable(opt_flags):
+            if _is_sm100_supported:
+                opt_flags.update_opt_flags_constraints({"is_persistent": True})
+                enable_fast_path(True)
+            return opt_flags
         """,
 }
 
@@ -981,6 +1000,7 @@ def eleven_scan(tmp_path_factory):
 
 @pytest.mark.parametrize("function, condition, kind", [
     ("ServerArgs.llama4_attention", "is_sm100_supported() and self.attention_backend is None", "default"),
+    ("swizzle_mxfp4", "_is_sm100_supported", "quirk"),
 ])
 def test_independent_11s_branches_for_another_architecture_cost_sm120_nothing(eleven_scan, function, condition, kind):
     got = _nine(eleven_scan, function, condition)
@@ -990,6 +1010,7 @@ def test_independent_11s_branches_for_another_architecture_cost_sm120_nothing(el
 
 @pytest.mark.parametrize("function, condition", [
     ("ServerArgs.llama4_defaults", "is_sm100_supported() and self.moe_runner_backend == \"auto\""),
+    ("swizzle_and_enable", "_is_sm100_supported"),  # turns a fast path on too: not only settings
 ])
 def test_independent_11s_reverse_stays_blocked(eleven_scan, function, condition):
     got = _nine(eleven_scan, function, condition)

@@ -27,7 +27,7 @@ nothing when the branch is written for GPUs other than it while its own path ser
 - ``quirk``: the body only adjusts a value every GPU computes (``scale = scale * SM100_FIX``,
   ``num_warps = min(num_warps, 8)``, a size padded ``round_up(size, 256)`` for that architecture's
   kernels: the scanner's ``effect.adjusts``), with no ``else``; or every branch of its chain (no
-  ``else``) only hands the same setter literal settings (``constraints = {"split_k": 1};
+  ``else``), or a lone ``if``, only hands the same setter literal settings (``constraints = {"split_k": 1};
   opt_flags.update_opt_flags_constraints(constraints)``: ``effect.tunes``), a table of
   per-architecture settings where the GPU no branch names keeps the defaults; or the branch and
   its ``else`` only give the same names numbers (``if arch == "sm90": BLKQ, BLKK = 64, 128 else:
@@ -296,16 +296,17 @@ def _quirk(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
 
 
 def _tunes(gate: Mapping[str, Any], gpu: GpuTarget, neighbours: Sequence[Mapping[str, Any]]) -> Skip | None:
-    """Every branch of the chain only hands the same setter literal settings (the scanner's
-    ``effect.tunes``: ``constraints = {"split_k": 1}; opt_flags.update_opt_flags_constraints(constraints)``
-    for sm90, other constraints for sm100), and no ``else``: a table of per-architecture settings;
-    the GPU no branch names keeps the setter's defaults."""
+    """Every branch of the chain, or the lone ``if``, only hands the same setter literal settings (the
+    scanner's ``effect.tunes``: ``constraints = {"split_k": 1}; opt_flags.update_opt_flags_constraints(
+    constraints)`` for sm90, other constraints for sm100), and no ``else``: a table of per-architecture
+    settings; the GPU no branch names keeps the setter's defaults."""
     setter = (gate.get("effect") or {}).get("tunes")
-    if not setter or gate.get("chain") is None:
+    if not setter or gate.get("orelse") == "else":
         return None
-    chain = [g for g in neighbours if g.get("chain") == gate.get("chain")]
-    if len(chain) < 2 or any(g.get("orelse") == "else" or (g.get("effect") or {}).get("tunes") != setter
-                             for g in chain):
+    # A lone `if` (no chain) is a table of one row (0.5.6 mxfp4.py:105, sm100's row of 0.5.9's chain):
+    # the GPUs it does not admit keep the setter's defaults all the same (issue 43, fix 13b).
+    chain = [g for g in neighbours if gate.get("chain") is not None and g.get("chain") == gate.get("chain")]
+    if any(g.get("orelse") == "else" or (g.get("effect") or {}).get("tunes") != setter for g in chain):
         return None
     return Skip("quirk", f"only hands `{setter}` settings of its own for the GPUs it admits, as each branch of "
                          f"its chain does; {gpu.sm} keeps the settings every other GPU gets")
