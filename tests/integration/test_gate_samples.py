@@ -115,9 +115,6 @@ HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {
 HELD_OUT_11: set[tuple[str, str, int]] = {
     ("0.5.6", "srt/utils/common.py", 214),
     ("0.5.6", "srt/utils/common.py", 195),
-    ("0.5.6", "srt/utils/common.py", 511),
-    ("0.5.7", "multimodal_gen/runtime/platforms/cuda.py", 132),
-    ("0.5.7", "srt/utils/common.py", 499),
 }
 HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = set()
 KNOWN_MISSES: set[tuple[str, str, int]] = HELD_OUT_6_7 | HELD_OUT_8 | HELD_OUT_9 | HELD_OUT_10 | HELD_OUT_11

@@ -990,6 +990,28 @@ ELEVEN_FILES = {
                 enable_fast_path(True)
             return opt_flags
         """,
+    # fix 13c (0.5.6 common.py:511, 0.5.7 common.py:499 and platforms/cuda.py:132): devices picked by
+    # a property across architectures (Orin, Thor, Spark: memory shared with the CPU), sm121 among them
+    # and not sm120, which takes the else with every other GPU; one sibling alone stays a loss
+    "srt/memory.py": """
+        import psutil
+        import torch
+        from sglang.srt.utils import get_device_sm
+
+        def is_sm121():
+            return torch.cuda.get_device_capability() == (12, 1)
+
+        def available_memory(gpu_id):
+            SHARED_SYSMEM_DEVICE_MEM_SMS = (87, 110, 121)  # Orin, Thor, Spark
+            if get_device_sm() in SHARED_SYSMEM_DEVICE_MEM_SMS:
+                free_gpu_memory = psutil.virtual_memory().available
+            else:
+                free_gpu_memory, _ = torch.cuda.mem_get_info(gpu_id)
+            return free_gpu_memory
+
+        def stages():
+            return {"num_stages": 3 if is_sm121() else 4}
+        """,
 }
 
 
@@ -1001,6 +1023,7 @@ def eleven_scan(tmp_path_factory):
 @pytest.mark.parametrize("function, condition, kind", [
     ("ServerArgs.llama4_attention", "is_sm100_supported() and self.attention_backend is None", "default"),
     ("swizzle_mxfp4", "_is_sm100_supported", "quirk"),
+    ("available_memory", "get_device_sm() in SHARED_SYSMEM_DEVICE_MEM_SMS", "others"),
 ])
 def test_independent_11s_branches_for_another_architecture_cost_sm120_nothing(eleven_scan, function, condition, kind):
     got = _nine(eleven_scan, function, condition)
@@ -1011,6 +1034,7 @@ def test_independent_11s_branches_for_another_architecture_cost_sm120_nothing(el
 @pytest.mark.parametrize("function, condition", [
     ("ServerArgs.llama4_defaults", "is_sm100_supported() and self.moe_runner_backend == \"auto\""),
     ("swizzle_and_enable", "_is_sm100_supported"),  # turns a fast path on too: not only settings
+    ("stages", "is_sm121()"),  # sm121 alone: the chip sm120 shares may be what the test is about
 ])
 def test_independent_11s_reverse_stays_blocked(eleven_scan, function, condition):
     got = _nine(eleven_scan, function, condition)

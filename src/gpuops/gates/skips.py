@@ -10,6 +10,10 @@ nothing when the branch is written for GPUs other than it while its own path ser
   native_scale`` where ``native_scale`` names this GPU's family) that this GPU passes, and the
   statement has another branch (``else``, the other side of ``A if test else B``, or a sibling of
   its chain that admits the GPU): the one the named GPUs, this one among them, take;
+  The same kind where the test admits a GPU of this GPU's own architecture but not this one, and
+  GPUs of other architectures, and the statement has an ``else`` (``if get_device_sm() in (87, 110, 121): free = sysmem() else: free =
+  mem_get_info()`` on sm120): the test picks devices by a property (memory shared with the CPU), not
+  an architecture by what it runs; the GPUs it leaves out take the ``else``;
 - ``own_branch``: a sibling of its if/elif chain written for GPUs other than the oldest admits this
   GPU (``elif major == 9: H100_CFG`` beside ``elif major >= 10: BLACKWELL_CFG``; an early-return
   sequence ``if cap[0] == 9: return "hopper"`` then ``if cap[0] >= 10: return ...`` is such a chain,
@@ -126,7 +130,7 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     conditional = gate.get("kind") == "expr" and gate.get("orelse") == "else"  # `A if test else B`
     if not (statement or conditional):
         return None
-    found = _older(gate, book, gpu) or _negated(gate, book, gpu, own_branch)
+    found = _older(gate, book, gpu) or _negated(gate, book, gpu, own_branch) or _device_property(gate, book, gpu)
     if found is None and conditional:
         found = _flag(gate, gpu) or _math_mode(gate, book, gpu)
     if found is None and statement:
@@ -178,6 +182,29 @@ def _negated(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
                                   f"{'excludes' if inverse else 'names'}, {gpu.sm} among them; it takes "
                                   "the statement's other branch")
     return None
+
+
+def _device_property(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip | None:
+    """The test admits a GPU of ``gpu``'s own architecture but not ``gpu``, and GPUs of other
+    architectures too (``get_device_sm() in (87, 110, 121)``: sm121 and not sm120, and Orin and Thor),
+    and the statement has an ``else``: it tells apart GPUs that run the same code across generations,
+    so what it names is a property of those devices (memory shared with the CPU), not a path of an
+    architecture; the GPUs it leaves out, this one among them, take the ``else``. A test of the one
+    sibling alone (``3 if is_sm121() else 4`` stages, for sm121's shared memory per block, which
+    sm120 has too: 0.5.22 inkling_moe.py:975, labelled blocked) may be about the chip sm120 shares."""
+    if gate.get("orelse") != "else":
+        return None
+    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+    verdicts = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])
+    if any(v.status == "unknown" for v in verdicts):
+        return None
+    admitted = [cc for cc, v in zip(ordered, verdicts) if v.status == "open"]
+    siblings = [cc for cc in admitted if cc[0] == gpu.major and cc != (gpu.major, gpu.minor)]
+    if not siblings or (gpu.major, gpu.minor) in admitted or len({major for major, _ in admitted}) < 2:
+        return None
+    return Skip("others", f"a path for devices the test picks out, {_sm(siblings[0])} of {gpu.sm}'s own "
+                          f"architecture among them ({', '.join(_sm(cc) for cc in admitted)}); {gpu.sm} takes the "
+                          "`else`, as the GPUs it leaves out do")
 
 
 def _negated_value(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> Skip | None:
