@@ -9,7 +9,7 @@ other things a command does across hosts, while the facts themselves stay below 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gpuops import timings, transport
@@ -31,9 +31,11 @@ DEFAULT_TIMEOUT_S = 120.0
 
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
                  timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Probe[object]] = (),
-                 recall: bool = True) -> HostInspection:
+                 recall: bool = True, while_waiting: tuple[Callable[[], object], ...] = ()) -> HostInspection:
     """Everything `gpuops inspect` knows about one host, from ONE remote exec. ``recall=False``
-    (``--flush-cache``): no kept scan is offered and no kept verdict recalled."""
+    (``--flush-cache``): no kept scan is offered and no kept verdict recalled. ``while_waiting``: the
+    caller's own work to do during the exec, beside the catalog's (``gpuops.prefetch``: a command
+    module's import of the library it renders with)."""
     probes: list[Probe[object]] = probes_for(host) + list(extra_probes)
     gate_probe, gates_error = gate_scan_probe_for(with_sources, host, offer=recall) if with_gates else (None, None)
     if gate_probe is not None:
@@ -48,7 +50,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
         try:
             # While this thread waits on the exec, another reads the gate catalog judging needs (not
             # earlier: key exchange and authentication are CPU work here, they would only slow down).
-            later = prefetch(load_catalog) if gate_probe is not None else None
+            later = prefetch(*((load_catalog,) if gate_probe is not None else ()), *while_waiting)
             values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
             if has_unfinished(values.get(journal.name)):
                 recovered = recover_host(conn, host)
@@ -57,7 +59,7 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
             conn.close()
     finally:
         if later is not None:
-            later.join()  # the catalog is read once: never by this thread while the prefetch is at it
+            later.join()  # the work is done once: never by this thread while the prefetch is at it
 
     with timings.span("parse", host.name):
         facts = host_facts(values)
@@ -73,10 +75,11 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
 
 def inspect_hosts(hosts: Sequence[Host], options: ConnectOptions, forks: int = 16, with_gates: bool = True,
                   with_sources: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S,
-                  recall: bool = True) -> dict[str, HostOutcome[HostInspection]]:
+                  recall: bool = True, while_waiting: tuple[Callable[[], object], ...] = ()
+                  ) -> dict[str, HostOutcome[HostInspection]]:
     return run_on_hosts(
         hosts,
         lambda host: inspect_host(host, options, with_gates=with_gates, with_sources=with_sources, timeout=timeout,
-                                  recall=recall),
+                                  recall=recall, while_waiting=while_waiting),
         forks=forks,
     )

@@ -49,15 +49,23 @@ def _host_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def _import_rich() -> None:
+    """The tables' library, imported while the hosts run their probes (the text view's first
+    ~35 ms of rendering otherwise; rich is a heavy library a command module may defer)."""
+    import rich.console
+    import rich.table
+    import rich.text  # noqa: F401
+
+
 def _run(inventory: Any, limit: str | None, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, with_sources: bool = False,
-         flush_cache: bool = False) -> tuple[list[Any], dict[str, Any]]:
+         flush_cache: bool = False, as_text: bool = False) -> tuple[list[Any], dict[str, Any]]:
     hosts = load_inventory(inventory).select(limit)
     if flush_cache:
         forget_kept(hosts)
     options = _connect_options(accept_new_host_keys, known_hosts, timeout)
     outcomes = inspect_hosts(hosts, options, forks=forks, with_gates=True, with_sources=with_sources, timeout=timeout,
-                             recall=not flush_cache)
+                             recall=not flush_cache, while_waiting=(_import_rich,) if as_text else ())
     return hosts, outcomes
 
 
@@ -87,7 +95,8 @@ def inspect() -> None:
 def host(inventory: Any, limit: str | None, as_json: bool, forks: int, accept_new_host_keys: bool,
          known_hosts: tuple[str, ...], timeout: float, flush_cache: bool) -> None:
     """GPUs, interconnect, software, the running SGLang server and its blocked features."""
-    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache)
+    hosts, outcomes = _run(inventory, limit, forks, accept_new_host_keys, known_hosts, timeout, flush_cache=flush_cache,
+                           as_text=not as_json)
     entries = {name: host_json(outcome) for name, outcome in outcomes.items()}
     # A multi-node server's leader is asked for one generation: its /health alone says too little.
     answers = leader_answers(hosts, entries, _connect_options(accept_new_host_keys, known_hosts, timeout))
