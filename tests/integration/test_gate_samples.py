@@ -120,10 +120,10 @@ HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = set()
 # Part independent-12 (0.5.5, 0.5.4), drawn fresh and labelled blind by two readers (a third on the 6
 # gates they differed on) under the same convention while fix 13 was made against independent-11;
 # scored once after it (73c713d): 0.5.4 37/40, 0.5.5 37/40, 0 false open.
+# Issue 43's eighth step (fix 14) read the `_check(cc_major)` lines (the README's "Issue 43, eighth
+# step").
 HELD_OUT_12: set[tuple[str, str, int]] = {
-    ("0.5.4", "srt/utils/common.py", 187),
     ("0.5.4", "srt/layers/deep_gemm_wrapper/configurer.py", 25),
-    ("0.5.4", "srt/utils/common.py", 167),
     ("0.5.5", "srt/utils/common.py", 170),
     ("0.5.5", "multimodal_gen/runtime/platforms/cuda.py", 224),
     ("0.5.5", "srt/utils/common.py", 189),

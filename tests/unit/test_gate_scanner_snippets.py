@@ -380,3 +380,37 @@ def test_old_python_gives_the_same_scan(tmp_path, version):
     assert old.python.startswith(("3.8", "3.9"))
     assert old.gates == new.gates and len(new.gates) == 2
     assert old.predicates == new.predicates
+
+
+def test_a_capability_parameter_passed_from_lambdas_is_read_per_caller(tmp_path):
+    # Issue 43, fix 14: `_check(cc_major)` compares the major with its parameter, and its only callers
+    # are lambdas (`is_hopper_with_cuda_12_3 = lambda: _check(9)`). Their calls are the call sites:
+    # the comparison is with one of 8 and 9, false on sm120 for both, so sm120 is shut out.
+    scan = scan_files(tmp_path, {"srt/utils/check.py": """
+        import torch
+
+
+        def _check(cc_major):
+            return torch.cuda.get_device_capability()[0] == cc_major and tuple(
+                map(int, torch.version.cuda.split(".")[:2])
+            ) >= (12, 3)
+
+
+        is_ampere_with_cuda_12_3 = lambda: _check(8)
+        is_hopper_with_cuda_12_3 = lambda: _check(9)
+        """, "srt/use.py": """
+        from sglang.srt.utils.check import is_hopper_with_cuda_12_3
+
+        def pick():
+            return "fa3" if is_hopper_with_cuda_12_3() else "triton"
+        """})
+    check = next(g for g in gates_in(scan, "srt/utils/check.py") if g["function"] == "_check")
+    assert check["condition"]["args"][0]["atom"]["any_of"] == [8, 9]
+    judged = {g["id"]: g for g in judge(scan, "12.0", "13.0").gates}
+    assert judged[check["id"]]["status"] == "blocked"
+    assert judged[check["id"]]["admits"] == ["sm80", "sm86", "sm89", "sm90"]
+    hopper = next(g for g in gates_in(scan, "srt/utils/check.py") if g["text"] == "_check(9)")
+    assert judged[hopper["id"]]["status"] == "blocked"
+    # On a Hopper GPU the two callers disagree: undecided, never a guess.
+    assert next(g for g in judge(scan, "9.0", "12.4").gates if g["id"] == check["id"])["status"] == "unknown"
+

@@ -18,6 +18,8 @@ from gpuops.remote.scan_scope import Scope
 
 # More files than this define or call the name: too common a name to prove anything about.
 _MAX_HOLDERS = 80
+# What holds a call site of its own (param_values).
+_CALLERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 class Choices(list):
@@ -183,8 +185,11 @@ def param_values(scanner, fn, param):
         if pieces is None:
             return NO_VALUE
         for piece in pieces:
-            for caller in [piece.tree] + [n for n in walk(piece.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-                body = caller.body
+            # A lambda is a caller too (`is_hopper_with_cuda_12_3 = lambda: _check(9)`): its call is
+            # not under any def, and walk_no_nested does not enter it from the statement around it.
+            callers = [piece.tree] + [n for n in walk(piece.tree) if isinstance(n, _CALLERS)]
+            for caller in callers:
+                body = [caller.body] if isinstance(caller, ast.Lambda) else caller.body
                 for call in (n for n in walk_no_nested(body) if isinstance(n, ast.Call) and last_name(n.func) == name):
                     arg = next((k.value for k in call.keywords if k.arg == param), None)
                     if arg is None and 0 <= position < len(call.args):

@@ -48,9 +48,10 @@ import sys
 # (the switch-off is a branch again), a returned value selects, dict-override keys, a size rounded up
 # adjusts, a setter's literal settings, a method a sibling reads negated; issue 43; 15: a chain's
 # branch that only picks what its generic path picks, a selection under an if/else of its own, a
-# math mode chosen by early returns, numbers per architecture in an if/else (issue 43, fix 12)), so
-# that a scan kept from an older reading is never offered as this one's.
-FINGERPRINT_FORMAT = 15
+# math mode chosen by early returns, numbers per architecture in an if/else (issue 43, fix 12); 16:
+# lambdas as call sites of a parameter's values, a module-level lambda nothing names again marked
+# `unused` (issue 43, fix 14)), so that a scan kept from an older reading is never offered as this one's.
+FINGERPRINT_FORMAT = 16
 NOT_KEPT = 3  # check_main's exit status when the scanner must run
 SCANNER_VERSION = 1  # of the scanner's JSON, which the short answer stands for; gate_scan imports it from here
 # Options that change what a scan finds. ``with_sources`` (which files come back whole) is not one:
