@@ -114,7 +114,6 @@ HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {
 # seventh step (fix 13) read the shapes of some by pattern (the README's "Issue 43, seventh step").
 HELD_OUT_11: set[tuple[str, str, int]] = {
     ("0.5.6", "srt/utils/common.py", 214),
-    ("0.5.6", "srt/utils/common.py", 195),
 }
 HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = set()
 # Part independent-12 (0.5.5, 0.5.4), drawn fresh and labelled blind by two readers (a third on the 6
@@ -124,7 +123,6 @@ HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = set()
 # step").
 HELD_OUT_12: set[tuple[str, str, int]] = {
     ("0.5.4", "srt/layers/deep_gemm_wrapper/configurer.py", 25),
-    ("0.5.5", "srt/utils/common.py", 170),
     ("0.5.5", "multimodal_gen/runtime/platforms/cuda.py", 224),
     ("0.5.5", "srt/utils/common.py", 189),
 }

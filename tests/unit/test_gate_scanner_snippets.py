@@ -414,3 +414,29 @@ def test_a_capability_parameter_passed_from_lambdas_is_read_per_caller(tmp_path)
     # On a Hopper GPU the two callers disagree: undecided, never a guess.
     assert next(g for g in judge(scan, "9.0", "12.4").gates if g["id"] == check["id"])["status"] == "unknown"
 
+
+def test_a_short_parameter_holder_counts_only_files_naming_it_as_a_word(tmp_path):
+    # Issue 43, fix 14: more than 80 files hold `_check` inside other names (`_check_shape`,
+    # `access_check`); only files naming `_check` itself make it too common a name to prove.
+    files = {f"srt/pad/m{i}.py": f"def _check_shape_{i}(x):\n    return x\n" for i in range(90)}
+    files["srt/utils/check.py"] = """
+        import torch
+
+
+        def _check(cc_major):
+            return torch.cuda.get_device_capability()[0] == cc_major
+
+
+        is_hopper_with_cuda_12_3 = lambda: _check(9)
+        """
+    files["srt/use.py"] = """
+        from sglang.srt.utils.check import is_hopper_with_cuda_12_3
+
+        def pick():
+            return "fa3" if is_hopper_with_cuda_12_3() else "triton"
+        """
+    scan = scan_files(tmp_path, files)
+    check = next(g for g in gates_in(scan, "srt/utils/check.py") if g["function"] == "_check")
+    assert check["condition"]["atom"]["value"] == 9
+    judged = next(g for g in judge(scan, "12.0", "13.0").gates if g["id"] == check["id"])
+    assert judged["status"] == "blocked" and judged["admits"] == ["sm90"]

@@ -178,6 +178,11 @@ def param_values(scanner, fn, param):
     position = fn.params.index(param) - (1 if fn.first_is_self else 0)
     holders = scanner.files_naming(name.encode())
     if len(holders) > _MAX_HOLDERS:
+        # files_naming finds substrings: `_check` is in every `_check_cuda_device_version` and
+        # `access_check`. Only the files that name it as a word count towards too common a name.
+        word = re.compile(rb"(?<!\w)" + re.escape(name.encode()) + rb"\b")
+        holders = [rel for rel in holders if word.search(scanner.texts[rel])]
+    if len(holders) > _MAX_HOLDERS:
         return NO_VALUE
     found = Choices()
     for rel in holders:
