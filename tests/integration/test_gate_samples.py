@@ -112,19 +112,16 @@ HELD_OUT_10_FALSE_OPENS: set[tuple[str, str, int]] = {
 # 80 gates, under independent-9's written convention, while fix 12 was made against independent-10;
 # scored once after it (f1ef52e): 0.5.6 35/40 (1 false open), 0.5.7 36/40 (1 false open). Issue 43's
 # seventh step (fix 13) read the shapes of some by pattern (the README's "Issue 43, seventh step").
-HELD_OUT_11: set[tuple[str, str, int]] = {
-    ("0.5.6", "srt/utils/common.py", 214),
-}
+HELD_OUT_11: set[tuple[str, str, int]] = set()  # its last two (`_check`) read by fix 14
 HELD_OUT_11_FALSE_OPENS: set[tuple[str, str, int]] = set()
 # Part independent-12 (0.5.5, 0.5.4), drawn fresh and labelled blind by two readers (a third on the 6
 # gates they differed on) under the same convention while fix 13 was made against independent-11;
 # scored once after it (73c713d): 0.5.4 37/40, 0.5.5 37/40, 0 false open.
-# Issue 43's eighth step (fix 14) read the `_check(cc_major)` lines (the README's "Issue 43, eighth
-# step").
+# Issue 43's eighth step (fix 14) read the four `_check(cc_major)` lines (the README's "Issue 43,
+# eighth step").
 HELD_OUT_12: set[tuple[str, str, int]] = {
     ("0.5.4", "srt/layers/deep_gemm_wrapper/configurer.py", 25),
     ("0.5.5", "multimodal_gen/runtime/platforms/cuda.py", 224),
-    ("0.5.5", "srt/utils/common.py", 189),
 }
 KNOWN_MISSES: set[tuple[str, str, int]] = HELD_OUT_6_7 | HELD_OUT_8 | HELD_OUT_9 | HELD_OUT_10 | HELD_OUT_11 | HELD_OUT_12
 # Of those, the ones gpuops calls open where the reading says sm120 is shut out.

@@ -415,6 +415,36 @@ def test_a_capability_parameter_passed_from_lambdas_is_read_per_caller(tmp_path)
     assert next(g for g in judge(scan, "9.0", "12.4").gates if g["id"] == check["id"])["status"] == "unknown"
 
 
+def test_a_lambda_predicate_nothing_uses_decides_nothing(tmp_path):
+    # Issue 43, fix 14: `is_ampere_with_cuda_12_3 = lambda: _check(8)` that no code in the tree names
+    # again is never run: open ("never reached"); its sibling that a module calls stays a loss.
+    scan = scan_files(tmp_path, {
+        "srt/utils/check.py": """
+            import torch
+
+
+            def _check(cc_major):
+                return torch.cuda.get_device_capability()[0] == cc_major
+
+
+            is_ampere_with_cuda_12_3 = lambda: _check(8)
+            is_hopper_with_cuda_12_3 = lambda: _check(9)
+            """,
+        "srt/use.py": """
+            from sglang.srt.utils.check import is_hopper_with_cuda_12_3
+
+            def pick():
+                return "fa3" if is_hopper_with_cuda_12_3() else "triton"
+            """})
+    by_text = {g["text"]: g for g in gates_in(scan, "srt/utils/check.py")}
+    assert by_text["_check(8)"]["unused"] == "is_ampere_with_cuda_12_3"
+    assert "unused" not in by_text["_check(9)"]
+    judged = {g["id"]: g for g in judge(scan, "12.0", "13.0").gates}
+    assert judged[by_text["_check(8)"]["id"]]["status"] == "open"
+    assert "nothing in the tree uses `is_ampere_with_cuda_12_3`" in judged[by_text["_check(8)"]["id"]]["reason"]
+    assert judged[by_text["_check(9)"]["id"]]["status"] == "blocked"
+
+
 def test_a_short_parameter_holder_counts_only_files_naming_it_as_a_word(tmp_path):
     # Issue 43, fix 14: more than 80 files hold `_check` inside other names (`_check_shape`,
     # `access_check`); only files naming `_check` itself make it too common a name to prove.

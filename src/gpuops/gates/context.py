@@ -126,6 +126,10 @@ class Placer:
         if na is not None:
             return Placement(not_applicable=na)
         uncalled = unmatched_callers(gate)
+        if uncalled is None and gate.get("unused"):
+            # `is_ampere_with_cuda_12_3 = lambda: _check(8)` that nothing in the tree names: a test
+            # no code runs decides nothing (the scanner's ``unused``; issue 43, fix 14).
+            uncalled = f"nothing in the tree uses `{gate['unused']}`"
         if uncalled is not None:
             return Placement(uncalled=uncalled, unreachable=uncalled)
         neighbours = self.by_function.get((str(gate["file"]), str(gate["function"])), [])

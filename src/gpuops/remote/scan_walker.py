@@ -4,6 +4,7 @@ GPU as a gate: kind, polarity (a guard that refuses is -1), effect (``scan_effec
 Host code: stdlib only, Python 3.8+."""
 
 import ast
+import re
 
 from gpuops.remote.gate_tree import only_atoms
 from gpuops.remote.scan_ast import (
@@ -302,12 +303,15 @@ class GateWalker(object):
             if not fn.qual and all(isinstance(t, ast.Name) for t in targets) and self.pure_alias(stmt.value):
                 return  # a module alias such as `_is_sm100_supported = _is_cuda and is_sm100_supported()`
             found, scope = self.roots(stmt.value, fn)
+            unused = self.unused_lambda(stmt, fn) if found else None
             for node, tree in found:
                 effect = {"sets": [n for n in names if n]} if node is stmt.value else {}
                 switched = [fn.math_switches.get(n) for n in names]
                 if effect and switched and all(switched):
                     effect["math_mode"] = switched[0]  # `use_fast_math = cap == (9, 0)`, read only as one
                 self.emit(stmt, node, tree, fn, within, "assign" if node is stmt.value else "expr", 1, effect, scope)
+                if unused:
+                    self.found[-1]["unused"] = unused
             self.emit_nested(stmt, fn, within, scope)
             return
         # Everything else: look inside its expressions, then its nested statements.
@@ -327,6 +331,19 @@ class GateWalker(object):
                         self.walk_body(v.body, fn, within)
                     elif hasattr(ast, "match_case") and isinstance(v, ast.match_case):
                         self.walk_body(v.body, fn, within)
+
+    def unused_lambda(self, stmt, fn):
+        """The name a module-level ``name = lambda: <GPU test>`` binds when nothing in the tree names
+        it again (``is_ampere_with_cuda_12_3 = lambda: _check(8)`` with no caller), else None: a test
+        no code runs decides nothing (issue 43, fix 14)."""
+        if fn.qual or not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Lambda) \
+                or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+            return None
+        name = stmt.targets[0].id
+        if self.scanner is None or self.scanner.files_naming(name.encode()) != [self.info.rel]:
+            return None
+        own = self.scanner.texts.get(self.info.rel) or b""
+        return name if len(re.findall(rb"\b" + re.escape(name.encode()) + rb"\b", own)) == 1 else None
 
     def expr_gates(self, stmt, expr, fn, within):
         found, scope = self.roots(expr, fn)
