@@ -127,14 +127,12 @@ HELD_OUT_12: set[tuple[str, str, int]] = {
 # gates they differed on) while fix 14 was made against independent-12; scored once after it
 # (78b1b94): 0.5.2 37/40 (1 false open), 0.5.3 39/40 (0 false open).
 HELD_OUT_13: set[tuple[str, str, int]] = {
-    ("0.5.2", "srt/layers/quantization/fp8_utils.py", 136),
     ("0.5.2", "srt/model_executor/model_runner.py", 556),
     ("0.5.2", "srt/layers/quantization/deep_gemm_wrapper/configurer.py", 32),
     ("0.5.3", "srt/layers/quantization/deep_gemm_wrapper/configurer.py", 23),
 }
-HELD_OUT_13_FALSE_OPENS: set[tuple[str, str, int]] = {
-    ("0.5.2", "srt/layers/quantization/fp8_utils.py", 136),
-}
+# 0.5.2 fp8_utils.py:136 (an import guard for sm100 alone) agrees since issue 43, fix 15.
+HELD_OUT_13_FALSE_OPENS: set[tuple[str, str, int]] = set()
 KNOWN_MISSES: set[tuple[str, str, int]] = HELD_OUT_6_7 | HELD_OUT_8 | HELD_OUT_9 | HELD_OUT_10 | HELD_OUT_11 | HELD_OUT_12 | HELD_OUT_13
 # Of those, the ones gpuops calls open where the reading says sm120 is shut out.
 KNOWN_FALSE_OPENS: set[tuple[str, str, int]] = HELD_OUT_8_FALSE_OPENS | HELD_OUT_9_FALSE_OPENS | HELD_OUT_10_FALSE_OPENS | HELD_OUT_11_FALSE_OPENS | HELD_OUT_13_FALSE_OPENS

@@ -146,9 +146,22 @@ FILES = {
                 server_args.moe_runner_backend = "flashinfer_trtllm"
             return {}
 
+        if is_sm120_supported():
+            # this GPU's own kernels, beside the SM90 one
+            from flashinfer import mm_mxfp8
+
         if is_sm90_supported():
             # the SM90 kernel, for the dispatch below
             from flashinfer.gemm import fp8_blockscale_gemm_sm90
+        """,
+    # -- issue 43, fix 15: the module's only specialised kernel imported for sm100 alone (0.5.2
+    # fp8_utils.py:136): no import beside it admits sm120, which is left the generic GEMM
+    "srt/fix15_imports.py": """
+        from sglang.srt.utils import get_bool_env_var, is_sm100_supported
+
+        ENABLE_FLASHINFER_GEMM = get_bool_env_var("SGLANG_ENABLE_FLASHINFER_GEMM") and is_sm100_supported()
+        if ENABLE_FLASHINFER_GEMM:
+            from flashinfer.gemm import gemm_fp8_nt_groupwise
         """,
     # -- independent-5's last four shapes: a value true for a band of older GPUs only (and the reverse:
     # a value withheld from some GPUs), an early-return sequence, an `else` only newer GPUs reach
@@ -317,6 +330,8 @@ def test_a_branch_for_older_or_other_gpus_costs_sm120_nothing(scan, file, text, 
     ("srt/tuned.py", "is_sm100_supported()"),  # its sibling `get_device_sm() >= 80` is the generic path
     # "auto" is the program's pick of the best runner, made for sm100 here (issue 43, fix 13a)
     ("srt/tuned.py", "is_sm100_supported() and cfg.moe_runner_backend == \"auto\""),
+    # the only specialised kernel imported, for sm100 alone: nothing of sm120's own beside it (fix 15)
+    ("srt/fix15_imports.py", "ENABLE_FLASHINFER_GEMM"),
 ])
 def test_the_reverse_stays_blocked(scan, file, text):
     got = gate(scan, file, text)

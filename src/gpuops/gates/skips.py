@@ -49,8 +49,10 @@ nothing when the branch is written for GPUs other than it while its own path ser
   = "flashinfer"``): another GPU's default, this GPU keeps the one it gets. Against ``== "auto"`` (``if
   is_sm100() and moe_runner_backend == "auto": moe_runner_backend = "flashinfer_trtllm"``) it is not:
   "auto" asks the program for its best runner, and the branch is that choice made for other GPUs;
-- ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``): what
-  runs is decided where the names are used, each use a gate of its own.
+- ``imports``: the body only imports (``if is_sm90(): from flashinfer.gemm import gemm_sm90``) and
+  another branch beside it whose test tells GPUs apart admits this GPU (its own kernels): what runs
+  is decided where the names are used, each use a gate of its own. With no such branch the one it
+  fails imports the module's only specialised kernel, and this GPU is left the generic one (blocked);
 - ``taken_before``: an earlier branch of its chain admits this GPU (``if is_sm120_supported(): cudnn
   elif is_sm100_supported(): cutedsl``, ``elif major == 12 and minor == 1`` after ``(12, 0)``, the
   ``else: assert is_sm90()`` after ``if is_sm100() or is_sm120():``): the GPU never gets here, its
@@ -136,7 +138,8 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     if found is None and statement:
         found = (_own_branch(gpu, book, own_branch) or _newer_else(gate, book, gpu, neighbours)
                  or _guarded_else(gate, book, gpu, neighbours) or _quirk(gate, gpu) or _tunes(gate, gpu, neighbours)
-                 or _math_mode(gate, book, gpu) or _table(gate, gpu) or _default(gate, gpu) or _imports(gpu, gate))
+                 or _math_mode(gate, book, gpu) or _table(gate, gpu) or _default(gate, gpu)
+                 or _imports(gpu, book, gate, neighbours))
     return found
 
 
@@ -395,11 +398,29 @@ def _default(gate: Mapping[str, Any], gpu: GpuTarget) -> Skip | None:
                            "keeps the one it gets otherwise")
 
 
-def _imports(gpu: GpuTarget, gate: Mapping[str, Any]) -> Skip | None:
+def _imports(gpu: GpuTarget, book: PredicateBook, gate: Mapping[str, Any],
+             neighbours: Sequence[Mapping[str, Any]]) -> Skip | None:
+    """The body only imports, and another branch beside it (same file, same function: module level
+    for most) whose test tells GPUs apart admits ``gpu``: this GPU brings in code of its own there, the
+    branch it fails imports another architecture's (``if is_sm90_supported(): import
+    fp8_blockscale_gemm_sm90`` beside ``if is_blackwell_supported(): import mm_mxfp8; def
+    flashinfer_bmm_fp8(...)``, 0.5.14 fp8_utils.py:389 and :243). Where none does (``if
+    ENABLE_FLASHINFER_GEMM: import gemm_fp8_nt_groupwise``, the flag sm100's test alone) the branch
+    imports the only specialised kernel of the module and this GPU is left the generic one: a loss
+    (issue 43, fix 15; 0.5.2 fp8_utils.py:136, labelled blocked)."""
     if not (gate.get("effect") or {}).get("imports"):
         return None
-    return Skip("imports", f"only imports names for the GPUs it admits; what runs on {gpu.sm} is decided "
-                           "where they are used")
+    ordered = [GpuTarget(m, n, RECENT_CUDA) for m, n in sorted({(major, minor) for _, major, minor in book.candidates
+                                                                 if (major, minor) >= FLOOR})]
+    own = [n for n in neighbours
+           if n.get("id") != gate.get("id") and n.get("kind") == "if" and int(n.get("polarity", 1)) >= 0
+           and cap_verdicts(n, book, [gpu])[0].status == "open"
+           # a test that tells GPUs apart (not `if _is_cuda:`, which every NVIDIA GPU passes)
+           and any(v.status == "blocked" for v in cap_verdicts(n, book, ordered))]
+    if not own:
+        return None
+    return Skip("imports", f"only imports names for the GPUs it admits; {gpu.sm} imports its own beside it "
+                           f"(line {own[0].get('line')}), and what runs is decided where they are used")
 
 
 def _sm(cc: tuple[int, int]) -> str:
