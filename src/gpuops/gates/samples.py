@@ -24,7 +24,7 @@ from gpuops.gates.accuracy import CORPUS_DIR
 
 SAMPLES_FILE = CORPUS_DIR / "samples.json"
 LABELS = ("open", "blocked", "not_applicable")
-PARTS = ("tuning", "held_out", "independent", "independent-2", "independent-3", "independent-4", "independent-5", "independent-6", "independent-7", "independent-8", "independent-9", "independent-10", "independent-11", "independent-12", "independent-13")
+PARTS = ("tuning", "held_out", "independent", "independent-2", "independent-3", "independent-4", "independent-5", "independent-6", "independent-7", "independent-8", "independent-9", "independent-10", "independent-11", "independent-12", "independent-13", "independent-14")
 
 
 @dataclass(frozen=True)
