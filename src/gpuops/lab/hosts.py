@@ -341,9 +341,7 @@ def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_
     sshd.generate_key(host_dir / "ssh_host_ed25519_key", f"gpuops-lab-{plan.name}")
     description = plan.description
     quoted_python = launch_files.single_quoted(python)
-    # The replayer and the stand-in are stdlib-only scripts in lib/ (their siblings found beside
-    # them): ``-S`` spares each start the site module (~6 ms CPU with Debian's python3; every gather
-    # runs nvidia-smi several times, and the suite starts ~3,000 stand-ins).
+    # -S: the replayer and the stand-in are stdlib-only (~6 ms less CPU a start without site).
     if description is not None:
         (host_dir / "gpu.json").write_text(json.dumps(description.replay, indent=1))
         _write_executable(
