@@ -205,10 +205,13 @@ def test_client_runs_under_python38(tmp_path: Path):
                           ResultsStore(tmp_path / "r"), ConnectOptions(), remote=False)["localhost"]
     assert state.error is None, state.error
     assert state.result["host_facts"]["python"].startswith("3.8.")
-    # The stand-in emits 300 tok/s at most: a client that measures right never reads more, and a
-    # loaded machine (4 workers on 2 cores) only makes the stream slower; the rate's accuracy is
-    # held on an idle stand-in by test_bench_noise, not by a bound contention can break here.
-    assert 0 < state.result["summary"]["output_tokens_per_s"] <= 300 * 1.03
+    # The stand-in emits 300 tok/s at most. The decode rate is the tokens after the first over the
+    # time after the first, and on a loaded machine (4 workers on 2 cores) the client can read the
+    # first token late while the later ones wait in the socket: 30 tokens span ~97 ms, so a 4 ms late
+    # first read reads 311 tok/s (a whole run on a quiet machine saw exactly that, once). This test
+    # holds that the client runs under 3.8 and measures a plausible rate; the rate's accuracy is held
+    # on an idle stand-in by test_bench_noise, not by a bound contention can break here.
+    assert 0 < state.result["summary"]["output_tokens_per_s"] <= 300 * 1.2
 
 
 def test_sglang_tool_runs_in_the_servers_environment(tmp_path: Path):
