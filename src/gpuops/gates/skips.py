@@ -143,14 +143,26 @@ def skipped_branch(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     return found
 
 
+def _candidates(book: PredicateBook) -> list[tuple[int, int]]:
+    """The (major, minor) capabilities the predicates name, from FLOOR up, oldest first."""
+    return sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+
+
+def _admitted(gate: Mapping[str, Any], book: PredicateBook, ordered: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """Those of ``ordered`` the gate's test admits (oldest first); None when it is unknown for any."""
+    verdicts = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])
+    if any(v.status == "unknown" for v in verdicts):
+        return None
+    return [cc for cc, v in zip(ordered, verdicts) if v.status == "open"]
+
+
 def _older(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget, band: bool = False) -> Skip | None:
     """The test admits the oldest GPUs up to a threshold below ``gpu``, and no GPU from there up.
     ``band``: from FLOOR up, and no GPU older than FLOOR (a value's test must have both ends)."""
-    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
-    verdicts = [v.status for v in cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])]
-    if "unknown" in verdicts:
+    ordered = _candidates(book)
+    passing = _admitted(gate, book, ordered)
+    if passing is None:
         return None
-    passing = [cc for cc, status in zip(ordered, verdicts) if status == "open"]
     if passing != ordered[:len(passing)] or len(passing) == len(ordered):
         return None  # a band that leaves out the oldest GPUs (`is_sm90()`), or every GPU
     if band:
@@ -197,11 +209,9 @@ def _device_property(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarge
     sm120 has too: 0.5.22 inkling_moe.py:975, labelled blocked) may be about the chip sm120 shares."""
     if gate.get("orelse") != "else":
         return None
-    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
-    verdicts = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])
-    if any(v.status == "unknown" for v in verdicts):
+    admitted = _admitted(gate, book, _candidates(book))
+    if admitted is None:
         return None
-    admitted = [cc for cc, v in zip(ordered, verdicts) if v.status == "open"]
     siblings = [cc for cc in admitted if cc[0] == gpu.major and cc != (gpu.major, gpu.minor)]
     if not siblings or (gpu.major, gpu.minor) in admitted or len({major for major, _ in admitted}) < 2:
         return None
@@ -259,7 +269,7 @@ def _newer_else(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
     else:`` around it), and every GPU from the threshold up reaches it."""
     if gate.get("orelse") != "else" or not gate.get("within") or unreachable(gate, neighbours, book, gpu):
         return None
-    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+    ordered = _candidates(book)
     reached = [not unreachable(gate, neighbours, book, GpuTarget(m, n, RECENT_CUDA)) for m, n in ordered]
     first = reached.index(True) if True in reached else 0
     if first == 0 or not all(reached[first:]):
@@ -279,7 +289,7 @@ def _guarded_else(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget,
         return None
     if unreachable(gate, neighbours, book, gpu) or _refused_before(gate, neighbours, book, gpu):
         return None
-    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
+    ordered = _candidates(book)
     takers = []
     for major, minor in ordered:
         target = GpuTarget(major, minor, RECENT_CUDA)
@@ -367,11 +377,9 @@ def _math_mode(gate: Mapping[str, Any], book: PredicateBook, gpu: GpuTarget) -> 
     mode = (gate.get("effect") or {}).get("math_mode")
     if not mode:
         return None
-    ordered = sorted({(major, minor) for _, major, minor in book.candidates if (major, minor) >= FLOOR})
-    verdicts = cap_verdicts(gate, book, [GpuTarget(m, n, RECENT_CUDA) for m, n in ordered])
-    if any(v.status == "unknown" for v in verdicts):
+    admitted = _admitted(gate, book, _candidates(book))
+    if admitted is None:
         return None
-    admitted = [cc for cc, v in zip(ordered, verdicts) if v.status == "open"]
     if len({major for major, _ in admitted}) != 1 or admitted[0][0] == gpu.major:
         return None  # several generations, or this GPU's own: not one other architecture's quirk
     return Skip("quirk", f"only picks the compiler math mode `{mode}` for {', '.join(_sm(cc) for cc in admitted)}; {gpu.sm} "
