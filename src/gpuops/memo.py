@@ -237,6 +237,31 @@ def newest(kind: Kind, scope: str = "", limit: int = 0) -> list[tuple[Key, dict[
     return found
 
 
+def exists(key: Key) -> bool:
+    """Whether an entry is kept under ``key`` (not read: a torn one counts)."""
+    where = directory(key.kind, key.scope)
+    return where is not None and (where / f"{key.digest}.json").is_file()
+
+
+def keys_of_other_scopes(kind: Kind, scope: str) -> list[Key]:
+    """The keys of every scope of ``kind`` but ``scope``, newest entry first; nothing is read."""
+    top = directory(kind)
+    if top is None:
+        return []
+    try:
+        scopes = [entry for entry in top.iterdir() if entry.name != scope and entry.is_dir()]
+    except OSError:
+        return []
+    found: list[tuple[int, Key]] = []
+    for where in scopes:
+        try:
+            found.extend((path.stat().st_mtime_ns, Key(kind, path.stem, where.name))
+                         for path in where.iterdir() if path.suffix == ".json")
+        except OSError:  # pruned or removed meanwhile: that scope's entries are left out
+            continue
+    return [key for _, key in sorted(found, key=lambda item: item[0], reverse=True)]
+
+
 def _read(path: Path, key: Key) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

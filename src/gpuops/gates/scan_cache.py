@@ -69,8 +69,7 @@ class HostScanCache:
 
     def holds(self, fingerprint: str) -> bool:
         """Whether this host's own entries hold the scan of ``fingerprint`` (not another host's)."""
-        where = memo.directory(memo.Kind.SCANS, self.scope)
-        return where is not None and (where / f"{fingerprint}.json").is_file()
+        return memo.exists(memo.Key(memo.Kind.SCANS, fingerprint, self.scope))
 
     def store(self, scan: Mapping[str, Any], has_sources: bool) -> None:
         """Keep a full scan (with a fingerprint) for the next command; never fails the command."""
@@ -101,26 +100,11 @@ def _valid_scans(entries: Iterable[tuple[memo.Key, Any]], need_sources: bool) ->
 
 def _other_hosts_newest(scope: str) -> Iterator[tuple[memo.Key, dict[str, Any]]]:
     """The entries kept for every other host, newest first, each read only when reached."""
-    top = memo.directory(memo.Kind.SCANS)
-    if top is None:
-        return
-    files: list[tuple[int, str, str]] = []
-    try:
-        host_dirs = [entry for entry in top.iterdir() if entry.name != scope and entry.is_dir()]
-    except OSError:
-        return
-    for host_dir in host_dirs:
-        try:
-            files.extend((path.stat().st_mtime_ns, path.stem, host_dir.name)
-                         for path in host_dir.iterdir() if path.suffix == ".json")
-        except OSError:  # pruned or removed meanwhile: that host's entries are not offered
-            continue
     read: set[str] = set()
-    for _, fingerprint, other in sorted(files, reverse=True):
-        if fingerprint in read:  # a fleet's hosts share fingerprints: each tree's scan is read once
+    for key in memo.keys_of_other_scopes(memo.Kind.SCANS, scope):
+        if key.digest in read:  # a fleet's hosts share fingerprints: each tree's scan is read once
             continue
-        read.add(fingerprint)
-        key = memo.Key(memo.Kind.SCANS, fingerprint, other)
+        read.add(key.digest)
         data = memo.get(key)
         if data is not None:
             yield key, data
