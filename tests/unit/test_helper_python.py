@@ -6,7 +6,9 @@ the closed channel as "connection lost, outcome unknown" (issue 42)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import pytest
 from labtools import require_python
@@ -56,3 +58,17 @@ def test_a_helper_that_ran_and_failed_is_not_a_missing_python() -> None:
     assert missing_python("Traceback (most recent call last):\nValueError: x\n") is None
     assert missing_python("cannot parse output: ValueError: gpuops: no python: no python3 on this host") == \
         "no python: no python3 on this host"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+def test_a_helper_starts_without_the_site_module(tmp_path, stream: bool) -> None:
+    """Helpers are stdlib-only: their python starts with -S, so a host's sitecustomize, .pth files and
+    site-packages cost them nothing (and run nothing in them); PYTHONPATH still counts."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.stderr.write('sitecustomize ran\\n')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    body = python_stdin("import sys\nprint('ran', 'site' in sys.modules, %r in sys.path)" % str(tmp_path),
+                        is_source=True, stream=stream)
+    done = subprocess.run(["/bin/sh", "-c", python_command(sys.executable, stream=stream)], input=body,
+                          capture_output=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [b"ran", b"False", b"True"] and b"sitecustomize ran" not in done.stderr
