@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpuops import memo
 from gpuops.lab.hosts import LabSpec
 from gpuops.lab.wheelhouse import build_wheelhouse
 from labtools import server_info, tree_hashes
@@ -28,9 +29,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"), ["0.5.21"])
 
 
-def _apply(run_gpuops, lab, envs: Path, wheelhouse: Path, *args: str):
+def _apply(run_gpuops, lab, envs: Path, wheelhouse: Path, *args: str, kept: Path | None = None):
+    """``kept``: a memo of this test's own (``GPUOPS_KEEP``), so what it holds is known."""
     return run_gpuops("apply", "sglang-release", "-i", str(lab.inventory_path), "-e", f"gpuops_envs_dir={envs}",
-                      "-e", f"sglang_wheelhouse={wheelhouse}", "--json", *args, timeout=600)
+                      "-e", f"sglang_wheelhouse={wheelhouse}", "--json", *args, timeout=600,
+                      env={memo.KEEP_ENV: str(kept)} if kept else None)
 
 
 def _with_envs_dir(inventory: Path, envs: Path, out: Path) -> Path:
@@ -53,10 +56,11 @@ def _unchanged(host, before: dict[str, str], pid: str, version: str = "0.5.8") -
 
 
 @pytest.mark.timeout(1200)  # a real venv + pip install of ~80 wheels, on a shared machine
-def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhouse, tmp_path) -> None:
+def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhouse, tmp_path, monkeypatch) -> None:
     lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("rel",)))
     host = lab.hosts[0]
     envs = tmp_path / "envs"
+    kept = tmp_path / "kept"
     before = tree_hashes(host.dir, skip_runs=True)
     old_tree = tree_hashes(host.dir / "site")
     pid = _pid(host.state_dir)
@@ -99,7 +103,8 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert not (envs.exists() and list(envs.glob("sglang-*")))
 
     # Staged: the environment is built and its gate audit shown; the server keeps running the old one.
-    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "-e", "sglang_release_stage=true")
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "-e", "sglang_release_stage=true",
+                  kept=kept)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert report["status"] == "staged", report
@@ -107,15 +112,24 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert audit and "opens" in audit[0] and "closes" in audit[0], report["notes"]
     _unchanged(host, before, pid)
     (env,) = envs.glob("sglang-0.5.21-*")
-    # --check now shows the same audit, from the environment that is there.
-    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check")
+    # --check now shows the same audit, from the environment that is there; the two scans the staged
+    # run kept answer, the running tree's and the new environment's.
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--check", "-v", kept=kept)
+    assert "gate scan: scanned" not in proc.stderr and proc.stderr.count("rel: gate scan: tree unchanged") == 2, \
+        proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert audit[0] in report["notes"] and any("found finished" in n for n in report["notes"]), report
     _unchanged(host, before, pid)
 
     # The switch: the launch points at the new environment, which holds the release's pins.
-    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21")
+    # --flush-cache: no kept scan is offered to the audits, not even another host's of the same
+    # trees (both trees scanned again, and kept).
+    monkeypatch.setenv(memo.KEEP_ENV, str(kept))
+    for key in memo.keys_of_other_scopes(memo.Kind.SCANS, "another-host"):
+        memo.put(memo.Key(memo.Kind.SCANS, key.digest, "another-host"), memo.get(key) or {})
+    proc = _apply(run_gpuops, lab, envs, wheelhouse, "-e", "sglang_version=0.5.21", "--flush-cache", "-v", kept=kept)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tree unchanged" not in proc.stderr and proc.stderr.count("rel: gate scan: scanned") == 2, proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert report["status"] == "finished", report
     assert any("found finished" in n for n in report["notes"]), report

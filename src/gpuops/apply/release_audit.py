@@ -36,8 +36,11 @@ class TreeVerdicts:
     error: str | None = None
 
 
-def _audit(conn: "Connection", host: "Host", python: str | None, image: str | None = None) -> TreeVerdicts:
-    gate = gate_scan_probe(with_sources=False)  # nothing kept is offered: a new tree is scanned
+def _audit(conn: "Connection", host: "Host", python: str | None, image: str | None, offer_kept: bool) -> TreeVerdicts:
+    # Through the host's scan cache: the running tree is the one the apply's gather just scanned or
+    # found unchanged, so its kept scan answers; the new tree's scan is kept for the next command
+    # (the inspect after the switch, a --check, a second host with the same files).
+    gate = gate_scan_probe(with_sources=False, host=host, offer=offer_kept)
     script = preamble(host)
     if python is not None:
         # After the usual choice (the running server's interpreter): the new environment's instead.
@@ -54,15 +57,11 @@ def _audit(conn: "Connection", host: "Host", python: str | None, image: str | No
     return TreeVerdicts(report.version, features, stack, error)
 
 
-def audits(conn: "Connection", host: "Host", new_python: str | None,
-           new_image: str | None = None) -> tuple[TreeVerdicts, TreeVerdicts]:
-    """The running tree's verdicts and the new one's (the new environment's python, or image)."""
-    return _audit(conn, host, None), _audit(conn, host, new_python, new_image)
-
-
-def compare(conn: "Connection", host: "Host", new_python: str | None, new_image: str | None = None) -> list[str]:
-    """Notes: what the new tree opens and closes against the running one, and its stack problems."""
-    return notes(*audits(conn, host, new_python, new_image))
+def audits(conn: "Connection", host: "Host", new_python: str | None, new_image: str | None = None,
+           offer_kept: bool = True) -> tuple[TreeVerdicts, TreeVerdicts]:
+    """The running tree's verdicts and the new one's (the new environment's python, or image).
+    ``offer_kept=False`` (``--flush-cache``): no kept scan is offered; both trees are scanned."""
+    return _audit(conn, host, None, None, offer_kept), _audit(conn, host, new_python, new_image, offer_kept)
 
 
 def notes(old: TreeVerdicts, new: TreeVerdicts) -> list[str]:

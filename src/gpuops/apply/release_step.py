@@ -22,14 +22,16 @@ if TYPE_CHECKING:
 class ReleasePrep(Strategy):
     def checked(self, run: HostRun) -> None:
         if run.plan.release is not None:
-            _release_check(run.conn, run.host, run.plan.release, run.report, run.variables)
+            _release_check(run.conn, run.host, run.plan.release, run.report, run.variables,
+                           offer_kept=not run.options.flush_cache)
 
     def prepare(self, run: HostRun) -> None:
         release = run.plan.release
         if release is None:
             return
         try:
-            run.report.notes.extend(_release_ready(run.conn, run.host, release, run.variables))
+            run.report.notes.extend(_release_ready(run.conn, run.host, release, run.variables,
+                                                   offer_kept=not run.options.flush_cache))
         except EnvRefused as exc:
             raise Refusal(str(exc), journaled=True) from None
         if run.plan.entrypoints_unread:  # the environment is there now: its release says how to launch it
@@ -64,7 +66,7 @@ def _with_entrypoints(run: HostRun) -> None:
 
 
 def _release_ready(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage",
-                   variables: Mapping[str, Any]) -> list[str]:
+                   variables: Mapping[str, Any], offer_kept: bool) -> list[str]:
     """sglang-release before anything stops: the environment built (or found) or the image pulled
     (or found) and checked, then the gate audit of the new tree against the running one, and each
     standing source patch judged on the new tree. Raises ``EnvRefused`` (nothing changed)."""
@@ -81,25 +83,28 @@ def _release_ready(conn: "Connection", host: "Host", release: "ReleaseEnv | Rele
         from gpuops.apply.release_env import make_ready
 
         notes = [make_ready(conn, release, host.name, variables.get("gpuops_python")).note(release.version)]
-    audit_notes, refusal = _release_audit(conn, host, release)
+    audit_notes, refusal = _release_audit(conn, host, release, offer_kept)
     if refusal is not None:
         raise EnvRefused(f"{host.name}: {refusal}")
     return notes + audit_notes
 
 
-def _release_audit(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage") -> tuple[list[str], str | None]:
-    """The gate audit notes of the new tree (environment or image), and a standing patch's refusal."""
+def _release_audit(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage",
+                   offer_kept: bool) -> tuple[list[str], str | None]:
+    """The gate audit notes of the new tree (environment or image), and a standing patch's refusal.
+    ``offer_kept=False`` (``--flush-cache``): the host's kept scans are not offered."""
     from gpuops.apply import release_audit
     from gpuops.plan.release import ReleaseImage
 
     image = release.tag if isinstance(release, ReleaseImage) else None
-    old, new = release_audit.audits(conn, host, None if isinstance(release, ReleaseImage) else release.python, image)
+    old, new = release_audit.audits(conn, host, None if isinstance(release, ReleaseImage) else release.python, image,
+                                      offer_kept)
     patch_notes, refusal = release_audit.judge_patches(release.patches, old, new, release.version)
     return release_audit.notes(old, new) + patch_notes, refusal
 
 
 def _release_check(conn: "Connection", host: "Host", release: "ReleaseEnv | ReleaseImage", report: HostReport,
-                   variables: Mapping[str, Any]) -> None:
+                   variables: Mapping[str, Any], offer_kept: bool) -> None:
     """``--check`` of sglang-release: builds and pulls nothing; where the host already holds the
     finished environment (an earlier run built it) or the image, its gate audit against the running
     tree is shown."""
@@ -126,7 +131,7 @@ def _release_check(conn: "Connection", host: "Host", release: "ReleaseEnv | Rele
                             f"{release.version} opens and closes here) before the switch")
         return
     report.notes.append(note)
-    audit_notes, refusal = _release_audit(conn, host, release)
+    audit_notes, refusal = _release_audit(conn, host, release, offer_kept)
     report.notes.extend(audit_notes)
     if refusal is not None:
         report.warnings.append(f"apply would refuse: {refusal}")
