@@ -237,6 +237,16 @@ def newest(kind: Kind, scope: str = "", limit: int = 0) -> list[tuple[Key, dict[
     return found
 
 
+def discard(key: Key) -> None:
+    """Remove the entry kept under ``key`` (one found unusable); never fails the command."""
+    where = directory(key.kind, key.scope)
+    if where is not None:
+        try:
+            (where / f"{key.digest}.json").unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def exists(key: Key) -> bool:
     """Whether an entry is kept under ``key`` (not read: a torn one counts)."""
     where = directory(key.kind, key.scope)

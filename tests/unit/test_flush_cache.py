@@ -74,8 +74,8 @@ def test_forget_hosts_deletes_the_selected_hosts_entries_only(tmp_path: Path, mo
 
     assert not scan_cache.for_host(a1).holds("a" * 64)  # type: ignore[union-attr]
     # With none of its own, a1 is offered the other hosts' newest (used only where its tree is theirs).
-    assert set(scan_cache.for_host(a1).held(False)) == {"b" * 64}  # type: ignore[union-attr]
-    assert set(scan_cache.for_host(a2).held(False)) == {"b" * 64}  # type: ignore[union-attr]
+    assert set(scan_cache.for_host(a1).offer(False).fingerprints()) == {"b" * 64}  # type: ignore[union-attr]
+    assert set(scan_cache.for_host(a2).offer(False).fingerprints()) == {"b" * 64}  # type: ignore[union-attr]
     assert not (tmp_path / "kept" / "scans" / memo.host_identity(a1)).exists()
     monkeypatch.setenv("GPUOPS_KEEP", "off")
     assert memo.forget_hosts([a2]) == 0  # keeping off: nothing to forget, nothing touched

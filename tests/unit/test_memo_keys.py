@@ -129,11 +129,11 @@ def test_scans_are_scoped_per_host_and_keyed_by_the_hosts_fingerprint() -> None:
 
     scan["scanner"] = SUPPORTED_SCANNER
     cache.store(scan, has_sources=False)
-    assert set(cache.held(need_sources=False)) == {"c" * 64}
+    assert set(cache.offer(need_sources=False).fingerprints()) == {"c" * 64}
     other = scan_cache.for_host(dataclasses.replace(HOST, port=2222))
     assert other is not None and not other.holds("c" * 64)  # its own scope holds nothing
     # With none of its own, the other host is offered this one's (used only where its tree is this tree).
-    assert set(other.held(need_sources=False)) == {"c" * 64}
+    assert set(other.offer(need_sources=False).fingerprints()) == {"c" * 64}
 
 
 def test_catalog_values_key_on_the_file_and_gpuops_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

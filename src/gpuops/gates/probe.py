@@ -171,15 +171,17 @@ def gate_scan_probe(with_sources: bool = False, root: str | None = None, host: H
     if cache is None:
         return Probe(PROBE_NAME, gate_scan_script(scan_options(with_sources, root)), parse_gate_scan,
                      output_limit=LARGE_PROBE_OUTPUT_LIMIT)
-    options = scan_options(True, root)
-    held = cache.held(need_sources=with_sources) if offer else {}
-    if held:
-        options["known"] = sorted(held)
-    return Probe(PROBE_NAME, gate_scan_script(options), _cached_parse(host.name, cache, held, with_sources),  # type: ignore[union-attr]
+    # The memo's format is part of a kept scan's fingerprint: an entry kept in another format is
+    # never named by the host (other hosts' entries are offered unread: scan_cache.py).
+    options = {**scan_options(True, root), "kept_format": memo.FORMAT}
+    offered = cache.offer(need_sources=with_sources) if offer else scan_cache.NO_OFFER
+    if offered:
+        options["known"] = offered.fingerprints()
+    return Probe(PROBE_NAME, gate_scan_script(options), _cached_parse(host.name, cache, offered, with_sources),  # type: ignore[union-attr]
                  output_limit=LARGE_PROBE_OUTPUT_LIMIT)  # a scan's report with its source excerpts
 
 
-def _cached_parse(host_name: str, cache: scan_cache.HostScanCache, held: dict[str, dict[str, Any]],
+def _cached_parse(host_name: str, cache: scan_cache.HostScanCache, offered: scan_cache.Offer,
                   with_sources: bool) -> Callable[[ProbeOutput], GateScan]:
     import dataclasses
     import logging
@@ -192,9 +194,13 @@ def _cached_parse(host_name: str, cache: scan_cache.HostScanCache, held: dict[st
             return parse_gate_scan(out)
         fingerprint = data.get("fingerprint")
         if data.get("unchanged"):
-            kept = held.get(fingerprint) if isinstance(fingerprint, str) else None
-            if kept is None or not isinstance(fingerprint, str):  # never offered: a confused host, not a reason to trust anything
+            if not isinstance(fingerprint, str) or fingerprint not in offered.fingerprints():
+                # never offered: a confused host, not a reason to trust anything
                 return unknown_scan("the host answered 'unchanged' for a gate scan this client does not hold")
+            kept = offered.scan(fingerprint)
+            if kept is None:
+                return unknown_scan(f"another host's kept scan of this tree (fingerprint {fingerprint[:16]}) could "
+                                    "not be read; it was removed: run the command again to scan the tree")
             if isinstance(data.get("root"), str):
                 kept = {**kept, "root": data["root"]}  # where this host's tree lies (a patch is written there)
             whose = "at home"

@@ -6,17 +6,21 @@ scope per host, the key's digest the tree fingerprint the host computed), and of
 it holds with the next scan; a host whose tree still has one of them answers "unchanged" and the kept
 scan is used.
 
-A host the client holds no scan for (the first contact) is offered the newest scans kept for other
-hosts instead: the fingerprint names a tree by its files, not by where it lies (the root's device,
-every file's path under the root, size, mtime and inode, and the python), so the hosts of a fleet
-cloned from one image, or the lab's hosts, which hard-link one unpacked release, are scanned once
-between them. The scan used is then kept for this host too, with the root and python its own
-answer named (a patch is written under that root).
+Beside its own, a host is offered the fingerprints of the scans kept for other hosts (the newest
+``MAX_OFFERED_OTHERS``, by file name alone: none is read unless the host names it): the fingerprint
+names a tree by its files, not by where it lies (the root's device, every file's path under the
+root, size, mtime and inode, and the python), so the hosts of a fleet cloned from one image, or the
+lab's hosts, which hard-link one unpacked release, are scanned once between them, however many
+other trees were scanned meanwhile. The scan used is then kept for this host too, with the root and
+python its own answer named (a patch is written under that root).
 
 Trust: an entry is used only when its file name, its recorded fingerprint and the scan's own
 fingerprint agree, it is a complete scan of this scanner version, and the host named that very
-fingerprint; anything else (a torn, edited or foreign file) is ignored and the host scans again.
-Entries are written atomically (``memo.put``). The host identity only spreads entries over
+fingerprint. The host's own entries are read before they are offered, so a torn, edited or foreign
+one is ignored and the host scans again. Another host's entry is read only after the host named it:
+one that fails then is removed and the scan reported unknown ("run again"), never used. Entries are
+written atomically (``memo.put``) and the memo's format is one of the scan's options (so of its
+fingerprint), so that takes an edited or damaged file. The host identity only spreads entries over
 directories: correctness rests on the fingerprint. A host is told no more than sha256 digests of
 other hosts' trees' stat data; a host that lies about its tree misleads only its own report, as a
 host that lies in a full scan does.
@@ -25,7 +29,7 @@ host that lies in a full scan does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpuops import memo
 from gpuops.gates.scan import SUPPORTED_SCANNER
@@ -33,7 +37,8 @@ from gpuops.gates.scan import SUPPORTED_SCANNER
 if TYPE_CHECKING:
     from gpuops.inventory import Host
 
-MAX_OFFERED = 2  # entries read and offered per command (each is parsed before the exec)
+MAX_OFFERED = 2          # this host's own entries: read (parsed, ~5 ms each) and checked before the exec
+MAX_OFFERED_OTHERS = 24  # other hosts' fingerprints, offered by name (64 bytes each on the command line)
 
 
 def _is_fingerprint(value: Any) -> bool:
@@ -55,17 +60,56 @@ def valid_entry(data: Any, fingerprint: str) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """What one gate scan offers the host: this host's kept scans (read and checked), and the keys of
+    other hosts' (read only when the host names one)."""
+
+    own: dict[str, dict[str, Any]]
+    others: dict[str, memo.Key]
+    need_sources: bool = False
+
+    def fingerprints(self) -> list[str]:
+        return sorted({*self.own, *self.others})
+
+    def __bool__(self) -> bool:
+        return bool(self.own or self.others)
+
+    def scan(self, fingerprint: str) -> dict[str, Any] | None:
+        """The kept scan of ``fingerprint``, which the host named; None when it was not offered or
+        another host's entry proves not to be a whole scan of it (that entry is then removed)."""
+        if fingerprint in self.own:
+            return self.own[fingerprint]
+        key = self.others.get(fingerprint)
+        if key is None:
+            return None
+        scan = valid_entry(memo.get(key), fingerprint)
+        if scan is None or (self.need_sources and "sources" not in scan):
+            memo.discard(key)
+            return None
+        return scan
+
+
+NO_OFFER = Offer({}, {})
+
+
+@dataclass(frozen=True)
 class HostScanCache:
     """The scans kept for one host (a memo scope)."""
 
     scope: str
 
-    def held(self, need_sources: bool) -> dict[str, dict[str, Any]]:
-        """fingerprint -> scanner JSON of the newest valid entries (at most ``MAX_OFFERED``);
-        with ``need_sources``, only scans that carry the patchable files' sources. When this host
-        has none, the newest of the other hosts' (the module's docstring says why that is sound)."""
-        found = _valid_scans(memo.newest(memo.Kind.SCANS, self.scope), need_sources)
-        return found or _valid_scans(_other_hosts_newest(self.scope), need_sources)
+    def offer(self, need_sources: bool) -> Offer:
+        """This host's newest valid entries (at most ``MAX_OFFERED``; with ``need_sources``, only
+        scans that carry the patchable files' sources), and the newest other hosts' fingerprints
+        (at most ``MAX_OFFERED_OTHERS``; the module's docstring says why that is sound)."""
+        own = _valid_scans(memo.newest(memo.Kind.SCANS, self.scope, limit=memo.Kind.SCANS.max_entries), need_sources)
+        others: dict[str, memo.Key] = {}
+        for key in memo.keys_of_other_scopes(memo.Kind.SCANS, self.scope):
+            if len(others) >= MAX_OFFERED_OTHERS:
+                break
+            if _is_fingerprint(key.digest) and key.digest not in own:
+                others.setdefault(key.digest, key)  # a fleet's hosts share fingerprints: each offered once
+        return Offer(own, others, need_sources)
 
     def holds(self, fingerprint: str) -> bool:
         """Whether this host's own entries hold the scan of ``fingerprint`` (not another host's)."""
@@ -96,18 +140,6 @@ def _valid_scans(entries: Iterable[tuple[memo.Key, Any]], need_sources: bool) ->
         if scan is not None and (not need_sources or "sources" in scan):
             found[key.digest] = scan
     return found
-
-
-def _other_hosts_newest(scope: str) -> Iterator[tuple[memo.Key, dict[str, Any]]]:
-    """The entries kept for every other host, newest first, each read only when reached."""
-    read: set[str] = set()
-    for key in memo.keys_of_other_scopes(memo.Kind.SCANS, scope):
-        if key.digest in read:  # a fleet's hosts share fingerprints: each tree's scan is read once
-            continue
-        read.add(key.digest)
-        data = memo.get(key)
-        if data is not None:
-            yield key, data
 
 
 def for_host(host: "Host") -> HostScanCache | None:
