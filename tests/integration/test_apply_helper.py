@@ -526,3 +526,25 @@ def test_a_state_dir_that_fills_mid_run_is_reported_as_the_journal_says_naming_e
         assert target.read_bytes() == b"A=1\n"
     finally:
         subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_the_helper_exits_cleanly_while_gpuops_keeps_its_stdin_open(tmp_path: Path) -> None:
+    """The relay's reader thread is blocked reading gpuops' stdin when the helper ends (the client
+    closes its side only after reading the result): CPython's shutdown then aborted on that stream's
+    lock ("could not acquire lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown",
+    exit 134) after a good result. Seen once in a whole run; with stdin held open it is every time."""
+    state = tmp_path / "state"
+    proc = subprocess.Popen(["/bin/sh", "-c", python_command(sys.executable, stream=True)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(python_stdin("apply_helper", payload(state, [], run_id="open"), stream=True))
+        proc.stdin.flush()  # and kept open, as gpuops keeps the channel while it reads the result
+        result = json.loads(proc.stdout.readline().decode())
+        while "result" not in result:
+            result = json.loads(proc.stdout.readline().decode())
+        assert result["result"]["status"] == "unchanged", result
+        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()

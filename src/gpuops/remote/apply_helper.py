@@ -380,4 +380,14 @@ def entry():
 
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    status = entry()
+    # The relay's reader thread may still be blocked reading gpuops' stdin (the client closes it
+    # only after reading the result), holding that stream's lock: CPython's shutdown then aborts on
+    # it ("could not acquire lock for <stdin> at interpreter shutdown", SIGABRT) after a good result.
+    # The result is written and flushed, the worker is its own process: leave without the shutdown.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
