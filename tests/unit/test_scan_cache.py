@@ -222,6 +222,36 @@ def test_another_hosts_entry_that_proves_unusable_is_removed_never_used(site: Pa
     assert run_probe(other_site).cached
 
 
+def test_an_offered_entry_pruned_before_the_answer_is_read_from_another_host(site: Path, cache_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    """Other hosts' entries are offered unread, and a host keeps only its newest few: one offered
+    may be pruned by another command before this host answers. Another host's copy of the same
+    tree's scan serves; with none left, the scan is unknown ("run again"), never wrong."""
+    third = dataclasses.replace(OTHER, name="h03", port=2224)
+    first = run_probe(site, host=OTHER)
+    assert run_probe(linked_site(site, tmp_path / "h03" / "site"), host=third).cached  # kept for h03 too
+    own_site = linked_site(site, tmp_path / "h01" / "site")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(GPUOPS_PY=sys.executable, PYTHONPATH=str(own_site))
+    for round_ in (1, 2):
+        probe = gate_scan_probe(host=HOST)  # offers, unread, one host's entry of the tree
+        offered = scan_cache.for_host(HOST).offer(need_sources=False).others[first.fingerprint]  # type: ignore[union-attr,index]
+        gone = [p for p in entries(cache_dir) if p.stem == first.fingerprint
+                and (p.parent.name == offered.scope or round_ == 2)]
+        assert gone and all(p.parent.name != memo.host_identity(HOST) for p in gone)
+        for path in gone:
+            path.unlink()  # pruned meanwhile (round 2: every copy)
+        done = subprocess.run(["sh", "-s"], input=probe.script, capture_output=True, text=True, env=env, timeout=120)
+        scan = probe.parse(ProbeOutput(done.stdout, done.stderr, done.returncode))
+        if round_ == 1:
+            assert scan.cached and scan.gates == first.gates  # the other host's copy
+            for path in entries(cache_dir):
+                if path.parent.name == memo.host_identity(HOST):
+                    path.unlink()  # h01 forgets it again, for the second round
+        else:
+            assert not scan.known and "run the command again" in (scan.reason or "")
+
+
 def test_an_entry_of_another_memo_format_is_never_named(site: Path, cache_dir: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The memo's format is part of the fingerprint, so a host never names an entry a gpuops with

@@ -17,8 +17,9 @@ python its own answer named (a patch is written under that root).
 Trust: an entry is used only when its file name, its recorded fingerprint and the scan's own
 fingerprint agree, it is a complete scan of this scanner version, and the host named that very
 fingerprint. The host's own entries are read before they are offered, so a torn, edited or foreign
-one is ignored and the host scans again. Another host's entry is read only after the host named it:
-one that fails then is removed and the scan reported unknown ("run again"), never used. Entries are
+one is ignored and the host scans again. Another host's entry is read only after the host named it
+(one pruned meanwhile is read from any other host that keeps the same tree's scan): one that fails
+then is removed, and with no other copy the scan is reported unknown ("run again"), never used. Entries are
 written atomically (``memo.put``) and the memo's format is one of the scan's options (so of its
 fingerprint), so that takes an edited or damaged file. The host identity only spreads entries over
 directories: correctness rests on the fingerprint. A host is told no more than sha256 digests of
@@ -82,11 +83,18 @@ class Offer:
         key = self.others.get(fingerprint)
         if key is None:
             return None
-        scan = valid_entry(memo.get(key), fingerprint)
-        if scan is None or (self.need_sources and "sources" not in scan):
-            memo.discard(key)
-            return None
-        return scan
+        # The entry offered may have been pruned since (its host kept newer scans, in another
+        # command): any other host's copy of the same tree's scan serves as well.
+        for where in [key, *(k for k in memo.keys_of_other_scopes(memo.Kind.SCANS, key.scope)
+                             if k.digest == fingerprint)]:
+            data = memo.get(where)
+            if data is None and not memo.exists(where):
+                continue  # gone
+            scan = valid_entry(data, fingerprint)
+            if scan is not None and (not self.need_sources or "sources" in scan):
+                return scan
+            memo.discard(where)  # torn, or not a whole scan of that tree: never offered again
+        return None
 
 
 NO_OFFER = Offer({}, {})
