@@ -5,7 +5,8 @@ The whole path runs: payload -> client shipped on stdin to a local python -> fra
 The truth is what the stand-in really emitted (it records when each chunk left; /get_server_info
 ``recent_generations``): every request's rate and the run's summary must be within 2% of it, or the
 test fails. That truth does not depend on how busy the machine is, so a loaded machine can neither
-skip these tests nor pass them by luck. Whether the stand-in kept the rate it was given is a
+skip these tests nor pass them by luck; how late a busy client reads a chunk does, which is why each
+request decodes long enough for such a delay to stay well inside the bound. Whether the stand-in kept the rate it was given is a
 separate question about the stand-in, measured on its own (``test_standin_keeps_its_pace``).
 """
 
@@ -78,8 +79,13 @@ def check_itl(result: dict, spans: list[dict]) -> None:
     assert itl["p50"] == pytest.approx(describe(gaps)["p50"])
 
 
-# About 0.8-1 s of decoding per request: few tokens at low rates keep the test short.
-@pytest.mark.parametrize("rate,tokens", [(50, 40), (500, 400), (2000, 2000)])
+# About 0.8-2 s of decoding per request: few tokens at low rates keep the test short. The client's
+# window runs from its read of the first token to its read of the last, so a read made late by the
+# machine's load moves it: at 2,000 tok/s the client parses 2,000 chunks a second, and on CI's two
+# busy cores it once read the last one 31 ms late (2.2% of that request's 1.41 s). Two seconds there
+# keeps such a delay under the 2% bound; the 0.8 s requests at the lower rates still fail a window
+# that wrongly includes the 40 ms TTFT (5%).
+@pytest.mark.parametrize("rate,tokens", [(50, 40), (500, 400), (2000, 4000)])
 def test_measured_rate_within_2_percent(tmp_path: Path, rate: int, tokens: int):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": str(rate), "GPUOPS_STANDIN_TTFT_MS": "40"}
     with start_standin(tmp_path, env=env) as server:

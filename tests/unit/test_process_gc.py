@@ -25,7 +25,9 @@ def command_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     gc.enable()
     yield
     gc.unfreeze()
-    if not was_enabled:
+    if was_enabled:  # a test may turn it off (test_a_collector_turned_off_by_the_program_stays_off)
+        gc.enable()
+    else:
         gc.disable()
 
 
