@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Sequence
 
 from gpuops import pcie_ipc
@@ -22,6 +22,7 @@ from gpuops.bench.record import ResultDocument, at, mapping, objects
 from gpuops.gates.in_effect import server_tp_size
 from gpuops.gates.fits import switch_text
 from gpuops.facts.python_select import GPUOPS_PYTHON_MISSING
+from gpuops.frozen import frozen
 
 SCHEMA = 1
 
@@ -52,7 +53,7 @@ MODEL_FEATURES = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Evidence:
     basis: str                 # "measured" (this host: gpuops profile or bench) | "published" | "measured elsewhere"
     text: str
@@ -62,7 +63,7 @@ class Evidence:
     fallback: bool = False                    # published figures standing in for a profile of this host
 
 
-@dataclass(frozen=True)
+@frozen
 class ProfiledAllreduce:
     """This host's all-reduce cost per forward pass, as a stored ``gpuops profile`` measured it."""
 
@@ -79,7 +80,7 @@ class ProfiledAllreduce:
         return f"gpuops profile {self.result_id}" + (" (SIMULATED by the lab's stand-in)" if self.simulated else "")
 
 
-@dataclass(frozen=True)
+@frozen
 class Way:
     feature: str
     title: str
@@ -97,7 +98,7 @@ class Way:
                                                      "profile_id": ev.profile_id, "fallback": ev.fallback}}
 
 
-@dataclass(frozen=True)
+@frozen
 class HostAdvice:
     host: str
     ranked: tuple[Way, ...]          # what to do, best first

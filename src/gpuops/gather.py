@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpuops.transport.limits import MiB, over_message
 from gpuops import timings
 from gpuops.errors import TransportError
 from gpuops.transport.become import become_connection
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.transport.base import Connection
@@ -40,7 +41,7 @@ PROBE_OUTPUT_LIMIT = 4 * MiB
 LARGE_PROBE_OUTPUT_LIMIT = 32 * MiB  # declared by the gate scan, the journal and apply's file contents
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeOutput:
     stdout: str
     stderr: str
@@ -49,7 +50,7 @@ class ProbeOutput:
     size: int = field(default=-1, compare=False)  # bytes of stdout as the host sent them (-1: not counted)
 
 
-@dataclass(frozen=True)
+@frozen
 class Probe(Generic[T_co]):
     name: str  # unique key, e.g. "gpu.query"
     script: str  # POSIX sh; may use "$GPUOPS_PY" (set by the preamble)
@@ -70,14 +71,14 @@ class Probe(Generic[T_co]):
     output_limit: int = PROBE_OUTPUT_LIMIT
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeKept:
     """A probe skipped on the host because its ``unless`` held: the caller keeps its answer."""
 
     name: str
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeFailure:
     """A probe whose output never came back (the script died before it) or whose parser failed."""
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from gpuops.role_paths import default_roles_path, shared_templates_dirs
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -58,7 +59,7 @@ class Kind(enum.Enum):
         self.max_entries = max_entries
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Key:
     """Where one kept result lives: its kind, the digest of its inputs (or the fingerprint the host
     computed), and a scope (a subdirectory: one host's scans) where a kind keeps entries per scope."""

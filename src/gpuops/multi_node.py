@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
@@ -29,6 +28,7 @@ from gpuops.extravars import merged
 from gpuops.release.flags import merge_flags
 from gpuops.remote.host_protocol import FINISHED, KIND_ROLLBACK, REVERTED_BY_ROLLBACK, ROLLBACK_FAILED, ROLLED_BACK, STARTED, UNCHANGED
 from gpuops.remote.sglang_argv import flag_value
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -42,7 +42,7 @@ FLAGS_VAR = "sglang_deployment_args"
 DERIVED_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 
 
-@dataclass(frozen=True)
+@frozen
 class Deployment:
     """One multi-node server: its name, its nodes' host names in rank order, its init address."""
 
@@ -208,7 +208,7 @@ class Outcome(enum.Enum):
     ABSENT = "absent"            # no record of the run here, or "unchanged" (the node had nothing to do)
 
 
-@dataclass(frozen=True)
+@frozen
 class Split:
     """Run ``run_id`` of ``deployment`` committed on ``committed`` and rolled back on ``rolled_back``."""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -30,7 +30,7 @@ class NcclSettingError(GpuopsError):
     """An NCCL variable with an unknown name or a value NCCL would not accept."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Rule:
     """How one variable's value is checked: ``check`` returns None when fine, else the problem."""
 

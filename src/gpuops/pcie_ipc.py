@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Sequence
 from gpuops.gates import fits, kernels
 from gpuops.remote.sglang_argv import first_of, parse_flags
+from gpuops.frozen import frozen
 
 ENABLE_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 MAX_NUMEL_ENV = "SGLANG_PCIE_IPC_MAX_NUMEL"
@@ -69,7 +70,7 @@ class Misfit(enum.Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@frozen
 class HostStack:
     """What ``fit`` reads about one host (from apply's or inspect's facts)."""
 
@@ -87,7 +88,7 @@ class HostStack:
     allow_without_p2p: bool = False          # the operator's override of the P2P refusal
 
 
-@dataclass(frozen=True)
+@frozen
 class PcieIpcVerdict:
     applies: bool
     reason: str                      # one line: why it applies or why not

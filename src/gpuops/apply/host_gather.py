@@ -4,13 +4,13 @@ GPU facts when the role patches), turned into ``PlanFacts`` and the host's journ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuops.apply import container_audit
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.errors import GpuopsError
 from gpuops.shipping import missing_python
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 
-@dataclass(frozen=True)
+@frozen
 class Gathered:
     """What the gather read beside the plan's facts: the host's journal, its python, its problems."""
 

@@ -42,13 +42,14 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpuops import memo
 from gpuops.errors import GpuopsError
 from gpuops.facts.software import PythonPackages
 from gpuops.gather import Probe, ProbeFailure, ProbeKept
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.gather import Probe
@@ -66,7 +67,7 @@ def _guarded(name: str) -> bool:
     return name.startswith("gpu.") or name == "software.python"
 
 
-@dataclass(frozen=True)
+@frozen
 class Held:
     """What this client keeps for a host: the fingerprint (None until a run could compute it over
     the directories below), the sys.path directories to stat, and the summary."""
@@ -76,7 +77,7 @@ class Held:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen
 class Guard:
     """The probes to send for one host, and what was held when they were built."""
 

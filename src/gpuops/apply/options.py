@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuops.facts.managed import DEFAULT_STATE_DIR
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from gpuops.transport.rollout import Rollout
 
 
-@dataclass(frozen=True)
+@frozen
 class ApplyOptions:
     connect: "ConnectOptions"
     check: bool = False

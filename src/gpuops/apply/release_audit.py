@@ -12,13 +12,13 @@ container of it, no network), as inspect reads a docker server.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from gpuops.facts.collect import judge_facts, sglang_probes_in_docker
 from gpuops.facts.host import host_facts, preamble, probes_for
 from gpuops.facts.software_stack import stack_problems
 from gpuops.gates.probe import gate_scan_probe
 from gpuops.gather import gather
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 
-@dataclass(frozen=True)
+@frozen
 class TreeVerdicts:
     version: str | None
     features: dict[str, str]      # feature -> open / blocked / unknown ...

@@ -14,13 +14,13 @@ import json
 import posixpath
 import shlex
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.release import wheelhouse_digest
 from gpuops.shipping import python_command, python_stdin
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.plan.release import ReleaseEnv
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpuops.transport.stream import Stream
 
 
-@dataclass(frozen=True)
+@frozen
 class EnvReady:
     env_dir: str
     reused: bool

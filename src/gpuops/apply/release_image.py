@@ -15,11 +15,11 @@ import re
 import shlex
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from gpuops.apply.release_env import EnvRefused
 from gpuops.remote.release_env import PROBE
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.plan.release import ReleaseImage
@@ -29,7 +29,7 @@ _PULL_TIMEOUT_S = 3600
 _PULL_DONE = "gpuops-pull-exit="
 
 
-@dataclass(frozen=True)
+@frozen
 class ImageReady:
     tag: str
     image_id: str

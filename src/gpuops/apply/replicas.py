@@ -34,7 +34,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from gpuops.plan.varcheck import seconds_var
 from gpuops.transport.address import connect_address
 from gpuops.apply.journal import home_journal_path
 from gpuops.remote.sglang_argv import flag_value
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -60,7 +61,7 @@ _LISTING_TIMEOUT_S = 30.0  # the router's job queue applies a removal within thi
 _POLL_S = 0.2
 
 
-@dataclass(frozen=True)
+@frozen
 class Replica:
     host: str
     router: Router

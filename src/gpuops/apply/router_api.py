@@ -26,11 +26,12 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gpuops.errors import GpuopsError
 from gpuops.transport.limits import HTTP_REPLY_LIMIT, over_message
+from gpuops.frozen import frozen
 
 _REQUEST_TIMEOUT_S = 10.0
 KNOWN = "sglang-router 0.2's or 0.3's /workers API"
@@ -75,7 +76,7 @@ def comparable(url: str) -> str:
         return url
 
 
-@dataclass(frozen=True)
+@frozen
 class Worker:
     id: str
     url: str
@@ -111,7 +112,7 @@ def api_of(workers: list[Worker]) -> WorkerApi | None:
     raise ValueError("some workers are listed by their URL, others by an id")
 
 
-@dataclass(frozen=True)
+@frozen
 class Router:
     url: str
     api_key: str | None = None

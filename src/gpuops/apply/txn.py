@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpuops.remote.host_protocol import EVENT_AUDITED, EVENT_COMMITTED, EVENT_HEARTBEAT, EVENT_PHASE, EVENT_RECOVERED, EVENT_ROLLED_BACK, EVENT_VERIFIED, FINISHED, MODE_APPLY, ROLLED_BACK, STATUS_ERROR, STATUS_FINISHED, STATUS_ROLLED_BACK, STATUS_UNKNOWN, HostEvent
 from gpuops.apply import inflight
@@ -21,6 +20,7 @@ from gpuops.errors import GpuopsError
 from gpuops.shipping import missing_python
 from gpuops.remote.host_protocol import HOLDS
 from gpuops.transport.verbose import COMMANDS, LOGGER
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.transport import Connection
@@ -166,7 +166,7 @@ def _watchdog(stream: "Stream", deadline: float | None) -> threading.Timer | Non
     return watchdog
 
 
-@dataclass(frozen=True)
+@frozen
 class _Answers:
     """This side's part in the exchange, as the caller gave it: who judges the re-audit, sees the
     progress events, checks before the commit, and waits at a deployment's holds."""

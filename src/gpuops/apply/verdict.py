@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from gpuops.plan.changes import AuditCheck
 from gpuops.gates.evaluate import judge
 from gpuops.gates.probe import gate_scan_probe
 from gpuops.gather import ProbeOutput
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     ok: bool
     reason: str

@@ -19,9 +19,10 @@ from gpuops.bench.simulated import model_label
 from gpuops.bench.stats import Interval, significant, verdict
 from gpuops.bench.suites import Figures, reader
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Metric:
     name: str
     unit: str

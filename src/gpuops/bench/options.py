@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Mapping, Sequence, TypedDict
 
 from gpuops.bench.record import JSONObject
@@ -20,6 +20,7 @@ from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
 from gpuops.facts.python_select import sglang_env_pythonpath
 from gpuops.bench.suites import reader
+from gpuops.frozen import frozen
 
 APIS = ("native", "completions", "chat")
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
@@ -52,7 +53,7 @@ def check_kernels(given: Sequence[str] | str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names)) or ("nccl",)
 
 
-@dataclass(frozen=True)
+@frozen
 class AllreduceOptions:
     world_size: int | None = None            # None: the host's GPU count (gloo: 2)
     hidden_size: int | None = None           # None: the served model's config, else 7168
@@ -71,7 +72,7 @@ class AllreduceOptions:
     timeout_s: float | None = None           # per variant; None: from the sizes (see bench_client)
 
 
-@dataclass(frozen=True)
+@frozen
 class BenchOptions:
     suite: str
     api: str = "native"

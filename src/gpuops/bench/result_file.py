@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, TypeGuard
 
 from gpuops.bench.record import ResultDocument, Summary
 from gpuops.remote.scan_read import NotRead, read_regular
+from gpuops.frozen import frozen
 
 SCHEMA_PREFIX = "gpuops.bench.result/"
 
@@ -43,7 +43,7 @@ class BadResult(Exception):
     """Why a file in the results folder is not a result gpuops can read, in a few words."""
 
 
-@dataclass(frozen=True)
+@frozen
 class ResultFile:
     document: ResultDocument
     flagged: tuple[str, ...]  # figures read as missing: "summary.ttft_ms.p50 is NaN"

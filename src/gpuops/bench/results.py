@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
 from typing import Mapping, TypeGuard
 
 from gpuops.bench.fingerprint import configuration, fingerprint, public_server_record
@@ -32,6 +31,7 @@ from gpuops.bench.stats import intervals_json
 from gpuops.facts.server_args import settings_from_argv
 from gpuops.facts.speculative import SpeculativeJSON, judge
 from gpuops.remote.prom_text import run_deltas
+from gpuops.frozen import frozen
 
 SCHEMA = "gpuops.bench.result/1"
 # Keys of /get_server_info that are not server arguments (real SGLang flattens its args in).
@@ -40,7 +40,7 @@ _INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "speed_mo
                             "startup_time", "frontend", "kv_events"})
 
 
-@dataclass(frozen=True)
+@frozen
 class RunContext:
     host: str
     options: BenchOptions

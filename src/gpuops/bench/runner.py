@@ -26,6 +26,7 @@ from gpuops.bench.suites import suite as suite_spec
 from gpuops.errors import GpuopsError
 from gpuops.shipping import python_command, python_stdin, source
 from gpuops.transport import prepare_ssh
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -49,7 +50,7 @@ class HostBench:
     started_at: float | None = None  # when this host's run began (here)
 
 
-@dataclass(frozen=True)
+@frozen
 class BenchTarget:
     """A host and how its client is reached: the URL the client uses, the python that runs it."""
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 import random
 import statistics
-from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, TypedDict
+from gpuops.frozen import frozen
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -40,7 +40,7 @@ class IntervalJSON(TypedDict):
     confidence: float
 
 
-@dataclass(frozen=True)
+@frozen
 class Interval:
     median: float
     low: float

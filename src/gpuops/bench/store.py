@@ -24,7 +24,6 @@ import sqlite3
 import stat
 import tempfile
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -32,6 +31,7 @@ from gpuops.bench.record import JSONObject, KeptTrace, ResultDocument, number
 from gpuops.bench.result_file import BadResult, ResultFile, clean_figures, read_result
 from gpuops.bench.simulated import is_simulated, model_label
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 INDEX_NAME = "index.sqlite"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -44,7 +44,7 @@ _INDEX_COLUMNS = _COLUMNS + ("stamp",)
 _INDEX_VERSION = 2
 
 
-@dataclass(frozen=True)
+@frozen
 class BadFile:
     """A file in the results folder that is not a result gpuops can read, and why."""
 
@@ -55,7 +55,7 @@ class BadFile:
         return f"results: skipped {self.name}: {self.why}"
 
 
-@dataclass(frozen=True)
+@frozen
 class ResultEntry:
     id: str
     host: str

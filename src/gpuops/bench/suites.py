@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from gpuops.bench.frames import RemoteRun
 from gpuops.bench.record import Headline, JSONObject, ResultDocument, Summary
+from gpuops.frozen import frozen
 
 # Options every suite takes: where to run, where results go, repeats, host keys.
 COMMON_OPTIONS = ("remote", "inventory", "limit", "as_json", "results_dir", "url", "port", "repeat", "python",
@@ -27,7 +28,7 @@ _TORCHRUN_OPTIONS = ("world_size", "hidden_size", "tokens", "variant_timeout", "
                      "trials", "allreduces_per_step")
 
 
-@dataclass(frozen=True)
+@frozen
 class Suite:
     name: str
     help: str

@@ -10,7 +10,7 @@ Blackwell and RTX 50xx sm120, GB10 sm121, A100 Ampere sm80, L40S Ada sm89.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from gpuops.frozen import frozen
 
 # (major, minor) -> architecture; a missing minor falls back to the major's entry.
 _ARCH_BY_CC: dict[tuple[int, int | None], str] = {
@@ -60,7 +60,7 @@ _CC_BY_NAME: tuple[tuple[str, str], ...] = (
 _CC_RE = re.compile(r"^\s*(\d{1,2})\.(\d{1,2})\s*$")
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuArch:
     """What a GPU is, in the terms SGLang's gates use."""
 

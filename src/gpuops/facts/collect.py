@@ -5,7 +5,7 @@ per host, hosts in parallel, a dead run finished first) is ``gpuops/inspection.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, TypedDict
 
 from gpuops.facts.host import HostFacts
@@ -19,6 +19,7 @@ from gpuops.gates.fits import HostShape, deterministic_collectives, p2p_gaps, tp
 from gpuops.gates.judge_memo import judge_or_recall
 from gpuops.gates.scan import GateScan
 from gpuops.gather import Probe, ProbeFailure
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.gates.evaluate import GateReport
@@ -36,7 +37,7 @@ class ScanSummary(TypedDict):
     fingerprint: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class HostInspection:
     facts: HostFacts
     gate_report: GateReport | None = None  # when the gate scan ran and was judged

@@ -22,15 +22,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from dataclasses import dataclass
 from typing import Callable, Mapping, TypedDict, TypeGuard
 from gpuops.gather import Probe, ProbeOutput
+from gpuops.frozen import frozen
 
 FUNCTION = "gpuops_container_python"
 CONTAINER_PROBE = "docker.container"
 
 
-@dataclass(frozen=True)
+@frozen
 class ContainerTarget:
     """Where a docker-managed host's SGLang lives: the container, its image, its python."""
 

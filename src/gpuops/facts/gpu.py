@@ -16,12 +16,13 @@ import csv
 import io
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypedDict
 
 from gpuops.facts.arch import identify
 from gpuops.facts.smi_command import failure_reason, smi_probe
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
+from gpuops.frozen import frozen
 
 QUERY_PROBE, BANNER_PROBE, PROCFS_PROBE = "gpu.query", "gpu.banner", "gpu.procfs"
 # The query's field list is the one the fixtures were captured with.
@@ -43,7 +44,7 @@ _NVRM_RE = re.compile(r"NVRM version:.*?\s([0-9]{3,}\.[0-9]+(?:\.[0-9]+)?)\s")
 _PROC_FILE_RE = re.compile(r"^== (\S+)$", re.M)
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     index: int
     name: str
@@ -62,7 +63,7 @@ class Gpu:
     clocks_max_sm_mhz: int | None
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuQuery:
     """The parsed ``--query-gpu`` table (or the driver's /proc listing), or why there is none."""
 
@@ -73,7 +74,7 @@ class GpuQuery:
     note: str | None = None  # caveats of a known answer (e.g. compute capability guessed from names)
 
 
-@dataclass(frozen=True)
+@frozen
 class SmiBanner:
     """Driver and CUDA (driver API) versions from the plain `nvidia-smi` banner."""
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuops.facts import gpu as gpu_fact
@@ -23,6 +22,7 @@ from gpuops.facts.server import ServerFacts
 from gpuops.facts.software import HostSystem, PythonPackages
 from gpuops.facts.topology import Interconnect
 from gpuops.gather import Probe
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["HostFacts", "host_facts", "preamble", "probes_for"]
 
 
-@dataclass(frozen=True)
+@frozen
 class HostFacts:
     gpu: GpuQuery
     banner: SmiBanner

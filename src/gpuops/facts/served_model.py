@@ -8,13 +8,13 @@ Multimodal configs (Kimi-K2.5, Qwen-VL...) keep the language model's sizes in a 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TypedDict
+from gpuops.frozen import frozen
 
 _TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelFacts:
     known: bool
     path: str

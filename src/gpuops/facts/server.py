@@ -13,13 +13,14 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING
 
 from gpuops.facts.software import kv_lines
 from gpuops.secret_policy import mask_args, mask_value
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 from gpuops.remote.service_base import HEALTH_PROBE_TIMEOUT_S
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:  # imported where a running server is parsed: apply's GPU facts never need them
     from gpuops.facts.served_model import ModelFacts
@@ -145,7 +146,7 @@ fi
 """
 
 
-@dataclass(frozen=True)
+@frozen
 class ServerFacts:
     known: bool
     reason: str | None = None
@@ -181,7 +182,7 @@ class ServerFacts:
         return bool(self.settings.args.get("enable_metrics"))
 
 
-@dataclass(frozen=True)
+@frozen
 class DockerContainerFacts:
     """``docker inspect`` of the server's container (environment filtered like the server's)."""
 
@@ -200,7 +201,7 @@ class DockerContainerFacts:
     env: dict[str, str]
 
 
-@dataclass(frozen=True)
+@frozen
 class SystemdUnitFacts:
     """``systemctl show`` of the unit that runs the server (verbatim where systemd's text is the fact)."""
 

@@ -8,12 +8,13 @@ the one policy), before anything could print or journal them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypedDict
 
 # The one SGLang argv parser (stdlib only, shared with the host code and the lab's stand-in).
 from gpuops.remote.sglang_argv import first_of, launch_args, parse_flags
 from gpuops.secret_policy import mask_mapping
+from gpuops.frozen import frozen
 
 DEFAULT_PORT = 30000
 
@@ -49,7 +50,7 @@ def _bool(value: object) -> bool:
     return bool(value)
 
 
-@dataclass(frozen=True)
+@frozen
 class ServerSettings:
     """The typed view of a server's flags; ``args`` keeps every flag as given."""
 

@@ -13,9 +13,10 @@ a server reports its ``api_key`` and its command line in plain text.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypedDict
 from gpuops.secret_policy import mask_reported
+from gpuops.frozen import frozen
 
 # The settings the report's line names (and in_effect reads): what decides the verify step's speed.
 HEADLINE = ("attention_backend", "enable_flashinfer_allreduce_fusion", "flashinfer_allreduce_fusion_backend",
@@ -36,7 +37,7 @@ class ReportJSON(TypedDict):
     error: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class ServerReport:
     route: str | None                       # the route that answered: /server_info or /get_server_info
     settings: dict[str, object] = field(default_factory=dict)

@@ -7,17 +7,18 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TypedDict
 
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
 from gpuops.gates.probe import kernel_reads
+from gpuops.frozen import frozen
 
 NO_PYTHON_STATUS = 127
 
 
-@dataclass(frozen=True)
+@frozen
 class HostSystem:
     """What the host is, from sh alone (works with no python at all)."""
 
@@ -30,7 +31,7 @@ class HostSystem:
     chosen_python_reason: str | None  # $GPUOPS_PY_REASON
 
 
-@dataclass(frozen=True)
+@frozen
 class PackageInfo:
     version: str | None
     path: str | None  # the package directory (as `import` would find it)
@@ -40,7 +41,7 @@ class PackageInfo:
     requires: tuple[str, ...] | None = None  # sglang only: its Requires-Dist lines for the stack packages
 
 
-@dataclass(frozen=True)
+@frozen
 class PythonPackages:
     known: bool
     reason: str | None = None

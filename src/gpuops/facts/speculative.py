@@ -14,8 +14,9 @@ failed) the launch flags are the answer, and the reason says that SGLang may sti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Mapping, TypedDict
+from gpuops.frozen import frozen
 
 # Our name -> the server setting (and its launch flag: ``--`` + the setting with dashes).
 SETTINGS = (("algorithm", "speculative_algorithm"), ("num_steps", "speculative_num_steps"),
@@ -34,7 +35,7 @@ class SpeculativeJSON(TypedDict):
     disagreements: list[str]
 
 
-@dataclass(frozen=True)
+@frozen
 class SpeculativeInEffect:
     in_effect: bool | None                   # None: cannot tell (no server runs)
     settings: dict[str, object] = field(default_factory=dict)  # what runs: algorithm, num_steps, ...

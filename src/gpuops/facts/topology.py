@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypedDict
 
 from gpuops.facts.smi_command import failure_reason, smi_probe, strip_ansi
 from gpuops.gather import Probe, ProbeOutput, value_or_unknown
+from gpuops.frozen import frozen
 
 TOPO_PROBE, P2P_PROBE = "gpu.topo", "gpu.p2p"
 # probe -> nvidia-smi arguments (the lab's fake nvidia-smi answers the same, tests/facts replay it)
@@ -58,13 +59,13 @@ _DEVICE_RE = re.compile(r"^(GPU|NIC)\d+$")
 _NVLINK_RE = re.compile(r"^NV(\d+)$")
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuAffinity:
     cpu_affinity: str | None  # "0-31,64-95"
     numa_node: str | None  # "0"; "0-1" on some boxes; None when N/A
 
 
-@dataclass(frozen=True)
+@frozen
 class TopologyMatrix:
     """`nvidia-smi topo -m`: link code between every pair of devices, and each GPU's affinity."""
 
@@ -75,7 +76,7 @@ class TopologyMatrix:
     affinity: dict[str, GpuAffinity] = field(default_factory=dict)  # "GPU0" -> affinity
 
 
-@dataclass(frozen=True)
+@frozen
 class P2PMatrix:
     """`nvidia-smi topo -p2p r`: peer-to-peer read status between every pair of GPUs."""
 
@@ -85,7 +86,7 @@ class P2PMatrix:
     status: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen
 class Interconnect:
     known: bool
     reason: str | None

@@ -14,12 +14,13 @@ from typing import Any, Iterable, Mapping
 
 from gpuops.gates.logic import GpuTarget, PredicateBook, admits, cap_verdict
 from gpuops.gates.scan import GateScan
+from gpuops.frozen import frozen
 
 CORPUS_DIR = Path(__file__).resolve().parents[3] / "tests" / "gate_corpus"
 JUDGED_ON = {"sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}
 
 
-@dataclass(frozen=True)
+@frozen
 class Corpus:
     labels: tuple[Mapping[str, Any], ...]
     excluded: tuple[Mapping[str, Any], ...]
@@ -88,7 +89,7 @@ def check_labels(scan: GateScan, labels: Iterable[Mapping[str, Any]], architectu
     return out
 
 
-@dataclass(frozen=True)
+@frozen
 class Recall:
     candidates: int
     shaped: int

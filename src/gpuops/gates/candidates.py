@@ -15,9 +15,9 @@ import io
 import keyword
 import re
 import tokenize
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+from gpuops.frozen import frozen
 
 # Names that read the capability (case-insensitive, whole-token).
 CAPABILITY_NAME_RE = re.compile(
@@ -30,7 +30,7 @@ _COMPARE = {"==", "!=", "<", ">", "<=", ">="}
 _SKIP_DIRS = ("__pycache__", "test", "tests")
 
 
-@dataclass(frozen=True)
+@frozen
 class Candidate:
     file: str
     line: int

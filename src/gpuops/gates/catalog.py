@@ -6,20 +6,21 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.gates import BUILTIN_CATALOG
 from gpuops.yamlfile import parse_yaml_text
+from gpuops.frozen import frozen
 
 ROLES = ("runtime", "auto_enable", "hardware")
 _MATCH_KEYS = ("context", "sets", "reads", "message", "function", "kind")
 DEFAULTS = ("on", "auto", "off")
 
 
-@dataclass(frozen=True)
+@frozen
 class GateRule:
     role: str
     why: str
@@ -51,7 +52,7 @@ class GateRule:
         return True
 
 
-@dataclass(frozen=True)
+@frozen
 class FlagChoice:
     setting: str
     flag: str
@@ -60,7 +61,7 @@ class FlagChoice:
     inverse: bool = False   # a switch that turns the feature off (--disable-...)
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelNeed:
     """What a feature needs of the library that runs its kernel (``kernels:`` in the catalog):
     a FlashInfer JIT generator that builds for the GPU's major (``generator``), a name FlashInfer
@@ -88,7 +89,7 @@ FIT_KINDS = ("tp_size", "tp_at_most_without_nvlink", "dtype", "deterministic", "
              "capability_major_in", "weights")
 
 
-@dataclass(frozen=True)
+@frozen
 class Fit:
     """A condition of the host (not of its GPU generation) under which SGLang runs a feature
     (``fits:`` in the catalog; judged by gates/fits.py): ``kind`` one of ``FIT_KINDS`` with its
@@ -102,7 +103,7 @@ class Fit:
     at: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class Feature:
     name: str
     title: str
@@ -137,7 +138,7 @@ class Feature:
         return any(p.search(text) for p in self.keywords)
 
 
-@dataclass(frozen=True)
+@frozen
 class Catalog:
     features: tuple[Feature, ...]
     server_defaults: Mapping[str, Any] = field(default_factory=dict)

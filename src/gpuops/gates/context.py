@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from gpuops.gates.in_effect import normal_text, platform_value, settings_value, unreachable
@@ -31,6 +30,7 @@ from gpuops.gates.logic import (
     Evaluator, GpuTarget, PredicateBook, cap_verdict, node_text, normalise_args, other_clauses,
 )
 from gpuops.remote.gate_tree import clause_nodes
+from gpuops.frozen import frozen
 
 # What the platform names SGLang branches on are on an NVIDIA host. ``_use_aiter`` is an AMD
 # library switch (``get_bool_env_var("SGLANG_USE_AITER") and _is_hip``); gfx names are AMD GPUs;
@@ -51,7 +51,7 @@ CONFIGURATION = ("tp_size", "nnodes", "dp_size", "pp_size", "ep_size", "moe_ep_s
 _FABRIC_RE = re.compile(r"multicast|mnnvl|nvlink|nvls", re.I)
 
 
-@dataclass(frozen=True)
+@frozen
 class Placement:
     not_applicable: str | None = None  # why the gate is for another platform than this host's
     outside: str | None = None  # an enclosing test false for this GPU or this host's configuration (its text)

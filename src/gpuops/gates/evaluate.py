@@ -6,7 +6,7 @@ catalog feature with the gates on its path. Pure: the scan, the facts and the ca
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Sequence
 
 from gpuops.gates.catalog import Catalog, Feature, GateRule, load_catalog
@@ -27,9 +27,10 @@ from gpuops.gates.skips import skipped_branch
 from gpuops.remote.gate_tree import has_atoms
 from gpuops.gates.in_effect import in_effect, platform_value, unreachable
 from gpuops.gates.logic import normalise_args
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class FeatureGate:
     """A gate recognised as lying on a feature's path."""
 
@@ -40,7 +41,7 @@ class FeatureGate:
     path: str | None = None  # the catalog rule's `path:` (one of the feature's kernel paths)
 
 
-@dataclass(frozen=True)
+@frozen
 class GateReport:
     gates: list[dict[str, Any]]
     features: dict[str, dict[str, Any]]
@@ -60,7 +61,7 @@ class GateReport:
         return GateCounts.of(self.gates)
 
 
-@dataclass(frozen=True)
+@frozen
 class GateCounts:
     """The judged gates by what they cost the GPU (inspect's count line; ``gate_counts`` in --json).
     Only ``blocked`` is a loss: a gate whose status is blocked but which this host never reaches

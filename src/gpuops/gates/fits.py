@@ -16,16 +16,16 @@ A feature without GPU-generation gates (``gates: []``) is decided by its kernel 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from gpuops.gates.catalog import Feature, Fit
 from gpuops.gates.in_effect import asks_for, lone_gpu, reported_state
 from gpuops.gates.kernels import KernelStatus, KernelVerdict, close
 from gpuops.gates import kernels
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class HostShape:
     """The facts fits are judged against (None: not known, e.g. no server runs)."""
 
@@ -43,7 +43,7 @@ class HostShape:
     weights: str | None = None         # how the served model's weights are stored (``weight_format``)
 
 
-@dataclass(frozen=True)
+@frozen
 class FitVerdict:
     fit: Fit
     holds: bool | None

@@ -4,10 +4,10 @@ hosts and operators write ("12.0", "sm120", "SM_90")."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuTarget:
     """The GPU a gate is judged for: its compute capability and CUDA version (not a device as
     nvidia-smi reports it: that is ``gpuops.facts.gpu.Gpu``)."""

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gpuops.gates.catalog import Catalog, Feature, KernelNeed
+from gpuops.frozen import frozen
 
 # The distribution that carries each provider's version.
 # DeepGEMM's package is sgl-deep-gemm (what SGLang pins); its import name, deep_gemm, is what SGLang asks for.
@@ -38,7 +38,7 @@ class KernelStatus(enum.Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelVerdict:
     need: KernelNeed
     status: KernelStatus

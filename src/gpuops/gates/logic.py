@@ -15,7 +15,6 @@ import itertools
 import operator
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 # The GPU a gate is judged for has its own module; its names are imported from here too.
@@ -26,6 +25,7 @@ from gpuops.gates.scan import GateScan
 # bundle carries it to hosts); ``is_pure_cap`` is its ``only_atoms`` under this package's name.
 from gpuops.remote.gate_tree import clause_nodes
 from gpuops.remote.gate_tree import only_atoms as is_pure_cap
+from gpuops.frozen import frozen
 
 Tri = "bool | None"
 
@@ -438,7 +438,7 @@ def undecided(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
     return [name for (name, _, _), v in zip(book.candidates, cap_verdicts(gate, book, gpus)) if v.status == "unknown"]
 
 
-@dataclass(frozen=True)
+@frozen
 class CapVerdict:
     status: str  # "open" | "blocked" | "unknown"
     unknowns: tuple[str, ...] = ()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
@@ -47,13 +47,14 @@ from gpuops.gates.logic import (
 from gpuops.gates.scan import GateScan
 from gpuops.remote.gate_tree import is_gate_tree
 from gpuops.gates.logic import admits
+from gpuops.frozen import frozen
 
 
 class UnrecognisedLayout(GpuopsError):
     """The release's gates of the feature are not in a shape the planner knows: nothing is changed."""
 
 
-@dataclass(frozen=True)
+@frozen
 class FileChange:
     path: str  # relative to the sglang package dir, e.g. "srt/layers/communicator.py"
     before: str
@@ -66,7 +67,7 @@ class FileChange:
             fromfile=f"a/sglang/{self.path}", tofile=f"b/sglang/{self.path}"))
 
 
-@dataclass(frozen=True)
+@frozen
 class WidenedGate:
     id: str
     file: str
@@ -77,7 +78,7 @@ class WidenedGate:
     after: str  # as it will be
 
 
-@dataclass(frozen=True)
+@frozen
 class ClosedGate:
     id: str
     file: str
@@ -87,7 +88,7 @@ class ClosedGate:
     why: str
 
 
-@dataclass(frozen=True)
+@frozen
 class GatePatchPlan:
     feature: str  # the catalog feature the patch opens
     version: str | None
@@ -115,7 +116,7 @@ class GatePatchPlan:
         return "".join(change.diff() for change in self.changes)
 
 
-@dataclass(frozen=True)
+@frozen
 class _Edit:
     start: tuple[int, int]  # (line 1-based, column in characters)
     end: tuple[int, int]
@@ -123,7 +124,7 @@ class _Edit:
     key: str  # identical edits (one import, one alias) are made once
 
 
-@dataclass(frozen=True)
+@frozen
 class _Target:
     gpu: GpuTarget
     sm: str

@@ -10,10 +10,10 @@ definition of (a predicate imported from a package gpuops cannot see, a platform
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Meaning:
     """True on GPUs whose major is in ``majors`` (or whose exact capability is in ``exact``),
     with a CUDA runtime of at least ``min_cuda``; ``at_least`` means major >= majors[0]."""

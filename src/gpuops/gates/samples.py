@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuops.gates.accuracy import CORPUS_DIR
+from gpuops.frozen import frozen
 
 SAMPLES_FILE = CORPUS_DIR / "samples.json"
 LABELS = ("open", "blocked", "not_applicable")
 PARTS = ("tuning", "held_out", "independent", "independent-2", "independent-3", "independent-4", "independent-5", "independent-6", "independent-7", "independent-8", "independent-9", "independent-10", "independent-11", "independent-12", "independent-13", "independent-14")
 
 
-@dataclass(frozen=True)
+@frozen
 class SampleHost:
     """The host the samples are labelled for."""
 
@@ -54,7 +54,7 @@ def draw(gates: Sequence[Mapping[str, Any]], n: int, seed: int) -> list[Mapping[
     return random.Random(seed).sample(list(gates), min(n, len(gates)))
 
 
-@dataclass(frozen=True)
+@frozen
 class Agreement:
     label: Mapping[str, Any]
     got: str | None  # gpuops' status of the gate on that line; None when no gate is reported there

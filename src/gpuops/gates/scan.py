@@ -8,13 +8,14 @@ module turns it into a ``GateScan``. Gates stay plain dicts (their condition is 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping
+from gpuops.frozen import frozen
 
 SUPPORTED_SCANNER = 1
 
 
-@dataclass(frozen=True)
+@frozen
 class GateScan:
     known: bool
     reason: str | None = None

@@ -29,11 +29,11 @@ host that lies in a full scan does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpuops import memo
 from gpuops.gates.scan import SUPPORTED_SCANNER
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -60,7 +60,7 @@ def valid_entry(data: Any, fingerprint: str) -> dict[str, Any] | None:
     return scan
 
 
-@dataclass(frozen=True)
+@frozen
 class Offer:
     """What one gate scan offers the host: this host's kept scans (read and checked), and the keys of
     other hosts' (read only when the host names one)."""
@@ -100,7 +100,7 @@ class Offer:
 NO_OFFER = Offer({}, {})
 
 
-@dataclass(frozen=True)
+@frozen
 class HostScanCache:
     """The scans kept for one host (a memo scope)."""
 

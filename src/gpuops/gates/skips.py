@@ -82,12 +82,12 @@ does not get.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from gpuops.gates.in_effect import unreachable
 from gpuops.gates.logic import RECENT_CUDA, Evaluator, GpuTarget, PredicateBook, cap_verdicts, node_text
 from gpuops.remote.gate_tree import children, clause_nodes
+from gpuops.frozen import frozen
 
 # The oldest architecture the ``older`` threshold counts from: a lower bound at Ampere
 # (``(8, 0) <= cap < (10, 0)``) is SGLang's floor for a path, not a band of GPUs chosen over others.
@@ -100,7 +100,7 @@ KINDS = ("older", "others", "own_branch", "quirk", "default", "imports", "taken_
 _UNSET = (None,)
 
 
-@dataclass(frozen=True)
+@frozen
 class Skip:
     """Why the GPU that fails a branch's test loses nothing by it."""
 

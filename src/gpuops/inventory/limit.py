@@ -16,9 +16,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from gpuops.errors import InventoryError
+from gpuops.frozen import frozen
 
 _SUBSCRIPT = re.compile(r"^(?P<base>.+?)\[(?P<start>-?\d*)(?::(?P<end>-?\d*))?\]$")
 _GLOB_CHARS = ("*", "?", "[", ".")
@@ -42,7 +42,7 @@ def split_terms(limit: str) -> list[str]:
     return [part.strip() for part in parts if part.strip()]
 
 
-@dataclass(frozen=True)
+@frozen
 class Names:
     """What a --limit pattern is matched against: an inventory's host names, in its order, and
     each group's members (descendants included), with the inventory's source for error messages."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
@@ -29,6 +29,7 @@ from gpuops.inventory.yaml_source import read_yaml_inventory
 from gpuops.inventory.vault import Vault, is_encrypted
 from gpuops.inventory.yamlfile import load_json_text, parse_yaml_text, read_text
 from gpuops import timings
+from gpuops.frozen import frozen
 
 INVENTORY_ENV = "GPUOPS_INVENTORY"
 _YAML_EXTENSIONS = (".yml", ".yaml", ".json")
@@ -38,7 +39,7 @@ _VARS_DIRS = ("group_vars", "host_vars")
 _PLUGIN_LINE = re.compile(r"^plugin\s*:", re.MULTILINE)
 
 
-@dataclass(frozen=True)
+@frozen
 class InventorySpec:
     """What the user named: the -i sources (in order, merged as Ansible merges them) and vault passwords."""
 

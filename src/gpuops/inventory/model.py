@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gpuops.errors import InventoryError
 from gpuops.inventory.limit import Names, select_names
 from gpuops.inventory.vault import NO_PASSWORD_HINT, find_encrypted
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Host:
     """One machine of the inventory, with its variables already merged (Ansible precedence)."""
 
@@ -43,7 +44,7 @@ class Host:
         return self.connection == "local"
 
 
-@dataclass(frozen=True)
+@frozen
 class Group:
     """A group of the inventory; `hosts` lists its members including those of its descendants."""
 
@@ -55,7 +56,7 @@ class Group:
     vars: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
 
-@dataclass(frozen=True)
+@frozen
 class Inventory:
     """Hosts and groups loaded from one inventory source (a file, a directory, or the default)."""
 

@@ -21,11 +21,12 @@ import hmac
 import os
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gpuops.errors import InventoryError
 from gpuops.remote.secret_mask import SecretText
+from gpuops.frozen import frozen
 
 HEADER = "$ANSIBLE_VAULT"
 DEFAULT_ID = "default"
@@ -43,7 +44,7 @@ class VaultText(SecretText):
         return "VaultText('********')"
 
 
-@dataclass(frozen=True)
+@frozen
 class EncryptedValue:
     """A ``!vault`` value not decrypted (no password given): an error only if a selected host uses it."""
 
@@ -54,7 +55,7 @@ class EncryptedValue:
         return f"EncryptedValue({self.where})"
 
 
-@dataclass(frozen=True)
+@frozen
 class VaultSecret:
     vault_id: str
     password: bytes = b""
@@ -63,7 +64,7 @@ class VaultSecret:
         return f"VaultSecret({self.vault_id!r})"
 
 
-@dataclass(frozen=True)
+@frozen
 class Vault:
     """The passwords given on the command line, tried in order (a matching vault id first)."""
 

@@ -20,12 +20,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from gpuops.errors import GpuopsError
 from gpuops.lab.file_lock import exclusive_lock
+from gpuops.frozen import frozen
 
 # What a lab host that runs systemd needs: an init, a bus, the host's python, an SSH server.
 # procps: `ps`/`pkill` for anyone debugging inside; iproute2: `ss` to see who owns a port.
@@ -50,7 +50,7 @@ KbdInteractiveAuthentication no
 """
 
 
-@dataclass(frozen=True)
+@frozen
 class AptSource:
     uri: str
     suite: str

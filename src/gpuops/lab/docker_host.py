@@ -15,7 +15,6 @@ import hashlib
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -25,6 +24,7 @@ from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab import sshd
 from gpuops.lab import site as lab_site
 from gpuops.lab.systemd_host import render_service_files
+from gpuops.frozen import frozen
 
 STANDIN = Path(__file__).parent / "standin_server.py"
 SITE_IN_IMAGE = "/usr/local/lib/python3.11/dist-packages"
@@ -92,7 +92,7 @@ def standin_image(daemon: DockerDaemon, debian_root: Path, sglang_site: Path | N
     return tag
 
 
-@dataclass(frozen=True)
+@frozen
 class DockerLabHost:
     lab: Any              # gpuops.lab.hosts.Lab (one host)
     daemon: DockerDaemon

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 from urllib.parse import quote, unquote
@@ -34,6 +34,7 @@ from gpuops.errors import GpuopsError
 from gpuops.lab.processes import alive, cmdline, read_pid, terminate
 from gpuops.lab.nspawn import die_with_parent
 from gpuops.lab.sglang_cache import cache_root as sglang_cache_root
+from gpuops.frozen import frozen
 
 DOCKERD = "dockerd"
 INSTALL_HINT = "apt-get install -y docker.io"
@@ -48,7 +49,7 @@ KEPT_SLOTS = 2
 KEEP_DAYS = 14
 
 
-@dataclass(frozen=True)
+@frozen
 class DockerDaemon:
     dir: Path
     pid: int

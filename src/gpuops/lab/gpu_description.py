@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.remote.sglang_argv import flag_value, launch_args, parse_flags, with_flag
 from gpuops.yamlfile import load_yaml_file
+from gpuops.frozen import frozen
 
 BUILTIN_DIR = Path(__file__).parent / "gpus"
 NO_GPU = "none"
@@ -52,7 +52,7 @@ _EXAMPLES = {"gpu_name": "NVIDIA H100 80GB HBM3", "driver_version": "570.133.20"
              "memory_mib": 81559, "power_limit_w": 700}
 
 
-@dataclass(frozen=True)
+@frozen
 class ServerSpec:
     """The SGLang server a lab host starts with: launch flags (after ``-m sglang.launch_server``)."""
 
@@ -65,7 +65,7 @@ class ServerSpec:
     model_config: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuDescription:
     """A checked description. ``replay`` is the JSON document the host's ``nvidia-smi`` reads."""
 

@@ -37,11 +37,11 @@ from gpuops.lab import host_faults, launch_files, processes, sshd
 from gpuops.lab.gpu_description import GpuDescription, load_description, with_port
 from gpuops.lab import lab_files
 from gpuops.lab.lab_files import remove_lab_dir
-from gpuops.lab.router import stop_router
-from gpuops.lab.router import start_router
+from gpuops.lab.router import start_router, stop_router
 from gpuops.lab.sglang_cache import cache_root, flashinfer_site, sglang_site
 from gpuops.lab.site import build_site, release_stack
 from gpuops.remote import process_manager
+from gpuops.frozen import frozen
 
 LAB_RECORD = "lab.json"
 LAB_MARKER = ".gpuops-lab"
@@ -65,7 +65,7 @@ _RESERVED_NAMES = {"lib", LAB_RECORD, LAB_MARKER, "client_key", "client_key.pub"
 _WORKERS = 8
 
 
-@dataclass(frozen=True)
+@frozen
 class LabSpec:
     """``count`` hosts alike. ``sglang=None``: no SGLang installed; ``gpu="none"``: no nvidia-smi."""
 
@@ -82,7 +82,7 @@ class LabSpec:
     flashinfer: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class LabHost:
     name: str
     dir: Path
@@ -153,7 +153,7 @@ class Lab:
         self.stop()
 
 
-@dataclass(frozen=True)
+@frozen
 class _Planned:
     name: str
     spec: LabSpec
@@ -517,7 +517,7 @@ def load_lab(root: Path | str) -> Lab:
     return Lab(root=root, hosts=hosts)
 
 
-@dataclass(frozen=True)
+@frozen
 class HostStatus:
     name: str
     port: int

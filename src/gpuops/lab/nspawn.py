@@ -20,13 +20,13 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.lab import sshd
 from gpuops.lab.processes import terminate
+from gpuops.frozen import frozen
 
 NSPAWN = "systemd-nspawn"
 NSENTER = "nsenter"
@@ -36,7 +36,7 @@ _STOP_GRACE_S = 20.0
 _HOST_KEY = "/etc/ssh/gpuops_lab_host_ed25519_key"
 
 
-@dataclass(frozen=True)
+@frozen
 class BootedRoot:
     """A running container. ``merged`` is its ``/`` seen from outside (read and write it there)."""
 

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +25,7 @@ from gpuops.errors import GpuopsError
 from gpuops.lab import processes
 from gpuops.lab.file_lock import exclusive_lock
 from gpuops.lab.ports import free_ports
+from gpuops.frozen import frozen
 
 DEFAULT_VERSION = "0.3.2"
 ROUTER_DIR = "router"
@@ -33,7 +33,7 @@ _INSTALL_TIMEOUT_S = 900
 _START_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
+@frozen
 class LabRouter:
     url: str
     port: int

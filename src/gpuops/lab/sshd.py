@@ -12,12 +12,12 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from gpuops.errors import GpuopsError
 from gpuops.lab.ports import free_port, free_ports  # noqa: F401  (here too: the lab's callers say sshd.free_port)
+from gpuops.frozen import frozen
 
 SSHD = Path("/usr/sbin/sshd")
 INSTALL_HINT = "apt-get install -y openssh-server"
@@ -26,7 +26,7 @@ _START_TIMEOUT_S = 15.0
 _PORT_ATTEMPTS = 5
 
 
-@dataclass(frozen=True)
+@frozen
 class SshdProcess:
     pid: int
     port: int

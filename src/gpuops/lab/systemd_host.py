@@ -20,7 +20,6 @@ known_hosts line of this boot's host key, and ``inventory.yml``.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,6 +29,7 @@ from gpuops.lab.hosts import STANDIN_SIBLINGS
 from gpuops.lab.nspawn import BootedRoot, boot_root
 from gpuops.plan.model import FileState, PlanFacts
 from gpuops.plan.planner import discover, plan_role
+from gpuops.frozen import frozen
 
 STANDIN = Path(__file__).parent / "standin_server.py"
 WRAPPER = "/usr/local/bin/python-sglang"
@@ -41,7 +41,7 @@ HOOKS_DIR = "/opt/gpuops-lab/hooks"  # on the sessions' PYTHONPATH: the lab's gp
 GROUP_VARS = {"become": False, "gpuops_health_timeout": 60, "gpuops_stop_grace": 5}
 
 
-@dataclass(frozen=True)
+@frozen
 class SystemdLabHost:
     name: str
     booted: BootedRoot

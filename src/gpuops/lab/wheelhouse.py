@@ -30,7 +30,6 @@ import re
 import shutil
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -39,6 +38,7 @@ from gpuops.lab.file_lock import exclusive_lock
 from gpuops.lab.sglang_cache import cache_root, sglang_wheel
 from gpuops.lab.site import write_torch
 from gpuops.release.wheel import Requirement, canonical, parse_requires
+from gpuops.frozen import frozen
 
 STANDIN_SUMMARY = "gpuops lab stand-in: the version and metadata only, not the real package"
 LAUNCH_DIST = "gpuops-lab-launch"
@@ -147,7 +147,7 @@ def torch_cuda_tag(driver_cuda: str) -> str:
 ADVISED_RELEASES = (pcie_ipc.RECOMMENDED_SGLANG,)
 
 
-@dataclass(frozen=True)
+@frozen
 class LabWheelhouse:
     """A wheelhouse kept in the user's cache: these releases, torch built for ``torch_cuda``."""
     releases: tuple[str, ...]

@@ -11,7 +11,6 @@ group with a pair lacking P2P is refused unless the operator says otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from gpuops.errors import GpuopsError
@@ -24,10 +23,11 @@ from gpuops.gates.kernels import KernelStatus, judge_feature
 from gpuops.gates.logic import parse_capability
 from gpuops.plan.model import GpuSummary, summary_count, summary_flag, summary_mapping, summary_pairs, summary_text
 from gpuops.remote.sglang_argv import first_of, parse_flags
+from gpuops.frozen import frozen
 
 
 
-@dataclass(frozen=True)
+@frozen
 class Decision:
     applies: bool
     reason: str = ""

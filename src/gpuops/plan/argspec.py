@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -59,7 +59,7 @@ TaskArgs = dict[str, object]
 NO_DEFAULT = object()  # an optional argument without a default: absent means absent
 
 
-@dataclass(frozen=True)
+@frozen
 class Arg:
     name: str
     kind: str = "text"
@@ -72,7 +72,7 @@ class Arg:
             raise ValueError(f"argument {self.name}: unknown kind {self.kind!r} (kinds: {', '.join(KINDS)})")
 
 
-@dataclass(frozen=True)
+@frozen
 class ModuleSpec:
     name: str
     args: tuple[Arg, ...]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from dataclasses import dataclass
 from typing import TypedDict
+from gpuops.frozen import frozen
 
 PATCH_LABEL = "gpuops.patch"          # the patch hash a derived image was built for
 BASE_REF_LABEL = "gpuops.base-ref"    # the inventory image it stands in for
@@ -44,7 +44,7 @@ class ServiceJSON(TypedDict):
     docker_run_script: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class Change:
     """One file that would change. ``diff`` is redacted and safe to print; before/after are not."""
 
@@ -80,7 +80,7 @@ class Change:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class ServiceSpec:
     """How the server runs: enough for the helper to restart it, wait for health and show logs."""
 
@@ -100,7 +100,7 @@ class ServiceSpec:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class HandlerRun:
     """A notified handler: restart the server (systemd needs a daemon-reload when a unit changed)."""
 
@@ -109,13 +109,13 @@ class HandlerRun:
     daemon_reload: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class CompileCheck:
     python: str
     paths: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class LogCheck:
     """After the restart, read the server's log since its start and judge whether ``feature`` came
     up (``pcie_ipc_allreduce``: pcie_ipc.log_verdict); ``rollback``: a feature that did not is
@@ -125,7 +125,7 @@ class LogCheck:
     rollback: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class AuditCheck:
     """Re-run the gate scanner after patching; the feature must come out ``open`` for ``target_sm``."""
 
@@ -134,7 +134,7 @@ class AuditCheck:
     python: str
 
 
-@dataclass(frozen=True)
+@frozen
 class ImageBuild:
     """A derived image to build on the host: ``base`` (an image id) plus patched files."""
 
@@ -151,7 +151,7 @@ class ImageBuild:
                 "labels": {PATCH_LABEL: self.patch_sha256, BASE_REF_LABEL: self.base_ref}}
 
 
-@dataclass(frozen=True)
+@frozen
 class StandingPatch:
     """A standing run that patched the running release's source (its part of desired.json)."""
     role: str
@@ -159,7 +159,7 @@ class StandingPatch:
     feature: str
 
 
-@dataclass(frozen=True)
+@frozen
 class ReleaseEnv:
     """An environment a host must hold before the switch (built, or found finished, by the host)."""
     version: str
@@ -192,7 +192,7 @@ class ReleaseEnv:
                 "source": self.wheelhouse and "wheelhouse" or self.index_url or "the host's index"}
 
 
-@dataclass(frozen=True)
+@frozen
 class ReleaseImage:
     """The image a docker host must hold before the switch (pulled, or found, then checked inside)."""
     version: str

@@ -11,15 +11,15 @@ A python the gather did not read (a release environment built by this very run) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypeGuard
+from gpuops.frozen import frozen
 
 SERVE, LAUNCH_SERVER = "serve", "launch_server"
 LAUNCH_SERVER_WORDS = ("-m", "sglang.launch_server")
 _MAX_TEXT = 4096
 
 
-@dataclass(frozen=True)
+@frozen
 class LaunchEntry:
     """What a python's release recommends: ``serve`` (with ``script``) or ``launch_server``, and why."""
 

@@ -8,14 +8,14 @@ flags and notes.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
 
 from gpuops.errors import GpuopsError
 from gpuops.plan.model import PlanFacts
 from gpuops.gates.patch import plan_gate_patch
+from gpuops.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class PatchChanges:
     files: tuple[tuple[str, str, str], ...]     # (absolute path, before, after)
     launch_flags: tuple[str, ...]

@@ -5,8 +5,9 @@ gathered, an empty plan recalled) does not build those classes (~2 ms of frozen 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Mapping
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:  # the gates part's value; planning never imports the scanner's parser itself
     from gpuops.facts.container_python import ContainerFacts
@@ -63,7 +64,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class FileState:
     """A file as the gather saw it. ``content`` is None when absent or not UTF-8 text; then
     ``problem`` says why it cannot be managed ("is a symbolic link to X", "is not UTF-8 text")."""
@@ -78,7 +79,7 @@ class FileState:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanFacts:
     """Everything a plan reads about one host (the files its role manages; the gate scan and GPU
     summary when a role needs them); gathered in one exec, then planning is pure. Not the facts
@@ -99,7 +100,7 @@ class PlanFacts:
     entrypoints: Mapping[str, LaunchEntry] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     host: str
     role: str

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.facts.container_python import ContainerTarget
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _MAX_INCLUDE_DEPTH = 8
 
 
-@dataclass(frozen=True)
+@frozen
 class Discovery:
     """What the first (fact-free) pass found out: the files and scans the gather must fetch."""
 

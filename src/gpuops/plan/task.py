@@ -3,16 +3,17 @@ every task module read. Loading and checking them is ``roles.py``, which sits ab
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Mapping
+from gpuops.frozen import frozen
 
 # Variables by name, from any source (role defaults, inventory, -e, task vars, registered results):
 # YAML, JSON or rendered template values, each narrowed where a planner reads it.
 Variables = Mapping[str, object]
 
 
-@dataclass(frozen=True)
+@frozen
 class Task:
     name: str
     module: str
@@ -24,7 +25,7 @@ class Task:
     register: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Role:
     name: str
     path: Path

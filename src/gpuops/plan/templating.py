@@ -11,7 +11,6 @@ import functools
 import json
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -20,6 +19,7 @@ from gpuops.plan.task import Variables
 from gpuops.release.flags import merge_flags
 from gpuops.release.flags import rename_flags
 from gpuops.release.flags import drop_flags
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:  # jinja2 is imported when a Templar is made (a recalled no-op plan never makes one)
     from jinja2 import Template
@@ -32,7 +32,7 @@ class TemplateError(GpuopsError):
     """A template or expression that cannot be rendered: names the variable and the file."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Layer:
     """One source of variables; ``templated`` layers come from role files and are rendered on use."""
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 _DEPRECATED_HELP = re.compile(r"\(Deprecated: use (--[a-z0-9][a-z0-9-]*(?:=[A-Za-z0-9_.-]+)?)\)")
 
 
-@dataclass(frozen=True)
+@frozen
 class AcceptedFlags:
     names: frozenset[str]
     replacements: Mapping[str, tuple[str, ...]]   # deprecated switch -> the words that replace it
@@ -109,7 +109,7 @@ def release_flags(sources: Mapping[str, str]) -> AcceptedFlags:
     return AcceptedFlags(frozenset(names), replacements)
 
 
-@dataclass(frozen=True)
+@frozen
 class FlagCheck:
     renames: dict[str, tuple[str, ...]]   # flag -> replacement words, for the launch
     notes: tuple[str, ...]

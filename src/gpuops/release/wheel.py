@@ -16,10 +16,11 @@ import re
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc|\.post|\.dev)[0-9]+)*$")
 # The GPU stack that moves with a release: its own `==` pins of these are installed explicitly
@@ -33,7 +34,7 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@dataclass(frozen=True)
+@frozen
 class Requirement:
     """One ``Requires-Dist`` line of the release (extras of the release itself are left out)."""
     name: str                     # canonical
@@ -46,7 +47,7 @@ class Requirement:
         return next((v for op, v in self.specs if op == "=="), None)
 
 
-@dataclass(frozen=True)
+@frozen
 class Release:
     version: str
     wheel: Path

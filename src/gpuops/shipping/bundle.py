@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import ast
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from gpuops.shipping import bundle_cache
+from gpuops.frozen import frozen
 
 ROOT_PACKAGE = "gpuops.remote"
 
@@ -53,7 +53,7 @@ class BundleError(ValueError):
     """A host module imports something the bundle cannot carry (a client-only gpuops module)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Bundle:
     """The entry module and, in dependency discovery order, the host modules it needs."""
 

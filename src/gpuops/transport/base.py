@@ -9,16 +9,17 @@ it talks to its helper while it runs (``open_stream``, ``gpuops.transport.stream
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
     from gpuops.transport.stream import Stream
 
 
-@dataclass(frozen=True)
+@frozen
 class ExecResult:
     """The outcome of one remote (or local) command."""
 
@@ -37,7 +38,7 @@ class ExecResult:
         return self.stderr.decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True)
+@frozen
 class ConnectOptions:
     """How to reach hosts; the same for every host of one command."""
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError, TransportError
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -51,7 +52,7 @@ _TRUE = {"true", "yes", "on", "1", "y"}
 _FALSE = {"false", "no", "off", "0", "n", ""}
 
 
-@dataclass(frozen=True)
+@frozen
 class SSHSettings:
     """How to reach one host beyond address/port/user/key: what its connection variables ask."""
 
@@ -68,7 +69,7 @@ class SSHSettings:
     password: str | None = field(default=None, repr=False)  # ansible_password (a secret)
 
 
-@dataclass(frozen=True)
+@frozen
 class Become:
     enabled: bool = False
     user: str | None = None

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuops.transport.tcp_tuning import no_delay
 from gpuops.transport.algorithms import order_algorithms
+from gpuops.frozen import frozen
 
 CERT_HOST = 2
 _KEY_FIELDS = {  # the public-key fields after the nonce, per certificate type (all length-prefixed)
@@ -37,7 +38,7 @@ _KEY_FIELDS = {  # the public-key fields after the nonce, per certificate type (
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class MarkedKey:
     patterns: tuple[str, ...]
     key_type: str
@@ -119,7 +120,7 @@ def _wildcard(pattern: str) -> "re.Pattern[str]":
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower()))
 
 
-@dataclass(frozen=True)
+@frozen
 class Certificate:
     key_type: str
     serial: int

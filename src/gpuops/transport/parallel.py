@@ -6,7 +6,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from gpuops.errors import GpuopsError
@@ -19,6 +18,7 @@ from gpuops.transport.connvars import become_settings, check_variables, ssh_sett
 from gpuops.transport.local import LocalConnection
 from gpuops.transport.openssh import OpenSSHConnection
 from gpuops.transport.ssh import SSHConnection
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -29,7 +29,7 @@ T = TypeVar("T")
 DEFAULT_FORKS = 16
 
 
-@dataclass(frozen=True)
+@frozen
 class HostOutcome(Generic[T]):
     ok: bool
     value: T | None = None

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 T = TypeVar("T")
 
@@ -24,7 +24,7 @@ class RolloutError(GpuopsError):
     """A --serial or --max-fail-percentage value that cannot be used (bad input: exit 2)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class BatchSize:
     count: int | None = None     # a number of hosts
     percent: float | None = None  # or a share of all the hosts (floor, at least 1)
@@ -36,7 +36,7 @@ class BatchSize:
         return max(1, math.floor(total * self.percent / 100.0))
 
 
-@dataclass(frozen=True)
+@frozen
 class Rollout:
     sizes: tuple[BatchSize, ...] = ()   # empty: all hosts in one batch
     max_fail_percentage: float | None = None

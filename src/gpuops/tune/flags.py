@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gpuops.errors import GpuopsError
+from gpuops.frozen import frozen
 
 SPECULATIVE_PREFIX = "speculative_"
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
 
 
-@dataclass(frozen=True)
+@frozen
 class FlagSpec:
     """One flag as the release's parser registers it."""
 
@@ -35,7 +35,7 @@ class FlagSpec:
         return self.names[0]
 
 
-@dataclass(frozen=True)
+@frozen
 class ReleaseFlags:
     """What one host's SGLang accepts, and whether its server runs speculative decoding now."""
 

@@ -29,6 +29,7 @@ from gpuops.bench.results import headline
 from gpuops.bench.runner import run_bench, targets_for
 from gpuops.bench.stats import Interval
 from gpuops import transport  # transport.connect looked up when called (tests replace it)
+from gpuops.frozen import frozen
 
 if TYPE_CHECKING:
     from gpuops.apply.host_report import HostReport
@@ -75,7 +76,7 @@ def read_releases(hosts: Sequence[Host], apply_options: ApplyOptions) -> list[Re
     return releases
 
 
-@dataclass(frozen=True)
+@frozen
 class Speculation:
     """What a decode result says about speculation: the accept length per verify step (the server's
     /server_info internal state, else its /metrics), the acceptance rate (/metrics), and whether

@@ -19,6 +19,7 @@ from gpuops.bench.stats import Interval, significant
 from gpuops.errors import GpuopsError
 from gpuops.tune.flags import ReleaseFlags, is_speculative, launch_words
 from gpuops.nccl import check_nccl_env, nccl_warnings
+from gpuops.frozen import frozen
 
 BASELINE = "baseline (as configured)"
 SPEC_OFF = "speculation off"  # the server as configured with its speculative flags taken out
@@ -27,7 +28,7 @@ _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^(--)?[a-z][a-z0-9_-]*$")
 
 
-@dataclass(frozen=True)
+@frozen
 class Variant:
     label: str
     env: Mapping[str, str]
