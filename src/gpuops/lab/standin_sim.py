@@ -568,8 +568,11 @@ def generate_chunks(state, prompt_tokens, max_new_tokens):
                 raise GenerationFailed(
                     "simulated failure after %d tokens (GPUOPS_STANDIN_FAIL_AFTER_TOKENS)" % done)
             done += size
+            # Stamped as the chunk is handed to the writer: no client can see it earlier. (Stamped
+            # after the write, a writer thread preempted in between made a request's TTFT here
+            # longer than the client's own, which is measured from before it connected.)
+            sent = time.monotonic()
             yield done, size
-            sent = time.monotonic()  # the chunk is written: what a client can see at the earliest
             if index == 0:
                 # Anchor the decode schedule on when the first token really went out, so that
                 # a late first token (a starved CPU) is not made up by a burst that would
