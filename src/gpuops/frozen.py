@@ -18,6 +18,7 @@ A class made so is a dataclass in every other way: ``dataclasses.fields``, ``rep
 from __future__ import annotations
 
 import dataclasses
+import functools
 import reprlib
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -50,19 +51,13 @@ def frozen(cls: _Class) -> _Class:
     return made
 
 
-_NAMES: dict[type, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
-
-
+@functools.cache  # per class, once: the fields a class has never change
 def _names(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """The fields a class compares, hashes and shows, in order (worked out once per class)."""
-    names = _NAMES.get(cls)
-    if names is None:
-        fields = dataclasses.fields(cls)
-        names = (tuple(f.name for f in fields if f.compare),
-                 tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)),
-                 tuple(f.name for f in fields if f.repr))
-        _NAMES[cls] = names
-    return names
+    """The fields a class compares, hashes and shows, in order."""
+    fields = dataclasses.fields(cls)
+    return (tuple(f.name for f in fields if f.compare),
+            tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)),
+            tuple(f.name for f in fields if f.repr))
 
 
 def _eq(self: Any, other: Any) -> Any:
