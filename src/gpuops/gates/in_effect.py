@@ -28,6 +28,7 @@ import functools
 import re
 from typing import Any, Mapping, Sequence
 
+from gpuops import python_ast
 from gpuops.gates.logic import Evaluator, GpuTarget, PredicateBook, normalise_args, server_key
 from gpuops.remote.gate_tree import clause_nodes
 
@@ -151,7 +152,7 @@ def normal_text(text: str) -> str:
     """Source text of a condition, spelled one way (spacing, quotes, line breaks). Kept per text:
     ``unreachable`` spells every gate of the function again for each gate it is asked about."""
     try:
-        return ast.unparse(ast.parse("(" + text.strip() + ")", mode="eval").body)
+        return ast.unparse(python_ast.parse_expression("(" + text.strip() + ")"))
     except SyntaxError:
         return text.strip()
 
@@ -172,7 +173,7 @@ def unreachable(gate: Mapping[str, Any], all_gates: Sequence[Mapping[str, Any]],
 
     for text in within:
         try:
-            tree = ast.parse("(" + str(text).strip() + ")", mode="eval").body
+            tree = python_ast.parse_expression("(" + str(text).strip() + ")")
         except SyntaxError:
             continue
         if _eval_text(tree, {}, None, lookup) is False:
@@ -191,7 +192,7 @@ def _platform_value(text: str, platforms: tuple[tuple[str, bool], ...]) -> bool 
     # Pure in its two arguments, and asked again for the same few hundred texts: every feature's
     # pass over the gates asks it of each enclosing condition (a third of judging a release's scan).
     try:
-        tree = ast.parse("(" + text.strip() + ")", mode="eval").body
+        tree = python_ast.parse_expression("(" + text.strip() + ")")
     except SyntaxError:
         return None
     return _eval_text(tree, dict(platforms), None, None)
@@ -201,7 +202,7 @@ def settings_value(text: str, args: Mapping[str, Any]) -> bool | None:
     """The truth of an enclosing condition's text from the server's settings in ``args`` alone
     (``self.tp_size == 1`` False under TP 8); None when it depends on anything else."""
     try:
-        tree = ast.parse("(" + text.strip() + ")", mode="eval").body
+        tree = python_ast.parse_expression("(" + text.strip() + ")")
     except SyntaxError:
         return None
     return _eval_text(tree, args, None, None)
@@ -356,7 +357,7 @@ def judged_in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mappi
         nested: list[bool | None] = []
         for text in gate.get("within") or ():
             try:
-                tree = ast.parse("(" + str(text).strip() + ")", mode="eval").body
+                tree = python_ast.parse_expression("(" + str(text).strip() + ")")
             except SyntaxError:
                 nested.append(None)
                 continue

@@ -48,6 +48,7 @@ from gpuops.gates.scan import GateScan
 from gpuops.remote.gate_tree import is_gate_tree
 from gpuops.gates.logic import admits
 from gpuops.frozen import frozen
+from gpuops import python_ast
 
 
 class UnrecognisedLayout(GpuopsError):
@@ -496,7 +497,7 @@ def lines_of(module: ast.Module) -> list[str]:
 
 def _parse(source: str, path: str, release: str) -> ast.Module:
     try:
-        module = ast.parse(source)
+        module = python_ast.parse_module(source)
         module._gpuops_lines = source.splitlines(True)  # type: ignore[attr-defined]
         return module
     except SyntaxError as exc:

@@ -15,7 +15,6 @@ anything else stays a string.
 
 from __future__ import annotations
 
-import ast
 import re
 import shlex
 import warnings
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuops.errors import InventoryError
+from gpuops import python_ast
 from gpuops.inventory.builder import ALL, UNGROUPED, InventoryBuilder
 from gpuops.inventory.hostnames import HostPatternError, expand_host_entry
 
@@ -131,6 +131,6 @@ def parse_ini_value(text: str) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
-            return ast.literal_eval(text)
+            return python_ast.literal(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from gpuops.errors import GpuopsError
 from gpuops.frozen import frozen
+from gpuops import python_ast
 
 _DEPRECATED_HELP = re.compile(r"\(Deprecated: use (--[a-z0-9][a-z0-9-]*(?:=[A-Za-z0-9_.-]+)?)\)")
 
@@ -96,7 +97,7 @@ def release_flags(sources: Mapping[str, str]) -> AcceptedFlags:
     replacements: dict[str, tuple[str, ...]] = {}
     for path, text in sorted(sources.items()):
         try:
-            tree = ast.parse(text, filename=path)
+            tree = python_ast.parse(text, filename=path)
         except SyntaxError:
             continue  # written for a newer python than this one: its flags are not counted
         for node in ast.walk(tree):

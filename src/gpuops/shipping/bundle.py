@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpuops.shipping import bundle_cache
 from gpuops.frozen import frozen
+from gpuops import python_ast
 
 ROOT_PACKAGE = "gpuops.remote"
 
@@ -81,7 +82,7 @@ def module_path(name: str, search_dir: Path) -> Path | None:
 def imported_host_modules(text: str, search_dir: Path, where: str) -> list[str]:
     """Dotted names of the ``gpuops.remote`` modules that ``text`` imports, in source order."""
     found: list[str] = []
-    for node in ast.walk(ast.parse(text, filename=where)):
+    for node in ast.walk(python_ast.parse(text, filename=where)):
         candidates: list[str] = []
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
@@ -167,7 +168,7 @@ def _parent_packages(modules: dict[str, str]) -> set[str]:
 
 def _insertion_line(text: str) -> int:
     """Index of the first line after the module docstring and ``from __future__`` imports."""
-    body = ast.parse(text).body
+    body = python_ast.parse_module(text).body
     at = 0
     for i, node in enumerate(body):
         is_docstring = (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
