@@ -78,11 +78,12 @@ def calls(host) -> set[Path]:
     return set((host.state_dir / "calls").glob("*"))
 
 
-def paused(host, phase: str, proc: subprocess.Popen, earlier: set[Path]) -> dict[str, Any]:
-    """Wait until this client's worker pauses at ``phase``; its pids and transaction folder."""
+def paused(host, phase: str, proc: subprocess.Popen | None, earlier: set[Path]) -> dict[str, Any]:
+    """Wait until this client's worker pauses at ``phase``; its pids and transaction folder.
+    ``proc`` None: the client is gone already (a rollback by the lease pauses)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
+        assert proc is None or proc.poll() is None, proc.communicate()
         for progress in sorted(p / "progress.jsonl" for p in calls(host) - earlier):
             if not progress.exists():
                 continue

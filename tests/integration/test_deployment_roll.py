@@ -105,6 +105,40 @@ def test_client_killed_rolls_back_every_node(nodes: tuple[Lab, int], gpuops_home
         assert events[-1] in ended, (name, events[-3:])
 
 
+def test_a_worker_that_joined_the_new_leader_starts_again_when_the_leader_rolls_back(
+        nodes: tuple[Lab, int], gpuops_home: Path, run_gpuops: Any) -> None:
+    """gpuops killed while node 0's new server waits for node 1, which is about to start its own:
+    both leases lapse together. Node 1's rollback starts its previous worker, which joins node 0's
+    NEW server, still up (node 0 held here just before its rollback restarts it; a whole run's load
+    did the same by chance, once in ~10 runs). Node 0's rollback then stops that server and the
+    worker with it: node 1 starts the worker again, within its health wait, and both end on the old
+    setting (before: the worker was left down beside a leader waiting for it)."""
+    lab, port = nodes
+    baseline(run_gpuops, lab, port)
+    earlier = {name: calls(lab.host(name)) for name in ("n0", "n1")}
+    release = lab.host("n0").state_dir / "lab-release"
+    put_fault(lab, "n1", {"pause_at": "server_start", "seconds": 60})
+    put_fault(lab, "n0", {"pause_at": "rollback_restore", "seconds": 120, "until": "lab-release"})
+    proc = client(lab, "nccl-env", *extra_vars(port, 12), home=gpuops_home)
+    try:
+        where = paused(lab.host("n1"), "server_start", proc, earlier["n1"])
+        kill("client", where, proc)
+        proc.communicate()
+        paused(lab.host("n0"), "rollback_restore", None, earlier["n0"])  # the new server still up
+        deadline = time.monotonic() + 60
+        while http_get(lab.host("n1").server_port, "/health")[0] != 200:  # the worker joined it
+            assert time.monotonic() < deadline, "node 1's previous worker never joined node 0's server"
+            time.sleep(0.05)
+    finally:
+        release.touch()
+    try:
+        wait_host_settled(lab.host("n1"), where)
+        settled(lab, 4)
+    finally:
+        release.unlink(missing_ok=True)
+    assert [e for _, e in journal_events(lab.host("n1"))][-1] == "rolled_back"
+
+
 @pytest.mark.parametrize(("killed", "phase"), [("n0", "health"), ("n0", "confirm"), ("n1", "after_writes"),
                                               ("n1", "health"), ("n1", "confirm")])
 def test_worker_killed_on_either_node_rolls_back_every_node(nodes: tuple[Lab, int], gpuops_home: Path,

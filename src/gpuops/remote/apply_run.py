@@ -56,6 +56,9 @@ class Run:
         self.kept_dirs = []  # directories a run created that someone filled since: left in place
         # A node of a multi-node server (apply/deployment.py): it holds where gpuops says (HOLDS).
         self.deployment = payload.get("deployment")
+        # Seconds of the lease this node lost when its rollback restarts the previous server with
+        # nobody ordering it (0: gpuops ordered it, or no deployment): see previous_healthy.
+        self.restarted_alone = 0.0
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
@@ -342,7 +345,7 @@ class Run:
             if manifest.get("run_id") == self.run_id:  # the files this run's undo put back: its own
                 self.journal_previous_started(service)
             self.hooks.at_phase(self, "rollback_health")
-            previous_healthy(service, manifest, reload)
+            previous_healthy(service, manifest, reload, self.restarted_alone)
             return "previous server configuration restarted and healthy (pid %s)" % service.running()[1]
         except Exception as exc:
             problems.append("%s: %s" % (SERVER_PROBLEM, exc))
@@ -395,6 +398,7 @@ class Run:
         try:
             answer = self.lease.wait_message("restart", "before restarting the previous server", abortable=False)
         except LeaseLapsed:
+            self.restarted_alone = self.lease.seconds
             return
         if answer.get("restart") is False:
             raise StepFailed(answer.get("reason") or "gpuops stopped the rollback of this deployment node")
@@ -428,19 +432,38 @@ def server_state(service):
     return "no server running"
 
 
-def previous_healthy(service, manifest, reload):
+def previous_healthy(service, manifest, reload, lease_s=0.0):
     """The previous server healthy again. A node of rank > 0 of a multi-node server whose rollback
-    nobody orders (gpuops gone) may join a leader that then restarts and takes it down: it is
-    started again while the health wait lasts, as SGLang's own launchers retry a worker."""
+    nobody orders (gpuops gone: ``lease_s``, the lease the nodes lost together) may join a leader
+    that then restarts and takes it down: the leader's own rollback begins when its lease lapses,
+    at most about a lease after this one's, and stops its server first. So the worker is started
+    again whenever it exits while the health wait lasts, and, once healthy, watched for one lease
+    more, as SGLang's own launchers retry a worker. Without that, a worker that joined the leader's
+    new server before that server was stopped was left down beside a leader waiting for it. (A
+    leader whose stop takes longer than that lease still leaves it down: the next command recovers.)"""
     rank = (manifest.get("deployment") or {}).get("rank")
     deadline = time.monotonic() + service.health_timeout
+    watch_until = None
     while True:
         try:
-            return service.wait_healthy(NoLease())
+            answered = service.wait_healthy(NoLease())
         except StepFailed:
             if not rank or time.monotonic() > deadline or service.running()[0]:
                 raise
             service.start(daemon_reload=reload)
+            continue
+        if not rank or not lease_s:
+            return answered
+        if watch_until is None:
+            watch_until = time.monotonic() + lease_s
+        while time.monotonic() < watch_until and service.running()[0]:
+            time.sleep(0.2)
+        if service.running()[0]:
+            return answered
+        if time.monotonic() > deadline:
+            raise StepFailed("the server exited after it was healthy (its leader restarted) and the health "
+                             "wait is over (gpuops_health_timeout %gs)" % service.health_timeout, service.log_tail())
+        service.start(daemon_reload=reload)
 
 
 def by_depth(dirs):
