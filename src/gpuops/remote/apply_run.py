@@ -56,9 +56,7 @@ class Run:
         self.kept_dirs = []  # directories a run created that someone filled since: left in place
         # A node of a multi-node server (apply/deployment.py): it holds where gpuops says (HOLDS).
         self.deployment = payload.get("deployment")
-        # Seconds of the lease this node lost when its rollback restarts the previous server with
-        # nobody ordering it (0: gpuops ordered it, or no deployment): see previous_healthy.
-        self.restarted_alone = 0.0
+        self.restarted_alone = 0.0  # the lease lost, when a node restarts with nobody ordering it: previous_healthy
 
     def event(self, event, **fields):
         record = {"run_id": self.run_id, "event": event, "time": now()}
@@ -433,14 +431,12 @@ def server_state(service):
 
 
 def previous_healthy(service, manifest, reload, lease_s=0.0):
-    """The previous server healthy again. A node of rank > 0 of a multi-node server whose rollback
-    nobody orders (gpuops gone: ``lease_s``, the lease the nodes lost together) may join a leader
-    that then restarts and takes it down: the leader's own rollback begins when its lease lapses,
-    at most about a lease after this one's, and stops its server first. So the worker is started
-    again whenever it exits while the health wait lasts, and, once healthy, watched for one lease
-    more, as SGLang's own launchers retry a worker. Without that, a worker that joined the leader's
-    new server before that server was stopped was left down beside a leader waiting for it. (A
-    leader whose stop takes longer than that lease still leaves it down: the next command recovers.)"""
+    """The previous server healthy again. A node of rank > 0 whose rollback nobody orders (gpuops
+    gone; ``lease_s``: the lease all nodes lost) may join the leader's new server just before the
+    leader's own rollback (its lease lapses up to about a lease later) stops it, and die with it. So
+    the worker is started again whenever it exits during the health wait, and once healthy, for one
+    lease more, as SGLang's own launchers retry a worker (before, it was left down beside a leader
+    waiting for it; a leader slower than that to stop still leaves it down: the next command recovers)."""
     rank = (manifest.get("deployment") or {}).get("rank")
     deadline = time.monotonic() + service.health_timeout
     watch_until = None
