@@ -137,11 +137,21 @@ def _start(workdir: Path, data_root: Path, driver: str) -> DockerDaemon:
         if child.poll() is not None:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-4:])
             raise GpuopsError(f"lab: dockerd ({driver}) exited at start (status {child.returncode}): {tail}")
-        if socket.exists() and daemon.run("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0:
+        if socket.exists() and _answers(daemon):
             return daemon
         time.sleep(0.2)
     terminate(child.pid, 5)
     raise GpuopsError(f"lab: dockerd did not answer on {socket} within {_START_TIMEOUT_S:.0f} s")
+
+
+def _answers(daemon: DockerDaemon, timeout: float = 10) -> bool:
+    """The daemon answers its API. dockerd makes its socket before it serves it (11.5 s later at the
+    start of a whole run, its data root kept), and a client that connects in between waits: a
+    question that times out is "not yet", asked again until the start's own deadline."""
+    try:
+        return daemon.run("version", "--format", "{{.Server.Version}}", timeout=timeout).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def import_root(daemon: DockerDaemon, root: Path, tag: str, changes: Sequence[str] = ()) -> str:
