@@ -1,7 +1,8 @@
 """Python source parsed into ``ast`` trees, one thread at a time.
 
-CPython 3.11 (and 3.12 before 3.12.1) keeps the counter that checks the depth of the tree it builds
-for ``ast.parse`` in the interpreter, not in the call (cpython gh-106905). A thread switch in the
+CPython 3.11 keeps the counter that checks the depth of the tree it builds for ``ast.parse`` in the
+interpreter's AST state, not in the call (the SystemError of cpython gh-106905; reproduced on
+3.11.7 by tests/unit/test_python_ast.py, which passes wherever the lock holds). A thread switch in the
 middle of building a tree (a garbage collection that runs Python code, a finaliser, a callback)
 lets another thread's parse move that counter, and the first one fails with ``SystemError: AST
 constructor recursion depth mismatch``. gpuops parses SGLang's sources per host in threads (the

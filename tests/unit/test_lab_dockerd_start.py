@@ -14,21 +14,21 @@ from pathlib import Path
 from gpuops.lab.dockerd import DockerDaemon, _answers
 
 
+def daemon_with_cli(tmp_path: Path, script: str) -> DockerDaemon:
+    """A DockerDaemon record whose `docker` CLI is the shell ``script`` (no dockerd behind it)."""
+    cli = tmp_path / "docker"
+    cli.write_text("#!/bin/sh\n" + script + "\n")
+    cli.chmod(0o755)
+    return DockerDaemon(dir=tmp_path, pid=0, socket=tmp_path / "docker.sock", cli_path=str(cli),
+                        storage_driver="vfs", data_root=tmp_path / "data")
+
+
 def test_a_daemon_that_does_not_answer_in_time_is_not_yet_up(tmp_path: Path) -> None:
-    silent = tmp_path / "docker"
-    silent.write_text("#!/bin/sh\nexec sleep 30\n")
-    silent.chmod(0o755)
-    daemon = DockerDaemon(dir=tmp_path, pid=0, socket=tmp_path / "docker.sock", cli_path=str(silent),
-                          storage_driver="vfs", data_root=tmp_path / "data")
+    daemon = daemon_with_cli(tmp_path, "exec sleep 30")
     started = time.monotonic()
     assert _answers(daemon, timeout=0.3) is False
     assert time.monotonic() - started < 5  # the silent client was killed at the timeout, not waited for
 
 
 def test_a_daemon_that_answers_is_up(tmp_path: Path) -> None:
-    answering = tmp_path / "docker"
-    answering.write_text("#!/bin/sh\necho 20.10.24\n")
-    answering.chmod(0o755)
-    daemon = DockerDaemon(dir=tmp_path, pid=0, socket=tmp_path / "docker.sock", cli_path=str(answering),
-                          storage_driver="vfs", data_root=tmp_path / "data")
-    assert _answers(daemon) is True
+    assert _answers(daemon_with_cli(tmp_path, "echo 20.10.24")) is True

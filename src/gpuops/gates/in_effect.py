@@ -147,12 +147,17 @@ def _device_overrides(fgs: Sequence[Any], gpu_name: Any) -> dict[tuple[int, ...]
     return out
 
 
+def condition_tree(text: Any) -> ast.expr:
+    """The expression tree of a condition's source text (parenthesised: it may span lines)."""
+    return python_ast.parse_expression("(" + str(text).strip() + ")")
+
+
 @functools.lru_cache(maxsize=4096)
 def normal_text(text: str) -> str:
     """Source text of a condition, spelled one way (spacing, quotes, line breaks). Kept per text:
     ``unreachable`` spells every gate of the function again for each gate it is asked about."""
     try:
-        return ast.unparse(python_ast.parse_expression("(" + text.strip() + ")"))
+        return ast.unparse(condition_tree(text))
     except SyntaxError:
         return text.strip()
 
@@ -173,7 +178,7 @@ def unreachable(gate: Mapping[str, Any], all_gates: Sequence[Mapping[str, Any]],
 
     for text in within:
         try:
-            tree = python_ast.parse_expression("(" + str(text).strip() + ")")
+            tree = condition_tree(text)
         except SyntaxError:
             continue
         if _eval_text(tree, {}, None, lookup) is False:
@@ -192,7 +197,7 @@ def _platform_value(text: str, platforms: tuple[tuple[str, bool], ...]) -> bool 
     # Pure in its two arguments, and asked again for the same few hundred texts: every feature's
     # pass over the gates asks it of each enclosing condition (a third of judging a release's scan).
     try:
-        tree = python_ast.parse_expression("(" + text.strip() + ")")
+        tree = condition_tree(text)
     except SyntaxError:
         return None
     return _eval_text(tree, dict(platforms), None, None)
@@ -202,7 +207,7 @@ def settings_value(text: str, args: Mapping[str, Any]) -> bool | None:
     """The truth of an enclosing condition's text from the server's settings in ``args`` alone
     (``self.tp_size == 1`` False under TP 8); None when it depends on anything else."""
     try:
-        tree = python_ast.parse_expression("(" + text.strip() + ")")
+        tree = condition_tree(text)
     except SyntaxError:
         return None
     return _eval_text(tree, args, None, None)
@@ -357,7 +362,7 @@ def judged_in_effect(feature: Any, fgs: Sequence[Any], by_id: Mapping[str, Mappi
         nested: list[bool | None] = []
         for text in gate.get("within") or ():
             try:
-                tree = python_ast.parse_expression("(" + str(text).strip() + ")")
+                tree = condition_tree(text)
             except SyntaxError:
                 nested.append(None)
                 continue
