@@ -86,8 +86,12 @@ def test_every_serving_figure_is_there_and_matches_what_the_standin_emitted(tmp_
         assert all(s["sent_s"] + s["e2e_s"] <= d + 1e-3 and s["chunks"][0][0] < s["e2e_s"] for s in level_samples)
         if level["concurrency"] == 1:  # one at a time: the requests' spans add up to at most the level
             assert sum(s["e2e_s"] for s in level_samples) <= d + 1e-3
-        assert level["e2e_latency_ms"]["median"] == pytest.approx(
-            level["ttft_ms"]["median"] + 19 * level["tpot_ms"]["median"], rel=0.1)
+        # per request, E2E is its TTFT plus its 19 decode gaps (TPOT); medians do not add (a request late
+        # in both moves the sum; 143.6 against 126.1 ms was seen under load), so each request is held
+        request_tpots = [(s["e2e_s"] - s["chunks"][0][0]) * 1000.0 / 19 for s in level_samples]
+        assert level["tpot_ms"]["median"] == pytest.approx(median(request_tpots), abs=2e-3)
+        assert level["e2e_latency_ms"]["median"] == pytest.approx(median([s["e2e_s"] * 1000.0 for s in level_samples]),
+                                                                  abs=2e-3)
         assert level["ttft_ms"]["p99"] >= level["ttft_ms"]["p95"] >= level["ttft_ms"]["p90"] >= level["ttft_ms"]["median"]
         # every request met the generous SLO: goodput is the request throughput
         assert level["slo_met"] == 8 and level["slo_attainment"] == 1.0
