@@ -124,8 +124,11 @@ def test_server_info_fields_are_the_release_server_args(version: str) -> None:
 
 
 def _standin(tmp_path: Path, version: str, flags: tuple[str, ...] = (), **env: str):
+    # Every route is asked, /start_profile too: with no output_dir SGLang (and so the stand-in) writes
+    # its traces to $SGLANG_TORCH_PROFILER_DIR, else /tmp (20 files a run were left there)
     return start_standin(tmp_path / "logs", flags=("--model-path", "/models/Qwen3-32B", "--tp", "4", *flags),
-                         env={"PYTHONPATH": str(sglang_site(version)), "GPUOPS_STANDIN_TOKENS_PER_S": "2000", **env})
+                         env={"PYTHONPATH": str(sglang_site(version)), "GPUOPS_STANDIN_TOKENS_PER_S": "2000",
+                              "SGLANG_TORCH_PROFILER_DIR": str(tmp_path / "profiles"), **env})
 
 
 def _status(url: str, method: str = "GET", key: str | None = None) -> int:
