@@ -70,7 +70,7 @@ from gpuops.lab.sglang_cache import cache_root
 
 # tests/labtools.py (host fingerprints, the server's view) is importable as `labtools`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labtools import fixtures_path  # (needs the path above)
+from labtools import fixtures_path, run_cli  # (needs the path above)
 
 # The order parallel workers are handed their work units in: the longest first (tests/work_order.py).
 pytest_plugins = ("work_order",)
@@ -209,15 +209,7 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         cwd: Path | str | None = None,
         timeout: float = 180,
     ) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "gpuops.cli", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            env=full_env(env),
-            cwd=str(cwd or default_cwd),
-            timeout=timeout,
-        )
+        return run_cli(list(args), input=input, env=full_env(env), cwd=cwd or default_cwd, timeout=timeout)
 
     def forked(
         commands: list[tuple[str, ...]],

@@ -6,9 +6,11 @@ Imported as ``labtools`` (tests/conftest.py puts this directory on ``sys.path``)
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
+import locale
 import os
 import shlex
 import shutil
@@ -117,105 +119,130 @@ def server_info(port: int) -> dict[str, Any]:
 def gpuops_cli(*args: str, cwd: "os.PathLike[str] | str", timeout: float = 180) -> subprocess.CompletedProcess:
     """Run ``gpuops ARGS`` as a user would, in ``cwd``, without the caller's $GPUOPS_INVENTORY."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return run_cli(list(args), env=env, cwd=cwd, timeout=timeout)
 
 
-# Run by ``gpuops_cli_forked`` as ``python -c`` in the commands' cwd and environment: imports gpuops'
-# command line (and the command modules the batch names) once, then runs each command in a forked
-# child of its own, as ``python -m gpuops.cli ARGS`` would: ``gpuops.cli.main`` with fd 1 and 2 on
-# files of its own and stdin on /dev/null; SystemExit, an uncaught exception (its traceback on
-# stderr), atexit handlers, non-daemon threads and stream flushes as the interpreter's exit does
-# them. A child starts from the imported parent, never from an earlier child: what one command
-# changes in memory, the next does not see. Prints the exit statuses as JSON (negative: a signal).
-_FORKED_CLI = r"""
-import atexit, importlib, json, os, select, signal, sys, threading, traceback
-batch = json.load(open(sys.argv[1]))
-import gpuops.cli
-for name in sorted({args[0] for args in batch["commands"] if args and args[0] in gpuops.cli.COMMANDS}):
-    importlib.import_module(gpuops.cli.COMMANDS[name][0].split(":")[0])
+# What ``python -m gpuops.cli`` reads from its environment only as the interpreter starts: a
+# command whose environment differs from the runner's in any of these runs in a fresh interpreter.
+_STARTUP_ENV = ("PYTHON", "LANG", "LC_", "TZ")
 
 
-def child(args, out, err):
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    for fd, path in ((1, out), (2, err)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
-    sys.argv = [gpuops.cli.__file__, *args]
-    code = 0
-    try:
-        gpuops.cli.main(list(args))
-    except SystemExit as exc:
-        if exc.code is None:
-            code = 0
-        elif isinstance(exc.code, int):
-            code = exc.code
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    try:
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        traceback.print_exc()
-        code = code or 1
-    os._exit(code)
+class CliZygote:
+    """``gpuops ARGS`` as ``python -m gpuops.cli ARGS`` runs it (exit status, stdout, stderr, in its
+    own process, cwd and environment), forked from one runner per test process that imported gpuops'
+    command line, its command modules and their heavy libraries once (``cli_zygote.py``): a command
+    then costs a fork, not the ~0.3 CPU-s of a Python start and those imports (issue 39: ~700 such
+    starts a run). For tests of what a command says, does and exits with; what needs a fresh
+    interpreter (start-up time, import side effects, signals sent to the client) starts one."""
+
+    _shared: "CliZygote | None" = None
+
+    def __init__(self, env: dict[str, str]) -> None:
+        import itertools
+        import threading
+
+        self.env = dict(env)
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("cli_zygote.py"))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, cwd="/")
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._forked: dict[int, int] = {}
+        self._ended: dict[int, int] = {}
+        threading.Thread(target=self._read, daemon=True).start()
+        atexit.register(self.close)
+
+    @classmethod
+    def for_env(cls, env: dict[str, str]) -> "CliZygote | None":
+        """The runner for a command with ``env``; None when it must start an interpreter of its own."""
+        if cls._shared is None or cls._shared.proc.poll() is not None:
+            cls._shared = cls(env)
+        same = all(env.get(k) == cls._shared.env.get(k) for k in {*env, *cls._shared.env} if k.startswith(_STARTUP_ENV))
+        return cls._shared if same else None
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self._cond:
+                if "id" in message:
+                    self._forked[message["id"]] = message["pid"]
+                else:
+                    self._ended[message["pid"]] = message["status"]
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wait(self, found: Callable[[], bool], timeout: float) -> bool:
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not found():
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    return found()
+                self._cond.wait(min(left, 1.0))
+            return True
+
+    def run(self, args: "list[str]", *, env: dict[str, str], cwd: "os.PathLike[str] | str", input: "str | None" = None,
+            timeout: float = 180) -> "subprocess.CompletedProcess[str]":
+        import signal
+        import tempfile
+
+        argv = [sys.executable, "-m", "gpuops.cli", *args]
+        with tempfile.TemporaryDirectory(prefix="gpuops-cli-") as folder:
+            request = {"args": list(args), "cwd": str(cwd), "env": env, "stdin": None,
+                       "out": f"{folder}/out", "err": f"{folder}/err"}
+            if input is not None:
+                Path(folder, "in").write_text(input)
+                request["stdin"] = f"{folder}/in"
+            assert self.proc.stdin is not None
+            with self._cond:
+                request["id"] = next(self._ids)
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+            if not self._wait(lambda: request["id"] in self._forked, 60):
+                raise AssertionError(f"the gpuops runner did not start {args}: exit status {self.proc.poll()}")
+            pid = self._forked.pop(request["id"])
+            if not self._wait(lambda: pid in self._ended, timeout):
+                os.kill(pid, signal.SIGKILL)
+                self._wait(lambda: pid in self._ended, 30)
+                self._ended.pop(pid, None)
+                raise subprocess.TimeoutExpired(argv, timeout, _text(Path(folder, "out")), _text(Path(folder, "err")))
+            status = self._ended.pop(pid)
+            return subprocess.CompletedProcess(argv, status, _text(Path(folder, "out")), _text(Path(folder, "err")))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
-statuses = []
-for index, args in enumerate(batch["commands"]):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child(args, "%s/%d.out" % (batch["dir"], index), "%s/%d.err" % (batch["dir"], index))
-        finally:
-            os._exit(70)
-    handle = os.pidfd_open(pid)
-    if not select.select([handle], [], [], batch["timeout"])[0]:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        statuses.append(None)
-        break
-    os.close(handle)
-    statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-print(json.dumps(statuses))
-"""
+def _text(path: Path) -> str:
+    """A captured stream as ``subprocess.run(text=True)`` gives it: decoded, universal newlines."""
+    data = path.read_bytes().decode(locale.getpreferredencoding(False)) if path.exists() else ""
+    return data.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def run_cli(args: "list[str]", *, env: dict[str, str], cwd: "os.PathLike[str] | str", input: "str | None" = None,
+            timeout: float = 180) -> "subprocess.CompletedProcess[str]":
+    """``gpuops ARGS`` in ``cwd`` with ``env``: forked from the runner (``CliZygote``) when ``env``
+    lets it, else ``python -m gpuops.cli ARGS`` in a fresh interpreter."""
+    runner = CliZygote.for_env(env)
+    if runner is not None:
+        return runner.run(args, env=env, cwd=cwd, input=input, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "gpuops.cli", *args], input=input, capture_output=True, text=True,
+                          env=env, cwd=str(cwd), timeout=timeout)
 
 
 def gpuops_cli_forked(commands: "list[tuple[str, ...]]", *, cwd: "os.PathLike[str] | str", env: dict[str, str],
                       timeout: float = 180) -> "list[subprocess.CompletedProcess[str]]":
-    """Each of ``commands`` (argument lists) as ``gpuops ARGS`` in a process of its own, in ``cwd``
-    with ``env``, like ``python -m gpuops.cli ARGS`` (exit status, stdout, stderr), but forked from
-    one process that imported gpuops' command line once (``_FORKED_CLI``): a command's process then
-    costs a fork, not the ~0.3 CPU-s of a Python start and the imports. ``timeout`` is per command;
-    past it, ``subprocess.TimeoutExpired``. For tests of what a command says and exits with; what
-    needs a fresh interpreter (start-up time, import side effects) runs ``gpuops_cli``."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="gpuops-forked-") as folder:
-        batch = Path(folder) / "batch.json"
-        batch.write_text(json.dumps({"commands": [list(c) for c in commands], "dir": folder, "timeout": timeout}))
-        done = subprocess.run([sys.executable, "-c", _FORKED_CLI, str(batch)], capture_output=True, text=True,
-                              cwd=cwd, env=env, stdin=subprocess.DEVNULL, timeout=60 + timeout * len(commands))
-        if done.returncode != 0:
-            raise AssertionError(f"the forked gpuops runner failed ({done.returncode}): {done.stderr}")
-        statuses = json.loads(done.stdout.splitlines()[-1])
-        runs = []
-        for index, status in enumerate(statuses):
-            argv = [sys.executable, "-m", "gpuops.cli", *commands[index]]
-            out = Path(folder, f"{index}.out").read_text()
-            err = Path(folder, f"{index}.err").read_text()
-            if status is None:
-                raise subprocess.TimeoutExpired(argv, timeout, out, err)
-            runs.append(subprocess.CompletedProcess(argv, status, out, err))
-        return runs
+    """Each of ``commands`` (argument lists) as ``gpuops ARGS``, one after the other (``run_cli``)."""
+    return [run_cli(list(c), env=env, cwd=cwd, timeout=timeout) for c in commands]
 
 
 def wait_for_self_rollback(lock_path: Path, rolled_back: Callable[[], bool], deadline: float) -> None:
