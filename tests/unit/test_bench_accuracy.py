@@ -83,9 +83,10 @@ def check_itl(result: dict, spans: list[dict]) -> None:
 # window runs from its read of the first token to its read of the last, so a read made late by the
 # machine's load moves it: at 2,000 tok/s the client parses 2,000 chunks a second, and on CI's two
 # busy cores it once read the last one 31 ms late (2.2% of that request's 1.41 s). Two seconds there
-# keeps such a delay under the 2% bound; the 0.8 s requests at the lower rates still fail a window
-# that wrongly includes the 40 ms TTFT (5%).
-@pytest.mark.parametrize("rate,tokens", [(50, 40), (500, 400), (2000, 4000)])
+# keeps such a delay under the 2% bound. At 50 tok/s a read 19 ms late failed a 0.8 s request (2.4%,
+# a whole run, 2026-12-03): 1.6 s there. The 0.8-1.6 s requests at the lower rates still fail a
+# window that wrongly includes the 40 ms TTFT (2.5-5%).
+@pytest.mark.parametrize("rate,tokens", [(50, 80), (500, 400), (2000, 4000)])
 def test_measured_rate_within_2_percent(tmp_path: Path, rate: int, tokens: int):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": str(rate), "GPUOPS_STANDIN_TTFT_MS": "40"}
     with start_standin(tmp_path, env=env) as server:
