@@ -229,7 +229,8 @@ def run_gpuops(gpuops_home: Path, tmp_path_factory: pytest.TempPathFactory) -> C
 
 # `GPUOPS_TEST_CPU=DIR`: each test's wall time and CPU seconds (this process, and the children it
 # reaped meanwhile: every `gpuops` command, helper and lab host process it waited for) appended as
-# one JSON line to DIR/<worker>.jsonl; `benchmarks/suite_cpu DIR` sums them per module. Daemons a
+# one JSON line to DIR/<worker>.jsonl (with the wall-clock time it ended, for a per-worker timeline);
+# `benchmarks/suite_cpu DIR` sums them per module. Daemons a
 # test leaves to a later teardown are counted there (a module's lab: its last test's teardown).
 CPU_DIR_ENV = "GPUOPS_TEST_CPU"
 
@@ -247,7 +248,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     wall, cpu = time.monotonic(), _cpu_seconds()
     yield
-    row = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 3), "cpu_s": round(_cpu_seconds() - cpu, 3)}
+    row = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 3), "cpu_s": round(_cpu_seconds() - cpu, 3),
+           "end": round(time.time(), 3)}
     Path(folder).mkdir(parents=True, exist_ok=True)
     with open(Path(folder) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as out:
         out.write(json.dumps(row) + "\n")
