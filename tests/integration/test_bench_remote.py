@@ -202,3 +202,5 @@ def test_allreduce_over_ssh_with_gloo(lab_factory, run_gpuops, tmp_path: Path):
     # the host kept its own copy of every record (its state dir), whatever happened to the connection
     kept = list(lab.hosts[0].dir.rglob("bench/*.frames"))
     assert kept and sum(1 for x in kept[0].read_text().splitlines() if " allreduce " in x) == 4
+    # nothing left in the host's temp dir (torchrun's `torchelastic_*` log dirs included)
+    assert sorted(p.name for p in (lab.hosts[0].dir / "tmp").iterdir()) == []

@@ -129,10 +129,10 @@ def test_a_worker_that_joined_the_new_leader_starts_again_when_the_leader_rolls_
         # answers within seconds. 90 s, and the nodes' own words when it fails, so that the next says why.
         deadline = time.monotonic() + 90
         while http_get(lab.host("n1").server_port, "/health")[0] != 200:  # the worker joined it
-            assert time.monotonic() < deadline, ("node 1's previous worker never joined node 0's server",
-                                                 {name: (journal_events(lab.host(name))[-6:],
-                                                         _tail(lab.host(name).state_dir / "sglang.log"))
-                                                  for name in ("n0", "n1")})
+            if time.monotonic() > deadline:
+                pytest.fail("node 1's previous worker never joined node 0's server\n" + "\n".join(
+                    f"{name}: journal {journal_events(lab.host(name))[-6:]}\n  sglang.log:\n    "
+                    + "\n    ".join(_tail(lab.host(name).state_dir / "sglang.log")) for name in ("n0", "n1")))
             time.sleep(0.05)
     finally:
         release.touch()

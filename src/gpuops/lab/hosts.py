@@ -319,6 +319,8 @@ def session_env(root: Path, host_dir: Path, name: str, has_gpu: bool) -> dict[st
     env = {
         "PATH": f"{host_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(host_dir / "home"),
+        # Its own temp dir, as a machine has its own /tmp: what a command leaves there is seen.
+        "TMPDIR": str(host_dir / "tmp"),
         "PYTHONPATH": str(host_dir / "site"),
         "LANG": "C.UTF-8",
         "GPUOPS_LAB_HOST": name,
@@ -336,7 +338,7 @@ def _write_executable(path: Path, text: str) -> None:
 
 def _start_host(root: Path, python: str, plan: _Planned, sshd_port: int, server_port: int) -> LabHost:
     host_dir = root / plan.name
-    for sub in ("bin", "state", "home"):
+    for sub in ("bin", "state", "home", "tmp"):
         (host_dir / sub).mkdir(parents=True, exist_ok=True)
     sshd.generate_key(host_dir / "ssh_host_ed25519_key", f"gpuops-lab-{plan.name}")
     description = plan.description

@@ -100,6 +100,8 @@ def _suite_allreduce(payload, emitter, stop, work_dir):
         env.update({str(k): str(v) for k, v in variant.items()})
         env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONUNBUFFERED"] = "1"
+        # torchrun makes a `torchelastic_*` log dir under TMPDIR and leaves it: keep it in ours.
+        env["TMPDIR"] = work_dir
         argv = [python, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(int(spec.get("world_size", 1))), script, config_path]
         emitter.emit("note", {"message": "variant %s (%d of %d, watchdog %.0f s)" % (
