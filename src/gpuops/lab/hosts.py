@@ -325,6 +325,8 @@ def session_env(root: Path, host_dir: Path, name: str, has_gpu: bool) -> dict[st
         "LANG": "C.UTF-8",
         "GPUOPS_LAB_HOST": name,
         processes.LAB_DIR_VAR: str(root),
+        # What the stand-in reads from a release, kept once for every host of the lab (standin_surface.py).
+        "GPUOPS_STANDIN_SURFACES": str(root / "lib" / "surfaces"),
     }
     if has_gpu:
         env["GPUOPS_LAB_GPU"] = str(host_dir / "gpu.json")

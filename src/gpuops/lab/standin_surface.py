@@ -13,12 +13,17 @@ Controls (environment):
   GPUOPS_STANDIN_RESOLVE          KEY=VALUE[,...]: what the server's own resolution decided, reported
                                   by ``/server_info`` over what the flags say (SGLang turning a
                                   feature on, or off, by itself)
+  GPUOPS_STANDIN_SURFACES         a folder where what was read from a release is kept (the lab gives
+                                  its own ``lib/surfaces``): reading it costs ~120 ms of CPU a
+                                  start, and every host of a lab has the same release, hard-linked
 """
 
+import marshal
 import os
 import random
 import re
 import sys
+import zlib
 
 try:  # a sibling (the lab copies it next to this file); run in place from the package: ../remote
     import sglang_release
@@ -46,6 +51,76 @@ def _template(path):
     return re.compile("^%s$" % out)
 
 
+def read_release(root):
+    """What the stand-in answers from the release at ``root``, as plain values (marshal keeps them):
+    (routes as tuples, server_args fields, launch_command, metric names, /model_info, /get_load and
+    /server_info keys, /v1/loads' shape, refused routes); None when the release cannot be read."""
+    try:
+        routes = [(r.methods, r.path, r.line, r.file, r.needs, r.deprecated)
+                  for r in sglang_release.release_routes(root)]
+        server_info_keys = sglang_release.answer_keys(root, "server_info")
+        if "scheduler_info" in server_info_keys:
+            server_info_keys += sglang_release.scheduler_info_keys(root)
+        return (routes, sglang_release.server_arg_fields(root), sglang_release.reports_launch_command(root),
+                sglang_release.metric_names(root), sglang_release.answer_keys(root, "model_info"),
+                sglang_release.answer_keys(root, "get_load"), server_info_keys,
+                sglang_release.load_snapshot_shape(root), sglang_release.refused_routes(root))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def tree_stamps(root):
+    """Every file under ``root`` as (relative path, size, mtime, inode), sorted: what ``read_release``
+    depends on, whichever files it opens (a patched or replaced file changes its entry; ~10 ms)."""
+    stamps = []
+    folders = [("", root)]
+    while folders:
+        prefix, folder = folders.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append((prefix + entry.name + "/", entry.path))
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            stamps.append((prefix + entry.name, st.st_size, st.st_mtime_ns, st.st_ino))
+    stamps.sort()
+    return stamps
+
+
+def kept_release_reading(root, folder):
+    """``read_release(root)``, kept in ``folder`` (None: not kept) under the tree's stamps: reused only
+    while every file under ``root`` is the very one it was read from. Nothing kept is trusted further
+    than that: a record that does not load, or whose stamps differ, is read again and replaced."""
+    if not folder:
+        return read_release(root)
+    stamps = tree_stamps(root)
+    path = os.path.join(folder, "%08x.marshal" % zlib.crc32(repr(stamps).encode()))
+    try:
+        with open(path, "rb") as handle:
+            record = marshal.load(handle)
+        if record[0] == stamps:
+            return record[1]
+    except (OSError, EOFError, ValueError, TypeError, IndexError, KeyError):
+        pass
+    read = read_release(root)
+    if read is not None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            partial = "%s.%d" % (path, os.getpid())
+            with open(partial, "wb") as handle:
+                marshal.dump((stamps, read), handle)
+            os.replace(partial, path)  # whole or not at all: a start beside this one reads either
+        except (OSError, ValueError):
+            pass  # not kept: the next start reads the release again
+    return read
+
+
 class Surface(object):
     def __init__(self, environ):
         self.root = sglang_release.find_root()
@@ -60,21 +135,11 @@ class Surface(object):
         self.server_info_keys = []
         self.load_shape = None
         self.refused = {}
-        if self.root:
-            try:
-                self.routes = [r for r in sglang_release.release_routes(self.root) if not (drop and r.deprecated)]
-                self.fields = sglang_release.server_arg_fields(self.root)
-                self.launch_command = sglang_release.reports_launch_command(self.root)
-                self.metric_names = sglang_release.metric_names(self.root)
-                self.model_info_keys = sglang_release.answer_keys(self.root, "model_info")
-                self.get_load_keys = sglang_release.answer_keys(self.root, "get_load")
-                self.server_info_keys = sglang_release.answer_keys(self.root, "server_info")
-                if "scheduler_info" in self.server_info_keys:
-                    self.server_info_keys += sglang_release.scheduler_info_keys(self.root)
-                self.load_shape = sglang_release.load_snapshot_shape(self.root)
-                self.refused = sglang_release.refused_routes(self.root)
-            except (OSError, SyntaxError, ValueError):
-                self.routes = None
+        read = kept_release_reading(self.root, environ.get("GPUOPS_STANDIN_SURFACES")) if self.root else None
+        if read is not None:
+            routes, self.fields, self.launch_command, self.metric_names, self.model_info_keys, \
+                self.get_load_keys, self.server_info_keys, self.load_shape, self.refused = read
+            self.routes = [sglang_release.Route(*r) for r in routes if not (drop and r[5])]
         if self.routes is None:
             self.routes = [sglang_release.Route(("GET",), p, 0, "fallback", needs="enable_metrics" if p == "/metrics" else None)
                            for p in FALLBACK_GET] + [sglang_release.Route(("POST",), p, 0, "fallback") for p in FALLBACK_POST]
