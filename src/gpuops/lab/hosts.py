@@ -315,17 +315,13 @@ def _prepare_lab_files(root: Path) -> None:
 
 
 def session_env(root: Path, host_dir: Path, name: str, has_gpu: bool) -> dict[str, str]:
-    """The environment of every SSH session (and server) on a lab host: what makes it that host."""
+    """The environment of every SSH session (and server) on a lab host: what makes it that host. Its
+    own temp dir, as a machine has its own /tmp (what a command leaves there is seen); where the
+    stand-in keeps what it read from a release, once for every host of the lab (standin_surface.py)."""
     env = {
-        "PATH": f"{host_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(host_dir / "home"),
-        # Its own temp dir, as a machine has its own /tmp: what a command leaves there is seen.
-        "TMPDIR": str(host_dir / "tmp"),
-        "PYTHONPATH": str(host_dir / "site"),
-        "LANG": "C.UTF-8",
-        "GPUOPS_LAB_HOST": name,
-        processes.LAB_DIR_VAR: str(root),
-        # What the stand-in reads from a release, kept once for every host of the lab (standin_surface.py).
+        "PATH": f"{host_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(host_dir / "home"),
+        "TMPDIR": str(host_dir / "tmp"), "PYTHONPATH": str(host_dir / "site"), "LANG": "C.UTF-8",
+        "GPUOPS_LAB_HOST": name, processes.LAB_DIR_VAR: str(root),
         "GPUOPS_STANDIN_SURFACES": str(root / "lib" / "surfaces"),
     }
     if has_gpu:
