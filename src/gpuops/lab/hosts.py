@@ -322,7 +322,7 @@ def session_env(root: Path, host_dir: Path, name: str, has_gpu: bool) -> dict[st
         "PATH": f"{host_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(host_dir / "home"),
         "TMPDIR": str(host_dir / "tmp"), "PYTHONPATH": str(host_dir / "site"), "LANG": "C.UTF-8",
         "GPUOPS_LAB_HOST": name, processes.LAB_DIR_VAR: str(root),
-        "GPUOPS_STANDIN_SURFACES": str(root / "lib" / "surfaces"),
+        "GPUOPS_LAB_SURFACES": str(root / "lib" / "surfaces"),
     }
     if has_gpu:
         env["GPUOPS_LAB_GPU"] = str(host_dir / "gpu.json")

@@ -13,9 +13,10 @@ Controls (environment):
   GPUOPS_STANDIN_RESOLVE          KEY=VALUE[,...]: what the server's own resolution decided, reported
                                   by ``/server_info`` over what the flags say (SGLang turning a
                                   feature on, or off, by itself)
-  GPUOPS_STANDIN_SURFACES         a folder where what was read from a release is kept (the lab gives
-                                  its own ``lib/surfaces``): reading it costs ~120 ms of CPU a
-                                  start, and every host of a lab has the same release, hard-linked
+  GPUOPS_LAB_SURFACES             a folder where what was read from a release is kept (the lab's
+                                  ``lib/surfaces``): reading it costs ~120 ms of CPU a start, and
+                                  every host of a lab has the same release, hard-linked. A lab name,
+                                  not a control: ``/server_info`` reports GPUOPS_STANDIN_* only
 """
 
 import marshal
@@ -135,7 +136,7 @@ class Surface(object):
         self.server_info_keys = []
         self.load_shape = None
         self.refused = {}
-        read = kept_release_reading(self.root, environ.get("GPUOPS_STANDIN_SURFACES")) if self.root else None
+        read = kept_release_reading(self.root, environ.get("GPUOPS_LAB_SURFACES")) if self.root else None
         if read is not None:
             routes, self.fields, self.launch_command, self.metric_names, self.model_info_keys, \
                 self.get_load_keys, self.server_info_keys, self.load_shape, self.refused = read
