@@ -122,6 +122,11 @@ def test_a_worker_that_joined_the_new_leader_starts_again_when_the_leader_rolls_
     proc = client(lab, "nccl-env", *extra_vars(port, 12), home=gpuops_home)
     try:
         where = paused(lab.host("n1"), "server_start", proc, earlier["n1"])
+        # The premise: node 0's new server is up, waiting for node 1. gpuops tells both nodes to start
+        # together, but a kill the moment node 1 pauses may land before node 0 took it: node 0 then
+        # rolls back with no server at all, node 1's worker has no leader to join, and its rollback
+        # fails (once in 15 runs alone: node 1 `previous_started`, `rollback_failed`).
+        reached(lab.host("n0"), "health", proc, earlier["n0"])
         kill("client", where, proc)
         proc.communicate()
         paused(lab.host("n0"), "rollback_restore", None, earlier["n0"])  # the new server still up
@@ -142,6 +147,19 @@ def test_a_worker_that_joined_the_new_leader_starts_again_when_the_leader_rolls_
     finally:
         release.unlink(missing_ok=True)
     assert [e for _, e in journal_events(lab.host("n1"))][-1] == "rolled_back"
+
+
+def reached(host: Any, phase: str, proc: Any, earlier: set[Path]) -> None:
+    """Wait until this client's run on ``host`` began ``phase`` (its progress says so)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        for progress in (p / "progress.jsonl" for p in calls(host) - earlier):
+            lines = progress.read_text().splitlines() if progress.exists() else []
+            if any(json.loads(l).get("phase") == phase for l in lines if l.strip() and '"phase"' in l):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{host.name} never began {phase}")
 
 
 def _tail(path: Path, lines: int = 15) -> list[str]:
