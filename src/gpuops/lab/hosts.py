@@ -49,11 +49,11 @@ STANDIN = Path(__file__).parent / "standin_server.py"
 # The stand-in's speed model and its documented figures: imported by the stand-in from its own dir.
 # Files the stand-in imports or reads from its own dir, copied next to it wherever it runs.
 STANDIN_SIBLINGS = (Path(__file__).parent / "standin_sim.py", Path(__file__).parent / "standin_nodes.py",
-                    Path(__file__).parent / "speed_model.py",
-                    Path(__file__).parent / "speed_model.json", Path(__file__).parent / "standin_surface.py",
-                    Path(__file__).parent / "standin_profile.py",
+                    Path(__file__).parent / "speed_model.py", Path(__file__).parent / "speed_model.json",
+                    Path(__file__).parent / "standin_surface.py", Path(__file__).parent / "standin_profile.py",
                     Path(__file__).parents[1] / "remote" / "sglang_argv.py",
-                    Path(__file__).parents[1] / "remote" / "sglang_release.py")
+                    Path(__file__).parents[1] / "remote" / "sglang_release.py",
+                    Path(__file__).parents[1] / "remote" / "scan_fingerprint.py")
 REPLAYER = Path(__file__).parent / "fake_nvidia_smi.py"
 DEFAULT_SGLANG = "0.5.8"
 DEFAULT_GPU = "rtx-pro-6000-x8"

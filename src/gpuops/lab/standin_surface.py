@@ -24,13 +24,13 @@ import os
 import random
 import re
 import sys
-import zlib
 
 try:  # a sibling (the lab copies it next to this file); run in place from the package: ../remote
     import sglang_release
 except ImportError:
     sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "remote"))
     import sglang_release
+import scan_fingerprint  # the gate scan's digest of a tree's .py files (a sibling too, or ../remote)
 
 
 # Served when no release can be read: the routes of 0.5.8 that the stand-in simulates.
@@ -70,42 +70,19 @@ def read_release(root):
         return None
 
 
-def tree_stamps(root):
-    """Every file under ``root`` as (relative path, size, mtime, inode), sorted: what ``read_release``
-    depends on, whichever files it opens (a patched or replaced file changes its entry; ~10 ms)."""
-    stamps = []
-    folders = [("", root)]
-    while folders:
-        prefix, folder = folders.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                folders.append((prefix + entry.name + "/", entry.path))
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            stamps.append((prefix + entry.name, st.st_size, st.st_mtime_ns, st.st_ino))
-    stamps.sort()
-    return stamps
-
-
 def kept_release_reading(root, folder):
-    """``read_release(root)``, kept in ``folder`` (None: not kept) under the tree's stamps: reused only
-    while every file under ``root`` is the very one it was read from. Nothing kept is trusted further
-    than that: a record that does not load, or whose stamps differ, is read again and replaced."""
-    if not folder:
+    """``read_release(root)``, kept in ``folder`` (None: not kept) under the tree's fingerprint (the
+    gate scan's: every .py file's path, size, mtime and inode, and the python): reused only while
+    every file it could have read is the very one it was read from. A record that does not load, or
+    names another fingerprint, is read again and replaced."""
+    fingerprint = scan_fingerprint.tree_fingerprint(root, {"reader": "standin_surface"}, None) if folder else None
+    if fingerprint is None:
         return read_release(root)
-    stamps = tree_stamps(root)
-    path = os.path.join(folder, "%08x.marshal" % zlib.crc32(repr(stamps).encode()))
+    path = os.path.join(folder, fingerprint + ".marshal")
     try:
         with open(path, "rb") as handle:
             record = marshal.load(handle)
-        if record[0] == stamps:
+        if record[0] == fingerprint:
             return record[1]
     except (OSError, EOFError, ValueError, TypeError, IndexError, KeyError):
         pass
@@ -115,7 +92,7 @@ def kept_release_reading(root, folder):
             os.makedirs(folder, exist_ok=True)
             partial = "%s.%d" % (path, os.getpid())
             with open(partial, "wb") as handle:
-                marshal.dump((stamps, read), handle)
+                marshal.dump((fingerprint, read), handle)
             os.replace(partial, path)  # whole or not at all: a start beside this one reads either
         except (OSError, ValueError):
             pass  # not kept: the next start reads the release again
