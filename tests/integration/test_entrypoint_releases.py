@@ -68,3 +68,8 @@ def test_each_install_launches_as_its_release_recommends(tmp_path: Path, monkeyp
     # environment built during the run (isolated) sees its own release only.
     assert _read((str(new),))[str(new)].words == ("-m", "sglang.launch_server")
     assert _read((str(new),), isolated=True)[str(new)].words == (str(tmp_path / "v16" / "bin" / "sglang"), "serve")
+    # The gather's python asked about itself (the host's chosen python is most often the server's own)
+    # answers in its own process, and says what a second start of it would: the same two answers.
+    monkeypatch.setenv("GPUOPS_PY", str(new))
+    assert _read((str(new),))[str(new)].words == ("-m", "sglang.launch_server")
+    assert _read((str(new),), isolated=True)[str(new)].words == (str(tmp_path / "v16" / "bin" / "sglang"), "serve")

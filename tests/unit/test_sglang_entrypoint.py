@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,17 @@ def test_otherwise_the_launch_is_byte_for_byte_what_it_was(entrypoints: dict) ->
     launch = next(c.after for c in plan.changes if c.path == f"{STATE}/sglang-launch.sh")
     assert "exec /opt/venv/bin/python -m sglang.launch_server --model-path" in launch
     assert plan.entrypoints_unread == (() if entrypoints else ("/opt/venv/bin/python",))
+
+
+def test_the_drivers_own_python_answers_without_a_second_start(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Promise: the gather's python, asked about itself under the same PYTHONPATH, answers in its own
+    process (one interpreter start less per apply's gather); under another PYTHONPATH (``--isolated``)
+    it is still started anew. A python that is not there can only answer from this process."""
+    here = "/nonexistent/bin/python"
+    monkeypatch.setattr(sys, "executable", here)
+    sglang_entrypoint.drive([here], "")
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [a["python"] for a in answers] == [here] and answers[0]["entrypoint"] in ("serve", "launch_server")
+    sglang_entrypoint.drive(["--isolated", here], "")
+    assert capsys.readouterr().out == ""  # asked under an empty PYTHONPATH: started, and not there

@@ -69,9 +69,9 @@ gpuops_is_server() {  # argv on stdin, one word a line: remote/sglang_argv.py's 
 gpuops_py_like() {  # an executable named like a python interpreter (the server already runs on it)
   [ -x "$1" ] && case "${1##*/}" in python|python3|python3.[0-9]|python3.[0-9][0-9]|pypy3*) true ;; *) false ;; esac
 }
-gpuops_py_ok() {  # does "$1" run as python >= 3.8?
+gpuops_py_ok() {  # does "$1" run as python >= 3.8? (-S: no site-packages to set up for one print)
   [ -n "$1" ] || return 1
-  [ "$("$1" -c 'import sys; print("gpuops-py-ok" if sys.version_info >= (3, 8) else "too-old")' 2>/dev/null </dev/null)" = "gpuops-py-ok" ]
+  [ "$("$1" -S -c 'import sys; print("gpuops-py-ok" if sys.version_info >= (3, 8) else "too-old")' 2>/dev/null </dev/null)" = "gpuops-py-ok" ]
 }
 """
 

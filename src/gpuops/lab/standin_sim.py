@@ -211,7 +211,7 @@ def _truthy(value):
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _package_dir(name):
+def package_dir(name):
     """The directory ``import name`` would load, without importing it (None when absent)."""
     import importlib.util
     try:
@@ -239,7 +239,7 @@ def _version_at_least(text, first):
 def flashinfer_has_pcie_ipc():
     """A real FlashInfer on the path has ``comm/pcie_ipc_ar.py`` or not; the lab's simulated one
     (version data only) answers by its version: 0.7.0 is the first release with the kernels."""
-    package = _package_dir("flashinfer")
+    package = package_dir("flashinfer")
     if package is not None:
         return os.path.isfile(os.path.join(package, "comm", "pcie_ipc_ar.py"))
     try:
@@ -253,7 +253,7 @@ def pcie_ipc_decision(server_args, environ):
     """(in effect?, the line pcie_ipc_ar.py logs or None) for this launch."""
     if not _truthy(environ.get(PCIE_IPC_ENV, "")):
         return False, None
-    sglang = _package_dir("sglang")
+    sglang = package_dir("sglang")
     if sglang is None or not os.path.isfile(os.path.join(sglang, PCIE_IPC_SGLANG_FILE)):
         return False, None  # a release without it ignores the variable
     tp = server_args.get("tp_size") or 1
