@@ -306,10 +306,23 @@ class SSHConnection:
             pass
 
 
-def _close_without_waiting(channel: Any) -> None:
+def _close_without_waiting(channel: Any) -> threading.Thread:
     """Close a timed-out command's channel from a thread of its own: a close waits on paramiko's
     write lock, which a send to a stalled session (sshd stopped) holds for good."""
-    threading.Thread(target=channel.close, name="close-channel", daemon=True).start()
+    thread = threading.Thread(target=_close_quietly, args=(channel,), name="close-channel", daemon=True)
+    thread.start()
+    return thread
+
+
+def _close_quietly(channel: Any) -> None:
+    """A close that finds the connection already gone (paramiko raises EOFError, or OSError from the
+    socket) has nothing left to close; uncaught, the thread's traceback went to stderr."""
+    import paramiko  # already loaded: the channel is paramiko's
+
+    try:
+        channel.close()
+    except (EOFError, OSError, paramiko.SSHException):
+        pass
 
 
 class _UnknownHostKey(Exception):
