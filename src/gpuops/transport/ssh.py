@@ -112,6 +112,12 @@ class SSHConnection:
         if settings.password is not None:
             connect_kwargs["password"] = settings.password
         timeout = settings.connect_timeout or self.options.connect_timeout
+        # The whole handshake within the connect timeout, not only the TCP connect: paramiko's own
+        # defaults wait up to 15 s for a banner and 30 s for authentication, so a host that stalled in
+        # authentication (its sshd stopped, a half-dead box) held the client 30 s, past --connect-timeout
+        # and --timeout (tests/unit/test_ssh_handshake_stall.py).
+        connect_kwargs["banner_timeout"] = timeout
+        connect_kwargs["auth_timeout"] = timeout
         try:
             conn = FabricConnection(
                 host.address or settings.hostname or host.name,
