@@ -366,3 +366,22 @@ def test_a_slow_writer_does_not_lengthen_the_recorded_ttft() -> None:
         time.sleep(0.08)  # the write of each chunk
     (generation,) = list(state.recent)
     assert 0.019 <= generation["ttft_s"] < 0.06, generation
+
+
+@pytest.mark.parametrize("release", ["0.4.0", "0.5.16"])
+def test_the_version_is_read_from_the_releases_own_files(tmp_path: Path, release: str) -> None:
+    """As SGLang finds its own (`_version.py`, else a literal in `version.py`): the release's two files
+    alone, no dist-info beside them, so importlib.metadata cannot be what answers."""
+    from gpuops.lab.sglang_cache import sglang_site
+
+    package = tmp_path / "sglang"
+    package.mkdir()
+    for name in ("_version.py", "version.py", "__init__.py"):
+        source = sglang_site(release) / "sglang" / name
+        if source.exists():
+            (package / name).write_bytes(source.read_bytes())
+    code = ("import sys; sys.path[:0] = [%r, %r]; import standin_server; print(standin_server.installed_sglang_version())"
+            % (str(tmp_path), str(STANDIN_PATH.parent)))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(STANDIN_PATH.parent.parent / "remote")}
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.strip() == release, done.stderr

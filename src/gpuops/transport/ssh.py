@@ -146,6 +146,9 @@ class SSHConnection:
         gateway = conn.gateway
         while isinstance(gateway, FabricConnection):
             self._verify_keys(gateway, files, self.options.accept_new_host_keys)
+            # A jump host that stalls mid-handshake is bounded as the target is.
+            gateway.connect_kwargs.setdefault("banner_timeout", timeout)
+            gateway.connect_kwargs.setdefault("auth_timeout", timeout)
             gateway = gateway.gateway
         via = ""
         if settings.proxy_command:
