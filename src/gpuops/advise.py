@@ -55,6 +55,9 @@ MODEL_FEATURES = {
 
 @frozen
 class Evidence:
+    """What backs a way's saving: a figure measured on this host (a stored profile or bench result) or
+    elsewhere, or a published one, with its source, and the saving per forward pass the ranking uses."""
+
     basis: str                 # "measured" (this host: gpuops profile or bench) | "published" | "measured elsewhere"
     text: str
     source: str
@@ -82,6 +85,9 @@ class ProfiledAllreduce:
 
 @frozen
 class Way:
+    """One way to cut the host's all-reduce cost (or another gated feature that matters for its model): where it
+    stands on this host, why, the commands that apply it, and the evidence for its benefit."""
+
     feature: str
     title: str
     status: Status
@@ -100,6 +106,9 @@ class Way:
 
 @frozen
 class HostAdvice:
+    """``gpuops advise``'s answer for one host: the ways to cut its all-reduce cost, best first, the others with
+    why they do not apply, and how many all-reduces a forward pass makes."""
+
     host: str
     ranked: tuple[Way, ...]          # what to do, best first
     others: tuple[Way, ...] = ()     # in effect already, or not for this host (with why)

@@ -43,6 +43,8 @@ LARGE_PROBE_OUTPUT_LIMIT = 32 * MiB  # declared by the gate scan, the journal an
 
 @frozen
 class ProbeOutput:
+    """What one probe printed on the host, cut out of the gather's framed output: stdout, stderr, exit status."""
+
     stdout: str
     stderr: str
     exit_status: int
@@ -52,6 +54,9 @@ class ProbeOutput:
 
 @frozen
 class Probe(Generic[T_co]):
+    """One fact to gather, as in pyinfra: the sh text run on the host and the pure parser of what it prints;
+    packed with the others into one remote script."""
+
     name: str  # unique key, e.g. "gpu.query"
     script: str  # POSIX sh; may use "$GPUOPS_PY" (set by the preamble)
     parse: Callable[[ProbeOutput], T_co]  # pure

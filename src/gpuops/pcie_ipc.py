@@ -90,6 +90,9 @@ class HostStack:
 
 @frozen
 class PcieIpcVerdict:
+    """Whether SGLang's PCIe IPC all-reduce fits one host (``fit``): the first misfit with its reason, the TP
+    size of the launch, the warnings it fits with, and the upgrade that would make it fit."""
+
     applies: bool
     reason: str                      # one line: why it applies or why not
     misfit: Misfit | None = None

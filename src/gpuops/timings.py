@@ -38,6 +38,9 @@ JSON_ENV = "GPUOPS_TIMINGS_JSON"
 
 @dataclass
 class _Recorder:
+    """The process-wide recording: whether it is on, when the command's body started, and the spans (phase,
+    host, start, end) so far; ``lock`` guards them against the transport's threads."""
+
     enabled: bool = False
     command_started: float | None = None
     spans: list[tuple[str, str | None, float, float]] = field(default_factory=list)

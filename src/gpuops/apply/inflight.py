@@ -19,6 +19,9 @@ _lock = threading.Lock()
 
 @dataclass
 class OpenRun:
+    """One host transaction this process holds open: its run id, lease and mode, the phase it is at, and whether
+    the commit was sent (what Ctrl-C tells the operator the host does now)."""
+
     host: str
     run_id: str | None
     lease_s: float

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 @frozen
 class ApplyOptions:
+    """How apply, rollback and history run, from the command's flags: how hosts are reached, --check and --diff,
+    forks, the per-host timeout, the rollout in batches and rollback's --force."""
+
     connect: "ConnectOptions"
     check: bool = False
     diff: bool = False

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 @frozen
 class TreeVerdicts:
+    """One SGLang tree's gate audit, as a release switch compares them (``audits``): each feature's status, the
+    stack's problems, and why the audit failed, if it did."""
+
     version: str | None
     features: dict[str, str]      # feature -> open / blocked / unknown ...
     stack: tuple[str, ...]

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 @frozen
 class EnvReady:
+    """A release's environment ready on the host (built, or found finished, and checked): where it is, the pins
+    it holds, torch's CUDA against the driver's, and the environments pruned."""
+
     env_dir: str
     reused: bool
     installed: dict[str, str | None]

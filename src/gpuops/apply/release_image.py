@@ -31,6 +31,9 @@ _PULL_DONE = "gpuops-pull-exit="
 
 @frozen
 class ImageReady:
+    """A release's docker image ready on the host (found or pulled, then checked from inside): its id, the pins
+    it holds, and torch's CUDA against the driver's."""
+
     tag: str
     image_id: str
     pulled: bool

@@ -63,6 +63,9 @@ _POLL_S = 0.2
 
 @frozen
 class Replica:
+    """A host that serves behind an SGLang router (``sglang_router_url``): the router, its URL there, its drain
+    and health timeouts, and how the router listed it before the run."""
+
     host: str
     router: Router
     worker_url: str

@@ -78,6 +78,8 @@ def comparable(url: str) -> str:
 
 @frozen
 class Worker:
+    """One worker as the router's ``GET /workers`` lists it: id (a UUID; its URL on 0.2), URL, health, load."""
+
     id: str
     url: str
     healthy: bool
@@ -114,6 +116,8 @@ def api_of(workers: list[Worker]) -> WorkerApi | None:
 
 @frozen
 class Router:
+    """An sglang-router at ``url``, with its API key and the worker API it speaks (set by ``detect``)."""
+
     url: str
     api_key: str | None = None
     api: WorkerApi | None = None  # set by detect()

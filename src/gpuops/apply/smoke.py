@@ -36,6 +36,8 @@ DEFAULT_TIMEOUT_S = 600.0
 
 @dataclass
 class SmokeResult:
+    """The server's greedy answers to ``PROMPTS``, in order, or why none came back (``outputs`` None)."""
+
     outputs: list[str] | None
     error: str | None = None
 

@@ -13,6 +13,8 @@ from gpuops.frozen import frozen
 
 @frozen
 class Verdict:
+    """Whether the gate re-audit after patching shows the feature open for the target GPU, and why."""
+
     ok: bool
     reason: str
 

@@ -24,6 +24,9 @@ from gpuops.frozen import frozen
 
 @frozen
 class Metric:
+    """One key figure across the compared results, the baseline first: its value in each, with its 95% interval
+    where the result has one."""
+
     name: str
     unit: str
     better: str  # "higher" | "lower"
@@ -67,6 +70,9 @@ class ConfigDiffs(TypedDict):
 
 @dataclass
 class Comparison:
+    """Stored results side by side, the first as the baseline (``compare_results``): each key figure per result,
+    how each configuration differs from the baseline's, and which columns are simulated."""
+
     ids: list[str]
     hosts: list[str]
     suites: list[str]

@@ -55,6 +55,9 @@ def check_kernels(given: Sequence[str] | str | None) -> tuple[str, ...]:
 
 @frozen
 class AllreduceOptions:
+    """The options of the torchrun suites (allreduce, fusion): world and message sizes, dtype, the kernels and
+    environment variants measured side by side, and the iterations and trials."""
+
     world_size: int | None = None            # None: the host's GPU count (gloo: 2)
     hidden_size: int | None = None           # None: the served model's config, else 7168
     tokens: tuple[int, ...] = DEFAULT_ALLREDUCE_TOKENS
@@ -74,6 +77,9 @@ class AllreduceOptions:
 
 @frozen
 class BenchOptions:
+    """What a bench run asks for, as typed values: the suite and its options (requests, concurrency, rates,
+    dataset, repeats, the all-reduce and profiler options); checked when made."""
+
     suite: str
     api: str = "native"
     input_len: int = 256

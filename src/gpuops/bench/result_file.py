@@ -45,6 +45,8 @@ class BadResult(Exception):
 
 @frozen
 class ResultFile:
+    """A stored result that passed the checks, with the figures in it read as missing (NaN, infinite, absurd)."""
+
     document: ResultDocument
     flagged: tuple[str, ...]  # figures read as missing: "summary.ttft_ms.p50 is NaN"
 

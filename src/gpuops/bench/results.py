@@ -42,6 +42,9 @@ _INFO_NOT_ARGS = frozenset({"internal_states", "version", "simulated", "speed_mo
 
 @frozen
 class RunContext:
+    """What a result records of the run around one host's measurement: the host, the options, the server URL the
+    client used, when the run started, and whether the client ran on the host."""
+
     host: str
     options: BenchOptions
     url: str

@@ -42,6 +42,8 @@ class IntervalJSON(TypedDict):
 
 @frozen
 class Interval:
+    """A median and its 95% bootstrap interval, over ``n`` values of what ``over`` names (``bootstrap``)."""
+
     median: float
     low: float
     high: float

@@ -57,6 +57,9 @@ class BadFile:
 
 @frozen
 class ResultEntry:
+    """One stored result as the index lists it: host, suite, when, its configuration's fingerprint, the headline
+    figures, and the file that holds the whole document."""
+
     id: str
     host: str
     suite: str

@@ -30,6 +30,9 @@ _TORCHRUN_OPTIONS = ("world_size", "hidden_size", "tokens", "variant_timeout", "
 
 @frozen
 class Suite:
+    """One bench suite of the table: its name and help, the options it reads, and how it runs (under torchrun,
+    or as SGLang's profiler)."""
+
     name: str
     help: str
     options: tuple[str, ...]                  # click parameter names this suite reads (besides COMMON_OPTIONS)

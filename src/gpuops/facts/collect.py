@@ -39,6 +39,9 @@ class ScanSummary(TypedDict):
 
 @frozen
 class HostInspection:
+    """What ``gpuops inspect`` made of one host's gathered values: its facts, the gate scan judged against them,
+    the SGLang stack's inconsistencies, and the journal as read."""
+
     facts: HostFacts
     gate_report: GateReport | None = None  # when the gate scan ran and was judged
     gates_error: str | None = None

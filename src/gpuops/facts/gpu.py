@@ -46,6 +46,9 @@ _PROC_FILE_RE = re.compile(r"^== (\S+)$", re.M)
 
 @frozen
 class Gpu:
+    """One GPU as nvidia-smi's query reports it (or the driver's /proc listing, with fewer fields), with its SM
+    and architecture identified (``sm_source`` says from what)."""
+
     index: int
     name: str
     uuid: str | None

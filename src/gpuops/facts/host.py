@@ -32,6 +32,9 @@ __all__ = ["HostFacts", "host_facts", "preamble", "probes_for"]
 
 @frozen
 class HostFacts:
+    """Every fact of one host, typed (``host_facts``, pure, from one exec's probe values): GPUs, interconnect,
+    system, packages and server, and the warnings they add up to."""
+
     gpu: GpuQuery
     banner: SmiBanner
     interconnect: Interconnect

@@ -16,6 +16,9 @@ _TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_co
 
 @frozen
 class ModelFacts:
+    """The served model as its ``config.json`` describes it (the language model's sizes where the config is
+    multimodal); ``known`` False, with ``reason``, when it could not be read."""
+
     known: bool
     path: str
     reason: str | None = None

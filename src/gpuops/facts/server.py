@@ -148,6 +148,10 @@ fi
 
 @frozen
 class ServerFacts:
+    """The SGLang server on the host's port, as /proc, its health check and its manager show it: its process,
+    redacted flags, filtered environment, health, what runs it and the model it serves; ``known`` False, with
+    ``reason``, when the probe failed."""
+
     known: bool
     reason: str | None = None
     running: bool = False

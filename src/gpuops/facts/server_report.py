@@ -39,6 +39,9 @@ class ReportJSON(TypedDict):
 
 @frozen
 class ServerReport:
+    """What the running server says about itself (``parse_report``, masked): its resolved settings, version and
+    launch command, whether ``/metrics`` answers, and the requests it holds."""
+
     route: str | None                       # the route that answered: /server_info or /get_server_info
     settings: dict[str, object] = field(default_factory=dict)
     version: str | None = None

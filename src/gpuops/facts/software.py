@@ -33,6 +33,9 @@ class HostSystem:
 
 @frozen
 class PackageInfo:
+    """One package of the SGLang stack as the chosen python sees it: its version, where it is installed, and
+    what the version was read from."""
+
     version: str | None
     path: str | None  # the package directory (as `import` would find it)
     source: str | None  # "metadata" | "version.py" | "nvidia-nccl-cu12" | "header" | "library"
@@ -43,6 +46,10 @@ class PackageInfo:
 
 @frozen
 class PythonPackages:
+    """What the chosen python ($GPUOPS_PY) has of the SGLang stack (the ``software.python`` probe): its packages
+    by distribution name, NCCL, and what the kernel libraries' files say; ``known`` False, with ``reason``, when
+    the probe failed."""
+
     known: bool
     reason: str | None = None
     python_executable: str | None = None

@@ -37,6 +37,9 @@ class SpeculativeJSON(TypedDict):
 
 @frozen
 class SpeculativeInEffect:
+    """Whether the running server decodes speculatively, with which settings, and whose word that is (its
+    resolved settings, else its launch flags)."""
+
     in_effect: bool | None                   # None: cannot tell (no server runs)
     settings: dict[str, object] = field(default_factory=dict)  # what runs: algorithm, num_steps, ...
     source: str | None = None                # the route that said it ("/server_info"), or "launch flags"

@@ -61,6 +61,8 @@ _NVLINK_RE = re.compile(r"^NV(\d+)$")
 
 @frozen
 class GpuAffinity:
+    """A GPU's CPU and NUMA affinity, from the last columns of its ``topo -m`` row."""
+
     cpu_affinity: str | None  # "0-31,64-95"
     numa_node: str | None  # "0"; "0-1" on some boxes; None when N/A
 
@@ -88,6 +90,9 @@ class P2PMatrix:
 
 @frozen
 class Interconnect:
+    """How the host's GPUs are linked and whether each pair can peer (``topo -m`` and ``topo -p2p r`` summarised
+    by ``from_values``), with the warnings worth giving before a tensor-parallel run."""
+
     known: bool
     reason: str | None
     nvlink: bool | None  # any NVLink between two GPUs

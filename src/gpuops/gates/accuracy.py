@@ -22,6 +22,9 @@ JUDGED_ON = {"sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}
 
 @frozen
 class Corpus:
+    """The hand-labelled gate corpus (``tests/gate_corpus``): the labelled lines of each release, the lines
+    excluded by hand with why, and the architectures and CUDA version the labels are judged for."""
+
     labels: tuple[Mapping[str, Any], ...]
     excluded: tuple[Mapping[str, Any], ...]
     architectures: tuple[str, ...]
@@ -46,6 +49,9 @@ def load_corpus(directory: Path = CORPUS_DIR) -> Corpus:
 
 @dataclass
 class LabelCheck:
+    """One label against what gpuops says of the gate(s) on its line: whether the scan reports one, what
+    disagrees, and whether gpuops says open where the label does not."""
+
     label: Mapping[str, Any]
     reported: bool
     problems: list[str] = field(default_factory=list)
@@ -91,6 +97,9 @@ def check_labels(scan: GateScan, labels: Iterable[Mapping[str, Any]], architectu
 
 @frozen
 class Recall:
+    """How many of the gate-shaped candidate lines lie in a gate the scan reports (``recall``): the counts, the
+    lines missed, and how many candidates each reason set aside."""
+
     candidates: int
     shaped: int
     excluded: int

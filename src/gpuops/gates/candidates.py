@@ -32,6 +32,9 @@ _SKIP_DIRS = ("__pycache__", "test", "tests")
 
 @frozen
 class Candidate:
+    """A source line whose code names a GPU capability (found by tokens, not by the scanner): whether it is
+    gate-shaped, and if not, why."""
+
     file: str
     line: int
     names: tuple[str, ...]

@@ -22,6 +22,10 @@ DEFAULTS = ("on", "auto", "off")
 
 @frozen
 class GateRule:
+    """One rule of a feature's ``gates:`` list (tried in order, the first that matches wins): a gate that matches
+    every key the rule gives (``context``, ``sets``, ``reads``, ``message``, ``function``, ``kind``) has its
+    ``role`` on the feature's path, for the reason ``why``."""
+
     role: str
     why: str
     scope: str | None = None  # "runtime_files": only in files holding a runtime gate of the feature
@@ -54,6 +58,9 @@ class GateRule:
 
 @frozen
 class FlagChoice:
+    """A launch flag that turns a feature on (``flags:`` in the catalog), by the setting the release's gates
+    test; a feature's first flag whose setting the release reads or sets is the one used."""
+
     setting: str
     flag: str
     values: tuple[str, ...] = ()
@@ -105,6 +112,9 @@ class Fit:
 
 @frozen
 class Feature:
+    """One feature of the catalog: how to recognise the gates on its path (``rules``), the flags or environment
+    that switch it on, what its kernel library and the host must admit, and what a patch may widen."""
+
     name: str
     title: str
     keywords: tuple[re.Pattern[str], ...]
@@ -140,6 +150,9 @@ class Feature:
 
 @frozen
 class Catalog:
+    """The loaded gate catalog: its features, and SGLang's defaults for the settings gates test (used for the
+    flags a running server was not given)."""
+
     features: tuple[Feature, ...]
     server_defaults: Mapping[str, Any] = field(default_factory=dict)
 

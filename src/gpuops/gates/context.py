@@ -53,6 +53,9 @@ _FABRIC_RE = re.compile(r"multicast|mnnvl|nvlink|nvls", re.I)
 
 @frozen
 class Placement:
+    """Where one gate sits, judged for one GPU and host (``Placer.place``): why it is not for this platform or
+    not reached here, and the branch that serves the GPU instead; empty: its place changes nothing."""
+
     not_applicable: str | None = None  # why the gate is for another platform than this host's
     outside: str | None = None  # an enclosing test false for this GPU or this host's configuration (its text)
     # That enclosing test is a GPU test this GPU fails (``if major == 9:``), not the ``else`` of one

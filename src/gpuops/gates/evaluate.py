@@ -43,6 +43,9 @@ class FeatureGate:
 
 @frozen
 class GateReport:
+    """A gate scan judged for one host's GPU (``judge``): every gate with its status, and each catalog feature
+    with the gates on its path; ``known`` False, with ``reason``, when there was no scan to judge."""
+
     gates: list[dict[str, Any]]
     features: dict[str, dict[str, Any]]
     version: str | None = None

@@ -45,6 +45,9 @@ class HostShape:
 
 @frozen
 class FitVerdict:
+    """One fit of a feature judged against the host's shape: whether it holds (None: cannot tell), why, and
+    where the release says so."""
+
     fit: Fit
     holds: bool | None
     reason: str

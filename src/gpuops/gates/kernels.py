@@ -40,6 +40,9 @@ class KernelStatus(enum.Enum):
 
 @frozen
 class KernelVerdict:
+    """One kernel need of a feature judged for the host's GPU: whether the installed library admits it, why, and
+    which file and line of the host says so (or the version alone, when the files were not there)."""
+
     need: KernelNeed
     status: KernelStatus
     reason: str

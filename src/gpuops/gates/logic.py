@@ -440,6 +440,9 @@ def undecided(gate: Mapping[str, Any], book: PredicateBook) -> list[str]:
 
 @frozen
 class CapVerdict:
+    """Whether a gate's GPU test stops one GPU (``cap_verdict``): ``status``, and when it is unknown, the atoms
+    gpuops could not read."""
+
     status: str  # "open" | "blocked" | "unknown"
     unknowns: tuple[str, ...] = ()
 

@@ -57,6 +57,8 @@ class UnrecognisedLayout(GpuopsError):
 
 @frozen
 class FileChange:
+    """One file of the patch, whole: its text before and after, and the gates widened in it."""
+
     path: str  # relative to the sglang package dir, e.g. "srt/layers/communicator.py"
     before: str
     after: str
@@ -70,6 +72,8 @@ class FileChange:
 
 @frozen
 class WidenedGate:
+    """A gate the patch widens: where it is, its role, and its capability group before and after."""
+
     id: str
     file: str
     line: int
@@ -81,6 +85,8 @@ class WidenedGate:
 
 @frozen
 class ClosedGate:
+    """A hardware gate the patch leaves closed for the target GPU: where it is, the GPUs it admits, and why."""
+
     id: str
     file: str
     line: int
@@ -91,6 +97,9 @@ class ClosedGate:
 
 @frozen
 class GatePatchPlan:
+    """The patch that opens a catalog feature's path to the target GPU (``plan_gate_patch``): the files changed,
+    the gates widened, those left closed or already open, and the flag that turns the feature on."""
+
     feature: str  # the catalog feature the patch opens
     version: str | None
     target_sm: str
@@ -119,6 +128,8 @@ class GatePatchPlan:
 
 @frozen
 class _Edit:
+    """The text that replaces a span of a file, from ``start`` to ``end``."""
+
     start: tuple[int, int]  # (line 1-based, column in characters)
     end: tuple[int, int]
     text: str
@@ -127,6 +138,8 @@ class _Edit:
 
 @frozen
 class _Target:
+    """The target GPU, with the release's own predicate (and platform attribute) for its family."""
+
     gpu: GpuTarget
     sm: str
     predicate: str  # e.g. "is_sm120_supported"

@@ -56,6 +56,8 @@ def draw(gates: Sequence[Mapping[str, Any]], n: int, seed: int) -> list[Mapping[
 
 @frozen
 class Agreement:
+    """One sampled label against the status gpuops gives the gate on its line."""
+
     label: Mapping[str, Any]
     got: str | None  # gpuops' status of the gate on that line; None when no gate is reported there
 

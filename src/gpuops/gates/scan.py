@@ -17,6 +17,10 @@ SUPPORTED_SCANNER = 1
 
 @frozen
 class GateScan:
+    """Every GPU-generation gate the scanner found in a host's installed SGLang, with the predicates' meanings,
+    the files it could not read or parse, and the sources the patch planner asked for; ``known`` False, with
+    ``reason``, when there is no usable scan."""
+
     known: bool
     reason: str | None = None
     root: str | None = None

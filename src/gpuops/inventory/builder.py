@@ -29,6 +29,9 @@ _SSH_CONNECTIONS = {"ssh", "smart", "paramiko", "paramiko_ssh"}
 
 @dataclass
 class GroupDefinition:
+    """A group as the inventory files describe it, before resolution: its own vars, its child groups and the
+    hosts listed in it directly."""
+
     name: str
     vars: dict[str, Any] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)

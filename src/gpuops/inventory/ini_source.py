@@ -31,6 +31,9 @@ _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:[#;].*)?$")
 
 @dataclass
 class _Pending:
+    """A group named by a ``[x:vars]`` section or in a ``[y:children]`` section (``parent``) before its own
+    section declares it: where, for the error if it never is."""
+
     kind: str  # "vars" | "children"
     line: int
     parent: str

@@ -57,6 +57,9 @@ class EncryptedValue:
 
 @frozen
 class VaultSecret:
+    """One vault password given on the command line, with the vault id it is for (``default`` when none is
+    named); its repr never shows the password."""
+
     vault_id: str
     password: bytes = b""
 

@@ -29,6 +29,9 @@ from gpuops.frozen import frozen
 
 @frozen
 class Decision:
+    """Whether a gate_patch task has anything to do on a host, and if not, why (the role then reports ok with
+    that reason and touches nothing)."""
+
     applies: bool
     reason: str = ""
     other_gpu: str | None = None  # the host's GPU generation ("sm90") when it is not the target

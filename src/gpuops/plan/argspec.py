@@ -61,6 +61,8 @@ NO_DEFAULT = object()  # an optional argument without a default: absent means ab
 
 @frozen
 class Arg:
+    """An argument a task module accepts: its name, kind (one of ``KINDS``), whether it is required, its default."""
+
     name: str
     kind: str = "text"
     required: bool = False
@@ -74,6 +76,9 @@ class Arg:
 
 @frozen
 class ModuleSpec:
+    """What one task module accepts (``@declares`` on its planner): its arguments, what it plans, and where and
+    how a task may use it; roles/README.md's module table is made from these."""
+
     name: str
     args: tuple[Arg, ...]
     plans: str  # what the module plans (roles/README.md's third column)

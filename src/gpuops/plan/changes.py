@@ -111,6 +111,9 @@ class HandlerRun:
 
 @frozen
 class CompileCheck:
+    """Byte-compile the patched files with the task's ``python`` once they are written on the host: a file that
+    does not compile fails the run."""
+
     python: str
     paths: tuple[str, ...]
 

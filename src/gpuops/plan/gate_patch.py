@@ -17,6 +17,9 @@ from gpuops.frozen import frozen
 
 @frozen
 class PatchChanges:
+    """A gate patch plan as a role's changes: absolute paths with their texts before and after, the launch flags
+    and the plan's notes."""
+
     files: tuple[tuple[str, str, str], ...]     # (absolute path, before, after)
     launch_flags: tuple[str, ...]
     notes: tuple[str, ...]                      # the plan's own (what was widened, what stays closed)

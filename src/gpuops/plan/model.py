@@ -102,6 +102,10 @@ class PlanFacts:
 
 @frozen
 class Plan:
+    """What applying a role would do on one host, planned (pure) from its ``PlanFacts``: the file changes, the
+    handlers and service to restart, the checks of the result (compile, gate re-audit, server log), the release
+    it switches to, and its warnings and notes."""
+
     host: str
     role: str
     changes: tuple[Change, ...]

@@ -15,6 +15,9 @@ Variables = Mapping[str, object]
 
 @frozen
 class Task:
+    """One task of a role's tasks or handlers, as loaded: its module and arguments, and Ansible's ``when``,
+    ``notify``, ``vars`` and ``register``."""
+
     name: str
     module: str
     args: Mapping[str, object]  # as written: checked against the module's spec, rendered when planned
@@ -27,6 +30,8 @@ class Task:
 
 @frozen
 class Role:
+    """A role as loaded from its directory: its defaults, tasks, handlers and the roles it depends on."""
+
     name: str
     path: Path
     defaults: Variables

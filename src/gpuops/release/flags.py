@@ -26,6 +26,9 @@ _DEPRECATED_HELP = re.compile(r"\(Deprecated: use (--[a-z0-9][a-z0-9-]*(?:=[A-Za
 
 @frozen
 class AcceptedFlags:
+    """Every ``--flag`` a release's server parser accepts (``release_flags``), and the deprecated switches the
+    release itself says how to replace."""
+
     names: frozenset[str]
     replacements: Mapping[str, tuple[str, ...]]   # deprecated switch -> the words that replace it
 
@@ -112,6 +115,9 @@ def release_flags(sources: Mapping[str, str]) -> AcceptedFlags:
 
 @frozen
 class FlagCheck:
+    """The inventory's launch flags checked against a release (``check_launch``): the deprecated ones to launch
+    under their replacements, with a note for each."""
+
     renames: dict[str, tuple[str, ...]]   # flag -> replacement words, for the launch
     notes: tuple[str, ...]
 

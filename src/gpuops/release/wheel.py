@@ -49,6 +49,9 @@ class Requirement:
 
 @frozen
 class Release:
+    """An SGLang release's wheel on the operator's machine, as read from the zip: its version, its
+    ``Requires-Dist`` lines, and the server's argument sources (for ``release_flags``)."""
+
     version: str
     wheel: Path
     requires: tuple[Requirement, ...]

@@ -71,6 +71,9 @@ class SSHSettings:
 
 @frozen
 class Become:
+    """What a host's ``ansible_become*`` variables ask: whether its commands run through sudo, as which user
+    (None: root), and the sudo password (a secret)."""
+
     enabled: bool = False
     user: str | None = None
     password: str | None = field(default=None, repr=False)

@@ -40,6 +40,9 @@ _KEY_FIELDS = {  # the public-key fields after the nonce, per certificate type (
 
 @frozen
 class MarkedKey:
+    """A key from a known_hosts marker line (``@revoked`` or ``@cert-authority``): the host patterns it is for,
+    its key, and the file:line it was read from."""
+
     patterns: tuple[str, ...]
     key_type: str
     blob: bytes
@@ -122,6 +125,8 @@ def _wildcard(pattern: str) -> "re.Pattern[str]":
 
 @frozen
 class Certificate:
+    """An OpenSSH host certificate, field by field (PROTOCOL.certkeys): what ``check_certificate`` checks."""
+
     key_type: str
     serial: int
     cert_type: int

@@ -31,6 +31,9 @@ DEFAULT_FORKS = 16
 
 @frozen
 class HostOutcome(Generic[T]):
+    """What the function run for one host gave (``run_on_hosts``): its value, or the one-line error it failed
+    with, or why the rollout skipped it."""
+
     ok: bool
     value: T | None = None
     error: str | None = None

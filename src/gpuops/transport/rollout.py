@@ -26,6 +26,8 @@ class RolloutError(GpuopsError):
 
 @frozen
 class BatchSize:
+    """One size of a ``--serial`` list: a number of hosts, or a percentage of all of them."""
+
     count: int | None = None     # a number of hosts
     percent: float | None = None  # or a share of all the hosts (floor, at least 1)
 
@@ -38,6 +40,9 @@ class BatchSize:
 
 @frozen
 class Rollout:
+    """How a change rolls out (``--serial``, ``--max-fail-percentage``): the batch sizes in order, the last
+    repeating, and the share of a batch's hosts that may fail before the rollout stops."""
+
     sizes: tuple[BatchSize, ...] = ()   # empty: all hosts in one batch
     max_fail_percentage: float | None = None
 

@@ -45,6 +45,9 @@ READ_TIMEOUT_S = 120.0  # reading a release's argument sources: ~1 s on a real 0
 
 @dataclass
 class SweepOutcome:
+    """What a sweep did, per host: the trials in the order run, why a host could not be put back, and the
+    variant left applied; ``interrupted`` when Ctrl-C or SIGTERM ended it."""
+
     trials: dict[str, list[Trial]] = field(default_factory=dict)  # host -> trials in the order run
     restore_errors: dict[str, str] = field(default_factory=dict)  # host -> why it could not be put back
     kept: dict[str, str] = field(default_factory=dict)  # host -> variant left applied (keep="best")

@@ -30,6 +30,9 @@ _FLAG_NAME = re.compile(r"^(--)?[a-z][a-z0-9_-]*$")
 
 @frozen
 class Variant:
+    """One setting of every ``--sweep`` axis: the NCCL environment and SGLang launch flags it applies (or takes
+    out), with its label and NCCL's warnings."""
+
     label: str
     env: Mapping[str, str]
     warnings: tuple[str, ...] = ()
