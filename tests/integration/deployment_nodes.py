@@ -73,7 +73,21 @@ def settled(lab: Lab, value: int, timeout: float = 90) -> None:
         if all(files.values()) and served == str(value) and worker == 200:
             return
         time.sleep(0.2)
-    raise AssertionError(f"not settled on {value}: files {seen[0]}, leader serves {seen[1]!r}, worker /health {seen[2]}")
+    raise AssertionError(f"not settled on {value}: files {seen[0]}, leader serves {seen[1]!r}, worker /health "
+                         f"{seen[2]}\n{nodes_said(lab)}")
+
+
+def nodes_said(lab: Lab) -> str:
+    """Each node's last journal events and server log lines: what a failure report needs to say why
+    (a flake seen once in a loaded whole run is otherwise gone with its lab)."""
+    said = []
+    for name in ("n0", "n1"):
+        state = lab.host(name).state_dir
+        journal = (state / "journal.jsonl").read_text().splitlines()[-8:] if (state / "journal.jsonl").exists() else []
+        log = state / "sglang.log"
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else [f"{log} absent"]
+        said.append(f"{name}: journal\n    " + "\n    ".join(journal) + "\n  sglang.log:\n    " + "\n    ".join(tail))
+    return "\n".join(said)
 
 
 def baseline(run_gpuops: Any, lab: Lab, port: int) -> None:

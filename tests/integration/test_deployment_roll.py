@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from deployment_nodes import (apply_value, baseline, env_file, extra_vars, http_get, put_fault, server_pid, settled,
-                              stderr_lines, frozen_once_verified, wait_event)
+from deployment_nodes import (apply_value, baseline, env_file, extra_vars, frozen_once_verified, http_get, nodes_said,
+                              put_fault, server_pid, settled, stderr_lines, wait_event)
 from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
 from gpuops.lab.hosts import Lab, LabSpec, stop_lab
@@ -135,9 +135,7 @@ def test_a_worker_that_joined_the_new_leader_starts_again_when_the_leader_rolls_
         deadline = time.monotonic() + 90
         while http_get(lab.host("n1").server_port, "/health")[0] != 200:  # the worker joined it
             if time.monotonic() > deadline:
-                pytest.fail("node 1's previous worker never joined node 0's server\n" + "\n".join(
-                    f"{name}: journal {journal_events(lab.host(name))[-6:]}\n  sglang.log:\n    "
-                    + "\n    ".join(_tail(lab.host(name).state_dir / "sglang.log")) for name in ("n0", "n1")))
+                pytest.fail("node 1's previous worker never joined node 0's server\n" + nodes_said(lab))
             time.sleep(0.05)
     finally:
         release.touch()
@@ -160,10 +158,6 @@ def reached(host: Any, phase: str, proc: Any, earlier: set[Path]) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"{host.name} never began {phase}")
-
-
-def _tail(path: Path, lines: int = 15) -> list[str]:
-    return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else [f"{path} absent"]
 
 
 @pytest.mark.parametrize(("killed", "phase"), [("n0", "health"), ("n0", "confirm"), ("n1", "after_writes"),

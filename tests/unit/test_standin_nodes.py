@@ -5,6 +5,8 @@ only, and one node gone takes the others down (exit 1), as with SGLang."""
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 import time
 import urllib.error
 import urllib.request
@@ -105,3 +107,26 @@ def test_inconsistent_node_flags_fail_at_start(tmp_path: Path, flags: list[str],
         assert message in server.log()
     finally:
         server.stop()
+
+
+def test_a_worker_whose_leader_goes_away_while_it_waits_to_join_exits(tmp_path: Path) -> None:
+    """Node 0 stopped after a rank > 0 connected and said its rank, before everyone joined (a
+    rollback stopping the leader a worker had just reached): the connection is reset, and the worker
+    exits 1, as SGLang's does when torch's rendezvous fails, so that whoever started it starts it again.
+    Before, its join thread died on the reset and the process lived on, never joined and never healthy
+    (a whole run's deployment rollback left node 1 down so, once in ~10 runs)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    addr = f"127.0.0.1:{listener.getsockname()[1]}"
+    worker = node(tmp_path, 1, 2, addr, wait=False)
+    try:
+        listener.settimeout(15)
+        conn, _ = listener.accept()
+        with conn:
+            assert conn.recv(64).startswith(b"rank 1")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close: RST
+        listener.close()
+        assert exits(worker) == 1
+        assert "went away while node 1 waited for the others" in worker.log()
+    finally:
+        listener.close()
+        worker.stop()

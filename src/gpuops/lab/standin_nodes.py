@@ -11,7 +11,7 @@ a sibling of ``standin_server.py``, copied with it: ``hosts.STANDIN_SIBLINGS``):
     ``srt/utils/common.py``: non-zero ranks run no tokenizer and no API);
   * when a node's peer goes away (a worker dies, or the leader), it logs an NCCL-style error and
     exits 1: one dead node takes the whole server down, as it does with SGLang when the collective
-    fails;
+    fails; so does a rank > 0 whose leader goes away while it waits for the others to join;
   * or, with ``GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER=1`` on node 0, the leader that does not
     notice (a worker whose host vanished leaves the leader's collective waiting, not failing): it
     logs nothing, keeps answering ``/health`` and ``/server_info`` (SGLang 0.5.8's ``/health`` is 200
@@ -119,9 +119,18 @@ class NodeGroup(object):
                                                                                   self.join_timeout_s))
                     return
                 time.sleep(0.2)
-        conn.settimeout(None)
-        conn.sendall(("rank %d\n" % self.rank).encode())
-        if _read_line(conn) != b"ready":
+        try:
+            conn.settimeout(None)
+            conn.sendall(("rank %d\n" % self.rank).encode())
+            answer = _read_line(conn)
+        except OSError as exc:
+            # torch's TCPStore retries its connect and first ping only: a reset once this rank waits
+            # for the others (node 0 stopped meanwhile) fails init_process_group, and the node exits.
+            # Before, the join thread died here and the process lived on, never joined, never healthy.
+            self.on_lost("DistNetworkError: node 0 at %s:%d went away while node %d waited for the others: %s"
+                         % (self.host, self.port, self.rank, exc))
+            return
+        if answer != b"ready":
             self.on_lost("node 0 at %s:%d refused node %d" % (self.host, self.port, self.rank))
             return
         self.joined.set()
