@@ -29,12 +29,14 @@ def write(directory: Path, name: str, text: str) -> None:
     path.write_text(text)
 
 
-def run_helper(script: str, payload: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_helper(script: str, payload: dict, tmp_path: Path, home: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``script`` exactly as a host would (the runner of ``python_command`` reading stdin), from
-    an empty directory and with no PYTHONPATH, so only the bundle can supply its modules."""
+    an empty directory and with no PYTHONPATH, so only the bundle can supply its modules; the host
+    user's HOME is ``home`` (by default one of this test's own, where the helper may keep bytecode)."""
     stdin = script.encode() + PAYLOAD_SEPARATOR + json.dumps(payload).encode()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home or tmp_path / "host-home")}
     return subprocess.run(["sh", "-c", python_command(sys.executable)], input=stdin, capture_output=True,
-                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+                          cwd=tmp_path, env=env, timeout=60)
 
 
 @pytest.fixture
@@ -269,3 +271,101 @@ def test_source_reads_kept_helpers_without_the_bundler_and_bundles_on_a_miss(tmp
     env = {**os.environ, "GPUOPS_CACHE": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.stdout.strip() == "OK", done.stderr
+
+
+# ------------------------------------------------- compiled modules kept on the host (bundle.py's bootstrap)
+
+
+def kept_bytecode(home: Path) -> Path:
+    return home / ".cache" / "gpuops" / "bytecode"
+
+
+def sums(script: str, tmp_path: Path, home: Path) -> int:
+    done = run_helper(script, {"a": 2, "b": 40}, tmp_path, home)
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)["sum"]
+
+
+def entry_defining(directory: Path, function: str) -> Path:
+    """The kept entry of the module that defines ``function``."""
+    import marshal
+
+    def defines(path: Path) -> bool:
+        code = marshal.loads(path.read_bytes()[32:])
+        return any(getattr(const, "co_name", None) == function for const in code.co_consts)
+
+    (entry,) = [p for p in directory.iterdir() if defines(p)]
+    return entry
+
+
+def replace_code(entry: Path, source: str, header: bytes | None = None) -> None:
+    """Give a kept entry the code of ``source`` (under its own header, or ``header``)."""
+    import marshal
+
+    data = entry.read_bytes()
+    entry.write_bytes((header or data[:32]) + marshal.dumps(compile(source, "<planted>", "exec")))
+
+
+def test_a_helper_keeps_its_compiled_modules_and_runs_them_the_next_time(helper_tree, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    script = bundled_source("entry", helper_tree)
+    assert sums(script, tmp_path, home) == 42
+    kept = kept_bytecode(home)
+    entries = sorted(kept.iterdir())
+    assert len(entries) == 3 and kept.stat().st_mode & 0o777 == 0o700  # fileops, mathops, journal
+    # What is kept is what runs: mathops' entry (the one that adds) made to multiply.
+    mathops = entry_defining(kept, "plus")
+    replace_code(mathops, "def plus(a, b):\n    return a * b\n")
+    assert sums(script, tmp_path, home) == 80
+    # An edited module is another entry: the edit runs, never the kept code of the old text.
+    edited = script.replace("return a + b", "return a + b + 1")
+    assert edited != script and sums(edited, tmp_path, home) == 43
+    assert len(list(kept.iterdir())) == 4
+
+
+def test_a_kept_entry_that_names_another_digest_is_compiled_again(helper_tree, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    script = bundled_source("entry", helper_tree)
+    assert sums(script, tmp_path, home) == 42
+    mathops = entry_defining(kept_bytecode(home), "plus")
+    # Valid code under a header that is not this file's digest (a torn rename, another python's or
+    # another text's entry put there): compiled from the source again, and the entry made right.
+    replace_code(mathops, "def plus(a, b):\n    return a * b\n", header=bytes(32))
+    assert sums(script, tmp_path, home) == 42
+    assert mathops.read_bytes()[:32] != bytes(32)
+    for torn in (b"", mathops.read_bytes()[:40]):  # empty, and a header with half its code
+        mathops.write_bytes(torn)
+        assert sums(script, tmp_path, home) == 42
+
+
+def test_a_cache_others_may_write_or_a_home_of_another_user_is_never_used(helper_tree, tmp_path):
+    script = bundled_source("entry", helper_tree)
+    home = tmp_path / "home"
+    home.mkdir()
+    assert sums(script, tmp_path, home) == 42
+    kept = kept_bytecode(home)
+    mathops = entry_defining(kept, "plus")
+    replace_code(mathops, "def plus(a, b):\n    return a * b\n")
+    kept.chmod(0o777)  # another user could have put that there: not read
+    assert sums(script, tmp_path, home) == 42
+    kept.chmod(0o700)
+    kept.rename(tmp_path / "elsewhere")
+    kept.symlink_to(tmp_path / "elsewhere")  # nor followed through a link
+    assert sums(script, tmp_path, home) == 42
+    if os.geteuid() == 0:  # a home that is not the user's (sudo keeping the caller's HOME): nothing made there
+        other = tmp_path / "other-home"
+        other.mkdir()
+        os.chown(other, 65534, 65534)
+        assert sums(script, tmp_path, other) == 42
+        assert not (other / ".cache").exists()
+
+
+def test_nothing_is_kept_on_the_host_while_gpuops_keeps_nothing(helper_tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUOPS_KEEP", "off")
+    home = tmp_path / "home"
+    home.mkdir()
+    assert "GPUOPS_BYTECODE=0" in python_command(sys.executable)
+    assert sums(bundled_source("entry", helper_tree), tmp_path, home) == 42
+    assert not (home / ".cache").exists()

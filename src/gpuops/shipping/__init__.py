@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from gpuops import memo
 from gpuops.shipping import bundle_cache
 
 # The host modules' directory (gpuops/remote/), as importlib.resources.files() names it for a package
@@ -73,6 +74,17 @@ def source(name: str) -> str:
 _PYTHON_FLAGS = "-S"
 
 
+# The host side of a bundled helper keeps its compiled modules (``bundle.py``) when this is 1 in its
+# environment; the client sets it in every command that runs a helper with the host's own python.
+BYTECODE_ENV = "GPUOPS_BYTECODE"
+
+
+def bytecode_setting() -> str:
+    """sh that lets (or, with ``GPUOPS_KEEP=off``, forbids) the helpers started after it on the host to
+    keep their compiled modules: gpuops keeps nothing of its own then, on either side."""
+    return f"{BYTECODE_ENV}={0 if memo.root() is None else 1}; export {BYTECODE_ENV}"
+
+
 def python_command(python: str | None = None, stream: bool = False) -> str:
     """The shell command that runs a helper shipped on stdin with the given (or the host's) python.
 
@@ -82,10 +94,12 @@ def python_command(python: str | None = None, stream: bool = False) -> str:
         # A named interpreter that is not there fails with a line that says which and why.
         missing = shlex.quote(f"{NO_PYTHON}gpuops_python {python} (or ansible_python_interpreter) is not an "
                               "executable on this host")
-        return (f"command -v {shlex.quote(python)} >/dev/null 2>&1 || {{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
+        return (f"{bytecode_setting()}; "
+                f"command -v {shlex.quote(python)} >/dev/null 2>&1 || {{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
                 f"exec {shlex.quote(python)} {_PYTHON_FLAGS} -c {runner}")
     missing = shlex.quote(f"{NO_PYTHON}no python3 (nor python) on this host's PATH; set gpuops_python to a python 3.8+")
     return (
+        f"{bytecode_setting()}; "
         "p=$(command -v python3 || command -v python) || "
         f"{{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
         f'exec "$p" {_PYTHON_FLAGS} -c {runner}'
