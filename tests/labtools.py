@@ -88,15 +88,16 @@ def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
     rollback that restores bytes but not modes, or leaves a created file or directory behind, or
     follows a symlink instead of restoring it, changes this map.
     ``skip_runs`` leaves out gpuops' own bookkeeping (state/runs backups, state/calls transaction
-    folders, journal, lock, a consumed lab fault file), which an apply or a rollback is expected to
-    grow; everything the server reads must still match.
+    folders, state/bytecode where the transaction helper keeps its compiled modules, journal, lock, a
+    consumed lab fault file), which an apply or a rollback is expected to grow; everything the server
+    reads must still match.
     """
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if path.name in VOLATILE or path.suffix == ".pyc" or "__pycache__" in rel.parts:
             continue
-        if skip_runs and (rel.parts[:2] in (("state", "runs"), ("state", "calls"))
+        if skip_runs and (rel.parts[:2] in (("state", "runs"), ("state", "calls"), ("state", "bytecode"))
                           or path.name in ("journal.jsonl", "lock", "lab-fault.used")):
             continue
         info = path.lstat()

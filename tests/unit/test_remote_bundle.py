@@ -29,14 +29,14 @@ def write(directory: Path, name: str, text: str) -> None:
     path.write_text(text)
 
 
-def run_helper(script: str, payload: dict, tmp_path: Path, home: Path | None = None) -> subprocess.CompletedProcess:
+def run_helper(script: str, payload: dict, tmp_path: Path, bytecode_dir: Path | None = None
+               ) -> subprocess.CompletedProcess:
     """Run ``script`` exactly as a host would (the runner of ``python_command`` reading stdin), from
-    an empty directory and with no PYTHONPATH, so only the bundle can supply its modules; the host
-    user's HOME is ``home`` (by default one of this test's own, where the helper may keep bytecode)."""
+    an empty directory and with no PYTHONPATH, so only the bundle can supply its modules."""
     stdin = script.encode() + PAYLOAD_SEPARATOR + json.dumps(payload).encode()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home or tmp_path / "host-home")}
-    return subprocess.run(["sh", "-c", python_command(sys.executable)], input=stdin, capture_output=True,
-                          cwd=tmp_path, env=env, timeout=60)
+    command = python_command(sys.executable, bytecode_dir=str(bytecode_dir) if bytecode_dir else None)
+    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin"}, timeout=60)
 
 
 @pytest.fixture
@@ -276,12 +276,8 @@ def test_source_reads_kept_helpers_without_the_bundler_and_bundles_on_a_miss(tmp
 # ------------------------------------------------- compiled modules kept on the host (bundle.py's bootstrap)
 
 
-def kept_bytecode(home: Path) -> Path:
-    return home / ".cache" / "gpuops" / "bytecode"
-
-
-def sums(script: str, tmp_path: Path, home: Path) -> int:
-    done = run_helper(script, {"a": 2, "b": 40}, tmp_path, home)
+def sums(script: str, tmp_path: Path, kept: Path) -> int:
+    done = run_helper(script, {"a": 2, "b": 40}, tmp_path, kept)
     assert done.returncode == 0, done.stderr.decode()
     return json.loads(done.stdout)["sum"]
 
@@ -306,66 +302,83 @@ def replace_code(entry: Path, source: str, header: bytes | None = None) -> None:
     entry.write_bytes((header or data[:32]) + marshal.dumps(compile(source, "<planted>", "exec")))
 
 
+def state_dir(tmp_path: Path) -> Path:
+    """A host's gpuops state dir (it exists: the helper keeps bytecode in it, never makes it)."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    return state
+
+
 def test_a_helper_keeps_its_compiled_modules_and_runs_them_the_next_time(helper_tree, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
+    kept = state_dir(tmp_path) / "bytecode"
     script = bundled_source("entry", helper_tree)
-    assert sums(script, tmp_path, home) == 42
-    kept = kept_bytecode(home)
+    assert sums(script, tmp_path, kept) == 42
     entries = sorted(kept.iterdir())
     assert len(entries) == 3 and kept.stat().st_mode & 0o777 == 0o700  # fileops, mathops, journal
     # What is kept is what runs: mathops' entry (the one that adds) made to multiply.
-    mathops = entry_defining(kept, "plus")
-    replace_code(mathops, "def plus(a, b):\n    return a * b\n")
-    assert sums(script, tmp_path, home) == 80
+    replace_code(entry_defining(kept, "plus"), "def plus(a, b):\n    return a * b\n")
+    assert sums(script, tmp_path, kept) == 80
     # An edited module is another entry: the edit runs, never the kept code of the old text.
     edited = script.replace("return a + b", "return a + b + 1")
-    assert edited != script and sums(edited, tmp_path, home) == 43
+    assert edited != script and sums(edited, tmp_path, kept) == 43
     assert len(list(kept.iterdir())) == 4
 
 
 def test_a_kept_entry_that_names_another_digest_is_compiled_again(helper_tree, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
+    kept = state_dir(tmp_path) / "bytecode"
     script = bundled_source("entry", helper_tree)
-    assert sums(script, tmp_path, home) == 42
-    mathops = entry_defining(kept_bytecode(home), "plus")
+    assert sums(script, tmp_path, kept) == 42
+    mathops = entry_defining(kept, "plus")
     # Valid code under a header that is not this file's digest (a torn rename, another python's or
     # another text's entry put there): compiled from the source again, and the entry made right.
     replace_code(mathops, "def plus(a, b):\n    return a * b\n", header=bytes(32))
-    assert sums(script, tmp_path, home) == 42
+    assert sums(script, tmp_path, kept) == 42
     assert mathops.read_bytes()[:32] != bytes(32)
     for torn in (b"", mathops.read_bytes()[:40]):  # empty, and a header with half its code
         mathops.write_bytes(torn)
-        assert sums(script, tmp_path, home) == 42
+        assert sums(script, tmp_path, kept) == 42
 
 
-def test_a_cache_others_may_write_or_a_home_of_another_user_is_never_used(helper_tree, tmp_path):
+def test_a_directory_others_may_write_or_a_link_is_never_used(helper_tree, tmp_path):
     script = bundled_source("entry", helper_tree)
-    home = tmp_path / "home"
-    home.mkdir()
-    assert sums(script, tmp_path, home) == 42
-    kept = kept_bytecode(home)
-    mathops = entry_defining(kept, "plus")
-    replace_code(mathops, "def plus(a, b):\n    return a * b\n")
+    kept = state_dir(tmp_path) / "bytecode"
+    assert sums(script, tmp_path, kept) == 42
+    replace_code(entry_defining(kept, "plus"), "def plus(a, b):\n    return a * b\n")
     kept.chmod(0o777)  # another user could have put that there: not read
-    assert sums(script, tmp_path, home) == 42
+    assert sums(script, tmp_path, kept) == 42
     kept.chmod(0o700)
     kept.rename(tmp_path / "elsewhere")
     kept.symlink_to(tmp_path / "elsewhere")  # nor followed through a link
-    assert sums(script, tmp_path, home) == 42
-    if os.geteuid() == 0:  # a home that is not the user's (sudo keeping the caller's HOME): nothing made there
-        other = tmp_path / "other-home"
+    assert sums(script, tmp_path, kept) == 42
+
+
+def test_nothing_is_made_where_the_state_dir_is_missing_or_not_the_users(helper_tree, tmp_path):
+    script = bundled_source("entry", helper_tree)
+    missing = tmp_path / "no-state" / "bytecode"  # a command refused on a host gpuops never changed
+    assert sums(script, tmp_path, missing) == 42
+    assert not missing.parent.exists()
+    if os.geteuid() == 0:  # a state dir of another user: nothing made in it
+        other = tmp_path / "other-state"
         other.mkdir()
         os.chown(other, 65534, 65534)
-        assert sums(script, tmp_path, other) == 42
-        assert not (other / ".cache").exists()
+        assert sums(script, tmp_path, other / "bytecode") == 42
+        assert not (other / "bytecode").exists()
 
 
 def test_nothing_is_kept_on_the_host_while_gpuops_keeps_nothing(helper_tree, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_KEEP", "off")
-    home = tmp_path / "home"
-    home.mkdir()
-    assert "GPUOPS_BYTECODE=0" in python_command(sys.executable)
-    assert sums(bundled_source("entry", helper_tree), tmp_path, home) == 42
-    assert not (home / ".cache").exists()
+    kept = state_dir(tmp_path) / "bytecode"
+    assert "GPUOPS_BYTECODE=''" in python_command(sys.executable, bytecode_dir=str(kept))
+    assert sums(bundled_source("entry", helper_tree), tmp_path, kept) == 42
+    assert not kept.exists()
+
+
+def test_only_the_transaction_helper_is_given_a_directory_in_the_state_dir() -> None:
+    """Read-only commands keep nothing on the host: the gather (and the gate scanner in it) is never
+    given a directory; apply's transaction helper keeps its modules in gpuops' state dir."""
+    from gpuops.apply.remote_exec import _helper_command
+    from gpuops.facts.python_select import preamble_for_vars
+
+    assert "GPUOPS_BYTECODE" not in preamble_for_vars({})
+    assert "GPUOPS_BYTECODE=/var/lib/gpuops/bytecode; export" in _helper_command({}, False, "/var/lib/gpuops/")
+    assert "GPUOPS_BYTECODE=''; export" in _helper_command({}, False, None)

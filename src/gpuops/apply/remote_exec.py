@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from gpuops.transport import Connection
 
 
-def _helper_command(variables: Mapping[str, Any], with_preamble: bool) -> str:
+def _helper_command(variables: Mapping[str, Any], with_preamble: bool, state_dir: str | None = None) -> str:
     python = variables.get("gpuops_python")
-    command = python_command(str(python) if python else None, stream=True)
+    # The helper keeps its compiled modules in gpuops' state dir on the host (shipping/bundle.py).
+    bytecode_dir = f"{state_dir.rstrip('/')}/bytecode" if state_dir else None
+    command = python_command(str(python) if python else None, stream=True, bytecode_dir=bytecode_dir)
     if with_preamble:
         # The re-audit must see the packages the server sees: the gather preamble picks that python.
 
@@ -49,7 +51,7 @@ def run_helper(conn: "Connection", variables: Mapping[str, Any], payload: dict[s
     lease_s = lease_seconds(variables)
     remaining = None if deadline is None else max(1.0, deadline - time.monotonic())
     payload = dict(payload, lease_s=lease_s, deadline_s=remaining, keep_runs=keep_runs(variables))
-    command = _helper_command(variables, with_preamble)
+    command = _helper_command(variables, with_preamble, payload.get("state_dir"))
     body = python_stdin("apply_helper", payload, stream=True)
 
     started = time.monotonic()

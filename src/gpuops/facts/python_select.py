@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
-from gpuops.shipping import bytecode_setting
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -227,7 +226,6 @@ def preamble_for_vars(vars: Mapping[str, object]) -> str:
             f"gpuops_helper_python={shlex.quote(_optional_text(vars, 'gpuops_python'))}",
             f"gpuops_env_pythonpath={shlex.quote(pythonpath or '')}",
             f"gpuops_env_pythonpath_set={'1' if pythonpath is not None else ''}",
-            bytecode_setting(),  # the gate scanner, bundled, keeps its compiled modules (shipping/bundle.py)
             _FUNCTIONS.strip(),
             _FIND_SERVER.strip(),
             _CHOOSE_PYTHON.strip(),

@@ -74,32 +74,29 @@ def source(name: str) -> str:
 _PYTHON_FLAGS = "-S"
 
 
-# The host side of a bundled helper keeps its compiled modules (``bundle.py``) when this is 1 in its
-# environment; the client sets it in every command that runs a helper with the host's own python.
+# Where the host side of a bundled helper keeps its compiled modules (``bundle.py``), in its environment.
 BYTECODE_ENV = "GPUOPS_BYTECODE"
 
 
-def bytecode_setting() -> str:
-    """sh that lets (or, with ``GPUOPS_KEEP=off``, forbids) the helpers started after it on the host to
-    keep their compiled modules: gpuops keeps nothing of its own then, on either side."""
-    return f"{BYTECODE_ENV}={0 if memo.root() is None else 1}; export {BYTECODE_ENV}"
-
-
-def python_command(python: str | None = None, stream: bool = False) -> str:
+def python_command(python: str | None = None, stream: bool = False, bytecode_dir: str | None = None) -> str:
     """The shell command that runs a helper shipped on stdin with the given (or the host's) python.
 
-    ``stream``: the helper's stdin goes on after its payload (see ``python_stdin(stream=True)``)."""
+    ``stream``: the helper's stdin goes on after its payload (see ``python_stdin(stream=True)``).
+    ``bytecode_dir``: a directory on the host, inside one that exists there, where the helper keeps
+    its compiled modules (``bundle.py``); only while gpuops keeps results (``GPUOPS_KEEP=off``: none)."""
+    keep = bytecode_dir if bytecode_dir and memo.root() is not None else ""
+    setting = f"{BYTECODE_ENV}={shlex.quote(keep)}; export {BYTECODE_ENV}; "
     runner = shlex.quote(_STREAM_RUNNER if stream else _RUNNER)
     if python:
         # A named interpreter that is not there fails with a line that says which and why.
         missing = shlex.quote(f"{NO_PYTHON}gpuops_python {python} (or ansible_python_interpreter) is not an "
                               "executable on this host")
-        return (f"{bytecode_setting()}; "
+        return (f"{setting}"
                 f"command -v {shlex.quote(python)} >/dev/null 2>&1 || {{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
                 f"exec {shlex.quote(python)} {_PYTHON_FLAGS} -c {runner}")
     missing = shlex.quote(f"{NO_PYTHON}no python3 (nor python) on this host's PATH; set gpuops_python to a python 3.8+")
     return (
-        f"{bytecode_setting()}; "
+        f"{setting}"
         "p=$(command -v python3 || command -v python) || "
         f"{{ echo {missing} >&2; exit {NO_PYTHON_STATUS}; }}; "
         f'exec "$p" {_PYTHON_FLAGS} -c {runner}'

@@ -32,15 +32,16 @@ ROOT_PACKAGE = "gpuops.remote"
 #
 # Compiling those modules was most of a helper's own CPU on the host: the apply helper's 27 modules
 # (216 KB) took ~25 ms to compile and 1.4 ms to load from marshal (Debian's python3.11, loaded
-# machine), of a helper process's ~20 ms on average in a whole test run. With ``GPUOPS_BYTECODE=1``
-# in its environment (``shipping.BYTECODE_ENV``: the client sets it while it keeps results, ``memo.root()``)
-# the code objects are kept as Python keeps .pyc files: in ``${XDG_CACHE_HOME:-~/.cache}/gpuops/bytecode``
-# of the user the helper runs as, one file per module named by the sha256 of the python's bytecode
-# tag, the module's name and its source; a file is used only when its header names that digest. The
-# directory is used only when that user owns it and nobody else may write there (checked on the open
-# descriptor every later open goes through, so a path swapped meanwhile is never followed), and a
-# home owned by someone else (sudo keeping the user's HOME) is left alone; anything amiss and the
-# module is compiled as before. A container's python (``docker exec``) is never given the variable.
+# machine), of a helper process's ~20 ms on average in a whole test run. Given a directory in
+# ``GPUOPS_BYTECODE`` (``shipping.python_command(bytecode_dir=)``: the apply transaction's helper, in
+# gpuops' state dir on the host, while the client keeps results) the code objects are kept there as
+# Python keeps .pyc files: one file per module named by the sha256 of the python's bytecode tag, the
+# module's name and its source, used only when its header names that digest. The directory is made
+# only inside a parent that exists and is the helper's user's own (the state dir: never created here,
+# so a command refused on a host gpuops never changed leaves nothing), and used only when that user
+# owns it and nobody else may write there, checked on the open descriptor every later open goes
+# through (a path swapped meanwhile is never followed); anything amiss and the module is compiled as
+# before. Read-only commands (the gather, the gate scanner) are never given a directory.
 _BOOTSTRAP = '''
 import importlib.abc, importlib.util, os, sys
 class GpuopsBytecode(object):
@@ -48,16 +49,17 @@ class GpuopsBytecode(object):
     def __init__(self):
         self.fd = None
         tag = getattr(sys.implementation, "cache_tag", None)
-        if tag is None or os.environ.get("GPUOPS_BYTECODE") != "1":
+        path = os.environ.get("GPUOPS_BYTECODE") or ""
+        if tag is None or not os.path.isabs(path):
             return
         self.tag = ("%s %s %d" % (tag, importlib.util.MAGIC_NUMBER.hex(), sys.flags.optimize)).encode()
         try:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            owner = os.path.dirname(base) if not os.environ.get("XDG_CACHE_HOME") else base
-            if not os.path.isabs(base) or os.stat(owner).st_uid != os.geteuid():
+            if os.stat(os.path.dirname(path)).st_uid != os.geteuid():
                 return
-            path = os.path.join(base, "gpuops", "bytecode")
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             info = os.fstat(fd)
             if info.st_uid != os.geteuid() or info.st_mode & 0o077:
