@@ -81,6 +81,11 @@ def require_python(version: str) -> str:
     return found
 
 
+# gpuops' own bookkeeping in a lab host's state dir, which a run is expected to grow: backups
+# (runs/), transaction folders (calls/) and the transaction helper's kept compiled modules (bytecode/).
+BOOKKEEPING_DIRS = (("state", "runs"), ("state", "calls"), ("state", "bytecode"))
+
+
 def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
     """What every entry under a lab host dir is, by relative path: kind, mode and content.
 
@@ -97,7 +102,7 @@ def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
         rel = path.relative_to(root)
         if path.name in VOLATILE or path.suffix == ".pyc" or "__pycache__" in rel.parts:
             continue
-        if skip_runs and (rel.parts[:2] in (("state", "runs"), ("state", "calls"), ("state", "bytecode"))
+        if skip_runs and (rel.parts[:2] in BOOKKEEPING_DIRS
                           or path.name in ("journal.jsonl", "lock", "lab-fault.used")):
             continue
         info = path.lstat()

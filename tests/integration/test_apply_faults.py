@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import server_info
+from labtools import BOOKKEEPING_DIRS, server_info
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def fingerprint(root: Path) -> dict[str, tuple[str, int]]:
         rel = path.relative_to(root)
         if path.is_dir() or path.is_symlink() or path.suffix == ".pyc":
             continue
-        if rel.parts[:2] in (("state", "runs"), ("state", "calls")) or path.name in (
+        if rel.parts[:2] in BOOKKEEPING_DIRS or path.name in (
                 "journal.jsonl", "lock", "lab-fault.used", "sglang.log", "sglang.pid", "sshd.log", "sshd.pid"):
             continue
         out[str(rel)] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode))

@@ -18,7 +18,7 @@ import pytest
 
 from gpuops.errors import TransportError
 from gpuops.inventory import Host
-from gpuops.transport import ConnectOptions, connect
+from gpuops.transport import ConnectOptions, connect, verbose
 
 CONNECT_TIMEOUT = 2.0
 
@@ -33,6 +33,18 @@ class _AuthNeverAnswers(paramiko.ServerInterface):
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
         self.release.wait(60)  # the server's transport thread: no answer goes out meanwhile
         return paramiko.AUTH_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _verbose_logging_restored():
+    """-v's logging is process-wide (verbose.configure): put it back for the tests after these."""
+    saved = [(logger, list(logger.handlers), logger.level, logger.propagate)
+             for logger in (verbose.LOGGER, verbose.PARAMIKO)]
+    yield
+    for logger, handlers, level, propagate in saved:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 @pytest.fixture(params=["banner", "auth"])
@@ -64,8 +76,12 @@ def stalling_host(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 def test_a_host_that_stalls_mid_handshake_fails_within_the_connect_timeout(stalling_host, tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capfd: pytest.CaptureFixture[str]) -> None:
+    """And under -v, paramiko's own line says why, without the traceback its transport thread logs
+    after it (a whole run's `test_stalled_session[gather]` printed one once the banner wait was bounded)."""
     step, port = stalling_host
+    verbose.configure(1)
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
@@ -80,3 +96,8 @@ def test_a_host_that_stalls_mid_handshake_fails_within_the_connect_timeout(stall
     took = time.monotonic() - started
     assert took < CONNECT_TIMEOUT + 5, f"{step}: failed after {took:.1f} s, not within the {CONNECT_TIMEOUT:.0f} s connect timeout"
     assert "stalls" in str(failed.value) and "\n" not in str(failed.value).strip(), str(failed.value)
+    time.sleep(0.2)  # paramiko's transport thread logs as it ends
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "File \"" not in err, err
+    if step == "banner":
+        assert "Error reading SSH protocol banner" in err, err

@@ -33,6 +33,35 @@ _RAW_LIMIT = 100_000  # characters of each stream shown at -vvv
 _COMMAND_LIMIT = 400
 
 
+class NoTracebacks(logging.Filter):
+    """paramiko's transport thread logs an exception it ends on in two records and then its traceback
+    line by line (``Transport._log(ERROR, util.tb_strings())``): the line before it already says what
+    failed ("Exception (client): Error reading SSH protocol banner"), so -v shows that and drops the
+    traceback (a stalled host's handshake printed one). Per thread: the lines are logged in a row."""
+
+    _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state: dict[int | None, str] = {}  # thread -> "body" (frames) or "tail" (after its last line)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        state = self._state.get(record.thread)
+        if text.startswith("Traceback (most recent call last)"):
+            self._state[record.thread] = "body"
+            return False
+        if state == "body":
+            if not (text == "" or text.startswith(" ") or text.startswith(self._CHAINED)):
+                self._state[record.thread] = "tail"  # the exception's own line: the traceback's last
+            return False
+        if state == "tail":
+            if text == "" or text.startswith(self._CHAINED):
+                return False
+            del self._state[record.thread]
+        return True
+
+
 def quiet_paramiko() -> None:
     """paramiko's records go nowhere unless -v routed them (a NullHandler keeps Python's last-resort
     handler, which prints a traceback to stderr, from ever taking them)."""
@@ -52,6 +81,8 @@ def configure(verbosity: int) -> None:
         if not any(getattr(h, "gpuops_verbose", False) for h in logger.handlers):
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter(shape))
+            if logger is PARAMIKO:
+                handler.addFilter(NoTracebacks())
             handler.gpuops_verbose = True  # type: ignore[attr-defined]
             logger.addHandler(handler)
     LOGGER.propagate = False
