@@ -20,7 +20,7 @@ from gpuops.lab.standin_process import start_standin
 from gpuops.errors import GpuopsError
 from gpuops.remote.bench_stats import summarize_samples
 from labtools import gpuops_cli as gpuops
-from test_bench_accuracy import emitted, held_rate
+from test_bench_accuracy import emitted
 
 STATS = {"mean", "median", "std", "p50", "p90", "p95", "p99"}
 
@@ -67,14 +67,17 @@ def test_every_serving_figure_is_there_and_matches_what_the_standin_emitted(tmp_
         # TPOT per request is its decode span over its 19 decode tokens
         emitted_tpot = median([s["decode_s"] * 1000.0 / s["decode_tokens"] for s in truth])
         assert level["tpot_ms"]["median"] == pytest.approx(emitted_tpot, rel=0.15)
-        # the mean of the per-token ITLs is the decode time over the decode tokens: it has a truth
-        assert level["itl_ms"]["mean"] == pytest.approx(1000.0 / held_rate(truth), rel=0.15)
-        # the median of the per-token gaps has none (a burst after a late wake-up moves it, not the
-        # rates): held to the level's own recorded chunks, recomputed here (stored to the microsecond)
+        # the per-token gaps (ITL), held to the level's own recorded chunks, recomputed here (stored to
+        # the microsecond): their median has no truth (a burst after a late wake-up moves it, not the
+        # rates), and their mean, the decode time over the decode tokens as the client read them, is
+        # held to the stand-in's record through the per-request TPOT above, by its median: a pooled
+        # mean is one late read away from any value (a whole run at load ~5 on 2 cores once read 9.1 ms
+        # against the 5.0 ms emitted, the client ~0.6 s late on one request's last token)
         level_samples = [s for s in result["samples"] if s["concurrency"] == level["concurrency"]]
         gaps = [(b[0] - a[0]) * 1000.0 / (b[1] - a[1]) for s in level_samples
                 for a, b in zip(s["chunks"], s["chunks"][1:])]
         assert len(gaps) == 8 * 19 and level["itl_ms"]["median"] == pytest.approx(median(gaps), abs=2e-3)
+        assert level["itl_ms"]["mean"] == pytest.approx(sum(gaps) / len(gaps), abs=2e-3)
         # TTFT and E2E are from the client's send: never under the stand-in's own TTFT (its request's
         # arrival to its first write; sorted, as each client request's is over its own), and each
         # request's whole span lies inside the level (the loopback's way there is load, not a figure)
