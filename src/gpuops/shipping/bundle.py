@@ -30,9 +30,9 @@ ROOT_PACKAGE = "gpuops.remote"
 # ``gpuops`` / ``gpuops.remote`` packages above them) from memory, ahead of anything installed
 # there, so the host runs exactly the code this client sent.
 #
-# Compiling those modules was most of a helper's own CPU on the host: the apply helper's 27 modules
-# (216 KB) took ~25 ms to compile and 1.4 ms to load from marshal (Debian's python3.11, loaded
-# machine), of a helper process's ~20 ms on average in a whole test run. Given a directory in
+# Compiling those modules is a large share of a helper's own CPU on the host: the apply helper's 27
+# modules (216 KB) took ~25 ms to compile and 1.4 ms to load from marshal (Debian's python3.11, loaded
+# machine); a lab apply's helper process took 53.7 ms of CPU, 42.5 ms with them kept. Given a directory in
 # ``GPUOPS_BYTECODE`` (``shipping.python_command(bytecode_dir=)``: the apply transaction's helper, in
 # gpuops' state dir on the host, while the client keeps results) the code objects are kept there as
 # Python keeps .pyc files: one file per module named by the sha256 of the python's bytecode tag, the
