@@ -174,20 +174,22 @@ def test_a_python_older_than_38_is_not_chosen() -> None:
 
 
 def test_sglang_serve_forms_are_servers(spawn, tmp_path: Path) -> None:
-    port = _port()
+    # Three ports from the OS, not port + 1 and + 2, which nothing reserves: in a whole run (2026-12-03)
+    # another process of the suite had port + 2 and was found as that port's server (pid 31556).
+    port, module_port, other_port = _port(), _port(), _port()
     script = tmp_path / "sglang"  # a console script named like SGLang's
     script.write_text(f"#!{sys.executable}\nimport time; time.sleep(120)\n")
     script.chmod(0o755)
     console = spawn([str(script), "serve", "--port", str(port)])
     _wait_for_argv(console.pid, "serve")
     assert _run({"sglang_port": port})["pid"] == str(console.pid)
-    module = spawn([sys.executable, "-c", SLEEPER, "-m", "sglang.cli.main", "serve", "--port", str(port + 1)])
+    module = spawn([sys.executable, "-c", SLEEPER, "-m", "sglang.cli.main", "serve", "--port", str(module_port)])
     _wait_for_argv(module.pid, "serve")
-    assert _run({"sglang_port": port + 1})["pid"] == str(module.pid)
+    assert _run({"sglang_port": module_port})["pid"] == str(module.pid)
     # a word "serve" after anything else is not a server
-    other = spawn([sys.executable, "-c", SLEEPER, "notsglang", "serve", "--port", str(port + 2)])
+    other = spawn([sys.executable, "-c", SLEEPER, "notsglang", "serve", "--port", str(other_port)])
     _wait_for_argv(other.pid, "serve")
-    assert _run({"sglang_port": port + 2})["pid"] == ""
+    assert _run({"sglang_port": other_port})["pid"] == ""
 
 
 def test_a_gpuops_python_that_is_not_there_is_named_although_another_python_was_chosen(spawn, tmp_path: Path) -> None:
