@@ -114,7 +114,7 @@ def test_a_worker_whose_leader_goes_away_while_it_waits_to_join_exits(tmp_path: 
     rollback stopping the leader a worker had just reached): the connection is reset, and the worker
     exits 1, as SGLang's does when torch's rendezvous fails, so that whoever started it starts it again.
     Before, its join thread died on the reset and the process lived on, never joined and never healthy
-    (a whole run's deployment rollback left node 1 down so, once in ~10 runs)."""
+    (whole runs' deployment rollbacks left node 1 down so in sessions 11-12; reproduced once in 10 stressed rounds)."""
     listener = socket.create_server(("127.0.0.1", 0))
     addr = f"127.0.0.1:{listener.getsockname()[1]}"
     worker = node(tmp_path, 1, 2, addr, wait=False)
