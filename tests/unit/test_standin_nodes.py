@@ -130,3 +130,26 @@ def test_a_worker_whose_leader_goes_away_while_it_waits_to_join_exits(tmp_path: 
     finally:
         listener.close()
         worker.stop()
+
+
+def test_a_leader_whose_worker_died_before_the_last_one_joined_exits(tmp_path: Path) -> None:
+    """Rank 1 joined node 0 and was gone (reset) before rank 2 came: the leader's "ready" to rank 1
+    fails, and the leader exits 1 with the NCCL-style error, as a group that cannot form fails
+    SGLang's init. Before, the leader's join thread died on the reset and the process lived on,
+    never healthy (the twin of the worker's case above; fails without the try around the send)."""
+    addr = f"127.0.0.1:{free_port()}"
+    host, port = addr.rsplit(":", 1)
+    leader = node(tmp_path, 0, 3, addr, wait=False)
+    try:
+        wait_for(lambda: "waiting at" in leader.log())
+        first = socket.create_connection((host, int(port)), timeout=5)
+        first.sendall(b"rank 1\n")
+        wait_for(lambda: "node 1 joined" in leader.log())
+        first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        first.close()  # RST: the leader's next send to it fails
+        with socket.create_connection((host, int(port)), timeout=5) as second:
+            second.sendall(b"rank 2\n")
+            assert exits(leader) == 1
+        assert "node 1 is gone" in leader.log()
+    finally:
+        leader.stop()

@@ -11,7 +11,8 @@ a sibling of ``standin_server.py``, copied with it: ``hosts.STANDIN_SIBLINGS``):
     ``srt/utils/common.py``: non-zero ranks run no tokenizer and no API);
   * when a node's peer goes away (a worker dies, or the leader), it logs an NCCL-style error and
     exits 1: one dead node takes the whole server down, as it does with SGLang when the collective
-    fails; so does a rank > 0 whose leader goes away while it waits for the others to join;
+    fails; so does a rank > 0 whose leader goes away while it waits for the others to join, and a
+    leader one of whose ranks went away before the last joined;
   * or, with ``GPUOPS_STANDIN_LEADER_MISSES_DEAD_WORKER=1`` on node 0, the leader that does not
     notice (a worker whose host vanished leaves the leader's collective waiting, not failing): it
     logs nothing, keeps answering ``/health`` and ``/server_info`` (SGLang 0.5.8's ``/health`` is 200
@@ -97,8 +98,15 @@ class NodeGroup(object):
                 continue
             peers[rank] = conn
             self.log("node %d joined (%d of %d)" % (rank, len(peers) + 1, self.nnodes))
-        for conn in peers.values():
-            conn.sendall(b"ready\n")
+        for rank, conn in peers.items():
+            try:
+                conn.sendall(b"ready\n")
+            except OSError:
+                # A rank that joined and died before the last one came (its reset is seen only now):
+                # the group cannot form, as NCCL's init fails. Before, this thread died here and the
+                # leader lived on, never joined and never healthy (the twin of the worker's case in _join).
+                self._peer_gone("node %d" % rank)
+                return
         self.joined.set()
         self.log("all %d nodes joined" % self.nnodes)
         for rank, conn in peers.items():
@@ -143,6 +151,9 @@ class NodeGroup(object):
                 pass
         except OSError:
             pass
+        self._peer_gone(who)
+
+    def _peer_gone(self, who):
         if self.misses_dead_workers:
             self.lost.set()  # the leader's collective waits for a peer that never comes: nothing is said
             return
