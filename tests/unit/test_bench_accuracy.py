@@ -85,7 +85,9 @@ def check_itl(result: dict, spans: list[dict]) -> None:
 # busy cores it once read the last one 31 ms late (2.2% of that request's 1.41 s). Two seconds there
 # keeps such a delay under the 2% bound. At 50 tok/s a read 19 ms late failed a 0.8 s request (2.4%,
 # a whole run, 2026-12-03): 1.6 s there. The 0.8-1.6 s requests at the lower rates still fail a
-# window that wrongly includes the 40 ms TTFT (2.5-5%).
+# window that wrongly includes the 40 ms TTFT (2.5-5%). The other tests here decode 1.5-1.6 s per request for
+# the same reason: the chat case at 0.8 s failed once (a whole run beside another, 2026-12-03: 280.9
+# against 287.8 tok/s, the last chunk read ~20 ms late).
 @pytest.mark.parametrize("rate,tokens", [(50, 80), (500, 400), (2000, 4000)])
 def test_measured_rate_within_2_percent(tmp_path: Path, rate: int, tokens: int):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": str(rate), "GPUOPS_STANDIN_TTFT_MS": "40"}
@@ -106,7 +108,7 @@ def test_speculative_chunks_give_per_token_itl(tmp_path: Path):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": "400", "GPUOPS_STANDIN_TTFT_MS": "10",
            "GPUOPS_STANDIN_ACCEPT_LENGTH": "2.5"}
     with start_standin(tmp_path, SPEC_FLAGS, env) as server:
-        result = bench_local(tmp_path, server.url, BenchOptions(suite="decode", output_len=301,
+        result = bench_local(tmp_path, server.url, BenchOptions(suite="decode", output_len=601,
                                                                 num_requests=1, warmup=1))
         spans = emitted(server, 1)
     chunks = result["samples"][0]["chunks"]
@@ -120,10 +122,10 @@ def test_speculative_chunks_give_per_token_itl(tmp_path: Path):
 def test_openai_apis_measure_the_same_rate(tmp_path: Path, api: str):
     env = {"GPUOPS_STANDIN_TOKENS_PER_S": "300", "GPUOPS_STANDIN_TTFT_MS": "10"}
     with start_standin(tmp_path, env=env) as server:
-        result = bench_local(tmp_path, server.url, BenchOptions(suite="decode", api=api, output_len=240,
+        result = bench_local(tmp_path, server.url, BenchOptions(suite="decode", api=api, output_len=480,
                                                                 num_requests=2, warmup=1))
         spans = emitted(server, 2)
-    assert result["summary"]["output_tokens"] == 480  # from the server's usage, not the text
+    assert result["summary"]["output_tokens"] == 960  # from the server's usage, not the text
     check_against_truth(result, spans)
 
 
