@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
@@ -86,6 +87,27 @@ def require_python(version: str) -> str:
 BOOKKEEPING_DIRS = (("state", "runs"), ("state", "calls"), ("state", "bytecode"))
 
 
+# sha256 of files this process hashed, by what a write to the file changes (device, inode, size, mtime,
+# ctime): a lab host's release files are hard links into one cache (the same inodes in every lab), and a
+# test hashes its hosts' trees before and after each command, so most of them were read again and again
+# (0.2-0.75 CPU-s a tree for SGLang 0.5.8-0.5.23). Only files whose ctime is a second old or more are
+# kept: a write sets the ctime to "now" at the clock's coarse tick (milliseconds), so one made in the same
+# tick as the hashing could otherwise keep the key unchanged; past that second, any write changes it.
+_HASHED: dict[tuple[int, int, int, int, int], str] = {}
+
+
+def file_sha256(path: Path, info: os.stat_result) -> str:
+    """The sha256 of the regular file ``path`` (``info``: its lstat), read once while it is unchanged."""
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _HASHED.get(key)
+    if known is not None:
+        return known
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if time.time_ns() - info.st_ctime_ns >= 1_000_000_000:
+        _HASHED[key] = digest
+    return digest
+
+
 def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
     """What every entry under a lab host dir is, by relative path: kind, mode and content.
 
@@ -97,22 +119,30 @@ def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
     consumed lab fault file), which an apply or a rollback is expected to grow; everything the server
     reads must still match.
     """
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if path.name in VOLATILE or path.suffix == ".pyc" or "__pycache__" in rel.parts:
-            continue
-        if skip_runs and (rel.parts[:2] in BOOKKEEPING_DIRS
-                          or path.name in ("journal.jsonl", "lock", "lab-fault.used")):
-            continue
-        info = path.lstat()
-        mode = oct(stat.S_IMODE(info.st_mode))
-        if stat.S_ISLNK(info.st_mode):
-            out[str(rel)] = f"link -> {os.readlink(path)}"
-        elif stat.S_ISDIR(info.st_mode):
-            out[str(rel)] = f"dir {mode}"
-        else:
-            out[str(rel)] = f"file {mode} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+    out: dict[str, str] = {}
+
+    def walk(directory: str, prefix: str) -> None:  # os.scandir: the pathlib walk was most of the cost
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name, rel = entry.name, prefix + entry.name
+                if name == "__pycache__" or (skip_runs and tuple(rel.split("/", 2)[:2]) in BOOKKEEPING_DIRS):
+                    continue  # nor anything below it
+                info = entry.stat(follow_symlinks=False)
+                dot = name.rfind(".")
+                listed = not (name in VOLATILE or (0 < dot < len(name) - 1 and name[dot:] == ".pyc")
+                              or (skip_runs and name in ("journal.jsonl", "lock", "lab-fault.used")))
+                if stat.S_ISLNK(info.st_mode):
+                    if listed:
+                        out[rel] = f"link -> {os.readlink(entry.path)}"
+                elif stat.S_ISDIR(info.st_mode):
+                    if listed:
+                        out[rel] = f"dir {oct(stat.S_IMODE(info.st_mode))}"
+                    walk(entry.path, rel + "/")
+                elif listed:
+                    out[rel] = f"file {oct(stat.S_IMODE(info.st_mode))} {file_sha256(Path(entry.path), info)}"
+
+    if root.is_dir():
+        walk(str(root), "")
     return out
 
 

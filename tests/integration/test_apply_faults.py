@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import BOOKKEEPING_DIRS, server_info
+from labtools import server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +43,12 @@ ROLLED_BACK_WITHIN = LEASE + 60  # + the previous server's restart on a loaded 2
 
 def fingerprint(root: Path) -> dict[str, tuple[str, int]]:
     """(sha256, mode) of every file the server or the operator cares about (no gpuops bookkeeping)."""
-    import hashlib
-
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if path.is_dir() or path.is_symlink() or path.suffix == ".pyc":
-            continue
-        if rel.parts[:2] in BOOKKEEPING_DIRS or path.name in (
-                "journal.jsonl", "lock", "lab-fault.used", "sglang.log", "sglang.pid", "sshd.log", "sshd.pid"):
-            continue
-        out[str(rel)] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode))
-    return out
+    files = {}
+    for rel, entry in tree_hashes(root, skip_runs=True).items():
+        kind, mode, *digest = entry.split(" ")
+        if kind == "file":
+            files[rel] = (digest[0], int(mode, 0))
+    return files
 
 
 def client(lab, role: str, *extra: str, home: Path) -> subprocess.Popen:
