@@ -108,6 +108,18 @@ def file_sha256(path: Path, info: os.stat_result) -> str:
     return digest
 
 
+def progress_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a transaction's ``progress.jsonl`` whose lines are whole: the host appends a line
+    with one write, which a reader may see half done (a big line, such as the gate audit's, in a whole
+    run), so the last line counts only once its newline is there, as the product's own reader does
+    (``remote/apply_fileops.read_complete_lines``). A file not there yet has none."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+
+
 def tree_hashes(root: Path, skip_runs: bool = False) -> dict[str, str]:
     """What every entry under a lab host dir is, by relative path: kind, mode and content.
 

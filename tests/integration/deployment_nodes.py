@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from labtools import progress_records
 from test_apply_faults import calls, client, journal_events, paused, wait_host_settled
 
 from gpuops.lab.hosts import Lab, LabSpec
@@ -116,11 +117,9 @@ def worker_of(host: Any, earlier: set[Path]) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for progress in sorted(p / "progress.jsonl" for p in calls(host) - earlier):
-            if progress.exists():
-                for line in progress.read_text().splitlines():
-                    record = json.loads(line) if line.strip() else {}
-                    if record.get("event") == "worker":
-                        return {"dir": progress.parent, "worker": record["pid"], "relay": record["relay"]}
+            for record in progress_records(progress):
+                if record.get("event") == "worker":
+                    return {"dir": progress.parent, "worker": record["pid"], "relay": record["relay"]}
         time.sleep(0.05)
     raise AssertionError("no worker")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import tree_hashes, wait_for_self_rollback
+from labtools import progress_records, tree_hashes, wait_for_self_rollback
 from test_apply_helper import change, journal, lab_hooks, lab_state, payload, recompose_payload, run_helper
 
 ROLLBACK = {"mode": "rollback", "meta": {}}
@@ -92,9 +92,7 @@ def _paused_worker(state: Path, phase: str, earlier: set[Path], deadline: float)
     """The worker record of the call whose worker paused at ``phase``."""
     while time.monotonic() < deadline:
         for progress in (c / "progress.jsonl" for c in _calls(state) - earlier):
-            if not progress.exists():
-                continue
-            records = [json.loads(l) for l in progress.read_text().splitlines() if l.strip()]
+            records = progress_records(progress)
             if any(r.get("event") == "paused" and r.get("phase") == phase for r in records):
                 return next(r for r in records if r.get("event") == "worker")
         time.sleep(0.05)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import server_info, tree_hashes
+from labtools import progress_records, server_info, tree_hashes
 
 pytestmark = pytest.mark.integration
 
@@ -78,9 +78,7 @@ def paused(host, phase: str, proc: subprocess.Popen | None, earlier: set[Path]) 
     while time.monotonic() < deadline:
         assert proc is None or proc.poll() is None, proc.communicate()
         for progress in sorted(p / "progress.jsonl" for p in calls(host) - earlier):
-            if not progress.exists():
-                continue
-            records = [json.loads(l) for l in progress.read_text().splitlines() if l.strip()]
+            records = progress_records(progress)
             if any(r.get("event") == "paused" and r.get("phase") == phase for r in records):
                 worker = next(r for r in records if r.get("event") == "worker")
                 return {"dir": progress.parent, "worker": worker["pid"], "relay": worker["relay"]}

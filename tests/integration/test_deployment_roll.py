@@ -24,6 +24,7 @@ import pytest
 
 from deployment_nodes import (apply_value, baseline, env_file, extra_vars, frozen_once_verified, http_get, nodes_said,
                               put_fault, server_pid, settled, stderr_lines, wait_event)
+from labtools import progress_records
 from test_apply_faults import calls, client, journal_events, kill, paused, wait_host_settled
 
 from gpuops.lab.hosts import Lab, LabSpec, stop_lab
@@ -153,8 +154,7 @@ def reached(host: Any, phase: str, proc: Any, earlier: set[Path]) -> None:
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         for progress in (p / "progress.jsonl" for p in calls(host) - earlier):
-            lines = progress.read_text().splitlines() if progress.exists() else []
-            if any(json.loads(l).get("phase") == phase for l in lines if l.strip() and '"phase"' in l):
+            if any(r.get("phase") == phase for r in progress_records(progress)):
                 return
         time.sleep(0.05)
     raise AssertionError(f"{host.name} never began {phase}")
