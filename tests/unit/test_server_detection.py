@@ -6,7 +6,10 @@ from real processes (``tests/fixtures/recorded/server-argv.json`` and live, ``te
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import pytest
 from gpuops.facts.python_select import _FUNCTIONS
 from gpuops.remote import process_manager
 from gpuops.remote.sglang_argv import is_server_argv
+from gpuops.remote.sglang_server import find_server_pid, process_cmdline
 
 from server_forms import forms, make_package, recorded_argv  # tests/ is on the path (conftest.py)
 
@@ -45,6 +49,34 @@ def test_live_processes_in_every_form_are_judged_by_their_real_cmdline(standin: 
         assert seen, name
         assert is_server_argv(seen) is expected, (name, seen)
         assert gather_says_server(seen) is expected, (name, seen)
+
+
+def _unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_server_given_no_port_is_the_default_ports_not_every_urls() -> None:
+    """bench reads the environment of the server it finds for its URL (its PYTHONPATH decides which
+    stack is recorded): a server given no --port listens on SGLang's 30000, so it must not be taken
+    for the one on another port. (A CI run recorded the wrong stack when another test's server ran.)"""
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)", "-m", "sglang.launch_server", "--model-path", "m"]
+    ours_port, nobodys_port = _unused_port(), _unused_port()
+    unported = subprocess.Popen(sleep)  # started first: the lower pid, met first in /proc
+    ours = subprocess.Popen(sleep + ["--port", str(ours_port)])
+    try:
+        for proc in (unported, ours):  # the argv is in /proc once the exec is done
+            deadline = time.monotonic() + 30
+            while "sglang.launch_server" not in (process_cmdline(proc.pid) or []) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert find_server_pid(f"http://127.0.0.1:{ours_port}") == ours.pid
+        assert find_server_pid(f"http://127.0.0.1:{nobodys_port}") not in (unported.pid, ours.pid)
+        assert find_server_pid("http://127.0.0.1:30000") is not None  # the unported one, or another on 30000
+    finally:
+        for proc in (unported, ours):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_launch_script_counts_by_its_name_before_it_execs(standin: dict[str, str]) -> None:

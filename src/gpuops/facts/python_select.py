@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
+from gpuops.remote.sglang_argv import DEFAULT_PORT as DEFAULT_SGLANG_PORT
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
 
-DEFAULT_SGLANG_PORT = 30000
 # How the preamble ends a gpuops_python that is not on the host (facts/host.py makes it a warning).
 GPUOPS_PYTHON_MISSING = "is not on this host: apply, rollback and history cannot run"
 

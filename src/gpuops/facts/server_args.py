@@ -12,11 +12,9 @@ from dataclasses import field
 from typing import TypedDict
 
 # The one SGLang argv parser (stdlib only, shared with the host code and the lab's stand-in).
-from gpuops.remote.sglang_argv import first_of, launch_args, parse_flags
+from gpuops.remote.sglang_argv import DEFAULT_PORT, first_of, launch_args, parse_flags
 from gpuops.secret_policy import mask_mapping
 from gpuops.frozen import frozen
-
-DEFAULT_PORT = 30000
 
 
 # A flag's value as parse_flags gives it: text, True for a bare flag, a list of words for nargs.

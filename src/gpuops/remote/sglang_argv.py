@@ -21,6 +21,8 @@ Words are already split (``/proc/PID/cmdline``, a JSON list, or ``shlex.split`` 
 quoted value with spaces is one word.
 """
 
+DEFAULT_PORT = 30000  # SGLang's ServerArgs.port: where a server given no --port listens
+
 # typed field -> the flag names SGLang accepts for it (dashes as underscores), the field first
 ALIASES = {
     "model_path": ("model_path", "model"),

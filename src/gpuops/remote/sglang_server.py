@@ -281,8 +281,11 @@ def find_server_pid(url):
         if not entry.isdigit():
             continue
         args = sglang_argv.launch_args(process_cmdline(int(entry)) or [])
-        given = None if args is None else sglang_argv.flag_value(args, "--port")
-        if args is not None and (given is None or given == str(port)):  # no --port: SGLang's default, unchecked
+        if args is None:
+            continue
+        # No --port: SGLang's default port. Such a server is another port's unless the URL names
+        # that one (taking it for ours read its environment: a CI run recorded the wrong stack).
+        if (sglang_argv.flag_value(args, "--port") or str(sglang_argv.DEFAULT_PORT)) == str(port):
             return int(entry)
     return None
 
