@@ -1,8 +1,10 @@
 """gpuops apply sglang-release on a lab host: 0.5.8 -> 0.5.21 -> back, for real.
 
 The new environment is built on the host from a wheelhouse copied from here: the real sglang
-0.5.21 wheel plus the lab's stand-ins for what it requires (gpuops/lab/wheelhouse.py). The lab's
-stand-in server then serves the release that environment holds.
+0.5.21 wheel plus the lab's stand-ins for what it requires (gpuops/lab/wheelhouse.py), with the
+real uv the test extra installs on the host's PATH (the venv + pip branch is built end to end by
+test_quickstart, managers/test_systemd_manager and test_sglang_release_faults). The lab's stand-in
+server then serves the release that environment holds.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -59,6 +62,9 @@ def _unchanged(host, before: dict[str, str], pid: str, version: str = "0.5.8") -
 def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhouse, tmp_path, monkeypatch) -> None:
     lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("rel",)))
     host = lab.hosts[0]
+    uv = Path(sys.executable).with_name("uv")
+    assert uv.is_file(), f"{uv} is missing: pip install -e '.[test]' installs uv"
+    (host.bin_dir / "uv").symlink_to(uv)  # the host has uv: the release is built with it
     envs = tmp_path / "envs"
     kept = tmp_path / "kept"
     before = tree_hashes(host.dir, skip_runs=True)
@@ -89,6 +95,8 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert report["status"] == "refused" and "torch" in report["error"], report
     assert "refused before the server stopped" in report["error"]
+    # the refusal's line says why: uv's error line with the cause after it (its last line alone would not)
+    assert "torch was not found" in report["error"].splitlines()[0], report["error"]
     for refused in (envs.glob("sglang-*") if envs.exists() else []):
         raise AssertionError(f"a refused build left {refused}")
     _unchanged(host, before, pid)
@@ -108,6 +116,7 @@ def test_release_refusals_switch_and_rollback(lab_factory, run_gpuops, wheelhous
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)["hosts"]["rel"]
     assert report["status"] == "staged", report
+    assert any("built with uv in" in n for n in report["notes"]), report["notes"]
     audit = [n for n in report["notes"] if n.startswith("gate audit, sglang 0.5.8 (running) -> 0.5.21")]
     assert audit and "opens" in audit[0] and "closes" in audit[0], report["notes"]
     _unchanged(host, before, pid)

@@ -6,7 +6,8 @@ worker (OOM killer) there: the launch files come back byte for byte and the serv
 the old environment's, 0.5.8; the new environment stays for the next try, which switches. The
 lease cell stops the client (SIGSTOP: its connection stays up, its heartbeats stop) while the worker
 is paused: the lease lapses on the host, which rolls back by itself. And a build that fails on its
-way (its pip killed) refuses the switch and leaves nothing of itself.
+way (its pip killed) refuses the switch and leaves nothing of itself. The staged build runs with
+uv on the host's PATH, the killed one without (venv + pip).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -34,10 +37,9 @@ CELLS = [("worker", "first_write"), ("client", "server_stop"), ("client", "healt
 
 @pytest.fixture(scope="module")
 def staged(lab_factory, tmp_path_factory: pytest.TempPathFactory):
-    import subprocess
-    import sys
-
     lab = lab_factory(LabSpec(gpu="rtx-pro-6000-x8", sglang="0.5.8", names=("rel",)))
+    # The host has uv (the test extra's): the staged build takes seconds, not a pip resolve's minute.
+    (lab.hosts[0].bin_dir / "uv").symlink_to(Path(sys.executable).with_name("uv"))
     base = tmp_path_factory.mktemp("release")
     wheelhouse = build_wheelhouse(base / "wheelhouse", ["0.5.21"])
     args = ["-e", f"gpuops_envs_dir={base / 'envs'}", "-e", f"sglang_wheelhouse={wheelhouse}", "-e", "sglang_version=0.5.21",
@@ -103,6 +105,7 @@ def _pip_of(envs: Path) -> int | None:
 def test_a_build_whose_pip_is_killed_refuses_and_leaves_nothing(staged, gpuops_home: Path, tmp_path: Path) -> None:
     lab, args, _, _ = staged
     host = lab.hosts[0]
+    (host.bin_dir / "uv").unlink()  # this build is venv + pip: the pip to kill
     envs = tmp_path / "envs"  # another environment directory: a build from scratch
     args = [f"gpuops_envs_dir={envs}" if a.startswith("gpuops_envs_dir=") else a for a in args]
     before = fingerprint(host.dir)

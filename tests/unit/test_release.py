@@ -17,6 +17,7 @@ from gpuops.desired_state import composed
 from gpuops.plan.compose import with_contribution
 from gpuops.release.flags import check_launch, release_flags, rename_flags
 from gpuops.release.wheel import parse_requires, read_release
+from gpuops.remote import release_env
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +122,6 @@ def test_host_build_refusals_change_nothing(tmp_path: Path) -> None:
 
 
 def test_prune_keeps_what_the_launch_and_the_runs_need(tmp_path: Path) -> None:
-    from gpuops.remote import release_env
-
     envs, state = tmp_path / "envs", tmp_path / "state"
     names = [f"sglang-0.5.{n}-{n:012x}" for n in (18, 19, 20, 21, 22)]
     for i, name in enumerate(names):
@@ -170,3 +169,18 @@ def test_a_standing_source_patch_is_judged_on_the_new_tree() -> None:
     # A new tree without the feature at all is not "open".
     assert judge_patches(patch, old, TreeVerdicts("0.6.0", {}, ()), "0.6.0")[1] is not None
     assert judge_patches((), old, TreeVerdicts("0.6.0", {}, ()), "0.6.0") == ([], None)
+
+
+def test_a_failed_install_says_why_in_one_line() -> None:
+    """The refusal's line is the installer's reason: pip's last ERROR line; uv's error line with the
+    cause after it (its last line is a hint that names no package); capped, never a whole log."""
+    pip = ["Looking in links: /w", "ERROR: Could not find a version that satisfies the requirement torch==2.13.0",
+           "ERROR: No matching distribution found for torch==2.13.0", "[notice] A new release of pip is available"]
+    assert release_env._reason(pip) == "ERROR: No matching distribution found for torch==2.13.0"
+    uv = ["Using CPython 3.11.7", "error: No solution found when resolving dependencies",
+          "  cause: Because torch was not found in the provided package locations and you require torch==2.13.0,",
+          "  hint: Packages were unavailable because index lookups were disabled"]
+    said = release_env._reason(uv)
+    assert said.startswith("error: No solution found") and "torch was not found" in said and "\n" not in said
+    assert release_env._reason(["x" * 5000]) == "x" * release_env._REASON_CHARS
+    assert release_env._reason(["Killed"]) == "Killed" and release_env._reason([]) == ""

@@ -92,10 +92,26 @@ def _run(command, stage, timeout=_INSTALL_TIMEOUT_S, env=None):
     text = done.stdout.decode("utf-8", "replace")
     if done.returncode != 0:
         lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-        reason = next((ln for ln in reversed(lines) if ln.lstrip().startswith("ERROR")), lines[-1] if lines else "")
-        raise ReleaseEnvRefused(stage, "%s exited %d: %s" % (" ".join(command[:4]), done.returncode, reason.strip()),
+        raise ReleaseEnvRefused(stage, "%s exited %d: %s" % (" ".join(command[:4]), done.returncode, _reason(lines)),
                       "\n".join(lines[-15:]))
     return text
+
+
+_REASON_CHARS = 600  # one line of a refusal: a resolver's whole story belongs in the log tail
+
+
+def _reason(lines):
+    """Why an install failed, in one line: pip's last ``ERROR:`` line; else uv's last ``error:``
+    line with the cause lines after it (uv puts the why there: "Because torch was not found in
+    the provided package locations ..."); else the last line."""
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].lstrip().startswith("ERROR"):
+            return lines[index].strip()[:_REASON_CHARS]
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].lstrip().startswith("error:"):
+            said = " ".join(ln.strip() for ln in lines[index:])
+            return said[:_REASON_CHARS]
+    return lines[-1].strip()[:_REASON_CHARS] if lines else ""
 
 
 def _source_flags(payload):
@@ -119,8 +135,12 @@ def _build(env, payload):
         for name in [k for k in pip_env if k.startswith(("PIP_", "UV_")) and k != "PIP_CONFIG_FILE"]:
             del pip_env[name]
     if uv:
-        _run([uv, "venv", "--quiet", "--python", base, env], "venv")
-        _run([uv, "pip", "install", "--quiet", "--python", python] + (["--no-config"] if closed else [])
+        # From a wheelhouse uv reads no configuration, keeps no cache and fetches no Python: a build
+        # leaves nothing in the host's home (a refused one would have left ~/.cache/uv), and the
+        # wheels are local anyway.
+        own = ["--no-config", "--no-cache", "--no-python-downloads"] if closed else []
+        _run([uv, "venv", "--quiet"] + own + ["--python", base, env], "venv", env=pip_env)
+        _run([uv, "pip", "install", "--quiet"] + own + ["--python", python]
              + _source_flags(payload) + requirements, "install", env=pip_env)
         return "uv"
     pip = [python, "-m", "pip"]
