@@ -17,6 +17,7 @@ from gpuops.apply.recovery import has_unfinished, journal_probe_for, recover_hos
 from gpuops.facts.collect import (HostInspection, gate_scan_probe_for, judge_facts, scan_summary, sglang_probes_in_docker,
                                   stack_problems_of)
 from gpuops.facts.host import host_facts, preamble, probes_for
+from gpuops.frozen import frozen
 from gpuops.gates.catalog import load_catalog
 from gpuops.gather import Probe, gather
 from gpuops.prefetch import prefetch
@@ -29,6 +30,34 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT_S = 120.0
 
 
+@frozen
+class InspectProbes:
+    """What one host's exec runs: the fact probes (with the gate scan, when there is one), the apply
+    journal's, and why the gate scan is missing (``gates_error``)."""
+
+    facts: list[Probe[object]]
+    gate: Probe[object] | None
+    gates_error: str | None
+    journal: Probe[object]
+
+    @property
+    def all(self) -> list[Probe[object]]:
+        return self.facts + [self.journal]
+
+
+def inspect_probes(host: Host, with_gates: bool = True, with_sources: bool = False, recall: bool = True,
+                   extra_probes: Sequence[Probe[object]] = ()) -> InspectProbes:
+    """The probes of `gpuops inspect`'s one exec for ``host`` (``benchmarks/inspect_overhead``'s floor
+    sends exactly these)."""
+    probes: list[Probe[object]] = probes_for(host) + list(extra_probes)
+    gate_probe, gates_error = gate_scan_probe_for(with_sources, host, offer=recall) if with_gates else (None, None)
+    if gate_probe is not None:
+        probes.append(gate_probe)
+    # a run whose worker died is rolled back before facts are told: the journal says so
+    return InspectProbes(facts=sglang_probes_in_docker(host, probes), gate=gate_probe, gates_error=gates_error,
+                         journal=journal_probe_for(host))
+
+
 def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, with_sources: bool = False,
                  timeout: float | None = DEFAULT_TIMEOUT_S, extra_probes: Sequence[Probe[object]] = (),
                  recall: bool = True, while_waiting: tuple[Callable[[], object], ...] = ()) -> HostInspection:
@@ -36,12 +65,8 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
     (``--flush-cache``): no kept scan is offered and no kept verdict recalled. ``while_waiting``: the
     caller's own work to do during the exec, beside the catalog's (``gpuops.prefetch``: a command
     module's import of the library it renders with)."""
-    probes: list[Probe[object]] = probes_for(host) + list(extra_probes)
-    gate_probe, gates_error = gate_scan_probe_for(with_sources, host, offer=recall) if with_gates else (None, None)
-    if gate_probe is not None:
-        probes.append(gate_probe)
-    probes = sglang_probes_in_docker(host, probes)
-    journal = journal_probe_for(host)  # a run whose worker died is rolled back before facts are told
+    planned = inspect_probes(host, with_gates, with_sources, recall, extra_probes)
+    gate_probe, gates_error, journal = planned.gate, planned.gates_error, planned.journal
     script_preamble = preamble(host)
     recovered: list[str] = []
     later = None
@@ -51,10 +76,10 @@ def inspect_host(host: Host, options: ConnectOptions, with_gates: bool = True, w
             # While this thread waits on the exec, another reads the gate catalog judging needs (not
             # earlier: key exchange and authentication are CPU work here, they would only slow down).
             later = prefetch(*((load_catalog,) if gate_probe is not None else ()), *while_waiting)
-            values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
+            values = gather(conn, planned.all, preamble=script_preamble, timeout=timeout)
             if has_unfinished(values.get(journal.name)):
                 recovered = recover_host(conn, host)
-                values = gather(conn, probes + [journal], preamble=script_preamble, timeout=timeout)
+                values = gather(conn, planned.all, preamble=script_preamble, timeout=timeout)
         finally:
             conn.close()
     finally:

@@ -33,12 +33,14 @@ def gather_host(conn: "Connection", host: "Host", extra: ExtraVars,
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import gather
 
-    probes, kept = _probes(host, discovery, offer_kept)
+    probes, kept = gather_probes(host, discovery, offer_kept)
     values = gather(conn, probes, preamble=preamble_for_vars(extra.for_host(host)))
     return _facts(host, discovery, values, kept)
 
 
-def _probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tuple[list[Any], Any]:
+def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tuple[list[Any], Any]:
+    """The probes of the one exec, and the kept GPU facts they offer (None when the role reads no
+    GPU facts, or for a container). ``benchmarks/apply_overhead``'s floor sends exactly these."""
     from gpuops.apply.probes import entrypoints_probe, files_probe, journal_probe, server_probe
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
