@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpuops.transport.limits import MiB, over_message
@@ -74,6 +74,23 @@ class Probe(Generic[T_co]):
     # The most stdout this probe may print (bytes); more fails this probe only. Declared larger by
     # the probes whose answers are big by nature (the gate scan's report, the journal, file contents).
     output_limit: int = PROBE_OUTPUT_LIMIT
+
+
+def background_output(name: str) -> str:
+    """sh text that prints what probe ``name``'s ``start`` wrote to "$gpuops_tmp/NAME.{out,err,rc}",
+    with its exit status as its own (none written: the start was killed before it ended, so 1)."""
+    files = f'"$gpuops_tmp/{name}'
+    return (f"cat {files}.out\" 2>/dev/null; cat {files}.err\" >&2 2>/dev/null; "
+            f"gpuops_s=$(cat {files}.rc\" 2>/dev/null); exit \"${{gpuops_s:-1}}\"")
+
+
+def in_background(probe: Probe[T]) -> Probe[T]:
+    """``probe`` started with the exec, beside the probes framed before it, and framed where it
+    stands in the list: a slow probe that reads nothing the others write then costs the wall time of
+    the slowest, not the sum (on a host with a core to spare)."""
+    files = f'"$gpuops_tmp/{probe.name}'
+    start = f"(\n{probe.script}\n) >{files}.out\" 2>{files}.err\"\necho $? >{files}.rc\""
+    return replace(probe, start=start, script=background_output(probe.name))
 
 
 @frozen

@@ -8,6 +8,7 @@ from gpuops.gather import (
     ProbeOutput,
     build_gather_script,
     gather,
+    in_background,
     parse_outputs,
     split_gather_output,
 )
@@ -99,3 +100,14 @@ def test_started_probes_run_in_the_background_and_are_awaited_before_their_probe
     values = gather(_local(), probes)
     assert values["plain"].stdout == "first\n"
     assert (values["a"].stdout, values["b"].stdout, values["b"].exit_status) == ("a-done\n", "b-done\n", 3)
+
+
+def test_a_probe_in_the_background_runs_beside_the_probes_framed_before_it() -> None:
+    # The foreground probe waits for the background one's file: it sees it only if both run at once.
+    # Its own output, stderr and exit status come back as if it had run where it stands.
+    waits = ("i=0; while [ ! -f \"$gpuops_tmp/late.ready\" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "[ -f \"$gpuops_tmp/late.ready\" ] && echo beside || echo alone")
+    late = in_background(Probe("late", ': >"$gpuops_tmp/late.ready"; echo "late out"; echo "late err" >&2; exit 4', raw))
+    values = gather(_local(), [Probe("early", waits, raw), late])
+    assert values["early"].stdout == "beside\n"
+    assert values["late"] == ProbeOutput("late out\n", "late err\n", 4)

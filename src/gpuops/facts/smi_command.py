@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from gpuops.gather import Probe, ProbeOutput
+from gpuops.gather import Probe, ProbeOutput, background_output
 
 T = TypeVar("T")
 
@@ -72,12 +72,7 @@ def smi_start(name: str, args: Sequence[str]) -> str:
 
 def smi_script(name: str) -> str:
     """sh text that prints what ``smi_start`` wrote, with the call's exit status as its own."""
-    files = f'"$gpuops_tmp/{name}'
-    return (
-        f"cat {files}.out\" 2>/dev/null; cat {files}.err\" >&2 2>/dev/null; "
-        # No status written (the call was killed before it finished): 1, never an empty `exit`.
-        f"gpuops_s=$(cat {files}.rc\" 2>/dev/null); exit \"${{gpuops_s:-1}}\""
-    )
+    return background_output(name)
 
 
 def smi_probe(name: str, args: Sequence[str], parse: Callable[[ProbeOutput], T]) -> Probe[T]:
