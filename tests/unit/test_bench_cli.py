@@ -64,8 +64,8 @@ def test_results_list_show_compare(two_results):
     rate = next(m for m in data["metrics"] if m["name"].startswith("output tokens/s"))
     # compare's delta is the stored results' own rates (82 -> 116 tok/s in the speed model; measured
     # through the stand-in's sleeps, so a loaded machine moves them: a whole run saw +24%, not +42%)
-    stored = {json.loads(f.read_text())["id"]: json.loads(f.read_text())["summary"]["output_tokens_per_s"]
-              for f in (root / "results").glob("*.json")}
+    results = [json.loads(f.read_text()) for f in (root / "results").glob("*.json")]
+    stored = {r["id"]: r["summary"]["output_tokens_per_s"] for r in results}
     assert rate["values"] == [stored[base], stored[fused]]
     assert rate["delta_pct"][1] == pytest.approx((stored[fused] / stored[base] - 1) * 100)
     assert stored[fused] > stored[base]

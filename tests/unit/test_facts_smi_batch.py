@@ -13,7 +13,7 @@ from gpuops.facts import gpu as gpu_fact
 from gpuops.facts import topology as topology_fact
 from gpuops.facts.gpu import parse_banner, parse_procfs, parse_procfs_output, parse_query
 from gpuops.facts.topology import parse_topo
-from gpuops.gather import ProbeFailure, ProbeOutput, build_gather_script, new_nonce, parse_outputs, split_gather_output
+from gpuops.gather import ProbeFailure, ProbeOutput, background_output, build_gather_script, new_nonce, parse_outputs, split_gather_output
 
 
 def _fake_smi(bin_dir: Path, topo_fails: bool = False) -> None:
@@ -137,14 +137,12 @@ def test_real_driver_version_file_of_the_h200() -> None:
 
 def test_a_call_that_left_no_status_reads_as_a_failure(tmp_path: Path) -> None:
     # The call was killed before it wrote its status (empty file, or none): exit 1, never `exit ""`.
-    from gpuops.facts.smi_command import smi_script
-
     (tmp_path / "gpu.topo.rc").write_text("")
     env = dict(os.environ, gpuops_tmp=str(tmp_path))
-    done = subprocess.run(["/bin/sh", "-c", smi_script("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
+    done = subprocess.run(["/bin/sh", "-c", background_output("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
     assert (done.returncode, done.stderr) == (1, "")
     (tmp_path / "gpu.topo.rc").unlink()
-    done = subprocess.run(["/bin/sh", "-c", smi_script("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
+    done = subprocess.run(["/bin/sh", "-c", background_output("gpu.topo")], capture_output=True, text=True, env=env, timeout=30)
     assert done.returncode == 1
     assert parse_topo(ProbeOutput(done.stdout, done.stderr, done.returncode)).reason.startswith("nvidia-smi exited with status 1")
 

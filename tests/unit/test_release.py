@@ -171,16 +171,20 @@ def test_a_standing_source_patch_is_judged_on_the_new_tree() -> None:
     assert judge_patches((), old, TreeVerdicts("0.6.0", {}, ()), "0.6.0") == ([], None)
 
 
+def _recorded_refusal(name: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "installer-refusals" / name).read_text()
+    return [line for line in text.strip().splitlines() if line.strip()]  # as release_env._run keeps them
+
+
 def test_a_failed_install_says_why_in_one_line() -> None:
-    """The refusal's line is the installer's reason: pip's last ERROR line; uv's error line with the
-    cause after it (its last line is a hint that names no package); capped, never a whole log."""
-    pip = ["Looking in links: /w", "ERROR: Could not find a version that satisfies the requirement torch==2.13.0",
-           "ERROR: No matching distribution found for torch==2.13.0", "[notice] A new release of pip is available"]
-    assert release_env._reason(pip) == "ERROR: No matching distribution found for torch==2.13.0"
-    uv = ["Using CPython 3.11.7", "error: No solution found when resolving dependencies",
-          "  cause: Because torch was not found in the provided package locations and you require torch==2.13.0,",
-          "  hint: Packages were unavailable because index lookups were disabled"]
-    said = release_env._reason(uv)
-    assert said.startswith("error: No solution found") and "torch was not found" in said and "\n" not in said
+    """The refusal's line is the installer's reason, from what the real installers printed
+    (tests/fixtures/recorded/installer-refusals): pip's last ERROR line; uv's error line with the
+    cause after it (its last line may be a hint that names no package); capped, never a whole log."""
+    pip = release_env._reason(_recorded_refusal("pip-23.0.1-missing-torch.txt"))
+    assert pip == "ERROR: No matching distribution found for torch==2.13.0"
+    for name in ("uv-0.13.8-missing-torch.txt", "uv-0.13.8-no-locations.txt"):
+        said = release_env._reason(_recorded_refusal(name))
+        assert said.startswith("error: No solution found") and "torch was not found" in said, said
+        assert "\n" not in said and len(said) <= release_env._REASON_CHARS
     assert release_env._reason(["x" * 5000]) == "x" * release_env._REASON_CHARS
     assert release_env._reason(["Killed"]) == "Killed" and release_env._reason([]) == ""

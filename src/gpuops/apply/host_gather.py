@@ -62,7 +62,7 @@ def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tup
         probes.extend(gpu_probes)
     if discovery.entrypoint_pythons:
         # Its pythons start with the exec and run beside the probes above (the scan's check is the
-        # longest): on a lab host a no-op's exec took 73 ms less without it, ~0.4 of the host's work.
+        # longest): on a lab host a no-op's exec took 73 ms less without it, of ~0.16 s of probes.
         probes.append(in_background(entrypoints_probe(discovery.entrypoint_pythons, discovery.desired_path)))
     return container_audit.gather_probes(discovery, probes), kept  # docker: the SGLang in the container
 

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from gpuops.gather import Probe, ProbeOutput, background_output
+from gpuops.gather import Probe, ProbeOutput, in_background
 
 T = TypeVar("T")
 
@@ -55,26 +55,19 @@ def failure_reason(out: ProbeOutput) -> str | None:
     return None
 
 
-def smi_start(name: str, args: Sequence[str]) -> str:
-    """sh text that runs ``nvidia-smi ARGS`` into "$gpuops_tmp/NAME.{out,err,rc}" (in the background)."""
-    files = f'"$gpuops_tmp/{name}'
+def smi_command(args: Sequence[str]) -> str:
+    """sh text that runs ``nvidia-smi ARGS`` (cut off after ``SMI_TIMEOUT_S`` where ``timeout``
+    exists), or says it is not on PATH with status ``NOT_FOUND_STATUS``."""
     command = " ".join(shlex.quote(a) for a in ("nvidia-smi", *args))
     return (
         "if command -v nvidia-smi >/dev/null 2>&1; then\n"
-        f"  if command -v timeout >/dev/null 2>&1; then timeout {SMI_TIMEOUT_S} {command}; else {command}; fi"
-        f' >{files}.out" 2>{files}.err"\n'
-        f'  echo $? >{files}.rc"\n'
+        f"  if command -v timeout >/dev/null 2>&1; then timeout {SMI_TIMEOUT_S} {command}; else {command}; fi\n"
         "else\n"
-        f"  echo {shlex.quote(NOT_FOUND_MESSAGE)} >{files}.err\"; echo {NOT_FOUND_STATUS} >{files}.rc\"\n"
+        f"  echo {shlex.quote(NOT_FOUND_MESSAGE)} >&2; exit {NOT_FOUND_STATUS}\n"
         "fi"
     )
 
 
-def smi_script(name: str) -> str:
-    """sh text that prints what ``smi_start`` wrote, with the call's exit status as its own."""
-    return background_output(name)
-
-
 def smi_probe(name: str, args: Sequence[str], parse: Callable[[ProbeOutput], T]) -> Probe[T]:
     """The probe ``name``: ``nvidia-smi ARGS`` run side by side with the other nvidia-smi probes."""
-    return Probe(name, smi_script(name), parse, start=smi_start(name, args))
+    return in_background(Probe(name, smi_command(args), parse))
