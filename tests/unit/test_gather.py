@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from gpuops.gather import (
     Probe,
     ProbeFailure,
@@ -12,6 +16,7 @@ from gpuops.gather import (
     parse_outputs,
     split_gather_output,
 )
+from gpuops.errors import TransportError
 from gpuops.inventory import Host
 from gpuops.transport.local import LocalConnection
 
@@ -111,3 +116,13 @@ def test_a_probe_in_the_background_runs_beside_the_probes_framed_before_it() -> 
     values = gather(_local(), [Probe("early", waits, raw), late])
     assert values["early"].stdout == "beside\n"
     assert values["late"] == ProbeOutput("late out\n", "late err\n", 4)
+
+
+def test_a_background_probe_that_hangs_ends_with_the_gathers_limit() -> None:
+    # The gather waits for its starts before their frames: a start that never ends (a launch python
+    # that hangs) must not hold the exec past its limit, nor the client's read (its output is a file).
+    hangs = in_background(Probe("hangs", "sleep 20", raw))
+    started = time.monotonic()
+    with pytest.raises(TransportError, match="timed out"):
+        gather(_local(), [Probe("first", "echo ok", raw), hangs], timeout=2)
+    assert time.monotonic() - started < 10
