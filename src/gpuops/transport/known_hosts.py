@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuops.transport.tcp_tuning import no_delay
+from gpuops.transport.tcp_tuning import tuned
 from gpuops.transport.algorithms import order_algorithms
 from gpuops.frozen import frozen
 
@@ -256,10 +256,9 @@ def transport_factory(hostname: str, lookup_name: str, known: KnownHosts,
     class CheckingTransport(paramiko.Transport):
         certificate_verified = False
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
+        def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(tuned(sock), *args, **kwargs)  # socket tuning, not host keys: transport/tcp_tuning.py
             order_algorithms(self, ssh_config or {})  # an AlgorithmError here: before any byte is sent
-            no_delay(self.sock)  # socket tuning, not host keys: transport/tcp_tuning.py
 
         def start_client(self, event: Any = None, timeout: float | None = None) -> None:
             if event is not None:  # paramiko's SSHClient waits for the key exchange; gpuops needs it done here
