@@ -166,14 +166,15 @@ def build_gather_script(probes: Iterable[Probe[Any]], nonce: str, preamble: str 
             parts.append("wait $gpuops_bg")
         # The probe's stdout passes through head: one byte past its limit head ends, the probe
         # gets SIGPIPE, and the client sees the size (so nothing unbounded is ever sent). Its exit
-        # status comes back through a file (the pipeline's status is head's); `read` is a builtin.
+        # status comes back through a file (the pipeline's status is head's); `read` is a builtin, and
+        # `tail` runs only for a probe that wrote to stderr (a fork and an exec less for most probes).
         frame = (
             f"printf '\\n{mark} begin {probe.name}\\n'\n"
             f"{{ (\n{probe.script}\n) </dev/null 2>\"$gpuops_tmp/err\"; echo $? >\"$gpuops_tmp/rc\"; }}"
             f" | head -c {probe.output_limit + 1}\n"
             f"read gpuops_rc <\"$gpuops_tmp/rc\" || gpuops_rc=141\n"
             f"printf '\\n{mark} stderr {probe.name} %d\\n' \"$gpuops_rc\"\n"
-            f"tail -c {probe.output_limit} \"$gpuops_tmp/err\" 2>/dev/null\n"
+            f"[ ! -s \"$gpuops_tmp/err\" ] || tail -c {probe.output_limit} \"$gpuops_tmp/err\" 2>/dev/null\n"
             f"printf '\\n{mark} end {probe.name}\\n'"
         )
         parts.append(_unless(probe, frame, f"printf '\\n{mark} kept {probe.name}\\n'"))

@@ -109,11 +109,11 @@ def setup_script(dirs: Sequence[str]) -> str:
     lines = [
         "gpuops_t=; command -v timeout >/dev/null 2>&1 && gpuops_t='timeout 5'",
         f"{_VAR}=$( {{",
-        "  echo 'gpuops facts fingerprint 1'",
+        "  echo 'gpuops facts fingerprint 2'",
         "  cat /proc/sys/kernel/random/boot_id || echo 'no boot id'",
-        "  $gpuops_t cat /proc/driver/nvidia/version || echo 'no nvidia driver'",
-        "  $gpuops_t cat /proc/driver/nvidia/params /proc/driver/nvidia/registry",
-        "  for gpuops_f in /proc/driver/nvidia/gpus/*/information; do [ -r \"$gpuops_f\" ] && { echo \"$gpuops_f\"; $gpuops_t cat \"$gpuops_f\"; }; done",
+        "  $gpuops_t cat /proc/driver/nvidia/version /proc/driver/nvidia/params /proc/driver/nvidia/registry || echo 'no nvidia driver'",
+        # Every GPU's file in one read (tail names each when there are several): one process, not two a GPU.
+        "  $gpuops_t tail -n +1 /proc/driver/nvidia/gpus/*/information",
         # The GPU device nodes (name, major and minor): a container is given GPUs by them, and sees the
         # machine's boot id and, unless the NVIDIA runtime masks it, its whole /proc/driver/nvidia.
         "  stat -c '%n %t %T' /dev/nvidia[0-9]* || echo 'no nvidia devices'",
@@ -126,7 +126,8 @@ def setup_script(dirs: Sequence[str]) -> str:
         "  echo \"HOME=${HOME:-} PYTHONHOME=${PYTHONHOME-unset} PYTHONUSERBASE=${PYTHONUSERBASE-unset} PYTHONNOUSERSITE=${PYTHONNOUSERSITE-unset}\"",
     ]
     if dirs:
-        lines.append(f"  for gpuops_f in {quoted}; do {stat} \"$gpuops_f\" && ls -a \"$gpuops_f\" || echo \"absent $gpuops_f\"; done")
+        # Named (printf is a builtin), then two processes for all of them; an absent one prints nothing.
+        lines.append(f"  printf 'dir %s\\n' {quoted}; {stat} {quoted}; ls -a {quoted}")
     # One cat: the venv's pyvenv.cfg, and the .pth files (and site's customize modules) of each
     # directory, which rewritten in place add or move directories without touching their own
     # directory's stat or listing.

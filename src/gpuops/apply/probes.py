@@ -70,7 +70,8 @@ _NEEDS_PYTHON = ('[ -n "${GPUOPS_PY:-}" ] || command -v python3 >/dev/null 2>&1 
 
 def files_probe(paths: list[str] | tuple[str, ...]) -> Probe[dict[str, Any]]:
     words = " ".join(shlex.quote(p) for p in paths)
-    script = f"{_NEEDS_PYTHON}{_python_expr()} -c {shlex.quote(_FILES_CODE)} {MAX_FILE_BYTES} {words}"
+    # -S: the code is stdlib only, so the python starts without site (its .pth files and site-packages).
+    script = f"{_NEEDS_PYTHON}{_python_expr()} -S -c {shlex.quote(_FILES_CODE)} {MAX_FILE_BYTES} {words}"
     # each file up to MAX_FILE_BYTES, base64 in JSON: the probe may say more than the default
     return Probe(name="apply.files", script=script, parse=parse_files, output_limit=LARGE_PROBE_OUTPUT_LIMIT)
 
