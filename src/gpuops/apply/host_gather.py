@@ -29,14 +29,26 @@ class Gathered:
     problems: Any
 
 
+@frozen
+class HostProbes:
+    """What the one exec sends (``gather_probes``), and the kept GPU facts the probes offer."""
+
+    probes: list[Any]
+    kept: Any
+
+
 def gather_host(conn: "Connection", host: "Host", extra: ExtraVars,
-                discovery: "Discovery", offer_kept: bool = True) -> tuple["PlanFacts", Gathered]:
+                discovery: "Discovery", planned: HostProbes) -> tuple["PlanFacts", Gathered]:
+    """The exec of ``planned`` (built while the connection was being made), turned into facts."""
     from gpuops.facts.python_select import preamble_for_vars
     from gpuops.gather import gather
 
-    probes, kept = gather_probes(host, discovery, offer_kept)
-    values = gather(conn, probes, preamble=preamble_for_vars(extra.for_host(host)))
-    return _facts(host, discovery, values, kept)
+    values = gather(conn, planned.probes, preamble=preamble_for_vars(extra.for_host(host)))
+    return _facts(host, discovery, values, planned.kept)
+
+
+def host_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> HostProbes:
+    return HostProbes(*gather_probes(host, discovery, offer_kept))
 
 
 def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tuple[list[Any], Any]:

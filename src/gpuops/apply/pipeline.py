@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from gpuops import timings, transport
 from gpuops.apply import container_audit
 from gpuops.apply.extra_vars import ExtraVars
-from gpuops.apply.host_gather import Gathered, gather_host
+from gpuops.apply.host_gather import Gathered, HostProbes, gather_host, host_probes
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.journal import host_key
 from gpuops.apply.options import ApplyOptions
@@ -135,9 +135,15 @@ def run_host(host: "Host", role: str, extra: ExtraVars, discovery: "Discovery", 
              run_id: str, strategies: Sequence[Strategy] = ()) -> HostReport:
     """One host through every step, the strategies stepping in; the report of how it ended."""
     deadline = options.deadline()
-    conn = transport.connect(host, dataclasses.replace(options.connect, deadline=deadline))  # every command within --timeout
+    opening = transport.Opening(host, dataclasses.replace(options.connect, deadline=deadline))  # every command within --timeout
     try:
-        run = _gather_and_plan(conn, host, role, extra, discovery, options, run_id, deadline)
+        planned = host_probes(host, discovery, offer_kept=not options.flush_cache)  # while the connection is made
+    except BaseException:
+        opening.discard()
+        raise
+    conn = opening.connection()
+    try:
+        run = _gather_and_plan(conn, host, role, extra, discovery, planned, options, run_id, deadline)
         return run_steps(run, strategies)
     finally:
         conn.close()
@@ -157,11 +163,11 @@ def run_steps(run: HostRun, strategies: Sequence[Strategy]) -> HostReport:
 
 
 def _gather_and_plan(conn: "Connection", host: "Host", role: str, extra: ExtraVars, discovery: "Discovery",
-                     options: ApplyOptions, run_id: str, deadline: float | None) -> HostRun:
+                     planned: HostProbes, options: ApplyOptions, run_id: str, deadline: float | None) -> HostRun:
     from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
     from gpuops.plan.planner import plan_role
 
-    facts, gathered = gather_host(conn, host, extra, discovery, offer_kept=not options.flush_cache)
+    facts, gathered = gather_host(conn, host, extra, discovery, planned)
     with timings.span("plan", host.name):
         plan = plan_or_recall(role, facts, dict(host.vars or {}), dict(extra), run_id, gathered.journal,
                               lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id),

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from gpuops.transport.base import ConnectOptions, Connection, ExecResult
-from gpuops.transport.parallel import HostOutcome, connect, prepare_ssh, run_on_hosts
+from gpuops.transport.parallel import HostOutcome, Opening, connect, prepare_ssh, run_on_hosts
 
-__all__ = ["ConnectOptions", "Connection", "ExecResult", "HostOutcome", "connect", "prepare_ssh", "run_on_hosts"]
+__all__ = ["ConnectOptions", "Connection", "ExecResult", "HostOutcome", "Opening", "connect", "prepare_ssh", "run_on_hosts"]
