@@ -6,16 +6,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from gpuops.apply import container_audit
+from gpuops.apply import container_audit, kept_facts
 from gpuops.apply.extra_vars import ExtraVars
+from gpuops.apply.probes import (
+    entrypoints_probe,
+    files_probe,
+    journal_probe,
+    server_probe,
+)
 from gpuops.errors import GpuopsError
-from gpuops.gather import in_background
-from gpuops.shipping import missing_python
+from gpuops.facts import gpu as gpu_fact
+from gpuops.facts import topology as topology_fact
+from gpuops.facts.python_select import preamble_for_vars
+from gpuops.facts.software import python_packages_probe
 from gpuops.frozen import frozen
+from gpuops.gates.kernels import versions_of
+from gpuops.gates.probe import gate_scan_probe
+from gpuops.gather import ProbeFailure, gather, in_background
+from gpuops.plan.model import PlanFacts
+from gpuops.shipping import missing_python
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
-    from gpuops.plan.model import PlanFacts
     from gpuops.plan.planner import Discovery
     from gpuops.transport import Connection
 
@@ -40,8 +52,6 @@ class HostProbes:
 def gather_host(conn: "Connection", host: "Host", extra: ExtraVars,
                 discovery: "Discovery", planned: HostProbes) -> tuple["PlanFacts", Gathered]:
     """The exec of ``planned`` (built while the connection was being made), turned into facts."""
-    from gpuops.facts.python_select import preamble_for_vars
-    from gpuops.gather import gather
 
     values = gather(conn, planned.probes, preamble=preamble_for_vars(extra.for_host(host)))
     return _facts(host, discovery, values, planned.kept)
@@ -54,20 +64,16 @@ def host_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> HostP
 def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tuple[list[Any], Any]:
     """The probes of the one exec, and the kept GPU facts they offer (None when the role reads no
     GPU facts, or for a container). ``benchmarks/apply_overhead``'s floor sends exactly these."""
-    from gpuops.apply.probes import entrypoints_probe, files_probe, journal_probe, server_probe
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_server_state:
         probes.append(server_probe())
     kept = None
     if discovery.needs_gate_scan:
-        from gpuops.gates.probe import gate_scan_probe
-
         # with sources: the patch planner's input; kept per host (offered unless --flush-cache)
         probes.append(gate_scan_probe(with_sources=True, host=host, offer=offer_kept))
         gpu_probes = gpu_probes_for(host)  # applicability (GPU generation, P2P) is planned from these
         if discovery.container is None:  # docker: the stack is read inside the container, never kept
-            from gpuops.apply import kept_facts
 
             kept = kept_facts.guard(host, gpu_probes, offer=offer_kept)  # skipped on the host while its fingerprint holds
             gpu_probes = kept.probes
@@ -80,9 +86,6 @@ def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tup
 
 
 def _facts(host: "Host", discovery: "Discovery", values: Mapping[str, Any], kept: Any) -> tuple["PlanFacts", Gathered]:
-    from gpuops.gather import ProbeFailure
-    from gpuops.plan.model import PlanFacts
-
     files = values["apply.files"]
     if isinstance(files, ProbeFailure):
         no_python = missing_python(files.reason)
@@ -112,7 +115,6 @@ def _facts(host: "Host", discovery: "Discovery", values: Mapping[str, Any], kept
 def _gpu(host: "Host", values: Mapping[str, Any], kept: Any) -> dict[str, Any]:
     if kept is None:
         return gpu_summary(values)
-    from gpuops.apply import kept_facts
 
     return kept_facts.summary(kept, host.name, values, gpu_summary)
 
@@ -125,10 +127,6 @@ def gpu_probes_for(host: "Host") -> list[Any]:
     patches): a no-op nccl-env run does not pay for nvidia-smi and the package list."""
     del host  # the GPU probes are the same for every host (probes_for's host-specific ones are not GPU probes)
     try:
-        from gpuops.facts import gpu as gpu_fact
-        from gpuops.facts import topology as topology_fact
-        from gpuops.facts.software import python_packages_probe
-
         return [*gpu_fact.probes(), *topology_fact.probes(), python_packages_probe()]
     except Exception:  # facts help judge the re-audit; without them it is judged for the target
         return []
@@ -137,7 +135,6 @@ def gpu_probes_for(host: "Host") -> list[Any]:
 def gpu_summary(values: Mapping[str, Any]) -> dict[str, Any]:
     """Compute capability and CUDA version from the facts probes (None where unknown)."""
     from gpuops.facts.host import host_facts
-    from gpuops.gates.kernels import versions_of
 
     try:
         facts = host_facts(values)

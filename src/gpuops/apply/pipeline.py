@@ -27,11 +27,27 @@ from gpuops.apply import container_audit
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_gather import Gathered, HostProbes, gather_host, host_probes
 from gpuops.apply.host_report import HostReport
-from gpuops.apply.journal import host_key
-from gpuops.apply.options import ApplyOptions
+from gpuops.apply.journal import fold_runs, host_key, reconcile_home, record_run_home
+from gpuops.apply.noop_memo import plan_or_recall
+from gpuops.apply.options import ApplyOptions, current_user
+from gpuops.apply.payload import apply_payload
 from gpuops.apply.remote_exec import run_helper
-from gpuops.apply.verify_checks import Check, commit_checks, fold_result, judge_reaudit, smoke_check
-from gpuops.remote.host_protocol import EVENT_VERIFIED, HostEvent, STATUS_FINISHED, STATUS_UNCHANGED
+from gpuops.apply.verify_checks import (
+    Check,
+    commit_checks,
+    fold_result,
+    judge_reaudit,
+    smoke_check,
+)
+from gpuops.gates.probe import gate_scan_probe
+from gpuops.plan.planner import plan_role, vars_digest
+from gpuops.remote.host_protocol import (
+    EVENT_VERIFIED,
+    STATUS_FINISHED,
+    STATUS_UNCHANGED,
+    HostEvent,
+)
+from gpuops.secret_policy import secret_values
 
 if TYPE_CHECKING:
     from gpuops.inventory import Host
@@ -82,15 +98,10 @@ class HostRun:
 
     def replan(self) -> "Plan":
         """The plan made again from the run's facts (a recalled no-op plan names no server)."""
-        from gpuops.plan.planner import plan_role
 
         return plan_role(self.role, self.facts, dict(self.host.vars or {}), dict(self.extra), run_id=self.run_id)
 
     def journal_home(self) -> None:
-        from gpuops.apply.journal import record_run_home
-        from gpuops.apply.options import current_user
-        from gpuops.plan.planner import vars_digest
-
         report = self.report
         record_run_home(report.run_id, report.host, host_key(self.host), self.role, report.status, report.error,
                         self.discovery.state_dir,
@@ -164,8 +175,6 @@ def run_steps(run: HostRun, strategies: Sequence[Strategy]) -> HostReport:
 
 def _gather_and_plan(conn: "Connection", host: "Host", role: str, extra: ExtraVars, discovery: "Discovery",
                      planned: HostProbes, options: ApplyOptions, run_id: str, deadline: float | None) -> HostRun:
-    from gpuops.apply.noop_memo import plan_or_recall  # an empty plan of the same inputs is not redone
-    from gpuops.plan.planner import plan_role
 
     facts, gathered = gather_host(conn, host, extra, discovery, planned)
     with timings.span("plan", host.name):
@@ -190,15 +199,12 @@ def _gather_and_plan(conn: "Connection", host: "Host", role: str, extra: ExtraVa
 
 def unfinished(journal: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The last run the host's journal shows open (its worker alive, or dead and not rolled back)."""
-    from gpuops.apply.journal import fold_runs
 
     pending = [r for r in fold_runs(journal) if r["outcome"].startswith("unfinished")]
     return pending[-1] if pending else None
 
 
 def _steps(run: HostRun, strategies: Sequence[Strategy]) -> None:
-    from gpuops.apply.journal import fold_runs, reconcile_home
-
     for strategy in strategies:
         strategy.planned(run)
     reconcile_home(run.host.name, fold_runs(run.gathered.journal), host_key(run.host))
@@ -237,9 +243,6 @@ def _check(run: HostRun, strategies: Sequence[Strategy]) -> None:
 
 def _transaction(run: HostRun, strategies: Sequence[Strategy]) -> None:
     """The host's transaction: ONE exec, the plan's checks and the strategies' before its commit."""
-    from gpuops.apply.payload import apply_payload
-    from gpuops.plan.planner import vars_digest
-    from gpuops.secret_policy import secret_values
 
     plan, report, variables = run.plan, run.report, run.variables
     # Applicability (GPU generation) and P2P are decided by the plan, from the GPU facts
@@ -248,8 +251,6 @@ def _transaction(run: HostRun, strategies: Sequence[Strategy]) -> None:
     cuda = found if isinstance(found, str) else None
     audit_sh = None
     if plan.audit is not None:
-        from gpuops.gates.probe import gate_scan_probe
-
         audit_sh = container_audit.audit_script(plan, gate_scan_probe(with_sources=False).script)
     payload = apply_payload(plan, run.run_id, vars_digest(dict(run.host.vars or {}), dict(run.extra)), audit_sh)
     log_failure: list[str] = []

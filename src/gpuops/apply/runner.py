@@ -14,18 +14,21 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Sequence
 
-from gpuops import multi_node
-from gpuops.apply import deployment_repair, replicas as replica_set
+from gpuops import multi_node, timings
+from gpuops.apply import deployment_repair
+from gpuops.apply import replicas as replica_set
 from gpuops.apply.deployment import DeploymentTxn
 from gpuops.apply.deployment_node import DeploymentNode
 from gpuops.apply.extra_vars import ExtraVars
 from gpuops.apply.host_report import HostReport
+from gpuops.apply.noop_memo import discover_or_recall
 from gpuops.apply.options import ApplyOptions
 from gpuops.apply.pipeline import Strategy, run_host
 from gpuops.apply.release_step import ReleasePrep
 from gpuops.apply.replica_roll import ReplicaRoll
-from gpuops import timings
 from gpuops.errors import GpuopsError
+from gpuops.plan.planner import discover
+from gpuops.transport import run_on_hosts
 
 if TYPE_CHECKING:
     from gpuops.apply.replicas import Replica
@@ -40,8 +43,6 @@ __all__ = ["ApplyOptions", "HostReport", "apply_role", "apply_host", "rollback_h
 
 def discover_all(hosts: Sequence["Host"], role: str, extra: ExtraVars) -> dict[str, "Discovery"]:
     """Check the role and every host's variables before any connection (bad input changes nothing)."""
-    from gpuops.apply.noop_memo import discover_or_recall  # the same role and variables: the same answer
-    from gpuops.plan.planner import discover
 
     with timings.span("plan"):
         return {host.name: discover_or_recall(role, host.name, dict(host.vars or {}), dict(extra),
@@ -68,8 +69,6 @@ def apply_host(host: "Host", role: str, extra: ExtraVars, discovery: "Discovery"
 
 
 def apply_role(hosts: Sequence["Host"], role: str, extra: ExtraVars, options: ApplyOptions) -> tuple[str, dict[str, HostReport]]:
-    from gpuops.transport import run_on_hosts
-
     # The nodes of a multi-node server: their launch flags derived (and checked) before anything else.
     deployments = multi_node.plan_deployments(hosts, extra)
     hosts = [multi_node.with_launch_flags(h, deployments[name]) if name is not None else h

@@ -13,15 +13,21 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpuops.gates.scan import GateScan, parse_scan_output, scan_from_dict, scanner_json, unknown_scan
 from gpuops import memo
-from gpuops.gates import BUILTIN_CATALOG, scan_cache
+from gpuops.gates import BUILTIN_CATALOG, catalog, scan_cache
 from gpuops.gates.kernels import probe_reads
+from gpuops.gates.scan import (
+    GateScan,
+    parse_scan_output,
+    scan_from_dict,
+    scanner_json,
+    unknown_scan,
+)
 from gpuops.gather import LARGE_PROBE_OUTPUT_LIMIT, Probe
 from gpuops.shipping import source
 
 if TYPE_CHECKING:
-    from gpuops.gather import Probe, ProbeOutput
+    from gpuops.gather import ProbeOutput
     from gpuops.inventory import Host
 
 PROBE_NAME = "gates.scan"
@@ -64,9 +70,7 @@ def patch_keywords(catalog_path: Path | None = None) -> list[str]:
     the host. ``catalog_path``: another catalog file (tests). Kept (``catalog_derived``)."""
 
     def from_catalog() -> list[str]:
-        from gpuops.gates.catalog import load_catalog
-
-        return [p.pattern for f in load_catalog(catalog_path).features if f.patchable for p in f.keywords]
+        return [p.pattern for f in catalog.load_catalog(catalog_path).features if f.patchable for p in f.keywords]
 
     kept = catalog_derived("patch-keywords", from_catalog, catalog_path)
     return kept if isinstance(kept, list) and all(isinstance(k, str) for k in kept) else from_catalog()
@@ -77,9 +81,7 @@ def kernel_reads(catalog_path: Path | None = None) -> dict[str, Any]:
     (``gates/kernels.probe_reads``). Kept (``catalog_derived``)."""
 
     def from_catalog() -> dict[str, Any]:
-        from gpuops.gates.catalog import load_catalog
-
-        return probe_reads(load_catalog(catalog_path))
+        return probe_reads(catalog.load_catalog(catalog_path))
 
     kept = catalog_derived("kernel-reads", from_catalog, catalog_path)
     return kept if isinstance(kept, dict) else from_catalog()
