@@ -74,7 +74,6 @@ def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tup
         probes.append(gate_scan_probe(with_sources=True, host=host, offer=offer_kept))
         gpu_probes = gpu_probes_for(host)  # applicability (GPU generation, P2P) is planned from these
         if discovery.container is None:  # docker: the stack is read inside the container, never kept
-
             kept = kept_facts.guard(host, gpu_probes, offer=offer_kept)  # skipped on the host while its fingerprint holds
             gpu_probes = kept.probes
         probes.extend(gpu_probes)

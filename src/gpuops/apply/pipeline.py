@@ -175,9 +175,8 @@ def run_steps(run: HostRun, strategies: Sequence[Strategy]) -> HostReport:
 
 def _gather_and_plan(conn: "Connection", host: "Host", role: str, extra: ExtraVars, discovery: "Discovery",
                      planned: HostProbes, options: ApplyOptions, run_id: str, deadline: float | None) -> HostRun:
-
     facts, gathered = gather_host(conn, host, extra, discovery, planned)
-    with timings.span("plan", host.name):
+    with timings.span("plan", host.name):  # an empty plan of the same inputs is recalled, not redone
         plan = plan_or_recall(role, facts, dict(host.vars or {}), dict(extra), run_id, gathered.journal,
                               lambda: plan_role(role, facts, dict(host.vars or {}), dict(extra), run_id=run_id),
                               recall_kept=not options.flush_cache)
