@@ -61,7 +61,7 @@ def test_an_apply_whose_script_cannot_be_built_closes_the_connection_made_meanwh
     def cannot_build(*_: Any, **__: Any) -> Any:
         raise RuntimeError("the probes could not be built")
 
-    monkeypatch.setattr(pipeline, "host_probes", cannot_build)
+    monkeypatch.setattr(pipeline, "gather_probes", cannot_build)
     options = ApplyOptions(connect=ConnectOptions(connector=lambda host: made.append(Made(host)) or made[-1]))
     discovery = Discovery(paths=(), needs_gate_scan=False, state_dir="/var/lib/gpuops", python="python3", warnings=())
     with pytest.raises(RuntimeError, match="could not be built"):

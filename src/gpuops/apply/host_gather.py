@@ -43,7 +43,8 @@ class Gathered:
 
 @frozen
 class HostProbes:
-    """What the one exec sends (``gather_probes``), and the kept GPU facts the probes offer."""
+    """What the one exec sends, and the kept GPU facts the probes offer (None when the role reads no
+    GPU facts, or for a container)."""
 
     probes: list[Any]
     kept: Any
@@ -57,13 +58,9 @@ def gather_host(conn: "Connection", host: "Host", extra: ExtraVars,
     return _facts(host, discovery, values, planned.kept)
 
 
-def host_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> HostProbes:
-    return HostProbes(*gather_probes(host, discovery, offer_kept))
-
-
-def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tuple[list[Any], Any]:
-    """The probes of the one exec, and the kept GPU facts they offer (None when the role reads no
-    GPU facts, or for a container). ``benchmarks/apply_overhead``'s floor sends exactly these."""
+def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> HostProbes:
+    """The probes of the one exec, and the kept GPU facts they offer. ``benchmarks/apply_overhead``'s
+    floor sends exactly these."""
 
     probes: list[Any] = [files_probe(discovery.paths), journal_probe(discovery.state_dir)]
     if discovery.needs_server_state:
@@ -81,7 +78,7 @@ def gather_probes(host: "Host", discovery: "Discovery", offer_kept: bool) -> tup
         # Its pythons start with the exec and run beside the probes above (the scan's check is the
         # longest): on a lab host a no-op's exec took 73 ms less without it, of ~0.16 s of probes.
         probes.append(in_background(entrypoints_probe(discovery.entrypoint_pythons, discovery.desired_path)))
-    return container_audit.gather_probes(discovery, probes), kept  # docker: the SGLang in the container
+    return HostProbes(container_audit.gather_probes(discovery, probes), kept)  # docker: the SGLang in the container
 
 
 def _facts(host: "Host", discovery: "Discovery", values: Mapping[str, Any], kept: Any) -> tuple["PlanFacts", Gathered]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from gpuops import timings, transport
 from gpuops.apply import container_audit
 from gpuops.apply.extra_vars import ExtraVars
-from gpuops.apply.host_gather import Gathered, HostProbes, gather_host, host_probes
+from gpuops.apply.host_gather import Gathered, HostProbes, gather_host, gather_probes
 from gpuops.apply.host_report import HostReport
 from gpuops.apply.journal import fold_runs, host_key, reconcile_home, record_run_home
 from gpuops.apply.noop_memo import plan_or_recall
@@ -148,7 +148,7 @@ def run_host(host: "Host", role: str, extra: ExtraVars, discovery: "Discovery", 
     deadline = options.deadline()
     opening = transport.Opening(host, dataclasses.replace(options.connect, deadline=deadline))  # every command within --timeout
     try:
-        planned = host_probes(host, discovery, offer_kept=not options.flush_cache)  # while the connection is made
+        planned = gather_probes(host, discovery, offer_kept=not options.flush_cache)  # while the connection is made
     except BaseException:
         opening.discard()
         raise
